@@ -1,0 +1,12 @@
+//! Code shared by `hook-client` and `broker`: where things live ([`paths`]), how they talk
+//! ([`wire`]), how a request proves it comes from this login ([`auth`]), and what Codex hands a hook
+//! and writes to its rollout ([`hook`], [`rollout`]).
+//!
+//! This crate is linked into the hook-client, which Codex starts on every tool call: keep it free
+//! of heavy dependencies and of work at start-up.
+
+pub mod auth;
+pub mod hook;
+pub mod paths;
+pub mod rollout;
+pub mod wire;

@@ -1,0 +1,195 @@
+//! Reading Codex rollout lines (`$CODEX_HOME/sessions/.../rollout-*.jsonl`): one JSON record per
+//! line. Courier needs only a few record kinds: who the thread is (`session_meta`), which turn is
+//! open (`task_started` / `task_complete` / `turn_aborted`), and where hook output landed (developer
+//! messages from `additionalContext`, `<hook_prompt>` user messages from Stop blocks), in which it
+//! looks for its own message markers. Lines are classified with a cheap substring test first: most
+//! lines are none of these and are never JSON-parsed.
+
+use serde::Deserialize;
+
+/// How a delivered message is marked in the text the model sees; the rollout is searched for it.
+pub const MARKER_PREFIX: &str = "<courier-message id=\"";
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum RolloutEvent {
+    SessionMeta { id: String, session_id: Option<String>, parent_thread_id: Option<String> },
+    TurnStarted { turn_id: String },
+    TurnClosed { turn_id: String },
+    /// Text that a hook injected: `additionalContext` or a Stop block reason.
+    HookText { turn_id: Option<String>, text: String },
+}
+
+#[derive(Deserialize)]
+struct Record {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    payload: Payload,
+}
+
+#[derive(Deserialize, Default)]
+struct Payload {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    session_id: Option<String>,
+    #[serde(default)]
+    parent_thread_id: Option<String>,
+    #[serde(default)]
+    turn_id: Option<String>,
+    #[serde(default)]
+    role: Option<String>,
+    #[serde(default)]
+    content: Vec<ContentItem>,
+    #[serde(default)]
+    internal_chat_message_metadata_passthrough: Option<Passthrough>,
+}
+
+#[derive(Deserialize, Default)]
+struct ContentItem {
+    #[serde(default)]
+    text: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct Passthrough {
+    #[serde(default)]
+    turn_id: Option<String>,
+    #[serde(default)]
+    content_item_kinds: Vec<String>,
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Classifies one rollout line (without its newline). `None` for lines Courier does not need.
+pub fn classify_line(line: &[u8]) -> Option<RolloutEvent> {
+    let interesting = [
+        &b"\"session_meta\""[..],
+        b"\"task_started\"",
+        b"\"task_complete\"",
+        b"\"turn_aborted\"",
+        b"courier-message id=",
+    ];
+    // Only the start of a line decides its kind; the marker can be anywhere in a message.
+    let head = &line[..line.len().min(160)];
+    if !interesting[..4].iter().any(|n| contains(head, n)) && !contains(line, interesting[4]) {
+        return None;
+    }
+    let rec: Record = serde_json::from_slice(line).ok()?;
+    let p = rec.payload;
+    match (rec.kind.as_str(), p.kind.as_deref()) {
+        ("session_meta", _) => Some(RolloutEvent::SessionMeta {
+            id: p.id?,
+            session_id: p.session_id,
+            parent_thread_id: p.parent_thread_id,
+        }),
+        ("event_msg", Some("task_started")) => Some(RolloutEvent::TurnStarted { turn_id: p.turn_id? }),
+        ("event_msg", Some("task_complete" | "turn_aborted")) => {
+            Some(RolloutEvent::TurnClosed { turn_id: p.turn_id? })
+        }
+        ("response_item", Some("message")) => {
+            let meta = p.internal_chat_message_metadata_passthrough.unwrap_or_default();
+            let text: String = p.content.into_iter().filter_map(|c| c.text).collect::<Vec<_>>().join("\n");
+            let from_hook = match p.role.as_deref() {
+                Some("developer") => meta.content_item_kinds.iter().any(|k| k == "hooks.additional_context"),
+                Some("user") => text.starts_with("<hook_prompt"),
+                _ => false,
+            };
+            from_hook.then_some(RolloutEvent::HookText { turn_id: meta.turn_id, text })
+        }
+        _ => None,
+    }
+}
+
+/// The ids of the Courier messages marked in `text`.
+pub fn marker_ids(text: &str) -> impl Iterator<Item = &str> {
+    text.match_indices(MARKER_PREFIX).filter_map(move |(at, _)| {
+        let rest = &text[at + MARKER_PREFIX.len()..];
+        let end = rest.find('"')?;
+        Some(&rest[..end])
+    })
+}
+
+/// The thread id a rollout file name ends with: `rollout-<timestamp>-<uuid>.jsonl`.
+pub fn thread_id_from_path(path: &str) -> Option<&str> {
+    let name = path.rsplit('/').next()?.strip_suffix(".jsonl")?;
+    if !name.starts_with("rollout-") || name.len() < 36 {
+        return None;
+    }
+    let id = &name[name.len() - 36..];
+    is_uuid(id).then_some(id)
+}
+
+pub fn is_uuid(s: &str) -> bool {
+    s.len() == 36
+        && s.bytes().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => b == b'-',
+            _ => b.is_ascii_hexdigit() && !b.is_ascii_uppercase(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_turn_records() {
+        let started = br#"{"timestamp":"t","ordinal":1,"type":"event_msg","payload":{"type":"task_started","turn_id":"T1"}}"#;
+        assert_eq!(classify_line(started), Some(RolloutEvent::TurnStarted { turn_id: "T1".into() }));
+        let done = br#"{"timestamp":"t","ordinal":9,"type":"event_msg","payload":{"type":"task_complete","turn_id":"T1","last_agent_message":"done"}}"#;
+        assert_eq!(classify_line(done), Some(RolloutEvent::TurnClosed { turn_id: "T1".into() }));
+        let other = br#"{"timestamp":"t","ordinal":2,"type":"event_msg","payload":{"type":"token_count"}}"#;
+        assert_eq!(classify_line(other), None);
+        assert_eq!(classify_line(b"not json task_started"), None);
+    }
+
+    #[test]
+    fn finds_markers_only_in_hook_messages() {
+        let dev = br#"{"type":"response_item","payload":{"type":"message","role":"developer","content":[{"type":"input_text","text":"<courier-message id=\"m_1\" from=\"x\">hi</courier-message>"}],"internal_chat_message_metadata_passthrough":{"turn_id":"T","content_item_kinds":["hooks.additional_context"]}}}"#;
+        match classify_line(dev) {
+            Some(RolloutEvent::HookText { turn_id, text }) => {
+                assert_eq!(turn_id.as_deref(), Some("T"));
+                assert_eq!(marker_ids(&text).collect::<Vec<_>>(), ["m_1"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        // The same text typed by the model or a user is not a delivery.
+        let assistant = br#"{"type":"response_item","payload":{"type":"message","role":"assistant","content":[{"type":"output_text","text":"<courier-message id=\"m_1\">"}]}}"#;
+        assert_eq!(classify_line(assistant), None);
+        let stop = br#"{"type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"<hook_prompt hook_run_id=\"stop:1\"><courier-message id=\"m_2\" from=\"y\">x</courier-message></hook_prompt>"}]}}"#;
+        match classify_line(stop) {
+            Some(RolloutEvent::HookText { text, .. }) => assert_eq!(marker_ids(&text).collect::<Vec<_>>(), ["m_2"]),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn thread_id_comes_from_the_file_name() {
+        let p = "/h/.codex/sessions/2026/11/29/rollout-2026-11-29T08-01-16-01a22652-96c4-7652-bf64-6f7bc9883ce2.jsonl";
+        assert_eq!(thread_id_from_path(p), Some("01a22652-96c4-7652-bf64-6f7bc9883ce2"));
+        assert_eq!(thread_id_from_path("/x/rollout-short.jsonl"), None);
+        assert_eq!(thread_id_from_path("/x/notes-2026-11-29T08-01-16-01a22652-96c4-7652-bf64-6f7bc9883ce2.jsonl"), None);
+    }
+
+    #[test]
+    fn real_rollout_is_understood() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/rollout-context.jsonl");
+        // The probe's hooks wrote plain markers; mark them the way Courier does.
+        let data = std::fs::read_to_string(path)
+            .unwrap()
+            .replace("POST_CTX_MARKER:", r#"<courier-message id=\"m_post\">"#)
+            .replace("STOP_BLOCK_MARKER:", r#"<courier-message id=\"m_stop\">"#)
+            .into_bytes();
+        let events: Vec<_> = data.split(|b| *b == b'\n').filter_map(classify_line).collect();
+        assert!(matches!(events[0], RolloutEvent::SessionMeta { .. }));
+        let opened = events.iter().filter(|e| matches!(e, RolloutEvent::TurnStarted { .. })).count();
+        let closed = events.iter().filter(|e| matches!(e, RolloutEvent::TurnClosed { .. })).count();
+        assert!(opened >= 1 && opened == closed, "opened {opened} closed {closed}");
+        assert!(events.iter().any(|e| matches!(e, RolloutEvent::HookText { text, .. } if marker_ids(text).any(|id| id == "m_post"))));
+        assert!(events.iter().any(|e| matches!(e, RolloutEvent::HookText { text, .. } if marker_ids(text).any(|id| id == "m_stop"))));
+    }
+}
