@@ -2,4 +2,10 @@
 //! messages queued for it, exactly once; plus the CLI (`send`, `inspect`, ...) that drives it.
 //! ARCHITECTURE.md at the repository root maps these modules to the path of one hook request.
 
+pub mod delivery;
+pub mod dirs;
 pub mod gate;
+pub mod inspect;
+pub mod server;
+pub mod store;
+pub mod trust;

@@ -1,1 +1,210 @@
-fn main() {}
+//! `broker`: Courier's per-login daemon (`broker serve`) and the commands that queue work for it
+//! and show its state. See README.md for usage and ARCHITECTURE.md for the code map.
+
+use anyhow::{bail, Context, Result};
+use broker::store::{Enqueued, Store};
+use broker::{delivery, dirs, inspect, server, trust};
+use courier_shared::paths;
+use lexopt::prelude::*;
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+usage: broker <command> [options]
+
+commands:
+  serve                                   run the broker in the foreground
+  send --thread <UUID> [--key K] [--ttl D] [--from LABEL] [--json] <TEXT | ->
+                                          queue a message for a Codex thread; prints its id
+  effort --thread <UUID> <none|minimal|low|medium|high|xhigh>
+                                          queue a reasoning-effort change
+  inspect [--thread <UUID>] [--json]      show messages, refusals and broker health
+  cancel <MESSAGE-ID>                     cancel a message that was not handed yet
+  trust-codex [PATH]                      record a Codex binary's SHA-256 as trusted
+                                          (default: the codex on PATH)
+
+environment: COURIER_RUNTIME_DIR, COURIER_STATE_DIR, COURIER_CONFIG, CODEX_HOME (see README)";
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("broker: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn open_store() -> Result<Store> {
+    let state_dir = paths::state_dir();
+    dirs::ensure_private_dir(&state_dir)?;
+    Store::open(&state_dir)
+}
+
+fn run() -> Result<ExitCode> {
+    let mut parser = lexopt::Parser::from_env();
+    let command = match parser.next()? {
+        Some(Value(cmd)) => cmd.string()?,
+        Some(Long("help") | Short('h')) | None => {
+            println!("{USAGE}");
+            return Ok(ExitCode::SUCCESS);
+        }
+        Some(other) => return Err(other.unexpected().into()),
+    };
+    match command.as_str() {
+        "serve" => serve(parser),
+        "send" => send(parser),
+        "effort" => effort(parser),
+        "inspect" => inspect_cmd(parser),
+        "cancel" => cancel(parser),
+        "trust-codex" => trust_codex(parser),
+        "help" => {
+            println!("{USAGE}");
+            Ok(ExitCode::SUCCESS)
+        }
+        other => bail!("unknown command {other:?}\n\n{USAGE}"),
+    }
+}
+
+fn serve(mut parser: lexopt::Parser) -> Result<ExitCode> {
+    if let Some(arg) = parser.next()? {
+        return Err(arg.unexpected().into());
+    }
+    server::serve(server::ServeOptions {
+        runtime_dir: paths::runtime_dir(),
+        state_dir: paths::state_dir(),
+        codex_home: paths::codex_home(),
+        extra_hook_clients: Vec::new(),
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn require_thread(thread: Option<String>) -> Result<String> {
+    let thread = thread.context("--thread <UUID> is required")?;
+    if !courier_shared::rollout::is_uuid(&thread) {
+        bail!("--thread {thread:?} is not a thread id (a lowercase UUID, as in the rollout file name)");
+    }
+    Ok(thread)
+}
+
+/// `30s`, `10m`, `2h`, `7d`, or plain seconds.
+fn parse_duration_ms(s: &str) -> Result<i64> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: i64 = num.parse().with_context(|| format!("bad duration {s:?}"))?;
+    let mult = match unit {
+        "" | "s" => 1_000,
+        "ms" => 1,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => bail!("bad duration unit in {s:?} (use ms, s, m, h or d)"),
+    };
+    Ok(n * mult)
+}
+
+fn send(mut parser: lexopt::Parser) -> Result<ExitCode> {
+    let (mut thread, mut key, mut ttl, mut from, mut text, mut json) = (None, None, None, None, None, false);
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Long("thread") => thread = Some(parser.value()?.string()?),
+            Long("key") => key = Some(parser.value()?.string()?),
+            Long("ttl") => ttl = Some(parse_duration_ms(&parser.value()?.string()?)?),
+            Long("from") => from = Some(parser.value()?.string()?),
+            Long("json") => json = true,
+            Value(v) if text.is_none() => text = Some(v.string()?),
+            other => return Err(other.unexpected().into()),
+        }
+    }
+    let thread = require_thread(thread)?;
+    let mut text = text.context("the message text (or - for stdin) is required")?;
+    if text == "-" {
+        text.clear();
+        std::io::stdin().read_to_string(&mut text).context("reading the message from stdin")?;
+    }
+    if text.trim().is_empty() {
+        bail!("refusing to send an empty message");
+    }
+    let from = from.or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "cli".into());
+    let mut store = open_store()?;
+    let (id, duplicate) = match store.enqueue(&thread, "message", &text, Some(&from), key.as_deref(), ttl)? {
+        Enqueued::New(id) => (id, false),
+        Enqueued::Existing(id) => (id, true),
+    };
+    if json {
+        println!("{}", serde_json::json!({"id": id, "thread": thread, "duplicate": duplicate}));
+    } else {
+        println!("{id}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+const EFFORTS: [&str; 6] = ["none", "minimal", "low", "medium", "high", "xhigh"];
+
+fn effort(mut parser: lexopt::Parser) -> Result<ExitCode> {
+    let (mut thread, mut level) = (None, None);
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Long("thread") => thread = Some(parser.value()?.string()?),
+            Value(v) if level.is_none() => level = Some(v.string()?),
+            other => return Err(other.unexpected().into()),
+        }
+    }
+    let thread = require_thread(thread)?;
+    let level = level.context("an effort level is required")?;
+    if !EFFORTS.contains(&level.as_str()) {
+        bail!("effort {level:?} is not one of {}", EFFORTS.join(", "));
+    }
+    let mut store = open_store()?;
+    let (Enqueued::New(id) | Enqueued::Existing(id)) = store.enqueue(&thread, "effort", &level, None, None, None)?;
+    println!("{id}");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn inspect_cmd(mut parser: lexopt::Parser) -> Result<ExitCode> {
+    let (mut thread, mut json) = (None, false);
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Long("thread") => thread = Some(require_thread(Some(parser.value()?.string()?))?),
+            Long("json") => json = true,
+            other => return Err(other.unexpected().into()),
+        }
+    }
+    let mut store = open_store()?;
+    // Settle hand-offs against their rollouts first, so an ended session still reads `confirmed`.
+    delivery::reconcile(&mut store, thread.as_deref())?;
+    let status = server::query_status(&paths::runtime_dir());
+    let report = inspect::Report::gather(&store, thread.as_deref(), status)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report.to_json())?);
+    } else {
+        print!("{}", report.render_table());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cancel(mut parser: lexopt::Parser) -> Result<ExitCode> {
+    let id = match parser.next()? {
+        Some(Value(v)) => v.string()?,
+        Some(other) => return Err(other.unexpected().into()),
+        None => bail!("usage: broker cancel <MESSAGE-ID>"),
+    };
+    let mut store = open_store()?;
+    let was = store.cancel(&id)?;
+    println!("cancelled {id} (was {was})");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn trust_codex(mut parser: lexopt::Parser) -> Result<ExitCode> {
+    let path = match parser.next()? {
+        Some(Value(v)) => PathBuf::from(v),
+        Some(other) => return Err(other.unexpected().into()),
+        None => trust::codex_on_path().context("no codex on PATH; pass the path of the Codex binary")?,
+    };
+    let native = trust::resolve_native_codex(&path)?;
+    let digest = trust::sha256_file(&native)?;
+    let mut store = open_store()?;
+    let new = store.trust_codex(&digest, &native.to_string_lossy())?;
+    println!("{} sha256:{digest} {}", if new { "trusted" } else { "already trusted" }, native.display());
+    Ok(ExitCode::SUCCESS)
+}

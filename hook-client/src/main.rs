@@ -1,1 +1,129 @@
-fn main() {}
+//! `hook-client`: the command Codex runs for each hook event. It forwards the payload on stdin to
+//! the Courier broker and prints what the broker answers, so a queued message reaches the model.
+//!
+//! It must never hurt the Codex session: whatever goes wrong (no broker, a slow or refusing broker,
+//! a bad payload) it prints nothing and exits 0 within its deadline. The one exception keeps
+//! delivery exactly-once: once it has printed a leased message it exits 0 only if the broker
+//! accepted its ack, because Codex ignores the stdout of a hook that exits non-zero.
+
+use courier_shared::{auth, paths, wire};
+use std::io::{self, Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const DEFAULT_DEADLINE_MS: u64 = 500;
+
+fn main() -> ExitCode {
+    let start = Instant::now();
+    let deadline = start + deadline_from_env();
+    let debug = std::env::var_os("COURIER_DEBUG").is_some();
+    match run(deadline) {
+        Ok(code) => code,
+        Err(err) => {
+            if debug {
+                eprintln!("courier hook-client: {err} (fail-open, nothing delivered)");
+            }
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+fn deadline_from_env() -> Duration {
+    let ms = std::env::var("COURIER_HOOK_DEADLINE_MS").ok().and_then(|v| v.parse().ok());
+    Duration::from_millis(ms.unwrap_or(DEFAULT_DEADLINE_MS).clamp(10, 30_000))
+}
+
+fn run(deadline: Instant) -> io::Result<ExitCode> {
+    let mut payload = Vec::with_capacity(4096);
+    io::stdin().lock().take(wire::MAX_PAYLOAD as u64 + 1).read_to_end(&mut payload)?;
+    if payload.len() > wire::MAX_PAYLOAD {
+        return Err(io::Error::other("payload over the size limit, not forwarded"));
+    }
+    let payload = String::from_utf8(payload).map_err(|_| io::Error::other("payload is not UTF-8"))?;
+
+    let runtime_dir = paths::runtime_dir();
+    let socket_path = paths::socket_path(&runtime_dir);
+    check_owned_by_me(&socket_path)?;
+    let secret = auth::load_secret(&paths::secret_path(&runtime_dir))?;
+    let mut stream = connect_nonblocking(&socket_path)?;
+
+    let pid = std::process::id();
+    let ts_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    let mac = auth::sign(&secret, pid, ts_ms, payload.as_bytes());
+    let request = wire::Request::Hook { v: wire::PROTOCOL_VERSION, pid, ts_ms, payload, mac };
+    set_timeouts(&stream, deadline)?;
+    wire::write_json(&mut stream, &request)?;
+    let reply: wire::HookReply = wire::read_json(&mut stream, wire::MAX_FRAME)?;
+    if reply.output.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    let mut stdout = io::stdout().lock();
+    stdout.write_all(reply.output.as_bytes())?;
+    stdout.flush()?;
+    let Some(lease) = reply.lease else { return Ok(ExitCode::SUCCESS) };
+    // From here on an error must not exit 0: the printed output would reach the model without
+    // the broker knowing it was handed, and the message would be offered again.
+    let acked = set_timeouts(&stream, deadline)
+        .and_then(|()| wire::write_json(&mut stream, &wire::Request::Ack { v: wire::PROTOCOL_VERSION, lease }))
+        .and_then(|()| wire::read_json::<_, wire::AckReply>(&mut stream, wire::MAX_FRAME));
+    match acked {
+        Ok(ack) if ack.accepted => Ok(ExitCode::SUCCESS),
+        _ => {
+            eprintln!("courier hook-client: lease {lease} not acknowledged; output withdrawn");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// A socket planted by another user must not receive our payload (or hand us its messages).
+fn check_owned_by_me(path: &Path) -> io::Result<()> {
+    let meta = std::fs::symlink_metadata(path)?;
+    if meta.uid() != paths::uid() {
+        return Err(io::Error::new(io::ErrorKind::PermissionDenied, "broker socket owned by another user"));
+    }
+    Ok(())
+}
+
+/// Connects without ever blocking: a stopped broker with a full backlog must not stall the hook.
+fn connect_nonblocking(path: &Path) -> io::Result<UnixStream> {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = path.as_os_str().as_bytes();
+    // SAFETY: plain socket syscalls on a zeroed sockaddr_un we fill within bounds.
+    unsafe {
+        let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let fd = OwnedFd::from_raw_fd(fd);
+        let mut addr: libc::sockaddr_un = std::mem::zeroed();
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        if bytes.len() >= addr.sun_path.len() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "socket path too long"));
+        }
+        for (dst, src) in addr.sun_path.iter_mut().zip(bytes) {
+            *dst = *src as libc::c_char;
+        }
+        let len = (std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1) as libc::socklen_t;
+        use std::os::fd::AsRawFd;
+        if libc::connect(fd.as_raw_fd(), &addr as *const _ as *const libc::sockaddr, len) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let stream = UnixStream::from(fd);
+        stream.set_nonblocking(false)?;
+        Ok(stream)
+    }
+}
+
+fn set_timeouts(stream: &UnixStream, deadline: Instant) -> io::Result<()> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(io::Error::new(io::ErrorKind::TimedOut, "deadline passed"));
+    }
+    stream.set_read_timeout(Some(left))?;
+    stream.set_write_timeout(Some(left))
+}

@@ -1,0 +1,525 @@
+//! The durable queue: SQLite in WAL mode with `synchronous=FULL` under `COURIER_STATE_DIR`.
+//! Every state change is one conditional UPDATE in a transaction, so a crash at any point leaves
+//! each message in exactly one state, and a stale lease token can never move a message.
+//!
+//! States: `pending -> leased -> handed -> confirmed`, or `uncertain`, `expired`, `cancelled`.
+//! The broker and the CLI (`send`, `cancel`, `inspect`) open the same database; SQLite's locking
+//! and `busy_timeout` serialise them.
+
+use anyhow::{bail, Context, Result};
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use serde::Serialize;
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub const DB_NAME: &str = "queue.sqlite";
+/// Longest message body `send` accepts. Codex spills hook output over ~2,500 tokens to a file
+/// and shows the model only a preview, so a message must stay well below that.
+pub const MAX_BODY_BYTES: usize = 8 * 1024;
+/// Most recent refusals kept for `inspect`.
+const REFUSALS_KEPT: i64 = 1000;
+
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+pub struct Store {
+    conn: Connection,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Message {
+    pub id: String,
+    pub thread: String,
+    pub kind: String,
+    pub state: String,
+    pub body: String,
+    pub from: Option<String>,
+    pub key: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub expires_at: Option<i64>,
+    /// The hook event and turn that took it (set when leased).
+    pub event: Option<String>,
+    pub turn_id: Option<String>,
+    pub lease: Option<i64>,
+    pub handed_at: Option<i64>,
+    pub confirmed_at: Option<i64>,
+    pub reason: Option<String>,
+    pub attempts: i64,
+    pub rollout_path: Option<String>,
+    pub scan_offset: Option<i64>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Refusal {
+    pub at: i64,
+    pub reason: String,
+    pub detail: String,
+    pub thread: Option<String>,
+    pub event: Option<String>,
+    pub pid: Option<i64>,
+}
+
+/// What `enqueue` did.
+#[derive(Debug, PartialEq)]
+pub enum Enqueued {
+    New(String),
+    /// The idempotency key was used before: the earlier message's id.
+    Existing(String),
+}
+
+/// Messages leased to one hook call under one fencing token.
+#[derive(Debug)]
+pub struct Lease {
+    pub token: i64,
+    pub messages: Vec<Message>,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS messages (
+    seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+    id           TEXT NOT NULL UNIQUE,
+    thread       TEXT NOT NULL,
+    kind         TEXT NOT NULL DEFAULT 'message',
+    body         TEXT NOT NULL,
+    sender       TEXT,
+    idem_key     TEXT UNIQUE,
+    state        TEXT NOT NULL,
+    reason       TEXT,
+    created_at   INTEGER NOT NULL,
+    updated_at   INTEGER NOT NULL,
+    expires_at   INTEGER,
+    lease_token  INTEGER,
+    lease_expires_at INTEGER,
+    event        TEXT,
+    turn_id      TEXT,
+    handed_at    INTEGER,
+    confirmed_at INTEGER,
+    rollout_path TEXT,
+    scan_offset  INTEGER,
+    attempts     INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS messages_thread_state ON messages(thread, state, seq);
+CREATE INDEX IF NOT EXISTS messages_state ON messages(state);
+CREATE TABLE IF NOT EXISTS refusals (
+    seq    INTEGER PRIMARY KEY AUTOINCREMENT,
+    at     INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    thread TEXT,
+    event  TEXT,
+    pid    INTEGER
+);
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS stop_blocks (
+    thread  TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
+    count   INTEGER NOT NULL,
+    PRIMARY KEY (thread, turn_id)
+);
+CREATE TABLE IF NOT EXISTS trusted_codex (
+    sha256   TEXT PRIMARY KEY,
+    path     TEXT NOT NULL,
+    added_at INTEGER NOT NULL
+);
+";
+
+const MESSAGE_COLUMNS: &str = "id, thread, kind, state, body, sender, idem_key, created_at, updated_at, \
+    expires_at, event, turn_id, lease_token, handed_at, confirmed_at, reason, attempts, rollout_path, scan_offset";
+
+fn row_to_message(row: &rusqlite::Row) -> rusqlite::Result<Message> {
+    Ok(Message {
+        id: row.get(0)?,
+        thread: row.get(1)?,
+        kind: row.get(2)?,
+        state: row.get(3)?,
+        body: row.get(4)?,
+        from: row.get(5)?,
+        key: row.get(6)?,
+        created_at: row.get(7)?,
+        updated_at: row.get(8)?,
+        expires_at: row.get(9)?,
+        event: row.get(10)?,
+        turn_id: row.get(11)?,
+        lease: row.get(12)?,
+        handed_at: row.get(13)?,
+        confirmed_at: row.get(14)?,
+        reason: row.get(15)?,
+        attempts: row.get(16)?,
+        rollout_path: row.get(17)?,
+        scan_offset: row.get(18)?,
+    })
+}
+
+fn new_message_id() -> String {
+    let mut bytes = [0u8; 8];
+    rand::fill(&mut bytes);
+    format!("m_{}", courier_shared::auth::hex(&bytes))
+}
+
+impl Store {
+    /// Opens (creating if needed) the queue in `state_dir`, which the caller has checked.
+    pub fn open(state_dir: &Path) -> Result<Store> {
+        let path = state_dir.join(DB_NAME);
+        let conn = Connection::open(&path).with_context(|| format!("opening {}", path.display()))?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.execute_batch(SCHEMA).context("creating the queue schema")?;
+        Ok(Store { conn })
+    }
+
+    pub fn enqueue(
+        &mut self,
+        thread: &str,
+        kind: &str,
+        body: &str,
+        sender: Option<&str>,
+        key: Option<&str>,
+        ttl_ms: Option<i64>,
+    ) -> Result<Enqueued> {
+        if body.len() > MAX_BODY_BYTES {
+            bail!("message is {} bytes; the limit is {} (Codex shows the model only a preview of longer hook output)", body.len(), MAX_BODY_BYTES);
+        }
+        let now = now_ms();
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        if let Some(key) = key {
+            let existing: Option<(String, String)> = tx
+                .query_row("SELECT id, thread FROM messages WHERE idem_key = ?1", [key], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?;
+            if let Some((id, existing_thread)) = existing {
+                if existing_thread != thread {
+                    bail!("key {key:?} was already used for thread {existing_thread} (message {id})");
+                }
+                return Ok(Enqueued::Existing(id));
+            }
+        }
+        let id = new_message_id();
+        tx.execute(
+            "INSERT INTO messages (id, thread, kind, body, sender, idem_key, state, created_at, updated_at, expires_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?7, ?8)",
+            params![id, thread, kind, body, sender, key, now, ttl_ms.map(|t| now + t)],
+        )?;
+        tx.commit()?;
+        Ok(Enqueued::New(id))
+    }
+
+    /// Cheap read-only test used before taking a write lock: most hook calls have nothing to take.
+    pub fn has_pending(&self, thread: &str, kind: &str) -> Result<bool> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = ?2)")?;
+        Ok(stmt.query_row([thread, kind], |r| r.get(0))?)
+    }
+
+    /// Leases the oldest pending messages of `thread` (up to `max_bytes` of bodies, at least one)
+    /// under a new fencing token. Expired messages are retired first and never leased.
+    pub fn lease(
+        &mut self,
+        thread: &str,
+        event: &str,
+        turn_id: Option<&str>,
+        lease_ms: i64,
+        max_bytes: usize,
+    ) -> Result<Option<Lease>> {
+        let now = now_ms();
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.execute(
+            "UPDATE messages SET state = 'expired', reason = 'ttl_elapsed', updated_at = ?2
+             WHERE thread = ?1 AND state = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?2",
+            params![thread, now],
+        )?;
+        let candidates: Vec<Message> = {
+            let mut stmt = tx.prepare_cached(&format!(
+                "SELECT {MESSAGE_COLUMNS} FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = 'message' ORDER BY seq LIMIT 64"
+            ))?;
+            let rows = stmt.query_map([thread], row_to_message)?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
+        let mut taken = Vec::new();
+        let mut bytes = 0;
+        for m in candidates {
+            if !taken.is_empty() && bytes + m.body.len() > max_bytes {
+                break;
+            }
+            bytes += m.body.len();
+            taken.push(m);
+        }
+        if taken.is_empty() {
+            tx.commit()?;
+            return Ok(None);
+        }
+        let token: i64 = tx.query_row(
+            "INSERT INTO counters (name, value) VALUES ('lease_token', 1)
+             ON CONFLICT(name) DO UPDATE SET value = value + 1 RETURNING value",
+            [],
+            |r| r.get(0),
+        )?;
+        {
+            let mut stmt = tx.prepare_cached(
+                "UPDATE messages SET state = 'leased', lease_token = ?1, lease_expires_at = ?2, event = ?3,
+                 turn_id = ?4, attempts = attempts + 1, reason = NULL, updated_at = ?5
+                 WHERE id = ?6 AND state = 'pending'",
+            )?;
+            for m in &mut taken {
+                stmt.execute(params![token, now + lease_ms, event, turn_id, now, m.id])?;
+                m.state = "leased".into();
+                m.lease = Some(token);
+                m.event = Some(event.into());
+                m.turn_id = turn_id.map(Into::into);
+            }
+        }
+        tx.commit()?;
+        Ok(Some(Lease { token, messages: taken }))
+    }
+
+    /// The client printed lease `token`'s output: its messages become `handed`. Returns false when
+    /// the lease is no longer live (expired, released): then the client must withdraw its output.
+    pub fn ack(&mut self, token: i64, rollout_path: &str, scan_offset: u64, stop_turn: Option<(&str, &str)>) -> Result<bool> {
+        let now = now_ms();
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let n = tx.execute(
+            "UPDATE messages SET state = 'handed', handed_at = ?2, updated_at = ?2, rollout_path = ?3,
+             scan_offset = ?4, lease_expires_at = NULL
+             WHERE lease_token = ?1 AND state = 'leased' AND lease_expires_at > ?2",
+            params![token, now, rollout_path, scan_offset as i64],
+        )?;
+        if n > 0 {
+            if let Some((thread, turn)) = stop_turn {
+                tx.execute(
+                    "INSERT INTO stop_blocks (thread, turn_id, count) VALUES (?1, ?2, 1)
+                     ON CONFLICT(thread, turn_id) DO UPDATE SET count = count + 1",
+                    params![thread, turn],
+                )?;
+            }
+        }
+        tx.commit()?;
+        Ok(n > 0)
+    }
+
+    /// Returns an unacknowledged lease's messages to `pending` (the client never showed them).
+    pub fn release(&mut self, token: i64, reason: &str) -> Result<usize> {
+        Ok(self.conn.execute(
+            "UPDATE messages SET state = 'pending', lease_token = NULL, lease_expires_at = NULL,
+             reason = ?2, updated_at = ?3 WHERE lease_token = ?1 AND state = 'leased'",
+            params![token, reason, now_ms()],
+        )?)
+    }
+
+    /// Releases every lease whose time is up (after a broker crash, or a client that vanished).
+    pub fn release_expired_leases(&mut self) -> Result<usize> {
+        let now = now_ms();
+        Ok(self.conn.execute(
+            "UPDATE messages SET state = 'pending', lease_token = NULL, lease_expires_at = NULL,
+             reason = 'lease_expired', updated_at = ?1 WHERE state = 'leased' AND lease_expires_at <= ?1",
+            [now],
+        )?)
+    }
+
+    pub fn stop_blocks(&self, thread: &str, turn_id: &str) -> Result<i64> {
+        let mut stmt = self.conn.prepare_cached("SELECT count FROM stop_blocks WHERE thread = ?1 AND turn_id = ?2")?;
+        Ok(stmt.query_row([thread, turn_id], |r| r.get(0)).optional()?.unwrap_or(0))
+    }
+
+    /// Moves a handed message to its final state (`confirmed` or `uncertain`), or just advances
+    /// its scan offset when `state` is None.
+    pub fn settle(&mut self, id: &str, state: Option<&str>, reason: Option<&str>, scan_offset: u64) -> Result<bool> {
+        let now = now_ms();
+        let n = match state {
+            Some(state) => self.conn.execute(
+                "UPDATE messages SET state = ?2, reason = ?3, scan_offset = ?4, updated_at = ?5,
+                 confirmed_at = CASE WHEN ?2 = 'confirmed' THEN ?5 ELSE confirmed_at END
+                 WHERE id = ?1 AND state = 'handed'",
+                params![id, state, reason, scan_offset as i64, now],
+            )?,
+            None => self.conn.execute(
+                "UPDATE messages SET scan_offset = ?2 WHERE id = ?1 AND state = 'handed'",
+                params![id, scan_offset as i64],
+            )?,
+        };
+        Ok(n > 0)
+    }
+
+    /// Cancels a message that has not been shown yet (pending; a leased one is fenced off too).
+    pub fn cancel(&mut self, id: &str) -> Result<String> {
+        let now = now_ms();
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let state: Option<String> =
+            tx.query_row("SELECT state FROM messages WHERE id = ?1", [id], |r| r.get(0)).optional()?;
+        let Some(state) = state else { bail!("no message with id {id}") };
+        if state != "pending" && state != "leased" {
+            bail!("message {id} is {state}; only pending messages can be cancelled");
+        }
+        tx.execute(
+            "UPDATE messages SET state = 'cancelled', reason = 'cancelled_by_user', lease_token = NULL,
+             updated_at = ?2 WHERE id = ?1 AND state IN ('pending', 'leased')",
+            params![id, now],
+        )?;
+        tx.commit()?;
+        Ok(state)
+    }
+
+    pub fn messages(&self, thread: Option<&str>) -> Result<Vec<Message>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE (?1 IS NULL OR thread = ?1) ORDER BY seq"
+        ))?;
+        let rows = stmt.query_map([thread], row_to_message)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    pub fn handed(&self, thread: Option<&str>) -> Result<Vec<Message>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE state = 'handed' AND (?1 IS NULL OR thread = ?1) ORDER BY seq"
+        ))?;
+        let rows = stmt.query_map([thread], row_to_message)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    pub fn record_refusal(&mut self, reason: &str, detail: &str, thread: Option<&str>, event: Option<&str>, pid: Option<i64>) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "INSERT INTO refusals (at, reason, detail, thread, event, pid) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![now_ms(), reason, detail, thread, event, pid],
+        )?;
+        tx.execute("DELETE FROM refusals WHERE seq <= (SELECT MAX(seq) FROM refusals) - ?1", [REFUSALS_KEPT])?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    pub fn refusals(&self, thread: Option<&str>, limit: i64) -> Result<Vec<Refusal>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT at, reason, detail, thread, event, pid FROM refusals
+             WHERE (?1 IS NULL OR thread = ?1) ORDER BY seq DESC LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(params![thread, limit], |r| {
+            Ok(Refusal { at: r.get(0)?, reason: r.get(1)?, detail: r.get(2)?, thread: r.get(3)?, event: r.get(4)?, pid: r.get(5)? })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    pub fn trust_codex(&mut self, sha256: &str, path: &str) -> Result<bool> {
+        let n = self.conn.execute(
+            "INSERT INTO trusted_codex (sha256, path, added_at) VALUES (?1, ?2, ?3) ON CONFLICT(sha256) DO NOTHING",
+            params![sha256, path, now_ms()],
+        )?;
+        Ok(n > 0)
+    }
+
+    pub fn is_trusted_codex(&self, sha256: &str) -> Result<bool> {
+        let mut stmt = self.conn.prepare_cached("SELECT EXISTS(SELECT 1 FROM trusted_codex WHERE sha256 = ?1)")?;
+        Ok(stmt.query_row([sha256], |r| r.get(0))?)
+    }
+
+    pub fn trusted_codex(&self) -> Result<Vec<(String, String, i64)>> {
+        let mut stmt = self.conn.prepare_cached("SELECT sha256, path, added_at FROM trusted_codex ORDER BY added_at")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store(name: &str) -> (Store, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("courier-store-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        (Store::open(&dir).unwrap(), dir)
+    }
+
+    const T: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce2";
+    const U: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce3";
+
+    #[test]
+    fn idempotency_key_makes_one_message() {
+        let (mut s, _d) = store("idem");
+        let a = s.enqueue(T, "message", "hi", None, Some("k1"), None).unwrap();
+        let b = s.enqueue(T, "message", "hi again", None, Some("k1"), None).unwrap();
+        let Enqueued::New(id) = a else { panic!() };
+        assert_eq!(b, Enqueued::Existing(id));
+        assert_eq!(s.messages(None).unwrap().len(), 1);
+        assert!(s.enqueue(U, "message", "x", None, Some("k1"), None).is_err(), "a key is bound to its thread");
+    }
+
+    #[test]
+    fn lease_is_per_thread_and_fenced() {
+        let (mut s, _d) = store("lease");
+        s.enqueue(T, "message", "for T", None, None, None).unwrap();
+        s.enqueue(U, "message", "for U", None, None, None).unwrap();
+        let lease = s.lease(T, "PostToolUse", Some("turn"), 10_000, 1000).unwrap().unwrap();
+        assert_eq!(lease.messages.len(), 1);
+        assert_eq!(lease.messages[0].body, "for T");
+        assert!(s.lease(T, "PostToolUse", Some("turn"), 10_000, 1000).unwrap().is_none(), "leased messages are not offered twice");
+        // A stale token cannot ack.
+        assert!(!s.ack(lease.token + 1, "/r", 0, None).unwrap());
+        assert!(s.ack(lease.token, "/r", 10, None).unwrap());
+        assert!(!s.ack(lease.token, "/r", 10, None).unwrap(), "an ack applies once");
+        let m = &s.messages(Some(T)).unwrap()[0];
+        assert_eq!(m.state, "handed");
+        assert_eq!(s.messages(Some(U)).unwrap()[0].state, "pending");
+    }
+
+    #[test]
+    fn released_lease_returns_to_pending_and_late_ack_fails() {
+        let (mut s, _d) = store("release");
+        s.enqueue(T, "message", "x", None, None, None).unwrap();
+        let lease = s.lease(T, "Stop", Some("turn"), 10_000, 1000).unwrap().unwrap();
+        assert_eq!(s.release(lease.token, "no_ack").unwrap(), 1);
+        assert!(!s.ack(lease.token, "/r", 0, None).unwrap());
+        let again = s.lease(T, "Stop", Some("turn"), 10_000, 1000).unwrap().unwrap();
+        assert!(again.token > lease.token, "fencing tokens increase");
+    }
+
+    #[test]
+    fn expired_lease_is_swept_and_cannot_be_acked() {
+        let (mut s, _d) = store("sweep");
+        s.enqueue(T, "message", "x", None, None, None).unwrap();
+        let lease = s.lease(T, "Stop", Some("turn"), 0, 1000).unwrap().unwrap();
+        assert!(!s.ack(lease.token, "/r", 0, None).unwrap(), "a lease past its time cannot be acked");
+        assert_eq!(s.release_expired_leases().unwrap(), 1);
+        assert_eq!(s.messages(None).unwrap()[0].state, "pending");
+    }
+
+    #[test]
+    fn ttl_expires_pending_messages() {
+        let (mut s, _d) = store("ttl");
+        s.enqueue(T, "message", "old", None, None, Some(0)).unwrap();
+        assert!(s.lease(T, "Stop", Some("turn"), 1000, 1000).unwrap().is_none());
+        assert_eq!(s.messages(None).unwrap()[0].state, "expired");
+    }
+
+    #[test]
+    fn batch_respects_byte_budget_but_takes_at_least_one() {
+        let (mut s, _d) = store("batch");
+        for _ in 0..3 {
+            s.enqueue(T, "message", &"x".repeat(600), None, None, None).unwrap();
+        }
+        let lease = s.lease(T, "PostToolUse", Some("t"), 1000, 1000).unwrap().unwrap();
+        assert_eq!(lease.messages.len(), 1);
+        let lease = s.lease(T, "PostToolUse", Some("t"), 1000, 1300).unwrap().unwrap();
+        assert_eq!(lease.messages.len(), 2);
+    }
+
+    #[test]
+    fn cancel_only_before_handing() {
+        let (mut s, _d) = store("cancel");
+        let Enqueued::New(id) = s.enqueue(T, "message", "x", None, None, None).unwrap() else { panic!() };
+        s.cancel(&id).unwrap();
+        assert!(s.lease(T, "Stop", Some("t"), 1000, 1000).unwrap().is_none());
+        let Enqueued::New(id2) = s.enqueue(T, "message", "y", None, None, None).unwrap() else { panic!() };
+        let lease = s.lease(T, "Stop", Some("t"), 1000, 1000).unwrap().unwrap();
+        s.ack(lease.token, "/r", 0, None).unwrap();
+        assert!(s.cancel(&id2).is_err());
+        assert!(s.cancel("m_nope").is_err());
+    }
+
+    #[test]
+    fn oversized_body_is_refused() {
+        let (mut s, _d) = store("big");
+        let err = s.enqueue(T, "message", &"x".repeat(MAX_BODY_BYTES + 1), None, None, None).unwrap_err();
+        assert!(err.to_string().contains("limit"));
+        assert!(s.messages(None).unwrap().is_empty());
+    }
+}
