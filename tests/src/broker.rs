@@ -1,0 +1,252 @@
+//! Driving Courier's own binaries (`broker`, `hook-client`) from `target/debug`, against the
+//! contract in courier-design.md.
+
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::codex::CodexEnv;
+use crate::util::{poll_until, shell_quote};
+
+/// Directory holding the workspace's debug binaries: `$COURIER_BIN_DIR`, else
+/// `$CARGO_TARGET_DIR/debug`, else `<workspace>/target/debug`.
+pub fn target_bin_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("COURIER_BIN_DIR").filter(|v| !v.is_empty()) {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("CARGO_TARGET_DIR").filter(|v| !v.is_empty()) {
+        let d = PathBuf::from(d);
+        let d = if d.is_relative() { PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(d) } else { d };
+        return d.join("debug");
+    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug")
+}
+
+fn workspace_bin(name: &str) -> PathBuf {
+    let p = target_bin_dir().join(name);
+    match p.canonicalize() {
+        Ok(c) if c.is_file() => c,
+        _ => panic!(
+            "{} not found. Build it first: `cargo build --workspace` (tests use the debug binaries \
+             of this checkout; set COURIER_BIN_DIR to use others).",
+            p.display()
+        ),
+    }
+}
+
+/// Absolute path of `target/debug/broker`.
+pub fn broker_bin() -> PathBuf {
+    workspace_bin("broker")
+}
+
+/// Absolute path of `target/debug/hook-client`.
+pub fn hook_client_bin() -> PathBuf {
+    workspace_bin("hook-client")
+}
+
+/// The hook command string registered for tests: the absolute hook-client path alone (a simple
+/// command, so bash execs it and its parent is the codex process).
+pub fn hook_command() -> String {
+    shell_quote(&hook_client_bin().display().to_string())
+}
+
+/// A `broker serve` running for one [`CodexEnv`]; killed on drop.
+pub struct Broker<'a> {
+    env: &'a CodexEnv,
+    child: Option<Child>,
+    pub bin: PathBuf,
+    pub log: PathBuf,
+}
+
+impl<'a> Broker<'a> {
+    /// Start `broker serve` with the env's directories and wait (bounded) until
+    /// `$COURIER_RUNTIME_DIR/broker.sock` accepts a connection.
+    pub fn start(env: &'a CodexEnv) -> Broker<'a> {
+        let bin = broker_bin();
+        let log = env.root.join(format!("broker-{}.log", crate::util::unique_token()));
+        let logf = std::fs::File::create(&log).unwrap();
+        let mut cmd = env.command(&bin);
+        cmd.arg("serve").stdout(logf.try_clone().unwrap()).stderr(logf);
+        if let Ok(v) = std::env::var("RUST_LOG") {
+            cmd.env("RUST_LOG", v);
+        }
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {} serve: {e}", bin.display()));
+        let mut b = Broker { env, child: Some(child), bin, log };
+        b.wait_ready(Duration::from_secs(15));
+        b
+    }
+
+    /// A handle for CLI commands only (no `serve` started), e.g. to test `trust-codex` offline.
+    pub fn cli_only(env: &'a CodexEnv) -> Broker<'a> {
+        Broker { env, child: None, bin: broker_bin(), log: env.root.join("broker-none.log") }
+    }
+
+    pub fn socket_path(&self) -> PathBuf {
+        self.env.runtime_dir.join("broker.sock")
+    }
+
+    fn wait_ready(&mut self, timeout: Duration) {
+        let sock = self.socket_path();
+        let ok = poll_until(timeout, || {
+            if let Some(c) = self.child.as_mut() {
+                if let Ok(Some(st)) = c.try_wait() {
+                    panic!("broker serve exited early ({st}); log:\n{}", self.log_text());
+                }
+            }
+            UnixStream::connect(&sock).ok().map(|_| ())
+        });
+        if ok.is_none() {
+            panic!("broker socket {} did not accept within {timeout:?}; log:\n{}", sock.display(), self.log_text());
+        }
+    }
+
+    /// The broker's stdout+stderr so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Run `broker <args>` (the CLI) with the env; bounded by 30 s.
+    pub fn run(&self, args: &[&str]) -> Output {
+        run_bounded(self.env.command(&self.bin).args(args), Duration::from_secs(30))
+    }
+
+    /// Run `broker <args>` and return stdout; panics with stderr unless it exits 0.
+    pub fn run_ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        if !out.status.success() {
+            panic!(
+                "broker {args:?} failed ({}):\n--- stdout\n{}\n--- stderr\n{}\n--- broker log\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+                self.log_text()
+            );
+        }
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `broker trust-codex PATH`.
+    pub fn trust_codex(&self, path: &std::path::Path) {
+        self.run_ok(&["trust-codex", &path.display().to_string()]);
+    }
+
+    /// `broker send --thread T [--key K] TEXT` -> the message id (printed alone on a line).
+    pub fn send(&self, thread: &str, text: &str, key: Option<&str>) -> String {
+        self.send_opts(thread, text, key, None)
+    }
+
+    /// `broker send --thread T [--key K] [--from F] TEXT` -> the message id.
+    pub fn send_opts(&self, thread: &str, text: &str, key: Option<&str>, from: Option<&str>) -> String {
+        let mut args = vec!["send", "--thread", thread];
+        if let Some(k) = key {
+            args.extend(["--key", k]);
+        }
+        if let Some(f) = from {
+            args.extend(["--from", f]);
+        }
+        args.push(text);
+        let out = self.run_ok(&args);
+        let lines: Vec<&str> = out.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+        match lines.as_slice() {
+            [id] => id.to_string(),
+            _ => panic!("broker send should print the message id alone on one line, got {out:?}"),
+        }
+    }
+
+    /// `broker inspect --json`, parsed.
+    pub fn inspect_json(&self) -> Value {
+        let out = self.run_ok(&["inspect", "--json"]);
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("inspect --json is not one JSON object ({e}): {out}"))
+    }
+
+    /// `broker inspect` (the human table).
+    pub fn inspect_text(&self) -> String {
+        self.run_ok(&["inspect"])
+    }
+
+    /// The `messages[]` entry with this id, if any.
+    pub fn message(&self, id: &str) -> Option<Value> {
+        messages(&self.inspect_json()).into_iter().find(|m| m.get("id").and_then(Value::as_str) == Some(id))
+    }
+
+    /// The `state` of message `id` (panics when inspect does not list it).
+    pub fn message_state(&self, id: &str) -> String {
+        let m = self.message(id).unwrap_or_else(|| panic!("inspect does not list message {id}: {}", self.inspect_json()));
+        m.get("state").and_then(Value::as_str).unwrap_or("").to_string()
+    }
+
+    /// Poll `inspect --json` (bounded) until message `id` is in `state`; returns the entry.
+    pub fn wait_state(&self, id: &str, state: &str, timeout: Duration) -> Value {
+        let mut last = Value::Null;
+        let got = poll_until(timeout, || {
+            last = self.inspect_json();
+            messages(&last).into_iter().find(|m| {
+                m.get("id").and_then(Value::as_str) == Some(id) && m.get("state").and_then(Value::as_str) == Some(state)
+            })
+        });
+        got.unwrap_or_else(|| panic!("message {id} not {state} within {timeout:?}; inspect: {last:#}\nbroker log:\n{}", self.log_text()))
+    }
+
+    /// Stop the broker (SIGKILL) now.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Broker<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() && self.child.is_some() {
+            eprintln!("--- broker log ({})\n{}", self.log.display(), self.log_text());
+        }
+        self.stop();
+    }
+}
+
+/// `messages[]` of an inspect document.
+pub fn messages(inspect: &Value) -> Vec<Value> {
+    inspect.get("messages").and_then(Value::as_array).cloned().unwrap_or_default()
+}
+
+/// `refusals[]` of an inspect document.
+pub fn refusals(inspect: &Value) -> Vec<Value> {
+    inspect.get("refusals").and_then(Value::as_array).cloned().unwrap_or_default()
+}
+
+/// Run a command with piped output, killing it after `timeout`.
+pub fn run_bounded(cmd: &mut Command, timeout: Duration) -> Output {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {:?}: {e}", cmd.get_program()));
+    let start = Instant::now();
+    let mut so = child.stdout.take().unwrap();
+    let mut se = child.stderr.take().unwrap();
+    let to = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut so, &mut v);
+        v
+    });
+    let te = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut se, &mut v);
+        v
+    });
+    let status = match poll_until(timeout, || child.try_wait().ok().flatten()) {
+        Some(s) => s,
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{:?} did not finish within {timeout:?}", cmd.get_program());
+        }
+    };
+    let _ = start;
+    Output { status, stdout: to.join().unwrap_or_default(), stderr: te.join().unwrap_or_default() }
+}

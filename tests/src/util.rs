@@ -1,0 +1,92 @@
+//! Small shared helpers: bounded polling, shell quoting, unique ids.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Poll `f` until it returns `Some`, at most until `timeout` elapses; panics naming `what`.
+/// The poll interval starts at 5 ms and backs off to 50 ms: this is a bounded wait for an outside
+/// process (file appears, socket accepts), never a sleep that stands in for synchronisation.
+pub fn wait_until<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    match poll_until(timeout, &mut f) {
+        Some(v) => v,
+        None => panic!("timed out after {timeout:?} waiting for {what}"),
+    }
+}
+
+/// Like [`wait_until`] but returns `None` on timeout.
+pub fn poll_until<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    let mut step = Duration::from_millis(5);
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return None;
+        }
+        std::thread::sleep(step.min(deadline - now));
+        step = (step * 2).min(Duration::from_millis(50));
+    }
+}
+
+/// Quote `s` for a POSIX shell if it needs it.
+pub fn shell_quote(s: &str) -> String {
+    let safe = !s.is_empty()
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"/._-+=:,@%".contains(&b));
+    if safe {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A process-unique token: `<pid>-<counter>-<nanos>`.
+pub fn unique_token() -> String {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().subsec_nanos();
+    format!("{}-{}-{:08x}", std::process::id(), n, nanos)
+}
+
+/// A fresh UUIDv7-shaped id (time-ordered; random bits from the clock and a counter). Good enough
+/// for thread ids of sessions that do not exist.
+pub fn fake_uuid_v7() -> String {
+    use sha2::{Digest, Sha256};
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let ms = now.as_millis() as u64;
+    let seed = Sha256::digest(unique_token().as_bytes());
+    let r = |i: usize| seed[i];
+    format!(
+        "{:08x}-{:04x}-7{:01x}{:02x}-{:01x}{:01x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
+        (ms >> 16) as u32,
+        (ms & 0xffff) as u16,
+        r(0) & 0xf,
+        r(1),
+        8 | (r(2) & 0x3),
+        r(3) & 0xf,
+        r(4),
+        r(5),
+        r(6),
+        r(7),
+        r(8),
+        r(9),
+        r(10)
+    )
+}
+
+/// A test marker unlikely to appear by accident: `<PREFIX>_<token>`.
+pub fn marker(prefix: &str) -> String {
+    format!("{prefix}_{}", unique_token().replace('-', "_"))
+}
+
+/// True when `s` looks like a canonical lowercase UUID.
+pub fn is_uuid(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 36
+        && b.iter().enumerate().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => *c == b'-',
+            _ => c.is_ascii_hexdigit(),
+        })
+}

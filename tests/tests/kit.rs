@@ -1,0 +1,126 @@
+//! Self-test of the test kit against the real Codex binary, with no broker involved: the scripted
+//! provider drives a real `codex exec`, the trust hashes the kit writes make Codex run our hooks
+//! (and `hooks/list` reports them `trusted`), hook output lands in the next model request, and a
+//! held reply really holds Codex.
+
+use std::time::Duration;
+
+use courier_tests::hooks::{Hook, COURIER_EVENTS};
+use courier_tests::model::Request;
+use courier_tests::util::marker;
+use courier_tests::{CodexEnv, Hold, Reply, ScriptedModel};
+
+const T: Duration = Duration::from_secs(60);
+
+/// A hook script printing `additionalContext` for PostToolUse, and a no-op for the other events.
+fn kit_hooks(env: &CodexEnv, mark: &str) -> Vec<Hook> {
+    let ctx = env.write_script(
+        "post-tool-use.sh",
+        &format!(
+            "#!/bin/sh\ncat >/dev/null\nprintf '%s' '{{\"hookSpecificOutput\":{{\"hookEventName\":\"PostToolUse\",\"additionalContext\":\"{mark}\"}}}}'\n"
+        ),
+    );
+    let noop = env.write_script("noop.sh", "#!/bin/sh\ncat >/dev/null\n");
+    COURIER_EVENTS
+        .iter()
+        .map(|ev| {
+            let cmd = if *ev == "PostToolUse" { &ctx } else { &noop };
+            Hook::new(ev, &cmd.display().to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn trusted_hook_context_reaches_next_request() {
+    let mark = marker("KIT_MARKER");
+    let model = ScriptedModel::start();
+    let env = CodexEnv::new(&model);
+    env.install_hooks(&kit_hooks(&env, &mark));
+
+    // Codex itself must report every handler trusted, with the hash we computed.
+    let listed = env.hooks_list();
+    assert_eq!(listed.len(), COURIER_EVENTS.len(), "hooks/list: {listed:#?}");
+    for h in &listed {
+        assert_eq!(h.trust_status, "trusted", "Codex does not trust {}: {:#?}", h.key, h.raw);
+    }
+    let ours: Vec<String> = env.hooks().iter().map(Hook::trust_hash).collect();
+    for h in &listed {
+        assert!(ours.contains(&h.current_hash), "hash {} of {} not one we computed", h.current_hash, h.key);
+    }
+
+    let out = env.exec("run a command please");
+    out.assert_success();
+    assert_eq!(out.stdout.trim(), "done", "stdout: {}", out.stdout);
+    let thread = out.thread_id().expect("session id line");
+
+    let reqs = model.requests();
+    assert_eq!(reqs.len(), 2, "exec_command then done:\n{}", model.dump());
+    assert!(reqs[0].developer_messages_containing(&mark).is_empty());
+    assert_eq!(reqs[0].reply, "exec_command(echo hello)");
+    assert_eq!(reqs[1].developer_messages_containing(&mark).len(), 1, "{:#?}", reqs[1].developer_messages());
+    assert_eq!(model.first_request_with("developer", &mark), Some(1));
+    for r in &reqs {
+        assert_eq!(r.thread_id().as_deref(), Some(thread.as_str()), "request attributed to the thread");
+        assert!(r.turn_id().is_some());
+    }
+    assert!(model.errors().is_empty(), "{:?}", model.errors());
+
+    // Rollout helpers.
+    let ro = env.rollout(&thread);
+    assert_eq!(ro.thread_id().as_deref(), Some(thread.as_str()));
+    assert_eq!(ro.turns().len(), 1);
+    assert_eq!(ro.open_turn(), None, "turn closed after exec: {:?}", ro.turns());
+    assert_eq!(ro.closed_turns(), vec![reqs[0].turn_id().unwrap()]);
+    assert_eq!(ro.messages("developer").iter().filter(|m| m.contains(&mark)).count(), 1);
+    assert_eq!(env.rollouts().len(), 1);
+}
+
+#[test]
+fn wrong_hash_is_untrusted_and_skipped() {
+    let mark = marker("KIT_UNTRUSTED");
+    let model = ScriptedModel::start();
+    let env = CodexEnv::new(&model);
+    let hooks = kit_hooks(&env, &mark);
+    env.install_hooks(&hooks);
+    // Corrupt the trust of the PostToolUse handler only.
+    let cfg = std::fs::read_to_string(env.config_toml_path()).unwrap();
+    let good = hooks.iter().find(|h| h.event == "PostToolUse").unwrap().trust_hash();
+    let bad = format!("sha256:{}", "0".repeat(64));
+    std::fs::write(env.config_toml_path(), cfg.replace(&good, &bad)).unwrap();
+
+    let listed = env.hooks_list();
+    let post = listed.iter().find(|h| h.event_name == "postToolUse").expect("postToolUse listed");
+    assert_ne!(post.trust_status, "trusted", "{:#?}", post.raw);
+    assert_eq!(post.current_hash, good, "Codex's own hash equals ours");
+    assert!(listed.iter().filter(|h| h.event_name != "postToolUse").all(|h| h.trust_status == "trusted"));
+
+    env.exec("run a command please").assert_success();
+    assert_eq!(model.requests_mentioning(&mark), 0, "an untrusted hook must not run");
+}
+
+#[test]
+fn held_reply_holds_codex_until_released() {
+    let hold = Hold::new();
+    let h2 = hold.clone();
+    let model = ScriptedModel::start_with(move |r: &Request| {
+        if r.function_calls().is_empty() {
+            Reply::exec("echo held").held(&h2)
+        } else {
+            Reply::message("done")
+        }
+    });
+    let env = CodexEnv::new(&model);
+    let child = env.spawn_exec("hold me");
+    let thread = child.wait_thread_id(T);
+    let first = model.wait_for_requests(1, T);
+    assert_eq!(first[0].thread_id().as_deref(), Some(thread.as_str()));
+    hold.wait_held(1, T);
+    // While held, Codex cannot have sent a second request.
+    assert_eq!(model.request_count(), 1);
+    assert_eq!(model.answered(), 0);
+    hold.release();
+    let out = child.wait(T);
+    out.assert_success();
+    assert_eq!(model.request_count(), 2, "{}", model.dump());
+    assert_eq!(hold.passed(), 1);
+}
