@@ -1,7 +1,6 @@
 //! Driving Courier's own binaries (`broker`, `hook-client`) from `target/debug`, against the
 //! contract in courier-design.md.
 
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -88,18 +87,28 @@ impl<'a> Broker<'a> {
         self.env.runtime_dir.join("broker.sock")
     }
 
+    /// Bounded poll until the socket accepts a connection *and* answers a status request: the
+    /// probe is `broker inspect --json` reporting `broker.running`, so the kit never opens a bare
+    /// connection that the broker would have to log as a malformed request.
     fn wait_ready(&mut self, timeout: Duration) {
         let sock = self.socket_path();
+        let deadline = Instant::now() + timeout;
         let ok = poll_until(timeout, || {
             if let Some(c) = self.child.as_mut() {
                 if let Ok(Some(st)) = c.try_wait() {
                     panic!("broker serve exited early ({st}); log:\n{}", self.log_text());
                 }
             }
-            UnixStream::connect(&sock).ok().map(|_| ())
+            if !sock.exists() {
+                return None;
+            }
+            let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1));
+            let out = run_bounded(self.env.command(&self.bin).args(["inspect", "--json"]), left);
+            let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+            (v.pointer("/broker/running") == Some(&Value::Bool(true))).then_some(())
         });
         if ok.is_none() {
-            panic!("broker socket {} did not accept within {timeout:?}; log:\n{}", sock.display(), self.log_text());
+            panic!("broker socket {} did not answer within {timeout:?}; log:\n{}", sock.display(), self.log_text());
         }
     }
 

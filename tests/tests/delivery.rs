@@ -1,0 +1,366 @@
+//! End-to-end delivery through the real Codex CLI, the broker and hook-client, written against
+//! courier-design.md. Every test has its own scripted model, CODEX_HOME and broker, so they run in
+//! parallel. Needs `cargo build --workspace` (target/debug/broker and hook-client) and the pinned
+//! Codex (`install/fetch-codex.sh`).
+
+use std::io::Write;
+use std::os::unix::net::UnixListener;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use courier_tests::broker::{hook_command, messages, refusals};
+use courier_tests::hooks::{Hook, COURIER_EVENTS};
+use courier_tests::model::Request;
+use courier_tests::util::{fake_uuid_v7, marker};
+use courier_tests::{hook_client_bin, Broker, CodexEnv, Hold, Reply, ScriptedModel};
+use serde_json::Value;
+
+const T: Duration = Duration::from_secs(60);
+/// hook-client's documented default deadline.
+const CLIENT_DEADLINE: Duration = Duration::from_millis(500);
+/// Process start-up and scheduling on a loaded 2-core machine.
+const SLACK: Duration = Duration::from_millis(750);
+
+/// The exact text a delivered message reaches the model as.
+fn wrapped(id: &str, from: &str, text: &str) -> String {
+    format!("<courier-message id=\"{id}\" from=\"{from}\">{text}</courier-message>")
+}
+
+/// A model, a Codex home whose six Courier events run target/debug/hook-client.
+fn rig(script: impl FnMut(&Request) -> Reply + Send + 'static) -> (ScriptedModel, CodexEnv) {
+    let model = ScriptedModel::start_with(script);
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    (model, env)
+}
+
+/// Start the broker for `env` and trust the pinned Codex.
+fn broker(env: &CodexEnv) -> Broker<'_> {
+    let b = Broker::start(env);
+    b.trust_codex(&env.codex);
+    b
+}
+
+/// Each request carries `needle` in at most one input item; returns the per-request counts.
+fn assert_at_most_once_per_request(model: &ScriptedModel, needle: &str) -> Vec<usize> {
+    let counts: Vec<usize> = model.requests().iter().map(|r| r.items_containing(needle)).collect();
+    assert!(counts.iter().all(|c| *c <= 1), "{needle} duplicated in a request: {counts:?}\n{}", model.dump());
+    counts
+}
+
+/// Undo the XML escaping Codex applies to hook prompt text.
+fn xml_unescape(s: &str) -> String {
+    s.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&#39;", "'").replace("&amp;", "&")
+}
+
+fn str_field<'a>(v: &'a Value, k: &str) -> &'a str {
+    v.get(k).and_then(Value::as_str).unwrap_or("")
+}
+
+/// (1) A message queued while the model is generating reaches the next request exactly once, as a
+/// developer message from PreToolUse/PostToolUse, and reads `confirmed` afterwards.
+#[test]
+fn message_sent_mid_turn_reaches_next_request_once() {
+    let hold = Hold::new();
+    let h = hold.clone();
+    let (model, env) = rig(move |r| {
+        if r.function_calls().is_empty() {
+            Reply::exec("echo hello").held(&h)
+        } else {
+            Reply::message("done")
+        }
+    });
+    let broker = broker(&env);
+    let text = marker("MIDTURN");
+
+    let child = env.spawn_exec("please run a command");
+    let first = model.wait_for_requests(1, T).remove(0);
+    hold.wait_held(1, T);
+    let thread = first.thread_id().expect("thread id of first request");
+    assert_eq!(child.wait_thread_id(T), thread);
+
+    let id = broker.send_opts(&thread, &text, None, Some("e2e"));
+    assert_eq!(broker.message_state(&id), "pending");
+    hold.release();
+    let out = child.wait(T);
+    out.assert_success();
+    assert_eq!(out.stdout.trim(), "done");
+
+    let reqs = model.requests();
+    assert_eq!(reqs.len(), 2, "one tool call then done:\n{}", model.dump());
+    assert_eq!(reqs[0].items_containing(&text), 0, "not in the request made before it was sent");
+    let last = &reqs[1];
+    let dev = last.developer_messages_containing(&text);
+    assert_eq!(dev.len(), 1, "exactly one developer message carries it: {:#?}", last.developer_messages());
+    assert!(dev[0].contains(&wrapped(&id, "e2e", &text)), "wrapper: {}", dev[0]);
+    assert!(last.user_messages_containing(&text).is_empty(), "not as a user message");
+    assert_eq!(model.first_request_with("developer", &text), Some(1));
+    assert_at_most_once_per_request(&model, &text);
+
+    let m = broker.wait_state(&id, "confirmed", Duration::from_secs(10));
+    assert_eq!(str_field(&m, "thread"), thread);
+    assert!(
+        matches!(str_field(&m, "event"), "PreToolUse" | "PostToolUse"),
+        "taken by a tool hook of the turn: {m}"
+    );
+    assert_eq!(m.get("turn_id").and_then(Value::as_str), last.turn_id().as_deref(), "{m}");
+    // The rollout holds it once too.
+    let ro = env.rollout(&thread);
+    assert_eq!(ro.messages("developer").iter().filter(|t| t.contains(&text)).count(), 1);
+}
+
+/// (2) Two sessions at once on one CODEX_HOME and one broker: each message reaches only its own
+/// thread.
+#[test]
+fn two_sessions_messages_never_cross_threads() {
+    let hold = Hold::new();
+    let h = hold.clone();
+    let (model, env) = rig(move |r| {
+        if r.function_calls().is_empty() {
+            Reply::exec("echo hello").held(&h)
+        } else {
+            Reply::message("done")
+        }
+    });
+    let broker = broker(&env);
+    let a = env.spawn_exec("SESSION_ALPHA run something");
+    let b = env.spawn_exec("SESSION_BRAVO run something");
+    hold.wait_held(2, T);
+    let reqs = model.wait_for_requests(2, T);
+    let thread_of = |prompt: &str| -> String {
+        reqs.iter()
+            .find(|r| !r.user_messages_containing(prompt).is_empty())
+            .and_then(Request::thread_id)
+            .unwrap_or_else(|| panic!("no request for {prompt}:\n{}", model.dump()))
+    };
+    let (ta, tb) = (thread_of("SESSION_ALPHA"), thread_of("SESSION_BRAVO"));
+    assert_ne!(ta, tb);
+    assert_eq!(a.wait_thread_id(T), ta);
+    assert_eq!(b.wait_thread_id(T), tb);
+
+    let (text_a, text_b) = (marker("FOR_ALPHA"), marker("FOR_BRAVO"));
+    let id_a = broker.send_opts(&ta, &text_a, None, Some("e2e"));
+    let id_b = broker.send_opts(&tb, &text_b, None, Some("e2e"));
+    hold.release();
+    a.wait(T).assert_success();
+    b.wait(T).assert_success();
+
+    for r in model.requests() {
+        let t = r.thread_id().expect("every request names its thread");
+        let (mine, other) = if t == ta { (&text_a, &text_b) } else { (&text_b, &text_a) };
+        assert!(t == ta || t == tb, "unknown thread {t}");
+        assert!(!r.body_contains(other), "request {} of {t} carries the other thread's message", r.index);
+        assert!(r.items_containing(mine) <= 1);
+    }
+    for (t, text, id) in [(&ta, &text_a, &id_a), (&tb, &text_b, &id_b)] {
+        let last = model.requests_for_thread(t).pop().unwrap();
+        assert_eq!(last.developer_messages_containing(text).len(), 1, "{t}:\n{}", model.dump());
+        let m = broker.wait_state(id, "confirmed", Duration::from_secs(10));
+        assert_eq!(str_field(&m, "thread"), t.as_str());
+    }
+}
+
+/// (3) A message sent while the final answer is generated is delivered by the Stop hook in the
+/// same turn (a `<hook_prompt>` user message), once, and the turn then ends.
+#[test]
+fn message_during_final_answer_is_delivered_by_stop_hook() {
+    let hold = Hold::new();
+    let h = hold.clone();
+    let (model, env) = rig(move |r| {
+        if r.function_calls().is_empty() {
+            Reply::exec("echo hello")
+        } else {
+            Reply::message("done").held(&h)
+        }
+    });
+    let broker = broker(&env);
+    let text = marker("AT_STOP");
+
+    let child = env.spawn_exec("please run a command");
+    let second = model.wait_for(T, "request after the tool call", |r| !r.function_calls().is_empty());
+    hold.wait_held(1, T);
+    let thread = second.thread_id().unwrap();
+    let id = broker.send_opts(&thread, &text, None, Some("e2e"));
+    hold.release();
+    let out = child.wait(T);
+    out.assert_success();
+    assert_eq!(out.stdout.trim(), "done");
+
+    let reqs = model.requests();
+    assert_eq!(reqs.len(), 3, "exactly one extra request after the Stop block:\n{}", model.dump());
+    assert_eq!(reqs[0].items_containing(&text) + reqs[1].items_containing(&text), 0);
+    let prompts = reqs[2].user_messages_containing(&text);
+    assert_eq!(prompts.len(), 1, "{:#?}", reqs[2].user_messages());
+    assert!(prompts[0].trim_start().starts_with("<hook_prompt"), "Stop hook prompt: {}", prompts[0]);
+    // Codex XML-escapes a Stop block reason inside <hook_prompt> (observed with 0.171.0), so the
+    // model reads the wrapper as `&lt;courier-message ...&gt;`: compare unescaped.
+    assert!(xml_unescape(&prompts[0]).contains(&wrapped(&id, "e2e", &text)), "{}", prompts[0]);
+    assert!(reqs[2].developer_messages_containing(&text).is_empty());
+    assert_eq!(reqs[2].turn_id(), reqs[0].turn_id(), "same turn continued");
+
+    let ro = env.rollout(&thread);
+    assert_eq!(ro.turns().len(), 1, "{:?}", ro.turns());
+    assert_eq!(ro.open_turn(), None, "turn ended");
+    let m = broker.wait_state(&id, "confirmed", Duration::from_secs(10));
+    assert_eq!(str_field(&m, "event"), "Stop", "{m}");
+}
+
+/// (4) The same `--key` twice gives one message.
+#[test]
+fn same_key_twice_is_one_message() {
+    let model = ScriptedModel::start();
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    let broker = broker(&env);
+    let thread = fake_uuid_v7();
+    let key = marker("key");
+    let text = marker("IDEMPOTENT");
+    let id1 = broker.send(&thread, &text, Some(&key));
+    let id2 = broker.send(&thread, &text, Some(&key));
+    assert_eq!(id1, id2, "same key, same message id");
+    let other = broker.send(&thread, &text, Some(&marker("key")));
+    assert_ne!(other, id1, "a different key is a different message");
+
+    let inspect = broker.inspect_json();
+    let mine: Vec<Value> =
+        messages(&inspect).into_iter().filter(|m| str_field(m, "thread") == thread).collect();
+    assert_eq!(mine.len(), 2, "{inspect:#}");
+    assert_eq!(mine.iter().filter(|m| str_field(m, "id") == id1).count(), 1);
+    for m in &mine {
+        assert_eq!(str_field(m, "state"), "pending");
+        for k in ["id", "thread", "state", "created_at", "event", "turn_id", "reason"] {
+            assert!(m.get(k).is_some(), "inspect message lacks {k}: {m}");
+        }
+    }
+    assert!(inspect.get("refusals").is_some_and(Value::is_array) && inspect.get("broker").is_some_and(Value::is_object));
+}
+
+/// (5a) With no broker running, a session whose hooks all run hook-client completes normally.
+#[test]
+fn no_broker_session_completes_normally() {
+    let (model, env) = rig(courier_tests::model::exec_then_done("echo hello"));
+    let out = env.exec("please run a command");
+    out.assert_success();
+    assert_eq!(out.stdout.trim(), "done");
+    assert!(!out.stderr.contains(" Failed"), "a hook failed:\n{}", out.stderr);
+    for ev in ["SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop"] {
+        assert!(out.stderr.contains(&format!("hook: {ev} Completed")), "{ev} ran:\n{}", out.stderr);
+    }
+    assert_eq!(model.request_count(), 2);
+    assert_eq!(model.requests_mentioning("courier-message"), 0);
+}
+
+/// A realistic PostToolUse payload (captured from codex 0.171.0) pointing into `env`.
+fn captured_payload(env: &CodexEnv) -> String {
+    let thread = fake_uuid_v7();
+    serde_json::json!({
+        "session_id": thread, "turn_id": fake_uuid_v7(),
+        "transcript_path": env.codex_home.join(format!("sessions/2026/11/29/rollout-2026-11-29T08-01-16-{thread}.jsonl")),
+        "cwd": env.work, "hook_event_name": "PostToolUse", "model": "gpt-5.5",
+        "permission_mode": "bypassPermissions", "tool_name": "Bash",
+        "tool_input": {"command": "echo hello"}, "tool_response": "hello\n", "tool_use_id": "call_0002"
+    })
+    .to_string()
+}
+
+/// Run hook-client with `payload` on stdin (no trailing newline, then EOF, as Codex does).
+fn run_hook_client(env: &CodexEnv, payload: &str) -> (std::process::Output, Duration) {
+    let mut cmd = env.command(hook_client_bin());
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let start = Instant::now();
+    let mut child = cmd.spawn().expect("spawn hook-client");
+    child.stdin.take().unwrap().write_all(payload.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (out, start.elapsed())
+}
+
+fn assert_fail_open(out: &std::process::Output, took: Duration, what: &str) {
+    assert!(out.status.success(), "{what}: exit {} stderr {}", out.status, String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(matches!(stdout.trim(), "" | "{}"), "{what}: stdout must be empty, got {stdout:?}");
+    assert!(took < CLIENT_DEADLINE + SLACK, "{what}: took {took:?}, deadline {CLIENT_DEADLINE:?}");
+}
+
+/// (5b) hook-client alone, no broker: exits 0, prints nothing, well within its deadline.
+#[test]
+fn hook_client_without_broker_fails_open_fast() {
+    let model = ScriptedModel::start();
+    let env = CodexEnv::new(&model);
+    let payload = captured_payload(&env);
+    for _ in 0..3 {
+        let (out, took) = run_hook_client(&env, &payload);
+        assert_fail_open(&out, took, "no broker");
+    }
+}
+
+/// (5c) A broker that accepts and never answers: hook-client gives up at its deadline, exit 0.
+#[test]
+fn hook_client_with_stalled_broker_respects_deadline() {
+    use std::os::unix::fs::PermissionsExt;
+    let model = ScriptedModel::start();
+    let env = CodexEnv::new(&model);
+    let secret = env.runtime_dir.join("secret");
+    std::fs::write(&secret, [7u8; 32]).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let listener = UnixListener::bind(env.runtime_dir.join("broker.sock")).unwrap();
+    // Accept and hold connections open without reading or answering.
+    let held = std::thread::spawn(move || {
+        let mut conns = Vec::new();
+        for c in listener.incoming().take(1) {
+            conns.push(c);
+        }
+        conns
+    });
+    let (out, took) = run_hook_client(&env, &captured_payload(&env));
+    assert_fail_open(&out, took, "stalled broker");
+    drop(held.join());
+}
+
+/// (6) A hook payload whose `turn_id` is not the rollout's open turn gets nothing: every hook runs
+/// a wrapper that rewrites `turn_id` and then execs hook-client. The message stays `pending`, no
+/// request carries it, and the broker records refusals.
+#[test]
+fn wrong_turn_id_gets_nothing() {
+    let hold = Hold::new();
+    let h = hold.clone();
+    let model = ScriptedModel::start_with(move |r: &Request| {
+        if r.function_calls().is_empty() {
+            Reply::exec("echo hello").held(&h)
+        } else {
+            Reply::message("done")
+        }
+    });
+    let env = CodexEnv::new(&model);
+    // A real, closed turn id of another session (from the reference captures).
+    let stale = "01a22652-96da-72f3-91e4-849f702952b8";
+    let wrapper = env.write_script(
+        "wrong-turn.sh",
+        &format!(
+            "#!/bin/bash\n# Rewrite turn_id to a turn that is not open, then become hook-client.\n\
+             payload=$(cat)\n\
+             payload=$(printf '%s' \"$payload\" | sed -E 's/\"turn_id\":\"[^\"]*\"/\"turn_id\":\"{stale}\"/g')\n\
+             exec {} <<<\"$payload\"\n",
+            hook_command()
+        ),
+    );
+    let hooks: Vec<Hook> = COURIER_EVENTS.iter().map(|e| Hook::new(e, &wrapper.display().to_string())).collect();
+    env.install_hooks(&hooks);
+    let broker = broker(&env);
+    let text = marker("WRONG_TURN");
+
+    let child = env.spawn_exec("please run a command");
+    let first = model.wait_for_requests(1, T).remove(0);
+    hold.wait_held(1, T);
+    let thread = first.thread_id().unwrap();
+    let id = broker.send_opts(&thread, &text, None, Some("e2e"));
+    hold.release();
+    let out = child.wait(T);
+    out.assert_success();
+
+    assert_eq!(model.requests_mentioning(&text), 0, "no request may carry it:\n{}", model.dump());
+    assert_eq!(model.request_count(), 2);
+    let inspect = broker.inspect_json();
+    let m = messages(&inspect).into_iter().find(|m| str_field(m, "id") == id).expect("listed");
+    assert_eq!(str_field(&m, "state"), "pending", "{inspect:#}");
+    let mine: Vec<Value> = refusals(&inspect).into_iter().filter(|r| str_field(r, "thread") == thread).collect();
+    assert!(!mine.is_empty(), "the wrong-turn hook calls are recorded as refusals: {inspect:#}");
+    assert!(mine.iter().all(|r| !str_field(r, "reason").is_empty()), "{mine:#?}");
+}
