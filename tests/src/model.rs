@@ -313,6 +313,33 @@ impl Request {
             .collect()
     }
 
+    /// True for a sub-agent's request: its `thread-id` differs from the root `session-id`.
+    pub fn is_subagent(&self) -> bool {
+        match (self.header("thread-id"), self.header("session-id")) {
+            (Some(t), Some(s)) => t != s,
+            _ => false,
+        }
+    }
+
+    /// When the last input item is the output of a `spawn_agent` call: the spawned agent's id
+    /// (`agent_id` in that output), to pass to [`Reply::wait_agent`].
+    pub fn spawned_agent(&self) -> Option<String> {
+        let last = self.input().last()?;
+        if last.get("type").and_then(Value::as_str) != Some("function_call_output") {
+            return None;
+        }
+        let call_id = last.get("call_id")?;
+        let call = self.function_calls().into_iter().find(|c| c.get("call_id") == Some(call_id))?;
+        if call.get("name").and_then(Value::as_str) != Some("spawn_agent") {
+            return None;
+        }
+        let out = match last.get("output")? {
+            Value::String(s) => serde_json::from_str::<Value>(s).unwrap_or(Value::String(s.clone())),
+            v => v.clone(),
+        };
+        out.get("agent_id").and_then(Value::as_str).map(str::to_string)
+    }
+
     /// The `type` (and role, for messages) of the last input item, e.g. `message:user`.
     pub fn last_item_kind(&self) -> String {
         match self.input().last() {

@@ -300,17 +300,27 @@ fn hook_client_with_stalled_broker_respects_deadline() {
     let secret = env.runtime_dir.join("secret");
     std::fs::write(&secret, [7u8; 32]).unwrap();
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let listener = UnixListener::bind(env.runtime_dir.join("broker.sock")).unwrap();
-    // Accept and hold connections open without reading or answering.
+    let sock = env.runtime_dir.join("broker.sock");
+    let listener = UnixListener::bind(&sock).unwrap();
+    // Accept and hold connections open without reading or answering; report each accept.
+    let (tx, rx) = std::sync::mpsc::channel();
     let held = std::thread::spawn(move || {
         let mut conns = Vec::new();
-        for c in listener.incoming().take(1) {
+        for c in listener.incoming() {
+            let Ok(c) = c else { break };
             conns.push(c);
+            if tx.send(()).is_err() {
+                break;
+            }
         }
         conns
     });
     let (out, took) = run_hook_client(&env, &captured_payload(&env));
+    assert!(rx.try_recv().is_ok(), "hook-client never connected to the stalled broker (took {took:?})");
     assert_fail_open(&out, took, "stalled broker");
+    drop(rx);
+    // Wake the accept loop so the thread ends (its next send fails).
+    let _wake = std::os::unix::net::UnixStream::connect(&sock);
     drop(held.join());
 }
 

@@ -124,3 +124,34 @@ fn held_reply_holds_codex_until_released() {
     assert_eq!(model.request_count(), 2, "{}", model.dump());
     assert_eq!(hold.passed(), 1);
 }
+
+#[test]
+fn subagent_requests_are_attributed_to_the_child_thread() {
+    let model = ScriptedModel::start_with(|r: &Request| {
+        if r.is_subagent() {
+            return if r.function_calls().is_empty() { Reply::exec("echo child") } else { Reply::message("child done") };
+        }
+        if r.function_calls().is_empty() {
+            Reply::spawn_agent("CHILD_TASK: run echo hello and report")
+        } else if let Some(agent) = r.spawned_agent() {
+            Reply::wait_agent(&[&agent], 20_000)
+        } else {
+            Reply::message("done")
+        }
+    });
+    let env = CodexEnv::new(&model);
+    let out = env.exec("spawn a helper");
+    out.assert_success();
+    let parent = out.thread_id().unwrap();
+    let threads = model.threads();
+    assert_eq!(threads.len(), 2, "{}", model.dump());
+    let child = threads.iter().find(|t| **t != parent).unwrap().clone();
+    let child_reqs = model.requests_for_thread(&child);
+    assert!(child_reqs.iter().all(|r| r.is_subagent() && r.header("session-id") == Some(parent.as_str())));
+    assert!(child_reqs.iter().any(|r| r.reply == "exec_command(echo child)"), "{}", model.dump());
+    assert!(model.requests().iter().any(|r| r.reply.starts_with("multi_agent_v1.wait_agent")), "{}", model.dump());
+    // Both rollouts exist; the child's names the parent as its root session.
+    let ro = env.rollout(&child);
+    assert_eq!(ro.session_id().as_deref(), Some(parent.as_str()));
+    assert_eq!(env.rollouts().len(), 2);
+}
