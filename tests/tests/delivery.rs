@@ -98,6 +98,10 @@ fn message_sent_mid_turn_reaches_next_request_once() {
 
     let m = broker.wait_state(&id, "confirmed", Duration::from_secs(10));
     assert_eq!(str_field(&m, "thread"), thread);
+    // Still confirmed with the session over and the broker gone (inspect reconciles itself).
+    let mut broker = broker;
+    broker.stop();
+    assert_eq!(broker.message_state(&id), "confirmed");
     assert!(
         matches!(str_field(&m, "event"), "PreToolUse" | "PostToolUse"),
         "taken by a tool hook of the turn: {m}"
@@ -370,7 +374,62 @@ fn wrong_turn_id_gets_nothing() {
     let inspect = broker.inspect_json();
     let m = messages(&inspect).into_iter().find(|m| str_field(m, "id") == id).expect("listed");
     assert_eq!(str_field(&m, "state"), "pending", "{inspect:#}");
-    let mine: Vec<Value> = refusals(&inspect).into_iter().filter(|r| str_field(r, "thread") == thread).collect();
+    let mine: Vec<Value> = refusals(&inspect)
+        .into_iter()
+        .filter(|r| str_field(r, "thread") == thread || str_field(r, "reason").contains("turn"))
+        .collect();
     assert!(!mine.is_empty(), "the wrong-turn hook calls are recorded as refusals: {inspect:#}");
     assert!(mine.iter().all(|r| !str_field(r, "reason").is_empty()), "{mine:#?}");
+}
+
+/// (7) Parent and sub-agent threads live in one codex process: a message for the parent never
+/// reaches the child's requests and vice versa.
+#[test]
+fn subagent_and_parent_keep_their_own_messages() {
+    let hold = Hold::new();
+    let h = hold.clone();
+    let (model, env) = rig(move |r: &Request| {
+        if r.is_subagent() {
+            return if r.function_calls().is_empty() {
+                Reply::exec("echo child").held(&h)
+            } else {
+                Reply::message("child done")
+            };
+        }
+        if r.function_calls().is_empty() {
+            Reply::spawn_agent("CHILD_TASK: run echo hello and report")
+        } else if let Some(agent) = r.spawned_agent() {
+            Reply::wait_agent(&[&agent], 30_000)
+        } else {
+            Reply::message("done")
+        }
+    });
+    let broker = broker(&env);
+    let child_proc = env.spawn_exec("spawn a helper");
+    let parent = child_proc.wait_thread_id(T);
+    let first_child = model.wait_for(T, "the sub-agent's first request", Request::is_subagent);
+    hold.wait_held(1, T);
+    let child = first_child.thread_id().unwrap();
+    assert_eq!(first_child.header("session-id"), Some(parent.as_str()));
+
+    let (to_parent, to_child) = (marker("FOR_PARENT"), marker("FOR_CHILD"));
+    let id_p = broker.send_opts(&parent, &to_parent, None, Some("e2e"));
+    let id_c = broker.send_opts(&child, &to_child, None, Some("e2e"));
+    hold.release();
+    child_proc.wait(T).assert_success();
+
+    for r in model.requests_for_thread(&child) {
+        assert!(!r.body_contains(&to_parent), "child request {} carries the parent's message:\n{}", r.index, model.dump());
+    }
+    for r in model.requests_for_thread(&parent) {
+        assert!(!r.body_contains(&to_child), "parent request {} carries the child's message:\n{}", r.index, model.dump());
+    }
+    let last_child = model.requests_for_thread(&child).pop().unwrap();
+    assert_eq!(last_child.developer_messages_containing(&to_child).len(), 1, "{}", model.dump());
+    let last_parent = model.requests_for_thread(&parent).pop().unwrap();
+    assert_eq!(last_parent.items_containing(&to_parent), 1, "{}", model.dump());
+    for (id, t) in [(&id_p, &parent), (&id_c, &child)] {
+        let m = broker.wait_state(id, "confirmed", Duration::from_secs(10));
+        assert_eq!(str_field(&m, "thread"), t.as_str());
+    }
 }
