@@ -277,6 +277,7 @@ fn run_hook_client(env: &CodexEnv, payload: &str) -> (std::process::Output, Dura
 }
 
 fn assert_fail_open(out: &std::process::Output, took: Duration, what: &str) {
+    eprintln!("hook-client ({what}) returned in {took:?}");
     assert!(out.status.success(), "{what}: exit {} stderr {}", out.status, String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(matches!(stdout.trim(), "" | "{}"), "{what}: stdout must be empty, got {stdout:?}");
