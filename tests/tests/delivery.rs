@@ -237,10 +237,27 @@ fn same_key_twice_is_one_message() {
     assert!(inspect.get("refusals").is_some_and(Value::is_array) && inspect.get("broker").is_some_and(Value::is_object));
 }
 
-/// (5a) With no broker running, a session whose hooks all run hook-client completes normally.
+/// (5a) With no broker running, a session whose hooks all run hook-client completes normally, and
+/// every hook-client call (timed inside the session by a wrapper) stays under its deadline.
 #[test]
 fn no_broker_session_completes_normally() {
-    let (model, env) = rig(courier_tests::model::exec_then_done("echo hello"));
+    let model = ScriptedModel::start_with(courier_tests::model::exec_then_done("echo hello"));
+    let env = CodexEnv::new(&model);
+    let log = env.root.join("hook-times.log");
+    let timer = env.write_script(
+        "time-hook.sh",
+        &format!(
+            "#!/bin/bash\n# Runs hook-client with the hook's stdin/stdout and logs: <event> <ms> <exit>\n\
+             s=$(date +%s%N)\n{}\nrc=$?\ne=$(date +%s%N)\n\
+             echo \"$1 $(( (e - s) / 1000000 )) $rc\" >> {}\nexit $rc\n",
+            hook_command(),
+            courier_tests::util::shell_quote(&log.display().to_string())
+        ),
+    );
+    let hooks: Vec<Hook> =
+        COURIER_EVENTS.iter().map(|e| Hook::new(e, &format!("{} {e}", timer.display()))).collect();
+    env.install_hooks(&hooks);
+
     let out = env.exec("please run a command");
     out.assert_success();
     assert_eq!(out.stdout.trim(), "done");
@@ -250,6 +267,16 @@ fn no_broker_session_completes_normally() {
     }
     assert_eq!(model.request_count(), 2);
     assert_eq!(model.requests_mentioning("courier-message"), 0);
+
+    let times = std::fs::read_to_string(&log).expect("hook timing log");
+    eprintln!("hook-client calls without a broker (event ms exit):\n{times}");
+    let lines: Vec<Vec<&str>> = times.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(lines.len(), 5, "one call per fired event: {times}");
+    for l in &lines {
+        let ms: u64 = l[1].parse().unwrap();
+        assert_eq!(l[2], "0", "{l:?}");
+        assert!(Duration::from_millis(ms) < CLIENT_DEADLINE + SLACK, "{} took {ms} ms", l[0]);
+    }
 }
 
 /// A realistic PostToolUse payload (captured from codex 0.171.0) pointing into `env`.
