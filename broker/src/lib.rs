@@ -3,3 +3,4 @@
 //! ARCHITECTURE.md at the repository root maps these modules to the path of one hook request.
 
 pub mod gate;
+pub mod rollout;
