@@ -144,7 +144,7 @@ impl std::fmt::Display for Refusal {
 }
 
 /// Every reason code [`Gate::verify`] and [`peer::identify`] can return.
-pub const REASON_CODES: [&str; 22] = [
+pub const REASON_CODES: [&str; 21] = [
     "peer_uid",
     "peer_gone",
     "client_exe",
@@ -166,7 +166,6 @@ pub const REASON_CODES: [&str; 22] = [
     "agent_mismatch",
     "session_mismatch",
     "turn_mismatch",
-    "internal",
 ];
 
 /// Environment variables Codex sets only for commands the model runs (codex-facts.md §3).
