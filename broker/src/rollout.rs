@@ -127,10 +127,8 @@ impl State {
     fn apply(&mut self, line: &[u8]) {
         match turn_event(line) {
             Some(RolloutEvent::TurnStarted { turn_id }) => self.open_turn = Some(turn_id),
-            Some(RolloutEvent::TurnClosed { turn_id }) => {
-                if self.open_turn.as_deref() == Some(turn_id.as_str()) {
-                    self.open_turn = None;
-                }
+            Some(RolloutEvent::TurnClosed { turn_id }) if self.open_turn.as_deref() == Some(turn_id.as_str()) => {
+                self.open_turn = None;
             }
             _ => {}
         }
@@ -441,13 +439,13 @@ mod tests {
 
         // A partial line is not a record yet; completing it is.
         let tail = closed("T1");
-        w.write_all(tail[..20].as_bytes()).unwrap();
+        w.write_all(&tail.as_bytes()[..20]).unwrap();
         let (_, len2) = ident(&r);
         let s2 = tr.update(&p, &r, id, len2).unwrap();
         assert_eq!(s2.bytes_read, 20);
         assert_eq!(s2.offset, len);
         assert_eq!(s2.open_turn.as_deref(), Some("T1"));
-        w.write_all(tail[20..].as_bytes()).unwrap();
+        w.write_all(&tail.as_bytes()[20..]).unwrap();
         let (_, len3) = ident(&r);
         let s3 = tr.update(&p, &r, id, len3).unwrap();
         assert_eq!(s3.bytes_read, (tail.len() - 20) as u64);
@@ -502,11 +500,11 @@ mod tests {
         let tr = RolloutTracker::new();
         tr.update(&p, &r, id, len).unwrap();
         let big = filler(300_000);
-        w.write_all(big[..200_000].as_bytes()).unwrap();
+        w.write_all(&big.as_bytes()[..200_000]).unwrap();
         let (_, l2) = ident(&r);
         let s = tr.update(&p, &r, id, l2).unwrap();
         assert_eq!(s.offset, len);
-        w.write_all(big[200_000..].as_bytes()).unwrap();
+        w.write_all(&big.as_bytes()[200_000..]).unwrap();
         w.write_all(closed("T1").as_bytes()).unwrap();
         let (_, l3) = ident(&r);
         let s = tr.update(&p, &r, id, l3).unwrap();

@@ -196,8 +196,11 @@ pub struct Gate {
     digests: DigestCache,
     tracker: RolloutTracker,
     #[cfg(test)]
-    test_hook: std::sync::Mutex<Option<Box<dyn Fn(Stage) + Send + Sync>>>,
+    test_hook: std::sync::Mutex<Option<TestHook>>,
 }
+
+#[cfg(test)]
+type TestHook = Box<dyn Fn(Stage) + Send + Sync>;
 
 fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
@@ -233,7 +236,7 @@ impl Gate {
     }
 
     #[cfg(test)]
-    pub(crate) fn set_test_hook(&self, hook: Option<Box<dyn Fn(Stage) + Send + Sync>>) {
+    pub(crate) fn set_test_hook(&self, hook: Option<TestHook>) {
         *self.test_hook.lock().unwrap() = hook;
     }
 
