@@ -67,7 +67,9 @@ pub fn offer(store: &mut Store, v: &Verified) -> Result<Offer> {
             }
         }
     }
-    let Some(lease) = store.lease(&v.thread_id, v.event.as_str(), v.turn_id.as_deref(), LEASE_MS, MAX_BATCH_BYTES)? else {
+    // SessionStart carries no turn id; its messages belong to the turn it fired in.
+    let turn = v.turn_id.as_deref().or(v.open_turn.as_deref());
+    let Some(lease) = store.lease(&v.thread_id, v.event.as_str(), turn, LEASE_MS, MAX_BATCH_BYTES)? else {
         return Ok(Offer::Nothing);
     };
     Ok(Offer::Lease { token: lease.token, output: render(v.event, &lease.messages), count: lease.messages.len() })

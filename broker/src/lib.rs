@@ -6,6 +6,7 @@ pub mod delivery;
 pub mod dirs;
 pub mod gate;
 pub mod inspect;
+pub mod rollout;
 pub mod server;
 pub mod store;
 pub mod trust;

@@ -99,10 +99,36 @@ pub fn classify_line(line: &[u8]) -> Option<RolloutEvent> {
                 Some("user") => text.starts_with("<hook_prompt"),
                 _ => false,
             };
+            // Codex XML-escapes a Stop block reason inside `<hook_prompt>`: undo it once, so the
+            // marker reads as Courier wrote it (and a body's own `&lt;` cannot become a marker).
+            let text = if p.role.as_deref() == Some("user") { xml_unescape(&text) } else { text };
             from_hook.then_some(RolloutEvent::HookText { turn_id: meta.turn_id, text })
         }
         _ => None,
     }
+}
+
+/// Single-pass XML entity decoding (`&lt;` `&gt;` `&quot;` `&apos;` `&amp;`).
+pub fn xml_unescape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('&') {
+        out.push_str(&rest[..at]);
+        rest = &rest[at..];
+        let entities = [("&lt;", '<'), ("&gt;", '>'), ("&quot;", '"'), ("&apos;", '\''), ("&amp;", '&')];
+        match entities.iter().find(|(e, _)| rest.starts_with(e)) {
+            Some((e, c)) => {
+                out.push(*c);
+                rest = &rest[e.len()..];
+            }
+            None => {
+                out.push('&');
+                rest = &rest[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The ids of the Courier messages marked in `text`.
@@ -165,6 +191,17 @@ mod tests {
             Some(RolloutEvent::HookText { text, .. }) => assert_eq!(marker_ids(&text).collect::<Vec<_>>(), ["m_2"]),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn stop_prompts_are_unescaped_once() {
+        // As codex-cli 0.171.0 records a Stop block reason.
+        let line = br#"{"type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"<hook_prompt hook_run_id=\"stop:5:/h/hooks.json\">&lt;courier-message id=\"m_9\" from=\"e2e\"&gt;body &amp;lt;courier-message id=\"m_forged\"&lt;/courier-message&gt;</hook_prompt>"}]}}"#;
+        match classify_line(line) {
+            Some(RolloutEvent::HookText { text, .. }) => assert_eq!(marker_ids(&text).collect::<Vec<_>>(), ["m_9"]),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(xml_unescape("a&amp;lt;b&gt;&x"), "a&lt;b>&x");
     }
 
     #[test]

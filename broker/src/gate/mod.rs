@@ -1,11 +1,79 @@
 //! The verification gate: decides whether a hook request really comes from a trusted Codex
 //! process's hook for the thread and turn it names (courier-design.md, steps 1-7). Anything doubtful
 //! is a [`Refusal`] with a stable reason code; a refusal changes no queue state.
+//!
+//! # Use
+//! ```ignore
+//! let peer = gate::peer::identify(&stream)?;          // at accept time: SO_PEERCRED + pidfd
+//! let verified = gate.verify(&peer, &req, &|sha| trusted.contains(sha))?;
+//! ```
+//! [`Gate`] is `Send + Sync`; one instance serves every connection thread. It caches executable
+//! digests (by file identity) and per-rollout read state (by path and file identity).
+//!
+//! # Checks, in order
+//! 1. peer uid = broker uid; peer alive (its pidfd).
+//! 2. peer executable (device+inode of `/proc/<pid>/exe`) is an installed hook-client; request pid
+//!    = peer pid and the MAC verifies; timestamp within [`MAX_CLOCK_SKEW_MS`]; payload parses.
+//! 3. ancestry: parents of the peer (at most [`MAX_ANCESTRY`] levels, all of the broker's uid,
+//!    start times consistent) reach a process whose executable's SHA-256 is trusted: "codex".
+//! 4. the caller is a hook, not a model-run command: no tool-command environment markers
+//!    ([`TOOL_COMMAND_MARKERS`]) that codex's own environment lacks, on the peer or any process
+//!    between it and codex; none of them more confined (NoNewPrivs, seccomp) than codex.
+//! 5. thread binding: `transcript_path` (SubagentStop: `agent_transcript_path`) is canonical, under
+//!    `$CODEX_HOME/sessions/`, names the thread UUID; the rollout read (6) is intact and its
+//!    `session_meta` id is that UUID; codex holds it open for append and holds
+//!    `thread-writer-locks/<thread>.lock` (`/proc/locks`); `agent_id`, `session_id` agree.
+//! 6. rollout identity (device, inode, birth time, canonical path) equal before and after reading.
+//! 7. turn affinity: payload `turn_id` = the rollout's open turn (SessionStart: none needed;
+//!    [`Verified::sole_thread`] tells the caller whether it may deliver).
+//!
+//! Finally the start times of every process in the chain are re-read: a pid that now names a
+//! different process refuses the request.
+//!
+//! # Refusal reason codes (stable; shown by `broker inspect`)
+//! | code | step | meaning |
+//! |---|---|---|
+//! | `peer_uid` | 1 | the connecting process (SO_PEERCRED, or its /proc status uids) is not the broker's uid |
+//! | `peer_gone` | 1-7 | the peer exited (pidfd readable), could not be pinned with a pidfd, or is in another pid namespace |
+//! | `client_exe` | 2 | the peer's executable is not an installed hook-client (device+inode) |
+//! | `bad_mac` | 2 | request pid is not the peer's pid, or the HMAC does not verify under the per-login secret |
+//! | `stale_request` | 2 | request timestamp further than `MAX_CLOCK_SKEW_MS` from the broker clock |
+//! | `bad_payload` | 2 | the payload is not a hook payload JSON object |
+//! | `unsupported_event` | 2 | a hook event Courier does not register (SessionEnd, PreCompact, ...) |
+//! | `foreign_ancestor` | 3 | an ancestor before the trusted codex runs under another uid |
+//! | `untrusted_codex` | 3 | no trusted ancestor, but a codex-named one whose SHA-256 is not trusted |
+//! | `no_codex_ancestor` | 3 | no trusted executable within `MAX_ANCESTRY` parents |
+//! | `ancestry_changed` | 3-7 | an ancestor exited or its pid was reused while checking (start time changed, parent younger than child, peer re-parented) |
+//! | `tool_command_env` | 4 | the peer or an intermediate process has a Codex tool-command marker variable codex itself lacks (or with another value) |
+//! | `sandboxed_caller` | 4 | the peer or an intermediate process has NoNewPrivs or seccomp while codex has not |
+//! | `transcript_path` | 5 | transcript path missing, relative, non-canonical (symlink, `..`), outside `$CODEX_HOME/sessions/`, not `rollout-*-<uuid>.jsonl`, not a regular file |
+//! | `rollout_changed` | 6 | the rollout's identity or canonical path changed around the read, or it could not be read |
+//! | `thread_mismatch` | 5 | the rollout's first record is not a `session_meta` whose `id` is the file name's thread UUID |
+//! | `not_rollout_holder` | 5 | the codex process has no fd on that rollout (same inode) opened writable with O_APPEND |
+//! | `no_writer_lock` | 5 | the codex pid holds no FLOCK WRITE lock on `thread-writer-locks/<thread>.lock` |
+//! | `agent_mismatch` | 5 | `agent_id` is present and is not the thread id |
+//! | `session_mismatch` | 5 | `session_id` is missing or neither the thread id nor its `session_meta.session_id` (root) |
+//! | `turn_mismatch` | 7 | the payload `turn_id` is missing (events other than SessionStart) or not the rollout's open turn, or no turn is open |
 
-use courier_shared::auth::Secret;
+pub mod digest;
+mod holder;
+pub mod peer;
+mod sys;
+#[cfg(test)]
+mod tests;
+
+use crate::rollout::{RolloutIdentity, RolloutTracker};
+use courier_shared::auth::{self, Secret, MAX_CLOCK_SKEW_MS};
 use courier_shared::hook::{HookEvent, HookPayload};
-use std::os::fd::OwnedFd;
-use std::path::PathBuf;
+use courier_shared::paths::environ_get;
+use courier_shared::rollout::thread_id_from_path;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub use digest::DigestCache;
+pub use peer::identify;
 
 /// The connecting process, identified at accept time.
 pub struct Peer {
@@ -44,6 +112,14 @@ pub struct Verified {
     pub rollout_offset: u64,
     /// The Codex process holds this thread's writer lock and no other thread's.
     pub sole_thread: bool,
+    /// The rollout's open turn when verified (for SessionStart, the turn it fired in, if any).
+    pub open_turn: Option<String>,
+    /// `session_meta.session_id` of the rollout: the root thread (== `thread_id` for a root thread).
+    pub root_thread_id: Option<String>,
+    /// Start time (clock ticks, /proc stat field 22) of the codex process: with `codex_pid`, it names it.
+    pub codex_starttime: u64,
+    /// Number of thread-writer locks the codex process holds (1 when `sole_thread`).
+    pub thread_locks: usize,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -55,5 +131,499 @@ pub struct Refusal {
     pub event: Option<String>,
 }
 
-mod stub;
-pub use stub::{installed_client_ids, peer, Gate};
+impl Refusal {
+    pub fn new(code: &'static str, detail: impl Into<String>) -> Refusal {
+        Refusal { code, detail: detail.into(), thread: None, event: None }
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.detail)
+    }
+}
+
+/// Every reason code [`Gate::verify`] and [`peer::identify`] can return.
+pub const REASON_CODES: [&str; 21] = [
+    "peer_uid",
+    "peer_gone",
+    "client_exe",
+    "bad_mac",
+    "stale_request",
+    "bad_payload",
+    "unsupported_event",
+    "foreign_ancestor",
+    "untrusted_codex",
+    "no_codex_ancestor",
+    "ancestry_changed",
+    "tool_command_env",
+    "sandboxed_caller",
+    "transcript_path",
+    "rollout_changed",
+    "thread_mismatch",
+    "not_rollout_holder",
+    "no_writer_lock",
+    "agent_mismatch",
+    "session_mismatch",
+    "turn_mismatch",
+];
+
+/// Environment variables Codex sets only for commands the model runs (codex-facts.md §3).
+pub const TOOL_COMMAND_MARKERS: [&str; 4] = ["CODEX_TOOL_CALL_ID", "CODEX_THREAD_ID", "CODEX_SESSION_ID", "CODEX_CI"];
+
+/// Parents walked from the peer looking for the trusted codex process.
+pub const MAX_ANCESTRY: usize = 8;
+
+/// A process between the peer and codex, or codex itself.
+#[derive(Debug, Clone)]
+struct Member {
+    pid: i32,
+    ppid: i32,
+    starttime: u64,
+    status: sys::ProcStatus,
+}
+
+/// Points where tests can act in the middle of a verification.
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stage {
+    AfterRolloutRead,
+}
+
+pub struct Gate {
+    config: GateConfig,
+    uid: u32,
+    digests: DigestCache,
+    tracker: RolloutTracker,
+    #[cfg(test)]
+    test_hook: std::sync::Mutex<Option<TestHook>>,
+}
+
+#[cfg(test)]
+type TestHook = Box<dyn Fn(Stage) + Send + Sync>;
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+fn codexish(name: &str) -> bool {
+    name.to_ascii_lowercase().contains("codex")
+}
+
+impl Gate {
+    pub fn new(config: GateConfig) -> Gate {
+        Gate {
+            config,
+            uid: courier_shared::paths::uid(),
+            digests: DigestCache::default(),
+            tracker: RolloutTracker::new(),
+            #[cfg(test)]
+            test_hook: std::sync::Mutex::new(None),
+        }
+    }
+
+    pub fn config(&self) -> &GateConfig {
+        &self.config
+    }
+
+    /// The incremental rollout reader (its byte counters are diagnostics).
+    pub fn tracker(&self) -> &RolloutTracker {
+        &self.tracker
+    }
+
+    pub fn digests(&self) -> &DigestCache {
+        &self.digests
+    }
+
+    #[cfg(test)]
+    pub(crate) fn set_test_hook(&self, hook: Option<TestHook>) {
+        *self.test_hook.lock().unwrap() = hook;
+    }
+
+    #[cfg(test)]
+    fn stage(&self, s: Stage) {
+        if let Some(h) = self.test_hook.lock().unwrap().as_ref() {
+            h(s)
+        }
+    }
+
+    /// Runs every check of courier-design.md's verification gate, in order. `is_trusted` answers
+    /// whether a hex SHA-256 is a trusted Codex binary.
+    pub fn verify(&self, peer: &Peer, req: &HookRequest, is_trusted: &dyn Fn(&str) -> bool) -> Result<Verified, Refusal> {
+        let mut ctx = Ctx::default();
+        self.verify_inner(peer, req, is_trusted, &mut ctx).map_err(|mut r| {
+            if r.thread.is_none() {
+                r.thread = ctx.thread.take();
+            }
+            if r.event.is_none() {
+                r.event = ctx.event.take();
+            }
+            r
+        })
+    }
+
+    fn verify_inner(
+        &self,
+        peer: &Peer,
+        req: &HookRequest,
+        is_trusted: &dyn Fn(&str) -> bool,
+        ctx: &mut Ctx,
+    ) -> Result<Verified, Refusal> {
+        let alive = |what: &str| -> Result<(), Refusal> {
+            if peer.is_alive() {
+                Ok(())
+            } else {
+                Err(Refusal::new("peer_gone", format!("peer {} exited ({what})", peer.pid)))
+            }
+        };
+
+        // 1. Peer identity.
+        if peer.uid != self.uid {
+            return Err(Refusal::new("peer_uid", format!("peer uid {} is not broker uid {}", peer.uid, self.uid)));
+        }
+        alive("at start")?;
+
+        // 2. Installed client, MAC, freshness, payload.
+        let exe = sys::exe_id(peer.pid).map_err(|e| {
+            if sys::is_gone(&e) {
+                Refusal::new("peer_gone", format!("peer exe: {e}"))
+            } else {
+                Refusal::new("client_exe", format!("cannot stat peer exe: {e}"))
+            }
+        })?;
+        alive("after exe")?;
+        if !self.config.installed_clients.contains(&exe) {
+            return Err(Refusal::new(
+                "client_exe",
+                format!("peer executable dev {} ino {} is not an installed hook-client", exe.0, exe.1),
+            ));
+        }
+        if req.pid as i64 != peer.pid as i64 {
+            return Err(Refusal::new("bad_mac", format!("request pid {} is not peer pid {}", req.pid, peer.pid)));
+        }
+        if !auth::verify(&self.config.secret, req.pid, req.ts_ms, req.payload.as_bytes(), req.mac) {
+            return Err(Refusal::new("bad_mac", "MAC does not verify"));
+        }
+        let now = now_ms();
+        if now.abs_diff(req.ts_ms) > MAX_CLOCK_SKEW_MS {
+            return Err(Refusal::new(
+                "stale_request",
+                format!("timestamp {} is {} ms from broker clock", req.ts_ms, now.abs_diff(req.ts_ms)),
+            ));
+        }
+        let payload: HookPayload =
+            serde_json::from_str(req.payload).map_err(|e| Refusal::new("bad_payload", format!("payload: {e}")))?;
+        ctx.event = Some(payload.hook_event_name.clone());
+        let event = payload.event();
+        if event == HookEvent::Other {
+            return Err(Refusal::new("unsupported_event", format!("event {:?} is not handled", payload.hook_event_name)));
+        }
+
+        // 3. Trusted ancestry.
+        let peer_stat = sys::read_stat(peer.pid).map_err(|e| Refusal::new("peer_gone", format!("peer stat: {e}")))?;
+        let peer_status =
+            sys::read_status(peer.pid).map_err(|e| Refusal::new("peer_gone", format!("peer status: {e}")))?;
+        alive("after stat")?;
+        if !peer_status.all_uids_are(self.uid) {
+            return Err(Refusal::new("peer_uid", format!("peer uids {:?} are not all {}", peer_status.uids, self.uid)));
+        }
+        let (chain, codex) = self.walk_ancestry(&peer_stat, is_trusted)?;
+
+        // 4. A hook, not a model-run command.
+        let mut codex_env = Vec::with_capacity(8192);
+        sys::read_environ(codex.pid, &mut codex_env)
+            .map_err(|e| Refusal::new("ancestry_changed", format!("codex {} environ: {e}", codex.pid)))?;
+        let mut env = Vec::with_capacity(8192);
+        sys::read_environ(peer.pid, &mut env).map_err(|e| Refusal::new("peer_gone", format!("peer environ: {e}")))?;
+        alive("after environ")?;
+        check_markers(&env, &codex_env, "peer", peer.pid)?;
+        for m in &chain {
+            sys::read_environ(m.pid, &mut env)
+                .map_err(|e| Refusal::new("ancestry_changed", format!("process {} environ: {e}", m.pid)))?;
+            check_markers(&env, &codex_env, "intermediate process", m.pid)?;
+        }
+        if peer_status.more_confined_than(&codex.status) {
+            return Err(Refusal::new(
+                "sandboxed_caller",
+                format!(
+                    "peer NoNewPrivs={} Seccomp={} but codex NoNewPrivs={} Seccomp={}",
+                    peer_status.no_new_privs as u8, peer_status.seccomp, codex.status.no_new_privs as u8, codex.status.seccomp
+                ),
+            ));
+        }
+        if let Some(m) = chain.iter().find(|m| m.status.more_confined_than(&codex.status)) {
+            return Err(Refusal::new("sandboxed_caller", format!("intermediate process {} is confined, codex is not", m.pid)));
+        }
+
+        // 5. Thread binding: the path.
+        let subagent_stop = event == HookEvent::SubagentStop;
+        let path_str = if subagent_stop { payload.agent_transcript_path.as_deref() } else { payload.transcript_path.as_deref() }
+            .ok_or_else(|| Refusal::new("transcript_path", "no transcript path in payload"))?;
+        let thread_id = thread_id_from_path(path_str)
+            .ok_or_else(|| Refusal::new("transcript_path", format!("{path_str:?} is not rollout-*-<uuid>.jsonl")))?
+            .to_string();
+        ctx.thread = Some(thread_id.clone());
+        let path = Path::new(path_str);
+        if !path.is_absolute() {
+            return Err(Refusal::new("transcript_path", format!("{path_str:?} is not absolute")));
+        }
+        let canonical = std::fs::canonicalize(path)
+            .map_err(|e| Refusal::new("transcript_path", format!("{path_str:?}: {e}")))?;
+        if canonical != path {
+            return Err(Refusal::new(
+                "transcript_path",
+                format!("{path_str:?} is not canonical (resolves to {:?})", canonical),
+            ));
+        }
+        let sessions = std::fs::canonicalize(self.config.codex_home.join("sessions"))
+            .map_err(|e| Refusal::new("transcript_path", format!("$CODEX_HOME/sessions: {e}")))?;
+        if !canonical.starts_with(&sessions) || canonical == sessions {
+            return Err(Refusal::new("transcript_path", format!("{path_str:?} is outside {:?}", sessions)));
+        }
+
+        // 6. Rollout identity around an incremental read.
+        let file = sys::open_nofollow(path).map_err(|e| Refusal::new("transcript_path", format!("open {path_str:?}: {e}")))?;
+        let before = sys::statx_fd(&file).map_err(|e| Refusal::new("rollout_changed", format!("statx: {e}")))?;
+        if !sys::is_regular(before.mode) {
+            return Err(Refusal::new("transcript_path", format!("{path_str:?} is not a regular file")));
+        }
+        let identity = |id: &sys::FileId| RolloutIdentity {
+            dev: id.dev,
+            ino: id.ino,
+            btime_sec: id.btime_sec,
+            btime_nsec: id.btime_nsec,
+        };
+        let check_identity = |when: &str| -> Result<(), Refusal> {
+            let changed = |why: String| Refusal::new("rollout_changed", format!("{when}: {why}"));
+            let at_path = sys::statx_path_nofollow(path).map_err(|e| changed(format!("{path_str:?}: {e}")))?;
+            if !at_path.same_file(&before) {
+                return Err(changed(format!("{path_str:?} is no longer the file that was opened")));
+            }
+            let fd_path = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+                .map_err(|e| changed(format!("fd path: {e}")))?;
+            if fd_path != path {
+                return Err(changed(format!("opened file now resolves to {fd_path:?}")));
+            }
+            let now = sys::statx_fd(&file).map_err(|e| changed(format!("statx: {e}")))?;
+            if !now.same_file(&before) {
+                return Err(changed("fd identity changed".into()));
+            }
+            Ok(())
+        };
+        check_identity("before read")?;
+        let snap = self
+            .tracker
+            .update(path, &file, identity(&before), before.size)
+            .map_err(|e| Refusal::new("rollout_changed", format!("reading {path_str:?}: {e}")))?;
+        #[cfg(test)]
+        self.stage(Stage::AfterRolloutRead);
+        check_identity("after read")?;
+        if std::fs::canonicalize(path).map(|c| c != path).unwrap_or(true) {
+            return Err(Refusal::new("rollout_changed", format!("{path_str:?} no longer canonical after read")));
+        }
+
+        // 5 (continued). The rollout names the thread; codex holds it and the thread's lock.
+        let meta = snap
+            .session_meta
+            .clone()
+            .ok_or_else(|| Refusal::new("thread_mismatch", format!("{path_str:?} does not start with a session_meta")))?;
+        if meta.id != thread_id {
+            return Err(Refusal::new(
+                "thread_mismatch",
+                format!("session_meta id {} is not file name thread {thread_id}", meta.id),
+            ));
+        }
+        let locks_text =
+            holder::read_locks().map_err(|e| Refusal::new("no_writer_lock", format!("/proc/locks: {e}")))?;
+        let flocks = holder::parse_flock_writes(&locks_text, codex.pid);
+        let lock_dir = self.config.codex_home.join("thread-writer-locks");
+        let lock_dir_canon = std::fs::canonicalize(&lock_dir).unwrap_or_else(|_| lock_dir.clone());
+        let scan = holder::scan(codex.pid, (before.dev, before.ino), &flocks, &lock_dir_canon).map_err(|e| {
+            if sys::is_gone(&e) {
+                Refusal::new("ancestry_changed", format!("codex {} fds: {e}", codex.pid))
+            } else {
+                Refusal::new("not_rollout_holder", format!("codex {} fds: {e}", codex.pid))
+            }
+        })?;
+        if !scan.holds_rollout_append {
+            let how = if scan.holds_rollout_other { "open, but not writable with O_APPEND" } else { "not open" };
+            return Err(Refusal::new(
+                "not_rollout_holder",
+                format!("codex {} has {path_str:?} {how}", codex.pid),
+            ));
+        }
+        let lock_path = lock_dir.join(format!("{thread_id}.lock"));
+        let lock_id = sys::statx_path_nofollow(&lock_path)
+            .map_err(|e| Refusal::new("no_writer_lock", format!("{}: {e}", lock_path.display())))?;
+        if !sys::is_regular(lock_id.mode) {
+            return Err(Refusal::new("no_writer_lock", format!("{} is not a regular file", lock_path.display())));
+        }
+        let holds_lock = flocks.iter().any(|l| {
+            l.ino == lock_id.ino && l.major == sys::dev_major(lock_id.dev) && l.minor == sys::dev_minor(lock_id.dev)
+        });
+        if !holds_lock {
+            return Err(Refusal::new(
+                "no_writer_lock",
+                format!("codex {} holds no FLOCK WRITE lock on {}", codex.pid, lock_path.display()),
+            ));
+        }
+        let thread_locks = scan.thread_locks + scan.unexplained_locks;
+        let sole_thread = thread_locks == 1;
+        if let Some(agent) = payload.agent_id.as_deref() {
+            if agent != thread_id {
+                return Err(Refusal::new("agent_mismatch", format!("agent_id {agent} is not thread {thread_id}")));
+            }
+        }
+        match payload.session_id.as_deref() {
+            Some(s) if s == thread_id || Some(s) == meta.session_id.as_deref() => {}
+            other => {
+                return Err(Refusal::new(
+                    "session_mismatch",
+                    format!("session_id {other:?} is neither thread {thread_id} nor its root {:?}", meta.session_id),
+                ))
+            }
+        }
+
+        // 7. Turn affinity.
+        let open = snap.open_turn.clone();
+        let turn_id = match (event, payload.turn_id.as_deref()) {
+            (HookEvent::SessionStart, None) => None,
+            (_, Some(t)) if open.as_deref() == Some(t) => Some(t.to_string()),
+            (_, t) => {
+                return Err(Refusal::new(
+                    "turn_mismatch",
+                    format!("payload turn {t:?} is not the rollout's open turn {open:?}"),
+                ))
+            }
+        };
+
+        // Finally: nothing in the chain was replaced while we looked.
+        alive("at end")?;
+        match sys::read_stat(peer.pid) {
+            Ok(s) if s.ppid == peer_stat.ppid && s.starttime == peer_stat.starttime => {}
+            Ok(_) => return Err(Refusal::new("ancestry_changed", "peer was re-parented")),
+            Err(e) => return Err(Refusal::new("peer_gone", format!("peer stat: {e}"))),
+        }
+        for m in chain.iter().chain(std::iter::once(&codex)) {
+            match sys::read_stat(m.pid) {
+                Ok(s) if s.starttime == m.starttime && s.ppid == m.ppid => {}
+                Ok(_) => return Err(Refusal::new("ancestry_changed", format!("pid {} now names another process or parent", m.pid))),
+                Err(e) => return Err(Refusal::new("ancestry_changed", format!("process {} gone: {e}", m.pid))),
+            }
+        }
+
+        Ok(Verified {
+            event,
+            thread_id,
+            turn_id,
+            codex_pid: codex.pid,
+            rollout_path: path.to_path_buf(),
+            rollout_offset: snap.offset,
+            sole_thread,
+            open_turn: open,
+            root_thread_id: meta.session_id.clone(),
+            codex_starttime: codex.starttime,
+            thread_locks,
+            payload,
+        })
+    }
+
+    /// Walks parents from the peer to the nearest trusted executable. Returns the processes in
+    /// between (nearest first) and the codex process.
+    fn walk_ancestry(
+        &self,
+        peer_stat: &sys::ProcStat,
+        is_trusted: &dyn Fn(&str) -> bool,
+    ) -> Result<(Vec<Member>, Member), Refusal> {
+        let mut chain = Vec::new();
+        let mut child_start = peer_stat.starttime;
+        let mut ppid = peer_stat.ppid;
+        let mut codexish_seen: Option<String> = None;
+        for _ in 0..MAX_ANCESTRY {
+            if ppid <= 0 {
+                break;
+            }
+            let gone = |e: std::io::Error| Refusal::new("ancestry_changed", format!("ancestor {ppid}: {e}"));
+            let st = sys::read_stat(ppid).map_err(gone)?;
+            if st.starttime > child_start {
+                return Err(Refusal::new(
+                    "ancestry_changed",
+                    format!("ancestor {ppid} started after its child: pid reused"),
+                ));
+            }
+            let status = sys::read_status(ppid).map_err(gone)?;
+            if !status.all_uids_are(self.uid) {
+                return Err(Refusal::new(
+                    "foreign_ancestor",
+                    format!("ancestor {ppid} ({}) runs as uids {:?}", st.comm, status.uids),
+                ));
+            }
+            let digest = self.digests.of_pid(ppid).ok();
+            let exe_name = std::fs::read_link(format!("/proc/{ppid}/exe"))
+                .ok()
+                .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .unwrap_or_default();
+            // The pid must still name the process whose stat we read.
+            match sys::read_stat(ppid) {
+                Ok(again) if again.starttime == st.starttime => {}
+                Ok(_) => return Err(Refusal::new("ancestry_changed", format!("ancestor {ppid} replaced while checked"))),
+                Err(e) => return Err(gone(e)),
+            }
+            let member = Member { pid: ppid, ppid: st.ppid, starttime: st.starttime, status };
+            if digest.as_deref().is_some_and(is_trusted) {
+                return Ok((chain, member));
+            }
+            if codexish_seen.is_none() && (codexish(&st.comm) || codexish(&exe_name)) {
+                codexish_seen = Some(format!(
+                    "{ppid} ({}, sha256 {})",
+                    if exe_name.is_empty() { &st.comm } else { &exe_name },
+                    digest.as_deref().unwrap_or("unreadable")
+                ));
+            }
+            chain.push(member);
+            child_start = st.starttime;
+            ppid = st.ppid;
+        }
+        Err(match codexish_seen {
+            Some(who) => Refusal::new("untrusted_codex", format!("codex-named ancestor {who} is not trusted")),
+            None => Refusal::new(
+                "no_codex_ancestor",
+                format!("no trusted Codex executable within {MAX_ANCESTRY} parents"),
+            ),
+        })
+    }
+}
+
+#[derive(Default)]
+struct Ctx {
+    thread: Option<String>,
+    event: Option<String>,
+}
+
+fn check_markers(env: &[u8], codex_env: &[u8], who: &str, pid: i32) -> Result<(), Refusal> {
+    for key in TOOL_COMMAND_MARKERS {
+        if let Some(v) = environ_get(env, key) {
+            if environ_get(codex_env, key) != Some(v) {
+                return Err(Refusal::new(
+                    "tool_command_env",
+                    format!("{who} {pid} has {key}, which codex's own environment lacks or sets differently"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// (device, inode) of the `hook-client` next to `broker_exe`, plus each of `extra` that exists.
+pub fn installed_client_ids(broker_exe: &Path, extra: &[PathBuf]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let beside = broker_exe.parent().map(|d| d.join("hook-client"));
+    for p in beside.iter().chain(extra.iter()) {
+        if let Ok(m) = std::fs::metadata(p) {
+            if m.is_file() && !out.contains(&(m.dev(), m.ino())) {
+                out.push((m.dev(), m.ino()));
+            }
+        }
+    }
+    out
+}

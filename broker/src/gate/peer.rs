@@ -1,0 +1,82 @@
+//! Step 1: who is on the other end of the socket. `SO_PEERCRED` gives the uid and pid the kernel
+//! recorded at `connect()`; a pidfd taken at once pins that exact process, so later `/proc` reads
+//! can be checked against pid reuse: a read is trusted only if the pidfd still shows the process
+//! alive afterwards (a live process's pid cannot have been recycled).
+
+use super::{sys, Peer, Refusal};
+use nix::libc;
+use nix::sys::socket::{getsockopt, sockopt};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+
+/// `SO_PEERPIDFD` (Linux 6.5+): a pidfd for the process that connected, race-free.
+const SO_PEERPIDFD: libc::c_int = 77;
+
+/// How the pidfd was obtained (for diagnostics and tests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PidfdSource {
+    PeerPidfd,
+    PidfdOpen,
+}
+
+fn peer_pidfd(stream: &UnixStream) -> Result<Option<OwnedFd>, std::io::Error> {
+    let mut fd: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `fd`.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_PEERPIDFD,
+            &mut fd as *mut libc::c_int as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if rc == 0 && fd >= 0 {
+        // SAFETY: the kernel installed a new fd for us.
+        return Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }));
+    }
+    let err = std::io::Error::last_os_error();
+    match err.raw_os_error() {
+        // Older kernel: fall back to pidfd_open.
+        Some(libc::ENOPROTOOPT) | Some(libc::EOPNOTSUPP) => Ok(None),
+        _ => Err(err),
+    }
+}
+
+/// Identifies the peer of an accepted connection: uid/pid from `SO_PEERCRED`, then a pidfd.
+pub fn identify(stream: &UnixStream) -> Result<Peer, Refusal> {
+    identify_with_source(stream).map(|(peer, _)| peer)
+}
+
+pub fn identify_with_source(stream: &UnixStream) -> Result<(Peer, PidfdSource), Refusal> {
+    let cred = getsockopt(stream, sockopt::PeerCredentials)
+        .map_err(|e| Refusal::new("peer_gone", format!("SO_PEERCRED failed: {e}")))?;
+    let pid = cred.pid();
+    let uid = cred.uid();
+    if pid <= 0 {
+        // The peer is in another pid namespace (pid 0) or credentials are missing.
+        return Err(Refusal::new("peer_gone", format!("peer pid {pid} is not visible in this pid namespace")));
+    }
+    let (pidfd, source) = match peer_pidfd(stream) {
+        Ok(Some(fd)) => (fd, PidfdSource::PeerPidfd),
+        Ok(None) => match sys::pidfd_open(pid) {
+            Ok(fd) => (fd, PidfdSource::PidfdOpen),
+            Err(e) => return Err(Refusal::new("peer_gone", format!("pidfd_open({pid}): {e}"))),
+        },
+        Err(e) => return Err(Refusal::new("peer_gone", format!("SO_PEERPIDFD for pid {pid}: {e}"))),
+    };
+    let peer = Peer { pid, uid, pidfd };
+    if !peer.is_alive() {
+        return Err(Refusal::new("peer_gone", format!("peer pid {pid} exited")));
+    }
+    Ok((peer, source))
+}
+
+impl Peer {
+    /// The exact process that connected has not exited (its pidfd is not readable). Checked after
+    /// every `/proc/<pid>` read of the peer: if it is still alive, the pid was not reused.
+    pub fn is_alive(&self) -> bool {
+        sys::pidfd_alive(&self.pidfd)
+    }
+}

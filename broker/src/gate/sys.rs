@@ -1,0 +1,259 @@
+//! Small, allocation-light readers for the few `/proc` files the gate needs, and the raw syscalls
+//! (`pidfd_open`, `statx`) that neither std nor nix wraps the way we need them.
+//!
+//! Every reader returns `io::Result`; callers turn `ENOENT`/`ESRCH` (a process that went away
+//! mid-check) into refusals. Nothing here panics on malformed input.
+
+use nix::libc;
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// Reads a small `/proc` file into `buf` (cleared first). `/proc` files report size 0, so read
+/// until EOF; `limit` bounds memory for files a hostile process can make large (`environ`).
+pub fn read_small(path: &str, buf: &mut Vec<u8>, limit: usize) -> io::Result<()> {
+    buf.clear();
+    let file = File::open(path)?;
+    file.take(limit as u64).read_to_end(buf)?;
+    Ok(())
+}
+
+/// The fields of `/proc/<pid>/stat` the gate uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcStat {
+    pub comm: String,
+    pub ppid: i32,
+    /// Field 22: start time in clock ticks after boot. With the pid, it names one process.
+    pub starttime: u64,
+}
+
+pub fn read_stat(pid: i32) -> io::Result<ProcStat> {
+    let mut buf = Vec::with_capacity(512);
+    read_small(&format!("/proc/{pid}/stat"), &mut buf, 4096)?;
+    parse_stat(&buf).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unparsable /proc stat"))
+}
+
+/// Parses `pid (comm) state ppid ...`. `comm` may itself contain `)` and spaces, so the fixed
+/// fields are counted from the LAST `)`.
+pub fn parse_stat(buf: &[u8]) -> Option<ProcStat> {
+    let open = buf.iter().position(|b| *b == b'(')?;
+    let close = buf.iter().rposition(|b| *b == b')')?;
+    if close < open {
+        return None;
+    }
+    let comm = String::from_utf8_lossy(&buf[open + 1..close]).into_owned();
+    let rest = std::str::from_utf8(buf.get(close + 1..)?).ok()?;
+    // rest starts at field 3 (state); ppid is field 4, starttime field 22.
+    let mut fields = rest.split_ascii_whitespace();
+    let _state = fields.next()?;
+    let ppid: i32 = fields.next()?.parse().ok()?;
+    let starttime: u64 = fields.nth(22 - 5)?.parse().ok()?;
+    Some(ProcStat { comm, ppid, starttime })
+}
+
+/// The fields of `/proc/<pid>/status` the gate uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcStatus {
+    /// Real, effective, saved and filesystem uid.
+    pub uids: [u32; 4],
+    pub no_new_privs: bool,
+    /// 0 = none, 1 = strict, 2 = filter.
+    pub seccomp: u32,
+}
+
+impl ProcStatus {
+    pub fn all_uids_are(&self, uid: u32) -> bool {
+        self.uids.iter().all(|u| *u == uid)
+    }
+
+    /// Runs under a restriction the codex process itself does not have.
+    pub fn more_confined_than(&self, codex: &ProcStatus) -> bool {
+        (self.no_new_privs && !codex.no_new_privs) || (self.seccomp != 0 && codex.seccomp == 0)
+    }
+}
+
+pub fn read_status(pid: i32) -> io::Result<ProcStatus> {
+    let mut buf = Vec::with_capacity(2048);
+    read_small(&format!("/proc/{pid}/status"), &mut buf, 16 * 1024)?;
+    parse_status(&buf).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unparsable /proc status"))
+}
+
+pub fn parse_status(buf: &[u8]) -> Option<ProcStatus> {
+    let text = std::str::from_utf8(buf).ok()?;
+    let mut uids = None;
+    let mut nnp = None;
+    let mut seccomp = None;
+    for line in text.lines() {
+        if let Some(v) = line.strip_prefix("Uid:") {
+            let mut it = v.split_ascii_whitespace().map(|s| s.parse::<u32>());
+            let mut out = [0u32; 4];
+            for slot in out.iter_mut() {
+                *slot = it.next()?.ok()?;
+            }
+            uids = Some(out);
+        } else if let Some(v) = line.strip_prefix("NoNewPrivs:") {
+            nnp = Some(v.trim() != "0");
+        } else if let Some(v) = line.strip_prefix("Seccomp:") {
+            seccomp = Some(v.trim().parse().ok()?);
+        }
+    }
+    // NoNewPrivs/Seccomp lines exist on every kernel this runs on; their absence is suspicious,
+    // so treat a missing line as "confined" rather than "free".
+    Some(ProcStatus { uids: uids?, no_new_privs: nnp.unwrap_or(true), seccomp: seccomp.unwrap_or(2) })
+}
+
+/// Largest environment block read (the kernel caps argv+envp far above any sane hook env).
+pub const ENVIRON_LIMIT: usize = 4 << 20;
+
+pub fn read_environ(pid: i32, buf: &mut Vec<u8>) -> io::Result<()> {
+    read_small(&format!("/proc/{pid}/environ"), buf, ENVIRON_LIMIT)
+}
+
+/// (device, inode) of the file `/proc/<pid>/exe` points at (the executable actually mapped).
+pub fn exe_id(pid: i32) -> io::Result<(u64, u64)> {
+    let meta = std::fs::metadata(format!("/proc/{pid}/exe"))?;
+    use std::os::unix::fs::MetadataExt;
+    Ok((meta.dev(), meta.ino()))
+}
+
+/// glibc's `major()`/`minor()` for a userspace `st_dev`.
+pub fn dev_major(dev: u64) -> u32 {
+    (((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff)) as u32
+}
+pub fn dev_minor(dev: u64) -> u32 {
+    ((dev & 0xff) | ((dev >> 12) & !0xff)) as u32
+}
+
+/// `pidfd_open(pid, 0)`.
+pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall with integer arguments; on success it returns a new fd we own.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just gave us this fd.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// A pidfd is readable (POLLIN) once its process has exited (zombie or reaped).
+pub fn pidfd_alive(fd: &OwnedFd) -> bool {
+    let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, zero timeout.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    if n < 0 {
+        return false;
+    }
+    if n == 0 {
+        return true;
+    }
+    pfd.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) == 0
+}
+
+/// File identity as the gate compares it: device, inode and birth time (statx btime; zero when
+/// the filesystem does not report one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FileId {
+    pub dev: u64,
+    pub ino: u64,
+    pub btime_sec: i64,
+    pub btime_nsec: u32,
+    pub size: u64,
+    pub mode: u32,
+}
+
+impl FileId {
+    /// Same file (size excluded: rollouts grow).
+    pub fn same_file(&self, other: &FileId) -> bool {
+        self.dev == other.dev && self.ino == other.ino && self.btime_sec == other.btime_sec && self.btime_nsec == other.btime_nsec
+    }
+}
+
+fn statx_raw(dirfd: i32, path: &CString, flags: i32) -> io::Result<FileId> {
+    // SAFETY: statx writes into the zeroed struct we pass; path is NUL-terminated.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    let rc = unsafe {
+        libc::statx(dirfd, path.as_ptr(), flags, libc::STATX_BASIC_STATS | libc::STATX_BTIME, &mut stx)
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let dev = libc::makedev(stx.stx_dev_major, stx.stx_dev_minor);
+    let (btime_sec, btime_nsec) = if stx.stx_mask & libc::STATX_BTIME != 0 {
+        (stx.stx_btime.tv_sec, stx.stx_btime.tv_nsec)
+    } else {
+        (0, 0)
+    };
+    Ok(FileId { dev, ino: stx.stx_ino, btime_sec, btime_nsec, size: stx.stx_size, mode: stx.stx_mode as u32 })
+}
+
+/// statx of an open file.
+pub fn statx_fd(fd: &impl AsRawFd) -> io::Result<FileId> {
+    statx_raw(fd.as_raw_fd(), &CString::new("").unwrap(), libc::AT_EMPTY_PATH)
+}
+
+/// statx of a path, not following a final symlink.
+pub fn statx_path_nofollow(path: &Path) -> io::Result<FileId> {
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    statx_raw(libc::AT_FDCWD, &c, libc::AT_SYMLINK_NOFOLLOW)
+}
+
+pub fn is_regular(mode: u32) -> bool {
+    mode & libc::S_IFMT == libc::S_IFREG
+}
+
+/// Opens a file read-only without following a final symlink and without blocking on a FIFO.
+pub fn open_nofollow(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+}
+
+/// errno of an io::Error, if any.
+pub fn errno(e: &io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(0)
+}
+
+/// The error means the process (or the file it named) is gone.
+pub fn is_gone(e: &io::Error) -> bool {
+    matches!(errno(e), libc::ENOENT | libc::ESRCH) || e.kind() == io::ErrorKind::NotFound
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_parsing_survives_hostile_comm() {
+        let line = b"4242 (a) b) c (d) S 17 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 77705 1000 10 18446744073709551615";
+        let st = parse_stat(line).unwrap();
+        assert_eq!(st.comm, "a) b) c (d");
+        assert_eq!(st.ppid, 17);
+        assert_eq!(st.starttime, 77705);
+        assert_eq!(parse_stat(b"garbage"), None);
+    }
+
+    #[test]
+    fn status_parsing() {
+        let s = b"Name:\tx\nUid:\t1000\t1000\t1000\t1000\nGid:\t1\t1\t1\t1\nNoNewPrivs:\t1\nSeccomp:\t2\n";
+        let st = parse_status(s).unwrap();
+        assert!(st.all_uids_are(1000));
+        assert!(st.no_new_privs);
+        assert_eq!(st.seccomp, 2);
+        let own = read_status(std::process::id() as i32).unwrap();
+        assert!(own.all_uids_are(courier_shared::paths::uid()));
+    }
+
+    #[test]
+    fn dev_split_matches_statx() {
+        let id = statx_path_nofollow(Path::new("/proc/self/status")).unwrap();
+        let meta = std::fs::symlink_metadata("/proc/self/status").unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(id.dev, meta.dev());
+        assert_eq!(libc::makedev(dev_major(meta.dev()), dev_minor(meta.dev())), meta.dev());
+    }
+}
