@@ -2,27 +2,13 @@
 //! queue database so a running broker sees a new one at its next hook call, without a restart.
 
 use anyhow::{bail, Context, Result};
-use sha2::{Digest, Sha256};
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 pub fn sha256_file(path: &Path) -> Result<String> {
     let mut file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    sha256_reader(&mut file)
-}
-
-pub fn sha256_reader(reader: &mut impl Read) -> Result<String> {
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = reader.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(courier_shared::auth::hex(&hasher.finalize()))
+    Ok(crate::gate::digest::hash_reader(&mut file)?)
 }
 
 /// The native Codex binary behind `path`: the npm package's `codex` is a Node launcher script
