@@ -103,6 +103,21 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         opts.codex_home.display()
     );
 
+    // Hash the trusted Codex binaries now (~1 s each for ~300 MB), not inside the first hook call,
+    // whose client would give up at its 500 ms deadline.
+    let trusted_paths: Vec<PathBuf> = {
+        let store = broker.store.lock().unwrap_or_else(|e| e.into_inner());
+        store.trusted_codex()?.into_iter().map(|(_, path, _)| PathBuf::from(path)).collect()
+    };
+    let warm = Arc::clone(&broker);
+    std::thread::Builder::new().name("digest-warmup".into()).spawn(move || {
+        for path in trusted_paths {
+            if let Ok(file) = File::open(&path) {
+                let _ = warm.gate.digests().of_file(file);
+            }
+        }
+    })?;
+
     let maintenance = Arc::clone(&broker);
     std::thread::Builder::new().name("maintenance".into()).spawn(move || loop {
         std::thread::sleep(MAINTENANCE_INTERVAL);
