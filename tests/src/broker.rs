@@ -203,6 +203,17 @@ impl<'a> Broker<'a> {
         got.unwrap_or_else(|| panic!("message {id} not {state} within {timeout:?}; inspect: {last:#}\nbroker log:\n{}", self.log_text()))
     }
 
+    /// Poll `inspect --json` (bounded) until at least `n` refusals satisfy `pred`; returns them.
+    pub fn wait_refusals(&self, n: usize, timeout: Duration, what: &str, pred: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let mut last = Value::Null;
+        let got = poll_until(timeout, || {
+            last = self.inspect_json();
+            let hits: Vec<Value> = refusals(&last).into_iter().filter(|r| pred(r)).collect();
+            (hits.len() >= n).then_some(hits)
+        });
+        got.unwrap_or_else(|| panic!("fewer than {n} refusals ({what}) within {timeout:?}; inspect: {last:#}\nbroker log:\n{}", self.log_text()))
+    }
+
     /// Stop the broker (SIGKILL) now.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -229,6 +240,16 @@ pub fn messages(inspect: &Value) -> Vec<Value> {
 /// `refusals[]` of an inspect document.
 pub fn refusals(inspect: &Value) -> Vec<Value> {
     inspect.get("refusals").and_then(Value::as_array).cloned().unwrap_or_default()
+}
+
+/// Reason codes of the `refusals[]` of an inspect document, newest first; only those naming
+/// `thread` when given.
+pub fn refusal_codes(inspect: &Value, thread: Option<&str>) -> Vec<String> {
+    refusals(inspect)
+        .iter()
+        .filter(|r| thread.is_none() || r.get("thread").and_then(Value::as_str) == thread)
+        .map(|r| r.get("reason").and_then(Value::as_str).unwrap_or("").to_string())
+        .collect()
 }
 
 /// Run a command with piped output, killing it after `timeout`.

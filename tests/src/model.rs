@@ -370,6 +370,29 @@ impl Request {
             .unwrap_or_default()
     }
 
+    /// Every `exec_command` call in the input with what its command printed: `(cmd, output)`,
+    /// where output is the text after Codex's `Output:` line (`None` while it has no output item).
+    pub fn exec_results(&self) -> Vec<(String, Option<String>)> {
+        self.function_calls()
+            .into_iter()
+            .filter(|c| c.get("name").and_then(Value::as_str) == Some("exec_command"))
+            .map(|c| {
+                let args = c.get("arguments").and_then(Value::as_str).unwrap_or("{}");
+                let cmd = serde_json::from_str::<Value>(args)
+                    .ok()
+                    .and_then(|a| a.get("cmd").and_then(Value::as_str).map(str::to_string))
+                    .unwrap_or_default();
+                let out = self
+                    .tool_outputs()
+                    .into_iter()
+                    .find(|o| o.get("call_id") == c.get("call_id"))
+                    .and_then(|o| o.get("output").and_then(Value::as_str))
+                    .map(|t| t.split_once("\nOutput:\n").map_or(t, |(_, rest)| rest).to_string());
+                (cmd, out)
+            })
+            .collect()
+    }
+
     /// One-line summary for diagnostics.
     pub fn summary(&self) -> String {
         format!(

@@ -1,0 +1,679 @@
+//! Attacks on the verification gate (courier-design.md, "The verification gate"), run against the
+//! real Codex CLI, the real broker and hook-client. Each test tries one attack and checks that the
+//! attacker gets nothing, that the queue is untouched (message still `pending`, `attempts` 0) and
+//! that `broker inspect --json` records the refusal with its reason code. Where it is cheap, the
+//! same message is then delivered by an honest hook of the same turn, so the refusal is shown to be
+//! the only thing that kept it back.
+//!
+//! Needs `cargo build --workspace` and the pinned Codex (`install/fetch-codex.sh`).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use courier_tests::broker::{hook_command, refusal_codes, refusals};
+use courier_tests::hooks::{Hook, COURIER_EVENTS};
+use courier_tests::model::Request;
+use courier_tests::rollout::find_rollout;
+use courier_tests::util::{marker, shell_quote, wait_until};
+use courier_tests::{hook_client_bin, Broker, CodexEnv, Hold, Reply, ScriptedModel};
+use serde_json::{json, Value};
+
+const T: Duration = Duration::from_secs(60);
+const SETTLE: Duration = Duration::from_secs(10);
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+fn str_field<'a>(v: &'a Value, k: &str) -> &'a str {
+    v.get(k).and_then(Value::as_str).unwrap_or("")
+}
+
+/// Start the broker for `env` and trust the pinned Codex.
+fn broker(env: &CodexEnv) -> Broker<'_> {
+    let b = Broker::start(env);
+    b.trust_codex(&env.codex);
+    b
+}
+
+/// `env` arguments that remove every tool-command marker Codex sets.
+const UNSET: &str = "env -u CODEX_TOOL_CALL_ID -u CODEX_THREAD_ID -u CODEX_SESSION_ID -u CODEX_CI";
+
+/// Reason codes of the recorded refusals (newest first), optionally of one thread, without
+/// `peer_gone`: under load the first hook call of a broker can outlive hook-client's 500 ms
+/// deadline while the broker hashes the ~300 MB Codex binary once; that refusal is an
+/// availability artefact, not part of any attack here.
+fn attack_codes(inspect: &Value, thread: Option<&str>) -> Vec<String> {
+    refusal_codes(inspect, thread).into_iter().filter(|c| c != "peer_gone").collect()
+}
+
+fn hc() -> String {
+    hook_command()
+}
+
+/// Hooks that cannot deliver in the middle of a tool call: only SessionStart, UserPromptSubmit and
+/// Stop run hook-client, so a message queued after the first request waits for Stop.
+fn stop_only_hooks(env: &CodexEnv) {
+    let hooks: Vec<Hook> =
+        ["SessionStart", "UserPromptSubmit", "Stop"].iter().map(|e| Hook::new(e, &hc())).collect();
+    env.install_hooks(&hooks);
+}
+
+/// The refusal left the queue as it was: still `pending`, never leased.
+fn assert_untouched(broker: &Broker, id: &str) {
+    let m = broker.message(id).unwrap_or_else(|| panic!("message {id} not listed"));
+    assert_eq!(str_field(&m, "state"), "pending", "{m}");
+    assert_eq!(m.get("attempts").and_then(Value::as_i64), Some(0), "never leased: {m}");
+}
+
+/// Text a delivered message carries (unescaped or XML-escaped, as in a Stop hook prompt).
+fn carries(r: &Request, id: &str) -> bool {
+    r.body_contains(&format!("courier-message id=\\\"{id}\\\"")) || r.body_contains(&format!("id=&quot;{id}&quot;"))
+}
+
+/// A PostToolUse payload as Codex writes it, for the thread of `transcript` (root `session`) in `turn`.
+fn post_tool_use(env: &CodexEnv, session: &str, turn: &str, transcript: &Path) -> String {
+    json!({
+        "session_id": session, "turn_id": turn, "transcript_path": transcript,
+        "cwd": env.work, "hook_event_name": "PostToolUse", "model": "gpt-5.5",
+        "permission_mode": "bypassPermissions", "tool_name": "Bash",
+        "tool_input": {"command": "echo hello"}, "tool_response": "hello\n", "tool_use_id": "call_0002"
+    })
+    .to_string()
+}
+
+/// Write `payload` to a fresh file under the env root; returns its path.
+fn payload_file(env: &CodexEnv, name: &str, payload: &str) -> PathBuf {
+    let dir = env.root.join("payloads");
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, payload).unwrap();
+    p
+}
+
+/// Run `program args` (from the test process, no Codex ancestor) with the env and `stdin_file`.
+fn run_with_stdin(env: &CodexEnv, program: &Path, args: &[&str], stdin_file: &Path) -> std::process::Output {
+    let mut cmd = env.command(program);
+    cmd.args(args).stdin(std::fs::File::open(stdin_file).unwrap()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.output().unwrap()
+}
+
+/// Commands run by the scripted model, with what each printed, from the last request of `thread`.
+fn exec_results(model: &ScriptedModel, thread: &str) -> Vec<(String, Option<String>)> {
+    model.requests_for_thread(thread).pop().map(|r| r.exec_results()).unwrap_or_default()
+}
+
+/// The output of the model-run command containing `needle`.
+fn output_of(model: &ScriptedModel, thread: &str, needle: &str) -> String {
+    exec_results(model, thread)
+        .into_iter()
+        .find(|(c, _)| c.contains(needle))
+        .and_then(|(_, o)| o)
+        .unwrap_or_else(|| panic!("no output of a command with {needle:?}:\n{}", model.dump()))
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Sub-agent and parent
+
+/// A sub-agent runs in its parent's codex process. Each thread's hooks take only that thread's
+/// messages, once: the child's PostToolUse takes the child's message, the parent's message queued
+/// while the child runs reaches only parent requests, the parent's Stop takes only the parent's
+/// message, and a child message queued after the child's last tool call is never taken by the
+/// parent (the child's SubagentStop cannot deliver, so it stays pending).
+#[test]
+fn subagent_and_parent_each_get_only_their_own_messages() {
+    let end_hold = Hold::new();
+    let child_end_hold = Hold::new();
+    let model = ScriptedModel::start();
+    let env = CodexEnv::with_hook_command(&model, &hc());
+    let started = env.root.join("child-started");
+    let go = env.root.join("child-go");
+    // The child's command reports that it runs (its PreToolUse is over), then waits for the test.
+    let child_cmd = format!(
+        "touch {s}; for i in $(seq 1500); do [ -e {g} ] && break; sleep 0.02; done; echo child-ran",
+        s = shell_quote(&started.display().to_string()),
+        g = shell_quote(&go.display().to_string())
+    );
+    let (eh, ceh) = (end_hold.clone(), child_end_hold.clone());
+    model.set_script(move |r: &Request| {
+        if r.is_subagent() {
+            return if r.function_calls().is_empty() {
+                Reply::exec(&child_cmd)
+            } else {
+                Reply::message("child done").held(&ceh)
+            };
+        }
+        if r.function_calls().is_empty() {
+            Reply::spawn_agent("CHILD_TASK: run the command and report")
+        } else if let Some(agent) = r.spawned_agent() {
+            Reply::wait_agent(&[&agent], 30_000)
+        } else {
+            Reply::message("done").held(&eh)
+        }
+    });
+    let broker = broker(&env);
+    let proc = env.spawn_exec("spawn a helper");
+    let parent = proc.wait_thread_id(T);
+    let first_child = model.wait_for(T, "the sub-agent's first request", Request::is_subagent);
+    let child = first_child.thread_id().unwrap();
+    assert_ne!(child, parent);
+
+    // While the child's command runs: one message for each thread.
+    wait_until(T, "the child's command to start", || started.exists().then_some(()));
+    let (c_post, p_mid) = (marker("CHILD_POST"), marker("PARENT_MID"));
+    let id_c_post = broker.send_opts(&child, &c_post, None, Some("e2e"));
+    let id_p_mid = broker.send_opts(&parent, &p_mid, None, Some("e2e"));
+    std::fs::write(&go, "").unwrap();
+
+    // The child's final answer is held: a late message for the child.
+    child_end_hold.wait_held(1, T);
+    let c_late = marker("CHILD_LATE");
+    let id_c_late = broker.send_opts(&child, &c_late, None, Some("e2e"));
+    child_end_hold.release();
+
+    // The parent's final answer is held: a message for the parent's Stop.
+    end_hold.wait_held(1, T);
+    let p_stop = marker("PARENT_STOP");
+    let id_p_stop = broker.send_opts(&parent, &p_stop, None, Some("e2e"));
+    end_hold.release();
+    proc.wait(T).assert_success();
+
+    let child_reqs = model.requests_for_thread(&child);
+    let parent_reqs = model.requests_for_thread(&parent);
+    let dump = model.dump();
+    for r in &child_reqs {
+        for (text, id) in [(&p_mid, &id_p_mid), (&p_stop, &id_p_stop)] {
+            assert!(!r.body_contains(text) && !carries(r, id), "child request {} carries a parent message:\n{dump}", r.index);
+        }
+        assert!(!r.body_contains(&c_late), "nothing delivered the late child message:\n{dump}");
+    }
+    for r in &parent_reqs {
+        for text in [&c_post, &c_late] {
+            assert!(!r.body_contains(text), "parent request {} carries a child message:\n{dump}", r.index);
+        }
+    }
+    // Once: in at most one item of any request, and present from its first request on.
+    for (text, reqs) in [(&c_post, &child_reqs), (&p_mid, &parent_reqs), (&p_stop, &parent_reqs)] {
+        let counts: Vec<usize> = reqs.iter().map(|r| r.items_containing(text)).collect();
+        assert!(counts.iter().all(|c| *c <= 1), "{text} duplicated: {counts:?}\n{dump}");
+        assert_eq!(*counts.last().unwrap(), 1, "{text} reached its thread:\n{dump}");
+    }
+    let last_child = child_reqs.iter().find(|r| r.items_containing(&c_post) == 1).unwrap();
+    assert_eq!(last_child.developer_messages_containing(&c_post).len(), 1, "as hook context: {dump}");
+
+    for (id, thread, events) in [
+        (&id_c_post, &child, &["PostToolUse"][..]),
+        (&id_p_mid, &parent, &["PreToolUse", "PostToolUse", "Stop"][..]),
+        (&id_p_stop, &parent, &["Stop"][..]),
+    ] {
+        let m = broker.wait_state(id, "confirmed", SETTLE);
+        assert_eq!(str_field(&m, "thread"), thread.as_str(), "{m}");
+        assert!(events.contains(&str_field(&m, "event")), "taken by {events:?}: {m}");
+    }
+    assert_untouched(&broker, &id_c_late);
+    let inspect = broker.inspect_json();
+    assert!(attack_codes(&inspect, None).is_empty(), "honest hooks are never refused: {inspect:#}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Model-run commands
+
+/// The model runs hook-client itself with forged PostToolUse payloads: for its own thread and (from
+/// a sub-agent) for its parent's thread, each with the correct open turn id, and once with the
+/// markers removed by `env -u` inside a compound command (the shell in between still carries
+/// them). All get empty output, `tool_command_env` is recorded, and the parent's message stays
+/// pending until the parent's own Stop hook delivers it.
+#[test]
+fn model_run_hook_client_gets_nothing() {
+    let end_hold = Hold::new();
+    let first_hold = Hold::new();
+    let model = ScriptedModel::start();
+    let env = Arc::new(CodexEnv::new(&model));
+    stop_only_hooks(&env);
+    let parent_turn: Arc<Mutex<Option<String>>> = Arc::default();
+    let (eh, fh, pt, e) = (end_hold.clone(), first_hold.clone(), parent_turn.clone(), env.clone());
+    let hcp = hc();
+    model.set_script(move |r: &Request| {
+        let thread = r.thread_id().unwrap();
+        let turn = r.turn_id().unwrap();
+        let rollout = find_rollout(&e.codex_home, &thread).expect("rollout exists at the first request");
+        if r.is_subagent() {
+            if !r.function_calls().is_empty() {
+                return Reply::message("child done");
+            }
+            // Forge a hook call for the parent: its thread, rollout and open turn.
+            let parent = r.header("session-id").unwrap().to_string();
+            let p_rollout = find_rollout(&e.codex_home, &parent).unwrap();
+            let p_turn = pt.lock().unwrap().clone().unwrap();
+            let f = payload_file(&e, "for-parent.json", &post_tool_use(&e, &parent, &p_turn, &p_rollout));
+            return Reply::exec(&format!("{hcp} < {} # FORGE_PARENT", f.display()));
+        }
+        *pt.lock().unwrap() = Some(turn.clone());
+        let own = post_tool_use(&e, &thread, &turn, &rollout);
+        match r.function_calls().len() {
+            0 => {
+                let f = payload_file(&e, "own.json", &own);
+                Reply::exec(&format!("{hcp} < {} # FORGE_OWN", f.display())).held(&fh)
+            }
+            // bash keeps itself between codex and a lone command that has a redirection: the
+            // shell still carries the markers `env -u` removes.
+            1 => {
+                let f = payload_file(&e, "own-unset.json", &own);
+                Reply::exec(&format!("{UNSET} {hcp} < {} # FORGE_UNSET", f.display()))
+            }
+            2 => {
+                let f = payload_file(&e, "own-unset2.json", &own);
+                Reply::exec(&format!("{UNSET} {hcp} < {}; echo rc=$? # FORGE_COMPOUND", f.display()))
+            }
+            3 => Reply::spawn_agent("CHILD_TASK: forge a hook call"),
+            _ => match r.spawned_agent() {
+                Some(agent) => Reply::wait_agent(&[&agent], 30_000),
+                None => Reply::message("done").held(&eh),
+            },
+        }
+    });
+    let broker = broker(&env);
+    let proc = env.spawn_exec("please run commands");
+    let parent = proc.wait_thread_id(T);
+    first_hold.wait_held(1, T);
+    let text = marker("FOR_PARENT");
+    let id = broker.send_opts(&parent, &text, None, Some("e2e"));
+    first_hold.release();
+
+    // Every forged call is over once the parent's final answer is requested.
+    end_hold.wait_held(1, T);
+    let dump = model.dump();
+    assert_eq!(model.requests_mentioning(&text), 0, "no request carries it yet:\n{dump}");
+    assert_untouched(&broker, &id);
+    let refused = broker.wait_refusals(4, SETTLE, "tool_command_env", |r| str_field(r, "reason") == "tool_command_env");
+    let inspect = broker.inspect_json();
+    assert_eq!(attack_codes(&inspect, None).len(), 4, "only the four forged calls are refused: {inspect:#}");
+    assert!(refused.iter().all(|r| str_field(r, "event") == "PostToolUse"), "{refused:#?}");
+    assert!(refused.iter().any(|r| str_field(r, "detail").contains("intermediate process")), "{refused:#?}");
+    let child = model.threads().into_iter().find(|t| *t != parent).expect("a sub-agent ran");
+    assert_eq!(output_of(&model, &parent, "FORGE_OWN"), "", "forged own-thread call printed something");
+    assert_eq!(output_of(&model, &parent, "FORGE_UNSET"), "", "env -u, lone command with redirection");
+    assert_eq!(output_of(&model, &parent, "FORGE_COMPOUND"), "rc=0\n", "env -u in a compound command");
+    assert_eq!(output_of(&model, &child, "FORGE_PARENT"), "", "forged parent-thread call printed something");
+
+    // The honest Stop hook of the same turn delivers it.
+    end_hold.release();
+    proc.wait(T).assert_success();
+    let m = broker.wait_state(&id, "confirmed", SETTLE);
+    assert_eq!(str_field(&m, "event"), "Stop", "{m}");
+    for r in model.requests_for_thread(&child) {
+        assert!(!r.body_contains(&text), "the child never sees the parent's message:\n{}", model.dump());
+    }
+}
+
+/// RESIDUAL RISK (documented in README "Security model"): a model-run command that removes the
+/// tool-command markers and *execs* hook-client, so that no process carrying the markers stands
+/// between it and codex, is indistinguishable from a hook and receives the thread's pending
+/// messages. Two forms: `exec env -i COURIER_RUNTIME_DIR=... hook-client < payload` and
+/// `exec env -u <markers> hook-client < payload` (the `exec` replaces the shell that carries the
+/// markers; without it bash stays in between, see `model_run_hook_client_gets_nothing`). The
+/// message is handed to the command and later reads `uncertain` (no hook marker in the rollout).
+/// This test asserts today's behaviour: if it starts failing because these are refused, rename it
+/// and move the row in the README's table.
+#[test]
+fn residual_risk_scrubbed_exec_is_not_detected() {
+    let holds = [Hold::new(), Hold::new()];
+    let model = ScriptedModel::start();
+    let env = Arc::new(CodexEnv::new(&model));
+    stop_only_hooks(&env);
+    let (hs, e, hcp) = (holds.clone(), env.clone(), hc());
+    model.set_script(move |r: &Request| {
+        let thread = r.thread_id().unwrap();
+        let turn = r.turn_id().unwrap();
+        let rollout = find_rollout(&e.codex_home, &thread).unwrap();
+        let own = post_tool_use(&e, &thread, &turn, &rollout);
+        match r.function_calls().len() {
+            0 => {
+                let f = payload_file(&e, "own-env-i.json", &own);
+                Reply::exec(&format!(
+                    "exec env -i COURIER_RUNTIME_DIR=\"$COURIER_RUNTIME_DIR\" {hcp} < {} # ENV_I",
+                    f.display()
+                ))
+                .held(&hs[0])
+            }
+            1 => {
+                let f = payload_file(&e, "own-env-u.json", &own);
+                Reply::exec(&format!("exec {UNSET} {hcp} < {} # ENV_U", f.display()))
+                .held(&hs[1])
+            }
+            _ => Reply::message("done"),
+        }
+    });
+    let broker = broker(&env);
+    let proc = env.spawn_exec("please run commands");
+    let thread = proc.wait_thread_id(T);
+    let mut ids = Vec::new();
+    for (i, h) in holds.iter().enumerate() {
+        h.wait_held(1, T);
+        let text = marker(&format!("STOLEN_{i}"));
+        ids.push((broker.send_opts(&thread, &text, None, Some("e2e")), text));
+        h.release();
+    }
+    proc.wait(T).assert_success();
+
+    for ((id, text), tag) in ids.iter().zip(["ENV_I", "ENV_U"]) {
+        let out = output_of(&model, &thread, tag);
+        assert!(out.contains(text) && out.contains(id.as_str()), "{tag}: the command received the message: {out:?}");
+        let m = broker.message(id).unwrap();
+        assert_ne!(str_field(&m, "state"), "pending", "{tag}: handed to the command: {m}");
+        eprintln!("residual risk {tag}: message ends as {} ({})", str_field(&m, "state"), m);
+    }
+    let inspect = broker.inspect_json();
+    assert!(attack_codes(&inspect, None).is_empty(), "nothing was detected: {inspect:#}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. No Codex ancestor / a fake `codex`
+
+/// With a live thread and a payload that names it correctly (thread, rollout, open turn),
+/// hook-client run from the test process (no Codex ancestor) gets nothing (`no_codex_ancestor`),
+/// and run from a copy of bash named `codex` gets nothing (`untrusted_codex`).
+#[test]
+fn hook_client_outside_codex_gets_nothing() {
+    let hold = Hold::new();
+    let h = hold.clone();
+    let model = ScriptedModel::start_with(move |_r: &Request| Reply::message("done").held(&h));
+    let env = CodexEnv::new(&model); // no hooks: nothing else takes the message
+    let broker = broker(&env);
+    let proc = env.spawn_exec("hello");
+    let first = model.wait_for_requests(1, T).remove(0);
+    hold.wait_held(1, T);
+    let thread = first.thread_id().unwrap();
+    let turn = first.turn_id().unwrap();
+    let rollout = env.wait_rollout(&thread, T);
+    assert_eq!(env.rollout(&thread).open_turn().as_deref(), Some(turn.as_str()), "payload names the open turn");
+    let text = marker("OUTSIDE");
+    let id = broker.send_opts(&thread, &text, None, Some("e2e"));
+    let payload = payload_file(&env, "valid.json", &post_tool_use(&env, &thread, &turn, &rollout));
+
+    let out = run_with_stdin(&env, &hook_client_bin(), &[], &payload);
+    assert!(out.status.success() && out.stdout.is_empty(), "plain shell: {out:?}");
+    broker.wait_refusals(1, SETTLE, "no_codex_ancestor", |r| str_field(r, "reason") == "no_codex_ancestor");
+
+    let fake_dir = env.root.join("fake");
+    std::fs::create_dir_all(&fake_dir).unwrap();
+    let fake = fake_dir.join("codex");
+    std::fs::copy("/bin/bash", &fake).unwrap();
+    // `; exit $?` keeps the fake codex as hook-client's parent (bash would exec a lone command).
+    let script = format!("{} < {}; exit $?", hc(), shell_quote(&payload.display().to_string()));
+    let out = run_with_stdin(&env, &fake, &["-c", &script], Path::new("/dev/null"));
+    assert!(out.status.success() && out.stdout.is_empty(), "fake codex: {out:?}");
+    let r = broker.wait_refusals(1, SETTLE, "untrusted_codex", |r| str_field(r, "reason") == "untrusted_codex");
+    assert!(str_field(&r[0], "detail").contains("codex"), "{r:?}");
+
+    assert_untouched(&broker, &id);
+    assert_eq!(attack_codes(&broker.inspect_json(), None), ["untrusted_codex", "no_codex_ancestor"]);
+    hold.release();
+    proc.wait(T).assert_success();
+    assert_eq!(model.requests_mentioning(&text), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. A hook wrapper that tampers with the payload
+
+/// Register, for every Courier event, a bash wrapper between codex and hook-client (allowed by the
+/// gate) controlled by files in `ctl`: `save` keeps each event's payload as `saved-<event>.json`;
+/// `replay` substitutes the saved payload of the same event (not SessionStart); `tamper-<session>.jq`
+/// rewrites the payload of that session with jq.
+fn install_tamper_wrapper(env: &CodexEnv) -> PathBuf {
+    let ctl = env.root.join("ctl");
+    std::fs::create_dir_all(&ctl).unwrap();
+    let c = shell_quote(&ctl.display().to_string());
+    let wrapper = env.write_script(
+        "tamper.sh",
+        &format!(
+            r#"#!/bin/bash
+payload=$(cat)
+ev=$(jq -r .hook_event_name <<<"$payload")
+sid=$(jq -r .session_id <<<"$payload")
+[ -e {c}/save ] && printf '%s' "$payload" > {c}/saved-$ev.json
+if [ -e {c}/replay ] && [ "$ev" != SessionStart ] && [ -e {c}/saved-$ev.json ]; then payload=$(cat {c}/saved-$ev.json); fi
+[ -e {c}/tamper-$sid.jq ] && payload=$(jq -c -f {c}/tamper-$sid.jq <<<"$payload")
+exec {hc} <<<"$payload"
+"#,
+            hc = hc()
+        ),
+    );
+    let hooks: Vec<Hook> = COURIER_EVENTS.iter().map(|e| Hook::new(e, &wrapper.display().to_string())).collect();
+    env.install_hooks(&hooks);
+    ctl
+}
+
+/// A reply script: to a new prompt, one tool call held on `first`; otherwise the final answer held
+/// on `last`. (Decided by the last input item, so it also works in a resumed session.)
+fn exec_then_done_held(first: &Hold, last: &Hold) -> impl FnMut(&Request) -> Reply + Send + 'static {
+    let (f, l) = (first.clone(), last.clone());
+    move |r: &Request| {
+        let new_prompt = r.last_item_kind() == "message:user"
+            && r.user_messages().last().is_some_and(|m| !m.contains("<hook_prompt"));
+        if new_prompt {
+            Reply::exec("echo hello").held(&f)
+        } else {
+            Reply::message("done").held(&l)
+        }
+    }
+}
+
+/// (a) In a second turn (`codex exec resume`), the wrapper replays the payloads saved in the first
+/// turn: same thread, same rollout, same codex binary, but a closed turn -> `turn_mismatch`. With
+/// the replay switched off before the turn's Stop hook, that honest hook delivers the message.
+#[test]
+fn replayed_payload_from_earlier_turn_is_refused() {
+    let (first, last) = (Hold::new(), Hold::new());
+    let model = ScriptedModel::start_with(exec_then_done_held(&first, &last));
+    let env = CodexEnv::new(&model);
+    let ctl = install_tamper_wrapper(&env);
+    std::fs::write(ctl.join("save"), "").unwrap();
+    first.release();
+    last.release();
+    let broker = broker(&env);
+    let out = env.exec("turn one");
+    out.assert_success();
+    let thread = out.thread_id().unwrap();
+    for ev in ["PreToolUse", "PostToolUse", "Stop"] {
+        assert!(ctl.join(format!("saved-{ev}.json")).exists(), "turn one saved {ev}");
+    }
+    let old_turn = model.requests()[0].turn_id().unwrap();
+
+    let (first, last) = (Hold::new(), Hold::new());
+    model.set_script(exec_then_done_held(&first, &last));
+    std::fs::remove_file(ctl.join("save")).unwrap();
+    std::fs::write(ctl.join("replay"), "").unwrap();
+    let n0 = model.request_count();
+    let proc = env.spawn_exec_args(&["resume", &thread], "turn two");
+    first.wait_held(1, T);
+    let new_turn = model.requests()[n0].turn_id().unwrap();
+    assert_ne!(new_turn, old_turn);
+    let text = marker("REPLAY");
+    let id = broker.send_opts(&thread, &text, None, Some("e2e"));
+    first.release();
+    last.wait_held(1, T);
+    let mine = broker.wait_refusals(2, SETTLE, "turn_mismatch", |r| str_field(r, "reason") == "turn_mismatch");
+    assert!(mine.iter().all(|r| str_field(r, "thread") == thread), "{mine:#?}");
+    assert_untouched(&broker, &id);
+    assert_eq!(model.requests_mentioning(&text), 0);
+    assert!(attack_codes(&broker.inspect_json(), None).iter().all(|c| c == "turn_mismatch"));
+
+    std::fs::remove_file(ctl.join("replay")).unwrap();
+    last.release();
+    proc.wait(T).assert_success();
+    let m = broker.wait_state(&id, "confirmed", SETTLE);
+    assert_eq!(str_field(&m, "event"), "Stop", "{m}");
+    assert_eq!(str_field(&m, "turn_id"), new_turn, "{m}");
+}
+
+/// Two sessions run at once; session A's wrapper rewrites its payloads to name session B (B's
+/// rollout, thread, root and open turn). A's codex holds neither B's rollout nor B's writer lock
+/// -> `not_rollout_holder` / `no_writer_lock`. B's message stays pending until B's own hook takes it.
+#[test]
+fn payload_naming_another_live_thread_is_refused() {
+    let (a_first, a_last, b_first) = (Hold::new(), Hold::new(), Hold::new());
+    let model = ScriptedModel::start();
+    let env = CodexEnv::new(&model);
+    let ctl = install_tamper_wrapper(&env);
+    let (af, al, bf) = (a_first.clone(), a_last.clone(), b_first.clone());
+    model.set_script(move |r: &Request| {
+        let b = !r.user_messages_containing("SESSION_B").is_empty();
+        match (b, r.function_calls().is_empty()) {
+            (true, true) => Reply::exec("echo b").held(&bf),
+            (false, true) => Reply::exec("echo a").held(&af),
+            (false, false) => Reply::message("done").held(&al),
+            (true, false) => Reply::message("done"),
+        }
+    });
+    let broker = broker(&env);
+    let a = env.spawn_exec("SESSION_A");
+    let b = env.spawn_exec("SESSION_B");
+    let (ta, tb) = (a.wait_thread_id(T), b.wait_thread_id(T));
+    a_first.wait_held(1, T);
+    b_first.wait_held(1, T);
+    let b_req = model.requests_for_thread(&tb).remove(0);
+    let b_turn = b_req.turn_id().unwrap();
+    let b_rollout = env.wait_rollout(&tb, T);
+    std::fs::write(
+        ctl.join(format!("tamper-{ta}.jq")),
+        format!(
+            ".transcript_path = {} | .session_id = {} | .turn_id = {}",
+            json!(b_rollout),
+            json!(tb),
+            json!(b_turn)
+        ),
+    )
+    .unwrap();
+    let text = marker("FOR_B");
+    let id = broker.send_opts(&tb, &text, None, Some("e2e"));
+    a_first.release();
+    a_last.wait_held(1, T);
+    let hits = broker.wait_refusals(2, SETTLE, "A's hooks naming B", |r| str_field(r, "thread") == tb);
+    for r in &hits {
+        assert!(matches!(str_field(r, "reason"), "not_rollout_holder" | "no_writer_lock"), "{r}");
+    }
+    assert_untouched(&broker, &id);
+    assert_eq!(model.requests_mentioning(&text), 0, "{}", model.dump());
+
+    a_last.release();
+    b_first.release();
+    a.wait(T).assert_success();
+    b.wait(T).assert_success();
+    let m = broker.wait_state(&id, "confirmed", SETTLE);
+    assert_eq!(str_field(&m, "thread"), tb, "{m}");
+    for r in model.requests_for_thread(&ta) {
+        assert!(!r.body_contains(&text), "A never sees B's message:\n{}", model.dump());
+    }
+}
+
+/// The wrapper points `transcript_path` at a symlink (in the same sessions directory, with a valid
+/// rollout name) to the real rollout -> `transcript_path`. The honest Stop hook then delivers.
+#[test]
+fn symlinked_transcript_path_is_refused() {
+    let (first, last) = (Hold::new(), Hold::new());
+    let model = ScriptedModel::start_with(exec_then_done_held(&first, &last));
+    let env = CodexEnv::new(&model);
+    let ctl = install_tamper_wrapper(&env);
+    let broker = broker(&env);
+    let proc = env.spawn_exec("please run a command");
+    let thread = proc.wait_thread_id(T);
+    first.wait_held(1, T);
+    let real = env.wait_rollout(&thread, T);
+    let link = real.with_file_name(format!("rollout-2000-01-01T00-00-00-{thread}.jsonl"));
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let tamper = ctl.join(format!("tamper-{thread}.jq"));
+    std::fs::write(&tamper, format!(".transcript_path = {}", json!(link))).unwrap();
+    let text = marker("SYMLINK");
+    let id = broker.send_opts(&thread, &text, None, Some("e2e"));
+    first.release();
+    last.wait_held(1, T);
+    let hits = broker.wait_refusals(2, SETTLE, "transcript_path", |r| str_field(r, "reason") == "transcript_path");
+    assert!(hits.iter().all(|r| str_field(r, "thread") == thread), "{hits:#?}");
+    assert_untouched(&broker, &id);
+    assert_eq!(model.requests_mentioning(&text), 0);
+
+    std::fs::remove_file(&tamper).unwrap();
+    std::fs::remove_file(&link).unwrap(); // env.rollout() must find one file
+    last.release();
+    proc.wait(T).assert_success();
+    let m = broker.wait_state(&id, "confirmed", SETTLE);
+    assert_eq!(str_field(&m, "event"), "Stop", "{m}");
+}
+
+/// While the session runs, the test renames a copy of the rollout over the real path. Codex keeps
+/// appending to the old (now unlinked) file; the path names a file codex does not hold, so every
+/// later hook is refused (`not_rollout_holder`, or `rollout_changed` if it happens during a read),
+/// and the message stays pending.
+#[test]
+fn rollout_replaced_mid_session_is_refused() {
+    let (first, last) = (Hold::new(), Hold::new());
+    let model = ScriptedModel::start_with(exec_then_done_held(&first, &last));
+    let env = CodexEnv::with_hook_command(&model, &hc());
+    let broker = broker(&env);
+    let proc = env.spawn_exec("please run a command");
+    let thread = proc.wait_thread_id(T);
+    first.wait_held(1, T);
+    let real = env.wait_rollout(&thread, T);
+    let copy = real.with_extension("copy");
+    std::fs::copy(&real, &copy).unwrap();
+    std::fs::rename(&copy, &real).unwrap();
+    let text = marker("REPLACED");
+    let id = broker.send_opts(&thread, &text, None, Some("e2e"));
+    first.release();
+    last.wait_held(1, T);
+    let hits = broker.wait_refusals(2, SETTLE, "hooks after the swap", |r| str_field(r, "thread") == thread);
+    for r in &hits {
+        assert!(matches!(str_field(r, "reason"), "not_rollout_holder" | "rollout_changed"), "{r}");
+    }
+    assert_untouched(&broker, &id);
+    last.release();
+    proc.wait(T).assert_success();
+    assert_eq!(model.requests_mentioning(&text), 0, "{}", model.dump());
+    assert_untouched(&broker, &id);
+    let codes = attack_codes(&broker.inspect_json(), Some(&thread));
+    assert!(codes.len() >= 3 && codes.iter().any(|c| c == "not_rollout_holder"), "Pre, Post and Stop refused: {codes:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. Trusting a Codex binary while the broker runs
+
+/// A broker that has not trusted this Codex gives its hooks nothing (`untrusted_codex`); after
+/// `broker trust-codex PATH` — same broker process, no restart — the next session (a resume of the
+/// same thread) delivers the very message that stayed pending.
+#[test]
+fn untrusted_codex_gets_nothing_until_trusted_live() {
+    let (first, last) = (Hold::new(), Hold::new());
+    let model = ScriptedModel::start_with(exec_then_done_held(&first, &last));
+    let env = CodexEnv::with_hook_command(&model, &hc());
+    last.release();
+    let broker = Broker::start(&env); // no trust-codex
+    let pid = broker.pid();
+    let proc = env.spawn_exec("please run a command");
+    let thread = proc.wait_thread_id(T);
+    first.wait_held(1, T);
+    let text = marker("UNTRUSTED");
+    let id = broker.send_opts(&thread, &text, None, Some("e2e"));
+    first.release();
+    proc.wait(T).assert_success();
+    assert_eq!(model.requests_mentioning(&text), 0);
+    let codes = attack_codes(&broker.inspect_json(), None);
+    assert!(codes.len() >= 4 && codes.iter().all(|c| c == "untrusted_codex"), "every hook call refused: {codes:?}");
+    assert_untouched(&broker, &id);
+
+    broker.trust_codex(&env.codex);
+    assert_eq!(broker.pid(), pid);
+    let n0 = model.request_count();
+    let out = env.exec_args(&["resume", &thread], "again", T);
+    out.assert_success();
+    let m = broker.wait_state(&id, "confirmed", SETTLE);
+    assert_eq!(str_field(&m, "thread"), thread);
+    let reqs = model.requests();
+    let counts: Vec<usize> = reqs[n0..].iter().map(|r| r.items_containing(&text)).collect();
+    assert!(counts.iter().all(|c| *c <= 1) && counts.last() == Some(&1), "delivered once after trust: {counts:?}");
+    assert_eq!(attack_codes(&broker.inspect_json(), None).len(), codes.len(), "nothing refused after trust");
+    assert!(broker.inspect_json().pointer("/broker/running") == Some(&Value::Bool(true)));
+    let _ = std::io::stderr().flush();
+}
