@@ -13,7 +13,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use courier_tests::broker::{hook_command, refusal_codes, refusals};
+use courier_tests::broker::{hook_command, refusal_codes, run_bounded};
 use courier_tests::hooks::{Hook, COURIER_EVENTS};
 use courier_tests::model::Request;
 use courier_tests::rollout::find_rollout;
@@ -676,4 +676,87 @@ fn untrusted_codex_gets_nothing_until_trusted_live() {
     assert_eq!(attack_codes(&broker.inspect_json(), None).len(), codes.len(), "nothing refused after trust");
     assert!(broker.inspect_json().pointer("/broker/running") == Some(&Value::Bool(true)));
     let _ = std::io::stderr().flush();
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. The TUI's managed app-server daemon
+
+/// Stops the managed daemon of `env` when dropped: `codex app-server daemon stop`, then SIGKILL to
+/// any process still running an executable under this env's CODEX_HOME (the daemon's
+/// `pid-update-loop` helper survives `daemon stop`).
+struct DaemonGuard<'a>(&'a CodexEnv);
+
+impl Drop for DaemonGuard<'_> {
+    fn drop(&mut self) {
+        let out = run_bounded(self.0.codex_command().args(["app-server", "daemon", "stop"]), Duration::from_secs(30));
+        if !out.status.success() {
+            eprintln!("daemon stop: {out:?}");
+        }
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+            if exe.starts_with(&self.0.codex_home) {
+                unsafe_kill(pid);
+            }
+        }
+    }
+}
+
+fn unsafe_kill(pid: i32) {
+    let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+}
+
+/// The pid holding `$CODEX_HOME/thread-writer-locks/<thread>.lock` (from /proc/locks).
+fn lock_holder(env: &CodexEnv, thread: &str) -> Option<i32> {
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata(env.codex_home.join(format!("thread-writer-locks/{thread}.lock"))).ok()?.ino();
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    locks.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let (pid, id) = (f.get(4)?, f.get(5)?);
+        (f.get(1) == Some(&"FLOCK") && id.rsplit(':').next()? == ino.to_string()).then(|| pid.parse().ok()).flatten()
+    })
+}
+
+/// The default interactive TUI runs hooks from a managed daemon, a copy of the codex binary under
+/// `$CODEX_HOME/packages/app-server-daemon/releases/<ver>/bin/codex`. Started the way the TUI
+/// starts it (`codex app-server daemon start`) and driven over its control socket
+/// (`codex app-server proxy`), its hooks verify (the copy has the trusted SHA-256) and deliver.
+#[test]
+fn managed_daemon_hooks_verify_and_deliver() {
+    let (first, last) = (Hold::new(), Hold::new());
+    last.release();
+    let model = ScriptedModel::start_with(exec_then_done_held(&first, &last));
+    let env = CodexEnv::with_hook_command(&model, &hc());
+    let broker = broker(&env);
+    let _guard = DaemonGuard(&env);
+    let out = run_bounded(env.codex_command().args(["app-server", "daemon", "start"]), T);
+    assert!(out.status.success(), "daemon start: {out:?}");
+    let started: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("daemon start JSON ({e}): {out:?}"));
+    let sock = PathBuf::from(str_field(&started, "socketPath"));
+    let mut app = courier_tests::wsrpc::WsRpc::connect(&sock, T).unwrap_or_else(|e| panic!("{}: {e}", sock.display()));
+    app.initialize(T);
+    let r = app.request("thread/start", json!({"cwd": env.work}), T);
+    let thread = r.pointer("/thread/id").and_then(Value::as_str).unwrap().to_string();
+    app.request("turn/start", json!({"threadId": thread, "input": [{"type": "text", "text": "please run a command"}]}), T);
+    first.wait_held(1, T);
+    let holder = lock_holder(&env, &thread).expect("a process holds the thread's writer lock");
+    let exe = std::fs::read_link(format!("/proc/{holder}/exe")).unwrap();
+    // The thread runs in the daemon's copy of codex: another file with the same content.
+    assert!(exe.starts_with(env.codex_home.join("packages/app-server-daemon/releases")), "{}", exe.display());
+    let (a, b) = (std::fs::metadata(&exe).unwrap(), std::fs::metadata(&env.codex).unwrap());
+    use std::os::unix::fs::MetadataExt;
+    assert_ne!((a.dev(), a.ino()), (b.dev(), b.ino()), "a copy, not the trusted path itself");
+    assert_eq!(a.len(), b.len());
+    let text = marker("DAEMON");
+    let id = broker.send_opts(&thread, &text, None, Some("e2e"));
+    first.release();
+    let m = broker.wait_state(&id, "confirmed", T);
+    assert!(matches!(str_field(&m, "event"), "PreToolUse" | "PostToolUse"), "{m}");
+    model.wait_for(T, "the request after the tool call", |r| !r.function_calls().is_empty());
+    let reqs = model.requests_for_thread(&thread);
+    let counts: Vec<usize> = reqs.iter().map(|r| r.items_containing(&text)).collect();
+    assert!(counts.iter().all(|c| *c <= 1) && counts.last() == Some(&1), "delivered once: {counts:?}");
+    assert_eq!(reqs.last().unwrap().developer_messages_containing(&text).len(), 1);
+    assert!(attack_codes(&broker.inspect_json(), None).is_empty(), "daemon hooks verify: {:#}", broker.inspect_json());
 }
