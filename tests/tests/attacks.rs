@@ -696,13 +696,13 @@ impl Drop for DaemonGuard<'_> {
             let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
             let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
             if exe.starts_with(&self.0.codex_home) {
-                unsafe_kill(pid);
+                kill_pid(pid);
             }
         }
     }
 }
 
-fn unsafe_kill(pid: i32) {
+fn kill_pid(pid: i32) {
     let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
 }
 
