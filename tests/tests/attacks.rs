@@ -42,8 +42,8 @@ fn broker(env: &CodexEnv) -> Broker<'_> {
 const UNSET: &str = "env -u CODEX_TOOL_CALL_ID -u CODEX_THREAD_ID -u CODEX_SESSION_ID -u CODEX_CI";
 
 /// Reason codes of the recorded refusals (newest first), optionally of one thread, without
-/// `peer_gone`: under load the first hook call of a broker can outlive hook-client's 500 ms
-/// deadline while the broker hashes the ~300 MB Codex binary once; that refusal is an
+/// `peer_gone`: under load an honest hook-client can give up at its 500 ms deadline before the
+/// gate is done (seen when the broker hashed Codex on the first hook call); that refusal is an
 /// availability artefact, not part of any attack here.
 fn attack_codes(inspect: &Value, thread: Option<&str>) -> Vec<String> {
     refusal_codes(inspect, thread).into_iter().filter(|c| c != "peer_gone").collect()
