@@ -162,8 +162,18 @@ impl Service {
             db::settle(self.store().conn_ref(), &claim, "cancelled", Some("not_allowed"))?;
             return Ok(None);
         }
-        let deadline = Instant::now() + Duration::from_millis(cfg.deadline_ms);
+        let started = Instant::now();
+        let deadline = started + Duration::from_millis(cfg.deadline_ms);
         let outcome = apply(&endpoints, job, &claim, deadline);
+        eprintln!(
+            "broker: effort {} {} (scope {}) for thread {} at {}: {outcome:?} in {} ms",
+            claim.id,
+            claim.level,
+            claim.scope,
+            job.thread,
+            job.event.as_str(),
+            started.elapsed().as_millis()
+        );
         let store = self.store();
         let conn = store.conn_ref();
         let settled = match &outcome {
