@@ -239,3 +239,30 @@ fn exec_session_keeps_change_pending_and_foreign_endpoint_gets_nothing() {
     assert!(listener.accept().is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock), "the foreign socket was contacted");
     assert_eq!(sends(&broker, &id), 0);
 }
+
+/// Queued while the final answer is generated: only the Stop hook follows, when Codex no longer
+/// takes step settings for that turn. Whatever Codex answers is recorded once and never retried.
+#[test]
+fn change_at_turn_end_is_settled_once() {
+    let hold = Hold::new();
+    let h = hold.clone();
+    let r = rig(move |req| match req.function_calls().len() {
+        0 => Reply::exec("echo one"),
+        _ => Reply::message("done").held(&h),
+    });
+    let broker = broker(&r.env);
+    let (_server, mut client) = app_server(&r.env);
+    let thread = start_thread(&mut client, &r.env);
+    let turn = start_turn(&mut client, &thread, "run one command");
+    hold.wait_held(1, T);
+    let id = effort(&broker, &["--thread", &thread, "high"]);
+    hold.release();
+    wait_turn_completed(&mut client, &turn);
+    let m = courier_tests::util::wait_until(Duration::from_secs(10), "effort settled", || {
+        broker.message(&id).filter(|m| !matches!(str_field(m, "state"), "pending" | "applying"))
+    });
+    // codex-cli 0.171.0 still takes it at Stop (`applied`); a finished turn would be `failed`.
+    assert!(matches!(str_field(&m, "state"), "applied" | "failed"), "{m}");
+    assert_eq!(str_field(&m, "event"), "Stop");
+    assert_eq!(sends(&broker, &id), 1);
+}

@@ -131,6 +131,7 @@ mod tests {
 
     #[test]
     fn finds_own_listener_and_not_others() {
+        let _one = super::super::LISTENER_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         let dir = std::env::temp_dir().join(format!("courier-ep-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();

@@ -256,37 +256,55 @@ pub fn effort_record(line: &[u8]) -> Option<String> {
     found?.as_str().map(str::to_string)
 }
 
-/// One exchange: connect to the first endpoint that proves to be the Codex process, initialize,
-/// send the update once, read its answer before `deadline`.
-fn apply(endpoints: &[Endpoint], job: &Job, claim: &db::Claim, deadline: Instant) -> Outcome {
-    let mut refused = Vec::new();
-    let stream = endpoints.iter().find_map(|ep| match endpoint::connect_verified(ep, job.codex_pid, job.codex_start) {
-        Ok(s) => Some(s),
-        Err(e) => {
-            refused.push(e);
-            None
+/// A connection to the first endpoint that proves to be the Codex process and accepts
+/// `initialize`. Nothing that changes settings has been sent on any endpoint tried.
+fn open_session(endpoints: &[Endpoint], job: &Job, deadline: Instant) -> Result<ws::WsClient, String> {
+    let mut why = Vec::new();
+    for ep in endpoints {
+        let stream = match endpoint::connect_verified(ep, job.codex_pid, job.codex_start) {
+            Ok(s) => s,
+            Err(e) => {
+                why.push(e);
+                continue;
+            }
+        };
+        let mut ws = match ws::WsClient::handshake(stream, deadline) {
+            Ok(ws) => ws,
+            Err(e) => {
+                why.push(format!("{}: handshake: {e}", ep.path.display()));
+                continue;
+            }
+        };
+        let init = ws.call(
+            "initialize",
+            json!({"clientInfo": {"name": "courier", "title": "Courier broker", "version": env!("CARGO_PKG_VERSION")},
+                   "capabilities": {"experimentalApi": true}}),
+        );
+        match init {
+            Ok(r) if r.get("result").is_some() => {}
+            Ok(r) => {
+                why.push(format!("{}: initialize refused: {}", ep.path.display(), r.get("error").unwrap_or(&r)));
+                continue;
+            }
+            Err(e) => {
+                why.push(format!("{}: initialize: {e}", ep.path.display()));
+                continue;
+            }
         }
-    });
-    let Some(stream) = stream else {
-        return Outcome::NotSent(format!("endpoint_unreachable: {}", refused.join("; ")));
-    };
-    let mut ws = match ws::WsClient::handshake(stream, deadline) {
+        match ws.notify("initialized") {
+            Ok(()) => return Ok(ws),
+            Err(e) => why.push(format!("{}: initialized: {e}", ep.path.display())),
+        }
+    }
+    Err(why.join("; "))
+}
+
+/// One exchange: open a session, send the update once, read its answer before `deadline`.
+fn apply(endpoints: &[Endpoint], job: &Job, claim: &db::Claim, deadline: Instant) -> Outcome {
+    let mut ws = match open_session(endpoints, job, deadline) {
         Ok(ws) => ws,
-        Err(e) => return Outcome::NotSent(format!("endpoint_handshake: {e}")),
+        Err(why) => return Outcome::NotSent(format!("endpoint_unreachable: {why}")),
     };
-    let init = ws.call(
-        "initialize",
-        json!({"clientInfo": {"name": "courier", "title": "Courier broker", "version": env!("CARGO_PKG_VERSION")},
-               "capabilities": {"experimentalApi": true}}),
-    );
-    match init {
-        Ok(r) if r.get("result").is_some() => {}
-        Ok(r) => return Outcome::NotSent(format!("initialize_refused: {}", r.get("error").unwrap_or(&r))),
-        Err(e) => return Outcome::NotSent(format!("initialize: {e}")),
-    }
-    if let Err(e) = ws.notify("initialized") {
-        return Outcome::NotSent(format!("initialized: {e}"));
-    }
     if deadline.saturating_duration_since(Instant::now()) < MIN_SEND_BUDGET {
         return Outcome::NotSent("deadline_before_send".into());
     }
@@ -303,6 +321,10 @@ fn apply(endpoints: &[Endpoint], job: &Job, claim: &db::Claim, deadline: Instant
         Ok(r) => judge(&claim.scope, &r),
     }
 }
+
+/// Discovery finds every listener of the test process: tests that bind one take turns.
+#[cfg(test)]
+pub(crate) static LISTENER_TESTS: Mutex<()> = Mutex::new(());
 
 /// Reads an update's response.
 pub fn judge(scope: &str, response: &Value) -> Outcome {
@@ -358,5 +380,201 @@ mod tests {
         assert_eq!(effort_record(tc).as_deref(), Some("high"));
         let other = br#"{"timestamp":"t","type":"event_msg","payload":{"type":"token_count"}}"#;
         assert_eq!(effort_record(other), None);
+    }
+}
+
+/// The whole apply path (discovery, claim, one exchange, settlement) against a stand-in
+/// app-server on a real socket held by this test process, so discovery finds it as the "codex".
+#[cfg(test)]
+mod exchange_tests {
+    use super::*;
+    use sha1::{Digest, Sha1};
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixListener;
+
+    const THREAD: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce2";
+
+    #[derive(Clone, Copy)]
+    enum Mode {
+        Answer(&'static str),
+        Silent,
+        CloseAfterUpdate,
+    }
+
+    fn read_frame(s: &mut std::os::unix::net::UnixStream) -> Option<Value> {
+        let mut h = [0u8; 2];
+        s.read_exact(&mut h).ok()?;
+        let mut len = (h[1] & 0x7f) as usize;
+        if len == 126 {
+            let mut b = [0u8; 2];
+            s.read_exact(&mut b).ok()?;
+            len = u16::from_be_bytes(b) as usize;
+        }
+        assert!(h[1] & 0x80 != 0, "client frames must be masked");
+        let mut mask = [0u8; 4];
+        s.read_exact(&mut mask).ok()?;
+        let mut p = vec![0u8; len];
+        s.read_exact(&mut p).ok()?;
+        p.iter_mut().enumerate().for_each(|(i, b)| *b ^= mask[i % 4]);
+        serde_json::from_slice(&p).ok()
+    }
+
+    fn write_frame(s: &mut std::os::unix::net::UnixStream, v: &Value) {
+        let d = v.to_string().into_bytes();
+        let mut f = vec![0x81u8];
+        if d.len() < 126 {
+            f.push(d.len() as u8);
+        } else {
+            f.push(126);
+            f.extend_from_slice(&(d.len() as u16).to_be_bytes());
+        }
+        f.extend_from_slice(&d);
+        s.write_all(&f).unwrap();
+    }
+
+    /// Serves one connection; returns the methods it received.
+    fn stand_in(listener: UnixListener, mode: Mode) -> std::thread::JoinHandle<Vec<String>> {
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut head = Vec::new();
+            let mut b = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                s.read_exact(&mut b).unwrap();
+                head.push(b[0]);
+            }
+            let head = String::from_utf8(head).unwrap();
+            let key = head.lines().find_map(|l| l.strip_prefix("Sec-WebSocket-Key: ")).unwrap().trim().to_string();
+            let accept = ws::base64(&Sha1::digest(format!("{key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11").as_bytes()));
+            write!(s, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n").unwrap();
+            let mut methods = Vec::new();
+            while let Some(msg) = read_frame(&mut s) {
+                let method = msg["method"].as_str().unwrap_or("").to_string();
+                methods.push(method.clone());
+                match method.as_str() {
+                    "initialize" => write_frame(&mut s, &json!({"id": msg["id"], "result": {}})),
+                    "initialized" => write_frame(&mut s, &json!({"method": "thread/status", "params": {}})),
+                    _ => match mode {
+                        Mode::Answer(r) => {
+                            let mut v: Value = serde_json::from_str(r).unwrap();
+                            v["id"] = msg["id"].clone();
+                            write_frame(&mut s, &v);
+                        }
+                        Mode::Silent => {}
+                        Mode::CloseAfterUpdate => return methods,
+                    },
+                }
+            }
+            methods
+        })
+    }
+
+    fn run_once(name: &str, scope: &str, mode: Mode, deadline_ms: u64) -> (Value, Vec<String>, Arc<Service>, PathBuf) {
+        let _one = super::LISTENER_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = std::env::temp_dir().join(format!("courier-exchange-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let listener = UnixListener::bind(dir.join("as.sock")).unwrap();
+        let server = stand_in(listener, mode);
+        let svc = Service::open(&dir, &dir, dir.join("none.toml")).unwrap();
+        let cfg = EffortConfig { deadline_ms, ..EffortConfig::default() };
+        let id = enqueue(&mut svc.store(), &cfg, THREAD, "high", scope, "test").unwrap().0;
+        let me = std::process::id() as i32;
+        let job = Job {
+            thread: THREAD.into(),
+            turn_id: Some("turn-1".into()),
+            event: HookEvent::PostToolUse,
+            codex_pid: me,
+            codex_start: endpoint::starttime(me).unwrap(),
+            rollout: dir.join("rollout.jsonl"),
+            rollout_len: 0,
+            tool: None,
+        };
+        svc.run(&job, &cfg).unwrap();
+        // A second hook finds nothing left to send.
+        svc.run(&job, &cfg).unwrap();
+        let row = svc.store().messages(Some(THREAD)).unwrap().into_iter().find(|m| m.id == id).unwrap();
+        let methods = server.join().unwrap();
+        (json!({"state": row.state, "reason": row.reason, "attempts": row.attempts}), methods, svc, dir)
+    }
+
+    fn updates(methods: &[String]) -> usize {
+        methods.iter().filter(|m| m.ends_with("/settings/update")).count()
+    }
+
+    #[test]
+    fn applied_answer_is_recorded() {
+        let (row, methods, _s, dir) = run_once("applied", "turn", Mode::Answer(r#"{"result":{"status":"applied"}}"#), 2000);
+        assert_eq!(row["state"], "applied");
+        assert_eq!(methods, ["initialize", "initialized", "turn/settings/update"]);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn target_unavailable_and_rpc_errors_fail_once() {
+        let (row, methods, _s, dir) = run_once("gone", "turn", Mode::Answer(r#"{"result":{"status":"targetUnavailable"}}"#), 2000);
+        assert_eq!((row["state"].as_str(), row["reason"].as_str()), (Some("failed"), Some("target_unavailable")));
+        assert_eq!(updates(&methods), 1);
+        std::fs::remove_dir_all(dir).unwrap();
+        let (row, methods, _s, dir) =
+            run_once("rpcerr", "thread", Mode::Answer(r#"{"error":{"code":-32600,"message":"nope"}}"#), 2000);
+        assert_eq!(row["state"], "failed");
+        assert!(row["reason"].as_str().unwrap().contains("-32600"), "{row}");
+        assert_eq!(methods.last().map(String::as_str), Some("thread/settings/update"));
+        assert_eq!(updates(&methods), 1);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn no_answer_is_uncertain_within_the_deadline_and_never_resent() {
+        let started = Instant::now();
+        let (row, methods, _s, dir) = run_once("silent", "turn", Mode::Silent, 300);
+        assert_eq!((row["state"].as_str(), row["reason"].as_str()), (Some("uncertain"), Some("no_answer_before_deadline")));
+        assert!(started.elapsed() < Duration::from_secs(2), "bounded by the deadline: {:?}", started.elapsed());
+        assert_eq!(updates(&methods), 1);
+        assert_eq!(row["attempts"], 1);
+        std::fs::remove_dir_all(dir).unwrap();
+        let (row, methods, _s, dir) = run_once("closed", "turn", Mode::CloseAfterUpdate, 2000);
+        assert_eq!(row["state"], "uncertain");
+        assert_eq!(updates(&methods), 1);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn claim_is_exactly_once_and_a_crash_after_claim_is_uncertain() {
+        let dir = std::env::temp_dir().join(format!("courier-claim-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut store = Store::open(&dir).unwrap();
+        let (id, _) = db::enqueue(store.conn(), THREAD, "high", "turn", "t").unwrap();
+        let c = db::claim(store.conn(), THREAD, "PreToolUse", Some("t1"), ("/r", 0), "x").unwrap().unwrap();
+        assert!(db::claim(store.conn(), THREAD, "PostToolUse", Some("t1"), ("/r", 0), "x").unwrap().is_none());
+        let stale = db::Claim { token: c.token - 1, ..c.clone() };
+        assert!(!db::settle(store.conn_ref(), &stale, "applied", None).unwrap(), "a stale token settles nothing");
+        drop(store);
+        // The broker stops here. The next one must not send it again.
+        let svc = Service::open(&dir, &dir, dir.join("none.toml")).unwrap();
+        let s = svc.store();
+        let row = s.messages(Some(THREAD)).unwrap().into_iter().find(|m| m.id == id).unwrap();
+        assert_eq!((row.state.as_str(), row.reason.as_deref()), ("uncertain", Some("broker_stopped_during_apply")));
+        assert!(!db::has_pending(s.conn_ref(), THREAD).unwrap());
+        assert!(!db::unclaim(s.conn_ref(), &c, "x").unwrap(), "an uncertain claim never returns to pending");
+        drop(s);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn turn_scope_waits_for_a_hook_with_a_turn() {
+        let dir = std::env::temp_dir().join(format!("courier-noturn-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut store = Store::open(&dir).unwrap();
+        db::enqueue(store.conn(), THREAD, "high", "turn", "t").unwrap();
+        assert!(db::claim(store.conn(), THREAD, "SessionStart", None, ("/r", 0), "x").unwrap().is_none());
+        assert_eq!(store.messages(None).unwrap()[0].reason.as_deref(), Some("waiting_for_turn"));
+        db::enqueue(store.conn(), THREAD, "low", "thread", "t").unwrap();
+        assert!(db::claim(store.conn(), THREAD, "SessionStart", None, ("/r", 0), "x").unwrap().is_some());
+        drop(store);
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }
