@@ -266,3 +266,58 @@ fn change_at_turn_end_is_settled_once() {
     assert_eq!(str_field(&m, "event"), "Stop");
     assert_eq!(sends(&broker, &id), 1);
 }
+
+/// The effort policy (off by default) reacts to PostToolUse outcomes: a failing `Bash` command
+/// raises effort for the next request of the turn, a success sets it back once the raise was
+/// applied. The exit code comes from Codex's own record of the call (the hook payload's
+/// `tool_response` is only the output text in codex-cli 0.171.0).
+#[test]
+fn policy_raises_after_failure_and_lowers_after_success() {
+    let r = rig(|req| match req.function_calls().len() {
+        0 => Reply::exec("echo failing; exit 3"),
+        1 => Reply::exec("echo fine"),
+        _ => Reply::message("done"),
+    });
+    std::fs::write(
+        &r.env.courier_config,
+        "[effort.policy]\nenabled = true\n\
+         [[effort.policy.rules]]\ntool = \"Bash\"\nafter_failures = 1\nset = \"high\"\n\
+         [[effort.policy.rules]]\ntool = \"Bash\"\nafter_successes = 1\nset = \"medium\"\n",
+    )
+    .unwrap();
+    let broker = broker(&r.env);
+    let (_server, mut client) = app_server(&r.env);
+    let thread = start_thread(&mut client, &r.env);
+    let turn = start_turn(&mut client, &thread, "run two commands");
+    wait_turn_completed(&mut client, &turn);
+
+    let reqs = r.model.requests();
+    assert_eq!(reqs.len(), 3, "{}", r.model.dump());
+    let efforts: Vec<Option<String>> = reqs.iter().map(effort_of).collect();
+    assert_ne!(efforts[0].as_deref(), Some("high"));
+    assert_eq!(efforts[1].as_deref(), Some("high"), "raised after `exit 3`: {efforts:?}");
+    assert_eq!(efforts[2].as_deref(), Some("medium"), "set back after the success: {efforts:?}");
+    let rows: Vec<Value> = courier_tests::broker::messages(&broker.inspect_json())
+        .into_iter()
+        .filter(|m| str_field(m, "kind") == "effort")
+        .collect();
+    let summary: Vec<(&str, &str, &str, &str)> =
+        rows.iter().map(|m| (str_field(m, "effort"), str_field(m, "state"), str_field(m, "from"), str_field(m, "event"))).collect();
+    assert_eq!(summary, [("high", "applied", "policy", "PostToolUse"), ("medium", "applied", "policy", "PostToolUse")]);
+}
+
+/// Off by default: the same failing command changes nothing.
+#[test]
+fn policy_is_off_by_default() {
+    let r = rig(|req| match req.function_calls().len() {
+        0 => Reply::exec("exit 3"),
+        _ => Reply::message("done"),
+    });
+    let broker = broker(&r.env);
+    let (_server, mut client) = app_server(&r.env);
+    let thread = start_thread(&mut client, &r.env);
+    let turn = start_turn(&mut client, &thread, "fail once");
+    wait_turn_completed(&mut client, &turn);
+    assert!(courier_tests::broker::messages(&broker.inspect_json()).is_empty());
+    assert!(r.model.requests().iter().all(|q| effort_of(q).as_deref() != Some("high")));
+}
