@@ -15,7 +15,7 @@ pub struct Report {
     pub status: Option<Value>,
     pub now: i64,
     /// Effort rows: id -> (scope, endpoint detail).
-    pub effort: std::collections::HashMap<String, (Option<String>, Option<String>)>,
+    pub effort: crate::effort::db::Details,
 }
 
 impl Report {

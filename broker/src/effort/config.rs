@@ -141,11 +141,14 @@ impl EffortConfig {
     }
 }
 
+/// mtime and size of the config file (None: missing).
+type Stamp = Option<(SystemTime, u64)>;
+
 /// The config as of the file's last change, re-read when its mtime or size moves. An invalid
 /// file keeps the policy off and is reported once per change.
 pub struct ConfigCache {
     path: PathBuf,
-    state: Mutex<Option<(Option<(SystemTime, u64)>, EffortConfig)>>,
+    state: Mutex<Option<(Stamp, EffortConfig)>>,
 }
 
 impl ConfigCache {

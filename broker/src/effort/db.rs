@@ -224,7 +224,9 @@ pub fn record_outcome(conn: &Connection, thread: &str, tool: &str, success: bool
 }
 
 /// `id -> (scope, detail)` of effort rows, for inspect.
-pub fn details(conn: &Connection, thread: Option<&str>) -> Result<HashMap<String, (Option<String>, Option<String>)>> {
+pub type Details = HashMap<String, (Option<String>, Option<String>)>;
+
+pub fn details(conn: &Connection, thread: Option<&str>) -> Result<Details> {
     let mut stmt = conn.prepare_cached(
         "SELECT id, scope, effort_detail FROM messages WHERE kind = 'effort' AND (?1 IS NULL OR thread = ?1)",
     )?;

@@ -185,7 +185,7 @@ impl Service {
         if !settled {
             eprintln!("broker: effort {} was settled by someone else (outcome {outcome:?})", claim.id);
         }
-        Ok((settled && outcome == Outcome::Applied && claim.scope == "thread").then(|| (claim.id, claim.level, job.rollout_len)))
+        Ok((settled && outcome == Outcome::Applied && claim.scope == "thread").then_some((claim.id, claim.level, job.rollout_len)))
     }
 
     /// Watches the rollout (bounded) for `thread_settings_applied` carrying `level`.
