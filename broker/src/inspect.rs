@@ -14,6 +14,8 @@ pub struct Report {
     pub refusals: Vec<Refusal>,
     pub status: Option<Value>,
     pub now: i64,
+    /// Effort rows: id -> (scope, endpoint detail).
+    pub effort: crate::effort::db::Details,
 }
 
 impl Report {
@@ -23,6 +25,7 @@ impl Report {
             refusals: store.refusals(thread, REFUSALS_SHOWN)?,
             status,
             now: now_ms(),
+            effort: crate::effort::db::details(store.conn_ref(), thread)?,
         })
     }
 
@@ -31,14 +34,21 @@ impl Report {
             .messages
             .iter()
             .map(|m| {
-                json!({
+                let mut v = json!({
                     "id": m.id, "thread": m.thread, "kind": m.kind, "state": m.state, "from": m.from,
                     "key": m.key, "created_at": m.created_at, "updated_at": m.updated_at,
                     "age_ms": self.now - m.created_at, "expires_at": m.expires_at,
                     "event": m.event, "turn_id": m.turn_id, "handed_at": m.handed_at,
                     "confirmed_at": m.confirmed_at, "reason": m.reason, "attempts": m.attempts,
                     "bytes": m.body.len(),
-                })
+                });
+                if m.kind == "effort" {
+                    let (scope, detail) = self.effort.get(&m.id).cloned().unwrap_or_default();
+                    v["effort"] = json!(m.body);
+                    v["scope"] = json!(scope);
+                    v["endpoint"] = json!(detail);
+                }
+                v
             })
             .collect();
         let refusals: Vec<Value> = self
@@ -91,7 +101,14 @@ impl Report {
                     (Some(e), None) => e.clone(),
                     _ => "-".into(),
                 };
-                let kind = if m.kind == "message" { String::new() } else { format!(" [{}]", m.kind) };
+                let kind = match m.kind.as_str() {
+                    "message" => String::new(),
+                    "effort" => {
+                        let scope = self.effort.get(&m.id).and_then(|d| d.0.clone()).unwrap_or_else(|| "turn".into());
+                        format!(" [effort {} {scope}]", m.body)
+                    }
+                    other => format!(" [{other}]"),
+                };
                 let _ = writeln!(
                     out,
                     "{:<18} {:<13} {:<10} {:>6}  {:<12} {:<30} {}{}",

@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Context, Result};
 use broker::store::{Enqueued, Store};
-use broker::{delivery, dirs, inspect, server, trust};
+use broker::{delivery, dirs, effort, inspect, server, trust};
 use courier_shared::paths;
 use lexopt::prelude::*;
 use std::io::Read;
@@ -17,8 +17,9 @@ commands:
   serve                                   run the broker in the foreground
   send --thread <UUID> [--key K] [--ttl D] [--from LABEL] [--json] <TEXT | ->
                                           queue a message for a Codex thread; prints its id
-  effort --thread <UUID> <none|minimal|low|medium|high|xhigh>
-                                          queue a reasoning-effort change
+  effort --thread <UUID> [--scope turn|thread] <none|minimal|low|medium|high|xhigh>
+                                          queue a reasoning-effort change (default scope:
+                                          the running turn; thread = from the next turn on)
   inspect [--thread <UUID>] [--json]      show messages, refusals and broker health
   cancel <MESSAGE-ID>                     cancel a message that was not handed yet
   trust-codex [PATH]                      record a Codex binary's SHA-256 as trusted
@@ -139,25 +140,31 @@ fn send(mut parser: lexopt::Parser) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-const EFFORTS: [&str; 6] = ["none", "minimal", "low", "medium", "high", "xhigh"];
-
 fn effort(mut parser: lexopt::Parser) -> Result<ExitCode> {
-    let (mut thread, mut level) = (None, None);
+    let (mut thread, mut level, mut scope, mut json) = (None, None, "turn".to_string(), false);
     while let Some(arg) = parser.next()? {
         match arg {
             Long("thread") => thread = Some(parser.value()?.string()?),
+            Long("scope") => scope = parser.value()?.string()?,
+            Long("json") => json = true,
             Value(v) if level.is_none() => level = Some(v.string()?),
             other => return Err(other.unexpected().into()),
         }
     }
     let thread = require_thread(thread)?;
-    let level = level.context("an effort level is required")?;
-    if !EFFORTS.contains(&level.as_str()) {
-        bail!("effort {level:?} is not one of {}", EFFORTS.join(", "));
-    }
+    let level = level.context("an effort level is required (none, minimal, low, medium, high or xhigh)")?;
+    let cfg = effort::config::EffortConfig::load(&paths::config_path())?;
+    let from = std::env::var("USER").unwrap_or_else(|_| "cli".into());
     let mut store = open_store()?;
-    let (Enqueued::New(id) | Enqueued::Existing(id)) = store.enqueue(&thread, "effort", &level, None, None, None)?;
-    println!("{id}");
+    let (id, superseded) = effort::enqueue(&mut store, &cfg, &thread, &level, &scope, &from)?;
+    for old in &superseded {
+        eprintln!("broker: {old} superseded (cancelled)");
+    }
+    if json {
+        println!("{}", serde_json::json!({"id": id, "thread": thread, "effort": level, "scope": scope, "superseded": superseded}));
+    } else {
+        println!("{id}");
+    }
     Ok(ExitCode::SUCCESS)
 }
 

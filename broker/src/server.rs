@@ -4,6 +4,7 @@
 
 use crate::delivery::{self, Offer};
 use crate::dirs;
+use crate::effort;
 use crate::gate::{self, Gate, GateConfig, HookRequest, Peer, Verified};
 use crate::store::Store;
 use anyhow::{bail, Context, Result};
@@ -44,6 +45,7 @@ struct Counters {
 struct Broker {
     store: Mutex<Store>,
     gate: Gate,
+    effort: Arc<effort::Service>,
     counters: Counters,
     started: Instant,
 }
@@ -92,7 +94,8 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         eprintln!("broker: warning: no hook-client found next to {}; every hook call will be refused", exe.display());
     }
     let gate = Gate::new(GateConfig { codex_home: opts.codex_home.clone(), installed_clients, secret });
-    let broker = Arc::new(Broker { store: Mutex::new(store), gate, counters: Counters::default(), started: Instant::now() });
+    let effort = effort::Service::open(&opts.state_dir, &opts.codex_home, courier_shared::paths::config_path())?;
+    let broker = Arc::new(Broker { store: Mutex::new(store), gate, effort, counters: Counters::default(), started: Instant::now() });
     let socket = courier_shared::paths::socket_path(&opts.runtime_dir);
     let listener = bind_socket(&socket)?;
     eprintln!(
@@ -149,6 +152,8 @@ impl Broker {
         if let Err(e) = store.release_expired_leases().and_then(|_| delivery::reconcile(&mut store, None)) {
             eprintln!("broker: maintenance: {e:#}");
         }
+        drop(store);
+        self.effort.maintain();
     }
 
     fn refuse(&self, code: &str, detail: &str, thread: Option<&str>, event: Option<&str>, pid: Option<i32>) {
@@ -201,12 +206,15 @@ impl Broker {
                 return self.refuse(r.code, &r.detail, r.thread.as_deref(), r.event.as_deref(), Some(peer.pid));
             }
         };
+        // Effort changes go through the app-server on their own thread; waited for below, bounded.
+        let effort = self.effort.on_hook(&verified, request.payload);
         let offer = {
             let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
             // Settle earlier hand-offs first, so inspect and the Stop guard see current states.
             let _ = delivery::reconcile(&mut store, Some(&verified.thread_id));
             delivery::offer(&mut store, &verified)
         };
+        effort.wait(effort::HOOK_WAIT);
         match offer {
             Ok(Offer::Lease { token, output, count }) => self.hand_over(stream, &verified, token, output, count),
             Ok(Offer::Deferred(reason)) => {

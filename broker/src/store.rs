@@ -167,7 +167,17 @@ impl Store {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.execute_batch(SCHEMA).context("creating the queue schema")?;
+        crate::effort::db::migrate(&conn).context("adding the effort columns")?;
         Ok(Store { conn })
+    }
+
+    /// The connection, for modules that keep their own columns and tables (effort).
+    pub fn conn(&mut self) -> &mut Connection {
+        &mut self.conn
+    }
+
+    pub fn conn_ref(&self) -> &Connection {
+        &self.conn
     }
 
     pub fn enqueue(

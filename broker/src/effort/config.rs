@@ -1,0 +1,208 @@
+//! The `[effort]` section of the Courier config file (`COURIER_CONFIG`). Read here on its own
+//! until the broker has one config module; other sections are ignored.
+//!
+//! ```toml
+//! [effort]
+//! allow = ["low", "medium", "high"]   # default: all six levels
+//! deadline_ms = 2000                    # how long one app-server exchange may take
+//!
+//! [effort.policy]                       # off unless enabled
+//! enabled = true
+//! scope = "turn"                        # how the policy's changes apply
+//! [[effort.policy.rules]]
+//! tool = "Bash"
+//! after_failures = 2                    # consecutive non-zero exits
+//! set = "high"
+//! [[effort.policy.rules]]
+//! tool = "Bash"
+//! after_successes = 1
+//! set = "medium"
+//! ```
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+pub const LEVELS: [&str; 6] = ["none", "minimal", "low", "medium", "high", "xhigh"];
+pub const SCOPES: [&str; 2] = ["turn", "thread"];
+
+#[derive(Deserialize, Default)]
+struct FileConfig {
+    #[serde(default)]
+    effort: Option<EffortConfig>,
+}
+
+#[derive(Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct EffortConfig {
+    #[serde(default = "all_levels")]
+    pub allow: Vec<String>,
+    #[serde(default = "default_deadline")]
+    pub deadline_ms: u64,
+    #[serde(default)]
+    pub policy: Policy,
+}
+
+#[derive(Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    #[serde(default)]
+    pub enabled: bool,
+    #[serde(default)]
+    pub scope: Option<String>,
+    #[serde(default)]
+    pub rules: Vec<Rule>,
+}
+
+#[derive(Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    /// Tool name as the hook reports it (`Bash`, `apply_patch`, `mcp__server__tool`).
+    pub tool: String,
+    #[serde(default)]
+    pub after_failures: Option<u32>,
+    #[serde(default)]
+    pub after_successes: Option<u32>,
+    pub set: String,
+}
+
+fn all_levels() -> Vec<String> {
+    LEVELS.iter().map(|s| s.to_string()).collect()
+}
+
+fn default_deadline() -> u64 {
+    2000
+}
+
+impl Default for EffortConfig {
+    fn default() -> Self {
+        EffortConfig { allow: all_levels(), deadline_ms: default_deadline(), policy: Policy::default() }
+    }
+}
+
+impl EffortConfig {
+    pub fn parse(text: &str) -> Result<EffortConfig> {
+        let file: FileConfig = toml::from_str(text)?;
+        let c = file.effort.unwrap_or_default();
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Missing file = defaults; an unreadable or invalid one is an error.
+    pub fn load(path: &Path) -> Result<EffortConfig> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => EffortConfig::parse(&text).with_context(|| format!("config {}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(EffortConfig::default()),
+            Err(e) => Err(e).with_context(|| format!("reading config {}", path.display())),
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        for l in &self.allow {
+            if !LEVELS.contains(&l.as_str()) {
+                bail!("[effort] allow: {l:?} is not one of {}", LEVELS.join(", "));
+            }
+        }
+        if !(100..=60_000).contains(&self.deadline_ms) {
+            bail!("[effort] deadline_ms must be between 100 and 60000");
+        }
+        if let Some(s) = &self.policy.scope {
+            if !SCOPES.contains(&s.as_str()) {
+                bail!("[effort.policy] scope: {s:?} is not turn or thread");
+            }
+        }
+        for (i, r) in self.policy.rules.iter().enumerate() {
+            match (r.after_failures, r.after_successes) {
+                (Some(n), None) | (None, Some(n)) if n >= 1 => {}
+                _ => bail!("[[effort.policy.rules]] #{}: set exactly one of after_failures / after_successes (>= 1)", i + 1),
+            }
+            if !self.allow.contains(&r.set) {
+                bail!("[[effort.policy.rules]] #{}: set = {:?} is not in [effort] allow", i + 1, r.set);
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks a requested level against the allowlist, with an error that says what is allowed.
+    pub fn check_level(&self, level: &str) -> Result<()> {
+        if !LEVELS.contains(&level) {
+            bail!("effort {level:?} is not one of {}", LEVELS.join(", "));
+        }
+        if !self.allow.iter().any(|a| a == level) {
+            bail!("effort {level:?} is not allowed by the config ([effort] allow = [{}])", self.allow.join(", "));
+        }
+        Ok(())
+    }
+
+    pub fn policy_scope(&self) -> &str {
+        self.policy.scope.as_deref().unwrap_or("turn")
+    }
+}
+
+/// mtime and size of the config file (None: missing).
+type Stamp = Option<(SystemTime, u64)>;
+
+/// The config as of the file's last change, re-read when its mtime or size moves. An invalid
+/// file keeps the policy off and is reported once per change.
+pub struct ConfigCache {
+    path: PathBuf,
+    state: Mutex<Option<(Stamp, EffortConfig)>>,
+}
+
+impl ConfigCache {
+    pub fn new(path: PathBuf) -> ConfigCache {
+        ConfigCache { path, state: Mutex::new(None) }
+    }
+
+    pub fn get(&self) -> EffortConfig {
+        let stamp = std::fs::metadata(&self.path).ok().and_then(|m| Some((m.modified().ok()?, m.len())));
+        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((s, c)) = g.as_ref() {
+            if *s == stamp {
+                return c.clone();
+            }
+        }
+        let c = EffortConfig::load(&self.path).unwrap_or_else(|e| {
+            eprintln!("broker: effort config ignored (policy off, every level allowed): {e:#}");
+            EffortConfig::default()
+        });
+        *g = Some((stamp, c.clone()));
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_allow_all_and_policy_off() {
+        let c = EffortConfig::parse("[other]\nx = 1\n").unwrap();
+        assert_eq!(c.allow.len(), 6);
+        assert!(!c.policy.enabled);
+    }
+
+    #[test]
+    fn allowlist_refuses_with_a_clear_error() {
+        let c = EffortConfig::parse("[effort]\nallow = [\"low\", \"medium\"]\n").unwrap();
+        assert!(c.check_level("low").is_ok());
+        let e = c.check_level("xhigh").unwrap_err().to_string();
+        assert!(e.contains("not allowed") && e.contains("low, medium"), "{e}");
+        assert!(c.check_level("turbo").unwrap_err().to_string().contains("not one of"));
+    }
+
+    #[test]
+    fn bad_configs_are_rejected() {
+        for bad in [
+            "[effort]\nallow = [\"turbo\"]\n",
+            "[effort]\nalow = []\n",
+            "[effort.policy]\nenabled = true\n[[effort.policy.rules]]\ntool = \"Bash\"\nset = \"high\"\n",
+            "[effort]\nallow = [\"low\"]\n[[effort.policy.rules]]\ntool = \"Bash\"\nafter_failures = 1\nset = \"high\"\n",
+            "[effort.policy]\nscope = \"forever\"\n",
+        ] {
+            assert!(EffortConfig::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! Finding the app-server endpoint that belongs to one verified Codex process, and proving it.
+//!
+//! Candidates are the listening Unix sockets with a path whose inodes sit in that process's own
+//! fd table (`/proc/<pid>/fd` against `/proc/<pid>/net/unix`): only that process can be serving
+//! them. A path can still be swapped between the check and `connect`, so after connecting the
+//! listener's `SO_PEERCRED` pid (the process that called `listen`) must be the same Codex process,
+//! with the same start time. The TUI's managed daemon is the same case (it runs the hooks);
+//! `$CODEX_HOME/app-server-daemon/daemon.pid` only orders its control socket first.
+
+use std::collections::HashSet;
+use std::fs;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Endpoint {
+    pub path: PathBuf,
+    /// `managed_daemon` or `listen_socket`.
+    pub via: &'static str,
+}
+
+/// Start time (clock ticks, /proc stat field 22) of `pid`, counted from the last `)`.
+pub fn starttime(pid: i32) -> Option<u64> {
+    let stat = fs::read(format!("/proc/{pid}/stat")).ok()?;
+    let close = stat.iter().rposition(|b| *b == b')')?;
+    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
+    rest.split_ascii_whitespace().nth(22 - 3)?.parse().ok()
+}
+
+fn socket_inodes(pid: i32) -> HashSet<u64> {
+    let mut out = HashSet::new();
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fd")) else { return out };
+    for entry in dir.flatten() {
+        if let Ok(target) = fs::read_link(entry.path()) {
+            let t = target.to_string_lossy();
+            if let Some(n) = t.strip_prefix("socket:[").and_then(|s| s.strip_suffix(']')) {
+                if let Ok(n) = n.parse() {
+                    out.insert(n);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `(inode, path)` of listening, path-bound entries of a `/proc/net/unix` table.
+pub fn parse_net_unix(text: &str) -> Vec<(u64, String)> {
+    const SO_ACCEPTCON: u32 = 0x10000;
+    text.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // Num RefCount Protocol Flags Type St Inode [Path]
+            let flags = u32::from_str_radix(f.get(3)?, 16).ok()?;
+            let path = f.get(7)?;
+            if flags & SO_ACCEPTCON == 0 || !path.starts_with('/') {
+                return None;
+            }
+            Some((f[6].parse().ok()?, path.to_string()))
+        })
+        .collect()
+}
+
+/// The managed daemon's record: `{"pid":N,"processIdentity":{"startTicks":T,..},..}`.
+fn daemon_record(codex_home: &Path) -> Option<(i32, u64)> {
+    let text = fs::read_to_string(codex_home.join("app-server-daemon/daemon.pid")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let pid = i32::try_from(v.get("pid")?.as_i64()?).ok()?;
+    let ticks = v.pointer("/processIdentity/startTicks")?.as_u64()?;
+    Some((pid, ticks))
+}
+
+/// Endpoints served by Codex process `pid` (started at `start`), best first. Empty when it
+/// serves none (e.g. `codex exec`).
+pub fn discover(codex_home: &Path, pid: i32, start: u64) -> Vec<Endpoint> {
+    let inodes = socket_inodes(pid);
+    if inodes.is_empty() {
+        return Vec::new();
+    }
+    let table = fs::read_to_string(format!("/proc/{pid}/net/unix")).unwrap_or_default();
+    let mut found: Vec<Endpoint> = parse_net_unix(&table)
+        .into_iter()
+        .filter(|(inode, _)| inodes.contains(inode))
+        .map(|(_, path)| Endpoint { path: PathBuf::from(path), via: "listen_socket" })
+        .collect();
+    // The fd table was read from a live process only if it is still the same process.
+    if starttime(pid) != Some(start) {
+        return Vec::new();
+    }
+    if daemon_record(codex_home) == Some((pid, start)) {
+        let control = codex_home.join("app-server-control/app-server-control.sock");
+        if let Ok(real) = fs::canonicalize(&control) {
+            if let Some(i) = found.iter().position(|e| e.path == real) {
+                let mut e = found.remove(i);
+                e.via = "managed_daemon";
+                found.insert(0, e);
+            }
+        }
+    }
+    found
+}
+
+/// Connects to `ep` and proves the listener is Codex process `pid` started at `start`.
+pub fn connect_verified(ep: &Endpoint, pid: i32, start: u64) -> Result<UnixStream, String> {
+    let stream = UnixStream::connect(&ep.path).map_err(|e| format!("connect {}: {e}", ep.path.display()))?;
+    let cred = nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
+        .map_err(|e| format!("SO_PEERCRED: {e}"))?;
+    if cred.pid() != pid || cred.uid() != courier_shared::paths::uid() {
+        return Err(format!("{} is served by pid {} uid {}, not codex pid {pid}", ep.path.display(), cred.pid(), cred.uid()));
+    }
+    if starttime(pid) != Some(start) {
+        return Err(format!("codex pid {pid} is no longer the verified process"));
+    }
+    Ok(stream)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixListener;
+
+    #[test]
+    fn parses_listening_path_sockets_only() {
+        let t = "Num       RefCount Protocol Flags    Type St Inode Path\n\
+            00000000e6f5dec1: 00000002 00000000 00010000 0001 01 64273 /tmp/codex-daemon-0/28df\n\
+            00000000e6f5dec2: 00000003 00000000 00000000 0001 03 64274 /tmp/codex-daemon-0/28df\n\
+            00000000e6f5dec3: 00000002 00000000 00010000 0001 01 64275 @abstract\n\
+            00000000e6f5dec4: 00000002 00000000 00000000 0001 03 64276\n";
+        assert_eq!(parse_net_unix(t), vec![(64273, "/tmp/codex-daemon-0/28df".to_string())]);
+    }
+
+    #[test]
+    fn finds_own_listener_and_not_others() {
+        let _one = super::super::LISTENER_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = std::env::temp_dir().join(format!("courier-ep-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.sock");
+        let _l = UnixListener::bind(&path).unwrap();
+        let me = std::process::id() as i32;
+        let start = starttime(me).unwrap();
+        let found = discover(&dir, me, start);
+        assert!(found.iter().any(|e| e.path == path), "{found:?}");
+        assert!(discover(&dir, me, start + 1).is_empty(), "another start time is another process");
+        // pid 1 does not hold our socket.
+        assert!(!discover(&dir, 1, starttime(1).unwrap_or(0)).iter().any(|e| e.path == path));
+        let ep = Endpoint { path: path.clone(), via: "listen_socket" };
+        assert!(connect_verified(&ep, me, start).is_ok());
+        let err = connect_verified(&ep, 1, starttime(1).unwrap_or(0)).unwrap_err();
+        assert!(err.contains("not codex pid 1"), "{err}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}
