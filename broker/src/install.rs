@@ -673,6 +673,9 @@ pub struct InstallOptions {
     pub start: StartMode,
     /// Directory holding the `broker` and `hook-client` to install.
     pub source_dir: PathBuf,
+    /// systemd: write the units but do not run `systemctl --user` (no user manager yet, e.g. over
+    /// ssh before `loginctl enable-linger`).
+    pub no_enable: bool,
 }
 
 /// Human-readable lines describing what happened.
@@ -842,7 +845,7 @@ pub fn install(opts: &InstallOptions) -> Result<Report> {
     };
     save_manifest(&state_dir, &m)?; // before starting anything: uninstall must find it
     let start = match mode {
-        StartMode::Systemd => setup_systemd(&broker, &codex_home, replaced, &m.start, &mut report)?,
+        StartMode::Systemd => setup_systemd(&broker, &codex_home, replaced, opts.no_enable, &m.start, &mut report)?,
         StartMode::Profile => setup_profile(&broker, &codex_home, replaced, &m.start, &mut report)?,
         StartMode::None | StartMode::Auto => {
             teardown_start(&m.start, &broker, &mut report)?;
@@ -864,7 +867,7 @@ fn save_manifest(state_dir: &Path, m: &Manifest) -> Result<()> {
     Ok(())
 }
 
-fn setup_systemd(broker: &Path, codex_home: &Path, replaced: bool, previous: &StartSetup, report: &mut Report) -> Result<StartSetup> {
+fn setup_systemd(broker: &Path, codex_home: &Path, replaced: bool, no_enable: bool, previous: &StartSetup, report: &mut Report) -> Result<StartSetup> {
     if let StartSetup::Profile { .. } = previous {
         teardown_start(previous, broker, report)?;
     }
@@ -879,6 +882,13 @@ fn setup_systemd(broker: &Path, codex_home: &Path, replaced: bool, previous: &St
             changed = true;
         }
         units.push(p);
+    }
+    if no_enable {
+        report.push(format!(
+            "wrote {SOCKET_UNIT} and {SERVICE_UNIT} to {}; enable them with: systemctl --user daemon-reload && systemctl --user enable --now {SOCKET_UNIT} {SERVICE_UNIT}",
+            dir.display()
+        ));
+        return Ok(StartSetup::Systemd { units });
     }
     let ok = |args: &[&str]| -> Result<()> {
         match systemctl_user(args) {

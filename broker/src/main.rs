@@ -24,7 +24,7 @@ commands:
   cancel <MESSAGE-ID>                     cancel a message that was not handed yet
   trust-codex [PATH]                      record a Codex binary's SHA-256 as trusted
                                           (default: the codex on PATH)
-  install [--prefix DIR] [--codex-home DIR] [--start auto|systemd|profile|none]
+  install [--prefix DIR] [--codex-home DIR] [--start auto|systemd|profile|none] [--no-enable]
                                           install binaries, hooks, trust and login start
   uninstall                               remove exactly what install added
   doctor [--codex PATH]                   check the installation; exit 1 on problems
@@ -108,17 +108,19 @@ fn serve(mut parser: lexopt::Parser) -> Result<ExitCode> {
 fn install_cmd(mut parser: lexopt::Parser) -> Result<ExitCode> {
     let home = PathBuf::from(std::env::var_os("HOME").context("HOME is not set")?);
     let (mut prefix, mut codex_home, mut start) = (home.join(".local/bin"), paths::codex_home(), install::StartMode::Auto);
+    let mut no_enable = false;
     while let Some(arg) = parser.next()? {
         match arg {
             Long("prefix") => prefix = PathBuf::from(parser.value()?),
             Long("codex-home") => codex_home = PathBuf::from(parser.value()?),
             Long("start") => start = install::StartMode::parse(&parser.value()?.string()?)?,
+            Long("no-enable") => no_enable = true,
             other => return Err(other.unexpected().into()),
         }
     }
     let exe = std::env::current_exe().context("locating the broker executable")?;
     let source_dir = exe.parent().context("broker executable has no directory")?.to_path_buf();
-    let report = install::install(&install::InstallOptions { prefix, codex_home, start, source_dir })?;
+    let report = install::install(&install::InstallOptions { prefix, codex_home, start, source_dir, no_enable })?;
     for line in report.iter().filter(|l| !l.is_empty()) {
         println!("{line}");
     }
