@@ -525,24 +525,16 @@ pub fn profile_block(broker: &Path, codex_home: &Path) -> String {
     )
 }
 
-fn profile_files() -> Vec<(PathBuf, bool)> {
+fn profile_files() -> Vec<PathBuf> {
     let home = PathBuf::from(std::env::var_os("HOME").unwrap_or_default());
-    // ~/.profile always (sh, dash, bash without its own files); bash reads only the first of its
-    // own login files and zsh only .zprofile, so add to those that exist.
-    let mut v = vec![(home.join(".profile"), true)];
-    for f in [".bash_profile", ".bash_login", ".zprofile"] {
-        let p = home.join(f);
-        if p.is_file() {
-            v.push((p, false));
-            if f != ".zprofile" {
-                // bash: only the first one it finds counts
-                if let Some(pos) = v.iter().position(|(q, _)| q.ends_with(".bash_login")) {
-                    if f == ".bash_profile" && pos > 0 {
-                        v.remove(pos);
-                    }
-                }
-            }
-        }
+    // ~/.profile always (sh, dash, and bash without its own files). A login bash reads only the
+    // first of .bash_profile/.bash_login/.profile, and zsh only .zprofile: add to those that exist.
+    let mut v = vec![home.join(".profile")];
+    if let Some(bash) = [".bash_profile", ".bash_login"].iter().map(|f| home.join(f)).find(|p| p.is_file()) {
+        v.push(bash);
+    }
+    if home.join(".zprofile").is_file() {
+        v.push(home.join(".zprofile"));
     }
     v
 }
@@ -920,7 +912,7 @@ fn setup_profile(broker: &Path, codex_home: &Path, replaced: bool, previous: &St
     };
     let block = profile_block(broker, codex_home);
     let mut files = Vec::new();
-    for (path, _) in profile_files() {
+    for path in profile_files() {
         let prev = old.iter().find(|e| e.path == path);
         let edit = add_profile_block(&path, &block, prev)?;
         if prev != Some(&edit) {
