@@ -2,11 +2,15 @@
 //! messages queued for it, exactly once; plus the CLI (`send`, `inspect`, ...) that drives it.
 //! ARCHITECTURE.md at the repository root maps these modules to the path of one hook request.
 
+pub mod config;
 pub mod delivery;
 pub mod dirs;
+pub mod doctor;
 pub mod effort;
 pub mod gate;
 pub mod inspect;
+pub mod install;
+pub mod logging;
 pub mod rollout;
 pub mod server;
 pub mod store;

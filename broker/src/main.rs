@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Context, Result};
 use broker::store::{Enqueued, Store};
-use broker::{delivery, dirs, effort, inspect, server, trust};
+use broker::{config, delivery, dirs, doctor, effort, inspect, install, logging, server, trust};
 use courier_shared::paths;
 use lexopt::prelude::*;
 use std::io::Read;
@@ -14,7 +14,8 @@ const USAGE: &str = "\
 usage: broker <command> [options]
 
 commands:
-  serve                                   run the broker in the foreground
+  serve [--daemonize]                     run the broker in the foreground (--daemonize: in the
+                                          background, unless one already answers)
   send --thread <UUID> [--key K] [--ttl D] [--from LABEL] [--json] <TEXT | ->
                                           queue a message for a Codex thread; prints its id
   effort --thread <UUID> [--scope turn|thread] <none|minimal|low|medium|high|xhigh>
@@ -24,6 +25,10 @@ commands:
   cancel <MESSAGE-ID>                     cancel a message that was not handed yet
   trust-codex [PATH]                      record a Codex binary's SHA-256 as trusted
                                           (default: the codex on PATH)
+  install [--prefix DIR] [--codex-home DIR] [--start auto|systemd|profile|none] [--no-enable]
+                                          install binaries, hooks, trust and login start
+  uninstall                               remove exactly what install added
+  doctor [--codex PATH]                   check the installation; exit 1 on problems
 
 environment: COURIER_RUNTIME_DIR, COURIER_STATE_DIR, COURIER_CONFIG, CODEX_HOME (see README)";
 
@@ -60,6 +65,9 @@ fn run() -> Result<ExitCode> {
         "inspect" => inspect_cmd(parser),
         "cancel" => cancel(parser),
         "trust-codex" => trust_codex(parser),
+        "install" => install_cmd(parser),
+        "uninstall" => uninstall_cmd(parser),
+        "doctor" => doctor_cmd(parser),
         "help" => {
             println!("{USAGE}");
             Ok(ExitCode::SUCCESS)
@@ -69,16 +77,83 @@ fn run() -> Result<ExitCode> {
 }
 
 fn serve(mut parser: lexopt::Parser) -> Result<ExitCode> {
-    if let Some(arg) = parser.next()? {
-        return Err(arg.unexpected().into());
+    let mut daemonize = false;
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Long("daemonize") => daemonize = true,
+            other => return Err(other.unexpected().into()),
+        }
+    }
+    if daemonize {
+        let exe = std::env::current_exe().context("locating the broker executable")?;
+        let (pid, started) = install::daemonize(&exe)?;
+        println!("{} (pid {pid})", if started { "broker started" } else { "broker already running" });
+        return Ok(ExitCode::SUCCESS);
+    }
+    let loaded = config::load()?;
+    if let Some(w) = logging::init(loaded.config.log_level.as_deref()) {
+        broker::log_warn!("{w}");
+    }
+    for w in &loaded.warnings {
+        broker::log_warn!("config {}: {w}", loaded.path.as_deref().unwrap_or(std::path::Path::new("?")).display());
     }
     server::serve(server::ServeOptions {
         runtime_dir: paths::runtime_dir(),
         state_dir: paths::state_dir(),
         codex_home: paths::codex_home(),
-        extra_hook_clients: Vec::new(),
+        extra_hook_clients: loaded.config.hook_clients,
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+fn install_cmd(mut parser: lexopt::Parser) -> Result<ExitCode> {
+    let home = PathBuf::from(std::env::var_os("HOME").context("HOME is not set")?);
+    let (mut prefix, mut codex_home, mut start) = (home.join(".local/bin"), paths::codex_home(), install::StartMode::Auto);
+    let mut no_enable = false;
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Long("prefix") => prefix = PathBuf::from(parser.value()?),
+            Long("codex-home") => codex_home = PathBuf::from(parser.value()?),
+            Long("start") => start = install::StartMode::parse(&parser.value()?.string()?)?,
+            Long("no-enable") => no_enable = true,
+            other => return Err(other.unexpected().into()),
+        }
+    }
+    let exe = std::env::current_exe().context("locating the broker executable")?;
+    let source_dir = exe.parent().context("broker executable has no directory")?.to_path_buf();
+    let report = install::install(&install::InstallOptions { prefix, codex_home, start, source_dir, no_enable })?;
+    for line in report.iter().filter(|l| !l.is_empty()) {
+        println!("{line}");
+    }
+    if report.iter().all(|l| l.is_empty()) {
+        println!("already installed; nothing changed");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn uninstall_cmd(mut parser: lexopt::Parser) -> Result<ExitCode> {
+    if let Some(arg) = parser.next()? {
+        return Err(arg.unexpected().into());
+    }
+    for line in install::uninstall()? {
+        println!("{line}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn doctor_cmd(mut parser: lexopt::Parser) -> Result<ExitCode> {
+    let mut codex = None;
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Long("codex") => codex = Some(PathBuf::from(parser.value()?)),
+            other => return Err(other.unexpected().into()),
+        }
+    }
+    let cwd = std::env::current_dir().context("reading the current directory")?;
+    let checks = doctor::run(&doctor::Options { codex, cwd });
+    print!("{}", doctor::render(&checks));
+    let failed = checks.iter().any(|c| c.status == doctor::Status::Fail);
+    Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
 fn require_thread(thread: Option<String>) -> Result<String> {

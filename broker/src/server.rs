@@ -81,6 +81,38 @@ fn bind_socket(path: &Path) -> Result<UnixListener> {
     Ok(listener)
 }
 
+/// The listening socket systemd passed (socket activation: `LISTEN_PID` = us, `LISTEN_FDS` >= 1,
+/// first fd 3), or `None` when not activated. A passed fd that is not a listening Unix stream
+/// socket is an error: the unit is wrong, and binding our own would leave systemd's unserved.
+fn activated_listener(expected: &Path) -> Result<Option<UnixListener>> {
+    use nix::sys::socket::{getsockname, getsockopt, sockopt, AddressFamily, SockType, SockaddrLike, UnixAddr};
+    use std::os::fd::{BorrowedFd, FromRawFd};
+    let ours = std::env::var("LISTEN_PID").ok().and_then(|p| p.parse::<u32>().ok()) == Some(std::process::id());
+    let fds = std::env::var("LISTEN_FDS").ok().and_then(|n| n.parse::<i32>().ok()).unwrap_or(0);
+    if !ours || fds < 1 {
+        return Ok(None);
+    }
+    const FD: i32 = 3; // SD_LISTEN_FDS_START
+    // SAFETY: systemd hands fd 3 to this process; we only inspect it here.
+    let fd = unsafe { BorrowedFd::borrow_raw(FD) };
+    let sock_type = getsockopt(&fd, sockopt::SockType).context("LISTEN_FDS is set but fd 3 is not a socket")?;
+    let listening = getsockopt(&fd, sockopt::AcceptConn).unwrap_or(false);
+    let addr: UnixAddr = getsockname(FD).context("fd 3 from systemd is not a Unix socket")?;
+    if sock_type != SockType::Stream || !listening || addr.family() != Some(AddressFamily::Unix) {
+        bail!("fd 3 from systemd is not a listening Unix stream socket; check courier-broker.socket");
+    }
+    if addr.path() != Some(expected) {
+        crate::log_warn!(
+            "systemd passed a socket at {:?} but hook-clients connect to {}; fix ListenStream= or COURIER_RUNTIME_DIR",
+            addr.path(),
+            expected.display()
+        );
+    }
+    nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC))?;
+    // SAFETY: fd 3 is ours from here on and nothing else wraps it.
+    Ok(Some(unsafe { UnixListener::from_raw_fd(FD) }))
+}
+
 pub fn serve(opts: ServeOptions) -> Result<()> {
     dirs::ensure_private_dir(&opts.runtime_dir)?;
     dirs::ensure_private_dir(&opts.state_dir)?;
@@ -91,15 +123,18 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     let exe = std::env::current_exe().context("locating the broker executable")?;
     let installed_clients = gate::installed_client_ids(&exe, &opts.extra_hook_clients);
     if installed_clients.is_empty() {
-        eprintln!("broker: warning: no hook-client found next to {}; every hook call will be refused", exe.display());
+        crate::log_warn!("no hook-client found next to {}; every hook call will be refused", exe.display());
     }
     let gate = Gate::new(GateConfig { codex_home: opts.codex_home.clone(), installed_clients, secret });
     let effort = effort::Service::open(&opts.state_dir, &opts.codex_home, courier_shared::paths::config_path())?;
     let broker = Arc::new(Broker { store: Mutex::new(store), gate, effort, counters: Counters::default(), started: Instant::now() });
     let socket = courier_shared::paths::socket_path(&opts.runtime_dir);
-    let listener = bind_socket(&socket)?;
-    eprintln!(
-        "broker: pid {} serving {} (state {}, CODEX_HOME {}); released {released} stale leases",
+    let (listener, how) = match activated_listener(&socket)? {
+        Some(l) => (l, "socket-activated"),
+        None => (bind_socket(&socket)?, "bound"),
+    };
+    crate::log_info!(
+        "pid {} serving {} ({how}; state {}, CODEX_HOME {}); released {released} stale leases",
         std::process::id(),
         socket.display(),
         opts.state_dir.display(),
@@ -140,7 +175,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
             broker.counters.connections.fetch_sub(1, Ordering::SeqCst);
         });
         if spawned.is_err() {
-            eprintln!("broker: could not start a connection thread");
+            crate::log_error!("could not start a connection thread");
         }
     }
     Ok(())
@@ -150,7 +185,7 @@ impl Broker {
     fn maintain(&self) {
         let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(e) = store.release_expired_leases().and_then(|_| delivery::reconcile(&mut store, None)) {
-            eprintln!("broker: maintenance: {e:#}");
+            crate::log_error!("maintenance: {e:#}");
         }
         drop(store);
         self.effort.maintain();
@@ -158,9 +193,10 @@ impl Broker {
 
     fn refuse(&self, code: &str, detail: &str, thread: Option<&str>, event: Option<&str>, pid: Option<i32>) {
         self.counters.refusals.fetch_add(1, Ordering::Relaxed);
+        crate::log_debug!("refused {code} (pid {pid:?}, thread {thread:?}, event {event:?}): {detail}");
         let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(e) = store.record_refusal(code, detail, thread, event, pid.map(i64::from)) {
-            eprintln!("broker: recording refusal {code}: {e:#}");
+            crate::log_error!("recording refusal {code}: {e:#}");
         }
     }
 
@@ -225,7 +261,7 @@ impl Broker {
                 let _ = wire::write_json(stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
             }
             Err(e) => {
-                eprintln!("broker: offer failed for thread {}: {e:#}", verified.thread_id);
+                crate::log_error!("offer failed for thread {}: {e:#}", verified.thread_id);
                 let _ = wire::write_json(stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
             }
         }
@@ -244,7 +280,7 @@ impl Broker {
         if !acked {
             self.counters.unacked.fetch_add(1, Ordering::Relaxed);
             if let Err(e) = store.release(token, "not_acked") {
-                eprintln!("broker: releasing lease {token}: {e:#}");
+                crate::log_error!("releasing lease {token}: {e:#}");
             }
             return;
         }
@@ -254,7 +290,7 @@ impl Broker {
         };
         let path = v.rollout_path.to_string_lossy();
         let accepted = store.ack(token, &path, v.rollout_offset, stop_turn).unwrap_or_else(|e| {
-            eprintln!("broker: ack of lease {token}: {e:#}");
+            crate::log_error!("ack of lease {token}: {e:#}");
             false
         });
         drop(store);

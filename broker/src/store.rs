@@ -416,6 +416,11 @@ impl Store {
         Ok(n > 0)
     }
 
+    /// Forgets a trusted Codex digest (`broker uninstall`); true if it was trusted.
+    pub fn untrust_codex(&mut self, sha256: &str) -> Result<bool> {
+        Ok(self.conn.execute("DELETE FROM trusted_codex WHERE sha256 = ?1", [sha256])? > 0)
+    }
+
     pub fn is_trusted_codex(&self, sha256: &str) -> Result<bool> {
         let mut stmt = self.conn.prepare_cached("SELECT EXISTS(SELECT 1 FROM trusted_codex WHERE sha256 = ?1)")?;
         Ok(stmt.query_row([sha256], |r| r.get(0))?)

@@ -84,7 +84,7 @@ impl Default for EffortConfig {
 
 impl EffortConfig {
     pub fn parse(text: &str) -> Result<EffortConfig> {
-        let file: FileConfig = toml::from_str(text)?;
+        let file: FileConfig = toml_edit::de::from_str(text)?;
         let c = file.effort.unwrap_or_default();
         c.validate()?;
         Ok(c)

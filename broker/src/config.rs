@@ -1,0 +1,95 @@
+//! Courier's own config file (`COURIER_CONFIG`, default `~/.config/courier/config.toml`). Optional:
+//! a missing file means defaults. Every key is documented in README.md, "Configuration".
+//!
+//! Unknown top-level keys are not errors (a newer Courier may add some) but are reported as
+//! warnings by `broker serve` and `broker doctor`, so typos do not go unnoticed.
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// Top-level keys this version knows (others only warn). `effort` belongs to the effort feature.
+pub const KNOWN_KEYS: [&str; 3] = ["hook_clients", "log_level", "effort"];
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Config {
+    /// Extra hook-client executables the broker accepts (besides the one beside it), compared by
+    /// device+inode at start-up. Absolute paths.
+    pub hook_clients: Vec<PathBuf>,
+    /// error | warn | info | debug | trace (`COURIER_LOG` overrides).
+    pub log_level: Option<String>,
+}
+
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub config: Config,
+    /// The file read, if it existed.
+    pub path: Option<PathBuf>,
+    pub warnings: Vec<String>,
+}
+
+/// Reads the config at `courier_shared::paths::config_path()`.
+pub fn load() -> Result<Loaded> {
+    load_from(&courier_shared::paths::config_path())
+}
+
+pub fn load_from(path: &Path) -> Result<Loaded> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Loaded::default()),
+        Err(e) => return Err(e).with_context(|| format!("reading config file {}", path.display())),
+    };
+    let (config, warnings) = parse(&text).with_context(|| format!("config file {}", path.display()))?;
+    Ok(Loaded { config, path: Some(path.to_path_buf()), warnings })
+}
+
+pub fn parse(text: &str) -> Result<(Config, Vec<String>)> {
+    let doc: toml_edit::DocumentMut = text.parse().context("not valid TOML")?;
+    let mut warnings = Vec::new();
+    for (key, _) in doc.iter() {
+        if !KNOWN_KEYS.contains(&key) {
+            warnings.push(format!("unknown key {key:?} ignored (known: {})", KNOWN_KEYS.join(", ")));
+        }
+    }
+    let config: Config = toml_edit::de::from_document(doc).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim()))?;
+    for p in &config.hook_clients {
+        if !p.is_absolute() {
+            bail!("hook_clients entry {} is not an absolute path", p.display());
+        }
+    }
+    if let Some(level) = &config.log_level {
+        if crate::logging::Level::parse(level).is_none() {
+            bail!("log_level = {level:?} is not one of {}", crate::logging::Level::NAMES.join(", "));
+        }
+    }
+    Ok((config, warnings))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_is_default() {
+        let (c, w) = parse("").unwrap();
+        assert!(c.hook_clients.is_empty() && c.log_level.is_none() && w.is_empty());
+    }
+
+    #[test]
+    fn reads_keys_and_warns_on_unknown() {
+        let (c, w) = parse("# mine\nhook_clients = [\"/opt/courier/hook-client\"]\nlog_level = \"debug\"\nlogg = 1\n[effort]\nx = 1\n").unwrap();
+        assert_eq!(c.hook_clients, [PathBuf::from("/opt/courier/hook-client")]);
+        assert_eq!(c.log_level.as_deref(), Some("debug"));
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("\"logg\""), "{w:?}");
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        assert!(parse("hook_clients = [\"relative/hook-client\"]").unwrap_err().to_string().contains("absolute"));
+        assert!(parse("log_level = \"loud\"").unwrap_err().to_string().contains("log_level"));
+        assert!(parse("hook_clients = \"/x\"").is_err());
+        assert!(parse("not toml [").is_err());
+    }
+}

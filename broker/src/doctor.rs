@@ -1,0 +1,514 @@
+//! `broker doctor`: checks an installation end to end and says how to fix each problem. Where it
+//! can, it asks Codex itself (`codex app-server`, `hooks/list`) rather than re-deriving Codex's
+//! rules, so a Codex that changed its trust rules shows up here as untrusted hooks.
+
+use crate::install::{self, Manifest, StartSetup, EVENTS, TESTED_CODEX_VERSION};
+use crate::store::{now_ms, Store};
+use crate::{config, dirs, server, trust};
+use courier_shared::paths;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Ok,
+    Warn,
+    Fail,
+}
+
+#[derive(Debug, Clone)]
+pub struct Check {
+    pub status: Status,
+    pub title: String,
+    pub detail: Vec<String>,
+    pub fix: Option<String>,
+}
+
+impl Check {
+    fn ok(title: impl Into<String>) -> Check {
+        Check { status: Status::Ok, title: title.into(), detail: Vec::new(), fix: None }
+    }
+    fn warn(title: impl Into<String>, fix: Option<String>) -> Check {
+        Check { status: Status::Warn, title: title.into(), detail: Vec::new(), fix }
+    }
+    fn fail(title: impl Into<String>, fix: impl Into<String>) -> Check {
+        Check { status: Status::Fail, title: title.into(), detail: Vec::new(), fix: Some(fix.into()) }
+    }
+    fn detail(mut self, d: impl Into<String>) -> Check {
+        self.detail.push(d.into());
+        self
+    }
+}
+
+pub struct Options {
+    /// Codex binary to ask (`--codex`); default: `codex` on PATH.
+    pub codex: Option<PathBuf>,
+    /// Directory whose hooks Codex is asked about; default: the current directory.
+    pub cwd: PathBuf,
+}
+
+pub fn run(opts: &Options) -> Vec<Check> {
+    let runtime_dir = paths::runtime_dir();
+    let state_dir = paths::state_dir();
+    let codex_home = paths::codex_home();
+    let mut checks = Vec::new();
+
+    // Config file.
+    let cfg = match config::load() {
+        Ok(l) => {
+            let name = l.path.as_ref().map_or_else(|| format!("{} (absent: defaults)", paths::config_path().display()), |p| p.display().to_string());
+            let mut c = if l.warnings.is_empty() { Check::ok(format!("config file {name}")) } else {
+                Check::warn(format!("config file {name} has keys this broker ignores"), Some("remove or correct them (README, \"Configuration\")".into()))
+            };
+            for w in &l.warnings {
+                c = c.detail(w.clone());
+            }
+            checks.push(c);
+            l.config
+        }
+        Err(e) => {
+            checks.push(Check::fail(format!("config file: {e:#}"), "correct the file (README, \"Configuration\"); `broker serve` refuses to start with it"));
+            config::Config::default()
+        }
+    };
+
+    // Directories and the secret.
+    for (name, dir) in [("runtime directory", &runtime_dir), ("state directory", &state_dir)] {
+        checks.push(match std::fs::symlink_metadata(dir) {
+            Err(_) => Check::warn(format!("{name} {} does not exist yet", dir.display()), Some("it is created (0700) when the broker starts".into())),
+            Ok(_) => match dirs::check_private_dir(dir) {
+                Ok(()) => Check::ok(format!("{name} {} is private (0700, yours)", dir.display())),
+                Err(e) => Check::fail(format!("{name}: {e:#}"), private_dir_fix(dir)),
+            },
+        });
+    }
+    let secret = paths::secret_path(&runtime_dir);
+    if let Ok(meta) = std::fs::symlink_metadata(&secret) {
+        if meta.uid() != paths::uid() || meta.mode() & 0o077 != 0 || !meta.is_file() {
+            checks.push(Check::fail(
+                format!("secret {} is not a private file of yours (mode {:o})", secret.display(), meta.mode() & 0o777),
+                format!("rm {}; the broker writes a new one at start", secret.display()),
+            ));
+        }
+    }
+
+    let manifest = install::load_manifest(&state_dir).ok().flatten();
+    let exe = std::env::current_exe().ok();
+    let expected_client = manifest
+        .as_ref()
+        .map(|m| m.prefix.join("hook-client"))
+        .or_else(|| exe.as_ref().and_then(|e| e.parent()).map(|d| d.join("hook-client")));
+    let expected_command = manifest.as_ref().map(|m| m.hook_command.clone()).or_else(|| expected_client.as_deref().map(install::hook_command));
+
+    // Broker reachable, and accepting the hook-client the hooks run.
+    let status = server::query_status(&runtime_dir);
+    match &status {
+        Some(st) => {
+            let pid = st.get("pid").and_then(Value::as_u64).unwrap_or(0);
+            checks.push(Check::ok(format!(
+                "broker answers on {} (pid {pid}, version {}, up {} s)",
+                paths::socket_path(&runtime_dir).display(),
+                st.get("version").and_then(Value::as_str).unwrap_or("?"),
+                st.get("uptime_ms").and_then(Value::as_u64).unwrap_or(0) / 1000
+            )));
+            if let Some(client) = &expected_client {
+                checks.push(check_broker_accepts(pid as i32, client, &cfg.hook_clients));
+            }
+        }
+        None => checks.push(Check::fail(
+            format!("no broker answers on {}", paths::socket_path(&runtime_dir).display()),
+            start_fix(manifest.as_ref(), &state_dir),
+        )),
+    }
+
+    // Hooks registered and trusted, as Codex sees them.
+    let codex = opts.codex.clone().or_else(trust::codex_on_path);
+    match &expected_command {
+        Some(cmd) => checks.extend(check_hooks(codex.as_deref(), &codex_home, &opts.cwd, cmd)),
+        None => checks.push(Check::fail("cannot tell which hook-client should be registered", "run `broker install`")),
+    }
+
+    // Codex binaries trusted, and their version.
+    checks.extend(check_codex(codex.as_deref(), &codex_home, &state_dir));
+
+    // Start at login.
+    checks.push(check_start(manifest.as_ref()));
+
+    // Recent refusals.
+    if let Some(c) = check_refusals(&state_dir) {
+        checks.push(c);
+    }
+    checks
+}
+
+fn private_dir_fix(dir: &Path) -> String {
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.file_type().is_symlink() => format!("rm {} (a symlink); the broker creates the real directory", dir.display()),
+        Ok(m) if m.uid() != paths::uid() => format!("{} belongs to uid {}: remove it or point COURIER_RUNTIME_DIR/COURIER_STATE_DIR elsewhere", dir.display(), m.uid()),
+        _ => format!("chmod 700 {}", dir.display()),
+    }
+}
+
+fn start_fix(m: Option<&Manifest>, state_dir: &Path) -> String {
+    match m.map(|m| &m.start) {
+        Some(StartSetup::Systemd { .. }) => format!(
+            "systemctl --user start {} {}; if it fails: journalctl --user -u {}",
+            install::SOCKET_UNIT,
+            install::SERVICE_UNIT,
+            install::SERVICE_UNIT
+        ),
+        Some(StartSetup::Profile { .. }) => format!(
+            "{} serve --daemonize (it also runs at each login); if it fails see {}",
+            m.map(|m| m.prefix.join("broker").display().to_string()).unwrap_or_else(|| "broker".into()),
+            state_dir.join("broker.log").display()
+        ),
+        _ => "start it: `broker serve` (foreground) or `broker serve --daemonize`; `broker install` starts it at login".into(),
+    }
+}
+
+/// The running broker accepts hook-clients beside its own executable (or listed in the config),
+/// by device+inode fixed at its start: the hooks' client must be one of them.
+fn check_broker_accepts(pid: i32, client: &Path, extra: &[PathBuf]) -> Check {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+    let exe_s = exe.to_string_lossy().to_string();
+    if exe_s.ends_with(" (deleted)") {
+        return Check::fail(
+            format!("the running broker (pid {pid}) runs a binary replaced since it started ({exe_s})"),
+            "restart it so it accepts the installed hook-client: `systemctl --user restart courier-broker.service`, or stop it and run `broker serve --daemonize`",
+        );
+    }
+    let id = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    let Some(want) = id(client) else {
+        return Check::fail(format!("hook-client {} does not exist", client.display()), "run `broker install` again");
+    };
+    let beside = exe.parent().map(|d| d.join("hook-client"));
+    if beside.iter().chain(extra).any(|p| id(p) == Some(want)) {
+        Check::ok(format!("the running broker ({}) accepts hook-client {}", exe.display(), client.display()))
+    } else {
+        Check::fail(
+            format!("the running broker ({}) does not accept hook-client {}: every hook call is refused (client_exe)", exe.display(), client.display()),
+            format!("run the installed broker instead ({}), or list the client in `hook_clients` in the config file and restart the broker", client.with_file_name("broker").display()),
+        )
+    }
+}
+
+/// One handler as Codex's `hooks/list` reports it.
+#[derive(Debug, Clone)]
+pub struct ListedHook {
+    pub key: String,
+    pub event: String,
+    pub command: String,
+    pub trust_status: String,
+    pub enabled: bool,
+}
+
+/// Asks `codex app-server` for `hooks/list {cwds:[cwd]}` (bounded by `timeout`).
+pub fn codex_hooks_list(codex: &Path, cwd: &Path, timeout: Duration) -> Result<Vec<ListedHook>, String> {
+    let mut child = Command::new(codex)
+        .arg("app-server")
+        .current_dir(cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("starting {} app-server: {e}", codex.display()))?;
+    let mut stdin = child.stdin.take().expect("piped");
+    let stdout = child.stdout.take().expect("piped");
+    let (tx, rx) = mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Ok(v) = serde_json::from_str::<Value>(line.trim()) {
+                if tx.send(v).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let deadline = Instant::now() + timeout;
+    let call = |stdin: &mut std::process::ChildStdin, id: u64, method: &str, params: Value| -> Result<Value, String> {
+        let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        writeln!(stdin, "{msg}").and_then(|()| stdin.flush()).map_err(|e| format!("writing to codex app-server: {e}"))?;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let v = rx.recv_timeout(left).map_err(|_| format!("codex app-server gave no answer to {method} within {timeout:?}"))?;
+            if v.get("method").is_some() && v.get("id").is_some() {
+                // A request from the server: refuse it so nothing waits on us.
+                let reply = json!({"jsonrpc": "2.0", "id": v["id"], "error": {"code": -32601, "message": "broker doctor does not handle this"}});
+                let _ = writeln!(stdin, "{reply}").and_then(|()| stdin.flush());
+                continue;
+            }
+            if v.get("id").and_then(Value::as_u64) == Some(id) {
+                return match v.get("result") {
+                    Some(r) => Ok(r.clone()),
+                    None => Err(format!("codex app-server {method} failed: {}", v.get("error").unwrap_or(&Value::Null))),
+                };
+            }
+        }
+    };
+    let result = (|| {
+        call(&mut stdin, 1, "initialize", json!({"clientInfo": {"name": "courier-doctor", "title": "broker doctor", "version": env!("CARGO_PKG_VERSION")}, "capabilities": {"experimentalApi": false}}))?;
+        writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "method": "initialized"})).map_err(|e| e.to_string())?;
+        call(&mut stdin, 2, "hooks/list", json!({"cwds": [cwd.to_string_lossy()]}))
+    })();
+    drop(stdin);
+    let _ = child.kill();
+    let _ = child.wait();
+    let result = result?;
+    let mut out = Vec::new();
+    for d in result.get("data").and_then(Value::as_array).into_iter().flatten() {
+        for h in d.get("hooks").and_then(Value::as_array).into_iter().flatten() {
+            let s = |k: &str| h.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+            out.push(ListedHook {
+                key: s("key"),
+                event: s("eventName"),
+                command: s("command"),
+                trust_status: s("trustStatus"),
+                enabled: h.get("enabled").and_then(Value::as_bool).unwrap_or(true),
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn camel_event(ev: &str) -> String {
+    let mut c = ev.chars();
+    c.next().map(|f| f.to_ascii_lowercase().to_string() + c.as_str()).unwrap_or_default()
+}
+
+const TRUST_FIX: &str = "run `broker install` again (it rewrites Courier's trust entries), or review and trust the hooks in Codex (/hooks)";
+
+fn check_hooks(codex: Option<&Path>, codex_home: &Path, cwd: &Path, command: &str) -> Vec<Check> {
+    let listed = match codex {
+        Some(c) => codex_hooks_list(c, cwd, Duration::from_secs(30)),
+        None => Err("no codex on PATH (pass --codex PATH)".into()),
+    };
+    let listed = match listed {
+        Ok(l) => l,
+        Err(e) => {
+            let mut v = vec![Check::warn(format!("could not ask Codex which hooks it trusts: {e}; checked the files instead"), None)];
+            v.extend(check_hooks_offline(codex_home, command));
+            return v;
+        }
+    };
+    let mut problems = Vec::new();
+    for ev in EVENTS {
+        let ours: Vec<&ListedHook> = listed.iter().filter(|h| h.event == camel_event(ev) && h.command == command).collect();
+        match ours.as_slice() {
+            [] => problems.push(format!("{ev}: not registered")),
+            hs => {
+                for h in hs {
+                    if h.trust_status != "trusted" {
+                        problems.push(format!("{ev}: {} ({})", h.trust_status, h.key));
+                    } else if !h.enabled {
+                        problems.push(format!("{ev}: disabled ({})", h.key));
+                    }
+                }
+            }
+        }
+    }
+    if problems.is_empty() {
+        vec![Check::ok(format!("Codex runs {command} for all {} events, trusted", EVENTS.len()))]
+    } else {
+        let mut c = Check::fail(format!("Codex will not run Courier's hook for {} of {} events", problems.len(), EVENTS.len()), TRUST_FIX);
+        for p in problems {
+            c = c.detail(p);
+        }
+        vec![c]
+    }
+}
+
+/// Without Codex: hooks.json has the handlers and config.toml trusts them with the right hash.
+fn check_hooks_offline(codex_home: &Path, command: &str) -> Vec<Check> {
+    let path = codex_home.join("hooks.json");
+    let doc: Value = match std::fs::read_to_string(&path).map(|t| serde_json::from_str(&t)) {
+        Ok(Ok(v)) => v,
+        _ => return vec![Check::fail(format!("{} is missing or not JSON", path.display()), "run `broker install`")],
+    };
+    let cfg: Option<toml_edit::DocumentMut> = std::fs::read_to_string(codex_home.join("config.toml")).ok().and_then(|t| t.parse().ok());
+    let source = install::hooks_source(codex_home);
+    let mut problems = Vec::new();
+    for ev in EVENTS {
+        let groups = doc.pointer(&format!("/hooks/{ev}")).and_then(Value::as_array).cloned().unwrap_or_default();
+        let idx = groups.iter().position(|g| g.pointer("/hooks/0/command").and_then(Value::as_str) == Some(command));
+        let Some(idx) = idx else {
+            problems.push(format!("{ev}: not registered"));
+            continue;
+        };
+        let want = install::hook_trust_hash(ev, command, install::HOOK_TIMEOUT_SECS, None, None);
+        let key = install::trust_key(&source, ev, idx);
+        let have = cfg.as_ref().and_then(|d| d.get("hooks")?.get("state")?.get(&key)?.get("trusted_hash")?.as_str().map(str::to_string));
+        if have.as_deref() != Some(want.as_str()) {
+            problems.push(format!("{ev}: not trusted ({key})"));
+        }
+    }
+    if problems.is_empty() {
+        vec![Check::ok(format!("hooks.json registers {command} for all events and config.toml trusts them"))]
+    } else {
+        let mut c = Check::fail("Courier's hooks are missing or untrusted", TRUST_FIX);
+        for p in problems {
+            c = c.detail(p);
+        }
+        vec![c]
+    }
+}
+
+fn check_codex(codex: Option<&Path>, codex_home: &Path, state_dir: &Path) -> Vec<Check> {
+    let mut out = Vec::new();
+    let mut candidates = Vec::new();
+    if let Some(c) = codex {
+        match trust::resolve_native_codex(c) {
+            Ok(n) => candidates.push(n),
+            Err(e) => out.push(Check::fail(format!("{e:#}"), "pass the native binary: `broker trust-codex PATH`")),
+        }
+    }
+    let (more, _) = install::codex_candidates(codex_home);
+    for m in more {
+        if !candidates.contains(&m) {
+            candidates.push(m);
+        }
+    }
+    if candidates.is_empty() {
+        out.push(Check::warn("no Codex binary found (none on PATH, no managed daemon releases)", Some("`broker trust-codex PATH` for the Codex you run".into())));
+        return out;
+    }
+    let store = Store::open(state_dir).ok();
+    for c in &candidates {
+        let trusted = trust::sha256_file(c).ok().and_then(|d| store.as_ref().and_then(|s| s.is_trusted_codex(&d).ok()).map(|t| (d, t)));
+        out.push(match trusted {
+            Some((d, true)) => Check::ok(format!("Codex binary {} is trusted (sha256:{})", c.display(), &d[..12])),
+            Some((d, false)) => Check::fail(
+                format!("Codex binary {} is not trusted (sha256:{}): hook calls from it are refused (untrusted_codex)", c.display(), &d[..12]),
+                format!("broker trust-codex {}", install::shell_quote(&c.to_string_lossy())),
+            ),
+            None => Check::warn(format!("could not hash {} or open the queue database", c.display()), None),
+        });
+    }
+    // Version of the first (the one on PATH when there is one).
+    let version = Command::new(&candidates[0]).arg("--version").stdin(Stdio::null()).stderr(Stdio::null()).output();
+    let version = version.ok().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
+    let v = version.split_whitespace().last().unwrap_or("").to_string();
+    out.push(if v == TESTED_CODEX_VERSION {
+        Check::ok(format!("Codex version {v} (the version Courier is tested with)"))
+    } else if v.is_empty() {
+        Check::warn(format!("could not read the version of {}", candidates[0].display()), None)
+    } else {
+        Check::warn(
+            format!("Codex version {v}; Courier is tested with {TESTED_CODEX_VERSION}"),
+            Some("usually fine; if hooks stop delivering, re-check with the end-to-end tests (tests/README.md)".into()),
+        )
+    });
+    out
+}
+
+fn check_start(m: Option<&Manifest>) -> Check {
+    let Some(m) = m else {
+        return Check::warn("not installed with `broker install` (no install manifest): nothing starts the broker at login", Some("broker install".into()));
+    };
+    match &m.start {
+        StartSetup::Systemd { units } => {
+            let missing: Vec<String> = units.iter().filter(|u| !u.is_file()).map(|u| u.display().to_string()).collect();
+            if !missing.is_empty() {
+                return Check::fail(format!("systemd unit files missing: {}", missing.join(", ")), "broker install");
+            }
+            if !install::user_manager_runs() {
+                return Check::fail("systemd user units are installed but no user manager answers (`systemctl --user`)", "log in through a session that starts `systemd --user`, or `broker install --start profile`");
+            }
+            let state = |verb: &str, unit: &str| {
+                install::systemctl_user(&[verb, unit]).map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default()
+            };
+            let (se, sa) = (state("is-enabled", install::SOCKET_UNIT), state("is-active", install::SOCKET_UNIT));
+            let (ve, va) = (state("is-enabled", install::SERVICE_UNIT), state("is-active", install::SERVICE_UNIT));
+            let c = if se == "enabled" && sa == "active" && ve == "enabled" {
+                Check::ok(format!("systemd: {} {se}/{sa}, {} {ve}/{va}", install::SOCKET_UNIT, install::SERVICE_UNIT))
+            } else {
+                Check::fail(
+                    format!("systemd: {} {se}/{sa}, {} {ve}/{va}", install::SOCKET_UNIT, install::SERVICE_UNIT),
+                    format!("systemctl --user enable --now {} {}", install::SOCKET_UNIT, install::SERVICE_UNIT),
+                )
+            };
+            c.detail(format!("logs: journalctl --user -u {}", install::SERVICE_UNIT))
+        }
+        StartSetup::Profile { files } => {
+            let absent: Vec<String> = files
+                .iter()
+                .filter(|f| !std::fs::read_to_string(&f.path).is_ok_and(|t| t.contains(&f.inserted)))
+                .map(|f| f.path.display().to_string())
+                .collect();
+            if absent.is_empty() {
+                Check::ok(format!(
+                    "login profile starts the broker ({})",
+                    files.iter().map(|f| f.path.display().to_string()).collect::<Vec<_>>().join(", ")
+                ))
+            } else {
+                Check::fail(format!("the broker start line is missing from {}", absent.join(", ")), "broker install --start profile")
+            }
+        }
+        StartSetup::None => Check::warn("installed with --start none: nothing starts the broker at login", Some("broker install".into())),
+    }
+}
+
+/// What a refusal reason usually means for an installation.
+fn refusal_hint(reason: &str) -> &'static str {
+    match reason {
+        "client_exe" => "a hook-client the broker does not accept ran: restart the broker after upgrades, or list it in hook_clients",
+        "untrusted_codex" => "a Codex binary that is not trusted ran the hook: `broker trust-codex PATH` (after an upgrade too)",
+        "no_codex_ancestor" => "hook-client was run by something other than a trusted Codex",
+        "tool_command_env" | "sandboxed_caller" => "a model-run command called hook-client (refused by design)",
+        "bad_mac" => "the per-login secret changed under a running client (broker restarted with a new runtime dir?)",
+        "stale_request" => "clock skew or a very slow machine",
+        "turn_mismatch" | "not_rollout_holder" | "no_writer_lock" | "rollout_changed" => "a session ended or moved on while its hook ran (harmless when rare)",
+        _ => "see README, \"Refusal reason codes\"",
+    }
+}
+
+fn check_refusals(state_dir: &Path) -> Option<Check> {
+    let store = Store::open(state_dir).ok()?;
+    let since = now_ms() - 24 * 3600 * 1000;
+    let recent: Vec<_> = store.refusals(None, 1000).ok()?.into_iter().filter(|r| r.at >= since).collect();
+    if recent.is_empty() {
+        return Some(Check::ok("no refused hook calls in the last 24 h"));
+    }
+    let mut by: BTreeMap<String, usize> = BTreeMap::new();
+    for r in &recent {
+        *by.entry(r.reason.clone()).or_default() += 1;
+    }
+    let mut c = Check::warn(format!("{} refused hook calls in the last 24 h", recent.len()), Some("details: broker inspect".into()));
+    for (reason, n) in by {
+        c = c.detail(format!("{reason} x{n}: {}", refusal_hint(&reason)));
+    }
+    Some(c)
+}
+
+pub fn render(checks: &[Check]) -> String {
+    let mut s = String::new();
+    for c in checks {
+        let tag = match c.status {
+            Status::Ok => "ok  ",
+            Status::Warn => "WARN",
+            Status::Fail => "FAIL",
+        };
+        s.push_str(&format!("{tag} {}\n", c.title));
+        for d in &c.detail {
+            s.push_str(&format!("       {d}\n"));
+        }
+        if let Some(f) = &c.fix {
+            if c.status != Status::Ok {
+                s.push_str(&format!("     fix: {f}\n"));
+            }
+        }
+    }
+    let fails = checks.iter().filter(|c| c.status == Status::Fail).count();
+    let warns = checks.iter().filter(|c| c.status == Status::Warn).count();
+    s.push_str(&match (fails, warns) {
+        (0, 0) => "all checks passed\n".to_string(),
+        (0, w) => format!("no problems; {w} warning(s)\n"),
+        (f, w) => format!("{f} problem(s), {w} warning(s)\n"),
+    });
+    s
+}

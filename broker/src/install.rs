@@ -1,0 +1,1128 @@
+//! `broker install` / `broker uninstall`: put Courier in place for real use, and take exactly that
+//! back out.
+//!
+//! Install copies `broker` and `hook-client` into a prefix, registers the hook-client for Courier's
+//! six hook events in `$CODEX_HOME/hooks.json` (appended after the user's own groups, so the
+//! user's trust keys, which name group indices, do not move), trusts exactly those handlers in the
+//! user `config.toml` the way Codex itself does (format-preserving edit), records the Codex binaries
+//! it finds as trusted, and arranges for the broker to start at login (systemd user units with
+//! socket activation, or a line in the login profile running `broker serve --daemonize`).
+//!
+//! Everything added is recorded in `$COURIER_STATE_DIR/install-manifest.json`. Uninstall restores
+//! the user's files byte-for-byte when they were not changed since install (the manifest keeps the
+//! original bytes and what install wrote), and otherwise removes only Courier's entries.
+
+use crate::{dirs, server, store::Store, trust};
+use anyhow::{bail, Context, Result};
+use courier_shared::paths;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The events Courier's hook-client is registered for (PascalCase, as in hooks.json).
+pub const EVENTS: [&str; 6] = ["SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "SubagentStart"];
+/// Hook timeout written to hooks.json. Part of the trust hash: never change it casually.
+pub const HOOK_TIMEOUT_SECS: u64 = 5;
+/// The Codex version Courier's end-to-end tests run against.
+pub const TESTED_CODEX_VERSION: &str = "0.171.0";
+pub const MANIFEST_NAME: &str = "install-manifest.json";
+pub const SOCKET_UNIT: &str = "courier-broker.socket";
+pub const SERVICE_UNIT: &str = "courier-broker.service";
+const SOCKET_TEMPLATE: &str = include_str!("../../install/systemd/courier-broker.socket");
+const SERVICE_TEMPLATE: &str = include_str!("../../install/systemd/courier-broker.service");
+const PROFILE_BEGIN: &str = "# >>> courier broker (added by `broker install`; `broker uninstall` removes it) >>>";
+const PROFILE_END: &str = "# <<< courier broker <<<";
+const DAEMON_LOG: &str = "broker.log";
+const DAEMON_LOG_MAX: u64 = 4 << 20;
+
+// ------------------------------------------------------------------------------------------------
+// Codex's hook trust hash (codex-facts.md §2)
+
+/// `PostToolUse` -> `post_tool_use`.
+pub fn snake_event(ev: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in ev.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `"sha256:" + hex(sha256(canonical JSON))` of the handler identity Codex hashes:
+/// `{"event_name","matcher"?,"hooks":[{"type":"command","command","timeout","async","statusMessage"?}]}`
+/// with keys sorted and no whitespace; timeout >= 1 (SessionEnd: <= 3).
+pub fn hook_trust_hash(event: &str, command: &str, timeout: u64, matcher: Option<&str>, status: Option<&str>) -> String {
+    let mut timeout = timeout.max(1);
+    if event == "SessionEnd" {
+        timeout = timeout.min(3);
+    }
+    let mut h = json!({"type": "command", "command": command, "timeout": timeout, "async": false});
+    if let Some(s) = status {
+        h["statusMessage"] = json!(s);
+    }
+    let mut ident = json!({"event_name": snake_event(event), "hooks": [h]});
+    if let Some(m) = matcher {
+        ident["matcher"] = json!(m);
+    }
+    format!("sha256:{}", courier_shared::auth::hex(&Sha256::digest(canonical_json(&ident).as_bytes())))
+}
+
+/// Compact JSON, object keys sorted at every level (whatever serde_json's map order is).
+pub fn canonical_json(v: &Value) -> String {
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            let parts: Vec<String> =
+                keys.into_iter().map(|k| format!("{}:{}", Value::String(k.clone()), canonical_json(&m[k]))).collect();
+            format!("{{{}}}", parts.join(","))
+        }
+        Value::Array(a) => format!("[{}]", a.iter().map(canonical_json).collect::<Vec<_>>().join(",")),
+        other => other.to_string(),
+    }
+}
+
+/// Quotes `s` for a POSIX shell when it needs it (Codex runs hook commands with `$SHELL -c`).
+pub fn shell_quote(s: &str) -> String {
+    let safe = !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"/._-+=:,@%".contains(&b));
+    if safe {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// The hook command for an installed hook-client: its absolute path alone, so bash execs it (its
+/// parent is then codex itself) and the string stays the same across upgrades.
+pub fn hook_command(hook_client: &Path) -> String {
+    shell_quote(&hook_client.to_string_lossy())
+}
+
+fn handler(command: &str) -> Value {
+    json!({"type": "command", "command": command, "timeout": HOOK_TIMEOUT_SECS})
+}
+
+/// The path Codex names hooks.json by in trust keys.
+pub fn hooks_source(codex_home: &Path) -> PathBuf {
+    fs::canonicalize(codex_home).unwrap_or_else(|_| codex_home.to_path_buf()).join("hooks.json")
+}
+
+pub fn trust_key(source: &Path, event: &str, group: usize) -> String {
+    format!("{}:{}:{group}:0", source.display(), snake_event(event))
+}
+
+// ------------------------------------------------------------------------------------------------
+// Manifest
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FileEdit {
+    pub path: PathBuf,
+    /// The file before Courier touched it; `None` when it did not exist.
+    pub original: Option<String>,
+    /// What install last wrote. When the file still reads exactly this, uninstall restores
+    /// `original` byte-for-byte; otherwise it removes Courier's entries structurally.
+    pub written: String,
+    /// False once the file was seen changed by someone else between installs: `original` is
+    /// then stale and only the structural removal is safe.
+    pub snapshot_valid: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ProfileEdit {
+    pub path: PathBuf,
+    /// The exact text appended (block plus any newline put before it).
+    pub inserted: String,
+    pub created: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum StartSetup {
+    #[default]
+    None,
+    Systemd { units: Vec<PathBuf> },
+    Profile { files: Vec<ProfileEdit> },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct Manifest {
+    pub version: u32,
+    pub prefix: PathBuf,
+    pub created_prefix: bool,
+    pub binaries: Vec<PathBuf>,
+    pub codex_home: PathBuf,
+    pub hook_command: String,
+    /// Every hook command install ever registered (older prefixes included), for clean-up.
+    pub commands: Vec<String>,
+    pub hooks_json: Option<FileEdit>,
+    pub created_hooks_key: bool,
+    pub created_events: Vec<String>,
+    pub config_toml: Option<FileEdit>,
+    /// `hooks.state` keys and the hash install wrote for each.
+    pub trust_entries: Vec<(String, String)>,
+    /// "hooks" and/or "hooks.state" when install created those tables.
+    pub created_tables: Vec<String>,
+    /// Codex digests install added to the trusted set (digest, path).
+    pub codex_trusted: Vec<(String, String)>,
+    pub start: StartSetup,
+}
+
+pub fn manifest_path(state_dir: &Path) -> PathBuf {
+    state_dir.join(MANIFEST_NAME)
+}
+
+pub fn load_manifest(state_dir: &Path) -> Result<Option<Manifest>> {
+    let path = manifest_path(state_dir);
+    match fs::read_to_string(&path) {
+        Ok(t) => Ok(Some(serde_json::from_str(&t).with_context(|| format!("parsing {}", path.display()))?)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Small file helpers
+
+fn read_opt(path: &Path) -> Result<Option<String>> {
+    match fs::read(path) {
+        Ok(b) => Ok(Some(String::from_utf8(b).with_context(|| format!("{} is not UTF-8", path.display()))?)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+/// Replaces `path` atomically, keeping an existing file's mode (new files: `new_mode`).
+fn write_atomic(path: &Path, bytes: &[u8], new_mode: u32) -> Result<()> {
+    let mode = fs::metadata(path).map(|m| m.mode() & 0o7777).unwrap_or(new_mode);
+    let dir = path.parent().context("path has no parent")?;
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let tmp = dir.join(format!(".{}.courier-{}", path.file_name().unwrap_or_default().to_string_lossy(), std::process::id()));
+    let _ = fs::remove_file(&tmp);
+    let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)
+        .with_context(|| format!("creating {}", tmp.display()))?;
+    f.write_all(bytes)?;
+    f.set_permissions(fs::Permissions::from_mode(mode))?;
+    f.sync_all()?;
+    fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))?;
+    Ok(())
+}
+
+fn restore(path: &Path, content: Option<&str>) -> Result<()> {
+    match content {
+        Some(c) => write_atomic(path, c.as_bytes(), 0o644),
+        None => match fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e).with_context(|| format!("removing {}", path.display())),
+            _ => Ok(()),
+        },
+    }
+}
+
+/// Records that install is about to write `new` to `edit`'s file whose current text is `current`.
+fn track_edit(edit: &mut Option<FileEdit>, path: &Path, current: Option<&str>, new: &str) {
+    match edit {
+        Some(e) => {
+            if current != Some(e.written.as_str()) {
+                e.snapshot_valid = false; // someone changed it since: the old original is stale
+            }
+            e.written = new.to_string();
+        }
+        None => {
+            *edit = Some(FileEdit {
+                path: path.to_path_buf(),
+                original: current.map(str::to_string),
+                written: new.to_string(),
+                snapshot_valid: true,
+            })
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// hooks.json
+
+/// Registers `command` for every event in [`EVENTS`]: keeps a group that is exactly Courier's,
+/// otherwise removes handlers running any of `old_commands` and appends Courier's group. Returns
+/// each event's group index (for the trust key).
+pub fn merge_hooks(doc: &mut Value, command: &str, old_commands: &[String], m: &mut Manifest) -> Result<Vec<(String, usize)>> {
+    let root = doc.as_object_mut().context("hooks.json is not a JSON object")?;
+    if !root.contains_key("hooks") {
+        root.insert("hooks".into(), json!({}));
+        m.created_hooks_key = true;
+    }
+    let hooks = root.get_mut("hooks").and_then(Value::as_object_mut).context("\"hooks\" in hooks.json is not an object")?;
+    let ours = json!({"hooks": [handler(command)]});
+    let is_old = |h: &Value| {
+        h.get("command").and_then(Value::as_str).is_some_and(|c| c == command || old_commands.iter().any(|o| o == c))
+    };
+    let mut out = Vec::new();
+    for ev in EVENTS {
+        if !hooks.contains_key(ev) {
+            hooks.insert(ev.into(), json!([]));
+            if !m.created_events.iter().any(|e| e == ev) {
+                m.created_events.push(ev.into());
+            }
+        }
+        let groups = hooks.get_mut(ev).and_then(Value::as_array_mut).with_context(|| format!("hooks.{ev} in hooks.json is not an array"))?;
+        if let Some(i) = groups.iter().position(|g| *g == ours) {
+            let stale = groups.iter().enumerate().any(|(j, g)| j != i && group_has(g, &is_old));
+            if !stale {
+                out.push((ev.to_string(), i));
+                continue;
+            }
+        }
+        strip_handlers(groups, &is_old);
+        groups.push(ours.clone());
+        out.push((ev.to_string(), groups.len() - 1));
+    }
+    Ok(out)
+}
+
+fn group_has(g: &Value, pred: &dyn Fn(&Value) -> bool) -> bool {
+    g.get("hooks").and_then(Value::as_array).is_some_and(|hs| hs.iter().any(pred))
+}
+
+/// Removes matching handlers; drops groups left empty by that.
+fn strip_handlers(groups: &mut Vec<Value>, pred: &dyn Fn(&Value) -> bool) {
+    groups.retain_mut(|g| {
+        let Some(hs) = g.get_mut("hooks").and_then(Value::as_array_mut) else { return true };
+        let before = hs.len();
+        hs.retain(|h| !pred(h));
+        !(hs.is_empty() && before > 0)
+    });
+}
+
+/// Structural inverse of [`merge_hooks`].
+pub fn unmerge_hooks(doc: &mut Value, m: &Manifest) {
+    let is_ours = |h: &Value| h.get("command").and_then(Value::as_str).is_some_and(|c| m.commands.iter().any(|o| o == c));
+    let Some(root) = doc.as_object_mut() else { return };
+    if let Some(hooks) = root.get_mut("hooks").and_then(Value::as_object_mut) {
+        for ev in EVENTS {
+            if let Some(groups) = hooks.get_mut(ev).and_then(Value::as_array_mut) {
+                strip_handlers(groups, &is_ours);
+                if groups.is_empty() && m.created_events.iter().any(|e| e == ev) {
+                    hooks.remove(ev);
+                }
+            }
+        }
+        if hooks.is_empty() && m.created_hooks_key {
+            root.remove("hooks");
+        }
+    }
+}
+
+fn json_text(doc: &Value) -> String {
+    let mut s = serde_json::to_string_pretty(doc).expect("JSON value serializes");
+    s.push('\n');
+    s
+}
+
+// ------------------------------------------------------------------------------------------------
+// config.toml trust entries (format-preserving)
+
+fn ensure_table<'a>(parent: &'a mut dyn toml_edit::TableLike, key: &str, created: &mut bool) -> Result<&'a mut dyn toml_edit::TableLike> {
+    if !parent.contains_key(key) {
+        let mut t = toml_edit::Table::new();
+        t.set_implicit(true);
+        parent.insert(key, toml_edit::Item::Table(t));
+        *created = true;
+    }
+    parent.get_mut(key).and_then(|i| i.as_table_like_mut()).with_context(|| format!("`{key}` in config.toml is not a table"))
+}
+
+/// Sets `hooks.state."<key>".trusted_hash` for each entry and removes `stale` keys install wrote
+/// earlier (only while they still hold the hash install wrote).
+pub fn add_trust(doc: &mut toml_edit::DocumentMut, entries: &[(String, String)], stale: &[(String, String)], m: &mut Manifest) -> Result<()> {
+    let (mut made_hooks, mut made_state) = (false, false);
+    let hooks = ensure_table(doc.as_table_mut(), "hooks", &mut made_hooks)?;
+    let state = ensure_table(hooks, "state", &mut made_state)?;
+    for (key, hash) in stale {
+        if !entries.iter().any(|(k, _)| k == key) && trusted_hash(state, key).as_deref() == Some(hash) {
+            state.remove(key);
+        }
+    }
+    for (key, hash) in entries {
+        if trusted_hash(state, key).as_deref() == Some(hash.as_str()) {
+            continue;
+        }
+        match state.get_mut(key).and_then(|i| i.as_table_like_mut()) {
+            Some(t) => {
+                t.insert("trusted_hash", toml_edit::value(hash.as_str()));
+            }
+            None => {
+                let mut t = toml_edit::Table::new();
+                t.insert("trusted_hash", toml_edit::value(hash.as_str()));
+                if state_is_inline(state) {
+                    state.insert(key, toml_edit::Item::Value(toml_edit::Value::InlineTable(t.into_inline_table())));
+                } else {
+                    state.insert(key, toml_edit::Item::Table(t));
+                }
+            }
+        }
+    }
+    for (made, name) in [(made_hooks, "hooks"), (made_state, "hooks.state")] {
+        if made && !m.created_tables.iter().any(|t| t == name) {
+            m.created_tables.push(name.into());
+        }
+    }
+    Ok(())
+}
+
+fn state_is_inline(state: &dyn toml_edit::TableLike) -> bool {
+    state.iter().next().is_some_and(|(_, i)| i.is_inline_table())
+}
+
+fn trusted_hash(state: &dyn toml_edit::TableLike, key: &str) -> Option<String> {
+    state.get(key)?.as_table_like()?.get("trusted_hash")?.as_str().map(str::to_string)
+}
+
+/// Structural inverse of [`add_trust`].
+pub fn remove_trust(doc: &mut toml_edit::DocumentMut, m: &Manifest) {
+    let root = doc.as_table_mut();
+    let Some(hooks) = root.get_mut("hooks").and_then(|i| i.as_table_like_mut()) else { return };
+    if let Some(state) = hooks.get_mut("state").and_then(|i| i.as_table_like_mut()) {
+        for (key, hash) in &m.trust_entries {
+            if trusted_hash(state, key).as_deref() == Some(hash.as_str()) {
+                state.remove(key);
+            }
+        }
+        if state.is_empty() && m.created_tables.iter().any(|t| t == "hooks.state") {
+            hooks.remove("state");
+        }
+    }
+    if hooks.is_empty() && m.created_tables.iter().any(|t| t == "hooks") {
+        root.remove("hooks");
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Starting the broker at login
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum StartMode {
+    /// systemd user units when `systemctl --user` works, else the login profile.
+    Auto,
+    Systemd,
+    Profile,
+    None,
+}
+
+impl StartMode {
+    pub fn parse(s: &str) -> Result<StartMode> {
+        Ok(match s {
+            "auto" => StartMode::Auto,
+            "systemd" => StartMode::Systemd,
+            "profile" => StartMode::Profile,
+            "none" => StartMode::None,
+            _ => bail!("--start {s:?}: use auto, systemd, profile or none"),
+        })
+    }
+}
+
+/// Runs `cmd` with a deadline; `None` if it could not start or did not finish in time.
+fn run_bounded(mut cmd: Command, timeout: Duration) -> Option<std::process::Output> {
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().ok()?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => return child.wait_with_output().ok(),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+}
+
+pub fn systemctl_user(args: &[&str]) -> Option<std::process::Output> {
+    let mut c = Command::new("systemctl");
+    c.arg("--user").args(args);
+    run_bounded(c, Duration::from_secs(20))
+}
+
+/// A systemd user manager answers.
+pub fn user_manager_runs() -> bool {
+    systemctl_user(&["show-environment"]).is_some_and(|o| o.status.success())
+}
+
+pub fn unit_dir() -> PathBuf {
+    std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".config"))
+        .join("systemd/user")
+}
+
+/// A value for a unit file line: `%` escaped; quoted when it has blanks or quotes.
+fn unit_quote(s: &str, dollar: bool) -> String {
+    let mut v = s.replace('%', "%%");
+    if dollar {
+        v = v.replace('$', "$$");
+    }
+    if v.contains([' ', '\t', '"', '\'', '\\']) {
+        format!("\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\""))
+    } else {
+        v
+    }
+}
+
+/// Environment the broker must see to agree with the hook-clients Codex runs: the CODEX_HOME
+/// installed into, plus any COURIER_* directory override set at install time.
+fn baked_env(codex_home: &Path) -> Vec<(String, String)> {
+    let mut v = vec![("CODEX_HOME".to_string(), codex_home.to_string_lossy().into_owned())];
+    for k in ["COURIER_RUNTIME_DIR", "COURIER_STATE_DIR", "COURIER_CONFIG"] {
+        if let Some(val) = std::env::var_os(k).filter(|v| !v.is_empty()) {
+            v.push((k.into(), val.to_string_lossy().into_owned()));
+        }
+    }
+    v
+}
+
+/// The two unit files, rendered.
+pub fn render_units(broker: &Path, codex_home: &Path) -> (String, String) {
+    let socket = paths::socket_path(&paths::runtime_dir());
+    let listen = match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+        Some(xdg) if std::env::var_os("COURIER_RUNTIME_DIR").is_none() => {
+            match socket.strip_prefix(&xdg) {
+                Ok(rest) => format!("%t/{}", rest.to_string_lossy().replace('%', "%%")),
+                Err(_) => socket.to_string_lossy().replace('%', "%%"),
+            }
+        }
+        _ => socket.to_string_lossy().replace('%', "%%"),
+    };
+    let env: Vec<String> = baked_env(codex_home)
+        .iter()
+        .map(|(k, v)| format!("Environment={}", unit_quote(&format!("{k}={v}"), false)))
+        .collect();
+    let sock = SOCKET_TEMPLATE.replace("@LISTEN@", &listen);
+    let svc = SERVICE_TEMPLATE
+        .replace("@BROKER@", &unit_quote(&broker.to_string_lossy(), true))
+        .replace("@ENVIRONMENT@", &env.join("\n"));
+    (sock, svc)
+}
+
+/// The lines appended to login profiles: start the broker unless one answers already.
+pub fn profile_block(broker: &Path, codex_home: &Path) -> String {
+    let env: Vec<String> = baked_env(codex_home).iter().map(|(k, v)| format!("{k}={}", shell_quote(v))).collect();
+    let b = shell_quote(&broker.to_string_lossy());
+    format!(
+        "{PROFILE_BEGIN}\nif [ -x {b} ]; then {} {b} serve --daemonize >/dev/null 2>&1 || true; fi\n{PROFILE_END}\n",
+        env.join(" ")
+    )
+}
+
+fn profile_files() -> Vec<PathBuf> {
+    let home = PathBuf::from(std::env::var_os("HOME").unwrap_or_default());
+    // ~/.profile always (sh, dash, and bash without its own files). A login bash reads only the
+    // first of .bash_profile/.bash_login/.profile, and zsh only .zprofile: add to those that exist.
+    let mut v = vec![home.join(".profile")];
+    if let Some(bash) = [".bash_profile", ".bash_login"].iter().map(|f| home.join(f)).find(|p| p.is_file()) {
+        v.push(bash);
+    }
+    if home.join(".zprofile").is_file() {
+        v.push(home.join(".zprofile"));
+    }
+    v
+}
+
+fn add_profile_block(path: &Path, block: &str, old: Option<&ProfileEdit>) -> Result<ProfileEdit> {
+    let current = read_opt(path)?;
+    let mut text = current.clone().unwrap_or_default();
+    if let Some(old) = old {
+        if old.inserted.ends_with(block) && text.contains(&old.inserted) {
+            return Ok(old.clone()); // already there, unchanged
+        }
+        text = text.replacen(&old.inserted, "", 1);
+    }
+    let sep = if text.is_empty() || text.ends_with('\n') { "" } else { "\n" };
+    let inserted = format!("{sep}{block}");
+    text.push_str(&inserted);
+    write_atomic(path, text.as_bytes(), 0o644)?;
+    let created = old.map_or(current.is_none(), |o| o.created);
+    Ok(ProfileEdit { path: path.to_path_buf(), inserted, created })
+}
+
+fn remove_profile_block(edit: &ProfileEdit) -> Result<bool> {
+    let Some(text) = read_opt(&edit.path)? else { return Ok(false) };
+    if !text.contains(&edit.inserted) {
+        return Ok(false);
+    }
+    let rest = text.replacen(&edit.inserted, "", 1);
+    if rest.is_empty() && edit.created {
+        fs::remove_file(&edit.path)?;
+    } else {
+        write_atomic(&edit.path, rest.as_bytes(), 0o644)?;
+    }
+    Ok(true)
+}
+
+// ------------------------------------------------------------------------------------------------
+// `broker serve --daemonize`
+
+/// Starts `exe serve` detached (own session, output to `$COURIER_STATE_DIR/broker.log`) unless a
+/// broker already answers; waits (bounded) until the new one answers. Returns its pid.
+pub fn daemonize(exe: &Path) -> Result<(u32, bool)> {
+    let runtime = paths::runtime_dir();
+    if let Some(st) = server::query_status(&runtime) {
+        return Ok((st.get("pid").and_then(Value::as_u64).unwrap_or(0) as u32, false));
+    }
+    let state = paths::state_dir();
+    dirs::ensure_private_dir(&state)?;
+    let log = state.join(DAEMON_LOG);
+    if fs::metadata(&log).is_ok_and(|m| m.len() > DAEMON_LOG_MAX) {
+        let _ = fs::rename(&log, state.join(format!("{DAEMON_LOG}.1")));
+    }
+    let logf = fs::OpenOptions::new().create(true).append(true).mode(0o600).open(&log)
+        .with_context(|| format!("opening {}", log.display()))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("serve").stdin(Stdio::null()).stdout(logf.try_clone()?).stderr(logf);
+    // SAFETY: setsid is async-signal-safe; it detaches the broker from the login's terminal.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| nix::unistd::setsid().map(|_| ()).map_err(std::io::Error::from));
+    }
+    let mut child = cmd.spawn().with_context(|| format!("starting {} serve", exe.display()))?;
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(st) = server::query_status(&runtime) {
+            let answering = st.get("pid").and_then(Value::as_u64).unwrap_or(0) as u32;
+            // Reap nothing: the child keeps running after we exit and is re-parented.
+            std::mem::forget(child);
+            return Ok((answering, answering == pid));
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            if let Some(st) = server::query_status(&runtime) {
+                return Ok((st.get("pid").and_then(Value::as_u64).unwrap_or(0) as u32, false));
+            }
+            let tail = fs::read_to_string(&log).unwrap_or_default();
+            let tail: Vec<&str> = tail.lines().rev().take(5).collect();
+            bail!("broker serve exited ({status}); last log lines ({}):\n{}", log.display(), tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+        }
+        if Instant::now() >= deadline {
+            bail!("broker serve (pid {pid}) did not answer within 15 s; see {}", log.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Stops the broker answering on the socket if its executable is `exe` (also when `exe` was
+/// replaced or deleted since it started). Returns its pid when one was stopped.
+pub fn stop_broker_running(exe: &Path) -> Result<Option<u32>> {
+    let Some(st) = server::query_status(&paths::runtime_dir()) else { return Ok(None) };
+    let Some(pid) = st.get("pid").and_then(Value::as_u64).map(|p| p as i32) else { return Ok(None) };
+    use nix::libc;
+    // A pidfd first, then the executable check, then the signal through the pidfd: a recycled
+    // pid can neither pass the check nor receive the signal.
+    // SAFETY: plain syscalls on an fd we own; closed by OwnedFd.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+    if fd < 0 {
+        return Ok(None);
+    }
+    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let link = fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+    let link = link.to_string_lossy();
+    let exe_s = exe.to_string_lossy();
+    if link != exe_s && link != format!("{exe_s} (deleted)") {
+        return Ok(None);
+    }
+    use std::os::fd::AsRawFd;
+    // SAFETY: as above.
+    let rc = unsafe { libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), libc::SIGTERM, std::ptr::null::<libc::siginfo_t>(), 0) };
+    if rc != 0 {
+        return Ok(None);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if fs::metadata(format!("/proc/{pid}")).is_err() || server::query_status(&paths::runtime_dir()).is_none() {
+            return Ok(Some(pid as u32));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!("broker pid {pid} did not exit within 10 s of SIGTERM");
+}
+
+// ------------------------------------------------------------------------------------------------
+// install
+
+pub struct InstallOptions {
+    pub prefix: PathBuf,
+    pub codex_home: PathBuf,
+    pub start: StartMode,
+    /// Directory holding the `broker` and `hook-client` to install.
+    pub source_dir: PathBuf,
+    /// systemd: write the units but do not run `systemctl --user` (no user manager yet, e.g. over
+    /// ssh before `loginctl enable-linger`).
+    pub no_enable: bool,
+}
+
+/// Human-readable lines describing what happened.
+pub type Report = Vec<String>;
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    matches!((fs::metadata(a), fs::metadata(b)), (Ok(x), Ok(y)) if x.dev() == y.dev() && x.ino() == y.ino())
+}
+
+fn same_bytes(a: &Path, b: &Path) -> bool {
+    match (fs::metadata(a), fs::metadata(b)) {
+        (Ok(x), Ok(y)) if x.len() == y.len() => matches!((fs::read(a), fs::read(b)), (Ok(p), Ok(q)) if p == q),
+        _ => false,
+    }
+}
+
+/// Copies `src` to `dst` (atomic rename) unless `dst` already has the same bytes. True if copied.
+fn install_binary(src: &Path, dst: &Path) -> Result<bool> {
+    if same_file(src, dst) || same_bytes(src, dst) {
+        return Ok(false);
+    }
+    let bytes = fs::read(src).with_context(|| format!("reading {}", src.display()))?;
+    let tmp = dst.with_file_name(format!(".{}.courier-{}", dst.file_name().unwrap_or_default().to_string_lossy(), std::process::id()));
+    let _ = fs::remove_file(&tmp);
+    let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(0o755).open(&tmp)
+        .with_context(|| format!("creating {}", tmp.display()))?;
+    f.write_all(&bytes)?;
+    f.sync_all()?;
+    fs::rename(&tmp, dst).with_context(|| format!("installing {}", dst.display()))?;
+    Ok(true)
+}
+
+fn absolute(p: &Path) -> Result<PathBuf> {
+    if p.is_absolute() {
+        Ok(p.to_path_buf())
+    } else {
+        Ok(std::env::current_dir()?.join(p))
+    }
+}
+
+/// Codex binaries to trust: the native binary behind `codex` on PATH and the managed daemon's
+/// release copies.
+pub fn codex_candidates(codex_home: &Path) -> (Vec<PathBuf>, Vec<String>) {
+    let (mut found, mut notes) = (Vec::new(), Vec::new());
+    if let Some(p) = trust::codex_on_path() {
+        match trust::resolve_native_codex(&p) {
+            Ok(n) => found.push(n),
+            Err(e) => notes.push(format!("codex on PATH not trusted: {e:#}")),
+        }
+    }
+    let releases = codex_home.join("packages/app-server-daemon/releases");
+    if let Ok(rd) = fs::read_dir(&releases) {
+        let mut v: Vec<PathBuf> = rd.flatten().map(|e| e.path().join("bin/codex")).filter(|p| p.is_file()).collect();
+        v.sort();
+        found.extend(v);
+    }
+    found.dedup();
+    (found, notes)
+}
+
+pub fn install(opts: &InstallOptions) -> Result<Report> {
+    let mut report = Report::new();
+    let state_dir = paths::state_dir();
+    dirs::ensure_private_dir(&state_dir)?;
+    let mut m = load_manifest(&state_dir)?.unwrap_or_default();
+    m.version = 1;
+
+    // 1. Binaries.
+    let prefix = absolute(&opts.prefix)?;
+    let codex_home = absolute(&opts.codex_home)?;
+    let (src_broker, src_client) = (opts.source_dir.join("broker"), opts.source_dir.join("hook-client"));
+    for p in [&src_broker, &src_client] {
+        if !p.is_file() {
+            bail!("{} not found: install runs from the directory holding both broker and hook-client", p.display());
+        }
+    }
+    if !prefix.exists() {
+        fs::create_dir_all(&prefix).with_context(|| format!("creating {}", prefix.display()))?;
+        if m.prefix != prefix || m.binaries.is_empty() {
+            m.created_prefix = true;
+        }
+    }
+    if !m.prefix.as_os_str().is_empty() && m.prefix != prefix {
+        report.push(format!("note: previous install used {}; its binaries stay until you remove them", m.prefix.display()));
+    }
+    m.prefix = prefix.clone();
+    let mut replaced = false;
+    for (src, name) in [(&src_broker, "broker"), (&src_client, "hook-client")] {
+        let dst = prefix.join(name);
+        if install_binary(src, &dst)? {
+            report.push(format!("installed {}", dst.display()));
+            replaced = true;
+        }
+        if !m.binaries.contains(&dst) {
+            m.binaries.push(dst);
+        }
+    }
+    let broker = prefix.join("broker");
+    let client = prefix.join("hook-client");
+
+    // 2. hooks.json.
+    fs::create_dir_all(&codex_home).with_context(|| format!("creating {}", codex_home.display()))?;
+    m.codex_home = codex_home.clone();
+    let command = hook_command(&client);
+    let old_commands = m.commands.clone();
+    if !m.commands.contains(&command) {
+        m.commands.push(command.clone());
+    }
+    m.hook_command = command.clone();
+    let hooks_path = codex_home.join("hooks.json");
+    let current = read_opt(&hooks_path)?;
+    let mut doc: Value = match &current {
+        Some(t) if !t.trim().is_empty() => serde_json::from_str(t).with_context(|| format!("{} is not valid JSON; fix it first", hooks_path.display()))?,
+        _ => json!({}),
+    };
+    let groups = merge_hooks(&mut doc, &command, &old_commands, &mut m)?;
+    let new_text = json_text(&doc);
+    let changed = match &current {
+        Some(t) => serde_json::from_str::<Value>(t).ok().as_ref() != Some(&doc),
+        None => true,
+    };
+    if changed {
+        track_edit(&mut m.hooks_json, &hooks_path, current.as_deref(), &new_text);
+        write_atomic(&hooks_path, new_text.as_bytes(), 0o600)?;
+        report.push(format!("registered {} for {} in {}", command, EVENTS.join(", "), hooks_path.display()));
+    }
+
+    // 3. Trust entries in config.toml.
+    let source = hooks_source(&codex_home);
+    let entries: Vec<(String, String)> = groups
+        .iter()
+        .map(|(ev, idx)| (trust_key(&source, ev, *idx), hook_trust_hash(ev, &command, HOOK_TIMEOUT_SECS, None, None)))
+        .collect();
+    let config_path = codex_home.join("config.toml");
+    let current = read_opt(&config_path)?;
+    let mut tdoc: toml_edit::DocumentMut = current.as_deref().unwrap_or("").parse()
+        .with_context(|| format!("{} is not valid TOML; fix it first", config_path.display()))?;
+    let stale = m.trust_entries.clone();
+    add_trust(&mut tdoc, &entries, &stale, &mut m)?;
+    let new_text = tdoc.to_string();
+    if current.as_deref() != Some(new_text.as_str()) {
+        track_edit(&mut m.config_toml, &config_path, current.as_deref(), &new_text);
+        write_atomic(&config_path, new_text.as_bytes(), 0o600)?;
+        report.push(format!("trusted Courier's {} hook handlers in {}", entries.len(), config_path.display()));
+    }
+    m.trust_entries = entries;
+
+    // 4. Trusted Codex binaries.
+    let (candidates, notes) = codex_candidates(&codex_home);
+    report.extend(notes);
+    let mut store = Store::open(&state_dir)?;
+    for c in candidates {
+        let digest = trust::sha256_file(&c)?;
+        let path = c.to_string_lossy().into_owned();
+        if store.trust_codex(&digest, &path)? {
+            report.push(format!("trusted Codex binary {path} (sha256:{digest})"));
+            m.codex_trusted.push((digest, path));
+        }
+    }
+    drop(store);
+
+    // 5. Start at login.
+    let mode = match opts.start {
+        StartMode::Auto if user_manager_runs() => StartMode::Systemd,
+        StartMode::Auto => StartMode::Profile,
+        other => other,
+    };
+    save_manifest(&state_dir, &m)?; // before starting anything: uninstall must find it
+    let start = match mode {
+        StartMode::Systemd => setup_systemd(&broker, &codex_home, replaced, opts.no_enable, &m.start, &mut report)?,
+        StartMode::Profile => setup_profile(&broker, &codex_home, replaced, &m.start, &mut report)?,
+        StartMode::None | StartMode::Auto => {
+            teardown_start(&m.start, &broker, &mut report)?;
+            StartSetup::None
+        }
+    };
+    m.start = start;
+    save_manifest(&state_dir, &m)?;
+    Ok(report)
+}
+
+fn save_manifest(state_dir: &Path, m: &Manifest) -> Result<()> {
+    let mut text = serde_json::to_string_pretty(m)?;
+    text.push('\n');
+    let path = manifest_path(state_dir);
+    if read_opt(&path)?.as_deref() != Some(text.as_str()) {
+        write_atomic(&path, text.as_bytes(), 0o600)?;
+    }
+    Ok(())
+}
+
+fn setup_systemd(broker: &Path, codex_home: &Path, replaced: bool, no_enable: bool, previous: &StartSetup, report: &mut Report) -> Result<StartSetup> {
+    if let StartSetup::Profile { .. } = previous {
+        teardown_start(previous, broker, report)?;
+    }
+    let dir = unit_dir();
+    let (sock, svc) = render_units(broker, codex_home);
+    let mut units = Vec::new();
+    let mut changed = false;
+    for (name, text) in [(SOCKET_UNIT, sock), (SERVICE_UNIT, svc)] {
+        let p = dir.join(name);
+        if read_opt(&p)?.as_deref() != Some(text.as_str()) {
+            write_atomic(&p, text.as_bytes(), 0o644)?;
+            changed = true;
+        }
+        units.push(p);
+    }
+    if no_enable {
+        report.push(format!(
+            "wrote {SOCKET_UNIT} and {SERVICE_UNIT} to {}; enable them with: systemctl --user daemon-reload && systemctl --user enable --now {SOCKET_UNIT} {SERVICE_UNIT}",
+            dir.display()
+        ));
+        return Ok(StartSetup::Systemd { units });
+    }
+    let ok = |args: &[&str]| -> Result<()> {
+        match systemctl_user(args) {
+            Some(o) if o.status.success() => Ok(()),
+            Some(o) => bail!("systemctl --user {} failed: {}", args.join(" "), String::from_utf8_lossy(&o.stderr).trim()),
+            None => bail!("systemctl --user {} did not finish", args.join(" ")),
+        }
+    };
+    if changed {
+        ok(&["daemon-reload"])?;
+    }
+    // A broker started by hand holds the socket path; the socket unit replaces it.
+    ok(&["enable", "--now", SOCKET_UNIT, SERVICE_UNIT])?;
+    if changed || replaced {
+        ok(&["try-restart", SERVICE_UNIT])?;
+    }
+    report.push(format!("systemd user units {SOCKET_UNIT} and {SERVICE_UNIT} enabled and started ({})", dir.display()));
+    Ok(StartSetup::Systemd { units })
+}
+
+fn setup_profile(broker: &Path, codex_home: &Path, replaced: bool, previous: &StartSetup, report: &mut Report) -> Result<StartSetup> {
+    let old: Vec<ProfileEdit> = match previous {
+        StartSetup::Profile { files } => files.clone(),
+        StartSetup::Systemd { .. } => {
+            teardown_start(previous, broker, report)?;
+            Vec::new()
+        }
+        StartSetup::None => Vec::new(),
+    };
+    let block = profile_block(broker, codex_home);
+    let mut files = Vec::new();
+    for path in profile_files() {
+        let prev = old.iter().find(|e| e.path == path);
+        let edit = add_profile_block(&path, &block, prev)?;
+        if prev != Some(&edit) {
+            report.push(format!("added the broker start line to {}", path.display()));
+        }
+        files.push(edit);
+    }
+    // Edits for profile files no longer chosen are undone.
+    for e in old.iter().filter(|e| !files.iter().any(|f| f.path == e.path)) {
+        remove_profile_block(e)?;
+    }
+    if replaced {
+        if let Some(pid) = stop_broker_running(broker)? {
+            report.push(format!("stopped the previous broker (pid {pid}) to run the new binaries"));
+        }
+    }
+    let mut cmd = Command::new(broker);
+    cmd.args(["serve", "--daemonize"]).envs(baked_env(codex_home));
+    let out = run_bounded(cmd, Duration::from_secs(30)).context("running broker serve --daemonize")?;
+    if !out.status.success() {
+        bail!("{} serve --daemonize failed: {}", broker.display(), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    report.push(String::from_utf8_lossy(&out.stdout).trim().to_string());
+    Ok(StartSetup::Profile { files })
+}
+
+fn teardown_start(start: &StartSetup, broker: &Path, report: &mut Report) -> Result<()> {
+    match start {
+        StartSetup::None => {}
+        StartSetup::Systemd { units } => {
+            if user_manager_runs() {
+                let _ = systemctl_user(&["disable", "--now", SOCKET_UNIT, SERVICE_UNIT]);
+            }
+            for u in units {
+                restore(u, None)?;
+            }
+            if user_manager_runs() {
+                let _ = systemctl_user(&["daemon-reload"]);
+            }
+            report.push("removed the systemd user units".into());
+        }
+        StartSetup::Profile { files } => {
+            for f in files {
+                if remove_profile_block(f)? {
+                    report.push(format!("removed the broker start line from {}", f.path.display()));
+                }
+            }
+            if let Some(pid) = stop_broker_running(broker)? {
+                report.push(format!("stopped the broker (pid {pid})"));
+            }
+        }
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------------------------------------------
+// uninstall
+
+pub fn uninstall() -> Result<Report> {
+    let state_dir = paths::state_dir();
+    let Some(m) = load_manifest(&state_dir)? else {
+        bail!("nothing to uninstall: no install manifest at {}", manifest_path(&state_dir).display());
+    };
+    let mut report = Report::new();
+    let broker = m.prefix.join("broker");
+    teardown_start(&m.start, &broker, &mut report)?;
+
+    if let Some(edit) = &m.hooks_json {
+        let current = read_opt(&edit.path)?;
+        if current.as_deref() == Some(edit.written.as_str()) && edit.snapshot_valid {
+            restore(&edit.path, edit.original.as_deref())?;
+            report.push(format!("restored {}", edit.path.display()));
+        } else if let Some(text) = current {
+            let mut doc: Value = serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", edit.path.display()))?;
+            unmerge_hooks(&mut doc, &m);
+            let empty = doc.as_object().is_some_and(|o| o.is_empty());
+            if empty && edit.original.is_none() {
+                restore(&edit.path, None)?;
+            } else {
+                write_atomic(&edit.path, json_text(&doc).as_bytes(), 0o600)?;
+            }
+            report.push(format!("removed Courier's hooks from {} (it changed since install)", edit.path.display()));
+        }
+    }
+    if let Some(edit) = &m.config_toml {
+        let current = read_opt(&edit.path)?;
+        if current.as_deref() == Some(edit.written.as_str()) && edit.snapshot_valid {
+            restore(&edit.path, edit.original.as_deref())?;
+            report.push(format!("restored {}", edit.path.display()));
+        } else if let Some(text) = current {
+            let mut doc: toml_edit::DocumentMut = text.parse().with_context(|| format!("{} is not valid TOML", edit.path.display()))?;
+            remove_trust(&mut doc, &m);
+            let out = doc.to_string();
+            if out.trim().is_empty() && edit.original.is_none() {
+                restore(&edit.path, None)?;
+            } else {
+                write_atomic(&edit.path, out.as_bytes(), 0o600)?;
+            }
+            report.push(format!("removed Courier's trust entries from {} (it changed since install)", edit.path.display()));
+        }
+    }
+    if !m.codex_trusted.is_empty() {
+        let mut store = Store::open(&state_dir)?;
+        for (digest, path) in &m.codex_trusted {
+            if store.untrust_codex(digest)? {
+                report.push(format!("no longer trusting {path} (sha256:{digest})"));
+            }
+        }
+    }
+    for b in &m.binaries {
+        if fs::symlink_metadata(b).is_ok() {
+            fs::remove_file(b).with_context(|| format!("removing {}", b.display()))?;
+            report.push(format!("removed {}", b.display()));
+        }
+    }
+    if m.created_prefix && fs::remove_dir(&m.prefix).is_ok() {
+        report.push(format!("removed {}", m.prefix.display()));
+    }
+    fs::remove_file(manifest_path(&state_dir))?;
+    report.push("Courier is uninstalled; the message queue in the state directory was kept".into());
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trust_hash_matches_python_port() {
+        // Values printed by probe-kit/hook_trust_hash.py.
+        assert_eq!(
+            hook_trust_hash("PostToolUse", "/bin/true", 5, None, None),
+            "sha256:0e59abad07037762a34c3ef81edcab683a6bd8548bf56109ef5e66f1eeaaadc7"
+        );
+        assert_eq!(
+            hook_trust_hash(
+                "Stop",
+                "/usr/bin/python3.11 /home/dev/probe/kit/hook_probe.py Stop",
+                30,
+                Some("Bash|apply_patch"),
+                Some("hi \"x\" \u{e9}")
+            ),
+            "sha256:964faa913fb44c21006cf58db5427bf20576281281bada5c202e46c9ed4c5364"
+        );
+        assert_eq!(hook_trust_hash("SessionEnd", "x", 30, None, None), "sha256:b1aa6329f3a5daf36ae487200db1136f90a884bb805ddb24a6326c98dd6f29f6");
+    }
+
+    #[test]
+    fn merge_appends_after_user_groups_and_is_idempotent() {
+        let mut m = Manifest::default();
+        let mut doc: Value = serde_json::from_str(
+            r#"{"hooks":{"PreToolUse":[{"matcher":"Bash","hooks":[{"type":"command","command":"mine"}]}]},"other":1}"#,
+        )
+        .unwrap();
+        let before = doc.clone();
+        let g = merge_hooks(&mut doc, "/p/hook-client", &[], &mut m).unwrap();
+        assert!(g.contains(&("PreToolUse".to_string(), 1)) && g.contains(&("Stop".to_string(), 0)), "{g:?}");
+        // Key order kept: the user's event first, then ours.
+        let keys: Vec<&String> = doc["hooks"].as_object().unwrap().keys().collect();
+        assert_eq!(keys[0], "PreToolUse");
+        let once = doc.clone();
+        assert_eq!(merge_hooks(&mut doc, "/p/hook-client", &["/p/hook-client".into()], &mut m).unwrap(), g);
+        assert_eq!(doc, once);
+        m.commands = vec!["/p/hook-client".into()];
+        unmerge_hooks(&mut doc, &m);
+        assert_eq!(doc, before);
+    }
+
+    #[test]
+    fn new_prefix_replaces_old_handlers() {
+        let mut m = Manifest::default();
+        let mut doc = json!({});
+        merge_hooks(&mut doc, "/old/hook-client", &[], &mut m).unwrap();
+        merge_hooks(&mut doc, "/new/hook-client", &["/old/hook-client".into()], &mut m).unwrap();
+        let text = doc.to_string();
+        assert!(!text.contains("/old/") && text.matches("/new/hook-client").count() == 6, "{text}");
+    }
+
+    #[test]
+    fn trust_edit_keeps_comments_and_reverts() {
+        let original = "# my settings\nmodel = \"x\" # inline comment\n\n[hooks.state.\"/h/hooks.json:stop:0:0\"]\ntrusted_hash = \"sha256:user\"\n";
+        let mut doc: toml_edit::DocumentMut = original.parse().unwrap();
+        let mut m = Manifest::default();
+        let entries = vec![("/h/hooks.json:stop:1:0".to_string(), "sha256:ours".to_string())];
+        add_trust(&mut doc, &entries, &[], &mut m).unwrap();
+        let text = doc.to_string();
+        assert!(text.starts_with("# my settings\nmodel = \"x\" # inline comment\n"), "{text}");
+        assert!(text.contains("[hooks.state.\"/h/hooks.json:stop:1:0\"]\ntrusted_hash = \"sha256:ours\""), "{text}");
+        assert!(m.created_tables.is_empty());
+        m.trust_entries = entries;
+        remove_trust(&mut doc, &m);
+        assert_eq!(doc.to_string(), original);
+    }
+
+    #[test]
+    fn trust_edit_on_empty_config_creates_and_removes_tables() {
+        let mut doc: toml_edit::DocumentMut = "model = \"x\"\n".parse().unwrap();
+        let mut m = Manifest::default();
+        let entries = vec![("/h/hooks.json:stop:0:0".to_string(), "sha256:ours".to_string())];
+        add_trust(&mut doc, &entries, &[], &mut m).unwrap();
+        let text = doc.to_string();
+        assert!(!text.contains("[hooks]") && !text.contains("[hooks.state]\n"), "implicit parents: {text}");
+        m.trust_entries = entries;
+        remove_trust(&mut doc, &m);
+        assert_eq!(doc.to_string(), "model = \"x\"\n");
+    }
+
+    #[test]
+    fn unit_values_are_escaped() {
+        assert_eq!(unit_quote("/a/b", true), "/a/b");
+        assert_eq!(unit_quote("/a b/100%$x", true), "\"/a b/100%%$$x\"");
+    }
+}

@@ -1,0 +1,390 @@
+//! `broker install` / `uninstall` / `doctor` against the real Codex CLI, in a throwaway HOME whose
+//! CODEX_HOME already has the user's own hooks and a commented config.toml. The broker under test
+//! is always the *installed* copy in the prefix (its hook-client is matched by inode), started by
+//! the install itself through the login-profile fallback (`broker serve --daemonize`).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use courier_tests::broker::run_bounded;
+use courier_tests::codex::set_mode;
+use courier_tests::hooks::{hooks_json, toml_str, trust_entries, Hook};
+use courier_tests::util::{marker, wait_until};
+use courier_tests::{broker_bin, Broker, CodexEnv, Hold, Reply, ScriptedModel};
+use serde_json::Value;
+
+const T: Duration = Duration::from_secs(60);
+const EVENTS: [&str; 6] = ["sessionStart", "userPromptSubmit", "preToolUse", "postToolUse", "stop", "subagentStart"];
+
+/// A throwaway installation: a Codex home with the user's own hooks and config, a prefix, and a
+/// `codex` on PATH (a symlink to the pinned binary). Kills a broker left running on drop.
+struct Rig {
+    env: CodexEnv,
+    prefix: PathBuf,
+    path_dir: PathBuf,
+    user_hook_log: PathBuf,
+}
+
+impl Rig {
+    fn new(env: CodexEnv) -> Rig {
+        let prefix = env.root.join("prefix");
+        let path_dir = env.root.join("path-bin");
+        std::fs::create_dir_all(&path_dir).unwrap();
+        std::os::unix::fs::symlink(&env.codex, path_dir.join("codex")).unwrap();
+        let user_hook_log = env.root.join("user-hook.log");
+        Rig { env, prefix, path_dir, user_hook_log }
+    }
+
+    /// The user's own hooks: a trusted PostToolUse (matcher Bash) that logs, and an untrusted Stop.
+    /// Written with the user's own (compact) formatting, and a commented trust entry.
+    fn write_user_hooks(&self) -> Vec<Hook> {
+        let script = self.env.write_script("user-hook.sh", &format!("#!/bin/sh\ncat >/dev/null\necho ran >> '{}'\n", self.user_hook_log.display()));
+        let trusted = Hook::new("PostToolUse", &script.display().to_string()).matcher("Bash").timeout(Some(10));
+        let untrusted = Hook::new("Stop", "/bin/true");
+        let hooks = vec![trusted.clone(), untrusted];
+        std::fs::write(self.env.hooks_json_path(), format!("{}\n", hooks_json(&hooks))).unwrap();
+        let source = self.env.hooks_json_path().display().to_string();
+        let (key, hash) = trust_entries(&source, &[trusted]).remove(0);
+        let mut f = std::fs::OpenOptions::new().append(true).open(self.env.config_toml_path()).unwrap();
+        write!(f, "# my own hook, reviewed by hand\n[hooks.state.{}]   # keep\ntrusted_hash = {}\n\n# end of my notes\n", toml_str(&key), toml_str(&hash)).unwrap();
+        hooks
+    }
+
+    fn path_var(&self) -> String {
+        format!("{}:{}", self.path_dir.display(), std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()))
+    }
+
+    /// `program args` in the env, with the `codex` symlink first on PATH.
+    fn command(&self, program: &Path, args: &[&str]) -> Command {
+        let mut c = self.env.command(program);
+        c.args(args).env("PATH", self.path_var());
+        c
+    }
+
+    fn run(&self, program: &Path, args: &[&str]) -> Output {
+        run_bounded(&mut self.command(program, args), Duration::from_secs(120))
+    }
+
+    fn run_ok(&self, program: &Path, args: &[&str]) -> String {
+        let out = self.run(program, args);
+        assert!(out.status.success(), "{} {args:?} failed ({}):\n{}\n{}", program.display(), out.status, text(&out.stdout), text(&out.stderr));
+        text(&out.stdout)
+    }
+
+    fn install(&self, extra: &[&str]) -> String {
+        let prefix = self.prefix.display().to_string();
+        let codex_home = self.env.codex_home.display().to_string();
+        let mut args = vec!["install", "--prefix", &prefix, "--codex-home", &codex_home];
+        args.extend(extra);
+        self.run_ok(&broker_bin(), &args)
+    }
+
+    fn installed_broker(&self) -> PathBuf {
+        self.prefix.join("broker")
+    }
+
+    /// A CLI handle that runs the installed broker.
+    fn cli(&self) -> Broker<'_> {
+        let mut b = Broker::cli_only(&self.env);
+        b.bin = self.installed_broker();
+        b
+    }
+
+    /// pid of the broker answering on the socket, if any.
+    fn running_pid(&self) -> Option<u32> {
+        let out = run_bounded(self.env.command(broker_bin()).args(["inspect", "--json"]), Duration::from_secs(30));
+        let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+        v.pointer("/broker/pid").and_then(Value::as_u64).map(|p| p as u32)
+    }
+
+    fn wait_running(&self) -> u32 {
+        wait_until(Duration::from_secs(20), "a broker answering on the socket", || self.running_pid())
+    }
+
+    fn snapshot(&self, files: &[PathBuf]) -> BTreeMap<PathBuf, Option<Vec<u8>>> {
+        files.iter().map(|p| (p.clone(), std::fs::read(p).ok())).collect()
+    }
+
+    fn profile(&self) -> PathBuf {
+        self.env.home.join(".profile")
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        // A broker started by install/profile outlives its starter: stop it if it is ours.
+        if let Some(pid) = self.running_pid() {
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+            if exe.starts_with(&self.env.root) {
+                let _ = Command::new("kill").arg(pid.to_string()).status();
+            }
+        }
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn pid_alive(pid: u32) -> bool {
+    // Gone, or a zombie waiting for init to reap it.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+}
+
+fn exe_of(pid: u32) -> PathBuf {
+    std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default()
+}
+
+/// Trust status per key, as the real Codex reports it.
+fn statuses(env: &CodexEnv) -> BTreeMap<String, (String, String)> {
+    env.hooks_list().into_iter().map(|h| (h.key.clone(), (h.command.clone(), h.trust_status.clone()))).collect()
+}
+
+/// Install into a home with the user's own hooks: Codex trusts Courier's six handlers and leaves
+/// the user's as they were; installing twice changes nothing; a real `codex exec` (no bypass flag)
+/// runs the installed hook-client and a `broker send` message is delivered and confirmed; the
+/// user's own hook still runs; uninstall restores every file byte-for-byte.
+#[test]
+fn install_delivers_through_real_codex_and_uninstall_restores_files() {
+    let hold = Hold::new();
+    let h = hold.clone();
+    let model = ScriptedModel::start_with(move |r| {
+        if r.function_calls().is_empty() {
+            Reply::exec("echo hello").held(&h)
+        } else {
+            Reply::message("done")
+        }
+    });
+    let rig = Rig::new(CodexEnv::new(&model));
+    let env = &rig.env;
+    rig.write_user_hooks();
+    // A managed-daemon release copy of Codex: install must trust it too.
+    let daemon = env.codex_home.join("packages/app-server-daemon/releases/9.9.9/bin/codex");
+    std::fs::create_dir_all(daemon.parent().unwrap()).unwrap();
+    std::fs::write(&daemon, b"\x7fELF stand-in daemon copy").unwrap();
+
+    let files = [env.hooks_json_path(), env.config_toml_path(), rig.profile()];
+    let before = rig.snapshot(&files);
+    let before_status = statuses(env);
+    assert_eq!(before_status.len(), 2, "{before_status:#?}");
+
+    let out = rig.install(&["--start", "profile"]);
+    let native = env.codex.canonicalize().unwrap();
+    assert!(out.contains(&format!("trusted Codex binary {}", native.display())), "{out}");
+    assert!(out.contains(&format!("trusted Codex binary {}", daemon.display())), "{out}");
+    let client = rig.prefix.join("hook-client");
+    let client_ino = std::fs::metadata(&client).unwrap().ino();
+
+    // Twice changes nothing, byte for byte (and keeps the hook-client's inode).
+    let manifest = env.state_dir.join("install-manifest.json");
+    let mut watched = files.to_vec();
+    watched.push(manifest.clone());
+    let once = rig.snapshot(&watched);
+    let again = rig.install(&["--start", "profile"]);
+    assert_eq!(rig.snapshot(&watched), once, "second install changed files:\n{again}");
+    assert_eq!(std::fs::metadata(&client).unwrap().ino(), client_ino);
+
+    // Codex itself: Courier's handlers trusted, the user's as before.
+    let after_status = statuses(env);
+    let command = client.display().to_string();
+    for ev in EVENTS {
+        let ours: Vec<_> = after_status.iter().filter(|(k, (c, _))| *c == command && k.contains(&format!(":{}:", courier_tests::snake_event(&pascal(ev))))).collect();
+        assert_eq!(ours.len(), 1, "{ev}: {after_status:#?}");
+        assert_eq!(ours[0].1 .1, "trusted", "{ev}: {after_status:#?}");
+    }
+    for (key, st) in &before_status {
+        assert_eq!(after_status.get(key), Some(st), "user hook {key} changed: {after_status:#?}");
+    }
+
+    // The broker install started is the installed binary.
+    let pid = rig.wait_running();
+    assert_eq!(exe_of(pid), rig.installed_broker());
+
+    // A real session, no bypass flag: the message reaches the next request once and is confirmed.
+    let cli = rig.cli();
+    let text_msg = marker("INSTALLED");
+    let child = env.spawn_exec("please run a command");
+    let first = model.wait_for_requests(1, T).remove(0);
+    hold.wait_held(1, T);
+    let thread = first.thread_id().expect("thread id");
+    let id = cli.send_opts(&thread, &text_msg, None, Some("install-test"));
+    hold.release();
+    let res = child.wait(T);
+    res.assert_success();
+    let reqs = model.requests();
+    assert_eq!(reqs.len(), 2, "{}", model.dump());
+    assert_eq!(reqs[1].developer_messages_containing(&text_msg).len(), 1, "{}", model.dump());
+    cli.wait_state(&id, "confirmed", Duration::from_secs(10));
+    let log = std::fs::read_to_string(&rig.user_hook_log).unwrap_or_default();
+    assert!(log.contains("ran"), "the user's own trusted PostToolUse hook must still run");
+    // Nothing refused for install reasons (which client, which Codex). A cold digest cache can
+    // make the very first call outlast hook-client's deadline (`peer_gone`): not install's doing.
+    let refusals = courier_tests::broker::refusals(&cli.inspect_json());
+    let install_related = ["client_exe", "untrusted_codex", "no_codex_ancestor", "bad_mac", "foreign_ancestor"];
+    assert!(
+        !refusals.iter().any(|r| install_related.contains(&r["reason"].as_str().unwrap_or(""))),
+        "hook calls refused: {refusals:#?}"
+    );
+
+    // Uninstall (the installed binary removes itself): everything back as it was.
+    let out = rig.run_ok(&rig.installed_broker(), &["uninstall"]);
+    assert_eq!(rig.snapshot(&files), before, "uninstall must restore byte-for-byte:\n{out}");
+    assert!(!rig.profile().exists() && !rig.prefix.exists() && !manifest.exists(), "{out}");
+    wait_until(Duration::from_secs(10), "the installed broker to exit", || (!pid_alive(pid)).then_some(()));
+    // The digests install added are no longer trusted.
+    let out = rig.run_ok(&broker_bin(), &["trust-codex", &daemon.display().to_string()]);
+    assert!(out.starts_with("trusted "), "{out}");
+}
+
+fn pascal(camel: &str) -> String {
+    let mut c = camel.chars();
+    c.next().map(|f| f.to_ascii_uppercase().to_string() + c.as_str()).unwrap_or_default()
+}
+
+/// The fallback start path: the login-profile line starts the installed broker when none runs,
+/// and does nothing when one does; with the broker down, hook-client still returns at once.
+#[test]
+fn profile_line_starts_the_broker_once() {
+    let rig = Rig::new(CodexEnv::with_base_url("http://127.0.0.1:9/v1"));
+    rig.install(&["--start", "profile"]);
+    let profile = std::fs::read_to_string(rig.profile()).unwrap();
+    assert!(profile.contains("serve --daemonize"), "{profile}");
+    let pid = rig.wait_running();
+    let _ = Command::new("kill").arg(pid.to_string()).status();
+    wait_until(Duration::from_secs(10), "the broker to stop", || rig.running_pid().is_none().then_some(()));
+
+    // Broker down: hook-client fails open within its deadline.
+    let mut hc = rig.command(&rig.prefix.join("hook-client"), &[]);
+    hc.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let start = Instant::now();
+    let mut child = hc.spawn().unwrap();
+    child.stdin.take().unwrap().write_all(br#"{"hook_event_name":"Stop","session_id":"x"}"#).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success() && out.stdout.is_empty());
+    assert!(start.elapsed() < Duration::from_millis(1500), "hook-client took {:?} with the broker down", start.elapsed());
+
+    // A login shell sources the profile: the installed broker starts, detached.
+    let login = || rig.run_ok(Path::new("/bin/sh"), &["-c", ". \"$HOME/.profile\""]);
+    login();
+    let pid2 = rig.wait_running();
+    assert_ne!(pid2, pid);
+    assert_eq!(exe_of(pid2), rig.installed_broker());
+    // A second login finds it running and starts no other.
+    let out = rig.run_ok(&rig.installed_broker(), &["serve", "--daemonize"]);
+    assert!(out.contains("already running"), "{out}");
+    login();
+    assert_eq!(rig.running_pid(), Some(pid2));
+    assert!(pid_alive(pid2));
+
+    rig.run_ok(&rig.installed_broker(), &["uninstall"]);
+    wait_until(Duration::from_secs(10), "the broker to exit on uninstall", || (!pid_alive(pid2)).then_some(()));
+    assert!(!rig.profile().exists());
+}
+
+/// systemd user units: `systemd-analyze verify` accepts what install writes, and the socket
+/// activation path works (systemd-socket-activate hands the listener on fd 3; the broker serves
+/// it instead of binding its own, so the socket file is the one systemd made).
+#[test]
+fn systemd_units_verify_and_socket_activation_serves() {
+    let rig = Rig::new(CodexEnv::with_base_url("http://127.0.0.1:9/v1"));
+    let out = rig.install(&["--start", "systemd", "--no-enable"]);
+    let unit_dir = rig.env.home.join(".config/systemd/user");
+    let sock_unit = unit_dir.join("courier-broker.socket");
+    let svc_unit = unit_dir.join("courier-broker.service");
+    let svc = std::fs::read_to_string(&svc_unit).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let sock = std::fs::read_to_string(&sock_unit).unwrap();
+    assert!(svc.contains(&format!("ExecStart={} serve", rig.installed_broker().display())), "{svc}");
+    assert!(svc.contains(&format!("Environment=CODEX_HOME={}", rig.env.codex_home.display())), "{svc}");
+    let socket_path = rig.env.runtime_dir.join("broker.sock");
+    assert!(sock.contains(&format!("ListenStream={}", socket_path.display())), "{sock}");
+    assert!(sock.contains("SocketMode=0600") && sock.contains("DirectoryMode=0700"), "{sock}");
+
+    let analyze = which("systemd-analyze").expect("systemd-analyze is required (apt-get install systemd)");
+    let xdg = rig.env.root.join("xdg-run");
+    std::fs::create_dir_all(&xdg).unwrap();
+    set_mode(&xdg, 0o700);
+    let mut cmd = Command::new(&analyze);
+    cmd.args(["verify", "--user"]).arg(&sock_unit).arg(&svc_unit).env("XDG_RUNTIME_DIR", &xdg).env("HOME", &rig.env.home);
+    let v = run_bounded(&mut cmd, Duration::from_secs(60));
+    assert!(v.status.success() && v.stderr.is_empty() && v.stdout.is_empty(), "systemd-analyze verify:\n{}{}", text(&v.stdout), text(&v.stderr));
+
+    // Socket activation, with the unit's own ExecStart and environment.
+    let activate = which("systemd-socket-activate").expect("systemd-socket-activate is required (apt-get install systemd)");
+    let log = rig.env.root.join("activated.log");
+    let mut cmd = rig.env.command(&activate);
+    cmd.arg("-l").arg(&socket_path);
+    for (k, _) in rig.env.env_vars() {
+        cmd.arg("-E").arg(k);
+    }
+    cmd.arg(rig.installed_broker()).arg("serve");
+    let logf = std::fs::File::create(&log).unwrap();
+    cmd.stdout(logf.try_clone().unwrap()).stderr(logf);
+    let mut listener = cmd.spawn().unwrap();
+    let sock_ino = wait_until(Duration::from_secs(10), "systemd-socket-activate to listen", || std::fs::metadata(&socket_path).ok().map(|m| m.ino()));
+    // The first connection starts the broker, which answers it.
+    let pid = rig.wait_running();
+    assert_eq!(exe_of(pid), rig.installed_broker());
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("socket-activated"), "{logged}");
+    assert_eq!(std::fs::metadata(&socket_path).unwrap().ino(), sock_ino, "the broker must serve systemd's socket, not bind a new one");
+    let _ = Command::new("kill").arg(pid.to_string()).status();
+    let _ = listener.kill();
+    let _ = listener.wait();
+
+    rig.run_ok(&rig.installed_broker(), &["uninstall"]);
+    assert!(!sock_unit.exists() && !svc_unit.exists());
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    std::env::var("PATH").ok()?.split(':').map(|d| Path::new(d).join(name)).find(|p| p.is_file())
+}
+
+/// `broker doctor` passes on a good install and, on a broken one, reports each problem with its
+/// fix and exits non-zero: broker stopped, one Courier hook no longer trusted, runtime directory
+/// mode loosened, an untrusted Codex binary.
+#[test]
+fn doctor_reports_each_problem() {
+    let rig = Rig::new(CodexEnv::with_base_url("http://127.0.0.1:9/v1"));
+    rig.write_user_hooks();
+    rig.install(&["--start", "profile"]);
+    let broker = rig.installed_broker();
+    let good = rig.run(&broker, &["doctor"]);
+    assert!(good.status.success(), "doctor on a good install:\n{}{}", text(&good.stdout), text(&good.stderr));
+    let good = text(&good.stdout);
+    eprintln!("--- doctor, good install\n{good}");
+    assert!(good.contains("for all 6 events, trusted"), "asked Codex itself:\n{good}");
+    assert!(!good.contains("FAIL"), "{good}");
+
+    // Break it.
+    let pid = rig.wait_running();
+    let _ = Command::new("kill").arg(pid.to_string()).status();
+    wait_until(Duration::from_secs(10), "the broker to stop", || rig.running_pid().is_none().then_some(()));
+    let cfg = std::fs::read_to_string(rig.env.config_toml_path()).unwrap();
+    let stop_key = format!("{}:stop:1:0", rig.env.hooks_json_path().display());
+    let at = cfg.find(&stop_key).unwrap_or_else(|| panic!("no {stop_key} in\n{cfg}"));
+    let hash_at = at + cfg[at..].find("sha256:").unwrap() + 7;
+    let mut broken = cfg.clone();
+    broken.replace_range(hash_at..hash_at + 4, "0000");
+    assert_ne!(broken, cfg);
+    std::fs::write(rig.env.config_toml_path(), broken).unwrap();
+    set_mode(&rig.env.runtime_dir, 0o755);
+    let daemon = rig.env.codex_home.join("packages/app-server-daemon/releases/9.9.9/bin/codex");
+    std::fs::create_dir_all(daemon.parent().unwrap()).unwrap();
+    std::fs::write(&daemon, b"\x7fELF not trusted").unwrap();
+
+    let bad = rig.run(&broker, &["doctor"]);
+    let report = text(&bad.stdout);
+    eprintln!("--- doctor, broken install\n{report}");
+    assert_eq!(bad.status.code(), Some(1), "{report}{}", text(&bad.stderr));
+    assert!(report.contains("FAIL no broker answers"), "{report}");
+    assert!(report.contains("serve --daemonize"), "fix for the stopped broker:\n{report}");
+    assert!(report.contains("Courier's hook for 1 of 6 events") && report.contains("Stop: modified"), "{report}");
+    assert!(report.contains(&format!("chmod 700 {}", rig.env.runtime_dir.display())), "{report}");
+    assert!(report.contains(&format!("FAIL Codex binary {} is not trusted", daemon.display())), "{report}");
+    assert!(report.contains(&format!("broker trust-codex {}", daemon.display())), "{report}");
+    set_mode(&rig.env.runtime_dir, 0o700);
+}
