@@ -19,6 +19,8 @@ pub struct Config {
     pub hook_clients: Vec<PathBuf>,
     /// error | warn | info | debug | trace (`COURIER_LOG` overrides).
     pub log_level: Option<String>,
+    /// `[effort]`: allowed levels, app-server deadline, the optional policy.
+    pub effort: crate::effort::config::EffortConfig,
 }
 
 #[derive(Debug, Default)]
@@ -63,6 +65,7 @@ pub fn parse(text: &str) -> Result<(Config, Vec<String>)> {
             bail!("log_level = {level:?} is not one of {}", crate::logging::Level::NAMES.join(", "));
         }
     }
+    config.effort.validate()?;
     Ok((config, warnings))
 }
 
@@ -78,7 +81,8 @@ mod tests {
 
     #[test]
     fn reads_keys_and_warns_on_unknown() {
-        let (c, w) = parse("# mine\nhook_clients = [\"/opt/courier/hook-client\"]\nlog_level = \"debug\"\nlogg = 1\n[effort]\nx = 1\n").unwrap();
+        let (c, w) = parse("# mine\nhook_clients = [\"/opt/courier/hook-client\"]\nlog_level = \"debug\"\nlogg = 1\n[effort]\nallow = [\"low\"]\n").unwrap();
+        assert_eq!(c.effort.allow, ["low"]);
         assert_eq!(c.hook_clients, [PathBuf::from("/opt/courier/hook-client")]);
         assert_eq!(c.log_level.as_deref(), Some("debug"));
         assert_eq!(w.len(), 1, "{w:?}");

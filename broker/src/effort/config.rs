@@ -1,5 +1,5 @@
-//! The `[effort]` section of the Courier config file (`COURIER_CONFIG`). Read here on its own
-//! until the broker has one config module; other sections are ignored.
+//! The `[effort]` section of the Courier config file (`COURIER_CONFIG`), parsed as part of
+//! [`crate::config::Config`]; this module holds its types, validation and a change-aware cache.
 //!
 //! ```toml
 //! [effort]
@@ -19,7 +19,7 @@
 //! set = "medium"
 //! ```
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -27,12 +27,6 @@ use std::time::SystemTime;
 
 pub const LEVELS: [&str; 6] = ["none", "minimal", "low", "medium", "high", "xhigh"];
 pub const SCOPES: [&str; 2] = ["turn", "thread"];
-
-#[derive(Deserialize, Default)]
-struct FileConfig {
-    #[serde(default)]
-    effort: Option<EffortConfig>,
-}
 
 #[derive(Deserialize, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -84,22 +78,15 @@ impl Default for EffortConfig {
 
 impl EffortConfig {
     pub fn parse(text: &str) -> Result<EffortConfig> {
-        let file: FileConfig = toml_edit::de::from_str(text)?;
-        let c = file.effort.unwrap_or_default();
-        c.validate()?;
-        Ok(c)
+        Ok(crate::config::parse(text)?.0.effort)
     }
 
     /// Missing file = defaults; an unreadable or invalid one is an error.
     pub fn load(path: &Path) -> Result<EffortConfig> {
-        match std::fs::read_to_string(path) {
-            Ok(text) => EffortConfig::parse(&text).with_context(|| format!("config {}", path.display())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(EffortConfig::default()),
-            Err(e) => Err(e).with_context(|| format!("reading config {}", path.display())),
-        }
+        Ok(crate::config::load_from(path)?.config.effort)
     }
 
-    fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         for l in &self.allow {
             if !LEVELS.contains(&l.as_str()) {
                 bail!("[effort] allow: {l:?} is not one of {}", LEVELS.join(", "));
