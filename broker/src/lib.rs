@@ -4,6 +4,7 @@
 
 pub mod delivery;
 pub mod dirs;
+pub mod failpoint;
 pub mod gate;
 pub mod inspect;
 pub mod rollout;
