@@ -51,7 +51,7 @@ def hook(event, turn, extra):
     p = {"session_id": thread, "turn_id": turn, "transcript_path": path, "cwd": "/", "hook_event_name": event,
          "model": "m", "permission_mode": "bypassPermissions"}
     p.update(extra)
-    t0 = time.monotonic()
+    t0 = time.monotonic(); wall = time.time()
     c = subprocess.Popen([hc], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          env=env, start_new_session=True)
     try:
@@ -71,7 +71,7 @@ def hook(event, turn, extra):
             text = o["hookSpecificOutput"]["additionalContext"]
             rec("response_item", {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": text}],
                 "internal_chat_message_metadata_passthrough": {"turn_id": turn, "content_item_kinds": ["hooks.additional_context"]}})
-    say({"event": event, "turn": turn, "rc": c.returncode, "ms": ms, "shown": text, "out": out.decode(errors="replace"),
+    say({"event": event, "turn": turn, "rc": c.returncode, "ms": ms, "t": wall, "shown": text, "out": out.decode(errors="replace"),
          "err": err.decode(errors="replace")[-300:]})
     return text
 n = 0
@@ -118,6 +118,8 @@ pub struct HookCall {
     pub event: String,
     pub rc: i64,
     pub ms: f64,
+    /// Wall-clock start of the call (seconds since the epoch).
+    pub t: f64,
     /// What reached "the model" (the rollout), if anything.
     pub shown: Option<String>,
     pub out: String,
@@ -188,6 +190,7 @@ impl Standin {
                 event: v["event"].as_str().unwrap_or("").into(),
                 rc: v["rc"].as_i64().unwrap_or(-1000),
                 ms: v["ms"].as_f64().unwrap_or(0.0),
+                t: v["t"].as_f64().unwrap_or(0.0),
                 shown: v["shown"].as_str().map(Into::into),
                 out: v["out"].as_str().unwrap_or("").into(),
                 err: v["err"].as_str().unwrap_or("").into(),
