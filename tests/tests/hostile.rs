@@ -449,7 +449,12 @@ fn disk_full_keeps_queue_consistent_and_hooks_answered() {
     }
     let error = error.expect("no send failed on a full disk");
     eprintln!("send on a full disk: {}", error.trim());
-    assert!(error.contains("full"), "unclear error: {error}");
+    assert!(error.contains("full") && error.contains("nothing was queued"), "unclear error: {error}");
+    // What was queued is still on record, unchanged, while the disk is full.
+    let on_record = messages_by_id(&inspect(&env));
+    for id in &queued {
+        assert_eq!(on_record[id]["state"], "pending", "{id}");
+    }
     // Hooks are still answered (quickly, exit 0), with the disk full.
     let standin = Standin::start(&env, &thread, 2, &[("COURIER_DEBUG", "1")]);
     std::thread::sleep(Duration::from_millis(500));
