@@ -87,13 +87,38 @@ pub fn reconcile(store: &mut Store, thread: Option<&str>) -> Result<usize> {
     }
     let mut settled = 0;
     for (path, messages) in by_rollout {
-        for (id, state, reason, offset) in scan_rollout(&path, &messages) {
+        // Whose codex is gone is decided before the scan: then the scan saw its final rollout.
+        let mut dead = std::collections::HashSet::new();
+        for m in &messages {
+            if let Some((pid, start)) = m.lease.map(|t| store.codex_of(t)).transpose()?.flatten() {
+                if !process_alive(pid, start) {
+                    dead.insert(m.id.clone());
+                }
+            }
+        }
+        for (id, mut state, mut reason, offset) in scan_rollout(&path, &messages) {
+            if state.is_none() && dead.contains(&id) {
+                (state, reason) = (Some("uncertain"), Some("codex_exited"));
+            }
+            crate::failpoint::hit("reconcile_before_settle");
             if store.settle(&id, state, reason, offset)? && state.is_some() {
                 settled += 1;
+                crate::failpoint::hit("reconcile_after_settle");
             }
         }
     }
     Ok(settled)
+}
+
+/// The process `pid` still runs and is the one that started at `starttime` (/proc stat field 22).
+fn process_alive(pid: i32, starttime: u64) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    // Fields after the command name (which may hold spaces and parentheses) start at field 3.
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return false };
+    let mut fields = rest.split_whitespace();
+    let state = fields.next();
+    let start = fields.nth(18).and_then(|f| f.parse::<u64>().ok());
+    state != Some("Z") && start == Some(starttime)
 }
 
 type Settlement = (String, Option<&'static str>, Option<&'static str>, u64);

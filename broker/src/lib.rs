@@ -7,6 +7,7 @@ pub mod delivery;
 pub mod dirs;
 pub mod doctor;
 pub mod effort;
+pub mod failpoint;
 pub mod gate;
 pub mod inspect;
 pub mod install;

@@ -203,7 +203,10 @@ fn send(mut parser: lexopt::Parser) -> Result<ExitCode> {
     }
     let from = from.or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "cli".into());
     let mut store = open_store()?;
-    let (id, duplicate) = match store.enqueue(&thread, "message", &text, Some(&from), key.as_deref(), ttl)? {
+    let queued = store
+        .enqueue(&thread, "message", &text, Some(&from), key.as_deref(), ttl)
+        .with_context(|| format!("queueing the message in {} (nothing was queued)", paths::state_dir().display()))?;
+    let (id, duplicate) = match queued {
         Enqueued::New(id) => (id, false),
         Enqueued::Existing(id) => (id, true),
     };
@@ -254,7 +257,10 @@ fn inspect_cmd(mut parser: lexopt::Parser) -> Result<ExitCode> {
     }
     let mut store = open_store()?;
     // Settle hand-offs against their rollouts first, so an ended session still reads `confirmed`.
-    delivery::reconcile(&mut store, thread.as_deref())?;
+    if let Err(e) = delivery::reconcile(&mut store, thread.as_deref()) {
+        // Still show what is on record (e.g. the disk is full and settling cannot be written).
+        eprintln!("broker: warning: could not settle hand-offs ({e:#}); states may lag");
+    }
     let status = server::query_status(&paths::runtime_dir());
     let report = inspect::Report::gather(&store, thread.as_deref(), status)?;
     if json {

@@ -1,28 +1,50 @@
-//! `broker serve`: owns the socket, accepts hook connections (one thread each, bounded), runs each
-//! request through the gate and delivery, and keeps leases and hand-offs moving in the
-//! background. One broker per login: an exclusive lock on `COURIER_STATE_DIR/broker.lock`.
+//! `broker serve`: owns the socket, runs each hook request through the gate and delivery, and
+//! keeps leases and hand-offs moving in the background. One broker per login: an exclusive lock
+//! on `COURIER_STATE_DIR/broker.lock`.
+//!
+//! Connections: one poll thread (epoll) accepts every connection and reads it without blocking
+//! until it holds one complete request frame; only then does a worker thread (a small fixed pool)
+//! see it. So idle, slow or hostile connections cost a file descriptor and a small buffer, never a
+//! thread, and cannot starve real hook calls. Limits: [`MAX_PENDING`] unfinished connections in
+//! all (the oldest is evicted for a new one), [`MAX_PER_PEER`] per peer process, other uids closed
+//! at accept (`SO_PEERCRED`), [`REQUEST_TIMEOUT`] to send a request, [`MAX_BUFFERED`] bytes of
+//! unfinished requests in all.
 
 use crate::delivery::{self, Offer};
 use crate::dirs;
 use crate::effort;
+use crate::failpoint;
 use crate::gate::{self, Gate, GateConfig, HookRequest, Peer, Verified};
 use crate::store::Store;
 use anyhow::{bail, Context, Result};
 use courier_shared::hook::HookEvent;
 use courier_shared::wire::{self, AckReply, HookReply, Request, PROTOCOL_VERSION};
+use nix::libc;
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Connections served at once; more are closed at once (the client fails open).
-const MAX_CONNECTIONS: usize = 256;
+/// Unfinished connections (request not yet complete) held at once; a new one evicts the oldest.
+pub const MAX_PENDING: usize = 1024;
+/// Unfinished connections one peer process may hold; more are closed at accept.
+pub const MAX_PER_PEER: usize = 16;
 /// How long a connection may take to send its request.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// Bytes of unfinished requests buffered in all; past it the connection that grew it is closed.
+pub const MAX_BUFFERED: usize = 64 << 20;
+/// Worker threads that verify and answer complete requests.
+const WORKERS: usize = 16;
+/// Refusals written to the queue database per maintenance pass from the poll thread; the rest are
+/// only counted (a flood must not turn into a flood of fsyncs).
+const QUEUED_REFUSALS_MAX: usize = 64;
 const MAINTENANCE_INTERVAL: Duration = Duration::from_millis(500);
 
 pub struct ServeOptions {
@@ -36,10 +58,16 @@ pub struct ServeOptions {
 struct Counters {
     hook_calls: AtomicU64,
     refusals: AtomicU64,
+    refusals_unrecorded: AtomicU64,
     leases: AtomicU64,
     handed: AtomicU64,
     unacked: AtomicU64,
+    /// Unfinished connections in the poll thread plus requests in workers.
     connections: AtomicUsize,
+    evicted: AtomicU64,
+    timed_out: AtomicU64,
+    rejected: AtomicU64,
+    bad_frames: AtomicU64,
 }
 
 struct Broker {
@@ -48,6 +76,8 @@ struct Broker {
     effort: Arc<effort::Service>,
     counters: Counters,
     started: Instant,
+    /// Refusals found by the poll thread, written by the maintenance thread.
+    queued_refusals: Mutex<Vec<(&'static str, String, i32)>>,
 }
 
 /// Holds the per-login lock for the broker's lifetime.
@@ -71,7 +101,12 @@ pub fn lock_instance(state_dir: &Path) -> Result<InstanceLock> {
 fn bind_socket(path: &Path) -> Result<UnixListener> {
     if let Ok(meta) = fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() || meta.uid() != courier_shared::paths::uid() {
-            bail!("{} exists and is not a socket of this user; refusing to replace it", path.display());
+            bail!(
+                "{} exists and is not a socket of this user (uid {}, {}); refusing to replace it",
+                path.display(),
+                meta.uid(),
+                if meta.file_type().is_symlink() { "a symlink" } else if meta.file_type().is_socket() { "a socket" } else { "not a socket" }
+            );
         }
         // We hold the instance lock, so no live broker owns it.
         fs::remove_file(path)?;
@@ -113,7 +148,20 @@ fn activated_listener(expected: &Path) -> Result<Option<UnixListener>> {
     Ok(Some(unsafe { UnixListener::from_raw_fd(FD) }))
 }
 
+/// Raises the soft open-file limit to the hard one: every unfinished connection holds an fd.
+fn raise_fd_limit() {
+    // SAFETY: getrlimit/setrlimit on a local struct.
+    unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
 pub fn serve(opts: ServeOptions) -> Result<()> {
+    failpoint::init().map_err(anyhow::Error::msg)?;
     dirs::ensure_private_dir(&opts.runtime_dir)?;
     dirs::ensure_private_dir(&opts.state_dir)?;
     let _lock = lock_instance(&opts.state_dir)?;
@@ -125,9 +173,17 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     if installed_clients.is_empty() {
         crate::log_warn!("no hook-client found next to {}; every hook call will be refused", exe.display());
     }
+    raise_fd_limit();
     let gate = Gate::new(GateConfig { codex_home: opts.codex_home.clone(), installed_clients, secret });
     let effort = effort::Service::open(&opts.state_dir, &opts.codex_home, courier_shared::paths::config_path())?;
-    let broker = Arc::new(Broker { store: Mutex::new(store), gate, effort, counters: Counters::default(), started: Instant::now() });
+    let broker = Arc::new(Broker {
+        store: Mutex::new(store),
+        gate,
+        effort,
+        counters: Counters::default(),
+        started: Instant::now(),
+        queued_refusals: Mutex::new(Vec::new()),
+    });
     let socket = courier_shared::paths::socket_path(&opts.runtime_dir);
     let (listener, how) = match activated_listener(&socket)? {
         Some(l) => (l, "socket-activated"),
@@ -162,28 +218,287 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         maintenance.maintain();
     })?;
 
-    for stream in listener.incoming() {
-        let Ok(stream) = stream else { continue };
-        let active = broker.counters.connections.fetch_add(1, Ordering::SeqCst);
-        if active >= MAX_CONNECTIONS {
-            broker.counters.connections.fetch_sub(1, Ordering::SeqCst);
-            continue; // dropped: the client fails open
-        }
+    let (tx, rx) = sync_channel::<Job>(MAX_PENDING);
+    let rx = Arc::new(Mutex::new(rx));
+    for i in 0..WORKERS {
         let broker = Arc::clone(&broker);
-        let spawned = std::thread::Builder::new().name("conn".into()).spawn(move || {
-            broker.handle(stream);
-            broker.counters.connections.fetch_sub(1, Ordering::SeqCst);
-        });
-        if spawned.is_err() {
-            crate::log_error!("could not start a connection thread");
+        let rx = Arc::clone(&rx);
+        std::thread::Builder::new().name(format!("worker-{i}")).spawn(move || worker(&broker, &rx))?;
+    }
+    Poller::new(listener, Arc::clone(&broker), tx)?.run()
+}
+
+/// A complete request frame and its connection, for a worker.
+struct Job {
+    stream: UnixStream,
+    frame: Vec<u8>,
+}
+
+fn worker(broker: &Broker, rx: &Mutex<Receiver<Job>>) {
+    loop {
+        let job = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
+            Ok(job) => job,
+            Err(_) => return,
+        };
+        broker.handle(job.stream, &job.frame);
+        broker.counters.connections.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Error frame for a request the broker will not serve: a client learns why before the close.
+fn error_frame(code: &str, detail: &str) -> Vec<u8> {
+    let body = serde_json::json!({"v": PROTOCOL_VERSION, "error": code, "detail": detail}).to_string();
+    let mut out = (body.len() as u32).to_be_bytes().to_vec();
+    out.extend_from_slice(body.as_bytes());
+    out
+}
+
+struct Conn {
+    stream: UnixStream,
+    pid: i32,
+    since: Instant,
+    /// Frame bytes so far (length prefix included); grows with what arrives, not what is claimed.
+    buf: Vec<u8>,
+}
+
+/// The accept-and-read loop (see the module docs).
+struct Poller {
+    epoll: std::os::fd::OwnedFd,
+    listener: UnixListener,
+    broker: Arc<Broker>,
+    tx: SyncSender<Job>,
+    conns: HashMap<RawFd, Conn>,
+    per_peer: HashMap<i32, usize>,
+    buffered: usize,
+    uid: u32,
+}
+
+const LISTENER: u64 = u64::MAX;
+
+impl Poller {
+    fn new(listener: UnixListener, broker: Arc<Broker>, tx: SyncSender<Job>) -> Result<Poller> {
+        listener.set_nonblocking(true)?;
+        // SAFETY: epoll_create1 returns a new fd or -1.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error()).context("epoll_create1");
+        }
+        // SAFETY: fd is a fresh descriptor we own.
+        let epoll = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        let p = Poller {
+            epoll,
+            listener,
+            broker,
+            tx,
+            conns: HashMap::new(),
+            per_peer: HashMap::new(),
+            buffered: 0,
+            uid: courier_shared::paths::uid(),
+        };
+        p.ctl(libc::EPOLL_CTL_ADD, p.listener.as_raw_fd(), LISTENER)?;
+        Ok(p)
+    }
+
+    fn ctl(&self, op: libc::c_int, fd: RawFd, token: u64) -> std::io::Result<()> {
+        let mut ev = libc::epoll_event { events: (libc::EPOLLIN | libc::EPOLLRDHUP) as u32, u64: token };
+        // SAFETY: valid epoll fd, valid event struct.
+        if unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), op, fd, &mut ev) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    fn run(mut self) -> Result<()> {
+        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
+        let mut last_sweep = Instant::now();
+        loop {
+            // SAFETY: events has the length we pass.
+            let n = unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), events.as_mut_ptr(), events.len() as i32, 100) };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e).context("epoll_wait");
+            }
+            for ev in &events[..n as usize] {
+                let token = ev.u64;
+                if token == LISTENER {
+                    self.accept_some();
+                } else {
+                    self.read_conn(token as RawFd);
+                }
+            }
+            if last_sweep.elapsed() >= Duration::from_millis(100) {
+                self.sweep();
+                last_sweep = Instant::now();
+            }
         }
     }
-    Ok(())
+
+    fn accept_some(&mut self) {
+        for _ in 0..512 {
+            let stream = match self.listener.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE)) => {
+                    // Out of descriptors: give the oldest unfinished connection's to the new one.
+                    if !self.evict_oldest() {
+                        return;
+                    }
+                    continue;
+                }
+                Err(_) => return,
+            };
+            let cred = match nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials) {
+                Ok(c) => c,
+                Err(_) => continue,
+            };
+            if cred.uid() != self.uid {
+                self.broker.refuse_later("peer_uid", format!("peer uid {} is not broker uid {}", cred.uid(), self.uid), cred.pid());
+                continue; // dropped unread
+            }
+            let pid = cred.pid();
+            if self.per_peer.get(&pid).copied().unwrap_or(0) >= MAX_PER_PEER {
+                self.broker.counters.rejected.fetch_add(1, Ordering::Relaxed);
+                let _ = (&stream).write(&error_frame("too_many_connections", "this process has too many unfinished requests"));
+                self.broker.refuse_later("too_many_connections", format!("pid {pid} holds {MAX_PER_PEER} unfinished connections"), pid);
+                continue;
+            }
+            if self.conns.len() >= MAX_PENDING {
+                self.evict_oldest();
+            }
+            if stream.set_nonblocking(true).is_err() {
+                continue;
+            }
+            let fd = stream.as_raw_fd();
+            if self.ctl(libc::EPOLL_CTL_ADD, fd, fd as u64).is_err() {
+                continue;
+            }
+            *self.per_peer.entry(pid).or_default() += 1;
+            self.broker.counters.connections.fetch_add(1, Ordering::SeqCst);
+            self.conns.insert(fd, Conn { stream, pid, since: Instant::now(), buf: Vec::new() });
+        }
+    }
+
+    /// Takes a connection out of the poll set (the caller closes or hands it on).
+    fn remove(&mut self, fd: RawFd) -> Option<Conn> {
+        let conn = self.conns.remove(&fd)?;
+        let _ = self.ctl(libc::EPOLL_CTL_DEL, fd, 0);
+        self.buffered -= conn.buf.len();
+        if let Some(n) = self.per_peer.get_mut(&conn.pid) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_peer.remove(&conn.pid);
+            }
+        }
+        self.broker.counters.connections.fetch_sub(1, Ordering::SeqCst);
+        Some(conn)
+    }
+
+    fn close_with(&mut self, fd: RawFd, code: &'static str, detail: String) {
+        if let Some(conn) = self.remove(fd) {
+            self.broker.counters.bad_frames.fetch_add(1, Ordering::Relaxed);
+            let _ = (&conn.stream).write(&error_frame(code, &detail));
+            self.broker.refuse_later(code, detail, conn.pid);
+        }
+    }
+
+    fn evict_oldest(&mut self) -> bool {
+        let Some(fd) = self.conns.iter().min_by_key(|(_, c)| c.since).map(|(fd, _)| *fd) else { return false };
+        self.broker.counters.evicted.fetch_add(1, Ordering::Relaxed);
+        if let Some(conn) = self.remove(fd) {
+            let _ = (&conn.stream).write(&error_frame("evicted", "too many unfinished connections"));
+        }
+        true
+    }
+
+    fn sweep(&mut self) {
+        let now = Instant::now();
+        let late: Vec<RawFd> =
+            self.conns.iter().filter(|(_, c)| now.duration_since(c.since) > REQUEST_TIMEOUT).map(|(fd, _)| *fd).collect();
+        for fd in late {
+            self.broker.counters.timed_out.fetch_add(1, Ordering::Relaxed);
+            let got = self.conns.get(&fd).map_or(0, |c| c.buf.len());
+            self.close_with(fd, "request_timeout", format!("no complete request within {REQUEST_TIMEOUT:?} ({got} bytes)"));
+        }
+    }
+
+    fn read_conn(&mut self, fd: RawFd) {
+        loop {
+            let Some(conn) = self.conns.get_mut(&fd) else { return };
+            // Read exactly up to the end of the frame: the header first, then the body.
+            let want = if conn.buf.len() < 4 {
+                4 - conn.buf.len()
+            } else {
+                let len = u32::from_be_bytes(conn.buf[..4].try_into().unwrap()) as usize;
+                if len > wire::MAX_FRAME {
+                    let detail = format!("frame of {len} bytes exceeds limit {}", wire::MAX_FRAME);
+                    return self.close_with(fd, "frame_too_large", detail);
+                }
+                4 + len - conn.buf.len()
+            };
+            if want == 0 {
+                let conn = self.remove(fd).expect("present");
+                let Conn { stream, buf, .. } = conn;
+                if stream.set_nonblocking(false).is_err() {
+                    return;
+                }
+                self.broker.counters.connections.fetch_add(1, Ordering::SeqCst);
+                let job = Job { stream, frame: buf[4..].to_vec() };
+                if let Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) = self.tx.try_send(job) {
+                    self.broker.counters.connections.fetch_sub(1, Ordering::SeqCst);
+                    self.broker.counters.rejected.fetch_add(1, Ordering::Relaxed);
+                    let _ = (&job.stream).write(&error_frame("overloaded", "all workers busy"));
+                }
+                return;
+            }
+            let chunk = want.min(64 * 1024);
+            if self.buffered + chunk > MAX_BUFFERED {
+                return self.close_with(fd, "buffer_limit", "unfinished requests hold too much memory".into());
+            }
+            let old = conn.buf.len();
+            conn.buf.resize(old + chunk, 0);
+            match conn.stream.read(&mut conn.buf[old..]) {
+                Ok(0) => {
+                    conn.buf.truncate(old);
+                    let got = conn.buf.len();
+                    if got == 0 {
+                        // Connected and left without a word: nothing to record.
+                        self.remove(fd);
+                        return;
+                    }
+                    return self.close_with(fd, "truncated_frame", format!("connection closed after {got} bytes of a frame"));
+                }
+                Ok(k) => {
+                    conn.buf.truncate(old + k);
+                    self.buffered += k;
+                }
+                Err(e) => {
+                    conn.buf.truncate(old);
+                    if e.kind() == std::io::ErrorKind::WouldBlock {
+                        return;
+                    }
+                    if e.kind() == std::io::ErrorKind::Interrupted {
+                        continue;
+                    }
+                    self.remove(fd);
+                    return;
+                }
+            }
+        }
+    }
 }
 
 impl Broker {
     fn maintain(&self) {
+        let queued = std::mem::take(&mut *self.queued_refusals.lock().unwrap_or_else(|e| e.into_inner()));
         let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        for (code, detail, pid) in queued {
+            if let Err(e) = store.record_refusal(code, &detail, None, None, Some(i64::from(pid))) {
+                crate::log_error!("recording refusal {code}: {e:#}");
+            }
+        }
         if let Err(e) = store.release_expired_leases().and_then(|_| delivery::reconcile(&mut store, None)) {
             crate::log_error!("maintenance: {e:#}");
         }
@@ -200,16 +515,33 @@ impl Broker {
         }
     }
 
-    fn handle(&self, mut stream: UnixStream) {
+    /// A refusal seen by the poll thread, which must not wait for the database: recorded by the
+    /// next maintenance pass, or only counted when too many are waiting.
+    fn refuse_later(&self, code: &'static str, detail: String, pid: i32) {
+        self.counters.refusals.fetch_add(1, Ordering::Relaxed);
+        let mut q = self.queued_refusals.lock().unwrap_or_else(|e| e.into_inner());
+        if q.len() < QUEUED_REFUSALS_MAX {
+            q.push((code, detail, pid));
+        } else {
+            self.counters.refusals_unrecorded.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn handle(&self, mut stream: UnixStream, frame: &[u8]) {
         let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
         let _ = stream.set_write_timeout(Some(REQUEST_TIMEOUT));
         let peer = match gate::peer::identify(&stream) {
             Ok(peer) => peer,
             Err(r) => return self.refuse(r.code, &r.detail, None, None, None),
         };
-        let request: Request = match wire::read_json(&mut stream, wire::MAX_FRAME) {
+        let request: Request = match serde_json::from_slice(frame) {
             Ok(req) => req,
-            Err(e) => return self.refuse("bad_frame", &e.to_string(), None, None, Some(peer.pid)),
+            Err(e) => {
+                let detail = format!("not a request: {e}");
+                let _ = stream.write_all(&error_frame("bad_request", &detail));
+                self.counters.bad_frames.fetch_add(1, Ordering::Relaxed);
+                return self.refuse("bad_request", &detail, None, None, Some(peer.pid));
+            }
         };
         match request {
             Request::Status { .. } => {
@@ -226,7 +558,10 @@ impl Broker {
                 let request = HookRequest { pid, ts_ms, payload: &payload, mac: &mac };
                 self.hook(&mut stream, &peer, &request);
             }
-            Request::Ack { .. } => self.refuse("unexpected_ack", "ack without a lease", None, None, Some(peer.pid)),
+            Request::Ack { .. } => {
+                let _ = stream.write_all(&error_frame("unexpected_ack", "ack without a lease"));
+                self.refuse("unexpected_ack", "ack without a lease", None, None, Some(peer.pid))
+            }
         }
     }
 
@@ -273,9 +608,15 @@ impl Broker {
         let reply = HookReply { v: PROTOCOL_VERSION, output, lease: Some(token as u64) };
         let _ = stream.set_read_timeout(Some(Duration::from_millis(delivery::LEASE_MS as u64)));
         let acked = wire::write_json(stream, &reply)
-            .and_then(|()| wire::read_json::<_, Request>(stream, 1024))
+            .and_then(|()| {
+                failpoint::hit("after_reply_before_ack");
+                wire::read_json::<_, Request>(stream, 1024)
+            })
             .ok()
             .is_some_and(|r| matches!(r, Request::Ack { lease, .. } if lease == token as u64));
+        if acked {
+            failpoint::hit("after_ack_read");
+        }
         let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
         if !acked {
             self.counters.unacked.fetch_add(1, Ordering::Relaxed);
@@ -289,6 +630,10 @@ impl Broker {
             _ => None,
         };
         let path = v.rollout_path.to_string_lossy();
+        // Before the ack: a hand-off must never be on record without the codex it went to.
+        if let Err(e) = store.note_codex(token, v.codex_pid, v.codex_starttime) {
+            crate::log_error!("recording codex of lease {token}: {e:#}");
+        }
         let accepted = store.ack(token, &path, v.rollout_offset, stop_turn).unwrap_or_else(|e| {
             crate::log_error!("ack of lease {token}: {e:#}");
             false
@@ -313,6 +658,11 @@ impl Broker {
             "messages_handed": c.handed.load(Ordering::Relaxed),
             "leases_not_acked": c.unacked.load(Ordering::Relaxed),
             "open_connections": c.connections.load(Ordering::Relaxed),
+            "connections_evicted": c.evicted.load(Ordering::Relaxed),
+            "connections_timed_out": c.timed_out.load(Ordering::Relaxed),
+            "connections_rejected": c.rejected.load(Ordering::Relaxed),
+            "bad_frames": c.bad_frames.load(Ordering::Relaxed),
+            "refusals_unrecorded": c.refusals_unrecorded.load(Ordering::Relaxed),
         })
     }
 }

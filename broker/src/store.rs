@@ -118,6 +118,11 @@ CREATE TABLE IF NOT EXISTS stop_blocks (
     count   INTEGER NOT NULL,
     PRIMARY KEY (thread, turn_id)
 );
+CREATE TABLE IF NOT EXISTS handed_to (
+    lease_token     INTEGER PRIMARY KEY,
+    codex_pid       INTEGER NOT NULL,
+    codex_starttime INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS trusted_codex (
     sha256   TEXT PRIMARY KEY,
     path     TEXT NOT NULL,
@@ -281,6 +286,7 @@ impl Store {
             }
         }
         tx.commit()?;
+        crate::failpoint::hit("after_lease_commit");
         Ok(Some(Lease { token, messages: taken }))
     }
 
@@ -304,17 +310,39 @@ impl Store {
                 )?;
             }
         }
+        crate::failpoint::hit("before_ack_commit");
         tx.commit()?;
+        crate::failpoint::hit("after_ack_commit");
         Ok(n > 0)
     }
 
     /// Returns an unacknowledged lease's messages to `pending` (the client never showed them).
     pub fn release(&mut self, token: i64, reason: &str) -> Result<usize> {
-        Ok(self.conn.execute(
+        let n = self.conn.execute(
             "UPDATE messages SET state = 'pending', lease_token = NULL, lease_expires_at = NULL,
              reason = ?2, updated_at = ?3 WHERE lease_token = ?1 AND state = 'leased'",
             params![token, reason, now_ms()],
-        )?)
+        )?;
+        crate::failpoint::hit("after_release_commit");
+        Ok(n)
+    }
+
+    /// Records which codex process (pid and start time) lease `token` is handed to, so
+    /// reconcile can tell a hand-off whose codex died from one still in flight.
+    pub fn note_codex(&mut self, token: i64, pid: i32, starttime: u64) -> Result<()> {
+        self.conn.execute(
+            "INSERT OR REPLACE INTO handed_to (lease_token, codex_pid, codex_starttime) VALUES (?1, ?2, ?3)",
+            params![token, pid, starttime as i64],
+        )?;
+        crate::failpoint::hit("after_note_codex");
+        Ok(())
+    }
+
+    /// The codex process a message's lease was handed to (see [`Store::note_codex`]).
+    pub fn codex_of(&self, lease_token: i64) -> Result<Option<(i32, u64)>> {
+        let mut stmt =
+            self.conn.prepare_cached("SELECT codex_pid, codex_starttime FROM handed_to WHERE lease_token = ?1")?;
+        Ok(stmt.query_row([lease_token], |r| Ok((r.get::<_, i32>(0)?, r.get::<_, i64>(1)? as u64))).optional()?)
     }
 
     /// Releases every lease whose time is up (after a broker crash, or a client that vanished).

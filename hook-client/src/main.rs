@@ -66,17 +66,42 @@ fn run(deadline: Instant) -> io::Result<ExitCode> {
     stdout.write_all(reply.output.as_bytes())?;
     stdout.flush()?;
     let Some(lease) = reply.lease else { return Ok(ExitCode::SUCCESS) };
+    test_stall("before_ack");
     // From here on an error must not exit 0: the printed output would reach the model without
     // the broker knowing it was handed, and the message would be offered again.
     let acked = set_timeouts(&stream, deadline)
         .and_then(|()| wire::write_json(&mut stream, &wire::Request::Ack { v: wire::PROTOCOL_VERSION, lease }))
         .and_then(|()| wire::read_json::<_, wire::AckReply>(&mut stream, wire::MAX_FRAME));
     match acked {
-        Ok(ack) if ack.accepted => Ok(ExitCode::SUCCESS),
+        Ok(ack) if ack.accepted => {
+            test_stall("after_ack");
+            Ok(ExitCode::SUCCESS)
+        }
         _ => {
             eprintln!("courier hook-client: lease {lease} not acknowledged; output withdrawn");
             Ok(ExitCode::FAILURE)
         }
+    }
+}
+
+/// Crash tests only: `COURIER_HOOK_TEST_STALL=<before_ack|after_ack>[:<file>]` parks the client at
+/// that point (after a lease was printed) until it is killed; with `:<file>`, only the one call
+/// that creates `<file>` stalls. Read only on the lease path.
+fn test_stall(at: &str) {
+    let Some(v) = std::env::var_os("COURIER_HOOK_TEST_STALL") else { return };
+    let v = v.to_string_lossy();
+    let (point, once) = v.split_once(':').map_or((&*v, None), |(p, f)| (p, Some(f)));
+    if point != at {
+        return;
+    }
+    if let Some(f) = once {
+        if std::fs::OpenOptions::new().write(true).create_new(true).open(f).is_err() {
+            return;
+        }
+    }
+    eprintln!("courier hook-client: stalled {at}");
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
     }
 }
 

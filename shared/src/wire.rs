@@ -66,7 +66,8 @@ pub fn write_json<W: Write, T: Serialize>(w: &mut W, value: &T) -> io::Result<()
     write_frame(w, &body)
 }
 
-/// Reads one frame. A length over `max` is an error before any allocation.
+/// Reads one frame. A length over `max` is an error before any allocation; below it, memory
+/// grows only with the bytes that actually arrive.
 pub fn read_frame<R: Read>(r: &mut R, max: usize) -> io::Result<Vec<u8>> {
     let mut len = [0u8; 4];
     r.read_exact(&mut len)?;
@@ -77,8 +78,12 @@ pub fn read_frame<R: Read>(r: &mut R, max: usize) -> io::Result<Vec<u8>> {
             format!("frame of {len} bytes exceeds limit {max}"),
         ));
     }
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body)?;
+    // Grow with what arrives, not with what the prefix claims: a lying prefix costs nothing.
+    let mut body = Vec::with_capacity(len.min(64 * 1024));
+    r.take(len as u64).read_to_end(&mut body)?;
+    if body.len() != len {
+        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("frame truncated at {} of {len} bytes", body.len())));
+    }
     Ok(body)
 }
 

@@ -1,0 +1,186 @@
+//! Property tests of every parser that sees outside bytes: wire frames and requests (from any
+//! local process), hook payloads (from Codex), rollout lines and markers (files Codex writes, with
+//! model- and user-controlled text inside). None may panic, and none may allocate much more than
+//! the input it was given. Long run by hand: `PROPTEST_CASES=200000 cargo test -p courier-shared
+//! --release --test parsers_prop`.
+
+use courier_shared::hook::HookPayload;
+use courier_shared::rollout::{classify_line, is_uuid, marker_ids, thread_id_from_path, xml_unescape, RolloutEvent, MARKER_PREFIX};
+use courier_shared::wire::{self, Request, MAX_FRAME};
+use proptest::prelude::*;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+/// Records the largest single allocation made on the current thread while armed.
+struct Tracking;
+
+thread_local! {
+    static ARMED: Cell<bool> = const { Cell::new(false) };
+    static LARGEST: Cell<usize> = const { Cell::new(0) };
+}
+
+unsafe impl GlobalAlloc for Tracking {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note(layout.size());
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note(new_size);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+fn note(size: usize) {
+    let _ = ARMED.try_with(|a| {
+        if a.get() {
+            let _ = LARGEST.try_with(|l| l.set(l.get().max(size)));
+        }
+    });
+}
+
+#[global_allocator]
+static GLOBAL: Tracking = Tracking;
+
+/// Largest single allocation `f` makes.
+fn largest_alloc<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    LARGEST.with(|l| l.set(0));
+    ARMED.with(|a| a.set(true));
+    let out = f();
+    ARMED.with(|a| a.set(false));
+    (out, LARGEST.with(|l| l.get()))
+}
+
+/// Bytes that look like a frame: a length prefix (often a lie) and some body.
+fn frame_bytes() -> impl Strategy<Value = Vec<u8>> {
+    (any::<u32>(), prop::collection::vec(any::<u8>(), 0..2048), 0u8..3).prop_map(|(len, body, kind)| {
+        let len = match kind {
+            0 => body.len() as u32,
+            1 => len % (MAX_FRAME as u32 + 1), // a plausible lie
+            _ => len,
+        };
+        let mut v = len.to_be_bytes().to_vec();
+        v.extend_from_slice(&body);
+        v
+    })
+}
+
+/// JSON-ish text built from the tokens the parsers look for.
+fn jsonish() -> impl Strategy<Value = String> {
+    let tokens = prop::sample::select(vec![
+        "{", "}", "[", "]", ",", ":", "\"", "\\", "\"type\"", "\"payload\"", "\"session_meta\"", "\"event_msg\"",
+        "\"task_started\"", "\"task_complete\"", "\"turn_aborted\"", "\"response_item\"", "\"message\"", "\"role\"",
+        "\"developer\"", "\"user\"", "\"content\"", "\"text\"", "\"turn_id\"", "\"id\"", "\"content_item_kinds\"",
+        "\"hooks.additional_context\"", "\"internal_chat_message_metadata_passthrough\"", "<courier-message id=\\\"",
+        "<hook_prompt", "&lt;", "&amp;", "&", "null", "1", "true", "\"x\"", " ", "\u{e9}", "\u{1F600}",
+    ]);
+    prop::collection::vec(tokens, 0..64).prop_map(|t| t.concat())
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;").replace('\'', "&apos;")
+}
+
+proptest! {
+    #[test]
+    fn read_frame_never_panics_and_allocates_by_what_arrives(bytes in frame_bytes(), max in 0usize..=MAX_FRAME) {
+        let (res, largest) = largest_alloc(|| wire::read_frame(&mut &bytes[..], max));
+        // A claimed length is not an allocation: only what arrives is buffered (plus a read chunk).
+        prop_assert!(largest <= 2 * bytes.len() + 64 * 1024, "allocated {largest} for {} input bytes", bytes.len());
+        if let Ok(body) = res {
+            prop_assert!(body.len() <= max);
+            prop_assert_eq!(&body[..], &bytes[4..4 + body.len()]);
+        }
+    }
+
+    #[test]
+    fn frames_round_trip(body in prop::collection::vec(any::<u8>(), 0..4096)) {
+        let mut buf = Vec::new();
+        wire::write_frame(&mut buf, &body).unwrap();
+        prop_assert_eq!(wire::read_frame(&mut &buf[..], MAX_FRAME).unwrap(), body);
+    }
+
+    #[test]
+    fn requests_parse_or_fail_cleanly(bytes in frame_bytes(), text in jsonish()) {
+        let _ = wire::read_json::<_, Request>(&mut &bytes[..], MAX_FRAME);
+        let _ = serde_json::from_str::<Request>(&text);
+        let _ = serde_json::from_str::<wire::HookReply>(&text);
+    }
+
+    #[test]
+    fn requests_round_trip(pid in any::<u32>(), ts in any::<u64>(), payload in ".*", mac in "[0-9a-f]{0,64}") {
+        let req = Request::Hook { v: wire::PROTOCOL_VERSION, pid, ts_ms: ts, payload, mac };
+        let mut buf = Vec::new();
+        wire::write_json(&mut buf, &req).unwrap();
+        prop_assert_eq!(wire::read_json::<_, Request>(&mut &buf[..], MAX_FRAME).unwrap(), req);
+    }
+
+    #[test]
+    fn hook_payloads_parse_or_fail_cleanly(text in jsonish(), raw in ".*") {
+        for t in [&text, &raw] {
+            if let Ok(p) = serde_json::from_str::<HookPayload>(t) {
+                let _ = p.event();
+            }
+        }
+    }
+
+    #[test]
+    fn rollout_lines_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..4096), text in jsonish()) {
+        let _ = classify_line(&bytes);
+        let (_, largest) = largest_alloc(|| classify_line(text.as_bytes()));
+        prop_assert!(largest <= 16 * text.len() + 64 * 1024);
+    }
+
+    #[test]
+    fn hook_context_lines_yield_their_markers(id in "m_[0-9a-f]{16}", body in ".*", turn in "[0-9a-f-]{1,36}") {
+        let text = format!("{MARKER_PREFIX}{id}\" from=\"x\">{}</courier-message>", body.replace('"', "'"));
+        let line = serde_json::json!({"type": "response_item", "payload": {"type": "message", "role": "developer",
+            "content": [{"type": "input_text", "text": text}],
+            "internal_chat_message_metadata_passthrough": {"turn_id": turn, "content_item_kinds": ["hooks.additional_context"]}}})
+            .to_string();
+        match classify_line(line.as_bytes()) {
+            Some(RolloutEvent::HookText { text, .. }) => prop_assert_eq!(marker_ids(&text).next(), Some(id.as_str())),
+            other => prop_assert!(false, "{other:?}"),
+        }
+        // The same text as a Stop prompt, escaped the way Codex escapes it.
+        let prompt = format!("<hook_prompt hook_run_id=\"stop:1\">{}</hook_prompt>", escape(&text));
+        let line = serde_json::json!({"type": "response_item", "payload": {"type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": prompt}]}}).to_string();
+        match classify_line(line.as_bytes()) {
+            Some(RolloutEvent::HookText { text, .. }) => prop_assert_eq!(marker_ids(&text).next(), Some(id.as_str())),
+            other => prop_assert!(false, "{other:?}"),
+        }
+    }
+
+    #[test]
+    fn xml_unescape_inverts_escape_and_never_grows(s in ".*", noise in jsonish()) {
+        prop_assert_eq!(xml_unescape(&escape(&s)), s.clone());
+        for t in [&s, &noise] {
+            prop_assert!(xml_unescape(t).len() <= t.len());
+        }
+    }
+
+    #[test]
+    fn marker_ids_are_quoted_substrings(text in jsonish(), s in ".*") {
+        for t in [text, format!("{MARKER_PREFIX}{s}")] {
+            for id in marker_ids(&t) {
+                prop_assert!(!id.contains('"'));
+                let quoted = format!("{MARKER_PREFIX}{id}\"");
+                prop_assert!(t.contains(&quoted));
+            }
+        }
+    }
+
+    #[test]
+    fn thread_ids_come_only_from_well_formed_names(p in ".*", uuid in "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}") {
+        if let Some(id) = thread_id_from_path(&p) {
+            prop_assert!(is_uuid(id));
+            let suffix = format!("{id}.jsonl");
+            prop_assert!(p.ends_with(&suffix));
+        }
+        let good = format!("/h/sessions/rollout-2026-11-29T08-01-16-{uuid}.jsonl");
+        prop_assert_eq!(thread_id_from_path(&good), Some(uuid.as_str()));
+    }
+}

@@ -1,0 +1,489 @@
+//! Hostile input, fail-open and hostile filesystems (issue 7). Legitimate hook calls come from
+//! the stand-in Codex (common/mod.rs) running the real hook-client with `COURIER_DEBUG=1`, so a
+//! call the broker did not answer shows up as a fail-open message on its stderr.
+//!
+//! Knobs: `COURIER_FLOOD_CONNECTIONS` (default 10000), `COURIER_FLOOD_SECS` (default 4).
+
+mod common;
+
+use common::*;
+use courier_tests::broker::{hook_command, refusals};
+use courier_tests::util::{fake_uuid_v7, wait_until};
+use courier_tests::{hook_client_bin, CodexEnv, ScriptedModel};
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const NOBODY: u32 = 65534;
+
+fn env_num(k: &str, d: u64) -> u64 {
+    std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d)
+}
+
+fn chown(p: &Path, uid: u32) {
+    std::os::unix::fs::lchown(p, Some(uid), Some(uid)).unwrap_or_else(|e| panic!("chown {}: {e}", p.display()));
+}
+
+fn set_mode(p: &Path, mode: u32) {
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+fn refusal_codes(env: &CodexEnv) -> Vec<String> {
+    refusals(&inspect(env)).iter().filter_map(|r| r["reason"].as_str().map(String::from)).collect()
+}
+
+/// A fresh connection to the broker, with a read timeout.
+fn conn(sock: &Path) -> UnixStream {
+    let s = UnixStream::connect(sock).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s
+}
+
+fn proc_status(pid: u32, key: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix(key).map(|v| v.trim().trim_end_matches(" kB").trim().parse().unwrap_or(0)))
+        .unwrap_or(0)
+}
+
+fn fd_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
+}
+
+/// Oversized, truncated, malformed, wrong-version, ack-without-lease and silent connections each
+/// get a clear error code (an error frame where the connection still stands, and a refusal in
+/// `broker inspect`), while the stand-in's hook calls are all answered and deliver.
+#[test]
+fn malformed_frames_get_error_codes_and_hooks_keep_working() {
+    let env = world();
+    let serve = Serve::start(&env, &[]);
+    let sock = env.runtime_dir.join("broker.sock");
+    broker_ok(&env, &["trust-codex", &standin_codex().display().to_string()]);
+    let thread = fake_uuid_v7();
+    let standin = Standin::start(&env, &thread, 2, &[("COURIER_DEBUG", "1")]);
+
+    // Oversized: a length prefix of 4 GiB is refused before any allocation.
+    let mut s = conn(&sock);
+    s.write_all(&u32::MAX.to_be_bytes()).unwrap();
+    assert_eq!(read_frame(&mut s).unwrap()["error"], "frame_too_large");
+    // Just over the limit, with a body trickling in.
+    let mut s = conn(&sock);
+    s.write_all(&((4u32 << 20) + 1).to_be_bytes()).unwrap();
+    assert_eq!(read_frame(&mut s).unwrap()["error"], "frame_too_large");
+    // Malformed JSON.
+    let mut s = conn(&sock);
+    s.write_all(&frame(b"{\"op\":\"hook\",\"v\":1,")).unwrap();
+    assert_eq!(read_frame(&mut s).unwrap()["error"], "bad_request");
+    // Valid JSON, not a request.
+    let mut s = conn(&sock);
+    s.write_all(&frame(b"[1,2,3]")).unwrap();
+    assert_eq!(read_frame(&mut s).unwrap()["error"], "bad_request");
+    // Wrong protocol version: an empty reply in the broker's version.
+    let mut s = conn(&sock);
+    s.write_all(&frame(br#"{"op":"hook","v":99,"pid":1,"ts_ms":0,"payload":"{}","mac":"00"}"#)).unwrap();
+    let r = read_frame(&mut s).unwrap();
+    assert_eq!((r["v"].as_u64(), r["output"].as_str()), (Some(1), Some("")), "{r}");
+    // An ack with no lease.
+    let mut s = conn(&sock);
+    s.write_all(&frame(br#"{"op":"ack","v":1,"lease":7}"#)).unwrap();
+    assert_eq!(read_frame(&mut s).unwrap()["error"], "unexpected_ack");
+    // Truncated: a header for 100 bytes, 10 sent, then the write side closed.
+    let mut s = conn(&sock);
+    s.write_all(&100u32.to_be_bytes()).unwrap();
+    s.write_all(b"{\"op\":\"hoo").unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    // Connects and says nothing: closed at the request timeout with an error frame.
+    let started = Instant::now();
+    let mut silent = conn(&sock);
+    assert_eq!(read_frame(&mut silent).unwrap()["error"], "request_timeout");
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(1900) && waited < Duration::from_secs(4), "timeout after {waited:?}");
+
+    let id = broker_ok(&env, &["send", "--thread", &thread, "still delivered"]).trim().to_string();
+    wait_until(Duration::from_secs(20), "delivery after the garbage", || {
+        (messages_by_id(&inspect(&env))[&id]["state"] == "confirmed").then_some(())
+    });
+    let codes = wait_until(Duration::from_secs(5), "refusals recorded", || {
+        let c = refusal_codes(&env);
+        ["frame_too_large", "bad_request", "protocol_version", "unexpected_ack", "truncated_frame", "request_timeout"]
+            .iter()
+            .all(|k| c.iter().any(|x| x == k))
+            .then_some(c)
+    });
+    let calls = standin.finish(Duration::from_secs(30));
+    let failed: Vec<_> = calls.iter().filter(|c| c.rc != 0 || !c.err.is_empty()).collect();
+    assert!(failed.is_empty(), "legitimate calls failed: {failed:?}");
+    eprintln!("refusal codes seen: {codes:?}; {} legitimate calls all answered", calls.len());
+    drop(serve);
+}
+
+const FLOOD_SCRIPT: &str = r#"
+import os, socket, sys, time, ctypes
+path, procs, per, secs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+r, w = os.pipe()
+for i in range(procs):
+    if os.fork() == 0:
+        ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG: SIGKILL
+        os.close(r)
+        opened = refused = 0
+        end = time.monotonic() + secs
+        conns = []
+        while True:
+            for s in conns: s.close()
+            conns = []
+            for j in range(per):
+                s = socket.socket(socket.AF_UNIX); s.setblocking(False)
+                try:
+                    s.connect(path); conns.append(s); opened += 1
+                except OSError:
+                    s.close(); refused += 1
+            if time.monotonic() + 2.0 > end: break
+            time.sleep(2.0)
+        while time.monotonic() < end: time.sleep(0.05)
+        os.write(w, b"%d %d\n" % (opened, refused))
+        os._exit(0)
+os.close(w)
+opened = refused = 0
+f = os.fdopen(r, "rb")
+for line in f:
+    a, b = line.split(); opened += int(a); refused += int(b)
+print(opened, refused, flush=True)
+"#;
+
+/// 10,000 idle connections (from 100 processes, renewed every 2 s) while a stand-in Codex makes
+/// hook calls: the broker's file descriptors, threads and memory stay bounded, and every
+/// legitimate call is answered (none fails open) within the hook-client deadline.
+#[test]
+fn ten_thousand_idle_connections_do_not_starve_hooks() {
+    let total = env_num("COURIER_FLOOD_CONNECTIONS", 10_000);
+    let secs = env_num("COURIER_FLOOD_SECS", 4);
+    let procs = 100u64.min(total);
+    let env = world();
+    let serve = Serve::start(&env, &[]);
+    let bpid = serve.pid();
+    let sock = env.runtime_dir.join("broker.sock");
+    broker_ok(&env, &["trust-codex", &standin_codex().display().to_string()]);
+    let thread = fake_uuid_v7();
+    let standin = Standin::start(&env, &thread, 4, &[("COURIER_DEBUG", "1")]);
+    // Calm baseline.
+    std::thread::sleep(Duration::from_millis(300));
+    let base_threads = proc_status(bpid, "Threads:");
+
+    let t0 = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let mut flood = Command::new("/usr/bin/python3")
+        .args(["-c", FLOOD_SCRIPT])
+        .arg(&sock)
+        .args([procs.to_string(), (total / procs).to_string(), secs.to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Messages sent during the flood must be delivered during it.
+    let mut ids = Vec::new();
+    let (mut max_fds, mut max_threads, mut max_rss) = (0, 0, 0);
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut next_send = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < deadline {
+        max_fds = max_fds.max(fd_count(bpid));
+        max_threads = max_threads.max(proc_status(bpid, "Threads:"));
+        max_rss = max_rss.max(proc_status(bpid, "VmRSS:"));
+        if Instant::now() >= next_send {
+            ids.push(broker_ok(&env, &["send", "--thread", &thread, "during the flood"]).trim().to_string());
+            next_send += Duration::from_millis(700);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut line = String::new();
+    flood.stdout.take().unwrap().read_to_string(&mut line).unwrap();
+    flood.wait().unwrap();
+    let t1 = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let st = status(&sock).expect("broker alive after the flood");
+    for id in &ids {
+        let m = wait_until(Duration::from_secs(10), "delivery of messages sent during the flood", || {
+            messages_by_id(&inspect(&env)).remove(id).filter(|m| m["state"] == "confirmed")
+        });
+        let lag = m["handed_at"].as_i64().unwrap() - m["created_at"].as_i64().unwrap();
+        assert!(lag < 2000, "{id} waited {lag} ms for a hook: {m}");
+    }
+    let calls = standin.finish(Duration::from_secs(30));
+    let during: Vec<&HookCall> = calls.iter().filter(|c| c.t >= t0 && c.t <= t1).collect();
+    let unanswered: Vec<_> = during.iter().filter(|c| c.rc != 0 || !c.err.is_empty()).collect();
+    let mut ms: Vec<f64> = during.iter().map(|c| c.ms).collect();
+    ms.sort_by(f64::total_cmp);
+    let pct = |p: f64| ms.get(((ms.len() as f64 - 1.0) * p) as usize).copied().unwrap_or(0.0);
+    eprintln!(
+        "flood: {} (connections opened, refused at connect) over {secs}s from {procs} processes; broker max fds {max_fds}, \
+         threads {max_threads} (calm {base_threads}), VmRSS {max_rss} kB; status {st}; legitimate calls during flood {}: \
+         p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms, unanswered {}",
+        line.trim(),
+        during.len(),
+        pct(0.5),
+        pct(0.99),
+        pct(1.0),
+        unanswered.len()
+    );
+    let opened: u64 = line.split_whitespace().next().unwrap().parse().unwrap();
+    assert!(opened >= total / 2, "the flood opened only {opened} connections");
+    assert!(during.len() >= 10, "too few legitimate calls during the flood: {}", during.len());
+    assert!(unanswered.is_empty(), "legitimate calls unanswered during the flood: {unanswered:?}");
+    assert!(pct(1.0) < 500.0, "a legitimate call took {:.1} ms (deadline 500)", pct(1.0));
+    assert!(max_fds < 1024 + 128, "broker held {max_fds} fds");
+    assert!(max_threads <= base_threads + 2, "broker grew threads: {max_threads} vs {base_threads}");
+    assert!(max_rss < 256 * 1024, "broker RSS {max_rss} kB");
+    drop(serve);
+}
+
+/// A PostToolUse payload; the broker never gets far enough to judge it in these cases.
+fn payload(env: &CodexEnv) -> String {
+    let t = fake_uuid_v7();
+    serde_json::json!({"session_id": t, "turn_id": "x", "hook_event_name": "PostToolUse",
+        "transcript_path": env.codex_home.join(format!("sessions/rollout-2026-11-29T08-01-16-{t}.jsonl"))})
+    .to_string()
+}
+
+const DEADLINE_MS: u64 = 300;
+
+fn assert_fail_open(what: &str, out: &std::process::Output, took: Duration) -> Duration {
+    eprintln!("fail-open ({what}): {took:?}, stderr {:?}", String::from_utf8_lossy(&out.stderr).trim());
+    assert!(out.status.success(), "{what}: exit {}", out.status);
+    assert!(out.stdout.is_empty(), "{what}: printed {:?}", String::from_utf8_lossy(&out.stdout));
+    assert!(took < Duration::from_millis(DEADLINE_MS + 50), "{what}: took {took:?} (deadline {DEADLINE_MS} ms + 50)");
+    took
+}
+
+/// hook-client with a broker that is SIGSTOPped, one that was killed (stale socket file), and
+/// one it may not reach (runs as `nobody`: permission denied): exit 0, no output, within its
+/// deadline + 50 ms. Then a real `codex exec` with the broker stopped completes normally.
+#[test]
+fn hook_client_fails_open_on_stopped_stale_and_forbidden_brokers() {
+    let model = ScriptedModel::start_with(courier_tests::model::exec_then_done("echo hello"));
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    let dl = DEADLINE_MS.to_string();
+    let extra = [("COURIER_HOOK_DEADLINE_MS", dl.as_str()), ("COURIER_DEBUG", "1")];
+    let mut serve = Serve::start(&env, &[]);
+    let p = payload(&env);
+    let mut worst = Duration::ZERO;
+
+    // SIGSTOP: connect succeeds (the kernel queues it), nothing ever answers.
+    let pid = serve.pid() as i32;
+    assert!(Command::new("kill").args(["-STOP", &pid.to_string()]).status().unwrap().success());
+    for _ in 0..3 {
+        let (out, took) = spawn_hook_client(&env, &p, &extra);
+        worst = worst.max(assert_fail_open("broker SIGSTOPped", &out, took));
+    }
+    // A real session with hooks on the stopped broker.
+    let mut cmd = env.codex_command();
+    cmd.env("COURIER_HOOK_DEADLINE_MS", &dl);
+    cmd.arg("exec").arg("--skip-git-repo-check").arg("run a command");
+    let started = Instant::now();
+    let out = courier_tests::ExecChild::spawn(cmd).wait(Duration::from_secs(60));
+    out.assert_success();
+    assert_eq!(out.stdout.trim(), "done");
+    assert!(!out.stderr.contains(" Failed"), "a hook failed:\n{}", out.stderr);
+    eprintln!("codex exec with a stopped broker: {:?}", started.elapsed());
+    assert!(Command::new("kill").args(["-CONT", &pid.to_string()]).status().unwrap().success());
+
+    // Killed: the socket file stays behind, nobody listens (ECONNREFUSED).
+    serve.kill9();
+    assert!(env.runtime_dir.join("broker.sock").exists());
+    let (out, took) = spawn_hook_client(&env, &p, &extra);
+    worst = worst.max(assert_fail_open("stale socket file", &out, took));
+
+    // Permission denied: the client runs as nobody; the 0700 runtime dir is root's.
+    let _serve = Serve::start(&env, &[]);
+    let mut cmd = env.command(hook_client_bin());
+    cmd.uid(NOBODY).gid(NOBODY).current_dir("/").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    for (k, v) in extra {
+        cmd.env(k, v);
+    }
+    let started = Instant::now();
+    let mut child = cmd.spawn().unwrap();
+    child.stdin.take().unwrap().write_all(p.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let took = started.elapsed();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ermission denied"), "{:?}", out);
+    worst = worst.max(assert_fail_open("permission denied", &out, took));
+    eprintln!("worst fail-open hook-client latency: {worst:?} (deadline {DEADLINE_MS} ms)");
+}
+
+/// `broker serve` refuses, with the reason, to use a runtime or state directory that is a
+/// symlink, has group/other permissions or belongs to another user, and to replace a socket path
+/// that is a symlink or another user's stale socket.
+#[test]
+fn broker_refuses_planted_directories_and_sockets() {
+    fn refuses(env: &CodexEnv, why: &str, expect: &str) {
+        let mut s = Serve::spawn(env, &[]);
+        let st = wait_until(Duration::from_secs(15), "broker to refuse", || s.child.try_wait().ok().flatten());
+        let log = std::fs::read_to_string(&s.log).unwrap_or_default();
+        std::fs::remove_file(&s.log).ok();
+        assert!(!st.success(), "{why}: broker started anyway: {log}");
+        assert!(log.contains(expect), "{why}: expected {expect:?} in {log:?}");
+        s.kill9();
+        eprintln!("{why}: {}", log.trim());
+    }
+    let env = world();
+    let run = env.runtime_dir.clone();
+    let elsewhere = env.root.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    set_mode(&elsewhere, 0o700);
+
+    std::fs::remove_dir(&run).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &run).unwrap();
+    refuses(&env, "runtime dir is a symlink", "is a symlink");
+    std::fs::remove_file(&run).unwrap();
+    std::fs::create_dir(&run).unwrap();
+    set_mode(&run, 0o755);
+    refuses(&env, "runtime dir mode 0755", "must be 0700");
+    set_mode(&run, 0o700);
+    chown(&run, NOBODY);
+    refuses(&env, "runtime dir owned by nobody", "owned by uid 65534");
+    chown(&run, 0);
+    set_mode(&env.state_dir, 0o777);
+    refuses(&env, "state dir mode 0777", "must be 0700");
+    set_mode(&env.state_dir, 0o700);
+
+    let sock = run.join("broker.sock");
+    std::os::unix::fs::symlink(elsewhere.join("x.sock"), &sock).unwrap();
+    refuses(&env, "socket path is a symlink", "refusing to replace it");
+    std::fs::remove_file(&sock).unwrap();
+    drop(UnixListener::bind(&sock).unwrap()); // a stale socket file
+    chown(&sock, NOBODY);
+    refuses(&env, "stale socket of another uid", "uid 65534");
+    // Our own stale socket is replaced.
+    chown(&sock, 0);
+    let _ok = Serve::start(&env, &[]);
+}
+
+/// The client will not talk to a socket it does not own (a listener planted by "another user"),
+/// and the broker refuses a client of another uid even when the socket is chmod 0666.
+#[test]
+fn foreign_sockets_and_foreign_clients_are_refused() {
+    let env = world();
+    // Planted listener owned by nobody, with a readable secret of ours in place.
+    let sock = env.runtime_dir.join("broker.sock");
+    std::fs::write(env.runtime_dir.join("secret"), [7u8; 32]).unwrap();
+    set_mode(&env.runtime_dir.join("secret"), 0o600);
+    let planted = UnixListener::bind(&sock).unwrap();
+    planted.set_nonblocking(true).unwrap();
+    chown(&sock, NOBODY);
+    let (out, took) = spawn_hook_client(&env, &payload(&env), &[("COURIER_DEBUG", "1")]);
+    assert!(out.status.success() && out.stdout.is_empty(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("owned by another user"), "{out:?}");
+    assert!(planted.accept().is_err(), "the client connected to a socket it does not own");
+    eprintln!("planted socket refused by the client in {took:?}");
+    drop(planted);
+    std::fs::remove_file(&sock).unwrap();
+    std::fs::remove_file(env.runtime_dir.join("secret")).unwrap();
+
+    // A real broker; the door opened wide; a client running as nobody knocks.
+    let _serve = Serve::start(&env, &[]);
+    set_mode(&env.root, 0o711);
+    set_mode(&env.runtime_dir, 0o711);
+    set_mode(&sock, 0o666);
+    let script = r#"
+import socket, sys, json, struct
+s = socket.socket(socket.AF_UNIX); s.settimeout(5); s.connect(sys.argv[1])
+print("connected")
+body = json.dumps({"op": "status", "v": 1}).encode()
+try:
+    s.sendall(struct.pack(">I", len(body)) + body)
+    print("closed" if s.recv(100) == b"" else "answered")
+except (ConnectionResetError, BrokenPipeError):
+    print("closed")
+"#;
+    let out = cmd_output(Command::new("/usr/bin/python3").args(["-c", script]).arg(&sock).uid(NOBODY).gid(NOBODY).current_dir("/"));
+    set_mode(&env.runtime_dir, 0o700);
+    set_mode(&env.root, 0o700);
+    assert!(out.status.success(), "nobody could not even connect: {out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "connected\nclosed", "connected, then closed unanswered");
+    let r = wait_until(Duration::from_secs(5), "peer_uid refusal", || {
+        refusals(&inspect(&env)).into_iter().find(|r| r["reason"] == "peer_uid")
+    });
+    assert!(r["detail"].as_str().unwrap().contains("65534"), "{r}");
+}
+
+/// State directory on a 1 MiB tmpfs, filled up: `broker send` fails with a clear error, what was
+/// queued stays queued and consistent, hooks keep being answered, and after space is freed the
+/// queue delivers everything exactly once.
+#[test]
+fn disk_full_keeps_queue_consistent_and_hooks_answered() {
+    let env = world();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs"])
+        .arg(&env.state_dir)
+        .status()
+        .unwrap();
+    assert!(mounted.success(), "mount -t tmpfs failed (this test needs root)");
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(env.state_dir.clone());
+    let serve = Serve::start(&env, &[]);
+    broker_ok(&env, &["trust-codex", &standin_codex().display().to_string()]);
+    let thread = fake_uuid_v7();
+    // No stand-in yet: messages queue up.
+    let mut queued = vec![broker_ok(&env, &["send", "--thread", &thread, "before the disk filled"]).trim().to_string()];
+    let filler = env.state_dir.join("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    let chunk = vec![0u8; 4096];
+    while f.write_all(&chunk).is_ok() {}
+    drop(f);
+    // Sends until one cannot be stored (the WAL may still have room for a few).
+    let body = "x".repeat(4000);
+    let mut error = None;
+    for i in 0..200 {
+        let out = broker_cli(&env, &["send", "--thread", &thread, "--key", &format!("full{i}"), &body]);
+        if out.status.success() {
+            queued.push(String::from_utf8_lossy(&out.stdout).trim().to_string());
+        } else {
+            error = Some(String::from_utf8_lossy(&out.stderr).into_owned());
+            break;
+        }
+    }
+    let error = error.expect("no send failed on a full disk");
+    eprintln!("send on a full disk: {}", error.trim());
+    assert!(error.contains("full") && error.contains("nothing was queued"), "unclear error: {error}");
+    // What was queued is still on record, unchanged, while the disk is full.
+    let on_record = messages_by_id(&inspect(&env));
+    for id in &queued {
+        assert_eq!(on_record[id]["state"], "pending", "{id}");
+    }
+    // Hooks are still answered (quickly, exit 0), with the disk full.
+    let standin = Standin::start(&env, &thread, 2, &[("COURIER_DEBUG", "1")]);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(status(&env.runtime_dir.join("broker.sock")).is_some(), "broker alive");
+    std::fs::remove_file(&filler).unwrap();
+    for id in &queued {
+        wait_until(Duration::from_secs(20), "delivery after space returned", || {
+            (messages_by_id(&inspect(&env))[id]["state"] == "confirmed").then_some(())
+        });
+    }
+    let calls = standin.finish(Duration::from_secs(30));
+    let ro = rollout_marker_ids(&standin_rollout(&env, &thread));
+    for id in &queued {
+        assert_eq!(ro.iter().filter(|x| *x == id).count(), 1, "{id} once in the rollout");
+    }
+    let worst = calls.iter().map(|c| c.ms).fold(0.0, f64::max);
+    let bad: Vec<_> = calls.iter().filter(|c| c.rc != 0).collect();
+    assert!(bad.is_empty(), "hook calls failed: {bad:?}");
+    assert!(worst < 800.0, "a hook call took {worst} ms");
+    let integrity = Command::new("sqlite3").arg(env.state_dir.join("queue.sqlite")).arg("pragma integrity_check").output();
+    if let Ok(o) = integrity {
+        assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "ok");
+    }
+    eprintln!("disk full: {} queued messages all confirmed once; {} hook calls, worst {worst:.1} ms", queued.len(), calls.len());
+    drop(serve);
+}
+
+fn standin_rollout(env: &CodexEnv, thread: &str) -> std::path::PathBuf {
+    env.codex_home.join(format!("sessions/2026/11/29/rollout-2026-11-29T08-08-52-{thread}.jsonl"))
+}
+
