@@ -15,7 +15,6 @@ pub mod hooks;
 pub mod model;
 pub mod rollout;
 pub mod util;
-pub mod wsrpc;
 
 pub use broker::{broker_bin, hook_client_bin, hook_command, target_bin_dir, Broker};
 pub use codex::{codex_bin, CodexEnv, ExecChild, ExecOutput};

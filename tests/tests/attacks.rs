@@ -734,8 +734,8 @@ fn managed_daemon_hooks_verify_and_deliver() {
     assert!(out.status.success(), "daemon start: {out:?}");
     let started: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("daemon start JSON ({e}): {out:?}"));
     let sock = PathBuf::from(str_field(&started, "socketPath"));
-    let mut app = courier_tests::wsrpc::WsRpc::connect(&sock, T).unwrap_or_else(|e| panic!("{}: {e}", sock.display()));
-    app.initialize(T);
+    let mut app = courier_tests::appserver::WsAppServer::connect(&sock, T);
+    app.initialize(false, T);
     let r = app.request("thread/start", json!({"cwd": env.work}), T);
     let thread = r.pointer("/thread/id").and_then(Value::as_str).unwrap().to_string();
     app.request("turn/start", json!({"threadId": thread, "input": [{"type": "text", "text": "please run a command"}]}), T);
