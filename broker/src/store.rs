@@ -157,6 +157,17 @@ fn row_to_message(row: &rusqlite::Row) -> rusqlite::Result<Message> {
     })
 }
 
+/// The next fencing token: one counter for message leases and effort claims, so a token names
+/// exactly one claim ever.
+pub(crate) fn next_fencing_token(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row(
+        "INSERT INTO counters (name, value) VALUES ('lease_token', 1)
+         ON CONFLICT(name) DO UPDATE SET value = value + 1 RETURNING value",
+        [],
+        |r| r.get(0),
+    )
+}
+
 fn new_message_id() -> String {
     let mut bytes = [0u8; 8];
     rand::fill(&mut bytes);
@@ -265,12 +276,7 @@ impl Store {
             tx.commit()?;
             return Ok(None);
         }
-        let token: i64 = tx.query_row(
-            "INSERT INTO counters (name, value) VALUES ('lease_token', 1)
-             ON CONFLICT(name) DO UPDATE SET value = value + 1 RETURNING value",
-            [],
-            |r| r.get(0),
-        )?;
+        let token = next_fencing_token(&tx)?;
         {
             let mut stmt = tx.prepare_cached(
                 "UPDATE messages SET state = 'leased', lease_token = ?1, lease_expires_at = ?2, event = ?3,

@@ -119,12 +119,7 @@ pub fn claim(
         tx.commit()?;
         return Ok(None);
     }
-    let token: i64 = tx.query_row(
-        "INSERT INTO counters (name, value) VALUES ('lease_token', 1)
-         ON CONFLICT(name) DO UPDATE SET value = value + 1 RETURNING value",
-        [],
-        |r| r.get(0),
-    )?;
+    let token = crate::store::next_fencing_token(&tx)?;
     // Only one pending row per thread should exist; any older one is superseded all the same.
     tx.execute(
         "UPDATE messages SET state = 'cancelled', reason = 'superseded', updated_at = ?3
