@@ -1,6 +1,6 @@
 //! Step 5's process-side evidence: does the codex process hold the rollout open for append, and
-//! the thread's writer lock? One scan of `/proc/<codex>/fd` and one read of `/proc/locks` per
-//! request answer both, and also count how many thread-writer locks that process holds.
+//! the thread's writer lock? One scan of `/proc/<codex>/fd` per request answers both (locks from
+//! the fds' own fdinfo), and also counts how many thread-writer locks that process holds.
 
 use super::sys;
 use std::collections::HashSet;
@@ -48,9 +48,6 @@ pub fn parse_flock_writes(text: &str, pid: i32) -> Vec<FlockWrite> {
     out
 }
 
-pub fn read_locks() -> io::Result<String> {
-    std::fs::read_to_string("/proc/locks")
-}
 
 /// What one fd scan of the codex process found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -59,12 +56,10 @@ pub struct HolderScan {
     pub holds_rollout_append: bool,
     /// An fd on the rollout exists, but not writable+append.
     pub holds_rollout_other: bool,
-    /// FLOCK WRITE locks of the codex pid whose file is, per one of its fds, a
-    /// `thread-writer-locks/<uuid>.lock`.
+    /// The codex pid holds FLOCK WRITE on the wanted thread lock file, through one of its fds.
+    pub holds_thread_lock: bool,
+    /// Distinct `thread-writer-locks/<uuid>.lock` files the codex pid holds FLOCK WRITE on.
     pub thread_locks: usize,
-    /// FLOCK WRITE locks of the codex pid that no fd explains (counted as other threads' locks,
-    /// so `sole_thread` errs towards deferring).
-    pub unexplained_locks: usize,
     /// fds examined.
     pub fds: usize,
 }
@@ -72,27 +67,32 @@ pub struct HolderScan {
 const O_ACCMODE: u32 = 0o3;
 const O_APPEND: u32 = 0o2000;
 
-fn fdinfo_flags(pid: i32, fd: &str) -> Option<u32> {
-    let mut buf = Vec::with_capacity(256);
-    sys::read_small(&format!("/proc/{pid}/fdinfo/{fd}"), &mut buf, 8192).ok()?;
-    let text = std::str::from_utf8(&buf).ok()?;
-    let v = text.lines().find_map(|l| l.strip_prefix("flags:"))?;
+fn read_fdinfo(pid: i32, fd: &str, buf: &mut Vec<u8>) -> Option<()> {
+    buf.clear();
+    sys::read_small(&format!("/proc/{pid}/fdinfo/{fd}"), buf, 64 * 1024).ok()
+}
+
+fn fdinfo_flags(fdinfo: &str) -> Option<u32> {
+    let v = fdinfo.lines().find_map(|l| l.strip_prefix("flags:"))?;
     u32::from_str_radix(v.trim(), 8).ok()
 }
 
-/// Scans `/proc/<pid>/fd` once: stats every fd target, reads fdinfo only for the rollout's fds,
-/// and readlinks only fds that carry one of the pid's flock locks.
-pub fn scan(
-    pid: i32,
-    rollout: (u64, u64),
-    locks: &[FlockWrite],
-    writer_lock_dir: &Path,
-) -> io::Result<HolderScan> {
+/// Does this fdinfo show an exclusive flock held by `pid` through this open file? The kernel lists
+/// (under the file's own lock) exactly the locks owned through this fd as `lock:` lines, in the
+/// `/proc/locks` format. Unlike `/proc/locks`, which is read in page-sized chunks and can skip
+/// lines while other processes take or drop locks, this view is consistent.
+fn fdinfo_holds_flock_write(fdinfo: &str, pid: i32) -> bool {
+    let lines: String = fdinfo.lines().filter_map(|l| l.strip_prefix("lock:")).map(|l| format!("{}\n", l.trim())).collect();
+    !parse_flock_writes(&lines, pid).is_empty()
+}
+
+/// Scans `/proc/<pid>/fd` once: stats every fd target, reads fdinfo only for the rollout's fds and
+/// for fds on `<writer_lock_dir>/<uuid>.lock` files.
+pub fn scan(pid: i32, rollout: (u64, u64), thread_lock: (u64, u64), writer_lock_dir: &Path) -> io::Result<HolderScan> {
     use std::os::unix::fs::MetadataExt;
     let mut out = HolderScan::default();
-    let lock_ids: HashSet<(u32, u32, u64)> = locks.iter().map(|l| (l.major, l.minor, l.ino)).collect();
-    let mut explained: HashSet<(u32, u32, u64)> = HashSet::new();
-    let mut thread_lock_ids: HashSet<(u32, u32, u64)> = HashSet::new();
+    let mut thread_lock_ids: HashSet<(u64, u64)> = HashSet::new();
+    let mut info = Vec::with_capacity(512);
     let dir = std::fs::read_dir(format!("/proc/{pid}/fd"))?;
     for entry in dir {
         let entry = match entry {
@@ -108,25 +108,30 @@ pub fn scan(
             Ok(m) => m,
             Err(_) => continue, // closed meanwhile, or a target we cannot stat
         };
-        let (dev, ino) = (meta.dev(), meta.ino());
-        if (dev, ino) == rollout {
-            match fdinfo_flags(pid, fd) {
+        if !meta.is_file() {
+            continue;
+        }
+        let id = (meta.dev(), meta.ino());
+        if id == rollout {
+            let flags = read_fdinfo(pid, fd, &mut info).and_then(|()| fdinfo_flags(std::str::from_utf8(&info).ok()?));
+            match flags {
                 Some(f) if f & O_APPEND != 0 && f & O_ACCMODE != 0 => out.holds_rollout_append = true,
                 _ => out.holds_rollout_other = true,
             }
+            continue;
         }
-        let lid = (sys::dev_major(dev), sys::dev_minor(dev), ino);
-        if lock_ids.contains(&lid) {
-            explained.insert(lid);
-            if let Ok(target) = std::fs::read_link(&link) {
-                if is_thread_lock_path(&target, writer_lock_dir) {
-                    thread_lock_ids.insert(lid);
-                }
-            }
+        let is_lock_file = std::fs::read_link(&link).is_ok_and(|t| is_thread_lock_path(&t, writer_lock_dir));
+        if !is_lock_file || thread_lock_ids.contains(&id) {
+            continue;
+        }
+        let held = read_fdinfo(pid, fd, &mut info).is_some()
+            && std::str::from_utf8(&info).is_ok_and(|t| fdinfo_holds_flock_write(t, pid));
+        if held {
+            thread_lock_ids.insert(id);
+            out.holds_thread_lock |= id == thread_lock;
         }
     }
     out.thread_locks = thread_lock_ids.len();
-    out.unexplained_locks = lock_ids.len() - explained.len();
     Ok(out)
 }
 
@@ -161,6 +166,17 @@ mod tests {
                 FlockWrite { pid: 7216, major: 0x103, minor: 2, ino: 42 }
             ]
         );
+    }
+
+    #[test]
+    fn fdinfo_lock_lines() {
+        let info = "pos:\t0\nflags:\t02100002\nmnt_id:\t25\nino:\t42\nlock:\t1: FLOCK  ADVISORY  WRITE 7216 fe:00:42 0 EOF\n";
+        assert!(fdinfo_holds_flock_write(info, 7216));
+        assert!(!fdinfo_holds_flock_write(info, 7217));
+        assert!(!fdinfo_holds_flock_write("pos:\t0\nflags:\t02\n", 7216));
+        let read = "lock:\t1: FLOCK  ADVISORY  READ 7216 fe:00:42 0 EOF\n";
+        assert!(!fdinfo_holds_flock_write(read, 7216));
+        assert_eq!(fdinfo_flags(info), Some(0o2100002));
     }
 
     #[test]

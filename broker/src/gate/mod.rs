@@ -22,7 +22,7 @@
 //! 5. thread binding: `transcript_path` (SubagentStop: `agent_transcript_path`) is canonical, under
 //!    `$CODEX_HOME/sessions/`, names the thread UUID; the rollout read (6) is intact and its
 //!    `session_meta` id is that UUID; codex holds it open for append and holds
-//!    `thread-writer-locks/<thread>.lock` (`/proc/locks`); `agent_id`, `session_id` agree.
+//!    `thread-writer-locks/<thread>.lock` (its fd's fdinfo `lock:` line); `agent_id`, `session_id` agree.
 //! 6. rollout identity (device, inode, birth time, canonical path) equal before and after reading.
 //! 7. turn affinity: payload `turn_id` = the rollout's open turn (SessionStart: none needed;
 //!    [`Verified::sole_thread`] tells the caller whether it may deliver).
@@ -433,18 +433,22 @@ impl Gate {
                 format!("session_meta id {} is not file name thread {thread_id}", meta.id),
             ));
         }
-        let locks_text =
-            holder::read_locks().map_err(|e| Refusal::new("no_writer_lock", format!("/proc/locks: {e}")))?;
-        let flocks = holder::parse_flock_writes(&locks_text, codex.pid);
         let lock_dir = self.config.codex_home.join("thread-writer-locks");
         let lock_dir_canon = std::fs::canonicalize(&lock_dir).unwrap_or_else(|_| lock_dir.clone());
-        let scan = holder::scan(codex.pid, (before.dev, before.ino), &flocks, &lock_dir_canon).map_err(|e| {
-            if sys::is_gone(&e) {
-                Refusal::new("ancestry_changed", format!("codex {} fds: {e}", codex.pid))
-            } else {
-                Refusal::new("not_rollout_holder", format!("codex {} fds: {e}", codex.pid))
-            }
-        })?;
+        let lock_path = lock_dir.join(format!("{thread_id}.lock"));
+        let lock_id = sys::statx_path_nofollow(&lock_path)
+            .map_err(|e| Refusal::new("no_writer_lock", format!("{}: {e}", lock_path.display())))?;
+        if !sys::is_regular(lock_id.mode) {
+            return Err(Refusal::new("no_writer_lock", format!("{} is not a regular file", lock_path.display())));
+        }
+        let scan = holder::scan(codex.pid, (before.dev, before.ino), (lock_id.dev, lock_id.ino), &lock_dir_canon)
+            .map_err(|e| {
+                if sys::is_gone(&e) {
+                    Refusal::new("ancestry_changed", format!("codex {} fds: {e}", codex.pid))
+                } else {
+                    Refusal::new("not_rollout_holder", format!("codex {} fds: {e}", codex.pid))
+                }
+            })?;
         if !scan.holds_rollout_append {
             let how = if scan.holds_rollout_other { "open, but not writable with O_APPEND" } else { "not open" };
             return Err(Refusal::new(
@@ -452,22 +456,13 @@ impl Gate {
                 format!("codex {} has {path_str:?} {how}", codex.pid),
             ));
         }
-        let lock_path = lock_dir.join(format!("{thread_id}.lock"));
-        let lock_id = sys::statx_path_nofollow(&lock_path)
-            .map_err(|e| Refusal::new("no_writer_lock", format!("{}: {e}", lock_path.display())))?;
-        if !sys::is_regular(lock_id.mode) {
-            return Err(Refusal::new("no_writer_lock", format!("{} is not a regular file", lock_path.display())));
-        }
-        let holds_lock = flocks.iter().any(|l| {
-            l.ino == lock_id.ino && l.major == sys::dev_major(lock_id.dev) && l.minor == sys::dev_minor(lock_id.dev)
-        });
-        if !holds_lock {
+        if !scan.holds_thread_lock {
             return Err(Refusal::new(
                 "no_writer_lock",
                 format!("codex {} holds no FLOCK WRITE lock on {}", codex.pid, lock_path.display()),
             ));
         }
-        let thread_locks = scan.thread_locks + scan.unexplained_locks;
+        let thread_locks = scan.thread_locks;
         let sole_thread = thread_locks == 1;
         if let Some(agent) = payload.agent_id.as_deref() {
             if agent != thread_id {
