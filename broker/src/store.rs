@@ -231,6 +231,17 @@ impl Store {
         Ok(Enqueued::New(id))
     }
 
+    /// Says on the thread's pending messages why a verified hook did not take them (shown by
+    /// `inspect`). Writes only when the reason changes.
+    pub fn note_deferral(&mut self, thread: &str, reason: &str) -> Result<()> {
+        self.conn.execute(
+            "UPDATE messages SET reason = ?2 WHERE thread = ?1 AND state = 'pending' AND kind = 'message'
+             AND reason IS NOT ?2",
+            params![thread, reason],
+        )?;
+        Ok(())
+    }
+
     /// Cheap read-only test used before taking a write lock: most hook calls have nothing to take.
     pub fn has_pending(&self, thread: &str, kind: &str) -> Result<bool> {
         let mut stmt = self
@@ -562,6 +573,18 @@ mod tests {
         s.ack(lease.token, "/r", 0, None).unwrap();
         assert!(s.cancel(&id2).is_err());
         assert!(s.cancel("m_nope").is_err());
+    }
+
+    #[test]
+    fn deferral_reason_is_noted_on_pending_and_cleared_by_a_lease() {
+        let (mut s, _d) = store("defer");
+        s.enqueue(T, "message", "x", None, None, None).unwrap();
+        s.enqueue(U, "message", "y", None, None, None).unwrap();
+        s.note_deferral(T, "deferred_stop_block_limit").unwrap();
+        assert_eq!(s.messages(Some(T)).unwrap()[0].reason.as_deref(), Some("deferred_stop_block_limit"));
+        assert_eq!(s.messages(Some(U)).unwrap()[0].reason, None, "only the hook's own thread");
+        s.lease(T, "PostToolUse", Some("t"), 1000, 1000).unwrap().unwrap();
+        assert_eq!(s.messages(Some(T)).unwrap()[0].reason, None);
     }
 
     #[test]
