@@ -5,6 +5,7 @@
 
 use std::io::Write;
 use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -460,4 +461,56 @@ fn subagent_and_parent_keep_their_own_messages() {
         let m = broker.wait_state(id, "confirmed", Duration::from_secs(10));
         assert_eq!(str_field(&m, "thread"), t.as_str());
     }
+}
+
+/// The Stop loop guard: a producer that queues a new message at every model request would keep a
+/// turn alive forever through Stop blocks (Codex has no guard of its own). Courier continues a turn
+/// at Stop at most `MAX_STOP_BLOCKS_PER_TURN` (3) times; then the turn ends and the next message
+/// waits, pending, with the reason.
+#[test]
+fn stop_continuations_are_capped_per_turn() {
+    use std::sync::{Arc, Mutex};
+    let cli: Arc<Mutex<Option<(PathBuf, Vec<(String, String)>)>>> = Arc::new(Mutex::new(None));
+    let sent: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(Vec::new()));
+    let (c, s) = (cli.clone(), sent.clone());
+    let (model, env) = rig(move |r| {
+        // Every model request queues one more message for this thread, up to 6.
+        let mut sent = s.lock().unwrap();
+        if let (Some((bin, vars)), Some(thread)) = (c.lock().unwrap().as_ref(), r.thread_id()) {
+            if sent.len() < 6 {
+                let text = marker(&format!("LOOP{}", sent.len()));
+                let out = std::process::Command::new(bin)
+                    .env_clear()
+                    .envs(vars.iter().map(|(k, v)| (k, v)))
+                    .args(["send", "--thread", &thread, "--from", "loop", &text])
+                    .output()
+                    .unwrap();
+                assert!(out.status.success(), "send: {out:?}");
+                sent.push(String::from_utf8_lossy(&out.stdout).trim().to_string());
+            }
+        }
+        Reply::message("done")
+    });
+    let broker = broker(&env);
+    *cli.lock().unwrap() = Some((courier_tests::broker::broker_bin(), env.env_vars()));
+
+    let out = env.exec("just answer");
+    out.assert_success();
+    let reqs = model.requests();
+    let blocks: usize = reqs.iter().map(|r| r.user_messages_containing("<hook_prompt").len()).max().unwrap_or(0);
+    assert_eq!(blocks, 3, "three Stop continuations, then the turn ends:\n{}", model.dump());
+    assert_eq!(reqs.len(), 4, "one request per continuation plus the first:\n{}", model.dump());
+    let thread = reqs[0].thread_id().unwrap();
+    let ro = env.rollout(&thread);
+    assert_eq!(ro.turns().len(), 1, "{:?}", ro.turns());
+    assert_eq!(ro.open_turn(), None, "turn ended");
+
+    let sent = sent.lock().unwrap().clone();
+    assert_eq!(sent.len(), 4, "one message per request");
+    for id in &sent[..3] {
+        broker.wait_state(id, "confirmed", Duration::from_secs(10));
+    }
+    let last = broker.message(&sent[3]).expect("fourth message listed");
+    assert_eq!(str_field(&last, "state"), "pending", "{last}");
+    assert_eq!(str_field(&last, "reason"), "deferred_stop_block_limit", "{last}");
 }
