@@ -659,6 +659,7 @@ impl Broker {
             "connections_rejected": c.rejected.load(Ordering::Relaxed),
             "bad_frames": c.bad_frames.load(Ordering::Relaxed),
             "refusals_unrecorded": c.refusals_unrecorded.load(Ordering::Relaxed),
+            "rollout_bytes_read": self.gate.tracker().total_bytes_read.load(Ordering::Relaxed),
         })
     }
 }

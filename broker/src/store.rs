@@ -242,6 +242,20 @@ impl Store {
         Ok(())
     }
 
+    /// Runs `f` with commits not fsynced (`synchronous=NORMAL`: WAL order is kept and a broker
+    /// crash loses nothing; only an OS crash can), then restores FULL. Only for state changes that
+    /// may roll back safely: a lost lease never reached the model (the client exits 0 only after
+    /// the ack, whose fsync also makes every earlier WAL frame durable), and a lost settlement is
+    /// redone from the rollout. A delivering hook call then waits for one fsync, not four.
+    fn unsynced<T>(&mut self, f: impl FnOnce(&mut Store) -> Result<T>) -> Result<T> {
+        self.conn.pragma_update(None, "synchronous", "NORMAL")?;
+        let out = f(self);
+        let restored = self.conn.pragma_update(None, "synchronous", "FULL");
+        let out = out?;
+        restored?;
+        Ok(out)
+    }
+
     /// Cheap read-only test used before taking a write lock: most hook calls have nothing to take.
     pub fn has_pending(&self, thread: &str, kind: &str) -> Result<bool> {
         let mut stmt = self
@@ -253,6 +267,17 @@ impl Store {
     /// Leases the oldest pending messages of `thread` (up to `max_bytes` of bodies, at least one)
     /// under a new fencing token. Expired messages are retired first and never leased.
     pub fn lease(
+        &mut self,
+        thread: &str,
+        event: &str,
+        turn_id: Option<&str>,
+        lease_ms: i64,
+        max_bytes: usize,
+    ) -> Result<Option<Lease>> {
+        self.unsynced(|s| s.lease_inner(thread, event, turn_id, lease_ms, max_bytes))
+    }
+
+    fn lease_inner(
         &mut self,
         thread: &str,
         event: &str,
@@ -347,6 +372,12 @@ impl Store {
     /// Records which codex process (pid and start time) lease `token` is handed to, so
     /// reconcile can tell a hand-off whose codex died from one still in flight.
     pub fn note_codex(&mut self, token: i64, pid: i32, starttime: u64) -> Result<()> {
+        // Not fsynced on its own: the ack that follows is, and its fsync makes this earlier WAL
+        // frame durable too; without an ack nothing was handed.
+        self.unsynced(|s| s.note_codex_inner(token, pid, starttime))
+    }
+
+    fn note_codex_inner(&mut self, token: i64, pid: i32, starttime: u64) -> Result<()> {
         self.conn.execute(
             "INSERT OR REPLACE INTO handed_to (lease_token, codex_pid, codex_starttime) VALUES (?1, ?2, ?3)",
             params![token, pid, starttime as i64],
@@ -380,6 +411,10 @@ impl Store {
     /// Moves a handed message to its final state (`confirmed` or `uncertain`), or just advances
     /// its scan offset when `state` is None.
     pub fn settle(&mut self, id: &str, state: Option<&str>, reason: Option<&str>, scan_offset: u64) -> Result<bool> {
+        self.unsynced(|s| s.settle_inner(id, state, reason, scan_offset))
+    }
+
+    fn settle_inner(&mut self, id: &str, state: Option<&str>, reason: Option<&str>, scan_offset: u64) -> Result<bool> {
         let now = now_ms();
         let n = match state {
             Some(state) => self.conn.execute(
@@ -519,6 +554,24 @@ mod tests {
         let m = &s.messages(Some(T)).unwrap()[0];
         assert_eq!(m.state, "handed");
         assert_eq!(s.messages(Some(U)).unwrap()[0].state, "pending");
+    }
+
+    #[test]
+    fn only_lease_note_and_settle_skip_fsync() {
+        let (mut s, _d) = store("sync");
+        let sync = |s: &Store| s.conn.query_row("PRAGMA synchronous", [], |r| r.get::<_, i64>(0)).unwrap();
+        assert_eq!(sync(&s), 2, "FULL");
+        s.enqueue(T, "message", "x", None, None, None).unwrap();
+        let lease = s.lease(T, "Stop", Some("turn"), 10_000, 1000).unwrap().unwrap();
+        assert_eq!(sync(&s), 2, "the ack after a lease must be fsynced");
+        s.note_codex(lease.token, 1, 2).unwrap();
+        assert_eq!(sync(&s), 2);
+        s.ack(lease.token, "/r", 0, None).unwrap();
+        let id = s.messages(None).unwrap()[0].id.clone();
+        assert!(s.settle(&id, Some("confirmed"), None, 5).unwrap());
+        assert_eq!(sync(&s), 2);
+        assert!(s.lease(U, "Stop", None, 10, 10).unwrap().is_none());
+        assert_eq!(sync(&s), 2);
     }
 
     #[test]

@@ -1,10 +1,16 @@
 //! Step 5's process-side evidence: does the codex process hold the rollout open for append, and
-//! the thread's writer lock? One scan of `/proc/<codex>/fd` per request answers both (locks from
-//! the fds' own fdinfo), and also counts how many thread-writer locks that process holds.
+//! the thread's writer lock? One scan of `/proc/<codex>/fd` answers both (locks from the fds' own
+//! fdinfo), and also counts how many thread-writer locks that process holds.
+//!
+//! The scan stats every fd (a Codex running 100 threads has 200+), so for every event but
+//! SessionStart (the only one whose delivery depends on the thread count) the fds the scan found
+//! last time ([`FdHints`]) are re-checked first: one stat and one fdinfo read each. A miss falls
+//! back to the scan.
 
 use super::sys;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io;
+use std::sync::Mutex;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -62,14 +68,16 @@ pub struct HolderScan {
     pub thread_locks: usize,
     /// fds examined.
     pub fds: usize,
+    /// The fd found holding the rollout for append, and the one holding the wanted lock.
+    pub rollout_fd: Option<String>,
+    pub thread_lock_fd: Option<String>,
 }
 
 const O_ACCMODE: u32 = 0o3;
 const O_APPEND: u32 = 0o2000;
 
 fn read_fdinfo(pid: i32, fd: &str, buf: &mut Vec<u8>) -> Option<()> {
-    buf.clear();
-    sys::read_small(&format!("/proc/{pid}/fdinfo/{fd}"), buf, 64 * 1024).ok()
+    sys::read_record(&format!("/proc/{pid}/fdinfo/{fd}"), buf, 1024, 64 * 1024).ok()
 }
 
 fn fdinfo_flags(fdinfo: &str) -> Option<u32> {
@@ -115,7 +123,10 @@ pub fn scan(pid: i32, rollout: (u64, u64), thread_lock: (u64, u64), writer_lock_
         if id == rollout {
             let flags = read_fdinfo(pid, fd, &mut info).and_then(|()| fdinfo_flags(std::str::from_utf8(&info).ok()?));
             match flags {
-                Some(f) if f & O_APPEND != 0 && f & O_ACCMODE != 0 => out.holds_rollout_append = true,
+                Some(f) if f & O_APPEND != 0 && f & O_ACCMODE != 0 => {
+                    out.holds_rollout_append = true;
+                    out.rollout_fd = Some(fd.to_string());
+                }
                 _ => out.holds_rollout_other = true,
             }
             continue;
@@ -128,11 +139,73 @@ pub fn scan(pid: i32, rollout: (u64, u64), thread_lock: (u64, u64), writer_lock_
             && std::str::from_utf8(&info).is_ok_and(|t| fdinfo_holds_flock_write(t, pid));
         if held {
             thread_lock_ids.insert(id);
-            out.holds_thread_lock |= id == thread_lock;
+            if id == thread_lock {
+                out.holds_thread_lock = true;
+                out.thread_lock_fd = Some(fd.to_string());
+            }
         }
     }
     out.thread_locks = thread_lock_ids.len();
     Ok(out)
+}
+
+/// Where a codex process's rollout and writer-lock fds were found, by (pid, start time, device,
+/// inode). Only a place to look first: the fd is re-checked every time.
+#[derive(Default)]
+pub struct FdHints {
+    map: Mutex<HashMap<(i32, u64, u64, u64), String>>,
+}
+
+const MAX_HINTS: usize = 4096;
+
+impl FdHints {
+    fn get(&self, pid: i32, start: u64, file: (u64, u64)) -> Option<String> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner()).get(&(pid, start, file.0, file.1)).cloned()
+    }
+
+    /// Remembers what a scan of `pid` found.
+    pub fn learn(&self, pid: i32, start: u64, rollout: (u64, u64), lock: (u64, u64), scan: &HolderScan) {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= MAX_HINTS {
+            map.clear();
+        }
+        for (file, fd) in [(rollout, &scan.rollout_fd), (lock, &scan.thread_lock_fd)] {
+            if let Some(fd) = fd {
+                map.insert((pid, start, file.0, file.1), fd.clone());
+            }
+        }
+    }
+}
+
+/// fdinfo text of `fd` of `pid` if that fd is open on `file` (device, inode), by stat and by
+/// fdinfo's own `ino:` line (so an fd closed and reused in between is not taken for the file).
+fn fdinfo_if_on(pid: i32, fd: &str, file: (u64, u64)) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(format!("/proc/{pid}/fd/{fd}")).ok()?;
+    if (meta.dev(), meta.ino()) != file {
+        return None;
+    }
+    let mut buf = Vec::new();
+    sys::read_record(&format!("/proc/{pid}/fdinfo/{fd}"), &mut buf, 1024, 64 * 1024).ok()?;
+    let text = String::from_utf8(buf).ok()?;
+    let ino = text.lines().find_map(|l| l.strip_prefix("ino:")).map(|v| v.trim().parse::<u64>());
+    match ino {
+        Some(Ok(ino)) if ino != file.1 => None,
+        Some(Err(_)) => None,
+        _ => Some(text),
+    }
+}
+
+/// True when the fds remembered for `pid` still hold `rollout` writable with O_APPEND and a FLOCK
+/// WRITE lock of `pid` on `lock`. False (scan instead) on any doubt.
+pub fn hinted_holds(hints: &FdHints, pid: i32, start: u64, rollout: (u64, u64), lock: (u64, u64)) -> bool {
+    let (Some(rfd), Some(lfd)) = (hints.get(pid, start, rollout), hints.get(pid, start, lock)) else {
+        return false;
+    };
+    let append = fdinfo_if_on(pid, &rfd, rollout)
+        .and_then(|t| fdinfo_flags(&t))
+        .is_some_and(|f| f & O_APPEND != 0 && f & O_ACCMODE != 0);
+    append && fdinfo_if_on(pid, &lfd, lock).is_some_and(|t| fdinfo_holds_flock_write(&t, pid))
 }
 
 /// `<dir>/<uuid>.lock`, exactly.

@@ -110,7 +110,8 @@ pub struct Verified {
     pub rollout_path: PathBuf,
     /// Rollout length read up to: where the confirmation scan for what this call hands starts.
     pub rollout_offset: u64,
-    /// The Codex process holds this thread's writer lock and no other thread's.
+    /// The Codex process holds this thread's writer lock and no other thread's. Computed for
+    /// SessionStart only (the one event whose delivery depends on it); `false` for the others.
     pub sole_thread: bool,
     /// The rollout's open turn when verified (for SessionStart, the turn it fired in, if any).
     pub open_turn: Option<String>,
@@ -118,7 +119,8 @@ pub struct Verified {
     pub root_thread_id: Option<String>,
     /// Start time (clock ticks, /proc stat field 22) of the codex process: with `codex_pid`, it names it.
     pub codex_starttime: u64,
-    /// Number of thread-writer locks the codex process holds (1 when `sole_thread`).
+    /// Number of thread-writer locks the codex process holds (1 when `sole_thread`). SessionStart
+    /// only, like `sole_thread`; 0 for the other events.
     pub thread_locks: usize,
 }
 
@@ -195,6 +197,7 @@ pub struct Gate {
     uid: u32,
     digests: DigestCache,
     tracker: RolloutTracker,
+    fd_hints: holder::FdHints,
     #[cfg(test)]
     test_hook: std::sync::Mutex<Option<TestHook>>,
 }
@@ -217,6 +220,7 @@ impl Gate {
             uid: courier_shared::paths::uid(),
             digests: DigestCache::default(),
             tracker: RolloutTracker::new(),
+            fd_hints: holder::FdHints::default(),
             #[cfg(test)]
             test_hook: std::sync::Mutex::new(None),
         }
@@ -367,22 +371,38 @@ impl Gate {
         if !path.is_absolute() {
             return Err(Refusal::new("transcript_path", format!("{path_str:?} is not absolute")));
         }
-        let canonical = std::fs::canonicalize(path)
-            .map_err(|e| Refusal::new("transcript_path", format!("{path_str:?}: {e}")))?;
-        if canonical != path {
-            return Err(Refusal::new(
-                "transcript_path",
-                format!("{path_str:?} is not canonical (resolves to {:?})", canonical),
-            ));
+        // Lexically normal (no `.`, `..`, repeated or trailing `/`), under the sessions directory,
+        // and (at open) no symlink anywhere on the way: the path is canonical.
+        let normal: PathBuf = path.components().collect();
+        if normal.as_os_str() != path.as_os_str() || path.components().any(|c| c == std::path::Component::ParentDir) {
+            return Err(Refusal::new("transcript_path", format!("{path_str:?} is not canonical")));
         }
         let sessions = std::fs::canonicalize(self.config.codex_home.join("sessions"))
             .map_err(|e| Refusal::new("transcript_path", format!("$CODEX_HOME/sessions: {e}")))?;
-        if !canonical.starts_with(&sessions) || canonical == sessions {
+        if !path.starts_with(&sessions) || path == sessions {
             return Err(Refusal::new("transcript_path", format!("{path_str:?} is outside {:?}", sessions)));
         }
 
         // 6. Rollout identity around an incremental read.
-        let file = sys::open_nofollow(path).map_err(|e| Refusal::new("transcript_path", format!("open {path_str:?}: {e}")))?;
+        let file = match sys::open_no_symlinks(path) {
+            Ok(Some(file)) => file,
+            Err(e) if sys::errno(&e) == nix::libc::ELOOP => {
+                return Err(Refusal::new("transcript_path", format!("{path_str:?} is not canonical (a symlink on the way)")))
+            }
+            Err(e) => return Err(Refusal::new("transcript_path", format!("open {path_str:?}: {e}"))),
+            Ok(None) => {
+                // No openat2: resolve the path instead.
+                let canonical = std::fs::canonicalize(path)
+                    .map_err(|e| Refusal::new("transcript_path", format!("{path_str:?}: {e}")))?;
+                if canonical != path {
+                    return Err(Refusal::new(
+                        "transcript_path",
+                        format!("{path_str:?} is not canonical (resolves to {:?})", canonical),
+                    ));
+                }
+                sys::open_nofollow(path).map_err(|e| Refusal::new("transcript_path", format!("open {path_str:?}: {e}")))?
+            }
+        };
         let before = sys::statx_fd(&file).map_err(|e| Refusal::new("rollout_changed", format!("statx: {e}")))?;
         if !sys::is_regular(before.mode) {
             return Err(Refusal::new("transcript_path", format!("{path_str:?} is not a regular file")));
@@ -417,10 +437,8 @@ impl Gate {
             .map_err(|e| Refusal::new("rollout_changed", format!("reading {path_str:?}: {e}")))?;
         #[cfg(test)]
         self.stage(Stage::AfterRolloutRead);
+        // Also proves the path still canonical: the opened file's own path (/proc/self/fd) is it.
         check_identity("after read")?;
-        if std::fs::canonicalize(path).map(|c| c != path).unwrap_or(true) {
-            return Err(Refusal::new("rollout_changed", format!("{path_str:?} no longer canonical after read")));
-        }
 
         // 5 (continued). The rollout names the thread; codex holds it and the thread's lock.
         let meta = snap
@@ -434,36 +452,49 @@ impl Gate {
             ));
         }
         let lock_dir = self.config.codex_home.join("thread-writer-locks");
-        let lock_dir_canon = std::fs::canonicalize(&lock_dir).unwrap_or_else(|_| lock_dir.clone());
         let lock_path = lock_dir.join(format!("{thread_id}.lock"));
         let lock_id = sys::statx_path_nofollow(&lock_path)
             .map_err(|e| Refusal::new("no_writer_lock", format!("{}: {e}", lock_path.display())))?;
         if !sys::is_regular(lock_id.mode) {
             return Err(Refusal::new("no_writer_lock", format!("{} is not a regular file", lock_path.display())));
         }
-        let scan = holder::scan(codex.pid, (before.dev, before.ino), (lock_id.dev, lock_id.ino), &lock_dir_canon)
-            .map_err(|e| {
+        let (rollout_file, lock_file) = ((before.dev, before.ino), (lock_id.dev, lock_id.ino));
+        // Only SessionStart's delivery depends on how many threads codex runs; other events re-check
+        // the fds that held the rollout and the lock last time, and scan only when those moved.
+        let counted = event == HookEvent::SessionStart;
+        let (sole_thread, thread_locks) = if !counted
+            && holder::hinted_holds(&self.fd_hints, codex.pid, codex.starttime, rollout_file, lock_file)
+        {
+            (false, 0)
+        } else {
+            let lock_dir_canon = std::fs::canonicalize(&lock_dir).unwrap_or_else(|_| lock_dir.clone());
+            let scan = holder::scan(codex.pid, rollout_file, lock_file, &lock_dir_canon).map_err(|e| {
                 if sys::is_gone(&e) {
                     Refusal::new("ancestry_changed", format!("codex {} fds: {e}", codex.pid))
                 } else {
                     Refusal::new("not_rollout_holder", format!("codex {} fds: {e}", codex.pid))
                 }
             })?;
-        if !scan.holds_rollout_append {
-            let how = if scan.holds_rollout_other { "open, but not writable with O_APPEND" } else { "not open" };
-            return Err(Refusal::new(
-                "not_rollout_holder",
-                format!("codex {} has {path_str:?} {how}", codex.pid),
-            ));
-        }
-        if !scan.holds_thread_lock {
-            return Err(Refusal::new(
-                "no_writer_lock",
-                format!("codex {} holds no FLOCK WRITE lock on {}", codex.pid, lock_path.display()),
-            ));
-        }
-        let thread_locks = scan.thread_locks;
-        let sole_thread = thread_locks == 1;
+            if !scan.holds_rollout_append {
+                let how = if scan.holds_rollout_other { "open, but not writable with O_APPEND" } else { "not open" };
+                return Err(Refusal::new(
+                    "not_rollout_holder",
+                    format!("codex {} has {path_str:?} {how}", codex.pid),
+                ));
+            }
+            if !scan.holds_thread_lock {
+                return Err(Refusal::new(
+                    "no_writer_lock",
+                    format!("codex {} holds no FLOCK WRITE lock on {}", codex.pid, lock_path.display()),
+                ));
+            }
+            self.fd_hints.learn(codex.pid, codex.starttime, rollout_file, lock_file, &scan);
+            if counted {
+                (scan.thread_locks == 1, scan.thread_locks)
+            } else {
+                (false, 0)
+            }
+        };
         if let Some(agent) = payload.agent_id.as_deref() {
             if agent != thread_id {
                 return Err(Refusal::new("agent_mismatch", format!("agent_id {agent} is not thread {thread_id}")));

@@ -21,6 +21,26 @@ pub fn read_small(path: &str, buf: &mut Vec<u8>, limit: usize) -> io::Result<()>
     Ok(())
 }
 
+/// Reads a one-record `/proc` file (`stat`, `status`, `fdinfo/<fd>`: the kernel renders the whole
+/// record and a read returns all of it that fits) with one `read` when it is shorter than `cap`,
+/// saving the EOF read. A full buffer falls back to reading until EOF, bounded by `limit`.
+pub fn read_record(path: &str, buf: &mut Vec<u8>, cap: usize, limit: usize) -> io::Result<()> {
+    buf.clear();
+    buf.resize(cap, 0);
+    let mut file = File::open(path)?;
+    let n = loop {
+        match file.read(buf) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => break other?,
+        }
+    };
+    buf.truncate(n);
+    if n == cap {
+        file.take(limit.saturating_sub(n) as u64).read_to_end(buf)?;
+    }
+    Ok(())
+}
+
 /// The fields of `/proc/<pid>/stat` the gate uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcStat {
@@ -32,7 +52,7 @@ pub struct ProcStat {
 
 pub fn read_stat(pid: i32) -> io::Result<ProcStat> {
     let mut buf = Vec::with_capacity(512);
-    read_small(&format!("/proc/{pid}/stat"), &mut buf, 4096)?;
+    read_record(&format!("/proc/{pid}/stat"), &mut buf, 1024, 4096)?;
     parse_stat(&buf).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unparsable /proc stat"))
 }
 
@@ -77,7 +97,7 @@ impl ProcStatus {
 
 pub fn read_status(pid: i32) -> io::Result<ProcStatus> {
     let mut buf = Vec::with_capacity(2048);
-    read_small(&format!("/proc/{pid}/status"), &mut buf, 16 * 1024)?;
+    read_record(&format!("/proc/{pid}/status"), &mut buf, 4096, 16 * 1024)?;
     parse_status(&buf).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unparsable /proc status"))
 }
 
@@ -205,6 +225,43 @@ pub fn open_nofollow(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
+/// Opens `path` read-only like [`open_nofollow`], refusing (ELOOP) if ANY component is a symlink
+/// (`openat2` with `RESOLVE_NO_SYMLINKS`): one syscall proves the path names the file literally,
+/// where resolving it with `realpath` costs one `readlink` per component. `Ok(None)` where
+/// openat2 is unavailable (Linux < 5.6, or filtered by a seccomp profile).
+pub fn open_no_symlinks(path: &Path) -> io::Result<Option<File>> {
+    #[cfg(test)]
+    if NO_OPENAT2.load(std::sync::atomic::Ordering::Relaxed) {
+        return Ok(None);
+    }
+    openat2_no_symlinks(path)
+}
+
+fn openat2_no_symlinks(path: &Path) -> io::Result<Option<File>> {
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: zeroed open_how is valid (all fields are integers); we fill flags and resolve.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: valid NUL-terminated path and an open_how of the size we pass.
+    let fd = unsafe {
+        libc::syscall(libc::SYS_openat2, libc::AT_FDCWD, c.as_ptr(), &how as *const libc::open_how, std::mem::size_of::<libc::open_how>())
+    };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENOSYS) | Some(libc::EPERM) => Ok(None),
+            _ => Err(e),
+        };
+    }
+    // SAFETY: the kernel just gave us this fd.
+    Ok(Some(unsafe { File::from_raw_fd(fd as i32) }))
+}
+
+/// Tests set this to exercise the fallback for kernels without openat2.
+#[cfg(test)]
+pub static NO_OPENAT2: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// errno of an io::Error, if any.
 pub fn errno(e: &io::Error) -> i32 {
     e.raw_os_error().unwrap_or(0)
@@ -238,6 +295,34 @@ mod tests {
         assert_eq!(st.seccomp, 2);
         let own = read_status(std::process::id() as i32).unwrap();
         assert!(own.all_uids_are(courier_shared::paths::uid()));
+    }
+
+    #[test]
+    fn record_reads_match_reads_to_eof() {
+        let pid = std::process::id();
+        for (name, cap) in [("status", 4096), ("status", 16), ("stat", 1024), ("stat", 7)] {
+            let path = format!("/proc/{pid}/{name}");
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            read_record(&path, &mut a, cap, 1 << 20).unwrap();
+            read_small(&path, &mut b, 1 << 20).unwrap();
+            // Counters move between the two reads; the line structure must not.
+            let lines = |v: &[u8]| v.iter().filter(|c| **c == b'\n').count();
+            assert_eq!(lines(&a), lines(&b), "{name} cap {cap}");
+            assert!(a.len() > cap || cap > 100, "{name}: a small buffer must fall back to reading on");
+        }
+    }
+
+    #[test]
+    fn open_no_symlinks_refuses_any_symlink_on_the_way() {
+        let dir = std::env::temp_dir().join(format!("courier-openat2-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("real")).unwrap();
+        std::fs::write(dir.join("real/f"), "x").unwrap();
+        std::os::unix::fs::symlink(dir.join("real"), dir.join("alias")).unwrap();
+        assert!(openat2_no_symlinks(&dir.join("real/f")).unwrap().is_some());
+        let e = openat2_no_symlinks(&dir.join("alias/f")).unwrap_err();
+        assert_eq!(errno(&e), libc::ELOOP);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
