@@ -59,14 +59,17 @@ fn run(deadline: Instant) -> io::Result<i32> {
     let socket_path = paths::socket_path(&runtime_dir);
     check_owned_by_me(&socket_path)?;
     let secret = auth::load_secret(&paths::secret_path(&runtime_dir))?;
-    let mut stream = connect_nonblocking(&socket_path)?;
 
+    // The request is ready before connecting, so it follows the connect at once: the broker can
+    // take it when it accepts, without waiting for it.
     let pid = std::process::id();
     let ts_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
     let mac = auth::sign(&secret, pid, ts_ms, payload.as_bytes());
     let request = wire::Request::Hook { v: wire::PROTOCOL_VERSION, pid, ts_ms, payload, mac };
+    let body = serde_json::to_vec(&request).map_err(io::Error::other)?;
+    let mut stream = connect_nonblocking(&socket_path)?;
     set_timeouts(&stream, deadline)?;
-    wire::write_json(&mut stream, &request)?;
+    wire::write_frame(&mut stream, &body)?;
     let reply: wire::HookReply = wire::read_json(&mut stream, wire::MAX_FRAME)?;
     if reply.output.is_empty() {
         return Ok(SUCCESS);
