@@ -28,7 +28,8 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::collections::VecDeque;
+use std::sync::Condvar;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -218,14 +219,14 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         maintenance.maintain();
     })?;
 
-    let (tx, rx) = sync_channel::<Job>(MAX_PENDING);
-    let rx = Arc::new(Mutex::new(rx));
+    let jobs = Arc::new(JobQueue::default());
+    let rx = Arc::clone(&jobs);
     for i in 0..WORKERS {
         let broker = Arc::clone(&broker);
         let rx = Arc::clone(&rx);
         std::thread::Builder::new().name(format!("worker-{i}")).spawn(move || worker(&broker, &rx))?;
     }
-    Poller::new(listener, Arc::clone(&broker), tx)?.run()
+    Poller::new(listener, Arc::clone(&broker), jobs)?.run()
 }
 
 /// A complete request frame and its connection, for a worker.
@@ -234,12 +235,42 @@ struct Job {
     frame: Vec<u8>,
 }
 
-fn worker(broker: &Broker, rx: &Mutex<Receiver<Job>>) {
+/// Complete requests waiting for a worker. A condvar wakes exactly one idle worker per job (a
+/// shared `Mutex<Receiver>` also wakes the next worker to queue on the mutex: one more context
+/// switch per hook call, on the client's critical path).
+#[derive(Default)]
+struct JobQueue {
+    jobs: Mutex<VecDeque<Job>>,
+    ready: Condvar,
+}
+
+impl JobQueue {
+    /// Queues `job`, or gives it back when [`MAX_PENDING`] jobs already wait.
+    fn push(&self, job: Job) -> Result<(), Job> {
+        let mut q = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        if q.len() >= MAX_PENDING {
+            return Err(job);
+        }
+        q.push_back(job);
+        drop(q);
+        self.ready.notify_one();
+        Ok(())
+    }
+
+    fn pop(&self) -> Job {
+        let mut q = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(job) = q.pop_front() {
+                return job;
+            }
+            q = self.ready.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+fn worker(broker: &Broker, jobs: &JobQueue) {
     loop {
-        let job = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
-            Ok(job) => job,
-            Err(_) => return,
-        };
+        let job = jobs.pop();
         broker.handle(job.stream, &job.frame);
         broker.counters.connections.fetch_sub(1, Ordering::SeqCst);
     }
@@ -266,7 +297,7 @@ struct Poller {
     epoll: std::os::fd::OwnedFd,
     listener: UnixListener,
     broker: Arc<Broker>,
-    tx: SyncSender<Job>,
+    jobs: Arc<JobQueue>,
     conns: HashMap<RawFd, Conn>,
     per_peer: HashMap<i32, usize>,
     buffered: usize,
@@ -276,7 +307,7 @@ struct Poller {
 const LISTENER: u64 = u64::MAX;
 
 impl Poller {
-    fn new(listener: UnixListener, broker: Arc<Broker>, tx: SyncSender<Job>) -> Result<Poller> {
+    fn new(listener: UnixListener, broker: Arc<Broker>, jobs: Arc<JobQueue>) -> Result<Poller> {
         listener.set_nonblocking(true)?;
         // SAFETY: epoll_create1 returns a new fd or -1.
         let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
@@ -289,7 +320,7 @@ impl Poller {
             epoll,
             listener,
             broker,
-            tx,
+            jobs,
             conns: HashMap::new(),
             per_peer: HashMap::new(),
             buffered: 0,
@@ -446,7 +477,7 @@ impl Poller {
                 }
                 self.broker.counters.connections.fetch_add(1, Ordering::SeqCst);
                 let job = Job { stream, frame: buf[4..].to_vec() };
-                if let Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) = self.tx.try_send(job) {
+                if let Err(job) = self.jobs.push(job) {
                     self.broker.counters.connections.fetch_sub(1, Ordering::SeqCst);
                     self.broker.counters.rejected.fetch_add(1, Ordering::Relaxed);
                     let _ = (&job.stream).write(&error_frame("overloaded", "all workers busy"));
