@@ -29,6 +29,18 @@ impl Report {
         })
     }
 
+    /// What `--follow` compares to decide whether to show a new snapshot: states and reasons,
+    /// refusals and broker liveness, not ages.
+    pub fn fingerprint(&self) -> String {
+        let mut f = String::new();
+        for m in &self.messages {
+            let _ = write!(f, "{}:{}:{:?}:{};", m.id, m.state, m.reason, m.updated_at);
+        }
+        let _ = write!(f, "|{:?}|{}", self.refusals.first().map(|r| r.at), self.refusals.len());
+        let _ = write!(f, "|{:?}", self.status.as_ref().map(|s| (s["pid"].clone(), s["hook_calls"].clone())));
+        f
+    }
+
     pub fn to_json(&self) -> Value {
         let messages: Vec<Value> = self
             .messages
@@ -158,4 +170,10 @@ fn age(ms: i64) -> String {
         3600..=86399 => format!("{}h", s / 3600),
         _ => format!("{}d", s / 86400),
     }
+}
+
+/// `HH:MM:SS` (UTC) of a Unix-ms time, for `--follow` snapshots.
+pub fn clock(ms: i64) -> String {
+    let s = ms.div_euclid(1000).rem_euclid(86_400);
+    format!("{:02}:{:02}:{:02} UTC", s / 3600, s / 60 % 60, s % 60)
 }

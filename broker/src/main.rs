@@ -21,7 +21,9 @@ commands:
   effort --thread <UUID> [--scope turn|thread] <none|minimal|low|medium|high|xhigh>
                                           queue a reasoning-effort change (default scope:
                                           the running turn; thread = from the next turn on)
-  inspect [--thread <UUID>] [--json]      show messages, refusals and broker health
+  inspect [--thread <UUID>] [--json] [--follow]
+                                          show messages, refusals and broker health
+                                          (--follow: keep watching; with --json one object per line)
   cancel <MESSAGE-ID>                     cancel a message that was not handed yet
   trust-codex [PATH]                      record a Codex binary's SHA-256 as trusted
                                           (default: the codex on PATH)
@@ -247,28 +249,49 @@ fn effort(mut parser: lexopt::Parser) -> Result<ExitCode> {
 }
 
 fn inspect_cmd(mut parser: lexopt::Parser) -> Result<ExitCode> {
-    let (mut thread, mut json) = (None, false);
+    use std::io::{IsTerminal, Write};
+    let (mut thread, mut json, mut follow) = (None, false, false);
     while let Some(arg) = parser.next()? {
         match arg {
             Long("thread") => thread = Some(require_thread(Some(parser.value()?.string()?))?),
             Long("json") => json = true,
+            Long("follow") | Short('f') => follow = true,
             other => return Err(other.unexpected().into()),
         }
     }
     let mut store = open_store()?;
-    // Settle hand-offs against their rollouts first, so an ended session still reads `confirmed`.
-    if let Err(e) = delivery::reconcile(&mut store, thread.as_deref()) {
-        // Still show what is on record (e.g. the disk is full and settling cannot be written).
-        eprintln!("broker: warning: could not settle hand-offs ({e:#}); states may lag");
+    let tty = std::io::stdout().is_terminal();
+    let mut last_shown = None;
+    loop {
+        // Settle hand-offs against their rollouts first, so an ended session still reads `confirmed`.
+        if let Err(e) = delivery::reconcile(&mut store, thread.as_deref()) {
+            // Still show what is on record (e.g. the disk is full and settling cannot be written).
+            eprintln!("broker: warning: could not settle hand-offs ({e:#}); states may lag");
+        }
+        let status = server::query_status(&paths::runtime_dir());
+        let report = inspect::Report::gather(&store, thread.as_deref(), status)?;
+        let fingerprint = report.fingerprint();
+        if last_shown.as_ref() != Some(&fingerprint) {
+            let text = match (json, follow) {
+                // --follow --json: one compact object per line, for tools.
+                (true, true) => serde_json::to_string(&report.to_json())? + "\n",
+                (true, false) => serde_json::to_string_pretty(&report.to_json())? + "\n",
+                // A terminal gets a redrawn screen; a pipe gets each changed snapshot, stamped.
+                (false, true) if tty => format!("\x1b[H\x1b[2J{}", report.render_table()),
+                (false, true) => format!("--- {}\n{}", inspect::clock(report.now), report.render_table()),
+                (false, false) => report.render_table(),
+            };
+            let mut out = std::io::stdout().lock();
+            if out.write_all(text.as_bytes()).and_then(|()| out.flush()).is_err() {
+                return Ok(ExitCode::SUCCESS); // reader went away (e.g. `| head`)
+            }
+            last_shown = Some(fingerprint);
+        }
+        if !follow {
+            return Ok(ExitCode::SUCCESS);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
     }
-    let status = server::query_status(&paths::runtime_dir());
-    let report = inspect::Report::gather(&store, thread.as_deref(), status)?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report.to_json())?);
-    } else {
-        print!("{}", report.render_table());
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 fn cancel(mut parser: lexopt::Parser) -> Result<ExitCode> {

@@ -1,0 +1,98 @@
+//! `broker inspect --follow`: a live view that shows each change as it happens, as JSON lines for
+//! tools or as stamped tables for a pipe.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use courier_tests::broker::broker_bin;
+use courier_tests::util::{fake_uuid_v7, marker};
+use courier_tests::{Broker, CodexEnv, ScriptedModel};
+use serde_json::Value;
+
+const T: Duration = Duration::from_secs(20);
+
+struct Follow {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Follow {
+    fn start(env: &CodexEnv, args: &[&str]) -> Follow {
+        let mut child = env
+            .command(broker_bin())
+            .args(["inspect", "--follow"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Follow { child, lines }
+    }
+
+    /// The next line that satisfies `pred`, within `T`.
+    fn wait_line(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = std::time::Instant::now() + T;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if pred(&line) => return line,
+                Ok(_) => {}
+                Err(e) => panic!("inspect --follow: no line with {what} ({e})"),
+            }
+        }
+    }
+}
+
+impl Drop for Follow {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn follow_json_prints_a_line_per_change() {
+    let model = ScriptedModel::start();
+    let env = CodexEnv::new(&model);
+    let broker = Broker::start(&env);
+    let thread = fake_uuid_v7();
+    let follow = Follow::start(&env, &["--json"]);
+    let first: Value = serde_json::from_str(&follow.wait_line("a first snapshot", |_| true)).unwrap();
+    assert_eq!(first["broker"]["running"], true, "{first}");
+    assert!(first["messages"].as_array().unwrap().is_empty());
+
+    let id = broker.send(&thread, &marker("FOLLOW"), None);
+    let line = follow.wait_line("the new message", |l| l.contains(&id));
+    let snap: Value = serde_json::from_str(&line).unwrap();
+    let m = &snap["messages"][0];
+    assert_eq!((m["id"].as_str(), m["state"].as_str()), (Some(id.as_str()), Some("pending")), "{snap}");
+
+    broker.run_ok(&["cancel", &id]);
+    follow.wait_line("the cancellation", |l| {
+        serde_json::from_str::<Value>(l).is_ok_and(|v| v["messages"][0]["state"] == "cancelled")
+    });
+}
+
+#[test]
+fn follow_table_to_a_pipe_stamps_each_snapshot_without_escapes() {
+    let model = ScriptedModel::start();
+    let env = CodexEnv::new(&model);
+    let broker = Broker::start(&env);
+    let follow = Follow::start(&env, &[]);
+    follow.wait_line("a stamp", |l| l.starts_with("--- ") && l.ends_with(" UTC"));
+    let id = broker.send(&fake_uuid_v7(), &marker("TABLE"), None);
+    let row = follow.wait_line("the message row", |l| l.starts_with(&id));
+    assert!(row.contains("pending"), "{row}");
+    assert!(!row.contains('\x1b'), "no terminal escapes when stdout is not a TTY: {row:?}");
+}
