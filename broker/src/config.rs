@@ -9,7 +9,10 @@ use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
 /// Top-level keys this version knows (others only warn). `effort` belongs to the effort feature.
-pub const KNOWN_KEYS: [&str; 3] = ["hook_clients", "log_level", "effort"];
+pub const KNOWN_KEYS: [&str; 4] = ["hook_clients", "log_level", "retention_days", "effort"];
+
+/// Days a message in a final state is kept when `retention_days` is not set.
+pub const DEFAULT_RETENTION_DAYS: u64 = 30;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
@@ -19,6 +22,9 @@ pub struct Config {
     pub hook_clients: Vec<PathBuf>,
     /// error | warn | info | debug | trace (`COURIER_LOG` overrides).
     pub log_level: Option<String>,
+    /// Days to keep messages in a final state (confirmed, uncertain, expired, cancelled, applied,
+    /// failed); 0 keeps them forever. Default [`DEFAULT_RETENTION_DAYS`].
+    pub retention_days: Option<u64>,
     /// `[effort]`: allowed levels, app-server deadline, the optional policy.
     pub effort: crate::effort::config::EffortConfig,
 }
@@ -44,6 +50,15 @@ pub fn load_from(path: &Path) -> Result<Loaded> {
     };
     let (config, warnings) = parse(&text).with_context(|| format!("config file {}", path.display()))?;
     Ok(Loaded { config, path: Some(path.to_path_buf()), warnings })
+}
+
+impl Config {
+    pub fn retention(&self) -> Option<std::time::Duration> {
+        match self.retention_days.unwrap_or(DEFAULT_RETENTION_DAYS) {
+            0 => None,
+            days => Some(std::time::Duration::from_secs(days.saturating_mul(86_400))),
+        }
+    }
 }
 
 pub fn parse(text: &str) -> Result<(Config, Vec<String>)> {

@@ -103,6 +103,7 @@ fn serve(mut parser: lexopt::Parser) -> Result<ExitCode> {
         runtime_dir: paths::runtime_dir(),
         state_dir: paths::state_dir(),
         codex_home: paths::codex_home(),
+        retention: loaded.config.retention(),
         extra_hook_clients: loaded.config.hook_clients,
     })?;
     Ok(ExitCode::SUCCESS)

@@ -47,12 +47,15 @@ const WORKERS: usize = 16;
 /// only counted (a flood must not turn into a flood of fsyncs).
 const QUEUED_REFUSALS_MAX: usize = 64;
 const MAINTENANCE_INTERVAL: Duration = Duration::from_millis(500);
+const PRUNE_INTERVAL: Duration = Duration::from_secs(600);
 
 pub struct ServeOptions {
     pub runtime_dir: PathBuf,
     pub state_dir: PathBuf,
     pub codex_home: PathBuf,
     pub extra_hook_clients: Vec<PathBuf>,
+    /// How long messages in a final state are kept; `None` keeps them forever.
+    pub retention: Option<Duration>,
 }
 
 #[derive(Default)]
@@ -214,9 +217,17 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     })?;
 
     let maintenance = Arc::clone(&broker);
-    std::thread::Builder::new().name("maintenance".into()).spawn(move || loop {
-        std::thread::sleep(MAINTENANCE_INTERVAL);
-        maintenance.maintain();
+    let retention = opts.retention;
+    std::thread::Builder::new().name("maintenance".into()).spawn(move || {
+        let mut last_prune: Option<Instant> = None;
+        loop {
+            std::thread::sleep(MAINTENANCE_INTERVAL);
+            maintenance.maintain();
+            if let Some(keep) = retention.filter(|_| last_prune.is_none_or(|t| t.elapsed() >= PRUNE_INTERVAL)) {
+                last_prune = Some(Instant::now());
+                maintenance.prune(keep);
+            }
+        }
     })?;
 
     let jobs = Arc::new(JobQueue::default());
@@ -535,6 +546,15 @@ impl Broker {
         }
         drop(store);
         self.effort.maintain();
+    }
+
+    fn prune(&self, keep: Duration) {
+        let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        match store.prune(keep.as_millis() as i64) {
+            Ok(0) => {}
+            Ok(n) => crate::log_info!("pruned {n} messages older than {} days", keep.as_secs() / 86_400),
+            Err(e) => crate::log_error!("pruning: {e:#}"),
+        }
     }
 
     fn refuse(&self, code: &str, detail: &str, thread: Option<&str>, event: Option<&str>, pid: Option<i32>) {

@@ -256,6 +256,27 @@ impl Store {
         Ok(out)
     }
 
+    /// Forgets what no longer matters: messages in a final state not touched for `retention_ms`
+    /// (their idempotency keys with them), codex records of leases no longer live, and all but the
+    /// newest Stop-continuation counters. Returns the messages removed.
+    pub fn prune(&mut self, retention_ms: i64) -> Result<usize> {
+        let cutoff = now_ms() - retention_ms;
+        let tx = self.conn.transaction()?;
+        let removed = tx.execute(
+            "DELETE FROM messages WHERE updated_at < ?1
+             AND state IN ('confirmed', 'uncertain', 'expired', 'cancelled', 'applied', 'failed')",
+            [cutoff],
+        )?;
+        tx.execute(
+            "DELETE FROM handed_to WHERE lease_token NOT IN
+             (SELECT lease_token FROM messages WHERE lease_token IS NOT NULL AND state IN ('leased', 'handed'))",
+            [],
+        )?;
+        tx.execute("DELETE FROM stop_blocks WHERE rowid <= (SELECT MAX(rowid) FROM stop_blocks) - 10000", [])?;
+        tx.commit()?;
+        Ok(removed)
+    }
+
     /// Cheap read-only test used before taking a write lock: most hook calls have nothing to take.
     pub fn has_pending(&self, thread: &str, kind: &str) -> Result<bool> {
         let mut stmt = self
@@ -638,6 +659,30 @@ mod tests {
         assert_eq!(s.messages(Some(U)).unwrap()[0].reason, None, "only the hook's own thread");
         s.lease(T, "PostToolUse", Some("t"), 1000, 1000).unwrap().unwrap();
         assert_eq!(s.messages(Some(T)).unwrap()[0].reason, None);
+    }
+
+    #[test]
+    fn prune_forgets_only_old_final_messages() {
+        let (mut s, _d) = store("prune");
+        let Enqueued::New(done) = s.enqueue(T, "message", "a", None, Some("k-done"), None).unwrap() else { panic!() };
+        let lease = s.lease(T, "Stop", Some("t"), 10_000, 1000).unwrap().unwrap();
+        s.note_codex(lease.token, 1, 2).unwrap();
+        assert!(s.ack(lease.token, "/r", 0, None).unwrap());
+        assert!(s.settle(&done, Some("confirmed"), None, 1).unwrap());
+        let Enqueued::New(waiting) = s.enqueue(T, "message", "b", None, None, None).unwrap() else { panic!() };
+        let Enqueued::New(handed) = s.enqueue(U, "message", "c", None, None, None).unwrap() else { panic!() };
+        let lease_u = s.lease(U, "Stop", Some("t"), 10_000, 1000).unwrap().unwrap();
+        s.note_codex(lease_u.token, 3, 4).unwrap();
+        assert!(s.ack(lease_u.token, "/r", 0, None).unwrap());
+
+        assert_eq!(s.prune(60_000).unwrap(), 0, "nothing is old yet");
+        assert_eq!(s.prune(-1).unwrap(), 1, "only the confirmed one goes");
+        let left: Vec<String> = s.messages(None).unwrap().into_iter().map(|m| m.id).collect();
+        assert_eq!(left, [waiting, handed]);
+        assert_eq!(s.codex_of(lease.token).unwrap(), None, "its codex record went with it");
+        assert_eq!(s.codex_of(lease_u.token).unwrap(), Some((3, 4)), "a live hand-off keeps its record");
+        // Its key can be used again.
+        assert!(matches!(s.enqueue(T, "message", "a", None, Some("k-done"), None).unwrap(), Enqueued::New(_)));
     }
 
     #[test]
