@@ -95,6 +95,14 @@ mod tests {
     }
 
     #[test]
+    fn retention_defaults_to_30_days_and_0_keeps_everything() {
+        assert_eq!(parse("").unwrap().0.retention(), Some(std::time::Duration::from_secs(30 * 86_400)));
+        assert_eq!(parse("retention_days = 2").unwrap().0.retention(), Some(std::time::Duration::from_secs(2 * 86_400)));
+        assert_eq!(parse("retention_days = 0").unwrap().0.retention(), None);
+        assert!(parse("retention_days = -1").is_err());
+    }
+
+    #[test]
     fn reads_keys_and_warns_on_unknown() {
         let (c, w) = parse("# mine\nhook_clients = [\"/opt/courier/hook-client\"]\nlog_level = \"debug\"\nlogg = 1\n[effort]\nallow = [\"low\"]\n").unwrap();
         assert_eq!(c.effort.allow, ["low"]);
