@@ -67,7 +67,7 @@ fn run(deadline: Instant) -> io::Result<i32> {
     let mac = auth::sign(&secret, pid, ts_ms, payload.as_bytes());
     let request = wire::Request::Hook { v: wire::PROTOCOL_VERSION, pid, ts_ms, payload, mac };
     let body = serde_json::to_vec(&request).map_err(io::Error::other)?;
-    let mut stream = connect_nonblocking(&socket_path)?;
+    let mut stream = connect_nonblocking(&socket_path, deadline)?;
     set_timeouts(&stream, deadline)?;
     wire::write_frame(&mut stream, &body)?;
     let reply: wire::HookReply = wire::read_json(&mut stream, wire::MAX_FRAME)?;
@@ -127,8 +127,9 @@ fn check_owned_by_me(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// Connects without ever blocking: a stopped broker with a full backlog must not stall the hook.
-fn connect_nonblocking(path: &Path) -> io::Result<UnixStream> {
+/// Connects without ever blocking past the deadline: a stopped broker with a full backlog must
+/// not stall the hook.
+fn connect_nonblocking(path: &Path, deadline: Instant) -> io::Result<UnixStream> {
     use std::os::unix::ffi::OsStrExt;
     let bytes = path.as_os_str().as_bytes();
     // SAFETY: plain socket syscalls on a zeroed sockaddr_un we fill within bounds.
@@ -148,8 +149,16 @@ fn connect_nonblocking(path: &Path) -> io::Result<UnixStream> {
         }
         let len = (std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1) as libc::socklen_t;
         use std::os::fd::AsRawFd;
-        if libc::connect(fd.as_raw_fd(), &addr as *const _ as *const libc::sockaddr, len) != 0 {
-            return Err(io::Error::last_os_error());
+        // EAGAIN: the listen backlog is full (a burst of connections, or a stopped broker). Try
+        // again with a short backoff until the deadline rather than give up on the first burst.
+        let mut pause = Duration::from_millis(1);
+        while libc::connect(fd.as_raw_fd(), &addr as *const _ as *const libc::sockaddr, len) != 0 {
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() != Some(libc::EAGAIN) || Instant::now() + pause >= deadline {
+                return Err(err);
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(8));
         }
         let stream = UnixStream::from(fd);
         stream.set_nonblocking(false)?;
