@@ -106,7 +106,7 @@ impl Report {
                 let _ = writeln!(out, "{thread:<36}  {}", cols.join(" "));
             }
             out.push('\n');
-            let _ = writeln!(out, "{:<18} {:<13} {:<10} {:>6}  {:<12} {:<30} {}", "MESSAGE", "THREAD", "STATE", "AGE", "FROM", "TAKEN BY (EVENT TURN)", "REASON");
+            let _ = writeln!(out, "{:<18} {:<13} {:<10} {:>6}  {:<12} {:<30} REASON", "MESSAGE", "THREAD", "STATE", "AGE", "FROM", "TAKEN BY (EVENT TURN)");
             for m in &self.messages {
                 let taken = match (&m.event, &m.turn_id) {
                     (Some(e), Some(t)) => format!("{e} {}", short(t)),

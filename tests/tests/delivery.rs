@@ -470,7 +470,8 @@ fn subagent_and_parent_keep_their_own_messages() {
 #[test]
 fn stop_continuations_are_capped_per_turn() {
     use std::sync::{Arc, Mutex};
-    let cli: Arc<Mutex<Option<(PathBuf, Vec<(String, String)>)>>> = Arc::new(Mutex::new(None));
+    type Cli = Option<(PathBuf, Vec<(String, String)>)>;
+    let cli: Arc<Mutex<Cli>> = Arc::new(Mutex::new(None));
     let sent: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(Vec::new()));
     let (c, s) = (cli.clone(), sent.clone());
     let (model, env) = rig(move |r| {
