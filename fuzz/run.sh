@@ -18,7 +18,7 @@ for t in "${targets[@]}"; do
     if cargo +nightly fuzz run "$t" "corpus/$t" "seeds/$t" -- \
         -max_total_time="$secs" -rss_limit_mb=512 -malloc_limit_mb=256 -dict="dict/$t.dict" \
         -print_final_stats=1 >"logs/$t.log" 2>&1; then
-        grep -E '^#[0-9]+ +DONE|stat::number_of_executed_units|stat::average_exec_per_sec|stat::peak_rss_mb' "logs/$t.log" || true
+        grep -E '^#[0-9]+[[:space:]]+DONE|stat::number_of_executed_units|stat::average_exec_per_sec|stat::peak_rss_mb' "logs/$t.log" || true
     else
         status=1
         echo "$t FAILED: see fuzz/logs/$t.log and fuzz/artifacts/$t/"
