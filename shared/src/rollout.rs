@@ -146,7 +146,8 @@ pub fn thread_id_from_path(path: &str) -> Option<&str> {
     if !name.starts_with("rollout-") || name.len() < 36 {
         return None;
     }
-    let id = &name[name.len() - 36..];
+    // `get`, not indexing: the cut may fall inside a multi-byte character (then it is no uuid).
+    let id = name.get(name.len() - 36..)?;
     is_uuid(id).then_some(id)
 }
 
@@ -210,6 +211,19 @@ mod tests {
         assert_eq!(thread_id_from_path(p), Some("01a22652-96c4-7652-bf64-6f7bc9883ce2"));
         assert_eq!(thread_id_from_path("/x/rollout-short.jsonl"), None);
         assert_eq!(thread_id_from_path("/x/notes-2026-11-29T08-01-16-01a22652-96c4-7652-bf64-6f7bc9883ce2.jsonl"), None);
+    }
+
+    #[test]
+    fn thread_id_of_a_non_ascii_name_is_none_not_a_panic() {
+        // Found by `cargo fuzz run rollout_line`: the 36th byte from the end fell inside a
+        // multi-byte character, and slicing there panicked (an abort in the release broker, which
+        // reads the path from a hook payload). Two-, three- and four-byte characters, cut at each offset.
+        for ch in ["\u{e9}", "\u{20ac}", "\u{1F600}"] {
+            for tail in 32..=35 {
+                let path = format!("/x/rollout-x{ch}{}.jsonl", &"01a22652-96c4-7652-bf64-6f7bc9883ce2"[36 - tail..]);
+                assert_eq!(thread_id_from_path(&path), None, "{path}");
+            }
+        }
     }
 
     #[test]

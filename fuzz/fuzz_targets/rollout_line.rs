@@ -1,0 +1,111 @@
+//! Rollout lines (files Codex writes, with model- and user-controlled text inside), the marker
+//! search and the forging defence.
+//! Checks on arbitrary bytes: `classify_line`, `marker_ids`, `xml_unescape` and
+//! `thread_id_from_path` never panic; every marker id is a quoted substring of its text;
+//! unescaping never grows text and inverts escaping; a thread id is a well-formed uuid that ends
+//! the rollout file name.
+//! Round trip on the input as message text: messages wrapped the way the broker wraps them
+//! (`broker/src/delivery.rs` `wrap`, replicated below) yield exactly their own ids, in order:
+//! in the wrapped text, in a hook `additionalContext` developer line, and in a Stop `<hook_prompt>`
+//! user line after Codex's XML escaping and `classify_line`'s one unescape. The same text said by
+//! the model is no delivery.
+
+#![no_main]
+
+use courier_shared::rollout::{classify_line, is_uuid, marker_ids, thread_id_from_path, xml_unescape, RolloutEvent, MARKER_PREFIX};
+use libfuzzer_sys::fuzz_target;
+use serde_json::json;
+
+/// Copy of `broker/src/delivery.rs` `escape_attr` and `wrap` (linking the broker would pull
+/// SQLite and nix into the sanitizer build). Keep in step with the broker.
+fn escape_attr(s: &str) -> String {
+    s.replace('&', "&amp;").replace('"', "&quot;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+fn wrap(id: &str, from: &str, body: &str) -> String {
+    let body = body.replace("</courier-message", "&lt;/courier-message").replace("<courier-message", "&lt;courier-message");
+    format!("<courier-message id=\"{}\" from=\"{}\">{}</courier-message>", id, escape_attr(from), body)
+}
+
+/// XML text escaping as Codex applies it to a Stop block reason: all five entities, or only the
+/// three that XML requires in text (either must survive the broker's single unescape).
+fn xml_escape(s: &str, all: bool) -> String {
+    let s = s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+    if all { s.replace('"', "&quot;").replace('\'', "&apos;") } else { s }
+}
+
+fn message_line(role: &str, text: &str, hook_context: bool) -> Vec<u8> {
+    let mut payload = json!({"type": "message", "role": role, "content": [{"type": "input_text", "text": text}]});
+    if hook_context {
+        payload["internal_chat_message_metadata_passthrough"] =
+            json!({"turn_id": "T1", "content_item_kinds": ["hooks.additional_context"]});
+    }
+    json!({"timestamp": "t", "ordinal": 7, "type": "response_item", "payload": payload}).to_string().into_bytes()
+}
+
+fn check_markers(text: &str) {
+    for id in marker_ids(text) {
+        assert!(!id.contains('"'));
+        assert!(text.contains(&format!("{MARKER_PREFIX}{id}\"")));
+    }
+}
+
+fn hook_text(line: &[u8]) -> String {
+    match classify_line(line) {
+        Some(RolloutEvent::HookText { text, .. }) => text,
+        other => panic!("not hook text: {other:?} for {}", String::from_utf8_lossy(line)),
+    }
+}
+
+fn hex_id(bytes: &[u8]) -> String {
+    let mut id = String::from("m_");
+    for b in bytes.iter().chain(std::iter::repeat(&0)).take(8) {
+        id.push_str(&format!("{b:02x}"));
+    }
+    id
+}
+
+fuzz_target!(|data: &[u8]| {
+    // Arbitrary bytes as a rollout line.
+    match classify_line(data) {
+        Some(RolloutEvent::HookText { text, .. }) => check_markers(&text),
+        Some(RolloutEvent::SessionMeta { .. } | RolloutEvent::TurnStarted { .. } | RolloutEvent::TurnClosed { .. }) | None => {}
+    }
+    let text = String::from_utf8_lossy(data);
+    check_markers(&text);
+    let un = xml_unescape(&text);
+    assert!(un.len() <= text.len());
+    for all in [true, false] {
+        assert_eq!(xml_unescape(&xml_escape(&text, all)), text);
+    }
+    if let Some(id) = thread_id_from_path(&text) {
+        assert!(is_uuid(id));
+        let name = text.rsplit('/').next().unwrap();
+        assert!(name.starts_with("rollout-") && name.ends_with(&format!("{id}.jsonl")));
+    }
+
+    // The input as message text: `from \0 body1 \0 body2`, ids taken from its first 16 bytes.
+    let mut parts = text.splitn(3, '\0');
+    let (from, body1, body2) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""), parts.next());
+    let id1 = hex_id(data.get(..8).unwrap_or(data));
+    let id2 = hex_id(data.get(8..16).unwrap_or(b"\xff"));
+    let mut wrapped = wrap(&id1, from, body1);
+    let mut ids = vec![id1.as_str()];
+    if let Some(body2) = body2.filter(|_| id2 != id1) {
+        // `render` joins a batch with newlines.
+        wrapped = format!("{wrapped}\n{}", wrap(&id2, from, body2));
+        ids.push(&id2);
+    }
+    assert_eq!(marker_ids(&wrapped).collect::<Vec<_>>(), ids, "wrapped: {wrapped:?}");
+    let dev = hook_text(&message_line("developer", &wrapped, true));
+    assert_eq!(marker_ids(&dev).collect::<Vec<_>>(), ids, "developer: {dev:?}");
+    for all in [true, false] {
+        let prompt = format!("<hook_prompt hook_run_id=\"stop:1:/h/hooks.json\">{}</hook_prompt>", xml_escape(&wrapped, all));
+        let stop = hook_text(&message_line("user", &prompt, false));
+        assert_eq!(marker_ids(&stop).collect::<Vec<_>>(), ids, "stop: {stop:?}");
+    }
+    // Said by the model, or typed by the user without a hook prompt, it is no delivery.
+    assert_eq!(classify_line(&message_line("assistant", &wrapped, false)), None);
+    assert_eq!(classify_line(&message_line("developer", &wrapped, false)), None);
+    assert_eq!(classify_line(&message_line("user", &wrapped, false)), None);
+});
