@@ -8,49 +8,11 @@
 
 use courier_shared::wire::{self, AckReply, HookReply, Request, MAX_FRAME};
 use libfuzzer_sys::fuzz_target;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 
-/// Records the largest single allocation made on this thread while armed.
-struct Tracking;
-
-thread_local! {
-    static ARMED: Cell<bool> = const { Cell::new(false) };
-    static LARGEST: Cell<usize> = const { Cell::new(0) };
-}
-
-unsafe impl GlobalAlloc for Tracking {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note(new_size);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-fn note(size: usize) {
-    let _ = ARMED.try_with(|a| {
-        if a.get() {
-            let _ = LARGEST.try_with(|l| l.set(l.get().max(size)));
-        }
-    });
-}
+use courier_shared::alloc_probe::largest_alloc;
 
 #[global_allocator]
-static GLOBAL: Tracking = Tracking;
-
-fn largest_alloc<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    LARGEST.with(|l| l.set(0));
-    ARMED.with(|a| a.set(true));
-    let out = f();
-    ARMED.with(|a| a.set(false));
-    (out, LARGEST.with(|l| l.get()))
-}
+static GLOBAL: courier_shared::alloc_probe::Tracking = courier_shared::alloc_probe::Tracking;
 
 /// What reading `stream` may cost at most: the bytes that arrived (Vec doubling) plus the
 /// 64 KiB first read chunk, plus small change for an error message.

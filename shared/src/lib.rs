@@ -5,6 +5,8 @@
 //! This crate is linked into the hook-client, which Codex starts on every tool call: keep it free
 //! of heavy dependencies and of work at start-up.
 
+#[doc(hidden)]
+pub mod alloc_probe;
 pub mod auth;
 pub mod hook;
 pub mod paths;

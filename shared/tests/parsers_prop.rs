@@ -8,50 +8,11 @@ use courier_shared::hook::HookPayload;
 use courier_shared::rollout::{classify_line, is_uuid, marker_ids, thread_id_from_path, xml_unescape, RolloutEvent, MARKER_PREFIX};
 use courier_shared::wire::{self, Request, MAX_FRAME};
 use proptest::prelude::*;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 
-/// Records the largest single allocation made on the current thread while armed.
-struct Tracking;
-
-thread_local! {
-    static ARMED: Cell<bool> = const { Cell::new(false) };
-    static LARGEST: Cell<usize> = const { Cell::new(0) };
-}
-
-unsafe impl GlobalAlloc for Tracking {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note(new_size);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-fn note(size: usize) {
-    let _ = ARMED.try_with(|a| {
-        if a.get() {
-            let _ = LARGEST.try_with(|l| l.set(l.get().max(size)));
-        }
-    });
-}
+use courier_shared::alloc_probe::largest_alloc;
 
 #[global_allocator]
-static GLOBAL: Tracking = Tracking;
-
-/// Largest single allocation `f` makes.
-fn largest_alloc<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    LARGEST.with(|l| l.set(0));
-    ARMED.with(|a| a.set(true));
-    let out = f();
-    ARMED.with(|a| a.set(false));
-    (out, LARGEST.with(|l| l.get()))
-}
+static GLOBAL: courier_shared::alloc_probe::Tracking = courier_shared::alloc_probe::Tracking;
 
 /// Bytes that look like a frame: a length prefix (often a lie) and some body.
 fn frame_bytes() -> impl Strategy<Value = Vec<u8>> {
@@ -183,4 +144,14 @@ proptest! {
         let good = format!("/h/sessions/rollout-2026-11-29T08-01-16-{uuid}.jsonl");
         prop_assert_eq!(thread_id_from_path(&good), Some(uuid.as_str()));
     }
+}
+
+/// The allocation bounds above mean something only if the probe really sees allocations.
+#[test]
+fn alloc_probe_sees_allocations() {
+    let (v, largest) = largest_alloc(|| vec![7u8; 100_000]);
+    assert_eq!(v.len(), 100_000);
+    assert!(largest >= 100_000, "probe saw {largest}");
+    let (_, nothing) = largest_alloc(|| 1 + 1);
+    assert_eq!(nothing, 0);
 }
