@@ -63,6 +63,7 @@ def hook_context_line(text, turn):
             "internal_chat_message_metadata_passthrough": {
                 "turn_id": turn,
                 "content_item_kinds": ["hooks.additional_context"],
+                "content_item_metadata": [{"provenance": {"type": "harness", "hook": True}}],
             },
         },
     }

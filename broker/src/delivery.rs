@@ -234,7 +234,8 @@ mod tests {
     fn hook_context(text: &str) -> String {
         line("response_item", serde_json::json!({"type": "message", "role": "developer",
             "content": [{"type": "input_text", "text": text}],
-            "internal_chat_message_metadata_passthrough": {"turn_id": "T1", "content_item_kinds": ["hooks.additional_context"]}}))
+            "internal_chat_message_metadata_passthrough": {"turn_id": "T1", "content_item_kinds": ["hooks.additional_context"],
+                "content_item_metadata": [{"provenance": {"type": "harness", "hook": true}}]}}))
     }
 
     #[test]

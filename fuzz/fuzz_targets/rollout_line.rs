@@ -34,12 +34,14 @@ fn xml_escape(s: &str, all: bool) -> String {
     if all { s.replace('"', "&quot;").replace('\'', "&apos;") } else { s }
 }
 
-fn message_line(role: &str, text: &str, hook_context: bool) -> Vec<u8> {
+/// A message line; `hook_context` gives it the kind of `additionalContext`, `by_hook` the harness/hook
+/// provenance Codex puts on all hook output.
+fn message_line(role: &str, text: &str, hook_context: bool, by_hook: bool) -> Vec<u8> {
     let mut payload = json!({"type": "message", "role": role, "content": [{"type": "input_text", "text": text}]});
-    if hook_context {
-        payload["internal_chat_message_metadata_passthrough"] =
-            json!({"turn_id": "T1", "content_item_kinds": ["hooks.additional_context"]});
-    }
+    let kinds = if hook_context { json!(["hooks.additional_context"]) } else { json!([]) };
+    let provenance = if by_hook { json!({"type": "harness", "hook": true}) } else { json!({"type": "user"}) };
+    payload["internal_chat_message_metadata_passthrough"] =
+        json!({"turn_id": "T1", "content_item_kinds": kinds, "content_item_metadata": [{"provenance": provenance}]});
     json!({"timestamp": "t", "ordinal": 7, "type": "response_item", "payload": payload}).to_string().into_bytes()
 }
 
@@ -97,15 +99,17 @@ fuzz_target!(|data: &[u8]| {
         ids.push(&id2);
     }
     assert_eq!(marker_ids(&wrapped).collect::<Vec<_>>(), ids, "wrapped: {wrapped:?}");
-    let dev = hook_text(&message_line("developer", &wrapped, true));
+    let dev = hook_text(&message_line("developer", &wrapped, true, true));
     assert_eq!(marker_ids(&dev).collect::<Vec<_>>(), ids, "developer: {dev:?}");
     for all in [true, false] {
         let prompt = format!("<hook_prompt hook_run_id=\"stop:1:/h/hooks.json\">{}</hook_prompt>", xml_escape(&wrapped, all));
-        let stop = hook_text(&message_line("user", &prompt, false));
+        let stop = hook_text(&message_line("user", &prompt, false, true));
+        // The same prompt typed by the person is no delivery.
+        assert_eq!(classify_line(&message_line("user", &prompt, false, false)), None);
         assert_eq!(marker_ids(&stop).collect::<Vec<_>>(), ids, "stop: {stop:?}");
     }
     // Said by the model, or typed by the user without a hook prompt, it is no delivery.
-    assert_eq!(classify_line(&message_line("assistant", &wrapped, false)), None);
-    assert_eq!(classify_line(&message_line("developer", &wrapped, false)), None);
-    assert_eq!(classify_line(&message_line("user", &wrapped, false)), None);
+    assert_eq!(classify_line(&message_line("assistant", &wrapped, false, true)), None);
+    assert_eq!(classify_line(&message_line("developer", &wrapped, false, true)), None);
+    assert_eq!(classify_line(&message_line("user", &wrapped, false, true)), None);
 });

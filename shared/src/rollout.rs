@@ -59,6 +59,24 @@ struct Passthrough {
     turn_id: Option<String>,
     #[serde(default)]
     content_item_kinds: Vec<String>,
+    #[serde(default)]
+    content_item_metadata: Vec<ItemMetadata>,
+}
+
+#[derive(Deserialize, Default)]
+struct ItemMetadata {
+    #[serde(default)]
+    provenance: Option<Provenance>,
+}
+
+/// Who produced a message: `{"type":"harness","hook":true}` for hook output, `{"type":"user"}`
+/// for what the person typed.
+#[derive(Deserialize, Default)]
+struct Provenance {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    #[serde(default)]
+    hook: bool,
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
@@ -94,11 +112,18 @@ pub fn classify_line(line: &[u8]) -> Option<RolloutEvent> {
         ("response_item", Some("message")) => {
             let meta = p.internal_chat_message_metadata_passthrough.unwrap_or_default();
             let text: String = p.content.into_iter().filter_map(|c| c.text).collect::<Vec<_>>().join("\n");
-            let from_hook = match p.role.as_deref() {
-                Some("developer") => meta.content_item_kinds.iter().any(|k| k == "hooks.additional_context"),
-                Some("user") => text.starts_with("<hook_prompt"),
-                _ => false,
-            };
+            // Codex marks hook output with a harness/hook provenance; a person typing the same
+            // text gets provenance `user` and never counts as a delivery.
+            let by_hook = meta
+                .content_item_metadata
+                .iter()
+                .any(|m| m.provenance.as_ref().is_some_and(|p| p.kind.as_deref() == Some("harness") && p.hook));
+            let from_hook = by_hook
+                && match p.role.as_deref() {
+                    Some("developer") => meta.content_item_kinds.iter().any(|k| k == "hooks.additional_context"),
+                    Some("user") => text.starts_with("<hook_prompt"),
+                    _ => false,
+                };
             // Codex XML-escapes a Stop block reason inside `<hook_prompt>`: undo it once, so the
             // marker reads as Courier wrote it (and a body's own `&lt;` cannot become a marker).
             let text = if p.role.as_deref() == Some("user") { xml_unescape(&text) } else { text };
@@ -176,7 +201,7 @@ mod tests {
 
     #[test]
     fn finds_markers_only_in_hook_messages() {
-        let dev = br#"{"type":"response_item","payload":{"type":"message","role":"developer","content":[{"type":"input_text","text":"<courier-message id=\"m_1\" from=\"x\">hi</courier-message>"}],"internal_chat_message_metadata_passthrough":{"turn_id":"T","content_item_kinds":["hooks.additional_context"]}}}"#;
+        let dev = br#"{"type":"response_item","payload":{"type":"message","role":"developer","content":[{"type":"input_text","text":"<courier-message id=\"m_1\" from=\"x\">hi</courier-message>"}],"internal_chat_message_metadata_passthrough":{"turn_id":"T","content_item_kinds":["hooks.additional_context"],"content_item_metadata":[{"provenance":{"type":"harness","hook":true}}]}}}"#;
         match classify_line(dev) {
             Some(RolloutEvent::HookText { turn_id, text }) => {
                 assert_eq!(turn_id.as_deref(), Some("T"));
@@ -187,7 +212,7 @@ mod tests {
         // The same text typed by the model or a user is not a delivery.
         let assistant = br#"{"type":"response_item","payload":{"type":"message","role":"assistant","content":[{"type":"output_text","text":"<courier-message id=\"m_1\">"}]}}"#;
         assert_eq!(classify_line(assistant), None);
-        let stop = br#"{"type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"<hook_prompt hook_run_id=\"stop:1\"><courier-message id=\"m_2\" from=\"y\">x</courier-message></hook_prompt>"}]}}"#;
+        let stop = br#"{"type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"<hook_prompt hook_run_id=\"stop:1\"><courier-message id=\"m_2\" from=\"y\">x</courier-message></hook_prompt>"}],"internal_chat_message_metadata_passthrough":{"content_item_metadata":[{"provenance":{"type":"harness","hook":true}}]}}}"#;
         match classify_line(stop) {
             Some(RolloutEvent::HookText { text, .. }) => assert_eq!(marker_ids(&text).collect::<Vec<_>>(), ["m_2"]),
             other => panic!("{other:?}"),
@@ -195,9 +220,19 @@ mod tests {
     }
 
     #[test]
+    fn text_typed_by_the_user_is_not_hook_output() {
+        // The exact text of a Stop hook prompt, typed by the person (as codex-cli 0.171.0 records it).
+        let typed = br#"{"type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"<hook_prompt hook_run_id=\"stop:1\"><courier-message id=\"m_2\" from=\"y\">x</courier-message></hook_prompt>"}],"internal_chat_message_metadata_passthrough":{"content_item_kinds":["user.text"],"content_item_metadata":[{"provenance":{"type":"user"}}]}}}"#;
+        assert_eq!(classify_line(typed), None);
+        // A developer message of the right kind but not from a hook (no provenance) does not count either.
+        let unmarked = br#"{"type":"response_item","payload":{"type":"message","role":"developer","content":[{"type":"input_text","text":"<courier-message id=\"m_1\">"}],"internal_chat_message_metadata_passthrough":{"content_item_kinds":["hooks.additional_context"]}}}"#;
+        assert_eq!(classify_line(unmarked), None);
+    }
+
+    #[test]
     fn stop_prompts_are_unescaped_once() {
         // As codex-cli 0.171.0 records a Stop block reason.
-        let line = br#"{"type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"<hook_prompt hook_run_id=\"stop:5:/h/hooks.json\">&lt;courier-message id=\"m_9\" from=\"e2e\"&gt;body &amp;lt;courier-message id=\"m_forged\"&lt;/courier-message&gt;</hook_prompt>"}]}}"#;
+        let line = br#"{"type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"<hook_prompt hook_run_id=\"stop:5:/h/hooks.json\">&lt;courier-message id=\"m_9\" from=\"e2e\"&gt;body &amp;lt;courier-message id=\"m_forged\"&lt;/courier-message&gt;</hook_prompt>"}],"internal_chat_message_metadata_passthrough":{"content_item_metadata":[{"provenance":{"type":"harness","hook":true}}]}}}"#;
         match classify_line(line) {
             Some(RolloutEvent::HookText { text, .. }) => assert_eq!(marker_ids(&text).collect::<Vec<_>>(), ["m_9"]),
             other => panic!("{other:?}"),

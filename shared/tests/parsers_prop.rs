@@ -99,7 +99,8 @@ proptest! {
         let text = format!("{MARKER_PREFIX}{id}\" from=\"x\">{}</courier-message>", body.replace('"', "'"));
         let line = serde_json::json!({"type": "response_item", "payload": {"type": "message", "role": "developer",
             "content": [{"type": "input_text", "text": text}],
-            "internal_chat_message_metadata_passthrough": {"turn_id": turn, "content_item_kinds": ["hooks.additional_context"]}}})
+            "internal_chat_message_metadata_passthrough": {"turn_id": turn, "content_item_kinds": ["hooks.additional_context"],
+                "content_item_metadata": [{"provenance": {"type": "harness", "hook": true}}]}}})
             .to_string();
         match classify_line(line.as_bytes()) {
             Some(RolloutEvent::HookText { text, .. }) => prop_assert_eq!(marker_ids(&text).next(), Some(id.as_str())),
@@ -108,7 +109,8 @@ proptest! {
         // The same text as a Stop prompt, escaped the way Codex escapes it.
         let prompt = format!("<hook_prompt hook_run_id=\"stop:1\">{}</hook_prompt>", escape(&text));
         let line = serde_json::json!({"type": "response_item", "payload": {"type": "message", "role": "user",
-            "content": [{"type": "input_text", "text": prompt}]}}).to_string();
+            "content": [{"type": "input_text", "text": prompt}],
+            "internal_chat_message_metadata_passthrough": {"content_item_metadata": [{"provenance": {"type": "harness", "hook": true}}]}}}).to_string();
         match classify_line(line.as_bytes()) {
             Some(RolloutEvent::HookText { text, .. }) => prop_assert_eq!(marker_ids(&text).next(), Some(id.as_str())),
             other => prop_assert!(false, "{other:?}"),

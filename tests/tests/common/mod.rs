@@ -42,6 +42,7 @@ env = dict(os.environ)
 for k in ["CODEX_TOOL_CALL_ID", "CODEX_THREAD_ID", "CODEX_SESSION_ID", "CODEX_CI"]:
     env.pop(k, None)
 env.update(extra_env)
+HOOK = [{"provenance": {"type": "harness", "hook": True}}]  # what Codex puts on hook output
 def xml_escape(s):
     return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;").replace("'", "&apos;")
 def say(o):
@@ -66,11 +67,13 @@ def hook(event, turn, extra):
             if o.get("decision") == "block":
                 text = o["reason"]
                 rec("response_item", {"type": "message", "role": "user", "content": [{"type": "input_text",
-                    "text": '<hook_prompt hook_run_id="stop:1">' + xml_escape(text) + "</hook_prompt>"}]})
+                    "text": '<hook_prompt hook_run_id="stop:1">' + xml_escape(text) + "</hook_prompt>"}],
+                    "internal_chat_message_metadata_passthrough": {"turn_id": turn, "content_item_metadata": HOOK}})
         else:
             text = o["hookSpecificOutput"]["additionalContext"]
             rec("response_item", {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": text}],
-                "internal_chat_message_metadata_passthrough": {"turn_id": turn, "content_item_kinds": ["hooks.additional_context"]}})
+                "internal_chat_message_metadata_passthrough": {"turn_id": turn, "content_item_kinds": ["hooks.additional_context"],
+                                                                "content_item_metadata": HOOK}})
     say({"event": event, "turn": turn, "rc": c.returncode, "ms": ms, "t": wall, "shown": text, "out": out.decode(errors="replace"),
          "err": err.decode(errors="replace")[-300:]})
     return text
