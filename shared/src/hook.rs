@@ -47,16 +47,6 @@ impl HookEvent {
     pub fn can_deliver(self) -> bool {
         !matches!(self, HookEvent::SubagentStop | HookEvent::Other)
     }
-
-    /// The events Courier registers with Codex.
-    pub const REGISTERED: [HookEvent; 6] = [
-        HookEvent::SessionStart,
-        HookEvent::UserPromptSubmit,
-        HookEvent::PreToolUse,
-        HookEvent::PostToolUse,
-        HookEvent::Stop,
-        HookEvent::SubagentStart,
-    ];
 }
 
 /// The hook input fields Courier reads; everything else is ignored.
