@@ -28,7 +28,7 @@ pub const MAX_STOP_BLOCKS_PER_TURN: i64 = 3;
 pub enum Offer {
     Nothing,
     /// Messages are waiting but this call may not take them; the reason is noted on them.
-    Deferred(&'static str),
+    Deferred,
     Lease { token: i64, output: String, count: usize },
 }
 
@@ -59,13 +59,13 @@ pub fn offer(store: &mut Store, v: &Verified) -> Result<Offer> {
     if v.event == HookEvent::SessionStart && !v.sole_thread {
         // No turn id to bind to, and the process runs other threads too: wait for a hook that has one.
         store.note_deferral(&v.thread_id, "deferred_session_start_shared_process")?;
-        return Ok(Offer::Deferred("session_start_shared_process"));
+        return Ok(Offer::Deferred);
     }
     if v.event == HookEvent::Stop {
         if let Some(turn) = &v.turn_id {
             if store.stop_blocks(&v.thread_id, turn)? >= MAX_STOP_BLOCKS_PER_TURN {
                 store.note_deferral(&v.thread_id, "deferred_stop_block_limit")?;
-                return Ok(Offer::Deferred("stop_block_limit"));
+                return Ok(Offer::Deferred);
             }
         }
     }

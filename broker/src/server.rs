@@ -639,7 +639,7 @@ impl Broker {
         effort.wait(effort::HOOK_WAIT);
         match offer {
             Ok(Offer::Lease { token, output, count }) => self.hand_over(stream, &verified, token, output, count),
-            Ok(Offer::Deferred(_) | Offer::Nothing) => {
+            Ok(Offer::Deferred | Offer::Nothing) => {
                 let _ = wire::write_json(stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
             }
             Err(e) => {
