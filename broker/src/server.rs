@@ -10,6 +10,7 @@
 //! at accept (`SO_PEERCRED`), [`REQUEST_TIMEOUT`] to send a request, [`MAX_BUFFERED`] bytes of
 //! unfinished requests in all.
 
+use crate::codex::{self, follow::Follower};
 use crate::delivery::{self, Offer};
 use crate::dirs;
 use crate::effort;
@@ -82,6 +83,30 @@ struct Broker {
     started: Instant,
     /// Refusals found by the poll thread, written by the maintenance thread.
     queued_refusals: Mutex<Vec<(&'static str, String, i32)>>,
+    /// Follows Codex upgrades; tells the gate which binaries are expected.
+    follower: Arc<Follower>,
+}
+
+/// The gate's view of Codex trust: digests from the store, expected paths from the follower.
+struct TrustView<'a>(&'a Broker);
+
+impl gate::CodexTrust for TrustView<'_> {
+    fn is_trusted(&self, sha256: &str) -> bool {
+        let store = self.0.store.lock().unwrap_or_else(|e| e.into_inner());
+        store.is_trusted_codex(sha256).unwrap_or(false)
+    }
+    fn is_expected(&self, path: &Path) -> bool {
+        // Asked only for a binary the digest cache has not seen; a path trusted by hand counts
+        // at once, before the follower's next pass lists it.
+        self.0.follower.is_expected(path) || {
+            let store = self.0.store.lock().unwrap_or_else(|e| e.into_inner());
+            store.is_trusted_codex_path(&path.to_string_lossy()).unwrap_or(false)
+        }
+    }
+    fn known_digest(&self, key: &gate::digest::ExeKey) -> Option<String> {
+        let store = self.0.store.lock().unwrap_or_else(|e| e.into_inner());
+        store.codex_file_digest(key).ok().flatten()
+    }
 }
 
 /// Holds the per-login lock for the broker's lifetime.
@@ -179,6 +204,10 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     }
     raise_fd_limit();
     let gate = Gate::new(GateConfig { codex_home: opts.codex_home.clone(), installed_clients, secret });
+    let own_codex = codex::resolve::codex_on_path(std::env::var_os("PATH").as_deref());
+    let follower = Follower::new(&opts.codex_home, &opts.state_dir, own_codex, gate.digests().clone());
+    let on_hashed = Arc::clone(&follower);
+    gate.digests().on_expected(Box::new(move |path, key, digest| on_hashed.consider_hashed(path, key, digest)));
     let effort = effort::Service::open(&opts.state_dir, &opts.codex_home, courier_shared::paths::config_path())?;
     let broker = Arc::new(Broker {
         store: Mutex::new(store),
@@ -187,6 +216,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         counters: Counters::default(),
         started: Instant::now(),
         queued_refusals: Mutex::new(Vec::new()),
+        follower: Arc::clone(&follower),
     });
     let socket = courier_shared::paths::socket_path(&opts.runtime_dir);
     let (listener, how) = match activated_listener(&socket)? {
@@ -201,20 +231,9 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         opts.codex_home.display()
     );
 
-    // Hash the trusted Codex binaries now (~1 s each for ~300 MB), not inside the first hook call,
-    // whose client would give up at its 500 ms deadline.
-    let trusted_paths: Vec<PathBuf> = {
-        let store = broker.store.lock().unwrap_or_else(|e| e.into_inner());
-        store.trusted_codex()?.into_iter().map(|(_, path, _)| PathBuf::from(path)).collect()
-    };
-    let warm = Arc::clone(&broker);
-    std::thread::Builder::new().name("digest-warmup".into()).spawn(move || {
-        for path in trusted_paths {
-            if let Ok(file) = File::open(&path) {
-                let _ = warm.gate.digests().of_file(file);
-            }
-        }
-    })?;
+    // Resolve and hash the Codex binaries now (~1 s each for ~300 MB), not inside the first hook
+    // call, whose client would give up at its 500 ms deadline; then follow upgrades.
+    std::thread::Builder::new().name("codex-follower".into()).spawn(move || follower.run())?;
 
     let maintenance = Arc::clone(&broker);
     let retention = opts.retention;
@@ -617,11 +636,7 @@ impl Broker {
     }
 
     fn hook(&self, stream: &mut UnixStream, peer: &Peer, request: &HookRequest) {
-        let is_trusted = |digest: &str| {
-            let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
-            store.is_trusted_codex(digest).unwrap_or(false)
-        };
-        let verified = match self.gate.verify(peer, request, &is_trusted) {
+        let verified = match self.gate.verify(peer, request, &TrustView(self)) {
             Ok(v) => v,
             Err(r) => {
                 let _ = wire::write_json(stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });

@@ -5,7 +5,7 @@
 //! # Use
 //! ```ignore
 //! let peer = gate::peer::identify(&stream)?;          // at accept time: SO_PEERCRED + pidfd
-//! let verified = gate.verify(&peer, &req, &|sha| trusted.contains(sha))?;
+//! let verified = gate.verify(&peer, &req, &|sha: &str| trusted.contains(sha))?; // or any CodexTrust
 //! ```
 //! [`Gate`] is `Send + Sync`; one instance serves every connection thread. It caches executable
 //! digests (by file identity) and per-rollout read state (by path and file identity).
@@ -42,6 +42,7 @@
 //! | `unsupported_event` | 2 | a hook event Courier does not register (SessionEnd, PreCompact, ...) |
 //! | `foreign_ancestor` | 3 | an ancestor before the trusted codex runs under another uid |
 //! | `untrusted_codex` | 3 | no trusted ancestor, but a codex-named one whose SHA-256 is not trusted |
+//! | `digest_pending` | 3 | no trusted ancestor yet: a Codex binary the broker expects (a new release of the user's `codex`) was still being hashed when the call's deadline came |
 //! | `no_codex_ancestor` | 3 | no trusted executable within `MAX_ANCESTRY` parents |
 //! | `ancestry_changed` | 3-7 | an ancestor exited or its pid was reused while checking (start time changed, parent younger than child, peer re-parented) |
 //! | `tool_command_env` | 4 | the peer or an intermediate process has a Codex tool-command marker variable codex itself lacks (or with another value) |
@@ -146,7 +147,7 @@ impl std::fmt::Display for Refusal {
 }
 
 /// Every reason code [`Gate::verify`] and [`peer::identify`] can return.
-pub const REASON_CODES: [&str; 21] = [
+pub const REASON_CODES: [&str; 22] = [
     "peer_uid",
     "peer_gone",
     "client_exe",
@@ -156,6 +157,7 @@ pub const REASON_CODES: [&str; 21] = [
     "unsupported_event",
     "foreign_ancestor",
     "untrusted_codex",
+    "digest_pending",
     "no_codex_ancestor",
     "ancestry_changed",
     "tool_command_env",
@@ -169,6 +171,35 @@ pub const REASON_CODES: [&str; 21] = [
     "session_mismatch",
     "turn_mismatch",
 ];
+
+/// What the gate asks about Codex binaries. The server answers from the trusted set in the store
+/// and the upgrade follower's resolutions; a plain closure over digests serves tests.
+pub trait CodexTrust {
+    /// Whether a hex SHA-256 is a trusted Codex binary.
+    fn is_trusted(&self, sha256: &str) -> bool;
+    /// Whether the executable at `path` is one the broker expects to be Codex (a trusted
+    /// binary's path, what the user's `codex` resolves to, a managed-daemon release): a hook whose
+    /// ancestor it is waits for its hash instead of being refused while it is computed.
+    fn is_expected(&self, path: &Path) -> bool;
+    /// A digest recorded for a file of exactly this identity (by a trust command, install or
+    /// the follower), so it need not be hashed at all.
+    fn known_digest(&self, _key: &digest::ExeKey) -> Option<String> {
+        None
+    }
+}
+
+impl<F: Fn(&str) -> bool> CodexTrust for F {
+    fn is_trusted(&self, sha256: &str) -> bool {
+        self(sha256)
+    }
+    fn is_expected(&self, _: &Path) -> bool {
+        true
+    }
+}
+
+/// How long a hook call waits at most for an expected Codex binary's hash, counted from the
+/// client's timestamp (hook-client gives up at 500 ms by default).
+pub const DIGEST_WAIT_MS: u64 = 450;
 
 /// Environment variables Codex sets only for commands the model runs (codex-facts.md §3).
 pub const TOOL_COMMAND_MARKERS: [&str; 4] = ["CODEX_TOOL_CALL_ID", "CODEX_THREAD_ID", "CODEX_SESSION_ID", "CODEX_CI"];
@@ -253,9 +284,9 @@ impl Gate {
 
     /// Runs every check of courier-design.md's verification gate, in order. `is_trusted` answers
     /// whether a hex SHA-256 is a trusted Codex binary.
-    pub fn verify(&self, peer: &Peer, req: &HookRequest, is_trusted: &dyn Fn(&str) -> bool) -> Result<Verified, Refusal> {
+    pub fn verify(&self, peer: &Peer, req: &HookRequest, trust: &dyn CodexTrust) -> Result<Verified, Refusal> {
         let mut ctx = Ctx::default();
-        self.verify_inner(peer, req, is_trusted, &mut ctx).map_err(|mut r| {
+        self.verify_inner(peer, req, trust, &mut ctx).map_err(|mut r| {
             if r.thread.is_none() {
                 r.thread = ctx.thread.take();
             }
@@ -270,7 +301,7 @@ impl Gate {
         &self,
         peer: &Peer,
         req: &HookRequest,
-        is_trusted: &dyn Fn(&str) -> bool,
+        trust: &dyn CodexTrust,
         ctx: &mut Ctx,
     ) -> Result<Verified, Refusal> {
         let alive = |what: &str| -> Result<(), Refusal> {
@@ -331,7 +362,9 @@ impl Gate {
         if !peer_status.all_uids_are(self.uid) {
             return Err(Refusal::new("peer_uid", format!("peer uids {:?} are not all {}", peer_status.uids, self.uid)));
         }
-        let (chain, codex) = self.walk_ancestry(&peer_stat, is_trusted)?;
+        let wait_ms = (req.ts_ms + DIGEST_WAIT_MS).saturating_sub(now_ms()).min(DIGEST_WAIT_MS);
+        let digest_deadline = std::time::Instant::now() + std::time::Duration::from_millis(wait_ms);
+        let (chain, codex) = self.walk_ancestry(&peer_stat, trust, digest_deadline)?;
 
         // 4. A hook, not a model-run command.
         let mut codex_env = Vec::with_capacity(8192);
@@ -559,12 +592,14 @@ impl Gate {
     fn walk_ancestry(
         &self,
         peer_stat: &sys::ProcStat,
-        is_trusted: &dyn Fn(&str) -> bool,
+        trust: &dyn CodexTrust,
+        digest_deadline: std::time::Instant,
     ) -> Result<(Vec<Member>, Member), Refusal> {
         let mut chain = Vec::new();
         let mut child_start = peer_stat.starttime;
         let mut ppid = peer_stat.ppid;
         let mut codexish_seen: Option<String> = None;
+        let mut pending: Option<String> = None;
         for _ in 0..MAX_ANCESTRY {
             if ppid <= 0 {
                 break;
@@ -584,11 +619,32 @@ impl Gate {
                     format!("ancestor {ppid} ({}) runs as uids {:?}", st.comm, status.uids),
                 ));
             }
-            let digest = self.digests.of_pid(ppid).ok();
-            let exe_name = std::fs::read_link(format!("/proc/{ppid}/exe"))
-                .ok()
-                .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-                .unwrap_or_default();
+            // Hashing is never done here (digest.rs): an expected Codex binary not hashed yet is
+            // waited for until the deadline, anything else is queued and passed over for now.
+            let exe_name = || {
+                std::fs::read_link(format!("/proc/{ppid}/exe"))
+                    .ok()
+                    .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+                    .unwrap_or_default()
+            };
+            let waited_for = std::cell::Cell::new(false);
+            let expected = |p: &Path| {
+                let e = trust.is_expected(p);
+                waited_for.set(waited_for.get() | e);
+                e
+            };
+            let known = |k: &digest::ExeKey| trust.known_digest(k);
+            let digest = match self.digests.lookup(ppid, &known, &expected, digest_deadline) {
+                Ok(digest::Lookup::Digest(d)) => Some(d),
+                Ok(digest::Lookup::Pending) => {
+                    if waited_for.get() && pending.is_none() {
+                        pending = Some(format!("{ppid} ({})", exe_name()));
+                    }
+                    None
+                }
+                Ok(digest::Lookup::Unhashable) | Err(_) => None,
+            };
+            let exe_name = exe_name();
             // The pid must still name the process whose stat we read.
             match sys::read_stat(ppid) {
                 Ok(again) if again.starttime == st.starttime => {}
@@ -596,7 +652,7 @@ impl Gate {
                 Err(e) => return Err(gone(e)),
             }
             let member = Member { pid: ppid, ppid: st.ppid, starttime: st.starttime, status };
-            if digest.as_deref().is_some_and(is_trusted) {
+            if digest.as_deref().is_some_and(|d| trust.is_trusted(d)) {
                 return Ok((chain, member));
             }
             if codexish_seen.is_none() && (codexish(&st.comm) || codexish(&exe_name)) {
@@ -609,6 +665,12 @@ impl Gate {
             chain.push(member);
             child_start = st.starttime;
             ppid = st.ppid;
+        }
+        if let Some(who) = pending {
+            return Err(Refusal::new(
+                "digest_pending",
+                format!("Codex binary of ancestor {who} is new and was still being hashed; later calls will be verified"),
+            ));
         }
         Err(match codexish_seen {
             Some(who) => Refusal::new("untrusted_codex", format!("codex-named ancestor {who} is not trusted")),
