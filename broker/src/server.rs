@@ -541,6 +541,11 @@ impl Broker {
                 crate::log_error!("recording refusal {code}: {e:#}");
             }
         }
+        match store.expire_due() {
+            Ok(0) => {}
+            Ok(n) => crate::log_info!("expired {n} message(s) whose --ttl ran out"),
+            Err(e) => crate::log_error!("expiring messages: {e:#}"),
+        }
         if let Err(e) = store.release_expired_leases().and_then(|_| delivery::reconcile(&mut store, None)) {
             crate::log_error!("maintenance: {e:#}");
         }

@@ -414,6 +414,17 @@ impl Store {
         Ok(stmt.query_row([lease_token], |r| Ok((r.get::<_, i32>(0)?, r.get::<_, i64>(1)? as u64))).optional()?)
     }
 
+    /// Retires every pending message whose `--ttl` ran out (the broker's maintenance pass, so a
+    /// message expires on time whether or not a hook of its thread ever fires). Returns how many.
+    pub fn expire_due(&mut self) -> Result<usize> {
+        let now = now_ms();
+        Ok(self.conn.execute(
+            "UPDATE messages SET state = 'expired', reason = 'ttl_elapsed', updated_at = ?1
+             WHERE state = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?1",
+            [now],
+        )?)
+    }
+
     /// Releases every lease whose time is up (after a broker crash, or a client that vanished).
     pub fn release_expired_leases(&mut self) -> Result<usize> {
         let now = now_ms();
@@ -622,6 +633,20 @@ mod tests {
         s.enqueue(T, "message", "old", None, None, Some(0)).unwrap();
         assert!(s.lease(T, "Stop", Some("turn"), 1000, 1000).unwrap().is_none());
         assert_eq!(s.messages(None).unwrap()[0].state, "expired");
+    }
+
+    #[test]
+    fn expire_due_retires_only_pending_messages_past_their_ttl() {
+        let (mut s, _d) = store("expire");
+        let Enqueued::New(old) = s.enqueue(T, "message", "old", None, None, Some(0)).unwrap() else { panic!() };
+        let Enqueued::New(later) = s.enqueue(T, "message", "later", None, None, Some(3_600_000)).unwrap() else { panic!() };
+        let Enqueued::New(forever) = s.enqueue(U, "message", "no ttl", None, None, None).unwrap() else { panic!() };
+        assert_eq!(s.expire_due().unwrap(), 1);
+        let state = |s: &Store, id: &str| s.messages(None).unwrap().into_iter().find(|m| m.id == id).map(|m| (m.state, m.reason)).unwrap();
+        assert_eq!(state(&s, &old), ("expired".into(), Some("ttl_elapsed".into())));
+        assert_eq!(state(&s, &later).0, "pending");
+        assert_eq!(state(&s, &forever).0, "pending");
+        assert_eq!(s.expire_due().unwrap(), 0, "once");
     }
 
     #[test]

@@ -6,7 +6,8 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use broker_lib::cli;
-use courier_tests::broker::{broker_bin, hook_client_bin, refusals, run_bounded};
+use courier_tests::broker::{broker_bin, hook_client_bin, messages, refusals, run_bounded};
+use courier_tests::util::fake_uuid_v7;
 use courier_tests::{Broker, CodexEnv};
 use serde_json::Value;
 
@@ -141,4 +142,39 @@ print(json.dumps({"code": os.waitstatus_to_exitcode(status), "out": out.decode(e
     assert!(real.status.success() && real.stdout.is_empty() && real.stderr.is_empty(), "{real:?}");
     let got = broker.wait_refusals(1, T, "the piped payload", |r| r["reason"] == "bad_payload");
     assert_eq!(got.len(), 1);
+}
+
+/// `--ttl` is validated before anything is queued: zero, overflowing and non-numeric durations
+/// are usage errors that say what is wrong. A valid one expires the message in the broker's
+/// maintenance pass, within about a second of its deadline, with no hook firing at all.
+#[test]
+fn ttl_is_validated_and_expires_without_any_hook() {
+    let env = CodexEnv::with_base_url("http://127.0.0.1:9/v1");
+    let broker = Broker::start(&env);
+    let thread = fake_uuid_v7();
+    for (ttl, says) in [
+        ("0", "more than zero"),
+        ("9223372036854775807s", "maximum of 365d"),
+        ("366d", "maximum of 365d"),
+        ("abc", "must start with a number"),
+        ("10y", "unknown unit"),
+    ] {
+        let out = broker.run(&["send", "--thread", &thread, "--ttl", ttl, "never queued"]);
+        assert_eq!(out.status.code(), Some(2), "--ttl {ttl}: {out:?}");
+        let err = text(&out.stderr);
+        assert!(err.contains(says) && err.contains("--ttl"), "--ttl {ttl}: {err}");
+    }
+    assert!(messages(&broker.inspect_json()).is_empty(), "a refused --ttl queued something");
+
+    let id = broker.run_ok(&["send", "--thread", &thread, "--ttl", "1500ms", "expires soon"]).trim().to_string();
+    let sent = broker.message(&id).expect("listed");
+    assert_eq!(sent["state"], "pending", "{sent}");
+    let expires_at = sent["expires_at"].as_i64().expect("expires_at");
+    assert_eq!(expires_at - sent["created_at"].as_i64().unwrap(), 1500, "{sent}");
+    // No Codex runs: only the broker's maintenance pass can expire it.
+    let expired = broker.wait_state(&id, "expired", Duration::from_secs(10));
+    assert_eq!(expired["reason"], "ttl_elapsed", "{expired}");
+    let late = expired["updated_at"].as_i64().unwrap() - expires_at;
+    assert!((0..=1500).contains(&late), "expired {late} ms after its deadline: {expired}");
+    assert_eq!(broker.inspect_json()["broker"]["hook_calls"], 0);
 }
