@@ -211,12 +211,22 @@ impl Store {
         let now = now_ms();
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         if let Some(key) = key {
-            let existing: Option<(String, String)> = tx
-                .query_row("SELECT id, thread FROM messages WHERE idem_key = ?1", [key], |r| Ok((r.get(0)?, r.get(1)?)))
+            let existing: Option<(String, String, String, String)> = tx
+                .query_row("SELECT id, thread, kind, body FROM messages WHERE idem_key = ?1", [key], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                })
                 .optional()?;
-            if let Some((id, existing_thread)) = existing {
+            if let Some((id, existing_thread, existing_kind, existing_body)) = existing {
                 if existing_thread != thread {
                     bail!("key {key:?} was already used for thread {existing_thread} (message {id})");
+                }
+                // Same key, same text: a retry, answered with the same id. Different text under
+                // the same key is a mistake the sender must hear about, not a silent drop.
+                if existing_kind != kind || existing_body != body {
+                    bail!(
+                        "key {key:?} was already used for message {id} with a different text; nothing was queued \
+                         (send the same text to get {id} again, or use another key)"
+                    );
                 }
                 return Ok(Enqueued::Existing(id));
             }
@@ -563,10 +573,13 @@ mod tests {
     fn idempotency_key_makes_one_message() {
         let (mut s, _d) = store("idem");
         let a = s.enqueue(T, "message", "hi", None, Some("k1"), None).unwrap();
-        let b = s.enqueue(T, "message", "hi again", None, Some("k1"), None).unwrap();
+        let b = s.enqueue(T, "message", "hi", Some("other sender"), Some("k1"), None).unwrap();
         let Enqueued::New(id) = a else { panic!() };
-        assert_eq!(b, Enqueued::Existing(id));
+        assert_eq!(b, Enqueued::Existing(id.clone()));
+        let err = s.enqueue(T, "message", "hi again", None, Some("k1"), None).unwrap_err().to_string();
+        assert!(err.contains(&id) && err.contains("different text"), "{err}");
         assert_eq!(s.messages(None).unwrap().len(), 1);
+        assert_eq!(s.messages(None).unwrap()[0].body, "hi", "the first text stays");
         assert!(s.enqueue(U, "message", "x", None, Some("k1"), None).is_err(), "a key is bound to its thread");
     }
 

@@ -178,3 +178,24 @@ fn ttl_is_validated_and_expires_without_any_hook() {
     assert!((0..=1500).contains(&late), "expired {late} ms after its deadline: {expired}");
     assert_eq!(broker.inspect_json()["broker"]["hook_calls"], 0);
 }
+
+/// The same `--key` with the same text is one message (the same id, `duplicate: true`); with a
+/// different text it is an error that names the message already holding the key, and nothing new
+/// is queued.
+#[test]
+fn same_key_with_different_text_names_the_existing_message() {
+    let env = CodexEnv::with_base_url("http://127.0.0.1:9/v1");
+    let cli = Broker::cli_only(&env);
+    let thread = fake_uuid_v7();
+    let id = cli.send(&thread, "first text", Some("pr-42"));
+    let again: Value = serde_json::from_str(&cli.run_ok(&["send", "--thread", &thread, "--key", "pr-42", "--json", "first text"])).unwrap();
+    assert_eq!((again["id"].as_str(), again["duplicate"].as_bool()), (Some(id.as_str()), Some(true)), "{again}");
+    let out = cli.run(&["send", "--thread", &thread, "--key", "pr-42", "other text"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+    let err = text(&out.stderr);
+    assert!(err.contains(&id) && err.contains("different text") && err.contains("pr-42"), "{err}");
+    let all = messages(&cli.inspect_json());
+    assert_eq!(all.len(), 1, "{all:#?}");
+    assert_eq!(all[0]["bytes"], "first text".len());
+}
