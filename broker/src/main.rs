@@ -158,8 +158,7 @@ fn send(args: Args) -> Result<ExitCode> {
     let text = args.positional(0)?;
     let mut text = text.context("the message text (or - for stdin) is required")?;
     if text == "-" {
-        text.clear();
-        std::io::stdin().read_to_string(&mut text).context("reading the message from stdin")?;
+        text = read_stdin_body()?;
     }
     if text.trim().is_empty() {
         bail!("refusing to send an empty message");
@@ -179,6 +178,18 @@ fn send(args: Args) -> Result<ExitCode> {
         println!("{id}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The message body from stdin: at most the limit plus one byte is read, so an endless or huge
+/// pipe is refused at once instead of being held in memory.
+fn read_stdin_body() -> Result<String> {
+    let limit = broker::store::MAX_BODY_BYTES;
+    let mut buf = Vec::with_capacity(4096);
+    std::io::stdin().lock().take(limit as u64 + 1).read_to_end(&mut buf).context("reading the message from stdin")?;
+    if buf.len() > limit {
+        bail!("the message on stdin is over the limit of {limit} bytes (Codex shows the model only a preview of longer hook output); nothing was queued");
+    }
+    String::from_utf8(buf).context("the message on stdin is not UTF-8; nothing was queued")
 }
 
 fn effort(args: Args) -> Result<ExitCode> {

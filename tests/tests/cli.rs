@@ -199,3 +199,45 @@ fn same_key_with_different_text_names_the_existing_message() {
     assert_eq!(all.len(), 1, "{all:#?}");
     assert_eq!(all[0]["bytes"], "first text".len());
 }
+
+/// `broker send -` reads at most the limit plus one byte: a pipe that goes on (here it is never
+/// closed) is refused as soon as it passes the limit; exactly the limit is queued.
+#[test]
+fn send_from_stdin_reads_at_most_the_limit_plus_one_byte() {
+    let env = CodexEnv::with_base_url("http://127.0.0.1:9/v1");
+    let cli = Broker::cli_only(&env);
+    let thread = fake_uuid_v7();
+    let limit = broker_lib::store::MAX_BODY_BYTES;
+
+    let mut child = env
+        .command(broker_bin())
+        .args(["send", "--thread", &thread, "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // limit + 1 bytes, then the pipe stays open: a reader that wants more (or EOF) would hang.
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(&vec![b'x'; limit + 1]).unwrap();
+    let exited = courier_tests::util::poll_until(T, || child.try_wait().ok().flatten());
+    let Some(status) = exited else {
+        let _ = child.kill();
+        panic!("broker send - kept reading past limit + 1 bytes (still running after {T:?})");
+    };
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(status.code(), Some(1), "{out:?}");
+    assert!(text(&out.stderr).contains(&format!("over the limit of {limit} bytes")), "{}", text(&out.stderr));
+    assert!(messages(&cli.inspect_json()).is_empty());
+
+    // Exactly the limit, from a closed pipe: queued whole.
+    let mut c = env.command(broker_bin());
+    c.args(["send", "--thread", &thread, "-"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    child.stdin.take().unwrap().write_all(&vec![b'y'; limit]).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let all = messages(&cli.inspect_json());
+    assert_eq!((all.len(), all[0]["bytes"].as_u64()), (1, Some(limit as u64)), "{all:#?}");
+}
