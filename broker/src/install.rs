@@ -590,6 +590,9 @@ pub fn daemonize(exe: &Path) -> Result<(u32, bool)> {
         .with_context(|| format!("opening {}", log.display()))?;
     let mut cmd = Command::new(exe);
     cmd.arg("serve").stdin(Stdio::null()).stdout(logf.try_clone()?).stderr(logf);
+    // The profile line runs in whatever login shell starts first, possibly one a Codex tool
+    // command opened: the daemon keeps only what it needs, and no cwd.
+    cmd.env_clear().envs(daemon_env(std::env::vars_os())).current_dir("/");
     // SAFETY: setsid is async-signal-safe; it detaches the broker from the login's terminal.
     unsafe {
         use std::os::unix::process::CommandExt;
@@ -618,6 +621,22 @@ pub fn daemonize(exe: &Path) -> Result<(u32, bool)> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Environment variables a daemonized broker keeps: where things are (HOME, XDG_*, CODEX_HOME,
+/// COURIER_*, TMPDIR), who it runs as (USER, LOGNAME), PATH, and the locale (LANG, LANGUAGE,
+/// LC_*, TZ) for its log. Everything else, Codex's tool-command markers and credentials of the
+/// shell that happened to start it included, is dropped.
+pub const DAEMON_ENV: [&str; 8] = ["HOME", "PATH", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR"];
+pub const DAEMON_ENV_PREFIXES: [&str; 3] = ["XDG_", "COURIER_", "LC_"];
+
+pub fn daemon_env(vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    vars.into_iter()
+        .filter(|(k, _)| {
+            let k = k.to_string_lossy();
+            k == "CODEX_HOME" || DAEMON_ENV.contains(&&*k) || DAEMON_ENV_PREFIXES.iter().any(|p| k.starts_with(p))
+        })
+        .collect()
 }
 
 /// Stops the broker answering on the socket if its executable is `exe` (also when `exe` was

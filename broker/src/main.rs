@@ -87,21 +87,48 @@ fn serve(args: Args) -> Result<ExitCode> {
         println!("{} (pid {pid})", if started { "broker started" } else { "broker already running" });
         return Ok(ExitCode::SUCCESS);
     }
-    let loaded = config::load()?;
-    if let Some(w) = logging::init(loaded.config.log_level.as_deref()) {
-        broker::log_warn!("{w}");
+    // A daemon must not pin the directory it happened to start in (a Codex tool command's cwd,
+    // an unmounted disk): paths given relative are made absolute first, then it moves to `/`.
+    absolute_path_env()?;
+    std::env::set_current_dir("/").context("changing to /")?;
+    let served = config::load().and_then(|loaded| {
+        if let Some(w) = logging::init(loaded.config.log_level.as_deref()) {
+            broker::log_warn!("{w}");
+        }
+        for w in &loaded.warnings {
+            broker::log_warn!("config {}: {w}", loaded.path.as_deref().unwrap_or(std::path::Path::new("?")).display());
+        }
+        server::serve(server::ServeOptions {
+            runtime_dir: paths::runtime_dir(),
+            state_dir: paths::state_dir(),
+            codex_home: paths::codex_home(),
+            retention: loaded.config.retention(),
+            extra_hook_clients: loaded.config.hook_clients,
+        })
+    });
+    match served {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(e) => {
+            // A log line like every other (the journal or broker.log), not a bare CLI error.
+            broker::log_error!("{e:#}");
+            Ok(ExitCode::from(1))
+        }
     }
-    for w in &loaded.warnings {
-        broker::log_warn!("config {}: {w}", loaded.path.as_deref().unwrap_or(std::path::Path::new("?")).display());
+}
+
+/// Makes the path variables the broker reads absolute (against the current directory), before
+/// `serve` leaves it. Runs before any thread exists.
+fn absolute_path_env() -> Result<()> {
+    let cwd = std::env::current_dir().context("reading the current directory")?;
+    for var in ["COURIER_RUNTIME_DIR", "COURIER_STATE_DIR", "COURIER_CONFIG", "CODEX_HOME", "XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "HOME"] {
+        if let Some(v) = std::env::var_os(var).filter(|v| !v.is_empty()) {
+            let p = PathBuf::from(&v);
+            if p.is_relative() {
+                std::env::set_var(var, cwd.join(p));
+            }
+        }
     }
-    server::serve(server::ServeOptions {
-        runtime_dir: paths::runtime_dir(),
-        state_dir: paths::state_dir(),
-        codex_home: paths::codex_home(),
-        retention: loaded.config.retention(),
-        extra_hook_clients: loaded.config.hook_clients,
-    })?;
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 fn install_cmd(args: Args) -> Result<ExitCode> {

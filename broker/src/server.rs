@@ -1,6 +1,8 @@
 //! `broker serve`: owns the socket, runs each hook request through the gate and delivery, and
 //! keeps leases and hand-offs moving in the background. One broker per login: an exclusive lock
-//! on `COURIER_STATE_DIR/broker.lock`.
+//! on `broker.lock` in both the runtime directory (the socket's) and the state directory (the
+//! queue's). SIGTERM, SIGINT and SIGHUP stop it cleanly: the socket it bound is removed and the
+//! stop is logged.
 //!
 //! Connections: one poll thread (epoll) accepts every connection and reads it without blocking
 //! until it holds one complete request frame; only then does a worker thread (a small fixed pool)
@@ -84,21 +86,66 @@ struct Broker {
     queued_refusals: Mutex<Vec<(&'static str, String, i32)>>,
 }
 
-/// Holds the per-login lock for the broker's lifetime.
+/// Holds the per-login locks for the broker's lifetime.
 pub struct InstanceLock {
-    _file: File,
+    _files: Vec<File>,
 }
 
-pub fn lock_instance(state_dir: &Path) -> Result<InstanceLock> {
-    let path = state_dir.join("broker.lock");
-    let mut file = OpenOptions::new().create(true).truncate(false).write(true).read(true).open(&path)?;
-    if file.try_lock().is_err() {
-        let pid = fs::read_to_string(&path).unwrap_or_default();
-        bail!("another broker already runs for this login (pid {}; lock {})", pid.trim(), path.display());
+/// One broker per login: an exclusive lock on `broker.lock` in the runtime directory (the socket
+/// is there, so a second broker must not take it over even with another state directory) and in
+/// the state directory (the queue). A lock dies with its process, so a crash leaves none behind.
+pub fn lock_instance(runtime_dir: &Path, state_dir: &Path) -> Result<InstanceLock> {
+    let mut files = Vec::new();
+    for (dir, what) in [(runtime_dir, "runtime directory"), (state_dir, "state directory")] {
+        let path = dir.join("broker.lock");
+        if files.len() == 1 && runtime_dir == state_dir {
+            break;
+        }
+        let mut file = OpenOptions::new().create(true).truncate(false).write(true).read(true).open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        if file.try_lock().is_err() {
+            let pid = fs::read_to_string(&path).unwrap_or_default();
+            bail!(
+                "another broker already runs with this {what} {} (pid {}; lock {}); stop it first",
+                dir.display(),
+                pid.trim(),
+                path.display()
+            );
+        }
+        file.set_len(0)?;
+        write!(file, "{}", std::process::id())?;
+        files.push(file);
     }
-    file.set_len(0)?;
-    write!(file, "{}", std::process::id())?;
-    Ok(InstanceLock { _file: file })
+    Ok(InstanceLock { _files: files })
+}
+
+/// Signals that stop the broker cleanly (socket removed, a line logged).
+const STOP_SIGNALS: [nix::sys::signal::Signal; 3] =
+    [nix::sys::signal::Signal::SIGTERM, nix::sys::signal::Signal::SIGINT, nix::sys::signal::Signal::SIGHUP];
+
+/// Blocks the stop signals in this thread and every thread it starts from now on; the
+/// `signals` thread takes them with `sigwait`. (Children get std's reset mask.)
+fn block_stop_signals() -> Result<nix::sys::signal::SigSet> {
+    let mut set = nix::sys::signal::SigSet::empty();
+    for s in STOP_SIGNALS {
+        set.add(s);
+    }
+    set.thread_block().context("blocking SIGTERM/SIGINT/SIGHUP")?;
+    Ok(set)
+}
+
+/// The socket file this broker bound, to remove at stop only if it is still that file (never a
+/// socket a later broker bound, nor systemd's under socket activation).
+struct BoundSocket {
+    path: PathBuf,
+    id: Option<(u64, u64)>,
+}
+
+impl BoundSocket {
+    fn remove(&self) -> bool {
+        let ours = fs::symlink_metadata(&self.path).is_ok_and(|m| Some((m.dev(), m.ino())) == self.id);
+        ours && fs::remove_file(&self.path).is_ok()
+    }
 }
 
 /// Binds the socket, replacing a stale one of ours; refuses anything else in its place.
@@ -165,10 +212,11 @@ fn raise_fd_limit() {
 }
 
 pub fn serve(opts: ServeOptions) -> Result<()> {
+    let stop_signals = block_stop_signals()?;
     failpoint::init().map_err(anyhow::Error::msg)?;
     dirs::ensure_private_dir(&opts.runtime_dir)?;
     dirs::ensure_private_dir(&opts.state_dir)?;
-    let _lock = lock_instance(&opts.state_dir)?;
+    let _lock = lock_instance(&opts.runtime_dir, &opts.state_dir)?;
     let secret = dirs::ensure_secret(&opts.runtime_dir)?;
     let mut store = Store::open(&opts.state_dir)?;
     let released = store.release_expired_leases()?;
@@ -193,8 +241,13 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         Some(l) => (l, "socket-activated"),
         None => (bind_socket(&socket)?, "bound"),
     };
+    let bound = BoundSocket {
+        path: socket.clone(),
+        id: (how == "bound").then(|| fs::symlink_metadata(&socket).ok().map(|m| (m.dev(), m.ino()))).flatten(),
+    };
     crate::log_info!(
-        "pid {} serving {} ({how}; state {}, CODEX_HOME {}); released {released} stale leases",
+        "broker {} started: pid {} serving {} ({how}; state {}, CODEX_HOME {}); released {released} stale leases",
+        env!("CARGO_PKG_VERSION"),
         std::process::id(),
         socket.display(),
         opts.state_dir.display(),
@@ -237,7 +290,22 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         let rx = Arc::clone(&rx);
         std::thread::Builder::new().name(format!("worker-{i}")).spawn(move || worker(&broker, &rx))?;
     }
-    Poller::new(listener, Arc::clone(&broker), jobs)?.run()
+    let bound = Arc::new(bound);
+    let (stopper, on_signal) = (Arc::clone(&broker), Arc::clone(&bound));
+    std::thread::Builder::new().name("signals".into()).spawn(move || loop {
+        if let Ok(sig) = stop_signals.wait() {
+            stopper.stop(&format!("on {sig:?}"), &on_signal);
+        }
+    })?;
+    let err = match Poller::new(listener, Arc::clone(&broker), jobs) {
+        Ok(p) => match p.run() {
+            Ok(()) => anyhow::anyhow!("the poll loop ended"),
+            Err(e) => e,
+        },
+        Err(e) => e,
+    };
+    crate::log_error!("{err:#}");
+    broker.stop("after an error", &bound)
 }
 
 /// A complete request frame and its connection, for a worker.
@@ -533,6 +601,21 @@ impl Poller {
 }
 
 impl Broker {
+    /// Stops the broker: removes its socket (if it bound it) so no hook connects to a dead
+    /// broker, waits for any store transaction in flight, logs the stop and exits. A lease not
+    /// yet acked is never handed (its client withdraws the output), exactly as after a crash.
+    fn stop(&self, why: &str, socket: &BoundSocket) -> ! {
+        let removed = socket.remove();
+        let _store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        crate::log_info!(
+            "broker stopped {why}: pid {}, up {} s; {}",
+            std::process::id(),
+            self.started.elapsed().as_secs(),
+            if removed { format!("removed socket {}", socket.path.display()) } else { format!("socket {} left to its owner", socket.path.display()) }
+        );
+        std::process::exit(if why.starts_with("on ") { 0 } else { 1 })
+    }
+
     fn maintain(&self) {
         let queued = std::mem::take(&mut *self.queued_refusals.lock().unwrap_or_else(|e| e.into_inner()));
         let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
