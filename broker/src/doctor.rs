@@ -493,13 +493,15 @@ pub fn render(checks: &[Check]) -> String {
             Status::Warn => "WARN",
             Status::Fail => "FAIL",
         };
-        s.push_str(&format!("{tag} {}\n", c.title));
+        // Paths, config keys and refusal codes come from files anyone may have written.
+        let esc = crate::inspect::escape;
+        s.push_str(&format!("{tag} {}\n", esc(&c.title)));
         for d in &c.detail {
-            s.push_str(&format!("       {d}\n"));
+            s.push_str(&format!("       {}\n", esc(d)));
         }
         if let Some(f) = &c.fix {
             if c.status != Status::Ok {
-                s.push_str(&format!("     fix: {f}\n"));
+                s.push_str(&format!("     fix: {}\n", esc(f)));
             }
         }
     }

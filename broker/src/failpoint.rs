@@ -61,7 +61,7 @@ fn hit_slow(name: &'static str) {
     let Some(points) = POINTS.get() else { return };
     let Some((_, prob)) = points.iter().find(|(n, _)| n == name) else { return };
     if *prob >= 1.0 || rand::random::<f64>() < *prob {
-        eprintln!("broker: failpoint {name}: killing myself");
+        crate::log_error!("failpoint {name}: killing myself");
         let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
         std::process::abort();
     }

@@ -259,8 +259,8 @@ fn inspect_cmd(args: Args) -> Result<ExitCode> {
         if last_shown.as_ref() != Some(&fingerprint) {
             let text = match (json, follow) {
                 // --follow --json: one compact object per line, for tools.
-                (true, true) => serde_json::to_string(&report.to_json())? + "\n",
-                (true, false) => serde_json::to_string_pretty(&report.to_json())? + "\n",
+                (true, true) => inspect::terminal_safe_json(&serde_json::to_string(&report.to_json())?) + "\n",
+                (true, false) => inspect::terminal_safe_json(&serde_json::to_string_pretty(&report.to_json())?) + "\n",
                 // A terminal gets a redrawn screen; a pipe gets each changed snapshot, stamped.
                 (false, true) if tty => format!("\x1b[H\x1b[2J{}", report.render_table()),
                 (false, true) => format!("--- {}\n{}", inspect::clock(report.now), report.render_table()),

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
-use courier_tests::broker::{broker_bin, run_bounded};
+use courier_tests::broker::{assert_log_levelled, broker_bin, run_bounded};
 use courier_tests::util::{poll_until, wait_until};
 use courier_tests::CodexEnv;
 use serde_json::Value;
@@ -54,14 +54,6 @@ fn cwd_of(pid: u32) -> PathBuf {
     std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap()
 }
 
-/// Every line a broker logs carries its level.
-fn assert_levelled(log: &str) {
-    for line in log.lines() {
-        let rest = line.strip_prefix("broker: ").unwrap_or_else(|| panic!("log line without `broker: `: {line:?}\n{log}"));
-        assert!(["error: ", "warn: ", "info: ", "debug: ", "trace: "].iter().any(|l| rest.starts_with(l)), "log line without a level: {line:?}\n{log}");
-    }
-}
-
 /// `broker serve` moves to `/`, logs a line when it starts and one when it stops, and removes
 /// its socket on SIGTERM and on SIGINT (exit 0).
 #[test]
@@ -82,7 +74,7 @@ fn serve_runs_in_root_logs_start_and_stop_and_removes_its_socket_on_signals() {
         assert!(!socket.exists(), "SIG{sig} left the socket behind\n{logged}");
         assert!(logged.contains(&format!("info: broker {} started: pid {pid} serving", env!("CARGO_PKG_VERSION"))), "{logged}");
         assert!(logged.contains(&format!("info: broker stopped on SIG{sig}: pid {pid}")) && logged.contains("removed socket"), "{logged}");
-        assert_levelled(&logged);
+        assert_log_levelled(&logged);
     }
 }
 
@@ -103,7 +95,7 @@ fn second_broker_on_the_same_runtime_directory_refuses_even_with_another_state_d
     let logged = std::fs::read_to_string(&log).unwrap();
     assert_eq!(status.code(), Some(1), "{logged}");
     assert!(logged.contains("error: another broker already runs with this runtime directory") && logged.contains(&format!("pid {pid}")), "{logged}");
-    assert_levelled(&logged);
+    assert_log_levelled(&logged);
     assert_eq!(std::fs::metadata(&socket).map(|m| m.ino()).ok(), Some(ino), "the live broker's socket was replaced\n{logged}");
     assert_eq!(answering(&env), Some(pid));
     assert!(first.try_wait().unwrap().is_none());
@@ -151,5 +143,5 @@ fn daemonized_broker_keeps_only_the_environment_it_needs() {
     });
     assert!(logged.contains(&format!("started: pid {pid}")), "{logged}");
     assert!(!env.runtime_dir.join("broker.sock").exists(), "{logged}");
-    assert_levelled(&logged);
+    assert_log_levelled(&logged);
 }
