@@ -51,6 +51,24 @@ const QUEUED_REFUSALS_MAX: usize = 64;
 const MAINTENANCE_INTERVAL: Duration = Duration::from_millis(500);
 const PRUNE_INTERVAL: Duration = Duration::from_secs(600);
 
+/// Refusal reason codes the connection layer records, besides the gate's
+/// [`gate::REASON_CODES`] (README, "Refusal reason codes", lists both).
+pub const CONNECTION_REASON_CODES: [&str; 8] = [
+    "too_many_connections",
+    "request_timeout",
+    "frame_too_large",
+    "truncated_frame",
+    "buffer_limit",
+    "bad_request",
+    "protocol_version",
+    "unexpected_ack",
+];
+
+/// Every refusal reason code `broker inspect` can show.
+pub fn all_reason_codes() -> Vec<&'static str> {
+    gate::REASON_CODES.iter().chain(CONNECTION_REASON_CODES.iter()).copied().collect()
+}
+
 pub struct ServeOptions {
     pub runtime_dir: PathBuf,
     pub state_dir: PathBuf,
@@ -809,4 +827,30 @@ pub fn query_status(runtime_dir: &Path) -> Option<serde_json::Value> {
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     wire::write_json(&mut stream, &Request::Status { v: PROTOCOL_VERSION }).ok()?;
     wire::read_json(&mut stream, wire::MAX_FRAME).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every code this file records is listed in [`all_reason_codes`].
+    #[test]
+    fn recorded_codes_are_all_listed() {
+        let src = include_str!("server.rs");
+        let src = src.split("#[cfg(test)]\nmod tests").next().unwrap();
+        let mut found = Vec::new();
+        for call in ["refuse_later(\"", "close_with(fd, \"", "self.refuse(\""] {
+            for part in src.split(call).skip(1) {
+                found.push(part.split('"').next().unwrap().to_string());
+            }
+        }
+        assert!(found.len() >= 9, "{found:?}");
+        let all = all_reason_codes();
+        for code in &found {
+            assert!(all.contains(&code.as_str()), "{code} is recorded but not in CONNECTION_REASON_CODES");
+        }
+        for code in CONNECTION_REASON_CODES {
+            assert!(found.iter().any(|f| f == code), "{code} is listed but never recorded");
+        }
+    }
 }
