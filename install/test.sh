@@ -10,4 +10,5 @@ fi
 codex_bin=$(install/fetch-codex.sh | tail -n 1)
 export COURIER_CODEX_BIN="$codex_bin"
 cargo build --workspace --locked
-cargo test --workspace --locked --no-fail-fast "$@"
+# Last line: `N passed, M failed`, summed over every test binary (cargo's own status is kept).
+exec install/test-summary.sh cargo test --workspace --locked --no-fail-fast "$@"

@@ -388,3 +388,53 @@ fn doctor_reports_each_problem() {
     assert!(report.contains(&format!("broker trust-codex {}", daemon.display())), "{report}");
     set_mode(&rig.env.runtime_dir, 0o700);
 }
+
+/// `install/test.sh` ends with one line `N passed, M failed` summed over every test binary (its
+/// summariser, `install/test-summary.sh`, run here on a stand-in cargo): doc-test `0 passed` lines
+/// do not hide the rest, a binary that died without a result counts as failed, and the exit
+/// status is cargo's.
+#[test]
+fn test_summary_sums_every_binary_and_keeps_cargos_status() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let test_sh = std::fs::read_to_string(root.join("install/test.sh")).unwrap();
+    assert!(test_sh.trim_end().ends_with("exec install/test-summary.sh cargo test --workspace --locked --no-fail-fast \"$@\""), "{test_sh}");
+    let dir = std::env::temp_dir().join(format!("courier-summary-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = dir.join("cargo");
+    let script = |code: u8| {
+        format!(
+            "#!/bin/sh\n\
+             echo '     Running unittests src/lib.rs (target/debug/deps/broker-1)' >&2\n\
+             echo 'test result: ok. 96 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 2.51s'\n\
+             echo '     Running tests/crash.rs (target/debug/deps/crash-2)' >&2\n\
+             echo 'running 5 tests'\n\
+             echo '     Running tests/delivery.rs (target/debug/deps/delivery-3)' >&2\n\
+             echo 'test result: FAILED. 8 passed; 2 failed; 1 ignored; 0 measured; 0 filtered out; finished in 40s'\n\
+             echo '   Doc-tests broker' >&2\n\
+             echo 'test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s'\n\
+             exit {code}\n"
+        )
+    };
+    for (code, ok_script) in [(101u8, false), (0, true)] {
+        let body = if ok_script {
+            "#!/bin/sh\necho '     Running unittests src/lib.rs (x)' >&2\necho 'test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.1s'\necho '   Doc-tests shared' >&2\necho 'test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s'\nexit 0\n".to_string()
+        } else {
+            script(code)
+        };
+        std::fs::write(&fake, body).unwrap();
+        set_mode(&fake, 0o755);
+        let out = run_bounded(Command::new(root.join("install/test-summary.sh")).arg(&fake), Duration::from_secs(30));
+        let stdout = text(&out.stdout);
+        let last = stdout.lines().last().unwrap_or("");
+        assert_eq!(out.status.code(), Some(code as i32), "{stdout}");
+        if ok_script {
+            assert_eq!(last, "3 passed, 0 failed", "{stdout}");
+        } else {
+            assert_eq!(last, "104 passed, 3 failed", "{stdout}");
+            assert!(stdout.contains("no test result from Running tests/crash.rs"), "{stdout}");
+            assert!(stdout.contains("test result: FAILED. 8 passed"), "cargo's own output passes through:\n{stdout}");
+        }
+        assert_eq!(stdout.lines().filter(|l| l.ends_with(" failed") && l.contains(" passed, ")).count(), 1, "{stdout}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
