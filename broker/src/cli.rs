@@ -115,7 +115,7 @@ pub const COMMANDS: &[Command] = &[
         args: "",
         positionals: (0, 0),
         required: &[],
-        about: "install the binaries, Codex hooks and trust, and start the broker at login",
+        about: "install the binaries, Codex hooks and trust, and start the broker at login; a failed step undoes the run",
         opts: &[
             opt("prefix", "DIR", "where the binaries go (default: ~/.local/bin)"),
             opt("codex-home", "DIR", "the Codex home to register the hooks in (default: $CODEX_HOME or ~/.codex)"),
@@ -128,8 +128,8 @@ pub const COMMANDS: &[Command] = &[
         args: "",
         positionals: (0, 0),
         required: &[],
-        about: "remove exactly what install added; the queue is kept",
-        opts: &[],
+        about: "remove everything install added (also after a failed install); the queue is kept",
+        opts: &[flag("purge", "also remove the state directory (queue, log, lock) and the runtime directory's secret, socket and lock")],
     },
     Command {
         name: "doctor",

@@ -152,8 +152,8 @@ fn install_cmd(args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn uninstall_cmd(_args: Args) -> Result<ExitCode> {
-    for line in install::uninstall()? {
+fn uninstall_cmd(args: Args) -> Result<ExitCode> {
+    for line in install::uninstall(args.flag("purge"))? {
         println!("{line}");
     }
     Ok(ExitCode::SUCCESS)
