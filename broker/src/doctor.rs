@@ -515,13 +515,15 @@ pub fn render(checks: &[Check]) -> String {
             Status::Warn => "WARN",
             Status::Fail => "FAIL",
         };
-        s.push_str(&format!("{tag} {}\n", c.title));
+        // Paths, config keys and refusal codes come from files anyone may have written.
+        let esc = crate::inspect::escape;
+        s.push_str(&format!("{tag} {}\n", esc(&c.title)));
         for d in &c.detail {
-            s.push_str(&format!("       {d}\n"));
+            s.push_str(&format!("       {}\n", esc(d)));
         }
         if let Some(f) = &c.fix {
             if c.status != Status::Ok {
-                s.push_str(&format!("     fix: {f}\n"));
+                s.push_str(&format!("     fix: {}\n", esc(f)));
             }
         }
     }
@@ -533,4 +535,29 @@ pub fn render(checks: &[Check]) -> String {
         (f, w) => format!("{f} problem(s), {w} warning(s)\n"),
     });
     s
+}
+
+#[cfg(test)]
+mod tests {
+    /// doctor points at README's "Refusal reason codes": its table lists exactly the codes the
+    /// broker can record, once each.
+    #[test]
+    fn readme_reason_code_table_matches_the_code() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+        let section = readme.split("\n### Refusal reason codes\n").nth(1).expect("README has a \"Refusal reason codes\" section");
+        let section = section.split("\n#").next().unwrap();
+        let listed: Vec<&str> = section
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `"))
+            .filter_map(|l| l.split_once("` |").map(|(code, _)| code))
+            .collect();
+        let mut want = crate::server::all_reason_codes();
+        let mut got = listed.clone();
+        want.sort_unstable();
+        got.sort_unstable();
+        got.dedup();
+        assert_eq!(got.len(), listed.len(), "a code is listed twice: {listed:?}");
+        assert_eq!(got, want, "README's table and the broker's reason codes differ");
+        assert!(super::refusal_hint("some_new_code").contains("Refusal reason codes"));
+    }
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 /// Every failpoint the broker has, in the order a delivery passes them.
-pub const NAMES: [&str; 9] = [
+pub const NAMES: [&str; 10] = [
     "after_lease_commit",      // store: lease committed, reply not yet written
     "after_reply_before_ack",  // server: reply with output written, ack not read
     "after_ack_read",          // server: client's ack read, ack not yet committed
@@ -17,6 +17,7 @@ pub const NAMES: [&str; 9] = [
     "reconcile_before_settle", // delivery: settlement decided, not yet written
     "reconcile_after_settle",  // delivery: settlement written
     "after_note_codex",        // store: codex pid recorded on a lease
+    "install_after_units",     // install: systemd units written, not yet enabled
 ];
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
@@ -61,7 +62,7 @@ fn hit_slow(name: &'static str) {
     let Some(points) = POINTS.get() else { return };
     let Some((_, prob)) = points.iter().find(|(n, _)| n == name) else { return };
     if *prob >= 1.0 || rand::random::<f64>() < *prob {
-        eprintln!("broker: failpoint {name}: killing myself");
+        crate::log_error!("failpoint {name}: killing myself");
         let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
         std::process::abort();
     }

@@ -4,8 +4,54 @@
 use crate::store::{now_ms, Message, Refusal, Store};
 use anyhow::Result;
 use serde_json::{json, Value};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::Write;
+
+/// Message states in the order the thread table shows them; the first seven always have a
+/// column, the others (effort rows) when some row is in them.
+const TABLE_STATES: [&str; 10] =
+    ["pending", "leased", "handed", "confirmed", "uncertain", "expired", "cancelled", "applying", "applied", "failed"];
+const ALWAYS_SHOWN: usize = 7;
+
+/// A character a terminal may act on rather than show: C0 and C1 controls and DEL (ESC starts
+/// every escape sequence, OSC 52 writes the clipboard), and the invisible format characters
+/// that reorder or hide text (bidirectional overrides, zero-width marks).
+fn unsafe_for_terminal(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
+}
+
+/// `s` with every character a terminal could act on written as `\u{1b}`: labels, payload
+/// fields and refusal details are anyone's text.
+pub fn escape(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(unsafe_for_terminal) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if unsafe_for_terminal(c) {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// JSON text made safe for a terminal too: serde_json escapes C0 controls but writes DEL, C1
+/// controls and format characters raw; those are only ever inside strings, so `\uXXXX` keeps
+/// the document equal.
+pub fn terminal_safe_json(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        if unsafe_for_terminal(c) && c as u32 >= 0x20 {
+            let _ = write!(out, "\\u{:04x}", c as u32);
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
 
 const REFUSALS_SHOWN: i64 = 50;
 
@@ -99,38 +145,43 @@ impl Report {
         if self.messages.is_empty() {
             out.push_str("no messages\n");
         } else {
-            let states = ["pending", "leased", "handed", "confirmed", "uncertain", "expired", "cancelled"];
-            let _ = writeln!(out, "{:<36}  {}", "THREAD", states.map(|s| format!("{s:>9}")).join(" "));
-            for (thread, counts) in self.per_thread() {
-                let cols = states.map(|s| format!("{:>9}", counts.get(s).copied().unwrap_or(0)));
-                let _ = writeln!(out, "{thread:<36}  {}", cols.join(" "));
+            // Every row is counted: the message states, then effort states (and any other) seen.
+            let per_thread = self.per_thread();
+            let mut states: Vec<&str> = TABLE_STATES[..ALWAYS_SHOWN].to_vec();
+            let seen: std::collections::BTreeSet<&str> = self.messages.iter().map(|m| m.state.as_str()).collect();
+            states.extend(TABLE_STATES[ALWAYS_SHOWN..].iter().filter(|s| seen.contains(*s)));
+            states.extend(seen.iter().filter(|s| !TABLE_STATES.contains(s)));
+            let _ = writeln!(out, "{:<36}  {}", "THREAD", states.iter().map(|s| format!("{:>9}", escape(s))).collect::<Vec<_>>().join(" "));
+            for (thread, counts) in per_thread {
+                let cols: Vec<String> = states.iter().map(|s| format!("{:>9}", counts.get(*s).copied().unwrap_or(0))).collect();
+                let _ = writeln!(out, "{:<36}  {}", escape(&thread), cols.join(" "));
             }
             out.push('\n');
             let _ = writeln!(out, "{:<18} {:<13} {:<10} {:>6}  {:<12} {:<30} REASON", "MESSAGE", "THREAD", "STATE", "AGE", "FROM", "TAKEN BY (EVENT TURN)");
             for m in &self.messages {
                 let taken = match (&m.event, &m.turn_id) {
-                    (Some(e), Some(t)) => format!("{e} {}", short(t)),
-                    (Some(e), None) => e.clone(),
+                    (Some(e), Some(t)) => format!("{} {}", escape(e), escape(&short(t))),
+                    (Some(e), None) => escape(e).into_owned(),
                     _ => "-".into(),
                 };
                 let kind = match m.kind.as_str() {
                     "message" => String::new(),
                     "effort" => {
                         let scope = self.effort.get(&m.id).and_then(|d| d.0.clone()).unwrap_or_else(|| "turn".into());
-                        format!(" [effort {} {scope}]", m.body)
+                        format!(" [effort {} {}]", escape(&m.body), escape(&scope))
                     }
-                    other => format!(" [{other}]"),
+                    other => format!(" [{}]", escape(other)),
                 };
                 let _ = writeln!(
                     out,
                     "{:<18} {:<13} {:<10} {:>6}  {:<12} {:<30} {}{}",
-                    m.id,
-                    short(&m.thread),
-                    m.state,
+                    escape(&m.id),
+                    escape(&short(&m.thread)),
+                    escape(&m.state),
                     age(self.now - m.created_at),
-                    m.from.as_deref().unwrap_or("-"),
+                    escape(m.from.as_deref().unwrap_or("-")),
                     taken,
-                    m.reason.as_deref().unwrap_or(""),
+                    escape(m.reason.as_deref().unwrap_or("")),
                     kind
                 );
             }
@@ -142,10 +193,10 @@ impl Report {
                     out,
                     "  {:>6} ago  {:<22} {:<13} {:<16} {}",
                     age(self.now - r.at),
-                    r.reason,
-                    r.thread.as_deref().map(short).unwrap_or("-".into()),
-                    r.event.as_deref().unwrap_or("-"),
-                    r.detail
+                    escape(&r.reason),
+                    escape(&r.thread.as_deref().map(short).unwrap_or("-".into())),
+                    escape(r.event.as_deref().unwrap_or("-")),
+                    escape(&r.detail)
                 );
             }
         }
@@ -155,8 +206,9 @@ impl Report {
 
 /// First and last characters of a UUID: enough to tell threads apart in a table.
 fn short(id: &str) -> String {
-    if id.len() > 13 {
-        format!("{}..{}", &id[..4], &id[id.len() - 6..])
+    let chars: Vec<char> = id.chars().collect();
+    if chars.len() > 13 {
+        format!("{}..{}", chars[..4].iter().collect::<String>(), chars[chars.len() - 6..].iter().collect::<String>())
     } else {
         id.to_string()
     }
@@ -176,4 +228,95 @@ fn age(ms: i64) -> String {
 pub fn clock(ms: i64) -> String {
     let s = ms.div_euclid(1000).rem_euclid(86_400);
     format!("{:02}:{:02}:{:02} UTC", s / 3600, s / 60 % 60, s % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: &str, thread: &str, kind: &str, state: &str, from: &str) -> Message {
+        Message {
+            id: id.into(),
+            thread: thread.into(),
+            kind: kind.into(),
+            state: state.into(),
+            body: if kind == "effort" { "high".into() } else { "text".into() },
+            from: Some(from.into()),
+            key: None,
+            created_at: 0,
+            updated_at: 0,
+            expires_at: None,
+            event: None,
+            turn_id: None,
+            lease: None,
+            handed_at: None,
+            confirmed_at: None,
+            reason: None,
+            attempts: 0,
+            rollout_path: None,
+            scan_offset: None,
+        }
+    }
+
+    fn report(messages: Vec<Message>, refusals: Vec<Refusal>) -> Report {
+        Report { messages, refusals, status: None, now: 0, effort: Default::default() }
+    }
+
+    const T: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce2";
+
+    #[test]
+    fn thread_table_counts_every_kind_of_row() {
+        let r = report(
+            vec![
+                row("m_1", T, "message", "confirmed", "a"),
+                row("m_2", T, "effort", "applied", "a"),
+                row("m_3", T, "effort", "failed", "a"),
+                row("m_4", T, "effort", "applying", "a"),
+                row("m_5", T, "effort", "pending", "a"),
+            ],
+            vec![],
+        );
+        let table = r.render_table();
+        let header = table.lines().find(|l| l.starts_with("THREAD")).unwrap();
+        let line = table.lines().find(|l| l.starts_with(T)).unwrap();
+        let heads: Vec<&str> = header.split_whitespace().skip(1).collect();
+        let counts: Vec<u64> = line.split_whitespace().skip(1).map(|c| c.parse().unwrap()).collect();
+        assert_eq!(heads.len(), counts.len(), "{table}");
+        assert_eq!(counts.iter().sum::<u64>(), 5, "every row counted:\n{table}");
+        for (state, n) in [("confirmed", 1), ("applied", 1), ("failed", 1), ("applying", 1), ("pending", 1), ("expired", 0)] {
+            let i = heads.iter().position(|h| *h == state).unwrap_or_else(|| panic!("no {state} column:\n{table}"));
+            assert_eq!(counts[i], n, "{state}:\n{table}");
+        }
+        // Only message states when no effort row exists.
+        let plain = report(vec![row("m_1", T, "message", "pending", "a")], vec![]).render_table();
+        assert!(!plain.contains("applied"), "{plain}");
+    }
+
+    #[test]
+    fn table_escapes_every_control_character() {
+        let evil = "ci\x1b]52;c;aGVsbG8=\x07bot\u{9b}2J\u{202e}\r\n\x7f";
+        let mut m = row("m_1", T, "message", "pending", evil);
+        m.reason = Some(format!("r{evil}"));
+        let refusal = Refusal {
+            at: 0,
+            reason: format!("bad{evil}"),
+            detail: format!("detail {evil}"),
+            thread: Some(format!("t{evil}")),
+            event: Some(format!("\x1b[31mStop{evil}")),
+            pid: Some(1),
+        };
+        let r = report(vec![m], vec![refusal]);
+        let table = r.render_table();
+        for c in table.chars() {
+            assert!(c == '\n' || !unsafe_for_terminal(c), "raw {c:?} in:\n{table}");
+        }
+        assert!(table.contains("ci\\u{1b}]52;c;aGVsbG8=\\u{7}bot\\u{9b}2J\\u{202e}\\u{d}\\u{a}\\u{7f}"), "{table}");
+        let benign = report(vec![row("m_1", T, "message", "pending", "ci")], vec![Refusal { at: 0, reason: "x".into(), detail: "d".into(), thread: None, event: None, pid: None }]);
+        assert_eq!(table.lines().count(), benign.render_table().lines().count(), "a label added lines:\n{table}");
+        assert!(table.contains("\\u{1b}[31mStop"), "{table}");
+        let json = terminal_safe_json(&serde_json::to_string_pretty(&r.to_json()).unwrap());
+        assert!(json.chars().all(|c| c == '\n' || !unsafe_for_terminal(c)), "{json}");
+        let back: Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, r.to_json(), "escaping keeps the JSON document equal");
+    }
 }

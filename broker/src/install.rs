@@ -178,6 +178,10 @@ pub struct Manifest {
     #[serde(default)]
     pub codex_followed: Vec<String>,
     pub start: StartSetup,
+    /// Every systemd unit file install wrote, recorded before writing it: uninstall removes them
+    /// even when enabling them failed.
+    #[serde(default)]
+    pub unit_files: Vec<PathBuf>,
 }
 
 pub fn manifest_path(state_dir: &Path) -> PathBuf {
@@ -204,29 +208,203 @@ fn read_opt(path: &Path) -> Result<Option<String>> {
     }
 }
 
-/// Replaces `path` atomically, keeping an existing file's mode (new files: `new_mode`).
+/// Replaces `path` atomically, keeping an existing file's mode (new files: `new_mode`). During an
+/// install run the file's previous bytes are journaled first (see [`Change`]).
 fn write_atomic(path: &Path, bytes: &[u8], new_mode: u32) -> Result<()> {
     let mode = fs::metadata(path).map(|m| m.mode() & 0o7777).unwrap_or(new_mode);
     let dir = path.parent().context("path has no parent")?;
-    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    create_dirs(dir)?;
     let tmp = dir.join(format!(".{}.courier-{}", path.file_name().unwrap_or_default().to_string_lossy(), std::process::id()));
     let _ = fs::remove_file(&tmp);
-    let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)
-        .with_context(|| format!("creating {}", tmp.display()))?;
-    f.write_all(bytes)?;
-    f.set_permissions(fs::Permissions::from_mode(mode))?;
-    f.sync_all()?;
-    fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))?;
-    Ok(())
+    let written = (|| -> Result<()> {
+        let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)
+            .with_context(|| format!("creating {}", tmp.display()))?;
+        f.write_all(bytes)?;
+        f.set_permissions(fs::Permissions::from_mode(mode))?;
+        f.sync_all()?;
+        journal_file(path);
+        fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))
+    })();
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written
 }
 
 fn restore(path: &Path, content: Option<&str>) -> Result<()> {
     match content {
         Some(c) => write_atomic(path, c.as_bytes(), 0o644),
-        None => match fs::remove_file(path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e).with_context(|| format!("removing {}", path.display())),
-            _ => Ok(()),
-        },
+        None => remove_file(path).map(|_| ()),
+    }
+}
+
+/// Removes `path` (journaled during an install run); false when it was not there.
+fn remove_file(path: &Path) -> Result<bool> {
+    if fs::symlink_metadata(path).is_err() {
+        return Ok(false);
+    }
+    journal_file(path);
+    match fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e).with_context(|| format!("removing {}", path.display())),
+    }
+}
+
+/// `create_dir_all`, journaling each directory it creates.
+fn create_dirs(dir: &Path) -> Result<()> {
+    let mut missing = Vec::new();
+    let mut p = Some(dir);
+    while let Some(d) = p.filter(|d| !d.as_os_str().is_empty() && fs::symlink_metadata(d).is_err()) {
+        missing.push(d.to_path_buf());
+        p = d.parent();
+    }
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for d in missing.into_iter().rev() {
+        journal(Change::Dir(d));
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------------------------------------------
+// The install journal: what one run changed, so that a failed step undoes the run
+
+/// One change an install run made. When a step fails, the changes are undone newest first
+/// (a broker the run stopped is started again at the very end, from the restored binaries).
+#[derive(Debug)]
+enum Change {
+    /// A file written or removed: its bytes and mode before (`None`: it did not exist).
+    File { path: PathBuf, before: Option<(Vec<u8>, u32)> },
+    /// A binary put in place: the previous one, kept as a hard link at `backup` (`None`: none).
+    Binary { path: PathBuf, backup: Option<PathBuf> },
+    /// A directory created.
+    Dir(PathBuf),
+    /// `systemctl --user enable --now` of units this run wrote first.
+    Enabled,
+    /// `systemctl --user disable --now` of the units of an earlier install.
+    Disabled,
+    /// A broker this run started (its executable).
+    Started(PathBuf),
+    /// A broker this run stopped: started again with `exe serve --daemonize`.
+    Stopped { exe: PathBuf, codex_home: PathBuf },
+}
+
+thread_local! {
+    /// The running install's changes; `None` outside `install` (uninstall is not journaled).
+    static JOURNAL: std::cell::RefCell<Option<Vec<Change>>> = const { std::cell::RefCell::new(None) };
+}
+
+fn journal(change: Change) {
+    JOURNAL.with(|j| {
+        if let Some(v) = j.borrow_mut().as_mut() {
+            v.push(change);
+        }
+    });
+}
+
+/// Journals `path`'s bytes before this run first changes it.
+fn journal_file(path: &Path) {
+    JOURNAL.with(|j| {
+        if let Some(v) = j.borrow_mut().as_mut() {
+            if !v.iter().any(|c| matches!(c, Change::File { path: p, .. } if p == path)) {
+                let before = fs::read(path).ok().zip(fs::metadata(path).ok().map(|m| m.mode() & 0o7777));
+                v.push(Change::File { path: path.to_path_buf(), before });
+            }
+        }
+    });
+}
+
+/// The result of undoing an install run: what was undone, and what could not be.
+struct Undone {
+    done: Vec<String>,
+    failed: Vec<String>,
+}
+
+/// Undoes `changes` (newest first). The manifest is restored last, and only when everything
+/// else was undone: otherwise it keeps listing what is left, for `broker uninstall`.
+fn undo(changes: Vec<Change>, manifest: &Path) -> Undone {
+    let mut u = Undone { done: Vec::new(), failed: Vec::new() };
+    let mut restart = Vec::new();
+    let mut manifest_change = None;
+    let mut units_changed = false;
+    for c in changes.into_iter().rev() {
+        let r: Result<Option<String>> = match c {
+            Change::File { ref path, .. } if path == manifest => {
+                manifest_change = Some(c);
+                continue;
+            }
+            Change::File { path, before } => {
+                units_changed |= path.parent() == Some(unit_dir().as_path());
+                match before {
+                    Some((b, mode)) => restore_bytes(&path, &b, mode).map(|()| Some(format!("restored {}", path.display()))),
+                    None => remove_file(&path).map(|gone| gone.then(|| format!("removed {}", path.display()))),
+                }
+            }
+            Change::Binary { path, backup: Some(b) } => fs::rename(&b, &path)
+                .with_context(|| format!("putting back {}", path.display()))
+                .map(|()| Some(format!("put back the previous {}", path.display()))),
+            Change::Binary { path, backup: None } => remove_file(&path).map(|gone| gone.then(|| format!("removed {}", path.display()))),
+            Change::Dir(d) => match fs::remove_dir(&d) {
+                Ok(()) => Ok(Some(format!("removed {}", d.display()))),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(e).with_context(|| format!("removing {}", d.display())),
+            },
+            Change::Enabled => match systemctl_user(&["disable", "--now", SOCKET_UNIT, SERVICE_UNIT]) {
+                Some(o) if o.status.success() => Ok(Some(format!("disabled {SOCKET_UNIT} and {SERVICE_UNIT}"))),
+                _ => Err(anyhow::anyhow!("systemctl --user disable --now {SOCKET_UNIT} {SERVICE_UNIT} failed")),
+            },
+            Change::Disabled => match systemctl_user(&["enable", "--now", SOCKET_UNIT, SERVICE_UNIT]) {
+                Some(o) if o.status.success() => Ok(Some(format!("enabled {SOCKET_UNIT} and {SERVICE_UNIT} again"))),
+                _ => Err(anyhow::anyhow!("systemctl --user enable --now {SOCKET_UNIT} {SERVICE_UNIT} failed")),
+            },
+            Change::Started(exe) => stop_broker_running(&exe).map(|pid| pid.map(|p| format!("stopped the broker it had started (pid {p})"))),
+            Change::Stopped { exe, codex_home } => {
+                restart.push((exe, codex_home));
+                continue;
+            }
+        };
+        match r {
+            Ok(Some(line)) => u.done.push(line),
+            Ok(None) => {}
+            Err(e) => u.failed.push(format!("{e:#}")),
+        }
+    }
+    if units_changed && user_manager_runs() {
+        let _ = systemctl_user(&["daemon-reload"]);
+    }
+    for (exe, codex_home) in restart {
+        let mut cmd = Command::new(&exe);
+        cmd.args(["serve", "--daemonize"]).envs(baked_env(&codex_home));
+        match run_bounded(cmd, Duration::from_secs(30)) {
+            Some(o) if o.status.success() => u.done.push(format!("started the previous broker again ({})", String::from_utf8_lossy(&o.stdout).trim())),
+            _ => u.failed.push(format!("could not start the previous broker again: run {} serve --daemonize", exe.display())),
+        }
+    }
+    if let Some(Change::File { path, before }) = manifest_change {
+        if u.failed.is_empty() {
+            let r = match before {
+                Some((b, mode)) => restore_bytes(&path, &b, mode),
+                None => remove_file(&path).map(|_| ()),
+            };
+            if let Err(e) = r {
+                u.failed.push(format!("{e:#}"));
+            }
+        }
+    }
+    u
+}
+
+fn restore_bytes(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    write_atomic(path, bytes, mode)?;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).with_context(|| format!("restoring the mode of {}", path.display()))
+}
+
+/// A successful run keeps its changes: only the backups of replaced binaries go.
+fn commit(changes: Vec<Change>) {
+    for c in changes {
+        if let Change::Binary { backup: Some(b), .. } = c {
+            let _ = fs::remove_file(b);
+        }
     }
 }
 
@@ -564,7 +742,7 @@ fn remove_profile_block(edit: &ProfileEdit) -> Result<bool> {
     }
     let rest = text.replacen(&edit.inserted, "", 1);
     if rest.is_empty() && edit.created {
-        fs::remove_file(&edit.path)?;
+        remove_file(&edit.path)?;
     } else {
         write_atomic(&edit.path, rest.as_bytes(), 0o644)?;
     }
@@ -591,6 +769,9 @@ pub fn daemonize(exe: &Path) -> Result<(u32, bool)> {
         .with_context(|| format!("opening {}", log.display()))?;
     let mut cmd = Command::new(exe);
     cmd.arg("serve").stdin(Stdio::null()).stdout(logf.try_clone()?).stderr(logf);
+    // The profile line runs in whatever login shell starts first, possibly one a Codex tool
+    // command opened: the daemon keeps only what it needs, and no cwd.
+    cmd.env_clear().envs(daemon_env(std::env::vars_os())).current_dir("/");
     // SAFETY: setsid is async-signal-safe; it detaches the broker from the login's terminal.
     unsafe {
         use std::os::unix::process::CommandExt;
@@ -619,6 +800,22 @@ pub fn daemonize(exe: &Path) -> Result<(u32, bool)> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Environment variables a daemonized broker keeps: where things are (HOME, XDG_*, CODEX_HOME,
+/// COURIER_*, TMPDIR), who it runs as (USER, LOGNAME), PATH, and the locale (LANG, LANGUAGE,
+/// LC_*, TZ) for its log. Everything else, Codex's tool-command markers and credentials of the
+/// shell that happened to start it included, is dropped.
+pub const DAEMON_ENV: [&str; 8] = ["HOME", "PATH", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR"];
+pub const DAEMON_ENV_PREFIXES: [&str; 3] = ["XDG_", "COURIER_", "LC_"];
+
+pub fn daemon_env(vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    vars.into_iter()
+        .filter(|(k, _)| {
+            let k = k.to_string_lossy();
+            k == "CODEX_HOME" || DAEMON_ENV.contains(&&*k) || DAEMON_ENV_PREFIXES.iter().any(|p| k.starts_with(p))
+        })
+        .collect()
 }
 
 /// Stops the broker answering on the socket if its executable is `exe` (also when `exe` was
@@ -697,6 +894,16 @@ fn install_binary(src: &Path, dst: &Path) -> Result<bool> {
         .with_context(|| format!("creating {}", tmp.display()))?;
     f.write_all(&bytes)?;
     f.sync_all()?;
+    // Keep the binary being replaced (a hard link) until the run succeeds: undo puts it back.
+    let backup = if fs::symlink_metadata(dst).is_ok() {
+        let b = dst.with_file_name(format!(".{}.courier-backup-{}", dst.file_name().unwrap_or_default().to_string_lossy(), std::process::id()));
+        let _ = fs::remove_file(&b);
+        fs::hard_link(dst, &b).with_context(|| format!("keeping a copy of {}", dst.display()))?;
+        Some(b)
+    } else {
+        None
+    };
+    journal(Change::Binary { path: dst.to_path_buf(), backup });
     fs::rename(&tmp, dst).with_context(|| format!("installing {}", dst.display()))?;
     Ok(true)
 }
@@ -727,10 +934,103 @@ pub struct Installed {
     pub codex_problem: Option<String>,
 }
 
+/// Installs, as one transaction: every file, binary, directory, trusted digest, unit and broker
+/// start of this run is journaled ([`Change`]); when a step fails, all of it is undone and the
+/// error says what was undone. The manifest is written ahead of each step, so even a run that
+/// dies mid-way (kill -9) leaves a manifest listing what it put in place, for `broker uninstall`.
 pub fn install(opts: &InstallOptions) -> Result<Installed> {
-    let mut report = Report::new();
+    crate::failpoint::init().map_err(anyhow::Error::msg)?;
     let state_dir = paths::state_dir();
+    let state_existed = fs::symlink_metadata(&state_dir).is_ok();
     dirs::ensure_private_dir(&state_dir)?;
+    // The trust step records digests in the queue database: what it adds is undone by
+    // comparing the trusted set before and after, whatever that step does inside.
+    let trusted_before = trusted_digests(&state_dir)?;
+    let followed_before = Store::open(&state_dir)?.codex_commands()?;
+    JOURNAL.with(|j| *j.borrow_mut() = Some(Vec::new()));
+    let result = install_run(opts, &state_dir);
+    let changes = JOURNAL.with(|j| j.borrow_mut().take()).unwrap_or_default();
+    let err = match result {
+        Ok(mut done) => {
+            commit(changes);
+            if let Some(hint) = path_hint(&absolute(&opts.prefix)?) {
+                done.report.push(hint);
+            }
+            return Ok(done);
+        }
+        Err(e) => e,
+    };
+    let mut undone = undo(changes, &manifest_path(&state_dir));
+    match untrust_added(&state_dir, &trusted_before, &followed_before) {
+        Ok(lines) => undone.done.extend(lines),
+        Err(e) => undone.failed.push(format!("{e:#}")),
+    }
+    if !state_existed && undone.failed.is_empty() {
+        match purge_dir(&state_dir, &state_files()) {
+            Ok(lines) => undone.done.extend(lines),
+            Err(e) => undone.failed.push(format!("{e:#}")),
+        }
+    }
+    let mut msg = format!("install failed: {err:#}\n");
+    if undone.done.is_empty() {
+        msg.push_str("it had changed nothing yet");
+    } else {
+        msg.push_str("undid what this run had done:");
+        for l in &undone.done {
+            msg.push_str(&format!("\n  {l}"));
+        }
+    }
+    if undone.failed.is_empty() {
+        msg.push_str("\nnothing of this run is left in place");
+    } else {
+        msg.push_str("\ncould not undo:");
+        for l in &undone.failed {
+            msg.push_str(&format!("\n  {l}"));
+        }
+        msg.push_str("\nthe install manifest lists what is left: `broker uninstall` removes it");
+    }
+    Err(anyhow::anyhow!(msg))
+}
+
+fn trusted_digests(state_dir: &Path) -> Result<Vec<String>> {
+    Ok(Store::open(state_dir)?.trusted_codex()?.into_iter().map(|t| t.sha256).collect())
+}
+
+/// Forgets the Codex digests trusted and the commands followed since `before` (by this failed run).
+fn untrust_added(state_dir: &Path, before: &[String], followed_before: &[String]) -> Result<Vec<String>> {
+    let mut store = Store::open(state_dir)?;
+    let mut lines = Vec::new();
+    for cmd in store.codex_commands()? {
+        if !followed_before.contains(&cmd) && store.unfollow_codex_command(&cmd)? {
+            lines.push(format!("no longer following {cmd}"));
+        }
+    }
+    for t in store.trusted_codex()? {
+        let (digest, path) = (t.sha256, t.path);
+        if !before.contains(&digest) && store.untrust_codex(&digest)? {
+            lines.push(format!("no longer trusting {path} (sha256:{digest})"));
+        }
+    }
+    Ok(lines)
+}
+
+/// How to reach the installed `broker` when its directory is not on PATH.
+fn path_hint(prefix: &Path) -> Option<String> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    if std::env::split_paths(&path).any(|d| d == prefix || same_file(&d, prefix)) {
+        return None;
+    }
+    let p = prefix.display();
+    Some(format!(
+        "note: {p} is not on your PATH, so `broker` alone will not be found. Add it to your login profile:\n  \
+         echo 'export PATH=\"{p}:$PATH\"' >> ~/.profile    # then log in again\n\
+         or run {p}/broker directly."
+    ))
+}
+
+fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Installed> {
+    let state_dir = state_dir.to_path_buf();
+    let mut report = Report::new();
     let mut m = load_manifest(&state_dir)?.unwrap_or_default();
     m.version = 1;
 
@@ -743,16 +1043,25 @@ pub fn install(opts: &InstallOptions) -> Result<Installed> {
             bail!("{} not found: install runs from the directory holding both broker and hook-client", p.display());
         }
     }
-    if !prefix.exists() {
-        fs::create_dir_all(&prefix).with_context(|| format!("creating {}", prefix.display()))?;
-        if m.prefix != prefix || m.binaries.is_empty() {
-            m.created_prefix = true;
-        }
+    let make_prefix = !prefix.exists();
+    if make_prefix && (m.prefix != prefix || m.binaries.is_empty()) {
+        m.created_prefix = true;
     }
     if !m.prefix.as_os_str().is_empty() && m.prefix != prefix {
         report.push(format!("note: previous install used {}; its binaries stay until you remove them", m.prefix.display()));
     }
     m.prefix = prefix.clone();
+    for name in ["broker", "hook-client"] {
+        let dst = prefix.join(name);
+        if !m.binaries.contains(&dst) {
+            m.binaries.push(dst);
+        }
+    }
+    // Written ahead of every step from here on: what a step may create is listed before it does.
+    save_manifest(&state_dir, &m)?;
+    if make_prefix {
+        create_dirs(&prefix)?;
+    }
     let mut replaced = false;
     for (src, name) in [(&src_broker, "broker"), (&src_client, "hook-client")] {
         let dst = prefix.join(name);
@@ -760,15 +1069,12 @@ pub fn install(opts: &InstallOptions) -> Result<Installed> {
             report.push(format!("installed {}", dst.display()));
             replaced = true;
         }
-        if !m.binaries.contains(&dst) {
-            m.binaries.push(dst);
-        }
     }
     let broker = prefix.join("broker");
     let client = prefix.join("hook-client");
 
     // 2. hooks.json.
-    fs::create_dir_all(&codex_home).with_context(|| format!("creating {}", codex_home.display()))?;
+    create_dirs(&codex_home)?;
     m.codex_home = codex_home.clone();
     let command = hook_command(&client);
     let old_commands = m.commands.clone();
@@ -790,6 +1096,7 @@ pub fn install(opts: &InstallOptions) -> Result<Installed> {
     };
     if changed {
         track_edit(&mut m.hooks_json, &hooks_path, current.as_deref(), &new_text);
+        save_manifest(&state_dir, &m)?;
         write_atomic(&hooks_path, new_text.as_bytes(), 0o600)?;
         report.push(format!("registered {} for {} in {}", command, EVENTS.join(", "), hooks_path.display()));
     }
@@ -809,6 +1116,11 @@ pub fn install(opts: &InstallOptions) -> Result<Installed> {
     let new_text = tdoc.to_string();
     if current.as_deref() != Some(new_text.as_str()) {
         track_edit(&mut m.config_toml, &config_path, current.as_deref(), &new_text);
+        // Until the file is written the old entries may still be there: list both.
+        let mut both = stale.clone();
+        both.extend(entries.iter().filter(|e| !stale.contains(e)).cloned());
+        m.trust_entries = both;
+        save_manifest(&state_dir, &m)?;
         write_atomic(&config_path, new_text.as_bytes(), 0o600)?;
         report.push(format!("trusted Courier's {} hook handlers in {}", entries.len(), config_path.display()));
     }
@@ -860,6 +1172,13 @@ pub fn install(opts: &InstallOptions) -> Result<Installed> {
         StartMode::Auto => StartMode::Profile,
         other => other,
     };
+    if mode == StartMode::Systemd {
+        for u in [SOCKET_UNIT, SERVICE_UNIT].map(|n| unit_dir().join(n)) {
+            if !m.unit_files.contains(&u) {
+                m.unit_files.push(u);
+            }
+        }
+    }
     save_manifest(&state_dir, &m)?; // before starting anything: uninstall must find it
     let start = match mode {
         StartMode::Systemd => setup_systemd(&broker, &codex_home, replaced, opts.no_enable, &m.start, &mut report)?,
@@ -890,6 +1209,7 @@ fn setup_systemd(broker: &Path, codex_home: &Path, replaced: bool, no_enable: bo
     }
     let dir = unit_dir();
     let (sock, svc) = render_units(broker, codex_home);
+    let fresh = [SOCKET_UNIT, SERVICE_UNIT].iter().all(|u| fs::symlink_metadata(dir.join(u)).is_err());
     let mut units = Vec::new();
     let mut changed = false;
     for (name, text) in [(SOCKET_UNIT, sock), (SERVICE_UNIT, svc)] {
@@ -900,6 +1220,7 @@ fn setup_systemd(broker: &Path, codex_home: &Path, replaced: bool, no_enable: bo
         }
         units.push(p);
     }
+    crate::failpoint::hit("install_after_units");
     if no_enable {
         report.push(format!(
             "wrote {SOCKET_UNIT} and {SERVICE_UNIT} to {}; enable them with: systemctl --user daemon-reload && systemctl --user enable --now {SOCKET_UNIT} {SERVICE_UNIT}",
@@ -919,6 +1240,9 @@ fn setup_systemd(broker: &Path, codex_home: &Path, replaced: bool, no_enable: bo
     }
     // A broker started by hand holds the socket path; the socket unit replaces it.
     ok(&["enable", "--now", SOCKET_UNIT, SERVICE_UNIT])?;
+    if fresh {
+        journal(Change::Enabled);
+    }
     if changed || replaced {
         ok(&["try-restart", SERVICE_UNIT])?;
     }
@@ -951,6 +1275,7 @@ fn setup_profile(broker: &Path, codex_home: &Path, replaced: bool, previous: &St
     }
     if replaced {
         if let Some(pid) = stop_broker_running(broker)? {
+            journal(Change::Stopped { exe: broker.to_path_buf(), codex_home: codex_home.to_path_buf() });
             report.push(format!("stopped the previous broker (pid {pid}) to run the new binaries"));
         }
     }
@@ -960,25 +1285,18 @@ fn setup_profile(broker: &Path, codex_home: &Path, replaced: bool, previous: &St
     if !out.status.success() {
         bail!("{} serve --daemonize failed: {}", broker.display(), String::from_utf8_lossy(&out.stderr).trim());
     }
-    report.push(String::from_utf8_lossy(&out.stdout).trim().to_string());
+    let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if said.starts_with("broker started") {
+        journal(Change::Started(broker.to_path_buf()));
+    }
+    report.push(said);
     Ok(StartSetup::Profile { files })
 }
 
 fn teardown_start(start: &StartSetup, broker: &Path, report: &mut Report) -> Result<()> {
     match start {
         StartSetup::None => {}
-        StartSetup::Systemd { units } => {
-            if user_manager_runs() {
-                let _ = systemctl_user(&["disable", "--now", SOCKET_UNIT, SERVICE_UNIT]);
-            }
-            for u in units {
-                restore(u, None)?;
-            }
-            if user_manager_runs() {
-                let _ = systemctl_user(&["daemon-reload"]);
-            }
-            report.push("removed the systemd user units".into());
-        }
+        StartSetup::Systemd { units } => remove_units(units, report)?,
         StartSetup::Profile { files } => {
             for f in files {
                 if remove_profile_block(f)? {
@@ -986,6 +1304,7 @@ fn teardown_start(start: &StartSetup, broker: &Path, report: &mut Report) -> Res
                 }
             }
             if let Some(pid) = stop_broker_running(broker)? {
+                journal(Change::Stopped { exe: broker.to_path_buf(), codex_home: paths::codex_home() });
                 report.push(format!("stopped the broker (pid {pid})"));
             }
         }
@@ -993,54 +1312,160 @@ fn teardown_start(start: &StartSetup, broker: &Path, report: &mut Report) -> Res
     Ok(())
 }
 
+/// Disables (when a user manager answers) and removes Courier's unit files.
+fn remove_units(units: &[PathBuf], report: &mut Report) -> Result<()> {
+    let present: Vec<&PathBuf> = units.iter().filter(|u| fs::symlink_metadata(u).is_ok()).collect();
+    if present.is_empty() {
+        return Ok(());
+    }
+    let manager = user_manager_runs();
+    if manager && systemctl_user(&["disable", "--now", SOCKET_UNIT, SERVICE_UNIT]).is_some_and(|o| o.status.success()) {
+        journal(Change::Disabled);
+    }
+    for u in &present {
+        if remove_file(u)? {
+            report.push(format!("removed {}", u.display()));
+        }
+    }
+    if manager {
+        let _ = systemctl_user(&["daemon-reload"]);
+    }
+    Ok(())
+}
+
 // ------------------------------------------------------------------------------------------------
 // uninstall
 
-pub fn uninstall() -> Result<Report> {
+/// Courier's files in the state directory (queue, log, lock, manifest) and the runtime directory
+/// (socket, secret, lock): what `--purge` removes, and nothing else.
+fn state_files() -> Vec<String> {
+    let db = crate::store::DB_NAME;
+    vec![db.into(), format!("{db}-wal"), format!("{db}-shm"), DAEMON_LOG.into(), format!("{DAEMON_LOG}.1"), "broker.lock".into(), MANIFEST_NAME.into()]
+}
+fn runtime_files() -> Vec<String> {
+    vec![paths::SOCKET_NAME.into(), paths::SECRET_NAME.into(), "broker.lock".into()]
+}
+
+/// Removes Courier's `files` (and its leftover temporary files) from `dir`, then `dir` itself
+/// if nothing else is in it. Never removes a file it does not know.
+fn purge_dir(dir: &Path, known: &[String]) -> Result<Vec<String>> {
+    let Ok(rd) = fs::read_dir(dir) else { return Ok(Vec::new()) };
+    let mut others = Vec::new();
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let temp = (name.starts_with(".secret.") || name.starts_with(".install-manifest.json.courier-"))
+            && e.file_type().is_ok_and(|t| t.is_file());
+        if known.contains(&name) || temp {
+            fs::remove_file(e.path()).with_context(|| format!("removing {}", e.path().display()))?;
+        } else {
+            others.push(name);
+        }
+    }
+    if others.is_empty() {
+        fs::remove_dir(dir).with_context(|| format!("removing {}", dir.display()))?;
+        Ok(vec![format!("removed {}", dir.display())])
+    } else {
+        others.sort();
+        Ok(vec![format!("removed Courier's files from {}; kept the directory, which also holds {}", dir.display(), others.join(", "))])
+    }
+}
+
+/// `broker uninstall [--purge]`: removes what the manifest lists (also what a failed or
+/// interrupted install left); `purge` also removes the state and runtime directories' files.
+pub fn uninstall(purge: bool) -> Result<Report> {
     let state_dir = paths::state_dir();
-    let Some(m) = load_manifest(&state_dir)? else {
-        bail!("nothing to uninstall: no install manifest at {}", manifest_path(&state_dir).display());
-    };
+    let runtime_dir = paths::runtime_dir();
+    let manifest = load_manifest(&state_dir)?;
+    if manifest.is_none() && !purge {
+        bail!(
+            "nothing to uninstall: no install manifest at {} (`broker uninstall --purge` removes the state directory anyway)",
+            manifest_path(&state_dir).display()
+        );
+    }
+    if purge {
+        // The queue is open in a running broker: removing it under that broker would lose it
+        // silently. A broker install started is stopped below; any other must be stopped first.
+        if let Some(st) = server::query_status(&runtime_dir) {
+            let pid = st.get("pid").and_then(Value::as_u64).unwrap_or(0);
+            let exe = fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+            let ours = manifest.as_ref().is_some_and(|m| {
+                m.start != StartSetup::None && exe.to_string_lossy().trim_end_matches(" (deleted)") == m.prefix.join("broker").to_string_lossy()
+            });
+            if !ours {
+                bail!("a broker (pid {pid}, {}) still runs for this login and holds the queue open; stop it, then run `broker uninstall --purge` again", exe.display());
+            }
+        }
+    }
     let mut report = Report::new();
+    if let Some(m) = &manifest {
+        uninstall_manifest(m, &state_dir, &mut report)?;
+    }
+    if purge {
+        if let Some(st) = server::query_status(&runtime_dir) {
+            bail!("the broker (pid {}) is still running; stop it, then run `broker uninstall --purge` again", st.get("pid").and_then(Value::as_u64).unwrap_or(0));
+        }
+        report.extend(purge_dir(&runtime_dir, &runtime_files())?);
+        report.extend(purge_dir(&state_dir, &state_files())?);
+        report.push("Courier is uninstalled; its queue, secret, socket, log and lock are removed".into());
+    } else {
+        report.push(format!(
+            "Courier is uninstalled; kept its state directory {} (the message queue and log; `broker uninstall --purge` removes it)",
+            state_dir.display()
+        ));
+    }
+    Ok(report)
+}
+
+/// Puts back one file install edited: byte for byte when nobody changed it since, else with only
+/// Courier's entries taken out by `strip` (None when it cannot be parsed).
+fn unedit(edit: &FileEdit, what: &str, strip: impl Fn(&str) -> Result<String>, report: &mut Report) -> Result<()> {
+    let current = read_opt(&edit.path)?;
+    let p = edit.path.display();
+    if current.as_deref() == Some(edit.written.as_str()) && edit.snapshot_valid {
+        restore(&edit.path, edit.original.as_deref())?;
+        report.push(match edit.original {
+            Some(_) => format!("restored {p}"),
+            None => format!("removed {p} (install had created it)"),
+        });
+    } else if current.is_some() && current == edit.original && edit.snapshot_valid {
+        // Listed ahead of a write that never happened (an interrupted install): nothing to undo.
+    } else if let Some(text) = current {
+        let out = strip(&text)?;
+        if out.trim().is_empty() && edit.original.is_none() {
+            restore(&edit.path, None)?;
+            report.push(format!("removed {p} (install had created it; only Courier's {what} were left)"));
+        } else {
+            write_atomic(&edit.path, out.as_bytes(), 0o600)?;
+            report.push(format!("removed Courier's {what} from {p} (it changed since install)"));
+        }
+    }
+    Ok(())
+}
+
+fn uninstall_manifest(m: &Manifest, state_dir: &Path, report: &mut Report) -> Result<()> {
     let broker = m.prefix.join("broker");
-    teardown_start(&m.start, &broker, &mut report)?;
+    teardown_start(&m.start, &broker, report)?;
+    // Unit files written by an install whose systemd step failed are not in `start`.
+    remove_units(&m.unit_files, report)?;
 
     if let Some(edit) = &m.hooks_json {
-        let current = read_opt(&edit.path)?;
-        if current.as_deref() == Some(edit.written.as_str()) && edit.snapshot_valid {
-            restore(&edit.path, edit.original.as_deref())?;
-            report.push(format!("restored {}", edit.path.display()));
-        } else if let Some(text) = current {
-            let mut doc: Value = serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", edit.path.display()))?;
-            unmerge_hooks(&mut doc, &m);
-            let empty = doc.as_object().is_some_and(|o| o.is_empty());
-            if empty && edit.original.is_none() {
-                restore(&edit.path, None)?;
-            } else {
-                write_atomic(&edit.path, json_text(&doc).as_bytes(), 0o600)?;
-            }
-            report.push(format!("removed Courier's hooks from {} (it changed since install)", edit.path.display()));
-        }
+        let strip = |text: &str| -> Result<String> {
+            let mut doc: Value = serde_json::from_str(text).with_context(|| format!("{} is not valid JSON", edit.path.display()))?;
+            unmerge_hooks(&mut doc, m);
+            Ok(if doc.as_object().is_some_and(|o| o.is_empty()) { String::new() } else { json_text(&doc) })
+        };
+        unedit(edit, "hooks", strip, report)?;
     }
     if let Some(edit) = &m.config_toml {
-        let current = read_opt(&edit.path)?;
-        if current.as_deref() == Some(edit.written.as_str()) && edit.snapshot_valid {
-            restore(&edit.path, edit.original.as_deref())?;
-            report.push(format!("restored {}", edit.path.display()));
-        } else if let Some(text) = current {
+        let strip = |text: &str| -> Result<String> {
             let mut doc: toml_edit::DocumentMut = text.parse().with_context(|| format!("{} is not valid TOML", edit.path.display()))?;
-            remove_trust(&mut doc, &m);
-            let out = doc.to_string();
-            if out.trim().is_empty() && edit.original.is_none() {
-                restore(&edit.path, None)?;
-            } else {
-                write_atomic(&edit.path, out.as_bytes(), 0o600)?;
-            }
-            report.push(format!("removed Courier's trust entries from {} (it changed since install)", edit.path.display()));
-        }
+            remove_trust(&mut doc, m);
+            Ok(doc.to_string())
+        };
+        unedit(edit, "trust entries", strip, report)?;
     }
     if !m.codex_trusted.is_empty() || !m.codex_followed.is_empty() {
-        let mut store = Store::open(&state_dir)?;
+        let mut store = Store::open(state_dir)?;
         for (digest, path) in &m.codex_trusted {
             if store.untrust_codex(digest)? {
                 report.push(format!("no longer trusting {path} (sha256:{digest})"));
@@ -1060,17 +1485,15 @@ pub fn uninstall() -> Result<Report> {
         }
     }
     for b in &m.binaries {
-        if fs::symlink_metadata(b).is_ok() {
-            fs::remove_file(b).with_context(|| format!("removing {}", b.display()))?;
+        if remove_file(b)? {
             report.push(format!("removed {}", b.display()));
         }
     }
     if m.created_prefix && fs::remove_dir(&m.prefix).is_ok() {
         report.push(format!("removed {}", m.prefix.display()));
     }
-    fs::remove_file(manifest_path(&state_dir))?;
-    report.push("Courier is uninstalled; the message queue in the state directory was kept".into());
-    Ok(report)
+    remove_file(&manifest_path(state_dir))?;
+    Ok(())
 }
 
 #[cfg(test)]

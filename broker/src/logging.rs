@@ -75,13 +75,17 @@ pub fn write(level: Level, args: std::fmt::Arguments) {
     if !enabled(level) {
         return;
     }
-    let line = if JOURNAL.load(Ordering::Relaxed) {
+    let line = format_line(level, args);
+    // One write per line so concurrent threads do not interleave within a line.
+    let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+}
+
+fn format_line(level: Level, args: std::fmt::Arguments) -> String {
+    if JOURNAL.load(Ordering::Relaxed) {
         format!("<{}>{}: {args}\n", level.syslog(), level.name())
     } else {
         format!("broker: {}: {args}\n", level.name())
-    };
-    // One write per line so concurrent threads do not interleave within a line.
-    let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+    }
 }
 
 /// `JOURNAL_STREAM=<dev>:<ino>` names stderr when systemd connected it to the journal.
@@ -105,6 +109,49 @@ macro_rules! log_debug { ($($t:tt)*) => { $crate::logging::write($crate::logging
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Everything the broker library writes to stderr goes through this logger (so every line
+    /// has its level); only the CLI's own messages in main.rs print directly.
+    #[test]
+    fn library_code_logs_only_through_the_logger() {
+        fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+            for e in std::fs::read_dir(dir).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p, out);
+                } else if p.extension().is_some_and(|x| x == "rs") {
+                    out.push(p);
+                }
+            }
+        }
+        let mut files = Vec::new();
+        walk(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
+        assert!(files.len() > 10, "{files:?}");
+        let mut offenders = Vec::new();
+        for f in files {
+            let name = f.file_name().unwrap().to_string_lossy().to_string();
+            if name == "main.rs" || name == "tests.rs" {
+                continue;
+            }
+            let text = std::fs::read_to_string(&f).unwrap();
+            let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+            for (i, line) in code.lines().enumerate() {
+                if line.contains("eprintln!(") || line.contains("eprint!(") {
+                    offenders.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
+                }
+            }
+        }
+        assert!(offenders.is_empty(), "log through log_error!/log_warn!/log_info!/log_debug! instead:\n{}", offenders.join("\n"));
+    }
+
+    #[test]
+    fn line_format_has_the_level() {
+        JOURNAL.store(false, Ordering::Relaxed);
+        assert_eq!(format_line(Level::Warn, format_args!("x {}", 1)), "broker: warn: x 1\n");
+        JOURNAL.store(true, Ordering::Relaxed);
+        assert_eq!(format_line(Level::Error, format_args!("y")), "<3>error: y\n");
+        JOURNAL.store(false, Ordering::Relaxed);
+    }
 
     #[test]
     fn parses_levels() {

@@ -2,41 +2,21 @@
 //! and show its state. See README.md for usage and ARCHITECTURE.md for the code map.
 
 use anyhow::{bail, Context, Result};
+use broker::cli::{self, Args, Parsed, UsageError};
 use broker::store::{Enqueued, Store};
 use broker::{codex, config, delivery, dirs, doctor, effort, inspect, install, logging, server};
 use courier_shared::paths;
-use lexopt::prelude::*;
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "\
-usage: broker <command> [options]
-
-commands:
-  serve [--daemonize]                     run the broker in the foreground (--daemonize: in the
-                                          background, unless one already answers)
-  send --thread <UUID> [--key K] [--ttl D] [--from LABEL] [--json] <TEXT | ->
-                                          queue a message for a Codex thread; prints its id
-  effort --thread <UUID> [--scope turn|thread] <none|minimal|low|medium|high|xhigh>
-                                          queue a reasoning-effort change (default scope:
-                                          the running turn; thread = from the next turn on)
-  inspect [--thread <UUID>] [--json] [--follow]
-                                          show messages, refusals and broker health
-                                          (--follow: keep watching; with --json one object per line)
-  cancel <MESSAGE-ID>                     cancel a message that was not handed yet
-  trust-codex [PATH]                      record a Codex binary's SHA-256 as trusted
-                                          (default: the codex on PATH)
-  install [--prefix DIR] [--codex-home DIR] [--start auto|systemd|profile|none] [--no-enable]
-                                          install binaries, hooks, trust and login start
-  uninstall                               remove exactly what install added
-  doctor [--codex PATH]                   check the installation; exit 1 on problems
-
-environment: COURIER_RUNTIME_DIR, COURIER_STATE_DIR, COURIER_CONFIG, CODEX_HOME (see README)";
-
 fn main() -> ExitCode {
     match run() {
         Ok(code) => code,
+        Err(e) if e.is::<UsageError>() => {
+            eprintln!("{e}");
+            ExitCode::from(2)
+        }
         Err(e) => {
             eprintln!("broker: {e:#}");
             ExitCode::from(1)
@@ -52,76 +32,114 @@ fn open_store() -> Result<Store> {
 
 fn run() -> Result<ExitCode> {
     let mut parser = lexopt::Parser::from_env();
-    let command = match parser.next()? {
-        Some(Value(cmd)) => cmd.string()?,
-        Some(Long("help") | Short('h')) | None => {
-            println!("{USAGE}");
+    let name = match parser.next().map_err(|e| UsageError(format!("broker: {e}\n{}", cli::usage())))? {
+        Some(lexopt::Arg::Value(cmd)) => cmd.to_string_lossy().into_owned(),
+        Some(lexopt::Arg::Long("help") | lexopt::Arg::Short('h')) | None => {
+            print!("{}", cli::usage());
             return Ok(ExitCode::SUCCESS);
         }
-        Some(other) => return Err(other.unexpected().into()),
-    };
-    match command.as_str() {
-        "serve" => serve(parser),
-        "send" => send(parser),
-        "effort" => effort(parser),
-        "inspect" => inspect_cmd(parser),
-        "cancel" => cancel(parser),
-        "trust-codex" => trust_codex(parser),
-        "install" => install_cmd(parser),
-        "uninstall" => uninstall_cmd(parser),
-        "doctor" => doctor_cmd(parser),
-        "help" => {
-            println!("{USAGE}");
-            Ok(ExitCode::SUCCESS)
+        Some(lexopt::Arg::Long("version") | lexopt::Arg::Short('V')) => {
+            println!("{}", cli::version());
+            return Ok(ExitCode::SUCCESS);
         }
-        other => bail!("unknown command {other:?}\n\n{USAGE}"),
+        Some(other) => return Err(UsageError(format!("broker: {}\n{}", other.unexpected(), cli::usage())).into()),
+    };
+    if name == "help" {
+        // `broker help [COMMAND]`
+        match parser.next().ok().flatten() {
+            Some(lexopt::Arg::Value(c)) => match cli::command(&c.to_string_lossy()) {
+                Some(c) => print!("{}", cli::help(c)),
+                None => return Err(UsageError(format!("broker: unknown command {c:?}\n{}", cli::usage())).into()),
+            },
+            _ => print!("{}", cli::usage()),
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let Some(command) = cli::command(&name) else {
+        return Err(UsageError(format!("broker: unknown command {name:?}\n{}", cli::usage())).into());
+    };
+    let args = match cli::parse(command, parser)? {
+        Parsed::Help => {
+            print!("{}", cli::help(command));
+            return Ok(ExitCode::SUCCESS);
+        }
+        Parsed::Args(a) => a,
+    };
+    match name.as_str() {
+        "serve" => serve(args),
+        "send" => send(args),
+        "effort" => effort(args),
+        "inspect" => inspect_cmd(args),
+        "cancel" => cancel(args),
+        "trust-codex" => trust_codex(args),
+        "install" => install_cmd(args),
+        "uninstall" => uninstall_cmd(args),
+        "doctor" => doctor_cmd(args),
+        other => unreachable!("command {other} is declared in cli::COMMANDS but not dispatched"),
     }
 }
 
-fn serve(mut parser: lexopt::Parser) -> Result<ExitCode> {
-    let mut daemonize = false;
-    while let Some(arg) = parser.next()? {
-        match arg {
-            Long("daemonize") => daemonize = true,
-            other => return Err(other.unexpected().into()),
-        }
-    }
+fn serve(args: Args) -> Result<ExitCode> {
+    let daemonize = args.flag("daemonize");
     if daemonize {
         let exe = std::env::current_exe().context("locating the broker executable")?;
         let (pid, started) = install::daemonize(&exe)?;
         println!("{} (pid {pid})", if started { "broker started" } else { "broker already running" });
         return Ok(ExitCode::SUCCESS);
     }
-    let loaded = config::load()?;
-    if let Some(w) = logging::init(loaded.config.log_level.as_deref()) {
-        broker::log_warn!("{w}");
-    }
-    for w in &loaded.warnings {
-        broker::log_warn!("config {}: {w}", loaded.path.as_deref().unwrap_or(std::path::Path::new("?")).display());
-    }
-    server::serve(server::ServeOptions {
-        runtime_dir: paths::runtime_dir(),
-        state_dir: paths::state_dir(),
-        codex_home: paths::codex_home(),
-        retention: loaded.config.retention(),
-        extra_hook_clients: loaded.config.hook_clients,
-    })?;
-    Ok(ExitCode::SUCCESS)
-}
-
-fn install_cmd(mut parser: lexopt::Parser) -> Result<ExitCode> {
-    let home = PathBuf::from(std::env::var_os("HOME").context("HOME is not set")?);
-    let (mut prefix, mut codex_home, mut start) = (home.join(".local/bin"), paths::codex_home(), install::StartMode::Auto);
-    let mut no_enable = false;
-    while let Some(arg) = parser.next()? {
-        match arg {
-            Long("prefix") => prefix = PathBuf::from(parser.value()?),
-            Long("codex-home") => codex_home = PathBuf::from(parser.value()?),
-            Long("start") => start = install::StartMode::parse(&parser.value()?.string()?)?,
-            Long("no-enable") => no_enable = true,
-            other => return Err(other.unexpected().into()),
+    // A daemon must not pin the directory it happened to start in (a Codex tool command's cwd,
+    // an unmounted disk): paths given relative are made absolute first, then it moves to `/`.
+    absolute_path_env()?;
+    std::env::set_current_dir("/").context("changing to /")?;
+    let served = config::load().and_then(|loaded| {
+        if let Some(w) = logging::init(loaded.config.log_level.as_deref()) {
+            broker::log_warn!("{w}");
+        }
+        for w in &loaded.warnings {
+            broker::log_warn!("config {}: {w}", loaded.path.as_deref().unwrap_or(std::path::Path::new("?")).display());
+        }
+        server::serve(server::ServeOptions {
+            runtime_dir: paths::runtime_dir(),
+            state_dir: paths::state_dir(),
+            codex_home: paths::codex_home(),
+            retention: loaded.config.retention(),
+            extra_hook_clients: loaded.config.hook_clients,
+        })
+    });
+    match served {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(e) => {
+            // A log line like every other (the journal or broker.log), not a bare CLI error.
+            broker::log_error!("{e:#}");
+            Ok(ExitCode::from(1))
         }
     }
+}
+
+/// Makes the path variables the broker reads absolute (against the current directory), before
+/// `serve` leaves it. Runs before any thread exists.
+fn absolute_path_env() -> Result<()> {
+    let cwd = std::env::current_dir().context("reading the current directory")?;
+    for var in ["COURIER_RUNTIME_DIR", "COURIER_STATE_DIR", "COURIER_CONFIG", "CODEX_HOME", "XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "HOME"] {
+        if let Some(v) = std::env::var_os(var).filter(|v| !v.is_empty()) {
+            let p = PathBuf::from(&v);
+            if p.is_relative() {
+                std::env::set_var(var, cwd.join(p));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn install_cmd(args: Args) -> Result<ExitCode> {
+    let home = PathBuf::from(std::env::var_os("HOME").context("HOME is not set")?);
+    let prefix = args.os_value("prefix").map_or_else(|| home.join(".local/bin"), PathBuf::from);
+    let codex_home = args.os_value("codex-home").map_or_else(paths::codex_home, PathBuf::from);
+    let start = match args.value("start")? {
+        Some(s) => install::StartMode::parse(&s).map_err(|e| UsageError(format!("broker install: {e:#}")))?,
+        None => install::StartMode::Auto,
+    };
+    let no_enable = args.flag("no-enable");
     let exe = std::env::current_exe().context("locating the broker executable")?;
     let source_dir = exe.parent().context("broker executable has no directory")?.to_path_buf();
     let done = install::install(&install::InstallOptions { prefix, codex_home, start, source_dir, no_enable })?;
@@ -139,24 +157,15 @@ fn install_cmd(mut parser: lexopt::Parser) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn uninstall_cmd(mut parser: lexopt::Parser) -> Result<ExitCode> {
-    if let Some(arg) = parser.next()? {
-        return Err(arg.unexpected().into());
-    }
-    for line in install::uninstall()? {
+fn uninstall_cmd(args: Args) -> Result<ExitCode> {
+    for line in install::uninstall(args.flag("purge"))? {
         println!("{line}");
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn doctor_cmd(mut parser: lexopt::Parser) -> Result<ExitCode> {
-    let mut codex = None;
-    while let Some(arg) = parser.next()? {
-        match arg {
-            Long("codex") => codex = Some(PathBuf::from(parser.value()?)),
-            other => return Err(other.unexpected().into()),
-        }
-    }
+fn doctor_cmd(args: Args) -> Result<ExitCode> {
+    let codex = args.os_value("codex").map(PathBuf::from);
     let cwd = std::env::current_dir().context("reading the current directory")?;
     let checks = doctor::run(&doctor::Options { codex, cwd });
     print!("{}", doctor::render(&checks));
@@ -167,44 +176,21 @@ fn doctor_cmd(mut parser: lexopt::Parser) -> Result<ExitCode> {
 fn require_thread(thread: Option<String>) -> Result<String> {
     let thread = thread.context("--thread <UUID> is required")?;
     if !courier_shared::rollout::is_uuid(&thread) {
-        bail!("--thread {thread:?} is not a thread id (a lowercase UUID, as in the rollout file name)");
+        return Err(UsageError(format!("--thread {thread:?} is not a thread id (a lowercase UUID, as in the rollout file name)")).into());
     }
     Ok(thread)
 }
 
-/// `30s`, `10m`, `2h`, `7d`, or plain seconds.
-fn parse_duration_ms(s: &str) -> Result<i64> {
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: i64 = num.parse().with_context(|| format!("bad duration {s:?}"))?;
-    let mult = match unit {
-        "" | "s" => 1_000,
-        "ms" => 1,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => bail!("bad duration unit in {s:?} (use ms, s, m, h or d)"),
-    };
-    Ok(n * mult)
-}
-
-fn send(mut parser: lexopt::Parser) -> Result<ExitCode> {
-    let (mut thread, mut key, mut ttl, mut from, mut text, mut json) = (None, None, None, None, None, false);
-    while let Some(arg) = parser.next()? {
-        match arg {
-            Long("thread") => thread = Some(parser.value()?.string()?),
-            Long("key") => key = Some(parser.value()?.string()?),
-            Long("ttl") => ttl = Some(parse_duration_ms(&parser.value()?.string()?)?),
-            Long("from") => from = Some(parser.value()?.string()?),
-            Long("json") => json = true,
-            Value(v) if text.is_none() => text = Some(v.string()?),
-            other => return Err(other.unexpected().into()),
-        }
-    }
-    let thread = require_thread(thread)?;
+fn send(args: Args) -> Result<ExitCode> {
+    let thread = require_thread(args.value("thread")?)?;
+    let key = args.value("key")?;
+    let ttl = args.duration("ttl")?.map(|d| d.as_millis() as i64);
+    let from = args.value("from")?;
+    let json = args.flag("json");
+    let text = args.positional(0)?;
     let mut text = text.context("the message text (or - for stdin) is required")?;
     if text == "-" {
-        text.clear();
-        std::io::stdin().read_to_string(&mut text).context("reading the message from stdin")?;
+        text = read_stdin_body()?;
     }
     if text.trim().is_empty() {
         bail!("refusing to send an empty message");
@@ -226,18 +212,23 @@ fn send(mut parser: lexopt::Parser) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn effort(mut parser: lexopt::Parser) -> Result<ExitCode> {
-    let (mut thread, mut level, mut scope, mut json) = (None, None, "turn".to_string(), false);
-    while let Some(arg) = parser.next()? {
-        match arg {
-            Long("thread") => thread = Some(parser.value()?.string()?),
-            Long("scope") => scope = parser.value()?.string()?,
-            Long("json") => json = true,
-            Value(v) if level.is_none() => level = Some(v.string()?),
-            other => return Err(other.unexpected().into()),
-        }
+/// The message body from stdin: at most the limit plus one byte is read, so an endless or huge
+/// pipe is refused at once instead of being held in memory.
+fn read_stdin_body() -> Result<String> {
+    let limit = broker::store::MAX_BODY_BYTES;
+    let mut buf = Vec::with_capacity(4096);
+    std::io::stdin().lock().take(limit as u64 + 1).read_to_end(&mut buf).context("reading the message from stdin")?;
+    if buf.len() > limit {
+        bail!("the message on stdin is over the limit of {limit} bytes (Codex shows the model only a preview of longer hook output); nothing was queued");
     }
-    let thread = require_thread(thread)?;
+    String::from_utf8(buf).context("the message on stdin is not UTF-8; nothing was queued")
+}
+
+fn effort(args: Args) -> Result<ExitCode> {
+    let thread = require_thread(args.value("thread")?)?;
+    let scope = args.value("scope")?.unwrap_or_else(|| "turn".into());
+    let json = args.flag("json");
+    let level = args.positional(0)?;
     let level = level.context("an effort level is required (none, minimal, low, medium, high or xhigh)")?;
     let cfg = effort::config::EffortConfig::load(&paths::config_path())?;
     let from = std::env::var("USER").unwrap_or_else(|_| "cli".into());
@@ -254,17 +245,10 @@ fn effort(mut parser: lexopt::Parser) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn inspect_cmd(mut parser: lexopt::Parser) -> Result<ExitCode> {
+fn inspect_cmd(args: Args) -> Result<ExitCode> {
     use std::io::{IsTerminal, Write};
-    let (mut thread, mut json, mut follow) = (None, false, false);
-    while let Some(arg) = parser.next()? {
-        match arg {
-            Long("thread") => thread = Some(require_thread(Some(parser.value()?.string()?))?),
-            Long("json") => json = true,
-            Long("follow") | Short('f') => follow = true,
-            other => return Err(other.unexpected().into()),
-        }
-    }
+    let thread = args.value("thread")?.map(|t| require_thread(Some(t))).transpose()?;
+    let (json, follow) = (args.flag("json"), args.flag("follow"));
     let mut store = open_store()?;
     let tty = std::io::stdout().is_terminal();
     let mut last_shown = None;
@@ -280,8 +264,8 @@ fn inspect_cmd(mut parser: lexopt::Parser) -> Result<ExitCode> {
         if last_shown.as_ref() != Some(&fingerprint) {
             let text = match (json, follow) {
                 // --follow --json: one compact object per line, for tools.
-                (true, true) => serde_json::to_string(&report.to_json())? + "\n",
-                (true, false) => serde_json::to_string_pretty(&report.to_json())? + "\n",
+                (true, true) => inspect::terminal_safe_json(&serde_json::to_string(&report.to_json())?) + "\n",
+                (true, false) => inspect::terminal_safe_json(&serde_json::to_string_pretty(&report.to_json())?) + "\n",
                 // A terminal gets a redrawn screen; a pipe gets each changed snapshot, stamped.
                 (false, true) if tty => format!("\x1b[H\x1b[2J{}", report.render_table()),
                 (false, true) => format!("--- {}\n{}", inspect::clock(report.now), report.render_table()),
@@ -300,24 +284,19 @@ fn inspect_cmd(mut parser: lexopt::Parser) -> Result<ExitCode> {
     }
 }
 
-fn cancel(mut parser: lexopt::Parser) -> Result<ExitCode> {
-    let id = match parser.next()? {
-        Some(Value(v)) => v.string()?,
-        Some(other) => return Err(other.unexpected().into()),
-        None => bail!("usage: broker cancel <MESSAGE-ID>"),
-    };
+fn cancel(args: Args) -> Result<ExitCode> {
+    let id = args.positional(0)?.context("a message id is required")?;
     let mut store = open_store()?;
     let was = store.cancel(&id)?;
     println!("cancelled {id} (was {was})");
     Ok(ExitCode::SUCCESS)
 }
 
-fn trust_codex(mut parser: lexopt::Parser) -> Result<ExitCode> {
+fn trust_codex(args: Args) -> Result<ExitCode> {
     // No PATH: the `codex` on PATH, which the broker then also follows across upgrades. A PATH:
     // exactly the binary it resolves to, once.
-    let (path, follow) = match parser.next()? {
-        Some(Value(v)) => (std::path::absolute(PathBuf::from(v))?, false),
-        Some(other) => return Err(other.unexpected().into()),
+    let (path, follow) = match args.positionals.first() {
+        Some(p) => (std::path::absolute(PathBuf::from(p))?, false),
         None => {
             let p = codex::resolve::codex_on_path(std::env::var_os("PATH").as_deref())
                 .context("no codex on PATH; pass the path of the Codex binary")?;

@@ -1,6 +1,8 @@
 //! `broker serve`: owns the socket, runs each hook request through the gate and delivery, and
 //! keeps leases and hand-offs moving in the background. One broker per login: an exclusive lock
-//! on `COURIER_STATE_DIR/broker.lock`.
+//! on `broker.lock` in both the runtime directory (the socket's) and the state directory (the
+//! queue's). SIGTERM, SIGINT and SIGHUP stop it cleanly: the socket it bound is removed and the
+//! stop is logged.
 //!
 //! Connections: one poll thread (epoll) accepts every connection and reads it without blocking
 //! until it holds one complete request frame; only then does a worker thread (a small fixed pool)
@@ -49,6 +51,24 @@ const WORKERS: usize = 16;
 const QUEUED_REFUSALS_MAX: usize = 64;
 const MAINTENANCE_INTERVAL: Duration = Duration::from_millis(500);
 const PRUNE_INTERVAL: Duration = Duration::from_secs(600);
+
+/// Refusal reason codes the connection layer records, besides the gate's
+/// [`gate::REASON_CODES`] (README, "Refusal reason codes", lists both).
+pub const CONNECTION_REASON_CODES: [&str; 8] = [
+    "too_many_connections",
+    "request_timeout",
+    "frame_too_large",
+    "truncated_frame",
+    "buffer_limit",
+    "bad_request",
+    "protocol_version",
+    "unexpected_ack",
+];
+
+/// Every refusal reason code `broker inspect` can show.
+pub fn all_reason_codes() -> Vec<&'static str> {
+    gate::REASON_CODES.iter().chain(CONNECTION_REASON_CODES.iter()).copied().collect()
+}
 
 pub struct ServeOptions {
     pub runtime_dir: PathBuf,
@@ -109,21 +129,66 @@ impl gate::CodexTrust for TrustView<'_> {
     }
 }
 
-/// Holds the per-login lock for the broker's lifetime.
+/// Holds the per-login locks for the broker's lifetime.
 pub struct InstanceLock {
-    _file: File,
+    _files: Vec<File>,
 }
 
-pub fn lock_instance(state_dir: &Path) -> Result<InstanceLock> {
-    let path = state_dir.join("broker.lock");
-    let mut file = OpenOptions::new().create(true).truncate(false).write(true).read(true).open(&path)?;
-    if file.try_lock().is_err() {
-        let pid = fs::read_to_string(&path).unwrap_or_default();
-        bail!("another broker already runs for this login (pid {}; lock {})", pid.trim(), path.display());
+/// One broker per login: an exclusive lock on `broker.lock` in the runtime directory (the socket
+/// is there, so a second broker must not take it over even with another state directory) and in
+/// the state directory (the queue). A lock dies with its process, so a crash leaves none behind.
+pub fn lock_instance(runtime_dir: &Path, state_dir: &Path) -> Result<InstanceLock> {
+    let mut files = Vec::new();
+    for (dir, what) in [(runtime_dir, "runtime directory"), (state_dir, "state directory")] {
+        let path = dir.join("broker.lock");
+        if files.len() == 1 && runtime_dir == state_dir {
+            break;
+        }
+        let mut file = OpenOptions::new().create(true).truncate(false).write(true).read(true).open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        if file.try_lock().is_err() {
+            let pid = fs::read_to_string(&path).unwrap_or_default();
+            bail!(
+                "another broker already runs with this {what} {} (pid {}; lock {}); stop it first",
+                dir.display(),
+                pid.trim(),
+                path.display()
+            );
+        }
+        file.set_len(0)?;
+        write!(file, "{}", std::process::id())?;
+        files.push(file);
     }
-    file.set_len(0)?;
-    write!(file, "{}", std::process::id())?;
-    Ok(InstanceLock { _file: file })
+    Ok(InstanceLock { _files: files })
+}
+
+/// Signals that stop the broker cleanly (socket removed, a line logged).
+const STOP_SIGNALS: [nix::sys::signal::Signal; 3] =
+    [nix::sys::signal::Signal::SIGTERM, nix::sys::signal::Signal::SIGINT, nix::sys::signal::Signal::SIGHUP];
+
+/// Blocks the stop signals in this thread and every thread it starts from now on; the
+/// `signals` thread takes them with `sigwait`. (Children get std's reset mask.)
+fn block_stop_signals() -> Result<nix::sys::signal::SigSet> {
+    let mut set = nix::sys::signal::SigSet::empty();
+    for s in STOP_SIGNALS {
+        set.add(s);
+    }
+    set.thread_block().context("blocking SIGTERM/SIGINT/SIGHUP")?;
+    Ok(set)
+}
+
+/// The socket file this broker bound, to remove at stop only if it is still that file (never a
+/// socket a later broker bound, nor systemd's under socket activation).
+struct BoundSocket {
+    path: PathBuf,
+    id: Option<(u64, u64)>,
+}
+
+impl BoundSocket {
+    fn remove(&self) -> bool {
+        let ours = fs::symlink_metadata(&self.path).is_ok_and(|m| Some((m.dev(), m.ino())) == self.id);
+        ours && fs::remove_file(&self.path).is_ok()
+    }
 }
 
 /// Binds the socket, replacing a stale one of ours; refuses anything else in its place.
@@ -190,10 +255,11 @@ fn raise_fd_limit() {
 }
 
 pub fn serve(opts: ServeOptions) -> Result<()> {
+    let stop_signals = block_stop_signals()?;
     failpoint::init().map_err(anyhow::Error::msg)?;
     dirs::ensure_private_dir(&opts.runtime_dir)?;
     dirs::ensure_private_dir(&opts.state_dir)?;
-    let _lock = lock_instance(&opts.state_dir)?;
+    let _lock = lock_instance(&opts.runtime_dir, &opts.state_dir)?;
     let secret = dirs::ensure_secret(&opts.runtime_dir)?;
     let mut store = Store::open(&opts.state_dir)?;
     let released = store.release_expired_leases()?;
@@ -223,8 +289,13 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         Some(l) => (l, "socket-activated"),
         None => (bind_socket(&socket)?, "bound"),
     };
+    let bound = BoundSocket {
+        path: socket.clone(),
+        id: (how == "bound").then(|| fs::symlink_metadata(&socket).ok().map(|m| (m.dev(), m.ino()))).flatten(),
+    };
     crate::log_info!(
-        "pid {} serving {} ({how}; state {}, CODEX_HOME {}); released {released} stale leases",
+        "broker {} started: pid {} serving {} ({how}; state {}, CODEX_HOME {}); released {released} stale leases",
+        env!("CARGO_PKG_VERSION"),
         std::process::id(),
         socket.display(),
         opts.state_dir.display(),
@@ -256,7 +327,22 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         let rx = Arc::clone(&rx);
         std::thread::Builder::new().name(format!("worker-{i}")).spawn(move || worker(&broker, &rx))?;
     }
-    Poller::new(listener, Arc::clone(&broker), jobs)?.run()
+    let bound = Arc::new(bound);
+    let (stopper, on_signal) = (Arc::clone(&broker), Arc::clone(&bound));
+    std::thread::Builder::new().name("signals".into()).spawn(move || loop {
+        if let Ok(sig) = stop_signals.wait() {
+            stopper.stop(&format!("on {sig:?}"), &on_signal);
+        }
+    })?;
+    let err = match Poller::new(listener, Arc::clone(&broker), jobs) {
+        Ok(p) => match p.run() {
+            Ok(()) => anyhow::anyhow!("the poll loop ended"),
+            Err(e) => e,
+        },
+        Err(e) => e,
+    };
+    crate::log_error!("{err:#}");
+    broker.stop("after an error", &bound)
 }
 
 /// A complete request frame and its connection, for a worker.
@@ -552,6 +638,21 @@ impl Poller {
 }
 
 impl Broker {
+    /// Stops the broker: removes its socket (if it bound it) so no hook connects to a dead
+    /// broker, waits for any store transaction in flight, logs the stop and exits. A lease not
+    /// yet acked is never handed (its client withdraws the output), exactly as after a crash.
+    fn stop(&self, why: &str, socket: &BoundSocket) -> ! {
+        let removed = socket.remove();
+        let _store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        crate::log_info!(
+            "broker stopped {why}: pid {}, up {} s; {}",
+            std::process::id(),
+            self.started.elapsed().as_secs(),
+            if removed { format!("removed socket {}", socket.path.display()) } else { format!("socket {} left to its owner", socket.path.display()) }
+        );
+        std::process::exit(if why.starts_with("on ") { 0 } else { 1 })
+    }
+
     fn maintain(&self) {
         let queued = std::mem::take(&mut *self.queued_refusals.lock().unwrap_or_else(|e| e.into_inner()));
         let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
@@ -559,6 +660,11 @@ impl Broker {
             if let Err(e) = store.record_refusal(code, &detail, None, None, Some(i64::from(pid))) {
                 crate::log_error!("recording refusal {code}: {e:#}");
             }
+        }
+        match store.expire_due() {
+            Ok(0) => {}
+            Ok(n) => crate::log_info!("expired {n} message(s) whose --ttl ran out"),
+            Err(e) => crate::log_error!("expiring messages: {e:#}"),
         }
         if let Err(e) = store.release_expired_leases().and_then(|_| delivery::reconcile(&mut store, None)) {
             crate::log_error!("maintenance: {e:#}");
@@ -736,4 +842,30 @@ pub fn query_status(runtime_dir: &Path) -> Option<serde_json::Value> {
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     wire::write_json(&mut stream, &Request::Status { v: PROTOCOL_VERSION }).ok()?;
     wire::read_json(&mut stream, wire::MAX_FRAME).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every code this file records is listed in [`all_reason_codes`].
+    #[test]
+    fn recorded_codes_are_all_listed() {
+        let src = include_str!("server.rs");
+        let src = src.split("#[cfg(test)]\nmod tests").next().unwrap();
+        let mut found = Vec::new();
+        for call in ["refuse_later(\"", "close_with(fd, \"", "self.refuse(\""] {
+            for part in src.split(call).skip(1) {
+                found.push(part.split('"').next().unwrap().to_string());
+            }
+        }
+        assert!(found.len() >= 9, "{found:?}");
+        let all = all_reason_codes();
+        for code in &found {
+            assert!(all.contains(&code.as_str()), "{code} is recorded but not in CONNECTION_REASON_CODES");
+        }
+        for code in CONNECTION_REASON_CODES {
+            assert!(found.iter().any(|f| f == code), "{code} is listed but never recorded");
+        }
+    }
 }

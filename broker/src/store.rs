@@ -243,12 +243,22 @@ impl Store {
         let now = now_ms();
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         if let Some(key) = key {
-            let existing: Option<(String, String)> = tx
-                .query_row("SELECT id, thread FROM messages WHERE idem_key = ?1", [key], |r| Ok((r.get(0)?, r.get(1)?)))
+            let existing: Option<(String, String, String, String)> = tx
+                .query_row("SELECT id, thread, kind, body FROM messages WHERE idem_key = ?1", [key], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                })
                 .optional()?;
-            if let Some((id, existing_thread)) = existing {
+            if let Some((id, existing_thread, existing_kind, existing_body)) = existing {
                 if existing_thread != thread {
                     bail!("key {key:?} was already used for thread {existing_thread} (message {id})");
+                }
+                // Same key, same text: a retry, answered with the same id. Different text under
+                // the same key is a mistake the sender must hear about, not a silent drop.
+                if existing_kind != kind || existing_body != body {
+                    bail!(
+                        "key {key:?} was already used for message {id} with a different text; nothing was queued \
+                         (send the same text to get {id} again, or use another key)"
+                    );
                 }
                 return Ok(Enqueued::Existing(id));
             }
@@ -444,6 +454,17 @@ impl Store {
         let mut stmt =
             self.conn.prepare_cached("SELECT codex_pid, codex_starttime FROM handed_to WHERE lease_token = ?1")?;
         Ok(stmt.query_row([lease_token], |r| Ok((r.get::<_, i32>(0)?, r.get::<_, i64>(1)? as u64))).optional()?)
+    }
+
+    /// Retires every pending message whose `--ttl` ran out (the broker's maintenance pass, so a
+    /// message expires on time whether or not a hook of its thread ever fires). Returns how many.
+    pub fn expire_due(&mut self) -> Result<usize> {
+        let now = now_ms();
+        Ok(self.conn.execute(
+            "UPDATE messages SET state = 'expired', reason = 'ttl_elapsed', updated_at = ?1
+             WHERE state = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?1",
+            [now],
+        )?)
     }
 
     /// Releases every lease whose time is up (after a broker crash, or a client that vanished).
@@ -643,10 +664,13 @@ mod tests {
     fn idempotency_key_makes_one_message() {
         let (mut s, _d) = store("idem");
         let a = s.enqueue(T, "message", "hi", None, Some("k1"), None).unwrap();
-        let b = s.enqueue(T, "message", "hi again", None, Some("k1"), None).unwrap();
+        let b = s.enqueue(T, "message", "hi", Some("other sender"), Some("k1"), None).unwrap();
         let Enqueued::New(id) = a else { panic!() };
-        assert_eq!(b, Enqueued::Existing(id));
+        assert_eq!(b, Enqueued::Existing(id.clone()));
+        let err = s.enqueue(T, "message", "hi again", None, Some("k1"), None).unwrap_err().to_string();
+        assert!(err.contains(&id) && err.contains("different text"), "{err}");
         assert_eq!(s.messages(None).unwrap().len(), 1);
+        assert_eq!(s.messages(None).unwrap()[0].body, "hi", "the first text stays");
         assert!(s.enqueue(U, "message", "x", None, Some("k1"), None).is_err(), "a key is bound to its thread");
     }
 
@@ -713,6 +737,20 @@ mod tests {
         s.enqueue(T, "message", "old", None, None, Some(0)).unwrap();
         assert!(s.lease(T, "Stop", Some("turn"), 1000, 1000).unwrap().is_none());
         assert_eq!(s.messages(None).unwrap()[0].state, "expired");
+    }
+
+    #[test]
+    fn expire_due_retires_only_pending_messages_past_their_ttl() {
+        let (mut s, _d) = store("expire");
+        let Enqueued::New(old) = s.enqueue(T, "message", "old", None, None, Some(0)).unwrap() else { panic!() };
+        let Enqueued::New(later) = s.enqueue(T, "message", "later", None, None, Some(3_600_000)).unwrap() else { panic!() };
+        let Enqueued::New(forever) = s.enqueue(U, "message", "no ttl", None, None, None).unwrap() else { panic!() };
+        assert_eq!(s.expire_due().unwrap(), 1);
+        let state = |s: &Store, id: &str| s.messages(None).unwrap().into_iter().find(|m| m.id == id).map(|m| (m.state, m.reason)).unwrap();
+        assert_eq!(state(&s, &old), ("expired".into(), Some("ttl_elapsed".into())));
+        assert_eq!(state(&s, &later).0, "pending");
+        assert_eq!(state(&s, &forever).0, "pending");
+        assert_eq!(s.expire_due().unwrap(), 0, "once");
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! `hook-client`: the command Codex runs for each hook event. It forwards the payload on stdin to
 //! the Courier broker and prints what the broker answers, so a queued message reaches the model.
 //!
+//! Run with any argument, or with a terminal on stdin, it is a person's call, not a hook's: it
+//! prints its usage (or version) and exits without contacting the broker.
+//!
 //! It must never hurt the Codex session: whatever goes wrong (no broker, a slow or refusing broker,
 //! a bad payload) it prints nothing and exits 0 within its deadline. The one exception keeps
 //! delivery exactly-once: once it has printed a leased message it exits 0 only if the broker
@@ -24,11 +27,61 @@ const DEFAULT_DEADLINE_MS: u64 = 500;
 const SUCCESS: i32 = 0;
 const FAILURE: i32 = 1;
 
+const USAGE: &str = "\
+hook-client: the command Codex runs for Courier's hooks. Codex starts it with one hook payload on
+stdin; it forwards the payload to the Courier broker and prints what the broker answers (a queued
+message for that thread, or nothing). It is not meant to be run by hand: queue messages with
+`broker send`, check the installation with `broker doctor`.
+
+usage: hook-client < PAYLOAD     as Codex runs it: silent, and exits 0 whatever goes wrong
+       hook-client --version
+       hook-client --help
+
+environment: COURIER_HOOK_DEADLINE_MS (deadline, default 500), COURIER_DEBUG=1 (say on stderr why
+nothing was delivered), COURIER_RUNTIME_DIR (where the broker's socket is)";
+
+/// Exit status for a command line that is not a hook call. Never 2: Codex reads exit 2 from a
+/// hook as "block", with stderr as the reason.
+const USAGE_ERROR: i32 = 64;
+
+/// Arguments, or a terminal on stdin, mean a person is running it: answer them, and never
+/// contact the broker (which would record the call as a refused hook).
+fn operator_call(argc: libc::c_int, argv: *const *const libc::c_char) -> Option<i32> {
+    if argc <= 1 {
+        // SAFETY: isatty on fd 0 only queries it.
+        let tty = unsafe { libc::isatty(0) } == 1;
+        if !tty {
+            return None; // a hook call
+        }
+        eprintln!("{USAGE}\n\nhook-client: stdin is a terminal, not a hook payload; nothing sent");
+        return Some(USAGE_ERROR);
+    }
+    // SAFETY: argv holds argc valid C strings (the C runtime's contract for main).
+    let first = unsafe { std::ffi::CStr::from_ptr(*argv.add(1)) }.to_string_lossy();
+    match &*first {
+        "--version" | "-V" => {
+            println!("hook-client {}", env!("CARGO_PKG_VERSION"));
+            Some(SUCCESS)
+        }
+        "--help" | "-h" => {
+            eprintln!("{USAGE}");
+            Some(SUCCESS)
+        }
+        other => {
+            eprintln!("{USAGE}\n\nhook-client: unexpected argument {other:?}; nothing sent");
+            Some(USAGE_ERROR)
+        }
+    }
+}
+
 #[no_mangle]
-pub extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
+pub extern "C" fn main(argc: libc::c_int, argv: *const *const libc::c_char) -> libc::c_int {
     // SAFETY: setting a signal disposition before any other thread exists. A closed pipe must be
     // an EPIPE error (handled below), not a kill.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    if let Some(code) = operator_call(argc, argv) {
+        return code;
+    }
     let start = Instant::now();
     let deadline = start + deadline_from_env();
     match run(deadline) {

@@ -232,6 +232,17 @@ impl Drop for Broker<'_> {
     }
 }
 
+/// Panics unless every line of a broker log reads `broker: <level>: ...`.
+pub fn assert_log_levelled(log: &str) {
+    for line in log.lines() {
+        let rest = line.strip_prefix("broker: ").unwrap_or_else(|| panic!("log line without `broker: `: {line:?}\n{log}"));
+        assert!(
+            ["error: ", "warn: ", "info: ", "debug: ", "trace: "].iter().any(|l| rest.starts_with(l)),
+            "log line without a level: {line:?}\n{log}"
+        );
+    }
+}
+
 /// `messages[]` of an inspect document.
 pub fn messages(inspect: &Value) -> Vec<Value> {
     inspect.get("messages").and_then(Value::as_array).cloned().unwrap_or_default()

@@ -304,6 +304,10 @@ fn policy_raises_after_failure_and_lowers_after_success() {
     let summary: Vec<(&str, &str, &str, &str)> =
         rows.iter().map(|m| (str_field(m, "effort"), str_field(m, "state"), str_field(m, "from"), str_field(m, "event"))).collect();
     assert_eq!(summary, [("high", "applied", "policy", "PostToolUse"), ("medium", "applied", "policy", "PostToolUse")]);
+    // The effort lines (policy decisions, exchanges) carry their level like every other line.
+    let log = broker.log_text();
+    assert!(log.contains("broker: info: effort policy: Bash exit 3") && log.contains("broker: info: effort m_"), "{log}");
+    courier_tests::broker::assert_log_levelled(&log);
 }
 
 /// Off by default: the same failing command changes nothing.

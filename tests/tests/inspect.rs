@@ -96,3 +96,39 @@ fn follow_table_to_a_pipe_stamps_each_snapshot_without_escapes() {
     assert!(row.contains("pending"), "{row}");
     assert!(!row.contains('\x1b'), "no terminal escapes when stdout is not a TTY: {row:?}");
 }
+
+/// `broker inspect` escapes every control character it prints, whoever wrote it: a `--from`
+/// label and a refused payload's event name carrying an OSC 52 clipboard write, a C1 CSI and a
+/// bidi override reach the screen as `\u{1b}`-style text; `--json` stays equal and escaped.
+#[test]
+fn inspect_escapes_control_characters_from_labels_and_refused_payloads() {
+    use std::io::Write;
+    let env = CodexEnv::with_base_url("http://127.0.0.1:9/v1");
+    let broker = Broker::start(&env);
+    let evil = "ci\u{1b}]52;c;aGVsbG8=\u{7}\u{9b}2J\u{202e}bot";
+    let id = broker.send_opts(&fake_uuid_v7(), "hello", None, Some(evil));
+    let mut hc = env
+        .command(courier_tests::broker::hook_client_bin())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let payload = serde_json::json!({"hook_event_name": format!("Stop{evil}"), "session_id": "x"}).to_string();
+    hc.stdin.take().unwrap().write_all(payload.as_bytes()).unwrap();
+    assert!(hc.wait().unwrap().success());
+    broker.wait_refusals(1, T, "the refused payload", |r| r["event"].as_str().is_some_and(|e| e.contains('\u{1b}')));
+
+    let unsafe_char = |c: char| c != '\n' && (c.is_control() || ('\u{202a}'..='\u{202e}').contains(&c));
+    let table = broker.inspect_text();
+    assert!(!table.chars().any(unsafe_char), "raw control characters reach the terminal:\n{table:?}");
+    let shown = "ci\\u{1b}]52;c;aGVsbG8=\\u{7}\\u{9b}2J\\u{202e}bot";
+    let row = table.lines().find(|l| l.starts_with(&id)).unwrap_or_else(|| panic!("{table}"));
+    assert!(row.contains(shown), "{row}");
+    assert!(table.lines().any(|l| l.contains(&format!("Stop{shown}"))), "the refusal's event:\n{table}");
+
+    let json = broker.run_ok(&["inspect", "--json"]);
+    assert!(!json.chars().any(unsafe_char), "{json:?}");
+    let v: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["messages"][0]["from"], evil, "the JSON value itself is unchanged");
+}

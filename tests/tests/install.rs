@@ -388,3 +388,178 @@ fn doctor_reports_each_problem() {
     assert!(report.contains(&format!("broker trust-codex {}", daemon.display())), "{report}");
     set_mode(&rig.env.runtime_dir, 0o700);
 }
+
+/// `install/test.sh` ends with one line `N passed, M failed` summed over every test binary (its
+/// summariser, `install/test-summary.sh`, run here on a stand-in cargo): doc-test `0 passed` lines
+/// do not hide the rest, a binary that died without a result counts as failed, and the exit
+/// status is cargo's.
+#[test]
+fn test_summary_sums_every_binary_and_keeps_cargos_status() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let test_sh = std::fs::read_to_string(root.join("install/test.sh")).unwrap();
+    // One summarised command runs every test binary, then the delivery tests on the oldest Codex.
+    let tail = &test_sh[test_sh.find("exec install/test-summary.sh bash -c '").expect("test.sh ends by exec'ing the summariser")..];
+    assert!(tail.contains("cargo test --workspace --locked --no-fail-fast \"$@\""), "{test_sh}");
+    assert!(tail.contains("COURIER_CODEX_BIN=\"$COURIER_CODEX_BIN_OLDEST\" cargo test -p courier-tests"), "{test_sh}");
+    let dir = std::env::temp_dir().join(format!("courier-summary-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = dir.join("cargo");
+    let script = |code: u8| {
+        format!(
+            "#!/bin/sh\n\
+             echo '     Running unittests src/lib.rs (target/debug/deps/broker-1)' >&2\n\
+             echo 'test result: ok. 96 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 2.51s'\n\
+             echo '     Running tests/crash.rs (target/debug/deps/crash-2)' >&2\n\
+             echo 'running 5 tests'\n\
+             echo '     Running tests/delivery.rs (target/debug/deps/delivery-3)' >&2\n\
+             echo 'test result: FAILED. 8 passed; 2 failed; 1 ignored; 0 measured; 0 filtered out; finished in 40s'\n\
+             echo '   Doc-tests broker' >&2\n\
+             echo 'test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s'\n\
+             exit {code}\n"
+        )
+    };
+    for (code, ok_script) in [(101u8, false), (0, true)] {
+        let body = if ok_script {
+            "#!/bin/sh\necho '     Running unittests src/lib.rs (x)' >&2\necho 'test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.1s'\necho '   Doc-tests shared' >&2\necho 'test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s'\nexit 0\n".to_string()
+        } else {
+            script(code)
+        };
+        std::fs::write(&fake, body).unwrap();
+        set_mode(&fake, 0o755);
+        let out = run_bounded(Command::new(root.join("install/test-summary.sh")).arg(&fake), Duration::from_secs(30));
+        let stdout = text(&out.stdout);
+        let last = stdout.lines().last().unwrap_or("");
+        assert_eq!(out.status.code(), Some(code as i32), "{stdout}");
+        if ok_script {
+            assert_eq!(last, "3 passed, 0 failed", "{stdout}");
+        } else {
+            assert_eq!(last, "104 passed, 3 failed", "{stdout}");
+            assert!(stdout.contains("no test result from Running tests/crash.rs"), "{stdout}");
+            assert!(stdout.contains("test result: FAILED. 8 passed"), "cargo's own output passes through:\n{stdout}");
+        }
+        assert_eq!(stdout.lines().filter(|l| l.ends_with(" failed") && l.contains(" passed, ")).count(), 1, "{stdout}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A `systemctl` that cannot reach a user bus, first on the rig's PATH.
+fn no_bus_systemctl(rig: &Rig) {
+    let p = rig.path_dir.join("systemctl");
+    std::fs::write(&p, "#!/bin/sh\necho 'Failed to connect to bus: No medium found' >&2\nexit 1\n").unwrap();
+    set_mode(&p, 0o755);
+}
+
+/// Install is one transaction. `--start systemd` where `systemctl --user` cannot reach a bus
+/// fails after binaries, hooks, trust and units were written: all of it is undone, and the error
+/// says what was undone. Over an earlier profile install, the failed switch to systemd puts the
+/// start line and the running broker back. A good install says how to put the prefix on PATH.
+#[test]
+fn failed_install_undoes_what_it_did_and_says_so() {
+    let rig = Rig::new(CodexEnv::with_base_url("http://127.0.0.1:9/v1"));
+    let env = &rig.env;
+    rig.write_user_hooks();
+    no_bus_systemctl(&rig);
+    let unit_dir = env.home.join(".config/systemd/user");
+    let manifest = env.state_dir.join("install-manifest.json");
+    let files = [env.hooks_json_path(), env.config_toml_path(), rig.profile(), unit_dir.join("courier-broker.socket"), unit_dir.join("courier-broker.service"), manifest.clone()];
+    let before = rig.snapshot(&files);
+    let args = ["install", "--prefix", &rig.prefix.display().to_string(), "--codex-home", &env.codex_home.display().to_string(), "--start", "systemd"].map(String::from);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+
+    let out = rig.run(&broker_bin(), &args);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{}{err}", text(&out.stdout));
+    assert!(err.contains("install failed: systemctl --user daemon-reload failed: Failed to connect to bus"), "{err}");
+    for line in [
+        format!("removed {}", rig.prefix.join("broker").display()),
+        format!("removed {}", rig.prefix.join("hook-client").display()),
+        format!("removed {}", rig.prefix.display()),
+        format!("restored {}", env.hooks_json_path().display()),
+        format!("restored {}", env.config_toml_path().display()),
+        format!("removed {}", unit_dir.join("courier-broker.service").display()),
+        format!("no longer trusting {}", env.codex.canonicalize().unwrap().display()),
+        "nothing of this run is left in place".into(),
+    ] {
+        assert!(err.contains(&line), "{line:?} not in:\n{err}");
+    }
+    assert_eq!(rig.snapshot(&files), before, "{err}");
+    assert!(!rig.prefix.exists() && !unit_dir.exists(), "{err}");
+    let out = rig.run(&broker_bin(), &["uninstall"]);
+    assert!(!out.status.success() && text(&out.stderr).contains("nothing to uninstall"), "{out:?}");
+
+    // A working profile install, then a failed switch to systemd: the switch is undone whole.
+    let installed = rig.install(&["--start", "profile"]);
+    assert!(installed.contains(&format!("note: {} is not on your PATH", rig.prefix.display())), "{installed}");
+    assert!(installed.contains(&format!("export PATH=\"{}:$PATH\"", rig.prefix.display())), "{installed}");
+    let pid = rig.wait_running();
+    let profile_install = rig.snapshot(&files);
+    let out = rig.run(&broker_bin(), &args);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("restored {}", rig.profile().display())) && err.contains("started the previous broker again"), "{err}");
+    assert_eq!(rig.snapshot(&files), profile_install, "{err}");
+    let again = rig.wait_running();
+    assert_ne!(again, pid, "the switch stopped the profile broker: it must run again");
+    assert_eq!(exe_of(again), rig.installed_broker());
+
+    // With the prefix on PATH, no hint.
+    let mut c = rig.command(&broker_bin(), &args[..args.len() - 2]);
+    c.args(["--start", "profile"]).env("PATH", format!("{}:{}", rig.prefix.display(), rig.path_var()));
+    let out = run_bounded(&mut c, Duration::from_secs(120));
+    assert!(out.status.success() && !text(&out.stdout).contains("not on your PATH"), "{out:?}");
+    rig.run_ok(&rig.installed_broker(), &["uninstall"]);
+}
+
+/// An install killed mid-way (kill -9 right after writing the systemd units) leaves a manifest
+/// that lists what it had put in place: `broker uninstall` removes all of it, unit files
+/// included, says "removed" for the file install had created and "restored" only for the one it
+/// restored, and names the state directory it kept. `--purge` then removes the state and runtime
+/// directories (queue, secret, socket, log, lock).
+#[test]
+fn uninstall_removes_what_an_interrupted_install_left_and_purge_removes_the_state() {
+    let rig = Rig::new(CodexEnv::with_base_url("http://127.0.0.1:9/v1"));
+    let env = &rig.env;
+    let unit_dir = env.home.join(".config/systemd/user");
+    let units = [unit_dir.join("courier-broker.socket"), unit_dir.join("courier-broker.service")];
+    let config_before = std::fs::read(env.config_toml_path()).unwrap();
+    assert!(!env.hooks_json_path().exists());
+
+    let prefix = rig.prefix.display().to_string();
+    let codex_home = env.codex_home.display().to_string();
+    let mut c = rig.command(&broker_bin(), &["install", "--prefix", &prefix, "--codex-home", &codex_home, "--start", "systemd"]);
+    c.env("COURIER_FAILPOINTS", "install_after_units");
+    let out = run_bounded(&mut c, Duration::from_secs(120));
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&out.status), Some(9), "{out:?}");
+    for p in units.iter().chain([&rig.prefix.join("broker"), &env.hooks_json_path(), &env.state_dir.join("install-manifest.json")]) {
+        assert!(p.exists(), "{} should be there after the kill", p.display());
+    }
+
+    let out = rig.run_ok(&broker_bin(), &["uninstall"]);
+    let hooks = env.hooks_json_path().display().to_string();
+    assert!(out.contains(&format!("removed {hooks} (install had created it)")) && !out.contains(&format!("restored {hooks}")), "{out}");
+    assert!(out.contains(&format!("restored {}", env.config_toml_path().display())), "{out}");
+    for u in &units {
+        assert!(out.contains(&format!("removed {}", u.display())) && !u.exists(), "{out}");
+    }
+    assert!(out.contains(&format!("no longer trusting {}", env.codex.canonicalize().unwrap().display())), "{out}");
+    assert_eq!(std::fs::read(env.config_toml_path()).unwrap(), config_before, "{out}");
+    assert!(!env.hooks_json_path().exists() && !rig.prefix.exists(), "{out}");
+    assert_eq!(
+        out.lines().last().unwrap(),
+        format!("Courier is uninstalled; kept its state directory {} (the message queue and log; `broker uninstall --purge` removes it)", env.state_dir.display())
+    );
+    assert!(env.state_dir.join("queue.sqlite").exists());
+
+    // A broker ran and was killed: secret, stale socket, locks and queue are left. --purge
+    // removes them and both directories.
+    {
+        let _b = courier_tests::Broker::start(env);
+    }
+    for f in ["broker.sock", "secret", "broker.lock"] {
+        assert!(env.runtime_dir.join(f).exists(), "{f}");
+    }
+    let out = rig.run_ok(&broker_bin(), &["uninstall", "--purge"]);
+    assert!(!env.runtime_dir.exists() && !env.state_dir.exists(), "{out}");
+    assert!(out.contains(&format!("removed {}", env.state_dir.display())), "{out}");
+    assert_eq!(out.lines().last().unwrap(), "Courier is uninstalled; its queue, secret, socket, log and lock are removed", "{out}");
+}

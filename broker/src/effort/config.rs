@@ -152,7 +152,7 @@ impl ConfigCache {
             }
         }
         let c = EffortConfig::load(&self.path).unwrap_or_else(|e| {
-            eprintln!("broker: effort config ignored (policy off, every level allowed): {e:#}");
+            crate::log_warn!("effort config ignored (policy off, every level allowed): {e:#}");
             EffortConfig::default()
         });
         *g = Some((stamp, c.clone()));

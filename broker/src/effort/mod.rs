@@ -82,7 +82,7 @@ impl Service {
         let store = Store::open(state_dir)?;
         let n = db::sweep_orphans(store.conn_ref(), None, "broker_stopped_during_apply")?;
         if n > 0 {
-            eprintln!("broker: {n} effort change(s) were mid-exchange when the broker stopped: marked uncertain");
+            crate::log_warn!("{n} effort change(s) were mid-exchange when the broker stopped: marked uncertain");
         }
         Ok(Arc::new(Service { store: Mutex::new(store), codex_home: codex_home.to_path_buf(), config: ConfigCache::new(config_path) }))
     }
@@ -118,7 +118,7 @@ impl Service {
         let me = Arc::clone(self);
         let spawned = std::thread::Builder::new().name("effort".into()).spawn(move || {
             let confirm = me.run(&job, &cfg).unwrap_or_else(|e| {
-                eprintln!("broker: effort for thread {}: {e:#}", job.thread);
+                crate::log_error!("effort for thread {}: {e:#}", job.thread);
                 None
             });
             let _ = tx.send(());
@@ -139,7 +139,7 @@ impl Service {
                 let mut store = self.store();
                 if let Some(level) = policy::evaluate(cfg, store.conn_ref(), &job.thread, tool, code == 0)? {
                     let (id, _) = db::enqueue(store.conn(), &job.thread, &level, cfg.policy_scope(), "policy")?;
-                    eprintln!("broker: effort policy: {tool} exit {code} in {} -> {level} ({id})", job.thread);
+                    crate::log_info!("effort policy: {tool} exit {code} in {} -> {level} ({id})", job.thread);
                 }
             }
         }
@@ -165,8 +165,8 @@ impl Service {
         let started = Instant::now();
         let deadline = started + Duration::from_millis(cfg.deadline_ms);
         let outcome = apply(&endpoints, job, &claim, deadline);
-        eprintln!(
-            "broker: effort {} {} (scope {}) for thread {} at {}: {outcome:?} in {} ms",
+        crate::log_info!(
+            "effort {} {} (scope {}) for thread {} at {}: {outcome:?} in {} ms",
             claim.id,
             claim.level,
             claim.scope,
@@ -183,7 +183,7 @@ impl Service {
             Outcome::NotSent(r) => db::unclaim(conn, &claim, r)?,
         };
         if !settled {
-            eprintln!("broker: effort {} was settled by someone else (outcome {outcome:?})", claim.id);
+            crate::log_warn!("effort {} was settled by someone else (outcome {outcome:?})", claim.id);
         }
         Ok((settled && outcome == Outcome::Applied && claim.scope == "thread").then_some((claim.id, claim.level, job.rollout_len)))
     }
@@ -211,7 +211,7 @@ impl Service {
     pub fn maintain(&self) {
         let limit = self.config.get().deadline_ms as i64 + CONFIRM_WAIT.as_millis() as i64 + 10_000;
         if let Err(e) = db::sweep_orphans(self.store().conn_ref(), Some(limit), "no_answer_before_deadline") {
-            eprintln!("broker: effort sweep: {e:#}");
+            crate::log_error!("effort sweep: {e:#}");
         }
     }
 }
