@@ -8,7 +8,8 @@
 //! thread, and cannot starve real hook calls. Limits: [`MAX_PENDING`] unfinished connections in
 //! all (the oldest is evicted for a new one), [`MAX_PER_PEER`] per peer process, other uids closed
 //! at accept (`SO_PEERCRED`), [`REQUEST_TIMEOUT`] to send a request, [`MAX_BUFFERED`] bytes of
-//! unfinished requests in all.
+//! request frames in all: unfinished ones, complete ones waiting for a worker, and the ones the
+//! workers are handling (the memory allocated for them, not just the bytes received).
 
 use crate::delivery::{self, Offer};
 use crate::dirs;
@@ -39,7 +40,8 @@ pub const MAX_PENDING: usize = 1024;
 pub const MAX_PER_PEER: usize = 16;
 /// How long a connection may take to send its request.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
-/// Bytes of unfinished requests buffered in all; past it the connection that grew it is closed.
+/// Bytes of request frames held in all (allocated for unfinished requests, plus complete frames
+/// queued for or held by a worker); past it the connection that would grow it is closed.
 pub const MAX_BUFFERED: usize = 64 << 20;
 /// Worker threads that verify and answer complete requests.
 const WORKERS: usize = 16;
@@ -72,6 +74,11 @@ struct Counters {
     timed_out: AtomicU64,
     rejected: AtomicU64,
     bad_frames: AtomicU64,
+    /// Bytes allocated for unfinished requests (the poll thread's share of [`MAX_BUFFERED`]).
+    buffered: AtomicUsize,
+    /// Bytes allocated for complete frames queued for a worker or held by one (until it is done
+    /// with them): they count against [`MAX_BUFFERED`] like unfinished ones.
+    frames_held: AtomicUsize,
 }
 
 struct Broker {
@@ -240,7 +247,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     Poller::new(listener, Arc::clone(&broker), jobs)?.run()
 }
 
-/// A complete request frame and its connection, for a worker.
+/// A complete request frame (with its 4-byte length prefix) and its connection, for a worker.
 struct Job {
     stream: UnixStream,
     frame: Vec<u8>,
@@ -281,8 +288,11 @@ impl JobQueue {
 
 fn worker(broker: &Broker, jobs: &JobQueue) {
     loop {
-        let job = jobs.pop();
-        broker.handle(job.stream, &job.frame);
+        let Job { stream, frame } = jobs.pop();
+        broker.handle(stream, &frame[4..]);
+        let held = frame.capacity();
+        drop(frame);
+        broker.counters.frames_held.fetch_sub(held, Ordering::SeqCst);
         broker.counters.connections.fetch_sub(1, Ordering::SeqCst);
     }
 }
@@ -311,6 +321,7 @@ struct Poller {
     jobs: Arc<JobQueue>,
     conns: HashMap<RawFd, Conn>,
     per_peer: HashMap<i32, usize>,
+    /// Bytes allocated for the `buf`s of `conns` (capacity, not length).
     buffered: usize,
     uid: u32,
 }
@@ -427,7 +438,8 @@ impl Poller {
     fn remove(&mut self, fd: RawFd) -> Option<Conn> {
         let conn = self.conns.remove(&fd)?;
         let _ = self.ctl(libc::EPOLL_CTL_DEL, fd, 0);
-        self.buffered -= conn.buf.len();
+        self.buffered -= conn.buf.capacity();
+        self.broker.counters.buffered.store(self.buffered, Ordering::Relaxed);
         if let Some(n) = self.per_peer.get_mut(&conn.pid) {
             *n -= 1;
             if *n == 0 {
@@ -470,16 +482,17 @@ impl Poller {
         loop {
             let Some(conn) = self.conns.get_mut(&fd) else { return };
             // Read exactly up to the end of the frame: the header first, then the body.
-            let want = if conn.buf.len() < 4 {
-                4 - conn.buf.len()
+            let frame_end = if conn.buf.len() < 4 {
+                4
             } else {
                 let len = u32::from_be_bytes(conn.buf[..4].try_into().unwrap()) as usize;
                 if len > wire::MAX_FRAME {
                     let detail = format!("frame of {len} bytes exceeds limit {}", wire::MAX_FRAME);
                     return self.close_with(fd, "frame_too_large", detail);
                 }
-                4 + len - conn.buf.len()
+                4 + len
             };
+            let want = frame_end - conn.buf.len();
             if want == 0 {
                 let conn = self.remove(fd).expect("present");
                 let Conn { stream, buf, .. } = conn;
@@ -487,8 +500,12 @@ impl Poller {
                     return;
                 }
                 self.broker.counters.connections.fetch_add(1, Ordering::SeqCst);
-                let job = Job { stream, frame: buf[4..].to_vec() };
+                // The frame moves to the job queue's share of the budget, uncopied.
+                let held = buf.capacity();
+                self.broker.counters.frames_held.fetch_add(held, Ordering::SeqCst);
+                let job = Job { stream, frame: buf };
                 if let Err(job) = self.jobs.push(job) {
+                    self.broker.counters.frames_held.fetch_sub(held, Ordering::SeqCst);
                     self.broker.counters.connections.fetch_sub(1, Ordering::SeqCst);
                     self.broker.counters.rejected.fetch_add(1, Ordering::Relaxed);
                     let _ = (&job.stream).write(&error_frame("overloaded", "all workers busy"));
@@ -496,10 +513,19 @@ impl Poller {
                 return;
             }
             let chunk = want.min(64 * 1024);
-            if self.buffered + chunk > MAX_BUFFERED {
-                return self.close_with(fd, "buffer_limit", "unfinished requests hold too much memory".into());
-            }
             let old = conn.buf.len();
+            let cap = conn.buf.capacity();
+            if cap < old + chunk {
+                // Grow geometrically with what arrives, never past the frame's own end: memory
+                // stays within twice the bytes received and within the frame's length.
+                let new_cap = (old + chunk).max((cap * 2).min(frame_end));
+                if self.buffered + self.broker.counters.frames_held.load(Ordering::SeqCst) + (new_cap - cap) > MAX_BUFFERED {
+                    return self.close_with(fd, "buffer_limit", "request frames hold too much memory".into());
+                }
+                conn.buf.reserve_exact(new_cap - old);
+                self.buffered += conn.buf.capacity() - cap;
+                self.broker.counters.buffered.store(self.buffered, Ordering::Relaxed);
+            }
             conn.buf.resize(old + chunk, 0);
             match conn.stream.read(&mut conn.buf[old..]) {
                 Ok(0) => {
@@ -512,10 +538,7 @@ impl Poller {
                     }
                     return self.close_with(fd, "truncated_frame", format!("connection closed after {got} bytes of a frame"));
                 }
-                Ok(k) => {
-                    conn.buf.truncate(old + k);
-                    self.buffered += k;
-                }
+                Ok(k) => conn.buf.truncate(old + k),
                 Err(e) => {
                     conn.buf.truncate(old);
                     if e.kind() == std::io::ErrorKind::WouldBlock {
@@ -709,6 +732,7 @@ impl Broker {
             "connections_timed_out": c.timed_out.load(Ordering::Relaxed),
             "connections_rejected": c.rejected.load(Ordering::Relaxed),
             "bad_frames": c.bad_frames.load(Ordering::Relaxed),
+            "buffered_bytes": c.buffered.load(Ordering::Relaxed) + c.frames_held.load(Ordering::Relaxed),
             "refusals_unrecorded": c.refusals_unrecorded.load(Ordering::Relaxed),
             "rollout_bytes_read": self.gate.tracker().total_bytes_read.load(Ordering::Relaxed),
         })

@@ -239,6 +239,70 @@ fn ten_thousand_idle_connections_do_not_starve_hooks() {
     drop(serve);
 }
 
+/// Holds the queue database's write lock (`BEGIN IMMEDIATE`) until its stdin closes.
+const DB_LOCK_SCRIPT: &str = r#"
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=10)
+c.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+sys.stdin.read()
+c.execute("ROLLBACK")
+"#;
+
+/// Complete frames waiting for a worker count against the documented 64 MiB budget (issue 14,
+/// finding 5). Every worker is stalled (each frame is a bad request whose refusal waits for the
+/// queue database, held locked by another process), then 128 complete 4 MiB frames arrive: once
+/// 64 MiB are held, the rest are closed with `buffer_limit`, and the broker's peak RSS grows by
+/// about the budget, not by 512 MiB. Released, the broker answers again and holds nothing.
+#[test]
+fn parked_complete_frames_count_against_the_buffer_budget() {
+    let _alone = TIMING.lock().unwrap_or_else(|e| e.into_inner());
+    let env = world();
+    let serve = Serve::start(&env, &[]);
+    let bpid = serve.pid();
+    let sock = env.runtime_dir.join("broker.sock");
+    let base_hwm = proc_status(bpid, "VmHWM:");
+    let mut locker = Command::new("/usr/bin/python3")
+        .args(["-c", DB_LOCK_SCRIPT])
+        .arg(env.state_dir.join("queue.sqlite"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(locker.stdout.take().unwrap()), &mut line).unwrap();
+    assert_eq!(line.trim(), "locked");
+
+    let big = frame(&vec![b'x'; 4 << 20]); // complete, the largest allowed, not a request
+    let (mut held, mut limited, mut other) = (Vec::new(), 0, Vec::new());
+    for _ in 0..128 {
+        let mut s = UnixStream::connect(&sock).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        match s.write_all(&big) {
+            Ok(()) => held.push(s),
+            Err(_) => match read_frame(&mut s) {
+                Ok(v) if v["error"] == "buffer_limit" => limited += 1,
+                r => other.push(format!("{r:?}")),
+            },
+        }
+    }
+    let hwm = proc_status(bpid, "VmHWM:");
+    drop(locker.stdin.take());
+    locker.wait().unwrap();
+    let grew_mib = (hwm.saturating_sub(base_hwm)) as f64 / 1024.0;
+    eprintln!("128 x 4 MiB frames, workers stalled: {} taken, {limited} buffer_limit; peak RSS +{grew_mib:.0} MiB", held.len());
+    assert!(other.is_empty(), "closed without the buffer_limit error: {other:?}");
+    assert!(held.len() <= 16 && limited >= 112, "{} frames held, {limited} refused", held.len());
+    assert!(grew_mib < 64.0 + 32.0, "broker peak RSS grew {grew_mib:.0} MiB (budget 64 MiB)");
+    let st = wait_until(Duration::from_secs(60), "the broker answers again", || status(&sock));
+    let after = wait_until(Duration::from_secs(30), "the held frames are let go", || {
+        status(&sock).filter(|st| st["buffered_bytes"].as_u64().is_some_and(|b| b < 4096))
+    });
+    eprintln!("status after: {st}; then {after}");
+    drop(serve);
+}
+
 /// A PostToolUse payload; the broker never gets far enough to judge it in these cases.
 fn payload(env: &CodexEnv) -> String {
     let t = fake_uuid_v7();
