@@ -177,6 +177,8 @@ fn raise_fd_limit() {
 
 pub fn serve(opts: ServeOptions) -> Result<()> {
     failpoint::init().map_err(anyhow::Error::msg)?;
+    // Reconcile runs under the store lock, on the hook path too: bound what one call reads.
+    delivery::set_scan_budget(delivery::SERVE_SCAN_BUDGET);
     dirs::ensure_private_dir(&opts.runtime_dir)?;
     dirs::ensure_private_dir(&opts.state_dir)?;
     let _lock = lock_instance(&opts.state_dir)?;
