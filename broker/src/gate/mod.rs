@@ -22,7 +22,8 @@
 //! 5. thread binding: `transcript_path` (SubagentStop: `agent_transcript_path`) is canonical, under
 //!    `$CODEX_HOME/sessions/`, names the thread UUID; the rollout read (6) is intact and its
 //!    `session_meta` id is that UUID; codex holds it open for append and holds
-//!    `thread-writer-locks/<thread>.lock` (its fd's fdinfo `lock:` line); `agent_id`, `session_id` agree.
+//!    `thread-writer-locks/<thread>.lock` (its fd's fdinfo `lock:` line), both through fds it
+//!    opened itself (`O_CLOEXEC`, see `holder.rs`); `agent_id`, `session_id` agree.
 //! 6. rollout identity (device, inode, birth time, canonical path) equal before and after reading.
 //! 7. turn affinity: payload `turn_id` = the rollout's open turn (SessionStart: none needed;
 //!    [`Verified::sole_thread`] tells the caller whether it may deliver).
@@ -50,8 +51,8 @@
 //! | `transcript_path` | 5 | transcript path missing, relative, non-canonical (symlink, `..`), outside `$CODEX_HOME/sessions/`, not `rollout-*-<uuid>.jsonl`, not a regular file |
 //! | `rollout_changed` | 6 | the rollout's identity or canonical path changed around the read, or it could not be read |
 //! | `thread_mismatch` | 5 | the rollout's first record is not a `session_meta` whose `id` is the file name's thread UUID |
-//! | `not_rollout_holder` | 5 | the codex process has no fd on that rollout (same inode) opened writable with O_APPEND |
-//! | `no_writer_lock` | 5 | the codex pid holds no FLOCK WRITE lock on `thread-writer-locks/<thread>.lock` |
+//! | `not_rollout_holder` | 5 | the codex process has no fd on that rollout (same inode) opened writable with O_APPEND by itself (O_CLOEXEC; an fd inherited across exec does not count) |
+//! | `no_writer_lock` | 5 | the codex pid holds no FLOCK WRITE lock, through an fd it opened itself (O_CLOEXEC), on the file at `thread-writer-locks/<thread>.lock` or on one unlinked from there |
 //! | `agent_mismatch` | 5 | `agent_id` is present and is not the thread id |
 //! | `session_mismatch` | 5 | `session_id` is missing or neither the thread id nor its `session_meta.session_id` (root) |
 //! | `turn_mismatch` | 7 | the payload `turn_id` is missing (events other than SessionStart) or not the rollout's open turn, or no turn is open |
@@ -486,22 +487,24 @@ impl Gate {
         }
         let lock_dir = self.config.codex_home.join("thread-writer-locks");
         let lock_path = lock_dir.join(format!("{thread_id}.lock"));
-        let lock_id = sys::statx_path_nofollow(&lock_path)
-            .map_err(|e| Refusal::new("no_writer_lock", format!("{}: {e}", lock_path.display())))?;
-        if !sys::is_regular(lock_id.mode) {
-            return Err(Refusal::new("no_writer_lock", format!("{} is not a regular file", lock_path.display())));
-        }
-        let (rollout_file, lock_file) = ((before.dev, before.ino), (lock_id.dev, lock_id.ino));
+        // The file at the lock path now, if any. None is not yet a refusal: the real holder keeps
+        // its claim when someone removed or replaced the path under it (holder.rs, "Which lock file").
+        let lock_file = sys::statx_path_nofollow(&lock_path)
+            .ok()
+            .filter(|id| sys::is_regular(id.mode))
+            .map(|id| (id.dev, id.ino));
+        let rollout_file = (before.dev, before.ino);
         // Only SessionStart's delivery depends on how many threads codex runs; other events re-check
         // the fds that held the rollout and the lock last time, and scan only when those moved.
         let counted = event == HookEvent::SessionStart;
         let (sole_thread, thread_locks) = if !counted
-            && holder::hinted_holds(&self.fd_hints, codex.pid, codex.starttime, rollout_file, lock_file)
-        {
+            && lock_file.is_some_and(|lock| {
+                holder::hinted_holds(&self.fd_hints, codex.pid, codex.starttime, rollout_file, lock)
+            }) {
             (false, 0)
         } else {
             let lock_dir_canon = std::fs::canonicalize(&lock_dir).unwrap_or_else(|_| lock_dir.clone());
-            let scan = holder::scan(codex.pid, rollout_file, lock_file, &lock_dir_canon).map_err(|e| {
+            let scan = holder::scan(codex.pid, rollout_file, lock_file, &thread_id, &lock_dir_canon).map_err(|e| {
                 if sys::is_gone(&e) {
                     Refusal::new("ancestry_changed", format!("codex {} fds: {e}", codex.pid))
                 } else {
@@ -509,19 +512,34 @@ impl Gate {
                 }
             })?;
             if !scan.holds_rollout_append {
-                let how = if scan.holds_rollout_other { "open, but not writable with O_APPEND" } else { "not open" };
+                let how = if scan.rollout_inherited {
+                    "open for append only through an fd inherited across exec (no O_CLOEXEC): codex did not open it"
+                } else if scan.holds_rollout_other {
+                    "open, but not writable with O_APPEND"
+                } else {
+                    "not open"
+                };
                 return Err(Refusal::new(
                     "not_rollout_holder",
                     format!("codex {} has {path_str:?} {how}", codex.pid),
                 ));
             }
             if !scan.holds_thread_lock {
+                let how = if scan.thread_lock_inherited {
+                    "only through an fd inherited across exec (no O_CLOEXEC): codex did not lock it"
+                } else if lock_file.is_none() {
+                    "(no lock file there, and none unlinked from there is held)"
+                } else {
+                    "(nor on an unlinked file that was there)"
+                };
                 return Err(Refusal::new(
                     "no_writer_lock",
-                    format!("codex {} holds no FLOCK WRITE lock on {}", codex.pid, lock_path.display()),
+                    format!("codex {} holds no FLOCK WRITE lock on {} {how}", codex.pid, lock_path.display()),
                 ));
             }
-            self.fd_hints.learn(codex.pid, codex.starttime, rollout_file, lock_file, &scan);
+            if let Some(lock) = lock_file {
+                self.fd_hints.learn(codex.pid, codex.starttime, rollout_file, lock, &scan);
+            }
             if counted {
                 (scan.thread_locks == 1, scan.thread_locks)
             } else {
