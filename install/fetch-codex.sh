@@ -2,18 +2,20 @@
 # Install the pinned Codex CLI used by Courier's end-to-end tests, verify its native binary
 # against install/codex.sha256, and print the binary's absolute path as the last stdout line.
 #
-#   install/fetch-codex.sh                 # installs into ${COURIER_CODEX_CACHE:-$HOME/.cache/courier}/codex-<ver>
+#   install/fetch-codex.sh [VERSION|newest|oldest]   # installs into ${COURIER_CODEX_CACHE:-$HOME/.cache/courier}/codex-<ver>
 #   COURIER_CODEX_BIN=$(install/fetch-codex.sh | tail -n1) cargo test -p courier-tests
+#
+# VERSION defaults to the newest supported release (the first digest line of install/codex.sha256
+# for this platform); any version with a recorded digest can be fetched, e.g. the oldest
+# supported one: install/fetch-codex.sh oldest (or 0.160.0)
 #
 # Needs node + npm and access to the npm registry (nothing else). Idempotent: when the binary is
 # already present with the recorded digest, nothing is downloaded.
 set -euo pipefail
 
-VERSION=0.171.0
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SUMS="$HERE/codex.sha256"
 CACHE=${COURIER_CODEX_CACHE:-${HOME:?HOME is not set}/.cache/courier}
-DEST="$CACHE/codex-$VERSION"
 
 die() { echo "fetch-codex: error: $*" >&2; exit 1; }
 say() { echo "fetch-codex: $*" >&2; }
@@ -25,6 +27,13 @@ case "$(uname -s)-$(uname -m)" in
 esac
 
 [ -r "$SUMS" ] || die "missing $SUMS"
+case "${1:-newest}" in
+  newest) VERSION=$(awk -v p="$PKG" '$1 !~ /^#/ && $3 == p { print $2; exit }' "$SUMS") ;;
+  oldest) VERSION=$(awk -v p="$PKG" '$1 !~ /^#/ && $3 == p { v = $2 } END { print v }' "$SUMS") ;;
+  *) VERSION=$1 ;;
+esac
+[[ "$VERSION" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "bad version '$VERSION' (want X.Y.Z)"
+DEST="$CACHE/codex-$VERSION"
 # Line format: <sha256>  <version>  <platform package>  <path inside the package>
 LINE=$(awk -v v="$VERSION" -v p="$PKG" '$1 !~ /^#/ && $2 == v && $3 == p { print; exit }' "$SUMS")
 [ -n "$LINE" ] || die "no digest recorded for $PKG $VERSION in $SUMS; refusing to install an unverified binary"

@@ -45,6 +45,9 @@ struct Payload {
     content: Vec<ContentItem>,
     #[serde(default)]
     internal_chat_message_metadata_passthrough: Option<Passthrough>,
+    /// `event_msg` `item_completed`: the completed item (a `HookPrompt` for a Stop block reason).
+    #[serde(default)]
+    item: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize, Default)]
@@ -67,6 +70,12 @@ struct Passthrough {
 struct ItemMetadata {
     #[serde(default)]
     provenance: Option<Provenance>,
+}
+
+impl ItemMetadata {
+    fn by_hook(&self) -> bool {
+        self.provenance.as_ref().is_some_and(|p| p.kind.as_deref() == Some("harness") && p.hook)
+    }
 }
 
 /// Who produced a message: `{"type":"harness","hook":true}` for hook output, `{"type":"user"}`
@@ -112,22 +121,38 @@ pub fn classify_line(line: &[u8]) -> Option<RolloutEvent> {
         ("response_item", Some("message")) => {
             let meta = p.internal_chat_message_metadata_passthrough.unwrap_or_default();
             let text: String = p.content.into_iter().filter_map(|c| c.text).collect::<Vec<_>>().join("\n");
-            // Codex marks hook output with a harness/hook provenance; a person typing the same
-            // text gets provenance `user` and never counts as a delivery.
-            let by_hook = meta
-                .content_item_metadata
-                .iter()
-                .any(|m| m.provenance.as_ref().is_some_and(|p| p.kind.as_deref() == Some("harness") && p.hook));
-            let from_hook = by_hook
-                && match p.role.as_deref() {
-                    Some("developer") => meta.content_item_kinds.iter().any(|k| k == "hooks.additional_context"),
-                    Some("user") => text.starts_with("<hook_prompt"),
-                    _ => false,
-                };
+            let from_hook = match p.role.as_deref() {
+                // `additionalContext`. Only Codex writes developer messages (a person types user
+                // messages, the model writes assistant ones). 0.171.0 adds a harness/hook
+                // provenance to every item; 0.160.0 writes the kind alone. So: the kind, and if a
+                // provenance is written, it must say hook.
+                Some("developer") => {
+                    meta.content_item_kinds.iter().any(|k| k == "hooks.additional_context")
+                        && (meta.content_item_metadata.is_empty() || meta.content_item_metadata.iter().any(ItemMetadata::by_hook))
+                }
+                // A Stop block reason as 0.171.0 records it: a `<hook_prompt>` user message with a
+                // hook provenance. A person typing the same text gets provenance `user`; 0.160.0
+                // gives this message no provenance at all, and is read from its `HookPrompt`
+                // item (below) instead.
+                Some("user") => text.starts_with("<hook_prompt") && meta.content_item_metadata.iter().any(ItemMetadata::by_hook),
+                _ => false,
+            };
             // Codex XML-escapes a Stop block reason inside `<hook_prompt>`: undo it once, so the
             // marker reads as Courier wrote it (and a body's own `&lt;` cannot become a marker).
             let text = if p.role.as_deref() == Some("user") { xml_unescape(&text) } else { text };
             from_hook.then_some(RolloutEvent::HookText { turn_id: meta.turn_id, text })
+        }
+        // A Stop block reason as every supported version records it (0.160.0 and 0.171.0): an
+        // `item_completed` event whose item is a `HookPrompt`, its fragments unescaped. Only Codex
+        // writes events; what a person types completes as a `UserMessage` item.
+        ("event_msg", Some("item_completed")) => {
+            let item = p.item?;
+            if item.get("type")?.as_str()? != "HookPrompt" {
+                return None;
+            }
+            let fragments = item.get("fragments")?.as_array()?;
+            let text: Vec<&str> = fragments.iter().filter_map(|f| f.get("text")?.as_str()).collect();
+            Some(RolloutEvent::HookText { turn_id: p.turn_id, text: text.join("\n") })
         }
         _ => None,
     }
@@ -224,9 +249,64 @@ mod tests {
         // The exact text of a Stop hook prompt, typed by the person (as codex-cli 0.171.0 records it).
         let typed = br#"{"type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"<hook_prompt hook_run_id=\"stop:1\"><courier-message id=\"m_2\" from=\"y\">x</courier-message></hook_prompt>"}],"internal_chat_message_metadata_passthrough":{"content_item_kinds":["user.text"],"content_item_metadata":[{"provenance":{"type":"user"}}]}}}"#;
         assert_eq!(classify_line(typed), None);
-        // A developer message of the right kind but not from a hook (no provenance) does not count either.
-        let unmarked = br#"{"type":"response_item","payload":{"type":"message","role":"developer","content":[{"type":"input_text","text":"<courier-message id=\"m_1\">"}],"internal_chat_message_metadata_passthrough":{"content_item_kinds":["hooks.additional_context"]}}}"#;
+        // A developer message of the right kind whose provenance says it is not from a hook does
+        // not count either.
+        let unmarked = br#"{"type":"response_item","payload":{"type":"message","role":"developer","content":[{"type":"input_text","text":"<courier-message id=\"m_1\">"}],"internal_chat_message_metadata_passthrough":{"content_item_kinds":["hooks.additional_context"],"content_item_metadata":[{"provenance":{"type":"user"}}]}}}"#;
         assert_eq!(classify_line(unmarked), None);
+        // Nor a developer message of another kind.
+        let other_kind = br#"{"type":"response_item","payload":{"type":"message","role":"developer","content":[{"type":"input_text","text":"<courier-message id=\"m_1\">"}],"internal_chat_message_metadata_passthrough":{"content_item_kinds":["permissions.instructions"]}}}"#;
+        assert_eq!(classify_line(other_kind), None);
+    }
+
+    fn testdata(name: &str) -> String {
+        std::fs::read_to_string(format!("{}/testdata/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+    }
+
+    fn marked_ids(rollout: &str) -> Vec<String> {
+        let mut ids: Vec<String> = rollout
+            .lines()
+            .filter_map(|l| classify_line(l.as_bytes()))
+            .filter_map(|e| match e {
+                RolloutEvent::HookText { text, .. } => Some(marker_ids(&text).map(str::to_string).collect::<Vec<_>>()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        ids.dedup();
+        ids
+    }
+
+    /// Rollouts written by the real Codex of each supported version (Courier's e2e delivery
+    /// tests, kept as recorded): each holds one delivered message, mid-turn (PostToolUse
+    /// `additionalContext`) or at Stop (a block reason), and it is found in every one.
+    #[test]
+    fn hook_output_of_every_supported_version_is_recognised() {
+        for (file, id) in [
+            ("rollout-0.160.0-posttooluse.jsonl", "m_1926e4611701b1fa"),
+            ("rollout-0.160.0-stop.jsonl", "m_13f5ce41721833d2"),
+            ("rollout-0.171.0-posttooluse.jsonl", "m_74a3c084469d82e4"),
+            ("rollout-0.171.0-stop.jsonl", "m_ab3f9624767713f1"),
+        ] {
+            assert_eq!(marked_ids(&testdata(file)), [id], "{file}");
+        }
+    }
+
+    /// The same recorded rollouts with the person's own prompt replaced by the text of a hook
+    /// message (both the `user.text` message and its `UserMessage` item): no version counts it.
+    #[test]
+    fn typed_text_is_not_hook_output_in_any_supported_version() {
+        let forged = r#"<hook_prompt hook_run_id=\"stop:1\"><courier-message id=\"m_typed\" from=\"x\">hi</courier-message></hook_prompt>"#;
+        for file in ["rollout-0.160.0-posttooluse.jsonl", "rollout-0.171.0-stop.jsonl"] {
+            let data = testdata(file);
+            assert!(data.contains("please run a command"), "{file}: the recorded prompt moved");
+            let typed = data.replace("please run a command", forged);
+            let forged_lines: Vec<&str> = typed.lines().filter(|l| l.contains("m_typed")).collect();
+            assert_eq!(forged_lines.len(), 2, "{file}: the user message and its UserMessage item");
+            for l in forged_lines {
+                serde_json::from_str::<serde_json::Value>(l).expect("the forged line is still a valid record");
+            }
+            assert!(!marked_ids(&typed).iter().any(|id| id == "m_typed"), "{file}");
+        }
     }
 
     #[test]
