@@ -3,7 +3,7 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus};
 use std::time::Duration;
 
 use courier_tests::broker::{assert_log_levelled, broker_bin, run_bounded};
