@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # `summarize_tests CMD...` runs a command (or shell function) of `cargo test` runs, passing its
 # output through, then prints one last line summed over every test binary: `N passed, M failed`.
-# A test binary that ended without a `test result:` line (killed, crashed) counts as one failed
-# test and is named before the sum. Returns the command's own status. Sourced by test.sh; run
-# directly, it summarizes its arguments as one command.
+# When the command failed, a test binary that ended without a `test result:` line (killed,
+# crashed) counts as one failed test and is named before the sum. Returns the command's own
+# status. Sourced by test.sh; run directly, it summarizes its arguments as one command.
 summarize_tests() {
   local log status=0
   log=$(mktemp)
   { set -o pipefail; "$@" 2>&1 | tee "$log"; } || status=$?
-  awk '
+  awk -v status="$status" '
     function unfinished() {
-      if (open) { failed++; notes = notes sprintf("test-summary: no test result from %s (counted as 1 failed)\n", name) }
+      if (open && status != 0) { failed++; notes = notes sprintf("test-summary: no test result from %s (counted as 1 failed)\n", name) }
       open = 0
     }
     /^ *(Running|Doc-tests) / { unfinished(); open = 1; name = $0; sub(/^ +/, "", name) }
