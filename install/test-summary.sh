@@ -3,7 +3,8 @@
 # output through, then prints one last line summed over every test binary: `N passed, M failed`.
 # When the command failed, a test binary that ended without a `test result:` line (killed,
 # crashed) counts as one failed test and is named before the sum. Returns the command's own
-# status. Sourced by test.sh; run directly, it summarizes its arguments as one command.
+# status. Run directly (as test.sh does) it summarizes its arguments as one command; it can also
+# be sourced for `summarize_tests`.
 summarize_tests() {
   local log status=0
   log=$(mktemp)

@@ -13,14 +13,11 @@ codex_bin=$(install/fetch-codex.sh newest | tail -n 1)
 codex_oldest=$(install/fetch-codex.sh oldest | tail -n 1)
 export COURIER_CODEX_BIN="$codex_bin" COURIER_CODEX_BIN_OLDEST="$codex_oldest"
 cargo build --workspace --locked
-run_tests() {
-  local status=0
+# Last line: `N passed, M failed`, summed over every test binary of both runs (the status is
+# cargo's, failing if either run failed).
+exec install/test-summary.sh bash -c '
+  status=0
   cargo test --workspace --locked --no-fail-fast "$@" || status=$?
-  echo "test.sh: delivery tests on the oldest supported Codex ($("$codex_oldest" --version))" >&2
-  COURIER_CODEX_BIN="$codex_oldest" cargo test -p courier-tests --locked --no-fail-fast --test delivery "$@" || status=$?
-  return $status
-}
-# Last line: `N passed, M failed`, summed over every test binary of both runs; the exit status is
-# cargo's (non-zero if either run failed).
-. install/test-summary.sh
-summarize_tests run_tests "$@"
+  echo "test.sh: the delivery tests again, on the oldest supported Codex ($("$COURIER_CODEX_BIN_OLDEST" --version))"
+  COURIER_CODEX_BIN="$COURIER_CODEX_BIN_OLDEST" cargo test -p courier-tests --locked --no-fail-fast --test delivery "$@" || status=$?
+  exit $status' test.sh "$@"

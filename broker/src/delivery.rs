@@ -16,7 +16,9 @@ use courier_shared::hook::{delivery_output, HookEvent};
 use courier_shared::rollout::{classify_line, marker_ids, RolloutEvent};
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 /// How long a client has to print a lease and ack it before it returns to `pending`.
 pub const LEASE_MS: i64 = 3_000;
@@ -125,69 +127,163 @@ fn process_alive(pid: i32, starttime: u64) -> bool {
 
 type Settlement = (String, Option<&'static str>, Option<&'static str>, u64);
 
-/// Reads `path` from the smallest scan offset of `messages` to the last complete line.
+/// Longest rollout line the confirmation scan looks at. A hook message carrying Courier's output
+/// is far shorter (hook output stays under Codex's ~10 KB spill limit); longer lines are skipped
+/// as they stream past, never buffered.
+const MAX_SCAN_LINE: usize = 1 << 20;
+/// Read granularity of the scan.
+const SCAN_CHUNK: usize = 64 * 1024;
+
+/// Bytes one [`reconcile`] call reads from one rollout at most; the rest waits for the next call
+/// (where the scan stopped is remembered, [`ScanState`]). Unbounded by default (the CLI's
+/// `inspect`); `broker serve` bounds it, since reconcile runs under the store lock on the hook path.
+static SCAN_BUDGET: AtomicU64 = AtomicU64::new(u64::MAX);
+/// The per-rollout read budget `broker serve` sets: a few ms of reading.
+pub const SERVE_SCAN_BUDGET: u64 = 16 << 20;
+/// Bytes read by confirmation scans in this process (a diagnostic, and what tests check).
+pub static SCAN_BYTES_READ: AtomicU64 = AtomicU64::new(0);
+
+/// Sets the per-rollout read budget of each [`reconcile`] call.
+pub fn set_scan_budget(bytes: u64) {
+    SCAN_BUDGET.store(bytes.max(SCAN_CHUNK as u64), Ordering::Relaxed);
+}
+
+/// Where the last scan of a rollout stopped, possibly inside a line: so a line still being
+/// written (or one too long to look at) is never read again from its start. The database keeps
+/// only line boundaries (`scan_offset`); this in-memory state resumes from there when it matches.
+struct ScanState {
+    dev: u64,
+    ino: u64,
+    /// Start of the line being read (the boundary the database knows).
+    line_start: u64,
+    /// Bytes consumed from the file (>= line_start).
+    consumed: u64,
+    /// The line's bytes so far, unless it is being skipped (longer than [`MAX_SCAN_LINE`]).
+    partial: Vec<u8>,
+    skipping: bool,
+}
+
+fn scan_states() -> &'static Mutex<HashMap<String, ScanState>> {
+    static STATES: OnceLock<Mutex<HashMap<String, ScanState>>> = OnceLock::new();
+    STATES.get_or_init(Default::default)
+}
+
+/// The first `\n` in `buf` (libc's memchr: fast whatever the build profile).
+fn newline(buf: &[u8]) -> Option<usize> {
+    // SAFETY: memchr reads at most buf.len() bytes of a live slice.
+    let p = unsafe { nix::libc::memchr(buf.as_ptr().cast(), b'\n' as i32, buf.len()) };
+    (!p.is_null()).then(|| p as usize - buf.as_ptr() as usize)
+}
+
+/// Scans `path` from the smallest scan offset of `messages` (or from where the last scan stopped
+/// inside a line) up to the end, or up to the read budget.
 fn scan_rollout(path: &str, messages: &[Message]) -> Vec<Settlement> {
+    scan_rollout_within(path, messages, SCAN_BUDGET.load(Ordering::Relaxed))
+}
+
+fn scan_rollout_within(path: &str, messages: &[Message], budget: u64) -> Vec<Settlement> {
+    use std::os::unix::fs::MetadataExt;
     let start = messages.iter().map(|m| m.scan_offset.unwrap_or(0).max(0) as u64).min().unwrap_or(0);
     let all = |state, reason, offset| -> Vec<Settlement> {
         messages.iter().map(|m| (m.id.clone(), state, reason, offset)).collect()
     };
-    let Ok(mut file) = File::open(path) else {
+    let Ok(file) = File::open(path) else {
         return all(Some("uncertain"), Some("rollout_missing"), start);
     };
-    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let Ok(meta) = file.metadata() else { return Vec::new() };
+    let len = meta.len();
     if len < start {
         return all(Some("uncertain"), Some("rollout_rewritten"), start);
     }
-    if file.seek(SeekFrom::Start(start)).is_err() {
-        return Vec::new();
-    }
+    let mut states = scan_states().lock().unwrap_or_else(|e| e.into_inner());
+    let mut st = match states.remove(path) {
+        Some(s) if (s.dev, s.ino) == (meta.dev(), meta.ino()) && s.line_start == start && s.consumed <= len => s,
+        _ => ScanState { dev: meta.dev(), ino: meta.ino(), line_start: start, consumed: start, partial: Vec::new(), skipping: false },
+    };
+    let budget_end = st.consumed.saturating_add(budget).min(len);
+
     let mut open: HashMap<&str, &Message> = messages.iter().map(|m| (m.id.as_str(), m)).collect();
     let mut out = Vec::new();
-    let mut reader = BufReader::with_capacity(64 * 1024, file);
-    let mut line = Vec::new();
-    let mut pos = start;
-    loop {
-        line.clear();
-        match reader.read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
+    let mut chunk = vec![0u8; SCAN_CHUNK];
+    'read: while st.consumed < budget_end && !open.is_empty() {
+        let want = SCAN_CHUNK.min((budget_end - st.consumed) as usize);
+        let n = match file.read_at(&mut chunk[..want], st.consumed) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        SCAN_BYTES_READ.fetch_add(n as u64, Ordering::Relaxed);
+        let mut data = &chunk[..n];
+        while let Some(nl) = newline(data) {
+            let line_start = st.line_start;
+            let skipped = st.skipping || st.partial.len() + nl > MAX_SCAN_LINE;
+            st.consumed += nl as u64 + 1;
+            st.line_start = st.consumed;
+            st.skipping = false;
+            if !skipped {
+                let line: &[u8] = if st.partial.is_empty() {
+                    &data[..nl]
+                } else {
+                    st.partial.extend_from_slice(&data[..nl]);
+                    &st.partial
+                };
+                settle_line(line, line_start, st.line_start, &mut open, &mut out);
+            }
+            st.partial.clear();
+            data = &data[nl + 1..];
+            if open.is_empty() {
+                break 'read;
+            }
         }
-        if line.last() != Some(&b'\n') {
-            break; // a line Codex is still writing: read it next time
+        // The rest is the beginning of a line not yet complete.
+        st.consumed += data.len() as u64;
+        if !st.skipping {
+            if st.partial.len() + data.len() > MAX_SCAN_LINE {
+                st.partial = Vec::new();
+                st.skipping = true;
+            } else {
+                st.partial.extend_from_slice(data);
+            }
         }
-        let line_start = pos;
-        pos += line.len() as u64;
-        let after = |m: &Message| line_start >= m.scan_offset.unwrap_or(0).max(0) as u64;
-        match classify_line(&line[..line.len() - 1]) {
-            Some(RolloutEvent::HookText { text, .. }) => {
-                for id in marker_ids(&text) {
-                    if let Some(m) = open.get(id) {
-                        if after(m) {
-                            out.push((m.id.clone(), Some("confirmed"), None, pos));
-                            open.remove(id);
-                        }
+    }
+    let boundary = st.line_start;
+    if states.len() >= 4096 {
+        states.clear();
+    }
+    states.insert(path.to_string(), st);
+    out.extend(open.values().map(|m| (m.id.clone(), None, None, boundary.max(m.scan_offset.unwrap_or(0) as u64))));
+    out
+}
+
+/// Applies one complete rollout line (starting at `line_start`, next line at `next`) to the
+/// messages still open.
+fn settle_line<'a>(line: &[u8], line_start: u64, next: u64, open: &mut HashMap<&'a str, &'a Message>, out: &mut Vec<Settlement>) {
+    let after = |m: &Message| line_start >= m.scan_offset.unwrap_or(0).max(0) as u64;
+    match classify_line(line) {
+        Some(RolloutEvent::HookText { text, .. }) => {
+            for id in marker_ids(&text) {
+                if let Some(m) = open.get(id) {
+                    if after(m) {
+                        out.push((m.id.clone(), Some("confirmed"), None, next));
+                        open.remove(id);
                     }
                 }
             }
-            Some(RolloutEvent::TurnClosed { turn_id }) => {
-                let closed: Vec<&str> = open
-                    .values()
-                    .filter(|m| after(m) && m.turn_id.as_deref().is_none_or(|t| t == turn_id))
-                    .map(|m| m.id.as_str())
-                    .collect();
-                for id in closed {
-                    out.push((id.to_string(), Some("uncertain"), Some("turn_closed_without_marker"), pos));
-                    open.remove(id);
-                }
+        }
+        Some(RolloutEvent::TurnClosed { turn_id }) => {
+            let closed: Vec<&str> = open
+                .values()
+                .filter(|m| after(m) && m.turn_id.as_deref().is_none_or(|t| t == turn_id))
+                .map(|m| m.id.as_str())
+                .collect();
+            for id in closed {
+                out.push((id.to_string(), Some("uncertain"), Some("turn_closed_without_marker"), next));
+                open.remove(id);
             }
-            _ => {}
         }
-        if open.is_empty() {
-            break;
-        }
+        _ => {}
     }
-    out.extend(open.values().map(|m| (m.id.clone(), None, None, pos.max(m.scan_offset.unwrap_or(0) as u64))));
-    out
 }
 
 #[cfg(test)]
@@ -236,6 +332,34 @@ mod tests {
             "content": [{"type": "input_text", "text": text}],
             "internal_chat_message_metadata_passthrough": {"turn_id": "T1", "content_item_kinds": ["hooks.additional_context"],
                 "content_item_metadata": [{"provenance": {"type": "harness", "hook": true}}]}}))
+    }
+
+    /// `broker serve` bounds what one reconcile reads from a rollout (it runs under the store
+    /// lock); the next call resumes where the last stopped, inside a line, not from its start.
+    #[test]
+    fn scan_budget_is_honoured_and_resumed() {
+        let dir = std::env::temp_dir().join(format!("courier-scan-budget-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("rollout.jsonl");
+        let mut data = line("response_item", serde_json::json!({"type": "function_call_output", "output": "y".repeat(40 << 20)}));
+        data += &hook_context(&wrap(&msg("m_1", "x", None)));
+        std::fs::write(&path, &data).unwrap();
+        let p = path.to_str().unwrap();
+        let mut m = msg("m_1", "x", None);
+        let mut calls = 0;
+        let confirmed = loop {
+            calls += 1;
+            assert!(calls <= 3, "not confirmed after 3 calls of 16 MiB over 40 MiB");
+            let got = scan_rollout_within(p, std::slice::from_ref(&m), 16 << 20);
+            assert_eq!(got.len(), 1);
+            match got[0].1 {
+                Some(state) => break state,
+                None => m.scan_offset = Some(got[0].3 as i64),
+            }
+        };
+        assert_eq!((confirmed, calls), ("confirmed", 3), "16 MiB per call over a 40 MiB line, then the marker");
+        assert_eq!(m.scan_offset, Some(0), "the database keeps the line's start");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -2,9 +2,9 @@
 //! can, it asks Codex itself (`codex app-server`, `hooks/list`) rather than re-deriving Codex's
 //! rules, so a Codex that changed its trust rules shows up here as untrusted hooks.
 
-use crate::install::{self, Manifest, StartSetup, EVENTS, TESTED_CODEX_VERSION};
+use crate::install::{self, Manifest, StartSetup, EVENTS};
 use crate::store::{now_ms, Store};
-use crate::{config, dirs, server, trust};
+use crate::{codex, config, dirs, server};
 use courier_shared::paths;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -128,7 +128,7 @@ pub fn run(opts: &Options) -> Vec<Check> {
     }
 
     // Hooks registered and trusted, as Codex sees them.
-    let codex = opts.codex.clone().or_else(trust::codex_on_path);
+    let codex = opts.codex.clone().or_else(|| codex::resolve::codex_on_path(std::env::var_os("PATH").as_deref()));
     match &expected_command {
         Some(cmd) => checks.extend(check_hooks(codex.as_deref(), &codex_home, &opts.cwd, cmd)),
         None => checks.push(Check::fail("cannot tell which hook-client should be registered", "run `broker install`")),
@@ -358,51 +358,73 @@ fn check_hooks_offline(codex_home: &Path, command: &str) -> Vec<Check> {
     }
 }
 
+/// The Codex the user runs, resolved the way the broker and install resolve it: trusted, and in
+/// the tested version range. Every fix line names the exact path.
 fn check_codex(codex: Option<&Path>, codex_home: &Path, state_dir: &Path) -> Vec<Check> {
     let mut out = Vec::new();
-    let mut candidates = Vec::new();
-    if let Some(c) = codex {
-        match trust::resolve_native_codex(c) {
-            Ok(n) => candidates.push(n),
-            Err(e) => out.push(Check::fail(format!("{e:#}"), "pass the native binary: `broker trust-codex PATH`")),
-        }
+    let commands: Vec<PathBuf> = codex.map(Path::to_path_buf).into_iter().collect();
+    let found = codex::discover(&commands, codex_home);
+    for (cmd, why) in &found.problems {
+        out.push(Check::fail(
+            format!("the codex at {} cannot be trusted: {why}", cmd.display()),
+            format!("reinstall Codex (npm install -g @openai/codex), or `broker trust-codex <its native binary>`; then `broker doctor --codex {}`", install::shell_quote(&cmd.to_string_lossy())),
+        ));
     }
-    let (more, _) = install::codex_candidates(codex_home);
-    for m in more {
-        if !candidates.contains(&m) {
-            candidates.push(m);
+    if found.found.is_empty() {
+        if found.problems.is_empty() {
+            out.push(Check::warn(
+                format!("no Codex binary found: no codex on PATH and no managed-daemon release under {}", codex::resolve::releases_dir(codex_home).display()),
+                Some("`broker doctor --codex PATH` names the Codex you run; `broker trust-codex PATH` trusts it".into()),
+            ));
         }
-    }
-    if candidates.is_empty() {
-        out.push(Check::warn("no Codex binary found (none on PATH, no managed daemon releases)", Some("`broker trust-codex PATH` for the Codex you run".into())));
         return out;
     }
     let store = Store::open(state_dir).ok();
-    for c in &candidates {
-        let trusted = trust::sha256_file(c).ok().and_then(|d| store.as_ref().and_then(|s| s.is_trusted_codex(&d).ok()).map(|t| (d, t)));
-        out.push(match trusted {
-            Some((d, true)) => Check::ok(format!("Codex binary {} is trusted (sha256:{})", c.display(), &d[..12])),
-            Some((d, false)) => Check::fail(
-                format!("Codex binary {} is not trusted (sha256:{}): hook calls from it are refused (untrusted_codex)", c.display(), &d[..12]),
-                format!("broker trust-codex {}", install::shell_quote(&c.to_string_lossy())),
+    let trusted = store.as_ref().and_then(|s| s.trusted_codex().ok()).unwrap_or_default();
+    for r in &found.found {
+        let native = r.native.display();
+        let via = if r.command == r.native { String::new() } else { format!(", run by {}", r.command.display()) };
+        let digest = match codex::sha256_file(&r.native) {
+            Ok(d) => d,
+            Err(e) => {
+                out.push(Check::warn(format!("could not hash {native}: {e:#}"), None));
+                continue;
+            }
+        };
+        out.push(match trusted.iter().find(|t| t.sha256 == digest) {
+            Some(t) => Check::ok(format!("Codex binary {native}{via} is trusted (sha256:{}, {})", &digest[..12], t.how.as_str())),
+            None => Check::fail(
+                format!("Codex binary {native}{via} is not trusted (sha256:{}): hook calls from it are refused (untrusted_codex)", &digest[..12]),
+                format!("broker trust-codex {}", install::shell_quote(&r.native.to_string_lossy())),
             ),
-            None => Check::warn(format!("could not hash {} or open the queue database", c.display()), None),
+        });
+        let version = codex::version_of(&r.native);
+        out.push(match version.as_deref().and_then(codex::parse_version) {
+            Some(v) if codex::support(v) == codex::Support::Tested => {
+                Check::ok(format!("Codex {} at {native} is in the tested range {}", version.as_deref().unwrap_or(""), codex::supported_range()))
+            }
+            Some(_) => Check::warn(
+                format!("Codex {} at {native} is outside the tested range {}", version.as_deref().unwrap_or(""), codex::supported_range()),
+                Some("delivery may work but receipts may read `uncertain`; run the end-to-end tests against it (tests/README.md) or use a tested release".into()),
+            ),
+            None => Check::warn(format!("could not read the version of {native} (`--version`)"), None),
         });
     }
-    // Version of the first (the one on PATH when there is one).
-    let version = Command::new(&candidates[0]).arg("--version").stdin(Stdio::null()).stderr(Stdio::null()).output();
-    let version = version.ok().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
-    let v = version.split_whitespace().last().unwrap_or("").to_string();
-    out.push(if v == TESTED_CODEX_VERSION {
-        Check::ok(format!("Codex version {v} (the version Courier is tested with)"))
-    } else if v.is_empty() {
-        Check::warn(format!("could not read the version of {}", candidates[0].display()), None)
-    } else {
-        Check::warn(
-            format!("Codex version {v}; Courier is tested with {TESTED_CODEX_VERSION}"),
-            Some("usually fine; if hooks stop delivering, re-check with the end-to-end tests (tests/README.md)".into()),
-        )
-    });
+    if !trusted.is_empty() {
+        let mut c = Check::ok(format!("{} trusted Codex binaries", trusted.len()));
+        for t in &trusted {
+            c = c.detail(format!(
+                "{} {} sha256:{} {}{} at {}",
+                t.version.as_deref().unwrap_or("?"),
+                t.path,
+                &t.sha256[..12],
+                t.how.as_str(),
+                t.source.as_deref().map(|s| format!(" (from {s})")).unwrap_or_default(),
+                t.added_at
+            ));
+        }
+        out.push(c);
+    }
     out
 }
 

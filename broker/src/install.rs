@@ -12,7 +12,7 @@
 //! the user's files byte-for-byte when they were not changed since install (the manifest keeps the
 //! original bytes and what install wrote), and otherwise removes only Courier's entries.
 
-use crate::{dirs, server, store::Store, trust};
+use crate::{codex, dirs, server, store::Store};
 use anyhow::{bail, Context, Result};
 use courier_shared::paths;
 use serde::{Deserialize, Serialize};
@@ -29,8 +29,6 @@ use std::time::{Duration, Instant};
 pub const EVENTS: [&str; 6] = ["SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "SubagentStart"];
 /// Hook timeout written to hooks.json. Part of the trust hash: never change it casually.
 pub const HOOK_TIMEOUT_SECS: u64 = 5;
-/// The Codex version Courier's end-to-end tests run against.
-pub const TESTED_CODEX_VERSION: &str = "0.171.0";
 pub const MANIFEST_NAME: &str = "install-manifest.json";
 pub const SOCKET_UNIT: &str = "courier-broker.socket";
 pub const SERVICE_UNIT: &str = "courier-broker.service";
@@ -176,6 +174,9 @@ pub struct Manifest {
     pub created_tables: Vec<String>,
     /// Codex digests install added to the trusted set (digest, path).
     pub codex_trusted: Vec<(String, String)>,
+    /// `codex` commands install asked the broker to follow across upgrades.
+    #[serde(default)]
+    pub codex_followed: Vec<String>,
     pub start: StartSetup,
     /// Every systemd unit file install wrote, recorded before writing it: uninstall removes them
     /// even when enabling them failed.
@@ -915,31 +916,29 @@ fn absolute(p: &Path) -> Result<PathBuf> {
     }
 }
 
-/// Codex binaries to trust: the native binary behind `codex` on PATH and the managed daemon's
-/// release copies.
-pub fn codex_candidates(codex_home: &Path) -> (Vec<PathBuf>, Vec<String>) {
-    let (mut found, mut notes) = (Vec::new(), Vec::new());
-    if let Some(p) = trust::codex_on_path() {
-        match trust::resolve_native_codex(&p) {
-            Ok(n) => found.push(n),
-            Err(e) => notes.push(format!("codex on PATH not trusted: {e:#}")),
-        }
-    }
-    let releases = codex_home.join("packages/app-server-daemon/releases");
-    if let Ok(rd) = fs::read_dir(&releases) {
-        let mut v: Vec<PathBuf> = rd.flatten().map(|e| e.path().join("bin/codex")).filter(|p| p.is_file()).collect();
-        v.sort();
-        found.extend(v);
-    }
-    found.dedup();
-    (found, notes)
+/// The Codex the user runs: the `codex` on PATH (`codex` in `path_var`), resolved to its native
+/// binary, plus every managed-daemon release copy. `install`, `doctor` and the broker's upgrade
+/// follower all use this one answer (`codex::resolve`).
+pub fn user_codex(codex_home: &Path, path_var: Option<&std::ffi::OsStr>) -> (Option<PathBuf>, codex::Discovery) {
+    let on_path = codex::resolve::codex_on_path(path_var);
+    let commands: Vec<PathBuf> = on_path.iter().cloned().collect();
+    (on_path, codex::discover(&commands, codex_home))
+}
+
+/// What `install` did, and whether the Codex the user runs could be trusted.
+pub struct Installed {
+    pub report: Report,
+    /// Why the user's `codex` could not be trusted, with the command that fixes it. The rest of
+    /// the installation stands (the broker follows the command and trusts it once it resolves);
+    /// `broker install` exits 1 when this is set.
+    pub codex_problem: Option<String>,
 }
 
 /// Installs, as one transaction: every file, binary, directory, trusted digest, unit and broker
 /// start of this run is journaled ([`Change`]); when a step fails, all of it is undone and the
 /// error says what was undone. The manifest is written ahead of each step, so even a run that
 /// dies mid-way (kill -9) leaves a manifest listing what it put in place, for `broker uninstall`.
-pub fn install(opts: &InstallOptions) -> Result<Report> {
+pub fn install(opts: &InstallOptions) -> Result<Installed> {
     crate::failpoint::init().map_err(anyhow::Error::msg)?;
     let state_dir = paths::state_dir();
     let state_existed = fs::symlink_metadata(&state_dir).is_ok();
@@ -947,21 +946,22 @@ pub fn install(opts: &InstallOptions) -> Result<Report> {
     // The trust step records digests in the queue database: what it adds is undone by
     // comparing the trusted set before and after, whatever that step does inside.
     let trusted_before = trusted_digests(&state_dir)?;
+    let followed_before = Store::open(&state_dir)?.codex_commands()?;
     JOURNAL.with(|j| *j.borrow_mut() = Some(Vec::new()));
     let result = install_run(opts, &state_dir);
     let changes = JOURNAL.with(|j| j.borrow_mut().take()).unwrap_or_default();
     let err = match result {
-        Ok(mut report) => {
+        Ok(mut done) => {
             commit(changes);
             if let Some(hint) = path_hint(&absolute(&opts.prefix)?) {
-                report.push(hint);
+                done.report.push(hint);
             }
-            return Ok(report);
+            return Ok(done);
         }
         Err(e) => e,
     };
     let mut undone = undo(changes, &manifest_path(&state_dir));
-    match untrust_added(&state_dir, &trusted_before) {
+    match untrust_added(&state_dir, &trusted_before, &followed_before) {
         Ok(lines) => undone.done.extend(lines),
         Err(e) => undone.failed.push(format!("{e:#}")),
     }
@@ -993,14 +993,20 @@ pub fn install(opts: &InstallOptions) -> Result<Report> {
 }
 
 fn trusted_digests(state_dir: &Path) -> Result<Vec<String>> {
-    Ok(Store::open(state_dir)?.trusted_codex()?.into_iter().map(|(d, ..)| d).collect())
+    Ok(Store::open(state_dir)?.trusted_codex()?.into_iter().map(|t| t.sha256).collect())
 }
 
-/// Forgets the Codex digests trusted since `before` (by this failed run).
-fn untrust_added(state_dir: &Path, before: &[String]) -> Result<Vec<String>> {
+/// Forgets the Codex digests trusted and the commands followed since `before` (by this failed run).
+fn untrust_added(state_dir: &Path, before: &[String], followed_before: &[String]) -> Result<Vec<String>> {
     let mut store = Store::open(state_dir)?;
     let mut lines = Vec::new();
-    for (digest, path, _) in store.trusted_codex()? {
+    for cmd in store.codex_commands()? {
+        if !followed_before.contains(&cmd) && store.unfollow_codex_command(&cmd)? {
+            lines.push(format!("no longer following {cmd}"));
+        }
+    }
+    for t in store.trusted_codex()? {
+        let (digest, path) = (t.sha256, t.path);
         if !before.contains(&digest) && store.untrust_codex(&digest)? {
             lines.push(format!("no longer trusting {path} (sha256:{digest})"));
         }
@@ -1022,7 +1028,7 @@ fn path_hint(prefix: &Path) -> Option<String> {
     ))
 }
 
-fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Report> {
+fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Installed> {
     let state_dir = state_dir.to_path_buf();
     let mut report = Report::new();
     let mut m = load_manifest(&state_dir)?.unwrap_or_default();
@@ -1120,19 +1126,45 @@ fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Report> {
     }
     m.trust_entries = entries;
 
-    // 4. Trusted Codex binaries.
-    let (candidates, notes) = codex_candidates(&codex_home);
-    report.extend(notes);
+    // 4. Trusted Codex binaries: the one the user's `codex` runs (followed from now on, so
+    // upgrades need no command) and the managed-daemon releases.
+    let (on_path, found) = user_codex(&codex_home, std::env::var_os("PATH").as_deref());
     let mut store = Store::open(&state_dir)?;
-    for c in candidates {
-        let digest = trust::sha256_file(&c)?;
-        let path = c.to_string_lossy().into_owned();
-        if store.trust_codex(&digest, &path)? {
-            report.push(format!("trusted Codex binary {path} (sha256:{digest})"));
+    if let Some(cmd) = &on_path {
+        let cmd = cmd.to_string_lossy().into_owned();
+        if store.follow_codex_command(&cmd)? || !m.codex_followed.contains(&cmd) {
+            report.push(format!("following {cmd} across Codex upgrades (the broker trusts what it runs)"));
+        }
+        if !m.codex_followed.contains(&cmd) {
+            m.codex_followed.push(cmd);
+        }
+    }
+    for r in &found.found {
+        let digest = codex::hash_and_note(&mut store, &r.native)?;
+        let path = r.native.to_string_lossy().into_owned();
+        let record = codex::TrustedCodex {
+            sha256: digest.clone(),
+            path: path.clone(),
+            version: codex::version_of(&r.native),
+            how: codex::TrustHow::Install,
+            source: Some(r.command.to_string_lossy().into_owned()),
+            added_at: crate::store::now_ms(),
+        };
+        if store.trust_codex(&record)? {
+            report.push(format!("trusted Codex binary {path} (sha256:{digest}), run by {}", r.command.display()));
             m.codex_trusted.push((digest, path));
         }
     }
     drop(store);
+    let codex_problem = found.problems.first().map(|(cmd, why)| {
+        format!(
+            "the codex on PATH ({}) cannot be trusted: {why}\nfix: reinstall Codex, or trust its native binary with `broker trust-codex PATH`",
+            cmd.display()
+        )
+    });
+    if on_path.is_none() && found.found.is_empty() {
+        report.push("note: no codex on PATH and no managed-daemon release; after installing Codex run `broker trust-codex` (or `broker install` again)".into());
+    }
 
     // 5. Start at login.
     let mode = match opts.start {
@@ -1158,7 +1190,7 @@ fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Report> {
     };
     m.start = start;
     save_manifest(&state_dir, &m)?;
-    Ok(report)
+    Ok(Installed { report, codex_problem })
 }
 
 fn save_manifest(state_dir: &Path, m: &Manifest) -> Result<()> {
@@ -1432,11 +1464,23 @@ fn uninstall_manifest(m: &Manifest, state_dir: &Path, report: &mut Report) -> Re
         };
         unedit(edit, "trust entries", strip, report)?;
     }
-    if !m.codex_trusted.is_empty() {
+    if !m.codex_trusted.is_empty() || !m.codex_followed.is_empty() {
         let mut store = Store::open(state_dir)?;
         for (digest, path) in &m.codex_trusted {
             if store.untrust_codex(digest)? {
                 report.push(format!("no longer trusting {path} (sha256:{digest})"));
+            }
+        }
+        // And what the broker trusted by following the commands install registered.
+        for t in store.trusted_codex()? {
+            let followed = t.how == codex::TrustHow::Followed && t.source.as_ref().is_some_and(|s| m.codex_followed.contains(s));
+            if followed && store.untrust_codex(&t.sha256)? {
+                report.push(format!("no longer trusting {} (sha256:{}, followed)", t.path, t.sha256));
+            }
+        }
+        for cmd in &m.codex_followed {
+            if store.unfollow_codex_command(cmd)? {
+                report.push(format!("no longer following {cmd}"));
             }
         }
     }

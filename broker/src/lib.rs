@@ -3,6 +3,7 @@
 //! ARCHITECTURE.md at the repository root maps these modules to the path of one hook request.
 
 pub mod cli;
+pub mod codex;
 pub mod config;
 pub mod delivery;
 pub mod dirs;
@@ -16,4 +17,4 @@ pub mod logging;
 pub mod rollout;
 pub mod server;
 pub mod store;
-pub mod trust;
+

@@ -4,7 +4,7 @@
 use anyhow::{bail, Context, Result};
 use broker::cli::{self, Args, Parsed, UsageError};
 use broker::store::{Enqueued, Store};
-use broker::{config, delivery, dirs, doctor, effort, inspect, install, logging, server, trust};
+use broker::{codex, config, delivery, dirs, doctor, effort, inspect, install, logging, server};
 use courier_shared::paths;
 use std::io::Read;
 use std::path::PathBuf;
@@ -143,12 +143,17 @@ fn install_cmd(args: Args) -> Result<ExitCode> {
     let no_enable = args.flag("no-enable");
     let exe = std::env::current_exe().context("locating the broker executable")?;
     let source_dir = exe.parent().context("broker executable has no directory")?.to_path_buf();
-    let report = install::install(&install::InstallOptions { prefix, codex_home, start, source_dir, no_enable })?;
+    let done = install::install(&install::InstallOptions { prefix, codex_home, start, source_dir, no_enable })?;
+    let report = done.report;
     for line in report.iter().filter(|l| !l.is_empty()) {
         println!("{line}");
     }
-    if report.iter().all(|l| l.is_empty()) {
+    if report.iter().all(|l| l.is_empty()) && done.codex_problem.is_none() {
         println!("already installed; nothing changed");
+    }
+    if let Some(problem) = done.codex_problem {
+        eprintln!("broker install: error: {problem}");
+        return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -289,14 +294,31 @@ fn cancel(args: Args) -> Result<ExitCode> {
 }
 
 fn trust_codex(args: Args) -> Result<ExitCode> {
-    let path = match args.positionals.first() {
-        Some(p) => PathBuf::from(p),
-        None => trust::codex_on_path().context("no codex on PATH; pass the path of the Codex binary")?,
+    // No PATH: the `codex` on PATH, which the broker then also follows across upgrades. A PATH:
+    // exactly the binary it resolves to, once.
+    let (path, follow) = match args.positionals.first() {
+        Some(p) => (std::path::absolute(PathBuf::from(p))?, false),
+        None => {
+            let p = codex::resolve::codex_on_path(std::env::var_os("PATH").as_deref())
+                .context("no codex on PATH; pass the path of the Codex binary")?;
+            (p, true)
+        }
     };
-    let native = trust::resolve_native_codex(&path)?;
-    let digest = trust::sha256_file(&native)?;
+    let r = codex::resolve(&path)?;
     let mut store = open_store()?;
-    let new = store.trust_codex(&digest, &native.to_string_lossy())?;
-    println!("{} sha256:{digest} {}", if new { "trusted" } else { "already trusted" }, native.display());
+    let digest = codex::hash_and_note(&mut store, &r.native)?;
+    let record = codex::TrustedCodex {
+        sha256: digest.clone(),
+        path: r.native.to_string_lossy().into_owned(),
+        version: codex::version_of(&r.native),
+        how: codex::TrustHow::Manual,
+        source: (r.command != r.native).then(|| r.command.to_string_lossy().into_owned()),
+        added_at: broker::store::now_ms(),
+    };
+    let new = store.trust_codex(&record)?;
+    println!("{} sha256:{digest} {}", if new { "trusted" } else { "already trusted" }, r.native.display());
+    if follow && store.follow_codex_command(&path.to_string_lossy())? {
+        println!("following {} across Codex upgrades", path.display());
+    }
     Ok(ExitCode::SUCCESS)
 }

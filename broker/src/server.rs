@@ -7,11 +7,16 @@
 //! Connections: one poll thread (epoll) accepts every connection and reads it without blocking
 //! until it holds one complete request frame; only then does a worker thread (a small fixed pool)
 //! see it. So idle, slow or hostile connections cost a file descriptor and a small buffer, never a
-//! thread, and cannot starve real hook calls. Limits: [`MAX_PENDING`] unfinished connections in
+//! thread, and cannot starve real hook calls. A hand-off does not keep its worker either: once
+//! the leased output is written, the connection goes back to the poll thread, which waits (at
+//! most until the lease ends) for the client's ack frame; a worker then commits it. So clients
+//! that stall after a lease cost no worker, and other threads' hooks keep being served. Limits: [`MAX_PENDING`] unfinished connections in
 //! all (the oldest is evicted for a new one), [`MAX_PER_PEER`] per peer process, other uids closed
 //! at accept (`SO_PEERCRED`), [`REQUEST_TIMEOUT`] to send a request, [`MAX_BUFFERED`] bytes of
-//! unfinished requests in all.
+//! request frames in all: unfinished ones, complete ones waiting for a worker, and the ones the
+//! workers are handling (the memory allocated for them, not just the bytes received).
 
+use crate::codex::{self, follow::Follower};
 use crate::delivery::{self, Offer};
 use crate::dirs;
 use crate::effort;
@@ -41,7 +46,8 @@ pub const MAX_PENDING: usize = 1024;
 pub const MAX_PER_PEER: usize = 16;
 /// How long a connection may take to send its request.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
-/// Bytes of unfinished requests buffered in all; past it the connection that grew it is closed.
+/// Bytes of request frames held in all (allocated for unfinished requests, plus complete frames
+/// queued for or held by a worker); past it the connection that would grow it is closed.
 pub const MAX_BUFFERED: usize = 64 << 20;
 /// Worker threads that verify and answer complete requests.
 const WORKERS: usize = 16;
@@ -86,12 +92,18 @@ struct Counters {
     leases: AtomicU64,
     handed: AtomicU64,
     unacked: AtomicU64,
-    /// Unfinished connections in the poll thread plus requests in workers.
+    /// Unfinished connections in the poll thread, hand-offs waiting for their ack, and requests
+    /// in workers.
     connections: AtomicUsize,
     evicted: AtomicU64,
     timed_out: AtomicU64,
     rejected: AtomicU64,
     bad_frames: AtomicU64,
+    /// Bytes allocated for unfinished requests (the poll thread's share of [`MAX_BUFFERED`]).
+    buffered: AtomicUsize,
+    /// Bytes allocated for complete frames queued for a worker or held by one (until it is done
+    /// with them): they count against [`MAX_BUFFERED`] like unfinished ones.
+    frames_held: AtomicUsize,
 }
 
 struct Broker {
@@ -102,6 +114,30 @@ struct Broker {
     started: Instant,
     /// Refusals found by the poll thread, written by the maintenance thread.
     queued_refusals: Mutex<Vec<(&'static str, String, i32)>>,
+    /// Follows Codex upgrades; tells the gate which binaries are expected.
+    follower: Arc<Follower>,
+}
+
+/// The gate's view of Codex trust: digests from the store, expected paths from the follower.
+struct TrustView<'a>(&'a Broker);
+
+impl gate::CodexTrust for TrustView<'_> {
+    fn is_trusted(&self, sha256: &str) -> bool {
+        let store = self.0.store.lock().unwrap_or_else(|e| e.into_inner());
+        store.is_trusted_codex(sha256).unwrap_or(false)
+    }
+    fn is_expected(&self, path: &Path) -> bool {
+        // Asked only for a binary the digest cache has not seen; a path trusted by hand counts
+        // at once, before the follower's next pass lists it.
+        self.0.follower.is_expected(path) || {
+            let store = self.0.store.lock().unwrap_or_else(|e| e.into_inner());
+            store.is_trusted_codex_path(&path.to_string_lossy()).unwrap_or(false)
+        }
+    }
+    fn known_digest(&self, key: &gate::digest::ExeKey) -> Option<String> {
+        let store = self.0.store.lock().unwrap_or_else(|e| e.into_inner());
+        store.codex_file_digest(key).ok().flatten()
+    }
 }
 
 /// Holds the per-login locks for the broker's lifetime.
@@ -255,6 +291,8 @@ fn raise_fd_limit() {
 pub fn serve(opts: ServeOptions) -> Result<()> {
     let stop_signals = block_stop_signals()?;
     failpoint::init().map_err(anyhow::Error::msg)?;
+    // Reconcile runs under the store lock, on the hook path too: bound what one call reads.
+    delivery::set_scan_budget(delivery::SERVE_SCAN_BUDGET);
     dirs::ensure_private_dir(&opts.runtime_dir)?;
     dirs::ensure_private_dir(&opts.state_dir)?;
     let _lock = lock_instance(&opts.runtime_dir, &opts.state_dir)?;
@@ -268,6 +306,10 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     }
     raise_fd_limit();
     let gate = Gate::new(GateConfig { codex_home: opts.codex_home.clone(), installed_clients, secret });
+    let own_codex = codex::resolve::codex_on_path(std::env::var_os("PATH").as_deref());
+    let follower = Follower::new(&opts.codex_home, &opts.state_dir, own_codex, gate.digests().clone());
+    let on_hashed = Arc::clone(&follower);
+    gate.digests().on_expected(Box::new(move |path, key, digest| on_hashed.consider_hashed(path, key, digest)));
     let effort = effort::Service::open(&opts.state_dir, &opts.codex_home, courier_shared::paths::config_path())?;
     let broker = Arc::new(Broker {
         store: Mutex::new(store),
@@ -276,6 +318,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         counters: Counters::default(),
         started: Instant::now(),
         queued_refusals: Mutex::new(Vec::new()),
+        follower: Arc::clone(&follower),
     });
     let socket = courier_shared::paths::socket_path(&opts.runtime_dir);
     let (listener, how) = match activated_listener(&socket)? {
@@ -302,20 +345,9 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         opts.codex_home.display()
     );
 
-    // Hash the trusted Codex binaries now (~1 s each for ~300 MB), not inside the first hook call,
-    // whose client would give up at its 500 ms deadline.
-    let trusted_paths: Vec<PathBuf> = {
-        let store = broker.store.lock().unwrap_or_else(|e| e.into_inner());
-        store.trusted_codex()?.into_iter().map(|(_, path, _)| PathBuf::from(path)).collect()
-    };
-    let warm = Arc::clone(&broker);
-    std::thread::Builder::new().name("digest-warmup".into()).spawn(move || {
-        for path in trusted_paths {
-            if let Ok(file) = File::open(&path) {
-                let _ = warm.gate.digests().of_file(file);
-            }
-        }
-    })?;
+    // Resolve and hash the Codex binaries now (~1 s each for ~300 MB), not inside the first hook
+    // call, whose client would give up at its 500 ms deadline; then follow upgrades.
+    std::thread::Builder::new().name("codex-follower".into()).spawn(move || follower.run())?;
 
     let maintenance = Arc::clone(&broker);
     let retention = opts.retention;
@@ -332,19 +364,67 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     })?;
 
     let jobs = Arc::new(JobQueue::default());
-    let rx = Arc::clone(&jobs);
+    let handback = Arc::new(Handback::new()?);
     for i in 0..WORKERS {
         let broker = Arc::clone(&broker);
-        let rx = Arc::clone(&rx);
-        std::thread::Builder::new().name(format!("worker-{i}")).spawn(move || worker(&broker, &rx))?;
+        let (rx, hb) = (Arc::clone(&jobs), Arc::clone(&handback));
+        std::thread::Builder::new().name(format!("worker-{i}")).spawn(move || worker(&broker, &rx, &hb))?;
     }
-    Poller::new(listener, Arc::clone(&broker), jobs)?.run()
+    Poller::new(listener, Arc::clone(&broker), jobs, handback)?.run()
 }
 
-/// A complete request frame and its connection, for a worker.
-struct Job {
+/// Work for a worker thread.
+enum Job {
+    /// A complete request frame (with its 4-byte length prefix) and its connection.
+    Request { stream: UnixStream, frame: Vec<u8> },
+    /// A hand-off's ack frame (without its prefix), or `None` when none came before the lease
+    /// ended or the client left: commit or release the lease.
+    Ack { pending: AwaitAck, frame: Option<Vec<u8>> },
+}
+
+/// The longest ack frame body the broker reads.
+const MAX_ACK_FRAME: usize = 1024;
+
+/// A hand-off whose client has been sent the leased output and owes its ack.
+struct AwaitAck {
     stream: UnixStream,
-    frame: Vec<u8>,
+    token: i64,
+    count: usize,
+    verified: Box<Verified>,
+    /// When the lease ends (`LEASE_MS` after it was taken): no ack by then -> released.
+    deadline: Instant,
+}
+
+/// Hand-offs the workers give back to the poll thread, which an eventfd wakes.
+struct Handback {
+    queue: Mutex<Vec<AwaitAck>>,
+    wake: std::os::fd::OwnedFd,
+}
+
+impl Handback {
+    fn new() -> Result<Handback> {
+        // SAFETY: eventfd returns a new fd or -1.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error()).context("eventfd");
+        }
+        // SAFETY: fd is a fresh descriptor we own.
+        Ok(Handback { queue: Mutex::new(Vec::new()), wake: unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) } })
+    }
+
+    fn give(&self, a: AwaitAck) {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner()).push(a);
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from a live buffer to our eventfd.
+        unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+    }
+
+    fn take(&self) -> Vec<AwaitAck> {
+        let mut n = [0u8; 8];
+        // SAFETY: reads at most 8 bytes into a live buffer from our (non-blocking) eventfd.
+        unsafe { libc::read(self.wake.as_raw_fd(), n.as_mut_ptr().cast(), n.len()) };
+        std::mem::take(&mut *self.queue.lock().unwrap_or_else(|e| e.into_inner()))
+    }
 }
 
 /// Complete requests waiting for a worker. A condvar wakes exactly one idle worker per job (a
@@ -380,11 +460,27 @@ impl JobQueue {
     }
 }
 
-fn worker(broker: &Broker, jobs: &JobQueue) {
+fn worker(broker: &Broker, jobs: &JobQueue, handback: &Handback) {
     loop {
-        let job = jobs.pop();
-        broker.handle(job.stream, &job.frame);
-        broker.counters.connections.fetch_sub(1, Ordering::SeqCst);
+        match jobs.pop() {
+            Job::Request { stream, frame } => {
+                let pending = broker.handle(stream, &frame[4..]);
+                let held = frame.capacity();
+                drop(frame);
+                broker.counters.frames_held.fetch_sub(held, Ordering::SeqCst);
+                match pending {
+                    // Still one connection, now waiting in the poll thread.
+                    Some(a) => handback.give(a),
+                    None => {
+                        broker.counters.connections.fetch_sub(1, Ordering::SeqCst);
+                    }
+                }
+            }
+            Job::Ack { pending, frame } => {
+                broker.finish_hand_over(pending, frame.as_deref());
+                broker.counters.connections.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
     }
 }
 
@@ -410,16 +506,21 @@ struct Poller {
     listener: UnixListener,
     broker: Arc<Broker>,
     jobs: Arc<JobQueue>,
+    handback: Arc<Handback>,
     conns: HashMap<RawFd, Conn>,
+    /// Hand-offs waiting for their ack, with the ack bytes read so far.
+    acks: HashMap<RawFd, (AwaitAck, Vec<u8>)>,
     per_peer: HashMap<i32, usize>,
+    /// Bytes allocated for the `buf`s of `conns` (capacity, not length).
     buffered: usize,
     uid: u32,
 }
 
 const LISTENER: u64 = u64::MAX;
+const WAKE: u64 = u64::MAX - 1;
 
 impl Poller {
-    fn new(listener: UnixListener, broker: Arc<Broker>, jobs: Arc<JobQueue>) -> Result<Poller> {
+    fn new(listener: UnixListener, broker: Arc<Broker>, jobs: Arc<JobQueue>, handback: Arc<Handback>) -> Result<Poller> {
         listener.set_nonblocking(true)?;
         // SAFETY: epoll_create1 returns a new fd or -1.
         let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
@@ -433,12 +534,15 @@ impl Poller {
             listener,
             broker,
             jobs,
+            handback,
             conns: HashMap::new(),
+            acks: HashMap::new(),
             per_peer: HashMap::new(),
             buffered: 0,
             uid: courier_shared::paths::uid(),
         };
         p.ctl(libc::EPOLL_CTL_ADD, p.listener.as_raw_fd(), LISTENER)?;
+        p.ctl(libc::EPOLL_CTL_ADD, p.handback.wake.as_raw_fd(), WAKE)?;
         Ok(p)
     }
 
@@ -468,6 +572,12 @@ impl Poller {
                 let token = ev.u64;
                 if token == LISTENER {
                     self.accept_some();
+                } else if token == WAKE {
+                    for a in self.handback.take() {
+                        self.await_ack(a);
+                    }
+                } else if self.acks.contains_key(&(token as RawFd)) {
+                    self.read_ack(token as RawFd);
                 } else {
                     self.read_conn(token as RawFd);
                 }
@@ -528,7 +638,8 @@ impl Poller {
     fn remove(&mut self, fd: RawFd) -> Option<Conn> {
         let conn = self.conns.remove(&fd)?;
         let _ = self.ctl(libc::EPOLL_CTL_DEL, fd, 0);
-        self.buffered -= conn.buf.len();
+        self.buffered -= conn.buf.capacity();
+        self.broker.counters.buffered.store(self.buffered, Ordering::Relaxed);
         if let Some(n) = self.per_peer.get_mut(&conn.pid) {
             *n -= 1;
             if *n == 0 {
@@ -556,8 +667,74 @@ impl Poller {
         true
     }
 
+    /// Waits (in the poll set) for the ack of a hand-off a worker gave back.
+    fn await_ack(&mut self, a: AwaitAck) {
+        let fd = a.stream.as_raw_fd();
+        if a.stream.set_nonblocking(true).is_err() || self.ctl(libc::EPOLL_CTL_ADD, fd, fd as u64).is_err() {
+            return self.settle_ack(a, None);
+        }
+        self.acks.insert(fd, (a, Vec::new()));
+    }
+
+    /// Hands a hand-off to a worker to commit (`frame`) or release (`None`) its lease.
+    fn settle_ack(&mut self, a: AwaitAck, frame: Option<Vec<u8>>) {
+        let _ = a.stream.set_nonblocking(false);
+        if self.jobs.push(Job::Ack { pending: a, frame }).is_err() {
+            // No room: dropped; the lease runs out and maintenance returns it to pending.
+            self.broker.counters.connections.fetch_sub(1, Ordering::SeqCst);
+            self.broker.counters.rejected.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn end_ack(&mut self, fd: RawFd, complete: bool) {
+        let Some((a, buf)) = self.acks.remove(&fd) else { return };
+        let _ = self.ctl(libc::EPOLL_CTL_DEL, fd, 0);
+        let frame = complete.then(|| buf[4..].to_vec());
+        self.settle_ack(a, frame);
+    }
+
+    /// Reads an awaited ack frame without blocking (at most `4 + MAX_ACK_FRAME` bytes).
+    fn read_ack(&mut self, fd: RawFd) {
+        loop {
+            let Some((a, buf)) = self.acks.get_mut(&fd) else { return };
+            let end = if buf.len() < 4 {
+                4
+            } else {
+                let len = u32::from_be_bytes(buf[..4].try_into().unwrap()) as usize;
+                if len > MAX_ACK_FRAME {
+                    return self.end_ack(fd, false);
+                }
+                4 + len
+            };
+            if buf.len() == end && end > 4 {
+                return self.end_ack(fd, true);
+            }
+            let old = buf.len();
+            buf.resize(end, 0);
+            match a.stream.read(&mut buf[old..]) {
+                Ok(0) => {
+                    buf.truncate(old);
+                    return self.end_ack(fd, false);
+                }
+                Ok(k) => buf.truncate(old + k),
+                Err(e) => {
+                    buf.truncate(old);
+                    match e.kind() {
+                        std::io::ErrorKind::WouldBlock => return,
+                        std::io::ErrorKind::Interrupted => {}
+                        _ => return self.end_ack(fd, false),
+                    }
+                }
+            }
+        }
+    }
+
     fn sweep(&mut self) {
         let now = Instant::now();
+        let unacked: Vec<RawFd> = self.acks.iter().filter(|(_, (a, _))| now >= a.deadline).map(|(fd, _)| *fd).collect();
+        for fd in unacked {
+            self.end_ack(fd, false);
+        }
         let late: Vec<RawFd> =
             self.conns.iter().filter(|(_, c)| now.duration_since(c.since) > REQUEST_TIMEOUT).map(|(fd, _)| *fd).collect();
         for fd in late {
@@ -571,16 +748,17 @@ impl Poller {
         loop {
             let Some(conn) = self.conns.get_mut(&fd) else { return };
             // Read exactly up to the end of the frame: the header first, then the body.
-            let want = if conn.buf.len() < 4 {
-                4 - conn.buf.len()
+            let frame_end = if conn.buf.len() < 4 {
+                4
             } else {
                 let len = u32::from_be_bytes(conn.buf[..4].try_into().unwrap()) as usize;
                 if len > wire::MAX_FRAME {
                     let detail = format!("frame of {len} bytes exceeds limit {}", wire::MAX_FRAME);
                     return self.close_with(fd, "frame_too_large", detail);
                 }
-                4 + len - conn.buf.len()
+                4 + len
             };
+            let want = frame_end - conn.buf.len();
             if want == 0 {
                 let conn = self.remove(fd).expect("present");
                 let Conn { stream, buf, .. } = conn;
@@ -588,19 +766,31 @@ impl Poller {
                     return;
                 }
                 self.broker.counters.connections.fetch_add(1, Ordering::SeqCst);
-                let job = Job { stream, frame: buf[4..].to_vec() };
-                if let Err(job) = self.jobs.push(job) {
+                // The frame moves to the job queue's share of the budget, uncopied.
+                let held = buf.capacity();
+                self.broker.counters.frames_held.fetch_add(held, Ordering::SeqCst);
+                if let Err(Job::Request { stream, .. }) = self.jobs.push(Job::Request { stream, frame: buf }) {
+                    self.broker.counters.frames_held.fetch_sub(held, Ordering::SeqCst);
                     self.broker.counters.connections.fetch_sub(1, Ordering::SeqCst);
                     self.broker.counters.rejected.fetch_add(1, Ordering::Relaxed);
-                    let _ = (&job.stream).write(&error_frame("overloaded", "all workers busy"));
+                    let _ = (&stream).write(&error_frame("overloaded", "all workers busy"));
                 }
                 return;
             }
             let chunk = want.min(64 * 1024);
-            if self.buffered + chunk > MAX_BUFFERED {
-                return self.close_with(fd, "buffer_limit", "unfinished requests hold too much memory".into());
-            }
             let old = conn.buf.len();
+            let cap = conn.buf.capacity();
+            if cap < old + chunk {
+                // Grow geometrically with what arrives, never past the frame's own end: memory
+                // stays within twice the bytes received and within the frame's length.
+                let new_cap = (old + chunk).max((cap * 2).min(frame_end));
+                if self.buffered + self.broker.counters.frames_held.load(Ordering::SeqCst) + (new_cap - cap) > MAX_BUFFERED {
+                    return self.close_with(fd, "buffer_limit", "request frames hold too much memory".into());
+                }
+                conn.buf.reserve_exact(new_cap - old);
+                self.buffered += conn.buf.capacity() - cap;
+                self.broker.counters.buffered.store(self.buffered, Ordering::Relaxed);
+            }
             conn.buf.resize(old + chunk, 0);
             match conn.stream.read(&mut conn.buf[old..]) {
                 Ok(0) => {
@@ -613,10 +803,7 @@ impl Poller {
                     }
                     return self.close_with(fd, "truncated_frame", format!("connection closed after {got} bytes of a frame"));
                 }
-                Ok(k) => {
-                    conn.buf.truncate(old + k);
-                    self.buffered += k;
-                }
+                Ok(k) => conn.buf.truncate(old + k),
                 Err(e) => {
                     conn.buf.truncate(old);
                     if e.kind() == std::io::ErrorKind::WouldBlock {
@@ -695,12 +882,17 @@ impl Broker {
         }
     }
 
-    fn handle(&self, mut stream: UnixStream, frame: &[u8]) {
+    /// Serves one request. A hook call that hands messages over returns the hand-off, whose ack
+    /// the poll thread waits for.
+    fn handle(&self, mut stream: UnixStream, frame: &[u8]) -> Option<AwaitAck> {
         let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
         let _ = stream.set_write_timeout(Some(REQUEST_TIMEOUT));
         let peer = match gate::peer::identify(&stream) {
             Ok(peer) => peer,
-            Err(r) => return self.refuse(r.code, &r.detail, None, None, None),
+            Err(r) => {
+                self.refuse(r.code, &r.detail, None, None, None);
+                return None;
+            }
         };
         let request: Request = match serde_json::from_slice(frame) {
             Ok(req) => req,
@@ -708,7 +900,8 @@ impl Broker {
                 let detail = format!("not a request: {e}");
                 let _ = stream.write_all(&error_frame("bad_request", &detail));
                 self.counters.bad_frames.fetch_add(1, Ordering::Relaxed);
-                return self.refuse("bad_request", &detail, None, None, Some(peer.pid));
+                self.refuse("bad_request", &detail, None, None, Some(peer.pid));
+                return None;
             }
         };
         match request {
@@ -721,28 +914,27 @@ impl Broker {
                 self.counters.hook_calls.fetch_add(1, Ordering::Relaxed);
                 if v != PROTOCOL_VERSION {
                     let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
-                    return self.refuse("protocol_version", &format!("client speaks v{v}"), None, None, Some(peer.pid));
+                    self.refuse("protocol_version", &format!("client speaks v{v}"), None, None, Some(peer.pid));
+                    return None;
                 }
                 let request = HookRequest { pid, ts_ms, payload: &payload, mac: &mac };
-                self.hook(&mut stream, &peer, &request);
+                return self.hook(stream, &peer, &request);
             }
             Request::Ack { .. } => {
                 let _ = stream.write_all(&error_frame("unexpected_ack", "ack without a lease"));
                 self.refuse("unexpected_ack", "ack without a lease", None, None, Some(peer.pid))
             }
         }
+        None
     }
 
-    fn hook(&self, stream: &mut UnixStream, peer: &Peer, request: &HookRequest) {
-        let is_trusted = |digest: &str| {
-            let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
-            store.is_trusted_codex(digest).unwrap_or(false)
-        };
-        let verified = match self.gate.verify(peer, request, &is_trusted) {
+    fn hook(&self, mut stream: UnixStream, peer: &Peer, request: &HookRequest) -> Option<AwaitAck> {
+        let verified = match self.gate.verify(peer, request, &TrustView(self)) {
             Ok(v) => v,
             Err(r) => {
-                let _ = wire::write_json(stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
-                return self.refuse(r.code, &r.detail, r.thread.as_deref(), r.event.as_deref(), Some(peer.pid));
+                let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
+                self.refuse(r.code, &r.detail, r.thread.as_deref(), r.event.as_deref(), Some(peer.pid));
+                return None;
             }
         };
         // Effort changes go through the app-server on their own thread; waited for below, bounded.
@@ -753,30 +945,54 @@ impl Broker {
             let _ = delivery::reconcile(&mut store, Some(&verified.thread_id));
             delivery::offer(&mut store, &verified)
         };
+        let leased_at = Instant::now();
         effort.wait(effort::HOOK_WAIT);
         match offer {
-            Ok(Offer::Lease { token, output, count }) => self.hand_over(stream, &verified, token, output, count),
+            Ok(Offer::Lease { token, output, count }) => {
+                let deadline = leased_at + Duration::from_millis(delivery::LEASE_MS as u64);
+                self.hand_over(stream, verified, token, output, count, deadline)
+            }
             Ok(Offer::Deferred | Offer::Nothing) => {
-                let _ = wire::write_json(stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
+                let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
+                None
             }
             Err(e) => {
                 crate::log_error!("offer failed for thread {}: {e:#}", verified.thread_id);
-                let _ = wire::write_json(stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
+                let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
+                None
             }
         }
     }
 
-    /// Sends the leased output and waits for the ack; without a matching ack the lease is released.
-    fn hand_over(&self, stream: &mut UnixStream, v: &Verified, token: i64, output: String, count: usize) {
+    /// Sends the leased output; the ack is awaited by the poll thread (the returned hand-off),
+    /// not by this worker. A reply that cannot be written releases the lease at once.
+    fn hand_over(
+        &self,
+        mut stream: UnixStream,
+        verified: Verified,
+        token: i64,
+        output: String,
+        count: usize,
+        deadline: Instant,
+    ) -> Option<AwaitAck> {
         self.counters.leases.fetch_add(1, Ordering::Relaxed);
         let reply = HookReply { v: PROTOCOL_VERSION, output, lease: Some(token as u64) };
-        let _ = stream.set_read_timeout(Some(Duration::from_millis(delivery::LEASE_MS as u64)));
-        let acked = wire::write_json(stream, &reply)
-            .and_then(|()| {
-                failpoint::hit("after_reply_before_ack");
-                wire::read_json::<_, Request>(stream, 1024)
-            })
-            .ok()
+        let written = wire::write_json(&mut stream, &reply).is_ok();
+        let pending = AwaitAck { stream, token, count, verified: Box::new(verified), deadline };
+        if !written {
+            self.finish_hand_over(pending, None);
+            return None;
+        }
+        failpoint::hit("after_reply_before_ack");
+        Some(pending)
+    }
+
+    /// Commits a hand-off whose client acked lease `token` (`frame` is its ack), or releases it.
+    fn finish_hand_over(&self, pending: AwaitAck, frame: Option<&[u8]>) {
+        let AwaitAck { mut stream, token, count, verified, .. } = pending;
+        let v = &*verified;
+        let acked = frame
+            .and_then(|f| serde_json::from_slice::<Request>(f).ok())
             .is_some_and(|r| matches!(r, Request::Ack { lease, .. } if lease == token as u64));
         if acked {
             failpoint::hit("after_ack_read");
@@ -806,7 +1022,8 @@ impl Broker {
         if accepted {
             self.counters.handed.fetch_add(count as u64, Ordering::Relaxed);
         }
-        let _ = wire::write_json(stream, &AckReply { v: PROTOCOL_VERSION, accepted });
+        let _ = stream.set_write_timeout(Some(REQUEST_TIMEOUT));
+        let _ = wire::write_json(&mut stream, &AckReply { v: PROTOCOL_VERSION, accepted });
     }
 
     fn status(&self) -> serde_json::Value {
@@ -826,6 +1043,7 @@ impl Broker {
             "connections_timed_out": c.timed_out.load(Ordering::Relaxed),
             "connections_rejected": c.rejected.load(Ordering::Relaxed),
             "bad_frames": c.bad_frames.load(Ordering::Relaxed),
+            "buffered_bytes": c.buffered.load(Ordering::Relaxed) + c.frames_held.load(Ordering::Relaxed),
             "refusals_unrecorded": c.refusals_unrecorded.load(Ordering::Relaxed),
             "rollout_bytes_read": self.gate.tracker().total_bytes_read.load(Ordering::Relaxed),
         })

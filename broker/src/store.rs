@@ -7,6 +7,8 @@
 //! and `busy_timeout` serialise them.
 
 use anyhow::{bail, Context, Result};
+use crate::codex::{TrustHow, TrustedCodex};
+use crate::gate::digest::ExeKey;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
 use std::path::Path;
@@ -128,7 +130,36 @@ CREATE TABLE IF NOT EXISTS trusted_codex (
     path     TEXT NOT NULL,
     added_at INTEGER NOT NULL
 );
+-- Files known to hold a digest, by identity (gate/digest.rs ExeKey): recorded when a trust command,
+-- install or the follower hashes a file, so the broker never hashes it again (not after a restart
+-- either). Equal identity means equal content: any write changes ctime, which no owner can set back.
+CREATE TABLE IF NOT EXISTS codex_files (
+    dev      INTEGER NOT NULL,
+    ino      INTEGER NOT NULL,
+    size     INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    ctime_ns INTEGER NOT NULL,
+    sha256   TEXT NOT NULL,
+    PRIMARY KEY (dev, ino)
+);
+-- The `codex` commands the broker follows (broker install records the user's; see codex/follow.rs).
+CREATE TABLE IF NOT EXISTS codex_commands (
+    command  TEXT PRIMARY KEY,
+    added_at INTEGER NOT NULL
+);
 ";
+
+/// Columns added to `trusted_codex` after its first release: how each binary became trusted.
+fn migrate_trusted_codex(conn: &Connection) -> rusqlite::Result<()> {
+    let cols: Vec<String> =
+        conn.prepare("PRAGMA table_info(trusted_codex)")?.query_map([], |r| r.get::<_, String>(1))?.collect::<rusqlite::Result<_>>()?;
+    for (name, decl) in [("version", "TEXT"), ("how", "TEXT NOT NULL DEFAULT 'manual'"), ("source", "TEXT")] {
+        if !cols.iter().any(|c| c == name) {
+            conn.execute_batch(&format!("ALTER TABLE trusted_codex ADD COLUMN {name} {decl}"))?;
+        }
+    }
+    Ok(())
+}
 
 const MESSAGE_COLUMNS: &str = "id, thread, kind, state, body, sender, idem_key, created_at, updated_at, \
     expires_at, event, turn_id, lease_token, handed_at, confirmed_at, reason, attempts, rollout_path, scan_offset";
@@ -184,6 +215,7 @@ impl Store {
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.execute_batch(SCHEMA).context("creating the queue schema")?;
         crate::effort::db::migrate(&conn).context("adding the effort columns")?;
+        migrate_trusted_codex(&conn).context("adding the trusted_codex columns")?;
         Ok(Store { conn })
     }
 
@@ -530,10 +562,12 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    pub fn trust_codex(&mut self, sha256: &str, path: &str) -> Result<bool> {
+    /// Records a trusted Codex binary; false (and nothing changed) if its digest was trusted already.
+    pub fn trust_codex(&mut self, t: &TrustedCodex) -> Result<bool> {
         let n = self.conn.execute(
-            "INSERT INTO trusted_codex (sha256, path, added_at) VALUES (?1, ?2, ?3) ON CONFLICT(sha256) DO NOTHING",
-            params![sha256, path, now_ms()],
+            "INSERT INTO trusted_codex (sha256, path, added_at, version, how, source) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT(sha256) DO NOTHING",
+            params![t.sha256, t.path, t.added_at, t.version, t.how.as_str(), t.source],
         )?;
         Ok(n > 0)
     }
@@ -548,9 +582,66 @@ impl Store {
         Ok(stmt.query_row([sha256], |r| r.get(0))?)
     }
 
-    pub fn trusted_codex(&self) -> Result<Vec<(String, String, i64)>> {
-        let mut stmt = self.conn.prepare_cached("SELECT sha256, path, added_at FROM trusted_codex ORDER BY added_at")?;
-        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    /// Remembers that the file with identity `key` holds `sha256`.
+    pub fn note_codex_file(&mut self, key: &ExeKey, sha256: &str) -> Result<()> {
+        self.conn.execute(
+            "INSERT INTO codex_files (dev, ino, size, mtime_ns, ctime_ns, sha256) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT(dev, ino) DO UPDATE SET size = ?3, mtime_ns = ?4, ctime_ns = ?5, sha256 = ?6",
+            params![key.dev as i64, key.ino as i64, key.size as i64, key.mtime_ns as i64, key.ctime_ns as i64, sha256],
+        )?;
+        Ok(())
+    }
+
+    /// The digest recorded for a file of exactly this identity, if any.
+    pub fn codex_file_digest(&self, key: &ExeKey) -> Result<Option<String>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT sha256 FROM codex_files WHERE dev = ?1 AND ino = ?2 AND size = ?3 AND mtime_ns = ?4 AND ctime_ns = ?5",
+        )?;
+        Ok(stmt
+            .query_row(params![key.dev as i64, key.ino as i64, key.size as i64, key.mtime_ns as i64, key.ctime_ns as i64], |r| r.get(0))
+            .optional()?)
+    }
+
+    /// Whether a binary at `path` was trusted (by any digest).
+    pub fn is_trusted_codex_path(&self, path: &str) -> Result<bool> {
+        let mut stmt = self.conn.prepare_cached("SELECT EXISTS(SELECT 1 FROM trusted_codex WHERE path = ?1)")?;
+        Ok(stmt.query_row([path], |r| r.get(0))?)
+    }
+
+    /// Every trusted binary, oldest first.
+    pub fn trusted_codex(&self) -> Result<Vec<TrustedCodex>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT sha256, path, added_at, version, how, source FROM trusted_codex ORDER BY added_at, sha256")?;
+        let rows = stmt.query_map([], |r| {
+            Ok(TrustedCodex {
+                sha256: r.get(0)?,
+                path: r.get(1)?,
+                added_at: r.get(2)?,
+                version: r.get(3)?,
+                how: TrustHow::parse(&r.get::<_, String>(4)?),
+                source: r.get(5)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Adds a `codex` command for the broker to follow; true if it was new.
+    pub fn follow_codex_command(&mut self, command: &str) -> Result<bool> {
+        let n = self.conn.execute(
+            "INSERT INTO codex_commands (command, added_at) VALUES (?1, ?2) ON CONFLICT(command) DO NOTHING",
+            params![command, now_ms()],
+        )?;
+        Ok(n > 0)
+    }
+
+    pub fn unfollow_codex_command(&mut self, command: &str) -> Result<bool> {
+        Ok(self.conn.execute("DELETE FROM codex_commands WHERE command = ?1", [command])? > 0)
+    }
+
+    pub fn codex_commands(&self) -> Result<Vec<String>> {
+        let mut stmt = self.conn.prepare_cached("SELECT command FROM codex_commands ORDER BY added_at, command")?;
+        let rows = stmt.query_map([], |r| r.get(0))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 }

@@ -637,6 +637,82 @@ fn rollout_replaced_mid_session_is_refused() {
     assert!(codes.len() >= 3 && codes.iter().any(|c| c == "not_rollout_holder"), "Pre, Post and Stop refused: {codes:?}");
 }
 
+/// fd smuggling (issue 14, finding 1). A plain same-uid script, no Codex hook involved, opens a
+/// live thread's rollout `O_WRONLY|O_APPEND` (inheritable), replaces the thread's writer-lock file
+/// with a new one it flocks (inheritable), then execs the TRUSTED Codex binary with a private
+/// CODEX_HOME whose SessionStart hook runs hook-client with a payload naming the victim thread.
+/// That codex "holds" both files, but through fds inherited across exec, which lack the O_CLOEXEC
+/// every fd the real Codex opens itself has: refused, the script gets nothing. And the reverse:
+/// the victim's own codex still holds its (now unlinked) lock file, so its later hooks are not
+/// refused for the swap and deliver the message.
+#[test]
+fn smuggled_rollout_and_lock_fds_are_refused() {
+    let (first, last) = (Hold::new(), Hold::new());
+    last.release();
+    let model = ScriptedModel::start_with(exec_then_done_held(&first, &last));
+    let env = CodexEnv::with_hook_command(&model, &hc());
+    let broker = broker(&env);
+    let proc = env.spawn_exec("please run a command");
+    let thread = proc.wait_thread_id(T);
+    first.wait_held(1, T);
+    let rollout = env.wait_rollout(&thread, T);
+    let lock = env.codex_home.join(format!("thread-writer-locks/{thread}.lock"));
+    assert!(lock.exists(), "the victim's codex holds {}", lock.display());
+    let text = marker("SMUGGLED");
+    let id = broker.send_opts(&thread, &text, None, Some("e2e"));
+
+    // The attacker: its own CODEX_HOME and model, Courier's real runtime directory.
+    let evil_model = ScriptedModel::start_with(|_r: &Request| Reply::message("done"));
+    let evil = CodexEnv::new(&evil_model);
+    let payload = json!({
+        "session_id": thread, "transcript_path": rollout, "cwd": env.work,
+        "hook_event_name": "SessionStart", "model": "gpt-5.5",
+        "permission_mode": "bypassPermissions", "source": "startup"
+    })
+    .to_string();
+    let pfile = payload_file(&evil, "smuggle.json", &payload);
+    let stolen = evil.root.join("stolen.txt");
+    let q = |p: &Path| shell_quote(&p.display().to_string());
+    evil.install_hooks(&[Hook::new("SessionStart", &format!("{} < {} > {}", hc(), q(&pfile), q(&stolen)))]);
+    const SMUGGLER: &str = r#"
+import fcntl, os, sys
+rollout, lock, codex = sys.argv[1:4]
+fd = os.open(rollout, os.O_WRONLY | os.O_APPEND)
+os.set_inheritable(fd, True)
+os.unlink(lock)
+lfd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+fcntl.flock(lfd, fcntl.LOCK_EX)
+os.set_inheritable(lfd, True)
+os.execv(codex, [codex, "exec", "--skip-git-repo-check", "hello"])
+"#;
+    let mut cmd = evil.command("/usr/bin/python3");
+    cmd.args(["-c", SMUGGLER])
+        .arg(&rollout)
+        .arg(&lock)
+        .arg(&env.codex)
+        .env("COURIER_RUNTIME_DIR", &env.runtime_dir)
+        .env("COURIER_STATE_DIR", &env.state_dir);
+    let out = run_bounded(&mut cmd, T);
+    assert!(out.status.success(), "the smuggling codex ran: {out:?}");
+    assert!(stolen.exists(), "its SessionStart hook ran: {out:?}");
+    let got = std::fs::read_to_string(&stolen).unwrap();
+    assert!(got.is_empty(), "the smuggled codex received: {got:?}");
+    let hit = broker.wait_refusals(1, SETTLE, "the smuggled SessionStart", |r| {
+        str_field(r, "thread") == thread && str_field(r, "event") == "SessionStart"
+    });
+    assert_eq!(str_field(&hit[0], "reason"), "not_rollout_holder", "{:#}", hit[0]);
+    assert!(str_field(&hit[0], "detail").contains("O_CLOEXEC"), "{:#}", hit[0]);
+    assert_untouched(&broker, &id);
+
+    // The real session goes on; the lock path now names the attacker's file.
+    first.release();
+    proc.wait(T).assert_success();
+    let m = broker.wait_state(&id, "confirmed", SETTLE);
+    assert!(matches!(str_field(&m, "event"), "PreToolUse" | "PostToolUse"), "{m}");
+    assert_eq!(attack_codes(&broker.inspect_json(), Some(&thread)), ["not_rollout_holder"], "only the smuggled call refused");
+    assert_eq!(evil_model.requests_mentioning(&text), 0);
+}
+
 // ---------------------------------------------------------------------------------------------
 // 5. Trusting a Codex binary while the broker runs
 

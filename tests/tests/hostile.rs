@@ -239,6 +239,209 @@ fn ten_thousand_idle_connections_do_not_starve_hooks() {
     drop(serve);
 }
 
+/// Holds the queue database's write lock (`BEGIN IMMEDIATE`) until its stdin closes.
+const DB_LOCK_SCRIPT: &str = r#"
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=10)
+c.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+sys.stdin.read()
+c.execute("ROLLBACK")
+"#;
+
+/// Complete frames waiting for a worker count against the documented 64 MiB budget (issue 14,
+/// finding 5). Every worker is stalled (each frame is a bad request whose refusal waits for the
+/// queue database, held locked by another process), then 128 complete 4 MiB frames arrive: once
+/// 64 MiB are held, the rest are closed with `buffer_limit`, and the broker's peak RSS grows by
+/// about the budget, not by 512 MiB. Released, the broker answers again and holds nothing.
+#[test]
+fn parked_complete_frames_count_against_the_buffer_budget() {
+    let _alone = TIMING.lock().unwrap_or_else(|e| e.into_inner());
+    let env = world();
+    let serve = Serve::start(&env, &[]);
+    let bpid = serve.pid();
+    let sock = env.runtime_dir.join("broker.sock");
+    let base_hwm = proc_status(bpid, "VmHWM:");
+    let mut locker = Command::new("/usr/bin/python3")
+        .args(["-c", DB_LOCK_SCRIPT])
+        .arg(env.state_dir.join("queue.sqlite"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(locker.stdout.take().unwrap()), &mut line).unwrap();
+    assert_eq!(line.trim(), "locked");
+
+    let big = frame(&vec![b'x'; 4 << 20]); // complete, the largest allowed, not a request
+    let (mut held, mut limited, mut other) = (Vec::new(), 0, Vec::new());
+    for _ in 0..128 {
+        let mut s = UnixStream::connect(&sock).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        match s.write_all(&big) {
+            Ok(()) => held.push(s),
+            Err(_) => match read_frame(&mut s) {
+                Ok(v) if v["error"] == "buffer_limit" => limited += 1,
+                r => other.push(format!("{r:?}")),
+            },
+        }
+    }
+    let hwm = proc_status(bpid, "VmHWM:");
+    drop(locker.stdin.take());
+    locker.wait().unwrap();
+    let grew_mib = (hwm.saturating_sub(base_hwm)) as f64 / 1024.0;
+    eprintln!("128 x 4 MiB frames, workers stalled: {} taken, {limited} buffer_limit; peak RSS +{grew_mib:.0} MiB", held.len());
+    assert!(other.is_empty(), "closed without the buffer_limit error: {other:?}");
+    assert!(held.len() <= 16 && limited >= 112, "{} frames held, {limited} refused", held.len());
+    assert!(grew_mib < 64.0 + 32.0, "broker peak RSS grew {grew_mib:.0} MiB (budget 64 MiB)");
+    let st = wait_until(Duration::from_secs(60), "the broker answers again", || status(&sock));
+    let after = wait_until(Duration::from_secs(30), "the held frames are let go", || {
+        status(&sock).filter(|st| st["buffered_bytes"].as_u64().is_some_and(|b| b < 4096))
+    });
+    eprintln!("status after: {st}; then {after}");
+    drop(serve);
+}
+
+/// A stand-in Codex running many threads at once (rollout O_APPEND and writer flock for each, one
+/// open turn), which starts hook-client calls on command: `{"spawn": i, "stall": bool}` starts a
+/// PostToolUse call for thread i (with `COURIER_HOOK_TEST_STALL=before_ack` when `stall`, its
+/// stderr to `<dir>/stall-<i>.err`); `{"wait": i}` waits for it and reports rc, stdout and ms.
+const MULTI_STANDIN: &str = r#"
+import sys, os, json, fcntl, subprocess, time
+home, hc, out_dir = sys.argv[1:4]
+threads = sys.argv[4].split(",")
+d = os.path.join(home, "sessions/2026/11/29")
+os.makedirs(d, exist_ok=True)
+os.makedirs(os.path.join(home, "thread-writer-locks"), exist_ok=True)
+keep, paths, procs = [], [], {}
+turn = "01a22659-8b4d-7ed0-830a-00efbf9cc079"
+for t in threads:
+    lock = os.open(os.path.join(home, "thread-writer-locks", t + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    path = os.path.join(d, "rollout-2026-11-29T08-08-52-%s.jsonl" % t)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    for kind, p in [("session_meta", {"id": t, "session_id": t, "cwd": "/", "originator": "standin"}),
+                    ("event_msg", {"type": "task_started", "turn_id": turn})]:
+        os.write(fd, (json.dumps({"timestamp": "t", "type": kind, "payload": p}) + "\n").encode())
+    keep += [lock, fd]; paths.append(path)
+env = dict(os.environ)
+for k in ["CODEX_TOOL_CALL_ID", "CODEX_THREAD_ID", "CODEX_SESSION_ID", "CODEX_CI"]:
+    env.pop(k, None)
+def say(o):
+    sys.stdout.write(json.dumps(o) + "\n"); sys.stdout.flush()
+say({"ready": True})
+for line in sys.stdin:
+    c = json.loads(line)
+    if "spawn" in c:
+        i = c["spawn"]
+        p = {"session_id": threads[i], "turn_id": turn, "transcript_path": paths[i], "cwd": "/",
+             "hook_event_name": "PostToolUse", "model": "m", "permission_mode": "bypassPermissions",
+             "tool_name": "Bash", "tool_input": {"command": "true"}, "tool_response": "", "tool_use_id": "call_%d" % i}
+        e = dict(env)
+        err = subprocess.DEVNULL
+        if c.get("stall"):
+            e["COURIER_HOOK_TEST_STALL"] = "before_ack"
+            err = open(os.path.join(out_dir, "stall-%d.err" % i), "w")
+        t0 = time.monotonic()
+        pr = subprocess.Popen([hc], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=e, start_new_session=True)
+        pr.stdin.write(json.dumps(p).encode()); pr.stdin.close()
+        procs[i] = (pr, t0)
+        say({"spawned": i})
+    elif "wait" in c:
+        pr, t0 = procs[c["wait"]]
+        out = pr.stdout.read()
+        pr.wait(timeout=30)
+        say({"rc": pr.returncode, "out": out.decode(), "ms": (time.monotonic() - t0) * 1000.0})
+    elif "kill" in c:
+        for pr, _ in procs.values():
+            if pr.poll() is None: pr.kill(); pr.wait()
+        say({"killed": True})
+"#;
+
+/// Hook clients that stall after their lease do not hold broker workers (issue 14, finding 6).
+/// 24 verified calls of 24 threads (more than the 16 workers) take their leases and never ack;
+/// meanwhile an honest call of a 25th thread is delivered well within hook-client's 500 ms
+/// deadline. The stalled leases end at `LEASE_MS` and their messages go back to `pending`.
+#[test]
+fn stalled_clients_after_the_lease_do_not_hold_workers() {
+    let _alone = TIMING.lock().unwrap_or_else(|e| e.into_inner());
+    const STALLED: usize = 24;
+    let env = world();
+    let _serve = Serve::start(&env, &[]);
+    broker_ok(&env, &["trust-codex", &standin_codex().display().to_string()]);
+    let threads: Vec<String> = (0..=STALLED).map(|_| fake_uuid_v7()).collect();
+    let ids: Vec<String> = threads
+        .iter()
+        .map(|t| broker_ok(&env, &["send", "--thread", t, &format!("for {t}")]).trim().to_string())
+        .collect();
+    let out_dir = env.root.join("multi");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let mut standin = env.command(standin_codex());
+    standin
+        .args(["-c", MULTI_STANDIN])
+        .arg(&env.codex_home)
+        .arg(hook_client_bin())
+        .arg(&out_dir)
+        .arg(threads.join(","))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut child = standin.spawn().unwrap();
+    let mut tell = child.stdin.take().unwrap();
+    let mut hear = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut ready = String::new();
+    std::io::BufRead::read_line(&mut hear, &mut ready).unwrap();
+    assert!(ready.contains("ready"), "{ready}");
+    let mut ask = |cmd: serde_json::Value| -> serde_json::Value {
+        writeln!(tell, "{cmd}").unwrap();
+        tell.flush().unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut hear, &mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("stand-in said {line:?}: {e}"))
+    };
+
+    let t0 = Instant::now();
+    for i in 0..STALLED {
+        ask(serde_json::json!({"spawn": i, "stall": true}));
+    }
+    // Stalled clients print their lease and park before the ack. Once 16 do (as many as the
+    // broker has workers), the honest call comes.
+    let stalled = || {
+        (0..STALLED)
+            .filter(|i| std::fs::read_to_string(out_dir.join(format!("stall-{i}.err"))).is_ok_and(|e| e.contains("stalled before_ack")))
+            .count()
+    };
+    wait_until(Duration::from_secs(20), "16 stalled clients to hold their leases", || (stalled() >= 16).then_some(()));
+    let stalled_after = t0.elapsed();
+    ask(serde_json::json!({"spawn": STALLED, "stall": false}));
+    let honest = ask(serde_json::json!({"wait": STALLED}));
+    let ms = honest["ms"].as_f64().unwrap();
+    eprintln!("{STALLED} clients stalled after their leases (16 leased after {stalled_after:?}); honest call: {ms:.1} ms, {honest}");
+    assert_eq!(honest["rc"], 0, "{honest}");
+    assert!(honest["out"].as_str().unwrap().contains(&ids[STALLED]), "the honest call was not delivered: {honest}");
+    assert!(ms < 500.0, "the honest call took {ms:.1} ms (hook-client deadline 500 ms)");
+    assert!(t0.elapsed() < Duration::from_millis(delivery_lease_ms()), "measured while the stalled leases were live");
+    assert_eq!(stalled(), STALLED, "every stalled client got its lease");
+
+    // The stalled leases end: back to pending, never handed.
+    let by_id = wait_until(Duration::from_secs(10), "stalled leases to be released", || {
+        let m = messages_by_id(&inspect(&env));
+        ids[..STALLED].iter().all(|id| m[id]["state"] == "pending").then_some(m)
+    });
+    assert_eq!(by_id[&ids[STALLED]]["state"], "handed");
+    for id in &ids[..STALLED] {
+        assert_eq!(by_id[id]["reason"], "not_acked", "{}", by_id[id]);
+    }
+    ask(serde_json::json!({"kill": true}));
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// `delivery::LEASE_MS`, the time a client has to ack a lease.
+fn delivery_lease_ms() -> u64 {
+    broker_lib::delivery::LEASE_MS as u64
+}
+
 /// A PostToolUse payload; the broker never gets far enough to judge it in these cases.
 fn payload(env: &CodexEnv) -> String {
     let t = fake_uuid_v7();

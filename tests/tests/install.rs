@@ -397,7 +397,10 @@ fn doctor_reports_each_problem() {
 fn test_summary_sums_every_binary_and_keeps_cargos_status() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let test_sh = std::fs::read_to_string(root.join("install/test.sh")).unwrap();
-    assert!(test_sh.trim_end().ends_with("summarize_tests run_tests \"$@\""), "{test_sh}");
+    // One summarised command runs every test binary, then the delivery tests on the oldest Codex.
+    let tail = &test_sh[test_sh.find("exec install/test-summary.sh bash -c '").expect("test.sh ends by exec'ing the summariser")..];
+    assert!(tail.contains("cargo test --workspace --locked --no-fail-fast \"$@\""), "{test_sh}");
+    assert!(tail.contains("COURIER_CODEX_BIN=\"$COURIER_CODEX_BIN_OLDEST\" cargo test -p courier-tests"), "{test_sh}");
     let dir = std::env::temp_dir().join(format!("courier-summary-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let fake = dir.join("cargo");

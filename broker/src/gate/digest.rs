@@ -1,18 +1,33 @@
-//! SHA-256 of process executables, cached by file identity. The Codex binary is ~300 MB and takes
-//! about a second to hash, so each distinct file is hashed once: the key is (device, inode, size,
-//! mtime, ctime) of the file actually executed, read from an fd opened on `/proc/<pid>/exe` (which
-//! reaches the mapped file even if its path was replaced or deleted). ctime is in the key as well
-//! as mtime because an owner can reset mtime after rewriting a file, but not ctime.
+//! SHA-256 of process executables, computed off the hook path and cached by file identity.
 //!
-//! Concurrent first requests for the same file share one hashing pass (a per-key `OnceLock`).
+//! The Codex binary is ~300 MB and takes about a second to hash, longer than a hook client waits
+//! (500 ms). So no worker ever hashes: a file the cache has not seen goes to one of two hashing
+//! threads, and the hook call either waits for the answer (bounded by its deadline) or moves on.
+//!
+//! - The **expected** lane hashes files the broker has reason to believe are Codex: a trusted
+//!   binary's path, the native binary the user's own `codex` resolves to, a managed-daemon
+//!   release (`broker::codex::follow` keeps that set). A hook whose codex is such a file waits for it.
+//! - The **background** lane hashes everything else, one file at a time at the lowest CPU
+//!   priority, at most [`BACKGROUND_MAX_BYTES`] a file and [`BACKGROUND_QUEUE`] files queued; a hook
+//!   never waits for it. This is what keeps a flood of fresh 1 GiB "codex" executables (any
+//!   same-uid process can make them) from taking the broker's CPU or workers from honest hooks.
+//!
+//! Every answer, a digest or "unreadable / too large", is cached under the file's key (device,
+//! inode, size, mtime, ctime of the file actually executed, read from an fd opened on
+//! `/proc/<pid>/exe`, which reaches the mapped file even if its path was replaced or deleted). The
+//! cache holds digests, not verdicts: whether a digest is trusted is asked anew on every call, so
+//! `broker trust-codex` and `broker uninstall` take effect at once. ctime is in the key as well as
+//! mtime because an owner can reset mtime after rewriting a file, but not ctime.
 
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::Instant;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ExeKey {
@@ -25,62 +40,287 @@ pub struct ExeKey {
 
 impl ExeKey {
     pub fn of(file: &File) -> io::Result<ExeKey> {
-        let m = file.metadata()?;
-        Ok(ExeKey {
+        Ok(ExeKey::from_metadata(&file.metadata()?))
+    }
+
+    pub fn of_path(path: &Path) -> io::Result<ExeKey> {
+        Ok(ExeKey::from_metadata(&std::fs::metadata(path)?))
+    }
+
+    fn from_metadata(m: &std::fs::Metadata) -> ExeKey {
+        ExeKey {
             dev: m.dev(),
             ino: m.ino(),
             size: m.size(),
             mtime_ns: m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128,
             ctime_ns: m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128,
-        })
+        }
     }
 }
 
 /// Entries kept before the cache is cleared (executables of ancestors seen; small in practice).
 const MAX_ENTRIES: usize = 4096;
+/// Files the background lane hashes at most; bigger unknown files are answered "not hashed".
+/// (Codex is ~300 MB; a trusted or expected one goes to the expected lane, which has no cap.)
+pub const BACKGROUND_MAX_BYTES: u64 = 1 << 30;
+/// Unknown files waiting for the background lane; more are answered "not hashed" for now and
+/// asked again by a later call.
+pub const BACKGROUND_QUEUE: usize = 16;
+
+/// Which hashing thread a file goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    Expected,
+    Background,
+}
+
+/// What the cache knows of an executable right now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    Digest(String),
+    /// Queued or being hashed (the caller's wait, if any, ran out first).
+    Pending,
+    /// Could not be read, changed while hashed, or is too large for the background lane.
+    Unhashable,
+}
+
+/// Looks a file identity up among digests recorded elsewhere (the store's `codex_files`).
+pub type Known<'a> = dyn Fn(&ExeKey) -> Option<String> + 'a;
+
+/// Called by the expected lane after it hashed a file, before waiters see the digest: lets the
+/// upgrade follower trust a new binary of the user's own `codex` in time for the hook waiting on it.
+pub type OnExpected = Box<dyn Fn(&Path, &ExeKey, &str) + Send + Sync>;
+
+struct Job {
+    key: ExeKey,
+    file: File,
+    path: PathBuf,
+    slot: Arc<Slot>,
+}
 
 #[derive(Default)]
+struct Slot {
+    done: OnceLock<Option<String>>,
+    lock: Mutex<()>,
+    cv: Condvar,
+}
+
+impl Slot {
+    fn finish(&self, digest: Option<String>) {
+        let _ = self.done.set(digest);
+        let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.cv.notify_all();
+    }
+
+    fn wait_until(&self, until: Instant) -> Option<&Option<String>> {
+        let mut guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(d) = self.done.get() {
+                return Some(d);
+            }
+            let now = Instant::now();
+            if now >= until {
+                return None;
+            }
+            guard = self.cv.wait_timeout(guard, until - now).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
+}
+
+#[derive(Default)]
+struct LaneQueue {
+    jobs: Mutex<VecDeque<Job>>,
+    cv: Condvar,
+}
+
+#[derive(Default)]
+struct Inner {
+    entries: Mutex<HashMap<ExeKey, Arc<Slot>>>,
+    lanes: [LaneQueue; 2],
+    started: OnceLock<()>,
+    on_expected: OnceLock<OnExpected>,
+    /// Files hashed (cache misses), for tests and diagnostics.
+    hashed: AtomicU64,
+    /// Bytes hashed by the background lane.
+    background_bytes: AtomicU64,
+}
+
+/// A handle on the shared cache and its two hashing threads (started on first use). Clones share both.
+#[derive(Clone, Default)]
 pub struct DigestCache {
-    entries: Mutex<HashMap<ExeKey, Arc<OnceLock<Option<String>>>>>,
-    /// Number of files hashed (cache misses), for tests and diagnostics.
-    pub hashed: AtomicU64,
+    inner: Arc<Inner>,
 }
 
 impl DigestCache {
-    /// Hex SHA-256 of the executable of `pid`, or `Err` if `/proc/<pid>/exe` cannot be opened.
-    pub fn of_pid(&self, pid: i32) -> io::Result<String> {
-        let file = File::open(format!("/proc/{pid}/exe"))?;
-        self.of_file(file)
+    /// Number of files hashed so far (cache misses).
+    pub fn hashed(&self) -> u64 {
+        self.inner.hashed.load(Ordering::Relaxed)
     }
 
+    pub fn background_bytes(&self) -> u64 {
+        self.inner.background_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Registers the follower's callback (once; later calls are ignored).
+    pub fn on_expected(&self, f: OnExpected) {
+        let _ = self.inner.on_expected.set(f);
+    }
+
+    /// The digest of `pid`'s executable if known. A file not seen before is queued: on the
+    /// expected lane if `expected(its path)` (then the call waits for it until `until`), else on
+    /// the background lane (the call does not wait).
+    pub fn lookup(&self, pid: i32, known: &Known<'_>, expected: &dyn Fn(&Path) -> bool, until: Instant) -> io::Result<Lookup> {
+        let file = File::open(format!("/proc/{pid}/exe"))?;
+        self.lookup_file(file, &|| std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default(), known, expected, until)
+    }
+
+    pub fn lookup_file(
+        &self,
+        file: File,
+        path: &dyn Fn() -> PathBuf,
+        known: &Known<'_>,
+        expected: &dyn Fn(&Path) -> bool,
+        until: Instant,
+    ) -> io::Result<Lookup> {
+        let key = ExeKey::of(&file)?;
+        let (slot, new) = self.slot(key);
+        let mut wait = false;
+        if new && slot.done.get().is_none() {
+            if let Some(d) = known(&key) {
+                slot.finish(Some(d));
+            }
+        }
+        if new && slot.done.get().is_some() {
+            // Recorded by a trust command, install or the follower: nothing to hash.
+        } else if new {
+            let path = path();
+            let lane = if expected(&path) { Lane::Expected } else { Lane::Background };
+            wait = lane == Lane::Expected;
+            self.submit(Job { key, file, path, slot: Arc::clone(&slot) }, lane);
+        } else if slot.done.get().is_none() {
+            // Queued by an earlier call: wait only if it is an expected binary.
+            wait = expected(&path());
+        }
+        let answer = if wait { slot.wait_until(until) } else { slot.done.get() };
+        Ok(match answer {
+            Some(Some(d)) => Lookup::Digest(d.clone()),
+            Some(None) => Lookup::Unhashable,
+            None => Lookup::Pending,
+        })
+    }
+
+    /// Hashes `file` now on the caller's thread (the follower, start-up warm-up, tools), or
+    /// returns the cached digest; shares the cache with the lanes.
     pub fn of_file(&self, mut file: File) -> io::Result<String> {
         let key = ExeKey::of(&file)?;
-        let cell = {
-            let mut map = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-            if map.len() >= MAX_ENTRIES && !map.contains_key(&key) {
-                map.clear();
-            }
-            map.entry(key).or_default().clone()
-        };
-        let digest = cell.get_or_init(|| {
-            self.hashed.fetch_add(1, Ordering::Relaxed);
-            let d = hash_reader(&mut file).ok();
-            // A file that changed while we hashed it gives no trustworthy digest.
-            match ExeKey::of(&file) {
-                Ok(after) if after == key => d,
-                _ => None,
-            }
-        });
-        match digest {
-            Some(d) => Ok(d.clone()),
-            None => {
-                // Do not cache a failed or torn hash: drop the entry so a later call retries.
-                let mut map = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-                if map.get(&key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
-                    map.remove(&key);
-                }
+        let (slot, new) = self.slot(key);
+        if new {
+            let d = self.hash_checked(&mut file, key);
+            slot.finish(d);
+        } else if slot.done.get().is_none() {
+            // A lane holds it: wait for the lane (bounded by how long a hash can take).
+            slot.wait_until(Instant::now() + std::time::Duration::from_secs(120));
+        }
+        match slot.done.get() {
+            Some(Some(d)) => Ok(d.clone()),
+            _ => {
+                self.forget(key, &slot);
                 Err(io::Error::other("executable changed or unreadable while hashing"))
             }
+        }
+    }
+
+    fn slot(&self, key: ExeKey) -> (Arc<Slot>, bool) {
+        let mut map = self.inner.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= MAX_ENTRIES && !map.contains_key(&key) {
+            map.retain(|_, s| s.done.get().is_none());
+        }
+        match map.get(&key) {
+            Some(s) => (Arc::clone(s), false),
+            None => {
+                let s = Arc::new(Slot::default());
+                map.insert(key, Arc::clone(&s));
+                (s, true)
+            }
+        }
+    }
+
+    fn forget(&self, key: ExeKey, slot: &Arc<Slot>) {
+        let mut map = self.inner.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if map.get(&key).is_some_and(|c| Arc::ptr_eq(c, slot)) {
+            map.remove(&key);
+        }
+    }
+
+    fn submit(&self, job: Job, lane: Lane) {
+        self.start_lanes();
+        let q = &self.inner.lanes[lane as usize];
+        let mut jobs = q.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        if lane == Lane::Background && (jobs.len() >= BACKGROUND_QUEUE || job.key.size > BACKGROUND_MAX_BYTES) {
+            drop(jobs);
+            if job.key.size > BACKGROUND_MAX_BYTES {
+                job.slot.finish(None); // a stable answer for this file: never hashed
+            } else {
+                // Queue full: no answer cached, a later call may queue it again.
+                self.forget(job.key, &job.slot);
+                job.slot.finish(None);
+            }
+            return;
+        }
+        jobs.push_back(job);
+        q.cv.notify_one();
+    }
+
+    fn start_lanes(&self) {
+        self.inner.started.get_or_init(|| {
+            for lane in [Lane::Expected, Lane::Background] {
+                let me = self.clone();
+                let name = match lane {
+                    Lane::Expected => "hash-expected",
+                    Lane::Background => "hash-background",
+                };
+                let spawned = std::thread::Builder::new().name(name.into()).spawn(move || me.run_lane(lane));
+                if let Err(e) = spawned {
+                    crate::log_error!("cannot start the {name} thread: {e}");
+                }
+            }
+        });
+    }
+
+    fn run_lane(&self, lane: Lane) {
+        if lane == Lane::Background {
+            // Lowest CPU priority for this thread only (Linux: a thread id is a PRIO_PROCESS target).
+            unsafe { nix::libc::setpriority(nix::libc::PRIO_PROCESS, nix::libc::gettid() as u32, 19) };
+        }
+        let q = &self.inner.lanes[lane as usize];
+        loop {
+            let mut job = {
+                let mut jobs = q.jobs.lock().unwrap_or_else(|p| p.into_inner());
+                loop {
+                    match jobs.pop_front() {
+                        Some(j) => break j,
+                        None => jobs = q.cv.wait(jobs).unwrap_or_else(|p| p.into_inner()),
+                    }
+                }
+            };
+            let digest = self.hash_checked(&mut job.file, job.key);
+            if lane == Lane::Background {
+                self.inner.background_bytes.fetch_add(job.key.size, Ordering::Relaxed);
+            }
+            if let (Lane::Expected, Some(d), Some(f)) = (lane, &digest, self.inner.on_expected.get()) {
+                f(&job.path, &job.key, d);
+            }
+            job.slot.finish(digest);
+        }
+    }
+
+    /// The digest, or `None` if unreadable or changed while hashed (no trustworthy answer).
+    fn hash_checked(&self, file: &mut File, key: ExeKey) -> Option<String> {
+        self.inner.hashed.fetch_add(1, Ordering::Relaxed);
+        let d = hash_reader(file).ok();
+        match ExeKey::of(file) {
+            Ok(after) if after == key => d,
+            _ => None,
         }
     }
 }
@@ -98,4 +338,87 @@ pub fn hash_reader(r: &mut impl Read) -> io::Result<String> {
         hasher.update(&buf[..n]);
     }
     Ok(courier_shared::auth::hex(&hasher.finalize()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::time::Duration;
+
+    fn temp_file(name: &str, bytes: &[u8]) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("courier-digest-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("exe");
+        std::fs::File::create(&p).unwrap().write_all(bytes).unwrap();
+        p
+    }
+
+    #[test]
+    fn expected_lane_answers_waiters_and_caches() {
+        let p = temp_file("expected", b"hello");
+        let cache = DigestCache::default();
+        let until = Instant::now() + Duration::from_secs(10);
+        let path = || p.clone();
+        let got = cache.lookup_file(File::open(&p).unwrap(), &path, &|_| None, &|_| true, until).unwrap();
+        assert_eq!(got, Lookup::Digest(crate::codex::sha256_file(&p).unwrap()));
+        let hashed = cache.hashed();
+        // Known now: answered without waiting and without hashing again.
+        let again = cache.lookup_file(File::open(&p).unwrap(), &path, &|_| None, &|_| false, Instant::now()).unwrap();
+        assert_eq!(again, got);
+        assert_eq!(cache.hashed(), hashed);
+    }
+
+    #[test]
+    fn background_lane_never_makes_the_caller_wait_and_skips_huge_files() {
+        let p = temp_file("background", &vec![7u8; 4 << 20]);
+        let cache = DigestCache::default();
+        let path = || p.clone();
+        let never = |_: &Path| false;
+        let far = Instant::now() + Duration::from_secs(60);
+        let first = cache.lookup_file(File::open(&p).unwrap(), &path, &|_| None, &never, far).unwrap();
+        assert!(matches!(first, Lookup::Pending | Lookup::Digest(_)), "{first:?}");
+        // It is hashed in the background: a later lookup finds the digest (bounded poll).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match cache.lookup_file(File::open(&p).unwrap(), &path, &|_| None, &never, far).unwrap() {
+                Lookup::Digest(_) => break,
+                other => assert!(Instant::now() < deadline, "still {other:?}"),
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(cache.background_bytes(), 4 << 20);
+        // A sparse file over the cap is answered at once and never read.
+        let big = temp_file("big", b"");
+        std::fs::OpenOptions::new().write(true).open(&big).unwrap().set_len(BACKGROUND_MAX_BYTES + 1).unwrap();
+        let hashed = cache.hashed();
+        let big_path = || big.clone();
+        let got = cache.lookup_file(File::open(&big).unwrap(), &big_path, &|_| None, &never, far).unwrap();
+        assert_eq!(got, Lookup::Unhashable);
+        assert_eq!(cache.hashed(), hashed);
+    }
+
+    #[test]
+    fn a_recorded_digest_is_used_without_hashing() {
+        let p = temp_file("known", b"recorded");
+        let cache = DigestCache::default();
+        let key = ExeKey::of_path(&p).unwrap();
+        let known = move |k: &ExeKey| (*k == key).then(|| "d".repeat(64));
+        let got = cache.lookup_file(File::open(&p).unwrap(), &|| p.clone(), &known, &|_| false, Instant::now()).unwrap();
+        assert_eq!(got, Lookup::Digest("d".repeat(64)));
+        assert_eq!(cache.hashed(), 0);
+    }
+
+    #[test]
+    fn a_rewritten_file_is_hashed_anew() {
+        let p = temp_file("rewrite", b"one");
+        let cache = DigestCache::default();
+        let a = cache.of_file(File::open(&p).unwrap()).unwrap();
+        // File timestamps tick with the kernel's coarse clock (a few ms): wait for a new one.
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::write(&p, b"two").unwrap();
+        let b = cache.of_file(File::open(&p).unwrap()).unwrap();
+        assert_ne!(a, b);
+        assert_eq!(b, crate::codex::sha256_file(&p).unwrap());
+    }
 }

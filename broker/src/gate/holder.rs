@@ -6,6 +6,24 @@
 //! SessionStart (the only one whose delivery depends on the thread count) the fds the scan found
 //! last time ([`FdHints`]) are re-checked first: one stat and one fdinfo read each. A miss falls
 //! back to the scan.
+//!
+//! # Only what codex opened itself counts
+//! A same-uid process can open a thread's rollout and a lock file, make the fds inheritable, and
+//! exec the trusted Codex binary: the new codex image then "holds" both (fd smuggling). The real
+//! Codex opens its rollout and its writer lock itself, with `O_CLOEXEC` (Rust's std always sets
+//! it), and an fd inherited across `exec` cannot carry that flag (it would have been closed).
+//! So both fds must show `O_CLOEXEC` in their fdinfo `flags`.
+//!
+//! # Which lock file
+//! The lock must be on the file that is at `thread-writer-locks/<thread>.lock` now (same device
+//! and inode), or on one that was there and has been unlinked since (`nlink` 0, fd target
+//! `<dir>/<thread>.lock (deleted)`). The second case is the real holder after someone removed or
+//! replaced the path under a live thread: the codex that locked the file itself (O_CLOEXEC) when
+//! it opened the thread is still that thread's writer, and refusing it would let any same-uid
+//! process cut a session off from its messages by replacing one file. Whoever holds the
+//! replacement gains nothing by it unless it is a trusted codex that opened and locked it itself,
+//! i.e. a real Codex session of that thread. A lock file renamed away (still linked, another
+//! name) no longer counts.
 
 use super::sys;
 use std::collections::{HashMap, HashSet};
@@ -58,12 +76,20 @@ pub fn parse_flock_writes(text: &str, pid: i32) -> Vec<FlockWrite> {
 /// What one fd scan of the codex process found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct HolderScan {
-    /// An fd on the rollout (same device and inode), opened writable with `O_APPEND`.
+    /// An fd on the rollout (same device and inode), opened writable with `O_APPEND` and
+    /// `O_CLOEXEC` (by codex itself).
     pub holds_rollout_append: bool,
+    /// An fd on the rollout writable with `O_APPEND`, but inherited across exec (no `O_CLOEXEC`).
+    pub rollout_inherited: bool,
     /// An fd on the rollout exists, but not writable+append.
     pub holds_rollout_other: bool,
-    /// The codex pid holds FLOCK WRITE on the wanted thread lock file, through one of its fds.
+    /// The codex pid holds FLOCK WRITE on the wanted thread lock file (see the module docs),
+    /// through an fd it opened itself (`O_CLOEXEC`).
     pub holds_thread_lock: bool,
+    /// ... and that lock file is no longer at the lock path (unlinked since codex locked it).
+    pub thread_lock_unlinked: bool,
+    /// The codex pid holds FLOCK WRITE on the wanted lock file only through an inherited fd.
+    pub thread_lock_inherited: bool,
     /// Distinct `thread-writer-locks/<uuid>.lock` files the codex pid holds FLOCK WRITE on.
     pub thread_locks: usize,
     /// fds examined.
@@ -75,6 +101,16 @@ pub struct HolderScan {
 
 const O_ACCMODE: u32 = 0o3;
 const O_APPEND: u32 = 0o2000;
+/// fdinfo `flags` shows it when the fd's close-on-exec flag is set.
+const O_CLOEXEC: u32 = 0o2000000;
+
+fn writable_append(flags: u32) -> bool {
+    flags & O_APPEND != 0 && flags & O_ACCMODE != 0
+}
+
+fn cloexec(flags: u32) -> bool {
+    flags & O_CLOEXEC != 0
+}
 
 fn read_fdinfo(pid: i32, fd: &str, buf: &mut Vec<u8>) -> Option<()> {
     sys::read_record(&format!("/proc/{pid}/fdinfo/{fd}"), buf, 1024, 64 * 1024).ok()
@@ -95,8 +131,15 @@ fn fdinfo_holds_flock_write(fdinfo: &str, pid: i32) -> bool {
 }
 
 /// Scans `/proc/<pid>/fd` once: stats every fd target, reads fdinfo only for the rollout's fds and
-/// for fds on `<writer_lock_dir>/<uuid>.lock` files.
-pub fn scan(pid: i32, rollout: (u64, u64), thread_lock: (u64, u64), writer_lock_dir: &Path) -> io::Result<HolderScan> {
+/// for fds on `<writer_lock_dir>/<uuid>.lock` files. `thread_lock` is the file at the thread's
+/// lock path now (`None` when there is none); `thread` the thread's id.
+pub fn scan(
+    pid: i32,
+    rollout: (u64, u64),
+    thread_lock: Option<(u64, u64)>,
+    thread: &str,
+    writer_lock_dir: &Path,
+) -> io::Result<HolderScan> {
     use std::os::unix::fs::MetadataExt;
     let mut out = HolderScan::default();
     let mut thread_lock_ids: HashSet<(u64, u64)> = HashSet::new();
@@ -123,25 +166,40 @@ pub fn scan(pid: i32, rollout: (u64, u64), thread_lock: (u64, u64), writer_lock_
         if id == rollout {
             let flags = read_fdinfo(pid, fd, &mut info).and_then(|()| fdinfo_flags(std::str::from_utf8(&info).ok()?));
             match flags {
-                Some(f) if f & O_APPEND != 0 && f & O_ACCMODE != 0 => {
+                Some(f) if writable_append(f) && cloexec(f) => {
                     out.holds_rollout_append = true;
                     out.rollout_fd = Some(fd.to_string());
                 }
+                Some(f) if writable_append(f) => out.rollout_inherited = true,
                 _ => out.holds_rollout_other = true,
             }
             continue;
         }
-        let is_lock_file = std::fs::read_link(&link).is_ok_and(|t| is_thread_lock_path(&t, writer_lock_dir));
-        if !is_lock_file || thread_lock_ids.contains(&id) {
+        let Ok(target) = std::fs::read_link(&link) else { continue };
+        let Some(lock_thread) = thread_lock_name(&target, meta.nlink() == 0, writer_lock_dir) else { continue };
+        let at_path = Some(id) == thread_lock;
+        let wanted = at_path || (meta.nlink() == 0 && lock_thread == thread);
+        if !wanted && thread_lock_ids.contains(&id) {
             continue;
         }
-        let held = read_fdinfo(pid, fd, &mut info).is_some()
-            && std::str::from_utf8(&info).is_ok_and(|t| fdinfo_holds_flock_write(t, pid));
-        if held {
-            thread_lock_ids.insert(id);
-            if id == thread_lock {
-                out.holds_thread_lock = true;
-                out.thread_lock_fd = Some(fd.to_string());
+        if read_fdinfo(pid, fd, &mut info).is_none() {
+            continue;
+        }
+        let Ok(text) = std::str::from_utf8(&info) else { continue };
+        if !fdinfo_holds_flock_write(text, pid) {
+            continue;
+        }
+        thread_lock_ids.insert(id);
+        if wanted {
+            if fdinfo_flags(text).is_some_and(cloexec) {
+                // The lock at the path beats an unlinked one (only it can be remembered as a hint).
+                if at_path || !out.holds_thread_lock {
+                    out.holds_thread_lock = true;
+                    out.thread_lock_unlinked = !at_path;
+                    out.thread_lock_fd = at_path.then(|| fd.to_string());
+                }
+            } else {
+                out.thread_lock_inherited = true;
             }
         }
     }
@@ -197,26 +255,31 @@ fn fdinfo_if_on(pid: i32, fd: &str, file: (u64, u64)) -> Option<String> {
 }
 
 /// True when the fds remembered for `pid` still hold `rollout` writable with O_APPEND and a FLOCK
-/// WRITE lock of `pid` on `lock`. False (scan instead) on any doubt.
+/// WRITE lock of `pid` on `lock`, both opened by codex itself (O_CLOEXEC). False (scan instead)
+/// on any doubt.
 pub fn hinted_holds(hints: &FdHints, pid: i32, start: u64, rollout: (u64, u64), lock: (u64, u64)) -> bool {
     let (Some(rfd), Some(lfd)) = (hints.get(pid, start, rollout), hints.get(pid, start, lock)) else {
         return false;
     };
     let append = fdinfo_if_on(pid, &rfd, rollout)
         .and_then(|t| fdinfo_flags(&t))
-        .is_some_and(|f| f & O_APPEND != 0 && f & O_ACCMODE != 0);
-    append && fdinfo_if_on(pid, &lfd, lock).is_some_and(|t| fdinfo_holds_flock_write(&t, pid))
+        .is_some_and(|f| writable_append(f) && cloexec(f));
+    append
+        && fdinfo_if_on(pid, &lfd, lock)
+            .is_some_and(|t| fdinfo_flags(&t).is_some_and(cloexec) && fdinfo_holds_flock_write(&t, pid))
 }
 
-/// `<dir>/<uuid>.lock`, exactly.
-fn is_thread_lock_path(target: &Path, dir: &Path) -> bool {
-    if target.parent() != Some(dir) {
-        return false;
+/// The thread id of a writer-lock fd target: `<dir>/<uuid>.lock` exactly, or, for a file that
+/// has been unlinked (`unlinked`: nlink 0), the `<dir>/<uuid>.lock (deleted)` the kernel shows.
+fn thread_lock_name<'a>(target: &'a Path, unlinked: bool, dir: &Path) -> Option<&'a str> {
+    let bytes = target.as_os_str().as_bytes();
+    let bytes = if unlinked { bytes.strip_suffix(b" (deleted)")? } else { bytes };
+    let path = Path::new(std::ffi::OsStr::from_bytes(bytes));
+    if path.parent() != Some(dir) {
+        return None;
     }
-    let name = target.file_name().map(|n| n.as_bytes()).unwrap_or_default();
-    name.strip_suffix(b".lock")
-        .and_then(|s| std::str::from_utf8(s).ok())
-        .is_some_and(courier_shared::rollout::is_uuid)
+    let name = path.file_name()?.as_bytes().strip_suffix(b".lock")?;
+    std::str::from_utf8(name).ok().filter(|s| courier_shared::rollout::is_uuid(s))
 }
 
 #[cfg(test)]
@@ -254,10 +317,28 @@ mod tests {
 
     #[test]
     fn thread_lock_paths() {
+        const U: &str = "01a22659-8b33-7382-a4b5-24e01f7dc6c5";
         let d = Path::new("/h/.codex/thread-writer-locks");
-        assert!(is_thread_lock_path(&d.join("01a22659-8b33-7382-a4b5-24e01f7dc6c5.lock"), d));
-        assert!(!is_thread_lock_path(Path::new("/h/.codex/.tmp/plugins.sync.lock"), d));
-        assert!(!is_thread_lock_path(&d.join("x.lock"), d));
-        assert!(!is_thread_lock_path(&d.join("sub/01a22659-8b33-7382-a4b5-24e01f7dc6c5.lock"), d));
+        fn name(t: &Path, unlinked: bool) -> Option<String> {
+            thread_lock_name(t, unlinked, Path::new("/h/.codex/thread-writer-locks")).map(str::to_string)
+        }
+        let some = |s: &str| Some(s.to_string());
+        assert_eq!(name(&d.join(format!("{U}.lock")), false), some(U));
+        assert_eq!(name(Path::new("/h/.codex/.tmp/plugins.sync.lock"), false), None);
+        assert_eq!(name(&d.join("x.lock"), false), None);
+        assert_eq!(name(&d.join(format!("sub/{U}.lock")), false), None);
+        // An unlinked lock file, as /proc/<pid>/fd shows it.
+        assert_eq!(name(&d.join(format!("{U}.lock (deleted)")), true), some(U));
+        // Still linked under that odd name: not a thread lock; unlinked without the suffix: neither.
+        assert_eq!(name(&d.join(format!("{U}.lock (deleted)")), false), None);
+        assert_eq!(name(&d.join(format!("{U}.lock")), true), None);
+    }
+
+    #[test]
+    fn close_on_exec_is_read_from_fdinfo_flags() {
+        // As a Rust program opens its rollout (O_WRONLY|O_APPEND|O_CLOEXEC) and as an inherited fd shows.
+        assert!(cloexec(0o2102001) && writable_append(0o2102001));
+        assert!(!cloexec(0o102001) && writable_append(0o102001));
+        assert!(!writable_append(0o2100000));
     }
 }

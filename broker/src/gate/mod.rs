@@ -5,7 +5,7 @@
 //! # Use
 //! ```ignore
 //! let peer = gate::peer::identify(&stream)?;          // at accept time: SO_PEERCRED + pidfd
-//! let verified = gate.verify(&peer, &req, &|sha| trusted.contains(sha))?;
+//! let verified = gate.verify(&peer, &req, &|sha: &str| trusted.contains(sha))?; // or any CodexTrust
 //! ```
 //! [`Gate`] is `Send + Sync`; one instance serves every connection thread. It caches executable
 //! digests (by file identity) and per-rollout read state (by path and file identity).
@@ -22,7 +22,8 @@
 //! 5. thread binding: `transcript_path` (SubagentStop: `agent_transcript_path`) is canonical, under
 //!    `$CODEX_HOME/sessions/`, names the thread UUID; the rollout read (6) is intact and its
 //!    `session_meta` id is that UUID; codex holds it open for append and holds
-//!    `thread-writer-locks/<thread>.lock` (its fd's fdinfo `lock:` line); `agent_id`, `session_id` agree.
+//!    `thread-writer-locks/<thread>.lock` (its fd's fdinfo `lock:` line), both through fds it
+//!    opened itself (`O_CLOEXEC`, see `holder.rs`); `agent_id`, `session_id` agree.
 //! 6. rollout identity (device, inode, birth time, canonical path) equal before and after reading.
 //! 7. turn affinity: payload `turn_id` = the rollout's open turn (SessionStart: none needed;
 //!    [`Verified::sole_thread`] tells the caller whether it may deliver).
@@ -42,6 +43,7 @@
 //! | `unsupported_event` | 2 | a hook event Courier does not register (SessionEnd, PreCompact, ...) |
 //! | `foreign_ancestor` | 3 | an ancestor before the trusted codex runs under another uid |
 //! | `untrusted_codex` | 3 | no trusted ancestor, but a codex-named one whose SHA-256 is not trusted |
+//! | `digest_pending` | 3 | no trusted ancestor yet: a Codex binary the broker expects (a new release of the user's `codex`) was still being hashed when the call's deadline came |
 //! | `no_codex_ancestor` | 3 | no trusted executable within `MAX_ANCESTRY` parents |
 //! | `ancestry_changed` | 3-7 | an ancestor exited or its pid was reused while checking (start time changed, parent younger than child, peer re-parented) |
 //! | `tool_command_env` | 4 | the peer or an intermediate process has a Codex tool-command marker variable codex itself lacks (or with another value) |
@@ -49,8 +51,8 @@
 //! | `transcript_path` | 5 | transcript path missing, relative, non-canonical (symlink, `..`), outside `$CODEX_HOME/sessions/`, not `rollout-*-<uuid>.jsonl`, not a regular file |
 //! | `rollout_changed` | 6 | the rollout's identity or canonical path changed around the read, or it could not be read |
 //! | `thread_mismatch` | 5 | the rollout's first record is not a `session_meta` whose `id` is the file name's thread UUID |
-//! | `not_rollout_holder` | 5 | the codex process has no fd on that rollout (same inode) opened writable with O_APPEND |
-//! | `no_writer_lock` | 5 | the codex pid holds no FLOCK WRITE lock on `thread-writer-locks/<thread>.lock` |
+//! | `not_rollout_holder` | 5 | the codex process has no fd on that rollout (same inode) opened writable with O_APPEND by itself (O_CLOEXEC; an fd inherited across exec does not count) |
+//! | `no_writer_lock` | 5 | the codex pid holds no FLOCK WRITE lock, through an fd it opened itself (O_CLOEXEC), on the file at `thread-writer-locks/<thread>.lock` or on one unlinked from there |
 //! | `agent_mismatch` | 5 | `agent_id` is present and is not the thread id |
 //! | `session_mismatch` | 5 | `session_id` is missing or neither the thread id nor its `session_meta.session_id` (root) |
 //! | `turn_mismatch` | 7 | the payload `turn_id` is missing (events other than SessionStart) or not the rollout's open turn, or no turn is open |
@@ -146,7 +148,7 @@ impl std::fmt::Display for Refusal {
 }
 
 /// Every reason code [`Gate::verify`] and [`peer::identify`] can return.
-pub const REASON_CODES: [&str; 21] = [
+pub const REASON_CODES: [&str; 22] = [
     "peer_uid",
     "peer_gone",
     "client_exe",
@@ -156,6 +158,7 @@ pub const REASON_CODES: [&str; 21] = [
     "unsupported_event",
     "foreign_ancestor",
     "untrusted_codex",
+    "digest_pending",
     "no_codex_ancestor",
     "ancestry_changed",
     "tool_command_env",
@@ -169,6 +172,35 @@ pub const REASON_CODES: [&str; 21] = [
     "session_mismatch",
     "turn_mismatch",
 ];
+
+/// What the gate asks about Codex binaries. The server answers from the trusted set in the store
+/// and the upgrade follower's resolutions; a plain closure over digests serves tests.
+pub trait CodexTrust {
+    /// Whether a hex SHA-256 is a trusted Codex binary.
+    fn is_trusted(&self, sha256: &str) -> bool;
+    /// Whether the executable at `path` is one the broker expects to be Codex (a trusted
+    /// binary's path, what the user's `codex` resolves to, a managed-daemon release): a hook whose
+    /// ancestor it is waits for its hash instead of being refused while it is computed.
+    fn is_expected(&self, path: &Path) -> bool;
+    /// A digest recorded for a file of exactly this identity (by a trust command, install or
+    /// the follower), so it need not be hashed at all.
+    fn known_digest(&self, _key: &digest::ExeKey) -> Option<String> {
+        None
+    }
+}
+
+impl<F: Fn(&str) -> bool> CodexTrust for F {
+    fn is_trusted(&self, sha256: &str) -> bool {
+        self(sha256)
+    }
+    fn is_expected(&self, _: &Path) -> bool {
+        true
+    }
+}
+
+/// How long a hook call waits at most for an expected Codex binary's hash, counted from the
+/// client's timestamp (hook-client gives up at 500 ms by default).
+pub const DIGEST_WAIT_MS: u64 = 450;
 
 /// Environment variables Codex sets only for commands the model runs (codex-facts.md §3).
 pub const TOOL_COMMAND_MARKERS: [&str; 4] = ["CODEX_TOOL_CALL_ID", "CODEX_THREAD_ID", "CODEX_SESSION_ID", "CODEX_CI"];
@@ -253,9 +285,9 @@ impl Gate {
 
     /// Runs every check of courier-design.md's verification gate, in order. `is_trusted` answers
     /// whether a hex SHA-256 is a trusted Codex binary.
-    pub fn verify(&self, peer: &Peer, req: &HookRequest, is_trusted: &dyn Fn(&str) -> bool) -> Result<Verified, Refusal> {
+    pub fn verify(&self, peer: &Peer, req: &HookRequest, trust: &dyn CodexTrust) -> Result<Verified, Refusal> {
         let mut ctx = Ctx::default();
-        self.verify_inner(peer, req, is_trusted, &mut ctx).map_err(|mut r| {
+        self.verify_inner(peer, req, trust, &mut ctx).map_err(|mut r| {
             if r.thread.is_none() {
                 r.thread = ctx.thread.take();
             }
@@ -270,7 +302,7 @@ impl Gate {
         &self,
         peer: &Peer,
         req: &HookRequest,
-        is_trusted: &dyn Fn(&str) -> bool,
+        trust: &dyn CodexTrust,
         ctx: &mut Ctx,
     ) -> Result<Verified, Refusal> {
         let alive = |what: &str| -> Result<(), Refusal> {
@@ -331,7 +363,9 @@ impl Gate {
         if !peer_status.all_uids_are(self.uid) {
             return Err(Refusal::new("peer_uid", format!("peer uids {:?} are not all {}", peer_status.uids, self.uid)));
         }
-        let (chain, codex) = self.walk_ancestry(&peer_stat, is_trusted)?;
+        let wait_ms = (req.ts_ms + DIGEST_WAIT_MS).saturating_sub(now_ms()).min(DIGEST_WAIT_MS);
+        let digest_deadline = std::time::Instant::now() + std::time::Duration::from_millis(wait_ms);
+        let (chain, codex) = self.walk_ancestry(&peer_stat, trust, digest_deadline)?;
 
         // 4. A hook, not a model-run command.
         let mut codex_env = Vec::with_capacity(8192);
@@ -453,22 +487,24 @@ impl Gate {
         }
         let lock_dir = self.config.codex_home.join("thread-writer-locks");
         let lock_path = lock_dir.join(format!("{thread_id}.lock"));
-        let lock_id = sys::statx_path_nofollow(&lock_path)
-            .map_err(|e| Refusal::new("no_writer_lock", format!("{}: {e}", lock_path.display())))?;
-        if !sys::is_regular(lock_id.mode) {
-            return Err(Refusal::new("no_writer_lock", format!("{} is not a regular file", lock_path.display())));
-        }
-        let (rollout_file, lock_file) = ((before.dev, before.ino), (lock_id.dev, lock_id.ino));
+        // The file at the lock path now, if any. None is not yet a refusal: the real holder keeps
+        // its claim when someone removed or replaced the path under it (holder.rs, "Which lock file").
+        let lock_file = sys::statx_path_nofollow(&lock_path)
+            .ok()
+            .filter(|id| sys::is_regular(id.mode))
+            .map(|id| (id.dev, id.ino));
+        let rollout_file = (before.dev, before.ino);
         // Only SessionStart's delivery depends on how many threads codex runs; other events re-check
         // the fds that held the rollout and the lock last time, and scan only when those moved.
         let counted = event == HookEvent::SessionStart;
         let (sole_thread, thread_locks) = if !counted
-            && holder::hinted_holds(&self.fd_hints, codex.pid, codex.starttime, rollout_file, lock_file)
-        {
+            && lock_file.is_some_and(|lock| {
+                holder::hinted_holds(&self.fd_hints, codex.pid, codex.starttime, rollout_file, lock)
+            }) {
             (false, 0)
         } else {
             let lock_dir_canon = std::fs::canonicalize(&lock_dir).unwrap_or_else(|_| lock_dir.clone());
-            let scan = holder::scan(codex.pid, rollout_file, lock_file, &lock_dir_canon).map_err(|e| {
+            let scan = holder::scan(codex.pid, rollout_file, lock_file, &thread_id, &lock_dir_canon).map_err(|e| {
                 if sys::is_gone(&e) {
                     Refusal::new("ancestry_changed", format!("codex {} fds: {e}", codex.pid))
                 } else {
@@ -476,19 +512,34 @@ impl Gate {
                 }
             })?;
             if !scan.holds_rollout_append {
-                let how = if scan.holds_rollout_other { "open, but not writable with O_APPEND" } else { "not open" };
+                let how = if scan.rollout_inherited {
+                    "open for append only through an fd inherited across exec (no O_CLOEXEC): codex did not open it"
+                } else if scan.holds_rollout_other {
+                    "open, but not writable with O_APPEND"
+                } else {
+                    "not open"
+                };
                 return Err(Refusal::new(
                     "not_rollout_holder",
                     format!("codex {} has {path_str:?} {how}", codex.pid),
                 ));
             }
             if !scan.holds_thread_lock {
+                let how = if scan.thread_lock_inherited {
+                    "only through an fd inherited across exec (no O_CLOEXEC): codex did not lock it"
+                } else if lock_file.is_none() {
+                    "(no lock file there, and none unlinked from there is held)"
+                } else {
+                    "(nor on an unlinked file that was there)"
+                };
                 return Err(Refusal::new(
                     "no_writer_lock",
-                    format!("codex {} holds no FLOCK WRITE lock on {}", codex.pid, lock_path.display()),
+                    format!("codex {} holds no FLOCK WRITE lock on {} {how}", codex.pid, lock_path.display()),
                 ));
             }
-            self.fd_hints.learn(codex.pid, codex.starttime, rollout_file, lock_file, &scan);
+            if let Some(lock) = lock_file {
+                self.fd_hints.learn(codex.pid, codex.starttime, rollout_file, lock, &scan);
+            }
             if counted {
                 (scan.thread_locks == 1, scan.thread_locks)
             } else {
@@ -559,12 +610,14 @@ impl Gate {
     fn walk_ancestry(
         &self,
         peer_stat: &sys::ProcStat,
-        is_trusted: &dyn Fn(&str) -> bool,
+        trust: &dyn CodexTrust,
+        digest_deadline: std::time::Instant,
     ) -> Result<(Vec<Member>, Member), Refusal> {
         let mut chain = Vec::new();
         let mut child_start = peer_stat.starttime;
         let mut ppid = peer_stat.ppid;
         let mut codexish_seen: Option<String> = None;
+        let mut pending: Option<String> = None;
         for _ in 0..MAX_ANCESTRY {
             if ppid <= 0 {
                 break;
@@ -584,11 +637,32 @@ impl Gate {
                     format!("ancestor {ppid} ({}) runs as uids {:?}", st.comm, status.uids),
                 ));
             }
-            let digest = self.digests.of_pid(ppid).ok();
-            let exe_name = std::fs::read_link(format!("/proc/{ppid}/exe"))
-                .ok()
-                .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-                .unwrap_or_default();
+            // Hashing is never done here (digest.rs): an expected Codex binary not hashed yet is
+            // waited for until the deadline, anything else is queued and passed over for now.
+            let exe_name = || {
+                std::fs::read_link(format!("/proc/{ppid}/exe"))
+                    .ok()
+                    .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+                    .unwrap_or_default()
+            };
+            let waited_for = std::cell::Cell::new(false);
+            let expected = |p: &Path| {
+                let e = trust.is_expected(p);
+                waited_for.set(waited_for.get() | e);
+                e
+            };
+            let known = |k: &digest::ExeKey| trust.known_digest(k);
+            let digest = match self.digests.lookup(ppid, &known, &expected, digest_deadline) {
+                Ok(digest::Lookup::Digest(d)) => Some(d),
+                Ok(digest::Lookup::Pending) => {
+                    if waited_for.get() && pending.is_none() {
+                        pending = Some(format!("{ppid} ({})", exe_name()));
+                    }
+                    None
+                }
+                Ok(digest::Lookup::Unhashable) | Err(_) => None,
+            };
+            let exe_name = exe_name();
             // The pid must still name the process whose stat we read.
             match sys::read_stat(ppid) {
                 Ok(again) if again.starttime == st.starttime => {}
@@ -596,7 +670,7 @@ impl Gate {
                 Err(e) => return Err(gone(e)),
             }
             let member = Member { pid: ppid, ppid: st.ppid, starttime: st.starttime, status };
-            if digest.as_deref().is_some_and(is_trusted) {
+            if digest.as_deref().is_some_and(|d| trust.is_trusted(d)) {
                 return Ok((chain, member));
             }
             if codexish_seen.is_none() && (codexish(&st.comm) || codexish(&exe_name)) {
@@ -609,6 +683,12 @@ impl Gate {
             chain.push(member);
             child_start = st.starttime;
             ppid = st.ppid;
+        }
+        if let Some(who) = pending {
+            return Err(Refusal::new(
+                "digest_pending",
+                format!("Codex binary of ancestor {who} is new and was still being hashed; later calls will be verified"),
+            ));
         }
         Err(match codexish_seen {
             Some(who) => Refusal::new("untrusted_codex", format!("codex-named ancestor {who} is not trusted")),

@@ -1,0 +1,177 @@
+//! Which Codex binaries Courier trusts, and how it finds them.
+//!
+//! - `resolve.rs`: the native binary behind the `codex` a user runs (every npm/pnpm/yarn/bun
+//!   layout, a standalone binary, managed-daemon copies);
+//! - `follow.rs`: the broker's thread that watches those places and trusts the new binary when the
+//!   user's own `codex` is upgraded;
+//! - here: hashing a file, the supported version range, and the record of a trusted binary.
+//!
+//! Trusted digests live in the queue database, so a running broker sees a new one at its next hook
+//! call, without a restart. The gate hashes nothing itself (`gate/digest.rs`).
+
+pub mod follow;
+pub mod resolve;
+
+use anyhow::{Context, Result};
+use std::fs::File;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+pub use resolve::{discover, resolve, Discovery, Layout, Resolved};
+
+pub fn sha256_file(path: &Path) -> Result<String> {
+    let mut file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    Ok(crate::gate::digest::hash_reader(&mut file)?)
+}
+
+/// Hashes `path` and records the file's identity with its digest in `store`, so a broker never
+/// hashes this file again (`codex_files`). The identity is taken before and after: a file that
+/// changed while hashed is an error.
+pub fn hash_and_note(store: &mut crate::store::Store, path: &Path) -> Result<String> {
+    use crate::gate::digest::ExeKey;
+    let mut file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let before = ExeKey::of(&file)?;
+    let digest = crate::gate::digest::hash_reader(&mut file)?;
+    if ExeKey::of(&file)? != before {
+        anyhow::bail!("{} changed while it was hashed", path.display());
+    }
+    store.note_codex_file(&before, &digest)?;
+    Ok(digest)
+}
+
+/// The oldest and newest Codex releases Courier's end-to-end tests run on (install/codex.sha256).
+pub const OLDEST_SUPPORTED: (u32, u32, u32) = (0, 160, 0);
+pub const NEWEST_SUPPORTED: (u32, u32, u32) = (0, 171, 0);
+
+pub fn supported_range() -> String {
+    let f = |v: (u32, u32, u32)| format!("{}.{}.{}", v.0, v.1, v.2);
+    format!("{}-{}", f(OLDEST_SUPPORTED), f(NEWEST_SUPPORTED))
+}
+
+/// `0.171.0` from `codex-cli 0.171.0` (or a bare version); pre-release suffixes are ignored.
+pub fn parse_version(text: &str) -> Option<(u32, u32, u32)> {
+    let word = text.split_whitespace().last()?;
+    let core = word.split(['-', '+']).next()?;
+    let mut it = core.split('.').map(|p| p.parse::<u32>().ok());
+    let v = (it.next()??, it.next()??, it.next()??);
+    it.next().is_none().then_some(v)
+}
+
+/// Where a version stands against the tested range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Support {
+    Tested,
+    Older,
+    Newer,
+}
+
+pub fn support(v: (u32, u32, u32)) -> Support {
+    if v < OLDEST_SUPPORTED {
+        Support::Older
+    } else if v > NEWEST_SUPPORTED {
+        Support::Newer
+    } else {
+        Support::Tested
+    }
+}
+
+/// `codex --version` of a binary (bounded: 10 s), e.g. `0.171.0`.
+pub fn version_of(binary: &Path) -> Option<String> {
+    let mut child = Command::new(binary)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+    let out = child.wait_with_output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v = parse_version(text.trim())?;
+    Some(format!("{}.{}.{}", v.0, v.1, v.2))
+}
+
+/// How a binary came to be trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrustHow {
+    /// `broker trust-codex PATH`.
+    Manual,
+    /// `broker install` (the user's `codex` and the managed-daemon releases at install time).
+    Install,
+    /// The broker itself: the user's own `codex` now resolves to this binary (an upgrade).
+    Followed,
+}
+
+impl TrustHow {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrustHow::Manual => "manual",
+            TrustHow::Install => "install",
+            TrustHow::Followed => "followed",
+        }
+    }
+
+    pub fn parse(s: &str) -> TrustHow {
+        match s {
+            "install" => TrustHow::Install,
+            "followed" => TrustHow::Followed,
+            _ => TrustHow::Manual,
+        }
+    }
+}
+
+/// One trusted Codex binary, as `broker inspect --json` and `broker doctor` list it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrustedCodex {
+    pub sha256: String,
+    /// The native binary's path when it was trusted.
+    pub path: String,
+    pub version: Option<String>,
+    pub how: TrustHow,
+    /// For `followed` and `install`: the `codex` command whose resolution it was.
+    pub source: Option<String>,
+    pub added_at: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_parse_and_compare_against_the_tested_range() {
+        assert_eq!(parse_version("codex-cli 0.171.0"), Some((0, 171, 0)));
+        assert_eq!(parse_version("0.172.0-alpha.3"), Some((0, 172, 0)));
+        assert_eq!(parse_version("codex-cli"), None);
+        assert_eq!(parse_version("1.2"), None);
+        assert_eq!(support((0, 160, 0)), Support::Tested);
+        assert_eq!(support((0, 165, 2)), Support::Tested);
+        assert_eq!(support((0, 159, 9)), Support::Older);
+        assert_eq!(support((0, 172, 0)), Support::Newer);
+    }
+
+    #[test]
+    fn the_range_is_the_one_the_tests_pin() {
+        // install/codex.sha256 lists the versions the e2e tests fetch: its newest and oldest
+        // lines must be the range doctor reports.
+        let sums = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../install/codex.sha256")).unwrap();
+        let versions: Vec<(u32, u32, u32)> = sums
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .filter_map(|l| parse_version(l.split_whitespace().nth(1)?))
+            .collect();
+        assert_eq!(versions.iter().max(), Some(&NEWEST_SUPPORTED));
+        assert_eq!(versions.iter().min(), Some(&OLDEST_SUPPORTED));
+    }
+}
