@@ -62,6 +62,8 @@ pub struct Report {
     pub now: i64,
     /// Effort rows: id -> (scope, endpoint detail).
     pub effort: crate::effort::db::Details,
+    /// Every trusted Codex binary, with how it became trusted.
+    pub trusted_codex: Vec<crate::codex::TrustedCodex>,
 }
 
 impl Report {
@@ -72,6 +74,7 @@ impl Report {
             status,
             now: now_ms(),
             effort: crate::effort::db::details(store.conn_ref(), thread)?,
+            trusted_codex: store.trusted_codex()?,
         })
     }
 
@@ -118,7 +121,12 @@ impl Report {
         if let (Some(Value::Object(status)), Value::Object(b)) = (&self.status, &mut broker) {
             b.extend(status.clone());
         }
-        json!({"messages": messages, "refusals": refusals, "threads": self.per_thread(), "broker": broker})
+        let codex: Vec<Value> = self
+            .trusted_codex
+            .iter()
+            .map(|t| json!({"sha256": t.sha256, "path": t.path, "version": t.version, "how": t.how.as_str(), "source": t.source, "added_at": t.added_at}))
+            .collect();
+        json!({"messages": messages, "refusals": refusals, "threads": self.per_thread(), "broker": broker, "trusted_codex": codex})
     }
 
     fn per_thread(&self) -> BTreeMap<String, BTreeMap<String, u64>> {
@@ -259,7 +267,7 @@ mod tests {
     }
 
     fn report(messages: Vec<Message>, refusals: Vec<Refusal>) -> Report {
-        Report { messages, refusals, status: None, now: 0, effort: Default::default() }
+        Report { messages, refusals, status: None, now: 0, effort: Default::default(), trusted_codex: Vec::new() }
     }
 
     const T: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce2";
