@@ -111,6 +111,7 @@ fn serve(args: Args) -> Result<ExitCode> {
         Err(e) => {
             // A log line like every other (the journal or broker.log), not a bare CLI error.
             broker::log_error!("{e:#}");
+            server::stopped_after_error();
             Ok(ExitCode::from(1))
         }
     }

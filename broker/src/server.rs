@@ -193,12 +193,35 @@ fn block_stop_signals() -> Result<nix::sys::signal::SigSet> {
 struct BoundSocket {
     path: PathBuf,
     id: Option<(u64, u64)>,
+    started: Instant,
 }
+
+/// Set once the broker serves its socket.
+static BOUND: std::sync::OnceLock<BoundSocket> = std::sync::OnceLock::new();
 
 impl BoundSocket {
     fn remove(&self) -> bool {
         let ours = fs::symlink_metadata(&self.path).is_ok_and(|m| Some((m.dev(), m.ino())) == self.id);
         ours && fs::remove_file(&self.path).is_ok()
+    }
+
+    /// Removes the socket (if ours) and logs the stop line.
+    fn stopped(&self, why: &str) {
+        let removed = self.remove();
+        crate::log_info!(
+            "broker stopped {why}: pid {}, up {} s; {}",
+            std::process::id(),
+            self.started.elapsed().as_secs(),
+            if removed { format!("removed socket {}", self.path.display()) } else { format!("socket {} left to its owner", self.path.display()) }
+        );
+    }
+}
+
+/// After [`serve`] returned an error (logged by the caller): removes the socket it served, if
+/// it got that far, and logs the stop.
+pub fn stopped_after_error() {
+    if let Some(b) = BOUND.get() {
+        b.stopped("after an error");
     }
 }
 
@@ -302,10 +325,17 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         Some(l) => (l, "socket-activated"),
         None => (bind_socket(&socket)?, "bound"),
     };
-    let bound = BoundSocket {
+    let _ = BOUND.set(BoundSocket {
         path: socket.clone(),
         id: (how == "bound").then(|| fs::symlink_metadata(&socket).ok().map(|m| (m.dev(), m.ino()))).flatten(),
-    };
+        started: Instant::now(),
+    });
+    let stopper = Arc::clone(&broker);
+    std::thread::Builder::new().name("signals".into()).spawn(move || loop {
+        if let Ok(sig) = stop_signals.wait() {
+            stopper.stop(&format!("on {sig:?}"));
+        }
+    })?;
     crate::log_info!(
         "broker {} started: pid {} serving {} ({how}; state {}, CODEX_HOME {}); released {released} stale leases",
         env!("CARGO_PKG_VERSION"),
@@ -340,22 +370,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         let (rx, hb) = (Arc::clone(&jobs), Arc::clone(&handback));
         std::thread::Builder::new().name(format!("worker-{i}")).spawn(move || worker(&broker, &rx, &hb))?;
     }
-    let bound = Arc::new(bound);
-    let (stopper, on_signal) = (Arc::clone(&broker), Arc::clone(&bound));
-    std::thread::Builder::new().name("signals".into()).spawn(move || loop {
-        if let Ok(sig) = stop_signals.wait() {
-            stopper.stop(&format!("on {sig:?}"), &on_signal);
-        }
-    })?;
-    let err = match Poller::new(listener, Arc::clone(&broker), jobs, handback) {
-        Ok(p) => match p.run() {
-            Ok(()) => anyhow::anyhow!("the poll loop ended"),
-            Err(e) => e,
-        },
-        Err(e) => e,
-    };
-    crate::log_error!("{err:#}");
-    broker.stop("after an error", &bound)
+    Poller::new(listener, Arc::clone(&broker), jobs, handback)?.run()
 }
 
 /// Work for a worker thread.
@@ -806,19 +821,15 @@ impl Poller {
 }
 
 impl Broker {
-    /// Stops the broker: removes its socket (if it bound it) so no hook connects to a dead
-    /// broker, waits for any store transaction in flight, logs the stop and exits. A lease not
-    /// yet acked is never handed (its client withdraws the output), exactly as after a crash.
-    fn stop(&self, why: &str, socket: &BoundSocket) -> ! {
-        let removed = socket.remove();
+    /// Stops the broker on a signal: waits for any store transaction in flight, removes its
+    /// socket (if it bound it) so no hook connects to a dead broker, logs the stop and exits 0.
+    /// A lease not yet acked is never handed (its client withdraws the output), as after a crash.
+    fn stop(&self, why: &str) -> ! {
         let _store = self.store.lock().unwrap_or_else(|e| e.into_inner());
-        crate::log_info!(
-            "broker stopped {why}: pid {}, up {} s; {}",
-            std::process::id(),
-            self.started.elapsed().as_secs(),
-            if removed { format!("removed socket {}", socket.path.display()) } else { format!("socket {} left to its owner", socket.path.display()) }
-        );
-        std::process::exit(if why.starts_with("on ") { 0 } else { 1 })
+        if let Some(b) = BOUND.get() {
+            b.stopped(why);
+        }
+        std::process::exit(0)
     }
 
     fn maintain(&self) {

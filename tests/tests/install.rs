@@ -420,7 +420,8 @@ fn test_summary_sums_every_binary_and_keeps_cargos_status() {
     };
     for (code, ok_script) in [(101u8, false), (0, true)] {
         let body = if ok_script {
-            "#!/bin/sh\necho '     Running unittests src/lib.rs (x)' >&2\necho 'test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.1s'\necho '   Doc-tests shared' >&2\necho 'test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s'\nexit 0\n".to_string()
+            // A binary without libtest output in a run that passed is not a failure.
+            "#!/bin/sh\necho '     Running unittests src/lib.rs (x)' >&2\necho 'test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.1s'\necho '     Running unittests src/main.rs (y)' >&2\necho '   Doc-tests shared' >&2\necho 'test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s'\nexit 0\n".to_string()
         } else {
             script(code)
         };
@@ -432,6 +433,7 @@ fn test_summary_sums_every_binary_and_keeps_cargos_status() {
         assert_eq!(out.status.code(), Some(code as i32), "{stdout}");
         if ok_script {
             assert_eq!(last, "3 passed, 0 failed", "{stdout}");
+            assert!(!stdout.contains("no test result"), "{stdout}");
         } else {
             assert_eq!(last, "104 passed, 3 failed", "{stdout}");
             assert!(stdout.contains("no test result from Running tests/crash.rs"), "{stdout}");
