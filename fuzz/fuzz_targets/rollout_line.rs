@@ -5,26 +5,21 @@
 //! unescaping never grows text and inverts escaping; a thread id is a well-formed uuid that ends
 //! the rollout file name.
 //! Round trip on the input as message text: messages wrapped the way the broker wraps them
-//! (`broker/src/delivery.rs` `wrap`, replicated below) yield exactly their own ids, in order:
+//! (`courier_shared::hook::wrap_message`) yield exactly their own ids, in order:
 //! in the wrapped text, in a hook `additionalContext` developer line, and in a Stop `<hook_prompt>`
 //! user line after Codex's XML escaping and `classify_line`'s one unescape. The same text said by
 //! the model is no delivery.
 
 #![no_main]
 
+use courier_shared::hook::wrap_message;
 use courier_shared::rollout::{classify_line, is_uuid, marker_ids, thread_id_from_path, xml_unescape, RolloutEvent, MARKER_PREFIX};
 use libfuzzer_sys::fuzz_target;
 use serde_json::json;
 
-/// Copy of `broker/src/delivery.rs` `escape_attr` and `wrap` (linking the broker would pull
-/// SQLite and nix into the sanitizer build). Keep in step with the broker.
-fn escape_attr(s: &str) -> String {
-    s.replace('&', "&amp;").replace('"', "&quot;").replace('<', "&lt;").replace('>', "&gt;")
-}
-
+/// How the broker wraps a message (`broker/src/delivery.rs` `wrap` calls this).
 fn wrap(id: &str, from: &str, body: &str) -> String {
-    let body = body.replace("</courier-message", "&lt;/courier-message").replace("<courier-message", "&lt;courier-message");
-    format!("<courier-message id=\"{}\" from=\"{}\">{}</courier-message>", id, escape_attr(from), body)
+    wrap_message(id, from, body)
 }
 
 /// XML text escaping as Codex applies it to a Stop block reason: all five entities, or only the
