@@ -160,6 +160,8 @@ pub fn set_scan_budget(bytes: u64) {
 struct ScanState {
     dev: u64,
     ino: u64,
+    /// Birth time: a deleted rollout's inode number can be reused by a new file.
+    born: Option<std::time::SystemTime>,
     /// Start of the line being read (the boundary the database knows).
     line_start: u64,
     /// Bytes consumed from the file (>= line_start).
@@ -201,10 +203,19 @@ fn scan_rollout_within(path: &str, messages: &[Message], budget: u64) -> Vec<Set
     if len < start {
         return all(Some("uncertain"), Some("rollout_rewritten"), start);
     }
+    let born = meta.created().ok();
     let mut states = scan_states().lock().unwrap_or_else(|e| e.into_inner());
     let mut st = match states.remove(path) {
-        Some(s) if (s.dev, s.ino) == (meta.dev(), meta.ino()) && s.line_start == start && s.consumed <= len => s,
-        _ => ScanState { dev: meta.dev(), ino: meta.ino(), line_start: start, consumed: start, partial: Vec::new(), skipping: false },
+        Some(s) if (s.dev, s.ino, s.born) == (meta.dev(), meta.ino(), born) && s.line_start == start && s.consumed <= len => s,
+        _ => ScanState {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            born,
+            line_start: start,
+            consumed: start,
+            partial: Vec::new(),
+            skipping: false,
+        },
     };
     let budget_end = st.consumed.saturating_add(budget).min(len);
 
