@@ -571,3 +571,35 @@ fn sixty_messages_stay_within_codex_hook_budget_and_all_confirm() {
     assert!(!env.codex_home.join("hook_outputs").exists());
     eprintln!("60 messages of 129 bytes: {} hook outputs of {:?} bytes, all confirmed", carriers.len(), carriers.iter().map(String::len).collect::<Vec<_>>());
 }
+
+/// (13) Confirmation compares the whole wrapped text, so it must survive what Codex does to it: a
+/// body with quotes, `&`, `<`/`>`, a tab, CR/LF, a fullwidth `<` and an already-escaped `&lt;`,
+/// delivered once by a tool hook (`additionalContext`, verbatim) and once at Stop (Codex
+/// XML-escapes `&`, `<`, `>` inside `<hook_prompt>`), reads `confirmed` both times.
+#[test]
+fn messages_with_special_characters_confirm_whole_by_tool_hook_and_at_stop() {
+    let (first, last) = (Hold::new(), Hold::new());
+    let (f, l) = (first.clone(), last.clone());
+    let (model, env) = rig(move |r| {
+        if r.function_calls().is_empty() {
+            Reply::exec("echo hello").held(&f)
+        } else {
+            Reply::message("done").held(&l)
+        }
+    });
+    let broker = broker(&env);
+    let child = env.spawn_exec("please run a command");
+    first.wait_held(1, T);
+    let thread = child.wait_thread_id(T);
+    let body = |tag: &str| format!("{} it's \"quoted\" & <b>bold</b>\ttab\r\nnext \u{FF1C}x &lt;y &amp; caf\u{e9}", marker(tag));
+    let tool = broker.send_opts(&thread, &body("TOOL"), None, Some("e2e \"q\" & <x>"));
+    first.release();
+    last.wait_held(1, T);
+    let stop = broker.send_opts(&thread, &body("STOP"), None, Some("e2e \"q\" & <x>"));
+    last.release();
+    child.wait(T).assert_success();
+    for (id, event) in [(&tool, "PreToolUse|PostToolUse"), (&stop, "Stop")] {
+        let m = broker.wait_state(id, "confirmed", Duration::from_secs(10));
+        assert!(event.split('|').any(|e| e == str_field(&m, "event")), "{m}");
+    }
+}
