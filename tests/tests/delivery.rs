@@ -601,5 +601,6 @@ fn messages_with_special_characters_confirm_whole_by_tool_hook_and_at_stop() {
     for (id, event) in [(&tool, "PreToolUse|PostToolUse"), (&stop, "Stop")] {
         let m = broker.wait_state(id, "confirmed", Duration::from_secs(10));
         assert!(event.split('|').any(|e| e == str_field(&m, "event")), "{m}");
+        assert!(model.requests().last().unwrap().body_contains(id), "{id} reached the model:\n{}", model.dump());
     }
 }
