@@ -187,6 +187,11 @@ fn send(args: Args) -> Result<ExitCode> {
     let key = args.value("key")?;
     let ttl = args.duration("ttl")?.map(|d| d.as_millis() as i64);
     let from = args.value("from")?;
+    let wake = match args.value("wake")?.as_deref() {
+        None | Some("auto") => true,
+        Some("never") => false,
+        Some(other) => return Err(cli::UsageError(format!("--wake takes auto or never, not {other:?}")).into()),
+    };
     let json = args.flag("json");
     let text = args.positional(0)?;
     let mut text = text.context("the message text (or - for stdin) is required")?;
@@ -199,7 +204,7 @@ fn send(args: Args) -> Result<ExitCode> {
     let from = from.or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "cli".into());
     let mut store = open_store()?;
     let queued = store
-        .enqueue(&thread, "message", &text, Some(&from), key.as_deref(), ttl)
+        .enqueue_with_wake(&thread, "message", &text, Some(&from), key.as_deref(), ttl, wake)
         .with_context(|| format!("queueing the message in {} (nothing was queued)", paths::state_dir().display()))?;
     let (id, duplicate) = match queued {
         Enqueued::New(id) => (id, false),

@@ -349,6 +349,19 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     // call, whose client would give up at its 500 ms deadline; then follow upgrades.
     std::thread::Builder::new().name("codex-follower".into()).spawn(move || follower.run())?;
 
+    // Waiting threads: a turn started through the app-server that owns them (wake.rs).
+    let waking = Arc::clone(&broker);
+    let (state_dir, codex_home) = (opts.state_dir.clone(), opts.codex_home.clone());
+    std::thread::Builder::new().name("wake".into()).spawn(move || {
+        let waker = crate::wake::Waker::default();
+        waker.run(&state_dir, || {
+            let b = &*waking;
+            for (thread, outcome) in waker.pass(&b.store, &b.gate, &TrustView(b), &codex_home) {
+                crate::log_debug!("wake {thread}: {outcome:?}");
+            }
+        })
+    })?;
+
     let maintenance = Arc::clone(&broker);
     let retention = opts.retention;
     std::thread::Builder::new().name("maintenance".into()).spawn(move || {

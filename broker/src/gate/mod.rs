@@ -59,6 +59,7 @@
 
 pub mod digest;
 mod holder;
+pub mod owner;
 pub mod peer;
 mod sys;
 #[cfg(test)]
