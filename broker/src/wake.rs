@@ -18,7 +18,8 @@
 //!
 //! A thread that cannot be woken gets the reason on its waiting messages (`inspect`):
 //! `thread_not_loaded` (ended, or `codex exec` finished: the next `codex exec resume` delivers),
-//! `no_app_server` (its codex serves none: `codex exec`), `owner_untrusted`, `owner_not_proven`,
+//! `no_app_server` (its codex serves none: `codex exec`), `subagent_thread` (a sub-agent takes its
+//! input from its parent), `owner_untrusted`, `owner_not_proven`,
 //! `wake_refused` (the app-server answered with an error; retried later). Busy threads are left
 //! to their hooks.
 //!
@@ -153,6 +154,11 @@ fn wake_thread(store: &Mutex<Store>, gate: &Gate, trust: &dyn CodexTrust, codex_
     };
     if owner.open_turn.is_some() {
         return Outcome::Busy;
+    }
+    if owner.subagent {
+        // Sub-agents take their input from their parent, not from a client's turn/start.
+        note(store, thread, "subagent_thread");
+        return Outcome::NotWoken("subagent_thread");
     }
     let endpoints = endpoint::discover(codex_home, owner.pid, owner.starttime);
     if endpoints.is_empty() {

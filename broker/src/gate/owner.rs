@@ -26,6 +26,8 @@ pub struct Owner {
     pub rollout_len: u64,
     /// `Some` while a turn is open (busy): hooks will come.
     pub open_turn: Option<String>,
+    /// The thread is a sub-agent (its `session_meta` names a parent).
+    pub subagent: bool,
 }
 
 /// Why no owner was found: a stable code, shown on the waiting messages by `broker inspect`.
@@ -138,7 +140,8 @@ impl Gate {
             Ok(again) if again.starttime == stat.starttime => {}
             _ => return Err(NoOwner::NotProven(format!("holder {pid} changed while checked"))),
         }
-        Ok(Owner { pid, starttime: stat.starttime, rollout, rollout_len: snap.offset, open_turn: snap.open_turn })
+        let subagent = snap.session_meta.as_ref().is_some_and(|m| m.parent_thread_id.is_some());
+        Ok(Owner { pid, starttime: stat.starttime, rollout, rollout_len: snap.offset, open_turn: snap.open_turn, subagent })
     }
 }
 
