@@ -22,6 +22,7 @@ use crate::dirs;
 use crate::effort;
 use crate::failpoint;
 use crate::gate::{self, Gate, GateConfig, HookRequest, Peer, Verified};
+use crate::refusal::RefusalCode;
 use crate::store::Store;
 use anyhow::{bail, Context, Result};
 use courier_shared::hook::HookEvent;
@@ -56,24 +57,6 @@ const WORKERS: usize = 16;
 const QUEUED_REFUSALS_MAX: usize = 64;
 const MAINTENANCE_INTERVAL: Duration = Duration::from_millis(500);
 const PRUNE_INTERVAL: Duration = Duration::from_secs(600);
-
-/// Refusal reason codes the connection layer records, besides the gate's
-/// [`gate::REASON_CODES`] (README, "Refusal reason codes", lists both).
-pub const CONNECTION_REASON_CODES: [&str; 8] = [
-    "too_many_connections",
-    "request_timeout",
-    "frame_too_large",
-    "truncated_frame",
-    "buffer_limit",
-    "bad_request",
-    "protocol_version",
-    "unexpected_ack",
-];
-
-/// Every refusal reason code `broker inspect` can show.
-pub fn all_reason_codes() -> Vec<&'static str> {
-    gate::REASON_CODES.iter().chain(CONNECTION_REASON_CODES.iter()).copied().collect()
-}
 
 pub struct ServeOptions {
     pub runtime_dir: PathBuf,
@@ -113,7 +96,7 @@ struct Broker {
     counters: Counters,
     started: Instant,
     /// Refusals found by the poll thread, written by the maintenance thread.
-    queued_refusals: Mutex<Vec<(&'static str, String, i32)>>,
+    queued_refusals: Mutex<Vec<(RefusalCode, String, i32)>>,
     /// Follows Codex upgrades; tells the gate which binaries are expected.
     follower: Arc<Follower>,
 }
@@ -608,14 +591,14 @@ impl Poller {
                 Err(_) => continue,
             };
             if cred.uid() != self.uid {
-                self.broker.refuse_later("peer_uid", format!("peer uid {} is not broker uid {}", cred.uid(), self.uid), cred.pid());
+                self.broker.refuse_later(RefusalCode::PeerUid, format!("peer uid {} is not broker uid {}", cred.uid(), self.uid), cred.pid());
                 continue; // dropped unread
             }
             let pid = cred.pid();
             if self.per_peer.get(&pid).copied().unwrap_or(0) >= MAX_PER_PEER {
                 self.broker.counters.rejected.fetch_add(1, Ordering::Relaxed);
-                let _ = (&stream).write(&error_frame("too_many_connections", "this process has too many unfinished requests"));
-                self.broker.refuse_later("too_many_connections", format!("pid {pid} holds {MAX_PER_PEER} unfinished connections"), pid);
+                let _ = (&stream).write(&error_frame(RefusalCode::TooManyConnections.as_str(), "this process has too many unfinished requests"));
+                self.broker.refuse_later(RefusalCode::TooManyConnections, format!("pid {pid} holds {MAX_PER_PEER} unfinished connections"), pid);
                 continue;
             }
             if self.conns.len() >= MAX_PENDING {
@@ -650,10 +633,10 @@ impl Poller {
         Some(conn)
     }
 
-    fn close_with(&mut self, fd: RawFd, code: &'static str, detail: String) {
+    fn close_with(&mut self, fd: RawFd, code: RefusalCode, detail: String) {
         if let Some(conn) = self.remove(fd) {
             self.broker.counters.bad_frames.fetch_add(1, Ordering::Relaxed);
-            let _ = (&conn.stream).write(&error_frame(code, &detail));
+            let _ = (&conn.stream).write(&error_frame(code.as_str(), &detail));
             self.broker.refuse_later(code, detail, conn.pid);
         }
     }
@@ -740,7 +723,7 @@ impl Poller {
         for fd in late {
             self.broker.counters.timed_out.fetch_add(1, Ordering::Relaxed);
             let got = self.conns.get(&fd).map_or(0, |c| c.buf.len());
-            self.close_with(fd, "request_timeout", format!("no complete request within {REQUEST_TIMEOUT:?} ({got} bytes)"));
+            self.close_with(fd, RefusalCode::RequestTimeout, format!("no complete request within {REQUEST_TIMEOUT:?} ({got} bytes)"));
         }
     }
 
@@ -754,7 +737,7 @@ impl Poller {
                 let len = u32::from_be_bytes(conn.buf[..4].try_into().unwrap()) as usize;
                 if len > wire::MAX_FRAME {
                     let detail = format!("frame of {len} bytes exceeds limit {}", wire::MAX_FRAME);
-                    return self.close_with(fd, "frame_too_large", detail);
+                    return self.close_with(fd, RefusalCode::FrameTooLarge, detail);
                 }
                 4 + len
             };
@@ -785,7 +768,7 @@ impl Poller {
                 // stays within twice the bytes received and within the frame's length.
                 let new_cap = (old + chunk).max((cap * 2).min(frame_end));
                 if self.buffered + self.broker.counters.frames_held.load(Ordering::SeqCst) + (new_cap - cap) > MAX_BUFFERED {
-                    return self.close_with(fd, "buffer_limit", "request frames hold too much memory".into());
+                    return self.close_with(fd, RefusalCode::BufferLimit, "request frames hold too much memory".into());
                 }
                 conn.buf.reserve_exact(new_cap - old);
                 self.buffered += conn.buf.capacity() - cap;
@@ -801,7 +784,7 @@ impl Poller {
                         self.remove(fd);
                         return;
                     }
-                    return self.close_with(fd, "truncated_frame", format!("connection closed after {got} bytes of a frame"));
+                    return self.close_with(fd, RefusalCode::TruncatedFrame, format!("connection closed after {got} bytes of a frame"));
                 }
                 Ok(k) => conn.buf.truncate(old + k),
                 Err(e) => {
@@ -861,7 +844,7 @@ impl Broker {
         }
     }
 
-    fn refuse(&self, code: &str, detail: &str, thread: Option<&str>, event: Option<&str>, pid: Option<i32>) {
+    fn refuse(&self, code: RefusalCode, detail: &str, thread: Option<&str>, event: Option<&str>, pid: Option<i32>) {
         self.counters.refusals.fetch_add(1, Ordering::Relaxed);
         crate::log_debug!("refused {code} (pid {pid:?}, thread {thread:?}, event {event:?}): {detail}");
         let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
@@ -872,7 +855,7 @@ impl Broker {
 
     /// A refusal seen by the poll thread, which must not wait for the database: recorded by the
     /// next maintenance pass, or only counted when too many are waiting.
-    fn refuse_later(&self, code: &'static str, detail: String, pid: i32) {
+    fn refuse_later(&self, code: RefusalCode, detail: String, pid: i32) {
         self.counters.refusals.fetch_add(1, Ordering::Relaxed);
         let mut q = self.queued_refusals.lock().unwrap_or_else(|e| e.into_inner());
         if q.len() < QUEUED_REFUSALS_MAX {
@@ -898,9 +881,9 @@ impl Broker {
             Ok(req) => req,
             Err(e) => {
                 let detail = format!("not a request: {e}");
-                let _ = stream.write_all(&error_frame("bad_request", &detail));
+                let _ = stream.write_all(&error_frame(RefusalCode::BadRequest.as_str(), &detail));
                 self.counters.bad_frames.fetch_add(1, Ordering::Relaxed);
-                self.refuse("bad_request", &detail, None, None, Some(peer.pid));
+                self.refuse(RefusalCode::BadRequest, &detail, None, None, Some(peer.pid));
                 return None;
             }
         };
@@ -914,15 +897,15 @@ impl Broker {
                 self.counters.hook_calls.fetch_add(1, Ordering::Relaxed);
                 if v != PROTOCOL_VERSION {
                     let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
-                    self.refuse("protocol_version", &format!("client speaks v{v}"), None, None, Some(peer.pid));
+                    self.refuse(RefusalCode::ProtocolVersion, &format!("client speaks v{v}"), None, None, Some(peer.pid));
                     return None;
                 }
                 let request = HookRequest { pid, ts_ms, payload: &payload, mac: &mac };
                 return self.hook(stream, &peer, &request);
             }
             Request::Ack { .. } => {
-                let _ = stream.write_all(&error_frame("unexpected_ack", "ack without a lease"));
-                self.refuse("unexpected_ack", "ack without a lease", None, None, Some(peer.pid))
+                let _ = stream.write_all(&error_frame(RefusalCode::UnexpectedAck.as_str(), "ack without a lease"));
+                self.refuse(RefusalCode::UnexpectedAck, "ack without a lease", None, None, Some(peer.pid))
             }
         }
         None
@@ -1062,24 +1045,24 @@ pub fn query_status(runtime_dir: &Path) -> Option<serde_json::Value> {
 mod tests {
     use super::*;
 
-    /// Every code this file records is listed in [`all_reason_codes`].
+    /// Every connection-layer code is recorded somewhere in this file, and only those are.
     #[test]
-    fn recorded_codes_are_all_listed() {
+    fn connection_codes_are_all_recorded() {
         let src = include_str!("server.rs");
         let src = src.split("#[cfg(test)]\nmod tests").next().unwrap();
         let mut found = Vec::new();
-        for call in ["refuse_later(\"", "close_with(fd, \"", "self.refuse(\""] {
+        for call in ["refuse_later(RefusalCode::", "close_with(fd, RefusalCode::", "self.refuse(RefusalCode::"] {
             for part in src.split(call).skip(1) {
-                found.push(part.split('"').next().unwrap().to_string());
+                found.push(part.split(|c: char| !c.is_alphanumeric()).next().unwrap().to_string());
             }
         }
         assert!(found.len() >= 9, "{found:?}");
-        let all = all_reason_codes();
-        for code in &found {
-            assert!(all.contains(&code.as_str()), "{code} is recorded but not in CONNECTION_REASON_CODES");
+        for c in RefusalCode::ALL.into_iter().filter(|c| c.step() == "connection") {
+            assert!(found.iter().any(|f| format!("{c:?}") == *f), "{c} is listed but never recorded");
         }
-        for code in CONNECTION_REASON_CODES {
-            assert!(found.iter().any(|f| f == code), "{code} is listed but never recorded");
+        for f in &found {
+            let c = RefusalCode::ALL.into_iter().find(|c| format!("{c:?}") == *f).unwrap();
+            assert!(c.step() == "connection" || c == RefusalCode::PeerUid, "{c} is a gate code recorded by the connection layer");
         }
     }
 }
