@@ -5,7 +5,7 @@
 use crate::install::{self, Manifest, StartSetup, EVENTS};
 use crate::store::{now_ms, Store};
 use crate::refusal::RefusalCode;
-use crate::{codex, config, dirs, server};
+use crate::{client, codex, config, dirs};
 use courier_shared::paths;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -108,7 +108,7 @@ pub fn run(opts: &Options) -> Vec<Check> {
     let expected_command = manifest.as_ref().map(|m| m.hook_command.clone()).or_else(|| expected_client.as_deref().map(install::hook_command));
 
     // Broker reachable, and accepting the hook-client the hooks run.
-    let status = server::query_status(&runtime_dir);
+    let status = client::query_status(&runtime_dir);
     match &status {
         Some(st) => {
             let pid = st.get("pid").and_then(Value::as_u64).unwrap_or(0);

@@ -1,6 +1,6 @@
 //! `broker serve --daemonize` (the profile start) and stopping a broker that runs.
 
-use crate::{dirs, server};
+use crate::{client, dirs};
 use anyhow::{bail, Context, Result};
 use courier_shared::paths;
 use serde_json::Value;
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 /// broker already answers; waits (bounded) until the new one answers. Returns its pid.
 pub fn daemonize(exe: &Path) -> Result<(u32, bool)> {
     let runtime = paths::runtime_dir();
-    if let Some(st) = server::query_status(&runtime) {
+    if let Some(st) = client::query_status(&runtime) {
         return Ok((st.get("pid").and_then(Value::as_u64).unwrap_or(0) as u32, false));
     }
     let state = paths::state_dir();
@@ -39,14 +39,14 @@ pub fn daemonize(exe: &Path) -> Result<(u32, bool)> {
     let pid = child.id();
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        if let Some(st) = server::query_status(&runtime) {
+        if let Some(st) = client::query_status(&runtime) {
             let answering = st.get("pid").and_then(Value::as_u64).unwrap_or(0) as u32;
             // Reap nothing: the child keeps running after we exit and is re-parented.
             std::mem::forget(child);
             return Ok((answering, answering == pid));
         }
         if let Ok(Some(status)) = child.try_wait() {
-            if let Some(st) = server::query_status(&runtime) {
+            if let Some(st) = client::query_status(&runtime) {
                 return Ok((st.get("pid").and_then(Value::as_u64).unwrap_or(0) as u32, false));
             }
             let tail = fs::read_to_string(&log).unwrap_or_default();
@@ -80,7 +80,7 @@ pub fn daemon_env(vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::
 /// Stops the broker answering on the socket if its executable is `exe` (also when `exe` was
 /// replaced or deleted since it started). Returns its pid when one was stopped.
 pub fn stop_broker_running(exe: &Path) -> Result<Option<u32>> {
-    let Some(st) = server::query_status(&paths::runtime_dir()) else { return Ok(None) };
+    let Some(st) = client::query_status(&paths::runtime_dir()) else { return Ok(None) };
     let Some(pid) = st.get("pid").and_then(Value::as_u64).map(|p| p as i32) else { return Ok(None) };
     use nix::libc;
     // A pidfd first, then the executable check, then the signal through the pidfd: a recycled
@@ -105,7 +105,7 @@ pub fn stop_broker_running(exe: &Path) -> Result<Option<u32>> {
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
-        if fs::metadata(format!("/proc/{pid}")).is_err() || server::query_status(&paths::runtime_dir()).is_none() {
+        if fs::metadata(format!("/proc/{pid}")).is_err() || client::query_status(&paths::runtime_dir()).is_none() {
             return Ok(Some(pid as u32));
         }
         std::thread::sleep(Duration::from_millis(20));

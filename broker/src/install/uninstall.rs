@@ -1,6 +1,6 @@
 //! `broker uninstall [--purge]`: takes back exactly what the manifest says install added.
 
-use crate::{codex, server, store::Store};
+use crate::{client, codex, store::Store};
 use anyhow::{bail, Context, Result};
 use courier_shared::paths;
 use serde_json::Value;
@@ -59,7 +59,7 @@ pub fn uninstall(purge: bool) -> Result<Report> {
     if purge {
         // The queue is open in a running broker: removing it under that broker would lose it
         // silently. A broker install started is stopped below; any other must be stopped first.
-        if let Some(st) = server::query_status(&runtime_dir) {
+        if let Some(st) = client::query_status(&runtime_dir) {
             let pid = st.get("pid").and_then(Value::as_u64).unwrap_or(0);
             let exe = fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
             let ours = manifest.as_ref().is_some_and(|m| {
@@ -75,7 +75,7 @@ pub fn uninstall(purge: bool) -> Result<Report> {
         uninstall_manifest(m, &state_dir, &mut report)?;
     }
     if purge {
-        if let Some(st) = server::query_status(&runtime_dir) {
+        if let Some(st) = client::query_status(&runtime_dir) {
             bail!("the broker (pid {}) is still running; stop it, then run `broker uninstall --purge` again", st.get("pid").and_then(Value::as_u64).unwrap_or(0));
         }
         report.extend(purge_dir(&runtime_dir, &runtime_files())?);
