@@ -3,6 +3,7 @@
 //! ARCHITECTURE.md at the repository root maps these modules to the path of one hook request.
 
 pub mod cli;
+pub mod client;
 pub mod codex;
 pub mod config;
 pub mod delivery;
@@ -14,6 +15,7 @@ pub mod gate;
 pub mod inspect;
 pub mod install;
 pub mod logging;
+pub mod refusal;
 pub mod rollout;
 pub mod server;
 pub mod store;

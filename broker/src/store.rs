@@ -9,6 +9,7 @@
 use anyhow::{bail, Context, Result};
 use crate::codex::{TrustHow, TrustedCodex};
 use crate::gate::digest::ExeKey;
+use crate::refusal::RefusalCode;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
 use std::path::Path;
@@ -654,11 +655,11 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    pub fn record_refusal(&mut self, reason: &str, detail: &str, thread: Option<&str>, event: Option<&str>, pid: Option<i64>) -> Result<()> {
+    pub fn record_refusal(&mut self, reason: RefusalCode, detail: &str, thread: Option<&str>, event: Option<&str>, pid: Option<i64>) -> Result<()> {
         let tx = self.conn.transaction()?;
         tx.execute(
             "INSERT INTO refusals (at, reason, detail, thread, event, pid) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![now_ms(), reason, detail, thread, event, pid],
+            params![now_ms(), reason.as_str(), detail, thread, event, pid],
         )?;
         tx.execute("DELETE FROM refusals WHERE seq <= (SELECT MAX(seq) FROM refusals) - ?1", [REFUSALS_KEPT])?;
         tx.commit()?;
