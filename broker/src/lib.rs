@@ -14,6 +14,7 @@ pub mod gate;
 pub mod inspect;
 pub mod install;
 pub mod logging;
+pub mod producer;
 pub mod rollout;
 pub mod server;
 pub mod store;

@@ -116,6 +116,8 @@ struct Broker {
     queued_refusals: Mutex<Vec<(&'static str, String, i32)>>,
     /// Follows Codex upgrades; tells the gate which binaries are expected.
     follower: Arc<Follower>,
+    /// Producer requests (JSON lines on the same socket) and parked waits.
+    producer: Arc<crate::producer::proto::Service>,
 }
 
 /// The gate's view of Codex trust: digests from the store, expected paths from the follower.
@@ -311,6 +313,14 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     let on_hashed = Arc::clone(&follower);
     gate.digests().on_expected(Box::new(move |path, key, digest| on_hashed.consider_hashed(path, key, digest)));
     let effort = effort::Service::open(&opts.state_dir, &opts.codex_home, courier_shared::paths::config_path())?;
+    let expects = Arc::clone(&follower);
+    let lister = crate::producer::threads::Lister::new(
+        opts.codex_home.clone(),
+        gate.digests().clone(),
+        Box::new(move |p| expects.is_expected(p)),
+        Duration::from_secs(2),
+    );
+    let producer = crate::producer::proto::Service::start(&opts.state_dir, opts.codex_home.clone(), lister)?;
     let broker = Arc::new(Broker {
         store: Mutex::new(store),
         gate,
@@ -319,6 +329,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         started: Instant::now(),
         queued_refusals: Mutex::new(Vec::new()),
         follower: Arc::clone(&follower),
+        producer,
     });
     let socket = courier_shared::paths::socket_path(&opts.runtime_dir);
     let (listener, how) = match activated_listener(&socket)? {
@@ -464,7 +475,13 @@ fn worker(broker: &Broker, jobs: &JobQueue, handback: &Handback) {
     loop {
         match jobs.pop() {
             Job::Request { stream, frame } => {
-                let pending = broker.handle(stream, &frame[4..]);
+                // A first byte `{` is a producer's JSON line (producer/proto.rs), not a frame.
+                let pending = if frame.first() == Some(&b'{') {
+                    broker.producer.serve(stream, &frame);
+                    None
+                } else {
+                    broker.handle(stream, &frame[4..])
+                };
                 let held = frame.capacity();
                 drop(frame);
                 broker.counters.frames_held.fetch_sub(held, Ordering::SeqCst);
@@ -747,8 +764,21 @@ impl Poller {
     fn read_conn(&mut self, fd: RawFd) {
         loop {
             let Some(conn) = self.conns.get_mut(&fd) else { return };
-            // Read exactly up to the end of the frame: the header first, then the body.
-            let frame_end = if conn.buf.len() < 4 {
+            // Read exactly up to the end of the frame: the header first, then the body. A
+            // producer's JSON line (first byte `{`) ends at its newline.
+            let frame_end = if conn.buf.first() == Some(&b'{') {
+                match conn.buf.iter().position(|b| *b == b'\n') {
+                    Some(nl) => {
+                        conn.buf.truncate(nl + 1);
+                        nl + 1
+                    }
+                    None if conn.buf.len() >= crate::producer::proto::MAX_LINE => {
+                        let detail = format!("request line longer than {} bytes", crate::producer::proto::MAX_LINE);
+                        return self.close_with(fd, "frame_too_large", detail);
+                    }
+                    None => crate::producer::proto::MAX_LINE,
+                }
+            } else if conn.buf.len() < 4 {
                 4
             } else {
                 let len = u32::from_be_bytes(conn.buf[..4].try_into().unwrap()) as usize;
@@ -850,6 +880,7 @@ impl Broker {
         }
         drop(store);
         self.effort.maintain();
+        self.producer.maintain();
     }
 
     fn prune(&self, keep: Duration) {
@@ -1024,6 +1055,7 @@ impl Broker {
         }
         let _ = stream.set_write_timeout(Some(REQUEST_TIMEOUT));
         let _ = wire::write_json(&mut stream, &AckReply { v: PROTOCOL_VERSION, accepted });
+        self.producer.changed();
     }
 
     fn status(&self) -> serde_json::Value {
@@ -1046,6 +1078,7 @@ impl Broker {
             "buffered_bytes": c.buffered.load(Ordering::Relaxed) + c.frames_held.load(Ordering::Relaxed),
             "refusals_unrecorded": c.refusals_unrecorded.load(Ordering::Relaxed),
             "rollout_bytes_read": self.gate.tracker().total_bytes_read.load(Ordering::Relaxed),
+            "parked_waits": self.producer.parked_waits(),
         })
     }
 }

@@ -58,9 +58,9 @@
 //! | `turn_mismatch` | 7 | the payload `turn_id` is missing (events other than SessionStart) or not the rollout's open turn, or no turn is open |
 
 pub mod digest;
-mod holder;
+pub(crate) mod holder;
 pub mod peer;
-mod sys;
+pub(crate) mod sys;
 #[cfg(test)]
 mod tests;
 
