@@ -375,7 +375,7 @@ fn main() {
                     let mut s = store.borrow_mut();
                     let t0 = Instant::now();
                     for _ in 0..10 {
-                        let l = s.lease(&t, "PostToolUse", Some("turn"), 3000, 20).unwrap().expect("a pending message");
+                        let l = s.lease(&t, "PostToolUse", Some("turn"), 3000, 150).unwrap().expect("a pending message");
                         assert!(s.ack(l.token, "/r", 0, None).unwrap());
                     }
                     t0.elapsed().as_nanos() as f64 / 10.0

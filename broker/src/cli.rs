@@ -61,7 +61,7 @@ pub const COMMANDS: &[Command] = &[
         args: "<TEXT | ->",
         positionals: (1, 1),
         required: &[],
-        about: "queue a message for a Codex thread and print its id (`-`: read the text from stdin, at most 8 KiB)",
+        about: "queue a message for a Codex thread and print its id (`-`: read the text from stdin; at most 7,800 bytes)",
         opts: &[
             opt("thread", "UUID", "the thread: the UUID at the end of its rollout file name (`broker threads` lists them)"),
             opt("cwd", "PATH", "instead of --thread: the one live top-level thread whose session cwd is PATH"),
@@ -69,6 +69,7 @@ pub const COMMANDS: &[Command] = &[
             opt("key", "KEY", "idempotency key: the same key and text again give the same message id"),
             opt("ttl", DURATION, "expire the message if it is not delivered within D"),
             opt("from", "LABEL", "sender label shown to the model (default: $USER)"),
+            opt("wake", "auto|never", "auto (default): an idle thread gets a new turn with it; never: wait for the thread's next hook"),
             opt("wait", "handed|confirmed", "then wait for that state; exit 0 reached, 3 timed out, 4 ended without it"),
             opt("timeout", DURATION, "with --wait: give up after D (default: wait as long as it takes)"),
             flag("json", "print {\"id\",\"thread\",\"duplicate\",\"thread_status\",\"note\"} (with --wait also \"outcome\", \"message\")"),

@@ -3,6 +3,7 @@
 //! ARCHITECTURE.md at the repository root maps these modules to the path of one hook request.
 
 pub mod cli;
+pub mod client;
 pub mod codex;
 pub mod config;
 pub mod delivery;
@@ -15,7 +16,9 @@ pub mod inspect;
 pub mod install;
 pub mod logging;
 pub mod producer;
+pub mod refusal;
 pub mod rollout;
 pub mod server;
 pub mod store;
+pub mod wake;
 

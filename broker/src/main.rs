@@ -4,7 +4,7 @@
 use anyhow::{Context, Result};
 use broker::cli::{self, Args, Parsed, UsageError};
 use broker::store::Store;
-use broker::{codex, config, delivery, dirs, doctor, effort, inspect, install, logging, server};
+use broker::{client, codex, config, delivery, dirs, doctor, effort, inspect, install, logging, server};
 use courier_shared::paths;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -218,7 +218,7 @@ fn inspect_cmd(args: Args) -> Result<ExitCode> {
             // Still show what is on record (e.g. the disk is full and settling cannot be written).
             eprintln!("broker: warning: could not settle hand-offs ({e:#}); states may lag");
         }
-        let status = server::query_status(&paths::runtime_dir());
+        let status = client::query_status(&paths::runtime_dir());
         let report = inspect::Report::gather(&store, thread.as_deref(), status)?;
         let fingerprint = report.fingerprint();
         if last_shown.as_ref() != Some(&fingerprint) {

@@ -9,15 +9,43 @@
 use anyhow::{bail, Context, Result};
 use crate::codex::{TrustHow, TrustedCodex};
 use crate::gate::digest::ExeKey;
+use crate::refusal::RefusalCode;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub const DB_NAME: &str = "queue.sqlite";
-/// Longest message body `send` accepts. Codex spills hook output over ~2,500 tokens to a file
-/// and shows the model only a preview, so a message must stay well below that.
-pub const MAX_BODY_BYTES: usize = 8 * 1024;
+/// Longest message body `send` accepts: a plain-text body this long still renders within the
+/// hook output budget ([`crate::delivery::MAX_OUTPUT_BYTES`], 8,000) with the longest `--from`
+/// (64 characters; the wrapper adds 131 bytes then). What counts in the end is the rendered size,
+/// checked too (escaping can grow a body: every `<` is 4 bytes).
+pub const MAX_BODY_BYTES: usize = 7_800;
+/// Longest `--from` label, in characters.
+pub const MAX_FROM_CHARS: usize = 64;
+
+/// A sender label must be short and printable: it is shown to the model in every wrapper.
+pub fn check_from(from: &str) -> Result<()> {
+    let n = from.chars().count();
+    if n == 0 {
+        bail!("--from must not be empty");
+    }
+    if n > MAX_FROM_CHARS {
+        bail!("--from is {n} characters; at most {MAX_FROM_CHARS} are allowed (it is shown to the model with every message)");
+    }
+    if let Some(c) = from.chars().find(|c| c.is_control() || is_format_char(*c)) {
+        bail!("--from contains the control or invisible character U+{:04X}; use printable text", c as u32);
+    }
+    Ok(())
+}
+
+/// Unicode format and separator characters (zero-width, bidirectional overrides, soft hyphen,
+/// tag characters, line/paragraph separators): invisible, or reorder what the model reads.
+fn is_format_char(c: char) -> bool {
+    matches!(c as u32,
+        0x00AD | 0x0600..=0x0605 | 0x061C | 0x06DD | 0x070F | 0x180E | 0x200B..=0x200F | 0x2028..=0x202E
+        | 0x2060..=0x2064 | 0x2066..=0x206F | 0xFEFF | 0xFFF9..=0xFFFB | 0xE0000..=0xE007F)
+}
 /// Most recent refusals kept for `inspect`.
 const REFUSALS_KEPT: i64 = 1000;
 
@@ -158,6 +186,12 @@ fn migrate_trusted_codex(conn: &Connection) -> rusqlite::Result<()> {
             conn.execute_batch(&format!("ALTER TABLE trusted_codex ADD COLUMN {name} {decl}"))?;
         }
     }
+    // `broker send --wake auto|never`: whether the broker may start a turn in an idle thread.
+    let cols: Vec<String> =
+        conn.prepare("PRAGMA table_info(messages)")?.query_map([], |r| r.get::<_, String>(1))?.collect::<rusqlite::Result<_>>()?;
+    if !cols.iter().any(|c| c == "wake") {
+        conn.execute_batch("ALTER TABLE messages ADD COLUMN wake TEXT NOT NULL DEFAULT 'auto'")?;
+    }
     Ok(())
 }
 
@@ -237,8 +271,40 @@ impl Store {
         key: Option<&str>,
         ttl_ms: Option<i64>,
     ) -> Result<Enqueued> {
+        self.enqueue_with_wake(thread, kind, body, sender, key, ttl_ms, true)
+    }
+
+    /// [`Store::enqueue`], saying whether the wake channel may start a turn for it
+    /// (`broker send --wake auto|never`), in the same insert.
+    #[allow(clippy::too_many_arguments)]
+    pub fn enqueue_with_wake(
+        &mut self,
+        thread: &str,
+        kind: &str,
+        body: &str,
+        sender: Option<&str>,
+        key: Option<&str>,
+        ttl_ms: Option<i64>,
+        wake: bool,
+    ) -> Result<Enqueued> {
         if body.len() > MAX_BODY_BYTES {
             bail!("message is {} bytes; the limit is {} (Codex shows the model only a preview of longer hook output)", body.len(), MAX_BODY_BYTES);
+        }
+        if kind == "message" {
+            if let Some(from) = sender {
+                check_from(from)?;
+            }
+        }
+        let id = new_message_id();
+        if kind == "message" {
+            let rendered = crate::delivery::wrapped_len(&id, sender, body);
+            let max = crate::delivery::MAX_OUTPUT_BYTES;
+            if rendered > max {
+                bail!(
+                    "message renders to {rendered} bytes in the hook output (wrapper, --from and every '<' escaped as &lt; \
+                     included); the limit is {max} (Codex cuts hook output over about 10,000 bytes)"
+                );
+            }
         }
         let now = now_ms();
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -263,11 +329,10 @@ impl Store {
                 return Ok(Enqueued::Existing(id));
             }
         }
-        let id = new_message_id();
         tx.execute(
-            "INSERT INTO messages (id, thread, kind, body, sender, idem_key, state, created_at, updated_at, expires_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?7, ?8)",
-            params![id, thread, kind, body, sender, key, now, ttl_ms.map(|t| now + t)],
+            "INSERT INTO messages (id, thread, kind, body, sender, idem_key, state, created_at, updated_at, expires_at, wake)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?7, ?8, ?9)",
+            params![id, thread, kind, body, sender, key, now, ttl_ms.map(|t| now + t), if wake { "auto" } else { "never" }],
         )?;
         tx.commit()?;
         Ok(Enqueued::New(id))
@@ -327,8 +392,10 @@ impl Store {
         Ok(stmt.query_row([thread, kind], |r| r.get(0))?)
     }
 
-    /// Leases the oldest pending messages of `thread` (up to `max_bytes` of bodies, at least one)
-    /// under a new fencing token. Expired messages are retired first and never leased.
+    /// Leases the oldest pending messages of `thread` under a new fencing token: as many as fit,
+    /// rendered ([`crate::delivery::wrap`], one newline between them), in `max_bytes`. Expired
+    /// messages are retired first and never leased; so is one that does not fit even alone
+    /// (`cancelled`, `too_large_for_hook_output`: `send` refuses those, older queues may hold one).
     pub fn lease(
         &mut self,
         thread: &str,
@@ -337,7 +404,32 @@ impl Store {
         lease_ms: i64,
         max_bytes: usize,
     ) -> Result<Option<Lease>> {
-        self.unsynced(|s| s.lease_inner(thread, event, turn_id, lease_ms, max_bytes))
+        self.unsynced(|s| s.lease_inner(thread, event, turn_id, lease_ms, max_bytes, false))
+    }
+
+    /// Leases a thread's pending messages to the wake channel (`event` = `wake`): the same
+    /// lease as a hook's, so a message is never offered to both; messages sent with
+    /// `--wake never` are left for the hooks.
+    pub fn lease_for_wake(&mut self, thread: &str, lease_ms: i64, max_bytes: usize) -> Result<Option<Lease>> {
+        self.lease_inner(thread, "wake", None, lease_ms, max_bytes, true)
+    }
+
+    /// Threads with messages the wake channel may deliver (pending, `--wake auto`).
+    pub fn wake_candidates(&self) -> Result<Vec<String>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT DISTINCT thread FROM messages WHERE state = 'pending' AND kind = 'message' AND wake != 'never' LIMIT 256",
+        )?;
+        let rows = stmt.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Records the turn a wake's `turn/start` opened on the messages of lease `token`.
+    pub fn set_lease_turn(&mut self, token: i64, turn_id: &str) -> Result<()> {
+        self.conn.execute(
+            "UPDATE messages SET turn_id = ?2 WHERE lease_token = ?1 AND state IN ('leased', 'handed')",
+            params![token, turn_id],
+        )?;
+        Ok(())
     }
 
     fn lease_inner(
@@ -347,6 +439,7 @@ impl Store {
         turn_id: Option<&str>,
         lease_ms: i64,
         max_bytes: usize,
+        wake_only: bool,
     ) -> Result<Option<Lease>> {
         let now = now_ms();
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -357,18 +450,32 @@ impl Store {
         )?;
         let candidates: Vec<Message> = {
             let mut stmt = tx.prepare_cached(&format!(
-                "SELECT {MESSAGE_COLUMNS} FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = 'message' ORDER BY seq LIMIT 64"
+                "SELECT {MESSAGE_COLUMNS} FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = 'message' {} ORDER BY seq LIMIT 64",
+                if wake_only { "AND wake != 'never'" } else { "" }
             ))?;
             let rows = stmt.query_map([thread], row_to_message)?;
             rows.collect::<rusqlite::Result<_>>()?
         };
-        let mut taken = Vec::new();
+        let mut taken: Vec<Message> = Vec::new();
         let mut bytes = 0;
         for m in candidates {
-            if !taken.is_empty() && bytes + m.body.len() > max_bytes {
+            let len = crate::delivery::wrap(&m).len();
+            if len > max_bytes {
+                if taken.is_empty() {
+                    tx.execute(
+                        "UPDATE messages SET state = 'cancelled', reason = 'too_large_for_hook_output', updated_at = ?2
+                         WHERE id = ?1 AND state = 'pending'",
+                        params![m.id, now],
+                    )?;
+                    continue;
+                }
                 break;
             }
-            bytes += m.body.len();
+            let add = len + usize::from(!taken.is_empty());
+            if bytes + add > max_bytes {
+                break;
+            }
+            bytes += add;
             taken.push(m);
         }
         if taken.is_empty() {
@@ -482,8 +589,9 @@ impl Store {
         Ok(stmt.query_row([thread, turn_id], |r| r.get(0)).optional()?.unwrap_or(0))
     }
 
-    /// Moves a handed message to its final state (`confirmed` or `uncertain`), or just advances
-    /// its scan offset when `state` is None.
+    /// Moves a handed message to its final state (`confirmed` or `uncertain`), back to `pending`
+    /// (the rollout shows Codex cut all of it out), or just advances its scan offset when `state`
+    /// is None.
     pub fn settle(&mut self, id: &str, state: Option<&str>, reason: Option<&str>, scan_offset: u64) -> Result<bool> {
         self.unsynced(|s| s.settle_inner(id, state, reason, scan_offset))
     }
@@ -491,6 +599,13 @@ impl Store {
     fn settle_inner(&mut self, id: &str, state: Option<&str>, reason: Option<&str>, scan_offset: u64) -> Result<bool> {
         let now = now_ms();
         let n = match state {
+            // Handed, but the rollout proves the model never saw any of it: offered again.
+            Some("pending") => self.conn.execute(
+                "UPDATE messages SET state = 'pending', reason = ?2, updated_at = ?3, lease_token = NULL,
+                 lease_expires_at = NULL, handed_at = NULL, rollout_path = NULL, scan_offset = NULL
+                 WHERE id = ?1 AND state = 'handed'",
+                params![id, reason, now],
+            )?,
             Some(state) => self.conn.execute(
                 "UPDATE messages SET state = ?2, reason = ?3, scan_offset = ?4, updated_at = ?5,
                  confirmed_at = CASE WHEN ?2 = 'confirmed' THEN ?5 ELSE confirmed_at END
@@ -540,11 +655,11 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    pub fn record_refusal(&mut self, reason: &str, detail: &str, thread: Option<&str>, event: Option<&str>, pid: Option<i64>) -> Result<()> {
+    pub fn record_refusal(&mut self, reason: RefusalCode, detail: &str, thread: Option<&str>, event: Option<&str>, pid: Option<i64>) -> Result<()> {
         let tx = self.conn.transaction()?;
         tx.execute(
             "INSERT INTO refusals (at, reason, detail, thread, event, pid) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![now_ms(), reason, detail, thread, event, pid],
+            params![now_ms(), reason.as_str(), detail, thread, event, pid],
         )?;
         tx.execute("DELETE FROM refusals WHERE seq <= (SELECT MAX(seq) FROM refusals) - ?1", [REFUSALS_KEPT])?;
         tx.commit()?;
@@ -754,15 +869,50 @@ mod tests {
     }
 
     #[test]
-    fn batch_respects_byte_budget_but_takes_at_least_one() {
+    fn batch_budget_counts_the_rendered_messages() {
         let (mut s, _d) = store("batch");
         for _ in 0..3 {
             s.enqueue(T, "message", &"x".repeat(600), None, None, None).unwrap();
         }
-        let lease = s.lease(T, "PostToolUse", Some("t"), 1000, 1000).unwrap().unwrap();
-        assert_eq!(lease.messages.len(), 1);
-        let lease = s.lease(T, "PostToolUse", Some("t"), 1000, 1300).unwrap().unwrap();
+        let one = crate::delivery::wrap(&s.messages(Some(T)).unwrap()[0]).len();
+        assert!(one > 600, "the wrapper counts");
+        let lease = s.lease(T, "PostToolUse", Some("t"), 1000, 2 * one).unwrap().unwrap();
+        assert_eq!(lease.messages.len(), 1, "two need a newline between them: {} bytes", 2 * one + 1);
+        let lease = s.lease(T, "PostToolUse", Some("t"), 1000, 2 * one + 1).unwrap().unwrap();
         assert_eq!(lease.messages.len(), 2);
+        // Escaping counts too: 600 '<' render as 2,400 bytes.
+        s.enqueue(T, "message", &"<".repeat(600), None, None, None).unwrap();
+        assert!(s.lease(T, "PostToolUse", Some("t"), 1000, 2000).unwrap().is_none(), "does not fit even alone");
+        let m = s.messages(Some(T)).unwrap().pop().unwrap();
+        assert_eq!((m.state.as_str(), m.reason.as_deref()), ("cancelled", Some("too_large_for_hook_output")));
+    }
+
+    #[test]
+    fn from_is_short_and_printable_and_the_rendered_message_fits() {
+        let (mut s, _d) = store("from");
+        s.enqueue(T, "message", "x", Some("ci-bot \u{2603} \u{00e9}t\u{00e9}"), None, None).unwrap();
+        s.enqueue(T, "message", "x", Some(&"f".repeat(MAX_FROM_CHARS)), None, None).unwrap();
+        for (from, why) in [
+            ("f".repeat(MAX_FROM_CHARS + 1), "characters"),
+            ("f".repeat(6000), "characters"),
+            ("a\nb".into(), "U+000A"),
+            ("a\u{1b}[31mb".into(), "U+001B"),
+            ("a\u{202E}b".into(), "U+202E"),
+            ("a\u{200B}b".into(), "U+200B"),
+            (String::new(), "empty"),
+        ] {
+            let err = s.enqueue(T, "message", "x", Some(&from), None, None).unwrap_err().to_string();
+            assert!(err.contains(why), "{from:?}: {err}");
+        }
+        // A body within the byte limit but not once rendered (every '<' is 4 bytes in the output).
+        let err = s.enqueue(T, "message", &"<".repeat(4000), None, None, None).unwrap_err().to_string();
+        assert!(err.contains("renders to") && err.contains("8000"), "{err}");
+        // The longest plain body with the longest --from fits; one byte more is refused.
+        let longest_from = "f".repeat(64);
+        assert!(crate::delivery::wrapped_len("m_0123456789abcdef", Some(&longest_from), &"y".repeat(MAX_BODY_BYTES)) <= crate::delivery::MAX_OUTPUT_BYTES);
+        s.enqueue(T, "message", &"y".repeat(MAX_BODY_BYTES), Some(&longest_from), None, None).unwrap();
+        assert!(s.enqueue(T, "message", &"y".repeat(MAX_BODY_BYTES + 1), Some("me"), None, None).is_err());
+        assert_eq!(s.messages(None).unwrap().len(), 3);
     }
 
     #[test]

@@ -59,21 +59,29 @@ fn npm_install_global(prefix: &Path, version: &str) -> PathBuf {
 struct UserSetup {
     env: CodexEnv,
     npm_prefix: PathBuf,
+    /// The directory on PATH that holds the user's `codex`.
+    bin_dir: PathBuf,
     prefix: PathBuf,
 }
 
 impl UserSetup {
     fn new(model: &ScriptedModel, version: &str) -> UserSetup {
-        let mut env = CodexEnv::new(model);
+        let env = CodexEnv::new(model);
         let npm_prefix = env.root.join("npm-global");
         npm_install_global(&npm_prefix, version);
-        env.codex = npm_prefix.join("bin/codex");
-        let prefix = env.root.join("prefix");
-        UserSetup { env, npm_prefix, prefix }
+        UserSetup::with_codex(env, npm_prefix.join("bin/codex"))
+    }
+
+    /// A setup whose `codex` on PATH is `command` (installed by whatever package manager).
+    fn with_codex(mut env: CodexEnv, command: PathBuf) -> UserSetup {
+        env.codex = command.clone();
+        let bin_dir = command.parent().unwrap().to_path_buf();
+        let (npm_prefix, prefix) = (env.root.join("npm-global"), env.root.join("prefix"));
+        UserSetup { env, npm_prefix, bin_dir, prefix }
     }
 
     fn path_var(&self) -> String {
-        format!("{}:{}", self.npm_prefix.join("bin").display(), std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()))
+        format!("{}:{}", self.bin_dir.display(), std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()))
     }
 
     fn run(&self, program: &Path, args: &[&str]) -> std::process::Output {
@@ -208,4 +216,87 @@ fn codex_upgrade_in_place_keeps_delivering_with_nothing_to_do() {
     assert!(user.refusals("untrusted_codex").is_empty(), "{v:#}");
     let log = std::fs::read_to_string(user.env.state_dir.join("broker.log")).unwrap_or_default();
     assert!(log.contains(&format!("trusted Codex {} at", newest.0)) && log.contains("now runs it"), "the automatic trust is logged:\n{log}");
+}
+
+/// pnpm, yarn (classic) and bun, from the npm registry, installed once into the cache that
+/// fetch-codex.sh uses (pinned versions). Returns the directory holding their commands.
+fn package_managers() -> PathBuf {
+    let cache = std::env::var_os("COURIER_CODEX_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/courier"));
+    let dir = cache.join("package-managers");
+    let bin = dir.join("bin");
+    if !["pnpm", "yarn", "bun"].iter().all(|t| bin.join(t).exists()) {
+        let out = run_bounded(
+            Command::new("npm")
+                .args(["install", "-g", "--prefix"])
+                .arg(&dir)
+                .args(["--no-audit", "--no-fund", "--loglevel=error", "pnpm@9.15.9", "yarn@1.22.22", "bun@1.4.5"]),
+            Duration::from_secs(300),
+        );
+        assert!(out.status.success(), "npm install pnpm yarn bun: {out:?}");
+    }
+    bin
+}
+
+/// `pm` installs Codex globally inside `root`, the way its users do; returns the `codex` command.
+fn install_with(pm: &str, tools: &Path, root: &Path, version: &str) -> PathBuf {
+    let spec = format!("@openai/codex@{version}");
+    let path = format!("{}:{}", tools.display(), std::env::var("PATH").unwrap_or_default());
+    let mut c = Command::new(tools.join(pm));
+    c.env("PATH", &path);
+    let command = match pm {
+        "pnpm" => {
+            let home = root.join("pnpm-home");
+            c.env("PNPM_HOME", &home).env("PATH", format!("{}:{path}", home.display()));
+            c.args(["add", "-g", &spec, "--store-dir"]).arg(root.join("pnpm-store"));
+            home.join("codex")
+        }
+        "yarn" => {
+            c.args(["global", "add", &spec, "--global-folder"]).arg(root.join("yarn-global")).arg("--prefix").arg(root.join("yarn"));
+            root.join("yarn/bin/codex")
+        }
+        "bun" => {
+            c.env("BUN_INSTALL", root.join("bun")).args(["add", "-g", &spec]);
+            root.join("bun/bin/codex")
+        }
+        "standalone" => {
+            // A native binary dropped on PATH (a release tarball, a copied build).
+            let bin = root.join("standalone/bin/codex");
+            std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
+            std::fs::copy(courier_tests::codex::codex_bin(), &bin).unwrap();
+            return bin;
+        }
+        other => panic!("no such package manager {other}"),
+    };
+    let out = run_bounded(&mut c, Duration::from_secs(300));
+    assert!(out.status.success(), "{pm} global add {spec}: {out:?}");
+    assert!(command.exists(), "{pm} made no {}", command.display());
+    command
+}
+
+/// Codex installed globally by pnpm (a shell shim into its `.pnpm` store, where the platform
+/// package is an alias), yarn and bun (bin symlinks to the launcher), or as a standalone native
+/// binary on PATH: `broker install` alone trusts the pinned native binary behind each, and a real
+/// session through that `codex` delivers, confirmed.
+#[test]
+fn pnpm_yarn_bun_and_standalone_codex_deliver_after_install_alone() {
+    let tools = package_managers();
+    let (newest, digest) = pinned()[0].clone();
+    for pm in ["pnpm", "bun", "yarn", "standalone"] {
+        let hold = Hold::new();
+        let model = ScriptedModel::start_with(exec_then_done(std::slice::from_ref(&hold)));
+        let env = CodexEnv::new(&model);
+        let command = install_with(pm, &tools, &env.root.clone(), &newest);
+        let user = UserSetup::with_codex(env, command);
+        let out = user.install();
+        let native: PathBuf = out
+            .lines()
+            .find_map(|l| l.strip_prefix("trusted Codex binary ")?.split(" (sha256:").next().map(PathBuf::from))
+            .unwrap_or_else(|| panic!("{pm}: install trusted no Codex binary:\n{out}"));
+        assert_eq!(sha256(&native), digest, "{pm}: {} is not the pinned Codex {newest}", native.display());
+        assert!(native.starts_with(&user.env.root), "{pm}: resolved outside the install: {}", native.display());
+        user.deliver_one(&model, &hold, &format!("VIA_{}", pm.to_uppercase()));
+        assert!(user.refusals("untrusted_codex").is_empty(), "{pm}: {:#}", user.cli().inspect_json());
+    }
 }

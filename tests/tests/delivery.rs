@@ -515,3 +515,92 @@ fn stop_continuations_are_capped_per_turn() {
     assert_eq!(str_field(&last, "state"), "pending", "{last}");
     assert_eq!(str_field(&last, "reason"), "deferred_stop_block_limit", "{last}");
 }
+
+/// (12) Hook output stays within Codex's budget (issue 14, finding 3). 60 messages of 129 bytes
+/// (bodies with `<`, `&`, quotes, a tab, a newline and a non-ASCII letter) are queued while the
+/// first model request is held; they go out over several tool hooks, each output under 8,000
+/// bytes, none cut by Codex, every one of them whole in the model's requests and `confirmed`,
+/// and nothing is spilled to `/tmp/hook_outputs`. (Before: all 60 in one 12 KB output that Codex
+/// cut: 49 confirmed, 11 uncertain, one confirmed whose body the model saw cut.)
+#[test]
+fn sixty_messages_stay_within_codex_hook_budget_and_all_confirm() {
+    let hold = Hold::new();
+    let h = hold.clone();
+    let (model, env) = rig(move |r| match r.function_calls().len() {
+        0 => Reply::exec("echo one").held(&h),
+        n if n < 4 => Reply::exec(&format!("echo {n}")),
+        _ => Reply::message("done"),
+    });
+    let broker = broker(&env);
+    let child = env.spawn_exec("please run commands");
+    hold.wait_held(1, T);
+    let thread = child.wait_thread_id(T);
+    let mut sent = Vec::new();
+    for i in 0..60 {
+        let mut body = format!("{} <b>&\"\u{e9}\tx\nnext line ", marker(&format!("M{i:02}")));
+        while body.len() < 129 {
+            body.push('.');
+        }
+        assert_eq!(body.len(), 129);
+        sent.push((broker.send_opts(&thread, &body, None, Some("e2e")), body));
+    }
+    // A 6,000-character --from is refused at send time, with the reason.
+    let out = broker.run(&["send", "--thread", &thread, "--from", &"f".repeat(6000), "x"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--from is 6000 characters"), "{out:?}");
+    hold.release();
+    child.wait(T).assert_success();
+
+    let reqs = model.requests();
+    let last = reqs.last().unwrap();
+    let carriers: Vec<String> = last.developer_messages().into_iter().filter(|d| d.contains("<courier-message")).collect();
+    for d in &carriers {
+        assert!(d.len() <= 8_000, "a hook output of {} bytes", d.len());
+        assert!(!d.contains("truncated"), "Codex cut a hook output: {d}");
+    }
+    assert!(carriers.len() >= 2, "60 messages need several hooks: {} outputs", carriers.len());
+    for (id, body) in &sent {
+        let whole = broker_lib::delivery::wrap_message(id, "e2e", body);
+        let holding: Vec<&String> = carriers.iter().filter(|d| d.contains(&whole)).collect();
+        assert_eq!(holding.len(), 1, "{id} whole in exactly one hook output:\n{}", model.dump());
+        let m = broker.wait_state(id, "confirmed", Duration::from_secs(10));
+        assert!(matches!(str_field(&m, "event"), "PreToolUse" | "PostToolUse"), "{m}");
+    }
+    let spill = std::path::Path::new("/tmp/hook_outputs").join(&thread);
+    assert!(!spill.exists(), "Codex spilled hook output to {}", spill.display());
+    assert!(!env.codex_home.join("hook_outputs").exists());
+    eprintln!("60 messages of 129 bytes: {} hook outputs of {:?} bytes, all confirmed", carriers.len(), carriers.iter().map(String::len).collect::<Vec<_>>());
+}
+
+/// (13) Confirmation compares the whole wrapped text, so it must survive what Codex does to it: a
+/// body with quotes, `&`, `<`/`>`, a tab, CR/LF, a fullwidth `<` and an already-escaped `&lt;`,
+/// delivered once by a tool hook (`additionalContext`, verbatim) and once at Stop (Codex
+/// XML-escapes `&`, `<`, `>` inside `<hook_prompt>`), reads `confirmed` both times.
+#[test]
+fn messages_with_special_characters_confirm_whole_by_tool_hook_and_at_stop() {
+    let (first, last) = (Hold::new(), Hold::new());
+    let (f, l) = (first.clone(), last.clone());
+    let (model, env) = rig(move |r| {
+        if r.function_calls().is_empty() {
+            Reply::exec("echo hello").held(&f)
+        } else {
+            Reply::message("done").held(&l)
+        }
+    });
+    let broker = broker(&env);
+    let child = env.spawn_exec("please run a command");
+    first.wait_held(1, T);
+    let thread = child.wait_thread_id(T);
+    let body = |tag: &str| format!("{} it's \"quoted\" & <b>bold</b>\ttab\r\nnext \u{FF1C}x &lt;y &amp; caf\u{e9}", marker(tag));
+    let tool = broker.send_opts(&thread, &body("TOOL"), None, Some("e2e \"q\" & <x>"));
+    first.release();
+    last.wait_held(1, T);
+    let stop = broker.send_opts(&thread, &body("STOP"), None, Some("e2e \"q\" & <x>"));
+    last.release();
+    child.wait(T).assert_success();
+    for (id, event) in [(&tool, "PreToolUse|PostToolUse"), (&stop, "Stop")] {
+        let m = broker.wait_state(id, "confirmed", Duration::from_secs(10));
+        assert!(event.split('|').any(|e| e == str_field(&m, "event")), "{m}");
+        assert!(model.requests().last().unwrap().body_contains(id), "{id} reached the model:\n{}", model.dump());
+    }
+}

@@ -174,7 +174,8 @@ fn expiry_exits_4_with_the_reason_and_timeout_exits_3() {
     assert_eq!(rec["state"], "pending");
     let out = broker.run(&["wait", &pending, "--for", "handed", "--timeout", "1s"]);
     assert_eq!(out.status.code(), Some(3));
-    assert_eq!(text(&out).0.trim(), format!("{pending} still pending (timed out)"));
+    // The wake channel says why it waits: its thread is not loaded anywhere.
+    assert_eq!(text(&out).0.trim(), format!("{pending} still pending (timed out; thread_not_loaded)"));
 
     // No broker: the client polls the queue itself and still sees the ttl run out.
     broker.stop();

@@ -256,12 +256,13 @@ pub fn effort_record(line: &[u8]) -> Option<String> {
     found?.as_str().map(str::to_string)
 }
 
-/// A connection to the first endpoint that proves to be the Codex process and accepts
-/// `initialize`. Nothing that changes settings has been sent on any endpoint tried.
-fn open_session(endpoints: &[Endpoint], job: &Job, deadline: Instant) -> Result<ws::WsClient, String> {
+/// A connection to the first endpoint that proves to be Codex process `pid` (started at `start`)
+/// and accepts `initialize`. Nothing that changes anything has been sent on any endpoint tried.
+/// Shared by the effort and wake channels.
+pub fn open_session(endpoints: &[Endpoint], pid: i32, start: u64, deadline: Instant) -> Result<ws::WsClient, String> {
     let mut why = Vec::new();
     for ep in endpoints {
-        let stream = match endpoint::connect_verified(ep, job.codex_pid, job.codex_start) {
+        let stream = match endpoint::connect_verified(ep, pid, start) {
             Ok(s) => s,
             Err(e) => {
                 why.push(e);
@@ -301,7 +302,7 @@ fn open_session(endpoints: &[Endpoint], job: &Job, deadline: Instant) -> Result<
 
 /// One exchange: open a session, send the update once, read its answer before `deadline`.
 fn apply(endpoints: &[Endpoint], job: &Job, claim: &db::Claim, deadline: Instant) -> Outcome {
-    let mut ws = match open_session(endpoints, job, deadline) {
+    let mut ws = match open_session(endpoints, job.codex_pid, job.codex_start, deadline) {
         Ok(ws) => ws,
         Err(why) => return Outcome::NotSent(format!("endpoint_unreachable: {why}")),
     };

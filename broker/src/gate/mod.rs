@@ -31,39 +31,18 @@
 //! Finally the start times of every process in the chain are re-read: a pid that now names a
 //! different process refuses the request.
 //!
-//! # Refusal reason codes (stable; shown by `broker inspect`)
-//! | code | step | meaning |
-//! |---|---|---|
-//! | `peer_uid` | 1 | the connecting process (SO_PEERCRED, or its /proc status uids) is not the broker's uid |
-//! | `peer_gone` | 1-7 | the peer exited (pidfd readable), could not be pinned with a pidfd, or is in another pid namespace |
-//! | `client_exe` | 2 | the peer's executable is not an installed hook-client (device+inode) |
-//! | `bad_mac` | 2 | request pid is not the peer's pid, or the HMAC does not verify under the per-login secret |
-//! | `stale_request` | 2 | request timestamp further than `MAX_CLOCK_SKEW_MS` from the broker clock |
-//! | `bad_payload` | 2 | the payload is not a hook payload JSON object |
-//! | `unsupported_event` | 2 | a hook event Courier does not register (SessionEnd, PreCompact, ...) |
-//! | `foreign_ancestor` | 3 | an ancestor before the trusted codex runs under another uid |
-//! | `untrusted_codex` | 3 | no trusted ancestor, but a codex-named one whose SHA-256 is not trusted |
-//! | `digest_pending` | 3 | no trusted ancestor yet: a Codex binary the broker expects (a new release of the user's `codex`) was still being hashed when the call's deadline came |
-//! | `no_codex_ancestor` | 3 | no trusted executable within `MAX_ANCESTRY` parents |
-//! | `ancestry_changed` | 3-7 | an ancestor exited or its pid was reused while checking (start time changed, parent younger than child, peer re-parented) |
-//! | `tool_command_env` | 4 | the peer or an intermediate process has a Codex tool-command marker variable codex itself lacks (or with another value) |
-//! | `sandboxed_caller` | 4 | the peer or an intermediate process has NoNewPrivs or seccomp while codex has not |
-//! | `transcript_path` | 5 | transcript path missing, relative, non-canonical (symlink, `..`), outside `$CODEX_HOME/sessions/`, not `rollout-*-<uuid>.jsonl`, not a regular file |
-//! | `rollout_changed` | 6 | the rollout's identity or canonical path changed around the read, or it could not be read |
-//! | `thread_mismatch` | 5 | the rollout's first record is not a `session_meta` whose `id` is the file name's thread UUID |
-//! | `not_rollout_holder` | 5 | the codex process has no fd on that rollout (same inode) opened writable with O_APPEND by itself (O_CLOEXEC; an fd inherited across exec does not count) |
-//! | `no_writer_lock` | 5 | the codex pid holds no FLOCK WRITE lock, through an fd it opened itself (O_CLOEXEC), on the file at `thread-writer-locks/<thread>.lock` or on one unlinked from there |
-//! | `agent_mismatch` | 5 | `agent_id` is present and is not the thread id |
-//! | `session_mismatch` | 5 | `session_id` is missing or neither the thread id nor its `session_meta.session_id` (root) |
-//! | `turn_mismatch` | 7 | the payload `turn_id` is missing (events other than SessionStart) or not the rollout's open turn, or no turn is open |
+//! # Refusal reason codes
+//! Every refusal carries a [`RefusalCode`]; `crate::refusal` documents each with its step.
 
 pub mod digest;
 pub(crate) mod holder;
+pub mod owner;
 pub mod peer;
 pub(crate) mod sys;
 #[cfg(test)]
 mod tests;
 
+pub use crate::refusal::RefusalCode;
 use crate::rollout::{RolloutIdentity, RolloutTracker};
 use courier_shared::auth::{self, Secret, MAX_CLOCK_SKEW_MS};
 use courier_shared::hook::{HookEvent, HookPayload};
@@ -129,14 +108,14 @@ pub struct Verified {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Refusal {
     /// Stable reason code, shown by `broker inspect` (see README, "Refusal reason codes").
-    pub code: &'static str,
+    pub code: RefusalCode,
     pub detail: String,
     pub thread: Option<String>,
     pub event: Option<String>,
 }
 
 impl Refusal {
-    pub fn new(code: &'static str, detail: impl Into<String>) -> Refusal {
+    pub fn new(code: RefusalCode, detail: impl Into<String>) -> Refusal {
         Refusal { code, detail: detail.into(), thread: None, event: None }
     }
 }
@@ -146,32 +125,6 @@ impl std::fmt::Display for Refusal {
         write!(f, "{}: {}", self.code, self.detail)
     }
 }
-
-/// Every reason code [`Gate::verify`] and [`peer::identify`] can return.
-pub const REASON_CODES: [&str; 22] = [
-    "peer_uid",
-    "peer_gone",
-    "client_exe",
-    "bad_mac",
-    "stale_request",
-    "bad_payload",
-    "unsupported_event",
-    "foreign_ancestor",
-    "untrusted_codex",
-    "digest_pending",
-    "no_codex_ancestor",
-    "ancestry_changed",
-    "tool_command_env",
-    "sandboxed_caller",
-    "transcript_path",
-    "rollout_changed",
-    "thread_mismatch",
-    "not_rollout_holder",
-    "no_writer_lock",
-    "agent_mismatch",
-    "session_mismatch",
-    "turn_mismatch",
-];
 
 /// What the gate asks about Codex binaries. The server answers from the trusted set in the store
 /// and the upgrade follower's resolutions; a plain closure over digests serves tests.
@@ -309,59 +262,59 @@ impl Gate {
             if peer.is_alive() {
                 Ok(())
             } else {
-                Err(Refusal::new("peer_gone", format!("peer {} exited ({what})", peer.pid)))
+                Err(Refusal::new(RefusalCode::PeerGone, format!("peer {} exited ({what})", peer.pid)))
             }
         };
 
         // 1. Peer identity.
         if peer.uid != self.uid {
-            return Err(Refusal::new("peer_uid", format!("peer uid {} is not broker uid {}", peer.uid, self.uid)));
+            return Err(Refusal::new(RefusalCode::PeerUid, format!("peer uid {} is not broker uid {}", peer.uid, self.uid)));
         }
         alive("at start")?;
 
         // 2. Installed client, MAC, freshness, payload.
         let exe = sys::exe_id(peer.pid).map_err(|e| {
             if sys::is_gone(&e) {
-                Refusal::new("peer_gone", format!("peer exe: {e}"))
+                Refusal::new(RefusalCode::PeerGone, format!("peer exe: {e}"))
             } else {
-                Refusal::new("client_exe", format!("cannot stat peer exe: {e}"))
+                Refusal::new(RefusalCode::ClientExe, format!("cannot stat peer exe: {e}"))
             }
         })?;
         alive("after exe")?;
         if !self.config.installed_clients.contains(&exe) {
             return Err(Refusal::new(
-                "client_exe",
+                RefusalCode::ClientExe,
                 format!("peer executable dev {} ino {} is not an installed hook-client", exe.0, exe.1),
             ));
         }
         if req.pid as i64 != peer.pid as i64 {
-            return Err(Refusal::new("bad_mac", format!("request pid {} is not peer pid {}", req.pid, peer.pid)));
+            return Err(Refusal::new(RefusalCode::BadMac, format!("request pid {} is not peer pid {}", req.pid, peer.pid)));
         }
         if !auth::verify(&self.config.secret, req.pid, req.ts_ms, req.payload.as_bytes(), req.mac) {
-            return Err(Refusal::new("bad_mac", "MAC does not verify"));
+            return Err(Refusal::new(RefusalCode::BadMac, "MAC does not verify"));
         }
         let now = now_ms();
         if now.abs_diff(req.ts_ms) > MAX_CLOCK_SKEW_MS {
             return Err(Refusal::new(
-                "stale_request",
+                RefusalCode::StaleRequest,
                 format!("timestamp {} is {} ms from broker clock", req.ts_ms, now.abs_diff(req.ts_ms)),
             ));
         }
         let payload: HookPayload =
-            serde_json::from_str(req.payload).map_err(|e| Refusal::new("bad_payload", format!("payload: {e}")))?;
+            serde_json::from_str(req.payload).map_err(|e| Refusal::new(RefusalCode::BadPayload, format!("payload: {e}")))?;
         ctx.event = Some(payload.hook_event_name.clone());
         let event = payload.event();
         if event == HookEvent::Other {
-            return Err(Refusal::new("unsupported_event", format!("event {:?} is not handled", payload.hook_event_name)));
+            return Err(Refusal::new(RefusalCode::UnsupportedEvent, format!("event {:?} is not handled", payload.hook_event_name)));
         }
 
         // 3. Trusted ancestry.
-        let peer_stat = sys::read_stat(peer.pid).map_err(|e| Refusal::new("peer_gone", format!("peer stat: {e}")))?;
+        let peer_stat = sys::read_stat(peer.pid).map_err(|e| Refusal::new(RefusalCode::PeerGone, format!("peer stat: {e}")))?;
         let peer_status =
-            sys::read_status(peer.pid).map_err(|e| Refusal::new("peer_gone", format!("peer status: {e}")))?;
+            sys::read_status(peer.pid).map_err(|e| Refusal::new(RefusalCode::PeerGone, format!("peer status: {e}")))?;
         alive("after stat")?;
         if !peer_status.all_uids_are(self.uid) {
-            return Err(Refusal::new("peer_uid", format!("peer uids {:?} are not all {}", peer_status.uids, self.uid)));
+            return Err(Refusal::new(RefusalCode::PeerUid, format!("peer uids {:?} are not all {}", peer_status.uids, self.uid)));
         }
         let wait_ms = (req.ts_ms + DIGEST_WAIT_MS).saturating_sub(now_ms()).min(DIGEST_WAIT_MS);
         let digest_deadline = std::time::Instant::now() + std::time::Duration::from_millis(wait_ms);
@@ -370,19 +323,19 @@ impl Gate {
         // 4. A hook, not a model-run command.
         let mut codex_env = Vec::with_capacity(8192);
         sys::read_environ(codex.pid, &mut codex_env)
-            .map_err(|e| Refusal::new("ancestry_changed", format!("codex {} environ: {e}", codex.pid)))?;
+            .map_err(|e| Refusal::new(RefusalCode::AncestryChanged, format!("codex {} environ: {e}", codex.pid)))?;
         let mut env = Vec::with_capacity(8192);
-        sys::read_environ(peer.pid, &mut env).map_err(|e| Refusal::new("peer_gone", format!("peer environ: {e}")))?;
+        sys::read_environ(peer.pid, &mut env).map_err(|e| Refusal::new(RefusalCode::PeerGone, format!("peer environ: {e}")))?;
         alive("after environ")?;
         check_markers(&env, &codex_env, "peer", peer.pid)?;
         for m in &chain {
             sys::read_environ(m.pid, &mut env)
-                .map_err(|e| Refusal::new("ancestry_changed", format!("process {} environ: {e}", m.pid)))?;
+                .map_err(|e| Refusal::new(RefusalCode::AncestryChanged, format!("process {} environ: {e}", m.pid)))?;
             check_markers(&env, &codex_env, "intermediate process", m.pid)?;
         }
         if peer_status.more_confined_than(&codex.status) {
             return Err(Refusal::new(
-                "sandboxed_caller",
+                RefusalCode::SandboxedCaller,
                 format!(
                     "peer NoNewPrivs={} Seccomp={} but codex NoNewPrivs={} Seccomp={}",
                     peer_status.no_new_privs as u8, peer_status.seccomp, codex.status.no_new_privs as u8, codex.status.seccomp
@@ -390,56 +343,56 @@ impl Gate {
             ));
         }
         if let Some(m) = chain.iter().find(|m| m.status.more_confined_than(&codex.status)) {
-            return Err(Refusal::new("sandboxed_caller", format!("intermediate process {} is confined, codex is not", m.pid)));
+            return Err(Refusal::new(RefusalCode::SandboxedCaller, format!("intermediate process {} is confined, codex is not", m.pid)));
         }
 
         // 5. Thread binding: the path.
         let subagent_stop = event == HookEvent::SubagentStop;
         let path_str = if subagent_stop { payload.agent_transcript_path.as_deref() } else { payload.transcript_path.as_deref() }
-            .ok_or_else(|| Refusal::new("transcript_path", "no transcript path in payload"))?;
+            .ok_or_else(|| Refusal::new(RefusalCode::TranscriptPath, "no transcript path in payload"))?;
         let thread_id = thread_id_from_path(path_str)
-            .ok_or_else(|| Refusal::new("transcript_path", format!("{path_str:?} is not rollout-*-<uuid>.jsonl")))?
+            .ok_or_else(|| Refusal::new(RefusalCode::TranscriptPath, format!("{path_str:?} is not rollout-*-<uuid>.jsonl")))?
             .to_string();
         ctx.thread = Some(thread_id.clone());
         let path = Path::new(path_str);
         if !path.is_absolute() {
-            return Err(Refusal::new("transcript_path", format!("{path_str:?} is not absolute")));
+            return Err(Refusal::new(RefusalCode::TranscriptPath, format!("{path_str:?} is not absolute")));
         }
         // Lexically normal (no `.`, `..`, repeated or trailing `/`), under the sessions directory,
         // and (at open) no symlink anywhere on the way: the path is canonical.
         let normal: PathBuf = path.components().collect();
         if normal.as_os_str() != path.as_os_str() || path.components().any(|c| c == std::path::Component::ParentDir) {
-            return Err(Refusal::new("transcript_path", format!("{path_str:?} is not canonical")));
+            return Err(Refusal::new(RefusalCode::TranscriptPath, format!("{path_str:?} is not canonical")));
         }
         let sessions = std::fs::canonicalize(self.config.codex_home.join("sessions"))
-            .map_err(|e| Refusal::new("transcript_path", format!("$CODEX_HOME/sessions: {e}")))?;
+            .map_err(|e| Refusal::new(RefusalCode::TranscriptPath, format!("$CODEX_HOME/sessions: {e}")))?;
         if !path.starts_with(&sessions) || path == sessions {
-            return Err(Refusal::new("transcript_path", format!("{path_str:?} is outside {:?}", sessions)));
+            return Err(Refusal::new(RefusalCode::TranscriptPath, format!("{path_str:?} is outside {:?}", sessions)));
         }
 
         // 6. Rollout identity around an incremental read.
         let file = match sys::open_no_symlinks(path) {
             Ok(Some(file)) => file,
             Err(e) if sys::errno(&e) == nix::libc::ELOOP => {
-                return Err(Refusal::new("transcript_path", format!("{path_str:?} is not canonical (a symlink on the way)")))
+                return Err(Refusal::new(RefusalCode::TranscriptPath, format!("{path_str:?} is not canonical (a symlink on the way)")))
             }
-            Err(e) => return Err(Refusal::new("transcript_path", format!("open {path_str:?}: {e}"))),
+            Err(e) => return Err(Refusal::new(RefusalCode::TranscriptPath, format!("open {path_str:?}: {e}"))),
             Ok(None) => {
                 // No openat2: resolve the path instead.
                 let canonical = std::fs::canonicalize(path)
-                    .map_err(|e| Refusal::new("transcript_path", format!("{path_str:?}: {e}")))?;
+                    .map_err(|e| Refusal::new(RefusalCode::TranscriptPath, format!("{path_str:?}: {e}")))?;
                 if canonical != path {
                     return Err(Refusal::new(
-                        "transcript_path",
+                        RefusalCode::TranscriptPath,
                         format!("{path_str:?} is not canonical (resolves to {:?})", canonical),
                     ));
                 }
-                sys::open_nofollow(path).map_err(|e| Refusal::new("transcript_path", format!("open {path_str:?}: {e}")))?
+                sys::open_nofollow(path).map_err(|e| Refusal::new(RefusalCode::TranscriptPath, format!("open {path_str:?}: {e}")))?
             }
         };
-        let before = sys::statx_fd(&file).map_err(|e| Refusal::new("rollout_changed", format!("statx: {e}")))?;
+        let before = sys::statx_fd(&file).map_err(|e| Refusal::new(RefusalCode::RolloutChanged, format!("statx: {e}")))?;
         if !sys::is_regular(before.mode) {
-            return Err(Refusal::new("transcript_path", format!("{path_str:?} is not a regular file")));
+            return Err(Refusal::new(RefusalCode::TranscriptPath, format!("{path_str:?} is not a regular file")));
         }
         let identity = |id: &sys::FileId| RolloutIdentity {
             dev: id.dev,
@@ -448,7 +401,7 @@ impl Gate {
             btime_nsec: id.btime_nsec,
         };
         let check_identity = |when: &str| -> Result<(), Refusal> {
-            let changed = |why: String| Refusal::new("rollout_changed", format!("{when}: {why}"));
+            let changed = |why: String| Refusal::new(RefusalCode::RolloutChanged, format!("{when}: {why}"));
             let at_path = sys::statx_path_nofollow(path).map_err(|e| changed(format!("{path_str:?}: {e}")))?;
             if !at_path.same_file(&before) {
                 return Err(changed(format!("{path_str:?} is no longer the file that was opened")));
@@ -468,7 +421,7 @@ impl Gate {
         let snap = self
             .tracker
             .update(path, &file, identity(&before), before.size)
-            .map_err(|e| Refusal::new("rollout_changed", format!("reading {path_str:?}: {e}")))?;
+            .map_err(|e| Refusal::new(RefusalCode::RolloutChanged, format!("reading {path_str:?}: {e}")))?;
         #[cfg(test)]
         self.stage(Stage::AfterRolloutRead);
         // Also proves the path still canonical: the opened file's own path (/proc/self/fd) is it.
@@ -478,10 +431,10 @@ impl Gate {
         let meta = snap
             .session_meta
             .clone()
-            .ok_or_else(|| Refusal::new("thread_mismatch", format!("{path_str:?} does not start with a session_meta")))?;
+            .ok_or_else(|| Refusal::new(RefusalCode::ThreadMismatch, format!("{path_str:?} does not start with a session_meta")))?;
         if meta.id != thread_id {
             return Err(Refusal::new(
-                "thread_mismatch",
+                RefusalCode::ThreadMismatch,
                 format!("session_meta id {} is not file name thread {thread_id}", meta.id),
             ));
         }
@@ -506,9 +459,9 @@ impl Gate {
             let lock_dir_canon = std::fs::canonicalize(&lock_dir).unwrap_or_else(|_| lock_dir.clone());
             let scan = holder::scan(codex.pid, rollout_file, lock_file, &thread_id, &lock_dir_canon).map_err(|e| {
                 if sys::is_gone(&e) {
-                    Refusal::new("ancestry_changed", format!("codex {} fds: {e}", codex.pid))
+                    Refusal::new(RefusalCode::AncestryChanged, format!("codex {} fds: {e}", codex.pid))
                 } else {
-                    Refusal::new("not_rollout_holder", format!("codex {} fds: {e}", codex.pid))
+                    Refusal::new(RefusalCode::NotRolloutHolder, format!("codex {} fds: {e}", codex.pid))
                 }
             })?;
             if !scan.holds_rollout_append {
@@ -520,7 +473,7 @@ impl Gate {
                     "not open"
                 };
                 return Err(Refusal::new(
-                    "not_rollout_holder",
+                    RefusalCode::NotRolloutHolder,
                     format!("codex {} has {path_str:?} {how}", codex.pid),
                 ));
             }
@@ -533,7 +486,7 @@ impl Gate {
                     "(nor on an unlinked file that was there)"
                 };
                 return Err(Refusal::new(
-                    "no_writer_lock",
+                    RefusalCode::NoWriterLock,
                     format!("codex {} holds no FLOCK WRITE lock on {} {how}", codex.pid, lock_path.display()),
                 ));
             }
@@ -548,14 +501,14 @@ impl Gate {
         };
         if let Some(agent) = payload.agent_id.as_deref() {
             if agent != thread_id {
-                return Err(Refusal::new("agent_mismatch", format!("agent_id {agent} is not thread {thread_id}")));
+                return Err(Refusal::new(RefusalCode::AgentMismatch, format!("agent_id {agent} is not thread {thread_id}")));
             }
         }
         match payload.session_id.as_deref() {
             Some(s) if s == thread_id || Some(s) == meta.session_id.as_deref() => {}
             other => {
                 return Err(Refusal::new(
-                    "session_mismatch",
+                    RefusalCode::SessionMismatch,
                     format!("session_id {other:?} is neither thread {thread_id} nor its root {:?}", meta.session_id),
                 ))
             }
@@ -568,7 +521,7 @@ impl Gate {
             (_, Some(t)) if open.as_deref() == Some(t) => Some(t.to_string()),
             (_, t) => {
                 return Err(Refusal::new(
-                    "turn_mismatch",
+                    RefusalCode::TurnMismatch,
                     format!("payload turn {t:?} is not the rollout's open turn {open:?}"),
                 ))
             }
@@ -578,14 +531,14 @@ impl Gate {
         alive("at end")?;
         match sys::read_stat(peer.pid) {
             Ok(s) if s.ppid == peer_stat.ppid && s.starttime == peer_stat.starttime => {}
-            Ok(_) => return Err(Refusal::new("ancestry_changed", "peer was re-parented")),
-            Err(e) => return Err(Refusal::new("peer_gone", format!("peer stat: {e}"))),
+            Ok(_) => return Err(Refusal::new(RefusalCode::AncestryChanged, "peer was re-parented")),
+            Err(e) => return Err(Refusal::new(RefusalCode::PeerGone, format!("peer stat: {e}"))),
         }
         for m in chain.iter().chain(std::iter::once(&codex)) {
             match sys::read_stat(m.pid) {
                 Ok(s) if s.starttime == m.starttime && s.ppid == m.ppid => {}
-                Ok(_) => return Err(Refusal::new("ancestry_changed", format!("pid {} now names another process or parent", m.pid))),
-                Err(e) => return Err(Refusal::new("ancestry_changed", format!("process {} gone: {e}", m.pid))),
+                Ok(_) => return Err(Refusal::new(RefusalCode::AncestryChanged, format!("pid {} now names another process or parent", m.pid))),
+                Err(e) => return Err(Refusal::new(RefusalCode::AncestryChanged, format!("process {} gone: {e}", m.pid))),
             }
         }
 
@@ -622,18 +575,18 @@ impl Gate {
             if ppid <= 0 {
                 break;
             }
-            let gone = |e: std::io::Error| Refusal::new("ancestry_changed", format!("ancestor {ppid}: {e}"));
+            let gone = |e: std::io::Error| Refusal::new(RefusalCode::AncestryChanged, format!("ancestor {ppid}: {e}"));
             let st = sys::read_stat(ppid).map_err(gone)?;
             if st.starttime > child_start {
                 return Err(Refusal::new(
-                    "ancestry_changed",
+                    RefusalCode::AncestryChanged,
                     format!("ancestor {ppid} started after its child: pid reused"),
                 ));
             }
             let status = sys::read_status(ppid).map_err(gone)?;
             if !status.all_uids_are(self.uid) {
                 return Err(Refusal::new(
-                    "foreign_ancestor",
+                    RefusalCode::ForeignAncestor,
                     format!("ancestor {ppid} ({}) runs as uids {:?}", st.comm, status.uids),
                 ));
             }
@@ -666,7 +619,7 @@ impl Gate {
             // The pid must still name the process whose stat we read.
             match sys::read_stat(ppid) {
                 Ok(again) if again.starttime == st.starttime => {}
-                Ok(_) => return Err(Refusal::new("ancestry_changed", format!("ancestor {ppid} replaced while checked"))),
+                Ok(_) => return Err(Refusal::new(RefusalCode::AncestryChanged, format!("ancestor {ppid} replaced while checked"))),
                 Err(e) => return Err(gone(e)),
             }
             let member = Member { pid: ppid, ppid: st.ppid, starttime: st.starttime, status };
@@ -686,14 +639,14 @@ impl Gate {
         }
         if let Some(who) = pending {
             return Err(Refusal::new(
-                "digest_pending",
+                RefusalCode::DigestPending,
                 format!("Codex binary of ancestor {who} is new and was still being hashed; later calls will be verified"),
             ));
         }
         Err(match codexish_seen {
-            Some(who) => Refusal::new("untrusted_codex", format!("codex-named ancestor {who} is not trusted")),
+            Some(who) => Refusal::new(RefusalCode::UntrustedCodex, format!("codex-named ancestor {who} is not trusted")),
             None => Refusal::new(
-                "no_codex_ancestor",
+                RefusalCode::NoCodexAncestor,
                 format!("no trusted Codex executable within {MAX_ANCESTRY} parents"),
             ),
         })
@@ -711,7 +664,7 @@ fn check_markers(env: &[u8], codex_env: &[u8], who: &str, pid: i32) -> Result<()
         if let Some(v) = environ_get(env, key) {
             if environ_get(codex_env, key) != Some(v) {
                 return Err(Refusal::new(
-                    "tool_command_env",
+                    RefusalCode::ToolCommandEnv,
                     format!("{who} {pid} has {key}, which codex's own environment lacks or sets differently"),
                 ));
             }

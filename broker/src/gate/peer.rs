@@ -3,7 +3,7 @@
 //! can be checked against pid reuse: a read is trusted only if the pidfd still shows the process
 //! alive afterwards (a live process's pid cannot have been recycled).
 
-use super::{sys, Peer, Refusal};
+use super::{sys, Peer, Refusal, RefusalCode};
 use nix::libc;
 use nix::sys::socket::{getsockopt, sockopt};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -51,24 +51,24 @@ pub fn identify(stream: &UnixStream) -> Result<Peer, Refusal> {
 
 pub fn identify_with_source(stream: &UnixStream) -> Result<(Peer, PidfdSource), Refusal> {
     let cred = getsockopt(stream, sockopt::PeerCredentials)
-        .map_err(|e| Refusal::new("peer_gone", format!("SO_PEERCRED failed: {e}")))?;
+        .map_err(|e| Refusal::new(RefusalCode::PeerGone, format!("SO_PEERCRED failed: {e}")))?;
     let pid = cred.pid();
     let uid = cred.uid();
     if pid <= 0 {
         // The peer is in another pid namespace (pid 0) or credentials are missing.
-        return Err(Refusal::new("peer_gone", format!("peer pid {pid} is not visible in this pid namespace")));
+        return Err(Refusal::new(RefusalCode::PeerGone, format!("peer pid {pid} is not visible in this pid namespace")));
     }
     let (pidfd, source) = match peer_pidfd(stream) {
         Ok(Some(fd)) => (fd, PidfdSource::PeerPidfd),
         Ok(None) => match sys::pidfd_open(pid) {
             Ok(fd) => (fd, PidfdSource::PidfdOpen),
-            Err(e) => return Err(Refusal::new("peer_gone", format!("pidfd_open({pid}): {e}"))),
+            Err(e) => return Err(Refusal::new(RefusalCode::PeerGone, format!("pidfd_open({pid}): {e}"))),
         },
-        Err(e) => return Err(Refusal::new("peer_gone", format!("SO_PEERPIDFD for pid {pid}: {e}"))),
+        Err(e) => return Err(Refusal::new(RefusalCode::PeerGone, format!("SO_PEERPIDFD for pid {pid}: {e}"))),
     };
     let peer = Peer { pid, uid, pidfd };
     if !peer.is_alive() {
-        return Err(Refusal::new("peer_gone", format!("peer pid {pid} exited")));
+        return Err(Refusal::new(RefusalCode::PeerGone, format!("peer pid {pid} exited")));
     }
     Ok((peer, source))
 }

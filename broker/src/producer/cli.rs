@@ -82,7 +82,12 @@ pub fn send(args: Args) -> Result<ExitCode> {
     }
     let from = args.value("from")?.or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "cli".into());
     let ttl_ms = args.duration("ttl")?.map(|d| d.as_millis() as i64);
-    let opts = SendOptions { target, text, key: args.value("key")?, ttl_ms, from: Some(from), future_thread };
+    let wake = match args.value("wake")?.as_deref() {
+        None | Some("auto") => true,
+        Some("never") => false,
+        Some(other) => return Err(usage("send", format!("--wake takes auto or never, not {other:?}"))),
+    };
+    let opts = SendOptions { target, text, key: args.value("key")?, ttl_ms, from: Some(from), future_thread, wake };
     let sent = {
         let mut store = open_store()?;
         send::send(&mut store, &paths::codex_home(), &|| fetch_threads(false, 0), &opts)

@@ -9,7 +9,7 @@
 //!
 //! Requests (`op`; an optional `"v": 1`; unknown fields are refused):
 //! - `{"op":"send","thread":UUID | "cwd":PATH,"text":T,"key"?,"ttl_ms"?,"from"?,"future_thread"?,
-//!   "wait"?:"handed"|"confirmed","timeout_ms"?}` -> `{"ok":true,"id","thread","duplicate","note"}`;
+//!   "wake"?:"auto"|"never","wait"?:"handed"|"confirmed","timeout_ms"?}` -> `{"ok":true,"id","thread","duplicate","note"}`;
 //!   with `wait`, the reply comes when the message settles or the timeout ends, and adds
 //!   `outcome` and `messages` as a `wait` reply does.
 //! - `{"op":"status","id":ID}` -> `{"ok":true,"message":RECORD}`.
@@ -83,6 +83,8 @@ enum Op {
         #[serde(default)]
         future_thread: bool,
         #[serde(default)]
+        wake: Option<WakeMode>,
+        #[serde(default)]
         wait: Option<Want>,
         #[serde(default)]
         timeout_ms: Option<u64>,
@@ -103,6 +105,14 @@ enum Op {
         #[serde(default)]
         limit: Option<usize>,
     },
+}
+
+/// `"wake"` of a `send`: as `broker send --wake`.
+#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+enum WakeMode {
+    Auto,
+    Never,
 }
 
 /// A request line, parsed; `Err` is the error reply.
@@ -210,7 +220,7 @@ impl Service {
                 Ok(threads) => json!({"ok": true, "threads": threads}),
                 Err(e) => error("failed", &format!("{e:#}")),
             },
-            Ok(Op::Send { thread, cwd, text, key, ttl_ms, from, future_thread, wait, timeout_ms }) => {
+            Ok(Op::Send { thread, cwd, text, key, ttl_ms, from, future_thread, wake, wait, timeout_ms }) => {
                 let target = match (thread, cwd) {
                     (Some(t), None) => Target::Thread(t),
                     (None, Some(c)) => Target::Cwd(PathBuf::from(c)),
@@ -219,7 +229,8 @@ impl Service {
                 if timeout_ms.is_some() && wait.is_none() {
                     return reply_to(&mut stream, &error("bad_request", "timeout_ms needs wait"));
                 }
-                let opts = SendOptions { target, text, key, ttl_ms: ttl_ms.map(|t| t as i64), from, future_thread };
+                let wake = wake != Some(WakeMode::Never);
+                let opts = SendOptions { target, text, key, ttl_ms: ttl_ms.map(|t| t as i64), from, future_thread, wake };
                 let sent = {
                     let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
                     send::send(&mut store, &self.codex_home, &|| self.threads(false, 0), &opts)

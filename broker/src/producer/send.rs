@@ -33,6 +33,8 @@ pub struct SendOptions {
     pub ttl_ms: Option<i64>,
     pub from: Option<String>,
     pub future_thread: bool,
+    /// The wake channel may start a turn for it in an idle thread (`--wake auto`, the default).
+    pub wake: bool,
 }
 
 /// How the addressed thread stood when the message was queued.
@@ -176,7 +178,7 @@ pub fn send(store: &mut Store, codex_home: &Path, live: &dyn Fn() -> anyhow::Res
         (ThreadStatus::NotStarted, Some(format!("no rollout has thread {thread} yet; the message waits for it to appear, {limit}")))
     };
     let queued = store
-        .enqueue(&thread, "message", &opts.text, opts.from.as_deref(), opts.key.as_deref(), opts.ttl_ms)
+        .enqueue_with_wake(&thread, "message", &opts.text, opts.from.as_deref(), opts.key.as_deref(), opts.ttl_ms, opts.wake)
         .map_err(|e| SendError::Failed(e.context("nothing was queued")))?;
     let (id, duplicate) = match queued {
         Enqueued::New(id) => (id, false),
@@ -252,6 +254,7 @@ mod tests {
             ttl_ms: None,
             from: None,
             future_thread: future,
+            wake: true,
         };
         let ended = send(&mut store, &home, &none, &opts(old, false)).ok().unwrap();
         assert_eq!(ended.thread_status, ThreadStatus::Ended);

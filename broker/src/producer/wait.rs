@@ -5,10 +5,12 @@
 //! after every transition it makes (a hand-off acked, a maintenance pass that expired, released
 //! or confirmed messages); the waiter then reads the parked messages' states once (one SELECT by
 //! id, on its own read connection) and answers those that reached the wanted state or ended.
-//! Changes made by other processes (`broker cancel`, an `inspect` that settled a hand-off) are
-//! seen through SQLite's `PRAGMA data_version`, checked every [`TICK`]: it changes only when
-//! another connection committed, and reading it touches no table. A parked client that hangs up
-//! is dropped at the next tick; at most [`MAX_PARKED`] waits are parked at once.
+//! Changes made by other processes (`broker cancel`, an `inspect` that settled a hand-off) poke
+//! it through a watch on the queue database (`notify`, as the wake channel does), and at least
+//! every [`TICK`]. Each look first reads SQLite's `PRAGMA data_version`, which changes only when
+//! another connection committed and touches no table: the states are read only after a commit.
+//! A parked client that hangs up is dropped at the next look; at most [`MAX_PARKED`] waits are
+//! parked at once.
 //!
 //! **Client side** ([`wait_for`]): asks the broker over the socket; when no broker answers (or it
 //! stops mid-wait) it falls back to a slow local poll ([`FALLBACK_POLL`]) that settles hand-offs
@@ -58,12 +60,34 @@ pub struct Waiters {
 }
 
 impl Waiters {
-    /// Starts the waiter thread on its own connection to the queue in `state_dir`.
+    /// Starts the waiter thread on its own connection to the queue in `state_dir`, and a watch on
+    /// the queue database (other processes' commits poke it at once, as the wake channel's do).
     pub fn start(state_dir: &Path) -> Result<Arc<Waiters>> {
         let store = Store::open(state_dir).context("opening the queue for the waiter thread")?;
         let w = Arc::new(Waiters { shared: Mutex::new(Shared::default()), cv: Condvar::new() });
         let run = Arc::clone(&w);
-        std::thread::Builder::new().name("waiter".into()).spawn(move || run.run(store))?;
+        let poked = Arc::clone(&w);
+        let db = crate::store::DB_NAME;
+        let watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
+            if ev.is_ok_and(|ev| ev.paths.iter().any(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(db)))) {
+                poked.poke();
+            }
+        })
+        .and_then(|mut w| {
+            use notify::Watcher;
+            w.watch(state_dir, notify::RecursiveMode::NonRecursive).map(|()| w)
+        });
+        let watcher = match watcher {
+            Ok(w) => Some(w),
+            Err(e) => {
+                crate::log_warn!("waiter: cannot watch {} ({e}); changes by other processes are seen within {TICK:?}", state_dir.display());
+                None
+            }
+        };
+        std::thread::Builder::new().name("waiter".into()).spawn(move || {
+            let _watcher = watcher;
+            run.run(store)
+        })?;
         Ok(w)
     }
 
