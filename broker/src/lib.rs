@@ -15,6 +15,7 @@ pub mod gate;
 pub mod inspect;
 pub mod install;
 pub mod logging;
+pub mod producer;
 pub mod refusal;
 pub mod rollout;
 pub mod server;

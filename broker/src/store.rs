@@ -195,10 +195,10 @@ fn migrate_trusted_codex(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
-const MESSAGE_COLUMNS: &str = "id, thread, kind, state, body, sender, idem_key, created_at, updated_at, \
+pub(crate) const MESSAGE_COLUMNS: &str = "id, thread, kind, state, body, sender, idem_key, created_at, updated_at, \
     expires_at, event, turn_id, lease_token, handed_at, confirmed_at, reason, attempts, rollout_path, scan_offset";
 
-fn row_to_message(row: &rusqlite::Row) -> rusqlite::Result<Message> {
+pub(crate) fn row_to_message(row: &rusqlite::Row) -> rusqlite::Result<Message> {
     Ok(Message {
         id: row.get(0)?,
         thread: row.get(1)?,
