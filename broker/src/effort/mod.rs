@@ -11,9 +11,7 @@
 //! `uncertain` (no answer in time, or the broker stopped mid-exchange): never sent again.
 
 pub mod config;
-pub mod endpoint;
 pub mod policy;
-pub mod ws;
 
 use crate::gate::Verified;
 use crate::store::Store;
@@ -21,7 +19,7 @@ use anyhow::Result;
 use crate::config::ConfigCache;
 use config::EffortConfig;
 use courier_shared::hook::HookEvent;
-use endpoint::Endpoint;
+use crate::appserver::{self, endpoint, Endpoint};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -255,52 +253,9 @@ pub fn effort_record(line: &[u8]) -> Option<String> {
     found?.as_str().map(str::to_string)
 }
 
-/// A connection to the first endpoint that proves to be the Codex process and accepts
-/// `initialize`. Nothing that changes settings has been sent on any endpoint tried.
-fn open_session(endpoints: &[Endpoint], job: &Job, deadline: Instant) -> Result<ws::WsClient, String> {
-    let mut why = Vec::new();
-    for ep in endpoints {
-        let stream = match endpoint::connect_verified(ep, job.codex_pid, job.codex_start) {
-            Ok(s) => s,
-            Err(e) => {
-                why.push(e);
-                continue;
-            }
-        };
-        let mut ws = match ws::WsClient::handshake(stream, deadline) {
-            Ok(ws) => ws,
-            Err(e) => {
-                why.push(format!("{}: handshake: {e}", ep.path.display()));
-                continue;
-            }
-        };
-        let init = ws.call(
-            "initialize",
-            json!({"clientInfo": {"name": "courier", "title": "Courier broker", "version": env!("CARGO_PKG_VERSION")},
-                   "capabilities": {"experimentalApi": true}}),
-        );
-        match init {
-            Ok(r) if r.get("result").is_some() => {}
-            Ok(r) => {
-                why.push(format!("{}: initialize refused: {}", ep.path.display(), r.get("error").unwrap_or(&r)));
-                continue;
-            }
-            Err(e) => {
-                why.push(format!("{}: initialize: {e}", ep.path.display()));
-                continue;
-            }
-        }
-        match ws.notify("initialized") {
-            Ok(()) => return Ok(ws),
-            Err(e) => why.push(format!("{}: initialized: {e}", ep.path.display())),
-        }
-    }
-    Err(why.join("; "))
-}
-
 /// One exchange: open a session, send the update once, read its answer before `deadline`.
 fn apply(endpoints: &[Endpoint], job: &Job, claim: &crate::store::Claim, deadline: Instant) -> Outcome {
-    let mut ws = match open_session(endpoints, job, deadline) {
+    let mut ws = match appserver::open_session(endpoints, job.codex_pid, job.codex_start, deadline) {
         Ok(ws) => ws,
         Err(why) => return Outcome::NotSent(format!("endpoint_unreachable: {why}")),
     };
@@ -320,10 +275,6 @@ fn apply(endpoints: &[Endpoint], job: &Job, claim: &crate::store::Claim, deadlin
         Ok(r) => judge(&claim.scope, &r),
     }
 }
-
-/// Discovery finds every listener of the test process: tests that bind one take turns.
-#[cfg(test)]
-pub(crate) static LISTENER_TESTS: Mutex<()> = Mutex::new(());
 
 /// Reads an update's response.
 pub fn judge(scope: &str, response: &Value) -> Outcome {
@@ -444,7 +395,7 @@ mod exchange_tests {
             }
             let head = String::from_utf8(head).unwrap();
             let key = head.lines().find_map(|l| l.strip_prefix("Sec-WebSocket-Key: ")).unwrap().trim().to_string();
-            let accept = ws::base64(&Sha1::digest(format!("{key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11").as_bytes()));
+            let accept = crate::appserver::ws::base64(&Sha1::digest(format!("{key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11").as_bytes()));
             write!(s, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n").unwrap();
             let mut methods = Vec::new();
             while let Some(msg) = read_frame(&mut s) {
@@ -469,7 +420,7 @@ mod exchange_tests {
     }
 
     fn run_once(name: &str, scope: &str, mode: Mode, deadline_ms: u64) -> (Value, Vec<String>, Arc<Service>, PathBuf) {
-        let _one = super::LISTENER_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        let _one = crate::appserver::LISTENER_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         let dir = std::env::temp_dir().join(format!("courier-exchange-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
