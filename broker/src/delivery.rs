@@ -33,6 +33,9 @@ pub const MAX_OUTPUT_BYTES: usize = 8_000;
 /// Stop blocks Courier causes per turn at most: Codex itself has no loop guard.
 pub const MAX_STOP_BLOCKS_PER_TURN: i64 = 3;
 
+/// The `event` recorded on messages the wake channel leased (`broker/src/wake.rs`).
+pub const WAKE_EVENT: &str = "wake";
+
 pub enum Offer {
     Nothing,
     /// Messages are waiting but this call may not take them; the reason is noted on them.
@@ -273,6 +276,18 @@ fn scan_rollout_within(path: &str, messages: &[Message], budget: u64) -> Vec<Set
     out
 }
 
+/// Whether `text` (from the rollout) holds `m`'s whole wrapped text. Line ends are compared
+/// normalised: Codex 0.160.0 records a Stop block reason's `HookPrompt` item with CR LF turned
+/// into LF (its user message keeps them); nothing else may differ.
+fn holds_whole(text: &str, m: &Message) -> bool {
+    let wrapped = wrap(m);
+    if text.contains(&wrapped) {
+        return true;
+    }
+    let lf = |s: &str| s.replace("\r\n", "\n").replace('\r', "\n");
+    (wrapped.contains('\r') || text.contains('\r')) && lf(text).contains(&lf(&wrapped))
+}
+
 /// Codex's notice on hook output it cut (0.171.0): the text (inside a Stop `<hook_prompt>`) starts
 /// with it, so no message body can fake it (Courier's own text starts with its wrapper).
 fn cut_by_codex(text: &str) -> bool {
@@ -318,7 +333,7 @@ fn settle_line<'a>(
                 .collect();
             for (i, m) in batch.iter().enumerate() {
                 let settled = if present.contains(m.id.as_str()) {
-                    if text.contains(&wrap(m)) {
+                    if holds_whole(&text, m) {
                         (Some("confirmed"), None)
                     } else {
                         (Some("uncertain"), Some("shown_truncated"))
@@ -331,6 +346,24 @@ fn settle_line<'a>(
                         (false, _) => (Some("uncertain"), Some("marker_missing")),
                     }
                 };
+                out.push((m.id.clone(), settled.0, settled.1, next));
+                open.remove(m.id.as_str());
+            }
+        }
+        // A turn the wake channel started: its user message carries, as Codex's client id, the
+        // id of the first message of the lease; each message of the lease is confirmed when its
+        // whole wrapped text is in that message.
+        Some(RolloutEvent::UserInput { client_id, text, .. }) => {
+            let woken: Vec<&'a Message> = messages
+                .iter()
+                .filter(|m| m.event.as_deref() == Some(WAKE_EVENT) && open.contains_key(m.id.as_str()) && after(m))
+                .filter(|m| {
+                    let first = messages.iter().find(|f| f.lease == m.lease && f.event.as_deref() == Some(WAKE_EVENT));
+                    first.is_some_and(|f| f.id == client_id)
+                })
+                .collect();
+            for m in woken {
+                let settled = if holds_whole(&text, m) { (Some("confirmed"), None) } else { (Some("uncertain"), Some("shown_truncated")) };
                 out.push((m.id.clone(), settled.0, settled.1, next));
                 open.remove(m.id.as_str());
             }
@@ -376,6 +409,17 @@ mod tests {
             rollout_path: None,
             scan_offset: Some(0),
         }
+    }
+
+    #[test]
+    fn whole_text_compares_line_ends_normalised_only() {
+        // Codex 0.160.0 records a Stop reason's HookPrompt item with CR LF as LF.
+        let m = msg("m_1", "a\r\nb\rc", Some("x"));
+        let lf = wrap(&m).replace("\r\n", "\n").replace('\r', "\n");
+        assert!(holds_whole(&lf, &m));
+        assert!(holds_whole(&wrap(&m), &m));
+        assert!(!holds_whole(&lf.replace("b", "B"), &m), "any other difference still fails");
+        assert!(!holds_whole(&wrap(&msg("m_1", "a\nb", Some("x"))), &msg("m_1", "a b", Some("x"))));
     }
 
     #[test]

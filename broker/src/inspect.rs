@@ -222,7 +222,7 @@ fn short(id: &str) -> String {
     }
 }
 
-fn age(ms: i64) -> String {
+pub fn age(ms: i64) -> String {
     let s = ms.max(0) / 1000;
     match s {
         0..=59 => format!("{s}s"),

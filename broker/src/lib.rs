@@ -16,8 +16,10 @@ pub mod gate;
 pub mod inspect;
 pub mod install;
 pub mod logging;
+pub mod producer;
 pub mod refusal;
 pub mod rollout;
 pub mod server;
 pub mod store;
+pub mod wake;
 

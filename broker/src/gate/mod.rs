@@ -45,10 +45,11 @@ mod binding;
 mod caller;
 mod client;
 pub mod digest;
-mod holder;
+pub(crate) mod holder;
+pub mod owner;
 pub mod peer;
 mod rollout_read;
-mod sys;
+pub(crate) mod sys;
 mod turn;
 #[cfg(test)]
 mod tests;

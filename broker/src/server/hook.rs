@@ -179,6 +179,7 @@ impl Broker {
         }
         let _ = stream.set_write_timeout(Some(REQUEST_TIMEOUT));
         let _ = wire::write_json(&mut stream, &AckReply { v: PROTOCOL_VERSION, accepted });
+        self.producer.changed();
     }
 }
 

@@ -56,6 +56,7 @@ impl Broker {
         }
         drop(store);
         self.effort.maintain();
+        self.producer.maintain();
     }
 
     pub(super) fn prune(&self, keep: Duration) {

@@ -84,6 +84,8 @@ struct Broker {
     queued_refusals: Mutex<Vec<(RefusalCode, String, i32)>>,
     /// Follows Codex upgrades; tells the gate which binaries are expected.
     follower: Arc<Follower>,
+    /// Producer requests (JSON lines on the same socket) and parked waits (producer/).
+    producer: Arc<crate::producer::proto::Service>,
 }
 
 pub fn serve(opts: ServeOptions) -> Result<()> {
@@ -109,6 +111,14 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     let on_hashed = Arc::clone(&follower);
     gate.digests().on_expected(Box::new(move |path, key, digest| on_hashed.consider_hashed(path, key, digest)));
     let effort = effort::Service::open(&opts.state_dir, &opts.codex_home, courier_shared::paths::config_path())?;
+    let expects = Arc::clone(&follower);
+    let lister = crate::producer::threads::Lister::new(
+        opts.codex_home.clone(),
+        gate.digests().clone(),
+        Box::new(move |p| expects.is_expected(p)),
+        Duration::from_secs(2),
+    );
+    let producer = crate::producer::proto::Service::start(&opts.state_dir, opts.codex_home.clone(), lister)?;
     let broker = Arc::new(Broker {
         store: Mutex::new(store),
         gate,
@@ -117,6 +127,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         started: Instant::now(),
         queued_refusals: Mutex::new(Vec::new()),
         follower: Arc::clone(&follower),
+        producer,
     });
     let socket = courier_shared::paths::socket_path(&opts.runtime_dir);
     let (listener, how) = listener::listen(&socket)?;
@@ -138,6 +149,20 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     // Resolve and hash the Codex binaries now (~1 s each for ~300 MB), not inside the first hook
     // call, whose client would give up at its 500 ms deadline; then follow upgrades.
     std::thread::Builder::new().name("codex-follower".into()).spawn(move || follower.run())?;
+
+    // Waiting threads: a turn started through the app-server that owns them (wake.rs).
+    let waking = Arc::clone(&broker);
+    let (state_dir, codex_home) = (opts.state_dir.clone(), opts.codex_home.clone());
+    std::thread::Builder::new().name("wake".into()).spawn(move || {
+        let waker = crate::wake::Waker::default();
+        waker.run(&state_dir, || {
+            let b = &*waking;
+            for (thread, outcome) in waker.pass(&b.store, &b.gate, &hook::TrustView(b), &codex_home) {
+                crate::log_debug!("wake {thread}: {outcome:?}");
+            }
+            b.producer.changed();
+        })
+    })?;
 
     maintenance::spawn(Arc::clone(&broker), opts.retention)?;
 

@@ -109,7 +109,13 @@ pub(super) fn worker(broker: &Broker, jobs: &JobQueue, handback: &Handback) {
     loop {
         match jobs.pop() {
             Job::Request { stream, frame } => {
-                let pending = broker.handle(stream, &frame[4..]);
+                // A first byte `{` is a producer's JSON line (producer/proto.rs), not a frame.
+                let pending = if frame.first() == Some(&b'{') {
+                    broker.producer.serve(stream, &frame);
+                    None
+                } else {
+                    broker.handle(stream, &frame[4..])
+                };
                 let held = frame.capacity();
                 drop(frame);
                 broker.counters.frames_held.fetch_sub(held, Ordering::SeqCst);
@@ -393,8 +399,21 @@ impl Poller {
     fn read_conn(&mut self, fd: RawFd) {
         loop {
             let Some(conn) = self.conns.get_mut(&fd) else { return };
-            // Read exactly up to the end of the frame: the header first, then the body.
-            let frame_end = if conn.buf.len() < 4 {
+            // Read exactly up to the end of the frame: the header first, then the body. A
+            // producer's JSON line (first byte `{`) ends at its newline.
+            let frame_end = if conn.buf.first() == Some(&b'{') {
+                match conn.buf.iter().position(|b| *b == b'\n') {
+                    Some(nl) => {
+                        conn.buf.truncate(nl + 1);
+                        nl + 1
+                    }
+                    None if conn.buf.len() >= crate::producer::proto::MAX_LINE => {
+                        let detail = format!("request line longer than {} bytes", crate::producer::proto::MAX_LINE);
+                        return self.close_with(fd, RefusalCode::FrameTooLarge, detail);
+                    }
+                    None => crate::producer::proto::MAX_LINE,
+                }
+            } else if conn.buf.len() < 4 {
                 4
             } else {
                 let len = u32::from_be_bytes(conn.buf[..4].try_into().unwrap()) as usize;

@@ -25,6 +25,7 @@ impl Broker {
             "buffered_bytes": c.buffered.load(Ordering::Relaxed) + c.frames_held.load(Ordering::Relaxed),
             "refusals_unrecorded": c.refusals_unrecorded.load(Ordering::Relaxed),
             "rollout_bytes_read": self.gate.tracker().total_bytes_read.load(Ordering::Relaxed),
+            "parked_waits": self.producer.parked_waits(),
         })
     }
 }

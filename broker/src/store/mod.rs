@@ -12,6 +12,7 @@
 
 mod codex;
 mod effort;
+mod producer;
 mod refusals;
 
 pub use codex::{TrustHow, TrustedCodex};
@@ -25,10 +26,11 @@ use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub const DB_NAME: &str = "queue.sqlite";
-/// Longest message body `send` accepts. Codex spills hook output over ~2,500 tokens to a file
-/// and shows the model only a preview, so a message must stay well below that; what counts in
-/// the end is its rendered size ([`crate::delivery::MAX_OUTPUT_BYTES`]).
-pub const MAX_BODY_BYTES: usize = 8 * 1024;
+/// Longest message body `send` accepts: a plain-text body this long still renders within the
+/// hook output budget ([`crate::delivery::MAX_OUTPUT_BYTES`], 8,000) with the longest `--from`
+/// (64 characters; the wrapper adds 131 bytes then). What counts in the end is the rendered size,
+/// checked too (escaping can grow a body: every `<` is 4 bytes).
+pub const MAX_BODY_BYTES: usize = 7_800;
 /// Longest `--from` label, in characters.
 pub const MAX_FROM_CHARS: usize = 64;
 
@@ -181,6 +183,12 @@ fn migrate_trusted_codex(conn: &Connection) -> rusqlite::Result<()> {
             conn.execute_batch(&format!("ALTER TABLE trusted_codex ADD COLUMN {name} {decl}"))?;
         }
     }
+    // `broker send --wake auto|never`: whether the broker may start a turn in an idle thread.
+    let cols: Vec<String> =
+        conn.prepare("PRAGMA table_info(messages)")?.query_map([], |r| r.get::<_, String>(1))?.collect::<rusqlite::Result<_>>()?;
+    if !cols.iter().any(|c| c == "wake") {
+        conn.execute_batch("ALTER TABLE messages ADD COLUMN wake TEXT NOT NULL DEFAULT 'auto'")?;
+    }
     Ok(())
 }
 
@@ -251,6 +259,22 @@ impl Store {
         key: Option<&str>,
         ttl_ms: Option<i64>,
     ) -> Result<Enqueued> {
+        self.enqueue_with_wake(thread, kind, body, sender, key, ttl_ms, true)
+    }
+
+    /// [`Store::enqueue`], saying whether the wake channel may start a turn for it
+    /// (`broker send --wake auto|never`), in the same insert.
+    #[allow(clippy::too_many_arguments)]
+    pub fn enqueue_with_wake(
+        &mut self,
+        thread: &str,
+        kind: &str,
+        body: &str,
+        sender: Option<&str>,
+        key: Option<&str>,
+        ttl_ms: Option<i64>,
+        wake: bool,
+    ) -> Result<Enqueued> {
         if body.len() > MAX_BODY_BYTES {
             bail!("message is {} bytes; the limit is {} (Codex shows the model only a preview of longer hook output)", body.len(), MAX_BODY_BYTES);
         }
@@ -294,9 +318,9 @@ impl Store {
             }
         }
         tx.execute(
-            "INSERT INTO messages (id, thread, kind, body, sender, idem_key, state, created_at, updated_at, expires_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?7, ?8)",
-            params![id, thread, kind, body, sender, key, now, ttl_ms.map(|t| now + t)],
+            "INSERT INTO messages (id, thread, kind, body, sender, idem_key, state, created_at, updated_at, expires_at, wake)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?7, ?8, ?9)",
+            params![id, thread, kind, body, sender, key, now, ttl_ms.map(|t| now + t), if wake { "auto" } else { "never" }],
         )?;
         tx.commit()?;
         Ok(Enqueued::New(id))
@@ -368,7 +392,32 @@ impl Store {
         lease_ms: i64,
         max_bytes: usize,
     ) -> Result<Option<Lease>> {
-        self.unsynced(|s| s.lease_inner(thread, event, turn_id, lease_ms, max_bytes))
+        self.unsynced(|s| s.lease_inner(thread, event, turn_id, lease_ms, max_bytes, false))
+    }
+
+    /// Leases a thread's pending messages to the wake channel (`event` = `wake`): the same
+    /// lease as a hook's, so a message is never offered to both; messages sent with
+    /// `--wake never` are left for the hooks.
+    pub fn lease_for_wake(&mut self, thread: &str, lease_ms: i64, max_bytes: usize) -> Result<Option<Lease>> {
+        self.lease_inner(thread, "wake", None, lease_ms, max_bytes, true)
+    }
+
+    /// Threads with messages the wake channel may deliver (pending, `--wake auto`).
+    pub fn wake_candidates(&self) -> Result<Vec<String>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT DISTINCT thread FROM messages WHERE state = 'pending' AND kind = 'message' AND wake != 'never' LIMIT 256",
+        )?;
+        let rows = stmt.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Records the turn a wake's `turn/start` opened on the messages of lease `token`.
+    pub fn set_lease_turn(&mut self, token: i64, turn_id: &str) -> Result<()> {
+        self.conn.execute(
+            "UPDATE messages SET turn_id = ?2 WHERE lease_token = ?1 AND state IN ('leased', 'handed')",
+            params![token, turn_id],
+        )?;
+        Ok(())
     }
 
     fn lease_inner(
@@ -378,6 +427,7 @@ impl Store {
         turn_id: Option<&str>,
         lease_ms: i64,
         max_bytes: usize,
+        wake_only: bool,
     ) -> Result<Option<Lease>> {
         let now = now_ms();
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -388,7 +438,8 @@ impl Store {
         )?;
         let candidates: Vec<Message> = {
             let mut stmt = tx.prepare_cached(&format!(
-                "SELECT {MESSAGE_COLUMNS} FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = 'message' ORDER BY seq LIMIT 64"
+                "SELECT {MESSAGE_COLUMNS} FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = 'message' {} ORDER BY seq LIMIT 64",
+                if wake_only { "AND wake != 'never'" } else { "" }
             ))?;
             let rows = stmt.query_map([thread], row_to_message)?;
             rows.collect::<rusqlite::Result<_>>()?

@@ -139,12 +139,14 @@ fn from_is_short_and_printable_and_the_rendered_message_fits() {
         let err = s.enqueue(T, "message", "x", Some(&from), None, None).unwrap_err().to_string();
         assert!(err.contains(why), "{from:?}: {err}");
     }
-    // A body that fits in 8 KiB but not once rendered (every '<' is 4 bytes in the output).
+    // A body within the byte limit but not once rendered (every '<' is 4 bytes in the output).
     let err = s.enqueue(T, "message", &"<".repeat(4000), None, None, None).unwrap_err().to_string();
     assert!(err.contains("renders to") && err.contains("8000"), "{err}");
-    let fits = crate::delivery::MAX_OUTPUT_BYTES - crate::delivery::wrapped_len("m_0123456789abcdef", Some("me"), "");
-    s.enqueue(T, "message", &"y".repeat(fits), Some("me"), None, None).unwrap();
-    assert!(s.enqueue(T, "message", &"y".repeat(fits + 1), Some("me"), None, None).is_err());
+    // The longest plain body with the longest --from fits; one byte more is refused.
+    let longest_from = "f".repeat(64);
+    assert!(crate::delivery::wrapped_len("m_0123456789abcdef", Some(&longest_from), &"y".repeat(MAX_BODY_BYTES)) <= crate::delivery::MAX_OUTPUT_BYTES);
+    s.enqueue(T, "message", &"y".repeat(MAX_BODY_BYTES), Some(&longest_from), None, None).unwrap();
+    assert!(s.enqueue(T, "message", &"y".repeat(MAX_BODY_BYTES + 1), Some("me"), None, None).is_err());
     assert_eq!(s.messages(None).unwrap().len(), 3);
 }
 
