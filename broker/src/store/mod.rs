@@ -19,6 +19,7 @@ pub use codex::{TrustHow, TrustedCodex};
 pub use effort::{Claim, Details};
 pub use refusals::Refusal;
 
+use crate::delivery::budget::{wrapped_len, MAX_OUTPUT_BYTES};
 use anyhow::{bail, Context, Result};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
@@ -27,7 +28,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 pub const DB_NAME: &str = "queue.sqlite";
 /// Longest message body `send` accepts: a plain-text body this long still renders within the
-/// hook output budget ([`crate::delivery::MAX_OUTPUT_BYTES`], 8,000) with the longest `--from`
+/// hook output budget ([`MAX_OUTPUT_BYTES`], 8,000) with the longest `--from`
 /// (64 characters; the wrapper adds 131 bytes then). What counts in the end is the rendered size,
 /// checked too (escaping can grow a body: every `<` is 4 bytes).
 pub const MAX_BODY_BYTES: usize = 7_800;
@@ -285,8 +286,8 @@ impl Store {
         }
         let id = new_message_id();
         if kind == "message" {
-            let rendered = crate::delivery::wrapped_len(&id, sender, body);
-            let max = crate::delivery::MAX_OUTPUT_BYTES;
+            let rendered = wrapped_len(&id, sender, body);
+            let max = MAX_OUTPUT_BYTES;
             if rendered > max {
                 bail!(
                     "message renders to {rendered} bytes in the hook output (wrapper, --from and every '<' escaped as &lt; \
@@ -381,7 +382,7 @@ impl Store {
     }
 
     /// Leases the oldest pending messages of `thread` under a new fencing token: as many as fit,
-    /// rendered ([`crate::delivery::wrap`], one newline between them), in `max_bytes`. Expired
+    /// rendered (`crate::delivery::wrap`, one newline between them), in `max_bytes`. Expired
     /// messages are retired first and never leased; so is one that does not fit even alone
     /// (`cancelled`, `too_large_for_hook_output`: `send` refuses those, older queues may hold one).
     pub fn lease(
@@ -447,7 +448,7 @@ impl Store {
         let mut taken: Vec<Message> = Vec::new();
         let mut bytes = 0;
         for m in candidates {
-            let len = crate::delivery::wrap(&m).len();
+            let len = wrapped_len(&m.id, m.from.as_deref(), &m.body);
             if len > max_bytes {
                 if taken.is_empty() {
                     tx.execute(
