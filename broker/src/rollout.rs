@@ -28,8 +28,9 @@
 //! Codex writes compact JSON, one record per line, its fields in a fixed order. Only the start of a
 //! line (the record and payload types, turn ids, call ids) and its end (model output's passthrough
 //! turn id) matter here, so at most [`HEAD_KEEP`] + [`TAIL_KEEP`] bytes of any line are kept, however
-//! long it is; lines are classified by exact byte patterns (`"type":"task_started"`), which text
-//! inside a JSON string can never produce (its quotes are escaped).
+//! long it is; lines are classified by their member names as bytes (`"type"`, `"turn_id"`), which
+//! text inside a JSON string can never produce (its quotes are escaped). Spaces after `:` and `,`
+//! are allowed (Codex writes none; other writers, such as the tests' stand-ins, may).
 
 use courier_shared::rollout::{classify_line, RolloutEvent};
 use std::collections::HashMap;
@@ -90,34 +91,59 @@ const MAX_STATES: usize = 4096;
 /// How much of a line's start decides its kind.
 const KIND_HEAD: usize = 200;
 
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while matches!(b.get(i), Some(b' ' | b'\t')) {
+        i += 1;
+    }
+    i
 }
 
-fn rfind(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).rposition(|w| w == needle)
+/// Where the value of the member `"name":` whose opening quote is at `at` starts.
+fn value_start(b: &[u8], at: usize, name: &str) -> Option<usize> {
+    let i = skip_ws(b, at + name.len() + 2);
+    (b.get(i) == Some(&b':')).then(|| skip_ws(b, i + 1))
 }
 
-/// The JSON string value that starts right at `at` (just after its opening quote), if it is a
-/// plain token (ids, type names): no escapes, at most 200 bytes.
-fn token_at(bytes: &[u8], at: usize) -> Option<&str> {
-    let rest = bytes.get(at..)?;
-    let end = rest.iter().take(201).position(|b| *b == b'"')?;
+/// Where the value of the first (or last) member named `name` starts. The quotes of a name
+/// inside a JSON string are escaped (`\"name\"`), so only the line's own members match.
+fn member(b: &[u8], name: &str, last: bool) -> Option<usize> {
+    let pat = format!("\"{name}\"");
+    let pat = pat.as_bytes();
+    let mut hits = b.windows(pat.len()).enumerate().filter(|(_, w)| *w == pat).map(|(at, _)| at);
+    if last {
+        hits.filter_map(|at| value_start(b, at, name)).last()
+    } else {
+        hits.find_map(|at| value_start(b, at, name))
+    }
+}
+
+/// The JSON string at `i` (its opening quote), if it is a plain token (ids, type names): no
+/// escapes, at most 200 bytes.
+fn string_at(b: &[u8], i: usize) -> Option<&str> {
+    if b.get(i) != Some(&b'"') {
+        return None;
+    }
+    let rest = &b[i + 1..];
+    let end = rest.iter().take(201).position(|c| *c == b'"')?;
     let tok = &rest[..end];
-    if tok.is_empty() || !tok.iter().all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(b)) {
+    if tok.is_empty() || !tok.iter().all(|c| c.is_ascii_alphanumeric() || b"-_.:".contains(c)) {
         return None;
     }
     std::str::from_utf8(tok).ok()
 }
 
-/// The value of the first `"key":"value"` with this exact `key` pattern (`"turn_id":"`).
-fn first_value<'a>(bytes: &'a [u8], key: &[u8]) -> Option<&'a str> {
-    find(bytes, key).and_then(|at| token_at(bytes, at + key.len()))
+/// The string value of the first (or last) member `name`.
+fn value<'a>(b: &'a [u8], name: &str, last: bool) -> Option<&'a str> {
+    member(b, name, last).and_then(|i| string_at(b, i))
 }
 
-/// The value of the last `"key":"value"`.
-fn last_value<'a>(bytes: &'a [u8], key: &[u8]) -> Option<&'a str> {
-    rfind(bytes, key).and_then(|at| token_at(bytes, at + key.len()))
+/// At `i` an object opens whose first member is `name`: where its value starts.
+fn first_member(b: &[u8], i: usize, name: &str) -> Option<usize> {
+    if b.get(i) != Some(&b'{') {
+        return None;
+    }
+    let at = skip_ws(b, i + 1);
+    b[at..].starts_with(format!("\"{name}\"").as_bytes()).then(|| value_start(b, at, name)).flatten()
 }
 
 /// A record the tracker follows.
@@ -135,8 +161,8 @@ pub enum Rec {
 /// The record and payload types of a line (`("event_msg", Some("task_started"))`).
 fn kinds(head: &[u8]) -> Option<(&str, Option<&str>)> {
     let head = &head[..head.len().min(KIND_HEAD)];
-    let top = first_value(head, b"\"type\":\"")?;
-    let payload = first_value(head, b"\"payload\":{\"type\":\"");
+    let top = value(head, "type", false)?;
+    let payload = member(head, "payload", false).and_then(|i| first_member(head, i, "type")).and_then(|i| string_at(head, i));
     Some((top, payload))
 }
 
@@ -144,23 +170,23 @@ fn kinds(head: &[u8]) -> Option<(&str, Option<&str>)> {
 /// (`tail`, up to [`TAIL_KEEP`]; the same bytes for a short line).
 pub fn classify(head: &[u8], tail: &[u8]) -> Option<Rec> {
     let (top, payload) = kinds(head)?;
-    let in_turn = |t: Option<&str>| t.map(|t| Rec::InTurn(t.to_string()));
+    let turn_id = || value(head, "turn_id", false).map(str::to_string);
+    let in_turn = |t: Option<String>| t.map(Rec::InTurn);
     match (top, payload) {
-        ("event_msg", Some("task_started")) => first_value(head, b"\"turn_id\":\"").map(|t| Rec::Started(t.into())),
-        ("event_msg", Some("task_complete" | "turn_aborted")) => {
-            first_value(head, b"\"turn_id\":\"").map(|t| Rec::Closed(t.into()))
-        }
-        ("turn_context" | "token_usage_record", _) => in_turn(first_value(head, b"\"turn_id\":\"")),
+        ("event_msg", Some("task_started")) => turn_id().map(Rec::Started),
+        ("event_msg", Some("task_complete" | "turn_aborted")) => turn_id().map(Rec::Closed),
+        ("turn_context" | "token_usage_record", _) => in_turn(turn_id()),
         ("response_item", Some(p)) => {
             let model_output = match p {
-                "message" => first_value(head, b"\"role\":\"") == Some("assistant"),
+                "message" => value(head, "role", false) == Some("assistant"),
                 "reasoning" => true,
                 p => p.ends_with("_call"),
             };
             if !model_output {
                 return None;
             }
-            in_turn(last_value(tail, b"\"internal_chat_message_metadata_passthrough\":{\"turn_id\":\""))
+            let i = member(tail, "internal_chat_message_metadata_passthrough", true)?;
+            in_turn(string_at(tail, first_member(tail, i, "turn_id")?).map(str::to_string))
         }
         _ => None,
     }
@@ -767,8 +793,21 @@ mod tests {
         }
     }
 
+    /// JSON with a space after every `,` and `:` between members and items.
+    fn spaced(v: &serde_json::Value) -> String {
+        match v {
+            serde_json::Value::Object(m) => {
+                let items: Vec<String> = m.iter().map(|(k, v)| format!("{}: {}", serde_json::Value::from(k.as_str()), spaced(v))).collect();
+                format!("{{{}}}", items.join(", "))
+            }
+            serde_json::Value::Array(a) => format!("[{}]", a.iter().map(spaced).collect::<Vec<_>>().join(", ")),
+            other => other.to_string(),
+        }
+    }
+
     /// The byte patterns find exactly what a JSON parse finds, in rollouts the real Codex of each
-    /// supported version wrote, from the whole line and from its first and last 4 KiB alone.
+    /// supported version wrote, from the whole line, from its first and last 4 KiB alone, and
+    /// with spaces after every `:` and `,`.
     #[test]
     fn classification_agrees_with_a_json_parse_on_real_rollouts() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/testdata");
@@ -785,6 +824,9 @@ mod tests {
                 assert_eq!(classify(b, b), want, "{path:?}: {line}");
                 let (head, tail) = (&b[..b.len().min(HEAD_KEEP)], &b[b.len().saturating_sub(TAIL_KEEP)..]);
                 assert_eq!(classify(head, tail), want, "{path:?} (head and tail): {line}");
+                // The same record as Python's json.dumps writes it (", " and ": ").
+                let spaced = spaced(&serde_json::from_str(line).unwrap());
+                assert_eq!(classify(spaced.as_bytes(), spaced.as_bytes()), want, "{path:?} (spaced): {spaced}");
                 if let Some(r) = want {
                     seen.insert(std::mem::discriminant(&r));
                 }
