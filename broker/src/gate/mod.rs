@@ -38,6 +38,7 @@ pub mod digest;
 pub(crate) mod holder;
 pub mod owner;
 pub mod peer;
+pub mod sender;
 pub(crate) mod sys;
 #[cfg(test)]
 mod tests;
