@@ -85,7 +85,7 @@ pub fn offer(store: &mut Store, v: &Verified) -> Result<Offer> {
     if !store.has_pending(&v.thread_id, "message")? {
         return Ok(Offer::Nothing);
     }
-    if v.event == HookEvent::SessionStart && !v.sole_thread {
+    if v.event == HookEvent::SessionStart && !v.sole_thread() {
         // No turn id to bind to, and the process runs other threads too: wait for a hook that has one.
         store.note_deferral(&v.thread_id, "deferred_session_start_shared_process")?;
         return Ok(Offer::Deferred);

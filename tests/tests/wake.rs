@@ -238,3 +238,48 @@ fn app_server_killed_after_turn_start_is_never_delivered_twice() {
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(model.requests_mentioning(&text), 1, "{}", model.dump());
 }
+
+/// Race: a message sent while the person submits a prompt to the same idle thread (both at
+/// once, repeated) reaches the model exactly once each time, `confirmed`: whichever turn/start
+/// Codex sees second is folded into the running turn or refused (then the hooks deliver).
+#[test]
+fn message_sent_while_a_prompt_is_submitted_arrives_once() {
+    let model = ScriptedModel::start_with(|_| Reply::message("done"));
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    let broker = broker(&env);
+    let server = ListeningAppServer::start(env.codex_command(), env.root.join("as.sock"), &[], env.root.join("app-server.log"));
+    let mut client = server.client(T);
+    client.initialize(false, T);
+    let thread = start_thread(&mut client, &env);
+    user_turn(&mut client, &thread, "hello");
+    // Even rounds: the prompt is submitted while `broker send` runs. Odd rounds: right after
+    // `broker send` returns, racing the wake that the new message sets off.
+    let mut by = Vec::new();
+    for round in 0..6u64 {
+        let text = marker(&format!("RACE_{round}"));
+        let sender = {
+            let (bin, envs, thread, text) = (broker.bin.clone(), env.env_vars(), thread.clone(), text.clone());
+            std::thread::spawn(move || {
+                let out = std::process::Command::new(bin).env_clear().envs(envs).args(["send", "--thread", &thread, "--from", "race", &text]).output().unwrap();
+                assert!(out.status.success(), "{out:?}");
+                String::from_utf8(out.stdout).unwrap().trim().to_string()
+            })
+        };
+        let id = if round % 2 == 1 {
+            let id = sender.join().unwrap();
+            user_turn(&mut client, &thread, &format!("prompt {round}"));
+            id
+        } else {
+            user_turn(&mut client, &thread, &format!("prompt {round}"));
+            sender.join().unwrap()
+        };
+        let m = broker.wait_state(&id, "confirmed", Duration::from_secs(15));
+        by.push(str_field(&m, "event").to_string());
+        assert_once(&model, &text);
+        // Let a woken turn (if the wake won) finish before the next round.
+        if str_field(&m, "event") == "wake" {
+            wait_turn_of(&mut client, &m);
+        }
+    }
+    eprintln!("delivered by: {by:?}");
+}

@@ -79,4 +79,21 @@ impl Peer {
     pub fn is_alive(&self) -> bool {
         sys::pidfd_alive(&self.pidfd)
     }
+
+    /// [`Peer::is_alive`] as a step of the gate: `what` says which read it follows.
+    pub(super) fn still_alive(&self, what: &str) -> Result<(), Refusal> {
+        if self.is_alive() {
+            Ok(())
+        } else {
+            Err(Refusal::new(RefusalCode::PeerGone, format!("peer {} exited ({what})", self.pid)))
+        }
+    }
+}
+
+/// Step 1 of the gate: the peer runs as the broker's uid and is alive.
+pub(super) fn check(peer: &Peer, uid: u32) -> Result<(), Refusal> {
+    if peer.uid != uid {
+        return Err(Refusal::new(RefusalCode::PeerUid, format!("peer uid {} is not broker uid {}", peer.uid, uid)));
+    }
+    peer.still_alive("at start")
 }
