@@ -41,7 +41,7 @@ pub fn offer(store: &mut Store, v: &Verified) -> Result<Offer> {
     if !v.event.can_deliver() {
         return Ok(Offer::Nothing);
     }
-    if !store.has_pending(&v.thread_id, "message")? {
+    if !store.has_pending(&v.thread_id)? {
         return Ok(Offer::Nothing);
     }
     if v.event == HookEvent::SessionStart && !v.sole_thread() {

@@ -4,7 +4,7 @@
 //! user). `applying` is a fenced claim: exactly one hook call wins it, and it is never returned
 //! to `pending` once the request may have been sent.
 
-use super::{new_message_id, next_fencing_token, now_ms, Store};
+use super::{new_message_id, next_fencing_token, now_ms, State, Store};
 use anyhow::Result;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use std::collections::HashMap;
@@ -136,7 +136,7 @@ impl Store {
     }
 
     /// Moves a claimed request to its outcome; false when the claim was no longer ours.
-    pub fn effort_settle(&self, c: &Claim, state: &str, reason: Option<&str>) -> Result<bool> {
+    pub fn effort_settle(&self, c: &Claim, state: State, reason: Option<&str>) -> Result<bool> {
         let now = now_ms();
         let n = self.conn.execute(
             "UPDATE messages SET state = ?3, reason = ?4, updated_at = ?5, lease_token = NULL,

@@ -2,7 +2,8 @@
 //! Every state change is one conditional UPDATE in a transaction, so a crash at any point leaves
 //! each message in exactly one state, and a stale lease token can never move a message.
 //!
-//! States: `pending -> leased -> handed -> confirmed`, or `uncertain`, `expired`, `cancelled`.
+//! States ([`State`]): `pending -> leased -> handed -> confirmed`, or `uncertain`, `expired`,
+//! `cancelled`.
 //! The broker and the CLI (`send`, `cancel`, `inspect`) open the same database; SQLite's locking
 //! and `busy_timeout` serialise them.
 //!
@@ -14,10 +15,12 @@ mod codex;
 mod effort;
 mod producer;
 mod refusals;
+mod state;
 
 pub use codex::{TrustHow, TrustedCodex};
 pub use effort::{Claim, Details};
 pub use refusals::Refusal;
+pub use state::{Kind, State};
 
 use crate::delivery::budget::{wrapped_len, MAX_OUTPUT_BYTES};
 use anyhow::{bail, Context, Result};
@@ -69,8 +72,8 @@ pub struct Store {
 pub struct Message {
     pub id: String,
     pub thread: String,
-    pub kind: String,
-    pub state: String,
+    pub kind: Kind,
+    pub state: State,
     pub body: String,
     pub from: Option<String>,
     pub key: Option<String>,
@@ -254,22 +257,19 @@ impl Store {
     pub fn enqueue(
         &mut self,
         thread: &str,
-        kind: &str,
         body: &str,
         sender: Option<&str>,
         key: Option<&str>,
         ttl_ms: Option<i64>,
     ) -> Result<Enqueued> {
-        self.enqueue_with_wake(thread, kind, body, sender, key, ttl_ms, true)
+        self.enqueue_with_wake(thread, body, sender, key, ttl_ms, true)
     }
 
     /// [`Store::enqueue`], saying whether the wake channel may start a turn for it
     /// (`broker send --wake auto|never`), in the same insert.
-    #[allow(clippy::too_many_arguments)]
     pub fn enqueue_with_wake(
         &mut self,
         thread: &str,
-        kind: &str,
         body: &str,
         sender: Option<&str>,
         key: Option<&str>,
@@ -279,26 +279,22 @@ impl Store {
         if body.len() > MAX_BODY_BYTES {
             bail!("message is {} bytes; the limit is {} (Codex shows the model only a preview of longer hook output)", body.len(), MAX_BODY_BYTES);
         }
-        if kind == "message" {
-            if let Some(from) = sender {
-                check_from(from)?;
-            }
+        if let Some(from) = sender {
+            check_from(from)?;
         }
         let id = new_message_id();
-        if kind == "message" {
-            let rendered = wrapped_len(&id, sender, body);
-            let max = MAX_OUTPUT_BYTES;
-            if rendered > max {
-                bail!(
-                    "message renders to {rendered} bytes in the hook output (wrapper, --from and every '<' escaped as &lt; \
-                     included); the limit is {max} (Codex cuts hook output over about 10,000 bytes)"
-                );
-            }
+        let rendered = wrapped_len(&id, sender, body);
+        let max = MAX_OUTPUT_BYTES;
+        if rendered > max {
+            bail!(
+                "message renders to {rendered} bytes in the hook output (wrapper, --from and every '<' escaped as &lt; \
+                 included); the limit is {max} (Codex cuts hook output over about 10,000 bytes)"
+            );
         }
         let now = now_ms();
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         if let Some(key) = key {
-            let existing: Option<(String, String, String, String)> = tx
+            let existing: Option<(String, String, Kind, String)> = tx
                 .query_row("SELECT id, thread, kind, body FROM messages WHERE idem_key = ?1", [key], |r| {
                     Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
                 })
@@ -309,7 +305,7 @@ impl Store {
                 }
                 // Same key, same text: a retry, answered with the same id. Different text under
                 // the same key is a mistake the sender must hear about, not a silent drop.
-                if existing_kind != kind || existing_body != body {
+                if existing_kind != Kind::Message || existing_body != body {
                     bail!(
                         "key {key:?} was already used for message {id} with a different text; nothing was queued \
                          (send the same text to get {id} again, or use another key)"
@@ -321,7 +317,7 @@ impl Store {
         tx.execute(
             "INSERT INTO messages (id, thread, kind, body, sender, idem_key, state, created_at, updated_at, expires_at, wake)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?7, ?8, ?9)",
-            params![id, thread, kind, body, sender, key, now, ttl_ms.map(|t| now + t), if wake { "auto" } else { "never" }],
+            params![id, thread, Kind::Message, body, sender, key, now, ttl_ms.map(|t| now + t), if wake { "auto" } else { "never" }],
         )?;
         tx.commit()?;
         Ok(Enqueued::New(id))
@@ -374,11 +370,11 @@ impl Store {
     }
 
     /// Cheap read-only test used before taking a write lock: most hook calls have nothing to take.
-    pub fn has_pending(&self, thread: &str, kind: &str) -> Result<bool> {
+    pub fn has_pending(&self, thread: &str) -> Result<bool> {
         let mut stmt = self
             .conn
             .prepare_cached("SELECT EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = ?2)")?;
-        Ok(stmt.query_row([thread, kind], |r| r.get(0))?)
+        Ok(stmt.query_row(params![thread, Kind::Message], |r| r.get(0))?)
     }
 
     /// Leases the oldest pending messages of `thread` under a new fencing token: as many as fit,
@@ -480,7 +476,7 @@ impl Store {
             )?;
             for m in &mut taken {
                 stmt.execute(params![token, now + lease_ms, event, turn_id, now, m.id])?;
-                m.state = "leased".into();
+                m.state = State::Leased;
                 m.lease = Some(token);
                 m.event = Some(event.into());
                 m.turn_id = turn_id.map(Into::into);
@@ -581,15 +577,15 @@ impl Store {
     /// Moves a handed message to its final state (`confirmed` or `uncertain`), back to `pending`
     /// (the rollout shows Codex cut all of it out), or just advances its scan offset when `state`
     /// is None.
-    pub fn settle(&mut self, id: &str, state: Option<&str>, reason: Option<&str>, scan_offset: u64) -> Result<bool> {
+    pub fn settle(&mut self, id: &str, state: Option<State>, reason: Option<&str>, scan_offset: u64) -> Result<bool> {
         self.unsynced(|s| s.settle_inner(id, state, reason, scan_offset))
     }
 
-    fn settle_inner(&mut self, id: &str, state: Option<&str>, reason: Option<&str>, scan_offset: u64) -> Result<bool> {
+    fn settle_inner(&mut self, id: &str, state: Option<State>, reason: Option<&str>, scan_offset: u64) -> Result<bool> {
         let now = now_ms();
         let n = match state {
             // Handed, but the rollout proves the model never saw any of it: offered again.
-            Some("pending") => self.conn.execute(
+            Some(State::Pending) => self.conn.execute(
                 "UPDATE messages SET state = 'pending', reason = ?2, updated_at = ?3, lease_token = NULL,
                  lease_expires_at = NULL, handed_at = NULL, rollout_path = NULL, scan_offset = NULL
                  WHERE id = ?1 AND state = 'handed'",
@@ -610,13 +606,13 @@ impl Store {
     }
 
     /// Cancels a message that has not been shown yet (pending; a leased one is fenced off too).
-    pub fn cancel(&mut self, id: &str) -> Result<String> {
+    pub fn cancel(&mut self, id: &str) -> Result<State> {
         let now = now_ms();
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let state: Option<String> =
+        let state: Option<State> =
             tx.query_row("SELECT state FROM messages WHERE id = ?1", [id], |r| r.get(0)).optional()?;
         let Some(state) = state else { bail!("no message with id {id}") };
-        if state != "pending" && state != "leased" {
+        if state != State::Pending && state != State::Leased {
             bail!("message {id} is {state}; only pending messages can be cancelled");
         }
         tx.execute(
