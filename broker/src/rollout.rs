@@ -1,4 +1,5 @@
-//! Incremental reading of Codex rollouts for the verification gate (courier-design.md, steps 6-7).
+//! Incremental reading of Codex rollouts for the verification gate (its steps 6 and 7: the
+//! rollout's identity around the read, and its open turn).
 //!
 //! Rollouts can grow to gigabytes and every hook call needs two facts from one: the thread it
 //! belongs to (`session_meta`, the first line) and the open turn (the last `task_started` not yet
@@ -377,11 +378,6 @@ impl RolloutTracker {
             bytes_read: read,
             rebuilt,
         })
-    }
-
-    /// Drops the cached state of `path` (for example after its thread ended).
-    pub fn forget(&self, path: &Path) {
-        self.states.lock().unwrap_or_else(|p| p.into_inner()).remove(path);
     }
 
     pub fn cached_paths(&self) -> usize {

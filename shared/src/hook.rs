@@ -1,5 +1,6 @@
 //! What Codex writes to a command hook's stdin, and the outputs Courier answers with.
-//! Field names follow the hook input schemas of codex-cli 0.171.0 (`../shared/codex-reference`).
+//! Field names follow the hook input schemas of codex-cli 0.160.0-0.171.0 (`tests/tests/drift.rs`
+//! records real payloads of the newest and oldest and fails on a field Courier reads that changed).
 
 use serde::Deserialize;
 use serde_json::json;

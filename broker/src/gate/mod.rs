@@ -208,10 +208,6 @@ impl Gate {
         }
     }
 
-    pub fn config(&self) -> &GateConfig {
-        &self.config
-    }
-
     /// The incremental rollout reader (its byte counters are diagnostics).
     pub fn tracker(&self) -> &RolloutTracker {
         &self.tracker
@@ -233,7 +229,7 @@ impl Gate {
         }
     }
 
-    /// Runs every check of courier-design.md's verification gate, in order. `is_trusted` answers
+    /// Runs every check of the gate, in order (module documentation). `is_trusted` answers
     /// whether a hex SHA-256 is a trusted Codex binary.
     pub fn verify(&self, peer: &Peer, req: &HookRequest, trust: &dyn CodexTrust) -> Result<Verified, Refusal> {
         let mut ctx = Ctx::default();

@@ -86,7 +86,8 @@ impl Store {
     }
 
     /// Claims the newest pending request of `thread` under a new fencing token (`applying`).
-    /// `turn_scope_ok`: false when the hook has no turn id, so only a thread-scope request can go.
+    /// A hook with no turn id (`turn_id` None) takes only a thread-scope request; a turn-scope one
+    /// waits for a hook with a turn (reason `waiting_for_turn`).
     pub fn effort_claim(
         &mut self,
         thread: &str,
