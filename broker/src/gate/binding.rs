@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 
 /// The transcript path the event names, and the thread UUID of its file name.
 pub(super) fn transcript(event: HookEvent, payload: &HookPayload) -> Result<(&str, String), Refusal> {
-    let path_str = if event == HookEvent::SubagentStop { payload.agent_transcript_path.as_deref() } else { payload.transcript_path.as_deref() }
+    let path_str = event
+        .transcript_path(payload)
         .ok_or_else(|| Refusal::new(RefusalCode::TranscriptPath, "no transcript path in payload"))?;
     let thread_id = thread_id_from_path(path_str)
         .ok_or_else(|| Refusal::new(RefusalCode::TranscriptPath, format!("{path_str:?} is not rollout-*-<uuid>.jsonl")))?
@@ -83,7 +84,7 @@ impl Gate {
             .map(|id| (id.dev, id.ino));
         // Only SessionStart's delivery depends on how many threads codex runs; other events re-check
         // the fds that held the rollout and the lock last time, and scan only when those moved.
-        let counted = event == HookEvent::SessionStart;
+        let counted = event.needs_sole_thread();
         let thread_locks = if !counted
             && lock_file.is_some_and(|lock| {
                 holder::hinted_holds(&self.fd_hints, codex.pid, codex.starttime, rollout_file, lock)
