@@ -162,7 +162,7 @@ impl World {
 
     fn gate(&self) -> Gate {
         let m = std::fs::metadata(python()).unwrap();
-        Gate::new(GateConfig { codex_home: self.codex_home.clone(), installed_clients: vec![(m.dev(), m.ino())], secret: SECRET })
+        Gate::new(GateConfig { codex_home: self.codex_home.clone(), installed_clients: vec![broker::os::FileKey { dev: m.dev(), ino: m.ino() }], secret: SECRET })
     }
 
     /// A stand-in codex holding `threads`, with one connected child peer.

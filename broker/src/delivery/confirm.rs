@@ -3,6 +3,7 @@
 //! where the last scan stopped) for the message's marker in a hook-injected message: found ->
 //! `confirmed`; its turn closed without it -> `uncertain` (never silently re-offered).
 
+use crate::os::ProcessKey;
 use crate::store::{Message, State, Store};
 use anyhow::Result;
 use courier_shared::rollout::{classify_line, marker_ids, RolloutEvent};
@@ -30,7 +31,7 @@ pub fn reconcile(store: &mut Store, thread: Option<&str>) -> Result<usize> {
         let mut dead = std::collections::HashSet::new();
         for m in &messages {
             if let Some((pid, start)) = m.lease.map(|t| store.codex_of(t)).transpose()?.flatten() {
-                if !process_alive(pid, start) {
+                if !(ProcessKey { pid, starttime: start }).is_alive() {
                     dead.insert(m.id.clone());
                 }
             }
@@ -47,17 +48,6 @@ pub fn reconcile(store: &mut Store, thread: Option<&str>) -> Result<usize> {
         }
     }
     Ok(settled)
-}
-
-/// The process `pid` still runs and is the one that started at `starttime` (/proc stat field 22).
-fn process_alive(pid: i32, starttime: u64) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
-    // Fields after the command name (which may hold spaces and parentheses) start at field 3.
-    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return false };
-    let mut fields = rest.split_whitespace();
-    let state = fields.next();
-    let start = fields.nth(18).and_then(|f| f.parse::<u64>().ok());
-    state != Some("Z") && start == Some(starttime)
 }
 
 type Settlement = (String, Option<State>, Option<&'static str>, u64);

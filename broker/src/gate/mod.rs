@@ -49,7 +49,6 @@ pub(crate) mod holder;
 pub mod owner;
 pub mod peer;
 mod rollout_read;
-pub(crate) mod sys;
 mod turn;
 #[cfg(test)]
 mod tests;
@@ -87,7 +86,7 @@ pub struct HookRequest<'a> {
 pub struct GateConfig {
     pub codex_home: PathBuf,
     /// (device, inode) of every installed hook-client executable.
-    pub installed_clients: Vec<(u64, u64)>,
+    pub installed_clients: Vec<crate::os::FileKey>,
     pub secret: Secret,
 }
 
