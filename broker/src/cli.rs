@@ -68,7 +68,7 @@ pub const COMMANDS: &[Command] = &[
             flag("future-thread", "--thread names a thread that has not started yet (no rollout has it): queue anyway"),
             opt("key", "KEY", "idempotency key: the same key and text again give the same message id"),
             opt("ttl", DURATION, "expire the message if it is not delivered within D"),
-            opt("from", "LABEL", "sender label shown to the model (default: $USER)"),
+            opt("from", "LABEL", "sender label shown to the model (default: $USER; run by a Codex tool command: thread:<id>, verified)"),
             opt("wake", "auto|never", "auto (default): an idle thread gets a new turn with it; never: wait for the thread's next hook"),
             opt("wait", "handed|confirmed", "then wait for that state; exit 0 reached, 3 timed out, 4 ended without it"),
             opt("timeout", DURATION, "with --wait: give up after D (default: wait as long as it takes)"),

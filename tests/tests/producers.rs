@@ -367,3 +367,77 @@ fn line_request(sock: &Path, req: &str) -> Value {
     serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
 }
 
+
+/// A `broker send` run by the model of session A (its `exec_command`) reaches session B with
+/// `from="thread:<A>" verified="true"`: the broker proved which thread's tool command sent it.
+/// The same command with `--from relay` is a plain label, and a self-declared `--from thread:...`
+/// is refused (exit 2). A's `send --wait confirmed` returns 0 once B's model has it, so A's model
+/// sees the receipt in its tool output.
+#[test]
+fn tool_command_sender_is_verified_and_labels_cannot_pose_as_it() {
+    use std::sync::{Arc, Mutex};
+    let hold = Hold::new();
+    let h = hold.clone();
+    let tb_slot: Arc<Mutex<Option<String>>> = Arc::default();
+    let slot = Arc::clone(&tb_slot);
+    let bin = courier_tests::broker_bin().display().to_string();
+    let (verified_text, relayed_text) = (marker("VERIFIED"), marker("RELAYED"));
+    let (vt, rt) = (verified_text.clone(), relayed_text.clone());
+    let model = ScriptedModel::start_with(move |r| {
+        let first = r.function_calls().is_empty();
+        if !r.user_messages_containing("BRAVO").is_empty() {
+            return if first { Reply::exec("echo bravo").held(&h) } else { Reply::message("done") };
+        }
+        if !first {
+            return Reply::message("done");
+        }
+        let tb = slot.lock().unwrap().clone().expect("B's thread id first");
+        let ta = r.thread_id().unwrap();
+        let cmd = format!(
+            "{bin} send --thread {tb} --key kv --wait confirmed --timeout 60s '{vt}'; echo rc1=$?; \
+             {bin} send --thread {tb} --key kr --from relay '{rt}'; echo rc2=$?; \
+             {bin} send --thread {tb} --from 'thread:{ta}' forged 2>&1; echo rc3=$?"
+        );
+        Reply::exec_with_yield(&cmd, 60_000)
+    });
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    let broker = broker(&env);
+    let b = env.spawn_exec("BRAVO wait for a message");
+    hold.wait_held(1, T);
+    let tb = b.wait_thread_id(T);
+    *tb_slot.lock().unwrap() = Some(tb.clone());
+    let a = env.spawn_exec("ALPHA message your peer");
+    let ta = a.wait_thread_id(T);
+    courier_tests::util::wait_until(T, "A's send to park its wait", || {
+        (broker.inspect_json()["broker"]["parked_waits"].as_u64() == Some(1)).then_some(())
+    });
+    hold.release();
+    b.wait(T).assert_success();
+    a.wait(T).assert_success();
+
+    let wrapped = model
+        .requests_for_thread(&tb)
+        .iter()
+        .flat_map(|r| r.developer_messages_containing(&verified_text))
+        .collect::<Vec<_>>();
+    assert!(!wrapped.is_empty(), "{}", model.dump());
+    for w in &wrapped {
+        assert!(w.contains(&format!("from=\"thread:{ta}\" verified=\"true\">{verified_text}")), "{w}");
+    }
+    let out = model
+        .requests_for_thread(&ta)
+        .iter()
+        .flat_map(|r| r.exec_results())
+        .find_map(|(_, out)| out)
+        .expect("A's tool output");
+    assert!(out.contains("rc1=0") && out.contains("rc2=0") && out.contains("rc3=2"), "{out}");
+    assert!(out.contains("reserved for senders the broker verified"), "{out}");
+    let msgs = broker.inspect_json()["messages"].as_array().unwrap().clone();
+    let by_key = |k: &str| msgs.iter().find(|m| m["key"] == k).cloned().unwrap_or_else(|| panic!("no message with key {k}: {msgs:#?}"));
+    assert_eq!(by_key("kv")["from"], format!("thread:{ta}"));
+    assert_eq!(by_key("kv")["state"], "confirmed");
+    assert_eq!(by_key("kr")["from"], "relay");
+    let relayed = model.requests_for_thread(&tb).iter().flat_map(|r| r.user_messages_containing(&relayed_text)).collect::<Vec<_>>();
+    assert!(relayed.iter().all(|m| !m.contains("verified=")), "a label is never marked verified: {relayed:?}");
+    assert_eq!(msgs.len(), 2, "the forged one was not queued: {msgs:#?}");
+}

@@ -1,7 +1,6 @@
 //! The hook output budget: how many bytes of rendered text one hook call may hand out, and the
 //! rendered size of one message. The store checks both at `send` and when it leases.
 
-use courier_shared::hook::wrap_message;
 
 /// Bytes of rendered text (wrappers, escaped bodies, labels, newlines) one hook call hands out.
 /// Codex (0.171.0, measured) counts a hook's `additionalContext` or Stop `reason` text at
@@ -13,5 +12,5 @@ pub const MAX_OUTPUT_BYTES: usize = 8_000;
 
 /// Length of [`wrap`] for a message with this id, sender and body.
 pub fn wrapped_len(id: &str, from: Option<&str>, body: &str) -> usize {
-    wrap_message(id, from.unwrap_or("unknown"), body).len()
+    super::render::wrapped(id, from, body).len()
 }

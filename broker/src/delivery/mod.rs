@@ -15,7 +15,7 @@ mod render;
 
 pub use budget::{wrapped_len, MAX_OUTPUT_BYTES};
 pub use confirm::{reconcile, set_scan_budget, settle_line, SERVE_SCAN_BUDGET};
-pub use render::{render, wrap};
+pub use render::{render, verified_thread, wrap};
 
 use crate::gate::Verified;
 use crate::store::Store;

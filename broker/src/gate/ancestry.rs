@@ -51,7 +51,7 @@ impl Gate {
 
     /// Walks parents from the peer to the nearest trusted executable. Returns the processes in
     /// between (nearest first) and the codex process.
-    fn walk_ancestry(
+    pub(super) fn walk_ancestry(
         &self,
         peer_stat: &os::ProcStat,
         trust: &dyn CodexTrust,

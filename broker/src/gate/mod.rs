@@ -49,6 +49,7 @@ pub(crate) mod holder;
 pub mod owner;
 pub mod peer;
 mod rollout_read;
+pub mod sender;
 mod turn;
 #[cfg(test)]
 mod tests;

@@ -80,22 +80,42 @@ pub fn send(args: Args) -> Result<ExitCode> {
     if text == "-" {
         text = read_stdin_body()?;
     }
-    let from = args.value("from")?.or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "cli".into());
+    let explicit_from = args.value("from")?;
+    let from = explicit_from.clone().or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "cli".into());
     let ttl_ms = args.duration("ttl")?.map(|d| d.as_millis() as i64);
     let wake = match args.value("wake")?.as_deref() {
         None | Some("auto") => true,
         Some("never") => false,
         Some(other) => return Err(usage("send", format!("--wake takes auto or never, not {other:?}"))),
     };
-    let opts = SendOptions { target, text, key: args.value("key")?, ttl_ms, from: Some(from), future_thread, wake };
-    let sent = {
-        let mut store = open_store()?;
-        send::send(&mut store, &paths::codex_home(), &|| fetch_threads(false, 0), &opts)
-    };
+    let mut opts =
+        SendOptions { target, text, key: args.value("key")?, ttl_ms, from: Some(from), verified_sender: false, future_thread, wake };
+    // Run by a Codex tool command (the model's `exec_command`) with no --from: let the broker
+    // prove which thread that is and name the sender after it.
+    let in_tool_command = std::env::var_os("CODEX_TOOL_CALL_ID").is_some() && std::env::var_os("CODEX_THREAD_ID").is_some();
+    let mut sent = None;
+    if in_tool_command && explicit_from.is_none() {
+        match verified_send(&opts)? {
+            Verified::Sent(s) => sent = Some(s),
+            Verified::Not(why) => {
+                eprintln!("broker send: note: the sender is not verified ({why}); it is sent as {:?}", opts.from.as_deref().unwrap_or(""));
+            }
+        }
+    }
     let sent = match sent {
-        Ok(s) => s,
-        Err(SendError::Refused { message, .. }) => return Err(UsageError(format!("broker send: {message}")).into()),
-        Err(SendError::Failed(e)) => return Err(e.context(format!("queueing the message in {}", paths::state_dir().display()))),
+        Some(s) => s,
+        None => {
+            opts.verified_sender = false;
+            let sent = {
+                let mut store = open_store()?;
+                send::send(&mut store, &paths::codex_home(), &|| fetch_threads(false, 0), &opts)
+            };
+            match sent {
+                Ok(s) => s,
+                Err(SendError::Refused { message, .. }) => return Err(UsageError(format!("broker send: {message}")).into()),
+                Err(SendError::Failed(e)) => return Err(e.context(format!("queueing the message in {}", paths::state_dir().display()))),
+            }
+        }
     };
     if let Some(note) = &sent.note {
         eprintln!("broker send: note: {note}");
@@ -125,6 +145,61 @@ pub fn send(args: Args) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::from(waited.outcome.exit_code()))
+}
+
+enum Verified {
+    Sent(send::Sent),
+    /// Not verified (no broker, or the broker could not prove it): why.
+    Not(String),
+}
+
+/// Error codes of a socket `send` that are the caller's mistake (exit 2), not a failure.
+const USAGE_CODES: [&str; 8] =
+    ["bad_request", "no_such_thread", "bad_thread", "no_thread_for_cwd", "several_threads_for_cwd", "bad_cwd", "empty_message", "reserved_from"];
+
+/// `send` through the broker with `verify_sender`: it checks which thread's tool command this
+/// process is and queues the message as `thread:<id>`.
+fn verified_send(opts: &SendOptions) -> Result<Verified> {
+    let mut req = json!({
+        "op": "send", "text": opts.text, "key": opts.key, "ttl_ms": opts.ttl_ms, "future_thread": opts.future_thread,
+        "verify_sender": true, "wake": if opts.wake { "auto" } else { "never" },
+    });
+    match &opts.target {
+        Target::Thread(t) => req["thread"] = json!(t),
+        Target::Cwd(c) => req["cwd"] = json!(std::path::absolute(c).unwrap_or_else(|_| c.clone())),
+    }
+    let socket = paths::socket_path(&paths::runtime_dir());
+    let reply = match super::proto::call(&socket, &req, Some(Duration::from_secs(30))) {
+        Ok(Some(r)) => r,
+        Ok(None) => return Ok(Verified::Not("no broker answered".into())),
+        Err(e) => return Ok(Verified::Not(format!("{e:#}"))),
+    };
+    let text = |k: &str| reply.get(k).and_then(Value::as_str).map(str::to_string);
+    if reply.get("ok") != Some(&Value::Bool(true)) {
+        let code = text("error").unwrap_or_default();
+        let message = text("message").unwrap_or_else(|| "the broker refused the message".into());
+        if code == "sender_not_verified" {
+            return Ok(Verified::Not(message));
+        }
+        if USAGE_CODES.contains(&code.as_str()) {
+            return Err(UsageError(format!("broker send: {message}")).into());
+        }
+        bail!("{message}");
+    }
+    let status = match text("thread_status").as_deref() {
+        Some("live") => send::ThreadStatus::Live,
+        Some("ended") => send::ThreadStatus::Ended,
+        _ => send::ThreadStatus::NotStarted,
+    };
+    Ok(Verified::Sent(send::Sent {
+        id: text("id").context("the broker's reply has no id")?,
+        thread: text("thread").context("the broker's reply has no thread")?,
+        duplicate: reply["duplicate"].as_bool().unwrap_or(false),
+        from: text("from"),
+        sender_verified: reply["sender_verified"].as_bool().unwrap_or(false),
+        thread_status: status,
+        note: text("note"),
+    }))
 }
 
 pub fn wait(args: Args) -> Result<ExitCode> {

@@ -9,7 +9,9 @@
 //!
 //! Requests (`op`; an optional `"v": 1`; unknown fields are refused):
 //! - `{"op":"send","thread":UUID | "cwd":PATH,"text":T,"key"?,"ttl_ms"?,"from"?,"future_thread"?,
-//!   "wake"?:"auto"|"never","wait"?:"handed"|"confirmed","timeout_ms"?}` -> `{"ok":true,"id","thread","duplicate","note"}`;
+//!   "verify_sender"?,"wake"?:"auto"|"never","wait"?:"handed"|"confirmed","timeout_ms"?}`; with
+//!   `verify_sender` (and no `from`) the broker proves which thread's Codex tool command the
+//!   connecting process is and names it `thread:<id>` (`gate/sender.rs`) -> `{"ok":true,"id","thread","duplicate","note"}`;
 //!   with `wait`, the reply comes when the message settles or the timeout ends, and adds
 //!   `outcome` and `messages` as a `wait` reply does.
 //! - `{"op":"status","id":ID}` -> `{"ok":true,"message":RECORD}`.
@@ -22,6 +24,7 @@
 use super::send::{self, SendError, SendOptions, Target};
 use super::threads::{Lister, ThreadInfo};
 use super::wait::Waiters;
+use crate::gate::sender::ToolSender;
 use super::Want;
 use crate::store::{now_ms, Store};
 use anyhow::{Context, Result};
@@ -39,8 +42,10 @@ pub const MAX_LINE: usize = 256 * 1024;
 pub const MAX_REPLY: usize = 16 << 20;
 
 /// Error codes a reply can carry.
-pub const ERROR_CODES: [&str; 10] = [
+pub const ERROR_CODES: [&str; 12] = [
     "bad_request",
+    "reserved_from",
+    "sender_not_verified",
     "no_such_thread",
     "bad_thread",
     "no_thread_for_cwd",
@@ -82,6 +87,8 @@ enum Op {
         from: Option<String>,
         #[serde(default)]
         future_thread: bool,
+        #[serde(default)]
+        verify_sender: bool,
         #[serde(default)]
         wake: Option<WakeMode>,
         #[serde(default)]
@@ -196,8 +203,9 @@ impl Service {
     }
 
     /// Serves one request line on `stream` (a worker thread calls this; a wait parks the stream
-    /// with the waiter thread and returns at once).
-    pub fn serve(&self, mut stream: UnixStream, line: &[u8]) {
+    /// with the waiter thread and returns at once). `verify` proves which thread's Codex tool
+    /// command the peer is (`gate/sender.rs`), for a `send` with `verify_sender`.
+    pub fn serve(&self, mut stream: UnixStream, line: &[u8], verify: &dyn Fn(&UnixStream) -> Result<ToolSender, String>) {
         let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
         let reply = match parse(line) {
             Err(reply) => reply,
@@ -220,7 +228,7 @@ impl Service {
                 Ok(threads) => json!({"ok": true, "threads": threads}),
                 Err(e) => error("failed", &format!("{e:#}")),
             },
-            Ok(Op::Send { thread, cwd, text, key, ttl_ms, from, future_thread, wake, wait, timeout_ms }) => {
+            Ok(Op::Send { thread, cwd, text, key, ttl_ms, from, future_thread, verify_sender, wake, wait, timeout_ms }) => {
                 let target = match (thread, cwd) {
                     (Some(t), None) => Target::Thread(t),
                     (None, Some(c)) => Target::Cwd(PathBuf::from(c)),
@@ -230,7 +238,18 @@ impl Service {
                     return reply_to(&mut stream, &error("bad_request", "timeout_ms needs wait"));
                 }
                 let wake = wake != Some(WakeMode::Never);
-                let opts = SendOptions { target, text, key, ttl_ms: ttl_ms.map(|t| t as i64), from, future_thread, wake };
+                let (from, verified_sender) = if verify_sender {
+                    if from.is_some() {
+                        return reply_to(&mut stream, &error("bad_request", "verify_sender names the sender itself: no from"));
+                    }
+                    match verify(&stream) {
+                        Ok(s) => (Some(format!("{}{}", send::VERIFIED_PREFIX, s.thread)), true),
+                        Err(why) => return reply_to(&mut stream, &error("sender_not_verified", &why)),
+                    }
+                } else {
+                    (from, false)
+                };
+                let opts = SendOptions { target, text, key, ttl_ms: ttl_ms.map(|t| t as i64), from, verified_sender, future_thread, wake };
                 let sent = {
                     let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
                     send::send(&mut store, &self.codex_home, &|| self.threads(false, 0), &opts)

@@ -182,6 +182,15 @@ impl Broker {
     }
 }
 
+impl Broker {
+    /// The thread whose Codex tool command is on the other end of `stream` (a `broker send` the
+    /// model ran), proven as `gate/sender.rs` says, or why not.
+    pub(super) fn verify_sender(&self, stream: &UnixStream) -> Result<gate::sender::ToolSender, String> {
+        let peer = gate::peer::identify(stream).map_err(|r| format!("{}: {}", r.code, r.detail))?;
+        self.gate.verify_tool_sender(&peer, &TrustView(self))
+    }
+}
+
 /// The gate's view of Codex trust: digests from the store, expected paths from the follower.
 pub(super) struct TrustView<'a>(pub(super) &'a Broker);
 
