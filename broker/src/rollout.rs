@@ -112,7 +112,7 @@ fn member(b: &[u8], name: &str, last: bool) -> Option<usize> {
     let pat = pat.as_bytes();
     let mut hits = b.windows(pat.len()).enumerate().filter(|(_, w)| *w == pat).map(|(at, _)| at);
     if last {
-        hits.filter_map(|at| value_start(b, at, name)).last()
+        hits.filter_map(|at| value_start(b, at, name)).next_back()
     } else {
         hits.find_map(|at| value_start(b, at, name))
     }

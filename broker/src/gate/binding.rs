@@ -93,7 +93,7 @@ impl Gate {
             0
         } else {
             let lock_dir_canon = std::fs::canonicalize(&lock_dir).unwrap_or_else(|_| lock_dir.clone());
-            let scan = holder::scan(codex.pid, rollout_file, lock_file, &thread_id, &lock_dir_canon).map_err(|e| {
+            let scan = holder::scan(codex.pid, rollout_file, lock_file, thread_id, &lock_dir_canon).map_err(|e| {
                 if os::is_gone(&e) {
                     Refusal::new(RefusalCode::AncestryChanged, format!("codex {} fds: {e}", codex.pid))
                 } else {

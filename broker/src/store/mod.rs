@@ -16,6 +16,8 @@ mod effort;
 mod producer;
 mod refusals;
 mod state;
+mod upkeep;
+mod wake;
 
 pub use codex::{TrustHow, TrustedCodex};
 pub use effort::{Claim, Details};
@@ -348,27 +350,6 @@ impl Store {
         Ok(out)
     }
 
-    /// Forgets what no longer matters: messages in a final state not touched for `retention_ms`
-    /// (their idempotency keys with them), codex records of leases no longer live, and all but the
-    /// newest Stop-continuation counters. Returns the messages removed.
-    pub fn prune(&mut self, retention_ms: i64) -> Result<usize> {
-        let cutoff = now_ms() - retention_ms;
-        let tx = self.conn.transaction()?;
-        let removed = tx.execute(
-            "DELETE FROM messages WHERE updated_at < ?1
-             AND state IN ('confirmed', 'uncertain', 'expired', 'cancelled', 'applied', 'failed')",
-            [cutoff],
-        )?;
-        tx.execute(
-            "DELETE FROM handed_to WHERE lease_token NOT IN
-             (SELECT lease_token FROM messages WHERE lease_token IS NOT NULL AND state IN ('leased', 'handed'))",
-            [],
-        )?;
-        tx.execute("DELETE FROM stop_blocks WHERE rowid <= (SELECT MAX(rowid) FROM stop_blocks) - 10000", [])?;
-        tx.commit()?;
-        Ok(removed)
-    }
-
     /// Cheap read-only test used before taking a write lock: most hook calls have nothing to take.
     pub fn has_pending(&self, thread: &str) -> Result<bool> {
         let mut stmt = self
@@ -392,32 +373,7 @@ impl Store {
         self.unsynced(|s| s.lease_inner(thread, event, turn_id, lease_ms, max_bytes, false))
     }
 
-    /// Leases a thread's pending messages to the wake channel (`event` = `wake`): the same
-    /// lease as a hook's, so a message is never offered to both; messages sent with
-    /// `--wake never` are left for the hooks.
-    pub fn lease_for_wake(&mut self, thread: &str, lease_ms: i64, max_bytes: usize) -> Result<Option<Lease>> {
-        self.lease_inner(thread, "wake", None, lease_ms, max_bytes, true)
-    }
-
-    /// Threads with messages the wake channel may deliver (pending, `--wake auto`).
-    pub fn wake_candidates(&self) -> Result<Vec<String>> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT DISTINCT thread FROM messages WHERE state = 'pending' AND kind = 'message' AND wake != 'never' LIMIT 256",
-        )?;
-        let rows = stmt.query_map([], |r| r.get(0))?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
-    }
-
-    /// Records the turn a wake's `turn/start` opened on the messages of lease `token`.
-    pub fn set_lease_turn(&mut self, token: i64, turn_id: &str) -> Result<()> {
-        self.conn.execute(
-            "UPDATE messages SET turn_id = ?2 WHERE lease_token = ?1 AND state IN ('leased', 'handed')",
-            params![token, turn_id],
-        )?;
-        Ok(())
-    }
-
-    fn lease_inner(
+    pub(super) fn lease_inner(
         &mut self,
         thread: &str,
         event: &str,
@@ -546,27 +502,6 @@ impl Store {
         let mut stmt =
             self.conn.prepare_cached("SELECT codex_pid, codex_starttime FROM handed_to WHERE lease_token = ?1")?;
         Ok(stmt.query_row([lease_token], |r| Ok((r.get::<_, i32>(0)?, r.get::<_, i64>(1)? as u64))).optional()?)
-    }
-
-    /// Retires every pending message whose `--ttl` ran out (the broker's maintenance pass, so a
-    /// message expires on time whether or not a hook of its thread ever fires). Returns how many.
-    pub fn expire_due(&mut self) -> Result<usize> {
-        let now = now_ms();
-        Ok(self.conn.execute(
-            "UPDATE messages SET state = 'expired', reason = 'ttl_elapsed', updated_at = ?1
-             WHERE state = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?1",
-            [now],
-        )?)
-    }
-
-    /// Releases every lease whose time is up (after a broker crash, or a client that vanished).
-    pub fn release_expired_leases(&mut self) -> Result<usize> {
-        let now = now_ms();
-        Ok(self.conn.execute(
-            "UPDATE messages SET state = 'pending', lease_token = NULL, lease_expires_at = NULL,
-             reason = 'lease_expired', updated_at = ?1 WHERE state = 'leased' AND lease_expires_at <= ?1",
-            [now],
-        )?)
     }
 
     pub fn stop_blocks(&self, thread: &str, turn_id: &str) -> Result<i64> {
