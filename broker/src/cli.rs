@@ -96,6 +96,14 @@ pub const COMMANDS: &[Command] = &[
         ],
     },
     Command {
+        name: "mcp",
+        args: "",
+        positionals: (0, 0),
+        required: &[],
+        about: "an MCP server on stdio (send_message, list_threads, message_status) for Codex; runs courier-mcp",
+        opts: &[],
+    },
+    Command {
         name: "threads",
         args: "",
         positionals: (0, 0),

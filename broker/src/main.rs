@@ -70,6 +70,7 @@ fn run() -> Result<ExitCode> {
         "status" => broker::producer::cli::status(args),
         "wait" => broker::producer::cli::wait(args),
         "threads" => broker::producer::cli::threads(args),
+        "mcp" => broker::producer::cli::mcp(args),
         "effort" => effort(args),
         "inspect" => inspect_cmd(args),
         "cancel" => cancel(args),

@@ -441,3 +441,80 @@ fn tool_command_sender_is_verified_and_labels_cannot_pose_as_it() {
     assert!(relayed.iter().all(|m| !m.contains("verified=")), "a label is never marked verified: {relayed:?}");
     assert_eq!(msgs.len(), 2, "the forged one was not queued: {msgs:#?}");
 }
+
+
+/// Registers `broker mcp` as Codex's MCP server `courier` in `env` (Codex passes an MCP server
+/// only a few variables of its own environment, so Courier's directories are given).
+fn register_mcp(env: &CodexEnv) {
+    env.set_extra_config(&format!(
+        "[mcp_servers.courier]\ncommand = {:?}\nargs = [\"mcp\"]\nenv = {{ COURIER_RUNTIME_DIR = {:?}, COURIER_STATE_DIR = {:?} }}\n",
+        courier_tests::broker_bin().display().to_string(),
+        env.runtime_dir.display().to_string(),
+        env.state_dir.display().to_string()
+    ));
+}
+
+/// An agent messages an agent through MCP: the scripted model of session A finds Courier's tools
+/// (Codex defers MCP tools behind `tool_search`), calls `send_message` for session B with
+/// `wait: "confirmed"`, then `message_status`. B's model gets the message once, from
+/// `thread:<A>` marked verified (the broker checked the MCP server's codex runs A and A's open
+/// turn has that call); A's `send_message` returns `reached` and `message_status` says `confirmed`.
+#[test]
+fn mcp_agent_messages_agent_and_sees_the_receipt() {
+    use std::sync::{Arc, Mutex};
+    let hold = Hold::new();
+    let h = hold.clone();
+    let tb_slot: Arc<Mutex<Option<String>>> = Arc::default();
+    let slot = Arc::clone(&tb_slot);
+    let body = marker("OVER_MCP");
+    let b2 = body.clone();
+    let model = ScriptedModel::start_with(move |r| {
+        if !r.user_messages_containing("BRAVO").is_empty() {
+            return if r.function_calls().is_empty() { Reply::exec("echo bravo").held(&h) } else { Reply::message("done") };
+        }
+        let last = r.input().last().cloned().unwrap_or_default();
+        let last_text = last.to_string();
+        match last["type"].as_str() {
+            Some("message") => Reply::raw_items(vec![serde_json::json!({
+                "type": "tool_search_call", "call_id": "ts_courier", "execution": "client",
+                "arguments": {"query": "courier send message to another thread"}})]),
+            Some("tool_search_output") => {
+                let tb = slot.lock().unwrap().clone().expect("B's thread id first");
+                Reply::call(Some("mcp__courier"), "send_message", serde_json::json!({"thread": tb, "text": b2, "wait": "confirmed", "timeout_seconds": 60}))
+            }
+            Some("function_call_output") if last_text.contains("\\\"outcome\\\"") => {
+                let id = last_text.split("m_").nth(1).map(|t| format!("m_{}", &t[..16])).unwrap_or_default();
+                Reply::call(Some("mcp__courier"), "message_status", serde_json::json!({"id": id}))
+            }
+            _ => Reply::message("done"),
+        }
+    });
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    register_mcp(&env);
+    let broker = broker(&env);
+    let b = env.spawn_exec("BRAVO wait for a message");
+    hold.wait_held(1, T);
+    let tb = b.wait_thread_id(T);
+    *tb_slot.lock().unwrap() = Some(tb.clone());
+    let a = env.spawn_exec("ALPHA tell your peer");
+    let ta = a.wait_thread_id(T);
+    courier_tests::util::wait_until(T, "A's send_message to park its wait", || {
+        (broker.inspect_json()["broker"]["parked_waits"].as_u64() == Some(1)).then_some(())
+    });
+    hold.release();
+    b.wait(T).assert_success();
+    a.wait(T).assert_success();
+
+    let seen: Vec<String> = model.requests_for_thread(&tb).iter().flat_map(|r| r.developer_messages_containing(&body)).collect();
+    assert!(!seen.is_empty(), "B's model got it: {}", model.dump());
+    assert!(seen.iter().all(|w| w.contains(&format!("from=\"thread:{ta}\" verified=\"true\">{body}"))), "{seen:?}");
+    assert_eq!(model.requests_for_thread(&tb).last().unwrap().developer_messages_containing(&body).len(), 1, "once");
+    let outputs: Vec<String> = model.requests_for_thread(&ta).last().unwrap().tool_outputs().iter().map(|o| o.to_string()).collect();
+    let send_out = outputs.iter().find(|o| o.contains("outcome")).unwrap_or_else(|| panic!("send_message output: {outputs:#?}"));
+    assert!(send_out.contains("\\\"outcome\\\": \\\"reached\\\"") && send_out.contains("\\\"sender_verified\\\": true"), "{send_out}");
+    let status_out = outputs.last().unwrap();
+    assert!(status_out.contains("\\\"state\\\": \\\"confirmed\\\""), "message_status: {status_out}");
+    let msgs = broker.inspect_json()["messages"].as_array().unwrap().clone();
+    assert_eq!(msgs.len(), 1, "{msgs:#?}");
+    assert_eq!((msgs[0]["state"].as_str(), msgs[0]["from"].as_str()), (Some("confirmed"), Some(format!("thread:{ta}").as_str())));
+}
