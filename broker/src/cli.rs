@@ -166,6 +166,7 @@ pub const COMMANDS: &[Command] = &[
             opt("codex-home", "DIR", "the Codex home to register the hooks in (default: $CODEX_HOME or ~/.codex)"),
             opt("start", "auto|systemd|profile|none", "how the broker starts at login (default: auto = systemd when it answers, else profile)"),
             flag("no-enable", "systemd: write the units without calling systemctl"),
+            flag("no-mcp", "do not install courier-mcp nor register `broker mcp` as Codex's MCP server \"courier\""),
         ],
     },
     Command {

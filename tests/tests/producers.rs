@@ -4,7 +4,7 @@
 //! home and broker.
 
 use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use courier_tests::broker::{hook_command, run_bounded};
@@ -517,4 +517,51 @@ fn mcp_agent_messages_agent_and_sees_the_receipt() {
     let msgs = broker.inspect_json()["messages"].as_array().unwrap().clone();
     assert_eq!(msgs.len(), 1, "{msgs:#?}");
     assert_eq!((msgs[0]["state"].as_str(), msgs[0]["from"].as_str()), (Some("confirmed"), Some(format!("thread:{ta}").as_str())));
+}
+
+/// `broker install` copies courier-mcp beside the broker and registers `broker mcp` as Codex's
+/// MCP server "courier": Codex lists it, and a session's model reaches Courier's tools through it;
+/// `broker uninstall` takes the entry out again. `--no-mcp` registers nothing.
+#[test]
+fn install_registers_broker_mcp_in_codex() {
+    let model = ScriptedModel::start_with(|r| {
+        let last = r.input().last().cloned().unwrap_or_default();
+        match last["type"].as_str() {
+            Some("message") => Reply::raw_items(vec![serde_json::json!({
+                "type": "tool_search_call", "call_id": "ts_1", "execution": "client", "arguments": {"query": "courier threads"}})]),
+            Some("tool_search_output") => Reply::call(Some("mcp__courier"), "list_threads", serde_json::json!({})),
+            _ => Reply::message("done"),
+        }
+    });
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    let prefix = env.root.join("prefix");
+    let cli = Broker::cli_only(&env);
+    let install = |extra: &[&str]| {
+        let mut args = vec!["install", "--prefix", prefix.to_str().unwrap(), "--codex-home", env.codex_home.to_str().unwrap(), "--start", "none"];
+        args.extend_from_slice(extra);
+        cli.run(&args)
+    };
+    let out = install(&[]);
+    let installed = text(&out).0;
+    assert!(prefix.join("courier-mcp").is_file(), "{installed}");
+    assert!(installed.contains("as Codex's MCP server \"courier\""), "{installed}");
+    let listed = run_bounded(env.codex_command().args(["mcp", "list", "--json"]), T);
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap_or_else(|e| panic!("codex mcp list --json: {e}: {listed:?}"));
+    let courier = listed.as_array().unwrap().iter().find(|s| s["name"] == "courier").unwrap_or_else(|| panic!("{listed:#}"));
+    assert!(courier.to_string().contains(&prefix.join("broker").display().to_string()), "{courier}");
+
+    let _broker = broker(&env);
+    let out = env.exec("list the threads");
+    out.assert_success();
+    let thread = out.thread_id().unwrap();
+    let reply = model.requests_for_thread(&thread).last().unwrap().tool_outputs().iter().map(|o| o.to_string()).collect::<String>();
+    assert!(reply.contains(&thread), "the installed broker mcp listed this very thread: {reply}");
+
+    let out = run_bounded(Command::new(prefix.join("broker")).args(["uninstall"]).env_clear().envs(env.env_vars()), T);
+    assert!(out.status.success(), "{:?}", text(&out));
+    let config = std::fs::read_to_string(env.config_toml_path()).unwrap();
+    assert!(!config.contains("mcp_servers"), "{config}");
+    let out = install(&["--no-mcp"]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    assert!(!prefix.join("courier-mcp").exists() && !std::fs::read_to_string(env.config_toml_path()).unwrap().contains("mcp_servers"));
 }
