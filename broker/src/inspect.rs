@@ -61,7 +61,7 @@ pub struct Report {
     pub status: Option<Value>,
     pub now: i64,
     /// Effort rows: id -> (scope, endpoint detail).
-    pub effort: crate::effort::db::Details,
+    pub effort: crate::store::Details,
     /// Every trusted Codex binary, with how it became trusted.
     pub trusted_codex: Vec<crate::codex::TrustedCodex>,
 }
@@ -73,7 +73,7 @@ impl Report {
             refusals: store.refusals(thread, REFUSALS_SHOWN)?,
             status,
             now: now_ms(),
-            effort: crate::effort::db::details(store.conn_ref(), thread)?,
+            effort: store.effort_details(thread)?,
             trusted_codex: store.trusted_codex()?,
         })
     }

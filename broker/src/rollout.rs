@@ -3,17 +3,37 @@
 //! Rollouts can grow to gigabytes and every hook call needs two facts from one: the thread it
 //! belongs to (`session_meta`, the first line) and the open turn (the last `task_started` not yet
 //! closed by `task_complete`/`turn_aborted`). [`RolloutTracker`] keeps, per path and file identity
-//! (device, inode, birth time), the byte offset read so far, any partial trailing line, the
-//! `session_meta` and the open turn; each call reads only the bytes appended since the last one.
+//! (device, inode, birth time), the byte offset read so far, the head and tail of any partial
+//! trailing line, the `session_meta` and the open turn; each call reads only the bytes appended
+//! since the last one.
 //!
-//! The first time a large rollout is seen (a broker restart, a long `exec resume`), it is not read
-//! whole: after the first line, the tail is scanned BACKWARDS to the last turn record, which alone
-//! decides the open turn. When the identity changes (the file was replaced at the same path), the
-//! cached state is dropped and rebuilt from the new file's own `session_meta`: nothing about the
-//! new file is trusted because of its path.
+//! # First sight of a large rollout (a broker restart, a long `exec resume`)
+//! It is not read whole: after the first line, the tail is read BACKWARDS, at most
+//! [`MAX_BACKSCAN`] bytes, to the last turn record, which alone decides the open turn. A turn can
+//! have been opened further back than that (one turn of many large tool outputs): the open turn
+//! is then the turn named by the newest record Codex writes only *inside* its turn (a
+//! `turn_context`, a `token_usage_record`, or model output, whose passthrough metadata carries
+//! the turn id): no turn record after it means that turn has not closed, and no other turn has
+//! opened. Such a record is written at every model response, so it is never far from the end
+//! while a turn runs; if none is in the window either, the open turn stays unknown until the next
+//! one is appended (forward reading adopts it the same way). No fixed window decides which turn
+//! is open, and a call reads at most [`MAX_BACKSCAN`] bytes (plus two 4 KiB reads per line that
+//! crosses a chunk boundary).
+//!
+//! When the identity changes (the file was replaced at the same path), the cached state is dropped
+//! and rebuilt from the new file's own `session_meta`: nothing about the new file is trusted because
+//! of its path.
+//!
+//! # Reading lines
+//! Codex writes compact JSON, one record per line, its fields in a fixed order. Only the start of a
+//! line (the record and payload types, turn ids, call ids) and its end (model output's passthrough
+//! turn id) matter here, so at most [`HEAD_KEEP`] + [`TAIL_KEEP`] bytes of any line are kept, however
+//! long it is; lines are classified by their member names as bytes (`"type"`, `"turn_id"`), which
+//! text inside a JSON string can never produce (its quotes are escaped). Spaces after `:` and `,`
+//! are allowed (Codex writes none; other writers, such as the tests' stand-ins, may).
 
 use courier_shared::rollout::{classify_line, RolloutEvent};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -58,39 +78,161 @@ pub struct Snapshot {
 const CHUNK: usize = 64 * 1024;
 /// Longest first line (`session_meta`) accepted.
 const MAX_META_LINE: usize = 4 << 20;
-/// A line longer than this whose head is not a record the tracker needs is skipped, not buffered.
-const MAX_BUFFERED_LINE: usize = 64 * 1024;
-/// Even an interesting-looking line is not buffered past this.
-const MAX_INTERESTING_LINE: usize = 1 << 20;
+/// Bytes kept of the start of a line.
+pub const HEAD_KEEP: usize = 4096;
+/// Bytes kept of the end of a line.
+pub const TAIL_KEEP: usize = 4096;
 /// On first sight, more unread bytes than this after the first line are scanned backwards.
 const BACKSCAN_THRESHOLD: u64 = 256 * 1024;
-/// The backward scan gives up (no open turn known) after this many bytes.
-const MAX_BACKSCAN: u64 = 64 << 20;
+/// The backward scan reads at most this much of a rollout's tail.
+pub const MAX_BACKSCAN: u64 = 16 << 20;
 /// Cached rollouts kept before the cache is cleared.
 const MAX_STATES: usize = 4096;
-/// How much of a line's start decides its kind (as in `courier_shared::rollout::classify_line`).
-const HEAD: usize = 160;
+/// How much of a line's start decides its kind.
+const KIND_HEAD: usize = 200;
 
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while matches!(b.get(i), Some(b' ' | b'\t')) {
+        i += 1;
+    }
+    i
 }
 
-/// The line's head names one of the record kinds the tracker needs (cheap pre-filter: most lines
-/// are never JSON-parsed).
-fn head_is_turn_or_meta(line: &[u8]) -> bool {
-    let head = &line[..line.len().min(HEAD)];
-    [&b"\"session_meta\""[..], b"\"task_started\"", b"\"task_complete\"", b"\"turn_aborted\""]
-        .iter()
-        .any(|n| contains(head, n))
+/// Where the value of the member `"name":` whose opening quote is at `at` starts.
+fn value_start(b: &[u8], at: usize, name: &str) -> Option<usize> {
+    let i = skip_ws(b, at + name.len() + 2);
+    (b.get(i) == Some(&b':')).then(|| skip_ws(b, i + 1))
 }
 
-fn turn_event(line: &[u8]) -> Option<RolloutEvent> {
-    if !head_is_turn_or_meta(line) {
+/// Where the value of the first (or last) member named `name` starts. The quotes of a name
+/// inside a JSON string are escaped (`\"name\"`), so only the line's own members match.
+fn member(b: &[u8], name: &str, last: bool) -> Option<usize> {
+    let pat = format!("\"{name}\"");
+    let pat = pat.as_bytes();
+    let mut hits = b.windows(pat.len()).enumerate().filter(|(_, w)| *w == pat).map(|(at, _)| at);
+    if last {
+        hits.filter_map(|at| value_start(b, at, name)).last()
+    } else {
+        hits.find_map(|at| value_start(b, at, name))
+    }
+}
+
+/// The JSON string at `i` (its opening quote), if it is a plain token (ids, type names): no
+/// escapes, at most 200 bytes.
+fn string_at(b: &[u8], i: usize) -> Option<&str> {
+    if b.get(i) != Some(&b'"') {
         return None;
     }
-    match classify_line(line)? {
-        e @ (RolloutEvent::TurnStarted { .. } | RolloutEvent::TurnClosed { .. }) => Some(e),
+    let rest = &b[i + 1..];
+    let end = rest.iter().take(201).position(|c| *c == b'"')?;
+    let tok = &rest[..end];
+    if tok.is_empty() || !tok.iter().all(|c| c.is_ascii_alphanumeric() || b"-_.:".contains(c)) {
+        return None;
+    }
+    std::str::from_utf8(tok).ok()
+}
+
+/// The string value of the first (or last) member `name`.
+fn value<'a>(b: &'a [u8], name: &str, last: bool) -> Option<&'a str> {
+    member(b, name, last).and_then(|i| string_at(b, i))
+}
+
+/// At `i` an object opens whose first member is `name`: where its value starts.
+fn first_member(b: &[u8], i: usize, name: &str) -> Option<usize> {
+    if b.get(i) != Some(&b'{') {
+        return None;
+    }
+    let at = skip_ws(b, i + 1);
+    b[at..].starts_with(format!("\"{name}\"").as_bytes()).then(|| value_start(b, at, name)).flatten()
+}
+
+/// A record the tracker follows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rec {
+    /// `event_msg` `task_started`.
+    Started(String),
+    /// `event_msg` `task_complete` / `turn_aborted`.
+    Closed(String),
+    /// A record Codex writes only while its turn is open: `turn_context`, `token_usage_record`,
+    /// model output (`reasoning`, an assistant message, a tool call) with its passthrough turn id.
+    InTurn(String),
+}
+
+/// The record and payload types of a line (`("event_msg", Some("task_started"))`).
+fn kinds(head: &[u8]) -> Option<(&str, Option<&str>)> {
+    let head = &head[..head.len().min(KIND_HEAD)];
+    let top = value(head, "type", false)?;
+    let payload = member(head, "payload", false).and_then(|i| first_member(head, i, "type")).and_then(|i| string_at(head, i));
+    Some((top, payload))
+}
+
+/// Classifies one complete line from its first bytes (`head`, up to [`HEAD_KEEP`]) and its last
+/// (`tail`, up to [`TAIL_KEEP`]; the same bytes for a short line).
+pub fn classify(head: &[u8], tail: &[u8]) -> Option<Rec> {
+    let (top, payload) = kinds(head)?;
+    let turn_id = || value(head, "turn_id", false).map(str::to_string);
+    let in_turn = |t: Option<String>| t.map(Rec::InTurn);
+    match (top, payload) {
+        ("event_msg", Some("task_started")) => turn_id().map(Rec::Started),
+        ("event_msg", Some("task_complete" | "turn_aborted")) => turn_id().map(Rec::Closed),
+        ("turn_context" | "token_usage_record", _) => in_turn(turn_id()),
+        ("response_item", Some(p)) => {
+            let model_output = match p {
+                "message" => value(head, "role", false) == Some("assistant"),
+                "reasoning" => true,
+                p => p.ends_with("_call"),
+            };
+            if !model_output {
+                return None;
+            }
+            let i = member(tail, "internal_chat_message_metadata_passthrough", true)?;
+            in_turn(string_at(tail, first_member(tail, i, "turn_id")?).map(str::to_string))
+        }
         _ => None,
+    }
+}
+
+/// What is known about the open turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Turn {
+    /// No turn is open (none was opened, or the last one closed).
+    Closed,
+    Open(String),
+    /// The backward scan found neither a turn record nor a record inside a turn.
+    Unknown,
+}
+
+/// The line being read forward: its length so far, first and last bytes.
+#[derive(Debug, Default)]
+struct LineAcc {
+    len: u64,
+    head: Vec<u8>,
+    tail: Vec<u8>,
+}
+
+impl LineAcc {
+    fn push(&mut self, seg: &[u8]) {
+        self.len += seg.len() as u64;
+        if self.head.len() < HEAD_KEEP {
+            let take = (HEAD_KEEP - self.head.len()).min(seg.len());
+            self.head.extend_from_slice(&seg[..take]);
+        }
+        if seg.len() >= TAIL_KEEP {
+            self.tail.clear();
+            self.tail.extend_from_slice(&seg[seg.len() - TAIL_KEEP..]);
+        } else {
+            self.tail.extend_from_slice(seg);
+            if self.tail.len() > TAIL_KEEP {
+                let cut = self.tail.len() - TAIL_KEEP;
+                self.tail.drain(..cut);
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.len = 0;
+        self.head.clear();
+        self.tail.clear();
     }
 }
 
@@ -104,10 +246,10 @@ struct State {
     offset: u64,
     /// Start of the line being accumulated (== offset when no partial line is pending).
     line_start: u64,
-    partial: Vec<u8>,
-    /// The pending line is being skipped (too long and not interesting).
-    skipping: bool,
-    open_turn: Option<String>,
+    line: LineAcc,
+    /// The line being read started where this state does not know: it is not classified.
+    skip_line: bool,
+    turn: Turn,
 }
 
 impl State {
@@ -118,19 +260,32 @@ impl State {
             meta_done: false,
             offset: 0,
             line_start: 0,
-            partial: Vec::new(),
-            skipping: false,
-            open_turn: None,
+            line: LineAcc::default(),
+            skip_line: false,
+            turn: Turn::Closed,
         }
     }
 
-    fn apply(&mut self, line: &[u8]) {
-        match turn_event(line) {
-            Some(RolloutEvent::TurnStarted { turn_id }) => self.open_turn = Some(turn_id),
-            Some(RolloutEvent::TurnClosed { turn_id }) if self.open_turn.as_deref() == Some(turn_id.as_str()) => {
-                self.open_turn = None;
+    fn open_turn(&self) -> Option<String> {
+        match &self.turn {
+            Turn::Open(t) => Some(t.clone()),
+            _ => None,
+        }
+    }
+
+    fn apply(&mut self, rec: Rec) {
+        match rec {
+            Rec::Started(t) => self.turn = Turn::Open(t),
+            Rec::Closed(t) => {
+                if matches!(&self.turn, Turn::Open(o) if *o == t) || self.turn == Turn::Unknown {
+                    self.turn = Turn::Closed;
+                }
             }
-            _ => {}
+            Rec::InTurn(t) => {
+                if self.turn == Turn::Unknown {
+                    self.turn = Turn::Open(t);
+                }
+            }
         }
     }
 
@@ -147,7 +302,7 @@ impl State {
             }
             let old = buf.len();
             buf.extend_from_slice(&chunk[..n]);
-            if let Some(nl) = buf[old..].iter().position(|b| *b == b'\n') {
+            if let Some(nl) = newline(&buf[old..]) {
                 let end = old + nl;
                 self.meta = match classify_line(&buf[..end]) {
                     Some(RolloutEvent::SessionMeta { id, session_id, parent_thread_id }) => {
@@ -161,12 +316,12 @@ impl State {
                 return Ok(read);
             }
             if buf.len() > MAX_META_LINE {
-                // Not a rollout Codex wrote: remember that, consume nothing more.
+                // Not a rollout Codex wrote: remember that, consume nothing more of this line.
                 self.meta = None;
                 self.meta_done = true;
                 self.offset = buf.len() as u64;
                 self.line_start = self.offset;
-                self.skipping = true;
+                self.skip_line = true;
                 return Ok(read);
             }
         }
@@ -182,117 +337,145 @@ impl State {
                 return Ok(read);
             }
             read += n as u64;
-            let data = &chunk[..n];
-            let mut seg_start = 0usize;
-            for (i, b) in data.iter().enumerate() {
-                if *b != b'\n' {
-                    continue;
+            let mut data = &chunk[..n];
+            let mut consumed = 0usize;
+            while let Some(nl) = newline(data) {
+                self.line.push(&data[..nl]);
+                if std::mem::take(&mut self.skip_line) {
+                } else if let Some(rec) = classify(&self.line.head, &self.line.tail) {
+                    self.apply(rec);
                 }
-                let seg = &data[seg_start..i];
-                if self.skipping {
-                    self.skipping = false;
-                } else if self.partial.is_empty() {
-                    self.apply(seg);
-                } else {
-                    let mut line = std::mem::take(&mut self.partial);
-                    line.extend_from_slice(seg);
-                    self.apply(&line);
-                    line.clear();
-                    self.partial = line;
-                }
-                seg_start = i + 1;
-                self.line_start = self.offset + seg_start as u64;
+                self.line.clear();
+                consumed += nl + 1;
+                self.line_start = self.offset + consumed as u64;
+                data = &data[nl + 1..];
             }
-            if !self.skipping && seg_start < n {
-                self.partial.extend_from_slice(&data[seg_start..]);
-                let limit = if head_is_turn_or_meta(&self.partial) { MAX_INTERESTING_LINE } else { MAX_BUFFERED_LINE };
-                if self.partial.len() > limit {
-                    self.partial = Vec::new();
-                    self.skipping = true;
-                }
-            }
+            self.line.push(data);
             self.offset += n as u64;
         }
     }
 
-    /// First sight of a large rollout: find the open turn from the last turn record, reading the
-    /// tail backwards, then continue forward from the last complete line. Returns bytes read.
+    /// First sight of a large rollout: read the tail backwards (at most [`MAX_BACKSCAN`] bytes) to
+    /// the last turn record, collecting the records after it; apply them oldest first; continue
+    /// forward from the last complete line. Returns bytes read.
     fn scan_backwards(&mut self, file: &File, len: u64) -> io::Result<u64> {
         let start = self.offset;
-        let mut pos = len;
-        let mut carry: Vec<u8> = Vec::new();
-        let mut carry_oversized = false;
-        let mut closed: HashSet<String> = HashSet::new();
-        let mut last_line_end: Option<u64> = None;
-        let mut decided: Option<Option<String>> = None;
         let mut read = 0u64;
         let mut chunk = vec![0u8; CHUNK];
+        let mut cursor = len; // [cursor, len) has been read
+        let mut line_end: Option<u64> = None; // the '\n' ending the line being traced back
+        let mut resume: Option<u64> = None; // just after the last complete line
+        let mut newer: Vec<Rec> = Vec::new(); // records after the deciding one, newest first
+        let mut base: Option<Turn> = None;
+        let mut last_n = 0usize;
 
-        let consider = |line: &[u8], oversized: bool, closed: &mut HashSet<String>| -> Option<Option<String>> {
-            if oversized {
-                return None;
-            }
-            match turn_event(line) {
-                Some(RolloutEvent::TurnStarted { turn_id }) => {
-                    Some(if closed.contains(&turn_id) { None } else { Some(turn_id) })
-                }
-                Some(RolloutEvent::TurnClosed { turn_id }) => {
-                    closed.insert(turn_id);
-                    None
-                }
-                _ => None,
-            }
-        };
-
-        'outer: while pos > start {
-            if len - pos >= MAX_BACKSCAN {
-                decided = Some(None);
-                break;
-            }
-            let n = CHUNK.min((pos - start) as usize);
-            pos -= n as u64;
-            read_exact_at_retry(file, &mut chunk[..n], pos)?;
+        'outer: while cursor > start && len - cursor < MAX_BACKSCAN {
+            let n = CHUNK.min((cursor - start) as usize);
+            cursor -= n as u64;
+            read_exact_at_retry(file, &mut chunk[..n], cursor)?;
             read += n as u64;
-            let mut combined = Vec::with_capacity(n + carry.len());
-            combined.extend_from_slice(&chunk[..n]);
-            combined.extend_from_slice(&carry);
-            let mut line_end = combined.len();
-            let mut oversized = carry_oversized;
-            for i in (0..n).rev() {
-                if combined[i] != b'\n' {
-                    continue;
+            last_n = n;
+            let mut hi = n;
+            while let Some(i) = memrchr_newline(&chunk[..hi]) {
+                let nl = cursor + i as u64;
+                match line_end {
+                    None => resume = Some(nl + 1),
+                    Some(end) => {
+                        let (rec, extra) = line_rec(file, &chunk[..n], cursor, nl + 1, end)?;
+                        read += extra;
+                        if let Some(d) = consider(rec, &mut newer) {
+                            base = Some(d);
+                            break 'outer;
+                        }
+                    }
                 }
-                if last_line_end.is_none() {
-                    // Bytes after the last newline are an incomplete line: not a record yet.
-                    last_line_end = Some(pos + i as u64 + 1);
-                } else if let Some(d) = consider(&combined[i + 1..line_end], oversized, &mut closed) {
-                    decided = Some(d);
-                    break 'outer;
-                }
-                line_end = i;
-                oversized = false;
-            }
-            if line_end > MAX_BUFFERED_LINE {
-                // A long line: keep only its (growing) beginning, enough to know it is not a turn record.
-                carry = combined[..HEAD.min(line_end)].to_vec();
-                carry_oversized = true;
-            } else {
-                carry = combined[..line_end].to_vec();
-                carry_oversized = oversized && !carry.is_empty();
+                line_end = Some(nl);
+                hi = i;
             }
         }
-        if decided.is_none() && last_line_end.is_some() && pos <= start {
-            // `carry` is the first complete line after the session_meta.
-            decided = consider(&carry, carry_oversized, &mut closed);
+        if base.is_none() && cursor <= start {
+            // Reached the first line after the session_meta.
+            if let Some(end) = line_end {
+                let (rec, extra) = line_rec(file, &chunk[..last_n], cursor, start, end)?;
+                read += extra;
+                base = consider(rec, &mut newer);
+            }
+            base.get_or_insert(Turn::Closed);
         }
-        self.open_turn = decided.flatten();
-        let resume = last_line_end.unwrap_or(start);
+        self.turn = base.unwrap_or(Turn::Unknown);
+        for rec in newer.into_iter().rev() {
+            self.apply(rec);
+        }
+        self.line.clear();
+        let resume = match resume {
+            Some(r) => r,
+            // No line ends in the window: it is all inside one line whose start was not reached;
+            // skip the rest of that line.
+            None if cursor > start => {
+                self.skip_line = true;
+                len
+            }
+            None => start,
+        };
         self.offset = resume;
         self.line_start = resume;
-        self.partial.clear();
-        self.skipping = false;
         Ok(read)
     }
+}
+
+/// A record found scanning backwards: a turn record decides the open turn (returned); any other is
+/// kept to be applied after it.
+fn consider(rec: Option<Rec>, newer: &mut Vec<Rec>) -> Option<Turn> {
+    match rec? {
+        Rec::Started(t) => Some(Turn::Open(t)),
+        Rec::Closed(_) => Some(Turn::Closed),
+        other => {
+            if newer.len() < MAX_NEWER {
+                newer.push(other);
+            }
+            None
+        }
+    }
+}
+
+/// Records kept from one backward scan at most.
+const MAX_NEWER: usize = 1 << 16;
+
+/// Classifies the complete line `[a, end)` (its `\n` at `end`) during the backward scan: its head and
+/// tail come from `chunk` (the bytes at `chunk_at`) when they are in it, else are read. Returns the
+/// record and the extra bytes read.
+fn line_rec(file: &File, chunk: &[u8], chunk_at: u64, a: u64, end: u64) -> io::Result<(Option<Rec>, u64)> {
+    let mut extra = 0u64;
+    let mut range = |from: u64, to: u64| -> io::Result<Vec<u8>> {
+        let chunk_end = chunk_at + chunk.len() as u64;
+        if from >= chunk_at && to <= chunk_end {
+            return Ok(chunk[(from - chunk_at) as usize..(to - chunk_at) as usize].to_vec());
+        }
+        let mut buf = vec![0u8; (to - from) as usize];
+        read_exact_at_retry(file, &mut buf, from)?;
+        extra += to - from;
+        Ok(buf)
+    };
+    let head = range(a, end.min(a + HEAD_KEEP as u64))?;
+    if kinds(&head).is_none() {
+        return Ok((None, extra));
+    }
+    let tail = if end - a <= HEAD_KEEP as u64 { head.clone() } else { range(end - TAIL_KEEP as u64, end)? };
+    Ok((classify(&head, &tail), extra))
+}
+
+/// The first `\n` in `buf` (libc's memchr: fast whatever the build profile).
+fn newline(buf: &[u8]) -> Option<usize> {
+    // SAFETY: memchr reads at most buf.len() bytes of a live slice.
+    let p = unsafe { nix::libc::memchr(buf.as_ptr().cast(), b'\n' as i32, buf.len()) };
+    (!p.is_null()).then(|| p as usize - buf.as_ptr() as usize)
+}
+
+/// The last `\n` in `buf`.
+fn memrchr_newline(buf: &[u8]) -> Option<usize> {
+    // SAFETY: memrchr reads at most buf.len() bytes of a live slice.
+    let p = unsafe { nix::libc::memrchr(buf.as_ptr().cast(), b'\n' as i32, buf.len()) };
+    (!p.is_null()).then(|| p as usize - buf.as_ptr() as usize)
 }
 
 fn read_at_retry(file: &File, buf: &mut [u8], at: u64) -> io::Result<usize> {
@@ -372,7 +555,7 @@ impl RolloutTracker {
         Ok(Snapshot {
             identity,
             session_meta: state.meta.clone(),
-            open_turn: state.open_turn.clone(),
+            open_turn: state.open_turn(),
             offset: state.line_start,
             bytes_read: read,
             rebuilt,
@@ -515,6 +698,141 @@ mod tests {
         let s = tr.update(&p, &r, other, l3).unwrap();
         assert!(s.rebuilt);
         let _ = std::fs::remove_dir_all(p.parent().unwrap());
+    }
+
+    fn call(turn: &str, id: &str) -> String {
+        format!(r#"{{"timestamp":"t","ordinal":4,"type":"response_item","payload":{{"type":"function_call","id":"fc_1","name":"exec_command","arguments":"{{\"cmd\":\"true\"}}","call_id":"{id}","internal_chat_message_metadata_passthrough":{{"turn_id":"{turn}"}}}}}}"#) + "\n"
+    }
+    fn usage(turn: &str) -> String {
+        format!(r#"{{"timestamp":"t","ordinal":5,"type":"token_usage_record","payload":{{"thread_id":"{T}","turn_id":"{turn}","usage":{{}}}}}}"#) + "\n"
+    }
+    fn output(id: &str, n: usize) -> String {
+        format!(r#"{{"timestamp":"t","ordinal":6,"type":"response_item","payload":{{"type":"function_call_output","id":"fco_1","call_id":"{id}","output":"{}"}}}}"#, "o".repeat(n)) + "\n"
+    }
+
+    /// Issue 14 finding 7: a turn opened further back than the backward scan reads (a long turn of
+    /// large tool outputs) is still found on first sight, from the newest record written inside it,
+    /// reading at most `MAX_BACKSCAN` bytes; a turn closed that far back is not taken for open.
+    #[test]
+    fn turn_opened_beyond_the_backward_window_is_found_from_records_inside_it() {
+        let (p, mut w) = tmpfile("far");
+        w.write_all(meta_line().as_bytes()).unwrap();
+        w.write_all(started("T0").as_bytes()).unwrap();
+        w.write_all(closed("T0").as_bytes()).unwrap();
+        w.write_all(started("T1").as_bytes()).unwrap();
+        let far = MAX_BACKSCAN as usize + (4 << 20);
+        let mut written = 0;
+        let mut i = 0;
+        while written < far {
+            let id = format!("call_{i}");
+            let rec = call("T1", &id) + &usage("T1") + &output(&id, 1 << 20);
+            w.write_all(rec.as_bytes()).unwrap();
+            written += rec.len();
+            i += 1;
+        }
+        let r = File::open(&p).unwrap();
+        let (id, len) = ident(&r);
+        let tr = RolloutTracker::new();
+        let s = tr.update(&p, &r, id, len).unwrap();
+        assert_eq!(s.open_turn.as_deref(), Some("T1"));
+        // The window, the first chunk (session_meta), and 8 KiB per line crossing a chunk boundary.
+        assert!(s.bytes_read <= MAX_BACKSCAN + (512 << 10), "read {} of {len}", s.bytes_read);
+        assert_eq!(s.offset, len);
+
+        // The turn closes; 20 MiB of lines no turn writes follow: still no open turn on first sight.
+        w.write_all(closed("T1").as_bytes()).unwrap();
+        for _ in 0..20 {
+            w.write_all(filler(1 << 20).as_bytes()).unwrap();
+        }
+        let (_, len2) = ident(&r);
+        assert_eq!(RolloutTracker::new().update(&p, &r, id, len2).unwrap().open_turn, None);
+        assert_eq!(tr.update(&p, &r, id, len2).unwrap().open_turn, None);
+        let _ = std::fs::remove_dir_all(p.parent().unwrap());
+    }
+
+    /// A window holding no turn record and no record inside a turn (one line longer than the whole
+    /// window, still being written) gives no open turn, then the next record inside a turn does.
+    #[test]
+    fn a_window_inside_one_long_line_learns_the_turn_from_the_next_record() {
+        let (p, mut w) = tmpfile("giant");
+        w.write_all(meta_line().as_bytes()).unwrap();
+        w.write_all(started("T1").as_bytes()).unwrap();
+        w.write_all(call("T1", "c1").as_bytes()).unwrap();
+        let giant = output("c1", MAX_BACKSCAN as usize + (2 << 20));
+        w.write_all(&giant.as_bytes()[..giant.len() - 10]).unwrap();
+        let r = File::open(&p).unwrap();
+        let (id, len) = ident(&r);
+        let tr = RolloutTracker::new();
+        let s = tr.update(&p, &r, id, len).unwrap();
+        assert_eq!(s.open_turn, None);
+        assert!(s.bytes_read <= MAX_BACKSCAN + (512 << 10), "read {} of {len}", s.bytes_read);
+        // The line ends, the model answers: the turn is known, and the window was not read again.
+        w.write_all(&giant.as_bytes()[giant.len() - 10..]).unwrap();
+        w.write_all(usage("T1").as_bytes()).unwrap();
+        let (_, len2) = ident(&r);
+        let s2 = tr.update(&p, &r, id, len2).unwrap();
+        assert_eq!(s2.open_turn.as_deref(), Some("T1"));
+        assert_eq!(s2.bytes_read, len2 - len);
+        assert_eq!(s2.offset, len2);
+        let _ = std::fs::remove_dir_all(p.parent().unwrap());
+    }
+
+    /// What a JSON parse of a whole line says [`classify`] must find.
+    fn parsed(line: &str) -> Option<Rec> {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let p = &v["payload"];
+        let s = |x: &serde_json::Value| x.as_str().map(str::to_string);
+        match (v["type"].as_str()?, p["type"].as_str()) {
+            ("event_msg", Some("task_started")) => s(&p["turn_id"]).map(Rec::Started),
+            ("event_msg", Some("task_complete" | "turn_aborted")) => s(&p["turn_id"]).map(Rec::Closed),
+            ("turn_context" | "token_usage_record", _) => s(&p["turn_id"]).map(Rec::InTurn),
+            ("response_item", Some(t)) if t == "reasoning" || t.ends_with("_call") || (t == "message" && p["role"] == "assistant") => {
+                s(&p["internal_chat_message_metadata_passthrough"]["turn_id"]).map(Rec::InTurn)
+            }
+            _ => None,
+        }
+    }
+
+    /// JSON with a space after every `,` and `:` between members and items.
+    fn spaced(v: &serde_json::Value) -> String {
+        match v {
+            serde_json::Value::Object(m) => {
+                let items: Vec<String> = m.iter().map(|(k, v)| format!("{}: {}", serde_json::Value::from(k.as_str()), spaced(v))).collect();
+                format!("{{{}}}", items.join(", "))
+            }
+            serde_json::Value::Array(a) => format!("[{}]", a.iter().map(spaced).collect::<Vec<_>>().join(", ")),
+            other => other.to_string(),
+        }
+    }
+
+    /// The byte patterns find exactly what a JSON parse finds, in rollouts the real Codex of each
+    /// supported version wrote, from the whole line, from its first and last 4 KiB alone, and
+    /// with spaces after every `:` and `,`.
+    #[test]
+    fn classification_agrees_with_a_json_parse_on_real_rollouts() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/testdata");
+        let mut seen = std::collections::HashSet::new();
+        for e in std::fs::read_dir(dir).unwrap() {
+            let path = e.unwrap().path();
+            if !path.file_name().unwrap().to_string_lossy().starts_with("rollout-0.1") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for line in text.lines().skip(1) {
+                let b = line.as_bytes();
+                let want = parsed(line);
+                assert_eq!(classify(b, b), want, "{path:?}: {line}");
+                let (head, tail) = (&b[..b.len().min(HEAD_KEEP)], &b[b.len().saturating_sub(TAIL_KEEP)..]);
+                assert_eq!(classify(head, tail), want, "{path:?} (head and tail): {line}");
+                // The same record as Python's json.dumps writes it (", " and ": ").
+                let spaced = spaced(&serde_json::from_str(line).unwrap());
+                assert_eq!(classify(spaced.as_bytes(), spaced.as_bytes()), want, "{path:?} (spaced): {spaced}");
+                if let Some(r) = want {
+                    seen.insert(std::mem::discriminant(&r));
+                }
+            }
+        }
+        assert_eq!(seen.len(), 3, "every kind of record was checked");
     }
 
     #[test]

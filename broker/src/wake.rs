@@ -5,7 +5,7 @@
 //! starting a turn with it: `turn/start {threadId, clientUserMessageId: <first message id>,
 //! input: [the wrapped messages]}` on the app-server served by the trusted Codex process that
 //! holds the thread's writer lock (`gate::owner`; the endpoint is proven to be that process with
-//! `SO_PEERCRED`, `effort::endpoint`). The TUI's managed daemon and any `codex app-server
+//! `SO_PEERCRED`, `appserver::endpoint`). The TUI's managed daemon and any `codex app-server
 //! --listen unix://` are such servers; `codex exec` serves none.
 //!
 //! One lease for both paths: the wake leases the messages like a hook call does (`event` =
@@ -28,7 +28,7 @@
 //! every [`RECHECK`] (a thread that went idle after its last hook).
 
 use crate::delivery::{self, MAX_OUTPUT_BYTES};
-use crate::effort::{self, endpoint};
+use crate::appserver::{self, endpoint};
 use crate::gate::owner::NoOwner;
 use crate::gate::{CodexTrust, Gate};
 use crate::store::Store;
@@ -203,7 +203,7 @@ fn wake_thread(store: &Mutex<Store>, gate: &Gate, trust: &dyn CodexTrust, codex_
             let _ = s.set_lease_turn(lease.token, t);
         }
     };
-    let mut ws = match effort::open_session(&endpoints, owner.pid, owner.starttime, deadline) {
+    let mut ws = match appserver::open_session(&endpoints, owner.pid, owner.starttime, deadline) {
         Ok(ws) => ws,
         Err(why) => {
             crate::log_warn!("wake {thread}: no app-server session: {why}");

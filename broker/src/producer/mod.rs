@@ -19,9 +19,8 @@ pub mod send;
 pub mod threads;
 pub mod wait;
 
-use crate::store::{row_to_message, Message, Store, MESSAGE_COLUMNS};
+use crate::store::{Message, Store};
 use anyhow::Result;
-use rusqlite::OptionalExtension;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
@@ -150,8 +149,7 @@ pub fn is_message_id(s: &str) -> bool {
 
 /// The message with this id, if the queue has it.
 pub fn load(store: &Store, id: &str) -> Result<Option<Message>> {
-    let mut stmt = store.conn_ref().prepare_cached(&format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?1"))?;
-    Ok(stmt.query_row([id], row_to_message).optional()?)
+    store.message(id)
 }
 
 /// The messages with these ids that the queue has, in the order asked.
@@ -161,16 +159,7 @@ pub fn load_all(store: &Store, ids: &[String]) -> Result<Vec<Option<Message>>> {
 
 /// Per thread, how many context messages are in each state.
 pub fn counts_by_thread(store: &Store) -> Result<BTreeMap<String, BTreeMap<String, u64>>> {
-    let mut stmt = store
-        .conn_ref()
-        .prepare_cached("SELECT thread, state, COUNT(*) FROM messages WHERE kind = 'message' GROUP BY thread, state")?;
-    let mut out: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
-    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)))?;
-    for row in rows {
-        let (thread, state, n) = row?;
-        out.entry(thread).or_default().insert(state, n as u64);
-    }
-    Ok(out)
+    store.counts_by_thread()
 }
 
 /// How long a message with no `--ttl` waits for a thread that has no rollout before it expires
@@ -182,23 +171,13 @@ pub const FUTURE_THREAD_WAIT_MS: i64 = 24 * 3_600_000;
 /// thread still has no rollout under `$CODEX_HOME/sessions`. The broker runs it with its prune.
 pub fn expire_never_appeared(store: &mut Store, codex_home: &std::path::Path) -> Result<usize> {
     let cutoff = crate::store::now_ms() - FUTURE_THREAD_WAIT_MS;
-    let threads: Vec<String> = {
-        let mut stmt = store.conn_ref().prepare_cached(
-            "SELECT DISTINCT thread FROM messages WHERE state = 'pending' AND expires_at IS NULL AND created_at < ?1",
-        )?;
-        let rows = stmt.query_map([cutoff], |r| r.get(0))?;
-        rows.collect::<rusqlite::Result<_>>()?
-    };
+    let threads = store.threads_pending_since(cutoff)?;
     let mut expired = 0;
     for thread in threads {
         if threads::find_rollout(codex_home, &thread).is_some() {
             continue;
         }
-        expired += store.conn().execute(
-            "UPDATE messages SET state = 'expired', reason = 'thread_never_appeared', updated_at = ?3
-             WHERE thread = ?1 AND state = 'pending' AND expires_at IS NULL AND created_at < ?2",
-            rusqlite::params![thread, cutoff, crate::store::now_ms()],
-        )?;
+        expired += store.expire_never_appeared(&thread, cutoff)?;
     }
     Ok(expired)
 }

@@ -379,7 +379,7 @@ mod tests {
             store.enqueue(thread, "message", "x", None, None, ttl).unwrap();
         }
         assert_eq!(super::super::expire_never_appeared(&mut store, &home).unwrap(), 0, "nothing is a day old");
-        store.conn().execute("UPDATE messages SET created_at = created_at - ?1", [super::super::FUTURE_THREAD_WAIT_MS + 1]).unwrap();
+        store.backdate_messages(super::super::FUTURE_THREAD_WAIT_MS + 1);
         assert_eq!(super::super::expire_never_appeared(&mut store, &home).unwrap(), 1);
         let states: Vec<(String, Option<String>)> = store.messages(None).unwrap().into_iter().map(|m| (m.state, m.reason)).collect();
         assert_eq!(states[0], ("expired".into(), Some("thread_never_appeared".into())));

@@ -143,7 +143,7 @@ impl Waiters {
             };
             parked.retain(|p| !hung_up(&p.stream));
             let now = Instant::now();
-            let version: Option<i64> = store.conn_ref().query_row("PRAGMA data_version", [], |r| r.get(0)).ok();
+            let version = store.data_version();
             let changed = version != last_version || version.is_none();
             last_version = version;
             let mut keep = Vec::with_capacity(parked.len());

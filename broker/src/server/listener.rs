@@ -18,6 +18,9 @@ pub struct InstanceLock {
 /// One broker per login: an exclusive lock on `broker.lock` in the runtime directory (the socket
 /// is there, so a second broker must not take it over even with another state directory) and in
 /// the state directory (the queue). A lock dies with its process, so a crash leaves none behind.
+/// How long a starting broker waits for the lock of one that is exiting.
+const STOPPING_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
 pub fn lock_instance(runtime_dir: &Path, state_dir: &Path) -> Result<InstanceLock> {
     let mut files = Vec::new();
     for (dir, what) in [(runtime_dir, "runtime directory"), (state_dir, "state directory")] {
@@ -27,6 +30,12 @@ pub fn lock_instance(runtime_dir: &Path, state_dir: &Path) -> Result<InstanceLoc
         }
         let mut file = OpenOptions::new().create(true).truncate(false).write(true).read(true).open(&path)
             .with_context(|| format!("opening {}", path.display()))?;
+        // A broker that was just stopped has removed its socket but may not have exited yet:
+        // give its lock a moment to go (a live broker keeps it, and is reported below).
+        let grace = std::time::Instant::now() + STOPPING_GRACE;
+        while file.try_lock().is_err() && std::time::Instant::now() < grace {
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
         if file.try_lock().is_err() {
             let pid = fs::read_to_string(&path).unwrap_or_default();
             bail!(

@@ -392,3 +392,207 @@ pub fn spawn_hook_client(env: &CodexEnv, payload: &str, extra: &[(&str, &str)]) 
 pub fn cmd_output(cmd: &mut Command) -> std::process::Output {
     courier_tests::broker::run_bounded(cmd, Duration::from_secs(30))
 }
+
+/// A stand-in Codex driven step by step (one JSON command per stdin line, one JSON answer per
+/// line): it writes exactly the rollout records a test asks for, in order, and runs the real
+/// hook-client as a hook when asked, appending what Codex would for its output (as
+/// [`STANDIN_SCRIPT`] does). For tests that need a rollout of a particular shape, e.g. a turn opened
+/// far back, or the records Codex writes around each hook.
+pub const STEPPED_SCRIPT: &str = r#"
+import sys, os, json, fcntl, subprocess, time
+home, thread, hc = sys.argv[1:4]
+d = os.path.join(home, "sessions/2026/11/29")
+os.makedirs(d, exist_ok=True)
+os.makedirs(os.path.join(home, "thread-writer-locks"), exist_ok=True)
+path = os.path.join(d, "rollout-2026-11-29T08-08-52-%s.jsonl" % thread)
+lock = os.open(os.path.join(home, "thread-writer-locks", thread + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+ro = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+ordinal = [0]
+def rec(kind, payload):
+    ordinal[0] += 1
+    os.write(ro, (json.dumps({"timestamp": "2026-11-29T08:08:52.339Z", "ordinal": ordinal[0], "type": kind, "payload": payload},
+                             separators=(",", ":")) + "\n").encode())
+rec("session_meta", {"id": thread, "session_id": thread, "cwd": "/", "originator": "standin", "cli_version": "0.171.0"})
+env = dict(os.environ)
+for k in ["CODEX_TOOL_CALL_ID", "CODEX_THREAD_ID", "CODEX_SESSION_ID", "CODEX_CI"]:
+    env.pop(k, None)
+HOOK = [{"provenance": {"type": "harness", "hook": True}}]
+def xml_escape(s):
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;").replace("'", "&apos;")
+def say(o):
+    sys.stdout.write(json.dumps(o) + "\n"); sys.stdout.flush()
+say({"ready": True, "pid": os.getpid(), "rollout": path})
+for line in sys.stdin:
+    c = json.loads(line)
+    op = c["op"]
+    if op == "rec":
+        rec(c["kind"], c["payload"])
+        say({"ok": True, "size": os.fstat(ro).st_size})
+    elif op == "filler":
+        # `count` records of `bytes` each, as a long tool output: function_call_output lines.
+        for i in range(c["count"]):
+            rec("response_item", {"type": "function_call_output", "call_id": "filler_%d" % i, "output": "y" * c["bytes"]})
+        say({"ok": True, "size": os.fstat(ro).st_size})
+    elif op == "hook":
+        event, turn = c["event"], c.get("turn")
+        p = {"session_id": thread, "transcript_path": path, "cwd": "/", "hook_event_name": event,
+             "model": "m", "permission_mode": "bypassPermissions"}
+        if turn is not None:
+            p["turn_id"] = turn
+        p.update(c.get("extra", {}))
+        t0 = time.monotonic()
+        h = subprocess.Popen([hc], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env=env, start_new_session=True)
+        out, err = h.communicate(json.dumps(p).encode(), timeout=30)
+        ms = (time.monotonic() - t0) * 1000.0
+        text = None
+        if h.returncode == 0 and out.strip():
+            o = json.loads(out)
+            if event == "Stop":
+                if o.get("decision") == "block":
+                    text = o["reason"]
+                    rec("response_item", {"type": "message", "role": "user", "content": [{"type": "input_text",
+                        "text": '<hook_prompt hook_run_id="stop:1">' + xml_escape(text) + "</hook_prompt>"}],
+                        "internal_chat_message_metadata_passthrough": {"turn_id": turn, "content_item_metadata": HOOK}})
+            else:
+                text = o["hookSpecificOutput"]["additionalContext"]
+                rec("response_item", {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": text}],
+                    "internal_chat_message_metadata_passthrough": {"turn_id": turn, "content_item_kinds": ["hooks.additional_context"],
+                                                                    "content_item_metadata": HOOK}})
+        say({"event": event, "rc": h.returncode, "ms": ms, "shown": text, "out": out.decode(errors="replace"),
+             "err": err.decode(errors="replace")[-300:]})
+    else:
+        say({"error": "unknown op " + op})
+"#;
+
+/// The stand-in of [`STEPPED_SCRIPT`].
+pub struct Stepped {
+    child: Child,
+    stdin: std::process::ChildStdin,
+    lines: std::sync::mpsc::Receiver<String>,
+    pub pid: u32,
+    pub thread: String,
+    pub rollout: PathBuf,
+}
+
+impl Stepped {
+    pub fn start(env: &CodexEnv, thread: &str) -> Stepped {
+        let mut cmd = env.command(standin_codex());
+        cmd.arg("-c")
+            .arg(STEPPED_SCRIPT)
+            .arg(&env.codex_home)
+            .arg(thread)
+            .arg(hook_client_bin())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd.spawn().expect("spawn stepped stand-in codex");
+        let stdin = child.stdin.take().unwrap();
+        let stdout: BufReader<ChildStdout> = BufReader::new(child.stdout.take().unwrap());
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let line = lines.recv_timeout(Duration::from_secs(30)).expect("stand-in did not start");
+        let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("stand-in said {line:?}: {e}"));
+        let rollout = PathBuf::from(v["rollout"].as_str().unwrap());
+        Stepped { pid: child.id(), child, stdin, lines, thread: thread.to_string(), rollout }
+    }
+
+    fn cmd(&mut self, c: Value) -> Value {
+        writeln!(self.stdin, "{c}").unwrap();
+        self.stdin.flush().unwrap();
+        let line = self.lines.recv_timeout(Duration::from_secs(120)).expect("stand-in did not answer");
+        let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("stand-in said {line:?}: {e}"));
+        assert!(v.get("error").is_none(), "stand-in: {v}");
+        v
+    }
+
+    /// Append one record; returns the rollout size after it.
+    pub fn rec(&mut self, kind: &str, payload: Value) -> u64 {
+        self.cmd(serde_json::json!({"op": "rec", "kind": kind, "payload": payload}))["size"].as_u64().unwrap()
+    }
+
+    /// Append `count` function_call_output records of `bytes` bytes of output each.
+    pub fn filler(&mut self, count: usize, bytes: usize) -> u64 {
+        self.cmd(serde_json::json!({"op": "filler", "count": count, "bytes": bytes}))["size"].as_u64().unwrap()
+    }
+
+    /// Run hook-client for `event` (payload `turn_id` = `turn`, plus `extra` fields).
+    pub fn hook(&mut self, event: &str, turn: Option<&str>, extra: Value) -> HookCall {
+        let v = self.cmd(serde_json::json!({"op": "hook", "event": event, "turn": turn, "extra": extra}));
+        HookCall {
+            event: v["event"].as_str().unwrap_or("").into(),
+            rc: v["rc"].as_i64().unwrap_or(-1000),
+            ms: v["ms"].as_f64().unwrap_or(0.0),
+            t: 0.0,
+            shown: v["shown"].as_str().map(Into::into),
+            out: v["out"].as_str().unwrap_or("").into(),
+            err: v["err"].as_str().unwrap_or("").into(),
+        }
+    }
+}
+
+impl Drop for Stepped {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Rollout records as codex-cli 0.171.0 writes them (fields in its order; see
+/// shared/testdata/rollout-0.171.0-*.jsonl), for [`Stepped::rec`].
+pub mod records {
+    use serde_json::{json, Value};
+
+    pub fn task_started(turn: &str) -> (&'static str, Value) {
+        ("event_msg", json!({"type": "task_started", "turn_id": turn, "started_at": 1796112975, "model_context_window": 258400}))
+    }
+    pub fn task_complete(turn: &str) -> (&'static str, Value) {
+        ("event_msg", json!({"type": "task_complete", "turn_id": turn, "last_agent_message": "done"}))
+    }
+    pub fn turn_context(turn: &str) -> (&'static str, Value) {
+        ("turn_context", json!({"turn_id": turn, "root_turn_id": turn, "cwd": "/", "model": "gpt-5.5"}))
+    }
+    pub fn user_message(turn: &str, text: &str) -> (&'static str, Value) {
+        ("response_item", json!({"type": "message", "id": "msg_u", "role": "user",
+            "content": [{"type": "input_text", "text": text}],
+            "internal_chat_message_metadata_passthrough": {"turn_id": turn}}))
+    }
+    pub fn function_call(call: &str, turn: &str, cmd: &str) -> (&'static str, Value) {
+        let args = json!({"cmd": cmd, "yield_time_ms": 2000}).to_string();
+        ("response_item", json!({"type": "function_call", "id": format!("fc_{call}"), "name": "exec_command",
+            "arguments": args, "call_id": call, "internal_chat_message_metadata_passthrough": {"turn_id": turn}}))
+    }
+    pub fn token_usage(thread: &str, turn: &str) -> (&'static str, Value) {
+        ("token_usage_record", json!({"thread_id": thread, "turn_id": turn, "session_id": thread, "root_turn_id": turn,
+            "response_id": "resp_1", "usage": {"input_tokens": 10, "output_tokens": 5}}))
+    }
+    pub fn exec_completed(thread: &str, turn: &str, call: &str) -> (&'static str, Value) {
+        ("event_msg", json!({"type": "item_completed", "thread_id": thread, "turn_id": turn,
+            "item": {"type": "CommandExecution", "id": call, "process_id": "7010", "command": ["/bin/bash", "-lc", "true"],
+                     "aggregated_output": "", "exit_code": 0}}))
+    }
+    pub fn function_call_output(call: &str) -> (&'static str, Value) {
+        ("response_item", json!({"type": "function_call_output", "id": format!("fco_{call}"), "call_id": call,
+            "output": "Process exited with code 0"}))
+    }
+    pub fn assistant_message(turn: &str, text: &str) -> (&'static str, Value) {
+        ("response_item", json!({"type": "message", "id": "msg_a", "role": "assistant",
+            "content": [{"type": "output_text", "text": text, "annotations": []}],
+            "internal_chat_message_metadata_passthrough": {"turn_id": turn}}))
+    }
+}
+
+impl Stepped {
+    /// Append a record made by [`records`].
+    pub fn write(&mut self, r: (&str, Value)) -> u64 {
+        self.rec(r.0, r.1)
+    }
+}
