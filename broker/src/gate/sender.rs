@@ -6,7 +6,8 @@
 //!    (step 3) reaches a trusted Codex process;
 //! 2. its environment says which thread and tool call it runs for (`CODEX_THREAD_ID`,
 //!    `CODEX_TOOL_CALL_ID`, which Codex adds to the commands the model runs and the codex
-//!    process itself lacks): claims, checked next;
+//!    process itself lacks), or, for an MCP server Codex started, the request says so (Codex
+//!    names both in each `tools/call`'s `_meta`): claims, checked next;
 //! 3. that codex process holds the thread's writer lock and its rollout for append, through fds it
 //!    opened itself (`holder::held_threads`, step 5);
 //! 4. the thread's open turn (the rollout read backwards from its end, at most [`MAX_BACKSCAN`])
@@ -114,7 +115,10 @@ pub fn open_turn_has_call(file: &File, len: u64, call_id: &str) -> bool {
 
 impl Gate {
     /// The thread whose tool command `peer` is (see the module docs), or why that is not proven.
-    pub fn verify_tool_sender(&self, peer: &Peer, trust: &dyn CodexTrust) -> Result<ToolSender, String> {
+    /// `claims`: the thread and call id the peer names itself (an MCP server Codex started, from
+    /// the request's `_meta`); `None`: read them from the peer's environment (a command the model
+    /// ran, which Codex marks with `CODEX_THREAD_ID`/`CODEX_TOOL_CALL_ID`).
+    pub fn verify_tool_sender(&self, peer: &Peer, trust: &dyn CodexTrust, claims: Option<(&str, &str)>) -> Result<ToolSender, String> {
         if peer.uid != self.uid {
             return Err(format!("peer uid {} is not the broker's", peer.uid));
         }
@@ -132,8 +136,10 @@ impl Gate {
             }
             String::from_utf8(v.to_vec()).map_err(|_| format!("{key} is not UTF-8"))
         };
-        let thread = claim("CODEX_THREAD_ID")?;
-        let call_id = claim("CODEX_TOOL_CALL_ID")?;
+        let (thread, call_id) = match claims {
+            Some((t, c)) => (t.to_string(), c.to_string()),
+            None => (claim("CODEX_THREAD_ID")?, claim("CODEX_TOOL_CALL_ID")?),
+        };
         if !courier_shared::rollout::is_uuid(&thread) || call_id.is_empty() || call_id.contains('"') || call_id.contains('\\') {
             return Err("CODEX_THREAD_ID or CODEX_TOOL_CALL_ID is malformed".into());
         }

@@ -274,6 +274,16 @@ pub fn status(args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `broker mcp`: runs the MCP server, `courier-mcp` beside this `broker` (its own crate and
+/// binary, so the async runtime the MCP SDK needs stays out of the broker).
+pub fn mcp(_args: Args) -> Result<ExitCode> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().context("locating the broker executable")?;
+    let server = exe.with_file_name("courier-mcp");
+    let err = std::process::Command::new(&server).exec();
+    bail!("cannot run {} ({err}); it is built with the broker (`cargo build -p courier-mcp`) and installed beside it", server.display())
+}
+
 pub fn threads(args: Args) -> Result<ExitCode> {
     let all = args.flag("all");
     let limit = match args.value("limit")? {

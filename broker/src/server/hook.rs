@@ -185,9 +185,9 @@ impl Broker {
 impl Broker {
     /// The thread whose Codex tool command is on the other end of `stream` (a `broker send` the
     /// model ran), proven as `gate/sender.rs` says, or why not.
-    pub(super) fn verify_sender(&self, stream: &UnixStream) -> Result<gate::sender::ToolSender, String> {
+    pub(super) fn verify_sender(&self, stream: &UnixStream, claims: Option<(&str, &str)>) -> Result<gate::sender::ToolSender, String> {
         let peer = gate::peer::identify(stream).map_err(|r| format!("{}: {}", r.code, r.detail))?;
-        self.gate.verify_tool_sender(&peer, &TrustView(self))
+        self.gate.verify_tool_sender(&peer, &TrustView(self), claims)
     }
 }
 
