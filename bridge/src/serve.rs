@@ -363,7 +363,6 @@ pub async fn serve(o: ServeOptions) -> Result<()> {
     let js = jetstream::new(client.clone());
     let stream = nats::ensure_stream(&js, nats::send_stream_config()).await?;
     nats::ensure_stream(&js, nats::receipt_stream_config()).await?;
-    log(format!("host {}: consuming {} (stream {}), receipts to {}", o.host, nats::send_subject(&o.host), nats::SEND_STREAM, nats::receipt_subject(&o.host)));
 
     // Receipts: watcher thread -> publisher task.
     let (tx, mut rx) = mpsc::unbounded_channel::<Receipt>();
@@ -433,6 +432,14 @@ pub async fn serve(o: ServeOptions) -> Result<()> {
         });
     }
 
+    log(format!(
+        "host {}: ready: consuming {} (stream {}), receipts to {}, threads on {}",
+        o.host,
+        nats::send_subject(&o.host),
+        nats::SEND_STREAM,
+        nats::receipt_subject(&o.host),
+        nats::threads_subject(&o.host)
+    ));
     let mut pause = Duration::from_millis(200);
     loop {
         let consumer = match stream.get_or_create_consumer(&nats::durable_name(&o.host), nats::consumer_config(&o.host, o.ack_wait)).await {
@@ -541,7 +548,8 @@ pub async fn check(conn: &Conn, host: &str) -> Result<Value> {
         stream.get_consumer(&nats::durable_name(host)).await.map_err(|e| anyhow::anyhow!("consumer {} (has this host's bridge ever run?): {e}", nats::durable_name(host)))?;
     let info = consumer.info().await?;
     let state_dir = paths::state_dir();
-    let in_flight = Track::open(&state_dir, host).and_then(|t| t.in_flight()).ok();
+    let tracked = state_dir.join(format!("bridge-{host}.sqlite")).exists();
+    let in_flight = if tracked { Track::open(&state_dir, host).and_then(|t| t.in_flight()).ok() } else { None };
     Ok(json!({
         "ok": true, "server": client.server_info().server_name, "version": client.server_info().version,
         "stream_messages": msgs, "consumer": info.name, "pending": info.num_pending,
