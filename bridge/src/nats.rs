@@ -134,7 +134,32 @@ pub struct Conn {
 
 impl Conn {
     pub async fn connect(&self, name: &str, retry: bool) -> Result<async_nats::Client> {
+        self.connect_with_events(name, retry, None, false).await
+    }
+
+    /// As [`Conn::connect`]; `reconnected` hears of every (re)connection, and `log` writes
+    /// connection events to stderr.
+    pub async fn connect_with_events(
+        &self,
+        name: &str,
+        retry: bool,
+        reconnected: Option<tokio::sync::mpsc::UnboundedSender<()>>,
+        log: bool,
+    ) -> Result<async_nats::Client> {
         let mut o = async_nats::ConnectOptions::new().name(name).connection_timeout(Duration::from_secs(5));
+        o = o.event_callback(move |ev| {
+            let tx = reconnected.clone();
+            async move {
+                if log {
+                    eprintln!("courier-bridge: NATS: {ev}");
+                }
+                if matches!(ev, async_nats::Event::Connected) {
+                    if let Some(tx) = tx {
+                        let _ = tx.send(());
+                    }
+                }
+            }
+        });
         if let Some(c) = &self.creds {
             o = o.credentials_file(c).await.with_context(|| format!("reading NATS credentials {}", c.display()))?;
         }

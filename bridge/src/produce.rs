@@ -62,7 +62,8 @@ pub fn verdict(state: &str, want: Want) -> Verdict {
     }
 }
 
-async fn receipts(stream: &jetstream::stream::Stream, host: &str, policy: consumer::DeliverPolicy) -> Result<consumer::pull::Ordered> {
+async fn receipts(stream: &jetstream::stream::Stream, host: &str, start_sequence: u64) -> Result<consumer::pull::Ordered> {
+    let policy = consumer::DeliverPolicy::ByStartSequence { start_sequence };
     let c = stream
         .create_consumer(consumer::pull::OrderedConfig {
             filter_subject: nats::receipt_subject(host),
@@ -77,14 +78,18 @@ async fn receipts(stream: &jetstream::stream::Stream, host: &str, policy: consum
 pub async fn send(a: SendArgs) -> Result<u8> {
     nats::check_host(&a.host)?;
     let key = a.key.clone().unwrap_or_else(new_key);
-    let client = a.conn.connect(&format!("courier-bridge send from {}", a.origin), false).await?;
+    let (re_tx, mut reconnected) = tokio::sync::mpsc::unbounded_channel();
+    let client = a.conn.connect_with_events(&format!("courier-bridge send from {}", a.origin), false, Some(re_tx), false).await?;
     let js = jetstream::new(client);
     nats::ensure_stream(&js, nats::send_stream_config()).await?;
+    // Receipts are read from the sequence the stream had before the publish, so none can slip
+    // past; after an error (the server restarted: the ordered consumer was in its memory) the
+    // feed is made again from the sequence after the last receipt seen.
     let mut rstream = None;
-    let mut feed = None;
+    let mut next_seq = 1;
     if a.want.is_some() {
-        let s = nats::ensure_stream(&js, nats::receipt_stream_config()).await?;
-        feed = Some(receipts(&s, &a.host, consumer::DeliverPolicy::New).await?);
+        let mut s = nats::ensure_stream(&js, nats::receipt_stream_config()).await?;
+        next_seq = s.info().await.context("reading the receipt stream")?.state.last_sequence + 1;
         rstream = Some(s);
     }
     let mut body = a.request.clone();
@@ -110,9 +115,10 @@ pub async fn send(a: SendArgs) -> Result<u8> {
     };
     if ack.duplicate {
         // The same key was published before: its receipts may all be out already.
-        feed = Some(receipts(rstream.as_ref().expect("receipt stream"), &a.host, consumer::DeliverPolicy::All).await?);
+        next_seq = 1;
     }
-    let mut feed = feed.expect("receipt feed");
+    let rstream = rstream.expect("receipt stream");
+    let mut feed = receipts(&rstream, &a.host, next_seq).await?;
     let deadline = a.timeout.map(|t| Instant::now() + t);
     let mut last: Option<Value> = None;
     let finish = |code: u8, line: Option<String>, last: &Option<Value>| {
@@ -131,10 +137,18 @@ pub async fn send(a: SendArgs) -> Result<u8> {
         }
         Ok(code)
     };
+    // The first connection's event is no news.
+    while reconnected.try_recv().is_ok() {}
     loop {
+        let step = async {
+            tokio::select! {
+                n = feed.next() => Some(n),
+                _ = reconnected.recv() => None,
+            }
+        };
         let next = match deadline {
-            None => feed.next().await,
-            Some(d) => match tokio::time::timeout(d.saturating_duration_since(Instant::now()), feed.next()).await {
+            None => step.await,
+            Some(d) => match tokio::time::timeout(d.saturating_duration_since(Instant::now()), step).await {
                 Ok(n) => n,
                 Err(_) => {
                     let line = match &last {
@@ -149,15 +163,35 @@ pub async fn send(a: SendArgs) -> Result<u8> {
                 }
             },
         };
+        // Reconnected (the server restarted: the ordered consumer lived in its memory): the
+        // feed is made again from the sequence after the last receipt seen.
+        let next = next.unwrap_or(Some(Err(async_nats::jetstream::consumer::pull::OrderedError::new(
+            async_nats::jetstream::consumer::pull::OrderedErrorKind::Other,
+        ))));
         let m = match next {
             None => anyhow::bail!("the receipt feed ended"),
-            Some(Err(e)) => {
-                // The ordered consumer recreates itself after a server restart; a hard error ends it.
-                eprintln!("courier-bridge send: reading receipts: {e}");
+            Some(Err(_)) => {
+                // Made again from where it stopped (bounded by the deadline above: a timeout
+                // while NATS is away is still exit 3).
+                let again = loop {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        break None;
+                    }
+                    match receipts(&rstream, &a.host, next_seq).await {
+                        Ok(f) => break Some(f),
+                        Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+                    }
+                };
+                if let Some(f) = again {
+                    feed = f;
+                }
                 continue;
             }
             Some(Ok(m)) => m,
         };
+        if let Ok(info) = m.info() {
+            next_seq = info.stream_sequence + 1;
+        }
         let Ok(r) = serde_json::from_slice::<Value>(&m.payload) else { continue };
         if r["key"].as_str() != Some(key.as_str()) {
             continue;

@@ -359,7 +359,7 @@ pub async fn serve(o: ServeOptions) -> Result<()> {
     let codex_home = paths::codex_home();
     let track = Arc::new(Mutex::new(Track::open(&state_dir, &o.host)?));
 
-    let client = o.conn.connect(&format!("courier-bridge {}", o.host), true).await?;
+    let client = o.conn.connect_with_events(&format!("courier-bridge {}", o.host), true, None, true).await?;
     let js = jetstream::new(client.clone());
     let stream = nats::ensure_stream(&js, nats::send_stream_config()).await?;
     nats::ensure_stream(&js, nats::receipt_stream_config()).await?;

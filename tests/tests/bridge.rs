@@ -340,13 +340,17 @@ fn nats_server_restart_mid_stream_loses_and_doubles_nothing() {
     let (b1, b2) = (marker("BEFORE"), marker("AFTER"));
     let send1 = bg(producer(&env_b, &nats.url(), "send", &["--thread", &thread, "--wait", "confirmed", "--timeout", "120s", &b1]));
     wait_until(T, "the first message queued on A", || queued(&a, &thread).into_iter().next());
+    let t0 = Instant::now();
     nats.restart();
+    eprintln!("restart: {:?}", t0.elapsed());
     let send2 = bg(producer(&env_b, &nats.url(), "send", &["--thread", &thread, "--wait", "confirmed", "--timeout", "120s", &b2]));
     wait_until(T, "the second message queued on A after the restart", || (queued(&a, &thread).len() == 2).then_some(()));
+    eprintln!("second queued: {:?}", t0.elapsed());
     hold.release();
     child.wait(T).assert_success();
     for (send, body) in [(send1, &b1), (send2, &b2)] {
         let (out, _) = send.join();
+        eprintln!("joined: {:?} {}", t0.elapsed(), String::from_utf8_lossy(&out.stderr));
         assert_eq!(out.status.code(), Some(0), "{body}: {:?}\nbridge: {}", text(&out), bridge.log_text());
         assert_eq!(model.count_messages_containing("developer", body), 1, "{}", model.dump());
     }
