@@ -224,8 +224,11 @@ fn remote_send_reaches_the_model_once_confirmed() {
     hold.wait_held(1, T);
     let thread = child.wait_thread_id(T);
 
-    // B asks A's bridge for its threads.
-    let out = run_bounded(&mut producer(&env_b, &nats.url(), "threads", &["--json"]), T);
+    // B asks A's bridge for its threads (through `broker threads --nats`, which runs
+    // courier-bridge next to the broker).
+    let mut threads = env_b.command(courier_tests::broker_bin());
+    threads.args(["threads", "--nats", &nats.url(), "--host", "hosta", "--json"]);
+    let out = run_bounded(&mut threads, T);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "threads: {stdout} {stderr}");
     let listed: Value = serde_json::from_str(&stdout).unwrap();
@@ -438,4 +441,23 @@ fn throughput_across_hosts() {
     });
     assert_eq!(c["redelivered"], 0, "{c}");
     assert_eq!(c["receipts_open"], n, "each one is tracked for receipts: {c}");
+}
+
+/// `broker bridge` and `broker send --nats` run the courier-bridge next to the broker; without
+/// one there, they say so (exit 1) instead of doing anything else.
+#[test]
+fn broker_bridge_needs_courier_bridge_next_to_it() {
+    let env = host_b();
+    let lonely = env.root.join("bin");
+    std::fs::create_dir_all(&lonely).unwrap();
+    std::fs::copy(courier_tests::broker_bin(), lonely.join("broker")).unwrap();
+    for args in [&["bridge", "--nats", "nats://127.0.0.1:9", "--host", "a"][..], &["send", "--nats", "nats://127.0.0.1:9", "--host", "a", "--thread", "x", "hi"]] {
+        let out = run_bounded(env.command(lonely.join("broker")).args(args), T);
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stdout} {stderr}");
+        assert!(stderr.contains("courier-bridge") && stderr.contains("separate binary"), "{stderr}");
+    }
+    // With it there: `broker bridge --help` is courier-bridge's.
+    let out = run_bounded(env.command(courier_tests::broker_bin()).args(["bridge", "--help"]), T);
+    assert!(text(&out).0.contains("courier-bridge serve"), "{:?}", text(&out));
 }
