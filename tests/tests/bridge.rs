@@ -441,6 +441,17 @@ fn throughput_across_hosts() {
     });
     assert_eq!(c["redelivered"], 0, "{c}");
     assert_eq!(c["receipts_open"], n, "each one is tracked for receipts: {c}");
+
+    // `broker doctor` checks the configured bridge: connection and consumer lag.
+    std::fs::write(&env_a.courier_config, format!("[bridge]\nnats = \"{}\"\nhost = \"hosta\"\n", nats.url())).unwrap();
+    let out = run_bounded(env_a.command(courier_tests::broker_bin()).arg("doctor"), T);
+    let (stdout, stderr) = text(&out);
+    assert!(stdout.contains("NATS bridge of host hosta: connected (nats-server 2.") && stdout.contains("0 waiting, 0 unacked"), "{stdout} {stderr}");
+    std::fs::write(&env_a.courier_config, "[bridge]\nnats = \"nats://127.0.0.1:9\"\nhost = \"hosta\"\n").unwrap();
+    let out = run_bounded(env_a.command(courier_tests::broker_bin()).arg("doctor"), T);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "an unreachable NATS fails doctor: {stdout} {stderr}");
+    assert!(stdout.contains("NATS bridge of host hosta") && stdout.contains("onnect"), "{stdout}");
 }
 
 /// `broker bridge` and `broker send --nats` run the courier-bridge next to the broker; without
