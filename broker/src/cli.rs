@@ -242,7 +242,9 @@ pub fn usage() -> String {
         let _ = writeln!(out, "  {:<13} {}", c.name, c.about);
     }
     out.push_str(
-        "\n  broker --version    print the version\n\n\
+        "\n  broker bridge --nats URL --host NAME    this host's NATS bridge (courier-bridge serve; README, \"Many hosts\")\n\
+         \x20 broker send|threads --nats URL --host NAME ...    the same, for a thread on another host\n\
+         \n  broker --version    print the version\n\n\
          environment: COURIER_RUNTIME_DIR, COURIER_STATE_DIR, COURIER_CONFIG, CODEX_HOME (README, \"Configuration\")\n",
     );
     out

@@ -145,7 +145,47 @@ pub fn run(opts: &Options) -> Vec<Check> {
     if let Some(c) = check_refusals(&state_dir) {
         checks.push(c);
     }
+    if let Some(b) = &cfg.bridge {
+        checks.push(check_bridge(b));
+    }
     checks
+}
+
+/// `[bridge]` configured: the NATS connection and this host's consumer lag, asked of
+/// `courier-bridge check` next to the broker (the broker itself links no NATS client).
+fn check_bridge(b: &config::BridgeConfig) -> Check {
+    let title = format!("NATS bridge of host {}", b.host);
+    let Some(bin) = std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join("courier-bridge"))).filter(|p| p.is_file()) else {
+        return Check::fail(format!("{title}: no courier-bridge next to the broker"), "install courier-bridge beside broker (`cargo build -p courier-bridge`)");
+    };
+    let mut cmd = std::process::Command::new(&bin);
+    cmd.args(["check", "--nats", &b.nats, "--host", &b.host]).stdin(std::process::Stdio::null());
+    if let Some(c) = &b.creds {
+        cmd.arg("--creds").arg(c);
+    }
+    let out = match cmd.output() {
+        Ok(o) => o,
+        Err(e) => return Check::fail(format!("{title}: running {}: {e}", bin.display()), "check the courier-bridge binary"),
+    };
+    let v: serde_json::Value = match serde_json::from_slice(&out.stdout) {
+        Ok(v) if out.status.success() => v,
+        _ => {
+            let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            return Check::fail(format!("{title}: {err}"), "is nats-server reachable, JetStream on (-js), and has the bridge run once (`broker bridge --nats URL --host NAME`)?");
+        }
+    };
+    let (pending, unacked) = (v["pending"].as_u64().unwrap_or(0), v["ack_pending"].as_u64().unwrap_or(0));
+    let line = format!(
+        "{title}: connected (nats-server {}), consumer {}: {pending} waiting, {unacked} unacked, {} redelivered",
+        v["version"].as_str().unwrap_or("?"),
+        v["consumer"].as_str().unwrap_or("?"),
+        v["redelivered"].as_u64().unwrap_or(0)
+    );
+    if pending > 100 || v["waiting"].as_u64() == Some(0) && pending > 0 {
+        Check::warn(line, Some("messages wait in stream COURIER: is `broker bridge` running on this host?".into()))
+    } else {
+        Check::ok(line)
+    }
 }
 
 fn private_dir_fix(dir: &Path) -> String {
