@@ -1,7 +1,6 @@
 //! The hook output budget: how many bytes of rendered text one hook call may hand out, and the
 //! rendered size of one message. The store checks both at `send` and when it leases.
 
-
 /// Bytes of rendered text (wrappers, escaped bodies, labels, newlines) one hook call hands out.
 /// Codex (0.171.0, measured) counts a hook's `additionalContext` or Stop `reason` text at
 /// ceil(bytes / 4) tokens and cuts it above 2,500 tokens: 10,000 bytes pass whole, 10,010 do not

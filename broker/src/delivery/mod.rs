@@ -33,7 +33,11 @@ pub enum Offer {
     Nothing,
     /// Messages are waiting but this call may not take them; the reason is noted on them.
     Deferred,
-    Lease { token: i64, output: String, count: usize },
+    Lease {
+        token: i64,
+        output: String,
+        count: usize,
+    },
 }
 
 pub fn offer(store: &mut Store, v: &Verified) -> Result<Offer> {

@@ -43,12 +43,12 @@ use crate::gate::{self, Gate, GateConfig};
 use crate::refusal::RefusalCode;
 use crate::store::Store;
 use anyhow::{Context, Result};
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 use listener::{block_stop_signals, raise_fd_limit};
 use poller::{worker, Handback, JobQueue, Poller};
 use status::Counters;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Unfinished connections (request not yet complete) held at once; a new one evicts the oldest.
 pub const MAX_PENDING: usize = 1024;
