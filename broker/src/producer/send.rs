@@ -26,9 +26,7 @@ pub enum Target {
     Cwd(PathBuf),
 }
 
-/// How a sender the broker verified is named (`from="thread:<uuid>"`, rendered with
-/// `verified="true"`); reserved: no self-declared label may start with it.
-pub const VERIFIED_PREFIX: &str = "thread:";
+pub use crate::delivery::wrapper::VERIFIED_PREFIX;
 
 pub struct SendOptions {
     pub target: Target,

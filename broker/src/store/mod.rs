@@ -24,7 +24,7 @@ pub use effort::{Claim, Details};
 pub use refusals::Refusal;
 pub use state::{Kind, State};
 
-use crate::delivery::budget::{wrapped_len, MAX_OUTPUT_BYTES};
+use crate::delivery::wrapper::{wrapped_len, MAX_OUTPUT_BYTES};
 use anyhow::{bail, Context, Result};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
