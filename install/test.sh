@@ -17,6 +17,9 @@ fi
 codex_bin=$(install/fetch-codex.sh newest | tail -n 1)
 codex_oldest=$(install/fetch-codex.sh oldest | tail -n 1)
 export COURIER_CODEX_BIN="$codex_bin" COURIER_CODEX_BIN_OLDEST="$codex_oldest"
+# Tidy checks first: formatting (rustfmt.toml) and clippy, every warning an error.
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo build --workspace --locked
 # Last line: `N passed, M failed`, summed over every test binary of both runs (the status is
 # cargo's, failing if either run failed).

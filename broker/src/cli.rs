@@ -54,7 +54,10 @@ pub const COMMANDS: &[Command] = &[
         positionals: (0, 0),
         required: &[],
         about: "run the broker in the foreground (what the systemd unit runs)",
-        opts: &[flag("daemonize", "start it in the background instead, unless a broker already answers; output goes to $COURIER_STATE_DIR/broker.log")],
+        opts: &[flag(
+            "daemonize",
+            "start it in the background instead, unless a broker already answers; output goes to $COURIER_STATE_DIR/broker.log",
+        )],
     },
     Command {
         name: "send",
@@ -136,7 +139,12 @@ pub const COMMANDS: &[Command] = &[
         opts: &[
             opt("thread", "UUID", "only this thread"),
             flag("json", "one JSON object (the schema in README, \"Reading broker inspect\")"),
-            Opt { long: "follow", short: Some('f'), value: None, help: "keep watching and show each change (with --json: one object per line)" },
+            Opt {
+                long: "follow",
+                short: Some('f'),
+                value: None,
+                help: "keep watching and show each change (with --json: one object per line)",
+            },
         ],
     },
     Command {
@@ -164,7 +172,11 @@ pub const COMMANDS: &[Command] = &[
         opts: &[
             opt("prefix", "DIR", "where the binaries go (default: ~/.local/bin)"),
             opt("codex-home", "DIR", "the Codex home to register the hooks in (default: $CODEX_HOME or ~/.codex)"),
-            opt("start", "auto|systemd|profile|none", "how the broker starts at login (default: auto = systemd when it answers, else profile)"),
+            opt(
+                "start",
+                "auto|systemd|profile|none",
+                "how the broker starts at login (default: auto = systemd when it answers, else profile)",
+            ),
             flag("no-enable", "systemd: write the units without calling systemctl"),
             flag("no-mcp", "do not install courier-mcp nor register `broker mcp` as Codex's MCP server \"courier\""),
         ],
@@ -358,7 +370,9 @@ impl Args {
     pub fn positional(&self, i: usize) -> Result<Option<String>> {
         match self.positionals.get(i) {
             None => Ok(None),
-            Some(v) => v.to_str().map(|s| Some(s.to_string())).ok_or_else(|| usage_error(self.cmd, format!("{}: not valid UTF-8", self.cmd.args))),
+            Some(v) => {
+                v.to_str().map(|s| Some(s.to_string())).ok_or_else(|| usage_error(self.cmd, format!("{}: not valid UTF-8", self.cmd.args)))
+            }
         }
     }
 }

@@ -6,10 +6,10 @@
 
 use crate::effort::config::EffortConfig;
 use anyhow::{bail, Context, Result};
-use std::sync::Mutex;
-use std::time::SystemTime;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::SystemTime;
 
 /// Top-level keys this version knows (others only warn). `effort` belongs to the effort feature.
 pub const KNOWN_KEYS: [&str; 5] = ["hook_clients", "log_level", "retention_days", "effort", "bridge"];
@@ -163,7 +163,9 @@ mod tests {
 
     #[test]
     fn reads_keys_and_warns_on_unknown() {
-        let (c, w) = parse("# mine\nhook_clients = [\"/opt/courier/hook-client\"]\nlog_level = \"debug\"\nlogg = 1\n[effort]\nallow = [\"low\"]\n").unwrap();
+        let (c, w) =
+            parse("# mine\nhook_clients = [\"/opt/courier/hook-client\"]\nlog_level = \"debug\"\nlogg = 1\n[effort]\nallow = [\"low\"]\n")
+                .unwrap();
         assert_eq!(c.effort.allow, ["low"]);
         assert_eq!(c.hook_clients, [PathBuf::from("/opt/courier/hook-client")]);
         assert_eq!(c.log_level.as_deref(), Some("debug"));

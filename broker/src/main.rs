@@ -127,7 +127,16 @@ fn serve(args: Args) -> Result<ExitCode> {
 /// `serve` leaves it. Runs before any thread exists.
 fn absolute_path_env() -> Result<()> {
     let cwd = std::env::current_dir().context("reading the current directory")?;
-    for var in ["COURIER_RUNTIME_DIR", "COURIER_STATE_DIR", "COURIER_CONFIG", "CODEX_HOME", "XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "HOME"] {
+    for var in [
+        "COURIER_RUNTIME_DIR",
+        "COURIER_STATE_DIR",
+        "COURIER_CONFIG",
+        "CODEX_HOME",
+        "XDG_RUNTIME_DIR",
+        "XDG_STATE_HOME",
+        "XDG_CONFIG_HOME",
+        "HOME",
+    ] {
         if let Some(v) = std::env::var_os(var).filter(|v| !v.is_empty()) {
             let p = PathBuf::from(&v);
             if p.is_relative() {

@@ -88,9 +88,8 @@ fn caller(meta: &RequestMetaObject) -> (Option<String>, Option<String>) {
     let m: &serde_json::Map<String, Value> = &meta.0 .0;
     let s = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
     let turn = m.get("x-codex-turn-metadata");
-    let thread = s(m.get("threadId"))
-        .or_else(|| s(turn.and_then(|t| t.get("thread_id"))))
-        .or_else(|| s(turn.and_then(|t| t.get("session_id"))));
+    let thread =
+        s(m.get("threadId")).or_else(|| s(turn.and_then(|t| t.get("thread_id")))).or_else(|| s(turn.and_then(|t| t.get("session_id"))));
     let call = s(m.get("callId")).or_else(|| s(turn.and_then(|t| t.get("call_id"))));
     (thread, call)
 }
@@ -161,9 +160,11 @@ impl Courier {
     async fn send_message(&self, meta: RequestMetaObject, Parameters(p): Parameters<SendMessage>) -> Result<CallToolResult, ErrorData> {
         let (me, call_id) = caller(&meta);
         if let Ok(path) = std::env::var("COURIER_MCP_META_LOG") {
-            let _ = std::fs::OpenOptions::new().create(true).append(true).open(path).and_then(|mut f| {
-                writeln!(f, "{}", serde_json::to_string(&meta.0 .0).unwrap_or_default())
-            });
+            let _ = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .and_then(|mut f| writeln!(f, "{}", serde_json::to_string(&meta.0 .0).unwrap_or_default()));
         }
         let mut req = json!({"op": "send", "text": p.text, "key": p.key, "ttl_ms": p.ttl_seconds.map(|s| s * 1000)});
         let target = match (p.thread, p.cwd, p.to) {

@@ -154,8 +154,16 @@ enum Verified {
 }
 
 /// Error codes of a socket `send` that are the caller's mistake (exit 2), not a failure.
-const USAGE_CODES: [&str; 8] =
-    ["bad_request", "no_such_thread", "bad_thread", "no_thread_for_cwd", "several_threads_for_cwd", "bad_cwd", "empty_message", "reserved_from"];
+const USAGE_CODES: [&str; 8] = [
+    "bad_request",
+    "no_such_thread",
+    "bad_thread",
+    "no_thread_for_cwd",
+    "several_threads_for_cwd",
+    "bad_cwd",
+    "empty_message",
+    "reserved_from",
+];
 
 /// `send` through the broker with `verify_sender`: it checks which thread's tool command this
 /// process is and queues the message as `thread:<id>`.
@@ -288,7 +296,11 @@ pub fn threads(args: Args) -> Result<ExitCode> {
     let all = args.flag("all");
     let limit = match args.value("limit")? {
         None => threads::DEFAULT_ENDED_LIMIT,
-        Some(n) => n.parse::<usize>().ok().filter(|n| (1..=10_000).contains(n)).ok_or_else(|| usage("threads", format!("--limit {n:?}: a number from 1 to 10000")))?,
+        Some(n) => n
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=10_000).contains(n))
+            .ok_or_else(|| usage("threads", format!("--limit {n:?}: a number from 1 to 10000")))?,
     };
     let list = fetch_threads(all, limit)?;
     let text = if args.flag("json") {
