@@ -72,8 +72,8 @@ fn usage(m: impl Into<String>) -> anyhow::Error {
 
 const FLAGS: [&str; 5] = ["future-thread", "json", "all", "tls-required", "help"];
 const VALUES: [&str; 18] = [
-    "nats", "host", "creds", "nkey", "tls-ca", "tls-cert", "tls-key", "ack-wait", "thread", "cwd", "key", "ttl", "from", "origin",
-    "wake", "wait", "timeout", "limit", 
+    "nats", "host", "creds", "nkey", "tls-ca", "tls-cert", "tls-key", "ack-wait", "thread", "cwd", "key", "ttl", "from", "origin", "wake",
+    "wait", "timeout", "limit",
 ];
 
 struct Args {
@@ -247,7 +247,12 @@ fn send_args(a: &Args, conn: nats::Conn, host: String) -> Result<produce::SendAr
     }
     let origin = match a.get("origin") {
         Some(o) => o,
-        None => std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|h| h.trim().to_string()).filter(|h| !h.is_empty()).map(|h| h.replace(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'), "-")).unwrap_or_else(|| "unknown".into()),
+        None => std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+            .map(|h| h.replace(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'), "-"))
+            .unwrap_or_else(|| "unknown".into()),
     };
     nats::check_host(&origin).map_err(|e| usage(format!("--origin: {e:#}")))?;
     let key = a.get("key");

@@ -205,7 +205,8 @@ pub async fn send(a: SendArgs) -> Result<u8> {
             }
             Verdict::Reached => return finish(0, None, &Some(r)),
             Verdict::Ended => {
-                let line = format!("{id} {state} without reaching {} ({reason})", if want == Want::Handed { "handed" } else { "confirmed" });
+                let line =
+                    format!("{id} {state} without reaching {} ({reason})", if want == Want::Handed { "handed" } else { "confirmed" });
                 return finish(4, Some(line), &Some(r));
             }
             Verdict::Refused => {
@@ -225,7 +226,9 @@ pub async fn threads(conn: &Conn, host: &str, all: bool, limit: Option<u64>, jso
         .await
         .with_context(|| format!("host {host}'s bridge did not answer within 30 s"))?
         .map_err(|e| match e.kind() {
-            async_nats::RequestErrorKind::NoResponders => anyhow::anyhow!("no bridge answers for host {host} (nothing subscribes to {})", nats::threads_subject(host)),
+            async_nats::RequestErrorKind::NoResponders => {
+                anyhow::anyhow!("no bridge answers for host {host} (nothing subscribes to {})", nats::threads_subject(host))
+            }
             _ => anyhow::anyhow!("asking host {host}'s bridge: {e}"),
         })?;
     let v: Value = serde_json::from_slice(&reply.payload).context("the bridge's reply is not JSON")?;
@@ -235,7 +238,8 @@ pub async fn threads(conn: &Conn, host: &str, all: bool, limit: Option<u64>, jso
     let text = if json_out {
         broker::inspect::terminal_safe_json(&serde_json::to_string_pretty(&json!({"host": host, "threads": v["threads"]}))?) + "\n"
     } else {
-        let list: Vec<broker::producer::threads::ThreadInfo> = serde_json::from_value(v["threads"].clone()).context("the thread list does not parse")?;
+        let list: Vec<broker::producer::threads::ThreadInfo> =
+            serde_json::from_value(v["threads"].clone()).context("the thread list does not parse")?;
         broker::producer::threads::render_table(&list, broker::store::now_ms())
     };
     let mut out = std::io::stdout().lock();

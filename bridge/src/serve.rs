@@ -67,6 +67,9 @@ struct Track {
     conn: Connection,
 }
 
+/// One unsettled row of the bridge's own table: (id, key, origin, epoch, last state published).
+type OpenRow = (String, String, String, i64, Option<String>);
+
 impl Track {
     fn open(state_dir: &Path, host: &str) -> Result<Track> {
         let path = state_dir.join(format!("bridge-{host}.sqlite"));
@@ -94,7 +97,8 @@ impl Track {
         Ok(())
     }
 
-    fn open_rows(&self) -> Result<Vec<(String, String, String, i64, Option<String>)>> {
+    /// Bridged messages not settled yet: (id, key, origin, epoch, last state published).
+    fn open_rows(&self) -> Result<Vec<OpenRow>> {
         let mut st = self.conn.prepare_cached("SELECT id, key, origin, epoch, published FROM bridged WHERE done = 0")?;
         let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -102,10 +106,8 @@ impl Track {
 
     fn published(&self, id: &str, epoch: i64, state: &str) -> Result<()> {
         let done = FINAL.contains(&state) || state == "gone";
-        self.conn.execute(
-            "UPDATE bridged SET published = ?3, done = ?4 WHERE id = ?1 AND epoch = ?2",
-            params![id, epoch, state, done as i64],
-        )?;
+        self.conn
+            .execute("UPDATE bridged SET published = ?3, done = ?4 WHERE id = ?1 AND epoch = ?2", params![id, epoch, state, done as i64])?;
         Ok(())
     }
 
@@ -139,7 +141,8 @@ fn local_request(body: &[u8], key: &str, origin: &str) -> Result<Map<String, Val
     let Value::Object(mut obj) = v else { return Err(bad("not a JSON object".into())) };
     for k in obj.keys() {
         if !FIELDS.contains(&k.as_str()) && k != "wake" {
-            let hint = if k == "wait" || k == "timeout_ms" { " (a remote producer waits on receipts: courier-bridge send --wait)" } else { "" };
+            let hint =
+                if k == "wait" || k == "timeout_ms" { " (a remote producer waits on receipts: courier-bridge send --wait)" } else { "" };
             return Err(bad(format!("unknown field {k:?}{hint}")));
         }
     }
@@ -337,7 +340,8 @@ fn watch(state_dir: PathBuf, host: String, pokes: smpsc::Receiver<()>, out: mpsc
                     "at": state_time(&m, state), "host": host, "origin": origin, "from": m.from,
                     "event": m.event, "turn_id": m.turn_id,
                 });
-                let r = Receipt { msg_id: format!("{}.{state}.{epoch}", m.id), body, track: Some((m.id.clone(), epoch, state.to_string())) };
+                let r =
+                    Receipt { msg_id: format!("{}.{state}.{epoch}", m.id), body, track: Some((m.id.clone(), epoch, state.to_string())) };
                 if out.send(r).is_err() {
                     return Ok(());
                 }
@@ -498,14 +502,17 @@ async fn handle(
         Err((code, message)) => Local::Refused { code, message },
         Ok(req) => {
             let (socket, state_dir, codex_home) = (socket.to_path_buf(), state_dir.to_path_buf(), codex_home.to_path_buf());
-            tokio::task::spawn_blocking(move || enqueue(&socket, &state_dir, &codex_home, req)).await.unwrap_or_else(|e| Local::Retry(e.to_string()))
+            tokio::task::spawn_blocking(move || enqueue(&socket, &state_dir, &codex_home, req))
+                .await
+                .unwrap_or_else(|e| Local::Retry(e.to_string()))
         }
     };
     match local {
         Local::Queued { id, thread, duplicate } => {
             let noted = {
                 let (track, id, key, origin, thread) = (Arc::clone(track), id.clone(), key.clone(), origin.clone(), thread.clone());
-                tokio::task::spawn_blocking(move || track.lock().unwrap_or_else(|e| e.into_inner()).note(&id, &key, &origin, &thread, seq)).await
+                tokio::task::spawn_blocking(move || track.lock().unwrap_or_else(|e| e.into_inner()).note(&id, &key, &origin, &thread, seq))
+                    .await
             };
             if let Err(e) = noted.map_err(anyhow::Error::from).and_then(|r| r) {
                 log(format!("recording {id} (key {key:?}) failed ({e:#}); NATS will redeliver it"));
@@ -542,10 +549,13 @@ pub async fn check(conn: &Conn, host: &str) -> Result<Value> {
         .await
         .context("connecting to NATS timed out")??;
     let js = jetstream::new(client.clone());
-    let mut stream = js.get_stream(nats::SEND_STREAM).await.with_context(|| format!("stream {} (has a bridge ever run?)", nats::SEND_STREAM))?;
+    let mut stream =
+        js.get_stream(nats::SEND_STREAM).await.with_context(|| format!("stream {} (has a bridge ever run?)", nats::SEND_STREAM))?;
     let msgs = stream.info().await?.state.messages;
-    let mut consumer: jetstream::consumer::PullConsumer =
-        stream.get_consumer(&nats::durable_name(host)).await.map_err(|e| anyhow::anyhow!("consumer {} (has this host's bridge ever run?): {e}", nats::durable_name(host)))?;
+    let mut consumer: jetstream::consumer::PullConsumer = stream
+        .get_consumer(&nats::durable_name(host))
+        .await
+        .map_err(|e| anyhow::anyhow!("consumer {} (has this host's bridge ever run?): {e}", nats::durable_name(host)))?;
     let info = consumer.info().await?;
     let state_dir = paths::state_dir();
     let tracked = state_dir.join(format!("bridge-{host}.sqlite")).exists();

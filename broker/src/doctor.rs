@@ -171,7 +171,10 @@ pub fn run(opts: &Options) -> Vec<Check> {
 fn check_bridge(b: &config::BridgeConfig) -> Check {
     let title = format!("NATS bridge of host {}", b.host);
     let Some(bin) = std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join("courier-bridge"))).filter(|p| p.is_file()) else {
-        return Check::fail(format!("{title}: no courier-bridge next to the broker"), "install courier-bridge beside broker (`cargo build -p courier-bridge`)");
+        return Check::fail(
+            format!("{title}: no courier-bridge next to the broker"),
+            "install courier-bridge beside broker (`cargo build -p courier-bridge`)",
+        );
     };
     let mut cmd = std::process::Command::new(&bin);
     cmd.args(["check", "--nats", &b.nats, "--host", &b.host]).stdin(std::process::Stdio::null());
@@ -186,7 +189,10 @@ fn check_bridge(b: &config::BridgeConfig) -> Check {
         Ok(v) if out.status.success() => v,
         _ => {
             let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
-            return Check::fail(format!("{title}: {err}"), "is nats-server reachable, JetStream on (-js), and has the bridge run once (`broker bridge --nats URL --host NAME`)?");
+            return Check::fail(
+                format!("{title}: {err}"),
+                "is nats-server reachable, JetStream on (-js), and has the bridge run once (`broker bridge --nats URL --host NAME`)?",
+            );
         }
     };
     let (pending, unacked) = (v["pending"].as_u64().unwrap_or(0), v["ack_pending"].as_u64().unwrap_or(0));

@@ -314,7 +314,9 @@ fn bridge_args() -> Option<Vec<std::ffi::OsString>> {
             out.extend(rest.iter().cloned());
             Some(out)
         }
-        "send" | "threads" if rest.iter().any(|a| a == "--nats" || a.to_str().is_some_and(|a| a.starts_with("--nats="))) => Some(argv.clone()),
+        "send" | "threads" if rest.iter().any(|a| a == "--nats" || a.to_str().is_some_and(|a| a.starts_with("--nats="))) => {
+            Some(argv.clone())
+        }
         _ => None,
     }
 }

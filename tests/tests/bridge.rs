@@ -237,7 +237,12 @@ fn remote_send_reaches_the_model_once_confirmed() {
     let body = marker("REMOTE");
     let key = marker("key");
     let started = now_ms();
-    let send = bg(producer(&env_b, &nats.url(), "send", &["--thread", &thread, "--from", "relay", "--key", &key, "--wait", "confirmed", "--timeout", "90s", &body]));
+    let send = bg(producer(
+        &env_b,
+        &nats.url(),
+        "send",
+        &["--thread", &thread, "--from", "relay", "--key", &key, "--wait", "confirmed", "--timeout", "90s", &body],
+    ));
     let m = wait_until(T, "the message to be queued on host A", || queued(&a, &thread).into_iter().next());
     let queued_ms = now_ms() - started;
     assert_eq!(m["from"], "nats:hostb/relay", "the sender is shown as remote: {m}");
@@ -269,17 +274,30 @@ fn remote_send_reaches_the_model_once_confirmed() {
     assert!(exited >= confirmed_at, "the producer returned only after the confirmation");
 
     // The same key again, with --wait: answered from the receipts already out.
-    let again = run_bounded(&mut producer(&env_b, &nats.url(), "send", &["--thread", &thread, "--key", &key, "--wait", "confirmed", "--timeout", "20s", "--json", &body]), T);
+    let again = run_bounded(
+        &mut producer(
+            &env_b,
+            &nats.url(),
+            "send",
+            &["--thread", &thread, "--key", &key, "--wait", "confirmed", "--timeout", "20s", "--json", &body],
+        ),
+        T,
+    );
     let (stdout, stderr) = text(&again);
     assert_eq!(again.status.code(), Some(0), "{stdout} {stderr}");
     let r: Value = serde_json::from_str(stdout.trim()).unwrap();
-    assert_eq!((r["id"].as_str(), r["state"].as_str(), r["outcome"].as_str()), (Some(id.as_str()), Some("confirmed"), Some("reached")), "{r}");
+    assert_eq!(
+        (r["id"].as_str(), r["state"].as_str(), r["outcome"].as_str()),
+        (Some(id.as_str()), Some("confirmed"), Some("reached")),
+        "{r}"
+    );
     assert_eq!(queued(&a, &thread).len(), 1);
     assert_eq!(model.count_messages_containing("developer", &body), 1);
 
     // A thread A has no rollout for: refused there, exit 2 here, never redelivered.
     let ghost = "01a22654-3b31-76f3-a48c-b65aa7d0db69";
-    let out = run_bounded(&mut producer(&env_b, &nats.url(), "send", &["--thread", ghost, "--wait", "handed", "--timeout", "30s", "hi"]), T);
+    let out =
+        run_bounded(&mut producer(&env_b, &nats.url(), "send", &["--thread", ghost, "--wait", "handed", "--timeout", "30s", "hi"]), T);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(2), "{stdout} {stderr}");
     assert!(stderr.contains("no_such_thread"), "{stderr}");
@@ -379,14 +397,18 @@ fn host_with_bridge_down_times_out_with_3_then_delivers_once() {
     let body = marker("LATER");
     let key = marker("key");
     let t0 = Instant::now();
-    let out = run_bounded(&mut producer(&env_b, &nats.url(), "send", &["--thread", &thread, "--key", &key, "--wait", "confirmed", "--timeout", "3s", &body]), T);
+    let out = run_bounded(
+        &mut producer(&env_b, &nats.url(), "send", &["--thread", &thread, "--key", &key, "--wait", "confirmed", "--timeout", "3s", &body]),
+        T,
+    );
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(3), "{stdout} {stderr}");
     assert!(t0.elapsed() >= Duration::from_secs(3));
     assert!(stderr.contains("no receipt"), "{stderr}");
     assert!(queued(&a, &thread).is_empty(), "nothing reached A without its bridge");
 
-    let retry = bg(producer(&env_b, &nats.url(), "send", &["--thread", &thread, "--key", &key, "--wait", "confirmed", "--timeout", "90s", &body]));
+    let retry =
+        bg(producer(&env_b, &nats.url(), "send", &["--thread", &thread, "--key", &key, "--wait", "confirmed", "--timeout", "90s", &body]));
     let bridge = Bridge::start(&env_a, &nats.url(), "hosta", None);
     wait_until(T, "the message queued once the bridge is back", || queued(&a, &thread).into_iter().next());
     hold.release();
@@ -414,7 +436,12 @@ fn throughput_across_hosts() {
     let t0 = Instant::now();
     let mut batch = Vec::new();
     for i in 0..n {
-        let mut c = producer(&env_b, &nats.url(), "send", &["--thread", thread, "--future-thread", "--key", &format!("tp-{i}"), &format!("message {i}")]);
+        let mut c = producer(
+            &env_b,
+            &nats.url(),
+            "send",
+            &["--thread", thread, "--future-thread", "--key", &format!("tp-{i}"), &format!("message {i}")],
+        );
         c.stdout(Stdio::null()).stderr(Stdio::piped());
         batch.push(c.spawn().unwrap());
         if batch.len() == 8 {
@@ -446,7 +473,10 @@ fn throughput_across_hosts() {
     std::fs::write(&env_a.courier_config, format!("[bridge]\nnats = \"{}\"\nhost = \"hosta\"\n", nats.url())).unwrap();
     let out = run_bounded(env_a.command(courier_tests::broker_bin()).arg("doctor"), T);
     let (stdout, stderr) = text(&out);
-    assert!(stdout.contains("NATS bridge of host hosta: connected (nats-server 2.") && stdout.contains("0 waiting, 0 unacked"), "{stdout} {stderr}");
+    assert!(
+        stdout.contains("NATS bridge of host hosta: connected (nats-server 2.") && stdout.contains("0 waiting, 0 unacked"),
+        "{stdout} {stderr}"
+    );
     std::fs::write(&env_a.courier_config, "[bridge]\nnats = \"nats://127.0.0.1:9\"\nhost = \"hosta\"\n").unwrap();
     let out = run_bounded(env_a.command(courier_tests::broker_bin()).arg("doctor"), T);
     let (stdout, stderr) = text(&out);
@@ -462,7 +492,10 @@ fn broker_bridge_needs_courier_bridge_next_to_it() {
     let lonely = env.root.join("bin");
     std::fs::create_dir_all(&lonely).unwrap();
     std::fs::copy(courier_tests::broker_bin(), lonely.join("broker")).unwrap();
-    for args in [&["bridge", "--nats", "nats://127.0.0.1:9", "--host", "a"][..], &["send", "--nats", "nats://127.0.0.1:9", "--host", "a", "--thread", "x", "hi"]] {
+    for args in [
+        &["bridge", "--nats", "nats://127.0.0.1:9", "--host", "a"][..],
+        &["send", "--nats", "nats://127.0.0.1:9", "--host", "a", "--thread", "x", "hi"],
+    ] {
         let out = run_bounded(env.command(lonely.join("broker")).args(args), T);
         let (stdout, stderr) = text(&out);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {stdout} {stderr}");
