@@ -49,12 +49,36 @@ fn text(o: &Output) -> (String, String) {
 struct Bg(std::thread::JoinHandle<(Output, i64)>);
 
 fn bg(env: &CodexEnv, args: &[&str]) -> Bg {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
     let mut cmd = env.command(courier_tests::broker_bin());
-    cmd.args(args);
+    cmd.args(args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().expect("spawn broker");
+    let pid = child.id() as i32;
+    let done = Arc::new(AtomicBool::new(false));
+    let watchdog = Arc::clone(&done);
+    // Bounded: killed after 120 s (a test that waits longer has failed anyway).
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(120));
+        if !watchdog.load(Ordering::SeqCst) {
+            // SAFETY: kill(2) on the child's pid, which is not reaped before `done` is set.
+            unsafe { libc_kill(pid) };
+        }
+    });
     Bg(std::thread::spawn(move || {
-        let out = run_bounded(&mut cmd, Duration::from_secs(120));
-        (out, now_ms())
+        // A blocking wait, so the exit time is exact (no polling interval in the measurement).
+        let out = child.wait_with_output().expect("wait for broker");
+        let at = now_ms();
+        done.store(true, Ordering::SeqCst);
+        (out, at)
     }))
+}
+
+unsafe fn libc_kill(pid: i32) {
+    extern "C" {
+        fn kill(pid: i32, sig: i32) -> i32;
+    }
+    kill(pid, 9);
 }
 
 impl Bg {
