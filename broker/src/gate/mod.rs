@@ -50,7 +50,6 @@ pub mod owner;
 pub mod peer;
 mod rollout_read;
 pub mod sender;
-pub(crate) mod sys;
 mod turn;
 #[cfg(test)]
 mod tests;
@@ -88,7 +87,7 @@ pub struct HookRequest<'a> {
 pub struct GateConfig {
     pub codex_home: PathBuf,
     /// (device, inode) of every installed hook-client executable.
-    pub installed_clients: Vec<(u64, u64)>,
+    pub installed_clients: Vec<crate::os::FileKey>,
     pub secret: Secret,
 }
 
@@ -209,10 +208,6 @@ impl Gate {
         }
     }
 
-    pub fn config(&self) -> &GateConfig {
-        &self.config
-    }
-
     /// The incremental rollout reader (its byte counters are diagnostics).
     pub fn tracker(&self) -> &RolloutTracker {
         &self.tracker
@@ -234,7 +229,7 @@ impl Gate {
         }
     }
 
-    /// Runs every check of courier-design.md's verification gate, in order. `is_trusted` answers
+    /// Runs every check of the gate, in order (module documentation). `is_trusted` answers
     /// whether a hex SHA-256 is a trusted Codex binary.
     pub fn verify(&self, peer: &Peer, req: &HookRequest, trust: &dyn CodexTrust) -> Result<Verified, Refusal> {
         let mut ctx = Ctx::default();

@@ -20,7 +20,8 @@
 //! any other process cannot be claimed. [`ToolSender::threads_in_process`] says how many threads
 //! the process runs (1: the attribution is exact).
 
-use super::{holder, sys, CodexTrust, Gate, Peer};
+use super::{holder, CodexTrust, Gate, Peer};
+use crate::os;
 use courier_shared::paths::environ_get;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -121,13 +122,13 @@ impl Gate {
         if peer.uid != self.uid {
             return Err(format!("peer uid {} is not the broker's", peer.uid));
         }
-        let stat = sys::read_stat(peer.pid).map_err(|e| format!("peer stat: {e}"))?;
+        let stat = os::read_stat(peer.pid).map_err(|e| format!("peer stat: {e}"))?;
         let deadline = Instant::now() + Duration::from_secs(2);
         let (chain, codex) = self.walk_ancestry(&stat, trust, deadline).map_err(|r| format!("{}: {}", r.code, r.detail))?;
         let mut env = Vec::with_capacity(8192);
-        sys::read_environ(peer.pid, &mut env).map_err(|e| format!("peer environ: {e}"))?;
+        os::read_environ(peer.pid, &mut env).map_err(|e| format!("peer environ: {e}"))?;
         let mut codex_env = Vec::with_capacity(8192);
-        sys::read_environ(codex.pid, &mut codex_env).map_err(|e| format!("codex environ: {e}"))?;
+        os::read_environ(codex.pid, &mut codex_env).map_err(|e| format!("codex environ: {e}"))?;
         let claim = |key: &str| -> Result<String, String> {
             let v = environ_get(&env, key).ok_or_else(|| format!("not a Codex tool command (no {key})"))?;
             if environ_get(&codex_env, key).is_some() {
@@ -149,18 +150,18 @@ impl Gate {
         let Some(mine) = held.iter().find(|h| h.thread == thread) else {
             return Err(format!("codex {} does not hold thread {thread} (its rollout and writer lock)", codex.pid));
         };
-        let file = sys::open_nofollow(&mine.rollout).map_err(|e| format!("open rollout: {e}"))?;
+        let file = os::open_nofollow(&mine.rollout).map_err(|e| format!("open rollout: {e}"))?;
         let len = file.metadata().map_err(|e| format!("rollout: {e}"))?.len();
         if !open_turn_has_call(&file, len, &call_id) {
             return Err(format!("the open turn of thread {thread} has no tool call {call_id}"));
         }
         for m in chain.iter().chain(std::iter::once(&codex)) {
-            match sys::read_stat(m.pid) {
+            match os::read_stat(m.pid) {
                 Ok(s) if s.starttime == m.starttime => {}
                 _ => return Err(format!("process {} changed while checked", m.pid)),
             }
         }
-        if !peer.is_alive() || !sys::read_stat(peer.pid).is_ok_and(|s| s.starttime == stat.starttime) {
+        if !peer.is_alive() || !os::read_stat(peer.pid).is_ok_and(|s| s.starttime == stat.starttime) {
             return Err("the sender exited while checked".into());
         }
         Ok(ToolSender { thread, call_id, codex_pid: codex.pid, threads_in_process: held.len() })

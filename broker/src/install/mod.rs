@@ -24,6 +24,7 @@
 //! - `uninstall.rs`: `broker uninstall [--purge]`.
 
 use crate::{codex, dirs, store::Store};
+use courier_shared::hook::HookEvent;
 use anyhow::{bail, Context, Result};
 use courier_shared::paths;
 use serde_json::{json, Value};
@@ -40,7 +41,15 @@ pub use systemd::{render_units, systemctl_user, unit_dir, user_manager_runs};
 pub use uninstall::uninstall;
 
 /// The events Courier's hook-client is registered for (PascalCase, as in hooks.json).
-pub const EVENTS: [&str; 6] = ["SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "SubagentStart"];
+pub const EVENTS: [&str; 6] = {
+    let mut names = [""; 6];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = HookEvent::REGISTERED[i].as_str();
+        i += 1;
+    }
+    names
+};
 /// Hook timeout written to hooks.json. Part of the trust hash: never change it casually.
 pub const HOOK_TIMEOUT_SECS: u64 = 5;
 pub const MANIFEST_NAME: &str = "install-manifest.json";

@@ -6,7 +6,6 @@ use crate::effort;
 use crate::failpoint;
 use crate::gate::{self, HookRequest, Peer, Verified};
 use crate::refusal::RefusalCode;
-use courier_shared::hook::HookEvent;
 use courier_shared::wire::{self, AckReply, HookReply, Request, PROTOCOL_VERSION};
 use std::io::Write;
 use std::os::unix::net::UnixStream;
@@ -161,7 +160,7 @@ impl Broker {
             return;
         }
         let stop_turn = match (v.event, &v.turn_id) {
-            (HookEvent::Stop, Some(turn)) => Some((v.thread_id.as_str(), turn.as_str())),
+            (e, Some(turn)) if e.continues_turn() => Some((v.thread_id.as_str(), turn.as_str())),
             _ => None,
         };
         let path = v.rollout_path.to_string_lossy();
