@@ -589,3 +589,72 @@ fn install_registers_broker_mcp_in_codex() {
     assert!(out.status.success(), "{:?}", text(&out));
     assert!(!prefix.join("courier-mcp").exists() && !std::fs::read_to_string(env.config_toml_path()).unwrap().contains("mcp_servers"));
 }
+
+/// Sub-agents: `broker threads` shows the child under its parent (parent, children, nickname, the
+/// same codex process); `send --thread PARENT --agent NICKNAME` reaches the child, `--cwd` the
+/// parent (a sub-agent shares its cwd but is not a candidate); and the child's model messages its
+/// parent through MCP (`to: "parent"`), verified as the child.
+#[test]
+fn subagents_are_listed_and_addressed_by_name() {
+    let hold = Hold::new();
+    let h = hold.clone();
+    let (to_child, to_parent) = (marker("TO_CHILD"), marker("TO_PARENT"));
+    let tp = to_parent.clone();
+    let model = ScriptedModel::start_with(move |r| {
+        let last = r.input().last().cloned().unwrap_or_default();
+        if r.is_subagent() {
+            return match last["type"].as_str() {
+                Some("tool_search_output") => Reply::call(Some("mcp__courier"), "send_message", serde_json::json!({"to": "parent", "text": tp})),
+                Some("function_call_output") => Reply::message("child done"),
+                _ => Reply::raw_items(vec![serde_json::json!({
+                    "type": "tool_search_call", "call_id": "ts_child", "execution": "client",
+                    "arguments": {"query": "courier send message"}})])
+                .held(&h),
+            };
+        }
+        if r.function_calls().is_empty() {
+            Reply::spawn_agent("CHILD_TASK: tell your parent you are done")
+        } else if let Some(agent) = r.spawned_agent() {
+            Reply::wait_agent(&[&agent], 30_000)
+        } else {
+            Reply::message("done")
+        }
+    });
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    register_mcp(&env);
+    let broker = broker(&env);
+    let proc = env.spawn_exec("spawn a helper");
+    let parent = proc.wait_thread_id(T);
+    let first_child = model.wait_for(T, "the sub-agent's first request", courier_tests::Request::is_subagent);
+    hold.wait_held(1, T);
+    let child = first_child.thread_id().unwrap();
+
+    let list = threads_json(&broker, false);
+    let (p, c) = (find(&list, &parent).expect("parent listed"), find(&list, &child).expect("child listed"));
+    assert_eq!(p["children"], serde_json::json!([child]), "{list:#?}");
+    assert_eq!((c["parent"].as_str(), c["root"].as_str()), (Some(parent.as_str()), Some(parent.as_str())), "{c}");
+    assert_eq!(c["state"], "busy");
+    assert_eq!(c["process"]["pid"], p["process"]["pid"], "one codex process runs both");
+    assert_eq!(c["process"]["pid"].as_u64(), Some(u64::from(proc.pid())));
+    let nickname = c["agent_nickname"].as_str().unwrap_or_else(|| panic!("a nickname: {c}")).to_string();
+    let table = broker.run_ok(&["threads"]);
+    assert!(table.contains(&format!("↳ {nickname}")), "{table}");
+
+    let id = broker.run_ok(&["send", "--thread", &parent, "--agent", &nickname.to_lowercase(), &to_child]).trim().to_string();
+    assert_eq!(broker.message(&id).unwrap()["thread"], child.as_str(), "--agent names the child");
+    let out = broker.run(&["send", "--thread", &parent, "--agent", "NoSuchAgent", "x"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).1.contains(&nickname), "lists the sub-agents: {:?}", text(&out));
+    let to_cwd = broker.run_ok(&["send", "--cwd", &env.work.display().to_string(), "for the top-level thread"]).trim().to_string();
+    assert_eq!(broker.message(&to_cwd).unwrap()["thread"], parent.as_str(), "the sub-agent is no --cwd candidate");
+
+    hold.release();
+    proc.wait(T).assert_success();
+    let child_saw: usize = model.requests_for_thread(&child).last().unwrap().developer_messages_containing(&to_child).len();
+    assert_eq!(child_saw, 1, "{}", model.dump());
+    broker.wait_state(&id, "confirmed", Duration::from_secs(10));
+    let parent_saw: Vec<String> =
+        model.requests_for_thread(&parent).iter().flat_map(|r| r.messages_containing("developer", &to_parent)).collect();
+    assert!(!parent_saw.is_empty(), "the parent's model got the child's message: {}", model.dump());
+    assert!(parent_saw.iter().all(|m| m.contains(&format!("from=\"thread:{child}\" verified=\"true\""))), "{parent_saw:?}");
+}
