@@ -658,3 +658,34 @@ fn subagents_are_listed_and_addressed_by_name() {
     assert!(!parent_saw.is_empty(), "the parent's model got the child's message: {}", model.dump());
     assert!(parent_saw.iter().all(|m| m.contains(&format!("from=\"thread:{child}\" verified=\"true\""))), "{parent_saw:?}");
 }
+
+/// A message for a thread that never appeared does not wait forever: with no `--ttl`, the
+/// broker expires it a day after it was queued (`thread_never_appeared`), at its first
+/// maintenance pass; a message of the same age whose thread has a rollout stays pending.
+#[test]
+fn messages_for_threads_that_never_appeared_expire_after_a_day() {
+    let env = CodexEnv::with_base_url("http://127.0.0.1:9/v1");
+    let cli = Broker::cli_only(&env);
+    let ghost = "2b0c2c5e-3c3d-4f7e-9d1a-5b6c7d8e9f00";
+    let real = "2b0c2c5e-3c3d-4f7e-9d1a-5b6c7d8e9f01";
+    let day = env.codex_home.join("sessions/2026/11/29");
+    std::fs::create_dir_all(&day).unwrap();
+    std::fs::write(day.join(format!("rollout-2026-11-29T08-03-04-{real}.jsonl")), "{}\n").unwrap();
+    let lost = cli.send_future(ghost, "for a thread that never comes", None, None);
+    let kept = cli.run_ok(&["send", "--thread", real, "waits for a resume"]).trim().to_string();
+    let with_ttl = cli.run_ok(&["send", "--thread", ghost, "--future-thread", "--ttl", "30d", "has its own ttl"]).trim().to_string();
+    // Queued 25 hours ago, as far as the queue knows.
+    let db = env.state_dir.join("queue.sqlite");
+    let aged = Command::new("python3")
+        .args(["-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('UPDATE messages SET created_at = created_at - 90000000'); c.commit()"])
+        .arg(&db)
+        .status()
+        .unwrap();
+    assert!(aged.success());
+    let broker = Broker::start(&env);
+    let m = broker.wait_state(&lost, "expired", Duration::from_secs(10));
+    assert_eq!(m["reason"], "thread_never_appeared", "{m}");
+    assert_eq!(broker.message_state(&kept), "pending");
+    assert_eq!(broker.message_state(&with_ttl), "pending");
+    assert!(broker.log_text().contains("expired 1 message(s) whose thread never appeared"), "{}", broker.log_text());
+}
