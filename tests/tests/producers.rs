@@ -689,3 +689,62 @@ fn messages_for_threads_that_never_appeared_expire_after_a_day() {
     assert_eq!(broker.message_state(&with_ttl), "pending");
     assert!(broker.log_text().contains("expired 1 message(s) whose thread never appeared"), "{}", broker.log_text());
 }
+
+/// Idle threads of an app-server: `broker threads` says `idle` (no turn open) and names the
+/// process kind (`app-server` for `codex app-server --listen`, `tui-daemon` for the TUI's
+/// managed daemon) and pid; `send --wait confirmed` to such a thread returns 0 once the wake
+/// channel's turn delivered it.
+#[test]
+fn idle_app_server_threads_are_listed_and_receipts_follow_the_wake() {
+    use courier_tests::appserver::{ListeningAppServer, WsAppServer};
+    let model = ScriptedModel::start_with(|_| Reply::message("done"));
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    let broker = broker(&env);
+    let start_turn = |client: &mut WsAppServer, prompt: &str| -> String {
+        let r = client.request("thread/start", serde_json::json!({"cwd": env.work.display().to_string()}), T);
+        let thread = r.pointer("/thread/id").and_then(Value::as_str).expect("thread id").to_string();
+        let r = client.request("turn/start", serde_json::json!({"threadId": thread, "input": [{"type": "text", "text": prompt}]}), T);
+        let turn = r.pointer("/turn/id").and_then(Value::as_str).unwrap().to_string();
+        client.wait_notification("turn/completed", T, |p| p.pointer("/turn/id").and_then(Value::as_str) == Some(turn.as_str()));
+        thread
+    };
+
+    let server = ListeningAppServer::start(env.codex_command(), env.root.join("as.sock"), &[], env.root.join("app-server.log"));
+    let mut client = server.client(T);
+    client.initialize(false, T);
+    let thread = start_turn(&mut client, "APPSERVER hello");
+
+    struct Stop<'a>(&'a CodexEnv);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            let _ = run_bounded(self.0.codex_command().args(["app-server", "daemon", "stop"]), Duration::from_secs(30));
+        }
+    }
+    let _stop = Stop(&env);
+    let out = run_bounded(env.codex_command().args(["app-server", "daemon", "start"]), T);
+    assert!(out.status.success(), "daemon start: {out:?}");
+    let started: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut daemon = WsAppServer::connect(Path::new(started["socketPath"].as_str().unwrap()), T);
+    daemon.initialize(false, T);
+    let in_daemon = start_turn(&mut daemon, "DAEMON hello");
+
+    let list = courier_tests::util::wait_until(T, "both idle threads listed", || {
+        let l = threads_json(&broker, false);
+        (find(&l, &thread).is_some() && find(&l, &in_daemon).is_some()).then_some(l)
+    });
+    let a = find(&list, &thread).unwrap();
+    assert_eq!((a["state"].as_str(), a["turn_id"].is_null()), (Some("idle"), true), "{a}");
+    assert_eq!(a["process"]["kind"], "app-server", "{a}");
+    assert_eq!(a["process"]["pid"].as_u64(), Some(u64::from(server.pid())));
+    assert_eq!(a["title"], "APPSERVER hello");
+    let d = find(&list, &in_daemon).unwrap();
+    assert_eq!((d["state"].as_str(), d["process"]["kind"].as_str()), (Some("idle"), Some("tui-daemon")), "{d}");
+    assert_ne!(d["process"]["pid"], a["process"]["pid"]);
+
+    let body = marker("WOKEN_RECEIPT");
+    let out = broker.run(&["send", "--thread", &thread, "--wait", "confirmed", "--timeout", "30s", "--json", &body]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    let v: Value = serde_json::from_str(text(&out).0.trim()).unwrap();
+    assert_eq!((v["outcome"].as_str(), v["message"]["state"].as_str(), v["message"]["event"].as_str()), (Some("reached"), Some("confirmed"), Some("wake")), "{v}");
+    assert_eq!(v["thread_status"], "live");
+}
