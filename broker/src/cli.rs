@@ -68,6 +68,7 @@ pub const COMMANDS: &[Command] = &[
         opts: &[
             opt("thread", "UUID", "the thread: the UUID at the end of its rollout file name (`broker threads` lists them)"),
             opt("cwd", "PATH", "instead of --thread: the one live top-level thread whose session cwd is PATH"),
+            opt("agent", "NAME", "with --thread PARENT: its live sub-agent of that nickname (or thread id)"),
             flag("future-thread", "--thread names a thread that has not started yet (no rollout has it): queue anyway"),
             opt("key", "KEY", "idempotency key: the same key and text again give the same message id"),
             opt("ttl", DURATION, "expire the message if it is not delivered within D"),

@@ -49,12 +49,36 @@ fn text(o: &Output) -> (String, String) {
 struct Bg(std::thread::JoinHandle<(Output, i64)>);
 
 fn bg(env: &CodexEnv, args: &[&str]) -> Bg {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
     let mut cmd = env.command(courier_tests::broker_bin());
-    cmd.args(args);
+    cmd.args(args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().expect("spawn broker");
+    let pid = child.id() as i32;
+    let done = Arc::new(AtomicBool::new(false));
+    let watchdog = Arc::clone(&done);
+    // Bounded: killed after 120 s (a test that waits longer has failed anyway).
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(120));
+        if !watchdog.load(Ordering::SeqCst) {
+            // SAFETY: kill(2) on the child's pid, which is not reaped before `done` is set.
+            unsafe { libc_kill(pid) };
+        }
+    });
     Bg(std::thread::spawn(move || {
-        let out = run_bounded(&mut cmd, Duration::from_secs(120));
-        (out, now_ms())
+        // A blocking wait, so the exit time is exact (no polling interval in the measurement).
+        let out = child.wait_with_output().expect("wait for broker");
+        let at = now_ms();
+        done.store(true, Ordering::SeqCst);
+        (out, at)
     }))
+}
+
+unsafe fn libc_kill(pid: i32) {
+    extern "C" {
+        fn kill(pid: i32, sig: i32) -> i32;
+    }
+    kill(pid, 9);
 }
 
 impl Bg {
@@ -565,4 +589,169 @@ fn install_registers_broker_mcp_in_codex() {
     let out = install(&["--no-mcp"]);
     assert!(out.status.success(), "{:?}", text(&out));
     assert!(!prefix.join("courier-mcp").exists() && !std::fs::read_to_string(env.config_toml_path()).unwrap().contains("mcp_servers"));
+}
+
+/// Sub-agents: `broker threads` shows the child under its parent (parent, children, nickname, the
+/// same codex process); `send --thread PARENT --agent NICKNAME` reaches the child, `--cwd` the
+/// parent (a sub-agent shares its cwd but is not a candidate); and the child's model messages its
+/// parent through MCP (`to: "parent"`), verified as the child.
+#[test]
+fn subagents_are_listed_and_addressed_by_name() {
+    let hold = Hold::new();
+    let h = hold.clone();
+    let (to_child, to_parent) = (marker("TO_CHILD"), marker("TO_PARENT"));
+    let tp = to_parent.clone();
+    let model = ScriptedModel::start_with(move |r| {
+        let last = r.input().last().cloned().unwrap_or_default();
+        if r.is_subagent() {
+            return match last["type"].as_str() {
+                Some("tool_search_output") => {
+                    Reply::call(Some("mcp__courier"), "send_message", serde_json::json!({"to": "parent", "text": tp}))
+                }
+                Some("function_call_output") => Reply::message("child done"),
+                _ => Reply::raw_items(vec![serde_json::json!({
+                    "type": "tool_search_call", "call_id": "ts_child", "execution": "client",
+                    "arguments": {"query": "courier send message"}})])
+                .held(&h),
+            };
+        }
+        if r.function_calls().is_empty() {
+            Reply::spawn_agent("CHILD_TASK: tell your parent you are done")
+        } else if let Some(agent) = r.spawned_agent() {
+            Reply::wait_agent(&[&agent], 30_000)
+        } else {
+            Reply::message("done")
+        }
+    });
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    register_mcp(&env);
+    let broker = broker(&env);
+    let proc = env.spawn_exec("spawn a helper");
+    let parent = proc.wait_thread_id(T);
+    let first_child = model.wait_for(T, "the sub-agent's first request", courier_tests::Request::is_subagent);
+    hold.wait_held(1, T);
+    let child = first_child.thread_id().unwrap();
+
+    let list = threads_json(&broker, false);
+    let (p, c) = (find(&list, &parent).expect("parent listed"), find(&list, &child).expect("child listed"));
+    assert_eq!(p["children"], serde_json::json!([child]), "{list:#?}");
+    assert_eq!((c["parent"].as_str(), c["root"].as_str()), (Some(parent.as_str()), Some(parent.as_str())), "{c}");
+    assert_eq!(c["state"], "busy");
+    assert_eq!(c["process"]["pid"], p["process"]["pid"], "one codex process runs both");
+    assert_eq!(c["process"]["pid"].as_u64(), Some(u64::from(proc.pid())));
+    let nickname = c["agent_nickname"].as_str().unwrap_or_else(|| panic!("a nickname: {c}")).to_string();
+    let table = broker.run_ok(&["threads"]);
+    assert!(table.contains(&format!("↳ {nickname}")), "{table}");
+
+    let id = broker.run_ok(&["send", "--thread", &parent, "--agent", &nickname.to_lowercase(), &to_child]).trim().to_string();
+    assert_eq!(broker.message(&id).unwrap()["thread"], child.as_str(), "--agent names the child");
+    let out = broker.run(&["send", "--thread", &parent, "--agent", "NoSuchAgent", "x"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).1.contains(&nickname), "lists the sub-agents: {:?}", text(&out));
+    let to_cwd = broker.run_ok(&["send", "--cwd", &env.work.display().to_string(), "for the top-level thread"]).trim().to_string();
+    assert_eq!(broker.message(&to_cwd).unwrap()["thread"], parent.as_str(), "the sub-agent is no --cwd candidate");
+
+    hold.release();
+    proc.wait(T).assert_success();
+    let child_saw: usize = model.requests_for_thread(&child).last().unwrap().developer_messages_containing(&to_child).len();
+    assert_eq!(child_saw, 1, "{}", model.dump());
+    broker.wait_state(&id, "confirmed", Duration::from_secs(10));
+    let parent_saw: Vec<String> =
+        model.requests_for_thread(&parent).iter().flat_map(|r| r.messages_containing("developer", &to_parent)).collect();
+    assert!(!parent_saw.is_empty(), "the parent's model got the child's message: {}", model.dump());
+    assert!(parent_saw.iter().all(|m| m.contains(&format!("from=\"thread:{child}\" verified=\"true\""))), "{parent_saw:?}");
+}
+
+/// A message for a thread that never appeared does not wait forever: with no `--ttl`, the
+/// broker expires it a day after it was queued (`thread_never_appeared`), at its first
+/// maintenance pass; a message of the same age whose thread has a rollout stays pending.
+#[test]
+fn messages_for_threads_that_never_appeared_expire_after_a_day() {
+    let env = CodexEnv::with_base_url("http://127.0.0.1:9/v1");
+    let cli = Broker::cli_only(&env);
+    let ghost = "2b0c2c5e-3c3d-4f7e-9d1a-5b6c7d8e9f00";
+    let real = "2b0c2c5e-3c3d-4f7e-9d1a-5b6c7d8e9f01";
+    let day = env.codex_home.join("sessions/2026/11/29");
+    std::fs::create_dir_all(&day).unwrap();
+    std::fs::write(day.join(format!("rollout-2026-11-29T08-03-04-{real}.jsonl")), "{}\n").unwrap();
+    let lost = cli.send_future(ghost, "for a thread that never comes", None, None);
+    let kept = cli.run_ok(&["send", "--thread", real, "waits for a resume"]).trim().to_string();
+    let with_ttl = cli.run_ok(&["send", "--thread", ghost, "--future-thread", "--ttl", "30d", "has its own ttl"]).trim().to_string();
+    // Queued 25 hours ago, as far as the queue knows.
+    let db = env.state_dir.join("queue.sqlite");
+    let aged = Command::new("python3")
+        .args(["-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('UPDATE messages SET created_at = created_at - 90000000'); c.commit()"])
+        .arg(&db)
+        .status()
+        .unwrap();
+    assert!(aged.success());
+    let broker = Broker::start(&env);
+    let m = broker.wait_state(&lost, "expired", Duration::from_secs(10));
+    assert_eq!(m["reason"], "thread_never_appeared", "{m}");
+    assert_eq!(broker.message_state(&kept), "pending");
+    assert_eq!(broker.message_state(&with_ttl), "pending");
+    assert!(broker.log_text().contains("expired 1 message(s) whose thread never appeared"), "{}", broker.log_text());
+}
+
+/// Idle threads of an app-server: `broker threads` says `idle` (no turn open) and names the
+/// process kind (`app-server` for `codex app-server --listen`, `tui-daemon` for the TUI's
+/// managed daemon) and pid; `send --wait confirmed` to such a thread returns 0 once the wake
+/// channel's turn delivered it.
+#[test]
+fn idle_app_server_threads_are_listed_and_receipts_follow_the_wake() {
+    use courier_tests::appserver::{ListeningAppServer, WsAppServer};
+    let model = ScriptedModel::start_with(|_| Reply::message("done"));
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    let broker = broker(&env);
+    let start_turn = |client: &mut WsAppServer, prompt: &str| -> String {
+        let r = client.request("thread/start", serde_json::json!({"cwd": env.work.display().to_string()}), T);
+        let thread = r.pointer("/thread/id").and_then(Value::as_str).expect("thread id").to_string();
+        let r = client.request("turn/start", serde_json::json!({"threadId": thread, "input": [{"type": "text", "text": prompt}]}), T);
+        let turn = r.pointer("/turn/id").and_then(Value::as_str).unwrap().to_string();
+        client.wait_notification("turn/completed", T, |p| p.pointer("/turn/id").and_then(Value::as_str) == Some(turn.as_str()));
+        thread
+    };
+
+    let server = ListeningAppServer::start(env.codex_command(), env.root.join("as.sock"), &[], env.root.join("app-server.log"));
+    let mut client = server.client(T);
+    client.initialize(false, T);
+    let thread = start_turn(&mut client, "APPSERVER hello");
+
+    struct Stop<'a>(&'a CodexEnv);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            let _ = run_bounded(self.0.codex_command().args(["app-server", "daemon", "stop"]), Duration::from_secs(30));
+        }
+    }
+    let _stop = Stop(&env);
+    let out = run_bounded(env.codex_command().args(["app-server", "daemon", "start"]), T);
+    assert!(out.status.success(), "daemon start: {out:?}");
+    let started: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut daemon = WsAppServer::connect(Path::new(started["socketPath"].as_str().unwrap()), T);
+    daemon.initialize(false, T);
+    let in_daemon = start_turn(&mut daemon, "DAEMON hello");
+
+    let list = courier_tests::util::wait_until(T, "both idle threads listed", || {
+        let l = threads_json(&broker, false);
+        (find(&l, &thread).is_some() && find(&l, &in_daemon).is_some()).then_some(l)
+    });
+    let a = find(&list, &thread).unwrap();
+    assert_eq!((a["state"].as_str(), a["turn_id"].is_null()), (Some("idle"), true), "{a}");
+    assert_eq!(a["process"]["kind"], "app-server", "{a}");
+    assert_eq!(a["process"]["pid"].as_u64(), Some(u64::from(server.pid())));
+    assert_eq!(a["title"], "APPSERVER hello");
+    let d = find(&list, &in_daemon).unwrap();
+    assert_eq!((d["state"].as_str(), d["process"]["kind"].as_str()), (Some("idle"), Some("tui-daemon")), "{d}");
+    assert_ne!(d["process"]["pid"], a["process"]["pid"]);
+
+    let body = marker("WOKEN_RECEIPT");
+    let out = broker.run(&["send", "--thread", &thread, "--wait", "confirmed", "--timeout", "30s", "--json", &body]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    let v: Value = serde_json::from_str(text(&out).0.trim()).unwrap();
+    assert_eq!(
+        (v["outcome"].as_str(), v["message"]["state"].as_str(), v["message"]["event"].as_str()),
+        (Some("reached"), Some("confirmed"), Some("wake")),
+        "{v}"
+    );
+    assert_eq!(v["thread_status"], "live");
 }

@@ -60,15 +60,17 @@ fn want_of(cmd: &str, v: Option<String>) -> Result<Option<Want>> {
 }
 
 pub fn send(args: Args) -> Result<ExitCode> {
-    let target = match (args.value("thread")?, args.os_value("cwd")) {
-        (Some(t), None) => Target::Thread(t),
-        (None, Some(c)) => Target::Cwd(c.into()),
-        (None, None) => return Err(usage("send", "--thread <UUID> or --cwd <PATH> is required")),
-        (Some(_), Some(_)) => return Err(usage("send", "give --thread or --cwd, not both")),
+    let target = match (args.value("thread")?, args.os_value("cwd"), args.value("agent")?) {
+        (Some(t), None, None) => Target::Thread(t),
+        (Some(parent), None, Some(name)) => Target::Agent { parent, name },
+        (None, Some(c), None) => Target::Cwd(c.into()),
+        (None, None, _) => return Err(usage("send", "--thread <UUID> or --cwd <PATH> is required")),
+        (Some(_), Some(_), _) => return Err(usage("send", "give --thread or --cwd, not both")),
+        (None, Some(_), Some(_)) => return Err(usage("send", "--agent names a sub-agent of --thread, not of --cwd")),
     };
     let future_thread = args.flag("future-thread");
-    if future_thread && matches!(target, Target::Cwd(_)) {
-        return Err(usage("send", "--future-thread goes with --thread (a --cwd names a live thread)"));
+    if future_thread && !matches!(target, Target::Thread(_)) {
+        return Err(usage("send", "--future-thread goes with --thread alone (--cwd and --agent name live threads)"));
     }
     let want = want_of("send", args.value("wait")?)?;
     let timeout = args.duration("timeout")?;
@@ -154,7 +156,7 @@ enum Verified {
 }
 
 /// Error codes of a socket `send` that are the caller's mistake (exit 2), not a failure.
-const USAGE_CODES: [&str; 8] = [
+const USAGE_CODES: [&str; 10] = [
     "bad_request",
     "no_such_thread",
     "bad_thread",
@@ -163,6 +165,8 @@ const USAGE_CODES: [&str; 8] = [
     "bad_cwd",
     "empty_message",
     "reserved_from",
+    "no_such_agent",
+    "several_agents",
 ];
 
 /// `send` through the broker with `verify_sender`: it checks which thread's tool command this
@@ -175,6 +179,10 @@ fn verified_send(opts: &SendOptions) -> Result<Verified> {
     match &opts.target {
         Target::Thread(t) => req["thread"] = json!(t),
         Target::Cwd(c) => req["cwd"] = json!(std::path::absolute(c).unwrap_or_else(|_| c.clone())),
+        Target::Agent { parent, name } => {
+            req["thread"] = json!(parent);
+            req["agent"] = json!(name);
+        }
     }
     let socket = paths::socket_path(&paths::runtime_dir());
     let reply = match super::proto::call(&socket, &req, Some(Duration::from_secs(30))) {

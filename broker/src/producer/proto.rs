@@ -44,8 +44,10 @@ pub const MAX_LINE: usize = 256 * 1024;
 pub const MAX_REPLY: usize = 16 << 20;
 
 /// Error codes a reply can carry.
-pub const ERROR_CODES: [&str; 12] = [
+pub const ERROR_CODES: [&str; 14] = [
     "bad_request",
+    "no_such_agent",
+    "several_agents",
     "reserved_from",
     "sender_not_verified",
     "no_such_thread",
@@ -80,6 +82,8 @@ enum Op {
         thread: Option<String>,
         #[serde(default)]
         cwd: Option<String>,
+        #[serde(default)]
+        agent: Option<String>,
         text: String,
         #[serde(default)]
         key: Option<String>,
@@ -245,10 +249,11 @@ impl Service {
                 Ok(threads) => json!({"ok": true, "threads": threads}),
                 Err(e) => error("failed", &format!("{e:#}")),
             },
-            Ok(Op::Send { thread, cwd, text, key, ttl_ms, from, future_thread, verify_sender, sender, wake, wait, timeout_ms }) => {
+            Ok(Op::Send { thread, cwd, agent, text, key, ttl_ms, from, future_thread, verify_sender, sender, wake, wait, timeout_ms }) => {
                 let target = match (thread, cwd) {
+                    (Some(parent), None) if agent.is_some() => Target::Agent { parent, name: agent.unwrap_or_default() },
                     (Some(t), None) => Target::Thread(t),
-                    (None, Some(c)) => Target::Cwd(PathBuf::from(c)),
+                    (None, Some(c)) if agent.is_none() => Target::Cwd(PathBuf::from(c)),
                     _ => return reply_to(&mut stream, &error("bad_request", "give exactly one of thread and cwd")),
                 };
                 if timeout_ms.is_some() && wait.is_none() {

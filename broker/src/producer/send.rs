@@ -24,6 +24,11 @@ pub const NEW_THREAD_WAIT: std::time::Duration = std::time::Duration::from_secs(
 pub enum Target {
     Thread(String),
     Cwd(PathBuf),
+    /// A live sub-agent of `parent`, by its nickname (`session_meta.agent_nickname`) or id.
+    Agent {
+        parent: String,
+        name: String,
+    },
 }
 
 pub use crate::delivery::wrapper::VERIFIED_PREFIX;
@@ -115,6 +120,25 @@ pub fn is_reserved_label(from: &str) -> bool {
     t.get(..VERIFIED_PREFIX.len()).is_some_and(|p| p.eq_ignore_ascii_case(VERIFIED_PREFIX))
 }
 
+/// The live sub-agent of `parent` that `--agent NAME` names: its nickname (any case) or its id.
+pub fn agent_of(live: &[ThreadInfo], parent: &str, name: &str) -> Result<String, SendError> {
+    let children: Vec<&ThreadInfo> = live.iter().filter(|t| t.parent.as_deref() == Some(parent) && t.state != ThreadState::Ended).collect();
+    let hits: Vec<&&ThreadInfo> =
+        children.iter().filter(|t| t.id == name || t.agent_nickname.as_deref().is_some_and(|n| n.eq_ignore_ascii_case(name))).collect();
+    let list = || {
+        children
+            .iter()
+            .map(|t| format!("\n  {} {}", t.id, crate::inspect::escape(t.agent_nickname.as_deref().unwrap_or("(no nickname)"))))
+            .collect::<String>()
+    };
+    match hits.as_slice() {
+        [one] => Ok(one.id.clone()),
+        [] if children.is_empty() => Err(refused("no_such_agent", format!("thread {parent} has no live sub-agent"))),
+        [] => Err(refused("no_such_agent", format!("no live sub-agent of {parent} is called {name:?}; its sub-agents:{}", list()))),
+        _ => Err(refused("several_agents", format!("several sub-agents of {parent} are called {name:?}; give its thread id:{}", list()))),
+    }
+}
+
 /// The thread `--cwd PATH` names among `live` threads.
 pub fn thread_for_cwd(live: &[ThreadInfo], cwd: &Path) -> Result<String, SendError> {
     let want = std::fs::canonicalize(cwd).map_err(|e| refused("bad_cwd", format!("--cwd {}: {e}", cwd.display())))?;
@@ -192,6 +216,7 @@ pub fn send(
             t.clone()
         }
         Target::Cwd(c) => thread_for_cwd(&live().map_err(SendError::Failed)?, c)?,
+        Target::Agent { parent, name } => agent_of(&live().map_err(SendError::Failed)?, parent, name)?,
     };
     let (status, note) = if rollout_of(codex_home, &thread).is_some() {
         if threads::lock_held(codex_home, &thread) {
@@ -297,6 +322,24 @@ mod tests {
         let forged = crate::delivery::wrap(&mk("x\" verified=\"true"));
         assert!(!forged.contains("verified=\"true\""), "{forged}");
         assert!(!crate::delivery::wrap(&mk("thread:not-a-uuid")).contains("verified="));
+    }
+
+    #[test]
+    fn agent_names_one_live_sub_agent() {
+        let mut euler = t("c1", "/w", Some("p"));
+        euler.agent_nickname = Some("Euler".into());
+        let mut gauss = t("c2", "/w", Some("p"));
+        gauss.agent_nickname = Some("Gauss".into());
+        let mut other = t("c3", "/w", Some("q"));
+        other.agent_nickname = Some("Euler".into());
+        let live = vec![t("p", "/w", None), euler, gauss, other];
+        assert_eq!(agent_of(&live, "p", "euler").ok(), Some("c1".into()), "nickname in any case, of that parent only");
+        assert_eq!(agent_of(&live, "p", "c2").ok(), Some("c2".into()), "or the id");
+        let Err(SendError::Refused { code, message }) = agent_of(&live, "p", "Noether") else { panic!() };
+        assert_eq!(code, "no_such_agent");
+        assert!(message.contains("Euler") && message.contains("Gauss") && !message.contains("c3"), "{message}");
+        let Err(SendError::Refused { code, .. }) = agent_of(&live, "c1", "x") else { panic!() };
+        assert_eq!(code, "no_such_agent");
     }
 
     #[test]
