@@ -17,4 +17,5 @@ pub mod logging;
 pub mod rollout;
 pub mod server;
 pub mod store;
+pub mod tickets;
 

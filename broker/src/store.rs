@@ -242,6 +242,7 @@ impl Store {
         conn.execute_batch(SCHEMA).context("creating the queue schema")?;
         crate::effort::db::migrate(&conn).context("adding the effort columns")?;
         migrate_trusted_codex(&conn).context("adding the trusted_codex columns")?;
+        crate::tickets::migrate(&conn).context("creating the tickets tables")?;
         Ok(Store { conn })
     }
 
@@ -330,7 +331,7 @@ impl Store {
     /// may roll back safely: a lost lease never reached the model (the client exits 0 only after
     /// the ack, whose fsync also makes every earlier WAL frame durable), and a lost settlement is
     /// redone from the rollout. A delivering hook call then waits for one fsync, not four.
-    fn unsynced<T>(&mut self, f: impl FnOnce(&mut Store) -> Result<T>) -> Result<T> {
+    pub(crate) fn unsynced<T>(&mut self, f: impl FnOnce(&mut Store) -> Result<T>) -> Result<T> {
         self.conn.pragma_update(None, "synchronous", "NORMAL")?;
         let out = f(self);
         let restored = self.conn.pragma_update(None, "synchronous", "FULL");
@@ -356,6 +357,7 @@ impl Store {
             [],
         )?;
         tx.execute("DELETE FROM stop_blocks WHERE rowid <= (SELECT MAX(rowid) FROM stop_blocks) - 10000", [])?;
+        crate::tickets::prune(&tx, cutoff)?;
         tx.commit()?;
         Ok(removed)
     }

@@ -29,7 +29,8 @@
 //!    [`Verified::sole_thread`] tells the caller whether it may deliver).
 //!
 //! Finally the start times of every process in the chain are re-read: a pid that now names a
-//! different process refuses the request.
+//! different process refuses the request. Step 8, one ticket per Codex action, is [`ticket`]
+//! (its codes `no_ticket`, `ticket_used` are in [`ticket::TICKET_REASON_CODES`]).
 //!
 //! # Refusal reason codes (stable; shown by `broker inspect`)
 //! | code | step | meaning |
@@ -61,6 +62,7 @@ pub mod digest;
 mod holder;
 pub mod peer;
 mod sys;
+pub mod ticket;
 #[cfg(test)]
 mod tests;
 
@@ -124,6 +126,8 @@ pub struct Verified {
     /// Number of thread-writer locks the codex process holds (1 when `sole_thread`). SessionStart
     /// only, like `sole_thread`; 0 for the other events.
     pub thread_locks: usize,
+    /// What the open turn's records say Codex is doing: the state [`ticket::bind`] checks.
+    pub actions: crate::rollout::Actions,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -601,6 +605,7 @@ impl Gate {
             root_thread_id: meta.session_id.clone(),
             codex_starttime: codex.starttime,
             thread_locks,
+            actions: snap.actions.clone(),
             payload,
         })
     }
