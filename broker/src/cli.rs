@@ -60,14 +60,51 @@ pub const COMMANDS: &[Command] = &[
         name: "send",
         args: "<TEXT | ->",
         positionals: (1, 1),
-        required: &["thread"],
-        about: "queue a message for a Codex thread and print its id (`-`: read the text from stdin, at most 8 KiB)",
+        required: &[],
+        about: "queue a message for a Codex thread and print its id (`-`: read the text from stdin; at most 7,800 bytes)",
         opts: &[
-            opt("thread", "UUID", "the thread: the UUID at the end of its rollout file name"),
+            opt("thread", "UUID", "the thread: the UUID at the end of its rollout file name (`broker threads` lists them)"),
+            opt("cwd", "PATH", "instead of --thread: the one live top-level thread whose session cwd is PATH"),
+            flag("future-thread", "--thread names a thread that has not started yet (no rollout has it): queue anyway"),
             opt("key", "KEY", "idempotency key: the same key and text again give the same message id"),
             opt("ttl", DURATION, "expire the message if it is not delivered within D"),
-            opt("from", "LABEL", "sender label shown to the model (default: $USER)"),
-            flag("json", "print {\"id\",\"thread\",\"duplicate\"} instead of the id alone"),
+            opt("from", "LABEL", "sender label shown to the model (default: $USER; run by a Codex tool command: thread:<id>, verified)"),
+            opt("wake", "auto|never", "auto (default): an idle thread gets a new turn with it; never: wait for the thread's next hook"),
+            opt("wait", "handed|confirmed", "then wait for that state; exit 0 reached, 3 timed out, 4 ended without it"),
+            opt("timeout", DURATION, "with --wait: give up after D (default: wait as long as it takes)"),
+            flag("json", "print {\"id\",\"thread\",\"duplicate\",\"thread_status\",\"note\"} (with --wait also \"outcome\", \"message\")"),
+        ],
+    },
+    Command {
+        name: "status",
+        args: "<MESSAGE-ID>",
+        positionals: (1, 1),
+        required: &[],
+        about: "show one message's state (settled against its rollout first)",
+        opts: &[flag("json", "print the message record (README, \"For producers\")")],
+    },
+    Command {
+        name: "wait",
+        args: "<MESSAGE-ID>...",
+        positionals: (1, 256),
+        required: &[],
+        about: "wait until messages reach a state; exit 0 reached, 3 timed out, 4 ended without it",
+        opts: &[
+            opt("for", "handed|confirmed", "the state to wait for (default: confirmed, i.e. it reached the model)"),
+            opt("timeout", DURATION, "give up after D (default: wait as long as it takes)"),
+            flag("json", "print each message's final record, one JSON object per line"),
+        ],
+    },
+    Command {
+        name: "threads",
+        args: "",
+        positionals: (0, 0),
+        required: &[],
+        about: "list the Codex threads Courier can reach (held by a trusted codex process)",
+        opts: &[
+            flag("all", "also ended threads, from the rollouts (newest first)"),
+            opt("limit", "N", "with --all: at most N ended threads (default 50)"),
+            flag("json", "one JSON object {\"threads\":[...]} (the schema in README, \"For producers\")"),
         ],
     },
     Command {
@@ -407,7 +444,7 @@ mod tests {
             e.to_string()
         };
         assert!(usage(&["send", "--thread", "t", "--bogus", "x"]).contains("unknown option --bogus"));
-        assert!(usage(&["send", "hi"]).contains("--thread <UUID> is required"));
+        assert!(usage(&["wait"]).contains("missing <MESSAGE-ID>..."));
         assert!(usage(&["send", "--thread", "t"]).contains("missing <TEXT | ->"));
         assert!(usage(&["send", "--thread", "t", "a", "b"]).contains("unexpected argument \"b\""));
         assert!(usage(&["send", "--thread", "t", "--ttl", "0", "x"]).contains("more than zero"));

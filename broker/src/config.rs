@@ -4,7 +4,10 @@
 //! Unknown top-level keys are not errors (a newer Courier may add some) but are reported as
 //! warnings by `broker serve` and `broker doctor`, so typos do not go unnoticed.
 
+use crate::effort::config::EffortConfig;
 use anyhow::{bail, Context, Result};
+use std::sync::Mutex;
+use std::time::SystemTime;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -26,7 +29,7 @@ pub struct Config {
     /// failed); 0 keeps them forever. Default [`DEFAULT_RETENTION_DAYS`].
     pub retention_days: Option<u64>,
     /// `[effort]`: allowed levels, app-server deadline, the optional policy.
-    pub effort: crate::effort::config::EffortConfig,
+    pub effort: EffortConfig,
 }
 
 #[derive(Debug, Default)]
@@ -82,6 +85,50 @@ pub fn parse(text: &str) -> Result<(Config, Vec<String>)> {
     }
     config.effort.validate()?;
     Ok((config, warnings))
+}
+
+impl EffortConfig {
+    /// The `[effort]` section of a config file's text.
+    pub fn parse(text: &str) -> Result<EffortConfig> {
+        Ok(parse(text)?.0.effort)
+    }
+
+    /// Missing file = defaults; an unreadable or invalid one is an error.
+    pub fn load(path: &Path) -> Result<EffortConfig> {
+        Ok(load_from(path)?.config.effort)
+    }
+}
+
+/// mtime and size of the config file (None: missing).
+type Stamp = Option<(SystemTime, u64)>;
+
+/// The config as of the file's last change, re-read when its mtime or size moves. An invalid
+/// file keeps the policy off and is reported once per change.
+pub struct ConfigCache {
+    path: PathBuf,
+    state: Mutex<Option<(Stamp, EffortConfig)>>,
+}
+
+impl ConfigCache {
+    pub fn new(path: PathBuf) -> ConfigCache {
+        ConfigCache { path, state: Mutex::new(None) }
+    }
+
+    pub fn get(&self) -> EffortConfig {
+        let stamp = std::fs::metadata(&self.path).ok().and_then(|m| Some((m.modified().ok()?, m.len())));
+        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((s, c)) = g.as_ref() {
+            if *s == stamp {
+                return c.clone();
+            }
+        }
+        let c = EffortConfig::load(&self.path).unwrap_or_else(|e| {
+            crate::log_warn!("effort config ignored (policy off, every level allowed): {e:#}");
+            EffortConfig::default()
+        });
+        *g = Some((stamp, c.clone()));
+        c
+    }
 }
 
 #[cfg(test)]

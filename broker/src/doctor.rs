@@ -4,7 +4,8 @@
 
 use crate::install::{self, Manifest, StartSetup, EVENTS};
 use crate::store::{now_ms, Store};
-use crate::{codex, config, dirs, server};
+use crate::refusal::RefusalCode;
+use crate::{client, codex, config, dirs};
 use courier_shared::paths;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -107,7 +108,7 @@ pub fn run(opts: &Options) -> Vec<Check> {
     let expected_command = manifest.as_ref().map(|m| m.hook_command.clone()).or_else(|| expected_client.as_deref().map(install::hook_command));
 
     // Broker reachable, and accepting the hook-client the hooks run.
-    let status = server::query_status(&runtime_dir);
+    let status = client::query_status(&runtime_dir);
     match &status {
         Some(st) => {
             let pid = st.get("pid").and_then(Value::as_u64).unwrap_or(0);
@@ -480,18 +481,7 @@ fn check_start(m: Option<&Manifest>) -> Check {
 
 /// What a refusal reason usually means for an installation.
 fn refusal_hint(reason: &str) -> &'static str {
-    match reason {
-        "client_exe" => "a hook-client the broker does not accept ran: restart the broker after upgrades, or list it in hook_clients",
-        "untrusted_codex" => "a Codex binary that is not trusted ran the hook: `broker trust-codex PATH` (after an upgrade too)",
-        "no_codex_ancestor" => "hook-client was run by something other than a trusted Codex",
-        "tool_command_env" | "sandboxed_caller" => "a model-run command called hook-client (refused by design)",
-        "bad_mac" => "the per-login secret changed under a running client (broker restarted with a new runtime dir?)",
-        "stale_request" => "clock skew or a very slow machine",
-        "turn_mismatch" | "not_rollout_holder" | "no_writer_lock" | "rollout_changed" => "a session ended or moved on while its hook ran (harmless when rare)",
-        "no_ticket" => "a hook call the rollout shows no Codex action for: most likely a model-run command posing as a hook",
-        "ticket_used" => "ALARM: two hook calls followed one Codex action; one was not Codex's (see the alarm check)",
-        _ => "see README, \"Refusal reason codes\"",
-    }
+    RefusalCode::parse(reason).map_or(crate::refusal::SEE_README, RefusalCode::doctor_hint)
 }
 
 fn check_refusals(state_dir: &Path) -> Option<Check> {
@@ -517,7 +507,7 @@ fn check_refusals(state_dir: &Path) -> Option<Check> {
 fn check_alarms(state_dir: &Path) -> Option<Check> {
     let store = Store::open(state_dir).ok()?;
     let since = now_ms() - 7 * 24 * 3600 * 1000;
-    let recent: Vec<_> = crate::tickets::alarms(store.conn_ref(), None, 1000).ok()?.into_iter().filter(|a| a.at >= since).collect();
+    let recent: Vec<_> = store.alarms(None, 1000).ok()?.into_iter().filter(|a| a.at >= since).collect();
     if recent.is_empty() {
         return Some(Check::ok("no alarms in the last 7 days"));
     }
@@ -563,6 +553,8 @@ pub fn render(checks: &[Check]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use crate::refusal::RefusalCode;
+
     /// doctor points at README's "Refusal reason codes": its table lists exactly the codes the
     /// broker can record, once each.
     #[test]
@@ -575,7 +567,7 @@ mod tests {
             .filter_map(|l| l.strip_prefix("| `"))
             .filter_map(|l| l.split_once("` |").map(|(code, _)| code))
             .collect();
-        let mut want = crate::server::all_reason_codes();
+        let mut want: Vec<&str> = RefusalCode::ALL.iter().map(|c| c.as_str()).collect();
         let mut got = listed.clone();
         want.sort_unstable();
         got.sort_unstable();

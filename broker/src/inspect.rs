@@ -62,7 +62,7 @@ pub struct Report {
     pub status: Option<Value>,
     pub now: i64,
     /// Effort rows: id -> (scope, endpoint detail).
-    pub effort: crate::effort::db::Details,
+    pub effort: crate::store::Details,
     /// Every trusted Codex binary, with how it became trusted.
     pub trusted_codex: Vec<crate::codex::TrustedCodex>,
     /// Alarms (tickets.rs): hook calls that followed a Codex action an earlier one had followed.
@@ -76,9 +76,9 @@ impl Report {
             refusals: store.refusals(thread, REFUSALS_SHOWN)?,
             status,
             now: now_ms(),
-            effort: crate::effort::db::details(store.conn_ref(), thread)?,
+            effort: store.effort_details(thread)?,
             trusted_codex: store.trusted_codex()?,
-            alarms: crate::tickets::alarms(store.conn_ref(), thread, ALARMS_SHOWN)?,
+            alarms: store.alarms(thread, ALARMS_SHOWN)?,
         })
     }
 
@@ -94,17 +94,6 @@ impl Report {
         f
     }
 
-    /// The alarm kinds raised on message `id`, oldest first, once each.
-    fn alarms_of(&self, id: &str) -> Vec<&str> {
-        let mut kinds: Vec<&str> = Vec::new();
-        for a in self.alarms.iter().rev().filter(|a| a.message.as_deref() == Some(id)) {
-            if !kinds.contains(&a.kind.as_str()) {
-                kinds.push(&a.kind);
-            }
-        }
-        kinds
-    }
-
     pub fn to_json(&self) -> Value {
         let messages: Vec<Value> = self
             .messages
@@ -116,7 +105,7 @@ impl Report {
                     "age_ms": self.now - m.created_at, "expires_at": m.expires_at,
                     "event": m.event, "turn_id": m.turn_id, "handed_at": m.handed_at,
                     "confirmed_at": m.confirmed_at, "reason": m.reason, "attempts": m.attempts,
-                    "bytes": m.body.len(), "alarms": self.alarms_of(&m.id),
+                    "bytes": m.body.len(), "alarms": m.alarms,
                 });
                 if m.kind == "effort" {
                     let (scope, detail) = self.effort.get(&m.id).cloned().unwrap_or_default();
@@ -205,9 +194,8 @@ impl Report {
                     escape(m.from.as_deref().unwrap_or("-")),
                     taken,
                     {
-                        let alarms = self.alarms_of(&m.id);
                         let reason = escape(m.reason.as_deref().unwrap_or(""));
-                        if alarms.is_empty() { reason.into_owned() } else { format!("ALARM {} {reason}", alarms.join(",")) }
+                        if m.alarms.is_empty() { reason.into_owned() } else { format!("ALARM {} {reason}", escape(&m.alarms.join(","))) }
                     },
                     kind
                 );
@@ -255,7 +243,7 @@ fn short(id: &str) -> String {
     }
 }
 
-fn age(ms: i64) -> String {
+pub fn age(ms: i64) -> String {
     let s = ms.max(0) / 1000;
     match s {
         0..=59 => format!("{s}s"),
@@ -296,6 +284,7 @@ mod tests {
             attempts: 0,
             rollout_path: None,
             scan_offset: None,
+            alarms: Vec::new(),
         }
     }
 

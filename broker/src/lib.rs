@@ -2,7 +2,9 @@
 //! messages queued for it, exactly once; plus the CLI (`send`, `inspect`, ...) that drives it.
 //! ARCHITECTURE.md at the repository root maps these modules to the path of one hook request.
 
+pub mod appserver;
 pub mod cli;
+pub mod client;
 pub mod codex;
 pub mod config;
 pub mod delivery;
@@ -14,8 +16,11 @@ pub mod gate;
 pub mod inspect;
 pub mod install;
 pub mod logging;
+pub mod producer;
+pub mod refusal;
 pub mod rollout;
 pub mod server;
 pub mod store;
 pub mod tickets;
+pub mod wake;
 

@@ -1,12 +1,11 @@
 //! `broker`: Courier's per-login daemon (`broker serve`) and the commands that queue work for it
 //! and show its state. See README.md for usage and ARCHITECTURE.md for the code map.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use broker::cli::{self, Args, Parsed, UsageError};
-use broker::store::{Enqueued, Store};
-use broker::{codex, config, delivery, dirs, doctor, effort, inspect, install, logging, server};
+use broker::store::Store;
+use broker::{client, codex, config, delivery, dirs, doctor, effort, inspect, install, logging, server};
 use courier_shared::paths;
-use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -67,7 +66,10 @@ fn run() -> Result<ExitCode> {
     };
     match name.as_str() {
         "serve" => serve(args),
-        "send" => send(args),
+        "send" => broker::producer::cli::send(args),
+        "status" => broker::producer::cli::status(args),
+        "wait" => broker::producer::cli::wait(args),
+        "threads" => broker::producer::cli::threads(args),
         "effort" => effort(args),
         "inspect" => inspect_cmd(args),
         "cancel" => cancel(args),
@@ -182,49 +184,6 @@ fn require_thread(thread: Option<String>) -> Result<String> {
     Ok(thread)
 }
 
-fn send(args: Args) -> Result<ExitCode> {
-    let thread = require_thread(args.value("thread")?)?;
-    let key = args.value("key")?;
-    let ttl = args.duration("ttl")?.map(|d| d.as_millis() as i64);
-    let from = args.value("from")?;
-    let json = args.flag("json");
-    let text = args.positional(0)?;
-    let mut text = text.context("the message text (or - for stdin) is required")?;
-    if text == "-" {
-        text = read_stdin_body()?;
-    }
-    if text.trim().is_empty() {
-        bail!("refusing to send an empty message");
-    }
-    let from = from.or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "cli".into());
-    let mut store = open_store()?;
-    let queued = store
-        .enqueue(&thread, "message", &text, Some(&from), key.as_deref(), ttl)
-        .with_context(|| format!("queueing the message in {} (nothing was queued)", paths::state_dir().display()))?;
-    let (id, duplicate) = match queued {
-        Enqueued::New(id) => (id, false),
-        Enqueued::Existing(id) => (id, true),
-    };
-    if json {
-        println!("{}", serde_json::json!({"id": id, "thread": thread, "duplicate": duplicate}));
-    } else {
-        println!("{id}");
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// The message body from stdin: at most the limit plus one byte is read, so an endless or huge
-/// pipe is refused at once instead of being held in memory.
-fn read_stdin_body() -> Result<String> {
-    let limit = broker::store::MAX_BODY_BYTES;
-    let mut buf = Vec::with_capacity(4096);
-    std::io::stdin().lock().take(limit as u64 + 1).read_to_end(&mut buf).context("reading the message from stdin")?;
-    if buf.len() > limit {
-        bail!("the message on stdin is over the limit of {limit} bytes (Codex shows the model only a preview of longer hook output); nothing was queued");
-    }
-    String::from_utf8(buf).context("the message on stdin is not UTF-8; nothing was queued")
-}
-
 fn effort(args: Args) -> Result<ExitCode> {
     let thread = require_thread(args.value("thread")?)?;
     let scope = args.value("scope")?.unwrap_or_else(|| "turn".into());
@@ -259,7 +218,7 @@ fn inspect_cmd(args: Args) -> Result<ExitCode> {
             // Still show what is on record (e.g. the disk is full and settling cannot be written).
             eprintln!("broker: warning: could not settle hand-offs ({e:#}); states may lag");
         }
-        let status = server::query_status(&paths::runtime_dir());
+        let status = client::query_status(&paths::runtime_dir());
         let report = inspect::Report::gather(&store, thread.as_deref(), status)?;
         let fingerprint = report.fingerprint();
         if last_shown.as_ref() != Some(&fingerprint) {

@@ -17,6 +17,11 @@ pub enum RolloutEvent {
     TurnClosed { turn_id: String },
     /// Text that a hook injected: `additionalContext` or a Stop block reason.
     HookText { turn_id: Option<String>, text: String },
+    /// A user message a client started a turn with (`turn/start` with `clientUserMessageId`):
+    /// Codex records the client's id on its `UserMessage` item (0.160.0 and 0.171.0 alike). What
+    /// a person types in the TUI carries no id Courier gave out, so only Courier's own wake
+    /// turns can match a message id.
+    UserInput { turn_id: Option<String>, client_id: String, text: String },
 }
 
 #[derive(Deserialize)]
@@ -147,6 +152,12 @@ pub fn classify_line(line: &[u8]) -> Option<RolloutEvent> {
         // writes events; what a person types completes as a `UserMessage` item.
         ("event_msg", Some("item_completed")) => {
             let item = p.item?;
+            if item.get("type")?.as_str()? == "UserMessage" {
+                let client_id = item.get("client_id")?.as_str()?.to_string();
+                let parts = item.get("content")?.as_array()?;
+                let text: Vec<&str> = parts.iter().filter_map(|c| c.get("text")?.as_str()).collect();
+                return Some(RolloutEvent::UserInput { turn_id: p.turn_id, client_id, text: text.join("\n") });
+            }
             if item.get("type")?.as_str()? != "HookPrompt" {
                 return None;
             }
@@ -318,6 +329,25 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(xml_unescape("a&amp;lt;b&gt;&x"), "a&lt;b>&x");
+    }
+
+    /// A turn started with `clientUserMessageId`, as both versions record it (recorded from the
+    /// real app-server): its `UserMessage` item carries the client id; the typed prompt of the
+    /// same rollouts (no client id) is not such an input.
+    #[test]
+    fn woken_turn_inputs_carry_their_client_id() {
+        for file in ["rollout-0.160.0-wake.jsonl", "rollout-0.171.0-wake.jsonl"] {
+            let inputs: Vec<(String, String)> = testdata(file)
+                .lines()
+                .filter_map(|l| match classify_line(l.as_bytes()) {
+                    Some(RolloutEvent::UserInput { client_id, text, .. }) => Some((client_id, text)),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(inputs.len(), 1, "{file}: {inputs:?}");
+            assert_eq!(inputs[0].0, "m_probe123", "{file}");
+            assert_eq!(marker_ids(&inputs[0].1).collect::<Vec<_>>(), ["m_probe123"], "{file}");
+        }
     }
 
     #[test]

@@ -153,7 +153,18 @@ impl<'a> Broker<'a> {
 
     /// `broker send --thread T [--key K] [--from F] TEXT` -> the message id.
     pub fn send_opts(&self, thread: &str, text: &str, key: Option<&str>, from: Option<&str>) -> String {
-        let mut args = vec!["send", "--thread", thread];
+        self.send_args(&["--thread", thread], text, key, from)
+    }
+
+    /// `broker send --future-thread --thread T [--key K] [--from F] TEXT`, for a thread id no rollout
+    /// has (yet), such as a [`crate::util::fake_uuid_v7`] -> the message id.
+    pub fn send_future(&self, thread: &str, text: &str, key: Option<&str>, from: Option<&str>) -> String {
+        self.send_args(&["--thread", thread, "--future-thread"], text, key, from)
+    }
+
+    fn send_args(&self, target: &[&str], text: &str, key: Option<&str>, from: Option<&str>) -> String {
+        let mut args = vec!["send"];
+        args.extend_from_slice(target);
         if let Some(k) = key {
             args.extend(["--key", k]);
         }

@@ -1029,7 +1029,7 @@ fn sandboxed_command_reads_courier_state_unless_a_permission_profile_denies_it()
     let broker = broker(&env);
     let other = courier_tests::util::fake_uuid_v7();
     let pending = marker("PENDING_ELSEWHERE");
-    broker.send_opts(&other, &pending, None, Some("e2e"));
+    broker.send_future(&other, &pending, None, Some("e2e"));
     let db = env.state_dir.join("queue.sqlite");
     let probe = format!(
         "cat {db} {db}-wal 2>/dev/null | grep -c {pending}; cat {db} >/dev/null 2>&1 && echo db-readable || echo db-denied; \

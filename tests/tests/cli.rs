@@ -166,7 +166,7 @@ fn ttl_is_validated_and_expires_without_any_hook() {
     }
     assert!(messages(&broker.inspect_json()).is_empty(), "a refused --ttl queued something");
 
-    let id = broker.run_ok(&["send", "--thread", &thread, "--ttl", "1500ms", "expires soon"]).trim().to_string();
+    let id = broker.run_ok(&["send", "--thread", &thread, "--future-thread", "--ttl", "1500ms", "expires soon"]).trim().to_string();
     let sent = broker.message(&id).expect("listed");
     assert_eq!(sent["state"], "pending", "{sent}");
     let expires_at = sent["expires_at"].as_i64().expect("expires_at");
@@ -187,10 +187,10 @@ fn same_key_with_different_text_names_the_existing_message() {
     let env = CodexEnv::with_base_url("http://127.0.0.1:9/v1");
     let cli = Broker::cli_only(&env);
     let thread = fake_uuid_v7();
-    let id = cli.send(&thread, "first text", Some("pr-42"));
-    let again: Value = serde_json::from_str(&cli.run_ok(&["send", "--thread", &thread, "--key", "pr-42", "--json", "first text"])).unwrap();
+    let id = cli.send_future(&thread, "first text", Some("pr-42"), None);
+    let again: Value = serde_json::from_str(&cli.run_ok(&["send", "--thread", &thread, "--future-thread", "--key", "pr-42", "--json", "first text"])).unwrap();
     assert_eq!((again["id"].as_str(), again["duplicate"].as_bool()), (Some(id.as_str()), Some(true)), "{again}");
-    let out = cli.run(&["send", "--thread", &thread, "--key", "pr-42", "other text"]);
+    let out = cli.run(&["send", "--thread", &thread, "--future-thread", "--key", "pr-42", "other text"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(out.stdout.is_empty(), "{out:?}");
     let err = text(&out.stderr);
@@ -211,7 +211,7 @@ fn send_from_stdin_reads_at_most_the_limit_plus_one_byte() {
 
     let mut child = env
         .command(broker_bin())
-        .args(["send", "--thread", &thread, "-"])
+        .args(["send", "--thread", &thread, "--future-thread", "-"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -233,7 +233,7 @@ fn send_from_stdin_reads_at_most_the_limit_plus_one_byte() {
 
     // Exactly the limit, from a closed pipe: queued whole.
     let mut c = env.command(broker_bin());
-    c.args(["send", "--thread", &thread, "-"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    c.args(["send", "--thread", &thread, "--future-thread", "-"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = c.spawn().unwrap();
     child.stdin.take().unwrap().write_all(&vec![b'y'; limit]).unwrap();
     let out = child.wait_with_output().unwrap();

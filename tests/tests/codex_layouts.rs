@@ -300,3 +300,29 @@ fn pnpm_yarn_bun_and_standalone_codex_deliver_after_install_alone() {
         assert!(user.refusals("untrusted_codex").is_empty(), "{pm}: {:#}", user.cli().inspect_json());
     }
 }
+
+/// A `codex` on PATH whose native binary is missing (npm skipped the optional platform
+/// package): `broker install` installs the rest but exits 1, naming the path and the fix; doctor
+/// fails on it with the exact path.
+#[test]
+fn a_codex_that_cannot_be_resolved_makes_install_exit_1_with_the_fix() {
+    let model = ScriptedModel::start_with(|_| Reply::message("done"));
+    let env = CodexEnv::new(&model);
+    let prefix = env.root.join("broken-npm");
+    let launcher = prefix.join("lib/node_modules/@openai/codex/bin/codex.js");
+    std::fs::create_dir_all(launcher.parent().unwrap()).unwrap();
+    std::fs::write(&launcher, "#!/usr/bin/env node\n// launcher without its platform package\n").unwrap();
+    std::fs::write(prefix.join("lib/node_modules/@openai/codex/package.json"), "{}").unwrap();
+    std::fs::create_dir_all(prefix.join("bin")).unwrap();
+    std::os::unix::fs::symlink("../lib/node_modules/@openai/codex/bin/codex.js", prefix.join("bin/codex")).unwrap();
+    let user = UserSetup::with_codex(env, prefix.join("bin/codex"));
+    let (p, home) = (user.prefix.display().to_string(), user.env.codex_home.display().to_string());
+    let out = user.run(&broker_bin(), &["install", "--prefix", &p, "--codex-home", &home, "--start", "none"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(stderr.contains(&format!("the codex on PATH ({}) cannot be trusted", prefix.join("bin/codex").display())), "{stderr}");
+    assert!(stderr.contains("platform package") && stderr.contains("fix:"), "{stderr}");
+    assert!(user.prefix.join("hook-client").is_file(), "the rest of the installation stands");
+    let doctor = user.doctor();
+    assert!(doctor.lines().any(|l| l.contains("FAIL") && l.contains(&prefix.join("bin/codex").display().to_string())), "{doctor}");
+}

@@ -218,10 +218,10 @@ fn same_key_twice_is_one_message() {
     let thread = fake_uuid_v7();
     let key = marker("key");
     let text = marker("IDEMPOTENT");
-    let id1 = broker.send(&thread, &text, Some(&key));
-    let id2 = broker.send(&thread, &text, Some(&key));
+    let id1 = broker.send_future(&thread, &text, Some(&key), None);
+    let id2 = broker.send_future(&thread, &text, Some(&key), None);
     assert_eq!(id1, id2, "same key, same message id");
-    let other = broker.send(&thread, &text, Some(&marker("key")));
+    let other = broker.send_future(&thread, &text, Some(&marker("key")), None);
     assert_ne!(other, id1, "a different key is a different message");
 
     let inspect = broker.inspect_json();

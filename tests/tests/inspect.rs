@@ -72,7 +72,7 @@ fn follow_json_prints_a_line_per_change() {
     assert_eq!(first["broker"]["running"], true, "{first}");
     assert!(first["messages"].as_array().unwrap().is_empty());
 
-    let id = broker.send(&thread, &marker("FOLLOW"), None);
+    let id = broker.send_future(&thread, &marker("FOLLOW"), None, None);
     let line = follow.wait_line("the new message", |l| l.contains(&id));
     let snap: Value = serde_json::from_str(&line).unwrap();
     let m = &snap["messages"][0];
@@ -91,7 +91,7 @@ fn follow_table_to_a_pipe_stamps_each_snapshot_without_escapes() {
     let broker = Broker::start(&env);
     let follow = Follow::start(&env, &[]);
     follow.wait_line("a stamp", |l| l.starts_with("--- ") && l.ends_with(" UTC"));
-    let id = broker.send(&fake_uuid_v7(), &marker("TABLE"), None);
+    let id = broker.send_future(&fake_uuid_v7(), &marker("TABLE"), None, None);
     let row = follow.wait_line("the message row", |l| l.starts_with(&id));
     assert!(row.contains("pending"), "{row}");
     assert!(!row.contains('\x1b'), "no terminal escapes when stdout is not a TTY: {row:?}");
@@ -106,7 +106,18 @@ fn inspect_escapes_control_characters_from_labels_and_refused_payloads() {
     let env = CodexEnv::with_base_url("http://127.0.0.1:9/v1");
     let broker = Broker::start(&env);
     let evil = "ci\u{1b}]52;c;aGVsbG8=\u{7}\u{9b}2J\u{202e}bot";
-    let id = broker.send_opts(&fake_uuid_v7(), "hello", None, Some(evil));
+    // `send` refuses such a label now; a queue written before that check can still hold one.
+    let refused = broker.run(&["send", "--thread", &fake_uuid_v7(), "--future-thread", "--from", evil, "hello"]);
+    assert!(!refused.status.success(), "a --from with control characters is refused at send");
+    let id = broker.send_future(&fake_uuid_v7(), "hello", None, Some("ci-bot"));
+    let db = env.state_dir.join(broker_lib::store::DB_NAME);
+    let set = std::process::Command::new("python3")
+        .args(["-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('UPDATE messages SET sender=? WHERE id=?', (sys.argv[2], sys.argv[3])); c.commit()"])
+        .arg(&db)
+        .args([evil, id.as_str()])
+        .status()
+        .unwrap();
+    assert!(set.success());
     let mut hc = env
         .command(courier_tests::broker::hook_client_bin())
         .stdin(Stdio::piped())

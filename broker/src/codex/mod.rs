@@ -18,6 +18,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+pub use crate::store::{TrustHow, TrustedCodex};
 pub use resolve::{discover, resolve, Discovery, Layout, Resolved};
 
 pub fn sha256_file(path: &Path) -> Result<String> {
@@ -101,48 +102,6 @@ pub fn version_of(binary: &Path) -> Option<String> {
     let text = String::from_utf8_lossy(&out.stdout);
     let v = parse_version(text.trim())?;
     Some(format!("{}.{}.{}", v.0, v.1, v.2))
-}
-
-/// How a binary came to be trusted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TrustHow {
-    /// `broker trust-codex PATH`.
-    Manual,
-    /// `broker install` (the user's `codex` and the managed-daemon releases at install time).
-    Install,
-    /// The broker itself: the user's own `codex` now resolves to this binary (an upgrade).
-    Followed,
-}
-
-impl TrustHow {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TrustHow::Manual => "manual",
-            TrustHow::Install => "install",
-            TrustHow::Followed => "followed",
-        }
-    }
-
-    pub fn parse(s: &str) -> TrustHow {
-        match s {
-            "install" => TrustHow::Install,
-            "followed" => TrustHow::Followed,
-            _ => TrustHow::Manual,
-        }
-    }
-}
-
-/// One trusted Codex binary, as `broker inspect --json` and `broker doctor` list it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TrustedCodex {
-    pub sha256: String,
-    /// The native binary's path when it was trusted.
-    pub path: String,
-    pub version: Option<String>,
-    pub how: TrustHow,
-    /// For `followed` and `install`: the `codex` command whose resolution it was.
-    pub source: Option<String>,
-    pub added_at: i64,
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! The `[effort]` section of the Courier config file (`COURIER_CONFIG`), parsed as part of
-//! [`crate::config::Config`]; this module holds its types, validation and a change-aware cache.
+//! [`crate::config::Config`] (which also loads it: `EffortConfig::parse`, `load`, and the
+//! change-aware `ConfigCache`); this module holds its types and validation.
 //!
 //! ```toml
 //! [effort]
@@ -21,9 +22,6 @@
 
 use anyhow::{bail, Result};
 use serde::Deserialize;
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::time::SystemTime;
 
 pub const LEVELS: [&str; 6] = ["none", "minimal", "low", "medium", "high", "xhigh"];
 pub const SCOPES: [&str; 2] = ["turn", "thread"];
@@ -77,15 +75,6 @@ impl Default for EffortConfig {
 }
 
 impl EffortConfig {
-    pub fn parse(text: &str) -> Result<EffortConfig> {
-        Ok(crate::config::parse(text)?.0.effort)
-    }
-
-    /// Missing file = defaults; an unreadable or invalid one is an error.
-    pub fn load(path: &Path) -> Result<EffortConfig> {
-        Ok(crate::config::load_from(path)?.config.effort)
-    }
-
     pub(crate) fn validate(&self) -> Result<()> {
         for l in &self.allow {
             if !LEVELS.contains(&l.as_str()) {
@@ -125,38 +114,6 @@ impl EffortConfig {
 
     pub fn policy_scope(&self) -> &str {
         self.policy.scope.as_deref().unwrap_or("turn")
-    }
-}
-
-/// mtime and size of the config file (None: missing).
-type Stamp = Option<(SystemTime, u64)>;
-
-/// The config as of the file's last change, re-read when its mtime or size moves. An invalid
-/// file keeps the policy off and is reported once per change.
-pub struct ConfigCache {
-    path: PathBuf,
-    state: Mutex<Option<(Stamp, EffortConfig)>>,
-}
-
-impl ConfigCache {
-    pub fn new(path: PathBuf) -> ConfigCache {
-        ConfigCache { path, state: Mutex::new(None) }
-    }
-
-    pub fn get(&self) -> EffortConfig {
-        let stamp = std::fs::metadata(&self.path).ok().and_then(|m| Some((m.modified().ok()?, m.len())));
-        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((s, c)) = g.as_ref() {
-            if *s == stamp {
-                return c.clone();
-            }
-        }
-        let c = EffortConfig::load(&self.path).unwrap_or_else(|e| {
-            crate::log_warn!("effort config ignored (policy off, every level allowed): {e:#}");
-            EffortConfig::default()
-        });
-        *g = Some((stamp, c.clone()));
-        c
     }
 }
 

@@ -11,17 +11,15 @@
 //! `uncertain` (no answer in time, or the broker stopped mid-exchange): never sent again.
 
 pub mod config;
-pub mod db;
-pub mod endpoint;
 pub mod policy;
-pub mod ws;
 
 use crate::gate::Verified;
 use crate::store::Store;
 use anyhow::Result;
-use config::{ConfigCache, EffortConfig};
+use crate::config::ConfigCache;
+use config::EffortConfig;
 use courier_shared::hook::HookEvent;
-use endpoint::Endpoint;
+use crate::appserver::{self, endpoint, Endpoint};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -80,7 +78,7 @@ impl Service {
     /// Opens its own connection to the queue and settles claims a previous broker left behind.
     pub fn open(state_dir: &Path, codex_home: &Path, config_path: PathBuf) -> Result<Arc<Service>> {
         let store = Store::open(state_dir)?;
-        let n = db::sweep_orphans(store.conn_ref(), None, "broker_stopped_during_apply")?;
+        let n = store.effort_sweep_orphans(None, "broker_stopped_during_apply")?;
         if n > 0 {
             crate::log_warn!("{n} effort change(s) were mid-exchange when the broker stopped: marked uncertain");
         }
@@ -100,7 +98,7 @@ impl Service {
             }
             _ => None,
         };
-        let pending = db::has_pending(self.store().conn_ref(), &v.thread_id).unwrap_or(false);
+        let pending = self.store().effort_has_pending(&v.thread_id).unwrap_or(false);
         if tool.is_none() && !pending {
             return Pending(None);
         }
@@ -137,29 +135,29 @@ impl Service {
         if let Some((tool, raw)) = &job.tool {
             if let Some(code) = policy::exit_code(raw, &job.rollout, job.rollout_len) {
                 let mut store = self.store();
-                if let Some(level) = policy::evaluate(cfg, store.conn_ref(), &job.thread, tool, code == 0)? {
-                    let (id, _) = db::enqueue(store.conn(), &job.thread, &level, cfg.policy_scope(), "policy")?;
+                if let Some(level) = policy::evaluate(cfg, &store, &job.thread, tool, code == 0)? {
+                    let (id, _) = store.effort_enqueue(&job.thread, &level, cfg.policy_scope(), "policy")?;
                     crate::log_info!("effort policy: {tool} exit {code} in {} -> {level} ({id})", job.thread);
                 }
             }
         }
-        if !db::has_pending(self.store().conn_ref(), &job.thread)? {
+        if !self.store().effort_has_pending(&job.thread)? {
             return Ok(None);
         }
         let endpoints = endpoint::discover(&self.codex_home, job.codex_pid, job.codex_start);
         if endpoints.is_empty() {
-            db::mark_waiting(self.store().conn_ref(), &job.thread, "no_settings_channel")?;
+            self.store().effort_mark_waiting(&job.thread, "no_settings_channel")?;
             return Ok(None);
         }
         let detail = endpoints.iter().map(|e| format!("{} {}", e.via, e.path.display())).collect::<Vec<_>>().join("; ");
         let claim = {
             let mut store = self.store();
             let rollout = job.rollout.to_string_lossy();
-            db::claim(store.conn(), &job.thread, job.event.as_str(), job.turn_id.as_deref(), (&rollout, job.rollout_len), &detail)?
+            store.effort_claim(&job.thread, job.event.as_str(), job.turn_id.as_deref(), (&rollout, job.rollout_len), &detail)?
         };
         let Some(claim) = claim else { return Ok(None) };
         if !cfg.allow.contains(&claim.level) {
-            db::settle(self.store().conn_ref(), &claim, "cancelled", Some("not_allowed"))?;
+            self.store().effort_settle(&claim, "cancelled", Some("not_allowed"))?;
             return Ok(None);
         }
         let started = Instant::now();
@@ -175,12 +173,11 @@ impl Service {
             started.elapsed().as_millis()
         );
         let store = self.store();
-        let conn = store.conn_ref();
         let settled = match &outcome {
-            Outcome::Applied => db::settle(conn, &claim, "applied", None)?,
-            Outcome::Failed(r) => db::settle(conn, &claim, "failed", Some(r))?,
-            Outcome::Uncertain(r) => db::settle(conn, &claim, "uncertain", Some(r))?,
-            Outcome::NotSent(r) => db::unclaim(conn, &claim, r)?,
+            Outcome::Applied => store.effort_settle(&claim, "applied", None)?,
+            Outcome::Failed(r) => store.effort_settle(&claim, "failed", Some(r))?,
+            Outcome::Uncertain(r) => store.effort_settle(&claim, "uncertain", Some(r))?,
+            Outcome::NotSent(r) => store.effort_unclaim(&claim, r)?,
         };
         if !settled {
             crate::log_warn!("effort {} was settled by someone else (outcome {outcome:?})", claim.id);
@@ -195,7 +192,7 @@ impl Service {
         loop {
             match scan_for_effort(rollout, pos, level) {
                 (true, _) => {
-                    let _ = db::confirm(self.store().conn_ref(), id);
+                    let _ = self.store().effort_confirm(id);
                     return;
                 }
                 (false, next) => pos = next,
@@ -210,7 +207,7 @@ impl Service {
     /// Periodic: a claim older than any exchange can take was orphaned (its worker died).
     pub fn maintain(&self) {
         let limit = self.config.get().deadline_ms as i64 + CONFIRM_WAIT.as_millis() as i64 + 10_000;
-        if let Err(e) = db::sweep_orphans(self.store().conn_ref(), Some(limit), "no_answer_before_deadline") {
+        if let Err(e) = self.store().effort_sweep_orphans(Some(limit), "no_answer_before_deadline") {
             crate::log_error!("effort sweep: {e:#}");
         }
     }
@@ -256,52 +253,9 @@ pub fn effort_record(line: &[u8]) -> Option<String> {
     found?.as_str().map(str::to_string)
 }
 
-/// A connection to the first endpoint that proves to be the Codex process and accepts
-/// `initialize`. Nothing that changes settings has been sent on any endpoint tried.
-fn open_session(endpoints: &[Endpoint], job: &Job, deadline: Instant) -> Result<ws::WsClient, String> {
-    let mut why = Vec::new();
-    for ep in endpoints {
-        let stream = match endpoint::connect_verified(ep, job.codex_pid, job.codex_start) {
-            Ok(s) => s,
-            Err(e) => {
-                why.push(e);
-                continue;
-            }
-        };
-        let mut ws = match ws::WsClient::handshake(stream, deadline) {
-            Ok(ws) => ws,
-            Err(e) => {
-                why.push(format!("{}: handshake: {e}", ep.path.display()));
-                continue;
-            }
-        };
-        let init = ws.call(
-            "initialize",
-            json!({"clientInfo": {"name": "courier", "title": "Courier broker", "version": env!("CARGO_PKG_VERSION")},
-                   "capabilities": {"experimentalApi": true}}),
-        );
-        match init {
-            Ok(r) if r.get("result").is_some() => {}
-            Ok(r) => {
-                why.push(format!("{}: initialize refused: {}", ep.path.display(), r.get("error").unwrap_or(&r)));
-                continue;
-            }
-            Err(e) => {
-                why.push(format!("{}: initialize: {e}", ep.path.display()));
-                continue;
-            }
-        }
-        match ws.notify("initialized") {
-            Ok(()) => return Ok(ws),
-            Err(e) => why.push(format!("{}: initialized: {e}", ep.path.display())),
-        }
-    }
-    Err(why.join("; "))
-}
-
 /// One exchange: open a session, send the update once, read its answer before `deadline`.
-fn apply(endpoints: &[Endpoint], job: &Job, claim: &db::Claim, deadline: Instant) -> Outcome {
-    let mut ws = match open_session(endpoints, job, deadline) {
+fn apply(endpoints: &[Endpoint], job: &Job, claim: &crate::store::Claim, deadline: Instant) -> Outcome {
+    let mut ws = match appserver::open_session(endpoints, job.codex_pid, job.codex_start, deadline) {
         Ok(ws) => ws,
         Err(why) => return Outcome::NotSent(format!("endpoint_unreachable: {why}")),
     };
@@ -321,10 +275,6 @@ fn apply(endpoints: &[Endpoint], job: &Job, claim: &db::Claim, deadline: Instant
         Ok(r) => judge(&claim.scope, &r),
     }
 }
-
-/// Discovery finds every listener of the test process: tests that bind one take turns.
-#[cfg(test)]
-pub(crate) static LISTENER_TESTS: Mutex<()> = Mutex::new(());
 
 /// Reads an update's response.
 pub fn judge(scope: &str, response: &Value) -> Outcome {
@@ -353,7 +303,7 @@ pub fn enqueue(store: &mut Store, cfg: &EffortConfig, thread: &str, level: &str,
     if !config::SCOPES.contains(&scope) {
         anyhow::bail!("--scope {scope:?} is not turn or thread");
     }
-    db::enqueue(store.conn(), thread, level, scope, from)
+    store.effort_enqueue(thread, level, scope, from)
 }
 
 #[cfg(test)]
@@ -445,7 +395,7 @@ mod exchange_tests {
             }
             let head = String::from_utf8(head).unwrap();
             let key = head.lines().find_map(|l| l.strip_prefix("Sec-WebSocket-Key: ")).unwrap().trim().to_string();
-            let accept = ws::base64(&Sha1::digest(format!("{key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11").as_bytes()));
+            let accept = crate::appserver::ws::base64(&Sha1::digest(format!("{key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11").as_bytes()));
             write!(s, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n").unwrap();
             let mut methods = Vec::new();
             while let Some(msg) = read_frame(&mut s) {
@@ -470,7 +420,7 @@ mod exchange_tests {
     }
 
     fn run_once(name: &str, scope: &str, mode: Mode, deadline_ms: u64) -> (Value, Vec<String>, Arc<Service>, PathBuf) {
-        let _one = super::LISTENER_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        let _one = crate::appserver::LISTENER_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         let dir = std::env::temp_dir().join(format!("courier-exchange-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -546,19 +496,19 @@ mod exchange_tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let mut store = Store::open(&dir).unwrap();
-        let (id, _) = db::enqueue(store.conn(), THREAD, "high", "turn", "t").unwrap();
-        let c = db::claim(store.conn(), THREAD, "PreToolUse", Some("t1"), ("/r", 0), "x").unwrap().unwrap();
-        assert!(db::claim(store.conn(), THREAD, "PostToolUse", Some("t1"), ("/r", 0), "x").unwrap().is_none());
-        let stale = db::Claim { token: c.token - 1, ..c.clone() };
-        assert!(!db::settle(store.conn_ref(), &stale, "applied", None).unwrap(), "a stale token settles nothing");
+        let (id, _) = store.effort_enqueue(THREAD, "high", "turn", "t").unwrap();
+        let c = store.effort_claim(THREAD, "PreToolUse", Some("t1"), ("/r", 0), "x").unwrap().unwrap();
+        assert!(store.effort_claim(THREAD, "PostToolUse", Some("t1"), ("/r", 0), "x").unwrap().is_none());
+        let stale = crate::store::Claim { token: c.token - 1, ..c.clone() };
+        assert!(!store.effort_settle(&stale, "applied", None).unwrap(), "a stale token settles nothing");
         drop(store);
         // The broker stops here. The next one must not send it again.
         let svc = Service::open(&dir, &dir, dir.join("none.toml")).unwrap();
         let s = svc.store();
         let row = s.messages(Some(THREAD)).unwrap().into_iter().find(|m| m.id == id).unwrap();
         assert_eq!((row.state.as_str(), row.reason.as_deref()), ("uncertain", Some("broker_stopped_during_apply")));
-        assert!(!db::has_pending(s.conn_ref(), THREAD).unwrap());
-        assert!(!db::unclaim(s.conn_ref(), &c, "x").unwrap(), "an uncertain claim never returns to pending");
+        assert!(!s.effort_has_pending(THREAD).unwrap());
+        assert!(!s.effort_unclaim(&c, "x").unwrap(), "an uncertain claim never returns to pending");
         drop(s);
         std::fs::remove_dir_all(dir).unwrap();
     }
@@ -569,11 +519,11 @@ mod exchange_tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let mut store = Store::open(&dir).unwrap();
-        db::enqueue(store.conn(), THREAD, "high", "turn", "t").unwrap();
-        assert!(db::claim(store.conn(), THREAD, "SessionStart", None, ("/r", 0), "x").unwrap().is_none());
+        store.effort_enqueue(THREAD, "high", "turn", "t").unwrap();
+        assert!(store.effort_claim(THREAD, "SessionStart", None, ("/r", 0), "x").unwrap().is_none());
         assert_eq!(store.messages(None).unwrap()[0].reason.as_deref(), Some("waiting_for_turn"));
-        db::enqueue(store.conn(), THREAD, "low", "thread", "t").unwrap();
-        assert!(db::claim(store.conn(), THREAD, "SessionStart", None, ("/r", 0), "x").unwrap().is_some());
+        store.effort_enqueue(THREAD, "low", "thread", "t").unwrap();
+        assert!(store.effort_claim(THREAD, "SessionStart", None, ("/r", 0), "x").unwrap().is_some());
         drop(store);
         std::fs::remove_dir_all(dir).unwrap();
     }

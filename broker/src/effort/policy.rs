@@ -2,9 +2,8 @@
 //! change is queued like `broker effort` and only counts as adopted once Codex reports it applied.
 
 use super::config::EffortConfig;
-use super::db;
+use crate::store::Store;
 use anyhow::Result;
-use rusqlite::Connection;
 use serde_json::Value;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -53,11 +52,11 @@ pub fn exit_code(raw_payload: &str, rollout: &Path, verified_len: u64) -> Option
 }
 
 /// Records one outcome of `tool` and returns the level a rule wants queued, if any.
-pub fn evaluate(cfg: &EffortConfig, conn: &Connection, thread: &str, tool: &str, success: bool) -> Result<Option<String>> {
+pub fn evaluate(cfg: &EffortConfig, store: &Store, thread: &str, tool: &str, success: bool) -> Result<Option<String>> {
     if !cfg.policy.enabled || !cfg.policy.rules.iter().any(|r| r.tool == tool) {
         return Ok(None);
     }
-    let (failures, successes) = db::record_outcome(conn, thread, tool, success)?;
+    let (failures, successes) = store.effort_record_outcome(thread, tool, success)?;
     for rule in cfg.policy.rules.iter().filter(|r| r.tool == tool) {
         let fires = match (rule.after_failures, rule.after_successes) {
             (Some(n), _) => !success && failures >= n,
@@ -67,8 +66,8 @@ pub fn evaluate(cfg: &EffortConfig, conn: &Connection, thread: &str, tool: &str,
         if !fires {
             continue;
         }
-        let adopted = db::adopted(conn, thread)?;
-        let in_flight = db::in_flight(conn, thread)?;
+        let adopted = store.effort_adopted(thread)?;
+        let in_flight = store.effort_in_flight(thread)?;
         // A success rule sets something back: with no change made or asked for, there is none.
         if rule.after_successes.is_some() && adopted.is_none() && in_flight.is_none() {
             return Ok(None);
@@ -107,35 +106,32 @@ mod tests {
 
     /// Marks the newest effort row of T applied, as a successful app-server exchange would.
     fn apply_newest(s: &mut Store) {
-        let conn = s.conn();
-        let c = db::claim(conn, T, "PostToolUse", Some("turn"), ("/r", 0), "test").unwrap().unwrap();
-        assert!(db::settle(conn, &c, "applied", None).unwrap());
+        let c = s.effort_claim(T, "PostToolUse", Some("turn"), ("/r", 0), "test").unwrap().unwrap();
+        assert!(s.effort_settle(&c, "applied", None).unwrap());
     }
 
     #[test]
     fn failures_raise_and_success_lowers_only_after_adoption() {
         let (mut s, _d) = store("rules");
         let c = cfg();
-        let conn = s.conn();
-        assert_eq!(evaluate(&c, conn, T, "Bash", true).unwrap(), None, "nothing to set back yet");
-        assert_eq!(evaluate(&c, conn, T, "Bash", false).unwrap(), None, "one failure is not two");
-        assert_eq!(evaluate(&c, conn, T, "apply_patch", false).unwrap(), None, "other tools have no rule");
-        assert_eq!(evaluate(&c, conn, T, "Bash", false).unwrap().as_deref(), Some("high"));
-        db::enqueue(conn, T, "high", "turn", "policy").unwrap();
-        assert_eq!(evaluate(&c, conn, T, "Bash", false).unwrap(), None, "high is already on its way");
+        assert_eq!(evaluate(&c, &s, T, "Bash", true).unwrap(), None, "nothing to set back yet");
+        assert_eq!(evaluate(&c, &s, T, "Bash", false).unwrap(), None, "one failure is not two");
+        assert_eq!(evaluate(&c, &s, T, "apply_patch", false).unwrap(), None, "other tools have no rule");
+        assert_eq!(evaluate(&c, &s, T, "Bash", false).unwrap().as_deref(), Some("high"));
+        s.effort_enqueue(T, "high", "turn", "policy").unwrap();
+        assert_eq!(evaluate(&c, &s, T, "Bash", false).unwrap(), None, "high is already on its way");
         apply_newest(&mut s);
-        let conn = s.conn();
-        assert_eq!(db::adopted(conn, T).unwrap().as_deref(), Some("high"));
-        assert_eq!(evaluate(&c, conn, T, "Bash", false).unwrap(), None, "high is in effect");
-        assert_eq!(evaluate(&c, conn, T, "Bash", true).unwrap().as_deref(), Some("medium"));
+        assert_eq!(s.effort_adopted(T).unwrap().as_deref(), Some("high"));
+        assert_eq!(evaluate(&c, &s, T, "Bash", false).unwrap(), None, "high is in effect");
+        assert_eq!(evaluate(&c, &s, T, "Bash", true).unwrap().as_deref(), Some("medium"));
     }
 
     #[test]
     fn off_by_default() {
-        let (mut s, _d) = store("off");
+        let (s, _d) = store("off");
         let c = EffortConfig::default();
         for _ in 0..5 {
-            assert_eq!(evaluate(&c, s.conn(), T, "Bash", false).unwrap(), None);
+            assert_eq!(evaluate(&c, &s, T, "Bash", false).unwrap(), None);
         }
     }
 

@@ -44,6 +44,11 @@ pub struct FlockWrite {
 /// The granted (not waiting: `->` lines are blocked requests) FLOCK WRITE locks in `/proc/locks`
 /// text, for `pid` only.
 pub fn parse_flock_writes(text: &str, pid: i32) -> Vec<FlockWrite> {
+    all_flock_writes(text).into_iter().filter(|l| l.pid == pid).collect()
+}
+
+/// Every granted FLOCK WRITE lock in `/proc/locks` text, whoever holds it.
+pub fn all_flock_writes(text: &str) -> Vec<FlockWrite> {
     let mut out = Vec::new();
     for line in text.lines() {
         let mut it = line.split_ascii_whitespace();
@@ -55,9 +60,6 @@ pub fn parse_flock_writes(text: &str, pid: i32) -> Vec<FlockWrite> {
             continue; // includes "->" waiter lines, whose second token is "->"
         }
         let Ok(p) = p.parse::<i32>() else { continue };
-        if p != pid {
-            continue;
-        }
         let mut parts = id.split(':');
         let (Some(maj), Some(min), Some(ino), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
             continue;
@@ -71,7 +73,6 @@ pub fn parse_flock_writes(text: &str, pid: i32) -> Vec<FlockWrite> {
     }
     out
 }
-
 
 /// What one fd scan of the codex process found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -280,6 +281,63 @@ fn thread_lock_name<'a>(target: &'a Path, unlinked: bool, dir: &Path) -> Option<
     }
     let name = path.file_name()?.as_bytes().strip_suffix(b".lock")?;
     std::str::from_utf8(name).ok().filter(|s| courier_shared::rollout::is_uuid(s))
+}
+
+/// What one trusted codex process holds for one thread: the thread's rollout (open for append)
+/// and its writer lock, both through fds it opened itself (`O_CLOEXEC`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldThread {
+    pub thread: String,
+    /// The rollout's path as the fd shows it (canonical: the kernel's view of the open file).
+    pub rollout: std::path::PathBuf,
+}
+
+/// The threads `pid` runs, by the same evidence the gate asks of a hook's codex (step 5): one
+/// scan of its fds for rollouts under `sessions` (canonical) held writable with `O_APPEND` and
+/// `O_CLOEXEC`, and for `thread-writer-locks/<uuid>.lock` files in `writer_lock_dir` (canonical)
+/// on which it holds FLOCK WRITE through an fd it opened itself. A thread counts only with both.
+/// For listing threads (`broker threads`); the gate's own checks stay in [`scan`].
+pub fn held_threads(pid: i32, sessions: &Path, writer_lock_dir: &Path) -> io::Result<Vec<HeldThread>> {
+    use std::os::unix::fs::MetadataExt;
+    let mut rollouts: HashMap<String, std::path::PathBuf> = HashMap::new();
+    let mut locks: HashSet<String> = HashSet::new();
+    let mut info = Vec::with_capacity(512);
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
+        let entry = match entry {
+            Ok(e) => e,
+            Err(e) if sys::is_gone(&e) => return Err(e),
+            Err(_) => continue,
+        };
+        let name = entry.file_name();
+        let Some(fd) = name.to_str() else { continue };
+        let link = format!("/proc/{pid}/fd/{fd}");
+        let Ok(meta) = std::fs::metadata(&link) else { continue };
+        if !meta.is_file() {
+            continue;
+        }
+        let Ok(target) = std::fs::read_link(&link) else { continue };
+        if target.starts_with(sessions) {
+            let Some(thread) = target.to_str().and_then(courier_shared::rollout::thread_id_from_path) else { continue };
+            let thread = thread.to_string();
+            let flags = read_fdinfo(pid, fd, &mut info).and_then(|()| fdinfo_flags(std::str::from_utf8(&info).ok()?));
+            if flags.is_some_and(|f| writable_append(f) && cloexec(f)) {
+                rollouts.insert(thread, target);
+            }
+            continue;
+        }
+        let Some(thread) = thread_lock_name(&target, meta.nlink() == 0, writer_lock_dir) else { continue };
+        if read_fdinfo(pid, fd, &mut info).is_none() {
+            continue;
+        }
+        let Ok(text) = std::str::from_utf8(&info) else { continue };
+        if fdinfo_holds_flock_write(text, pid) && fdinfo_flags(text).is_some_and(cloexec) {
+            locks.insert(thread.to_string());
+        }
+    }
+    let mut out: Vec<HeldThread> =
+        rollouts.into_iter().filter(|(t, _)| locks.contains(t)).map(|(thread, rollout)| HeldThread { thread, rollout }).collect();
+    out.sort_by(|a, b| a.thread.cmp(&b.thread));
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! can be checked against pid reuse: a read is trusted only if the pidfd still shows the process
 //! alive afterwards (a live process's pid cannot have been recycled).
 
-use super::{sys, Peer, Refusal};
+use super::{sys, Peer, Refusal, RefusalCode};
 use nix::libc;
 use nix::sys::socket::{getsockopt, sockopt};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -51,24 +51,24 @@ pub fn identify(stream: &UnixStream) -> Result<Peer, Refusal> {
 
 pub fn identify_with_source(stream: &UnixStream) -> Result<(Peer, PidfdSource), Refusal> {
     let cred = getsockopt(stream, sockopt::PeerCredentials)
-        .map_err(|e| Refusal::new("peer_gone", format!("SO_PEERCRED failed: {e}")))?;
+        .map_err(|e| Refusal::new(RefusalCode::PeerGone, format!("SO_PEERCRED failed: {e}")))?;
     let pid = cred.pid();
     let uid = cred.uid();
     if pid <= 0 {
         // The peer is in another pid namespace (pid 0) or credentials are missing.
-        return Err(Refusal::new("peer_gone", format!("peer pid {pid} is not visible in this pid namespace")));
+        return Err(Refusal::new(RefusalCode::PeerGone, format!("peer pid {pid} is not visible in this pid namespace")));
     }
     let (pidfd, source) = match peer_pidfd(stream) {
         Ok(Some(fd)) => (fd, PidfdSource::PeerPidfd),
         Ok(None) => match sys::pidfd_open(pid) {
             Ok(fd) => (fd, PidfdSource::PidfdOpen),
-            Err(e) => return Err(Refusal::new("peer_gone", format!("pidfd_open({pid}): {e}"))),
+            Err(e) => return Err(Refusal::new(RefusalCode::PeerGone, format!("pidfd_open({pid}): {e}"))),
         },
-        Err(e) => return Err(Refusal::new("peer_gone", format!("SO_PEERPIDFD for pid {pid}: {e}"))),
+        Err(e) => return Err(Refusal::new(RefusalCode::PeerGone, format!("SO_PEERPIDFD for pid {pid}: {e}"))),
     };
     let peer = Peer { pid, uid, pidfd };
     if !peer.is_alive() {
-        return Err(Refusal::new("peer_gone", format!("peer pid {pid} exited")));
+        return Err(Refusal::new(RefusalCode::PeerGone, format!("peer pid {pid} exited")));
     }
     Ok((peer, source))
 }
@@ -79,4 +79,21 @@ impl Peer {
     pub fn is_alive(&self) -> bool {
         sys::pidfd_alive(&self.pidfd)
     }
+
+    /// [`Peer::is_alive`] as a step of the gate: `what` says which read it follows.
+    pub(super) fn still_alive(&self, what: &str) -> Result<(), Refusal> {
+        if self.is_alive() {
+            Ok(())
+        } else {
+            Err(Refusal::new(RefusalCode::PeerGone, format!("peer {} exited ({what})", self.pid)))
+        }
+    }
+}
+
+/// Step 1 of the gate: the peer runs as the broker's uid and is alive.
+pub(super) fn check(peer: &Peer, uid: u32) -> Result<(), Refusal> {
+    if peer.uid != uid {
+        return Err(Refusal::new(RefusalCode::PeerUid, format!("peer uid {} is not broker uid {}", peer.uid, uid)));
+    }
+    peer.still_alive("at start")
 }

@@ -3,7 +3,7 @@
 //! Codex writes a distinct rollout record just before each hook it runs (codex-facts.md §9,
 //! measured on 0.160.0 and 0.171.0): a hook is accepted only in the state that record leaves, and
 //! each such state at most once. [`bind`] names the state a verified hook follows (its
-//! [`Ticket`]) or refuses it (`no_ticket`); `crate::tickets::claim` accepts each ticket once
+//! [`Ticket`]) or refuses it (`no_ticket`); `crate::tickets::take` accepts each ticket once
 //! (`ticket_used`, an alarm, for any later hook presenting it).
 //!
 //! | event | the open turn's records must show | ticket |
@@ -20,11 +20,9 @@
 //! ("Security model", residual risks).
 
 use super::{Refusal, Verified};
+use crate::refusal::RefusalCode;
 use crate::rollout::Actions;
 use courier_shared::hook::HookEvent;
-
-/// The reason codes of this step (and of `crate::tickets::claim`).
-pub const TICKET_REASON_CODES: [&str; 2] = ["no_ticket", "ticket_used"];
 
 /// The Codex action a verified hook follows, accepted at most once.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,7 +37,7 @@ pub struct Ticket {
 /// the refusal `no_ticket` when the rollout does not show the state the hook follows.
 pub fn bind(v: &Verified) -> Result<Option<Ticket>, Refusal> {
     let key = ticket_key(v.event, v.payload.tool_use_id.as_deref(), v.open_turn.as_deref(), &v.actions).map_err(|detail| {
-        let mut r = Refusal::new("no_ticket", detail);
+        let mut r = Refusal::new(RefusalCode::NoTicket, detail);
         r.thread = Some(v.thread_id.clone());
         r.event = Some(v.event.as_str().to_string());
         r

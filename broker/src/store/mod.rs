@@ -5,20 +5,35 @@
 //! States: `pending -> leased -> handed -> confirmed`, or `uncertain`, `expired`, `cancelled`.
 //! The broker and the CLI (`send`, `cancel`, `inspect`) open the same database; SQLite's locking
 //! and `busy_timeout` serialise them.
+//!
+//! The store owns its schema and every query: no connection leaves it. Besides the messages
+//! (this file), it keeps effort rows (`effort.rs`), refusals (`refusals.rs`) and the Codex trust
+//! tables (`codex.rs`).
 
+mod codex;
+mod effort;
+mod producer;
+mod refusals;
+mod tickets;
+
+pub use codex::{TrustHow, TrustedCodex};
+pub use effort::{Claim, Details};
+pub use refusals::Refusal;
+pub use tickets::{Alarm, TicketClaim};
+
+use crate::delivery::budget::{wrapped_len, MAX_OUTPUT_BYTES};
 use anyhow::{bail, Context, Result};
-use crate::codex::{TrustHow, TrustedCodex};
-use crate::gate::digest::ExeKey;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub const DB_NAME: &str = "queue.sqlite";
-/// Longest message body `send` accepts. Codex spills hook output over ~2,500 tokens to a file
-/// and shows the model only a preview, so a message must stay well below that; what counts in
-/// the end is its rendered size ([`crate::delivery::MAX_OUTPUT_BYTES`]).
-pub const MAX_BODY_BYTES: usize = 8 * 1024;
+/// Longest message body `send` accepts: a plain-text body this long still renders within the
+/// hook output budget ([`MAX_OUTPUT_BYTES`], 8,000) with the longest `--from`
+/// (64 characters; the wrapper adds 131 bytes then). What counts in the end is the rendered size,
+/// checked too (escaping can grow a body: every `<` is 4 bytes).
+pub const MAX_BODY_BYTES: usize = 7_800;
 /// Longest `--from` label, in characters.
 pub const MAX_FROM_CHARS: usize = 64;
 
@@ -44,9 +59,6 @@ fn is_format_char(c: char) -> bool {
         0x00AD | 0x0600..=0x0605 | 0x061C | 0x06DD | 0x070F | 0x180E | 0x200B..=0x200F | 0x2028..=0x202E
         | 0x2060..=0x2064 | 0x2066..=0x206F | 0xFEFF | 0xFFF9..=0xFFFB | 0xE0000..=0xE007F)
 }
-/// Most recent refusals kept for `inspect`.
-const REFUSALS_KEPT: i64 = 1000;
-
 pub fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
@@ -77,16 +89,8 @@ pub struct Message {
     pub attempts: i64,
     pub rollout_path: Option<String>,
     pub scan_offset: Option<i64>,
-}
-
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Refusal {
-    pub at: i64,
-    pub reason: String,
-    pub detail: String,
-    pub thread: Option<String>,
-    pub event: Option<String>,
-    pub pid: Option<i64>,
+    /// Alarm kinds raised on this message (`ticket_used`: see `crate::tickets`), each once.
+    pub alarms: Vec<String>,
 }
 
 /// What `enqueue` did.
@@ -184,11 +188,18 @@ fn migrate_trusted_codex(conn: &Connection) -> rusqlite::Result<()> {
             conn.execute_batch(&format!("ALTER TABLE trusted_codex ADD COLUMN {name} {decl}"))?;
         }
     }
+    // `broker send --wake auto|never`: whether the broker may start a turn in an idle thread.
+    let cols: Vec<String> =
+        conn.prepare("PRAGMA table_info(messages)")?.query_map([], |r| r.get::<_, String>(1))?.collect::<rusqlite::Result<_>>()?;
+    if !cols.iter().any(|c| c == "wake") {
+        conn.execute_batch("ALTER TABLE messages ADD COLUMN wake TEXT NOT NULL DEFAULT 'auto'")?;
+    }
     Ok(())
 }
 
 const MESSAGE_COLUMNS: &str = "id, thread, kind, state, body, sender, idem_key, created_at, updated_at, \
-    expires_at, event, turn_id, lease_token, handed_at, confirmed_at, reason, attempts, rollout_path, scan_offset";
+    expires_at, event, turn_id, lease_token, handed_at, confirmed_at, reason, attempts, rollout_path, scan_offset, \
+    (SELECT group_concat(kind) FROM (SELECT DISTINCT kind FROM alarms WHERE alarms.message = messages.id ORDER BY kind))";
 
 fn row_to_message(row: &rusqlite::Row) -> rusqlite::Result<Message> {
     Ok(Message {
@@ -211,6 +222,7 @@ fn row_to_message(row: &rusqlite::Row) -> rusqlite::Result<Message> {
         attempts: row.get(16)?,
         rollout_path: row.get(17)?,
         scan_offset: row.get(18)?,
+        alarms: row.get::<_, Option<String>>(19)?.map(|a| a.split(',').map(String::from).collect()).unwrap_or_default(),
     })
 }
 
@@ -240,19 +252,10 @@ impl Store {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.execute_batch(SCHEMA).context("creating the queue schema")?;
-        crate::effort::db::migrate(&conn).context("adding the effort columns")?;
+        effort::migrate(&conn).context("adding the effort columns")?;
         migrate_trusted_codex(&conn).context("adding the trusted_codex columns")?;
-        crate::tickets::migrate(&conn).context("creating the tickets tables")?;
+        tickets::migrate(&conn).context("creating the tickets tables")?;
         Ok(Store { conn })
-    }
-
-    /// The connection, for modules that keep their own columns and tables (effort).
-    pub fn conn(&mut self) -> &mut Connection {
-        &mut self.conn
-    }
-
-    pub fn conn_ref(&self) -> &Connection {
-        &self.conn
     }
 
     pub fn enqueue(
@@ -264,6 +267,22 @@ impl Store {
         key: Option<&str>,
         ttl_ms: Option<i64>,
     ) -> Result<Enqueued> {
+        self.enqueue_with_wake(thread, kind, body, sender, key, ttl_ms, true)
+    }
+
+    /// [`Store::enqueue`], saying whether the wake channel may start a turn for it
+    /// (`broker send --wake auto|never`), in the same insert.
+    #[allow(clippy::too_many_arguments)]
+    pub fn enqueue_with_wake(
+        &mut self,
+        thread: &str,
+        kind: &str,
+        body: &str,
+        sender: Option<&str>,
+        key: Option<&str>,
+        ttl_ms: Option<i64>,
+        wake: bool,
+    ) -> Result<Enqueued> {
         if body.len() > MAX_BODY_BYTES {
             bail!("message is {} bytes; the limit is {} (Codex shows the model only a preview of longer hook output)", body.len(), MAX_BODY_BYTES);
         }
@@ -274,8 +293,8 @@ impl Store {
         }
         let id = new_message_id();
         if kind == "message" {
-            let rendered = crate::delivery::wrapped_len(&id, sender, body);
-            let max = crate::delivery::MAX_OUTPUT_BYTES;
+            let rendered = wrapped_len(&id, sender, body);
+            let max = MAX_OUTPUT_BYTES;
             if rendered > max {
                 bail!(
                     "message renders to {rendered} bytes in the hook output (wrapper, --from and every '<' escaped as &lt; \
@@ -307,9 +326,9 @@ impl Store {
             }
         }
         tx.execute(
-            "INSERT INTO messages (id, thread, kind, body, sender, idem_key, state, created_at, updated_at, expires_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?7, ?8)",
-            params![id, thread, kind, body, sender, key, now, ttl_ms.map(|t| now + t)],
+            "INSERT INTO messages (id, thread, kind, body, sender, idem_key, state, created_at, updated_at, expires_at, wake)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?7, ?8, ?9)",
+            params![id, thread, kind, body, sender, key, now, ttl_ms.map(|t| now + t), if wake { "auto" } else { "never" }],
         )?;
         tx.commit()?;
         Ok(Enqueued::New(id))
@@ -357,7 +376,7 @@ impl Store {
             [],
         )?;
         tx.execute("DELETE FROM stop_blocks WHERE rowid <= (SELECT MAX(rowid) FROM stop_blocks) - 10000", [])?;
-        crate::tickets::prune(&tx, cutoff)?;
+        tickets::prune(&tx, cutoff)?;
         tx.commit()?;
         Ok(removed)
     }
@@ -371,7 +390,7 @@ impl Store {
     }
 
     /// Leases the oldest pending messages of `thread` under a new fencing token: as many as fit,
-    /// rendered ([`crate::delivery::wrap`], one newline between them), in `max_bytes`. Expired
+    /// rendered (`crate::delivery::wrap`, one newline between them), in `max_bytes`. Expired
     /// messages are retired first and never leased; so is one that does not fit even alone
     /// (`cancelled`, `too_large_for_hook_output`: `send` refuses those, older queues may hold one).
     pub fn lease(
@@ -382,7 +401,32 @@ impl Store {
         lease_ms: i64,
         max_bytes: usize,
     ) -> Result<Option<Lease>> {
-        self.unsynced(|s| s.lease_inner(thread, event, turn_id, lease_ms, max_bytes))
+        self.unsynced(|s| s.lease_inner(thread, event, turn_id, lease_ms, max_bytes, false))
+    }
+
+    /// Leases a thread's pending messages to the wake channel (`event` = `wake`): the same
+    /// lease as a hook's, so a message is never offered to both; messages sent with
+    /// `--wake never` are left for the hooks.
+    pub fn lease_for_wake(&mut self, thread: &str, lease_ms: i64, max_bytes: usize) -> Result<Option<Lease>> {
+        self.lease_inner(thread, "wake", None, lease_ms, max_bytes, true)
+    }
+
+    /// Threads with messages the wake channel may deliver (pending, `--wake auto`).
+    pub fn wake_candidates(&self) -> Result<Vec<String>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT DISTINCT thread FROM messages WHERE state = 'pending' AND kind = 'message' AND wake != 'never' LIMIT 256",
+        )?;
+        let rows = stmt.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Records the turn a wake's `turn/start` opened on the messages of lease `token`.
+    pub fn set_lease_turn(&mut self, token: i64, turn_id: &str) -> Result<()> {
+        self.conn.execute(
+            "UPDATE messages SET turn_id = ?2 WHERE lease_token = ?1 AND state IN ('leased', 'handed')",
+            params![token, turn_id],
+        )?;
+        Ok(())
     }
 
     fn lease_inner(
@@ -392,6 +436,7 @@ impl Store {
         turn_id: Option<&str>,
         lease_ms: i64,
         max_bytes: usize,
+        wake_only: bool,
     ) -> Result<Option<Lease>> {
         let now = now_ms();
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -402,7 +447,8 @@ impl Store {
         )?;
         let candidates: Vec<Message> = {
             let mut stmt = tx.prepare_cached(&format!(
-                "SELECT {MESSAGE_COLUMNS} FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = 'message' ORDER BY seq LIMIT 64"
+                "SELECT {MESSAGE_COLUMNS} FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = 'message' {} ORDER BY seq LIMIT 64",
+                if wake_only { "AND wake != 'never'" } else { "" }
             ))?;
             let rows = stmt.query_map([thread], row_to_message)?;
             rows.collect::<rusqlite::Result<_>>()?
@@ -410,7 +456,7 @@ impl Store {
         let mut taken: Vec<Message> = Vec::new();
         let mut bytes = 0;
         for m in candidates {
-            let len = crate::delivery::wrap(&m).len();
+            let len = wrapped_len(&m.id, m.from.as_deref(), &m.body);
             if len > max_bytes {
                 if taken.is_empty() {
                     tx.execute(
@@ -606,318 +652,7 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    pub fn record_refusal(&mut self, reason: &str, detail: &str, thread: Option<&str>, event: Option<&str>, pid: Option<i64>) -> Result<()> {
-        let tx = self.conn.transaction()?;
-        tx.execute(
-            "INSERT INTO refusals (at, reason, detail, thread, event, pid) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![now_ms(), reason, detail, thread, event, pid],
-        )?;
-        tx.execute("DELETE FROM refusals WHERE seq <= (SELECT MAX(seq) FROM refusals) - ?1", [REFUSALS_KEPT])?;
-        tx.commit()?;
-        Ok(())
-    }
-
-    pub fn refusals(&self, thread: Option<&str>, limit: i64) -> Result<Vec<Refusal>> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT at, reason, detail, thread, event, pid FROM refusals
-             WHERE (?1 IS NULL OR thread = ?1) ORDER BY seq DESC LIMIT ?2",
-        )?;
-        let rows = stmt.query_map(params![thread, limit], |r| {
-            Ok(Refusal { at: r.get(0)?, reason: r.get(1)?, detail: r.get(2)?, thread: r.get(3)?, event: r.get(4)?, pid: r.get(5)? })
-        })?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
-    }
-
-    /// Records a trusted Codex binary; false (and nothing changed) if its digest was trusted already.
-    pub fn trust_codex(&mut self, t: &TrustedCodex) -> Result<bool> {
-        let n = self.conn.execute(
-            "INSERT INTO trusted_codex (sha256, path, added_at, version, how, source) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-             ON CONFLICT(sha256) DO NOTHING",
-            params![t.sha256, t.path, t.added_at, t.version, t.how.as_str(), t.source],
-        )?;
-        Ok(n > 0)
-    }
-
-    /// Forgets a trusted Codex digest (`broker uninstall`); true if it was trusted.
-    pub fn untrust_codex(&mut self, sha256: &str) -> Result<bool> {
-        Ok(self.conn.execute("DELETE FROM trusted_codex WHERE sha256 = ?1", [sha256])? > 0)
-    }
-
-    pub fn is_trusted_codex(&self, sha256: &str) -> Result<bool> {
-        let mut stmt = self.conn.prepare_cached("SELECT EXISTS(SELECT 1 FROM trusted_codex WHERE sha256 = ?1)")?;
-        Ok(stmt.query_row([sha256], |r| r.get(0))?)
-    }
-
-    /// Remembers that the file with identity `key` holds `sha256`.
-    pub fn note_codex_file(&mut self, key: &ExeKey, sha256: &str) -> Result<()> {
-        self.conn.execute(
-            "INSERT INTO codex_files (dev, ino, size, mtime_ns, ctime_ns, sha256) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-             ON CONFLICT(dev, ino) DO UPDATE SET size = ?3, mtime_ns = ?4, ctime_ns = ?5, sha256 = ?6",
-            params![key.dev as i64, key.ino as i64, key.size as i64, key.mtime_ns as i64, key.ctime_ns as i64, sha256],
-        )?;
-        Ok(())
-    }
-
-    /// The digest recorded for a file of exactly this identity, if any.
-    pub fn codex_file_digest(&self, key: &ExeKey) -> Result<Option<String>> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT sha256 FROM codex_files WHERE dev = ?1 AND ino = ?2 AND size = ?3 AND mtime_ns = ?4 AND ctime_ns = ?5",
-        )?;
-        Ok(stmt
-            .query_row(params![key.dev as i64, key.ino as i64, key.size as i64, key.mtime_ns as i64, key.ctime_ns as i64], |r| r.get(0))
-            .optional()?)
-    }
-
-    /// Whether a binary at `path` was trusted (by any digest).
-    pub fn is_trusted_codex_path(&self, path: &str) -> Result<bool> {
-        let mut stmt = self.conn.prepare_cached("SELECT EXISTS(SELECT 1 FROM trusted_codex WHERE path = ?1)")?;
-        Ok(stmt.query_row([path], |r| r.get(0))?)
-    }
-
-    /// Every trusted binary, oldest first.
-    pub fn trusted_codex(&self) -> Result<Vec<TrustedCodex>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT sha256, path, added_at, version, how, source FROM trusted_codex ORDER BY added_at, sha256")?;
-        let rows = stmt.query_map([], |r| {
-            Ok(TrustedCodex {
-                sha256: r.get(0)?,
-                path: r.get(1)?,
-                added_at: r.get(2)?,
-                version: r.get(3)?,
-                how: TrustHow::parse(&r.get::<_, String>(4)?),
-                source: r.get(5)?,
-            })
-        })?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
-    }
-
-    /// Adds a `codex` command for the broker to follow; true if it was new.
-    pub fn follow_codex_command(&mut self, command: &str) -> Result<bool> {
-        let n = self.conn.execute(
-            "INSERT INTO codex_commands (command, added_at) VALUES (?1, ?2) ON CONFLICT(command) DO NOTHING",
-            params![command, now_ms()],
-        )?;
-        Ok(n > 0)
-    }
-
-    pub fn unfollow_codex_command(&mut self, command: &str) -> Result<bool> {
-        Ok(self.conn.execute("DELETE FROM codex_commands WHERE command = ?1", [command])? > 0)
-    }
-
-    pub fn codex_commands(&self) -> Result<Vec<String>> {
-        let mut stmt = self.conn.prepare_cached("SELECT command FROM codex_commands ORDER BY added_at, command")?;
-        let rows = stmt.query_map([], |r| r.get(0))?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
-    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn store(name: &str) -> (Store, std::path::PathBuf) {
-        let dir = std::env::temp_dir().join(format!("courier-store-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        (Store::open(&dir).unwrap(), dir)
-    }
-
-    const T: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce2";
-    const U: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce3";
-
-    #[test]
-    fn idempotency_key_makes_one_message() {
-        let (mut s, _d) = store("idem");
-        let a = s.enqueue(T, "message", "hi", None, Some("k1"), None).unwrap();
-        let b = s.enqueue(T, "message", "hi", Some("other sender"), Some("k1"), None).unwrap();
-        let Enqueued::New(id) = a else { panic!() };
-        assert_eq!(b, Enqueued::Existing(id.clone()));
-        let err = s.enqueue(T, "message", "hi again", None, Some("k1"), None).unwrap_err().to_string();
-        assert!(err.contains(&id) && err.contains("different text"), "{err}");
-        assert_eq!(s.messages(None).unwrap().len(), 1);
-        assert_eq!(s.messages(None).unwrap()[0].body, "hi", "the first text stays");
-        assert!(s.enqueue(U, "message", "x", None, Some("k1"), None).is_err(), "a key is bound to its thread");
-    }
-
-    #[test]
-    fn lease_is_per_thread_and_fenced() {
-        let (mut s, _d) = store("lease");
-        s.enqueue(T, "message", "for T", None, None, None).unwrap();
-        s.enqueue(U, "message", "for U", None, None, None).unwrap();
-        let lease = s.lease(T, "PostToolUse", Some("turn"), 10_000, 1000).unwrap().unwrap();
-        assert_eq!(lease.messages.len(), 1);
-        assert_eq!(lease.messages[0].body, "for T");
-        assert!(s.lease(T, "PostToolUse", Some("turn"), 10_000, 1000).unwrap().is_none(), "leased messages are not offered twice");
-        // A stale token cannot ack.
-        assert!(!s.ack(lease.token + 1, "/r", 0, None).unwrap());
-        assert!(s.ack(lease.token, "/r", 10, None).unwrap());
-        assert!(!s.ack(lease.token, "/r", 10, None).unwrap(), "an ack applies once");
-        let m = &s.messages(Some(T)).unwrap()[0];
-        assert_eq!(m.state, "handed");
-        assert_eq!(s.messages(Some(U)).unwrap()[0].state, "pending");
-    }
-
-    #[test]
-    fn only_lease_note_and_settle_skip_fsync() {
-        let (mut s, _d) = store("sync");
-        let sync = |s: &Store| s.conn.query_row("PRAGMA synchronous", [], |r| r.get::<_, i64>(0)).unwrap();
-        assert_eq!(sync(&s), 2, "FULL");
-        s.enqueue(T, "message", "x", None, None, None).unwrap();
-        let lease = s.lease(T, "Stop", Some("turn"), 10_000, 1000).unwrap().unwrap();
-        assert_eq!(sync(&s), 2, "the ack after a lease must be fsynced");
-        s.note_codex(lease.token, 1, 2).unwrap();
-        assert_eq!(sync(&s), 2);
-        s.ack(lease.token, "/r", 0, None).unwrap();
-        let id = s.messages(None).unwrap()[0].id.clone();
-        assert!(s.settle(&id, Some("confirmed"), None, 5).unwrap());
-        assert_eq!(sync(&s), 2);
-        assert!(s.lease(U, "Stop", None, 10, 10).unwrap().is_none());
-        assert_eq!(sync(&s), 2);
-    }
-
-    #[test]
-    fn released_lease_returns_to_pending_and_late_ack_fails() {
-        let (mut s, _d) = store("release");
-        s.enqueue(T, "message", "x", None, None, None).unwrap();
-        let lease = s.lease(T, "Stop", Some("turn"), 10_000, 1000).unwrap().unwrap();
-        assert_eq!(s.release(lease.token, "no_ack").unwrap(), 1);
-        assert!(!s.ack(lease.token, "/r", 0, None).unwrap());
-        let again = s.lease(T, "Stop", Some("turn"), 10_000, 1000).unwrap().unwrap();
-        assert!(again.token > lease.token, "fencing tokens increase");
-    }
-
-    #[test]
-    fn expired_lease_is_swept_and_cannot_be_acked() {
-        let (mut s, _d) = store("sweep");
-        s.enqueue(T, "message", "x", None, None, None).unwrap();
-        let lease = s.lease(T, "Stop", Some("turn"), 0, 1000).unwrap().unwrap();
-        assert!(!s.ack(lease.token, "/r", 0, None).unwrap(), "a lease past its time cannot be acked");
-        assert_eq!(s.release_expired_leases().unwrap(), 1);
-        assert_eq!(s.messages(None).unwrap()[0].state, "pending");
-    }
-
-    #[test]
-    fn ttl_expires_pending_messages() {
-        let (mut s, _d) = store("ttl");
-        s.enqueue(T, "message", "old", None, None, Some(0)).unwrap();
-        assert!(s.lease(T, "Stop", Some("turn"), 1000, 1000).unwrap().is_none());
-        assert_eq!(s.messages(None).unwrap()[0].state, "expired");
-    }
-
-    #[test]
-    fn expire_due_retires_only_pending_messages_past_their_ttl() {
-        let (mut s, _d) = store("expire");
-        let Enqueued::New(old) = s.enqueue(T, "message", "old", None, None, Some(0)).unwrap() else { panic!() };
-        let Enqueued::New(later) = s.enqueue(T, "message", "later", None, None, Some(3_600_000)).unwrap() else { panic!() };
-        let Enqueued::New(forever) = s.enqueue(U, "message", "no ttl", None, None, None).unwrap() else { panic!() };
-        assert_eq!(s.expire_due().unwrap(), 1);
-        let state = |s: &Store, id: &str| s.messages(None).unwrap().into_iter().find(|m| m.id == id).map(|m| (m.state, m.reason)).unwrap();
-        assert_eq!(state(&s, &old), ("expired".into(), Some("ttl_elapsed".into())));
-        assert_eq!(state(&s, &later).0, "pending");
-        assert_eq!(state(&s, &forever).0, "pending");
-        assert_eq!(s.expire_due().unwrap(), 0, "once");
-    }
-
-    #[test]
-    fn batch_budget_counts_the_rendered_messages() {
-        let (mut s, _d) = store("batch");
-        for _ in 0..3 {
-            s.enqueue(T, "message", &"x".repeat(600), None, None, None).unwrap();
-        }
-        let one = crate::delivery::wrap(&s.messages(Some(T)).unwrap()[0]).len();
-        assert!(one > 600, "the wrapper counts");
-        let lease = s.lease(T, "PostToolUse", Some("t"), 1000, 2 * one).unwrap().unwrap();
-        assert_eq!(lease.messages.len(), 1, "two need a newline between them: {} bytes", 2 * one + 1);
-        let lease = s.lease(T, "PostToolUse", Some("t"), 1000, 2 * one + 1).unwrap().unwrap();
-        assert_eq!(lease.messages.len(), 2);
-        // Escaping counts too: 600 '<' render as 2,400 bytes.
-        s.enqueue(T, "message", &"<".repeat(600), None, None, None).unwrap();
-        assert!(s.lease(T, "PostToolUse", Some("t"), 1000, 2000).unwrap().is_none(), "does not fit even alone");
-        let m = s.messages(Some(T)).unwrap().pop().unwrap();
-        assert_eq!((m.state.as_str(), m.reason.as_deref()), ("cancelled", Some("too_large_for_hook_output")));
-    }
-
-    #[test]
-    fn from_is_short_and_printable_and_the_rendered_message_fits() {
-        let (mut s, _d) = store("from");
-        s.enqueue(T, "message", "x", Some("ci-bot \u{2603} \u{00e9}t\u{00e9}"), None, None).unwrap();
-        s.enqueue(T, "message", "x", Some(&"f".repeat(MAX_FROM_CHARS)), None, None).unwrap();
-        for (from, why) in [
-            ("f".repeat(MAX_FROM_CHARS + 1), "characters"),
-            ("f".repeat(6000), "characters"),
-            ("a\nb".into(), "U+000A"),
-            ("a\u{1b}[31mb".into(), "U+001B"),
-            ("a\u{202E}b".into(), "U+202E"),
-            ("a\u{200B}b".into(), "U+200B"),
-            (String::new(), "empty"),
-        ] {
-            let err = s.enqueue(T, "message", "x", Some(&from), None, None).unwrap_err().to_string();
-            assert!(err.contains(why), "{from:?}: {err}");
-        }
-        // A body that fits in 8 KiB but not once rendered (every '<' is 4 bytes in the output).
-        let err = s.enqueue(T, "message", &"<".repeat(4000), None, None, None).unwrap_err().to_string();
-        assert!(err.contains("renders to") && err.contains("8000"), "{err}");
-        let fits = crate::delivery::MAX_OUTPUT_BYTES - crate::delivery::wrapped_len("m_0123456789abcdef", Some("me"), "");
-        s.enqueue(T, "message", &"y".repeat(fits), Some("me"), None, None).unwrap();
-        assert!(s.enqueue(T, "message", &"y".repeat(fits + 1), Some("me"), None, None).is_err());
-        assert_eq!(s.messages(None).unwrap().len(), 3);
-    }
-
-    #[test]
-    fn cancel_only_before_handing() {
-        let (mut s, _d) = store("cancel");
-        let Enqueued::New(id) = s.enqueue(T, "message", "x", None, None, None).unwrap() else { panic!() };
-        s.cancel(&id).unwrap();
-        assert!(s.lease(T, "Stop", Some("t"), 1000, 1000).unwrap().is_none());
-        let Enqueued::New(id2) = s.enqueue(T, "message", "y", None, None, None).unwrap() else { panic!() };
-        let lease = s.lease(T, "Stop", Some("t"), 1000, 1000).unwrap().unwrap();
-        s.ack(lease.token, "/r", 0, None).unwrap();
-        assert!(s.cancel(&id2).is_err());
-        assert!(s.cancel("m_nope").is_err());
-    }
-
-    #[test]
-    fn deferral_reason_is_noted_on_pending_and_cleared_by_a_lease() {
-        let (mut s, _d) = store("defer");
-        s.enqueue(T, "message", "x", None, None, None).unwrap();
-        s.enqueue(U, "message", "y", None, None, None).unwrap();
-        s.note_deferral(T, "deferred_stop_block_limit").unwrap();
-        assert_eq!(s.messages(Some(T)).unwrap()[0].reason.as_deref(), Some("deferred_stop_block_limit"));
-        assert_eq!(s.messages(Some(U)).unwrap()[0].reason, None, "only the hook's own thread");
-        s.lease(T, "PostToolUse", Some("t"), 1000, 1000).unwrap().unwrap();
-        assert_eq!(s.messages(Some(T)).unwrap()[0].reason, None);
-    }
-
-    #[test]
-    fn prune_forgets_only_old_final_messages() {
-        let (mut s, _d) = store("prune");
-        let Enqueued::New(done) = s.enqueue(T, "message", "a", None, Some("k-done"), None).unwrap() else { panic!() };
-        let lease = s.lease(T, "Stop", Some("t"), 10_000, 1000).unwrap().unwrap();
-        s.note_codex(lease.token, 1, 2).unwrap();
-        assert!(s.ack(lease.token, "/r", 0, None).unwrap());
-        assert!(s.settle(&done, Some("confirmed"), None, 1).unwrap());
-        let Enqueued::New(waiting) = s.enqueue(T, "message", "b", None, None, None).unwrap() else { panic!() };
-        let Enqueued::New(handed) = s.enqueue(U, "message", "c", None, None, None).unwrap() else { panic!() };
-        let lease_u = s.lease(U, "Stop", Some("t"), 10_000, 1000).unwrap().unwrap();
-        s.note_codex(lease_u.token, 3, 4).unwrap();
-        assert!(s.ack(lease_u.token, "/r", 0, None).unwrap());
-
-        assert_eq!(s.prune(60_000).unwrap(), 0, "nothing is old yet");
-        assert_eq!(s.prune(-1).unwrap(), 1, "only the confirmed one goes");
-        let left: Vec<String> = s.messages(None).unwrap().into_iter().map(|m| m.id).collect();
-        assert_eq!(left, [waiting, handed]);
-        assert_eq!(s.codex_of(lease.token).unwrap(), None, "its codex record went with it");
-        assert_eq!(s.codex_of(lease_u.token).unwrap(), Some((3, 4)), "a live hand-off keeps its record");
-        // Its key can be used again.
-        assert!(matches!(s.enqueue(T, "message", "a", None, Some("k-done"), None).unwrap(), Enqueued::New(_)));
-    }
-
-    #[test]
-    fn oversized_body_is_refused() {
-        let (mut s, _d) = store("big");
-        let err = s.enqueue(T, "message", &"x".repeat(MAX_BODY_BYTES + 1), None, None, None).unwrap_err();
-        assert!(err.to_string().contains("limit"));
-        assert!(s.messages(None).unwrap().is_empty());
-    }
-}
+mod tests;

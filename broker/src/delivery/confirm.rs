@@ -1,0 +1,313 @@
+//! Confirmation: the rollout is the ground truth of what reached the model. From the offset the
+//! rollout had when a message was handed, [`reconcile`] scans forward (only new bytes, resuming
+//! where the last scan stopped) for the message's marker in a hook-injected message: found ->
+//! `confirmed`; its turn closed without it -> `uncertain` (never silently re-offered).
+
+use crate::store::{Message, Store};
+use anyhow::Result;
+use courier_shared::rollout::{classify_line, marker_ids, RolloutEvent};
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use crate::delivery::WAKE_EVENT;
+use crate::delivery::render::wrap;
+
+/// Settles `handed` messages (of one thread, or all) against their rollouts. Returns how many
+/// reached a final state.
+pub fn reconcile(store: &mut Store, thread: Option<&str>) -> Result<usize> {
+    let handed = store.handed(thread)?;
+    let mut by_rollout: HashMap<String, Vec<Message>> = HashMap::new();
+    for m in handed {
+        if let Some(path) = m.rollout_path.clone() {
+            by_rollout.entry(path).or_default().push(m);
+        }
+    }
+    let mut settled = 0;
+    for (path, messages) in by_rollout {
+        // Whose codex is gone is decided before the scan: then the scan saw its final rollout.
+        let mut dead = std::collections::HashSet::new();
+        for m in &messages {
+            if let Some((pid, start)) = m.lease.map(|t| store.codex_of(t)).transpose()?.flatten() {
+                if !process_alive(pid, start) {
+                    dead.insert(m.id.clone());
+                }
+            }
+        }
+        for (id, mut state, mut reason, offset) in scan_rollout(&path, &messages) {
+            if state.is_none() && dead.contains(&id) {
+                (state, reason) = (Some("uncertain"), Some("codex_exited"));
+            }
+            crate::failpoint::hit("reconcile_before_settle");
+            if store.settle(&id, state, reason, offset)? && state.is_some() {
+                settled += 1;
+                crate::failpoint::hit("reconcile_after_settle");
+            }
+        }
+    }
+    Ok(settled)
+}
+
+/// The process `pid` still runs and is the one that started at `starttime` (/proc stat field 22).
+fn process_alive(pid: i32, starttime: u64) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    // Fields after the command name (which may hold spaces and parentheses) start at field 3.
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return false };
+    let mut fields = rest.split_whitespace();
+    let state = fields.next();
+    let start = fields.nth(18).and_then(|f| f.parse::<u64>().ok());
+    state != Some("Z") && start == Some(starttime)
+}
+
+type Settlement = (String, Option<&'static str>, Option<&'static str>, u64);
+
+/// Longest rollout line the confirmation scan looks at. A hook message carrying Courier's output
+/// is far shorter (hook output stays under Codex's ~10 KB spill limit); longer lines are skipped
+/// as they stream past, never buffered.
+const MAX_SCAN_LINE: usize = 1 << 20;
+
+/// Read granularity of the scan.
+const SCAN_CHUNK: usize = 64 * 1024;
+
+/// Bytes one [`reconcile`] call reads from one rollout at most; the rest waits for the next call
+/// (where the scan stopped is remembered, [`ScanState`]). Unbounded by default (the CLI's
+/// `inspect`); `broker serve` bounds it, since reconcile runs under the store lock on the hook path.
+static SCAN_BUDGET: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// The per-rollout read budget `broker serve` sets: a few ms of reading.
+pub const SERVE_SCAN_BUDGET: u64 = 16 << 20;
+
+/// Bytes read by confirmation scans in this process (a diagnostic, and what tests check).
+pub static SCAN_BYTES_READ: AtomicU64 = AtomicU64::new(0);
+
+/// Sets the per-rollout read budget of each [`reconcile`] call.
+pub fn set_scan_budget(bytes: u64) {
+    SCAN_BUDGET.store(bytes.max(SCAN_CHUNK as u64), Ordering::Relaxed);
+}
+
+/// Where the last scan of a rollout stopped, possibly inside a line: so a line still being
+/// written (or one too long to look at) is never read again from its start. The database keeps
+/// only line boundaries (`scan_offset`); this in-memory state resumes from there when it matches.
+struct ScanState {
+    dev: u64,
+    ino: u64,
+    /// Birth time: a deleted rollout's inode number can be reused by a new file.
+    born: Option<std::time::SystemTime>,
+    /// Start of the line being read (the boundary the database knows).
+    line_start: u64,
+    /// Bytes consumed from the file (>= line_start).
+    consumed: u64,
+    /// The line's bytes so far, unless it is being skipped (longer than [`MAX_SCAN_LINE`]).
+    partial: Vec<u8>,
+    skipping: bool,
+}
+
+fn scan_states() -> &'static Mutex<HashMap<String, ScanState>> {
+    static STATES: OnceLock<Mutex<HashMap<String, ScanState>>> = OnceLock::new();
+    STATES.get_or_init(Default::default)
+}
+
+/// The first `\n` in `buf` (libc's memchr: fast whatever the build profile).
+fn newline(buf: &[u8]) -> Option<usize> {
+    // SAFETY: memchr reads at most buf.len() bytes of a live slice.
+    let p = unsafe { nix::libc::memchr(buf.as_ptr().cast(), b'\n' as i32, buf.len()) };
+    (!p.is_null()).then(|| p as usize - buf.as_ptr() as usize)
+}
+
+/// Scans `path` from the smallest scan offset of `messages` (or from where the last scan stopped
+/// inside a line) up to the end, or up to the read budget.
+pub(super) fn scan_rollout(path: &str, messages: &[Message]) -> Vec<Settlement> {
+    scan_rollout_within(path, messages, SCAN_BUDGET.load(Ordering::Relaxed))
+}
+
+pub(super) fn scan_rollout_within(path: &str, messages: &[Message], budget: u64) -> Vec<Settlement> {
+    use std::os::unix::fs::MetadataExt;
+    let start = messages.iter().map(|m| m.scan_offset.unwrap_or(0).max(0) as u64).min().unwrap_or(0);
+    let all = |state, reason, offset| -> Vec<Settlement> {
+        messages.iter().map(|m| (m.id.clone(), state, reason, offset)).collect()
+    };
+    let Ok(file) = File::open(path) else {
+        return all(Some("uncertain"), Some("rollout_missing"), start);
+    };
+    let Ok(meta) = file.metadata() else { return Vec::new() };
+    let len = meta.len();
+    if len < start {
+        return all(Some("uncertain"), Some("rollout_rewritten"), start);
+    }
+    let born = meta.created().ok();
+    let mut states = scan_states().lock().unwrap_or_else(|e| e.into_inner());
+    let mut st = match states.remove(path) {
+        Some(s) if (s.dev, s.ino, s.born) == (meta.dev(), meta.ino(), born) && s.line_start == start && s.consumed <= len => s,
+        _ => ScanState {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            born,
+            line_start: start,
+            consumed: start,
+            partial: Vec::new(),
+            skipping: false,
+        },
+    };
+    let budget_end = st.consumed.saturating_add(budget).min(len);
+
+    let mut open: HashMap<&str, &Message> = messages.iter().map(|m| (m.id.as_str(), m)).collect();
+    let mut out = Vec::new();
+    let mut chunk = vec![0u8; SCAN_CHUNK];
+    'read: while st.consumed < budget_end && !open.is_empty() {
+        let want = SCAN_CHUNK.min((budget_end - st.consumed) as usize);
+        let n = match file.read_at(&mut chunk[..want], st.consumed) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        SCAN_BYTES_READ.fetch_add(n as u64, Ordering::Relaxed);
+        let mut data = &chunk[..n];
+        while let Some(nl) = newline(data) {
+            let line_start = st.line_start;
+            let skipped = st.skipping || st.partial.len() + nl > MAX_SCAN_LINE;
+            st.consumed += nl as u64 + 1;
+            st.line_start = st.consumed;
+            st.skipping = false;
+            if !skipped {
+                let line: &[u8] = if st.partial.is_empty() {
+                    &data[..nl]
+                } else {
+                    st.partial.extend_from_slice(&data[..nl]);
+                    &st.partial
+                };
+                settle_line(line, line_start, st.line_start, messages, &mut open, &mut out);
+            }
+            st.partial.clear();
+            data = &data[nl + 1..];
+            if open.is_empty() {
+                break 'read;
+            }
+        }
+        // The rest is the beginning of a line not yet complete.
+        st.consumed += data.len() as u64;
+        if !st.skipping {
+            if st.partial.len() + data.len() > MAX_SCAN_LINE {
+                st.partial = Vec::new();
+                st.skipping = true;
+            } else {
+                st.partial.extend_from_slice(data);
+            }
+        }
+    }
+    let boundary = st.line_start;
+    if states.len() >= 4096 {
+        states.clear();
+    }
+    states.insert(path.to_string(), st);
+    out.extend(open.values().map(|m| (m.id.clone(), None, None, boundary.max(m.scan_offset.unwrap_or(0) as u64))));
+    out
+}
+
+/// Whether `text` (from the rollout) holds `m`'s whole wrapped text. Line ends are compared
+/// normalised: Codex 0.160.0 records a Stop block reason's `HookPrompt` item with CR LF turned
+/// into LF (its user message keeps them); nothing else may differ.
+pub(super) fn holds_whole(text: &str, m: &Message) -> bool {
+    let wrapped = wrap(m);
+    if text.contains(&wrapped) {
+        return true;
+    }
+    let lf = |s: &str| s.replace("\r\n", "\n").replace('\r', "\n");
+    (wrapped.contains('\r') || text.contains('\r')) && lf(text).contains(&lf(&wrapped))
+}
+
+/// Codex's notice on hook output it cut (0.171.0): the text (inside a Stop `<hook_prompt>`) starts
+/// with it, so no message body can fake it (Courier's own text starts with its wrapper).
+fn cut_by_codex(text: &str) -> bool {
+    let inner = match text.strip_prefix("<hook_prompt") {
+        Some(rest) => rest.split_once('>').map_or("", |(_, t)| t),
+        None => text,
+    };
+    inner.starts_with("Warning: truncated output (")
+}
+
+/// Applies one complete rollout line (starting at `line_start`, next line at `next`) to the
+/// messages still open (`messages` in queue order).
+///
+/// A hook message confirms a message only if it holds the message's WHOLE wrapped text. For the
+/// hand-off (lease) whose output it is, every other message is judged by what Codex did to that
+/// output: marker there but text incomplete -> `uncertain` (`shown_truncated`: the model saw part
+/// of it); marker missing -> it was in a part Codex cut out (`…N tokens truncated…`): back to
+/// `pending` (never shown), except the last of each run of missing messages, whose end may show
+/// in the kept tail (`uncertain`, `shown_truncated`). Without Codex's truncation notice a missing
+/// marker is `uncertain` (`marker_missing`), never re-offered.
+pub fn settle_line<'a>(
+    line: &[u8],
+    line_start: u64,
+    next: u64,
+    messages: &'a [Message],
+    open: &mut HashMap<&'a str, &'a Message>,
+    out: &mut Vec<Settlement>,
+) {
+    let after = |m: &Message| line_start >= m.scan_offset.unwrap_or(0).max(0) as u64;
+    match classify_line(line) {
+        Some(RolloutEvent::HookText { text, .. }) => {
+            let present: std::collections::HashSet<&str> = marker_ids(&text).collect();
+            let shown = |m: &Message| open.contains_key(m.id.as_str()) && after(m) && present.contains(m.id.as_str());
+            let leases: Vec<i64> = messages.iter().filter(|m| shown(m)).filter_map(|m| m.lease).collect();
+            let truncated = cut_by_codex(&text);
+            // The messages of the hand-offs this output belongs to, in the order they were rendered.
+            let batch: Vec<&'a Message> = messages
+                .iter()
+                .filter(|m| {
+                    shown(m)
+                        || (m.lease.is_some_and(|l| leases.contains(&l)) && open.contains_key(m.id.as_str()) && after(m))
+                })
+                .collect();
+            for (i, m) in batch.iter().enumerate() {
+                let settled = if present.contains(m.id.as_str()) {
+                    if holds_whole(&text, m) {
+                        (Some("confirmed"), None)
+                    } else {
+                        (Some("uncertain"), Some("shown_truncated"))
+                    }
+                } else {
+                    let next_missing = batch.get(i + 1).is_some_and(|n| n.lease == m.lease && !present.contains(n.id.as_str()));
+                    match (truncated, next_missing) {
+                        (true, true) => (Some("pending"), Some("cut_by_codex")),
+                        (true, false) => (Some("uncertain"), Some("shown_truncated")),
+                        (false, _) => (Some("uncertain"), Some("marker_missing")),
+                    }
+                };
+                out.push((m.id.clone(), settled.0, settled.1, next));
+                open.remove(m.id.as_str());
+            }
+        }
+        // A turn the wake channel started: its user message carries, as Codex's client id, the
+        // id of the first message of the lease; each message of the lease is confirmed when its
+        // whole wrapped text is in that message.
+        Some(RolloutEvent::UserInput { client_id, text, .. }) => {
+            let woken: Vec<&'a Message> = messages
+                .iter()
+                .filter(|m| m.event.as_deref() == Some(WAKE_EVENT) && open.contains_key(m.id.as_str()) && after(m))
+                .filter(|m| {
+                    let first = messages.iter().find(|f| f.lease == m.lease && f.event.as_deref() == Some(WAKE_EVENT));
+                    first.is_some_and(|f| f.id == client_id)
+                })
+                .collect();
+            for m in woken {
+                let settled = if holds_whole(&text, m) { (Some("confirmed"), None) } else { (Some("uncertain"), Some("shown_truncated")) };
+                out.push((m.id.clone(), settled.0, settled.1, next));
+                open.remove(m.id.as_str());
+            }
+        }
+        Some(RolloutEvent::TurnClosed { turn_id }) => {
+            let closed: Vec<&str> = open
+                .values()
+                .filter(|m| after(m) && m.turn_id.as_deref().is_none_or(|t| t == turn_id))
+                .map(|m| m.id.as_str())
+                .collect();
+            for id in closed {
+                out.push((id.to_string(), Some("uncertain"), Some("turn_closed_without_marker"), next));
+                open.remove(id);
+            }
+        }
+        _ => {}
+    }
+}

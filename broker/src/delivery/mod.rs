@@ -1,0 +1,69 @@
+//! What a verified hook call gets, and how a handed message becomes `confirmed`.
+//!
+//! Offer: the oldest pending messages of the hook's own thread are leased under a fencing token
+//! and rendered as the hook output (`additionalContext`, or a Stop block reason). The connection
+//! then waits for the client's ack; only that makes them `handed`.
+//!
+//! Confirmation (`confirm.rs`): [`reconcile`] scans each handed message's rollout forward from
+//! where it was handed for the message's marker: `confirmed`, or `uncertain` when its turn closed
+//! without it. Rendering (`render.rs`) and the output budget (`budget.rs`) are shared with the
+//! store (which checks the budget at `send` and at lease) and the wake channel.
+
+pub mod budget;
+mod confirm;
+mod render;
+
+pub use budget::{wrapped_len, MAX_OUTPUT_BYTES};
+pub use confirm::{reconcile, set_scan_budget, settle_line, SERVE_SCAN_BUDGET};
+pub use render::{render, verified_thread, wrap};
+
+use crate::gate::Verified;
+use crate::store::Store;
+use anyhow::Result;
+use courier_shared::hook::HookEvent;
+pub use courier_shared::hook::wrap_message;
+/// How long a client has to print a lease and ack it before it returns to `pending`.
+pub const LEASE_MS: i64 = 3_000;
+/// Stop blocks Courier causes per turn at most: Codex itself has no loop guard.
+pub const MAX_STOP_BLOCKS_PER_TURN: i64 = 3;
+
+/// The `event` recorded on messages the wake channel leased (`broker/src/wake.rs`).
+pub const WAKE_EVENT: &str = "wake";
+
+pub enum Offer {
+    Nothing,
+    /// Messages are waiting but this call may not take them; the reason is noted on them.
+    Deferred,
+    Lease { token: i64, output: String, count: usize },
+}
+
+pub fn offer(store: &mut Store, v: &Verified) -> Result<Offer> {
+    if !v.event.can_deliver() {
+        return Ok(Offer::Nothing);
+    }
+    if !store.has_pending(&v.thread_id, "message")? {
+        return Ok(Offer::Nothing);
+    }
+    if v.event == HookEvent::SessionStart && !v.sole_thread() {
+        // No turn id to bind to, and the process runs other threads too: wait for a hook that has one.
+        store.note_deferral(&v.thread_id, "deferred_session_start_shared_process")?;
+        return Ok(Offer::Deferred);
+    }
+    if v.event == HookEvent::Stop {
+        if let Some(turn) = &v.turn_id {
+            if store.stop_blocks(&v.thread_id, turn)? >= MAX_STOP_BLOCKS_PER_TURN {
+                store.note_deferral(&v.thread_id, "deferred_stop_block_limit")?;
+                return Ok(Offer::Deferred);
+            }
+        }
+    }
+    // SessionStart carries no turn id; its messages belong to the turn it fired in.
+    let turn = v.turn_id.as_deref().or(v.open_turn.as_deref());
+    let Some(lease) = store.lease(&v.thread_id, v.event.as_str(), turn, LEASE_MS, MAX_OUTPUT_BYTES)? else {
+        return Ok(Offer::Nothing);
+    };
+    Ok(Offer::Lease { token: lease.token, output: render(v.event, &lease.messages), count: lease.messages.len() })
+}
+
+#[cfg(test)]
+mod tests;

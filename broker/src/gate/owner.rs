@@ -1,0 +1,162 @@
+//! Which live, trusted Codex process owns a thread, when no hook call names one: the evidence the
+//! wake channel needs before it may talk to an app-server about that thread. The same facts the
+//! hook gate checks in steps 3 and 5, found from the thread's side instead of the caller's:
+//!
+//! 1. the process holding the `flock` on `$CODEX_HOME/thread-writer-locks/<thread>.lock`
+//!    (`/proc/locks`), of the broker's uid;
+//! 2. whose executable is a trusted Codex binary (the shared digest cache);
+//! 3. which holds that lock and the thread's rollout (opened `O_APPEND`) through fds it opened
+//!    itself (`O_CLOEXEC`: `holder.rs`);
+//! 4. and the rollout's `session_meta` names the thread; its open turn says busy or idle.
+//!
+//! The start time is read before and after: a pid reused meanwhile is refused.
+
+use super::{digest, holder, sys, CodexTrust, Gate};
+use crate::rollout::RolloutIdentity;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The process that owns a thread, and where the thread stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub pid: i32,
+    pub starttime: u64,
+    pub rollout: PathBuf,
+    /// Rollout length when looked at: anything the owner writes later comes after it.
+    pub rollout_len: u64,
+    /// `Some` while a turn is open (busy): hooks will come.
+    pub open_turn: Option<String>,
+    /// The thread is a sub-agent (its `session_meta` names a parent).
+    pub subagent: bool,
+}
+
+/// Why no owner was found: a stable code, shown on the waiting messages by `broker inspect`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoOwner {
+    /// No live process holds the thread's writer lock: the thread ended, or was never loaded.
+    NotLoaded,
+    /// A process holds it, but is not a trusted Codex (or is not yet hashed).
+    Untrusted(String),
+    /// The holder does not hold the rollout and lock as Codex does, or changed while checked.
+    NotProven(String),
+}
+
+impl NoOwner {
+    pub fn code(&self) -> &'static str {
+        match self {
+            NoOwner::NotLoaded => "thread_not_loaded",
+            NoOwner::Untrusted(_) => "owner_untrusted",
+            NoOwner::NotProven(_) => "owner_not_proven",
+        }
+    }
+}
+
+/// The pids holding an `flock` WRITE lock on the file (`dev`, `ino`), from `/proc/locks` text.
+fn lock_holders(text: &str, dev: u64, ino: u64) -> Vec<i32> {
+    let (major, minor) = (nix::libc::major(dev), nix::libc::minor(dev));
+    let mut pids: Vec<i32> = text
+        .lines()
+        .filter_map(|l| {
+            let pid: i32 = l.split_ascii_whitespace().nth(4)?.parse().ok()?;
+            Some(pid)
+        })
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    pids.retain(|pid| {
+        holder::parse_flock_writes(text, *pid).iter().any(|w| w.ino == ino && w.major == major && w.minor == minor)
+    });
+    pids
+}
+
+/// `rollout-*-<thread>.jsonl` under `sessions/` (`YYYY/MM/DD/`), newest day first.
+fn find_rollout(sessions: &Path, thread: &str) -> Option<PathBuf> {
+    let suffix = format!("-{thread}.jsonl");
+    let mut dirs = vec![sessions.to_path_buf()];
+    for _depth in 0..3 {
+        let mut next = Vec::new();
+        for d in &dirs {
+            let mut subs: Vec<PathBuf> =
+                std::fs::read_dir(d).into_iter().flatten().flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
+            subs.sort_unstable_by(|a, b| b.cmp(a));
+            next.extend(subs);
+        }
+        dirs = next;
+    }
+    dirs.iter().find_map(|d| {
+        std::fs::read_dir(d).ok()?.flatten().map(|e| e.path()).find(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("rollout-") && n.ends_with(&suffix))
+        })
+    })
+}
+
+impl Gate {
+    /// The trusted Codex process that owns `thread` now (see the module docs).
+    pub fn thread_owner(&self, thread: &str, trust: &dyn CodexTrust) -> Result<Owner, NoOwner> {
+        use std::os::unix::fs::MetadataExt;
+        let lock_dir = self.config.codex_home.join("thread-writer-locks");
+        let lock_path = lock_dir.join(format!("{thread}.lock"));
+        let lock = std::fs::metadata(&lock_path).map_err(|_| NoOwner::NotLoaded)?;
+        let locks = std::fs::read_to_string("/proc/locks").map_err(|e| NoOwner::NotProven(format!("/proc/locks: {e}")))?;
+        let holders = lock_holders(&locks, lock.dev(), lock.ino());
+        let &[pid] = holders.as_slice() else {
+            return Err(if holders.is_empty() {
+                NoOwner::NotLoaded
+            } else {
+                NoOwner::NotProven(format!("several processes hold {}: {holders:?}", lock_path.display()))
+            });
+        };
+        let stat = sys::read_stat(pid).map_err(|_| NoOwner::NotLoaded)?;
+        let status = sys::read_status(pid).map_err(|_| NoOwner::NotLoaded)?;
+        if !status.all_uids_are(self.uid) {
+            return Err(NoOwner::Untrusted(format!("holder {pid} runs as uids {:?}", status.uids)));
+        }
+        let known = |k: &digest::ExeKey| trust.known_digest(k);
+        let expected = |p: &Path| trust.is_expected(p);
+        let until = Instant::now() + Duration::from_secs(2);
+        match self.digests.lookup(pid, &known, &expected, until) {
+            Ok(digest::Lookup::Digest(d)) if trust.is_trusted(&d) => {}
+            Ok(digest::Lookup::Digest(d)) => return Err(NoOwner::Untrusted(format!("holder {pid} sha256 {} is not trusted", &d[..12]))),
+            other => return Err(NoOwner::Untrusted(format!("holder {pid}: digest {other:?}"))),
+        }
+        let sessions = self.config.codex_home.join("sessions");
+        let rollout = find_rollout(&sessions, thread).ok_or_else(|| NoOwner::NotProven("no rollout under sessions/".into()))?;
+        let file = sys::open_nofollow(&rollout).map_err(|e| NoOwner::NotProven(format!("open rollout: {e}")))?;
+        let id = sys::statx_fd(&file).map_err(|e| NoOwner::NotProven(format!("statx rollout: {e}")))?;
+        let scan = holder::scan(pid, (id.dev, id.ino), Some((lock.dev(), lock.ino())), thread, &lock_dir)
+            .map_err(|_| NoOwner::NotLoaded)?;
+        if !scan.holds_rollout_append || !scan.holds_thread_lock {
+            return Err(NoOwner::NotProven(format!(
+                "holder {pid} does not hold the rollout for append and the lock through its own fds ({scan:?})"
+            )));
+        }
+        let len = file.metadata().map(|m| m.len()).map_err(|e| NoOwner::NotProven(format!("rollout: {e}")))?;
+        let identity = RolloutIdentity { dev: id.dev, ino: id.ino, btime_sec: id.btime_sec, btime_nsec: id.btime_nsec };
+        let snap = self.tracker.update(&rollout, &file, identity, len).map_err(|e| NoOwner::NotProven(format!("rollout read: {e}")))?;
+        if snap.session_meta.as_ref().map(|m| m.id.as_str()) != Some(thread) {
+            return Err(NoOwner::NotProven("the rollout's session_meta is not this thread".into()));
+        }
+        match sys::read_stat(pid) {
+            Ok(again) if again.starttime == stat.starttime => {}
+            _ => return Err(NoOwner::NotProven(format!("holder {pid} changed while checked"))),
+        }
+        let subagent = snap.session_meta.as_ref().is_some_and(|m| m.parent_thread_id.is_some());
+        Ok(Owner { pid, starttime: stat.starttime, rollout, rollout_len: snap.offset, open_turn: snap.open_turn, subagent })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_holders_match_device_and_inode() {
+        let text = "1: FLOCK  ADVISORY  WRITE 4242 fd:01:1234 0 EOF\n\
+                    2: FLOCK  ADVISORY  WRITE 4343 fd:02:1234 0 EOF\n\
+                    3: POSIX  ADVISORY  WRITE 4444 fd:01:1234 0 EOF\n\
+                    3: -> FLOCK  ADVISORY  WRITE 4545 fd:01:1234 0 EOF\n";
+        let dev = nix::libc::makedev(0xfd, 0x01);
+        assert_eq!(lock_holders(text, dev, 1234), [4242]);
+        assert!(lock_holders(text, dev, 99).is_empty());
+    }
+}

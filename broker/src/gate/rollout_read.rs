@@ -1,0 +1,71 @@
+//! Step 6: rollout identity. The transcript is opened with no symlink on the way, and its
+//! identity (device, inode, birth time) and canonical path are the same before and after the
+//! incremental read (`crate::rollout::RolloutTracker`): a file replaced or moved during the read
+//! is refused, and a replaced file is re-read from its start, never trusted from the cache.
+
+use super::{sys, Gate, Refusal, RefusalCode};
+use crate::rollout::{RolloutIdentity, Snapshot};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+impl Gate {
+    /// Reads the rollout at `path` incrementally; returns what is known of it and its identity.
+    pub(super) fn read_rollout(&self, path: &Path, path_str: &str) -> Result<(Snapshot, sys::FileId), Refusal> {
+        let file = match sys::open_no_symlinks(path) {
+            Ok(Some(file)) => file,
+            Err(e) if sys::errno(&e) == nix::libc::ELOOP => {
+                return Err(Refusal::new(RefusalCode::TranscriptPath, format!("{path_str:?} is not canonical (a symlink on the way)")))
+            }
+            Err(e) => return Err(Refusal::new(RefusalCode::TranscriptPath, format!("open {path_str:?}: {e}"))),
+            Ok(None) => {
+                // No openat2: resolve the path instead.
+                let canonical = std::fs::canonicalize(path)
+                    .map_err(|e| Refusal::new(RefusalCode::TranscriptPath, format!("{path_str:?}: {e}")))?;
+                if canonical != path {
+                    return Err(Refusal::new(
+                        RefusalCode::TranscriptPath,
+                        format!("{path_str:?} is not canonical (resolves to {:?})", canonical),
+                    ));
+                }
+                sys::open_nofollow(path).map_err(|e| Refusal::new(RefusalCode::TranscriptPath, format!("open {path_str:?}: {e}")))?
+            }
+        };
+        let before = sys::statx_fd(&file).map_err(|e| Refusal::new(RefusalCode::RolloutChanged, format!("statx: {e}")))?;
+        if !sys::is_regular(before.mode) {
+            return Err(Refusal::new(RefusalCode::TranscriptPath, format!("{path_str:?} is not a regular file")));
+        }
+        let identity = |id: &sys::FileId| RolloutIdentity {
+            dev: id.dev,
+            ino: id.ino,
+            btime_sec: id.btime_sec,
+            btime_nsec: id.btime_nsec,
+        };
+        let check_identity = |when: &str| -> Result<(), Refusal> {
+            let changed = |why: String| Refusal::new(RefusalCode::RolloutChanged, format!("{when}: {why}"));
+            let at_path = sys::statx_path_nofollow(path).map_err(|e| changed(format!("{path_str:?}: {e}")))?;
+            if !at_path.same_file(&before) {
+                return Err(changed(format!("{path_str:?} is no longer the file that was opened")));
+            }
+            let fd_path = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+                .map_err(|e| changed(format!("fd path: {e}")))?;
+            if fd_path != path {
+                return Err(changed(format!("opened file now resolves to {fd_path:?}")));
+            }
+            let now = sys::statx_fd(&file).map_err(|e| changed(format!("statx: {e}")))?;
+            if !now.same_file(&before) {
+                return Err(changed("fd identity changed".into()));
+            }
+            Ok(())
+        };
+        check_identity("before read")?;
+        let snap = self
+            .tracker
+            .update(path, &file, identity(&before), before.size)
+            .map_err(|e| Refusal::new(RefusalCode::RolloutChanged, format!("reading {path_str:?}: {e}")))?;
+        #[cfg(test)]
+        self.stage(super::Stage::AfterRolloutRead);
+        // Also proves the path still canonical: the opened file's own path (/proc/self/fd) is it.
+        check_identity("after read")?;
+        Ok((snap, before))
+    }
+}

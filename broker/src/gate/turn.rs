@@ -1,0 +1,19 @@
+//! Step 7: turn affinity. The payload's `turn_id` must be the rollout's open turn; SessionStart
+//! has none (whether it may deliver is the caller's decision, from `Verified::thread_locks`).
+
+use super::{Refusal, RefusalCode};
+use crate::rollout::Snapshot;
+use courier_shared::hook::{HookEvent, HookPayload};
+
+/// The verified turn id (`None` only for SessionStart).
+pub(super) fn check(event: HookEvent, payload: &HookPayload, snap: &Snapshot) -> Result<Option<String>, Refusal> {
+    let open = snap.open_turn.as_deref();
+    match (event, payload.turn_id.as_deref()) {
+        (HookEvent::SessionStart, None) => Ok(None),
+        (_, Some(t)) if open == Some(t) => Ok(Some(t.to_string())),
+        (_, t) => Err(Refusal::new(
+            RefusalCode::TurnMismatch,
+            format!("payload turn {t:?} is not the rollout's open turn {open:?}"),
+        )),
+    }
+}

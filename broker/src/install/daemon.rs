@@ -1,0 +1,118 @@
+//! `broker serve --daemonize` (the profile start) and stopping a broker that runs.
+
+use crate::{client, dirs};
+use anyhow::{bail, Context, Result};
+use courier_shared::paths;
+use serde_json::Value;
+use std::fs;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Starts `exe serve` detached (own session, output to `$COURIER_STATE_DIR/broker.log`) unless a
+/// broker already answers; waits (bounded) until the new one answers. Returns its pid.
+pub fn daemonize(exe: &Path) -> Result<(u32, bool)> {
+    let runtime = paths::runtime_dir();
+    if let Some(st) = client::query_status(&runtime) {
+        return Ok((st.get("pid").and_then(Value::as_u64).unwrap_or(0) as u32, false));
+    }
+    let state = paths::state_dir();
+    dirs::ensure_private_dir(&state)?;
+    let log = state.join(DAEMON_LOG);
+    if fs::metadata(&log).is_ok_and(|m| m.len() > DAEMON_LOG_MAX) {
+        let _ = fs::rename(&log, state.join(format!("{DAEMON_LOG}.1")));
+    }
+    let logf = fs::OpenOptions::new().create(true).append(true).mode(0o600).open(&log)
+        .with_context(|| format!("opening {}", log.display()))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("serve").stdin(Stdio::null()).stdout(logf.try_clone()?).stderr(logf);
+    // The profile line runs in whatever login shell starts first, possibly one a Codex tool
+    // command opened: the daemon keeps only what it needs, and no cwd.
+    cmd.env_clear().envs(daemon_env(std::env::vars_os())).current_dir("/");
+    // SAFETY: setsid is async-signal-safe; it detaches the broker from the login's terminal.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| nix::unistd::setsid().map(|_| ()).map_err(std::io::Error::from));
+    }
+    let mut child = cmd.spawn().with_context(|| format!("starting {} serve", exe.display()))?;
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(st) = client::query_status(&runtime) {
+            let answering = st.get("pid").and_then(Value::as_u64).unwrap_or(0) as u32;
+            // Reap nothing: the child keeps running after we exit and is re-parented.
+            std::mem::forget(child);
+            return Ok((answering, answering == pid));
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            if let Some(st) = client::query_status(&runtime) {
+                return Ok((st.get("pid").and_then(Value::as_u64).unwrap_or(0) as u32, false));
+            }
+            let tail = fs::read_to_string(&log).unwrap_or_default();
+            let tail: Vec<&str> = tail.lines().rev().take(5).collect();
+            bail!("broker serve exited ({status}); last log lines ({}):\n{}", log.display(), tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+        }
+        if Instant::now() >= deadline {
+            bail!("broker serve (pid {pid}) did not answer within 15 s; see {}", log.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Environment variables a daemonized broker keeps: where things are (HOME, XDG_*, CODEX_HOME,
+/// COURIER_*, TMPDIR), who it runs as (USER, LOGNAME), PATH, and the locale (LANG, LANGUAGE,
+/// LC_*, TZ) for its log. Everything else, Codex's tool-command markers and credentials of the
+/// shell that happened to start it included, is dropped.
+pub const DAEMON_ENV: [&str; 8] = ["HOME", "PATH", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR"];
+
+pub const DAEMON_ENV_PREFIXES: [&str; 3] = ["XDG_", "COURIER_", "LC_"];
+
+pub fn daemon_env(vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    vars.into_iter()
+        .filter(|(k, _)| {
+            let k = k.to_string_lossy();
+            k == "CODEX_HOME" || DAEMON_ENV.contains(&&*k) || DAEMON_ENV_PREFIXES.iter().any(|p| k.starts_with(p))
+        })
+        .collect()
+}
+
+/// Stops the broker answering on the socket if its executable is `exe` (also when `exe` was
+/// replaced or deleted since it started). Returns its pid when one was stopped.
+pub fn stop_broker_running(exe: &Path) -> Result<Option<u32>> {
+    let Some(st) = client::query_status(&paths::runtime_dir()) else { return Ok(None) };
+    let Some(pid) = st.get("pid").and_then(Value::as_u64).map(|p| p as i32) else { return Ok(None) };
+    use nix::libc;
+    // A pidfd first, then the executable check, then the signal through the pidfd: a recycled
+    // pid can neither pass the check nor receive the signal.
+    // SAFETY: plain syscalls on an fd we own; closed by OwnedFd.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+    if fd < 0 {
+        return Ok(None);
+    }
+    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let link = fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+    let link = link.to_string_lossy();
+    let exe_s = exe.to_string_lossy();
+    if link != exe_s && link != format!("{exe_s} (deleted)") {
+        return Ok(None);
+    }
+    use std::os::fd::AsRawFd;
+    // SAFETY: as above.
+    let rc = unsafe { libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), libc::SIGTERM, std::ptr::null::<libc::siginfo_t>(), 0) };
+    if rc != 0 {
+        return Ok(None);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if fs::metadata(format!("/proc/{pid}")).is_err() || client::query_status(&paths::runtime_dir()).is_none() {
+            return Ok(Some(pid as u32));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!("broker pid {pid} did not exit within 10 s of SIGTERM");
+}
+
+pub(super) const DAEMON_LOG: &str = "broker.log";
+
+const DAEMON_LOG_MAX: u64 = 4 << 20;

@@ -1,0 +1,168 @@
+//! Codex's side of a hook registration: the trust hash Codex computes for each handler, the
+//! command line it runs, and Courier's groups merged into (and out of) `hooks.json`.
+
+use anyhow::{Context, Result};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use std::fs;
+use std::path::{Path, PathBuf};
+use super::{EVENTS, HOOK_TIMEOUT_SECS, manifest::Manifest};
+
+// Codex's hook trust hash (codex-facts.md §2)
+
+/// `PostToolUse` -> `post_tool_use`.
+pub fn snake_event(ev: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in ev.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `"sha256:" + hex(sha256(canonical JSON))` of the handler identity Codex hashes:
+/// `{"event_name","matcher"?,"hooks":[{"type":"command","command","timeout","async","statusMessage"?}]}`
+/// with keys sorted and no whitespace; timeout >= 1 (SessionEnd: <= 3).
+pub fn hook_trust_hash(event: &str, command: &str, timeout: u64, matcher: Option<&str>, status: Option<&str>) -> String {
+    let mut timeout = timeout.max(1);
+    if event == "SessionEnd" {
+        timeout = timeout.min(3);
+    }
+    let mut h = json!({"type": "command", "command": command, "timeout": timeout, "async": false});
+    if let Some(s) = status {
+        h["statusMessage"] = json!(s);
+    }
+    let mut ident = json!({"event_name": snake_event(event), "hooks": [h]});
+    if let Some(m) = matcher {
+        ident["matcher"] = json!(m);
+    }
+    format!("sha256:{}", courier_shared::auth::hex(&Sha256::digest(canonical_json(&ident).as_bytes())))
+}
+
+/// Compact JSON, object keys sorted at every level (whatever serde_json's map order is).
+pub fn canonical_json(v: &Value) -> String {
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            let parts: Vec<String> =
+                keys.into_iter().map(|k| format!("{}:{}", Value::String(k.clone()), canonical_json(&m[k]))).collect();
+            format!("{{{}}}", parts.join(","))
+        }
+        Value::Array(a) => format!("[{}]", a.iter().map(canonical_json).collect::<Vec<_>>().join(",")),
+        other => other.to_string(),
+    }
+}
+
+/// Quotes `s` for a POSIX shell when it needs it (Codex runs hook commands with `$SHELL -c`).
+pub fn shell_quote(s: &str) -> String {
+    let safe = !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"/._-+=:,@%".contains(&b));
+    if safe {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// The hook command for an installed hook-client: its absolute path alone, so bash execs it (its
+/// parent is then codex itself) and the string stays the same across upgrades.
+pub fn hook_command(hook_client: &Path) -> String {
+    shell_quote(&hook_client.to_string_lossy())
+}
+
+pub(super) fn handler(command: &str) -> Value {
+    json!({"type": "command", "command": command, "timeout": HOOK_TIMEOUT_SECS})
+}
+
+/// The path Codex names hooks.json by in trust keys.
+pub fn hooks_source(codex_home: &Path) -> PathBuf {
+    fs::canonicalize(codex_home).unwrap_or_else(|_| codex_home.to_path_buf()).join("hooks.json")
+}
+
+pub fn trust_key(source: &Path, event: &str, group: usize) -> String {
+    format!("{}:{}:{group}:0", source.display(), snake_event(event))
+}
+
+// hooks.json
+
+/// Registers `command` for every event in [`EVENTS`]: keeps a group that is exactly Courier's,
+/// otherwise removes handlers running any of `old_commands` and appends Courier's group. Returns
+/// each event's group index (for the trust key).
+pub fn merge_hooks(doc: &mut Value, command: &str, old_commands: &[String], m: &mut Manifest) -> Result<Vec<(String, usize)>> {
+    let root = doc.as_object_mut().context("hooks.json is not a JSON object")?;
+    if !root.contains_key("hooks") {
+        root.insert("hooks".into(), json!({}));
+        m.created_hooks_key = true;
+    }
+    let hooks = root.get_mut("hooks").and_then(Value::as_object_mut).context("\"hooks\" in hooks.json is not an object")?;
+    let ours = json!({"hooks": [handler(command)]});
+    let is_old = |h: &Value| {
+        h.get("command").and_then(Value::as_str).is_some_and(|c| c == command || old_commands.iter().any(|o| o == c))
+    };
+    let mut out = Vec::new();
+    for ev in EVENTS {
+        if !hooks.contains_key(ev) {
+            hooks.insert(ev.into(), json!([]));
+            if !m.created_events.iter().any(|e| e == ev) {
+                m.created_events.push(ev.into());
+            }
+        }
+        let groups = hooks.get_mut(ev).and_then(Value::as_array_mut).with_context(|| format!("hooks.{ev} in hooks.json is not an array"))?;
+        if let Some(i) = groups.iter().position(|g| *g == ours) {
+            let stale = groups.iter().enumerate().any(|(j, g)| j != i && group_has(g, &is_old));
+            if !stale {
+                out.push((ev.to_string(), i));
+                continue;
+            }
+        }
+        strip_handlers(groups, &is_old);
+        groups.push(ours.clone());
+        out.push((ev.to_string(), groups.len() - 1));
+    }
+    Ok(out)
+}
+
+pub(super) fn group_has(g: &Value, pred: &dyn Fn(&Value) -> bool) -> bool {
+    g.get("hooks").and_then(Value::as_array).is_some_and(|hs| hs.iter().any(pred))
+}
+
+/// Removes matching handlers; drops groups left empty by that.
+pub(super) fn strip_handlers(groups: &mut Vec<Value>, pred: &dyn Fn(&Value) -> bool) {
+    groups.retain_mut(|g| {
+        let Some(hs) = g.get_mut("hooks").and_then(Value::as_array_mut) else { return true };
+        let before = hs.len();
+        hs.retain(|h| !pred(h));
+        !(hs.is_empty() && before > 0)
+    });
+}
+
+/// Structural inverse of [`merge_hooks`].
+pub fn unmerge_hooks(doc: &mut Value, m: &Manifest) {
+    let is_ours = |h: &Value| h.get("command").and_then(Value::as_str).is_some_and(|c| m.commands.iter().any(|o| o == c));
+    let Some(root) = doc.as_object_mut() else { return };
+    if let Some(hooks) = root.get_mut("hooks").and_then(Value::as_object_mut) {
+        for ev in EVENTS {
+            if let Some(groups) = hooks.get_mut(ev).and_then(Value::as_array_mut) {
+                strip_handlers(groups, &is_ours);
+                if groups.is_empty() && m.created_events.iter().any(|e| e == ev) {
+                    hooks.remove(ev);
+                }
+            }
+        }
+        if hooks.is_empty() && m.created_hooks_key {
+            root.remove("hooks");
+        }
+    }
+}
+
+pub(super) fn json_text(doc: &Value) -> String {
+    let mut s = serde_json::to_string_pretty(doc).expect("JSON value serializes");
+    s.push('\n');
+    s
+}

@@ -1,0 +1,113 @@
+//! What install added, and what one run changed: the manifest (written ahead of each step, read
+//! by uninstall and doctor) and the run's journal, undone when a step fails.
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use std::fs;
+use std::path::{Path, PathBuf};
+use super::{MANIFEST_NAME, files::{read_opt, write_atomic}};
+
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FileEdit {
+    pub path: PathBuf,
+    /// The file before Courier touched it; `None` when it did not exist.
+    pub original: Option<String>,
+    /// What install last wrote. When the file still reads exactly this, uninstall restores
+    /// `original` byte-for-byte; otherwise it removes Courier's entries structurally.
+    pub written: String,
+    /// False once the file was seen changed by someone else between installs: `original` is
+    /// then stale and only the structural removal is safe.
+    pub snapshot_valid: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ProfileEdit {
+    pub path: PathBuf,
+    /// The exact text appended (block plus any newline put before it).
+    pub inserted: String,
+    pub created: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum StartSetup {
+    #[default]
+    None,
+    Systemd { units: Vec<PathBuf> },
+    Profile { files: Vec<ProfileEdit> },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct Manifest {
+    pub version: u32,
+    pub prefix: PathBuf,
+    pub created_prefix: bool,
+    pub binaries: Vec<PathBuf>,
+    pub codex_home: PathBuf,
+    pub hook_command: String,
+    /// Every hook command install ever registered (older prefixes included), for clean-up.
+    pub commands: Vec<String>,
+    pub hooks_json: Option<FileEdit>,
+    pub created_hooks_key: bool,
+    pub created_events: Vec<String>,
+    pub config_toml: Option<FileEdit>,
+    /// `hooks.state` keys and the hash install wrote for each.
+    pub trust_entries: Vec<(String, String)>,
+    /// "hooks" and/or "hooks.state" when install created those tables.
+    pub created_tables: Vec<String>,
+    /// Codex digests install added to the trusted set (digest, path).
+    pub codex_trusted: Vec<(String, String)>,
+    /// `codex` commands install asked the broker to follow across upgrades.
+    #[serde(default)]
+    pub codex_followed: Vec<String>,
+    pub start: StartSetup,
+    /// Every systemd unit file install wrote, recorded before writing it: uninstall removes them
+    /// even when enabling them failed.
+    #[serde(default)]
+    pub unit_files: Vec<PathBuf>,
+}
+
+pub fn manifest_path(state_dir: &Path) -> PathBuf {
+    state_dir.join(MANIFEST_NAME)
+}
+
+pub fn load_manifest(state_dir: &Path) -> Result<Option<Manifest>> {
+    let path = manifest_path(state_dir);
+    match fs::read_to_string(&path) {
+        Ok(t) => Ok(Some(serde_json::from_str(&t).with_context(|| format!("parsing {}", path.display()))?)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+pub(super) fn save_manifest(state_dir: &Path, m: &Manifest) -> Result<()> {
+    let mut text = serde_json::to_string_pretty(m)?;
+    text.push('\n');
+    let path = manifest_path(state_dir);
+    if read_opt(&path)?.as_deref() != Some(text.as_str()) {
+        write_atomic(&path, text.as_bytes(), 0o600)?;
+    }
+    Ok(())
+}
+
+
+/// Records that install is about to write `new` to `edit`'s file whose current text is `current`.
+pub(super) fn track_edit(edit: &mut Option<FileEdit>, path: &Path, current: Option<&str>, new: &str) {
+    match edit {
+        Some(e) => {
+            if current != Some(e.written.as_str()) {
+                e.snapshot_valid = false; // someone changed it since: the old original is stale
+            }
+            e.written = new.to_string();
+        }
+        None => {
+            *edit = Some(FileEdit {
+                path: path.to_path_buf(),
+                original: current.map(str::to_string),
+                written: new.to_string(),
+                snapshot_valid: true,
+            })
+        }
+    }
+}

@@ -1,0 +1,88 @@
+use super::*;
+use super::systemd::unit_quote;
+
+#[test]
+fn trust_hash_matches_python_port() {
+    // Values printed by probe-kit/hook_trust_hash.py.
+    assert_eq!(
+        hook_trust_hash("PostToolUse", "/bin/true", 5, None, None),
+        "sha256:0e59abad07037762a34c3ef81edcab683a6bd8548bf56109ef5e66f1eeaaadc7"
+    );
+    assert_eq!(
+        hook_trust_hash(
+            "Stop",
+            "/usr/bin/python3.11 /home/dev/probe/kit/hook_probe.py Stop",
+            30,
+            Some("Bash|apply_patch"),
+            Some("hi \"x\" \u{e9}")
+        ),
+        "sha256:964faa913fb44c21006cf58db5427bf20576281281bada5c202e46c9ed4c5364"
+    );
+    assert_eq!(hook_trust_hash("SessionEnd", "x", 30, None, None), "sha256:b1aa6329f3a5daf36ae487200db1136f90a884bb805ddb24a6326c98dd6f29f6");
+}
+
+#[test]
+fn merge_appends_after_user_groups_and_is_idempotent() {
+    let mut m = Manifest::default();
+    let mut doc: Value = serde_json::from_str(
+        r#"{"hooks":{"PreToolUse":[{"matcher":"Bash","hooks":[{"type":"command","command":"mine"}]}]},"other":1}"#,
+    )
+    .unwrap();
+    let before = doc.clone();
+    let g = merge_hooks(&mut doc, "/p/hook-client", &[], &mut m).unwrap();
+    assert!(g.contains(&("PreToolUse".to_string(), 1)) && g.contains(&("Stop".to_string(), 0)), "{g:?}");
+    // Key order kept: the user's event first, then ours.
+    let keys: Vec<&String> = doc["hooks"].as_object().unwrap().keys().collect();
+    assert_eq!(keys[0], "PreToolUse");
+    let once = doc.clone();
+    assert_eq!(merge_hooks(&mut doc, "/p/hook-client", &["/p/hook-client".into()], &mut m).unwrap(), g);
+    assert_eq!(doc, once);
+    m.commands = vec!["/p/hook-client".into()];
+    unmerge_hooks(&mut doc, &m);
+    assert_eq!(doc, before);
+}
+
+#[test]
+fn new_prefix_replaces_old_handlers() {
+    let mut m = Manifest::default();
+    let mut doc = json!({});
+    merge_hooks(&mut doc, "/old/hook-client", &[], &mut m).unwrap();
+    merge_hooks(&mut doc, "/new/hook-client", &["/old/hook-client".into()], &mut m).unwrap();
+    let text = doc.to_string();
+    assert!(!text.contains("/old/") && text.matches("/new/hook-client").count() == 6, "{text}");
+}
+
+#[test]
+fn trust_edit_keeps_comments_and_reverts() {
+    let original = "# my settings\nmodel = \"x\" # inline comment\n\n[hooks.state.\"/h/hooks.json:stop:0:0\"]\ntrusted_hash = \"sha256:user\"\n";
+    let mut doc: toml_edit::DocumentMut = original.parse().unwrap();
+    let mut m = Manifest::default();
+    let entries = vec![("/h/hooks.json:stop:1:0".to_string(), "sha256:ours".to_string())];
+    add_trust(&mut doc, &entries, &[], &mut m).unwrap();
+    let text = doc.to_string();
+    assert!(text.starts_with("# my settings\nmodel = \"x\" # inline comment\n"), "{text}");
+    assert!(text.contains("[hooks.state.\"/h/hooks.json:stop:1:0\"]\ntrusted_hash = \"sha256:ours\""), "{text}");
+    assert!(m.created_tables.is_empty());
+    m.trust_entries = entries;
+    remove_trust(&mut doc, &m);
+    assert_eq!(doc.to_string(), original);
+}
+
+#[test]
+fn trust_edit_on_empty_config_creates_and_removes_tables() {
+    let mut doc: toml_edit::DocumentMut = "model = \"x\"\n".parse().unwrap();
+    let mut m = Manifest::default();
+    let entries = vec![("/h/hooks.json:stop:0:0".to_string(), "sha256:ours".to_string())];
+    add_trust(&mut doc, &entries, &[], &mut m).unwrap();
+    let text = doc.to_string();
+    assert!(!text.contains("[hooks]") && !text.contains("[hooks.state]\n"), "implicit parents: {text}");
+    m.trust_entries = entries;
+    remove_trust(&mut doc, &m);
+    assert_eq!(doc.to_string(), "model = \"x\"\n");
+}
+
+#[test]
+fn unit_values_are_escaped() {
+    assert_eq!(unit_quote("/a/b", true), "/a/b");
+    assert_eq!(unit_quote("/a b/100%$x", true), "\"/a b/100%%$$x\"");
+}

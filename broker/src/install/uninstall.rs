@@ -1,0 +1,171 @@
+//! `broker uninstall [--purge]`: takes back exactly what the manifest says install added.
+
+use crate::{client, codex, store::Store};
+use anyhow::{bail, Context, Result};
+use courier_shared::paths;
+use serde_json::Value;
+use std::fs;
+use std::path::Path;
+use super::{MANIFEST_NAME, Report, config_toml::remove_trust, daemon::DAEMON_LOG, files::{read_opt, remove_file, restore, write_atomic}, hooks::{json_text, unmerge_hooks}, manifest::{FileEdit, Manifest, StartSetup, load_manifest, manifest_path}, start::{remove_units, teardown_start}};
+
+// uninstall
+
+/// Courier's files in the state directory (queue, log, lock, manifest) and the runtime directory
+/// (socket, secret, lock): what `--purge` removes, and nothing else.
+pub(super) fn state_files() -> Vec<String> {
+    let db = crate::store::DB_NAME;
+    vec![db.into(), format!("{db}-wal"), format!("{db}-shm"), DAEMON_LOG.into(), format!("{DAEMON_LOG}.1"), "broker.lock".into(), MANIFEST_NAME.into()]
+}
+pub(super) fn runtime_files() -> Vec<String> {
+    vec![paths::SOCKET_NAME.into(), paths::SECRET_NAME.into(), "broker.lock".into()]
+}
+
+/// Removes Courier's `files` (and its leftover temporary files) from `dir`, then `dir` itself
+/// if nothing else is in it. Never removes a file it does not know.
+pub(super) fn purge_dir(dir: &Path, known: &[String]) -> Result<Vec<String>> {
+    let Ok(rd) = fs::read_dir(dir) else { return Ok(Vec::new()) };
+    let mut others = Vec::new();
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let temp = (name.starts_with(".secret.") || name.starts_with(".install-manifest.json.courier-"))
+            && e.file_type().is_ok_and(|t| t.is_file());
+        if known.contains(&name) || temp {
+            fs::remove_file(e.path()).with_context(|| format!("removing {}", e.path().display()))?;
+        } else {
+            others.push(name);
+        }
+    }
+    if others.is_empty() {
+        fs::remove_dir(dir).with_context(|| format!("removing {}", dir.display()))?;
+        Ok(vec![format!("removed {}", dir.display())])
+    } else {
+        others.sort();
+        Ok(vec![format!("removed Courier's files from {}; kept the directory, which also holds {}", dir.display(), others.join(", "))])
+    }
+}
+
+/// `broker uninstall [--purge]`: removes what the manifest lists (also what a failed or
+/// interrupted install left); `purge` also removes the state and runtime directories' files.
+pub fn uninstall(purge: bool) -> Result<Report> {
+    let state_dir = paths::state_dir();
+    let runtime_dir = paths::runtime_dir();
+    let manifest = load_manifest(&state_dir)?;
+    if manifest.is_none() && !purge {
+        bail!(
+            "nothing to uninstall: no install manifest at {} (`broker uninstall --purge` removes the state directory anyway)",
+            manifest_path(&state_dir).display()
+        );
+    }
+    if purge {
+        // The queue is open in a running broker: removing it under that broker would lose it
+        // silently. A broker install started is stopped below; any other must be stopped first.
+        if let Some(st) = client::query_status(&runtime_dir) {
+            let pid = st.get("pid").and_then(Value::as_u64).unwrap_or(0);
+            let exe = fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+            let ours = manifest.as_ref().is_some_and(|m| {
+                m.start != StartSetup::None && exe.to_string_lossy().trim_end_matches(" (deleted)") == m.prefix.join("broker").to_string_lossy()
+            });
+            if !ours {
+                bail!("a broker (pid {pid}, {}) still runs for this login and holds the queue open; stop it, then run `broker uninstall --purge` again", exe.display());
+            }
+        }
+    }
+    let mut report = Report::new();
+    if let Some(m) = &manifest {
+        uninstall_manifest(m, &state_dir, &mut report)?;
+    }
+    if purge {
+        if let Some(st) = client::query_status(&runtime_dir) {
+            bail!("the broker (pid {}) is still running; stop it, then run `broker uninstall --purge` again", st.get("pid").and_then(Value::as_u64).unwrap_or(0));
+        }
+        report.extend(purge_dir(&runtime_dir, &runtime_files())?);
+        report.extend(purge_dir(&state_dir, &state_files())?);
+        report.push("Courier is uninstalled; its queue, secret, socket, log and lock are removed".into());
+    } else {
+        report.push(format!(
+            "Courier is uninstalled; kept its state directory {} (the message queue and log; `broker uninstall --purge` removes it)",
+            state_dir.display()
+        ));
+    }
+    Ok(report)
+}
+
+/// Puts back one file install edited: byte for byte when nobody changed it since, else with only
+/// Courier's entries taken out by `strip` (None when it cannot be parsed).
+pub(super) fn unedit(edit: &FileEdit, what: &str, strip: impl Fn(&str) -> Result<String>, report: &mut Report) -> Result<()> {
+    let current = read_opt(&edit.path)?;
+    let p = edit.path.display();
+    if current.as_deref() == Some(edit.written.as_str()) && edit.snapshot_valid {
+        restore(&edit.path, edit.original.as_deref())?;
+        report.push(match edit.original {
+            Some(_) => format!("restored {p}"),
+            None => format!("removed {p} (install had created it)"),
+        });
+    } else if current.is_some() && current == edit.original && edit.snapshot_valid {
+        // Listed ahead of a write that never happened (an interrupted install): nothing to undo.
+    } else if let Some(text) = current {
+        let out = strip(&text)?;
+        if out.trim().is_empty() && edit.original.is_none() {
+            restore(&edit.path, None)?;
+            report.push(format!("removed {p} (install had created it; only Courier's {what} were left)"));
+        } else {
+            write_atomic(&edit.path, out.as_bytes(), 0o600)?;
+            report.push(format!("removed Courier's {what} from {p} (it changed since install)"));
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn uninstall_manifest(m: &Manifest, state_dir: &Path, report: &mut Report) -> Result<()> {
+    let broker = m.prefix.join("broker");
+    teardown_start(&m.start, &broker, report)?;
+    // Unit files written by an install whose systemd step failed are not in `start`.
+    remove_units(&m.unit_files, report)?;
+
+    if let Some(edit) = &m.hooks_json {
+        let strip = |text: &str| -> Result<String> {
+            let mut doc: Value = serde_json::from_str(text).with_context(|| format!("{} is not valid JSON", edit.path.display()))?;
+            unmerge_hooks(&mut doc, m);
+            Ok(if doc.as_object().is_some_and(|o| o.is_empty()) { String::new() } else { json_text(&doc) })
+        };
+        unedit(edit, "hooks", strip, report)?;
+    }
+    if let Some(edit) = &m.config_toml {
+        let strip = |text: &str| -> Result<String> {
+            let mut doc: toml_edit::DocumentMut = text.parse().with_context(|| format!("{} is not valid TOML", edit.path.display()))?;
+            remove_trust(&mut doc, m);
+            Ok(doc.to_string())
+        };
+        unedit(edit, "trust entries", strip, report)?;
+    }
+    if !m.codex_trusted.is_empty() || !m.codex_followed.is_empty() {
+        let mut store = Store::open(state_dir)?;
+        for (digest, path) in &m.codex_trusted {
+            if store.untrust_codex(digest)? {
+                report.push(format!("no longer trusting {path} (sha256:{digest})"));
+            }
+        }
+        // And what the broker trusted by following the commands install registered.
+        for t in store.trusted_codex()? {
+            let followed = t.how == codex::TrustHow::Followed && t.source.as_ref().is_some_and(|s| m.codex_followed.contains(s));
+            if followed && store.untrust_codex(&t.sha256)? {
+                report.push(format!("no longer trusting {} (sha256:{}, followed)", t.path, t.sha256));
+            }
+        }
+        for cmd in &m.codex_followed {
+            if store.unfollow_codex_command(cmd)? {
+                report.push(format!("no longer following {cmd}"));
+            }
+        }
+    }
+    for b in &m.binaries {
+        if remove_file(b)? {
+            report.push(format!("removed {}", b.display()));
+        }
+    }
+    if m.created_prefix && fs::remove_dir(&m.prefix).is_ok() {
+        report.push(format!("removed {}", m.prefix.display()));
+    }
+    remove_file(&manifest_path(state_dir))?;
+    Ok(())
+}

@@ -1,0 +1,292 @@
+//! `broker send`, `broker status`, `broker wait`, `broker threads`.
+//!
+//! Exit status of the waiting commands (`wait`, `send --wait`): 0 the wanted state was reached
+//! (or passed); 1 an error (I/O, broker, database); 2 a usage error (including a thread id no
+//! rollout has, and a `--cwd` that names no thread or several); 3 the timeout ran out with a
+//! message still queued, leased or handed; 4 a message ended without reaching it (`uncertain`,
+//! `expired`, `cancelled`; the reason is printed).
+
+use super::send::{self, SendError, SendOptions, Target};
+use super::threads::{self, Lister, ThreadInfo};
+use super::wait::{self, Waited};
+use super::{is_message_id, record, Outcome, Want};
+use crate::cli::{Args, UsageError};
+use crate::store::{now_ms, Store, MAX_BODY_BYTES};
+use anyhow::{bail, Context, Result};
+use courier_shared::paths;
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::process::ExitCode;
+use std::time::Duration;
+
+fn open_store() -> Result<Store> {
+    let state_dir = paths::state_dir();
+    crate::dirs::ensure_private_dir(&state_dir)?;
+    Store::open(&state_dir)
+}
+
+fn usage(cmd: &str, what: impl std::fmt::Display) -> anyhow::Error {
+    UsageError(format!("broker {cmd}: {what} (see `broker {cmd} --help`)")).into()
+}
+
+/// The message body from stdin: at most the limit plus one byte is read, so an endless or huge
+/// pipe is refused at once instead of being held in memory.
+fn read_stdin_body() -> Result<String> {
+    let mut buf = Vec::with_capacity(4096);
+    std::io::stdin().lock().take(MAX_BODY_BYTES as u64 + 1).read_to_end(&mut buf).context("reading the message from stdin")?;
+    if buf.len() > MAX_BODY_BYTES {
+        bail!("the message on stdin is over the limit of {MAX_BODY_BYTES} bytes (Codex shows the model only a preview of longer hook output); nothing was queued");
+    }
+    String::from_utf8(buf).context("the message on stdin is not UTF-8; nothing was queued")
+}
+
+/// The threads a running broker sees (its digest cache and rollout reader are warm), else read
+/// here from `/proc` and the rollouts.
+pub fn fetch_threads(all: bool, limit: usize) -> Result<Vec<ThreadInfo>> {
+    let socket = paths::socket_path(&paths::runtime_dir());
+    let req = json!({"op": "threads", "all": all, "limit": limit});
+    if let Ok(Some(reply)) = super::proto::call(&socket, &req, Some(Duration::from_secs(30))) {
+        if reply.get("ok") == Some(&Value::Bool(true)) {
+            return serde_json::from_value(reply["threads"].clone()).context("the broker's thread list does not parse");
+        }
+        bail!("the broker could not list threads: {}", reply.get("message").and_then(Value::as_str).unwrap_or("?"));
+    }
+    let store = open_store()?;
+    Lister::for_cli(paths::codex_home()).list(&store, all, limit)
+}
+
+fn want_of(cmd: &str, v: Option<String>) -> Result<Option<Want>> {
+    v.map(|w| Want::parse(&w).ok_or_else(|| usage(cmd, format!("{w:?}: wait for handed or confirmed")))).transpose()
+}
+
+pub fn send(args: Args) -> Result<ExitCode> {
+    let target = match (args.value("thread")?, args.os_value("cwd")) {
+        (Some(t), None) => Target::Thread(t),
+        (None, Some(c)) => Target::Cwd(c.into()),
+        (None, None) => return Err(usage("send", "--thread <UUID> or --cwd <PATH> is required")),
+        (Some(_), Some(_)) => return Err(usage("send", "give --thread or --cwd, not both")),
+    };
+    let future_thread = args.flag("future-thread");
+    if future_thread && matches!(target, Target::Cwd(_)) {
+        return Err(usage("send", "--future-thread goes with --thread (a --cwd names a live thread)"));
+    }
+    let want = want_of("send", args.value("wait")?)?;
+    let timeout = args.duration("timeout")?;
+    if timeout.is_some() && want.is_none() {
+        return Err(usage("send", "--timeout needs --wait"));
+    }
+    let json = args.flag("json");
+    let mut text = args.positional(0)?.context("the message text (or - for stdin) is required")?;
+    if text == "-" {
+        text = read_stdin_body()?;
+    }
+    let explicit_from = args.value("from")?;
+    let from = explicit_from.clone().or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "cli".into());
+    let ttl_ms = args.duration("ttl")?.map(|d| d.as_millis() as i64);
+    let wake = match args.value("wake")?.as_deref() {
+        None | Some("auto") => true,
+        Some("never") => false,
+        Some(other) => return Err(usage("send", format!("--wake takes auto or never, not {other:?}"))),
+    };
+    let mut opts =
+        SendOptions { target, text, key: args.value("key")?, ttl_ms, from: Some(from), verified_sender: false, future_thread, wake };
+    // Run by a Codex tool command (the model's `exec_command`) with no --from: let the broker
+    // prove which thread that is and name the sender after it.
+    let in_tool_command = std::env::var_os("CODEX_TOOL_CALL_ID").is_some() && std::env::var_os("CODEX_THREAD_ID").is_some();
+    let mut sent = None;
+    if in_tool_command && explicit_from.is_none() {
+        match verified_send(&opts)? {
+            Verified::Sent(s) => sent = Some(s),
+            Verified::Not(why) => {
+                eprintln!("broker send: note: the sender is not verified ({why}); it is sent as {:?}", opts.from.as_deref().unwrap_or(""));
+            }
+        }
+    }
+    let sent = match sent {
+        Some(s) => s,
+        None => {
+            opts.verified_sender = false;
+            let sent = {
+                let mut store = open_store()?;
+                send::send(&mut store, &paths::codex_home(), &|| fetch_threads(false, 0), &opts)
+            };
+            match sent {
+                Ok(s) => s,
+                Err(SendError::Refused { message, .. }) => return Err(UsageError(format!("broker send: {message}")).into()),
+                Err(SendError::Failed(e)) => return Err(e.context(format!("queueing the message in {}", paths::state_dir().display()))),
+            }
+        }
+    };
+    if let Some(note) = &sent.note {
+        eprintln!("broker send: note: {note}");
+    }
+    let Some(want) = want else {
+        if json {
+            println!("{}", sent.to_json());
+        } else {
+            println!("{}", sent.id);
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    if !json {
+        // The id at once, so a caller can note it before the wait ends.
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{}", sent.id).and_then(|()| out.flush());
+    }
+    let waited = wait::wait_for(&paths::runtime_dir(), &paths::state_dir(), std::slice::from_ref(&sent.id), want, timeout)?;
+    if json {
+        let mut v = sent.to_json();
+        v["outcome"] = json!(waited.outcome.as_str());
+        v["message"] = waited.records.first().cloned().unwrap_or(Value::Null);
+        println!("{}", crate::inspect::terminal_safe_json(&v.to_string()));
+    } else if waited.outcome != Outcome::Reached {
+        for m in &waited.messages {
+            eprintln!("broker send: {}", wait::describe(m, want));
+        }
+    }
+    Ok(ExitCode::from(waited.outcome.exit_code()))
+}
+
+enum Verified {
+    Sent(send::Sent),
+    /// Not verified (no broker, or the broker could not prove it): why.
+    Not(String),
+}
+
+/// Error codes of a socket `send` that are the caller's mistake (exit 2), not a failure.
+const USAGE_CODES: [&str; 8] =
+    ["bad_request", "no_such_thread", "bad_thread", "no_thread_for_cwd", "several_threads_for_cwd", "bad_cwd", "empty_message", "reserved_from"];
+
+/// `send` through the broker with `verify_sender`: it checks which thread's tool command this
+/// process is and queues the message as `thread:<id>`.
+fn verified_send(opts: &SendOptions) -> Result<Verified> {
+    let mut req = json!({
+        "op": "send", "text": opts.text, "key": opts.key, "ttl_ms": opts.ttl_ms, "future_thread": opts.future_thread,
+        "verify_sender": true, "wake": if opts.wake { "auto" } else { "never" },
+    });
+    match &opts.target {
+        Target::Thread(t) => req["thread"] = json!(t),
+        Target::Cwd(c) => req["cwd"] = json!(std::path::absolute(c).unwrap_or_else(|_| c.clone())),
+    }
+    let socket = paths::socket_path(&paths::runtime_dir());
+    let reply = match super::proto::call(&socket, &req, Some(Duration::from_secs(30))) {
+        Ok(Some(r)) => r,
+        Ok(None) => return Ok(Verified::Not("no broker answered".into())),
+        Err(e) => return Ok(Verified::Not(format!("{e:#}"))),
+    };
+    let text = |k: &str| reply.get(k).and_then(Value::as_str).map(str::to_string);
+    if reply.get("ok") != Some(&Value::Bool(true)) {
+        let code = text("error").unwrap_or_default();
+        let message = text("message").unwrap_or_else(|| "the broker refused the message".into());
+        if code == "sender_not_verified" {
+            return Ok(Verified::Not(message));
+        }
+        if USAGE_CODES.contains(&code.as_str()) {
+            return Err(UsageError(format!("broker send: {message}")).into());
+        }
+        bail!("{message}");
+    }
+    let status = match text("thread_status").as_deref() {
+        Some("live") => send::ThreadStatus::Live,
+        Some("ended") => send::ThreadStatus::Ended,
+        _ => send::ThreadStatus::NotStarted,
+    };
+    Ok(Verified::Sent(send::Sent {
+        id: text("id").context("the broker's reply has no id")?,
+        thread: text("thread").context("the broker's reply has no thread")?,
+        duplicate: reply["duplicate"].as_bool().unwrap_or(false),
+        from: text("from"),
+        sender_verified: reply["sender_verified"].as_bool().unwrap_or(false),
+        thread_status: status,
+        note: text("note"),
+    }))
+}
+
+pub fn wait(args: Args) -> Result<ExitCode> {
+    let ids: Vec<String> = (0..args.positionals.len()).map(|i| args.positional(i).map(Option::unwrap_or_default)).collect::<Result<_>>()?;
+    if let Some(bad) = ids.iter().find(|id| !is_message_id(id)) {
+        return Err(usage("wait", format!("{bad:?} is not a message id (m_ and 16 hex digits, as broker send prints)")));
+    }
+    let want = want_of("wait", args.value("for")?)?.unwrap_or_default();
+    let timeout = args.duration("timeout")?;
+    let waited = wait::wait_for(&paths::runtime_dir(), &paths::state_dir(), &ids, want, timeout)?;
+    print_waited(&waited, want, args.flag("json"));
+    Ok(ExitCode::from(waited.outcome.exit_code()))
+}
+
+fn print_waited(waited: &Waited, want: Want, json: bool) {
+    let mut out = std::io::stdout().lock();
+    for (m, r) in waited.messages.iter().zip(&waited.records) {
+        let line = if json { crate::inspect::terminal_safe_json(&r.to_string()) } else { wait::describe(m, want) };
+        if writeln!(out, "{line}").is_err() {
+            return;
+        }
+    }
+    let _ = out.flush();
+}
+
+pub fn status(args: Args) -> Result<ExitCode> {
+    let id = args.positional(0)?.unwrap_or_default();
+    if !is_message_id(&id) {
+        return Err(usage("status", format!("{id:?} is not a message id (m_ and 16 hex digits, as broker send prints)")));
+    }
+    let mut store = open_store()?;
+    let Some(mut m) = super::load(&store, &id)? else { bail!("{}", wait::not_found(&id)) };
+    // What the broker would have done by now, so the answer holds with no broker running.
+    if m.state == "handed" {
+        if let Err(e) = crate::delivery::reconcile(&mut store, Some(&m.thread)) {
+            eprintln!("broker: warning: could not settle hand-offs ({e:#}); the state may lag");
+        }
+    } else if m.state == "pending" && m.expires_at.is_some_and(|e| e <= now_ms()) {
+        let _ = store.expire_due();
+    }
+    m = super::load(&store, &id)?.context("the message vanished")?;
+    let now = now_ms();
+    if args.flag("json") {
+        println!("{}", crate::inspect::terminal_safe_json(&serde_json::to_string_pretty(&record(&m, now))?));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let esc = |s: &str| crate::inspect::escape(s).into_owned();
+    let ago = |at: i64| format!("{} ago", crate::inspect::age(now - at));
+    let mut lines = vec![format!("{} {}", m.id, m.state), format!("  thread     {}", m.thread)];
+    if let Some(f) = &m.from {
+        lines.push(format!("  from       {}", esc(f)));
+    }
+    lines.push(format!("  queued     {}", ago(m.created_at)));
+    if let Some(e) = m.expires_at.filter(|_| matches!(m.state.as_str(), "pending" | "leased")) {
+        lines.push(format!("  expires    in {}", crate::inspect::age((e - now).max(0))));
+    }
+    if let Some(h) = m.handed_at {
+        let by = match (&m.event, &m.turn_id) {
+            (Some(e), Some(t)) => format!(" by {} in turn {t}", esc(e)),
+            (Some(e), None) => format!(" by {}", esc(e)),
+            _ => String::new(),
+        };
+        lines.push(format!("  handed     {}{by}", ago(h)));
+    }
+    if let Some(c) = m.confirmed_at {
+        lines.push(format!("  confirmed  {}", ago(c)));
+    }
+    if let Some(r) = &m.reason {
+        lines.push(format!("  reason     {}", esc(r)));
+    }
+    println!("{}", lines.join("\n"));
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn threads(args: Args) -> Result<ExitCode> {
+    let all = args.flag("all");
+    let limit = match args.value("limit")? {
+        None => threads::DEFAULT_ENDED_LIMIT,
+        Some(n) => n.parse::<usize>().ok().filter(|n| (1..=10_000).contains(n)).ok_or_else(|| usage("threads", format!("--limit {n:?}: a number from 1 to 10000")))?,
+    };
+    let list = fetch_threads(all, limit)?;
+    let text = if args.flag("json") {
+        crate::inspect::terminal_safe_json(&serde_json::to_string_pretty(&json!({"threads": list}))?) + "\n"
+    } else {
+        threads::render_table(&list, now_ms())
+    };
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,332 @@
+//! The producers' request format on the broker socket: JSON lines.
+//!
+//! A client connects to `$COURIER_RUNTIME_DIR/broker.sock`, writes ONE request, a JSON object on
+//! one line (ending in `\n`, at most [`MAX_LINE`] bytes), and reads ONE reply line; the broker
+//! then closes the connection. Hook calls share the socket but use length-prefixed frames
+//! (`courier_shared::wire`): a connection whose first byte is `{` speaks this format instead.
+//! Only the broker's own uid can connect (the runtime directory is 0700, and the peer's
+//! `SO_PEERCRED` uid is checked at accept).
+//!
+//! Requests (`op`; an optional `"v": 1`; unknown fields are refused):
+//! - `{"op":"send","thread":UUID | "cwd":PATH,"text":T,"key"?,"ttl_ms"?,"from"?,"future_thread"?,
+//!   "verify_sender"?,"wake"?:"auto"|"never","wait"?:"handed"|"confirmed","timeout_ms"?}`; with
+//!   `verify_sender` (and no `from`) the broker proves which thread's Codex tool command the
+//!   connecting process is and names it `thread:<id>` (`gate/sender.rs`) -> `{"ok":true,"id","thread","duplicate","note"}`;
+//!   with `wait`, the reply comes when the message settles or the timeout ends, and adds
+//!   `outcome` and `messages` as a `wait` reply does.
+//! - `{"op":"status","id":ID}` -> `{"ok":true,"message":RECORD}`.
+//! - `{"op":"wait","ids":[ID...],"for"?:"handed"|"confirmed","timeout_ms"?}` ->
+//!   `{"ok":true,"outcome":"reached"|"timed_out"|"ended","for","messages":[RECORD...]}`.
+//! - `{"op":"threads","all"?:bool,"limit"?:N}` -> `{"ok":true,"threads":[THREAD...]}`.
+//!
+//! Errors: `{"ok":false,"error":CODE,"message":TEXT}`; `CODE` is stable (README, "For producers").
+
+use super::send::{self, SendError, SendOptions, Target};
+use super::threads::{Lister, ThreadInfo};
+use super::wait::Waiters;
+use crate::gate::sender::ToolSender;
+use super::Want;
+use crate::store::{now_ms, Store};
+use anyhow::{Context, Result};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Longest request line.
+pub const MAX_LINE: usize = 256 * 1024;
+/// Longest reply line a client reads (a `threads` reply can be long).
+pub const MAX_REPLY: usize = 16 << 20;
+
+/// Error codes a reply can carry.
+pub const ERROR_CODES: [&str; 12] = [
+    "bad_request",
+    "reserved_from",
+    "sender_not_verified",
+    "no_such_thread",
+    "bad_thread",
+    "no_thread_for_cwd",
+    "several_threads_for_cwd",
+    "bad_cwd",
+    "empty_message",
+    "not_found",
+    "busy",
+    "failed",
+];
+
+/// An error reply.
+pub fn error(code: &str, message: &str) -> Value {
+    json!({"ok": false, "error": code, "message": message})
+}
+
+/// Writes `value` as one line and flushes.
+pub fn write_line(w: &mut impl Write, value: &Value) -> std::io::Result<()> {
+    let mut line = serde_json::to_vec(value).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    w.write_all(&line)?;
+    w.flush()
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+enum Op {
+    Send {
+        #[serde(default)]
+        thread: Option<String>,
+        #[serde(default)]
+        cwd: Option<String>,
+        text: String,
+        #[serde(default)]
+        key: Option<String>,
+        #[serde(default)]
+        ttl_ms: Option<u64>,
+        #[serde(default)]
+        from: Option<String>,
+        #[serde(default)]
+        future_thread: bool,
+        #[serde(default)]
+        verify_sender: bool,
+        #[serde(default)]
+        wake: Option<WakeMode>,
+        #[serde(default)]
+        wait: Option<Want>,
+        #[serde(default)]
+        timeout_ms: Option<u64>,
+    },
+    Status {
+        id: String,
+    },
+    Wait {
+        ids: Vec<String>,
+        #[serde(default, rename = "for")]
+        want: Want,
+        #[serde(default)]
+        timeout_ms: Option<u64>,
+    },
+    Threads {
+        #[serde(default)]
+        all: bool,
+        #[serde(default)]
+        limit: Option<usize>,
+    },
+}
+
+/// `"wake"` of a `send`: as `broker send --wake`.
+#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+enum WakeMode {
+    Auto,
+    Never,
+}
+
+/// A request line, parsed; `Err` is the error reply.
+fn parse(line: &[u8]) -> Result<Op, Value> {
+    let mut v: Value = serde_json::from_slice(line).map_err(|e| error("bad_request", &format!("not a JSON object: {e}")))?;
+    let Value::Object(obj) = &mut v else { return Err(error("bad_request", "not a JSON object")) };
+    match obj.remove("v") {
+        None => {}
+        Some(Value::Number(n)) if n.as_u64() == Some(1) => {}
+        Some(other) => return Err(error("bad_request", &format!("unsupported version {other}; this broker speaks v 1"))),
+    }
+    serde_json::from_value(v).map_err(|e| error("bad_request", &e.to_string()))
+}
+
+fn duration_ms(ms: Option<u64>) -> Option<Duration> {
+    ms.map(|ms| Duration::from_millis(ms.min(crate::cli::MAX_DURATION.as_millis() as u64)))
+}
+
+/// The broker's side of the producer protocol: one per broker, shared by its workers.
+pub struct Service {
+    codex_home: PathBuf,
+    store: Mutex<Store>,
+    /// `threads` requests read `/proc` and may wait for a digest: their own connection, so a
+    /// listing never holds up a send.
+    lister_store: Mutex<Store>,
+    lister: Lister,
+    waiters: Arc<Waiters>,
+    last_sweep: Mutex<Option<std::time::Instant>>,
+}
+
+/// How often the broker looks for messages whose thread never appeared.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(600);
+
+impl Service {
+    pub fn start(state_dir: &Path, codex_home: PathBuf, lister: Lister) -> Result<Arc<Service>> {
+        Ok(Arc::new(Service {
+            store: Mutex::new(Store::open(state_dir).context("opening the queue for producer requests")?),
+            lister_store: Mutex::new(Store::open(state_dir).context("opening the queue for thread listings")?),
+            waiters: Waiters::start(state_dir)?,
+            lister,
+            codex_home,
+            last_sweep: Mutex::new(None),
+        }))
+    }
+
+    /// The broker's maintenance pass (every 500 ms): parked waits look again (the pass may have
+    /// expired, released or confirmed messages), and now and then messages whose thread never
+    /// appeared are expired ([`super::expire_never_appeared`]).
+    pub fn maintain(&self) {
+        self.waiters.poke();
+        let due = {
+            let mut last = self.last_sweep.lock().unwrap_or_else(|e| e.into_inner());
+            let due = last.is_none_or(|t| t.elapsed() >= SWEEP_INTERVAL);
+            if due {
+                *last = Some(std::time::Instant::now());
+            }
+            due
+        };
+        if due {
+            let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+            match super::expire_never_appeared(&mut store, &self.codex_home) {
+                Ok(0) => {}
+                Ok(n) => crate::log_info!("expired {n} message(s) whose thread never appeared under $CODEX_HOME/sessions"),
+                Err(e) => crate::log_error!("expiring messages of threads that never appeared: {e:#}"),
+            }
+        }
+    }
+
+    /// The broker changed some message's state: parked waits look again.
+    pub fn changed(&self) {
+        self.waiters.poke();
+    }
+
+    pub fn parked_waits(&self) -> usize {
+        self.waiters.parked()
+    }
+
+    fn threads(&self, all: bool, limit: usize) -> Result<Vec<ThreadInfo>> {
+        let store = self.lister_store.lock().unwrap_or_else(|e| e.into_inner());
+        self.lister.list(&store, all, limit)
+    }
+
+    /// Serves one request line on `stream` (a worker thread calls this; a wait parks the stream
+    /// with the waiter thread and returns at once). `verify` proves which thread's Codex tool
+    /// command the peer is (`gate/sender.rs`), for a `send` with `verify_sender`.
+    pub fn serve(&self, mut stream: UnixStream, line: &[u8], verify: &dyn Fn(&UnixStream) -> Result<ToolSender, String>) {
+        let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
+        let reply = match parse(line) {
+            Err(reply) => reply,
+            Ok(Op::Status { id }) => {
+                let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+                match super::load(&store, &id) {
+                    Ok(Some(m)) => json!({"ok": true, "message": super::record(&m, now_ms())}),
+                    Ok(None) => error("not_found", &super::wait::not_found(&id)),
+                    Err(e) => error("failed", &format!("{e:#}")),
+                }
+            }
+            Ok(Op::Wait { ids, want, timeout_ms }) => {
+                if ids.is_empty() || ids.len() > super::wait::MAX_IDS {
+                    error("bad_request", &format!("ids: between 1 and {} message ids", super::wait::MAX_IDS))
+                } else {
+                    return self.waiters.park(stream, ids, want, duration_ms(timeout_ms), Map::new());
+                }
+            }
+            Ok(Op::Threads { all, limit }) => match self.threads(all, limit.unwrap_or(super::threads::DEFAULT_ENDED_LIMIT)) {
+                Ok(threads) => json!({"ok": true, "threads": threads}),
+                Err(e) => error("failed", &format!("{e:#}")),
+            },
+            Ok(Op::Send { thread, cwd, text, key, ttl_ms, from, future_thread, verify_sender, wake, wait, timeout_ms }) => {
+                let target = match (thread, cwd) {
+                    (Some(t), None) => Target::Thread(t),
+                    (None, Some(c)) => Target::Cwd(PathBuf::from(c)),
+                    _ => return reply_to(&mut stream, &error("bad_request", "give exactly one of thread and cwd")),
+                };
+                if timeout_ms.is_some() && wait.is_none() {
+                    return reply_to(&mut stream, &error("bad_request", "timeout_ms needs wait"));
+                }
+                let wake = wake != Some(WakeMode::Never);
+                let (from, verified_sender) = if verify_sender {
+                    if from.is_some() {
+                        return reply_to(&mut stream, &error("bad_request", "verify_sender names the sender itself: no from"));
+                    }
+                    match verify(&stream) {
+                        Ok(s) => (Some(format!("{}{}", send::VERIFIED_PREFIX, s.thread)), true),
+                        Err(why) => return reply_to(&mut stream, &error("sender_not_verified", &why)),
+                    }
+                } else {
+                    (from, false)
+                };
+                let opts = SendOptions { target, text, key, ttl_ms: ttl_ms.map(|t| t as i64), from, verified_sender, future_thread, wake };
+                let sent = {
+                    let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+                    send::send(&mut store, &self.codex_home, &|| self.threads(false, 0), &opts)
+                };
+                match sent {
+                    Err(SendError::Refused { code, message }) => error(code, &message),
+                    Err(SendError::Failed(e)) => error("failed", &format!("{e:#}")),
+                    Ok(sent) => {
+                        let fields = sent.to_json();
+                        match wait {
+                            None => {
+                                let mut r = json!({"ok": true});
+                                if let (Value::Object(r), Value::Object(f)) = (&mut r, fields) {
+                                    r.extend(f);
+                                }
+                                r
+                            }
+                            Some(want) => {
+                                let Value::Object(extra) = fields else { unreachable!() };
+                                self.changed();
+                                return self.waiters.park(stream, vec![sent.id], want, duration_ms(timeout_ms), extra);
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        reply_to(&mut stream, &reply);
+    }
+}
+
+fn reply_to(stream: &mut UnixStream, reply: &Value) {
+    let _ = write_line(stream, reply);
+}
+
+/// Sends one request to the broker at `socket` and reads its reply line. `Ok(None)`: no broker
+/// listens there. `Err`: the connection failed after connecting (the broker stopped mid-request).
+/// `timeout` bounds the reply (none: a wait that takes as long as it takes).
+pub fn call(socket: &Path, request: &Value, timeout: Option<Duration>) -> Result<Option<Value>> {
+    let mut stream = match UnixStream::connect(socket) {
+        Ok(s) => s,
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused) => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("connecting to {}", socket.display())),
+    };
+    stream.set_read_timeout(timeout)?;
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    write_line(&mut stream, request).context("writing the request")?;
+    let mut line = Vec::new();
+    BufReader::new(stream.take(MAX_REPLY as u64)).read_until(b'\n', &mut line).context("reading the reply")?;
+    if line.last() != Some(&b'\n') {
+        anyhow::bail!("the broker closed the connection without a reply");
+    }
+    Ok(Some(serde_json::from_slice(&line).context("the broker's reply is not JSON")?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_parse_strictly() {
+        assert!(matches!(parse(br#"{"op":"status","id":"m_1"}"#), Ok(Op::Status { .. })));
+        assert!(matches!(parse(br#"{"v":1,"op":"wait","ids":["m_1"]}"#), Ok(Op::Wait { want: Want::Confirmed, timeout_ms: None, .. })));
+        assert!(matches!(parse(br#"{"op":"wait","ids":["m_1"],"for":"handed","timeout_ms":5}"#), Ok(Op::Wait { want: Want::Handed, timeout_ms: Some(5), .. })));
+        assert!(matches!(parse(br#"{"op":"threads"}"#), Ok(Op::Threads { all: false, limit: None })));
+        assert!(matches!(parse(br#"{"op":"send","cwd":"/w","text":"hi","wait":"confirmed"}"#), Ok(Op::Send { wait: Some(Want::Confirmed), .. })));
+        for bad in [
+            &br#"{"op":"send","thred":"x","text":"hi"}"#[..],
+            br#"{"op":"wait","ids":["m_1"],"for":"seen"}"#,
+            br#"{"op":"explode"}"#,
+            br#"{"v":2,"op":"threads"}"#,
+            br#"[1]"#,
+            b"not json",
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert_eq!(e["error"], "bad_request", "{}: {e}", String::from_utf8_lossy(bad));
+            assert!(ERROR_CODES.contains(&e["error"].as_str().unwrap()));
+        }
+    }
+}

@@ -1,0 +1,325 @@
+//! Receipts without polling: waits parked in the broker until the messages they name settle.
+//!
+//! **Broker side** ([`Waiters`]): a `wait` request (or a `send` with `wait`) parks its connection
+//! here, on one thread of its own, holding no worker. The broker pokes it ([`Waiters::poke`])
+//! after every transition it makes (a hand-off acked, a maintenance pass that expired, released
+//! or confirmed messages); the waiter then reads the parked messages' states once (one SELECT by
+//! id, on its own read connection) and answers those that reached the wanted state or ended.
+//! Changes made by other processes (`broker cancel`, an `inspect` that settled a hand-off) poke
+//! it through a watch on the queue database (`notify`, as the wake channel does), and at least
+//! every [`TICK`]. Each look first reads SQLite's `PRAGMA data_version`, which changes only when
+//! another connection committed and touches no table: the states are read only after a commit.
+//! A parked client that hangs up is dropped at the next look; at most [`MAX_PARKED`] waits are
+//! parked at once.
+//!
+//! **Client side** ([`wait_for`]): asks the broker over the socket; when no broker answers (or it
+//! stops mid-wait) it falls back to a slow local poll ([`FALLBACK_POLL`]) that settles hand-offs
+//! from the rollouts and retires messages whose `--ttl` ran out, as `inspect` would, and tries
+//! the socket again each round.
+
+use super::{load_all, record, Outcome, Want};
+use crate::store::{now_ms, Message, Store};
+use anyhow::{Context, Result};
+use serde_json::{json, Map, Value};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often parked waits look for changes made by other processes, and for clients that left.
+pub const TICK: Duration = Duration::from_millis(250);
+/// Waits parked at once; more are answered with an error.
+pub const MAX_PARKED: usize = 1024;
+/// Ids one wait may name.
+pub const MAX_IDS: usize = 256;
+/// The client's poll interval when no broker runs.
+pub const FALLBACK_POLL: Duration = Duration::from_secs(1);
+
+struct Parked {
+    stream: UnixStream,
+    ids: Vec<String>,
+    want: Want,
+    deadline: Option<Instant>,
+    /// Fields merged into the reply (a `send` with `wait` answers with its id, thread, note).
+    extra: Map<String, Value>,
+    /// Not evaluated yet.
+    fresh: bool,
+}
+
+#[derive(Default)]
+struct Shared {
+    parked: Vec<Parked>,
+    poked: bool,
+}
+
+/// The broker's parked waits (see the module docs).
+pub struct Waiters {
+    shared: Mutex<Shared>,
+    cv: Condvar,
+}
+
+impl Waiters {
+    /// Starts the waiter thread on its own connection to the queue in `state_dir`, and a watch on
+    /// the queue database (other processes' commits poke it at once, as the wake channel's do).
+    pub fn start(state_dir: &Path) -> Result<Arc<Waiters>> {
+        let store = Store::open(state_dir).context("opening the queue for the waiter thread")?;
+        let w = Arc::new(Waiters { shared: Mutex::new(Shared::default()), cv: Condvar::new() });
+        let run = Arc::clone(&w);
+        let poked = Arc::clone(&w);
+        let db = crate::store::DB_NAME;
+        let watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
+            if ev.is_ok_and(|ev| ev.paths.iter().any(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(db)))) {
+                poked.poke();
+            }
+        })
+        .and_then(|mut w| {
+            use notify::Watcher;
+            w.watch(state_dir, notify::RecursiveMode::NonRecursive).map(|()| w)
+        });
+        let watcher = match watcher {
+            Ok(w) => Some(w),
+            Err(e) => {
+                crate::log_warn!("waiter: cannot watch {} ({e}); changes by other processes are seen within {TICK:?}", state_dir.display());
+                None
+            }
+        };
+        std::thread::Builder::new().name("waiter".into()).spawn(move || {
+            let _watcher = watcher;
+            run.run(store)
+        })?;
+        Ok(w)
+    }
+
+    /// Something may have changed: look now (cheap when nothing is parked).
+    pub fn poke(&self) {
+        let mut s = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        if !s.parked.is_empty() {
+            s.poked = true;
+            self.cv.notify_one();
+        }
+    }
+
+    /// Parks `stream` until every message of `ids` reached `want` or ended, or until `timeout`.
+    /// Answers at once (an error line) when too many waits are parked.
+    pub fn park(&self, mut stream: UnixStream, ids: Vec<String>, want: Want, timeout: Option<Duration>, extra: Map<String, Value>) {
+        let mut s = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        if s.parked.len() >= MAX_PARKED {
+            drop(s);
+            let _ = super::proto::write_line(&mut stream, &super::proto::error("busy", &format!("{MAX_PARKED} waits are parked already; try again later")));
+            return;
+        }
+        let deadline = timeout.map(|t| Instant::now() + t);
+        s.parked.push(Parked { stream, ids, want, deadline, extra, fresh: true });
+        s.poked = true;
+        self.cv.notify_one();
+    }
+
+    /// Waits parked now (for `inspect`'s broker counters and tests).
+    pub fn parked(&self) -> usize {
+        self.shared.lock().unwrap_or_else(|e| e.into_inner()).parked.len()
+    }
+
+    fn run(&self, store: Store) {
+        let mut last_version: Option<i64> = None;
+        loop {
+            let mut parked = {
+                let mut s = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+                while !s.poked {
+                    if s.parked.is_empty() {
+                        s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+                        continue;
+                    }
+                    let now = Instant::now();
+                    let next = s.parked.iter().filter_map(|p| p.deadline).min().map_or(TICK, |d| d.saturating_duration_since(now).min(TICK));
+                    let (g, timeout) = self.cv.wait_timeout(s, next).unwrap_or_else(|e| e.into_inner());
+                    s = g;
+                    if timeout.timed_out() {
+                        break;
+                    }
+                }
+                s.poked = false;
+                std::mem::take(&mut s.parked)
+            };
+            parked.retain(|p| !hung_up(&p.stream));
+            let now = Instant::now();
+            let version = store.data_version();
+            let changed = version != last_version || version.is_none();
+            last_version = version;
+            let mut keep = Vec::with_capacity(parked.len());
+            for mut p in parked {
+                let due = p.deadline.is_some_and(|d| now >= d);
+                if !(changed || due || p.fresh) {
+                    keep.push(p);
+                    continue;
+                }
+                p.fresh = false;
+                match answer(&store, &p.ids, p.want, due) {
+                    Ok(None) => keep.push(p),
+                    Ok(Some(mut reply)) => {
+                        if let Value::Object(r) = &mut reply {
+                            r.extend(p.extra.clone());
+                        }
+                        let _ = p.stream.set_write_timeout(Some(Duration::from_secs(2)));
+                        let _ = super::proto::write_line(&mut p.stream, &reply);
+                    }
+                    Err(e) => {
+                        crate::log_error!("waiter: reading message states: {e:#}");
+                        keep.push(p); // asked again at the next change or tick
+                    }
+                }
+            }
+            let mut s = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+            s.parked.extend(keep);
+        }
+    }
+}
+
+/// The reply to a wait over `ids` if it is over (all settled, or `timed_out`), else `None`.
+/// An id the queue does not have is an error reply.
+fn answer(store: &Store, ids: &[String], want: Want, timed_out: bool) -> Result<Option<Value>> {
+    let found = load_all(store, ids)?;
+    if let Some(i) = found.iter().position(Option::is_none) {
+        return Ok(Some(super::proto::error("not_found", &not_found(&ids[i]))));
+    }
+    let messages: Vec<Message> = found.into_iter().flatten().collect();
+    if !Outcome::settled(&messages, want) && !timed_out {
+        return Ok(None);
+    }
+    Ok(Some(reply(&messages, want)))
+}
+
+/// `{"ok":true,"outcome","for","messages":[...]}`.
+pub fn reply(messages: &[Message], want: Want) -> Value {
+    let now = now_ms();
+    json!({
+        "ok": true,
+        "outcome": Outcome::of(messages, want).as_str(),
+        "for": want.as_str(),
+        "messages": messages.iter().map(|m| record(m, now)).collect::<Vec<_>>(),
+    })
+}
+
+pub fn not_found(id: &str) -> String {
+    format!("no message {id} (never queued here, or pruned after retention_days)")
+}
+
+/// The client closed its end (or the socket failed): nobody is waiting any more.
+fn hung_up(stream: &UnixStream) -> bool {
+    let mut pfd = nix::libc::pollfd { fd: stream.as_raw_fd(), events: nix::libc::POLLIN | nix::libc::POLLRDHUP, revents: 0 };
+    // SAFETY: one valid pollfd, zero timeout.
+    let n = unsafe { nix::libc::poll(&mut pfd, 1, 0) };
+    n > 0 && pfd.revents & (nix::libc::POLLRDHUP | nix::libc::POLLHUP | nix::libc::POLLERR | nix::libc::POLLNVAL) != 0
+}
+
+/// What a client-side wait learned.
+pub struct Waited {
+    pub outcome: Outcome,
+    pub messages: Vec<Message>,
+    /// The messages' records, as `--json` prints them.
+    pub records: Vec<Value>,
+    /// Answered by a running broker (else by the local fallback poll).
+    pub by_broker: bool,
+}
+
+/// A message record as the socket returns it, back into a [`Message`] (fields the record does
+/// not carry stay empty).
+fn message_of(v: &Value) -> Option<Message> {
+    let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+    let i = |k: &str| v.get(k).and_then(Value::as_i64);
+    Some(Message {
+        id: s("id")?,
+        thread: s("thread")?,
+        kind: s("kind")?,
+        state: s("state")?,
+        body: String::new(),
+        from: s("from"),
+        key: s("key"),
+        created_at: i("created_at")?,
+        updated_at: i("updated_at")?,
+        expires_at: i("expires_at"),
+        event: s("event"),
+        turn_id: s("turn_id"),
+        lease: None,
+        handed_at: i("handed_at"),
+        confirmed_at: i("confirmed_at"),
+        reason: s("reason"),
+        attempts: i("attempts").unwrap_or(0),
+        rollout_path: None,
+        scan_offset: None,
+        alarms: v.get("alarms").and_then(Value::as_array).map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect()).unwrap_or_default(),
+    })
+}
+
+/// One look at the queue without a broker: settle hand-offs of these messages' threads from
+/// their rollouts and retire messages past their `--ttl` (what the broker would have done), then
+/// read their states.
+fn look_locally(state_dir: &Path, ids: &[String]) -> Result<Vec<Message>> {
+    let mut store = Store::open(state_dir)?;
+    let found = load_all(&store, ids)?;
+    if let Some(i) = found.iter().position(Option::is_none) {
+        anyhow::bail!("{}", not_found(&ids[i]));
+    }
+    let mut threads: Vec<String> = found.iter().flatten().filter(|m| m.state == "handed").map(|m| m.thread.clone()).collect();
+    threads.dedup();
+    for t in threads {
+        let _ = crate::delivery::reconcile(&mut store, Some(&t));
+    }
+    if found.iter().flatten().any(|m| m.state == "pending" && m.expires_at.is_some_and(|e| e <= now_ms())) {
+        let _ = store.expire_due();
+    }
+    Ok(load_all(&store, ids)?.into_iter().flatten().collect())
+}
+
+/// Waits until every message of `ids` reached `want` or ended, or until `timeout`: through the
+/// broker when one answers, else by polling the queue every [`FALLBACK_POLL`] (and trying the
+/// broker again each time).
+pub fn wait_for(runtime_dir: &Path, state_dir: &Path, ids: &[String], want: Want, timeout: Option<Duration>) -> Result<Waited> {
+    let deadline = timeout.map(|t| Instant::now() + t);
+    let socket: PathBuf = courier_shared::paths::socket_path(runtime_dir);
+    loop {
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let req = json!({"op": "wait", "ids": ids, "for": want.as_str(), "timeout_ms": left.map(|l| l.as_millis() as u64)});
+        // No broker, or it went away mid-wait: look ourselves (below).
+        if let Ok(Some(reply)) = super::proto::call(&socket, &req, None) {
+            {
+                if reply.get("ok") != Some(&Value::Bool(true)) {
+                    let msg = reply.get("message").and_then(Value::as_str).unwrap_or("the broker refused the wait");
+                    anyhow::bail!("{msg}");
+                }
+                let records: Vec<Value> = reply.get("messages").and_then(Value::as_array).cloned().unwrap_or_default();
+                let messages: Vec<Message> = records.iter().filter_map(message_of).collect();
+                let outcome = reply.get("outcome").and_then(Value::as_str).and_then(Outcome::parse).context("the broker's wait reply has no outcome")?;
+                if messages.len() != ids.len() {
+                    anyhow::bail!("the broker's wait reply does not list every message");
+                }
+                return Ok(Waited { outcome, messages, records, by_broker: true });
+            }
+        }
+        let messages = look_locally(state_dir, ids)?;
+        let timed_out = deadline.is_some_and(|d| Instant::now() >= d);
+        if Outcome::settled(&messages, want) || timed_out {
+            let now = now_ms();
+            let records = messages.iter().map(|m| record(m, now)).collect();
+            return Ok(Waited { outcome: Outcome::of(&messages, want), messages, records, by_broker: false });
+        }
+        let nap = deadline.map_or(FALLBACK_POLL, |d| d.saturating_duration_since(Instant::now()).min(FALLBACK_POLL));
+        std::thread::sleep(nap);
+    }
+}
+
+/// The lines `broker wait` prints per message: `ID STATE`, the reason when it ended without
+/// reaching `want`, or what it is still waiting on after a timeout.
+pub fn describe(m: &Message, want: Want) -> String {
+    let esc = |s: &str| crate::inspect::escape(s).into_owned();
+    match super::progress(m, want) {
+        super::Progress::Reached => format!("{} {}", m.id, m.state),
+        super::Progress::Ended => {
+            format!("{} {} without reaching {} ({})", m.id, m.state, want.as_str(), esc(m.reason.as_deref().unwrap_or("no reason recorded")))
+        }
+        super::Progress::InFlight => match &m.reason {
+            Some(r) => format!("{} still {} (timed out; {})", m.id, m.state, esc(r)),
+            None => format!("{} still {} (timed out)", m.id, m.state),
+        },
+    }
+}

@@ -1,0 +1,239 @@
+//! Why a hook call was refused: one closed set for the gate's checks and the connection layer's
+//! limits alike. The code is what `broker inspect` shows and the queue records (as
+//! [`RefusalCode::as_str`]); the README's "Refusal reason codes" table lists exactly these, and
+//! `broker doctor` explains them with [`RefusalCode::doctor_hint`]. Codes are stable: never
+//! rename one, add a variant instead (and a README row; a test holds the two together).
+//!
+//! | code | step | meaning |
+//! |---|---|---|
+//! | `peer_uid` | 1 | the connecting process (SO_PEERCRED, or its /proc status uids) is not the broker's uid |
+//! | `peer_gone` | 1-7 | the peer exited (pidfd readable), could not be pinned with a pidfd, or is in another pid namespace |
+//! | `client_exe` | 2 | the peer's executable is not an installed hook-client (device+inode) |
+//! | `bad_mac` | 2 | request pid is not the peer's pid, or the HMAC does not verify under the per-login secret |
+//! | `stale_request` | 2 | request timestamp further than `MAX_CLOCK_SKEW_MS` from the broker clock |
+//! | `bad_payload` | 2 | the payload is not a hook payload JSON object |
+//! | `unsupported_event` | 2 | a hook event Courier does not register (SessionEnd, PreCompact, ...) |
+//! | `foreign_ancestor` | 3 | an ancestor before the trusted codex runs under another uid |
+//! | `untrusted_codex` | 3 | no trusted ancestor, but a codex-named one whose SHA-256 is not trusted |
+//! | `digest_pending` | 3 | no trusted ancestor yet: a Codex binary the broker expects (a new release of the user's `codex`) was still being hashed when the call's deadline came |
+//! | `no_codex_ancestor` | 3 | no trusted executable within `MAX_ANCESTRY` parents |
+//! | `ancestry_changed` | 3-7 | an ancestor exited or its pid was reused while checking (start time changed, parent younger than child, peer re-parented) |
+//! | `tool_command_env` | 4 | the peer or an intermediate process has a Codex tool-command marker variable codex itself lacks (or with another value) |
+//! | `sandboxed_caller` | 4 | the peer or an intermediate process has NoNewPrivs or seccomp while codex has not |
+//! | `transcript_path` | 5 | transcript path missing, relative, non-canonical (symlink, `..`), outside `$CODEX_HOME/sessions/`, not `rollout-*-<uuid>.jsonl`, not a regular file |
+//! | `rollout_changed` | 6 | the rollout's identity or canonical path changed around the read, or it could not be read |
+//! | `thread_mismatch` | 5 | the rollout's first record is not a `session_meta` whose `id` is the file name's thread UUID |
+//! | `not_rollout_holder` | 5 | the codex process has no fd on that rollout (same inode) opened writable with O_APPEND by itself (O_CLOEXEC; an fd inherited across exec does not count) |
+//! | `no_writer_lock` | 5 | the codex pid holds no FLOCK WRITE lock, through an fd it opened itself (O_CLOEXEC), on the file at `thread-writer-locks/<thread>.lock` or on one unlinked from there |
+//! | `agent_mismatch` | 5 | `agent_id` is present and is not the thread id |
+//! | `session_mismatch` | 5 | `session_id` is missing or neither the thread id nor its `session_meta.session_id` (root) |
+//! | `turn_mismatch` | 7 | the payload `turn_id` is missing (events other than SessionStart) or not the rollout's open turn, or no turn is open |
+//! | `no_ticket` | 8 | the rollout shows no Codex action the hook follows (`gate/ticket.rs`: PreToolUse its call, not completed; PostToolUse the call's `item_completed`, no output yet; Stop an answer, every call answered; the opening events no model output yet), or the ticket could not be recorded |
+//! | `ticket_used` | 8 | a hook of the same Codex action was accepted before: an alarm, the earlier hand-off is marked (`crate::tickets`) |
+//! | `too_many_connections` | connection | one peer process holds `MAX_PER_PEER` unfinished connections |
+//! | `request_timeout` | connection | no complete request frame within `REQUEST_TIMEOUT` |
+//! | `frame_too_large` | connection | a frame header announces more than the frame limit |
+//! | `truncated_frame` | connection | the connection closed in the middle of a frame |
+//! | `buffer_limit` | connection | request frames in all hold more than `MAX_BUFFERED` bytes |
+//! | `bad_request` | connection | a complete frame that is not a request |
+//! | `protocol_version` | connection | the request speaks another protocol version |
+//! | `unexpected_ack` | connection | an ack frame with no lease to acknowledge |
+//!
+//! The steps are the gate's (`gate/mod.rs`, "Checks, in order"; step 8 runs after `verify`,
+//! `gate/ticket.rs`); `connection` codes come from
+//! the socket layer (`server/`) before the gate sees a request.
+
+/// A stable refusal reason. The table in the module documentation says what each means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RefusalCode {
+    PeerUid,
+    PeerGone,
+    ClientExe,
+    BadMac,
+    StaleRequest,
+    BadPayload,
+    UnsupportedEvent,
+    ForeignAncestor,
+    UntrustedCodex,
+    DigestPending,
+    NoCodexAncestor,
+    AncestryChanged,
+    ToolCommandEnv,
+    SandboxedCaller,
+    TranscriptPath,
+    RolloutChanged,
+    ThreadMismatch,
+    NotRolloutHolder,
+    NoWriterLock,
+    AgentMismatch,
+    SessionMismatch,
+    TurnMismatch,
+    NoTicket,
+    TicketUsed,
+    TooManyConnections,
+    RequestTimeout,
+    FrameTooLarge,
+    TruncatedFrame,
+    BufferLimit,
+    BadRequest,
+    ProtocolVersion,
+    UnexpectedAck,
+}
+
+use RefusalCode::*;
+
+/// What doctor says for a code it has no particular hint for.
+pub const SEE_README: &str = "see README, \"Refusal reason codes\"";
+
+impl RefusalCode {
+    /// Every code, gate steps first, in the order of the tables.
+    pub const ALL: [RefusalCode; 32] = [
+        PeerUid,
+        PeerGone,
+        ClientExe,
+        BadMac,
+        StaleRequest,
+        BadPayload,
+        UnsupportedEvent,
+        ForeignAncestor,
+        UntrustedCodex,
+        DigestPending,
+        NoCodexAncestor,
+        AncestryChanged,
+        ToolCommandEnv,
+        SandboxedCaller,
+        TranscriptPath,
+        RolloutChanged,
+        ThreadMismatch,
+        NotRolloutHolder,
+        NoWriterLock,
+        AgentMismatch,
+        SessionMismatch,
+        TurnMismatch,
+        NoTicket,
+        TicketUsed,
+        TooManyConnections,
+        RequestTimeout,
+        FrameTooLarge,
+        TruncatedFrame,
+        BufferLimit,
+        BadRequest,
+        ProtocolVersion,
+        UnexpectedAck,
+    ];
+
+    /// The code as recorded and shown.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            PeerUid => "peer_uid",
+            PeerGone => "peer_gone",
+            ClientExe => "client_exe",
+            BadMac => "bad_mac",
+            StaleRequest => "stale_request",
+            BadPayload => "bad_payload",
+            UnsupportedEvent => "unsupported_event",
+            ForeignAncestor => "foreign_ancestor",
+            UntrustedCodex => "untrusted_codex",
+            DigestPending => "digest_pending",
+            NoCodexAncestor => "no_codex_ancestor",
+            AncestryChanged => "ancestry_changed",
+            ToolCommandEnv => "tool_command_env",
+            SandboxedCaller => "sandboxed_caller",
+            TranscriptPath => "transcript_path",
+            RolloutChanged => "rollout_changed",
+            ThreadMismatch => "thread_mismatch",
+            NotRolloutHolder => "not_rollout_holder",
+            NoWriterLock => "no_writer_lock",
+            AgentMismatch => "agent_mismatch",
+            SessionMismatch => "session_mismatch",
+            TurnMismatch => "turn_mismatch",
+            NoTicket => "no_ticket",
+            TicketUsed => "ticket_used",
+            TooManyConnections => "too_many_connections",
+            RequestTimeout => "request_timeout",
+            FrameTooLarge => "frame_too_large",
+            TruncatedFrame => "truncated_frame",
+            BufferLimit => "buffer_limit",
+            BadRequest => "bad_request",
+            ProtocolVersion => "protocol_version",
+            UnexpectedAck => "unexpected_ack",
+        }
+    }
+
+    /// The code recorded as `s`, if it is one.
+    pub fn parse(s: &str) -> Option<RefusalCode> {
+        RefusalCode::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+
+    /// The gate step that refuses with it (`"1"` to `"8"`, or a range when several steps can),
+    /// or `"connection"` for the socket layer's limits.
+    pub const fn step(self) -> &'static str {
+        match self {
+            PeerUid => "1",
+            PeerGone => "1-7",
+            ClientExe | BadMac | StaleRequest | BadPayload | UnsupportedEvent => "2",
+            ForeignAncestor | UntrustedCodex | DigestPending | NoCodexAncestor => "3",
+            AncestryChanged => "3-7",
+            ToolCommandEnv | SandboxedCaller => "4",
+            TranscriptPath | ThreadMismatch | NotRolloutHolder | NoWriterLock | AgentMismatch | SessionMismatch => "5",
+            RolloutChanged => "6",
+            TurnMismatch => "7",
+            NoTicket | TicketUsed => "8",
+            TooManyConnections | RequestTimeout | FrameTooLarge | TruncatedFrame | BufferLimit | BadRequest
+            | ProtocolVersion | UnexpectedAck => "connection",
+        }
+    }
+
+    /// What the code usually means for an installation (`broker doctor`'s recent refusals).
+    pub const fn doctor_hint(self) -> &'static str {
+        match self {
+            ClientExe => "a hook-client the broker does not accept ran: restart the broker after upgrades, or list it in hook_clients",
+            UntrustedCodex => "a Codex binary that is not trusted ran the hook: `broker trust-codex PATH` (after an upgrade too)",
+            NoCodexAncestor => "hook-client was run by something other than a trusted Codex",
+            ToolCommandEnv | SandboxedCaller => "a model-run command called hook-client (refused by design)",
+            BadMac => "the per-login secret changed under a running client (broker restarted with a new runtime dir?)",
+            StaleRequest => "clock skew or a very slow machine",
+            TurnMismatch | NotRolloutHolder | NoWriterLock | RolloutChanged => {
+                "a session ended or moved on while its hook ran (harmless when rare)"
+            }
+            NoTicket => "a hook call the rollout shows no Codex action for: most likely a model-run command posing as a hook",
+            TicketUsed => "ALARM: two hook calls followed one Codex action, one was not Codex's (see the alarm check)",
+            _ => SEE_README,
+        }
+    }
+}
+
+impl std::fmt::Display for RefusalCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The table in this module's documentation lists every code once, with its step.
+    #[test]
+    fn the_documentation_table_matches_the_enum() {
+        let src = include_str!("refusal.rs");
+        let rows: Vec<(&str, &str)> = src
+            .lines()
+            .filter_map(|l| l.strip_prefix("//! | `"))
+            .filter_map(|l| {
+                let (code, rest) = l.split_once("` | ")?;
+                Some((code, rest.split(" |").next()?))
+            })
+            .collect();
+        let want: Vec<(&str, &str)> = RefusalCode::ALL.iter().map(|c| (c.as_str(), c.step())).collect();
+        assert_eq!(rows, want);
+    }
+
+    #[test]
+    fn codes_parse_back_and_are_distinct() {
+        for c in RefusalCode::ALL {
+            assert_eq!(RefusalCode::parse(c.as_str()), Some(c));
+        }
+        assert_eq!(RefusalCode::parse("some_new_code"), None);
+    }
+}

@@ -1,0 +1,230 @@
+//! The hook handler: one complete request frame, from the peer's identity through the gate and
+//! delivery to the hand-off of leased output; the ack's commit; refusals recorded.
+
+use crate::delivery::{self, Offer};
+use crate::effort;
+use crate::failpoint;
+use crate::gate::{self, HookRequest, Peer, Verified};
+use crate::refusal::RefusalCode;
+use courier_shared::hook::HookEvent;
+use courier_shared::wire::{self, AckReply, HookReply, Request, PROTOCOL_VERSION};
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use super::{Broker, QUEUED_REFUSALS_MAX, REQUEST_TIMEOUT, poller::{AwaitAck, error_frame}};
+
+impl Broker {
+    pub(super) fn refuse(&self, code: RefusalCode, detail: &str, thread: Option<&str>, event: Option<&str>, pid: Option<i32>) {
+        self.counters.refusals.fetch_add(1, Ordering::Relaxed);
+        crate::log_debug!("refused {code} (pid {pid:?}, thread {thread:?}, event {event:?}): {detail}");
+        let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = store.record_refusal(code, detail, thread, event, pid.map(i64::from)) {
+            crate::log_error!("recording refusal {code}: {e:#}");
+        }
+    }
+
+    /// A refusal seen by the poll thread, which must not wait for the database: recorded by the
+    /// next maintenance pass, or only counted when too many are waiting.
+    pub(super) fn refuse_later(&self, code: RefusalCode, detail: String, pid: i32) {
+        self.counters.refusals.fetch_add(1, Ordering::Relaxed);
+        let mut q = self.queued_refusals.lock().unwrap_or_else(|e| e.into_inner());
+        if q.len() < QUEUED_REFUSALS_MAX {
+            q.push((code, detail, pid));
+        } else {
+            self.counters.refusals_unrecorded.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Serves one request. A hook call that hands messages over returns the hand-off, whose ack
+    /// the poll thread waits for.
+    pub(super) fn handle(&self, mut stream: UnixStream, frame: &[u8]) -> Option<AwaitAck> {
+        let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
+        let _ = stream.set_write_timeout(Some(REQUEST_TIMEOUT));
+        let peer = match gate::peer::identify(&stream) {
+            Ok(peer) => peer,
+            Err(r) => {
+                self.refuse(r.code, &r.detail, None, None, None);
+                return None;
+            }
+        };
+        let request: Request = match serde_json::from_slice(frame) {
+            Ok(req) => req,
+            Err(e) => {
+                let detail = format!("not a request: {e}");
+                let _ = stream.write_all(&error_frame(RefusalCode::BadRequest.as_str(), &detail));
+                self.counters.bad_frames.fetch_add(1, Ordering::Relaxed);
+                self.refuse(RefusalCode::BadRequest, &detail, None, None, Some(peer.pid));
+                return None;
+            }
+        };
+        match request {
+            Request::Status { .. } => {
+                if peer.uid == courier_shared::paths::uid() {
+                    let _ = wire::write_json(&mut stream, &self.status());
+                }
+            }
+            Request::Hook { v, pid, ts_ms, payload, mac } => {
+                self.counters.hook_calls.fetch_add(1, Ordering::Relaxed);
+                if v != PROTOCOL_VERSION {
+                    let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
+                    self.refuse(RefusalCode::ProtocolVersion, &format!("client speaks v{v}"), None, None, Some(peer.pid));
+                    return None;
+                }
+                let request = HookRequest { pid, ts_ms, payload: &payload, mac: &mac };
+                return self.hook(stream, &peer, &request);
+            }
+            Request::Ack { .. } => {
+                let _ = stream.write_all(&error_frame(RefusalCode::UnexpectedAck.as_str(), "ack without a lease"));
+                self.refuse(RefusalCode::UnexpectedAck, "ack without a lease", None, None, Some(peer.pid))
+            }
+        }
+        None
+    }
+
+    pub(super) fn hook(&self, mut stream: UnixStream, peer: &Peer, request: &HookRequest) -> Option<AwaitAck> {
+        let verified = match self.gate.verify(peer, request, &TrustView(self)) {
+            Ok(v) => v,
+            Err(r) => {
+                let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
+                self.refuse(r.code, &r.detail, r.thread.as_deref(), r.event.as_deref(), Some(peer.pid));
+                return None;
+            }
+        };
+        // One ticket per Codex action (gate/ticket.rs, tickets.rs): before anything is claimed.
+        let ticket = match crate::tickets::take(&self.store, &verified, peer.pid) {
+            Ok(t) => t,
+            Err(r) => {
+                let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
+                self.refuse(r.code, &r.detail, r.thread.as_deref(), r.event.as_deref(), Some(peer.pid));
+                return None;
+            }
+        };
+        // Effort changes go through the app-server on their own thread; waited for below, bounded.
+        let effort = self.effort.on_hook(&verified, request.payload);
+        let offer = {
+            let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+            // Settle earlier hand-offs first, so inspect and the Stop guard see current states.
+            let _ = delivery::reconcile(&mut store, Some(&verified.thread_id));
+            let offer = delivery::offer(&mut store, &verified);
+            if let (Some(t), Ok(Offer::Lease { token, .. })) = (&ticket, &offer) {
+                if let Err(e) = crate::tickets::attach(&mut store, t, *token) {
+                    crate::log_error!("recording the hand-off of ticket {}: {e:#}", t.key);
+                }
+            }
+            offer
+        };
+        let leased_at = Instant::now();
+        effort.wait(effort::HOOK_WAIT);
+        match offer {
+            Ok(Offer::Lease { token, output, count }) => {
+                let deadline = leased_at + Duration::from_millis(delivery::LEASE_MS as u64);
+                self.hand_over(stream, verified, token, output, count, deadline)
+            }
+            Ok(Offer::Deferred | Offer::Nothing) => {
+                let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
+                None
+            }
+            Err(e) => {
+                crate::log_error!("offer failed for thread {}: {e:#}", verified.thread_id);
+                let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
+                None
+            }
+        }
+    }
+
+    /// Sends the leased output; the ack is awaited by the poll thread (the returned hand-off),
+    /// not by this worker. A reply that cannot be written releases the lease at once.
+    pub(super) fn hand_over(
+        &self,
+        mut stream: UnixStream,
+        verified: Verified,
+        token: i64,
+        output: String,
+        count: usize,
+        deadline: Instant,
+    ) -> Option<AwaitAck> {
+        self.counters.leases.fetch_add(1, Ordering::Relaxed);
+        let reply = HookReply { v: PROTOCOL_VERSION, output, lease: Some(token as u64) };
+        let written = wire::write_json(&mut stream, &reply).is_ok();
+        let pending = AwaitAck { stream, token, count, verified: Box::new(verified), deadline };
+        if !written {
+            self.finish_hand_over(pending, None);
+            return None;
+        }
+        failpoint::hit("after_reply_before_ack");
+        Some(pending)
+    }
+
+    /// Commits a hand-off whose client acked lease `token` (`frame` is its ack), or releases it.
+    pub(super) fn finish_hand_over(&self, pending: AwaitAck, frame: Option<&[u8]>) {
+        let AwaitAck { mut stream, token, count, verified, .. } = pending;
+        let v = &*verified;
+        let acked = frame
+            .and_then(|f| serde_json::from_slice::<Request>(f).ok())
+            .is_some_and(|r| matches!(r, Request::Ack { lease, .. } if lease == token as u64));
+        if acked {
+            failpoint::hit("after_ack_read");
+        }
+        let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        if !acked {
+            self.counters.unacked.fetch_add(1, Ordering::Relaxed);
+            if let Err(e) = store.release(token, "not_acked") {
+                crate::log_error!("releasing lease {token}: {e:#}");
+            }
+            return;
+        }
+        let stop_turn = match (v.event, &v.turn_id) {
+            (HookEvent::Stop, Some(turn)) => Some((v.thread_id.as_str(), turn.as_str())),
+            _ => None,
+        };
+        let path = v.rollout_path.to_string_lossy();
+        // Before the ack: a hand-off must never be on record without the codex it went to.
+        if let Err(e) = store.note_codex(token, v.codex_pid, v.codex_starttime) {
+            crate::log_error!("recording codex of lease {token}: {e:#}");
+        }
+        let accepted = store.ack(token, &path, v.rollout_offset, stop_turn).unwrap_or_else(|e| {
+            crate::log_error!("ack of lease {token}: {e:#}");
+            false
+        });
+        drop(store);
+        if accepted {
+            self.counters.handed.fetch_add(count as u64, Ordering::Relaxed);
+        }
+        let _ = stream.set_write_timeout(Some(REQUEST_TIMEOUT));
+        let _ = wire::write_json(&mut stream, &AckReply { v: PROTOCOL_VERSION, accepted });
+        self.producer.changed();
+    }
+}
+
+impl Broker {
+    /// The thread whose Codex tool command is on the other end of `stream` (a `broker send` the
+    /// model ran), proven as `gate/sender.rs` says, or why not.
+    pub(super) fn verify_sender(&self, stream: &UnixStream) -> Result<gate::sender::ToolSender, String> {
+        let peer = gate::peer::identify(stream).map_err(|r| format!("{}: {}", r.code, r.detail))?;
+        self.gate.verify_tool_sender(&peer, &TrustView(self))
+    }
+}
+
+/// The gate's view of Codex trust: digests from the store, expected paths from the follower.
+pub(super) struct TrustView<'a>(pub(super) &'a Broker);
+
+impl gate::CodexTrust for TrustView<'_> {
+    fn is_trusted(&self, sha256: &str) -> bool {
+        let store = self.0.store.lock().unwrap_or_else(|e| e.into_inner());
+        store.is_trusted_codex(sha256).unwrap_or(false)
+    }
+    fn is_expected(&self, path: &Path) -> bool {
+        // Asked only for a binary the digest cache has not seen; a path trusted by hand counts
+        // at once, before the follower's next pass lists it.
+        self.0.follower.is_expected(path) || {
+            let store = self.0.store.lock().unwrap_or_else(|e| e.into_inner());
+            store.is_trusted_codex_path(&path.to_string_lossy()).unwrap_or(false)
+        }
+    }
+    fn known_digest(&self, key: &gate::digest::ExeKey) -> Option<String> {
+        let store = self.0.store.lock().unwrap_or_else(|e| e.into_inner());
+        store.codex_file_digest(key).ok().flatten()
+    }
+}

@@ -1,0 +1,70 @@
+//! Maintenance: every 500 ms, refusals the poll thread queued are recorded, `--ttl`s expire, lapsed
+//! leases return to pending, hand-offs are reconciled against their rollouts and effort claims swept;
+//! every 10 minutes old final messages are pruned. Also the clean stop on a signal.
+
+use crate::delivery::{self};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use super::{Broker, listener::BOUND};
+
+const MAINTENANCE_INTERVAL: Duration = Duration::from_millis(500);
+const PRUNE_INTERVAL: Duration = Duration::from_secs(600);
+
+/// Starts the `maintenance` thread; `retention`: how long final messages are kept (`None`: forever).
+pub(super) fn spawn(broker: Arc<Broker>, retention: Option<Duration>) -> std::io::Result<()> {
+    std::thread::Builder::new().name("maintenance".into()).spawn(move || {
+        let mut last_prune: Option<Instant> = None;
+        loop {
+            std::thread::sleep(MAINTENANCE_INTERVAL);
+            broker.maintain();
+            if let Some(keep) = retention.filter(|_| last_prune.is_none_or(|t| t.elapsed() >= PRUNE_INTERVAL)) {
+                last_prune = Some(Instant::now());
+                broker.prune(keep);
+            }
+        }
+    })?;
+    Ok(())
+}
+
+impl Broker {
+    /// Stops the broker on a signal: waits for any store transaction in flight, removes its
+    /// socket (if it bound it) so no hook connects to a dead broker, logs the stop and exits 0.
+    /// A lease not yet acked is never handed (its client withdraws the output), as after a crash.
+    pub(super) fn stop(&self, why: &str) -> ! {
+        let _store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = BOUND.get() {
+            b.stopped(why);
+        }
+        std::process::exit(0)
+    }
+
+    pub(super) fn maintain(&self) {
+        let queued = std::mem::take(&mut *self.queued_refusals.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        for (code, detail, pid) in queued {
+            if let Err(e) = store.record_refusal(code, &detail, None, None, Some(i64::from(pid))) {
+                crate::log_error!("recording refusal {code}: {e:#}");
+            }
+        }
+        match store.expire_due() {
+            Ok(0) => {}
+            Ok(n) => crate::log_info!("expired {n} message(s) whose --ttl ran out"),
+            Err(e) => crate::log_error!("expiring messages: {e:#}"),
+        }
+        if let Err(e) = store.release_expired_leases().and_then(|_| delivery::reconcile(&mut store, None)) {
+            crate::log_error!("maintenance: {e:#}");
+        }
+        drop(store);
+        self.effort.maintain();
+        self.producer.maintain();
+    }
+
+    pub(super) fn prune(&self, keep: Duration) {
+        let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        match store.prune(keep.as_millis() as i64) {
+            Ok(0) => {}
+            Ok(n) => crate::log_info!("pruned {n} messages older than {} days", keep.as_secs() / 86_400),
+            Err(e) => crate::log_error!("pruning: {e:#}"),
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! `broker serve`: owns the socket, runs each hook request through the gate and delivery, and
+//! keeps leases and hand-offs moving in the background. One broker per login: an exclusive lock
+//! on `broker.lock` in both the runtime directory (the socket's) and the state directory (the
+//! queue's). SIGTERM, SIGINT and SIGHUP stop it cleanly: the socket it bound is removed and the
+//! stop is logged.
+//!
+//! Connections: one poll thread (epoll) accepts every connection and reads it without blocking
+//! until it holds one complete request frame; only then does a worker thread (a small fixed pool)
+//! see it. So idle, slow or hostile connections cost a file descriptor and a small buffer, never a
+//! thread, and cannot starve real hook calls. A hand-off does not keep its worker either: once
+//! the leased output is written, the connection goes back to the poll thread, which waits (at
+//! most until the lease ends) for the client's ack frame; a worker then commits it. So clients
+//! that stall after a lease cost no worker, and other threads' hooks keep being served. Limits: [`MAX_PENDING`] unfinished connections in
+//! all (the oldest is evicted for a new one), [`MAX_PER_PEER`] per peer process, other uids closed
+//! at accept (`SO_PEERCRED`), [`REQUEST_TIMEOUT`] to send a request, [`MAX_BUFFERED`] bytes of
+//! request frames in all: unfinished ones, complete ones waiting for a worker, and the ones the
+//! workers are handling (the memory allocated for them, not just the bytes received).
+//!
+//! # Rooms
+//! - `mod.rs`: [`serve`] wires the broker together and starts its threads;
+//! - `listener.rs`: the instance lock, stop signals, the socket (bound or socket-activated);
+//! - `poller.rs`: the epoll thread, the job queue and the workers, the hand-back of hand-offs;
+//! - `hook.rs`: one request from peer identity through the gate and delivery to the hand-off;
+//! - `maintenance.rs`: the periodic pass (refusals, expiry, leases, reconcile, effort) and prune;
+//! - `status.rs`: the counters `Request::Status` answers with.
+//!
+//! The client side of `Request::Status` is `crate::client`: CLI commands import nothing from here.
+
+mod hook;
+mod listener;
+mod maintenance;
+mod poller;
+mod status;
+
+pub use listener::{lock_instance, stopped_after_error, InstanceLock};
+
+use crate::codex::{self, follow::Follower};
+use crate::delivery;
+use crate::dirs;
+use crate::effort;
+use crate::failpoint;
+use crate::gate::{self, Gate, GateConfig};
+use crate::refusal::RefusalCode;
+use crate::store::Store;
+use anyhow::{Context, Result};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use listener::{block_stop_signals, raise_fd_limit};
+use poller::{worker, Handback, JobQueue, Poller};
+use status::Counters;
+
+/// Unfinished connections (request not yet complete) held at once; a new one evicts the oldest.
+pub const MAX_PENDING: usize = 1024;
+/// Unfinished connections one peer process may hold; more are closed at accept.
+pub const MAX_PER_PEER: usize = 16;
+/// How long a connection may take to send its request.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// Bytes of request frames held in all (allocated for unfinished requests, plus complete frames
+/// queued for or held by a worker); past it the connection that would grow it is closed.
+pub const MAX_BUFFERED: usize = 64 << 20;
+/// Worker threads that verify and answer complete requests.
+const WORKERS: usize = 16;
+/// Refusals written to the queue database per maintenance pass from the poll thread; the rest are
+/// only counted (a flood must not turn into a flood of fsyncs).
+const QUEUED_REFUSALS_MAX: usize = 64;
+
+pub struct ServeOptions {
+    pub runtime_dir: PathBuf,
+    pub state_dir: PathBuf,
+    pub codex_home: PathBuf,
+    pub extra_hook_clients: Vec<PathBuf>,
+    /// How long messages in a final state are kept; `None` keeps them forever.
+    pub retention: Option<Duration>,
+}
+
+struct Broker {
+    store: Mutex<Store>,
+    gate: Gate,
+    effort: Arc<effort::Service>,
+    counters: Counters,
+    started: Instant,
+    /// Refusals found by the poll thread, written by the maintenance thread.
+    queued_refusals: Mutex<Vec<(RefusalCode, String, i32)>>,
+    /// Follows Codex upgrades; tells the gate which binaries are expected.
+    follower: Arc<Follower>,
+    /// Producer requests (JSON lines on the same socket) and parked waits (producer/).
+    producer: Arc<crate::producer::proto::Service>,
+}
+
+pub fn serve(opts: ServeOptions) -> Result<()> {
+    let stop_signals = block_stop_signals()?;
+    failpoint::init().map_err(anyhow::Error::msg)?;
+    // Reconcile runs under the store lock, on the hook path too: bound what one call reads.
+    delivery::set_scan_budget(delivery::SERVE_SCAN_BUDGET);
+    dirs::ensure_private_dir(&opts.runtime_dir)?;
+    dirs::ensure_private_dir(&opts.state_dir)?;
+    let _lock = lock_instance(&opts.runtime_dir, &opts.state_dir)?;
+    let secret = dirs::ensure_secret(&opts.runtime_dir)?;
+    let mut store = Store::open(&opts.state_dir)?;
+    let released = store.release_expired_leases()?;
+    let exe = std::env::current_exe().context("locating the broker executable")?;
+    let installed_clients = gate::installed_client_ids(&exe, &opts.extra_hook_clients);
+    if installed_clients.is_empty() {
+        crate::log_warn!("no hook-client found next to {}; every hook call will be refused", exe.display());
+    }
+    raise_fd_limit();
+    let gate = Gate::new(GateConfig { codex_home: opts.codex_home.clone(), installed_clients, secret });
+    let own_codex = codex::resolve::codex_on_path(std::env::var_os("PATH").as_deref());
+    let follower = Follower::new(&opts.codex_home, &opts.state_dir, own_codex, gate.digests().clone());
+    let on_hashed = Arc::clone(&follower);
+    gate.digests().on_expected(Box::new(move |path, key, digest| on_hashed.consider_hashed(path, key, digest)));
+    let effort = effort::Service::open(&opts.state_dir, &opts.codex_home, courier_shared::paths::config_path())?;
+    let expects = Arc::clone(&follower);
+    let lister = crate::producer::threads::Lister::new(
+        opts.codex_home.clone(),
+        gate.digests().clone(),
+        Box::new(move |p| expects.is_expected(p)),
+        Duration::from_secs(2),
+    );
+    let producer = crate::producer::proto::Service::start(&opts.state_dir, opts.codex_home.clone(), lister)?;
+    let broker = Arc::new(Broker {
+        store: Mutex::new(store),
+        gate,
+        effort,
+        counters: Counters::default(),
+        started: Instant::now(),
+        queued_refusals: Mutex::new(Vec::new()),
+        follower: Arc::clone(&follower),
+        producer,
+    });
+    let socket = courier_shared::paths::socket_path(&opts.runtime_dir);
+    let (listener, how) = listener::listen(&socket)?;
+    let stopper = Arc::clone(&broker);
+    std::thread::Builder::new().name("signals".into()).spawn(move || loop {
+        if let Ok(sig) = stop_signals.wait() {
+            stopper.stop(&format!("on {sig:?}"));
+        }
+    })?;
+    crate::log_info!(
+        "broker {} started: pid {} serving {} ({how}; state {}, CODEX_HOME {}); released {released} stale leases",
+        env!("CARGO_PKG_VERSION"),
+        std::process::id(),
+        socket.display(),
+        opts.state_dir.display(),
+        opts.codex_home.display()
+    );
+
+    // Resolve and hash the Codex binaries now (~1 s each for ~300 MB), not inside the first hook
+    // call, whose client would give up at its 500 ms deadline; then follow upgrades.
+    std::thread::Builder::new().name("codex-follower".into()).spawn(move || follower.run())?;
+
+    // Waiting threads: a turn started through the app-server that owns them (wake.rs).
+    let waking = Arc::clone(&broker);
+    let (state_dir, codex_home) = (opts.state_dir.clone(), opts.codex_home.clone());
+    std::thread::Builder::new().name("wake".into()).spawn(move || {
+        let waker = crate::wake::Waker::default();
+        waker.run(&state_dir, || {
+            let b = &*waking;
+            for (thread, outcome) in waker.pass(&b.store, &b.gate, &hook::TrustView(b), &codex_home) {
+                crate::log_debug!("wake {thread}: {outcome:?}");
+            }
+            b.producer.changed();
+        })
+    })?;
+
+    maintenance::spawn(Arc::clone(&broker), opts.retention)?;
+
+    let jobs = Arc::new(JobQueue::default());
+    let handback = Arc::new(Handback::new()?);
+    for i in 0..WORKERS {
+        let broker = Arc::clone(&broker);
+        let (rx, hb) = (Arc::clone(&jobs), Arc::clone(&handback));
+        std::thread::Builder::new().name(format!("worker-{i}")).spawn(move || worker(&broker, &rx, &hb))?;
+    }
+    Poller::new(listener, Arc::clone(&broker), jobs, handback)?.run()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every connection-layer code is recorded somewhere in the server, and only those are.
+    #[test]
+    fn connection_codes_are_all_recorded() {
+        let src = [include_str!("mod.rs"), include_str!("listener.rs"), include_str!("poller.rs"), include_str!("hook.rs")]
+            .map(|s| s.split("#[cfg(test)]\nmod tests").next().unwrap())
+            .concat();
+        let mut found = Vec::new();
+        for call in ["refuse_later(RefusalCode::", "close_with(fd, RefusalCode::", "self.refuse(RefusalCode::"] {
+            for part in src.split(call).skip(1) {
+                found.push(part.split(|c: char| !c.is_alphanumeric()).next().unwrap().to_string());
+            }
+        }
+        assert!(found.len() >= 9, "{found:?}");
+        for c in RefusalCode::ALL.into_iter().filter(|c| c.step() == "connection") {
+            assert!(found.iter().any(|f| format!("{c:?}") == *f), "{c} is listed but never recorded");
+        }
+        for f in &found {
+            let c = RefusalCode::ALL.into_iter().find(|c| format!("{c:?}") == *f).unwrap();
+            assert!(c.step() == "connection" || c == RefusalCode::PeerUid, "{c} is a gate code recorded by the connection layer");
+        }
+    }
+}

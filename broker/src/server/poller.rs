@@ -1,0 +1,486 @@
+//! The connection layer: one epoll thread accepts every connection and reads it without blocking
+//! until it holds one complete request frame; a fixed pool of workers takes complete frames (and
+//! hand-offs' acks) from the job queue. Limits: see the `server` module documentation.
+
+use crate::gate::Verified;
+use crate::refusal::RefusalCode;
+use anyhow::{Context, Result};
+use courier_shared::wire::{self, PROTOCOL_VERSION};
+use nix::libc;
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::atomic::Ordering;
+use std::collections::VecDeque;
+use std::sync::Condvar;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use super::{Broker, MAX_BUFFERED, MAX_PENDING, MAX_PER_PEER, REQUEST_TIMEOUT};
+
+/// Work for a worker thread.
+pub(super) enum Job {
+    /// A complete request frame (with its 4-byte length prefix) and its connection.
+    Request { stream: UnixStream, frame: Vec<u8> },
+    /// A hand-off's ack frame (without its prefix), or `None` when none came before the lease
+    /// ended or the client left: commit or release the lease.
+    Ack { pending: AwaitAck, frame: Option<Vec<u8>> },
+}
+
+/// The longest ack frame body the broker reads.
+pub(super) const MAX_ACK_FRAME: usize = 1024;
+
+/// A hand-off whose client has been sent the leased output and owes its ack.
+pub(super) struct AwaitAck {
+    pub(super) stream: UnixStream,
+    pub(super) token: i64,
+    pub(super) count: usize,
+    pub(super) verified: Box<Verified>,
+    /// When the lease ends (`LEASE_MS` after it was taken): no ack by then -> released.
+    pub(super) deadline: Instant,
+}
+
+/// Hand-offs the workers give back to the poll thread, which an eventfd wakes.
+pub(super) struct Handback {
+    pub(super) queue: Mutex<Vec<AwaitAck>>,
+    pub(super) wake: std::os::fd::OwnedFd,
+}
+
+impl Handback {
+    pub(super) fn new() -> Result<Handback> {
+        // SAFETY: eventfd returns a new fd or -1.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error()).context("eventfd");
+        }
+        // SAFETY: fd is a fresh descriptor we own.
+        Ok(Handback { queue: Mutex::new(Vec::new()), wake: unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) } })
+    }
+
+    pub(super) fn give(&self, a: AwaitAck) {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner()).push(a);
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from a live buffer to our eventfd.
+        unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+    }
+
+    fn take(&self) -> Vec<AwaitAck> {
+        let mut n = [0u8; 8];
+        // SAFETY: reads at most 8 bytes into a live buffer from our (non-blocking) eventfd.
+        unsafe { libc::read(self.wake.as_raw_fd(), n.as_mut_ptr().cast(), n.len()) };
+        std::mem::take(&mut *self.queue.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// Complete requests waiting for a worker. A condvar wakes exactly one idle worker per job (a
+/// shared `Mutex<Receiver>` also wakes the next worker to queue on the mutex: one more context
+/// switch per hook call, on the client's critical path).
+#[derive(Default)]
+pub(super) struct JobQueue {
+    pub(super) jobs: Mutex<VecDeque<Job>>,
+    pub(super) ready: Condvar,
+}
+
+impl JobQueue {
+    /// Queues `job`, or gives it back when [`MAX_PENDING`] jobs already wait.
+    fn push(&self, job: Job) -> Result<(), Job> {
+        let mut q = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        if q.len() >= MAX_PENDING {
+            return Err(job);
+        }
+        q.push_back(job);
+        drop(q);
+        self.ready.notify_one();
+        Ok(())
+    }
+
+    fn pop(&self) -> Job {
+        let mut q = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(job) = q.pop_front() {
+                return job;
+            }
+            q = self.ready.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+pub(super) fn worker(broker: &Broker, jobs: &JobQueue, handback: &Handback) {
+    loop {
+        match jobs.pop() {
+            Job::Request { stream, frame } => {
+                // A first byte `{` is a producer's JSON line (producer/proto.rs), not a frame.
+                let pending = if frame.first() == Some(&b'{') {
+                    broker.producer.serve(stream, &frame, &|s| broker.verify_sender(s));
+                    None
+                } else {
+                    broker.handle(stream, &frame[4..])
+                };
+                let held = frame.capacity();
+                drop(frame);
+                broker.counters.frames_held.fetch_sub(held, Ordering::SeqCst);
+                match pending {
+                    // Still one connection, now waiting in the poll thread.
+                    Some(a) => handback.give(a),
+                    None => {
+                        broker.counters.connections.fetch_sub(1, Ordering::SeqCst);
+                    }
+                }
+            }
+            Job::Ack { pending, frame } => {
+                broker.finish_hand_over(pending, frame.as_deref());
+                broker.counters.connections.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+/// Error frame for a request the broker will not serve: a client learns why before the close.
+pub(super) fn error_frame(code: &str, detail: &str) -> Vec<u8> {
+    let body = serde_json::json!({"v": PROTOCOL_VERSION, "error": code, "detail": detail}).to_string();
+    let mut out = (body.len() as u32).to_be_bytes().to_vec();
+    out.extend_from_slice(body.as_bytes());
+    out
+}
+
+pub(super) struct Conn {
+    pub(super) stream: UnixStream,
+    pub(super) pid: i32,
+    pub(super) since: Instant,
+    /// Frame bytes so far (length prefix included); grows with what arrives, not what is claimed.
+    pub(super) buf: Vec<u8>,
+}
+
+/// The accept-and-read loop (see the module docs).
+pub(super) struct Poller {
+    pub(super) epoll: std::os::fd::OwnedFd,
+    pub(super) listener: UnixListener,
+    pub(super) broker: Arc<Broker>,
+    pub(super) jobs: Arc<JobQueue>,
+    pub(super) handback: Arc<Handback>,
+    pub(super) conns: HashMap<RawFd, Conn>,
+    /// Hand-offs waiting for their ack, with the ack bytes read so far.
+    pub(super) acks: HashMap<RawFd, (AwaitAck, Vec<u8>)>,
+    pub(super) per_peer: HashMap<i32, usize>,
+    /// Bytes allocated for the `buf`s of `conns` (capacity, not length).
+    pub(super) buffered: usize,
+    pub(super) uid: u32,
+}
+
+pub(super) const LISTENER: u64 = u64::MAX;
+
+pub(super) const WAKE: u64 = u64::MAX - 1;
+
+impl Poller {
+    pub(super) fn new(listener: UnixListener, broker: Arc<Broker>, jobs: Arc<JobQueue>, handback: Arc<Handback>) -> Result<Poller> {
+        listener.set_nonblocking(true)?;
+        // SAFETY: epoll_create1 returns a new fd or -1.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error()).context("epoll_create1");
+        }
+        // SAFETY: fd is a fresh descriptor we own.
+        let epoll = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        let p = Poller {
+            epoll,
+            listener,
+            broker,
+            jobs,
+            handback,
+            conns: HashMap::new(),
+            acks: HashMap::new(),
+            per_peer: HashMap::new(),
+            buffered: 0,
+            uid: courier_shared::paths::uid(),
+        };
+        p.ctl(libc::EPOLL_CTL_ADD, p.listener.as_raw_fd(), LISTENER)?;
+        p.ctl(libc::EPOLL_CTL_ADD, p.handback.wake.as_raw_fd(), WAKE)?;
+        Ok(p)
+    }
+
+    fn ctl(&self, op: libc::c_int, fd: RawFd, token: u64) -> std::io::Result<()> {
+        let mut ev = libc::epoll_event { events: (libc::EPOLLIN | libc::EPOLLRDHUP) as u32, u64: token };
+        // SAFETY: valid epoll fd, valid event struct.
+        if unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), op, fd, &mut ev) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    pub(super) fn run(mut self) -> Result<()> {
+        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
+        let mut last_sweep = Instant::now();
+        loop {
+            // SAFETY: events has the length we pass.
+            let n = unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), events.as_mut_ptr(), events.len() as i32, 100) };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e).context("epoll_wait");
+            }
+            for ev in &events[..n as usize] {
+                let token = ev.u64;
+                if token == LISTENER {
+                    self.accept_some();
+                } else if token == WAKE {
+                    for a in self.handback.take() {
+                        self.await_ack(a);
+                    }
+                } else if self.acks.contains_key(&(token as RawFd)) {
+                    self.read_ack(token as RawFd);
+                } else {
+                    self.read_conn(token as RawFd);
+                }
+            }
+            if last_sweep.elapsed() >= Duration::from_millis(100) {
+                self.sweep();
+                last_sweep = Instant::now();
+            }
+        }
+    }
+
+    fn accept_some(&mut self) {
+        for _ in 0..512 {
+            let stream = match self.listener.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE)) => {
+                    // Out of descriptors: give the oldest unfinished connection's to the new one.
+                    if !self.evict_oldest() {
+                        return;
+                    }
+                    continue;
+                }
+                Err(_) => return,
+            };
+            let cred = match nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials) {
+                Ok(c) => c,
+                Err(_) => continue,
+            };
+            if cred.uid() != self.uid {
+                self.broker.refuse_later(RefusalCode::PeerUid, format!("peer uid {} is not broker uid {}", cred.uid(), self.uid), cred.pid());
+                continue; // dropped unread
+            }
+            let pid = cred.pid();
+            if self.per_peer.get(&pid).copied().unwrap_or(0) >= MAX_PER_PEER {
+                self.broker.counters.rejected.fetch_add(1, Ordering::Relaxed);
+                let _ = (&stream).write(&error_frame(RefusalCode::TooManyConnections.as_str(), "this process has too many unfinished requests"));
+                self.broker.refuse_later(RefusalCode::TooManyConnections, format!("pid {pid} holds {MAX_PER_PEER} unfinished connections"), pid);
+                continue;
+            }
+            if self.conns.len() >= MAX_PENDING {
+                self.evict_oldest();
+            }
+            if stream.set_nonblocking(true).is_err() {
+                continue;
+            }
+            let fd = stream.as_raw_fd();
+            if self.ctl(libc::EPOLL_CTL_ADD, fd, fd as u64).is_err() {
+                continue;
+            }
+            *self.per_peer.entry(pid).or_default() += 1;
+            self.broker.counters.connections.fetch_add(1, Ordering::SeqCst);
+            self.conns.insert(fd, Conn { stream, pid, since: Instant::now(), buf: Vec::new() });
+        }
+    }
+
+    /// Takes a connection out of the poll set (the caller closes or hands it on).
+    fn remove(&mut self, fd: RawFd) -> Option<Conn> {
+        let conn = self.conns.remove(&fd)?;
+        let _ = self.ctl(libc::EPOLL_CTL_DEL, fd, 0);
+        self.buffered -= conn.buf.capacity();
+        self.broker.counters.buffered.store(self.buffered, Ordering::Relaxed);
+        if let Some(n) = self.per_peer.get_mut(&conn.pid) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_peer.remove(&conn.pid);
+            }
+        }
+        self.broker.counters.connections.fetch_sub(1, Ordering::SeqCst);
+        Some(conn)
+    }
+
+    fn close_with(&mut self, fd: RawFd, code: RefusalCode, detail: String) {
+        if let Some(conn) = self.remove(fd) {
+            self.broker.counters.bad_frames.fetch_add(1, Ordering::Relaxed);
+            let _ = (&conn.stream).write(&error_frame(code.as_str(), &detail));
+            self.broker.refuse_later(code, detail, conn.pid);
+        }
+    }
+
+    fn evict_oldest(&mut self) -> bool {
+        let Some(fd) = self.conns.iter().min_by_key(|(_, c)| c.since).map(|(fd, _)| *fd) else { return false };
+        self.broker.counters.evicted.fetch_add(1, Ordering::Relaxed);
+        if let Some(conn) = self.remove(fd) {
+            let _ = (&conn.stream).write(&error_frame("evicted", "too many unfinished connections"));
+        }
+        true
+    }
+
+    /// Waits (in the poll set) for the ack of a hand-off a worker gave back.
+    fn await_ack(&mut self, a: AwaitAck) {
+        let fd = a.stream.as_raw_fd();
+        if a.stream.set_nonblocking(true).is_err() || self.ctl(libc::EPOLL_CTL_ADD, fd, fd as u64).is_err() {
+            return self.settle_ack(a, None);
+        }
+        self.acks.insert(fd, (a, Vec::new()));
+    }
+
+    /// Hands a hand-off to a worker to commit (`frame`) or release (`None`) its lease.
+    fn settle_ack(&mut self, a: AwaitAck, frame: Option<Vec<u8>>) {
+        let _ = a.stream.set_nonblocking(false);
+        if self.jobs.push(Job::Ack { pending: a, frame }).is_err() {
+            // No room: dropped; the lease runs out and maintenance returns it to pending.
+            self.broker.counters.connections.fetch_sub(1, Ordering::SeqCst);
+            self.broker.counters.rejected.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn end_ack(&mut self, fd: RawFd, complete: bool) {
+        let Some((a, buf)) = self.acks.remove(&fd) else { return };
+        let _ = self.ctl(libc::EPOLL_CTL_DEL, fd, 0);
+        let frame = complete.then(|| buf[4..].to_vec());
+        self.settle_ack(a, frame);
+    }
+
+    /// Reads an awaited ack frame without blocking (at most `4 + MAX_ACK_FRAME` bytes).
+    fn read_ack(&mut self, fd: RawFd) {
+        loop {
+            let Some((a, buf)) = self.acks.get_mut(&fd) else { return };
+            let end = if buf.len() < 4 {
+                4
+            } else {
+                let len = u32::from_be_bytes(buf[..4].try_into().unwrap()) as usize;
+                if len > MAX_ACK_FRAME {
+                    return self.end_ack(fd, false);
+                }
+                4 + len
+            };
+            if buf.len() == end && end > 4 {
+                return self.end_ack(fd, true);
+            }
+            let old = buf.len();
+            buf.resize(end, 0);
+            match a.stream.read(&mut buf[old..]) {
+                Ok(0) => {
+                    buf.truncate(old);
+                    return self.end_ack(fd, false);
+                }
+                Ok(k) => buf.truncate(old + k),
+                Err(e) => {
+                    buf.truncate(old);
+                    match e.kind() {
+                        std::io::ErrorKind::WouldBlock => return,
+                        std::io::ErrorKind::Interrupted => {}
+                        _ => return self.end_ack(fd, false),
+                    }
+                }
+            }
+        }
+    }
+
+    fn sweep(&mut self) {
+        let now = Instant::now();
+        let unacked: Vec<RawFd> = self.acks.iter().filter(|(_, (a, _))| now >= a.deadline).map(|(fd, _)| *fd).collect();
+        for fd in unacked {
+            self.end_ack(fd, false);
+        }
+        let late: Vec<RawFd> =
+            self.conns.iter().filter(|(_, c)| now.duration_since(c.since) > REQUEST_TIMEOUT).map(|(fd, _)| *fd).collect();
+        for fd in late {
+            self.broker.counters.timed_out.fetch_add(1, Ordering::Relaxed);
+            let got = self.conns.get(&fd).map_or(0, |c| c.buf.len());
+            self.close_with(fd, RefusalCode::RequestTimeout, format!("no complete request within {REQUEST_TIMEOUT:?} ({got} bytes)"));
+        }
+    }
+
+    fn read_conn(&mut self, fd: RawFd) {
+        loop {
+            let Some(conn) = self.conns.get_mut(&fd) else { return };
+            // Read exactly up to the end of the frame: the header first, then the body. A
+            // producer's JSON line (first byte `{`) ends at its newline.
+            let frame_end = if conn.buf.first() == Some(&b'{') {
+                match conn.buf.iter().position(|b| *b == b'\n') {
+                    Some(nl) => {
+                        conn.buf.truncate(nl + 1);
+                        nl + 1
+                    }
+                    None if conn.buf.len() >= crate::producer::proto::MAX_LINE => {
+                        let detail = format!("request line longer than {} bytes", crate::producer::proto::MAX_LINE);
+                        return self.close_with(fd, RefusalCode::FrameTooLarge, detail);
+                    }
+                    None => crate::producer::proto::MAX_LINE,
+                }
+            } else if conn.buf.len() < 4 {
+                4
+            } else {
+                let len = u32::from_be_bytes(conn.buf[..4].try_into().unwrap()) as usize;
+                if len > wire::MAX_FRAME {
+                    let detail = format!("frame of {len} bytes exceeds limit {}", wire::MAX_FRAME);
+                    return self.close_with(fd, RefusalCode::FrameTooLarge, detail);
+                }
+                4 + len
+            };
+            let want = frame_end - conn.buf.len();
+            if want == 0 {
+                let conn = self.remove(fd).expect("present");
+                let Conn { stream, buf, .. } = conn;
+                if stream.set_nonblocking(false).is_err() {
+                    return;
+                }
+                self.broker.counters.connections.fetch_add(1, Ordering::SeqCst);
+                // The frame moves to the job queue's share of the budget, uncopied.
+                let held = buf.capacity();
+                self.broker.counters.frames_held.fetch_add(held, Ordering::SeqCst);
+                if let Err(Job::Request { stream, .. }) = self.jobs.push(Job::Request { stream, frame: buf }) {
+                    self.broker.counters.frames_held.fetch_sub(held, Ordering::SeqCst);
+                    self.broker.counters.connections.fetch_sub(1, Ordering::SeqCst);
+                    self.broker.counters.rejected.fetch_add(1, Ordering::Relaxed);
+                    let _ = (&stream).write(&error_frame("overloaded", "all workers busy"));
+                }
+                return;
+            }
+            let chunk = want.min(64 * 1024);
+            let old = conn.buf.len();
+            let cap = conn.buf.capacity();
+            if cap < old + chunk {
+                // Grow geometrically with what arrives, never past the frame's own end: memory
+                // stays within twice the bytes received and within the frame's length.
+                let new_cap = (old + chunk).max((cap * 2).min(frame_end));
+                if self.buffered + self.broker.counters.frames_held.load(Ordering::SeqCst) + (new_cap - cap) > MAX_BUFFERED {
+                    return self.close_with(fd, RefusalCode::BufferLimit, "request frames hold too much memory".into());
+                }
+                conn.buf.reserve_exact(new_cap - old);
+                self.buffered += conn.buf.capacity() - cap;
+                self.broker.counters.buffered.store(self.buffered, Ordering::Relaxed);
+            }
+            conn.buf.resize(old + chunk, 0);
+            match conn.stream.read(&mut conn.buf[old..]) {
+                Ok(0) => {
+                    conn.buf.truncate(old);
+                    let got = conn.buf.len();
+                    if got == 0 {
+                        // Connected and left without a word: nothing to record.
+                        self.remove(fd);
+                        return;
+                    }
+                    return self.close_with(fd, RefusalCode::TruncatedFrame, format!("connection closed after {got} bytes of a frame"));
+                }
+                Ok(k) => conn.buf.truncate(old + k),
+                Err(e) => {
+                    conn.buf.truncate(old);
+                    if e.kind() == std::io::ErrorKind::WouldBlock {
+                        return;
+                    }
+                    if e.kind() == std::io::ErrorKind::Interrupted {
+                        continue;
+                    }
+                    self.remove(fd);
+                    return;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! What the producer commands (`broker status`, `wait`, `threads`, `send`) ask of the queue: one
+//! message by id, the per-thread counts, whether anything changed, and the expiry of messages
+//! whose thread never appeared.
+
+use super::{now_ms, row_to_message, Message, Store, MESSAGE_COLUMNS};
+use anyhow::Result;
+use rusqlite::{params, OptionalExtension};
+use std::collections::BTreeMap;
+
+impl Store {
+    /// The message with this id, if the queue has it.
+    pub fn message(&self, id: &str) -> Result<Option<Message>> {
+        let mut stmt = self.conn.prepare_cached(&format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?1"))?;
+        Ok(stmt.query_row([id], row_to_message).optional()?)
+    }
+
+    /// Per thread, how many context messages are in each state.
+    pub fn counts_by_thread(&self) -> Result<BTreeMap<String, BTreeMap<String, u64>>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT thread, state, COUNT(*) FROM messages WHERE kind = 'message' GROUP BY thread, state")?;
+        let mut out: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)))?;
+        for row in rows {
+            let (thread, state, n) = row?;
+            out.entry(thread).or_default().insert(state, n as u64);
+        }
+        Ok(out)
+    }
+
+    /// SQLite's `data_version`: changes when another connection commits to the database.
+    pub fn data_version(&self) -> Option<i64> {
+        self.conn.query_row("PRAGMA data_version", [], |r| r.get(0)).ok()
+    }
+
+    /// Threads with pending messages that have no `--ttl` and were queued before `cutoff`.
+    pub fn threads_pending_since(&self, cutoff: i64) -> Result<Vec<String>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT DISTINCT thread FROM messages WHERE state = 'pending' AND expires_at IS NULL AND created_at < ?1",
+        )?;
+        let rows = stmt.query_map([cutoff], |r| r.get(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Expires `thread`'s pending messages with no `--ttl` queued before `cutoff`: their thread
+    /// never appeared (`thread_never_appeared`). Returns how many.
+    pub fn expire_never_appeared(&mut self, thread: &str, cutoff: i64) -> Result<usize> {
+        Ok(self.conn.execute(
+            "UPDATE messages SET state = 'expired', reason = 'thread_never_appeared', updated_at = ?3
+             WHERE thread = ?1 AND state = 'pending' AND expires_at IS NULL AND created_at < ?2",
+            params![thread, cutoff, now_ms()],
+        )?)
+    }
+
+    /// Makes every message look `ms` older (tests of time-based rules, without a fake clock).
+    #[cfg(test)]
+    pub(crate) fn backdate_messages(&mut self, ms: i64) {
+        self.conn.execute("UPDATE messages SET created_at = created_at - ?1", [ms]).unwrap();
+    }
+}

@@ -1,0 +1,44 @@
+//! Refused hook calls, the most recent [`REFUSALS_KEPT`] kept for `broker inspect` and `broker doctor`.
+
+use super::{now_ms, Store};
+use anyhow::Result;
+use crate::refusal::RefusalCode;
+use rusqlite::params;
+use serde::Serialize;
+
+impl Store {
+    pub fn record_refusal(&mut self, reason: RefusalCode, detail: &str, thread: Option<&str>, event: Option<&str>, pid: Option<i64>) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "INSERT INTO refusals (at, reason, detail, thread, event, pid) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![now_ms(), reason.as_str(), detail, thread, event, pid],
+        )?;
+        tx.execute("DELETE FROM refusals WHERE seq <= (SELECT MAX(seq) FROM refusals) - ?1", [REFUSALS_KEPT])?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    pub fn refusals(&self, thread: Option<&str>, limit: i64) -> Result<Vec<Refusal>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT at, reason, detail, thread, event, pid FROM refusals
+             WHERE (?1 IS NULL OR thread = ?1) ORDER BY seq DESC LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(params![thread, limit], |r| {
+            Ok(Refusal { at: r.get(0)?, reason: r.get(1)?, detail: r.get(2)?, thread: r.get(3)?, event: r.get(4)?, pid: r.get(5)? })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Refusal {
+    pub at: i64,
+    pub reason: String,
+    pub detail: String,
+    pub thread: Option<String>,
+    pub event: Option<String>,
+    pub pid: Option<i64>,
+}
+
+/// Most recent refusals kept for `inspect`.
+const REFUSALS_KEPT: i64 = 1000;

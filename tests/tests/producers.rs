@@ -1,0 +1,443 @@
+//! The sending side on the real Codex: receipts (`send --wait`, `wait`, `status`), refusal of
+//! thread ids no rollout has, `broker threads`, `send --cwd`, and the JSON-lines socket protocol
+//! (the README's Python example, run as written). Each test has its own scripted model, Codex
+//! home and broker.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use courier_tests::broker::{hook_command, run_bounded};
+use courier_tests::util::marker;
+use courier_tests::{Broker, CodexEnv, ExecChild, Hold, Reply, ScriptedModel};
+use serde_json::Value;
+
+const T: Duration = Duration::from_secs(60);
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+/// A model whose first request of every session is held until released (the turn stays open),
+/// then a tool call, then `done`.
+fn rig() -> (ScriptedModel, CodexEnv, Hold) {
+    let hold = Hold::new();
+    let h = hold.clone();
+    let model = ScriptedModel::start_with(move |r| {
+        if r.function_calls().is_empty() && r.tool_outputs().is_empty() {
+            Reply::exec("echo hello").held(&h)
+        } else {
+            Reply::message("done")
+        }
+    });
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    (model, env, hold)
+}
+
+fn broker(env: &CodexEnv) -> Broker<'_> {
+    let b = Broker::start(env);
+    b.trust_codex(&env.codex);
+    b
+}
+
+fn text(o: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+/// `broker <args>` run in the background; joined with its output and the wall-clock time (ms) it
+/// exited at.
+struct Bg(std::thread::JoinHandle<(Output, i64)>);
+
+fn bg(env: &CodexEnv, args: &[&str]) -> Bg {
+    let mut cmd = env.command(courier_tests::broker_bin());
+    cmd.args(args);
+    Bg(std::thread::spawn(move || {
+        let out = run_bounded(&mut cmd, Duration::from_secs(120));
+        (out, now_ms())
+    }))
+}
+
+impl Bg {
+    fn join(self) -> (Output, i64) {
+        self.0.join().expect("background broker command")
+    }
+}
+
+/// A `codex exec` of `prompt` run in `dir`.
+fn exec_in(env: &CodexEnv, dir: &Path, prompt: &str) -> ExecChild {
+    let mut c = env.codex_command();
+    c.current_dir(dir).arg("exec").arg("--skip-git-repo-check").arg(prompt);
+    ExecChild::spawn(c)
+}
+
+fn threads_json(b: &Broker, all: bool) -> Vec<Value> {
+    let mut args = vec!["threads", "--json"];
+    if all {
+        args.push("--all");
+    }
+    let out = b.run_ok(&args);
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("threads --json is not JSON ({e}): {out}"));
+    v["threads"].as_array().cloned().unwrap_or_else(|| panic!("no threads[]: {v}"))
+}
+
+fn find<'a>(threads: &'a [Value], id: &str) -> Option<&'a Value> {
+    threads.iter().find(|t| t["id"] == id)
+}
+
+/// An ended thread: one `codex exec` run to completion.
+fn ended_thread(env: &CodexEnv) -> String {
+    let model_done = env.exec("finish at once");
+    model_done.assert_success();
+    model_done.thread_id().expect("session id")
+}
+
+/// `send --wait confirmed` returns 0 once the message reached the model, with the id on stdout;
+/// a parallel `broker wait` returns within milliseconds of the state change (the broker's
+/// notification, not a poll); `status --json` and `wait --for handed` agree afterwards.
+#[test]
+fn send_wait_confirmed_returns_zero_once_delivered() {
+    let (model, env, hold) = rig();
+    let broker = broker(&env);
+    let child = env.spawn_exec("please run a command");
+    hold.wait_held(1, T);
+    let thread = child.wait_thread_id(T);
+    let body = marker("RECEIPT");
+
+    let send = bg(&env, &["send", "--thread", &thread, "--from", "relay", "--wait", "confirmed", "--timeout", "60s", &body]);
+    // The id is queued before the turn goes on: find it, and wait on it from a second process.
+    let id = courier_tests::util::wait_until(T, "the message to be queued", || {
+        broker.inspect_json()["messages"].as_array()?.iter().find(|m| m["thread"] == thread.as_str()).map(|m| m["id"].as_str().unwrap().to_string())
+    });
+    let waiter = bg(&env, &["wait", &id, "--json"]);
+    // Both are parked in the broker now, not polling.
+    courier_tests::util::wait_until(T, "two parked waits", || {
+        (broker.inspect_json()["broker"]["parked_waits"].as_u64() == Some(2)).then_some(())
+    });
+    assert_eq!(broker.message_state(&id), "pending");
+    hold.release();
+    child.wait(T).assert_success();
+
+    let (out, _) = send.join();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "send --wait confirmed: {stdout} {stderr}");
+    assert_eq!(stdout.trim(), id, "stdout is the id alone");
+    let (wout, returned_at) = waiter.join();
+    let (wstdout, wstderr) = text(&wout);
+    assert_eq!(wout.status.code(), Some(0), "{wstdout} {wstderr}");
+    let rec: Value = serde_json::from_str(wstdout.trim()).unwrap();
+    assert_eq!((rec["id"].as_str(), rec["state"].as_str()), (Some(id.as_str()), Some("confirmed")));
+    let confirmed_at = rec["confirmed_at"].as_i64().unwrap();
+    let latency = returned_at - confirmed_at;
+    eprintln!("wait latency: state change (confirmed_at) to `broker wait` exit: {latency} ms");
+    assert!((0..2000).contains(&latency), "latency {latency} ms");
+    assert_eq!(model.count_messages_containing("developer", &body), 1, "{}", model.dump());
+
+    let status: Value = serde_json::from_str(&broker.run_ok(&["status", &id, "--json"])).unwrap();
+    assert_eq!(status["state"], "confirmed");
+    assert_eq!(status["from"], "relay");
+    assert_eq!(status["thread"], thread.as_str());
+    let human = broker.run_ok(&["status", &id]);
+    assert!(human.starts_with(&format!("{id} confirmed")), "{human}");
+    let out = broker.run(&["wait", &id, "--for", "handed", "--timeout", "5s"]);
+    assert_eq!(out.status.code(), Some(0), "confirmed passes handed: {:?}", text(&out));
+    assert_eq!(text(&out).0.trim(), format!("{id} confirmed"));
+}
+
+/// A message for an ended thread is accepted with a note, and one whose `--ttl` runs out makes
+/// `send --wait` exit 4 with the reason; `wait` says the same with no broker running (its
+/// fallback), and a timeout with the message still queued exits 3.
+#[test]
+fn expiry_exits_4_with_the_reason_and_timeout_exits_3() {
+    let (_model, env, hold) = rig();
+    hold.release();
+    let mut broker = broker(&env);
+    let thread = ended_thread(&env);
+
+    let started = Instant::now();
+    let out = broker.run(&["send", "--thread", &thread, "--ttl", "1s", "--wait", "confirmed", "--timeout", "30s", "too late"]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(4), "{stdout} {stderr}");
+    let id = stdout.trim().to_string();
+    assert!(stderr.contains("waits until the thread is resumed"), "the ended-thread note: {stderr}");
+    assert!(stderr.contains(&format!("{id} expired without reaching confirmed (ttl_elapsed)")), "{stderr}");
+    let took = started.elapsed();
+    eprintln!("send --ttl 1s --wait returned 4 after {took:?}");
+    assert!(took < Duration::from_secs(5), "expired within about a second: {took:?}");
+
+    // Still queued at the timeout: 3, with the state; `--json` prints the record.
+    let pending = broker.run_ok(&["send", "--thread", &thread, "waits for a resume"]).trim().to_string();
+    let out = broker.run(&["wait", &pending, &id, "--timeout", "1s"]);
+    assert_eq!(out.status.code(), Some(4), "one ended: 4 wins over the timeout: {:?}", text(&out));
+    let out = broker.run(&["wait", &pending, "--timeout", "1s", "--json"]);
+    assert_eq!(out.status.code(), Some(3), "{:?}", text(&out));
+    let rec: Value = serde_json::from_str(text(&out).0.trim()).unwrap();
+    assert_eq!(rec["state"], "pending");
+    let out = broker.run(&["wait", &pending, "--for", "handed", "--timeout", "1s"]);
+    assert_eq!(out.status.code(), Some(3));
+    // The wake channel says why it waits: its thread is not loaded anywhere.
+    assert_eq!(text(&out).0.trim(), format!("{pending} still pending (timed out; thread_not_loaded)"));
+
+    // No broker: the client polls the queue itself and still sees the ttl run out.
+    broker.stop();
+    let late = broker.run_ok(&["send", "--thread", &thread, "--ttl", "1500ms", "nobody delivers this"]).trim().to_string();
+    let out = broker.run(&["wait", &late, "--timeout", "20s"]);
+    assert_eq!(out.status.code(), Some(4), "{:?}", text(&out));
+    assert!(text(&out).0.contains(&format!("{late} expired without reaching confirmed (ttl_elapsed)")), "{:?}", text(&out));
+    let out = broker.run(&["wait", &pending, "--timeout", "1500ms"]);
+    assert_eq!(out.status.code(), Some(3), "{:?}", text(&out));
+    // Usage and lookup errors.
+    assert_eq!(broker.run(&["wait", "not-an-id"]).status.code(), Some(2));
+    assert_eq!(broker.run(&["wait", &pending, "--for", "seen"]).status.code(), Some(2));
+    let out = broker.run(&["status", "m_00000000000000ff"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).1.contains("no message m_00000000000000ff"), "{:?}", text(&out));
+    assert_eq!(broker.run(&["send", "--thread", &thread, "--timeout", "1s", "x"]).status.code(), Some(2), "--timeout needs --wait");
+}
+
+/// A thread id no rollout has is refused (exit 2, nothing queued) unless `--future-thread`; a
+/// message for an ended thread waits and is delivered, confirmed, when the thread is resumed.
+#[test]
+fn unknown_threads_are_refused_and_ended_ones_wait_for_a_resume() {
+    let (model, env, hold) = rig();
+    hold.release();
+    let broker = broker(&env);
+    // A typo of a real id: same time bits, another tail.
+    let thread = ended_thread(&env);
+    let typo = format!("{}{}", &thread[..35], if thread.ends_with('0') { '1' } else { '0' });
+    let v4 = "2b0c2c5e-3c3d-4f7e-9d1a-5b6c7d8e9f00";
+    for bad in [typo.as_str(), v4] {
+        let out = broker.run(&["send", "--thread", bad, "lost"]);
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {stdout} {stderr}");
+        assert!(stdout.is_empty(), "no id printed: {stdout}");
+        assert!(stderr.contains("no rollout under") && stderr.contains(bad) && stderr.contains("--future-thread"), "{stderr}");
+    }
+    assert!(broker.inspect_json()["messages"].as_array().unwrap().is_empty(), "nothing queued");
+    let out = broker.run(&["send", "--thread", v4, "--future-thread", "--json", "for later"]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    let sent: Value = serde_json::from_str(text(&out).0.trim()).unwrap();
+    assert_eq!(sent["thread_status"], "not_started");
+    assert!(sent["note"].as_str().unwrap().contains("at most 24 h"), "{sent}");
+
+    let body = marker("AFTER_RESUME");
+    let out = broker.run(&["send", "--thread", &thread, "--json", &body]);
+    let sent: Value = serde_json::from_str(text(&out).0.trim()).unwrap();
+    assert_eq!(sent["thread_status"], "ended");
+    let id = sent["id"].as_str().unwrap().to_string();
+    let waiter = bg(&env, &["wait", &id, "--timeout", "60s"]);
+    let resumed = env.exec_args(&["resume", &thread], "carry on", T);
+    resumed.assert_success();
+    let (out, _) = waiter.join();
+    assert_eq!(out.status.code(), Some(0), "delivered after the resume: {:?}", text(&out));
+    assert_eq!(model.count_messages_containing("developer", &body), 1, "{}", model.dump());
+}
+
+/// `broker threads` lists what trusted codex processes hold: two busy `codex exec` sessions with
+/// their pid, cwd, title and queue counts (from the broker, and read locally with no broker);
+/// once they end, only `--all` lists them, as ended, most recently active first. `send --cwd` picks the one
+/// thread of a directory and lists the candidates when there are none or several.
+#[test]
+fn threads_and_cwd_addressing() {
+    let (_model, env, hold) = rig();
+    let mut broker = broker(&env);
+    let (dir_a, dir_b) = (env.root.join("proj-a"), env.root.join("proj-b"));
+    std::fs::create_dir_all(&dir_a).unwrap();
+    std::fs::create_dir_all(&dir_b).unwrap();
+    let a = exec_in(&env, &dir_a, "ALPHA fix the parser");
+    let b = exec_in(&env, &dir_b, "BRAVO write the docs");
+    hold.wait_held(2, T);
+    let (ta, tb) = (a.wait_thread_id(T), b.wait_thread_id(T));
+
+    let id = broker.run_ok(&["send", "--cwd", &dir_a.display().to_string(), "for alpha"]).trim().to_string();
+    let m = broker.message(&id).unwrap();
+    assert_eq!(m["thread"], ta.as_str(), "--cwd names A's thread");
+    let out = broker.run(&["send", "--cwd", &env.root.display().to_string(), "nobody there"]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no live Codex thread runs in") && stderr.contains(&ta) && stderr.contains(&tb), "lists the candidates: {stderr}");
+
+    for local in [false, true] {
+        if local {
+            broker.stop(); // read from /proc and the rollouts by the CLI itself
+        }
+        let list = threads_json(&broker, false);
+        assert_eq!(list.len(), 2, "local={local}: {list:#?}");
+        for (t, dir, title, pid) in [(&ta, &dir_a, "ALPHA fix the parser", a.pid()), (&tb, &dir_b, "BRAVO write the docs", b.pid())] {
+            let e = find(&list, t).unwrap_or_else(|| panic!("{t} not listed: {list:#?}"));
+            assert_eq!(e["state"], "busy", "{e}");
+            assert!(e["turn_id"].is_string(), "{e}");
+            assert_eq!(e["process"]["kind"], "exec");
+            assert_eq!(e["process"]["pid"].as_u64(), Some(u64::from(pid)));
+            assert_eq!(Path::new(e["cwd"].as_str().unwrap()), dir.canonicalize().unwrap());
+            assert_eq!(e["title"], title);
+            assert_eq!(e["parent"], Value::Null);
+            assert_eq!(e["originator"], "codex_exec");
+        }
+        assert_eq!(find(&list, &ta).unwrap()["pending"], 1);
+        assert_eq!(find(&list, &tb).unwrap()["pending"], 0);
+        let table = broker.run_ok(&["threads"]);
+        assert!(table.contains(&ta) && table.contains("ALPHA fix the parser") && table.contains("busy"), "{table}");
+    }
+    let mut broker = Broker::start(&env);
+
+    // A second session in A's directory: --cwd is ambiguous now.
+    let a2 = exec_in(&env, &dir_a, "ALPHA2 also here");
+    hold.wait_held(3, T);
+    let ta2 = a2.wait_thread_id(T);
+    let out = broker.run(&["send", "--cwd", &dir_a.display().to_string(), "which one?"]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("2 live threads run in") && stderr.contains(&ta) && stderr.contains(&ta2) && !stderr.contains(&tb), "{stderr}");
+
+    hold.release();
+    for c in [a, b, a2] {
+        c.wait(T).assert_success();
+    }
+    assert!(threads_json(&broker, false).is_empty(), "ended threads are not live");
+    let all = threads_json(&broker, true);
+    let ids: Vec<&str> = all.iter().map(|t| t["id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 3, "{all:#?}");
+    assert!(all.iter().all(|t| t["state"] == "ended" && t["process"].is_null()), "{all:#?}");
+    let activity: Vec<i64> = all.iter().map(|t| t["last_activity_at"].as_i64().unwrap()).collect();
+    assert!(activity.windows(2).all(|w| w[0] >= w[1]), "most recently active first: {activity:?}");
+    for t in [&ta, &tb, &ta2] {
+        assert!(ids.contains(&t.as_str()), "{t} in {ids:?}");
+    }
+    let e = find(&all, &ta).unwrap();
+    assert_eq!((e["pending"].as_u64(), e["messages"]["confirmed"].as_u64()), (Some(0), Some(1)), "{e}");
+    broker.stop();
+}
+
+/// The README's Python producer (the block between the `producer-example` markers), run as
+/// written: it lists threads, sends by cwd over the socket and blocks until `confirmed`.
+#[test]
+fn readme_python_example_sends_and_waits_over_the_socket() {
+    let readme = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
+    let start = readme.find("<!-- producer-example -->").expect("README has the producer example");
+    let block = &readme[start..];
+    let code = block.split("```python\n").nth(1).and_then(|b| b.split("```").next()).expect("a python block");
+    let lines = code.lines().count();
+    assert!(lines <= 25, "the example stays short ({lines} lines)");
+
+    let (model, env, hold) = rig();
+    let broker = broker(&env);
+    let script = env.root.join("producer.py");
+    std::fs::write(&script, code).unwrap();
+    let child = env.spawn_exec("SOCKET please run a command");
+    hold.wait_held(1, T);
+    let thread = child.wait_thread_id(T);
+    let body = marker("FROM_PYTHON");
+    let mut py = env.command("python3");
+    py.arg(&script).arg(&env.work).arg(&body);
+    let py = std::thread::spawn(move || run_bounded(&mut py, Duration::from_secs(90)));
+    courier_tests::util::wait_until(T, "the Python producer's wait to park", || {
+        (broker.inspect_json()["broker"]["parked_waits"].as_u64() == Some(1)).then_some(())
+    });
+    hold.release();
+    child.wait(T).assert_success();
+    let out = py.join().unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains(&thread), "it listed the thread: {stdout}");
+    let last = stdout.lines().last().unwrap();
+    assert!(last.starts_with("m_") && last.ends_with(" reached confirmed"), "{stdout}");
+    assert_eq!(model.count_messages_containing("developer", &body), 1);
+
+    // The protocol's errors are lines too.
+    let sock = env.runtime_dir.join("broker.sock");
+    for (req, code) in [
+        ("{\"op\":\"send\",\"thread\":\"2b0c2c5e-3c3d-4f7e-9d1a-5b6c7d8e9f00\",\"text\":\"x\"}", "no_such_thread"),
+        ("{\"op\":\"status\",\"id\":\"m_00000000000000ff\"}", "not_found"),
+        ("{\"op\":\"send\",\"thred\":\"x\",\"text\":\"x\"}", "bad_request"),
+    ] {
+        let reply = line_request(&sock, req);
+        assert_eq!((reply["ok"].as_bool(), reply["error"].as_str()), (Some(false), Some(code)), "{req}: {reply}");
+    }
+    // A hook frame on the same socket still works afterwards (inspect asks for the status).
+    assert_eq!(broker.inspect_json()["broker"]["running"], true);
+}
+
+fn line_request(sock: &Path, req: &str) -> Value {
+    use std::io::{BufRead, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(format!("{req}\n").as_bytes()).unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(s).read_line(&mut line).unwrap();
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+}
+
+
+/// A `broker send` run by the model of session A (its `exec_command`) reaches session B with
+/// `from="thread:<A>" verified="true"`: the broker proved which thread's tool command sent it.
+/// The same command with `--from relay` is a plain label, and a self-declared `--from thread:...`
+/// is refused (exit 2). A's `send --wait confirmed` returns 0 once B's model has it, so A's model
+/// sees the receipt in its tool output.
+#[test]
+fn tool_command_sender_is_verified_and_labels_cannot_pose_as_it() {
+    use std::sync::{Arc, Mutex};
+    let hold = Hold::new();
+    let h = hold.clone();
+    let tb_slot: Arc<Mutex<Option<String>>> = Arc::default();
+    let slot = Arc::clone(&tb_slot);
+    let bin = courier_tests::broker_bin().display().to_string();
+    let (verified_text, relayed_text) = (marker("VERIFIED"), marker("RELAYED"));
+    let (vt, rt) = (verified_text.clone(), relayed_text.clone());
+    let model = ScriptedModel::start_with(move |r| {
+        let first = r.function_calls().is_empty();
+        if !r.user_messages_containing("BRAVO").is_empty() {
+            return if first { Reply::exec("echo bravo").held(&h) } else { Reply::message("done") };
+        }
+        if !first {
+            return Reply::message("done");
+        }
+        let tb = slot.lock().unwrap().clone().expect("B's thread id first");
+        let ta = r.thread_id().unwrap();
+        let cmd = format!(
+            "{bin} send --thread {tb} --key kv --wait confirmed --timeout 60s '{vt}'; echo rc1=$?; \
+             {bin} send --thread {tb} --key kr --from relay '{rt}'; echo rc2=$?; \
+             {bin} send --thread {tb} --from 'thread:{ta}' forged 2>&1; echo rc3=$?"
+        );
+        Reply::exec_with_yield(&cmd, 60_000)
+    });
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    let broker = broker(&env);
+    let b = env.spawn_exec("BRAVO wait for a message");
+    hold.wait_held(1, T);
+    let tb = b.wait_thread_id(T);
+    *tb_slot.lock().unwrap() = Some(tb.clone());
+    let a = env.spawn_exec("ALPHA message your peer");
+    let ta = a.wait_thread_id(T);
+    courier_tests::util::wait_until(T, "A's send to park its wait", || {
+        (broker.inspect_json()["broker"]["parked_waits"].as_u64() == Some(1)).then_some(())
+    });
+    hold.release();
+    b.wait(T).assert_success();
+    a.wait(T).assert_success();
+
+    let wrapped = model
+        .requests_for_thread(&tb)
+        .iter()
+        .flat_map(|r| r.developer_messages_containing(&verified_text))
+        .collect::<Vec<_>>();
+    assert!(!wrapped.is_empty(), "{}", model.dump());
+    for w in &wrapped {
+        assert!(w.contains(&format!("from=\"thread:{ta}\" verified=\"true\">{verified_text}")), "{w}");
+    }
+    let out = model
+        .requests_for_thread(&ta)
+        .iter()
+        .flat_map(|r| r.exec_results())
+        .find_map(|(_, out)| out)
+        .expect("A's tool output");
+    assert!(out.contains("rc1=0") && out.contains("rc2=0") && out.contains("rc3=2"), "{out}");
+    assert!(out.contains("reserved for senders the broker verified"), "{out}");
+    let msgs = broker.inspect_json()["messages"].as_array().unwrap().clone();
+    let by_key = |k: &str| msgs.iter().find(|m| m["key"] == k).cloned().unwrap_or_else(|| panic!("no message with key {k}: {msgs:#?}"));
+    assert_eq!(by_key("kv")["from"], format!("thread:{ta}"));
+    assert_eq!(by_key("kv")["state"], "confirmed");
+    assert_eq!(by_key("kr")["from"], "relay");
+    let relayed = model.requests_for_thread(&tb).iter().flat_map(|r| r.user_messages_containing(&relayed_text)).collect::<Vec<_>>();
+    assert!(relayed.iter().all(|m| !m.contains("verified=")), "a label is never marked verified: {relayed:?}");
+    assert_eq!(msgs.len(), 2, "the forged one was not queued: {msgs:#?}");
+}

@@ -1,0 +1,285 @@
+//! The wake channel on the real Codex: a message for a thread that is waiting (no open turn) in a
+//! live app-server starts a turn there, exactly once, `confirmed` from the rollout's user message
+//! that carries its id as Codex's client id. Threads that cannot be woken say why and wait for
+//! their next hook. Needs `cargo build --workspace` and the pinned Codex.
+
+use std::time::{Duration, Instant};
+
+use courier_tests::appserver::{ListeningAppServer, WsAppServer};
+use courier_tests::broker::{hook_command, run_bounded};
+use courier_tests::util::marker;
+use courier_tests::{Broker, CodexEnv, Hold, Reply, ScriptedModel};
+use serde_json::{json, Value};
+
+const T: Duration = Duration::from_secs(60);
+
+fn str_field<'a>(v: &'a Value, k: &str) -> &'a str {
+    v.get(k).and_then(Value::as_str).unwrap_or("")
+}
+
+fn broker(env: &CodexEnv) -> Broker<'_> {
+    let b = Broker::start(env);
+    b.trust_codex(&env.codex);
+    b
+}
+
+fn start_thread(client: &mut WsAppServer, env: &CodexEnv) -> String {
+    let r = client.request("thread/start", json!({"cwd": env.work.display().to_string()}), T);
+    r.pointer("/thread/id").and_then(Value::as_str).expect("thread id").to_string()
+}
+
+/// A user turn, run to completion: afterwards the thread is idle.
+fn user_turn(client: &mut WsAppServer, thread: &str, text: &str) {
+    let r = client.request("turn/start", json!({"threadId": thread, "input": [{"type": "text", "text": text}]}), T);
+    let turn = r.pointer("/turn/id").and_then(Value::as_str).expect("turn id").to_string();
+    client.wait_notification("turn/completed", T, |p| p.pointer("/turn/id").and_then(Value::as_str) == Some(turn.as_str()));
+}
+
+/// `broker send`, then the time until the model request that carries `text`.
+fn send_and_time(broker: &Broker, model: &ScriptedModel, thread: &str, text: &str) -> (String, Duration) {
+    let t0 = Instant::now();
+    let id = broker.send_opts(thread, text, None, Some("waker"));
+    model.wait_for(T, "the woken turn's request", |r| r.items_containing(text) > 0);
+    (id, t0.elapsed())
+}
+
+fn assert_once(model: &ScriptedModel, text: &str) {
+    // Codex writes the rollout (which confirms) before it sends the request: wait for it.
+    model.wait_for(T, "a request carrying the message", |r| r.items_containing(text) > 0);
+    let counts: Vec<usize> = model.requests().iter().map(|r| r.items_containing(text)).collect();
+    // The woken turn's request carries it; later requests of that turn carry the history, so
+    // count the requests in which it appears for the first time: exactly one.
+    let first = counts.iter().position(|c| *c > 0).expect("delivered");
+    assert_eq!(counts[first], 1, "once in its first request: {counts:?}");
+    assert!(counts.iter().all(|c| *c <= 1), "never twice in one request: {counts:?}");
+}
+
+/// The wrapped text as the model sees it, as a user message.
+fn user_messages_with(model: &ScriptedModel, text: &str) -> usize {
+    model.requests().iter().map(|r| r.user_messages_containing(text).len()).max().unwrap_or(0)
+}
+
+fn assert_woken(broker: &Broker, id: &str) -> Value {
+    let m = broker.wait_state(id, "confirmed", Duration::from_secs(15));
+    assert_eq!(str_field(&m, "event"), "wake", "delivered by the wake channel: {m}");
+    assert!(!str_field(&m, "turn_id").is_empty(), "the woken turn is recorded: {m}");
+    let lag = m["handed_at"].as_i64().unwrap_or(0) - m["created_at"].as_i64().unwrap_or(0);
+    eprintln!("{id}: broker send -> turn/start answered {lag} ms");
+    m
+}
+
+/// Waits for the woken turn of message `m` to end (the thread is idle again).
+fn wait_turn_of(client: &mut WsAppServer, m: &Value) {
+    let turn = str_field(m, "turn_id").to_string();
+    client.wait_notification("turn/completed", T, |p| p.pointer("/turn/id").and_then(Value::as_str) == Some(turn.as_str()));
+}
+
+/// An idle thread of a real `codex app-server --listen unix://`: `broker send` starts a turn whose
+/// first model request carries the message once, as a user message; `confirmed`. A second
+/// message later: another turn, once, `confirmed`. Two sent back to back: each once.
+#[test]
+fn idle_app_server_thread_is_woken_once_and_confirmed() {
+    let model = ScriptedModel::start_with(|_| Reply::message("done"));
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    let broker = broker(&env);
+    let server = ListeningAppServer::start(env.codex_command(), env.root.join("as.sock"), &[], env.root.join("app-server.log"));
+    let mut client = server.client(T);
+    client.initialize(false, T);
+    let thread = start_thread(&mut client, &env);
+    user_turn(&mut client, &thread, "hello");
+    let before = model.requests().len();
+
+    let text = marker("WOKEN_ONE");
+    let (id, latency) = send_and_time(&broker, &model, &thread, &text);
+    eprintln!("idle app-server thread: broker send -> model request {latency:?}");
+    let m = assert_woken(&broker, &id);
+    assert_once(&model, &text);
+    assert_eq!(user_messages_with(&model, &text), 1, "{}", model.dump());
+    assert!(latency < Duration::from_secs(3), "woken within about a second: {latency:?}");
+    wait_turn_of(&mut client, &m);
+
+    let second = marker("WOKEN_TWO");
+    let (id2, latency2) = send_and_time(&broker, &model, &thread, &second);
+    eprintln!("second wake: {latency2:?}");
+    let m2 = assert_woken(&broker, &id2);
+    assert_once(&model, &second);
+    wait_turn_of(&mut client, &m2);
+
+    // Two back to back: the first may wake the thread before the second is queued; then the
+    // second reaches that turn through its hooks. Either way each arrives once, confirmed.
+    let (a, b) = (marker("PAIR_A"), marker("PAIR_B"));
+    let ida = broker.send_opts(&thread, &a, None, Some("waker"));
+    let idb = broker.send_opts(&thread, &b, None, Some("waker"));
+    let ma = assert_woken(&broker, &ida);
+    let mb = broker.wait_state(&idb, "confirmed", Duration::from_secs(15));
+    eprintln!("pair: {} then {}", str_field(&ma, "event"), str_field(&mb, "event"));
+    assert_once(&model, &a);
+    assert_once(&model, &b);
+    let turns_started = model.requests().len() - before;
+    assert!(turns_started <= 4, "one request per woken turn: {turns_started}\n{}", model.dump());
+    let refused = courier_tests::broker::refusals(&broker.inspect_json());
+    assert!(refused.is_empty(), "the woken turns' own hooks verify: {refused:#?}");
+}
+
+/// The TUI's managed daemon (started the way the TUI starts it, `codex app-server daemon
+/// start`): an idle thread in it is woken, delivered once, `confirmed`.
+#[test]
+fn idle_managed_daemon_thread_is_woken() {
+    let model = ScriptedModel::start_with(|_| Reply::message("done"));
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    let broker = broker(&env);
+    struct Stop<'a>(&'a CodexEnv);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            let _ = run_bounded(self.0.codex_command().args(["app-server", "daemon", "stop"]), Duration::from_secs(30));
+        }
+    }
+    let _stop = Stop(&env);
+    let out = run_bounded(env.codex_command().args(["app-server", "daemon", "start"]), T);
+    assert!(out.status.success(), "daemon start: {out:?}");
+    let started: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("daemon start JSON ({e}): {out:?}"));
+    let mut client = WsAppServer::connect(std::path::Path::new(str_field(&started, "socketPath")), T);
+    client.initialize(false, T);
+    let thread = start_thread(&mut client, &env);
+    user_turn(&mut client, &thread, "hello");
+    let text = marker("DAEMON_WOKEN");
+    let (id, latency) = send_and_time(&broker, &model, &thread, &text);
+    eprintln!("idle managed-daemon thread: broker send -> model request {latency:?}");
+    assert_woken(&broker, &id);
+    assert_once(&model, &text);
+}
+
+/// `--wake never`: the idle thread is left alone (no new turn while nobody types); the next
+/// user turn's hook delivers it, mid-turn, `confirmed`.
+#[test]
+fn wake_never_waits_for_the_next_hook() {
+    let model = ScriptedModel::start_with(|_| Reply::message("done"));
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    let broker = broker(&env);
+    let server = ListeningAppServer::start(env.codex_command(), env.root.join("as.sock"), &[], env.root.join("app-server.log"));
+    let mut client = server.client(T);
+    client.initialize(false, T);
+    let thread = start_thread(&mut client, &env);
+    user_turn(&mut client, &thread, "hello");
+    let text = marker("NOT_WOKEN");
+    let id = broker.run_ok(&["send", "--thread", &thread, "--wake", "never", "--from", "waker", &text]).trim().to_string();
+    let requests = model.requests().len();
+    // Several wake passes (one per second at least, and one at once on the send) go by.
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        assert_eq!(model.requests().len(), requests, "a turn was started for a --wake never message");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(str_field(&broker.message(&id).unwrap_or_default(), "state"), "pending");
+    user_turn(&mut client, &thread, "next task");
+    let m = broker.wait_state(&id, "confirmed", Duration::from_secs(15));
+    assert_ne!(str_field(&m, "event"), "wake", "{m}");
+    assert_once(&model, &text);
+}
+
+/// A `codex exec` thread has no app-server and ends with its process: the message waits with a
+/// reason (`thread_not_loaded`), and `codex exec resume` delivers it through its hooks.
+#[test]
+fn exec_thread_waits_with_its_reason_until_resumed() {
+    let model = ScriptedModel::start_with(|_| Reply::message("done"));
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    let broker = broker(&env);
+    let out = env.exec("hello");
+    out.assert_success();
+    let thread = out.thread_id().expect("thread id");
+    let text = marker("FOR_EXEC");
+    let id = broker.send_opts(&thread, &text, None, Some("waker"));
+    let m = courier_tests::util::wait_until(Duration::from_secs(10), "a reason on the waiting message", || {
+        let m = broker.message(&id).unwrap_or_default();
+        (str_field(&m, "reason") == "thread_not_loaded").then_some(m)
+    });
+    assert_eq!(str_field(&m, "state"), "pending", "{m}");
+    let resumed = env.exec_args(&["resume", &thread], "go on", T);
+    resumed.assert_success();
+    let m = broker.wait_state(&id, "confirmed", Duration::from_secs(15));
+    assert_ne!(str_field(&m, "event"), "wake", "{m}");
+    assert_once(&model, &text);
+}
+
+/// The app-server killed (-9) while the woken turn's model request is in flight, i.e. right after
+/// `turn/start` was answered: the message is never delivered twice, and reads `confirmed` (the
+/// rollout holds the user message with its client id) or `uncertain`, never `pending`.
+#[test]
+fn app_server_killed_after_turn_start_is_never_delivered_twice() {
+    let hold = Hold::new();
+    let h = hold.clone();
+    let model = ScriptedModel::start_with(move |r| {
+        if r.user_messages().iter().any(|m| m.contains("KILLED_MID")) {
+            Reply::message("done").held(&h)
+        } else {
+            Reply::message("done")
+        }
+    });
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    let broker = broker(&env);
+    let server = ListeningAppServer::start(env.codex_command(), env.root.join("as.sock"), &[], env.root.join("app-server.log"));
+    let mut client = server.client(T);
+    client.initialize(false, T);
+    let thread = start_thread(&mut client, &env);
+    user_turn(&mut client, &thread, "hello");
+    let text = marker("KILLED_MID");
+    let id = broker.send_opts(&thread, &text, None, Some("waker"));
+    hold.wait_held(1, T);
+    let _ = std::process::Command::new("kill").args(["-KILL", &server.pid().to_string()]).status();
+    hold.release();
+    let m = courier_tests::util::wait_until(Duration::from_secs(15), "a final state", || {
+        let m = broker.message(&id).unwrap_or_default();
+        matches!(str_field(&m, "state"), "confirmed" | "uncertain").then_some(m)
+    });
+    eprintln!("after the kill: {m}");
+    assert_eq!(str_field(&m, "state"), "confirmed", "the rollout holds the woken user message: {m}");
+    assert_once(&model, &text);
+    // Nothing re-sends it: no other request carries it, whatever happens next.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(model.requests_mentioning(&text), 1, "{}", model.dump());
+}
+
+/// Race: a message sent while the person submits a prompt to the same idle thread (both at
+/// once, repeated) reaches the model exactly once each time, `confirmed`: whichever turn/start
+/// Codex sees second is folded into the running turn or refused (then the hooks deliver).
+#[test]
+fn message_sent_while_a_prompt_is_submitted_arrives_once() {
+    let model = ScriptedModel::start_with(|_| Reply::message("done"));
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    let broker = broker(&env);
+    let server = ListeningAppServer::start(env.codex_command(), env.root.join("as.sock"), &[], env.root.join("app-server.log"));
+    let mut client = server.client(T);
+    client.initialize(false, T);
+    let thread = start_thread(&mut client, &env);
+    user_turn(&mut client, &thread, "hello");
+    // Even rounds: the prompt is submitted while `broker send` runs. Odd rounds: right after
+    // `broker send` returns, racing the wake that the new message sets off.
+    let mut by = Vec::new();
+    for round in 0..6u64 {
+        let text = marker(&format!("RACE_{round}"));
+        let sender = {
+            let (bin, envs, thread, text) = (broker.bin.clone(), env.env_vars(), thread.clone(), text.clone());
+            std::thread::spawn(move || {
+                let out = std::process::Command::new(bin).env_clear().envs(envs).args(["send", "--thread", &thread, "--from", "race", &text]).output().unwrap();
+                assert!(out.status.success(), "{out:?}");
+                String::from_utf8(out.stdout).unwrap().trim().to_string()
+            })
+        };
+        let id = if round % 2 == 1 {
+            let id = sender.join().unwrap();
+            user_turn(&mut client, &thread, &format!("prompt {round}"));
+            id
+        } else {
+            user_turn(&mut client, &thread, &format!("prompt {round}"));
+            sender.join().unwrap()
+        };
+        let m = broker.wait_state(&id, "confirmed", Duration::from_secs(15));
+        by.push(str_field(&m, "event").to_string());
+        assert_once(&model, &text);
+        // Let a woken turn (if the wake won) finish before the next round.
+        if str_field(&m, "event") == "wake" {
+            wait_turn_of(&mut client, &m);
+        }
+    }
+    eprintln!("delivered by: {by:?}");
+}
