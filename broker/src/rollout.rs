@@ -951,6 +951,34 @@ mod tests {
         assert_eq!(seen.len(), 8, "every kind of record was checked: {seen:?}");
     }
 
+    /// Any first and last bytes of a line (cut anywhere, or garbage) are classified without a panic.
+    #[test]
+    fn classify_takes_any_cut_of_a_line() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/testdata/hooks-0.171.0");
+        let mut lines: Vec<Vec<u8>> = Vec::new();
+        for e in std::fs::read_dir(dir).unwrap() {
+            let text = std::fs::read(e.unwrap().path()).unwrap();
+            lines.extend(text.split(|b| *b == b'\n').map(<[u8]>::to_vec));
+        }
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        for line in &lines {
+            for cut in (0..line.len()).step_by(7) {
+                let _ = classify(&line[..cut], &line[cut..]);
+                let _ = classify(&line[cut..], &line[..cut]);
+            }
+            let mut junk = line.clone();
+            for b in junk.iter_mut() {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                if seed.is_multiple_of(11) {
+                    *b = b"\":{}, \\x"[(seed >> 8) as usize % 8];
+                }
+            }
+            let _ = classify(&junk, &junk);
+        }
+    }
+
     #[test]
     fn first_line_that_is_not_session_meta_gives_no_meta() {
         let (p, mut w) = tmpfile("nometa");
