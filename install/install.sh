@@ -5,6 +5,6 @@
 # e.g. --prefix DIR, --codex-home DIR, --start systemd|profile|none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --locked -p broker -p hook-client
+cargo build --release --locked -p broker -p hook-client -p courier-mcp
 hook-client/build-release.sh --locked
 exec target/release/broker install "$@"

@@ -162,7 +162,7 @@ impl World {
 
     fn gate(&self) -> Gate {
         let m = std::fs::metadata(python()).unwrap();
-        Gate::new(GateConfig { codex_home: self.codex_home.clone(), installed_clients: vec![(m.dev(), m.ino())], secret: SECRET })
+        Gate::new(GateConfig { codex_home: self.codex_home.clone(), installed_clients: vec![broker::os::FileKey { dev: m.dev(), ino: m.ino() }], secret: SECRET })
     }
 
     /// A stand-in codex holding `threads`, with one connected child peer.
@@ -345,10 +345,10 @@ fn main() {
         let t = uuid(0xabc);
         // Other threads' backlog, so the indexes matter.
         for i in 0..2000 {
-            store.enqueue(&uuid(0x100000 + i % 100), "message", "backlog", None, None, None).unwrap();
+            store.enqueue(&uuid(0x100000 + i % 100), "backlog", None, None, None).unwrap();
         }
         for _ in 0..10 * rounds {
-            store.enqueue(&t, "message", "hello from the bench", None, None, None).unwrap();
+            store.enqueue(&t, "hello from the bench", None, None, None).unwrap();
         }
         let store = std::cell::RefCell::new(store);
         let idle = uuid(0xdef);
@@ -359,7 +359,7 @@ fn main() {
                     let s = store.borrow();
                     let t0 = Instant::now();
                     for _ in 0..2000 {
-                        assert!(!s.has_pending(&idle, "message").unwrap());
+                        assert!(!s.has_pending(&idle).unwrap());
                     }
                     t0.elapsed().as_nanos() as f64 / 2000.0
                 }),
@@ -367,7 +367,7 @@ fn main() {
                     let mut s = store.borrow_mut();
                     let t0 = Instant::now();
                     for _ in 0..10 {
-                        s.enqueue(&t, "message", "hello from the bench", None, None, None).unwrap();
+                        s.enqueue(&t, "hello from the bench", None, None, None).unwrap();
                     }
                     t0.elapsed().as_nanos() as f64 / 10.0
                 }),

@@ -96,6 +96,14 @@ pub const COMMANDS: &[Command] = &[
         ],
     },
     Command {
+        name: "mcp",
+        args: "",
+        positionals: (0, 0),
+        required: &[],
+        about: "an MCP server on stdio (send_message, list_threads, message_status) for Codex; runs courier-mcp",
+        opts: &[],
+    },
+    Command {
         name: "threads",
         args: "",
         positionals: (0, 0),
@@ -158,6 +166,7 @@ pub const COMMANDS: &[Command] = &[
             opt("codex-home", "DIR", "the Codex home to register the hooks in (default: $CODEX_HOME or ~/.codex)"),
             opt("start", "auto|systemd|profile|none", "how the broker starts at login (default: auto = systemd when it answers, else profile)"),
             flag("no-enable", "systemd: write the units without calling systemctl"),
+            flag("no-mcp", "do not install courier-mcp nor register `broker mcp` as Codex's MCP server \"courier\""),
         ],
     },
     Command {

@@ -1,7 +1,7 @@
 //! `broker inspect`: the queue, recent refusals and broker health, as a table or as JSON.
 //! The JSON field names are a stable interface (README, "broker inspect --json").
 
-use crate::store::{now_ms, Message, Refusal, Store};
+use crate::store::{now_ms, Kind, Message, Refusal, State, Store};
 use anyhow::Result;
 use serde_json::{json, Value};
 use std::borrow::Cow;
@@ -10,8 +10,7 @@ use std::fmt::Write;
 
 /// Message states in the order the thread table shows them; the first seven always have a
 /// column, the others (effort rows) when some row is in them.
-const TABLE_STATES: [&str; 10] =
-    ["pending", "leased", "handed", "confirmed", "uncertain", "expired", "cancelled", "applying", "applied", "failed"];
+const TABLE_STATES: [State; 10] = State::ALL;
 const ALWAYS_SHOWN: usize = 7;
 
 /// A character a terminal may act on rather than show: C0 and C1 controls and DEL (ESC starts
@@ -107,7 +106,7 @@ impl Report {
                     "confirmed_at": m.confirmed_at, "reason": m.reason, "attempts": m.attempts,
                     "bytes": m.body.len(), "alarms": m.alarms,
                 });
-                if m.kind == "effort" {
+                if m.kind == Kind::Effort {
                     let (scope, detail) = self.effort.get(&m.id).cloned().unwrap_or_default();
                     v["effort"] = json!(m.body);
                     v["scope"] = json!(scope);
@@ -136,7 +135,7 @@ impl Report {
     fn per_thread(&self) -> BTreeMap<String, BTreeMap<String, u64>> {
         let mut out: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
         for m in &self.messages {
-            *out.entry(m.thread.clone()).or_default().entry(m.state.clone()).or_default() += 1;
+            *out.entry(m.thread.clone()).or_default().entry(m.state.as_str().to_string()).or_default() += 1;
         }
         out
     }
@@ -157,12 +156,15 @@ impl Report {
         if self.messages.is_empty() {
             out.push_str("no messages\n");
         } else {
-            // Every row is counted: the message states, then effort states (and any other) seen.
+            // Every row is counted: the message states, then the effort states seen.
             let per_thread = self.per_thread();
-            let mut states: Vec<&str> = TABLE_STATES[..ALWAYS_SHOWN].to_vec();
-            let seen: std::collections::BTreeSet<&str> = self.messages.iter().map(|m| m.state.as_str()).collect();
-            states.extend(TABLE_STATES[ALWAYS_SHOWN..].iter().filter(|s| seen.contains(*s)));
-            states.extend(seen.iter().filter(|s| !TABLE_STATES.contains(s)));
+            let seen: std::collections::BTreeSet<State> = self.messages.iter().map(|m| m.state).collect();
+            let states: Vec<&str> = TABLE_STATES
+                .iter()
+                .enumerate()
+                .filter(|(i, s)| *i < ALWAYS_SHOWN || seen.contains(s))
+                .map(|(_, s)| s.as_str())
+                .collect();
             let _ = writeln!(out, "{:<36}  {}", "THREAD", states.iter().map(|s| format!("{:>9}", escape(s))).collect::<Vec<_>>().join(" "));
             for (thread, counts) in per_thread {
                 let cols: Vec<String> = states.iter().map(|s| format!("{:>9}", counts.get(*s).copied().unwrap_or(0))).collect();
@@ -176,20 +178,19 @@ impl Report {
                     (Some(e), None) => escape(e).into_owned(),
                     _ => "-".into(),
                 };
-                let kind = match m.kind.as_str() {
-                    "message" => String::new(),
-                    "effort" => {
+                let kind = match m.kind {
+                    Kind::Message => String::new(),
+                    Kind::Effort => {
                         let scope = self.effort.get(&m.id).and_then(|d| d.0.clone()).unwrap_or_else(|| "turn".into());
                         format!(" [effort {} {}]", escape(&m.body), escape(&scope))
                     }
-                    other => format!(" [{}]", escape(other)),
                 };
                 let _ = writeln!(
                     out,
                     "{:<18} {:<13} {:<10} {:>6}  {:<12} {:<30} {}{}",
                     escape(&m.id),
                     escape(&short(&m.thread)),
-                    escape(&m.state),
+                    escape(m.state.as_str()),
                     age(self.now - m.created_at),
                     escape(m.from.as_deref().unwrap_or("-")),
                     taken,
@@ -267,8 +268,8 @@ mod tests {
         Message {
             id: id.into(),
             thread: thread.into(),
-            kind: kind.into(),
-            state: state.into(),
+            kind: crate::store::Kind::parse(kind).unwrap(),
+            state: crate::store::State::parse(state).unwrap(),
             body: if kind == "effort" { "high".into() } else { "text".into() },
             from: Some(from.into()),
             key: None,

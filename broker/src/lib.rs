@@ -16,6 +16,7 @@ pub mod gate;
 pub mod inspect;
 pub mod install;
 pub mod logging;
+pub mod os;
 pub mod producer;
 pub mod refusal;
 pub mod rollout;

@@ -70,6 +70,7 @@ fn run() -> Result<ExitCode> {
         "status" => broker::producer::cli::status(args),
         "wait" => broker::producer::cli::wait(args),
         "threads" => broker::producer::cli::threads(args),
+        "mcp" => broker::producer::cli::mcp(args),
         "effort" => effort(args),
         "inspect" => inspect_cmd(args),
         "cancel" => cancel(args),
@@ -145,7 +146,8 @@ fn install_cmd(args: Args) -> Result<ExitCode> {
     let no_enable = args.flag("no-enable");
     let exe = std::env::current_exe().context("locating the broker executable")?;
     let source_dir = exe.parent().context("broker executable has no directory")?.to_path_buf();
-    let done = install::install(&install::InstallOptions { prefix, codex_home, start, source_dir, no_enable })?;
+    let mcp = !args.flag("no-mcp");
+    let done = install::install(&install::InstallOptions { prefix, codex_home, start, source_dir, no_enable, mcp })?;
     let report = done.report;
     for line in report.iter().filter(|l| !l.is_empty()) {
         println!("{line}");

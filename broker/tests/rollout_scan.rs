@@ -39,7 +39,7 @@ fn a_100_mib_line_is_streamed_past_and_a_partial_line_is_not_reread() {
     let mut w = std::fs::OpenOptions::new().create(true).append(true).open(&path).unwrap();
     w.write_all(format!(r#"{{"type":"session_meta","payload":{{"id":"{T}"}}}}"#).as_bytes()).unwrap();
     w.write_all(b"\n").unwrap();
-    store.enqueue(T, "message", "hello", Some("test"), None, None).unwrap();
+    store.enqueue(T, "hello", Some("test"), None, None).unwrap();
     let lease = store.lease(T, "PostToolUse", Some("T1"), 60_000, 8192).unwrap().unwrap();
     let offset = std::fs::metadata(&path).unwrap().len();
     assert!(store.ack(lease.token, path.to_str().unwrap(), offset, None).unwrap());

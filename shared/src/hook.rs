@@ -1,9 +1,12 @@
 //! What Codex writes to a command hook's stdin, and the outputs Courier answers with.
-//! Field names follow the hook input schemas of codex-cli 0.171.0 (`../shared/codex-reference`).
+//! Field names follow the hook input schemas of codex-cli 0.160.0-0.171.0 (`tests/tests/drift.rs`
+//! records real payloads of the newest and oldest and fails on a field Courier reads that changed).
 
 use serde::Deserialize;
 use serde_json::json;
 
+/// A Codex hook event, and every rule Courier applies per event: a new event is one variant
+/// here, its rules below, and its tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum HookEvent {
     SessionStart,
@@ -13,10 +16,32 @@ pub enum HookEvent {
     Stop,
     SubagentStart,
     SubagentStop,
+    /// Any event Courier does not handle (refused: `unsupported_event`).
     Other,
 }
 
+/// How a hook's output hands messages to the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// `hookSpecificOutput.additionalContext`: a developer message in the current turn.
+    Context,
+    /// `{"decision":"block","reason":...}`: the turn goes on with the text as a hook prompt.
+    StopBlock,
+    /// The event's output cannot carry a message.
+    None,
+}
+
 impl HookEvent {
+    /// The events `broker install` registers the hook-client for, in hooks.json order.
+    pub const REGISTERED: [HookEvent; 6] = [
+        HookEvent::SessionStart,
+        HookEvent::UserPromptSubmit,
+        HookEvent::PreToolUse,
+        HookEvent::PostToolUse,
+        HookEvent::Stop,
+        HookEvent::SubagentStart,
+    ];
+
     pub fn parse(name: &str) -> HookEvent {
         match name {
             "SessionStart" => HookEvent::SessionStart,
@@ -30,7 +55,7 @@ impl HookEvent {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             HookEvent::SessionStart => "SessionStart",
             HookEvent::UserPromptSubmit => "UserPromptSubmit",
@@ -43,9 +68,46 @@ impl HookEvent {
         }
     }
 
+    /// The payload field that names the thread's rollout: the child's for SubagentStop (the hook
+    /// runs for the sub-agent's thread), `transcript_path` for the others.
+    pub fn transcript_path(self, p: &HookPayload) -> Option<&str> {
+        match self {
+            HookEvent::SubagentStop => p.agent_transcript_path.as_deref(),
+            _ => p.transcript_path.as_deref(),
+        }
+    }
+
+    /// Whether the payload must carry the rollout's open turn. SessionStart has no turn id: its
+    /// messages belong to the turn it fired in, and it may deliver only when the codex process
+    /// runs that one thread ([`HookEvent::needs_sole_thread`]).
+    pub const fn needs_turn(self) -> bool {
+        !matches!(self, HookEvent::SessionStart)
+    }
+
+    /// Whether delivery depends on the codex process holding this thread's writer lock and no
+    /// other (the gate counts the locks for it; otherwise delivery is deferred).
+    pub const fn needs_sole_thread(self) -> bool {
+        matches!(self, HookEvent::SessionStart)
+    }
+
+    /// How the event's output delivers.
+    pub const fn delivery(self) -> Delivery {
+        match self {
+            HookEvent::Stop => Delivery::StopBlock,
+            HookEvent::SubagentStop | HookEvent::Other => Delivery::None,
+            _ => Delivery::Context,
+        }
+    }
+
     /// Events whose output can carry a message to the model.
-    pub fn can_deliver(self) -> bool {
-        !matches!(self, HookEvent::SubagentStop | HookEvent::Other)
+    pub const fn can_deliver(self) -> bool {
+        !matches!(self.delivery(), Delivery::None)
+    }
+
+    /// Whether delivering continues a turn that was ending (Stop): such deliveries are counted
+    /// per turn and limited, since Codex has no loop guard of its own.
+    pub const fn continues_turn(self) -> bool {
+        matches!(self.delivery(), Delivery::StopBlock)
     }
 }
 
@@ -132,9 +194,11 @@ pub fn wrap_message(id: &str, from: &str, body: &str) -> String {
 /// The stdout that hands `text` to the model for `event`: a block reason for Stop (the turn goes
 /// on with it as a hook prompt), `additionalContext` (a developer message) for the others.
 pub fn delivery_output(event: HookEvent, text: &str) -> String {
-    let value = match event {
-        HookEvent::Stop => json!({"decision": "block", "reason": text}),
-        _ => json!({"hookSpecificOutput": {"hookEventName": event.as_str(), "additionalContext": text}}),
+    let value = match event.delivery() {
+        Delivery::StopBlock => json!({"decision": "block", "reason": text}),
+        Delivery::Context | Delivery::None => {
+            json!({"hookSpecificOutput": {"hookEventName": event.as_str(), "additionalContext": text}})
+        }
     };
     value.to_string()
 }

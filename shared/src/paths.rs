@@ -3,7 +3,7 @@
 //! database look-ups: they are slow and can be redirected).
 
 use std::env;
-use std::ffi::OsString;
+
 use std::path::{Path, PathBuf};
 
 pub const SOCKET_NAME: &str = "broker.sock";
@@ -75,15 +75,6 @@ pub fn environ_get<'a>(environ: &'a [u8], key: &str) -> Option<&'a [u8]> {
     })
 }
 
-/// Keys of an environment block as read from `/proc/<pid>/environ`.
-pub fn environ_keys(environ: &[u8]) -> impl Iterator<Item = OsString> + '_ {
-    use std::os::unix::ffi::OsStrExt;
-    environ.split(|b| *b == 0).filter(|e| !e.is_empty()).map(|entry| {
-        let key = entry.split(|b| *b == b'=').next().unwrap_or(entry);
-        std::ffi::OsStr::from_bytes(key).to_os_string()
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,7 +84,5 @@ mod tests {
         let env = b"CODEX_THREAD_ID_X=1\0CODEX_THREAD_ID=abc\0PATH=/bin\0";
         assert_eq!(environ_get(env, "CODEX_THREAD_ID"), Some(&b"abc"[..]));
         assert_eq!(environ_get(env, "CODEX"), None);
-        let keys: Vec<_> = environ_keys(env).collect();
-        assert_eq!(keys, ["CODEX_THREAD_ID_X", "CODEX_THREAD_ID", "PATH"]);
     }
 }

@@ -1,5 +1,5 @@
-//! Minimal JSON-RPC client for `codex app-server` over stdio (one JSON object per line), after
-//! probe-kit/appserver_client.py. Server-to-client requests are refused with an error so nothing
+//! Minimal JSON-RPC client for `codex app-server` over stdio (one JSON object per line: the
+//! `initialize` request, the `initialized` notification, then requests). Server-to-client requests are refused with an error so nothing
 //! blocks. Every wait is bounded.
 
 use std::io::{BufRead, BufReader, Write};

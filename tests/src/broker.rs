@@ -1,5 +1,5 @@
-//! Driving Courier's own binaries (`broker`, `hook-client`) from `target/debug`, against the
-//! contract in courier-design.md.
+//! Driving Courier's own binaries (`broker`, `hook-client`) from `target/debug`, through the
+//! commands and environment the README documents.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};

@@ -2,7 +2,7 @@
 //!
 //! Codex talks to it as to the real API: `POST /v1/responses` is answered with a server-sent event
 //! stream (`response.created`, one `response.output_item.done` per item, `response.completed` with
-//! usage), exactly the shapes of `codex-reference/probe-kit/mock_responses.py`. `GET .../models`
+//! usage), the shapes the real API streams and Codex parses. `GET .../models`
 //! returns an empty list. Plain HTTP/1.1 on `std::net`, one thread per connection, keep-alive.
 //!
 //! A test decides every reply: with a closure ([`ScriptedModel::start_with`]), a queue
@@ -855,7 +855,7 @@ fn render_item(item: &Item, ids: &AtomicU64) -> Value {
 }
 
 /// The SSE body for one reply: `response.created`, one `response.output_item.done` per item,
-/// `response.completed` with usage (shapes of probe-kit/mock_responses.py).
+/// `response.completed` with usage (the shapes the real API streams).
 fn sse_stream(items: &[Item], ids: &AtomicU64) -> String {
     let rid = next_id(ids, "resp");
     let mut events = vec![json!({"type": "response.created", "response": {"id": rid}})];

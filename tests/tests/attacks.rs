@@ -1,4 +1,4 @@
-//! Attacks on the verification gate (courier-design.md, "The verification gate"), run against the
+//! Attacks on the verification gate (README, "Security model"; `broker/src/gate/`), run against the
 //! real Codex CLI, the real broker and hook-client. Each test tries one attack and checks that the
 //! attacker gets nothing, that the queue is untouched (message still `pending`, `attempts` 0) and
 //! that `broker inspect --json` records the refusal with its reason code. Where it is cheap, the

@@ -4,7 +4,7 @@
 //! home and broker.
 
 use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use courier_tests::broker::{hook_command, run_bounded};
@@ -440,4 +440,128 @@ fn tool_command_sender_is_verified_and_labels_cannot_pose_as_it() {
     let relayed = model.requests_for_thread(&tb).iter().flat_map(|r| r.user_messages_containing(&relayed_text)).collect::<Vec<_>>();
     assert!(relayed.iter().all(|m| !m.contains("verified=")), "a label is never marked verified: {relayed:?}");
     assert_eq!(msgs.len(), 2, "the forged one was not queued: {msgs:#?}");
+}
+
+
+/// Registers `broker mcp` as Codex's MCP server `courier` in `env` (Codex passes an MCP server
+/// only a few variables of its own environment, so Courier's directories are given).
+fn register_mcp(env: &CodexEnv) {
+    env.set_extra_config(&format!(
+        "[mcp_servers.courier]\ncommand = {:?}\nargs = [\"mcp\"]\nenv = {{ COURIER_RUNTIME_DIR = {:?}, COURIER_STATE_DIR = {:?} }}\n",
+        courier_tests::broker_bin().display().to_string(),
+        env.runtime_dir.display().to_string(),
+        env.state_dir.display().to_string()
+    ));
+}
+
+/// An agent messages an agent through MCP: the scripted model of session A finds Courier's tools
+/// (Codex defers MCP tools behind `tool_search`), calls `send_message` for session B with
+/// `wait: "confirmed"`, then `message_status`. B's model gets the message once, from
+/// `thread:<A>` marked verified (the broker checked the MCP server's codex runs A and A's open
+/// turn has that call); A's `send_message` returns `reached` and `message_status` says `confirmed`.
+#[test]
+fn mcp_agent_messages_agent_and_sees_the_receipt() {
+    use std::sync::{Arc, Mutex};
+    let hold = Hold::new();
+    let h = hold.clone();
+    let tb_slot: Arc<Mutex<Option<String>>> = Arc::default();
+    let slot = Arc::clone(&tb_slot);
+    let body = marker("OVER_MCP");
+    let b2 = body.clone();
+    let model = ScriptedModel::start_with(move |r| {
+        if !r.user_messages_containing("BRAVO").is_empty() {
+            return if r.function_calls().is_empty() { Reply::exec("echo bravo").held(&h) } else { Reply::message("done") };
+        }
+        let last = r.input().last().cloned().unwrap_or_default();
+        let last_text = last.to_string();
+        match last["type"].as_str() {
+            Some("message") => Reply::raw_items(vec![serde_json::json!({
+                "type": "tool_search_call", "call_id": "ts_courier", "execution": "client",
+                "arguments": {"query": "courier send message to another thread"}})]),
+            Some("tool_search_output") => {
+                let tb = slot.lock().unwrap().clone().expect("B's thread id first");
+                Reply::call(Some("mcp__courier"), "send_message", serde_json::json!({"thread": tb, "text": b2, "wait": "confirmed", "timeout_seconds": 60}))
+            }
+            Some("function_call_output") if last_text.contains("\\\"outcome\\\"") => {
+                let id = last_text.split("m_").nth(1).map(|t| format!("m_{}", &t[..16])).unwrap_or_default();
+                Reply::call(Some("mcp__courier"), "message_status", serde_json::json!({"id": id}))
+            }
+            _ => Reply::message("done"),
+        }
+    });
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    register_mcp(&env);
+    let broker = broker(&env);
+    let b = env.spawn_exec("BRAVO wait for a message");
+    hold.wait_held(1, T);
+    let tb = b.wait_thread_id(T);
+    *tb_slot.lock().unwrap() = Some(tb.clone());
+    let a = env.spawn_exec("ALPHA tell your peer");
+    let ta = a.wait_thread_id(T);
+    courier_tests::util::wait_until(T, "A's send_message to park its wait", || {
+        (broker.inspect_json()["broker"]["parked_waits"].as_u64() == Some(1)).then_some(())
+    });
+    hold.release();
+    b.wait(T).assert_success();
+    a.wait(T).assert_success();
+
+    let seen: Vec<String> = model.requests_for_thread(&tb).iter().flat_map(|r| r.developer_messages_containing(&body)).collect();
+    assert!(!seen.is_empty(), "B's model got it: {}", model.dump());
+    assert!(seen.iter().all(|w| w.contains(&format!("from=\"thread:{ta}\" verified=\"true\">{body}"))), "{seen:?}");
+    assert_eq!(model.requests_for_thread(&tb).last().unwrap().developer_messages_containing(&body).len(), 1, "once");
+    let outputs: Vec<String> = model.requests_for_thread(&ta).last().unwrap().tool_outputs().iter().map(|o| o.to_string()).collect();
+    let send_out = outputs.iter().find(|o| o.contains("outcome")).unwrap_or_else(|| panic!("send_message output: {outputs:#?}"));
+    assert!(send_out.contains("\\\"outcome\\\": \\\"reached\\\"") && send_out.contains("\\\"sender_verified\\\": true"), "{send_out}");
+    let status_out = outputs.last().unwrap();
+    assert!(status_out.contains("\\\"state\\\": \\\"confirmed\\\""), "message_status: {status_out}");
+    let msgs = broker.inspect_json()["messages"].as_array().unwrap().clone();
+    assert_eq!(msgs.len(), 1, "{msgs:#?}");
+    assert_eq!((msgs[0]["state"].as_str(), msgs[0]["from"].as_str()), (Some("confirmed"), Some(format!("thread:{ta}").as_str())));
+}
+
+/// `broker install` copies courier-mcp beside the broker and registers `broker mcp` as Codex's
+/// MCP server "courier": Codex lists it, and a session's model reaches Courier's tools through it;
+/// `broker uninstall` takes the entry out again. `--no-mcp` registers nothing.
+#[test]
+fn install_registers_broker_mcp_in_codex() {
+    let model = ScriptedModel::start_with(|r| {
+        let last = r.input().last().cloned().unwrap_or_default();
+        match last["type"].as_str() {
+            Some("message") => Reply::raw_items(vec![serde_json::json!({
+                "type": "tool_search_call", "call_id": "ts_1", "execution": "client", "arguments": {"query": "courier threads"}})]),
+            Some("tool_search_output") => Reply::call(Some("mcp__courier"), "list_threads", serde_json::json!({})),
+            _ => Reply::message("done"),
+        }
+    });
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    let prefix = env.root.join("prefix");
+    let cli = Broker::cli_only(&env);
+    let install = |extra: &[&str]| {
+        let mut args = vec!["install", "--prefix", prefix.to_str().unwrap(), "--codex-home", env.codex_home.to_str().unwrap(), "--start", "none"];
+        args.extend_from_slice(extra);
+        cli.run(&args)
+    };
+    let out = install(&[]);
+    let installed = text(&out).0;
+    assert!(prefix.join("courier-mcp").is_file(), "{installed}");
+    assert!(installed.contains("as Codex's MCP server \"courier\""), "{installed}");
+    let listed = run_bounded(env.codex_command().args(["mcp", "list", "--json"]), T);
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap_or_else(|e| panic!("codex mcp list --json: {e}: {listed:?}"));
+    let courier = listed.as_array().unwrap().iter().find(|s| s["name"] == "courier").unwrap_or_else(|| panic!("{listed:#}"));
+    assert!(courier.to_string().contains(&prefix.join("broker").display().to_string()), "{courier}");
+
+    let _broker = broker(&env);
+    let out = env.exec("list the threads");
+    out.assert_success();
+    let thread = out.thread_id().unwrap();
+    let reply = model.requests_for_thread(&thread).last().unwrap().tool_outputs().iter().map(|o| o.to_string()).collect::<String>();
+    assert!(reply.contains(&thread), "the installed broker mcp listed this very thread: {reply}");
+
+    let out = run_bounded(Command::new(prefix.join("broker")).args(["uninstall"]).env_clear().envs(env.env_vars()), T);
+    assert!(out.status.success(), "{:?}", text(&out));
+    let config = std::fs::read_to_string(env.config_toml_path()).unwrap();
+    assert!(!config.contains("mcp_servers"), "{config}");
+    let out = install(&["--no-mcp"]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    assert!(!prefix.join("courier-mcp").exists() && !std::fs::read_to_string(env.config_toml_path()).unwrap().contains("mcp_servers"));
 }

@@ -19,13 +19,7 @@ pub struct Endpoint {
     pub via: &'static str,
 }
 
-/// Start time (clock ticks, /proc stat field 22) of `pid`, counted from the last `)`.
-pub fn starttime(pid: i32) -> Option<u64> {
-    let stat = fs::read(format!("/proc/{pid}/stat")).ok()?;
-    let close = stat.iter().rposition(|b| *b == b')')?;
-    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
-    rest.split_ascii_whitespace().nth(22 - 3)?.parse().ok()
-}
+pub use crate::os::starttime;
 
 fn socket_inodes(pid: i32) -> HashSet<u64> {
     let mut out = HashSet::new();

@@ -3,7 +3,8 @@
 //! where the last scan stopped) for the message's marker in a hook-injected message: found ->
 //! `confirmed`; its turn closed without it -> `uncertain` (never silently re-offered).
 
-use crate::store::{Message, Store};
+use crate::os::ProcessKey;
+use crate::store::{Message, State, Store};
 use anyhow::Result;
 use courier_shared::rollout::{classify_line, marker_ids, RolloutEvent};
 use std::collections::HashMap;
@@ -30,14 +31,14 @@ pub fn reconcile(store: &mut Store, thread: Option<&str>) -> Result<usize> {
         let mut dead = std::collections::HashSet::new();
         for m in &messages {
             if let Some((pid, start)) = m.lease.map(|t| store.codex_of(t)).transpose()?.flatten() {
-                if !process_alive(pid, start) {
+                if !(ProcessKey { pid, starttime: start }).is_alive() {
                     dead.insert(m.id.clone());
                 }
             }
         }
         for (id, mut state, mut reason, offset) in scan_rollout(&path, &messages) {
             if state.is_none() && dead.contains(&id) {
-                (state, reason) = (Some("uncertain"), Some("codex_exited"));
+                (state, reason) = (Some(State::Uncertain), Some("codex_exited"));
             }
             crate::failpoint::hit("reconcile_before_settle");
             if store.settle(&id, state, reason, offset)? && state.is_some() {
@@ -49,18 +50,7 @@ pub fn reconcile(store: &mut Store, thread: Option<&str>) -> Result<usize> {
     Ok(settled)
 }
 
-/// The process `pid` still runs and is the one that started at `starttime` (/proc stat field 22).
-fn process_alive(pid: i32, starttime: u64) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
-    // Fields after the command name (which may hold spaces and parentheses) start at field 3.
-    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return false };
-    let mut fields = rest.split_whitespace();
-    let state = fields.next();
-    let start = fields.nth(18).and_then(|f| f.parse::<u64>().ok());
-    state != Some("Z") && start == Some(starttime)
-}
-
-type Settlement = (String, Option<&'static str>, Option<&'static str>, u64);
+type Settlement = (String, Option<State>, Option<&'static str>, u64);
 
 /// Longest rollout line the confirmation scan looks at. A hook message carrying Courier's output
 /// is far shorter (hook output stays under Codex's ~10 KB spill limit); longer lines are skipped
@@ -128,12 +118,12 @@ pub(super) fn scan_rollout_within(path: &str, messages: &[Message], budget: u64)
         messages.iter().map(|m| (m.id.clone(), state, reason, offset)).collect()
     };
     let Ok(file) = File::open(path) else {
-        return all(Some("uncertain"), Some("rollout_missing"), start);
+        return all(Some(State::Uncertain), Some("rollout_missing"), start);
     };
     let Ok(meta) = file.metadata() else { return Vec::new() };
     let len = meta.len();
     if len < start {
-        return all(Some("uncertain"), Some("rollout_rewritten"), start);
+        return all(Some(State::Uncertain), Some("rollout_rewritten"), start);
     }
     let born = meta.created().ok();
     let mut states = scan_states().lock().unwrap_or_else(|e| e.into_inner());
@@ -263,16 +253,16 @@ pub fn settle_line<'a>(
             for (i, m) in batch.iter().enumerate() {
                 let settled = if present.contains(m.id.as_str()) {
                     if holds_whole(&text, m) {
-                        (Some("confirmed"), None)
+                        (Some(State::Confirmed), None)
                     } else {
-                        (Some("uncertain"), Some("shown_truncated"))
+                        (Some(State::Uncertain), Some("shown_truncated"))
                     }
                 } else {
                     let next_missing = batch.get(i + 1).is_some_and(|n| n.lease == m.lease && !present.contains(n.id.as_str()));
                     match (truncated, next_missing) {
-                        (true, true) => (Some("pending"), Some("cut_by_codex")),
-                        (true, false) => (Some("uncertain"), Some("shown_truncated")),
-                        (false, _) => (Some("uncertain"), Some("marker_missing")),
+                        (true, true) => (Some(State::Pending), Some("cut_by_codex")),
+                        (true, false) => (Some(State::Uncertain), Some("shown_truncated")),
+                        (false, _) => (Some(State::Uncertain), Some("marker_missing")),
                     }
                 };
                 out.push((m.id.clone(), settled.0, settled.1, next));
@@ -292,7 +282,7 @@ pub fn settle_line<'a>(
                 })
                 .collect();
             for m in woken {
-                let settled = if holds_whole(&text, m) { (Some("confirmed"), None) } else { (Some("uncertain"), Some("shown_truncated")) };
+                let settled = if holds_whole(&text, m) { (Some(State::Confirmed), None) } else { (Some(State::Uncertain), Some("shown_truncated")) };
                 out.push((m.id.clone(), settled.0, settled.1, next));
                 open.remove(m.id.as_str());
             }
@@ -304,7 +294,7 @@ pub fn settle_line<'a>(
                 .map(|m| m.id.as_str())
                 .collect();
             for id in closed {
-                out.push((id.to_string(), Some("uncertain"), Some("turn_closed_without_marker"), next));
+                out.push((id.to_string(), Some(State::Uncertain), Some("turn_closed_without_marker"), next));
                 open.remove(id);
             }
         }

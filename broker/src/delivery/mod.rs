@@ -20,7 +20,6 @@ pub use render::{render, verified_thread, wrap};
 use crate::gate::Verified;
 use crate::store::Store;
 use anyhow::Result;
-use courier_shared::hook::HookEvent;
 pub use courier_shared::hook::wrap_message;
 /// How long a client has to print a lease and ack it before it returns to `pending`.
 pub const LEASE_MS: i64 = 3_000;
@@ -41,15 +40,15 @@ pub fn offer(store: &mut Store, v: &Verified) -> Result<Offer> {
     if !v.event.can_deliver() {
         return Ok(Offer::Nothing);
     }
-    if !store.has_pending(&v.thread_id, "message")? {
+    if !store.has_pending(&v.thread_id)? {
         return Ok(Offer::Nothing);
     }
-    if v.event == HookEvent::SessionStart && !v.sole_thread() {
+    if v.event.needs_sole_thread() && !v.sole_thread() {
         // No turn id to bind to, and the process runs other threads too: wait for a hook that has one.
         store.note_deferral(&v.thread_id, "deferred_session_start_shared_process")?;
         return Ok(Offer::Deferred);
     }
-    if v.event == HookEvent::Stop {
+    if v.event.continues_turn() {
         if let Some(turn) = &v.turn_id {
             if store.stop_blocks(&v.thread_id, turn)? >= MAX_STOP_BLOCKS_PER_TURN {
                 store.note_deferral(&v.thread_id, "deferred_stop_block_limit")?;

@@ -1,14 +1,14 @@
 use super::confirm::{holds_whole, scan_rollout, scan_rollout_within};
 use super::*;
-use crate::store::Message;
+use crate::store::{Kind, Message, State};
 use courier_shared::rollout::marker_ids;
 
 fn msg(id: &str, body: &str, from: Option<&str>) -> Message {
     Message {
         id: id.into(),
         thread: "t".into(),
-        kind: "message".into(),
-        state: "handed".into(),
+        kind: Kind::Message,
+        state: State::Handed,
         body: body.into(),
         from: from.map(Into::into),
         key: None,
@@ -104,15 +104,15 @@ fn truncated_output_confirms_only_whole_messages() {
         std::fs::write(&path, if stop { stop_prompt(&text) } else { hook_context(&text) }).unwrap();
         let mut got = scan_rollout_within(path.to_str().unwrap(), &ms, u64::MAX);
         got.sort_by(|a, b| a.0.cmp(&b.0));
-        let states: Vec<(Option<&str>, Option<&str>)> = got.iter().map(|g| (g.1, g.2)).collect();
+        let states: Vec<(Option<State>, Option<&str>)> = got.iter().map(|g| (g.1, g.2)).collect();
         assert_eq!(
             states,
             [
-                (Some("confirmed"), None),
-                (Some("uncertain"), Some("shown_truncated")),
-                (Some("pending"), Some("cut_by_codex")),
-                (Some("uncertain"), Some("shown_truncated")),
-                (Some("confirmed"), None),
+                (Some(State::Confirmed), None),
+                (Some(State::Uncertain), Some("shown_truncated")),
+                (Some(State::Pending), Some("cut_by_codex")),
+                (Some(State::Uncertain), Some("shown_truncated")),
+                (Some(State::Confirmed), None),
             ],
             "stop: {stop}"
         );
@@ -127,14 +127,14 @@ fn truncated_output_confirms_only_whole_messages() {
     std::fs::write(&path, hook_context(&wrap(&ms[0]))).unwrap();
     let mut got = scan_rollout_within(path.to_str().unwrap(), &ms, u64::MAX);
     got.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!((got[0].1, got[1].1, got[1].2), (Some("confirmed"), Some("uncertain"), Some("marker_missing")));
+    assert_eq!((got[0].1, got[1].1, got[1].2), (Some(State::Confirmed), Some(State::Uncertain), Some("marker_missing")));
     // Whole text with another `from` or body: not this message.
     let other = Message { lease: Some(9), ..msg("m_c", "the real body", Some("e2e")) };
     let forged = Message { from: Some("boss".into()), ..other.clone() };
     let path = dir.join("rollout-forged.jsonl");
     std::fs::write(&path, hook_context(&wrap(&forged))).unwrap();
     let got = scan_rollout_within(path.to_str().unwrap(), &[other], u64::MAX);
-    assert_eq!((got[0].1, got[0].2), (Some("uncertain"), Some("shown_truncated")));
+    assert_eq!((got[0].1, got[0].2), (Some(State::Uncertain), Some("shown_truncated")));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -161,7 +161,7 @@ fn scan_budget_is_honoured_and_resumed() {
             None => m.scan_offset = Some(got[0].3 as i64),
         }
     };
-    assert_eq!((confirmed, calls), ("confirmed", 3), "16 MiB per call over a 40 MiB line, then the marker");
+    assert_eq!((confirmed, calls), (State::Confirmed, 3), "16 MiB per call over a 40 MiB line, then the marker");
     assert_eq!(m.scan_offset, Some(0), "the database keeps the line's start");
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -189,9 +189,9 @@ fn scan_confirms_marked_and_flags_unmarked_at_turn_close() {
     got.sort_by(|a, b| a.0.cmp(&b.0));
     let complete = (data.len() - "{\"partial".len()) as u64;
     assert_eq!(got[0].0, "m_1");
-    assert_eq!(got[0].1, Some("confirmed"));
-    assert_eq!(got[1], ("m_2".into(), Some("uncertain"), Some("turn_closed_without_marker"), complete));
+    assert_eq!(got[0].1, Some(State::Confirmed));
+    assert_eq!(got[1], ("m_2".into(), Some(State::Uncertain), Some("turn_closed_without_marker"), complete));
     assert_eq!(got[2].0, "m_early");
-    assert_eq!(got[2].1, Some("uncertain"));
+    assert_eq!(got[2].1, Some(State::Uncertain));
     std::fs::remove_dir_all(&dir).unwrap();
 }

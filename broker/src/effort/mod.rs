@@ -14,7 +14,7 @@ pub mod config;
 pub mod policy;
 
 use crate::gate::Verified;
-use crate::store::Store;
+use crate::store::{State, Store};
 use anyhow::Result;
 use crate::config::ConfigCache;
 use config::EffortConfig;
@@ -157,7 +157,7 @@ impl Service {
         };
         let Some(claim) = claim else { return Ok(None) };
         if !cfg.allow.contains(&claim.level) {
-            self.store().effort_settle(&claim, "cancelled", Some("not_allowed"))?;
+            self.store().effort_settle(&claim, State::Cancelled, Some("not_allowed"))?;
             return Ok(None);
         }
         let started = Instant::now();
@@ -174,9 +174,9 @@ impl Service {
         );
         let store = self.store();
         let settled = match &outcome {
-            Outcome::Applied => store.effort_settle(&claim, "applied", None)?,
-            Outcome::Failed(r) => store.effort_settle(&claim, "failed", Some(r))?,
-            Outcome::Uncertain(r) => store.effort_settle(&claim, "uncertain", Some(r))?,
+            Outcome::Applied => store.effort_settle(&claim, State::Applied, None)?,
+            Outcome::Failed(r) => store.effort_settle(&claim, State::Failed, Some(r))?,
+            Outcome::Uncertain(r) => store.effort_settle(&claim, State::Uncertain, Some(r))?,
             Outcome::NotSent(r) => store.effort_unclaim(&claim, r)?,
         };
         if !settled {
@@ -500,7 +500,7 @@ mod exchange_tests {
         let c = store.effort_claim(THREAD, "PreToolUse", Some("t1"), ("/r", 0), "x").unwrap().unwrap();
         assert!(store.effort_claim(THREAD, "PostToolUse", Some("t1"), ("/r", 0), "x").unwrap().is_none());
         let stale = crate::store::Claim { token: c.token - 1, ..c.clone() };
-        assert!(!store.effort_settle(&stale, "applied", None).unwrap(), "a stale token settles nothing");
+        assert!(!store.effort_settle(&stale, State::Applied, None).unwrap(), "a stale token settles nothing");
         drop(store);
         // The broker stops here. The next one must not send it again.
         let svc = Service::open(&dir, &dir, dir.join("none.toml")).unwrap();

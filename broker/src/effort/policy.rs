@@ -84,6 +84,7 @@ pub fn evaluate(cfg: &EffortConfig, store: &Store, thread: &str, tool: &str, suc
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::State;
     use crate::store::Store;
 
     const T: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce2";
@@ -107,7 +108,7 @@ mod tests {
     /// Marks the newest effort row of T applied, as a successful app-server exchange would.
     fn apply_newest(s: &mut Store) {
         let c = s.effort_claim(T, "PostToolUse", Some("turn"), ("/r", 0), "test").unwrap().unwrap();
-        assert!(s.effort_settle(&c, "applied", None).unwrap());
+        assert!(s.effort_settle(&c, State::Applied, None).unwrap());
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! trusted: "codex". And, last of all checks, [`recheck`]: every process of that chain is still
 //! the one that was checked.
 
-use super::{digest, now_ms, sys, CodexTrust, Gate, HookRequest, Peer, Refusal, RefusalCode, DIGEST_WAIT_MS};
+use super::{digest, now_ms, CodexTrust, Gate, HookRequest, Peer, Refusal, RefusalCode, DIGEST_WAIT_MS};
+use crate::os;
 use std::path::Path;
 
 /// Parents walked from the peer looking for the trusted codex process.
@@ -15,13 +16,13 @@ pub(super) struct Member {
     pub(super) pid: i32,
     pub(super) ppid: i32,
     pub(super) starttime: u64,
-    pub(super) status: sys::ProcStatus,
+    pub(super) status: os::ProcStatus,
 }
 
 /// The peer, the processes between it and codex (nearest first), and codex.
 pub(super) struct Ancestry {
-    pub(super) peer_stat: sys::ProcStat,
-    pub(super) peer_status: sys::ProcStatus,
+    pub(super) peer_stat: os::ProcStat,
+    pub(super) peer_status: os::ProcStatus,
     pub(super) chain: Vec<Member>,
     pub(super) codex: Member,
 }
@@ -35,9 +36,9 @@ impl Gate {
     /// hashed yet is waited for until [`DIGEST_WAIT_MS`] after the request's timestamp.
     pub(super) fn trusted_ancestry(&self, peer: &Peer, req: &HookRequest, trust: &dyn CodexTrust) -> Result<Ancestry, Refusal> {
         let peer_stat =
-            sys::read_stat(peer.pid).map_err(|e| Refusal::new(RefusalCode::PeerGone, format!("peer stat: {e}")))?;
+            os::read_stat(peer.pid).map_err(|e| Refusal::new(RefusalCode::PeerGone, format!("peer stat: {e}")))?;
         let peer_status =
-            sys::read_status(peer.pid).map_err(|e| Refusal::new(RefusalCode::PeerGone, format!("peer status: {e}")))?;
+            os::read_status(peer.pid).map_err(|e| Refusal::new(RefusalCode::PeerGone, format!("peer status: {e}")))?;
         peer.still_alive("after stat")?;
         if !peer_status.all_uids_are(self.uid) {
             return Err(Refusal::new(RefusalCode::PeerUid, format!("peer uids {:?} are not all {}", peer_status.uids, self.uid)));
@@ -52,7 +53,7 @@ impl Gate {
     /// between (nearest first) and the codex process.
     pub(super) fn walk_ancestry(
         &self,
-        peer_stat: &sys::ProcStat,
+        peer_stat: &os::ProcStat,
         trust: &dyn CodexTrust,
         digest_deadline: std::time::Instant,
     ) -> Result<(Vec<Member>, Member), Refusal> {
@@ -66,14 +67,14 @@ impl Gate {
                 break;
             }
             let gone = |e: std::io::Error| Refusal::new(RefusalCode::AncestryChanged, format!("ancestor {ppid}: {e}"));
-            let st = sys::read_stat(ppid).map_err(gone)?;
+            let st = os::read_stat(ppid).map_err(gone)?;
             if st.starttime > child_start {
                 return Err(Refusal::new(
                     RefusalCode::AncestryChanged,
                     format!("ancestor {ppid} started after its child: pid reused"),
                 ));
             }
-            let status = sys::read_status(ppid).map_err(gone)?;
+            let status = os::read_status(ppid).map_err(gone)?;
             if !status.all_uids_are(self.uid) {
                 return Err(Refusal::new(
                     RefusalCode::ForeignAncestor,
@@ -107,7 +108,7 @@ impl Gate {
             };
             let exe_name = exe_name();
             // The pid must still name the process whose stat we read.
-            match sys::read_stat(ppid) {
+            match os::read_stat(ppid) {
                 Ok(again) if again.starttime == st.starttime => {}
                 Ok(_) => return Err(Refusal::new(RefusalCode::AncestryChanged, format!("ancestor {ppid} replaced while checked"))),
                 Err(e) => return Err(gone(e)),
@@ -147,13 +148,13 @@ impl Gate {
 /// included) still names the process with the start time and parent that were checked.
 pub(super) fn recheck(peer: &Peer, a: &Ancestry) -> Result<(), Refusal> {
     peer.still_alive("at end")?;
-    match sys::read_stat(peer.pid) {
+    match os::read_stat(peer.pid) {
         Ok(s) if s.ppid == a.peer_stat.ppid && s.starttime == a.peer_stat.starttime => {}
         Ok(_) => return Err(Refusal::new(RefusalCode::AncestryChanged, "peer was re-parented")),
         Err(e) => return Err(Refusal::new(RefusalCode::PeerGone, format!("peer stat: {e}"))),
     }
     for m in a.chain.iter().chain(std::iter::once(&a.codex)) {
-        match sys::read_stat(m.pid) {
+        match os::read_stat(m.pid) {
             Ok(s) if s.starttime == m.starttime && s.ppid == m.ppid => {}
             Ok(_) => return Err(Refusal::new(RefusalCode::AncestryChanged, format!("pid {} now names another process or parent", m.pid))),
             Err(e) => return Err(Refusal::new(RefusalCode::AncestryChanged, format!("process {} gone: {e}", m.pid))),

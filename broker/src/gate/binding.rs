@@ -5,7 +5,8 @@
 //! payload's `agent_id` and `session_id` agree.
 
 use super::ancestry::Member;
-use super::{holder, sys, Gate, Refusal, RefusalCode};
+use crate::os;
+use super::{holder, Gate, Refusal, RefusalCode};
 use crate::rollout::{SessionMeta, Snapshot};
 use courier_shared::hook::{HookEvent, HookPayload};
 use courier_shared::rollout::thread_id_from_path;
@@ -13,7 +14,8 @@ use std::path::{Path, PathBuf};
 
 /// The transcript path the event names, and the thread UUID of its file name.
 pub(super) fn transcript(event: HookEvent, payload: &HookPayload) -> Result<(&str, String), Refusal> {
-    let path_str = if event == HookEvent::SubagentStop { payload.agent_transcript_path.as_deref() } else { payload.transcript_path.as_deref() }
+    let path_str = event
+        .transcript_path(payload)
         .ok_or_else(|| Refusal::new(RefusalCode::TranscriptPath, "no transcript path in payload"))?;
     let thread_id = thread_id_from_path(path_str)
         .ok_or_else(|| Refusal::new(RefusalCode::TranscriptPath, format!("{path_str:?} is not rollout-*-<uuid>.jsonl")))?
@@ -77,13 +79,13 @@ impl Gate {
         let lock_path = lock_dir.join(format!("{thread_id}.lock"));
         // The file at the lock path now, if any. None is not yet a refusal: the real holder keeps
         // its claim when someone removed or replaced the path under it (holder.rs, "Which lock file").
-        let lock_file = sys::statx_path_nofollow(&lock_path)
+        let lock_file = os::statx_path_nofollow(&lock_path)
             .ok()
-            .filter(|id| sys::is_regular(id.mode))
+            .filter(|id| os::is_regular(id.mode))
             .map(|id| (id.dev, id.ino));
         // Only SessionStart's delivery depends on how many threads codex runs; other events re-check
         // the fds that held the rollout and the lock last time, and scan only when those moved.
-        let counted = event == HookEvent::SessionStart;
+        let counted = event.needs_sole_thread();
         let thread_locks = if !counted
             && lock_file.is_some_and(|lock| {
                 holder::hinted_holds(&self.fd_hints, codex.pid, codex.starttime, rollout_file, lock)
@@ -91,8 +93,8 @@ impl Gate {
             0
         } else {
             let lock_dir_canon = std::fs::canonicalize(&lock_dir).unwrap_or_else(|_| lock_dir.clone());
-            let scan = holder::scan(codex.pid, rollout_file, lock_file, &thread_id, &lock_dir_canon).map_err(|e| {
-                if sys::is_gone(&e) {
+            let scan = holder::scan(codex.pid, rollout_file, lock_file, thread_id, &lock_dir_canon).map_err(|e| {
+                if os::is_gone(&e) {
                     Refusal::new(RefusalCode::AncestryChanged, format!("codex {} fds: {e}", codex.pid))
                 } else {
                     Refusal::new(RefusalCode::NotRolloutHolder, format!("codex {} fds: {e}", codex.pid))

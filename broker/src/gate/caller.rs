@@ -4,7 +4,8 @@
 //! process between it and codex unless codex itself has it.
 
 use super::ancestry::Ancestry;
-use super::{sys, Peer, Refusal, RefusalCode};
+use crate::os;
+use super::{Peer, Refusal, RefusalCode};
 use courier_shared::paths::environ_get;
 
 /// Environment variables Codex sets only for commands the model runs.
@@ -13,14 +14,14 @@ pub const TOOL_COMMAND_MARKERS: [&str; 4] = ["CODEX_TOOL_CALL_ID", "CODEX_THREAD
 pub(super) fn check(peer: &Peer, a: &Ancestry) -> Result<(), Refusal> {
     let codex = &a.codex;
     let mut codex_env = Vec::with_capacity(8192);
-    sys::read_environ(codex.pid, &mut codex_env)
+    os::read_environ(codex.pid, &mut codex_env)
         .map_err(|e| Refusal::new(RefusalCode::AncestryChanged, format!("codex {} environ: {e}", codex.pid)))?;
     let mut env = Vec::with_capacity(8192);
-    sys::read_environ(peer.pid, &mut env).map_err(|e| Refusal::new(RefusalCode::PeerGone, format!("peer environ: {e}")))?;
+    os::read_environ(peer.pid, &mut env).map_err(|e| Refusal::new(RefusalCode::PeerGone, format!("peer environ: {e}")))?;
     peer.still_alive("after environ")?;
     check_markers(&env, &codex_env, "peer", peer.pid)?;
     for m in &a.chain {
-        sys::read_environ(m.pid, &mut env)
+        os::read_environ(m.pid, &mut env)
             .map_err(|e| Refusal::new(RefusalCode::AncestryChanged, format!("process {} environ: {e}", m.pid)))?;
         check_markers(&env, &codex_env, "intermediate process", m.pid)?;
     }

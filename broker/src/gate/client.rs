@@ -2,7 +2,8 @@
 //! its request is authentic (the HMAC under the per-login secret binds payload, pid and time),
 //! fresh, and a hook payload of an event Courier registers.
 
-use super::{now_ms, sys, GateConfig, HookRequest, Peer, Refusal, RefusalCode};
+use super::{now_ms, GateConfig, HookRequest, Peer, Refusal, RefusalCode};
+use crate::os::{self, FileKey};
 use courier_shared::auth::{self, MAX_CLOCK_SKEW_MS};
 use courier_shared::hook::{HookEvent, HookPayload};
 use std::os::unix::fs::MetadataExt;
@@ -10,8 +11,8 @@ use std::path::{Path, PathBuf};
 
 /// Checks the peer's executable and the request; returns the parsed payload.
 pub(super) fn check(config: &GateConfig, peer: &Peer, req: &HookRequest) -> Result<HookPayload, Refusal> {
-    let exe = sys::exe_id(peer.pid).map_err(|e| {
-        if sys::is_gone(&e) {
+    let exe = os::exe_id(peer.pid).map_err(|e| {
+        if os::is_gone(&e) {
             Refusal::new(RefusalCode::PeerGone, format!("peer exe: {e}"))
         } else {
             Refusal::new(RefusalCode::ClientExe, format!("cannot stat peer exe: {e}"))
@@ -21,7 +22,7 @@ pub(super) fn check(config: &GateConfig, peer: &Peer, req: &HookRequest) -> Resu
     if !config.installed_clients.contains(&exe) {
         return Err(Refusal::new(
             RefusalCode::ClientExe,
-            format!("peer executable dev {} ino {} is not an installed hook-client", exe.0, exe.1),
+            format!("peer executable dev {} ino {} is not an installed hook-client", exe.dev, exe.ino),
         ));
     }
     if req.pid as i64 != peer.pid as i64 {
@@ -52,13 +53,14 @@ pub(super) fn event(payload: &HookPayload) -> Result<HookEvent, Refusal> {
 }
 
 /// (device, inode) of the `hook-client` next to `broker_exe`, plus each of `extra` that exists.
-pub fn installed_client_ids(broker_exe: &Path, extra: &[PathBuf]) -> Vec<(u64, u64)> {
+pub fn installed_client_ids(broker_exe: &Path, extra: &[PathBuf]) -> Vec<FileKey> {
     let mut out = Vec::new();
     let beside = broker_exe.parent().map(|d| d.join("hook-client"));
     for p in beside.iter().chain(extra.iter()) {
         if let Ok(m) = std::fs::metadata(p) {
-            if m.is_file() && !out.contains(&(m.dev(), m.ino())) {
-                out.push((m.dev(), m.ino()));
+            let key = FileKey { dev: m.dev(), ino: m.ino() };
+            if m.is_file() && !out.contains(&key) {
+                out.push(key);
             }
         }
     }

@@ -25,7 +25,7 @@
 //! i.e. a real Codex session of that thread. A lock file renamed away (still linked, another
 //! name) no longer counts.
 
-use super::sys;
+use crate::os;
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::sync::Mutex;
@@ -114,7 +114,7 @@ fn cloexec(flags: u32) -> bool {
 }
 
 fn read_fdinfo(pid: i32, fd: &str, buf: &mut Vec<u8>) -> Option<()> {
-    sys::read_record(&format!("/proc/{pid}/fdinfo/{fd}"), buf, 1024, 64 * 1024).ok()
+    os::read_record(&format!("/proc/{pid}/fdinfo/{fd}"), buf, 1024, 64 * 1024).ok()
 }
 
 fn fdinfo_flags(fdinfo: &str) -> Option<u32> {
@@ -149,7 +149,7 @@ pub fn scan(
     for entry in dir {
         let entry = match entry {
             Ok(e) => e,
-            Err(e) if sys::is_gone(&e) => return Err(e),
+            Err(e) if os::is_gone(&e) => return Err(e),
             Err(_) => continue,
         };
         let name = entry.file_name();
@@ -245,7 +245,7 @@ fn fdinfo_if_on(pid: i32, fd: &str, file: (u64, u64)) -> Option<String> {
         return None;
     }
     let mut buf = Vec::new();
-    sys::read_record(&format!("/proc/{pid}/fdinfo/{fd}"), &mut buf, 1024, 64 * 1024).ok()?;
+    os::read_record(&format!("/proc/{pid}/fdinfo/{fd}"), &mut buf, 1024, 64 * 1024).ok()?;
     let text = String::from_utf8(buf).ok()?;
     let ino = text.lines().find_map(|l| l.strip_prefix("ino:")).map(|v| v.trim().parse::<u64>());
     match ino {
@@ -305,7 +305,7 @@ pub fn held_threads(pid: i32, sessions: &Path, writer_lock_dir: &Path) -> io::Re
     for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
         let entry = match entry {
             Ok(e) => e,
-            Err(e) if sys::is_gone(&e) => return Err(e),
+            Err(e) if os::is_gone(&e) => return Err(e),
             Err(_) => continue,
         };
         let name = entry.file_name();

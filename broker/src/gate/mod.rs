@@ -54,7 +54,6 @@ pub mod owner;
 pub mod peer;
 mod rollout_read;
 pub mod sender;
-pub(crate) mod sys;
 pub mod ticket;
 mod turn;
 #[cfg(test)]
@@ -93,7 +92,7 @@ pub struct HookRequest<'a> {
 pub struct GateConfig {
     pub codex_home: PathBuf,
     /// (device, inode) of every installed hook-client executable.
-    pub installed_clients: Vec<(u64, u64)>,
+    pub installed_clients: Vec<crate::os::FileKey>,
     pub secret: Secret,
 }
 
@@ -216,10 +215,6 @@ impl Gate {
         }
     }
 
-    pub fn config(&self) -> &GateConfig {
-        &self.config
-    }
-
     /// The incremental rollout reader (its byte counters are diagnostics).
     pub fn tracker(&self) -> &RolloutTracker {
         &self.tracker
@@ -241,7 +236,7 @@ impl Gate {
         }
     }
 
-    /// Runs every check of courier-design.md's verification gate, in order. `is_trusted` answers
+    /// Runs every check of the gate, in order (module documentation). `is_trusted` answers
     /// whether a hex SHA-256 is a trusted Codex binary.
     pub fn verify(&self, peer: &Peer, req: &HookRequest, trust: &dyn CodexTrust) -> Result<Verified, Refusal> {
         let mut ctx = Ctx::default();

@@ -11,7 +11,8 @@
 //!
 //! The start time is read before and after: a pid reused meanwhile is refused.
 
-use super::{digest, holder, sys, CodexTrust, Gate};
+use super::{digest, holder, CodexTrust, Gate};
+use crate::os;
 use crate::rollout::RolloutIdentity;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -106,8 +107,8 @@ impl Gate {
                 NoOwner::NotProven(format!("several processes hold {}: {holders:?}", lock_path.display()))
             });
         };
-        let stat = sys::read_stat(pid).map_err(|_| NoOwner::NotLoaded)?;
-        let status = sys::read_status(pid).map_err(|_| NoOwner::NotLoaded)?;
+        let stat = os::read_stat(pid).map_err(|_| NoOwner::NotLoaded)?;
+        let status = os::read_status(pid).map_err(|_| NoOwner::NotLoaded)?;
         if !status.all_uids_are(self.uid) {
             return Err(NoOwner::Untrusted(format!("holder {pid} runs as uids {:?}", status.uids)));
         }
@@ -121,8 +122,8 @@ impl Gate {
         }
         let sessions = self.config.codex_home.join("sessions");
         let rollout = find_rollout(&sessions, thread).ok_or_else(|| NoOwner::NotProven("no rollout under sessions/".into()))?;
-        let file = sys::open_nofollow(&rollout).map_err(|e| NoOwner::NotProven(format!("open rollout: {e}")))?;
-        let id = sys::statx_fd(&file).map_err(|e| NoOwner::NotProven(format!("statx rollout: {e}")))?;
+        let file = os::open_nofollow(&rollout).map_err(|e| NoOwner::NotProven(format!("open rollout: {e}")))?;
+        let id = os::statx_fd(&file).map_err(|e| NoOwner::NotProven(format!("statx rollout: {e}")))?;
         let scan = holder::scan(pid, (id.dev, id.ino), Some((lock.dev(), lock.ino())), thread, &lock_dir)
             .map_err(|_| NoOwner::NotLoaded)?;
         if !scan.holds_rollout_append || !scan.holds_thread_lock {
@@ -136,7 +137,7 @@ impl Gate {
         if snap.session_meta.as_ref().map(|m| m.id.as_str()) != Some(thread) {
             return Err(NoOwner::NotProven("the rollout's session_meta is not this thread".into()));
         }
-        match sys::read_stat(pid) {
+        match os::read_stat(pid) {
             Ok(again) if again.starttime == stat.starttime => {}
             _ => return Err(NoOwner::NotProven(format!("holder {pid} changed while checked"))),
         }

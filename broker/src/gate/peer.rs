@@ -3,7 +3,8 @@
 //! can be checked against pid reuse: a read is trusted only if the pidfd still shows the process
 //! alive afterwards (a live process's pid cannot have been recycled).
 
-use super::{sys, Peer, Refusal, RefusalCode};
+use super::{Peer, Refusal, RefusalCode};
+use crate::os;
 use nix::libc;
 use nix::sys::socket::{getsockopt, sockopt};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -60,7 +61,7 @@ pub fn identify_with_source(stream: &UnixStream) -> Result<(Peer, PidfdSource), 
     }
     let (pidfd, source) = match peer_pidfd(stream) {
         Ok(Some(fd)) => (fd, PidfdSource::PeerPidfd),
-        Ok(None) => match sys::pidfd_open(pid) {
+        Ok(None) => match os::pidfd_open(pid) {
             Ok(fd) => (fd, PidfdSource::PidfdOpen),
             Err(e) => return Err(Refusal::new(RefusalCode::PeerGone, format!("pidfd_open({pid}): {e}"))),
         },
@@ -77,7 +78,7 @@ impl Peer {
     /// The exact process that connected has not exited (its pidfd is not readable). Checked after
     /// every `/proc/<pid>` read of the peer: if it is still alive, the pid was not reused.
     pub fn is_alive(&self) -> bool {
-        sys::pidfd_alive(&self.pidfd)
+        os::pidfd_alive(&self.pidfd)
     }
 
     /// [`Peer::is_alive`] as a step of the gate: `what` says which read it follows.

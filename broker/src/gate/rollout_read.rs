@@ -3,17 +3,18 @@
 //! incremental read (`crate::rollout::RolloutTracker`): a file replaced or moved during the read
 //! is refused, and a replaced file is re-read from its start, never trusted from the cache.
 
-use super::{sys, Gate, Refusal, RefusalCode};
+use super::{Gate, Refusal, RefusalCode};
+use crate::os;
 use crate::rollout::{RolloutIdentity, Snapshot};
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
 impl Gate {
     /// Reads the rollout at `path` incrementally; returns what is known of it and its identity.
-    pub(super) fn read_rollout(&self, path: &Path, path_str: &str) -> Result<(Snapshot, sys::FileId), Refusal> {
-        let file = match sys::open_no_symlinks(path) {
+    pub(super) fn read_rollout(&self, path: &Path, path_str: &str) -> Result<(Snapshot, os::FileId), Refusal> {
+        let file = match os::open_no_symlinks(path) {
             Ok(Some(file)) => file,
-            Err(e) if sys::errno(&e) == nix::libc::ELOOP => {
+            Err(e) if os::errno(&e) == nix::libc::ELOOP => {
                 return Err(Refusal::new(RefusalCode::TranscriptPath, format!("{path_str:?} is not canonical (a symlink on the way)")))
             }
             Err(e) => return Err(Refusal::new(RefusalCode::TranscriptPath, format!("open {path_str:?}: {e}"))),
@@ -27,14 +28,14 @@ impl Gate {
                         format!("{path_str:?} is not canonical (resolves to {:?})", canonical),
                     ));
                 }
-                sys::open_nofollow(path).map_err(|e| Refusal::new(RefusalCode::TranscriptPath, format!("open {path_str:?}: {e}")))?
+                os::open_nofollow(path).map_err(|e| Refusal::new(RefusalCode::TranscriptPath, format!("open {path_str:?}: {e}")))?
             }
         };
-        let before = sys::statx_fd(&file).map_err(|e| Refusal::new(RefusalCode::RolloutChanged, format!("statx: {e}")))?;
-        if !sys::is_regular(before.mode) {
+        let before = os::statx_fd(&file).map_err(|e| Refusal::new(RefusalCode::RolloutChanged, format!("statx: {e}")))?;
+        if !os::is_regular(before.mode) {
             return Err(Refusal::new(RefusalCode::TranscriptPath, format!("{path_str:?} is not a regular file")));
         }
-        let identity = |id: &sys::FileId| RolloutIdentity {
+        let identity = |id: &os::FileId| RolloutIdentity {
             dev: id.dev,
             ino: id.ino,
             btime_sec: id.btime_sec,
@@ -42,7 +43,7 @@ impl Gate {
         };
         let check_identity = |when: &str| -> Result<(), Refusal> {
             let changed = |why: String| Refusal::new(RefusalCode::RolloutChanged, format!("{when}: {why}"));
-            let at_path = sys::statx_path_nofollow(path).map_err(|e| changed(format!("{path_str:?}: {e}")))?;
+            let at_path = os::statx_path_nofollow(path).map_err(|e| changed(format!("{path_str:?}: {e}")))?;
             if !at_path.same_file(&before) {
                 return Err(changed(format!("{path_str:?} is no longer the file that was opened")));
             }
@@ -51,7 +52,7 @@ impl Gate {
             if fd_path != path {
                 return Err(changed(format!("opened file now resolves to {fd_path:?}")));
             }
-            let now = sys::statx_fd(&file).map_err(|e| changed(format!("statx: {e}")))?;
+            let now = os::statx_fd(&file).map_err(|e| changed(format!("statx: {e}")))?;
             if !now.same_file(&before) {
                 return Err(changed("fd identity changed".into()));
             }

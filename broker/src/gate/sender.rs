@@ -6,7 +6,8 @@
 //!    (step 3) reaches a trusted Codex process;
 //! 2. its environment says which thread and tool call it runs for (`CODEX_THREAD_ID`,
 //!    `CODEX_TOOL_CALL_ID`, which Codex adds to the commands the model runs and the codex
-//!    process itself lacks): claims, checked next;
+//!    process itself lacks), or, for an MCP server Codex started, the request says so (Codex
+//!    names both in each `tools/call`'s `_meta`): claims, checked next;
 //! 3. that codex process holds the thread's writer lock and its rollout for append, through fds it
 //!    opened itself (`holder::held_threads`, step 5);
 //! 4. the thread's open turn (the rollout read backwards from its end, at most [`MAX_BACKSCAN`])
@@ -19,7 +20,8 @@
 //! any other process cannot be claimed. [`ToolSender::threads_in_process`] says how many threads
 //! the process runs (1: the attribution is exact).
 
-use super::{holder, sys, CodexTrust, Gate, Peer};
+use super::{holder, CodexTrust, Gate, Peer};
+use crate::os;
 use courier_shared::paths::environ_get;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -113,17 +115,20 @@ pub fn open_turn_has_call(file: &File, len: u64, call_id: &str) -> bool {
 
 impl Gate {
     /// The thread whose tool command `peer` is (see the module docs), or why that is not proven.
-    pub fn verify_tool_sender(&self, peer: &Peer, trust: &dyn CodexTrust) -> Result<ToolSender, String> {
+    /// `claims`: the thread and call id the peer names itself (an MCP server Codex started, from
+    /// the request's `_meta`); `None`: read them from the peer's environment (a command the model
+    /// ran, which Codex marks with `CODEX_THREAD_ID`/`CODEX_TOOL_CALL_ID`).
+    pub fn verify_tool_sender(&self, peer: &Peer, trust: &dyn CodexTrust, claims: Option<(&str, &str)>) -> Result<ToolSender, String> {
         if peer.uid != self.uid {
             return Err(format!("peer uid {} is not the broker's", peer.uid));
         }
-        let stat = sys::read_stat(peer.pid).map_err(|e| format!("peer stat: {e}"))?;
+        let stat = os::read_stat(peer.pid).map_err(|e| format!("peer stat: {e}"))?;
         let deadline = Instant::now() + Duration::from_secs(2);
         let (chain, codex) = self.walk_ancestry(&stat, trust, deadline).map_err(|r| format!("{}: {}", r.code, r.detail))?;
         let mut env = Vec::with_capacity(8192);
-        sys::read_environ(peer.pid, &mut env).map_err(|e| format!("peer environ: {e}"))?;
+        os::read_environ(peer.pid, &mut env).map_err(|e| format!("peer environ: {e}"))?;
         let mut codex_env = Vec::with_capacity(8192);
-        sys::read_environ(codex.pid, &mut codex_env).map_err(|e| format!("codex environ: {e}"))?;
+        os::read_environ(codex.pid, &mut codex_env).map_err(|e| format!("codex environ: {e}"))?;
         let claim = |key: &str| -> Result<String, String> {
             let v = environ_get(&env, key).ok_or_else(|| format!("not a Codex tool command (no {key})"))?;
             if environ_get(&codex_env, key).is_some() {
@@ -131,8 +136,10 @@ impl Gate {
             }
             String::from_utf8(v.to_vec()).map_err(|_| format!("{key} is not UTF-8"))
         };
-        let thread = claim("CODEX_THREAD_ID")?;
-        let call_id = claim("CODEX_TOOL_CALL_ID")?;
+        let (thread, call_id) = match claims {
+            Some((t, c)) => (t.to_string(), c.to_string()),
+            None => (claim("CODEX_THREAD_ID")?, claim("CODEX_TOOL_CALL_ID")?),
+        };
         if !courier_shared::rollout::is_uuid(&thread) || call_id.is_empty() || call_id.contains('"') || call_id.contains('\\') {
             return Err("CODEX_THREAD_ID or CODEX_TOOL_CALL_ID is malformed".into());
         }
@@ -143,18 +150,18 @@ impl Gate {
         let Some(mine) = held.iter().find(|h| h.thread == thread) else {
             return Err(format!("codex {} does not hold thread {thread} (its rollout and writer lock)", codex.pid));
         };
-        let file = sys::open_nofollow(&mine.rollout).map_err(|e| format!("open rollout: {e}"))?;
+        let file = os::open_nofollow(&mine.rollout).map_err(|e| format!("open rollout: {e}"))?;
         let len = file.metadata().map_err(|e| format!("rollout: {e}"))?.len();
         if !open_turn_has_call(&file, len, &call_id) {
             return Err(format!("the open turn of thread {thread} has no tool call {call_id}"));
         }
         for m in chain.iter().chain(std::iter::once(&codex)) {
-            match sys::read_stat(m.pid) {
+            match os::read_stat(m.pid) {
                 Ok(s) if s.starttime == m.starttime => {}
                 _ => return Err(format!("process {} changed while checked", m.pid)),
             }
         }
-        if !peer.is_alive() || !sys::read_stat(peer.pid).is_ok_and(|s| s.starttime == stat.starttime) {
+        if !peer.is_alive() || !os::read_stat(peer.pid).is_ok_and(|s| s.starttime == stat.starttime) {
             return Err("the sender exited while checked".into());
         }
         Ok(ToolSender { thread, call_id, codex_pid: codex.pid, threads_in_process: held.len() })

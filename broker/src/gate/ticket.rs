@@ -1,6 +1,6 @@
 //! Step 8 of the gate: one ticket per Codex action (issue 14, finding 2).
 //!
-//! Codex writes a distinct rollout record just before each hook it runs (codex-facts.md §9,
+//! Codex writes a distinct rollout record just before each hook it runs (README, "Security model";
 //! measured on 0.160.0 and 0.171.0): a hook is accepted only in the state that record leaves, and
 //! each such state at most once. [`bind`] names the state a verified hook follows (its
 //! [`Ticket`]) or refuses it (`no_ticket`); `crate::tickets::take` accepts each ticket once

@@ -9,7 +9,7 @@ use courier_shared::hook::{HookEvent, HookPayload};
 pub(super) fn check(event: HookEvent, payload: &HookPayload, snap: &Snapshot) -> Result<Option<String>, Refusal> {
     let open = snap.open_turn.as_deref();
     match (event, payload.turn_id.as_deref()) {
-        (HookEvent::SessionStart, None) => Ok(None),
+        (e, None) if !e.needs_turn() => Ok(None),
         (_, Some(t)) if open == Some(t) => Ok(Some(t.to_string())),
         (_, t) => Err(Refusal::new(
             RefusalCode::TurnMismatch,

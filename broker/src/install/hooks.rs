@@ -8,7 +8,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use super::{EVENTS, HOOK_TIMEOUT_SECS, manifest::Manifest};
 
-// Codex's hook trust hash (codex-facts.md §2)
+// Codex's hook trust hash: Codex trusts a handler when `hooks.state."<source>:<event>:<group>:0"
+// .trusted_hash` in config.toml is the SHA-256 of the handler's canonical JSON (event in snake case,
+// command, timeout, matcher, status message); `hook_trust_hash` computes it the same way.
 
 /// `PostToolUse` -> `post_tool_use`.
 pub fn snake_event(ev: &str) -> String {

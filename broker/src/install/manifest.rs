@@ -66,6 +66,12 @@ pub struct Manifest {
     /// even when enabling them failed.
     #[serde(default)]
     pub unit_files: Vec<PathBuf>,
+    /// The `command` of the `[mcp_servers.courier]` entry install wrote (`broker mcp`).
+    #[serde(default)]
+    pub mcp_command: Option<String>,
+    /// Install created the `mcp_servers` table.
+    #[serde(default)]
+    pub created_mcp_servers: bool,
 }
 
 pub fn manifest_path(state_dir: &Path) -> PathBuf {

@@ -24,6 +24,7 @@
 //! - `uninstall.rs`: `broker uninstall [--purge]`.
 
 use crate::{codex, dirs, store::Store};
+use courier_shared::hook::HookEvent;
 use anyhow::{bail, Context, Result};
 use courier_shared::paths;
 use serde_json::{json, Value};
@@ -40,7 +41,15 @@ pub use systemd::{render_units, systemctl_user, unit_dir, user_manager_runs};
 pub use uninstall::uninstall;
 
 /// The events Courier's hook-client is registered for (PascalCase, as in hooks.json).
-pub const EVENTS: [&str; 6] = ["SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "SubagentStart"];
+pub const EVENTS: [&str; 6] = {
+    let mut names = [""; 6];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = HookEvent::REGISTERED[i].as_str();
+        i += 1;
+    }
+    names
+};
 /// Hook timeout written to hooks.json. Part of the trust hash: never change it casually.
 pub const HOOK_TIMEOUT_SECS: u64 = 5;
 pub const MANIFEST_NAME: &str = "install-manifest.json";
@@ -54,6 +63,7 @@ mod undo;
 mod files;
 mod hooks;
 mod manifest;
+mod mcp;
 mod start;
 mod uninstall;
 #[cfg(test)]
@@ -70,6 +80,9 @@ pub struct InstallOptions {
     /// systemd: write the units but do not run `systemctl --user` (no user manager yet, e.g. over
     /// ssh before `loginctl enable-linger`).
     pub no_enable: bool,
+    /// Install `courier-mcp` (when it is beside the broker) and register `broker mcp` as Codex's
+    /// MCP server `courier` (`--no-mcp`: neither).
+    pub mcp: bool,
 }
 
 /// Human-readable lines describing what happened.
@@ -210,7 +223,14 @@ fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Installed> {
         report.push(format!("note: previous install used {}; its binaries stay until you remove them", m.prefix.display()));
     }
     m.prefix = prefix.clone();
-    for name in ["broker", "hook-client"] {
+    // `broker mcp` runs the courier-mcp beside the installed broker; optional (a build without it).
+    let src_mcp = opts.source_dir.join("courier-mcp");
+    let with_mcp = opts.mcp && src_mcp.is_file();
+    if opts.mcp && !with_mcp {
+        report.push(format!("note: no courier-mcp beside {}; `broker mcp` is not installed", src_broker.display()));
+    }
+    let names: &[&str] = if with_mcp { &["broker", "hook-client", "courier-mcp"] } else { &["broker", "hook-client"] };
+    for name in names.iter().copied() {
         let dst = prefix.join(name);
         if !m.binaries.contains(&dst) {
             m.binaries.push(dst);
@@ -222,11 +242,14 @@ fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Installed> {
         create_dirs(&prefix)?;
     }
     let mut replaced = false;
-    for (src, name) in [(&src_broker, "broker"), (&src_client, "hook-client")] {
+    for name in names.iter().copied() {
+        let src = opts.source_dir.join(name);
+        let src = &src;
         let dst = prefix.join(name);
         if install_binary(src, &dst)? {
             report.push(format!("installed {}", dst.display()));
-            replaced = true;
+            // A new courier-mcp needs no broker restart (Codex starts it per session).
+            replaced |= name != "courier-mcp";
         }
     }
     let broker = prefix.join("broker");
@@ -272,6 +295,9 @@ fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Installed> {
         .with_context(|| format!("{} is not valid TOML; fix it first", config_path.display()))?;
     let stale = m.trust_entries.clone();
     add_trust(&mut tdoc, &entries, &stale, &mut m)?;
+    if with_mcp {
+        mcp::add_mcp(&mut tdoc, &broker, &mut m, &mut report)?;
+    }
     let new_text = tdoc.to_string();
     if current.as_deref() != Some(new_text.as_str()) {
         track_edit(&mut m.config_toml, &config_path, current.as_deref(), &new_text);

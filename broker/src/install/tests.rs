@@ -3,7 +3,8 @@ use super::systemd::unit_quote;
 
 #[test]
 fn trust_hash_matches_python_port() {
-    // Values printed by probe-kit/hook_trust_hash.py.
+    // Values printed by a Python port of Codex's own hash function; Codex accepts them (the
+    // install end-to-end tests run real sessions with these trust entries).
     assert_eq!(
         hook_trust_hash("PostToolUse", "/bin/true", 5, None, None),
         "sha256:0e59abad07037762a34c3ef81edcab683a6bd8548bf56109ef5e66f1eeaaadc7"

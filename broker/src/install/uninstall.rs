@@ -134,6 +134,7 @@ pub(super) fn uninstall_manifest(m: &Manifest, state_dir: &Path, report: &mut Re
         let strip = |text: &str| -> Result<String> {
             let mut doc: toml_edit::DocumentMut = text.parse().with_context(|| format!("{} is not valid TOML", edit.path.display()))?;
             remove_trust(&mut doc, m);
+            super::mcp::remove_mcp(&mut doc, m);
             Ok(doc.to_string())
         };
         unedit(edit, "trust entries", strip, report)?;

@@ -11,7 +11,7 @@ use super::threads::{self, Lister, ThreadInfo};
 use super::wait::{self, Waited};
 use super::{is_message_id, record, Outcome, Want};
 use crate::cli::{Args, UsageError};
-use crate::store::{now_ms, Store, MAX_BODY_BYTES};
+use crate::store::{now_ms, State, Store, MAX_BODY_BYTES};
 use anyhow::{bail, Context, Result};
 use courier_shared::paths;
 use serde_json::{json, Value};
@@ -233,11 +233,11 @@ pub fn status(args: Args) -> Result<ExitCode> {
     let mut store = open_store()?;
     let Some(mut m) = super::load(&store, &id)? else { bail!("{}", wait::not_found(&id)) };
     // What the broker would have done by now, so the answer holds with no broker running.
-    if m.state == "handed" {
+    if m.state == State::Handed {
         if let Err(e) = crate::delivery::reconcile(&mut store, Some(&m.thread)) {
             eprintln!("broker: warning: could not settle hand-offs ({e:#}); the state may lag");
         }
-    } else if m.state == "pending" && m.expires_at.is_some_and(|e| e <= now_ms()) {
+    } else if m.state == State::Pending && m.expires_at.is_some_and(|e| e <= now_ms()) {
         let _ = store.expire_due();
     }
     m = super::load(&store, &id)?.context("the message vanished")?;
@@ -253,7 +253,7 @@ pub fn status(args: Args) -> Result<ExitCode> {
         lines.push(format!("  from       {}", esc(f)));
     }
     lines.push(format!("  queued     {}", ago(m.created_at)));
-    if let Some(e) = m.expires_at.filter(|_| matches!(m.state.as_str(), "pending" | "leased")) {
+    if let Some(e) = m.expires_at.filter(|_| matches!(m.state, State::Pending | State::Leased)) {
         lines.push(format!("  expires    in {}", crate::inspect::age((e - now).max(0))));
     }
     if let Some(h) = m.handed_at {
@@ -272,6 +272,16 @@ pub fn status(args: Args) -> Result<ExitCode> {
     }
     println!("{}", lines.join("\n"));
     Ok(ExitCode::SUCCESS)
+}
+
+/// `broker mcp`: runs the MCP server, `courier-mcp` beside this `broker` (its own crate and
+/// binary, so the async runtime the MCP SDK needs stays out of the broker).
+pub fn mcp(_args: Args) -> Result<ExitCode> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().context("locating the broker executable")?;
+    let server = exe.with_file_name("courier-mcp");
+    let err = std::process::Command::new(&server).exec();
+    bail!("cannot run {} ({err}); it is built with the broker (`cargo build -p courier-mcp`) and installed beside it", server.display())
 }
 
 pub fn threads(args: Args) -> Result<ExitCode> {

@@ -19,7 +19,7 @@ pub mod send;
 pub mod threads;
 pub mod wait;
 
-use crate::store::{Message, Store};
+use crate::store::{Kind, Message, State, Store};
 use anyhow::Result;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -66,12 +66,12 @@ pub enum Progress {
 /// `confirmed` passes `handed`; `uncertain` was handed (so it passed `handed`) but never
 /// confirmed. Effort rows: `applied` is reached for both, `failed`/`uncertain`/`cancelled` ended.
 pub fn progress(m: &Message, want: Want) -> Progress {
-    match m.state.as_str() {
-        "confirmed" | "applied" => Progress::Reached,
-        "handed" if want == Want::Handed => Progress::Reached,
-        "handed" | "pending" | "leased" | "applying" => Progress::InFlight,
-        "uncertain" if m.kind == "message" && want == Want::Handed && m.handed_at.is_some() => Progress::Reached,
-        _ => Progress::Ended,
+    match m.state {
+        State::Confirmed | State::Applied => Progress::Reached,
+        State::Handed if want == Want::Handed => Progress::Reached,
+        State::Handed | State::Pending | State::Leased | State::Applying => Progress::InFlight,
+        State::Uncertain if m.kind == Kind::Message && want == Want::Handed && m.handed_at.is_some() => Progress::Reached,
+        State::Uncertain | State::Expired | State::Cancelled | State::Failed => Progress::Ended,
     }
 }
 
@@ -190,8 +190,8 @@ mod tests {
         Message {
             id: "m_0000000000000001".into(),
             thread: "t".into(),
-            kind: kind.into(),
-            state: state.into(),
+            kind: crate::store::Kind::parse(kind).unwrap(),
+            state: crate::store::State::parse(state).unwrap(),
             body: "x".into(),
             from: None,
             key: None,
@@ -253,7 +253,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let mut store = Store::open(&dir).unwrap();
-        store.enqueue("01a22652-96c4-7652-bf64-6f7bc9883ce2", "message", "hi", Some("me"), Some("k"), Some(60_000)).unwrap();
+        store.enqueue("01a22652-96c4-7652-bf64-6f7bc9883ce2", "hi", Some("me"), Some("k"), Some(60_000)).unwrap();
         let report = crate::inspect::Report::gather(&store, None, None).unwrap();
         let inspected = report.to_json()["messages"][0].clone();
         let m = &store.messages(None).unwrap()[0];

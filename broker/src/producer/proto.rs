@@ -9,9 +9,11 @@
 //!
 //! Requests (`op`; an optional `"v": 1`; unknown fields are refused):
 //! - `{"op":"send","thread":UUID | "cwd":PATH,"text":T,"key"?,"ttl_ms"?,"from"?,"future_thread"?,
-//!   "verify_sender"?,"wake"?:"auto"|"never","wait"?:"handed"|"confirmed","timeout_ms"?}`; with
-//!   `verify_sender` (and no `from`) the broker proves which thread's Codex tool command the
-//!   connecting process is and names it `thread:<id>` (`gate/sender.rs`) -> `{"ok":true,"id","thread","duplicate","note"}`;
+//!   "verify_sender"?,"sender"?:{"thread","call_id"},"wake"?:"auto"|"never","wait"?:"handed"|"confirmed",
+//!   "timeout_ms"?}`; with `verify_sender` (claims from the peer's environment: a command the
+//!   model ran) or `sender` (claims given: an MCP server Codex started), and no `from`, the broker
+//!   proves which thread's Codex tool call the connecting process is and names it `thread:<id>`
+//!   (`gate/sender.rs`) -> `{"ok":true,"id","thread","duplicate","note"}`;
 //!   with `wait`, the reply comes when the message settles or the timeout ends, and adds
 //!   `outcome` and `messages` as a `wait` reply does.
 //! - `{"op":"status","id":ID}` -> `{"ok":true,"message":RECORD}`.
@@ -90,6 +92,8 @@ enum Op {
         #[serde(default)]
         verify_sender: bool,
         #[serde(default)]
+        sender: Option<SenderClaim>,
+        #[serde(default)]
         wake: Option<WakeMode>,
         #[serde(default)]
         wait: Option<Want>,
@@ -112,6 +116,19 @@ enum Op {
         #[serde(default)]
         limit: Option<usize>,
     },
+}
+
+/// Proves which thread's Codex tool call the peer of a stream is (`gate/sender.rs`), from the
+/// claims given or, with none, from the peer's environment.
+pub type Verify<'a> = dyn Fn(&UnixStream, Option<(&str, &str)>) -> Result<ToolSender, String> + 'a;
+
+/// `"sender"` of a `send`: the thread and tool call an MCP server (started by Codex) says it
+/// serves; the broker checks both before the message names that thread.
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct SenderClaim {
+    thread: String,
+    call_id: String,
 }
 
 /// `"wake"` of a `send`: as `broker send --wake`.
@@ -205,7 +222,7 @@ impl Service {
     /// Serves one request line on `stream` (a worker thread calls this; a wait parks the stream
     /// with the waiter thread and returns at once). `verify` proves which thread's Codex tool
     /// command the peer is (`gate/sender.rs`), for a `send` with `verify_sender`.
-    pub fn serve(&self, mut stream: UnixStream, line: &[u8], verify: &dyn Fn(&UnixStream) -> Result<ToolSender, String>) {
+    pub fn serve(&self, mut stream: UnixStream, line: &[u8], verify: &Verify<'_>) {
         let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
         let reply = match parse(line) {
             Err(reply) => reply,
@@ -228,7 +245,7 @@ impl Service {
                 Ok(threads) => json!({"ok": true, "threads": threads}),
                 Err(e) => error("failed", &format!("{e:#}")),
             },
-            Ok(Op::Send { thread, cwd, text, key, ttl_ms, from, future_thread, verify_sender, wake, wait, timeout_ms }) => {
+            Ok(Op::Send { thread, cwd, text, key, ttl_ms, from, future_thread, verify_sender, sender, wake, wait, timeout_ms }) => {
                 let target = match (thread, cwd) {
                     (Some(t), None) => Target::Thread(t),
                     (None, Some(c)) => Target::Cwd(PathBuf::from(c)),
@@ -238,11 +255,11 @@ impl Service {
                     return reply_to(&mut stream, &error("bad_request", "timeout_ms needs wait"));
                 }
                 let wake = wake != Some(WakeMode::Never);
-                let (from, verified_sender) = if verify_sender {
-                    if from.is_some() {
-                        return reply_to(&mut stream, &error("bad_request", "verify_sender names the sender itself: no from"));
+                let (from, verified_sender) = if verify_sender || sender.is_some() {
+                    if from.is_some() || (verify_sender && sender.is_some()) {
+                        return reply_to(&mut stream, &error("bad_request", "verify_sender or sender names the sender: no from, and not both"));
                     }
-                    match verify(&stream) {
+                    match verify(&stream, sender.as_ref().map(|s| (s.thread.as_str(), s.call_id.as_str()))) {
                         Ok(s) => (Some(format!("{}{}", send::VERIFIED_PREFIX, s.thread)), true),
                         Err(why) => return reply_to(&mut stream, &error("sender_not_verified", &why)),
                     }

@@ -210,7 +210,7 @@ pub fn send(store: &mut Store, codex_home: &Path, live: &dyn Fn() -> anyhow::Res
         (ThreadStatus::NotStarted, Some(format!("no rollout has thread {thread} yet; the message waits for it to appear, {limit}")))
     };
     let queued = store
-        .enqueue_with_wake(&thread, "message", &opts.text, opts.from.as_deref(), opts.key.as_deref(), opts.ttl_ms, opts.wake)
+        .enqueue_with_wake(&thread, &opts.text, opts.from.as_deref(), opts.key.as_deref(), opts.ttl_ms, opts.wake)
         .map_err(|e| SendError::Failed(e.context("nothing was queued")))?;
     let (id, duplicate) = match queued {
         Enqueued::New(id) => (id, false),
@@ -258,8 +258,8 @@ mod tests {
         let mk = |from: &str| crate::store::Message {
             id: "m_0000000000000001".into(),
             thread: t.into(),
-            kind: "message".into(),
-            state: "pending".into(),
+            kind: crate::store::Kind::Message,
+            state: crate::store::State::Pending,
             body: "hi".into(),
             from: Some(from.into()),
             key: None,
@@ -377,12 +377,12 @@ mod tests {
         let real = "01a22654-3b31-76f3-a48c-b65aa7d0db68";
         std::fs::write(home.join(format!("sessions/rollout-2026-11-29T08-03-04-{real}.jsonl")), "{}\n").unwrap();
         for (thread, ttl) in [(ghost, None), (ghost, Some(365 * 86_400_000)), (real, None)] {
-            store.enqueue(thread, "message", "x", None, None, ttl).unwrap();
+            store.enqueue(thread, "x", None, None, ttl).unwrap();
         }
         assert_eq!(super::super::expire_never_appeared(&mut store, &home).unwrap(), 0, "nothing is a day old");
         store.backdate_messages(super::super::FUTURE_THREAD_WAIT_MS + 1);
         assert_eq!(super::super::expire_never_appeared(&mut store, &home).unwrap(), 1);
-        let states: Vec<(String, Option<String>)> = store.messages(None).unwrap().into_iter().map(|m| (m.state, m.reason)).collect();
+        let states: Vec<(String, Option<String>)> = store.messages(None).unwrap().into_iter().map(|m| (m.state.to_string(), m.reason)).collect();
         assert_eq!(states[0], ("expired".into(), Some("thread_never_appeared".into())));
         assert_eq!(states[1].0, "pending", "its own --ttl decides");
         assert_eq!(states[2].0, "pending", "its thread exists");

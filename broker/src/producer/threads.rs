@@ -13,7 +13,8 @@
 //! The JSON field names are a stable interface (README, "For producers").
 
 use crate::gate::digest::{DigestCache, ExeKey, Lookup};
-use crate::gate::{holder, sys};
+use crate::gate::holder;
+use crate::os;
 use crate::rollout::{RolloutIdentity, RolloutTracker};
 use crate::store::Store;
 use serde::{Deserialize, Serialize};
@@ -361,13 +362,13 @@ impl Lister {
         pids.dedup();
         let mut out = Vec::new();
         for pid in pids {
-            let Ok(stat) = sys::read_stat(pid) else { continue };
-            if !sys::read_status(pid).is_ok_and(|s| s.all_uids_are(uid)) || !self.trusted(store, pid) {
+            let Ok(stat) = os::read_stat(pid) else { continue };
+            if !os::read_status(pid).is_ok_and(|s| s.all_uids_are(uid)) || !self.trusted(store, pid) {
                 continue;
             }
             let Ok(held) = holder::held_threads(pid, &sessions, &lock_dir) else { continue };
             // The pid must still name the process whose fds were read.
-            if !sys::read_stat(pid).is_ok_and(|s| s.starttime == stat.starttime) {
+            if !os::read_stat(pid).is_ok_and(|s| s.starttime == stat.starttime) {
                 continue;
             }
             let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
@@ -388,7 +389,7 @@ impl Lister {
     /// busy/idle).
     fn describe(&self, path: &Path, process: Option<ProcessInfo>) -> Option<ThreadInfo> {
         let file = File::open(path).ok()?;
-        let id = sys::statx_fd(&file).ok()?;
+        let id = os::statx_fd(&file).ok()?;
         let key = (id.dev, id.ino);
         let cached = self.facts.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
         let mut facts = match cached {

@@ -18,7 +18,7 @@
 //! the socket again each round.
 
 use super::{load_all, record, Outcome, Want};
-use crate::store::{now_ms, Message, Store};
+use crate::store::{now_ms, Kind, Message, State, Store};
 use anyhow::{Context, Result};
 use serde_json::{json, Map, Value};
 use std::os::fd::AsRawFd;
@@ -230,8 +230,8 @@ fn message_of(v: &Value) -> Option<Message> {
     Some(Message {
         id: s("id")?,
         thread: s("thread")?,
-        kind: s("kind")?,
-        state: s("state")?,
+        kind: Kind::parse(&s("kind")?)?,
+        state: State::parse(&s("state")?)?,
         body: String::new(),
         from: s("from"),
         key: s("key"),
@@ -260,12 +260,12 @@ fn look_locally(state_dir: &Path, ids: &[String]) -> Result<Vec<Message>> {
     if let Some(i) = found.iter().position(Option::is_none) {
         anyhow::bail!("{}", not_found(&ids[i]));
     }
-    let mut threads: Vec<String> = found.iter().flatten().filter(|m| m.state == "handed").map(|m| m.thread.clone()).collect();
+    let mut threads: Vec<String> = found.iter().flatten().filter(|m| m.state == State::Handed).map(|m| m.thread.clone()).collect();
     threads.dedup();
     for t in threads {
         let _ = crate::delivery::reconcile(&mut store, Some(&t));
     }
-    if found.iter().flatten().any(|m| m.state == "pending" && m.expires_at.is_some_and(|e| e <= now_ms())) {
+    if found.iter().flatten().any(|m| m.state == State::Pending && m.expires_at.is_some_and(|e| e <= now_ms())) {
         let _ = store.expire_due();
     }
     Ok(load_all(&store, ids)?.into_iter().flatten().collect())

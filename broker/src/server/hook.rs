@@ -6,7 +6,6 @@ use crate::effort;
 use crate::failpoint;
 use crate::gate::{self, HookRequest, Peer, Verified};
 use crate::refusal::RefusalCode;
-use courier_shared::hook::HookEvent;
 use courier_shared::wire::{self, AckReply, HookReply, Request, PROTOCOL_VERSION};
 use std::io::Write;
 use std::os::unix::net::UnixStream;
@@ -176,7 +175,7 @@ impl Broker {
             return;
         }
         let stop_turn = match (v.event, &v.turn_id) {
-            (HookEvent::Stop, Some(turn)) => Some((v.thread_id.as_str(), turn.as_str())),
+            (e, Some(turn)) if e.continues_turn() => Some((v.thread_id.as_str(), turn.as_str())),
             _ => None,
         };
         let path = v.rollout_path.to_string_lossy();
@@ -201,9 +200,9 @@ impl Broker {
 impl Broker {
     /// The thread whose Codex tool command is on the other end of `stream` (a `broker send` the
     /// model ran), proven as `gate/sender.rs` says, or why not.
-    pub(super) fn verify_sender(&self, stream: &UnixStream) -> Result<gate::sender::ToolSender, String> {
+    pub(super) fn verify_sender(&self, stream: &UnixStream, claims: Option<(&str, &str)>) -> Result<gate::sender::ToolSender, String> {
         let peer = gate::peer::identify(stream).map_err(|r| format!("{}: {}", r.code, r.detail))?;
-        self.gate.verify_tool_sender(&peer, &TrustView(self))
+        self.gate.verify_tool_sender(&peer, &TrustView(self), claims)
     }
 }
 

@@ -1,6 +1,7 @@
 //! Setting up what `broker serve` serves: the one-broker-per-login lock, the stop signals, the
 //! socket (bound, or passed by systemd socket activation) and removing it at stop, the fd limit.
 
+use crate::os::FileKey;
 use anyhow::{bail, Context, Result};
 use nix::libc;
 use std::fs::{self, File, OpenOptions};
@@ -71,7 +72,7 @@ pub(super) fn block_stop_signals() -> Result<nix::sys::signal::SigSet> {
 /// socket a later broker bound, nor systemd's under socket activation).
 pub(super) struct BoundSocket {
     path: PathBuf,
-    id: Option<(u64, u64)>,
+    id: Option<FileKey>,
     started: Instant,
 }
 
@@ -80,7 +81,7 @@ pub(super) static BOUND: std::sync::OnceLock<BoundSocket> = std::sync::OnceLock:
 
 impl BoundSocket {
     fn remove(&self) -> bool {
-        let ours = fs::symlink_metadata(&self.path).is_ok_and(|m| Some((m.dev(), m.ino())) == self.id);
+        let ours = fs::symlink_metadata(&self.path).is_ok_and(|m| Some(FileKey { dev: m.dev(), ino: m.ino() }) == self.id);
         ours && fs::remove_file(&self.path).is_ok()
     }
 
@@ -176,7 +177,7 @@ pub(super) fn listen(socket: &Path) -> Result<(UnixListener, &'static str)> {
     };
     let _ = BOUND.set(BoundSocket {
         path: socket.to_path_buf(),
-        id: (how == "bound").then(|| fs::symlink_metadata(socket).ok().map(|m| (m.dev(), m.ino()))).flatten(),
+        id: (how == "bound").then(|| fs::symlink_metadata(socket).ok().map(|m| FileKey { dev: m.dev(), ino: m.ino() })).flatten(),
         started: Instant::now(),
     });
     Ok((listener, how))

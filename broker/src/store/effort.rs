@@ -4,7 +4,7 @@
 //! user). `applying` is a fenced claim: exactly one hook call wins it, and it is never returned
 //! to `pending` once the request may have been sent.
 
-use super::{new_message_id, next_fencing_token, now_ms, Store};
+use super::{new_message_id, next_fencing_token, now_ms, State, Store};
 use anyhow::Result;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use std::collections::HashMap;
@@ -86,7 +86,8 @@ impl Store {
     }
 
     /// Claims the newest pending request of `thread` under a new fencing token (`applying`).
-    /// `turn_scope_ok`: false when the hook has no turn id, so only a thread-scope request can go.
+    /// A hook with no turn id (`turn_id` None) takes only a thread-scope request; a turn-scope one
+    /// waits for a hook with a turn (reason `waiting_for_turn`).
     pub fn effort_claim(
         &mut self,
         thread: &str,
@@ -136,7 +137,7 @@ impl Store {
     }
 
     /// Moves a claimed request to its outcome; false when the claim was no longer ours.
-    pub fn effort_settle(&self, c: &Claim, state: &str, reason: Option<&str>) -> Result<bool> {
+    pub fn effort_settle(&self, c: &Claim, state: State, reason: Option<&str>) -> Result<bool> {
         let now = now_ms();
         let n = self.conn.execute(
             "UPDATE messages SET state = ?3, reason = ?4, updated_at = ?5, lease_token = NULL,

@@ -2,7 +2,8 @@
 //! Every state change is one conditional UPDATE in a transaction, so a crash at any point leaves
 //! each message in exactly one state, and a stale lease token can never move a message.
 //!
-//! States: `pending -> leased -> handed -> confirmed`, or `uncertain`, `expired`, `cancelled`.
+//! States ([`State`]): `pending -> leased -> handed -> confirmed`, or `uncertain`, `expired`,
+//! `cancelled`.
 //! The broker and the CLI (`send`, `cancel`, `inspect`) open the same database; SQLite's locking
 //! and `busy_timeout` serialise them.
 //!
@@ -14,11 +15,15 @@ mod codex;
 mod effort;
 mod producer;
 mod refusals;
+mod state;
 mod tickets;
+mod upkeep;
+mod wake;
 
 pub use codex::{TrustHow, TrustedCodex};
 pub use effort::{Claim, Details};
 pub use refusals::Refusal;
+pub use state::{Kind, State};
 pub use tickets::{Alarm, TicketClaim};
 
 use crate::delivery::budget::{wrapped_len, MAX_OUTPUT_BYTES};
@@ -71,8 +76,8 @@ pub struct Store {
 pub struct Message {
     pub id: String,
     pub thread: String,
-    pub kind: String,
-    pub state: String,
+    pub kind: Kind,
+    pub state: State,
     pub body: String,
     pub from: Option<String>,
     pub key: Option<String>,
@@ -261,22 +266,19 @@ impl Store {
     pub fn enqueue(
         &mut self,
         thread: &str,
-        kind: &str,
         body: &str,
         sender: Option<&str>,
         key: Option<&str>,
         ttl_ms: Option<i64>,
     ) -> Result<Enqueued> {
-        self.enqueue_with_wake(thread, kind, body, sender, key, ttl_ms, true)
+        self.enqueue_with_wake(thread, body, sender, key, ttl_ms, true)
     }
 
     /// [`Store::enqueue`], saying whether the wake channel may start a turn for it
     /// (`broker send --wake auto|never`), in the same insert.
-    #[allow(clippy::too_many_arguments)]
     pub fn enqueue_with_wake(
         &mut self,
         thread: &str,
-        kind: &str,
         body: &str,
         sender: Option<&str>,
         key: Option<&str>,
@@ -286,26 +288,22 @@ impl Store {
         if body.len() > MAX_BODY_BYTES {
             bail!("message is {} bytes; the limit is {} (Codex shows the model only a preview of longer hook output)", body.len(), MAX_BODY_BYTES);
         }
-        if kind == "message" {
-            if let Some(from) = sender {
-                check_from(from)?;
-            }
+        if let Some(from) = sender {
+            check_from(from)?;
         }
         let id = new_message_id();
-        if kind == "message" {
-            let rendered = wrapped_len(&id, sender, body);
-            let max = MAX_OUTPUT_BYTES;
-            if rendered > max {
-                bail!(
-                    "message renders to {rendered} bytes in the hook output (wrapper, --from and every '<' escaped as &lt; \
-                     included); the limit is {max} (Codex cuts hook output over about 10,000 bytes)"
-                );
-            }
+        let rendered = wrapped_len(&id, sender, body);
+        let max = MAX_OUTPUT_BYTES;
+        if rendered > max {
+            bail!(
+                "message renders to {rendered} bytes in the hook output (wrapper, --from and every '<' escaped as &lt; \
+                 included); the limit is {max} (Codex cuts hook output over about 10,000 bytes)"
+            );
         }
         let now = now_ms();
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         if let Some(key) = key {
-            let existing: Option<(String, String, String, String)> = tx
+            let existing: Option<(String, String, Kind, String)> = tx
                 .query_row("SELECT id, thread, kind, body FROM messages WHERE idem_key = ?1", [key], |r| {
                     Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
                 })
@@ -316,7 +314,7 @@ impl Store {
                 }
                 // Same key, same text: a retry, answered with the same id. Different text under
                 // the same key is a mistake the sender must hear about, not a silent drop.
-                if existing_kind != kind || existing_body != body {
+                if existing_kind != Kind::Message || existing_body != body {
                     bail!(
                         "key {key:?} was already used for message {id} with a different text; nothing was queued \
                          (send the same text to get {id} again, or use another key)"
@@ -328,7 +326,7 @@ impl Store {
         tx.execute(
             "INSERT INTO messages (id, thread, kind, body, sender, idem_key, state, created_at, updated_at, expires_at, wake)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?7, ?8, ?9)",
-            params![id, thread, kind, body, sender, key, now, ttl_ms.map(|t| now + t), if wake { "auto" } else { "never" }],
+            params![id, thread, Kind::Message, body, sender, key, now, ttl_ms.map(|t| now + t), if wake { "auto" } else { "never" }],
         )?;
         tx.commit()?;
         Ok(Enqueued::New(id))
@@ -359,34 +357,12 @@ impl Store {
         Ok(out)
     }
 
-    /// Forgets what no longer matters: messages in a final state not touched for `retention_ms`
-    /// (their idempotency keys with them), codex records of leases no longer live, and all but the
-    /// newest Stop-continuation counters. Returns the messages removed.
-    pub fn prune(&mut self, retention_ms: i64) -> Result<usize> {
-        let cutoff = now_ms() - retention_ms;
-        let tx = self.conn.transaction()?;
-        let removed = tx.execute(
-            "DELETE FROM messages WHERE updated_at < ?1
-             AND state IN ('confirmed', 'uncertain', 'expired', 'cancelled', 'applied', 'failed')",
-            [cutoff],
-        )?;
-        tx.execute(
-            "DELETE FROM handed_to WHERE lease_token NOT IN
-             (SELECT lease_token FROM messages WHERE lease_token IS NOT NULL AND state IN ('leased', 'handed'))",
-            [],
-        )?;
-        tx.execute("DELETE FROM stop_blocks WHERE rowid <= (SELECT MAX(rowid) FROM stop_blocks) - 10000", [])?;
-        tickets::prune(&tx, cutoff)?;
-        tx.commit()?;
-        Ok(removed)
-    }
-
     /// Cheap read-only test used before taking a write lock: most hook calls have nothing to take.
-    pub fn has_pending(&self, thread: &str, kind: &str) -> Result<bool> {
+    pub fn has_pending(&self, thread: &str) -> Result<bool> {
         let mut stmt = self
             .conn
             .prepare_cached("SELECT EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = ?2)")?;
-        Ok(stmt.query_row([thread, kind], |r| r.get(0))?)
+        Ok(stmt.query_row(params![thread, Kind::Message], |r| r.get(0))?)
     }
 
     /// Leases the oldest pending messages of `thread` under a new fencing token: as many as fit,
@@ -404,32 +380,7 @@ impl Store {
         self.unsynced(|s| s.lease_inner(thread, event, turn_id, lease_ms, max_bytes, false))
     }
 
-    /// Leases a thread's pending messages to the wake channel (`event` = `wake`): the same
-    /// lease as a hook's, so a message is never offered to both; messages sent with
-    /// `--wake never` are left for the hooks.
-    pub fn lease_for_wake(&mut self, thread: &str, lease_ms: i64, max_bytes: usize) -> Result<Option<Lease>> {
-        self.lease_inner(thread, "wake", None, lease_ms, max_bytes, true)
-    }
-
-    /// Threads with messages the wake channel may deliver (pending, `--wake auto`).
-    pub fn wake_candidates(&self) -> Result<Vec<String>> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT DISTINCT thread FROM messages WHERE state = 'pending' AND kind = 'message' AND wake != 'never' LIMIT 256",
-        )?;
-        let rows = stmt.query_map([], |r| r.get(0))?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
-    }
-
-    /// Records the turn a wake's `turn/start` opened on the messages of lease `token`.
-    pub fn set_lease_turn(&mut self, token: i64, turn_id: &str) -> Result<()> {
-        self.conn.execute(
-            "UPDATE messages SET turn_id = ?2 WHERE lease_token = ?1 AND state IN ('leased', 'handed')",
-            params![token, turn_id],
-        )?;
-        Ok(())
-    }
-
-    fn lease_inner(
+    pub(super) fn lease_inner(
         &mut self,
         thread: &str,
         event: &str,
@@ -488,7 +439,7 @@ impl Store {
             )?;
             for m in &mut taken {
                 stmt.execute(params![token, now + lease_ms, event, turn_id, now, m.id])?;
-                m.state = "leased".into();
+                m.state = State::Leased;
                 m.lease = Some(token);
                 m.event = Some(event.into());
                 m.turn_id = turn_id.map(Into::into);
@@ -560,27 +511,6 @@ impl Store {
         Ok(stmt.query_row([lease_token], |r| Ok((r.get::<_, i32>(0)?, r.get::<_, i64>(1)? as u64))).optional()?)
     }
 
-    /// Retires every pending message whose `--ttl` ran out (the broker's maintenance pass, so a
-    /// message expires on time whether or not a hook of its thread ever fires). Returns how many.
-    pub fn expire_due(&mut self) -> Result<usize> {
-        let now = now_ms();
-        Ok(self.conn.execute(
-            "UPDATE messages SET state = 'expired', reason = 'ttl_elapsed', updated_at = ?1
-             WHERE state = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?1",
-            [now],
-        )?)
-    }
-
-    /// Releases every lease whose time is up (after a broker crash, or a client that vanished).
-    pub fn release_expired_leases(&mut self) -> Result<usize> {
-        let now = now_ms();
-        Ok(self.conn.execute(
-            "UPDATE messages SET state = 'pending', lease_token = NULL, lease_expires_at = NULL,
-             reason = 'lease_expired', updated_at = ?1 WHERE state = 'leased' AND lease_expires_at <= ?1",
-            [now],
-        )?)
-    }
-
     pub fn stop_blocks(&self, thread: &str, turn_id: &str) -> Result<i64> {
         let mut stmt = self.conn.prepare_cached("SELECT count FROM stop_blocks WHERE thread = ?1 AND turn_id = ?2")?;
         Ok(stmt.query_row([thread, turn_id], |r| r.get(0)).optional()?.unwrap_or(0))
@@ -589,15 +519,15 @@ impl Store {
     /// Moves a handed message to its final state (`confirmed` or `uncertain`), back to `pending`
     /// (the rollout shows Codex cut all of it out), or just advances its scan offset when `state`
     /// is None.
-    pub fn settle(&mut self, id: &str, state: Option<&str>, reason: Option<&str>, scan_offset: u64) -> Result<bool> {
+    pub fn settle(&mut self, id: &str, state: Option<State>, reason: Option<&str>, scan_offset: u64) -> Result<bool> {
         self.unsynced(|s| s.settle_inner(id, state, reason, scan_offset))
     }
 
-    fn settle_inner(&mut self, id: &str, state: Option<&str>, reason: Option<&str>, scan_offset: u64) -> Result<bool> {
+    fn settle_inner(&mut self, id: &str, state: Option<State>, reason: Option<&str>, scan_offset: u64) -> Result<bool> {
         let now = now_ms();
         let n = match state {
             // Handed, but the rollout proves the model never saw any of it: offered again.
-            Some("pending") => self.conn.execute(
+            Some(State::Pending) => self.conn.execute(
                 "UPDATE messages SET state = 'pending', reason = ?2, updated_at = ?3, lease_token = NULL,
                  lease_expires_at = NULL, handed_at = NULL, rollout_path = NULL, scan_offset = NULL
                  WHERE id = ?1 AND state = 'handed'",
@@ -618,13 +548,13 @@ impl Store {
     }
 
     /// Cancels a message that has not been shown yet (pending; a leased one is fenced off too).
-    pub fn cancel(&mut self, id: &str) -> Result<String> {
+    pub fn cancel(&mut self, id: &str) -> Result<State> {
         let now = now_ms();
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let state: Option<String> =
+        let state: Option<State> =
             tx.query_row("SELECT state FROM messages WHERE id = ?1", [id], |r| r.get(0)).optional()?;
         let Some(state) = state else { bail!("no message with id {id}") };
-        if state != "pending" && state != "leased" {
+        if state != State::Pending && state != State::Leased {
             bail!("message {id} is {state}; only pending messages can be cancelled");
         }
         tx.execute(

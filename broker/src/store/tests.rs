@@ -13,22 +13,22 @@ const U: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce3";
 #[test]
 fn idempotency_key_makes_one_message() {
     let (mut s, _d) = store("idem");
-    let a = s.enqueue(T, "message", "hi", None, Some("k1"), None).unwrap();
-    let b = s.enqueue(T, "message", "hi", Some("other sender"), Some("k1"), None).unwrap();
+    let a = s.enqueue(T, "hi", None, Some("k1"), None).unwrap();
+    let b = s.enqueue(T, "hi", Some("other sender"), Some("k1"), None).unwrap();
     let Enqueued::New(id) = a else { panic!() };
     assert_eq!(b, Enqueued::Existing(id.clone()));
-    let err = s.enqueue(T, "message", "hi again", None, Some("k1"), None).unwrap_err().to_string();
+    let err = s.enqueue(T, "hi again", None, Some("k1"), None).unwrap_err().to_string();
     assert!(err.contains(&id) && err.contains("different text"), "{err}");
     assert_eq!(s.messages(None).unwrap().len(), 1);
     assert_eq!(s.messages(None).unwrap()[0].body, "hi", "the first text stays");
-    assert!(s.enqueue(U, "message", "x", None, Some("k1"), None).is_err(), "a key is bound to its thread");
+    assert!(s.enqueue(U, "x", None, Some("k1"), None).is_err(), "a key is bound to its thread");
 }
 
 #[test]
 fn lease_is_per_thread_and_fenced() {
     let (mut s, _d) = store("lease");
-    s.enqueue(T, "message", "for T", None, None, None).unwrap();
-    s.enqueue(U, "message", "for U", None, None, None).unwrap();
+    s.enqueue(T, "for T", None, None, None).unwrap();
+    s.enqueue(U, "for U", None, None, None).unwrap();
     let lease = s.lease(T, "PostToolUse", Some("turn"), 10_000, 1000).unwrap().unwrap();
     assert_eq!(lease.messages.len(), 1);
     assert_eq!(lease.messages[0].body, "for T");
@@ -47,14 +47,14 @@ fn only_lease_note_and_settle_skip_fsync() {
     let (mut s, _d) = store("sync");
     let sync = |s: &Store| s.conn.query_row("PRAGMA synchronous", [], |r| r.get::<_, i64>(0)).unwrap();
     assert_eq!(sync(&s), 2, "FULL");
-    s.enqueue(T, "message", "x", None, None, None).unwrap();
+    s.enqueue(T, "x", None, None, None).unwrap();
     let lease = s.lease(T, "Stop", Some("turn"), 10_000, 1000).unwrap().unwrap();
     assert_eq!(sync(&s), 2, "the ack after a lease must be fsynced");
     s.note_codex(lease.token, 1, 2).unwrap();
     assert_eq!(sync(&s), 2);
     s.ack(lease.token, "/r", 0, None).unwrap();
     let id = s.messages(None).unwrap()[0].id.clone();
-    assert!(s.settle(&id, Some("confirmed"), None, 5).unwrap());
+    assert!(s.settle(&id, Some(State::Confirmed), None, 5).unwrap());
     assert_eq!(sync(&s), 2);
     assert!(s.lease(U, "Stop", None, 10, 10).unwrap().is_none());
     assert_eq!(sync(&s), 2);
@@ -63,7 +63,7 @@ fn only_lease_note_and_settle_skip_fsync() {
 #[test]
 fn released_lease_returns_to_pending_and_late_ack_fails() {
     let (mut s, _d) = store("release");
-    s.enqueue(T, "message", "x", None, None, None).unwrap();
+    s.enqueue(T, "x", None, None, None).unwrap();
     let lease = s.lease(T, "Stop", Some("turn"), 10_000, 1000).unwrap().unwrap();
     assert_eq!(s.release(lease.token, "no_ack").unwrap(), 1);
     assert!(!s.ack(lease.token, "/r", 0, None).unwrap());
@@ -74,7 +74,7 @@ fn released_lease_returns_to_pending_and_late_ack_fails() {
 #[test]
 fn expired_lease_is_swept_and_cannot_be_acked() {
     let (mut s, _d) = store("sweep");
-    s.enqueue(T, "message", "x", None, None, None).unwrap();
+    s.enqueue(T, "x", None, None, None).unwrap();
     let lease = s.lease(T, "Stop", Some("turn"), 0, 1000).unwrap().unwrap();
     assert!(!s.ack(lease.token, "/r", 0, None).unwrap(), "a lease past its time cannot be acked");
     assert_eq!(s.release_expired_leases().unwrap(), 1);
@@ -84,7 +84,7 @@ fn expired_lease_is_swept_and_cannot_be_acked() {
 #[test]
 fn ttl_expires_pending_messages() {
     let (mut s, _d) = store("ttl");
-    s.enqueue(T, "message", "old", None, None, Some(0)).unwrap();
+    s.enqueue(T, "old", None, None, Some(0)).unwrap();
     assert!(s.lease(T, "Stop", Some("turn"), 1000, 1000).unwrap().is_none());
     assert_eq!(s.messages(None).unwrap()[0].state, "expired");
 }
@@ -92,12 +92,12 @@ fn ttl_expires_pending_messages() {
 #[test]
 fn expire_due_retires_only_pending_messages_past_their_ttl() {
     let (mut s, _d) = store("expire");
-    let Enqueued::New(old) = s.enqueue(T, "message", "old", None, None, Some(0)).unwrap() else { panic!() };
-    let Enqueued::New(later) = s.enqueue(T, "message", "later", None, None, Some(3_600_000)).unwrap() else { panic!() };
-    let Enqueued::New(forever) = s.enqueue(U, "message", "no ttl", None, None, None).unwrap() else { panic!() };
+    let Enqueued::New(old) = s.enqueue(T, "old", None, None, Some(0)).unwrap() else { panic!() };
+    let Enqueued::New(later) = s.enqueue(T, "later", None, None, Some(3_600_000)).unwrap() else { panic!() };
+    let Enqueued::New(forever) = s.enqueue(U, "no ttl", None, None, None).unwrap() else { panic!() };
     assert_eq!(s.expire_due().unwrap(), 1);
     let state = |s: &Store, id: &str| s.messages(None).unwrap().into_iter().find(|m| m.id == id).map(|m| (m.state, m.reason)).unwrap();
-    assert_eq!(state(&s, &old), ("expired".into(), Some("ttl_elapsed".into())));
+    assert_eq!(state(&s, &old), (State::Expired, Some("ttl_elapsed".into())));
     assert_eq!(state(&s, &later).0, "pending");
     assert_eq!(state(&s, &forever).0, "pending");
     assert_eq!(s.expire_due().unwrap(), 0, "once");
@@ -107,7 +107,7 @@ fn expire_due_retires_only_pending_messages_past_their_ttl() {
 fn batch_budget_counts_the_rendered_messages() {
     let (mut s, _d) = store("batch");
     for _ in 0..3 {
-        s.enqueue(T, "message", &"x".repeat(600), None, None, None).unwrap();
+        s.enqueue(T, &"x".repeat(600), None, None, None).unwrap();
     }
     let one = crate::delivery::wrap(&s.messages(Some(T)).unwrap()[0]).len();
     assert!(one > 600, "the wrapper counts");
@@ -116,7 +116,7 @@ fn batch_budget_counts_the_rendered_messages() {
     let lease = s.lease(T, "PostToolUse", Some("t"), 1000, 2 * one + 1).unwrap().unwrap();
     assert_eq!(lease.messages.len(), 2);
     // Escaping counts too: 600 '<' render as 2,400 bytes.
-    s.enqueue(T, "message", &"<".repeat(600), None, None, None).unwrap();
+    s.enqueue(T, &"<".repeat(600), None, None, None).unwrap();
     assert!(s.lease(T, "PostToolUse", Some("t"), 1000, 2000).unwrap().is_none(), "does not fit even alone");
     let m = s.messages(Some(T)).unwrap().pop().unwrap();
     assert_eq!((m.state.as_str(), m.reason.as_deref()), ("cancelled", Some("too_large_for_hook_output")));
@@ -125,8 +125,8 @@ fn batch_budget_counts_the_rendered_messages() {
 #[test]
 fn from_is_short_and_printable_and_the_rendered_message_fits() {
     let (mut s, _d) = store("from");
-    s.enqueue(T, "message", "x", Some("ci-bot \u{2603} \u{00e9}t\u{00e9}"), None, None).unwrap();
-    s.enqueue(T, "message", "x", Some(&"f".repeat(MAX_FROM_CHARS)), None, None).unwrap();
+    s.enqueue(T, "x", Some("ci-bot \u{2603} \u{00e9}t\u{00e9}"), None, None).unwrap();
+    s.enqueue(T, "x", Some(&"f".repeat(MAX_FROM_CHARS)), None, None).unwrap();
     for (from, why) in [
         ("f".repeat(MAX_FROM_CHARS + 1), "characters"),
         ("f".repeat(6000), "characters"),
@@ -136,27 +136,27 @@ fn from_is_short_and_printable_and_the_rendered_message_fits() {
         ("a\u{200B}b".into(), "U+200B"),
         (String::new(), "empty"),
     ] {
-        let err = s.enqueue(T, "message", "x", Some(&from), None, None).unwrap_err().to_string();
+        let err = s.enqueue(T, "x", Some(&from), None, None).unwrap_err().to_string();
         assert!(err.contains(why), "{from:?}: {err}");
     }
     // A body within the byte limit but not once rendered (every '<' is 4 bytes in the output).
-    let err = s.enqueue(T, "message", &"<".repeat(4000), None, None, None).unwrap_err().to_string();
+    let err = s.enqueue(T, &"<".repeat(4000), None, None, None).unwrap_err().to_string();
     assert!(err.contains("renders to") && err.contains("8000"), "{err}");
     // The longest plain body with the longest --from fits; one byte more is refused.
     let longest_from = "f".repeat(64);
     assert!(crate::delivery::wrapped_len("m_0123456789abcdef", Some(&longest_from), &"y".repeat(MAX_BODY_BYTES)) <= crate::delivery::MAX_OUTPUT_BYTES);
-    s.enqueue(T, "message", &"y".repeat(MAX_BODY_BYTES), Some(&longest_from), None, None).unwrap();
-    assert!(s.enqueue(T, "message", &"y".repeat(MAX_BODY_BYTES + 1), Some("me"), None, None).is_err());
+    s.enqueue(T, &"y".repeat(MAX_BODY_BYTES), Some(&longest_from), None, None).unwrap();
+    assert!(s.enqueue(T, &"y".repeat(MAX_BODY_BYTES + 1), Some("me"), None, None).is_err());
     assert_eq!(s.messages(None).unwrap().len(), 3);
 }
 
 #[test]
 fn cancel_only_before_handing() {
     let (mut s, _d) = store("cancel");
-    let Enqueued::New(id) = s.enqueue(T, "message", "x", None, None, None).unwrap() else { panic!() };
+    let Enqueued::New(id) = s.enqueue(T, "x", None, None, None).unwrap() else { panic!() };
     s.cancel(&id).unwrap();
     assert!(s.lease(T, "Stop", Some("t"), 1000, 1000).unwrap().is_none());
-    let Enqueued::New(id2) = s.enqueue(T, "message", "y", None, None, None).unwrap() else { panic!() };
+    let Enqueued::New(id2) = s.enqueue(T, "y", None, None, None).unwrap() else { panic!() };
     let lease = s.lease(T, "Stop", Some("t"), 1000, 1000).unwrap().unwrap();
     s.ack(lease.token, "/r", 0, None).unwrap();
     assert!(s.cancel(&id2).is_err());
@@ -166,8 +166,8 @@ fn cancel_only_before_handing() {
 #[test]
 fn deferral_reason_is_noted_on_pending_and_cleared_by_a_lease() {
     let (mut s, _d) = store("defer");
-    s.enqueue(T, "message", "x", None, None, None).unwrap();
-    s.enqueue(U, "message", "y", None, None, None).unwrap();
+    s.enqueue(T, "x", None, None, None).unwrap();
+    s.enqueue(U, "y", None, None, None).unwrap();
     s.note_deferral(T, "deferred_stop_block_limit").unwrap();
     assert_eq!(s.messages(Some(T)).unwrap()[0].reason.as_deref(), Some("deferred_stop_block_limit"));
     assert_eq!(s.messages(Some(U)).unwrap()[0].reason, None, "only the hook's own thread");
@@ -178,13 +178,13 @@ fn deferral_reason_is_noted_on_pending_and_cleared_by_a_lease() {
 #[test]
 fn prune_forgets_only_old_final_messages() {
     let (mut s, _d) = store("prune");
-    let Enqueued::New(done) = s.enqueue(T, "message", "a", None, Some("k-done"), None).unwrap() else { panic!() };
+    let Enqueued::New(done) = s.enqueue(T, "a", None, Some("k-done"), None).unwrap() else { panic!() };
     let lease = s.lease(T, "Stop", Some("t"), 10_000, 1000).unwrap().unwrap();
     s.note_codex(lease.token, 1, 2).unwrap();
     assert!(s.ack(lease.token, "/r", 0, None).unwrap());
-    assert!(s.settle(&done, Some("confirmed"), None, 1).unwrap());
-    let Enqueued::New(waiting) = s.enqueue(T, "message", "b", None, None, None).unwrap() else { panic!() };
-    let Enqueued::New(handed) = s.enqueue(U, "message", "c", None, None, None).unwrap() else { panic!() };
+    assert!(s.settle(&done, Some(State::Confirmed), None, 1).unwrap());
+    let Enqueued::New(waiting) = s.enqueue(T, "b", None, None, None).unwrap() else { panic!() };
+    let Enqueued::New(handed) = s.enqueue(U, "c", None, None, None).unwrap() else { panic!() };
     let lease_u = s.lease(U, "Stop", Some("t"), 10_000, 1000).unwrap().unwrap();
     s.note_codex(lease_u.token, 3, 4).unwrap();
     assert!(s.ack(lease_u.token, "/r", 0, None).unwrap());
@@ -196,13 +196,13 @@ fn prune_forgets_only_old_final_messages() {
     assert_eq!(s.codex_of(lease.token).unwrap(), None, "its codex record went with it");
     assert_eq!(s.codex_of(lease_u.token).unwrap(), Some((3, 4)), "a live hand-off keeps its record");
     // Its key can be used again.
-    assert!(matches!(s.enqueue(T, "message", "a", None, Some("k-done"), None).unwrap(), Enqueued::New(_)));
+    assert!(matches!(s.enqueue(T, "a", None, Some("k-done"), None).unwrap(), Enqueued::New(_)));
 }
 
 #[test]
 fn oversized_body_is_refused() {
     let (mut s, _d) = store("big");
-    let err = s.enqueue(T, "message", &"x".repeat(MAX_BODY_BYTES + 1), None, None, None).unwrap_err();
+    let err = s.enqueue(T, &"x".repeat(MAX_BODY_BYTES + 1), None, None, None).unwrap_err();
     assert!(err.to_string().contains("limit"));
     assert!(s.messages(None).unwrap().is_empty());
 }

@@ -177,7 +177,7 @@ mod tests {
         let (mut s, dir) = store();
         let t = Ticket { thread: "T".into(), key: "PostToolUse:turn:call_1".into(), event: HookEvent::PostToolUse };
         assert_eq!(s.claim_ticket(&t, 10).unwrap(), TicketClaim::New);
-        let id = match s.enqueue("T", "message", "hello", None, None, None).unwrap() {
+        let id = match s.enqueue("T", "hello", None, None, None).unwrap() {
             crate::store::Enqueued::New(id) => id,
             e => panic!("{e:?}"),
         };
@@ -210,7 +210,7 @@ mod tests {
         let t = Ticket { thread: "T".into(), key: "Stop:turn:99".into(), event: HookEvent::Stop };
         assert_eq!(s.claim_ticket(&t, 10).unwrap(), TicketClaim::New);
         assert!(matches!(s.claim_ticket(&t, 11).unwrap(), TicketClaim::Used { handed, .. } if handed.is_empty()));
-        s.enqueue("T", "message", "hello", None, None, None).unwrap();
+        s.enqueue("T", "hello", None, None, None).unwrap();
         let lease = s.lease("T", "Stop", Some("turn"), 3000, 8000).unwrap().unwrap();
         s.attach_ticket(&t, lease.token).unwrap();
         let a = s.alarms(None, 10).unwrap();

@@ -77,7 +77,7 @@ def hook(event, turn, extra):
     say({"event": event, "turn": turn, "rc": c.returncode, "ms": ms, "t": wall, "shown": text, "out": out.decode(errors="replace"),
          "err": err.decode(errors="replace")[-300:]})
     return text
-# The records Codex writes around each hook (codex-facts.md §9), so each hook follows its own
+# The records Codex writes around each hook (README, "One ticket per Codex action"), so each hook follows its own
 # Codex action (gate/ticket.rs): the tool call before PreToolUse, its item_completed before
 # PostToolUse and its output after, the answer before Stop.
 def in_turn(turn):

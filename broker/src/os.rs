@@ -1,5 +1,8 @@
-//! Small, allocation-light readers for the few `/proc` files the gate needs, and the raw syscalls
-//! (`pidfd_open`, `statx`) that neither std nor nix wraps the way we need them.
+//! The operating system, as the broker reads it: small, allocation-light readers for the few
+//! `/proc` files the gate, delivery and the producer commands need, the raw syscalls (`pidfd_open`,
+//! `statx`, `openat2`) that neither std nor nix wraps the way we need them, and the two identity
+//! types everything else names processes and files by: [`ProcessKey`] (pid and start time) and
+//! [`FileKey`] (device and inode).
 //!
 //! Every reader returns `io::Result`; callers turn `ENOENT`/`ESRCH` (a process that went away
 //! mid-check) into refusals. Nothing here panics on malformed input.
@@ -45,6 +48,8 @@ pub fn read_record(path: &str, buf: &mut Vec<u8>, cap: usize, limit: usize) -> i
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcStat {
     pub comm: String,
+    /// Field 3: `R`, `S`, `Z` (zombie), ...
+    pub state: char,
     pub ppid: i32,
     /// Field 22: start time in clock ticks after boot. With the pid, it names one process.
     pub starttime: u64,
@@ -68,10 +73,58 @@ pub fn parse_stat(buf: &[u8]) -> Option<ProcStat> {
     let rest = std::str::from_utf8(buf.get(close + 1..)?).ok()?;
     // rest starts at field 3 (state); ppid is field 4, starttime field 22.
     let mut fields = rest.split_ascii_whitespace();
-    let _state = fields.next()?;
+    let state = fields.next()?.chars().next()?;
     let ppid: i32 = fields.next()?.parse().ok()?;
     let starttime: u64 = fields.nth(22 - 5)?.parse().ok()?;
-    Some(ProcStat { comm, ppid, starttime })
+    Some(ProcStat { comm, state, ppid, starttime })
+}
+
+/// One process, for as long as it lives: a pid names another process once it is reused, a pid
+/// with its start time never does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ProcessKey {
+    pub pid: i32,
+    /// `/proc/<pid>/stat` field 22: start time in clock ticks after boot.
+    pub starttime: u64,
+}
+
+impl ProcessKey {
+    /// The process `pid` names now.
+    pub fn of(pid: i32) -> io::Result<ProcessKey> {
+        read_stat(pid).map(|s| ProcessKey { pid, starttime: s.starttime })
+    }
+
+    /// The process still runs (not a zombie) and is the one that started at `starttime`.
+    pub fn is_alive(&self) -> bool {
+        read_stat(self.pid).is_ok_and(|s| s.state != 'Z' && s.starttime == self.starttime)
+    }
+}
+
+/// Start time (`/proc/<pid>/stat` field 22) of `pid`, if it runs.
+pub fn starttime(pid: i32) -> Option<u64> {
+    read_stat(pid).ok().map(|s| s.starttime)
+}
+
+/// A file, by device and inode: what a path resolves to, whatever its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FileKey {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl FileKey {
+    /// The file `path` resolves to (symlinks followed).
+    pub fn of(path: &Path) -> io::Result<FileKey> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(path)?;
+        Ok(FileKey { dev: meta.dev(), ino: meta.ino() })
+    }
+}
+
+impl From<(u64, u64)> for FileKey {
+    fn from((dev, ino): (u64, u64)) -> FileKey {
+        FileKey { dev, ino }
+    }
 }
 
 /// The fields of `/proc/<pid>/status` the gate uses.
@@ -133,10 +186,8 @@ pub fn read_environ(pid: i32, buf: &mut Vec<u8>) -> io::Result<()> {
 }
 
 /// (device, inode) of the file `/proc/<pid>/exe` points at (the executable actually mapped).
-pub fn exe_id(pid: i32) -> io::Result<(u64, u64)> {
-    let meta = std::fs::metadata(format!("/proc/{pid}/exe"))?;
-    use std::os::unix::fs::MetadataExt;
-    Ok((meta.dev(), meta.ino()))
+pub fn exe_id(pid: i32) -> io::Result<FileKey> {
+    FileKey::of(Path::new(&format!("/proc/{pid}/exe")))
 }
 
 /// `pidfd_open(pid, 0)`.
@@ -177,6 +228,10 @@ pub struct FileId {
 }
 
 impl FileId {
+    pub fn key(&self) -> FileKey {
+        FileKey { dev: self.dev, ino: self.ino }
+    }
+
     /// Same file (size excluded: rollouts grow).
     pub fn same_file(&self, other: &FileId) -> bool {
         self.dev == other.dev && self.ino == other.ino && self.btime_sec == other.btime_sec && self.btime_nsec == other.btime_nsec

@@ -1,0 +1,148 @@
+//! The closed sets of the `messages` table: what a row is ([`Kind`]) and where it stands
+//! ([`State`]). Stored as their `as_str` text; `inspect --json`, `status --json` and the docs show
+//! the same names.
+//!
+//! Context messages: `pending -> leased -> handed -> confirmed`, or `uncertain`, `expired`,
+//! `cancelled`. Effort rows: `pending -> applying -> applied | failed | uncertain`, or `cancelled`.
+
+use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
+use serde::Serialize;
+
+/// Where a queued row stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    /// Queued, waiting for a verified hook of its thread (or the wake channel).
+    Pending,
+    /// Offered to one hook call (or wake) under a fencing token, not acknowledged yet.
+    Leased,
+    /// The hook client printed it and acked (or the app-server accepted the wake's turn).
+    Handed,
+    /// Its marker is in a hook-injected message of its thread's rollout.
+    Confirmed,
+    /// Handed, but its turn closed without it (or an effort change may or may not have landed).
+    Uncertain,
+    /// Its `--ttl` ran out (or its thread never appeared) before it was handed.
+    Expired,
+    /// Cancelled before it was shown (by the user, superseded, or too large for a hook output).
+    Cancelled,
+    /// Effort: claimed by one hook call; the update may be on its way.
+    Applying,
+    /// Effort: the app-server reported it applied.
+    Applied,
+    /// Effort: the app-server refused it, or no target was available.
+    Failed,
+}
+
+impl State {
+    /// Every state, in the order `inspect` lists them.
+    pub const ALL: [State; 10] = [
+        State::Pending,
+        State::Leased,
+        State::Handed,
+        State::Confirmed,
+        State::Uncertain,
+        State::Expired,
+        State::Cancelled,
+        State::Applying,
+        State::Applied,
+        State::Failed,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            State::Pending => "pending",
+            State::Leased => "leased",
+            State::Handed => "handed",
+            State::Confirmed => "confirmed",
+            State::Uncertain => "uncertain",
+            State::Expired => "expired",
+            State::Cancelled => "cancelled",
+            State::Applying => "applying",
+            State::Applied => "applied",
+            State::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<State> {
+        State::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+
+    /// A state no row leaves (what `prune` may forget after the retention period).
+    pub const fn is_final(self) -> bool {
+        matches!(self, State::Confirmed | State::Uncertain | State::Expired | State::Cancelled | State::Applied | State::Failed)
+    }
+}
+
+/// What a queued row is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// A context message (`broker send`), delivered through hooks or a wake.
+    Message,
+    /// A reasoning-effort change (`broker effort`, or the policy), applied through the app-server.
+    Effort,
+}
+
+impl Kind {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Kind::Message => "message",
+            Kind::Effort => "effort",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        [Kind::Message, Kind::Effort].into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+macro_rules! text_enum {
+    ($t:ty) => {
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+        impl PartialEq<&str> for $t {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+        impl PartialEq<str> for $t {
+            fn eq(&self, other: &str) -> bool {
+                self.as_str() == other
+            }
+        }
+        impl FromSql for $t {
+            fn column_result(v: ValueRef<'_>) -> FromSqlResult<Self> {
+                let s = v.as_str()?;
+                <$t>::parse(s).ok_or_else(|| FromSqlError::Other(format!("unknown {} {s:?}", stringify!($t)).into()))
+            }
+        }
+        impl ToSql for $t {
+            fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+                Ok(ToSqlOutput::from(self.as_str()))
+            }
+        }
+    };
+}
+text_enum!(State);
+text_enum!(Kind);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for s in State::ALL {
+            assert_eq!(State::parse(s.as_str()), Some(s));
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+        for k in [Kind::Message, Kind::Effort] {
+            assert_eq!(Kind::parse(k.as_str()), Some(k));
+            assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
+        }
+    }
+}

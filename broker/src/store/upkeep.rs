@@ -1,0 +1,50 @@
+//! What the broker's maintenance pass and prune ask of the queue: `--ttl`s that ran out, leases
+//! whose time is up, and forgetting what no longer matters.
+
+use super::{now_ms, Store};
+use anyhow::Result;
+
+impl Store {
+    /// Forgets what no longer matters: messages in a final state not touched for `retention_ms`
+    /// (their idempotency keys with them), codex records of leases no longer live, and all but the
+    /// newest Stop-continuation counters. Returns the messages removed.
+    pub fn prune(&mut self, retention_ms: i64) -> Result<usize> {
+        let cutoff = now_ms() - retention_ms;
+        let tx = self.conn.transaction()?;
+        let removed = tx.execute(
+            "DELETE FROM messages WHERE updated_at < ?1
+             AND state IN ('confirmed', 'uncertain', 'expired', 'cancelled', 'applied', 'failed')",
+            [cutoff],
+        )?;
+        tx.execute(
+            "DELETE FROM handed_to WHERE lease_token NOT IN
+             (SELECT lease_token FROM messages WHERE lease_token IS NOT NULL AND state IN ('leased', 'handed'))",
+            [],
+        )?;
+        tx.execute("DELETE FROM stop_blocks WHERE rowid <= (SELECT MAX(rowid) FROM stop_blocks) - 10000", [])?;
+        super::tickets::prune(&tx, cutoff)?;
+        tx.commit()?;
+        Ok(removed)
+    }
+
+    /// Retires every pending message whose `--ttl` ran out (the broker's maintenance pass, so a
+    /// message expires on time whether or not a hook of its thread ever fires). Returns how many.
+    pub fn expire_due(&mut self) -> Result<usize> {
+        let now = now_ms();
+        Ok(self.conn.execute(
+            "UPDATE messages SET state = 'expired', reason = 'ttl_elapsed', updated_at = ?1
+             WHERE state = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?1",
+            [now],
+        )?)
+    }
+
+    /// Releases every lease whose time is up (after a broker crash, or a client that vanished).
+    pub fn release_expired_leases(&mut self) -> Result<usize> {
+        let now = now_ms();
+        Ok(self.conn.execute(
+            "UPDATE messages SET state = 'pending', lease_token = NULL, lease_expires_at = NULL,
+             reason = 'lease_expired', updated_at = ?1 WHERE state = 'leased' AND lease_expires_at <= ?1",
+            [now],
+        )?)
+    }
+}

@@ -1,0 +1,301 @@
+//! `courier-mcp` (run as `broker mcp`): an MCP server on stdio, so agents in Codex can message
+//! other Codex threads and read receipts. Tools: `send_message`, `list_threads`,
+//! `message_status`. Each call is one request of the broker's JSON-lines socket protocol
+//! (README, "For producers"): this process holds no queue state and needs a running broker.
+//!
+//! The calling thread: Codex puts the thread id and the tool call id in each `tools/call`
+//! request's `_meta` (`threadId`/`callId`, or inside `x-codex-turn-metadata`). They are claims;
+//! this server passes them on as the sender, and the broker checks them against what Codex
+//! holds (its parent is a trusted codex that runs that thread, whose open turn has that call)
+//! before the message reads `from="thread:<id>" verified="true"`.
+
+use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
+use rmcp::model::{CallToolResult, ContentBlock, Implementation, RequestMetaObject, ServerCapabilities, ServerConfig};
+use rmcp::{schemars, tool, tool_handler, tool_router, ErrorData, ServerHandler, ServiceExt};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+
+/// Longest reply line read from the broker.
+const MAX_REPLY: u64 = 16 << 20;
+/// How long `send_message` waits for a receipt when asked to and no timeout is given.
+const DEFAULT_WAIT_S: u64 = 60;
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+struct SendMessage {
+    /// The message text (at most about 7,800 bytes).
+    text: String,
+    /// The thread to message: its id, as `list_threads` shows it.
+    #[serde(default)]
+    thread: Option<String>,
+    /// Or: the working directory of the one live top-level thread to message.
+    #[serde(default)]
+    cwd: Option<String>,
+    /// Or: relative to the calling thread: "parent" (the thread that spawned you), or
+    /// "child:<nickname or thread id>" (a sub-agent you spawned).
+    #[serde(default)]
+    to: Option<String>,
+    /// Idempotency key: the same key and text again give the same message id.
+    #[serde(default)]
+    key: Option<String>,
+    /// Expire the message if it is not delivered within this many seconds.
+    #[serde(default)]
+    ttl_seconds: Option<u64>,
+    /// "none" (default): return at once with the id; "handed": return once the other thread's
+    /// Codex has it; "confirmed": once it reached the other thread's model.
+    #[serde(default)]
+    wait: Option<String>,
+    /// With wait: give up after this many seconds (default 60).
+    #[serde(default)]
+    timeout_seconds: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+struct ListThreads {
+    /// Also threads that have ended (newest first).
+    #[serde(default)]
+    all: bool,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+struct MessageStatus {
+    /// The message id `send_message` returned (m_ and 16 hex digits).
+    id: String,
+}
+
+#[derive(Clone)]
+struct Courier {
+    socket: PathBuf,
+    #[allow(dead_code, reason = "read by the tool_handler macro")]
+    tool_router: ToolRouter<Courier>,
+}
+
+fn text_result(v: &Value) -> CallToolResult {
+    CallToolResult::success(vec![ContentBlock::text(serde_json::to_string_pretty(v).unwrap_or_default())])
+}
+
+fn error_result(msg: impl Into<String>) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(msg.into())])
+}
+
+/// The calling thread and tool call, as Codex names them in the request's `_meta`.
+fn caller(meta: &RequestMetaObject) -> (Option<String>, Option<String>) {
+    let m: &serde_json::Map<String, Value> = &meta.0 .0;
+    let s = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
+    let turn = m.get("x-codex-turn-metadata");
+    let thread = s(m.get("threadId"))
+        .or_else(|| s(turn.and_then(|t| t.get("thread_id"))))
+        .or_else(|| s(turn.and_then(|t| t.get("session_id"))));
+    let call = s(m.get("callId")).or_else(|| s(turn.and_then(|t| t.get("call_id"))));
+    (thread, call)
+}
+
+impl Courier {
+    /// One request line to the broker, one reply line back.
+    async fn call(&self, request: Value) -> Result<Value, String> {
+        let socket = self.socket.clone();
+        let out = tokio::task::spawn_blocking(move || -> Result<Value, String> {
+            let mut s = UnixStream::connect(&socket).map_err(|e| {
+                format!("the Courier broker does not answer at {} ({e}); start it with `broker serve --daemonize`", socket.display())
+            })?;
+            let mut line = serde_json::to_vec(&request).map_err(|e| e.to_string())?;
+            line.push(b'\n');
+            s.write_all(&line).map_err(|e| format!("writing to the broker: {e}"))?;
+            let mut reply = Vec::new();
+            BufReader::new(s.take(MAX_REPLY)).read_until(b'\n', &mut reply).map_err(|e| format!("reading the broker's reply: {e}"))?;
+            serde_json::from_slice(&reply).map_err(|e| format!("the broker's reply is not JSON ({e})"))
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        let reply = out?;
+        if reply.get("ok") == Some(&Value::Bool(true)) {
+            Ok(reply)
+        } else {
+            Err(format!(
+                "{}: {}",
+                reply.get("error").and_then(Value::as_str).unwrap_or("error"),
+                reply.get("message").and_then(Value::as_str).unwrap_or("the broker refused the request")
+            ))
+        }
+    }
+
+    /// `to: "parent"` / `"child:<name>"`, relative to the calling thread.
+    async fn relative(&self, to: &str, me: Option<&str>) -> Result<String, String> {
+        let me = me.ok_or("`to` needs the calling thread, which this Codex did not name in the request")?;
+        let threads = self.call(json!({"op": "threads", "all": true, "limit": 200})).await?;
+        let list = threads["threads"].as_array().cloned().unwrap_or_default();
+        let mine = list.iter().find(|t| t["id"] == me).ok_or_else(|| format!("the calling thread {me} is not listed"))?;
+        if to == "parent" {
+            return mine["parent"].as_str().map(str::to_string).ok_or_else(|| format!("thread {me} has no parent (it is not a sub-agent)"));
+        }
+        let Some(name) = to.strip_prefix("child:") else {
+            return Err(format!("to: {to:?}: use \"parent\" or \"child:<nickname or thread id>\""));
+        };
+        let children: Vec<&Value> = list.iter().filter(|t| t["parent"] == me).collect();
+        let hits: Vec<&&Value> = children.iter().filter(|t| t["id"] == name || t["agent_nickname"] == name).collect();
+        match hits.as_slice() {
+            [one] => Ok(one["id"].as_str().unwrap_or_default().to_string()),
+            [] => Err(format!(
+                "no sub-agent of {me} is called {name:?}; its sub-agents: {:?}",
+                children.iter().map(|t| (t["id"].as_str().unwrap_or(""), t["agent_nickname"].as_str().unwrap_or(""))).collect::<Vec<_>>()
+            )),
+            _ => Err(format!("several sub-agents of {me} are called {name:?}: give a thread id")),
+        }
+    }
+}
+
+#[tool_router]
+impl Courier {
+    fn new(socket: PathBuf) -> Courier {
+        Courier { socket, tool_router: Self::tool_router() }
+    }
+
+    #[tool(description = "Send a message to another Codex thread (by thread id, working directory, or as your parent/child). \
+        It reaches that thread's model exactly once, inside its running turn or its next one. Returns the message id; \
+        with wait, also whether it arrived (outcome reached / timed_out / ended).")]
+    async fn send_message(&self, meta: RequestMetaObject, Parameters(p): Parameters<SendMessage>) -> Result<CallToolResult, ErrorData> {
+        let (me, call_id) = caller(&meta);
+        if let Ok(path) = std::env::var("COURIER_MCP_META_LOG") {
+            let _ = std::fs::OpenOptions::new().create(true).append(true).open(path).and_then(|mut f| {
+                writeln!(f, "{}", serde_json::to_string(&meta.0 .0).unwrap_or_default())
+            });
+        }
+        let mut req = json!({"op": "send", "text": p.text, "key": p.key, "ttl_ms": p.ttl_seconds.map(|s| s * 1000)});
+        let target = match (p.thread, p.cwd, p.to) {
+            (Some(t), None, None) => ("thread", t),
+            (None, Some(c), None) => ("cwd", c),
+            (None, None, Some(to)) => match self.relative(&to, me.as_deref()).await {
+                Ok(t) => ("thread", t),
+                Err(e) => return Ok(error_result(e)),
+            },
+            _ => return Ok(error_result("give exactly one of thread, cwd and to")),
+        };
+        req[target.0] = json!(target.1);
+        match (&me, &call_id) {
+            (Some(t), Some(c)) => req["sender"] = json!({"thread": t, "call_id": c}),
+            _ => req["from"] = json!("mcp"),
+        }
+        let wait = p.wait.unwrap_or_else(|| "none".into());
+        match wait.as_str() {
+            "none" => {}
+            "handed" | "confirmed" => {
+                req["wait"] = json!(wait);
+                req["timeout_ms"] = json!(p.timeout_seconds.unwrap_or(DEFAULT_WAIT_S) * 1000);
+            }
+            other => return Ok(error_result(format!("wait: {other:?}: use none, handed or confirmed"))),
+        }
+        let mut sent = self.call(req.clone()).await;
+        if let Err(e) = &sent {
+            if let Some(why) = e.strip_prefix("sender_not_verified: ") {
+                // Sent anyway, as a label the model reads as unverified; the caller hears why.
+                let why = why.to_string();
+                if let Value::Object(o) = &mut req {
+                    o.remove("sender");
+                }
+                req["from"] = json!("mcp");
+                sent = self.call(req).await.map(|mut r| {
+                    r["sender_note"] = json!(format!("the sender could not be verified ({why}); sent as from=\"mcp\""));
+                    r
+                });
+            }
+        }
+        Ok(match sent {
+            Ok(mut reply) => {
+                if let Some(m) = reply.get("messages").and_then(|m| m.get(0)).cloned() {
+                    reply["state"] = m["state"].clone();
+                    reply["reason"] = m["reason"].clone();
+                }
+                if let Value::Object(o) = &mut reply {
+                    o.remove("messages");
+                    o.remove("ok");
+                }
+                text_result(&reply)
+            }
+            Err(e) => error_result(e),
+        })
+    }
+
+    #[tool(description = "List the live Codex threads on this machine that can receive messages: id, state (busy/idle), \
+        cwd, title (first prompt), parent and children, queued messages. all=true adds ended threads.")]
+    async fn list_threads(&self, Parameters(p): Parameters<ListThreads>) -> Result<CallToolResult, ErrorData> {
+        Ok(match self.call(json!({"op": "threads", "all": p.all})).await {
+            Ok(reply) => {
+                let brief: Vec<Value> = reply["threads"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|t| {
+                        json!({"id": t["id"], "state": t["state"], "cwd": t["cwd"], "title": t["title"], "parent": t["parent"],
+                               "children": t["children"], "agent_nickname": t["agent_nickname"], "pending": t["pending"],
+                               "process": t["process"]["kind"]})
+                    })
+                    .collect();
+                text_result(&json!({"threads": brief}))
+            }
+            Err(e) => error_result(e),
+        })
+    }
+
+    #[tool(description = "The state of a message sent with send_message: pending, leased, handed (its Codex has it), \
+        confirmed (it reached the model), or uncertain / expired / cancelled with the reason.")]
+    async fn message_status(&self, Parameters(p): Parameters<MessageStatus>) -> Result<CallToolResult, ErrorData> {
+        Ok(match self.call(json!({"op": "status", "id": p.id})).await {
+            Ok(reply) => text_result(&reply["message"]),
+            Err(e) => error_result(e),
+        })
+    }
+}
+
+#[tool_handler]
+impl ServerHandler for Courier {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("courier", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Courier delivers messages between Codex threads exactly once, with receipts. list_threads finds \
+                 threads; send_message sends (to a thread id, a cwd, or your parent/child); message_status tells \
+                 whether it arrived. A message you send is shown to the other model as from=\"thread:<your id>\" \
+                 verified=\"true\" when the broker could verify it came from your thread.",
+            )
+    }
+}
+
+fn main() {
+    let arg = std::env::args().nth(1);
+    match arg.as_deref() {
+        None => {}
+        Some("--version" | "-V") => {
+            println!("courier-mcp {}", env!("CARGO_PKG_VERSION"));
+            return;
+        }
+        Some(_) => {
+            println!(
+                "broker mcp: an MCP server on stdio (tools send_message, list_threads, message_status).\n\
+                 Register it in Codex: [mcp_servers.courier] command = \"broker\", args = [\"mcp\"]"
+            );
+            return;
+        }
+    }
+    let socket = courier_shared::paths::socket_path(&courier_shared::paths::runtime_dir());
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("broker mcp: {e}");
+            std::process::exit(1);
+        }
+    };
+    let served = runtime.block_on(async move {
+        let service = Courier::new(socket).serve(rmcp::transport::stdio()).await.map_err(|e| e.to_string())?;
+        service.waiting().await.map_err(|e| e.to_string())?;
+        Ok::<(), String>(())
+    });
+    if let Err(e) = served {
+        eprintln!("broker mcp: {e}");
+        std::process::exit(1);
+    }
+}
