@@ -10,6 +10,7 @@ It reads JSON commands on stdin and answers one JSON line each. Timing is taken 
 spawn: perf_counter_ns before posix_spawn, after wait4 -- child start to exit, nothing else. The
 /bin/true reference is spawned the same way, by the same process, with the same pipes.
 """
+import itertools
 import json
 import os
 import sys
@@ -90,13 +91,36 @@ def marker_ids(text):
     return ids
 
 
+CALL_IDS = itertools.count(1)
+
+
+def record(kind, payload):
+    return (json.dumps({"timestamp": "2026-11-29T08:08:53.000Z", "type": kind, "payload": payload}) + "\n").encode()
+
+
 def payload_for(template, thread):
+    """The payload of the next hook of `thread`. Like Codex, a PostToolUse follows its own tool
+    call: the call and its item_completed are written first (the broker binds each hook to that
+    state, once: gate/ticket.rs), its output after the hook (`answered`)."""
     p = dict(template)
     t = threads[thread]
     p["session_id"] = thread
     p["turn_id"] = t["turn"]
     p["transcript_path"] = t["path"]
-    return json.dumps(p).encode()
+    if p.get("hook_event_name") == "PostToolUse":
+        call = "call_bench_%d" % next(CALL_IDS)
+        p["tool_use_id"] = call
+        os.write(t["fd"], record("response_item", {"type": "function_call", "name": "exec_command", "arguments": "{}",
+                                                   "call_id": call, "internal_chat_message_metadata_passthrough": {"turn_id": t["turn"]}}))
+        os.write(t["fd"], record("event_msg", {"type": "item_completed", "thread_id": thread, "turn_id": t["turn"],
+                                               "item": {"type": "CommandExecution", "id": call}}))
+    return json.dumps(p).encode(), p.get("tool_use_id")
+
+
+def answered(thread, call):
+    """After the hook: Codex writes the tool call's output."""
+    if call:
+        os.write(threads[thread]["fd"], record("response_item", {"type": "function_call_output", "call_id": call, "output": "ok"}))
 
 
 def load(c):
@@ -111,7 +135,9 @@ def load(c):
             with mu:
                 thread = order[state["next"] % len(order)]
                 state["next"] += 1
-            ns, code, out, _ = spawn_timed(c["argv"], payload_for(c["template"], thread))
+            data, call = payload_for(c["template"], thread)
+            ns, code, out, _ = spawn_timed(c["argv"], data)
+            answered(thread, call)
             ids = []
             try:
                 ctx = deliver(thread, out)
@@ -153,8 +179,10 @@ for line in sys.stdin:
             # One timed spawn per entry of `seq` ({"argv": [...], "thread": id or null}).
             res = []
             for s in c["seq"]:
-                data = payload_for(c["template"], s["thread"]) if s.get("thread") else b"{}"
+                data, call = payload_for(c["template"], s["thread"]) if s.get("thread") else (b"{}", None)
                 ns, code, out, rss = spawn_timed(s["argv"], data)
+                if call:
+                    answered(s["thread"], call)
                 ids = []
                 if s.get("thread") and c.get("deliver"):
                     ctx = deliver(s["thread"], out)
@@ -165,8 +193,10 @@ for line in sys.stdin:
             # Peak RSS via GNU time (it forks, so the child's high-water mark does not start from
             # this Python process's, as posix_spawn's vfork would make it).
             import subprocess
-            data = payload_for(c["template"], c["thread"]) if c.get("thread") else b"{}"
+            data, call = payload_for(c["template"], c["thread"]) if c.get("thread") else (b"{}", None)
             r = subprocess.run(["/usr/bin/time", "-f", "%M", *c["argv"]], input=data, capture_output=True)
+            if call:
+                answered(c["thread"], call)
             reply({"ok": True, "kib": int(r.stderr.decode().strip().splitlines()[-1]), "code": r.returncode})
         elif op == "load":
             reply({"ok": True, **load(c)})

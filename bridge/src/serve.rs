@@ -593,6 +593,7 @@ mod tests {
             attempts: 0,
             rollout_path: None,
             scan_offset: None,
+            alarms: Vec::new(),
         }
     }
 

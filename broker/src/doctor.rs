@@ -156,12 +156,15 @@ pub fn run(opts: &Options) -> Vec<Check> {
     // Start at login.
     checks.push(check_start(manifest.as_ref()));
 
-    // Recent refusals.
+    // Recent refusals, and alarms (tickets.rs).
     if let Some(c) = check_refusals(&state_dir) {
         checks.push(c);
     }
     if let Some(b) = &cfg.bridge {
         checks.push(check_bridge(b));
+    }
+    if let Some(c) = check_alarms(&state_dir) {
+        checks.push(c);
     }
     checks
 }
@@ -583,6 +586,25 @@ fn check_refusals(state_dir: &Path) -> Option<Check> {
     let mut c = Check::warn(format!("{} refused hook calls in the last 24 h", recent.len()), Some("details: broker inspect".into()));
     for (reason, n) in by {
         c = c.detail(format!("{reason} x{n}: {}", refusal_hint(&reason)));
+    }
+    Some(c)
+}
+
+/// Alarms of the last 7 days: two hook calls followed one Codex action (tickets.rs), so one was
+/// a forgery and the messages the earlier one took may not have reached the model.
+fn check_alarms(state_dir: &Path) -> Option<Check> {
+    let store = Store::open(state_dir).ok()?;
+    let since = now_ms() - 7 * 24 * 3600 * 1000;
+    let recent: Vec<_> = store.alarms(None, 1000).ok()?.into_iter().filter(|a| a.at >= since).collect();
+    if recent.is_empty() {
+        return Some(Check::ok("no alarms in the last 7 days"));
+    }
+    let mut c = Check::warn(
+        format!("{} ALARM(S) in the last 7 days: a second hook call followed a Codex action an earlier one had followed", recent.len()),
+        Some("one of the two was not Codex's hook (a model-run command posing as one?): `broker inspect` marks the messages the earlier call took; they may have gone to the forger, not the model".into()),
+    );
+    for a in recent.iter().take(10) {
+        c = c.detail(format!("{} thread {} message {}: {}", a.kind, a.thread, a.message.as_deref().unwrap_or("(none)"), a.detail));
     }
     Some(c)
 }

@@ -53,6 +53,7 @@ pub fn terminal_safe_json(json: &str) -> String {
 }
 
 const REFUSALS_SHOWN: i64 = 50;
+const ALARMS_SHOWN: i64 = 200;
 
 pub struct Report {
     pub messages: Vec<Message>,
@@ -63,6 +64,8 @@ pub struct Report {
     pub effort: crate::store::Details,
     /// Every trusted Codex binary, with how it became trusted.
     pub trusted_codex: Vec<crate::codex::TrustedCodex>,
+    /// Alarms (tickets.rs): hook calls that followed a Codex action an earlier one had followed.
+    pub alarms: Vec<crate::tickets::Alarm>,
 }
 
 impl Report {
@@ -74,6 +77,7 @@ impl Report {
             now: now_ms(),
             effort: store.effort_details(thread)?,
             trusted_codex: store.trusted_codex()?,
+            alarms: store.alarms(thread, ALARMS_SHOWN)?,
         })
     }
 
@@ -84,7 +88,7 @@ impl Report {
         for m in &self.messages {
             let _ = write!(f, "{}:{}:{:?}:{};", m.id, m.state, m.reason, m.updated_at);
         }
-        let _ = write!(f, "|{:?}|{}", self.refusals.first().map(|r| r.at), self.refusals.len());
+        let _ = write!(f, "|{:?}|{}|{}", self.refusals.first().map(|r| r.at), self.refusals.len(), self.alarms.len());
         let _ = write!(f, "|{:?}", self.status.as_ref().map(|s| (s["pid"].clone(), s["hook_calls"].clone())));
         f
     }
@@ -100,7 +104,7 @@ impl Report {
                     "age_ms": self.now - m.created_at, "expires_at": m.expires_at,
                     "event": m.event, "turn_id": m.turn_id, "handed_at": m.handed_at,
                     "confirmed_at": m.confirmed_at, "reason": m.reason, "attempts": m.attempts,
-                    "bytes": m.body.len(),
+                    "bytes": m.body.len(), "alarms": m.alarms,
                 });
                 if m.kind == Kind::Effort {
                     let (scope, detail) = self.effort.get(&m.id).cloned().unwrap_or_default();
@@ -125,7 +129,7 @@ impl Report {
             .iter()
             .map(|t| json!({"sha256": t.sha256, "path": t.path, "version": t.version, "how": t.how.as_str(), "source": t.source, "added_at": t.added_at}))
             .collect();
-        json!({"messages": messages, "refusals": refusals, "threads": self.per_thread(), "broker": broker, "trusted_codex": codex})
+        json!({"messages": messages, "refusals": refusals, "threads": self.per_thread(), "broker": broker, "trusted_codex": codex, "alarms": self.alarms})
     }
 
     fn per_thread(&self) -> BTreeMap<String, BTreeMap<String, u64>> {
@@ -194,8 +198,29 @@ impl Report {
                     age(self.now - m.created_at),
                     escape(m.from.as_deref().unwrap_or("-")),
                     taken,
-                    escape(m.reason.as_deref().unwrap_or("")),
+                    {
+                        let reason = escape(m.reason.as_deref().unwrap_or(""));
+                        if m.alarms.is_empty() {
+                            reason.into_owned()
+                        } else {
+                            format!("ALARM {} {reason}", escape(&m.alarms.join(",")))
+                        }
+                    },
                     kind
+                );
+            }
+        }
+        if !self.alarms.is_empty() {
+            let _ = writeln!(out, "\nALARMS (newest first): two hook calls followed one Codex action; one was not Codex's");
+            for a in &self.alarms {
+                let _ = writeln!(
+                    out,
+                    "  {:>6} ago  {:<12} {:<13} {:<18} {}",
+                    age(self.now - a.at),
+                    escape(&a.kind),
+                    escape(&short(&a.thread)),
+                    escape(a.message.as_deref().unwrap_or("-")),
+                    escape(&a.detail)
                 );
             }
         }
@@ -268,11 +293,12 @@ mod tests {
             attempts: 0,
             rollout_path: None,
             scan_offset: None,
+            alarms: Vec::new(),
         }
     }
 
     fn report(messages: Vec<Message>, refusals: Vec<Refusal>) -> Report {
-        Report { messages, refusals, status: None, now: 0, effort: Default::default(), trusted_codex: Vec::new() }
+        Report { messages, refusals, status: None, now: 0, effort: Default::default(), trusted_codex: Vec::new(), alarms: Vec::new() }
     }
 
     const T: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce2";

@@ -22,4 +22,5 @@ pub mod refusal;
 pub mod rollout;
 pub mod server;
 pub mod store;
+pub mod tickets;
 pub mod wake;

@@ -28,6 +28,8 @@
 //! | `agent_mismatch` | 5 | `agent_id` is present and is not the thread id |
 //! | `session_mismatch` | 5 | `session_id` is missing or neither the thread id nor its `session_meta.session_id` (root) |
 //! | `turn_mismatch` | 7 | the payload `turn_id` is missing (events other than SessionStart) or not the rollout's open turn, or no turn is open |
+//! | `no_ticket` | 8 | the rollout shows no Codex action the hook follows (`gate/ticket.rs`: PreToolUse its call, not completed; PostToolUse the call's `item_completed`, no output yet; Stop an answer, every call answered; the opening events no model output yet), or the ticket could not be recorded |
+//! | `ticket_used` | 8 | a hook of the same Codex action was accepted before: an alarm, the earlier hand-off is marked (`crate::tickets`) |
 //! | `too_many_connections` | connection | one peer process holds `MAX_PER_PEER` unfinished connections |
 //! | `request_timeout` | connection | no complete request frame within `REQUEST_TIMEOUT` |
 //! | `frame_too_large` | connection | a frame header announces more than the frame limit |
@@ -37,7 +39,8 @@
 //! | `protocol_version` | connection | the request speaks another protocol version |
 //! | `unexpected_ack` | connection | an ack frame with no lease to acknowledge |
 //!
-//! The steps are the gate's (`gate/mod.rs`, "Checks, in order"); `connection` codes come from
+//! The steps are the gate's (`gate/mod.rs`, "Checks, in order"; step 8 runs after `verify`,
+//! `gate/ticket.rs`); `connection` codes come from
 //! the socket layer (`server/`) before the gate sees a request.
 
 /// A stable refusal reason. The table in the module documentation says what each means.
@@ -65,6 +68,8 @@ pub enum RefusalCode {
     AgentMismatch,
     SessionMismatch,
     TurnMismatch,
+    NoTicket,
+    TicketUsed,
     TooManyConnections,
     RequestTimeout,
     FrameTooLarge,
@@ -82,7 +87,7 @@ pub const SEE_README: &str = "see README, \"Refusal reason codes\"";
 
 impl RefusalCode {
     /// Every code, gate steps first, in the order of the tables.
-    pub const ALL: [RefusalCode; 30] = [
+    pub const ALL: [RefusalCode; 32] = [
         PeerUid,
         PeerGone,
         ClientExe,
@@ -105,6 +110,8 @@ impl RefusalCode {
         AgentMismatch,
         SessionMismatch,
         TurnMismatch,
+        NoTicket,
+        TicketUsed,
         TooManyConnections,
         RequestTimeout,
         FrameTooLarge,
@@ -140,6 +147,8 @@ impl RefusalCode {
             AgentMismatch => "agent_mismatch",
             SessionMismatch => "session_mismatch",
             TurnMismatch => "turn_mismatch",
+            NoTicket => "no_ticket",
+            TicketUsed => "ticket_used",
             TooManyConnections => "too_many_connections",
             RequestTimeout => "request_timeout",
             FrameTooLarge => "frame_too_large",
@@ -156,7 +165,7 @@ impl RefusalCode {
         RefusalCode::ALL.into_iter().find(|c| c.as_str() == s)
     }
 
-    /// The gate step that refuses with it (`"1"` to `"7"`, or a range when several steps can),
+    /// The gate step that refuses with it (`"1"` to `"8"`, or a range when several steps can),
     /// or `"connection"` for the socket layer's limits.
     pub const fn step(self) -> &'static str {
         match self {
@@ -169,6 +178,7 @@ impl RefusalCode {
             TranscriptPath | ThreadMismatch | NotRolloutHolder | NoWriterLock | AgentMismatch | SessionMismatch => "5",
             RolloutChanged => "6",
             TurnMismatch => "7",
+            NoTicket | TicketUsed => "8",
             TooManyConnections | RequestTimeout | FrameTooLarge | TruncatedFrame | BufferLimit | BadRequest | ProtocolVersion
             | UnexpectedAck => "connection",
         }
@@ -186,6 +196,8 @@ impl RefusalCode {
             TurnMismatch | NotRolloutHolder | NoWriterLock | RolloutChanged => {
                 "a session ended or moved on while its hook ran (harmless when rare)"
             }
+            NoTicket => "a hook call the rollout shows no Codex action for: most likely a model-run command posing as a hook",
+            TicketUsed => "ALARM: two hook calls followed one Codex action, one was not Codex's (see the alarm check)",
             _ => SEE_README,
         }
     }

@@ -129,6 +129,9 @@ pub struct HookPayload {
     pub stop_hook_active: Option<bool>,
     #[serde(default)]
     pub tool_name: Option<String>,
+    /// PreToolUse / PostToolUse: the tool call's id (its `call_id` in the rollout).
+    #[serde(default)]
+    pub tool_use_id: Option<String>,
 }
 
 impl HookPayload {

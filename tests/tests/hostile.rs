@@ -319,8 +319,13 @@ for t in threads:
     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     path = os.path.join(d, "rollout-2026-11-29T08-08-52-%s.jsonl" % t)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    # Each thread's PostToolUse follows its own tool call, completed (gate/ticket.rs).
+    call = "call_%d" % len(paths)
     for kind, p in [("session_meta", {"id": t, "session_id": t, "cwd": "/", "originator": "standin"}),
-                    ("event_msg", {"type": "task_started", "turn_id": turn})]:
+                    ("event_msg", {"type": "task_started", "turn_id": turn}),
+                    ("response_item", {"type": "function_call", "name": "exec_command", "arguments": "{}", "call_id": call,
+                                       "internal_chat_message_metadata_passthrough": {"turn_id": turn}}),
+                    ("event_msg", {"type": "item_completed", "thread_id": t, "turn_id": turn, "item": {"type": "CommandExecution", "id": call}})]:
         os.write(fd, (json.dumps({"timestamp": "t", "type": kind, "payload": p}) + "\n").encode())
     keep += [lock, fd]; paths.append(path)
 env = dict(os.environ)

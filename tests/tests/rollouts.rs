@@ -52,9 +52,10 @@ fn turn_opened_far_back_is_found_after_a_broker_restart() {
     // The broker restarts (kill -9): it has never read this rollout.
     serve.kill9();
     let mut serve = Serve::start(&env, &[]);
-    let text = marker("FAR_TURN");
-    let id = broker_ok(&env, &["send", "--thread", &thread, "--from", "e2e", &text]).trim().to_string();
     let read_before = status(&sock).unwrap()["rollout_bytes_read"].as_u64().unwrap();
+    let text = marker("FAR_TURN");
+    // --wake never: no wake attempt reads the rollout first; the hook below is its first sight.
+    let id = broker_ok(&env, &["send", "--thread", &thread, "--wake", "never", "--from", "e2e", &text]).trim().to_string();
 
     // The next tool call of the same turn: its PreToolUse is the broker's first sight of the rollout.
     codex.write(function_call("call_next", &turn, "echo next"));
@@ -79,6 +80,7 @@ fn turn_opened_far_back_is_found_after_a_broker_restart() {
     );
     assert!(refusal_codes(&doc, Some(&thread)).is_empty(), "{doc:#}");
     assert!(read < 64 << 20, "read {read} bytes: bounded, not the whole turn");
+    assert!(read > 1 << 20, "read {read} bytes: the hook call was not the rollout's first sight");
 
     codex.write(exec_completed(&thread, &turn, "call_next"));
     let post = codex.hook(

@@ -24,6 +24,7 @@ fn msg(id: &str, body: &str, from: Option<&str>) -> Message {
         attempts: 1,
         rollout_path: None,
         scan_offset: Some(0),
+        alarms: Vec::new(),
     }
 }
 

@@ -34,6 +34,10 @@
 //! Finally (`ancestry::recheck`) the start times of every process in the chain are re-read: a
 //! pid that now names a different process refuses the request.
 //!
+//! Step 8, one ticket per Codex action, follows `verify` (the caller runs it, before anything is
+//! claimed): `ticket.rs` names the Codex action a verified hook follows, `crate::tickets` takes
+//! each once.
+//!
 //! The gate reads `/proc` and the rollout, never the queue: what it asks about trust goes
 //! through [`CodexTrust`].
 //!
@@ -52,6 +56,7 @@ mod rollout_read;
 pub mod sender;
 #[cfg(test)]
 mod tests;
+pub mod ticket;
 mod turn;
 
 pub use crate::refusal::RefusalCode;
@@ -112,6 +117,8 @@ pub struct Verified {
     /// Number of thread-writer locks the codex process holds. Counted for SessionStart only (the
     /// one event whose delivery depends on it); 0 for the other events.
     pub thread_locks: usize,
+    /// What the open turn's records say Codex is doing: the state [`ticket::bind`] checks.
+    pub actions: crate::rollout::Actions,
 }
 
 impl Verified {
@@ -272,6 +279,7 @@ impl Gate {
             root_thread_id: binding.meta.session_id,
             codex_starttime: codex.starttime,
             thread_locks: binding.thread_locks,
+            actions: snap.actions,
             payload,
         })
     }

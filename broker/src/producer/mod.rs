@@ -138,7 +138,7 @@ pub fn record(m: &Message, now: i64) -> Value {
         "age_ms": now - m.created_at, "expires_at": m.expires_at,
         "event": m.event, "turn_id": m.turn_id, "handed_at": m.handed_at,
         "confirmed_at": m.confirmed_at, "reason": m.reason, "attempts": m.attempts,
-        "bytes": m.body.len(),
+        "bytes": m.body.len(), "alarms": m.alarms,
     })
 }
 
@@ -207,6 +207,7 @@ mod tests {
             attempts: 0,
             rollout_path: None,
             scan_offset: None,
+            alarms: Vec::new(),
         }
     }
 

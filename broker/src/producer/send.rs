@@ -311,6 +311,7 @@ mod tests {
             attempts: 0,
             rollout_path: None,
             scan_offset: None,
+            alarms: Vec::new(),
         };
         let verified = crate::delivery::wrap(&mk(&format!("thread:{t}")));
         assert_eq!(

@@ -251,6 +251,11 @@ fn message_of(v: &Value) -> Option<Message> {
         attempts: i("attempts").unwrap_or(0),
         rollout_path: None,
         scan_offset: None,
+        alarms: v
+            .get("alarms")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+            .unwrap_or_default(),
     })
 }
 

@@ -73,6 +73,8 @@ pub struct Snapshot {
     pub bytes_read: u64,
     /// The cached state was (re)built from scratch by this call.
     pub rebuilt: bool,
+    /// What the open turn's records say Codex is doing (empty when no turn is open).
+    pub actions: Actions,
 }
 
 /// Read granularity.
@@ -154,9 +156,81 @@ pub enum Rec {
     Started(String),
     /// `event_msg` `task_complete` / `turn_aborted`.
     Closed(String),
-    /// A record Codex writes only while its turn is open: `turn_context`, `token_usage_record`,
-    /// model output (`reasoning`, an assistant message, a tool call) with its passthrough turn id.
-    InTurn(String),
+    /// `turn_context`: the settings of a turn, written as it opens.
+    Context(String),
+    /// `token_usage_record`: a model response of this turn ended.
+    Usage(String),
+    /// A tool call: a response item `*_call` with a `call_id` (`function_call`, `custom_tool_call`,
+    /// ...), with the turn from its passthrough metadata.
+    Call { id: String, turn: Option<String> },
+    /// Other model output: an assistant message, reasoning, or a `*_call` Codex does not answer
+    /// (no `call_id`, as `web_search_call`).
+    Said(Option<String>),
+    /// A tool call's output: a response item `*_output` with a `call_id`.
+    Output(String),
+    /// `event_msg` `item_completed`: the item with this id finished (a tool call's item id is its call id).
+    Completed(String),
+}
+
+impl Rec {
+    /// The turn of a record Codex writes only while that turn is open: `turn_context`,
+    /// `token_usage_record`, and model output with its passthrough turn id.
+    fn in_turn(&self) -> Option<&str> {
+        match self {
+            Rec::Context(t) | Rec::Usage(t) => Some(t),
+            Rec::Call { turn, .. } | Rec::Said(turn) => turn.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+/// What the open turn's records say Codex is doing: the state each hook follows (issue 14,
+/// "one ticket per Codex action"; bound to hooks in `gate/ticket.rs`). Reset when a turn opens or
+/// closes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Actions {
+    /// Tool calls of the open turn with no output yet: (call id, its `item_completed` was written).
+    pub calls: Vec<(String, bool)>,
+    /// More calls were open at once than are kept ([`MAX_OPEN_CALLS`]): no call is known answered
+    /// by all until the turn ends.
+    pub overflow: bool,
+    /// The model has produced output in the open turn (a response ended, a call, a message).
+    pub spoke: bool,
+    /// Where the newest model output after the turn's last tool call starts: the answer a Stop hook
+    /// follows (`None` once a tool call follows it).
+    pub said_at: Option<u64>,
+}
+
+/// Open tool calls kept per turn at most.
+pub const MAX_OPEN_CALLS: usize = 256;
+
+impl Actions {
+    fn apply(&mut self, rec: &Rec, at: u64) {
+        match rec {
+            Rec::Usage(_) => self.spoke = true,
+            Rec::Call { id, .. } => {
+                self.spoke = true;
+                self.said_at = None;
+                if self.calls.iter().any(|(c, _)| c == id) {
+                } else if self.calls.len() < MAX_OPEN_CALLS {
+                    self.calls.push((id.clone(), false));
+                } else {
+                    self.overflow = true;
+                }
+            }
+            Rec::Said(_) => {
+                self.spoke = true;
+                self.said_at = Some(at);
+            }
+            Rec::Output(id) => self.calls.retain(|(c, _)| c != id),
+            Rec::Completed(id) => {
+                if let Some(c) = self.calls.iter_mut().find(|(c, _)| c == id) {
+                    c.1 = true;
+                }
+            }
+            Rec::Started(_) | Rec::Closed(_) | Rec::Context(_) => {}
+        }
+    }
 }
 
 /// The record and payload types of a line (`("event_msg", Some("task_started"))`).
@@ -172,23 +246,40 @@ fn kinds(head: &[u8]) -> Option<(&str, Option<&str>)> {
 pub fn classify(head: &[u8], tail: &[u8]) -> Option<Rec> {
     let (top, payload) = kinds(head)?;
     let turn_id = || value(head, "turn_id", false).map(str::to_string);
-    let in_turn = |t: Option<String>| t.map(Rec::InTurn);
+    let passthrough_turn = || {
+        let i = member(tail, "internal_chat_message_metadata_passthrough", true)?;
+        string_at(tail, first_member(tail, i, "turn_id")?).map(str::to_string)
+    };
+    // The call id can follow a long `arguments` string: then it is in the line's last bytes.
+    let call_id = |from_tail: bool| {
+        value(head, "call_id", false).or_else(|| if from_tail { value(tail, "call_id", true) } else { None }).map(str::to_string)
+    };
     match (top, payload) {
         ("event_msg", Some("task_started")) => turn_id().map(Rec::Started),
         ("event_msg", Some("task_complete" | "turn_aborted")) => turn_id().map(Rec::Closed),
-        ("turn_context" | "token_usage_record", _) => in_turn(turn_id()),
-        ("response_item", Some(p)) => {
-            let model_output = match p {
-                "message" => value(head, "role", false) == Some("assistant"),
-                "reasoning" => true,
-                p => p.ends_with("_call"),
-            };
-            if !model_output {
+        ("event_msg", Some("item_completed")) => {
+            // `"item":{"type":"CommandExecution","id":"call_0002",...`
+            let i = first_member(head, member(head, "item", false)?, "type")?;
+            let kind = string_at(head, i)?;
+            let after = skip_ws(head, i + kind.len() + 2);
+            if head.get(after) != Some(&b',') {
                 return None;
             }
-            let i = member(tail, "internal_chat_message_metadata_passthrough", true)?;
-            in_turn(string_at(tail, first_member(tail, i, "turn_id")?).map(str::to_string))
+            let at = skip_ws(head, after + 1);
+            if !head[at..].starts_with(b"\"id\"") {
+                return None;
+            }
+            string_at(head, value_start(head, at, "id")?).map(|id| Rec::Completed(id.into()))
         }
+        ("turn_context", _) => turn_id().map(Rec::Context),
+        ("token_usage_record", _) => turn_id().map(Rec::Usage),
+        ("response_item", Some("message")) => (value(head, "role", false) == Some("assistant")).then(|| Rec::Said(passthrough_turn())),
+        ("response_item", Some("reasoning")) => Some(Rec::Said(passthrough_turn())),
+        ("response_item", Some(p)) if p.ends_with("_output") => call_id(false).map(Rec::Output),
+        ("response_item", Some(p)) if p.ends_with("_call") => Some(match call_id(true) {
+            Some(id) => Rec::Call { id, turn: passthrough_turn() },
+            None => Rec::Said(passthrough_turn()),
+        }),
         _ => None,
     }
 }
@@ -251,6 +342,7 @@ struct State {
     /// The line being read started where this state does not know: it is not classified.
     skip_line: bool,
     turn: Turn,
+    actions: Actions,
 }
 
 impl State {
@@ -264,6 +356,7 @@ impl State {
             line: LineAcc::default(),
             skip_line: false,
             turn: Turn::Closed,
+            actions: Actions::default(),
         }
     }
 
@@ -274,19 +367,31 @@ impl State {
         }
     }
 
-    fn apply(&mut self, rec: Rec) {
-        match rec {
-            Rec::Started(t) => self.turn = Turn::Open(t),
+    /// Applies the record that starts at offset `at`.
+    fn apply(&mut self, rec: Rec, at: u64) {
+        match &rec {
+            Rec::Started(t) => {
+                self.turn = Turn::Open(t.clone());
+                self.actions = Actions::default();
+                return;
+            }
             Rec::Closed(t) => {
-                if matches!(&self.turn, Turn::Open(o) if *o == t) || self.turn == Turn::Unknown {
+                if matches!(&self.turn, Turn::Open(o) if o == t) || self.turn == Turn::Unknown {
                     self.turn = Turn::Closed;
+                    self.actions = Actions::default();
                 }
+                return;
             }
-            Rec::InTurn(t) => {
-                if self.turn == Turn::Unknown {
-                    self.turn = Turn::Open(t);
-                }
+            _ => {}
+        }
+        if self.turn == Turn::Unknown {
+            match rec.in_turn() {
+                Some(t) => self.turn = Turn::Open(t.to_string()),
+                None => return,
             }
+        }
+        if matches!(self.turn, Turn::Open(_)) {
+            self.actions.apply(&rec, at);
         }
     }
 
@@ -344,7 +449,7 @@ impl State {
                 self.line.push(&data[..nl]);
                 if std::mem::take(&mut self.skip_line) {
                 } else if let Some(rec) = classify(&self.line.head, &self.line.tail) {
-                    self.apply(rec);
+                    self.apply(rec, self.line_start);
                 }
                 self.line.clear();
                 consumed += nl + 1;
@@ -366,7 +471,7 @@ impl State {
         let mut cursor = len; // [cursor, len) has been read
         let mut line_end: Option<u64> = None; // the '\n' ending the line being traced back
         let mut resume: Option<u64> = None; // just after the last complete line
-        let mut newer: Vec<Rec> = Vec::new(); // records after the deciding one, newest first
+        let mut newer: Vec<(u64, Rec)> = Vec::new(); // records after the deciding one, newest first
         let mut base: Option<Turn> = None;
         let mut last_n = 0usize;
 
@@ -384,7 +489,7 @@ impl State {
                     Some(end) => {
                         let (rec, extra) = line_rec(file, &chunk[..n], cursor, nl + 1, end)?;
                         read += extra;
-                        if let Some(d) = consider(rec, &mut newer) {
+                        if let Some(d) = consider(rec, nl + 1, &mut newer) {
                             base = Some(d);
                             break 'outer;
                         }
@@ -399,13 +504,14 @@ impl State {
             if let Some(end) = line_end {
                 let (rec, extra) = line_rec(file, &chunk[..last_n], cursor, start, end)?;
                 read += extra;
-                base = consider(rec, &mut newer);
+                base = consider(rec, start, &mut newer);
             }
             base.get_or_insert(Turn::Closed);
         }
         self.turn = base.unwrap_or(Turn::Unknown);
-        for rec in newer.into_iter().rev() {
-            self.apply(rec);
+        self.actions = Actions::default();
+        for (at, rec) in newer.into_iter().rev() {
+            self.apply(rec, at);
         }
         self.line.clear();
         let resume = match resume {
@@ -426,13 +532,13 @@ impl State {
 
 /// A record found scanning backwards: a turn record decides the open turn (returned); any other is
 /// kept to be applied after it.
-fn consider(rec: Option<Rec>, newer: &mut Vec<Rec>) -> Option<Turn> {
+fn consider(rec: Option<Rec>, at: u64, newer: &mut Vec<(u64, Rec)>) -> Option<Turn> {
     match rec? {
         Rec::Started(t) => Some(Turn::Open(t)),
         Rec::Closed(_) => Some(Turn::Closed),
         other => {
             if newer.len() < MAX_NEWER {
-                newer.push(other);
+                newer.push((at, other));
             }
             None
         }
@@ -560,6 +666,7 @@ impl RolloutTracker {
             offset: state.line_start,
             bytes_read: read,
             rebuilt,
+            actions: state.actions.clone(),
         })
     }
 

@@ -216,13 +216,20 @@ fn parsed(line: &str) -> Option<Rec> {
     let v: serde_json::Value = serde_json::from_str(line).unwrap();
     let p = &v["payload"];
     let s = |x: &serde_json::Value| x.as_str().map(str::to_string);
+    let turn = s(&p["internal_chat_message_metadata_passthrough"]["turn_id"]);
     match (v["type"].as_str()?, p["type"].as_str()) {
         ("event_msg", Some("task_started")) => s(&p["turn_id"]).map(Rec::Started),
         ("event_msg", Some("task_complete" | "turn_aborted")) => s(&p["turn_id"]).map(Rec::Closed),
-        ("turn_context" | "token_usage_record", _) => s(&p["turn_id"]).map(Rec::InTurn),
-        ("response_item", Some(t)) if t == "reasoning" || t.ends_with("_call") || (t == "message" && p["role"] == "assistant") => {
-            s(&p["internal_chat_message_metadata_passthrough"]["turn_id"]).map(Rec::InTurn)
-        }
+        ("event_msg", Some("item_completed")) => s(&p["item"]["id"]).map(Rec::Completed),
+        ("turn_context", _) => s(&p["turn_id"]).map(Rec::Context),
+        ("token_usage_record", _) => s(&p["turn_id"]).map(Rec::Usage),
+        ("response_item", Some("message")) if p["role"] == "assistant" => Some(Rec::Said(turn)),
+        ("response_item", Some("reasoning")) => Some(Rec::Said(turn)),
+        ("response_item", Some(t)) if t.ends_with("_output") => s(&p["call_id"]).map(Rec::Output),
+        ("response_item", Some(t)) if t.ends_with("_call") => Some(match s(&p["call_id"]) {
+            Some(id) => Rec::Call { id, turn },
+            None => Rec::Said(turn),
+        }),
         _ => None,
     }
 }
@@ -266,7 +273,35 @@ fn classification_agrees_with_a_json_parse_on_real_rollouts() {
             }
         }
     }
-    assert_eq!(seen.len(), 3, "every kind of record was checked");
+    assert_eq!(seen.len(), 8, "every kind of record was checked: {seen:?}");
+}
+
+/// Any first and last bytes of a line (cut anywhere, or garbage) are classified without a panic.
+#[test]
+fn classify_takes_any_cut_of_a_line() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/testdata/hooks-0.171.0");
+    let mut lines: Vec<Vec<u8>> = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let text = std::fs::read(e.unwrap().path()).unwrap();
+        lines.extend(text.split(|b| *b == b'\n').map(<[u8]>::to_vec));
+    }
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    for line in &lines {
+        for cut in (0..line.len()).step_by(7) {
+            let _ = classify(&line[..cut], &line[cut..]);
+            let _ = classify(&line[cut..], &line[..cut]);
+        }
+        let mut junk = line.clone();
+        for b in junk.iter_mut() {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            if seed.is_multiple_of(11) {
+                *b = b"\":{}, \\x"[(seed >> 8) as usize % 8];
+            }
+        }
+        let _ = classify(&junk, &junk);
+    }
 }
 
 #[test]

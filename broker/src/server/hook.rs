@@ -94,13 +94,28 @@ impl Broker {
                 return None;
             }
         };
+        // One ticket per Codex action (gate/ticket.rs, tickets.rs): before anything is claimed.
+        let ticket = match crate::tickets::take(&self.store, &verified, peer.pid) {
+            Ok(t) => t,
+            Err(r) => {
+                let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
+                self.refuse(r.code, &r.detail, r.thread.as_deref(), r.event.as_deref(), Some(peer.pid));
+                return None;
+            }
+        };
         // Effort changes go through the app-server on their own thread; waited for below, bounded.
         let effort = self.effort.on_hook(&verified, request.payload);
         let offer = {
             let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
             // Settle earlier hand-offs first, so inspect and the Stop guard see current states.
             let _ = delivery::reconcile(&mut store, Some(&verified.thread_id));
-            delivery::offer(&mut store, &verified)
+            let offer = delivery::offer(&mut store, &verified);
+            if let (Some(t), Ok(Offer::Lease { token, .. })) = (&ticket, &offer) {
+                if let Err(e) = crate::tickets::attach(&mut store, t, *token) {
+                    crate::log_error!("recording the hand-off of ticket {}: {e:#}", t.key);
+                }
+            }
+            offer
         };
         let leased_at = Instant::now();
         effort.wait(effort::HOOK_WAIT);

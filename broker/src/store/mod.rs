@@ -16,6 +16,7 @@ mod effort;
 mod producer;
 mod refusals;
 mod state;
+mod tickets;
 mod upkeep;
 mod wake;
 
@@ -23,6 +24,7 @@ pub use codex::{TrustHow, TrustedCodex};
 pub use effort::{Claim, Details};
 pub use refusals::Refusal;
 pub use state::{Kind, State};
+pub use tickets::{Alarm, TicketClaim};
 
 use crate::delivery::wrapper::{wrapped_len, MAX_OUTPUT_BYTES};
 use anyhow::{bail, Context, Result};
@@ -92,6 +94,8 @@ pub struct Message {
     pub attempts: i64,
     pub rollout_path: Option<String>,
     pub scan_offset: Option<i64>,
+    /// Alarm kinds raised on this message (`ticket_used`: see `crate::tickets`), each once.
+    pub alarms: Vec<String>,
 }
 
 /// What `enqueue` did.
@@ -199,7 +203,8 @@ fn migrate_trusted_codex(conn: &Connection) -> rusqlite::Result<()> {
 }
 
 const MESSAGE_COLUMNS: &str = "id, thread, kind, state, body, sender, idem_key, created_at, updated_at, \
-    expires_at, event, turn_id, lease_token, handed_at, confirmed_at, reason, attempts, rollout_path, scan_offset";
+    expires_at, event, turn_id, lease_token, handed_at, confirmed_at, reason, attempts, rollout_path, scan_offset, \
+    (SELECT group_concat(kind) FROM (SELECT DISTINCT kind FROM alarms WHERE alarms.message = messages.id ORDER BY kind))";
 
 fn row_to_message(row: &rusqlite::Row) -> rusqlite::Result<Message> {
     Ok(Message {
@@ -222,6 +227,7 @@ fn row_to_message(row: &rusqlite::Row) -> rusqlite::Result<Message> {
         attempts: row.get(16)?,
         rollout_path: row.get(17)?,
         scan_offset: row.get(18)?,
+        alarms: row.get::<_, Option<String>>(19)?.map(|a| a.split(',').map(String::from).collect()).unwrap_or_default(),
     })
 }
 
@@ -253,6 +259,7 @@ impl Store {
         conn.execute_batch(SCHEMA).context("creating the queue schema")?;
         effort::migrate(&conn).context("adding the effort columns")?;
         migrate_trusted_codex(&conn).context("adding the trusted_codex columns")?;
+        tickets::migrate(&conn).context("creating the tickets tables")?;
         Ok(Store { conn })
     }
 
@@ -338,7 +345,7 @@ impl Store {
     /// may roll back safely: a lost lease never reached the model (the client exits 0 only after
     /// the ack, whose fsync also makes every earlier WAL frame durable), and a lost settlement is
     /// redone from the rollout. A delivering hook call then waits for one fsync, not four.
-    fn unsynced<T>(&mut self, f: impl FnOnce(&mut Store) -> Result<T>) -> Result<T> {
+    pub(crate) fn unsynced<T>(&mut self, f: impl FnOnce(&mut Store) -> Result<T>) -> Result<T> {
         self.conn.pragma_update(None, "synchronous", "NORMAL")?;
         let out = f(self);
         let restored = self.conn.pragma_update(None, "synchronous", "FULL");

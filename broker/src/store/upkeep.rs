@@ -22,6 +22,7 @@ impl Store {
             [],
         )?;
         tx.execute("DELETE FROM stop_blocks WHERE rowid <= (SELECT MAX(rowid) FROM stop_blocks) - 10000", [])?;
+        super::tickets::prune(&tx, cutoff)?;
         tx.commit()?;
         Ok(removed)
     }

@@ -77,15 +77,38 @@ def hook(event, turn, extra):
     say({"event": event, "turn": turn, "rc": c.returncode, "ms": ms, "t": wall, "shown": text, "out": out.decode(errors="replace"),
          "err": err.decode(errors="replace")[-300:]})
     return text
+# The records Codex writes around each hook (README, "One ticket per Codex action"), so each hook follows its own
+# Codex action (gate/ticket.rs): the tool call before PreToolUse, its item_completed before
+# PostToolUse and its output after, the answer before Stop.
+def in_turn(turn):
+    return {"turn_id": turn}
+def usage(turn):
+    rec("token_usage_record", {"thread_id": thread, "turn_id": turn, "usage": {}})
+def answer(turn):
+    rec("response_item", {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}],
+        "internal_chat_message_metadata_passthrough": in_turn(turn)})
+    usage(turn)
 n = 0
 while not os.path.exists(stop_file):
     turn = str(uuid.uuid4())
     rec("event_msg", {"type": "task_started", "turn_id": turn})
+    rec("turn_context", {"turn_id": turn})
     for i in range(tools_per_turn):
-        hook("PreToolUse" if i % 2 == 0 else "PostToolUse", turn, {"tool_name": "Bash", "tool_input": {"command": "true"}, "tool_use_id": "call_%d" % n})
+        call = "call_%d" % n
+        rec("response_item", {"type": "function_call", "name": "exec_command", "arguments": "{}", "call_id": call,
+            "internal_chat_message_metadata_passthrough": in_turn(turn)})
+        usage(turn)
+        extra = {"tool_name": "Bash", "tool_input": {"command": "true"}, "tool_use_id": call}
+        if i % 2 == 0:
+            hook("PreToolUse", turn, extra)
+        rec("event_msg", {"type": "item_completed", "thread_id": thread, "turn_id": turn, "item": {"type": "CommandExecution", "id": call}})
+        if i % 2 == 1:
+            hook("PostToolUse", turn, extra)
+        rec("response_item", {"type": "function_call_output", "call_id": call, "output": "ok"})
         n += 1
     active = False
     for _ in range(5):
+        answer(turn)
         if hook("Stop", turn, {"stop_hook_active": active, "last_assistant_message": "done"}) is None:
             break
         active = True

@@ -1,0 +1,221 @@
+//! Used tickets and the alarms they raise (the policy is in `crate::tickets`; which state each
+//! hook follows, in `gate/ticket.rs`).
+
+use super::{now_ms, Store};
+use crate::gate::ticket::Ticket;
+use anyhow::Result;
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use serde::Serialize;
+
+/// Creates the tables (called by `Store::open`).
+pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS tickets (
+            thread   TEXT NOT NULL,
+            key      TEXT NOT NULL,
+            at       INTEGER NOT NULL,
+            event    TEXT NOT NULL,
+            pid      INTEGER,
+            lease    INTEGER,
+            -- ids of the messages handed under `lease`, comma-separated
+            messages TEXT,
+            -- later hooks that presented this ticket
+            reused   INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (thread, key)
+        );
+        CREATE INDEX IF NOT EXISTS tickets_at ON tickets(at);
+        CREATE TABLE IF NOT EXISTS alarms (
+            seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+            at      INTEGER NOT NULL,
+            kind    TEXT NOT NULL,
+            thread  TEXT NOT NULL,
+            ticket  TEXT NOT NULL,
+            -- a message the earlier hook of the ticket was handed (NULL: it was handed none)
+            message TEXT,
+            detail  TEXT NOT NULL
+        );
+        CREATE INDEX IF NOT EXISTS alarms_message ON alarms(message);",
+    )
+}
+
+/// One alarm (`broker inspect --json` `alarms[]`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Alarm {
+    pub at: i64,
+    /// `ticket_used`: a second hook presented a ticket an earlier one was accepted with.
+    pub kind: String,
+    pub thread: String,
+    pub ticket: String,
+    /// The message the earlier hook was handed, if any.
+    pub message: Option<String>,
+    pub detail: String,
+}
+
+/// What [`Store::claim_ticket`] found.
+#[derive(Debug, PartialEq)]
+pub enum TicketClaim {
+    /// First use: the hook may go on.
+    New,
+    /// Used before (by `pid` at `at`): refuse this hook.
+    Used { at: i64, pid: Option<i64>, handed: Vec<String> },
+}
+
+impl Store {
+    /// Takes `ticket` for the hook call of `pid`, or reports its earlier use and raises the alarm:
+    /// one `ticket_used` alarm per message the earlier call was handed (one with no message if it
+    /// was handed none yet).
+    pub fn claim_ticket(&mut self, ticket: &Ticket, pid: i32) -> Result<TicketClaim> {
+        self.unsynced(|s| claim_inner(&mut s.conn, ticket, pid))
+    }
+
+    /// Records that the hook holding `ticket` was leased `token`'s messages; marks them if another
+    /// hook has presented the ticket meanwhile.
+    pub fn attach_ticket(&mut self, ticket: &Ticket, token: i64) -> Result<()> {
+        self.unsynced(|s| attach_inner(&mut s.conn, ticket, token))
+    }
+
+    /// Alarms, newest first (of one thread, or all), at most `limit`.
+    pub fn alarms(&self, thread: Option<&str>, limit: i64) -> Result<Vec<Alarm>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT at, kind, thread, ticket, message, detail FROM alarms WHERE ?1 IS NULL OR thread = ?1 ORDER BY seq DESC LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(params![thread, limit], |r| {
+            Ok(Alarm { at: r.get(0)?, kind: r.get(1)?, thread: r.get(2)?, ticket: r.get(3)?, message: r.get(4)?, detail: r.get(5)? })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+}
+
+fn claim_inner(conn: &mut Connection, ticket: &Ticket, pid: i32) -> Result<TicketClaim> {
+    let now = now_ms();
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let n = tx.execute(
+        "INSERT INTO tickets (thread, key, at, event, pid) VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
+        params![ticket.thread, ticket.key, now, ticket.event.as_str(), pid],
+    )?;
+    if n == 1 {
+        tx.commit()?;
+        return Ok(TicketClaim::New);
+    }
+    tx.execute("UPDATE tickets SET reused = reused + 1 WHERE thread = ?1 AND key = ?2", params![ticket.thread, ticket.key])?;
+    let (at, earlier_pid, messages): (i64, Option<i64>, Option<String>) =
+        tx.query_row("SELECT at, pid, messages FROM tickets WHERE thread = ?1 AND key = ?2", params![ticket.thread, ticket.key], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })?;
+    let handed: Vec<String> = messages.iter().flat_map(|m| m.split(',')).filter(|m| !m.is_empty()).map(String::from).collect();
+    let detail = format!(
+        "{} {} presented by pid {pid}, already accepted from pid {} {} ms earlier: one of the two was not Codex's hook",
+        ticket.event.as_str(),
+        ticket.key,
+        earlier_pid.map_or("?".into(), |p| p.to_string()),
+        now - at
+    );
+    let marked: Vec<Option<&str>> = if handed.is_empty() { vec![None] } else { handed.iter().map(|m| Some(m.as_str())).collect() };
+    raise(&tx, now, ticket, marked, &detail)?;
+    tx.commit()?;
+    Ok(TicketClaim::Used { at, pid: earlier_pid, handed })
+}
+
+fn attach_inner(conn: &mut Connection, ticket: &Ticket, token: i64) -> Result<()> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let ids: Vec<String> = {
+        let mut stmt = tx.prepare_cached("SELECT id FROM messages WHERE lease_token = ?1 ORDER BY seq")?;
+        let rows = stmt.query_map([token], |r| r.get(0))?;
+        rows.collect::<rusqlite::Result<_>>()?
+    };
+    tx.execute(
+        "UPDATE tickets SET lease = ?3, messages = ?4 WHERE thread = ?1 AND key = ?2",
+        params![ticket.thread, ticket.key, token, ids.join(",")],
+    )?;
+    let reused: Option<i64> = tx
+        .query_row("SELECT reused FROM tickets WHERE thread = ?1 AND key = ?2", params![ticket.thread, ticket.key], |r| r.get(0))
+        .optional()?;
+    if reused.unwrap_or(0) > 0 {
+        let detail = format!("{} {} was presented again while its hand-off was made", ticket.event.as_str(), ticket.key);
+        raise(&tx, now_ms(), ticket, ids.iter().map(|m| Some(m.as_str())).collect(), &detail)?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+fn raise(tx: &rusqlite::Transaction, now: i64, ticket: &Ticket, messages: Vec<Option<&str>>, detail: &str) -> rusqlite::Result<()> {
+    for m in messages {
+        tx.execute(
+            "INSERT INTO alarms (at, kind, thread, ticket, message, detail) VALUES (?1, 'ticket_used', ?2, ?3, ?4, ?5)",
+            params![now, ticket.thread, ticket.key, m, detail],
+        )?;
+    }
+    Ok(())
+}
+
+/// How long a used ticket is remembered: longer than any tool call runs (its PreToolUse state
+/// lasts while it runs).
+pub const TICKET_KEEP_MS: i64 = 7 * 24 * 3600 * 1000;
+
+/// Forgets tickets older than [`TICKET_KEEP_MS`] and alarms older than `alarm_cutoff` (the
+/// message retention; called by `Store::prune`).
+pub(super) fn prune(tx: &rusqlite::Transaction, alarm_cutoff: i64) -> rusqlite::Result<()> {
+    tx.execute("DELETE FROM tickets WHERE at < ?1", [now_ms() - TICKET_KEEP_MS])?;
+    tx.execute("DELETE FROM alarms WHERE at < ?1", [alarm_cutoff])?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use courier_shared::hook::HookEvent;
+
+    fn store() -> (Store, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("courier-tickets-{}-{}", std::process::id(), rand::random::<u32>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        (Store::open(&dir).unwrap(), dir)
+    }
+
+    #[test]
+    fn a_ticket_is_taken_once_and_a_second_use_marks_the_earlier_hand_off() {
+        let (mut s, dir) = store();
+        let t = Ticket { thread: "T".into(), key: "PostToolUse:turn:call_1".into(), event: HookEvent::PostToolUse };
+        assert_eq!(s.claim_ticket(&t, 10).unwrap(), TicketClaim::New);
+        let id = match s.enqueue("T", "hello", None, None, None).unwrap() {
+            crate::store::Enqueued::New(id) => id,
+            e => panic!("{e:?}"),
+        };
+        let lease = s.lease("T", "PostToolUse", Some("turn"), 3000, 8000).unwrap().unwrap();
+        s.attach_ticket(&t, lease.token).unwrap();
+        assert!(s.alarms(None, 10).unwrap().is_empty());
+        // The same action presented again: refused, and the message the first call got is marked.
+        match s.claim_ticket(&t, 11).unwrap() {
+            TicketClaim::Used { pid, handed, .. } => {
+                assert_eq!(pid, Some(10));
+                assert_eq!(handed, std::slice::from_ref(&id));
+            }
+            c => panic!("{c:?}"),
+        }
+        let a = s.alarms(Some("T"), 10).unwrap();
+        assert_eq!(a.len(), 1);
+        assert_eq!((a[0].kind.as_str(), a[0].message.as_deref()), ("ticket_used", Some(id.as_str())));
+        // Another action of the same thread is a new ticket; durable across a reopen.
+        let other = Ticket { key: "PostToolUse:turn:call_2".into(), ..t.clone() };
+        assert_eq!(s.claim_ticket(&other, 12).unwrap(), TicketClaim::New);
+        drop(s);
+        let mut s = Store::open(&dir).unwrap();
+        assert!(matches!(s.claim_ticket(&other, 13).unwrap(), TicketClaim::Used { .. }));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_second_use_before_the_first_is_leased_marks_the_lease_when_it_comes() {
+        let (mut s, dir) = store();
+        let t = Ticket { thread: "T".into(), key: "Stop:turn:99".into(), event: HookEvent::Stop };
+        assert_eq!(s.claim_ticket(&t, 10).unwrap(), TicketClaim::New);
+        assert!(matches!(s.claim_ticket(&t, 11).unwrap(), TicketClaim::Used { handed, .. } if handed.is_empty()));
+        s.enqueue("T", "hello", None, None, None).unwrap();
+        let lease = s.lease("T", "Stop", Some("turn"), 3000, 8000).unwrap().unwrap();
+        s.attach_ticket(&t, lease.token).unwrap();
+        let a = s.alarms(None, 10).unwrap();
+        assert_eq!(a.len(), 2, "{a:?}");
+        assert_eq!(a[0].message.as_deref(), Some(lease.messages[0].id.as_str()));
+        assert_eq!(a[1].message, None);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

@@ -1,0 +1,63 @@
+//! Used tickets and the alarms they raise (issue 14, finding 2; the state each hook follows is
+//! named in `gate/ticket.rs`).
+//!
+//! [`take`] accepts each ticket once ([`Store::claim_ticket`], `store/tickets.rs`): the first verified hook of a Codex action takes it, durably
+//! (a row in `tickets`, committed before the hook is answered, so a broker killed and restarted
+//! still knows it). A later hook presenting the same ticket is refused `ticket_used`: two hooks
+//! cannot both follow one Codex action, so one of them is not Codex's, and since either could be
+//! the forger, the earlier hand-off is marked: an [`Alarm`] per message it handed (shown by
+//! `broker inspect` on the message and in `alarms[]`, and by `broker doctor`). A hand-off whose
+//! lease is attached after the alarm ([`attach`]) is marked then.
+
+use crate::gate::ticket::Ticket;
+use crate::gate::{Refusal, Verified};
+use crate::refusal::RefusalCode;
+use crate::store::{now_ms, Store, TicketClaim};
+use std::sync::Mutex;
+
+pub use crate::store::Alarm;
+
+/// Step 8 of the gate for a verified hook call of `pid` (`gate/ticket.rs`): the Codex action it
+/// follows, taken once. `Ok(None)` for events that need none; a ticket used before is refused
+/// `ticket_used` and marks the earlier hand-off.
+pub fn take(store: &Mutex<Store>, verified: &Verified, pid: i32) -> Result<Option<Ticket>, Refusal> {
+    let Some(ticket) = crate::gate::ticket::bind(verified)? else { return Ok(None) };
+    let claimed = {
+        let mut store = store.lock().unwrap_or_else(|e| e.into_inner());
+        store.claim_ticket(&ticket, pid)
+    };
+    let refusal = |code, detail: String| {
+        let mut r = Refusal::new(code, detail);
+        r.thread = Some(verified.thread_id.clone());
+        r.event = Some(verified.event.as_str().to_string());
+        r
+    };
+    match claimed {
+        Ok(TicketClaim::New) => Ok(Some(ticket)),
+        Ok(TicketClaim::Used { at, pid: earlier, handed }) => {
+            let earlier = earlier.map_or("?".into(), |p| p.to_string());
+            let handed = if handed.is_empty() { "none yet".to_string() } else { handed.join(", ") };
+            crate::log_warn!(
+                "ALARM: {} presented twice (pid {earlier}, then pid {pid}); the earlier hand-off is marked (messages: {handed})",
+                ticket.key
+            );
+            Err(refusal(
+                RefusalCode::TicketUsed,
+                format!(
+                    "{} was accepted {} ms before, from pid {earlier}; the messages it was handed ({handed}) are marked",
+                    ticket.key,
+                    now_ms() - at
+                ),
+            ))
+        }
+        Err(e) => {
+            crate::log_error!("recording ticket {}: {e:#}", ticket.key);
+            Err(refusal(RefusalCode::NoTicket, format!("ticket {} could not be recorded: {e:#}", ticket.key)))
+        }
+    }
+}
+
+/// Records that the hook holding `ticket` was leased `token`'s messages ([`Store::attach_ticket`]).
+pub fn attach(store: &mut Store, ticket: &Ticket, token: i64) -> anyhow::Result<()> {
+    store.attach_ticket(ticket, token)
+}
