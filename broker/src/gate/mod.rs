@@ -165,12 +165,14 @@ pub trait CodexTrust {
     }
 }
 
+/// A closure over digests (tests, benches): an executable named `codex` is expected (waited
+/// for), every other ancestor goes to the background lane, as in the broker.
 impl<F: Fn(&str) -> bool> CodexTrust for F {
     fn is_trusted(&self, sha256: &str) -> bool {
         self(sha256)
     }
-    fn is_expected(&self, _: &Path) -> bool {
-        true
+    fn is_expected(&self, path: &Path) -> bool {
+        path.file_name().is_some_and(|n| n == "codex")
     }
 }
 
