@@ -7,11 +7,19 @@ if ! command -v systemd-socket-activate >/dev/null || ! command -v systemd-analy
   echo "test.sh: installing Debian's systemd package for systemd-analyze/systemd-socket-activate" >&2
   apt-get update -qq && apt-get install -y -qq systemd >/dev/null
 fi
+# The bridge tests (tests/tests/bridge.rs) start a real NATS JetStream server.
+if ! command -v nats-server >/dev/null && [ ! -x /usr/sbin/nats-server ]; then
+  echo "test.sh: installing Debian's nats-server package for the bridge tests" >&2
+  apt-get update -qq && apt-get install -y -qq nats-server >/dev/null
+fi
 # Every test runs on the newest supported Codex; the delivery tests run on the oldest one too
 # (install/codex.sha256 lists the supported versions with their digests).
 codex_bin=$(install/fetch-codex.sh newest | tail -n 1)
 codex_oldest=$(install/fetch-codex.sh oldest | tail -n 1)
 export COURIER_CODEX_BIN="$codex_bin" COURIER_CODEX_BIN_OLDEST="$codex_oldest"
+# Tidy checks first: formatting (rustfmt.toml) and clippy, every warning an error.
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo build --workspace --locked
 # Last line: `N passed, M failed`, summed over every test binary of both runs (the status is
 # cargo's, failing if either run failed).

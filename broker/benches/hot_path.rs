@@ -147,14 +147,16 @@ impl World {
         self.next += 1;
         let path = self.codex_home.join(format!("sessions/2026/11/29/rollout-2026-11-29T08-08-52-{id}.jsonl"));
         let mut f = std::io::BufWriter::new(File::create(&path).unwrap());
-        writeln!(f, r#"{{"timestamp":"t","ordinal":0,"type":"session_meta","payload":{{"session_id":"{id}","id":"{id}","cwd":"/w"}}}}"#).unwrap();
+        writeln!(f, r#"{{"timestamp":"t","ordinal":0,"type":"session_meta","payload":{{"session_id":"{id}","id":"{id}","cwd":"/w"}}}}"#)
+            .unwrap();
         let block = filler_block();
         let mut left = size;
         while left >= block.len() as u64 {
             f.write_all(&block).unwrap();
             left -= block.len() as u64;
         }
-        writeln!(f, r#"{{"timestamp":"t","ordinal":1,"type":"event_msg","payload":{{"type":"task_started","turn_id":"{turn}"}}}}"#).unwrap();
+        writeln!(f, r#"{{"timestamp":"t","ordinal":1,"type":"event_msg","payload":{{"type":"task_started","turn_id":"{turn}"}}}}"#)
+            .unwrap();
         f.flush().unwrap();
         let lock = self.codex_home.join(format!("thread-writer-locks/{id}.lock"));
         Thread { id, turn, path, lock }
@@ -162,7 +164,11 @@ impl World {
 
     fn gate(&self) -> Gate {
         let m = std::fs::metadata(python()).unwrap();
-        Gate::new(GateConfig { codex_home: self.codex_home.clone(), installed_clients: vec![broker::os::FileKey { dev: m.dev(), ino: m.ino() }], secret: SECRET })
+        Gate::new(GateConfig {
+            codex_home: self.codex_home.clone(),
+            installed_clients: vec![broker::os::FileKey { dev: m.dev(), ino: m.ino() }],
+            secret: SECRET,
+        })
     }
 
     /// A stand-in codex holding `threads`, with one connected child peer.
@@ -254,7 +260,10 @@ fn main() {
     let mut w = World::new();
     let small = w.thread(1 << 20);
     let big = if on("verify") || on("rollout") { Some(w.thread(big_mb << 20)) } else { None };
-    println!("hot_path: rounds {rounds}, big rollout {big_mb} MiB, load {}", std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim());
+    println!(
+        "hot_path: rounds {rounds}, big rollout {big_mb} MiB, load {}",
+        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
+    );
 
     if on("verify") {
         let big = big.as_ref().unwrap();

@@ -54,7 +54,10 @@ pub const COMMANDS: &[Command] = &[
         positionals: (0, 0),
         required: &[],
         about: "run the broker in the foreground (what the systemd unit runs)",
-        opts: &[flag("daemonize", "start it in the background instead, unless a broker already answers; output goes to $COURIER_STATE_DIR/broker.log")],
+        opts: &[flag(
+            "daemonize",
+            "start it in the background instead, unless a broker already answers; output goes to $COURIER_STATE_DIR/broker.log",
+        )],
     },
     Command {
         name: "send",
@@ -137,7 +140,12 @@ pub const COMMANDS: &[Command] = &[
         opts: &[
             opt("thread", "UUID", "only this thread"),
             flag("json", "one JSON object (the schema in README, \"Reading broker inspect\")"),
-            Opt { long: "follow", short: Some('f'), value: None, help: "keep watching and show each change (with --json: one object per line)" },
+            Opt {
+                long: "follow",
+                short: Some('f'),
+                value: None,
+                help: "keep watching and show each change (with --json: one object per line)",
+            },
         ],
     },
     Command {
@@ -165,7 +173,11 @@ pub const COMMANDS: &[Command] = &[
         opts: &[
             opt("prefix", "DIR", "where the binaries go (default: ~/.local/bin)"),
             opt("codex-home", "DIR", "the Codex home to register the hooks in (default: $CODEX_HOME or ~/.codex)"),
-            opt("start", "auto|systemd|profile|none", "how the broker starts at login (default: auto = systemd when it answers, else profile)"),
+            opt(
+                "start",
+                "auto|systemd|profile|none",
+                "how the broker starts at login (default: auto = systemd when it answers, else profile)",
+            ),
             flag("no-enable", "systemd: write the units without calling systemctl"),
             flag("no-mcp", "do not install courier-mcp nor register `broker mcp` as Codex's MCP server \"courier\""),
         ],
@@ -243,7 +255,9 @@ pub fn usage() -> String {
         let _ = writeln!(out, "  {:<13} {}", c.name, c.about);
     }
     out.push_str(
-        "\n  broker --version    print the version\n\n\
+        "\n  broker bridge --nats URL --host NAME    this host's NATS bridge (courier-bridge serve; README, \"Many hosts\")\n\
+         \x20 broker send|threads --nats URL --host NAME ...    the same, for a thread on another host\n\
+         \n  broker --version    print the version\n\n\
          environment: COURIER_RUNTIME_DIR, COURIER_STATE_DIR, COURIER_CONFIG, CODEX_HOME (README, \"Configuration\")\n",
     );
     out
@@ -357,7 +371,9 @@ impl Args {
     pub fn positional(&self, i: usize) -> Result<Option<String>> {
         match self.positionals.get(i) {
             None => Ok(None),
-            Some(v) => v.to_str().map(|s| Some(s.to_string())).ok_or_else(|| usage_error(self.cmd, format!("{}: not valid UTF-8", self.cmd.args))),
+            Some(v) => {
+                v.to_str().map(|s| Some(s.to_string())).ok_or_else(|| usage_error(self.cmd, format!("{}: not valid UTF-8", self.cmd.args)))
+            }
         }
     }
 }

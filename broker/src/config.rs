@@ -6,13 +6,13 @@
 
 use crate::effort::config::EffortConfig;
 use anyhow::{bail, Context, Result};
-use std::sync::Mutex;
-use std::time::SystemTime;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::SystemTime;
 
 /// Top-level keys this version knows (others only warn). `effort` belongs to the effort feature.
-pub const KNOWN_KEYS: [&str; 4] = ["hook_clients", "log_level", "retention_days", "effort"];
+pub const KNOWN_KEYS: [&str; 5] = ["hook_clients", "log_level", "retention_days", "effort", "bridge"];
 
 /// Days a message in a final state is kept when `retention_days` is not set.
 pub const DEFAULT_RETENTION_DAYS: u64 = 30;
@@ -30,6 +30,18 @@ pub struct Config {
     pub retention_days: Option<u64>,
     /// `[effort]`: allowed levels, app-server deadline, the optional policy.
     pub effort: EffortConfig,
+    /// `[bridge]`: this host's NATS bridge (`courier-bridge serve`), for `broker doctor` to check.
+    pub bridge: Option<BridgeConfig>,
+}
+
+/// `[bridge] nats = URL, host = NAME, creds = PATH?` (README, "Many hosts").
+#[derive(Debug, Default, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct BridgeConfig {
+    pub nats: String,
+    pub host: String,
+    #[serde(default)]
+    pub creds: Option<PathBuf>,
 }
 
 #[derive(Debug, Default)]
@@ -151,7 +163,9 @@ mod tests {
 
     #[test]
     fn reads_keys_and_warns_on_unknown() {
-        let (c, w) = parse("# mine\nhook_clients = [\"/opt/courier/hook-client\"]\nlog_level = \"debug\"\nlogg = 1\n[effort]\nallow = [\"low\"]\n").unwrap();
+        let (c, w) =
+            parse("# mine\nhook_clients = [\"/opt/courier/hook-client\"]\nlog_level = \"debug\"\nlogg = 1\n[effort]\nallow = [\"low\"]\n")
+                .unwrap();
         assert_eq!(c.effort.allow, ["low"]);
         assert_eq!(c.hook_clients, [PathBuf::from("/opt/courier/hook-client")]);
         assert_eq!(c.log_level.as_deref(), Some("debug"));

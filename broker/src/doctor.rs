@@ -3,8 +3,8 @@
 //! rules, so a Codex that changed its trust rules shows up here as untrusted hooks.
 
 use crate::install::{self, Manifest, StartSetup, EVENTS};
-use crate::store::{now_ms, Store};
 use crate::refusal::RefusalCode;
+use crate::store::{now_ms, Store};
 use crate::{client, codex, config, dirs};
 use courier_shared::paths;
 use serde_json::{json, Value};
@@ -63,9 +63,17 @@ pub fn run(opts: &Options) -> Vec<Check> {
     // Config file.
     let cfg = match config::load() {
         Ok(l) => {
-            let name = l.path.as_ref().map_or_else(|| format!("{} (absent: defaults)", paths::config_path().display()), |p| p.display().to_string());
-            let mut c = if l.warnings.is_empty() { Check::ok(format!("config file {name}")) } else {
-                Check::warn(format!("config file {name} has keys this broker ignores"), Some("remove or correct them (README, \"Configuration\")".into()))
+            let name = l
+                .path
+                .as_ref()
+                .map_or_else(|| format!("{} (absent: defaults)", paths::config_path().display()), |p| p.display().to_string());
+            let mut c = if l.warnings.is_empty() {
+                Check::ok(format!("config file {name}"))
+            } else {
+                Check::warn(
+                    format!("config file {name} has keys this broker ignores"),
+                    Some("remove or correct them (README, \"Configuration\")".into()),
+                )
             };
             for w in &l.warnings {
                 c = c.detail(w.clone());
@@ -74,7 +82,10 @@ pub fn run(opts: &Options) -> Vec<Check> {
             l.config
         }
         Err(e) => {
-            checks.push(Check::fail(format!("config file: {e:#}"), "correct the file (README, \"Configuration\"); `broker serve` refuses to start with it"));
+            checks.push(Check::fail(
+                format!("config file: {e:#}"),
+                "correct the file (README, \"Configuration\"); `broker serve` refuses to start with it",
+            ));
             config::Config::default()
         }
     };
@@ -82,7 +93,10 @@ pub fn run(opts: &Options) -> Vec<Check> {
     // Directories and the secret.
     for (name, dir) in [("runtime directory", &runtime_dir), ("state directory", &state_dir)] {
         checks.push(match std::fs::symlink_metadata(dir) {
-            Err(_) => Check::warn(format!("{name} {} does not exist yet", dir.display()), Some("it is created (0700) when the broker starts".into())),
+            Err(_) => Check::warn(
+                format!("{name} {} does not exist yet", dir.display()),
+                Some("it is created (0700) when the broker starts".into()),
+            ),
             Ok(_) => match dirs::check_private_dir(dir) {
                 Ok(()) => Check::ok(format!("{name} {} is private (0700, yours)", dir.display())),
                 Err(e) => Check::fail(format!("{name}: {e:#}"), private_dir_fix(dir)),
@@ -105,7 +119,8 @@ pub fn run(opts: &Options) -> Vec<Check> {
         .as_ref()
         .map(|m| m.prefix.join("hook-client"))
         .or_else(|| exe.as_ref().and_then(|e| e.parent()).map(|d| d.join("hook-client")));
-    let expected_command = manifest.as_ref().map(|m| m.hook_command.clone()).or_else(|| expected_client.as_deref().map(install::hook_command));
+    let expected_command =
+        manifest.as_ref().map(|m| m.hook_command.clone()).or_else(|| expected_client.as_deref().map(install::hook_command));
 
     // Broker reachable, and accepting the hook-client the hooks run.
     let status = client::query_status(&runtime_dir);
@@ -145,13 +160,61 @@ pub fn run(opts: &Options) -> Vec<Check> {
     if let Some(c) = check_refusals(&state_dir) {
         checks.push(c);
     }
+    if let Some(b) = &cfg.bridge {
+        checks.push(check_bridge(b));
+    }
     checks
+}
+
+/// `[bridge]` configured: the NATS connection and this host's consumer lag, asked of
+/// `courier-bridge check` next to the broker (the broker itself links no NATS client).
+fn check_bridge(b: &config::BridgeConfig) -> Check {
+    let title = format!("NATS bridge of host {}", b.host);
+    let Some(bin) = std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join("courier-bridge"))).filter(|p| p.is_file()) else {
+        return Check::fail(
+            format!("{title}: no courier-bridge next to the broker"),
+            "install courier-bridge beside broker (`cargo build -p courier-bridge`)",
+        );
+    };
+    let mut cmd = std::process::Command::new(&bin);
+    cmd.args(["check", "--nats", &b.nats, "--host", &b.host]).stdin(std::process::Stdio::null());
+    if let Some(c) = &b.creds {
+        cmd.arg("--creds").arg(c);
+    }
+    let out = match cmd.output() {
+        Ok(o) => o,
+        Err(e) => return Check::fail(format!("{title}: running {}: {e}", bin.display()), "check the courier-bridge binary"),
+    };
+    let v: serde_json::Value = match serde_json::from_slice(&out.stdout) {
+        Ok(v) if out.status.success() => v,
+        _ => {
+            let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            return Check::fail(
+                format!("{title}: {err}"),
+                "is nats-server reachable, JetStream on (-js), and has the bridge run once (`broker bridge --nats URL --host NAME`)?",
+            );
+        }
+    };
+    let (pending, unacked) = (v["pending"].as_u64().unwrap_or(0), v["ack_pending"].as_u64().unwrap_or(0));
+    let line = format!(
+        "{title}: connected (nats-server {}), consumer {}: {pending} waiting, {unacked} unacked, {} redelivered",
+        v["version"].as_str().unwrap_or("?"),
+        v["consumer"].as_str().unwrap_or("?"),
+        v["redelivered"].as_u64().unwrap_or(0)
+    );
+    if pending > 100 || v["waiting"].as_u64() == Some(0) && pending > 0 {
+        Check::warn(line, Some("messages wait in stream COURIER: is `broker bridge` running on this host?".into()))
+    } else {
+        Check::ok(line)
+    }
 }
 
 fn private_dir_fix(dir: &Path) -> String {
     match std::fs::symlink_metadata(dir) {
         Ok(m) if m.file_type().is_symlink() => format!("rm {} (a symlink); the broker creates the real directory", dir.display()),
-        Ok(m) if m.uid() != paths::uid() => format!("{} belongs to uid {}: remove it or point COURIER_RUNTIME_DIR/COURIER_STATE_DIR elsewhere", dir.display(), m.uid()),
+        Ok(m) if m.uid() != paths::uid() => {
+            format!("{} belongs to uid {}: remove it or point COURIER_RUNTIME_DIR/COURIER_STATE_DIR elsewhere", dir.display(), m.uid())
+        }
         _ => format!("chmod 700 {}", dir.display()),
     }
 }
@@ -193,8 +256,15 @@ fn check_broker_accepts(pid: i32, client: &Path, extra: &[PathBuf]) -> Check {
         Check::ok(format!("the running broker ({}) accepts hook-client {}", exe.display(), client.display()))
     } else {
         Check::fail(
-            format!("the running broker ({}) does not accept hook-client {}: every hook call is refused (client_exe)", exe.display(), client.display()),
-            format!("run the installed broker instead ({}), or list the client in `hook_clients` in the config file and restart the broker", client.with_file_name("broker").display()),
+            format!(
+                "the running broker ({}) does not accept hook-client {}: every hook call is refused (client_exe)",
+                exe.display(),
+                client.display()
+            ),
+            format!(
+                "run the installed broker instead ({}), or list the client in `hook_clients` in the config file and restart the broker",
+                client.with_file_name("broker").display()
+            ),
         )
     }
 }
@@ -240,7 +310,8 @@ pub fn codex_hooks_list(codex: &Path, cwd: &Path, timeout: Duration) -> Result<V
             let v = rx.recv_timeout(left).map_err(|_| format!("codex app-server gave no answer to {method} within {timeout:?}"))?;
             if v.get("method").is_some() && v.get("id").is_some() {
                 // A request from the server: refuse it so nothing waits on us.
-                let reply = json!({"jsonrpc": "2.0", "id": v["id"], "error": {"code": -32601, "message": "broker doctor does not handle this"}});
+                let reply =
+                    json!({"jsonrpc": "2.0", "id": v["id"], "error": {"code": -32601, "message": "broker doctor does not handle this"}});
                 let _ = writeln!(stdin, "{reply}").and_then(|()| stdin.flush());
                 continue;
             }
@@ -253,7 +324,12 @@ pub fn codex_hooks_list(codex: &Path, cwd: &Path, timeout: Duration) -> Result<V
         }
     };
     let result = (|| {
-        call(&mut stdin, 1, "initialize", json!({"clientInfo": {"name": "courier-doctor", "title": "broker doctor", "version": env!("CARGO_PKG_VERSION")}, "capabilities": {"experimentalApi": false}}))?;
+        call(
+            &mut stdin,
+            1,
+            "initialize",
+            json!({"clientInfo": {"name": "courier-doctor", "title": "broker doctor", "version": env!("CARGO_PKG_VERSION")}, "capabilities": {"experimentalApi": false}}),
+        )?;
         writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "method": "initialized"})).map_err(|e| e.to_string())?;
         call(&mut stdin, 2, "hooks/list", json!({"cwds": [cwd.to_string_lossy()]}))
     })();
@@ -374,7 +450,10 @@ fn check_codex(codex: Option<&Path>, codex_home: &Path, state_dir: &Path) -> Vec
     if found.found.is_empty() {
         if found.problems.is_empty() {
             out.push(Check::warn(
-                format!("no Codex binary found: no codex on PATH and no managed-daemon release under {}", codex::resolve::releases_dir(codex_home).display()),
+                format!(
+                    "no Codex binary found: no codex on PATH and no managed-daemon release under {}",
+                    codex::resolve::releases_dir(codex_home).display()
+                ),
                 Some("`broker doctor --codex PATH` names the Codex you run; `broker trust-codex PATH` trusts it".into()),
             ));
         }
@@ -395,7 +474,10 @@ fn check_codex(codex: Option<&Path>, codex_home: &Path, state_dir: &Path) -> Vec
         out.push(match trusted.iter().find(|t| t.sha256 == digest) {
             Some(t) => Check::ok(format!("Codex binary {native}{via} is trusted (sha256:{}, {})", &digest[..12], t.how.as_str())),
             None => Check::fail(
-                format!("Codex binary {native}{via} is not trusted (sha256:{}): hook calls from it are refused (untrusted_codex)", &digest[..12]),
+                format!(
+                    "Codex binary {native}{via} is not trusted (sha256:{}): hook calls from it are refused (untrusted_codex)",
+                    &digest[..12]
+                ),
                 format!("broker trust-codex {}", install::shell_quote(&r.native.to_string_lossy())),
             ),
         });
@@ -431,7 +513,10 @@ fn check_codex(codex: Option<&Path>, codex_home: &Path, state_dir: &Path) -> Vec
 
 fn check_start(m: Option<&Manifest>) -> Check {
     let Some(m) = m else {
-        return Check::warn("not installed with `broker install` (no install manifest): nothing starts the broker at login", Some("broker install".into()));
+        return Check::warn(
+            "not installed with `broker install` (no install manifest): nothing starts the broker at login",
+            Some("broker install".into()),
+        );
     };
     match &m.start {
         StartSetup::Systemd { units } => {
@@ -440,7 +525,10 @@ fn check_start(m: Option<&Manifest>) -> Check {
                 return Check::fail(format!("systemd unit files missing: {}", missing.join(", ")), "broker install");
             }
             if !install::user_manager_runs() {
-                return Check::fail("systemd user units are installed but no user manager answers (`systemctl --user`)", "log in through a session that starts `systemd --user`, or `broker install --start profile`");
+                return Check::fail(
+                    "systemd user units are installed but no user manager answers (`systemctl --user`)",
+                    "log in through a session that starts `systemd --user`, or `broker install --start profile`",
+                );
             }
             let state = |verb: &str, unit: &str| {
                 install::systemctl_user(&[verb, unit]).map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default()
@@ -540,11 +628,8 @@ mod tests {
         let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
         let section = readme.split("\n### Refusal reason codes\n").nth(1).expect("README has a \"Refusal reason codes\" section");
         let section = section.split("\n#").next().unwrap();
-        let listed: Vec<&str> = section
-            .lines()
-            .filter_map(|l| l.strip_prefix("| `"))
-            .filter_map(|l| l.split_once("` |").map(|(code, _)| code))
-            .collect();
+        let listed: Vec<&str> =
+            section.lines().filter_map(|l| l.strip_prefix("| `")).filter_map(|l| l.split_once("` |").map(|(code, _)| code)).collect();
         let mut want: Vec<&str> = RefusalCode::ALL.iter().map(|c| c.as_str()).collect();
         let mut got = listed.clone();
         want.sort_unstable();

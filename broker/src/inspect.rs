@@ -143,7 +143,11 @@ impl Report {
                 let _ = writeln!(
                     out,
                     "broker: running, pid {}, up {}, {} hook calls, {} refused, {} messages handed",
-                    s["pid"], age(s["uptime_ms"].as_i64().unwrap_or(0)), s["hook_calls"], s["refusals"], s["messages_handed"]
+                    s["pid"],
+                    age(s["uptime_ms"].as_i64().unwrap_or(0)),
+                    s["hook_calls"],
+                    s["refusals"],
+                    s["messages_handed"]
                 );
             }
             None => out.push_str("broker: NOT RUNNING (messages stay queued; start it with `broker serve`)\n"),
@@ -155,19 +159,19 @@ impl Report {
             // Every row is counted: the message states, then the effort states seen.
             let per_thread = self.per_thread();
             let seen: std::collections::BTreeSet<State> = self.messages.iter().map(|m| m.state).collect();
-            let states: Vec<&str> = TABLE_STATES
-                .iter()
-                .enumerate()
-                .filter(|(i, s)| *i < ALWAYS_SHOWN || seen.contains(s))
-                .map(|(_, s)| s.as_str())
-                .collect();
+            let states: Vec<&str> =
+                TABLE_STATES.iter().enumerate().filter(|(i, s)| *i < ALWAYS_SHOWN || seen.contains(s)).map(|(_, s)| s.as_str()).collect();
             let _ = writeln!(out, "{:<36}  {}", "THREAD", states.iter().map(|s| format!("{:>9}", escape(s))).collect::<Vec<_>>().join(" "));
             for (thread, counts) in per_thread {
                 let cols: Vec<String> = states.iter().map(|s| format!("{:>9}", counts.get(*s).copied().unwrap_or(0))).collect();
                 let _ = writeln!(out, "{:<36}  {}", escape(&thread), cols.join(" "));
             }
             out.push('\n');
-            let _ = writeln!(out, "{:<18} {:<13} {:<10} {:>6}  {:<12} {:<30} REASON", "MESSAGE", "THREAD", "STATE", "AGE", "FROM", "TAKEN BY (EVENT TURN)");
+            let _ = writeln!(
+                out,
+                "{:<18} {:<13} {:<10} {:>6}  {:<12} {:<30} REASON",
+                "MESSAGE", "THREAD", "STATE", "AGE", "FROM", "TAKEN BY (EVENT TURN)"
+            );
             for m in &self.messages {
                 let taken = match (&m.event, &m.turn_id) {
                     (Some(e), Some(t)) => format!("{} {}", escape(e), escape(&short(t))),
@@ -320,7 +324,10 @@ mod tests {
             assert!(c == '\n' || !unsafe_for_terminal(c), "raw {c:?} in:\n{table}");
         }
         assert!(table.contains("ci\\u{1b}]52;c;aGVsbG8=\\u{7}bot\\u{9b}2J\\u{202e}\\u{d}\\u{a}\\u{7f}"), "{table}");
-        let benign = report(vec![row("m_1", T, "message", "pending", "ci")], vec![Refusal { at: 0, reason: "x".into(), detail: "d".into(), thread: None, event: None, pid: None }]);
+        let benign = report(
+            vec![row("m_1", T, "message", "pending", "ci")],
+            vec![Refusal { at: 0, reason: "x".into(), detail: "d".into(), thread: None, event: None, pid: None }],
+        );
         assert_eq!(table.lines().count(), benign.render_table().lines().count(), "a label added lines:\n{table}");
         assert!(table.contains("\\u{1b}[31mStop"), "{table}");
         let json = terminal_safe_json(&serde_json::to_string_pretty(&r.to_json()).unwrap());

@@ -23,4 +23,3 @@ pub mod rollout;
 pub mod server;
 pub mod store;
 pub mod wake;
-

@@ -30,6 +30,9 @@ fn open_store() -> Result<Store> {
 }
 
 fn run() -> Result<ExitCode> {
+    if let Some(args) = bridge_args() {
+        return exec_bridge(args);
+    }
     let mut parser = lexopt::Parser::from_env();
     let name = match parser.next().map_err(|e| UsageError(format!("broker: {e}\n{}", cli::usage())))? {
         Some(lexopt::Arg::Value(cmd)) => cmd.to_string_lossy().into_owned(),
@@ -124,7 +127,16 @@ fn serve(args: Args) -> Result<ExitCode> {
 /// `serve` leaves it. Runs before any thread exists.
 fn absolute_path_env() -> Result<()> {
     let cwd = std::env::current_dir().context("reading the current directory")?;
-    for var in ["COURIER_RUNTIME_DIR", "COURIER_STATE_DIR", "COURIER_CONFIG", "CODEX_HOME", "XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "HOME"] {
+    for var in [
+        "COURIER_RUNTIME_DIR",
+        "COURIER_STATE_DIR",
+        "COURIER_CONFIG",
+        "CODEX_HOME",
+        "XDG_RUNTIME_DIR",
+        "XDG_STATE_HOME",
+        "XDG_CONFIG_HOME",
+        "HOME",
+    ] {
         if let Some(v) = std::env::var_os(var).filter(|v| !v.is_empty()) {
             let p = PathBuf::from(&v);
             if p.is_relative() {
@@ -282,4 +294,44 @@ fn trust_codex(args: Args) -> Result<ExitCode> {
         println!("following {} across Codex upgrades", path.display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `broker bridge ...` (-> `courier-bridge serve ...`, or `courier-bridge check|threads|send ...`),
+/// and `broker send|threads --nats URL --host NAME ...` (-> `courier-bridge send|threads ...`):
+/// the NATS bridge is its own binary (tokio and async-nats stay out of the broker), found next
+/// to this one. README, "Many hosts".
+fn bridge_args() -> Option<Vec<std::ffi::OsString>> {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let cmd = argv.first()?.to_str()?;
+    let rest = &argv[1..];
+    match cmd {
+        "bridge" => {
+            let sub = rest.first().and_then(|a| a.to_str()).filter(|a| ["serve", "check", "threads", "send", "--help", "-h"].contains(a));
+            let mut out: Vec<std::ffi::OsString> = Vec::new();
+            if sub.is_none() {
+                out.push("serve".into());
+            }
+            out.extend(rest.iter().cloned());
+            Some(out)
+        }
+        "send" | "threads" if rest.iter().any(|a| a == "--nats" || a.to_str().is_some_and(|a| a.starts_with("--nats="))) => {
+            Some(argv.clone())
+        }
+        _ => None,
+    }
+}
+
+fn exec_bridge(args: Vec<std::ffi::OsString>) -> Result<ExitCode> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().context("locating the broker executable")?;
+    let bridge = exe.parent().context("broker executable has no directory")?.join("courier-bridge");
+    if !bridge.is_file() {
+        anyhow::bail!(
+            "the NATS bridge is a separate binary, and there is no {} (build it with `cargo build -p courier-bridge`, \
+             or install courier-bridge next to broker)",
+            bridge.display()
+        );
+    }
+    let err = std::process::Command::new(&bridge).args(args).exec();
+    Err(anyhow::Error::from(err).context(format!("running {}", bridge.display())))
 }

@@ -241,18 +241,13 @@ impl FileId {
 fn statx_raw(dirfd: i32, path: &CString, flags: i32) -> io::Result<FileId> {
     // SAFETY: statx writes into the zeroed struct we pass; path is NUL-terminated.
     let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-    let rc = unsafe {
-        libc::statx(dirfd, path.as_ptr(), flags, libc::STATX_BASIC_STATS | libc::STATX_BTIME, &mut stx)
-    };
+    let rc = unsafe { libc::statx(dirfd, path.as_ptr(), flags, libc::STATX_BASIC_STATS | libc::STATX_BTIME, &mut stx) };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
     let dev = libc::makedev(stx.stx_dev_major, stx.stx_dev_minor);
-    let (btime_sec, btime_nsec) = if stx.stx_mask & libc::STATX_BTIME != 0 {
-        (stx.stx_btime.tv_sec, stx.stx_btime.tv_nsec)
-    } else {
-        (0, 0)
-    };
+    let (btime_sec, btime_nsec) =
+        if stx.stx_mask & libc::STATX_BTIME != 0 { (stx.stx_btime.tv_sec, stx.stx_btime.tv_nsec) } else { (0, 0) };
     Ok(FileId { dev, ino: stx.stx_ino, btime_sec, btime_nsec, size: stx.stx_size, mode: stx.stx_mode as u32 })
 }
 
@@ -274,10 +269,7 @@ pub fn is_regular(mode: u32) -> bool {
 /// Opens a file read-only without following a final symlink and without blocking on a FIFO.
 pub fn open_nofollow(path: &Path) -> io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
+    std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY).open(path)
 }
 
 /// Opens `path` read-only like [`open_nofollow`], refusing (ELOOP) if ANY component is a symlink

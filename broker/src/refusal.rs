@@ -169,8 +169,8 @@ impl RefusalCode {
             TranscriptPath | ThreadMismatch | NotRolloutHolder | NoWriterLock | AgentMismatch | SessionMismatch => "5",
             RolloutChanged => "6",
             TurnMismatch => "7",
-            TooManyConnections | RequestTimeout | FrameTooLarge | TruncatedFrame | BufferLimit | BadRequest
-            | ProtocolVersion | UnexpectedAck => "connection",
+            TooManyConnections | RequestTimeout | FrameTooLarge | TruncatedFrame | BufferLimit | BadRequest | ProtocolVersion
+            | UnexpectedAck => "connection",
         }
     }
 

@@ -27,8 +27,8 @@
 //! the state directory: `broker send` writes it directly, with or without a broker), and at least
 //! every [`RECHECK`] (a thread that went idle after its last hook).
 
-use crate::delivery::{self, MAX_OUTPUT_BYTES};
 use crate::appserver::{self, endpoint};
+use crate::delivery::{self, MAX_OUTPUT_BYTES};
 use crate::gate::owner::NoOwner;
 use crate::gate::{CodexTrust, Gate};
 use crate::store::Store;
@@ -55,7 +55,10 @@ const BACKOFF: Duration = Duration::from_secs(2);
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
     /// A turn was started (or may have been: `turn` is `None` when the answer was lost).
-    Woken { count: usize, turn: Option<String> },
+    Woken {
+        count: usize,
+        turn: Option<String>,
+    },
     Busy,
     NotWoken(&'static str),
     Nothing,
@@ -252,4 +255,3 @@ fn wake_thread(store: &Mutex<Store>, gate: &Gate, trust: &dyn CodexTrust, codex_
         }
     }
 }
-

@@ -88,9 +88,8 @@ fn caller(meta: &RequestMetaObject) -> (Option<String>, Option<String>) {
     let m: &serde_json::Map<String, Value> = &meta.0 .0;
     let s = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
     let turn = m.get("x-codex-turn-metadata");
-    let thread = s(m.get("threadId"))
-        .or_else(|| s(turn.and_then(|t| t.get("thread_id"))))
-        .or_else(|| s(turn.and_then(|t| t.get("session_id"))));
+    let thread =
+        s(m.get("threadId")).or_else(|| s(turn.and_then(|t| t.get("thread_id")))).or_else(|| s(turn.and_then(|t| t.get("session_id"))));
     let call = s(m.get("callId")).or_else(|| s(turn.and_then(|t| t.get("call_id"))));
     (thread, call)
 }

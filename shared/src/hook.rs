@@ -140,20 +140,20 @@ impl HookPayload {
 /// Characters that read as `<` to a model (Unicode confusables of U+003C, fullwidth and small
 /// forms, angle brackets): a body could open a look-alike tag with any of them.
 const LT_LOOKALIKES: [char; 16] = [
-    '\u{02C2}', // modifier letter left arrowhead
-    '\u{1438}', // Canadian syllabics pa
-    '\u{16B2}', // runic kauna
-    '\u{2039}', // single left-pointing angle quotation mark
-    '\u{2329}', // left-pointing angle bracket
-    '\u{27E8}', // mathematical left angle bracket
-    '\u{276C}', // medium left-pointing angle bracket ornament
-    '\u{276E}', // heavy left-pointing angle quotation mark ornament
-    '\u{2770}', // heavy left-pointing angle bracket ornament
-    '\u{29FC}', // left-pointing curved angle bracket
-    '\u{3008}', // left angle bracket (CJK)
-    '\u{300A}', // left double angle bracket (CJK)
-    '\u{FE64}', // small less-than sign
-    '\u{FF1C}', // fullwidth less-than sign
+    '\u{02C2}',  // modifier letter left arrowhead
+    '\u{1438}',  // Canadian syllabics pa
+    '\u{16B2}',  // runic kauna
+    '\u{2039}',  // single left-pointing angle quotation mark
+    '\u{2329}',  // left-pointing angle bracket
+    '\u{27E8}',  // mathematical left angle bracket
+    '\u{276C}',  // medium left-pointing angle bracket ornament
+    '\u{276E}',  // heavy left-pointing angle quotation mark ornament
+    '\u{2770}',  // heavy left-pointing angle bracket ornament
+    '\u{29FC}',  // left-pointing curved angle bracket
+    '\u{3008}',  // left angle bracket (CJK)
+    '\u{300A}',  // left double angle bracket (CJK)
+    '\u{FE64}',  // small less-than sign
+    '\u{FF1C}',  // fullwidth less-than sign
     '\u{1D236}', // Greek vocal notation symbol-55
     '\u{E003C}', // tag less-than sign (invisible)
 ];
@@ -208,8 +208,7 @@ mod tests {
     fn stop_blocks_and_others_add_context() {
         let stop: serde_json::Value = serde_json::from_str(&delivery_output(HookEvent::Stop, "hi")).unwrap();
         assert_eq!(stop, json!({"decision":"block","reason":"hi"}));
-        let post: serde_json::Value =
-            serde_json::from_str(&delivery_output(HookEvent::PostToolUse, "hi")).unwrap();
+        let post: serde_json::Value = serde_json::from_str(&delivery_output(HookEvent::PostToolUse, "hi")).unwrap();
         assert_eq!(post["hookSpecificOutput"]["hookEventName"], "PostToolUse");
         assert_eq!(post["hookSpecificOutput"]["additionalContext"], "hi");
     }
@@ -253,8 +252,8 @@ mod tests {
         }
         assert!(n > 9000, "{n} variants");
         // The same holds for any text over an alphabet of the dangerous pieces (xorshift, fixed seed).
-        let alphabet: Vec<&str> = lts.iter().chain(&gaps).chain(&slashes).chain(&names).copied()
-            .chain(["&lt;", "&", ">", "\"", "id=", "m_2", "a"]).collect();
+        let alphabet: Vec<&str> =
+            lts.iter().chain(&gaps).chain(&slashes).chain(&names).copied().chain(["&lt;", "&", ">", "\"", "id=", "m_2", "a"]).collect();
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
         for _ in 0..20_000 {
             let mut body = String::new();
@@ -280,8 +279,10 @@ mod tests {
 
     #[test]
     fn plain_text_is_kept() {
-        assert_eq!(wrap_message("m_1", "ci-bot", "deploy failed: see run 1234"),
-            "<courier-message id=\"m_1\" from=\"ci-bot\">deploy failed: see run 1234</courier-message>");
+        assert_eq!(
+            wrap_message("m_1", "ci-bot", "deploy failed: see run 1234"),
+            "<courier-message id=\"m_1\" from=\"ci-bot\">deploy failed: see run 1234</courier-message>"
+        );
         assert_eq!(escape_text("if a < b && c > d"), "if a &lt; b && c > d");
         assert_eq!(escape_text("\u{FF1C}x"), "&#xFF1C;x");
     }

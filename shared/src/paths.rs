@@ -47,11 +47,8 @@ pub fn state_dir() -> PathBuf {
 
 /// `COURIER_CONFIG`, else `$XDG_CONFIG_HOME/courier/config.toml`, else `~/.config/courier/config.toml`.
 pub fn config_path() -> PathBuf {
-    env_path("COURIER_CONFIG").unwrap_or_else(|| {
-        env_path("XDG_CONFIG_HOME")
-            .unwrap_or_else(|| home().join(".config"))
-            .join("courier/config.toml")
-    })
+    env_path("COURIER_CONFIG")
+        .unwrap_or_else(|| env_path("XDG_CONFIG_HOME").unwrap_or_else(|| home().join(".config")).join("courier/config.toml"))
 }
 
 /// `CODEX_HOME`, else `~/.codex`.

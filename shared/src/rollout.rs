@@ -12,16 +12,31 @@ pub const MARKER_PREFIX: &str = "<courier-message id=\"";
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum RolloutEvent {
-    SessionMeta { id: String, session_id: Option<String>, parent_thread_id: Option<String> },
-    TurnStarted { turn_id: String },
-    TurnClosed { turn_id: String },
+    SessionMeta {
+        id: String,
+        session_id: Option<String>,
+        parent_thread_id: Option<String>,
+    },
+    TurnStarted {
+        turn_id: String,
+    },
+    TurnClosed {
+        turn_id: String,
+    },
     /// Text that a hook injected: `additionalContext` or a Stop block reason.
-    HookText { turn_id: Option<String>, text: String },
+    HookText {
+        turn_id: Option<String>,
+        text: String,
+    },
     /// A user message a client started a turn with (`turn/start` with `clientUserMessageId`):
     /// Codex records the client's id on its `UserMessage` item (0.160.0 and 0.171.0 alike). What
     /// a person types in the TUI carries no id Courier gave out, so only Courier's own wake
     /// turns can match a message id.
-    UserInput { turn_id: Option<String>, client_id: String, text: String },
+    UserInput {
+        turn_id: Option<String>,
+        client_id: String,
+        text: String,
+    },
 }
 
 #[derive(Deserialize)]
@@ -99,13 +114,7 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 
 /// Classifies one rollout line (without its newline). `None` for lines Courier does not need.
 pub fn classify_line(line: &[u8]) -> Option<RolloutEvent> {
-    let interesting = [
-        &b"\"session_meta\""[..],
-        b"\"task_started\"",
-        b"\"task_complete\"",
-        b"\"turn_aborted\"",
-        b"courier-message id=",
-    ];
+    let interesting = [&b"\"session_meta\""[..], b"\"task_started\"", b"\"task_complete\"", b"\"turn_aborted\"", b"courier-message id="];
     // Only the start of a line decides its kind; the marker can be anywhere in a message.
     let head = &line[..line.len().min(160)];
     if !interesting[..4].iter().any(|n| contains(head, n)) && !contains(line, interesting[4]) {
@@ -114,15 +123,11 @@ pub fn classify_line(line: &[u8]) -> Option<RolloutEvent> {
     let rec: Record = serde_json::from_slice(line).ok()?;
     let p = rec.payload;
     match (rec.kind.as_str(), p.kind.as_deref()) {
-        ("session_meta", _) => Some(RolloutEvent::SessionMeta {
-            id: p.id?,
-            session_id: p.session_id,
-            parent_thread_id: p.parent_thread_id,
-        }),
-        ("event_msg", Some("task_started")) => Some(RolloutEvent::TurnStarted { turn_id: p.turn_id? }),
-        ("event_msg", Some("task_complete" | "turn_aborted")) => {
-            Some(RolloutEvent::TurnClosed { turn_id: p.turn_id? })
+        ("session_meta", _) => {
+            Some(RolloutEvent::SessionMeta { id: p.id?, session_id: p.session_id, parent_thread_id: p.parent_thread_id })
         }
+        ("event_msg", Some("task_started")) => Some(RolloutEvent::TurnStarted { turn_id: p.turn_id? }),
+        ("event_msg", Some("task_complete" | "turn_aborted")) => Some(RolloutEvent::TurnClosed { turn_id: p.turn_id? }),
         ("response_item", Some("message")) => {
             let meta = p.internal_chat_message_metadata_passthrough.unwrap_or_default();
             let text: String = p.content.into_iter().filter_map(|c| c.text).collect::<Vec<_>>().join("\n");

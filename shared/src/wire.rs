@@ -73,10 +73,7 @@ pub fn read_frame<R: Read>(r: &mut R, max: usize) -> io::Result<Vec<u8>> {
     r.read_exact(&mut len)?;
     let len = u32::from_be_bytes(len) as usize;
     if len > max {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("frame of {len} bytes exceeds limit {max}"),
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("frame of {len} bytes exceeds limit {max}")));
     }
     // Grow with what arrives, not with what the prefix claims: a lying prefix costs nothing.
     let mut body = Vec::with_capacity(len.min(64 * 1024));

@@ -89,14 +89,12 @@ impl AppServer {
                         self.notifications.push(msg);
                     }
                 }
-                Err(RecvTimeoutError::Timeout) => panic!(
-                    "app-server: no response to {method} within {timeout:?}; stderr:\n{}",
-                    self.stderr.lock().unwrap()
-                ),
-                Err(RecvTimeoutError::Disconnected) => panic!(
-                    "app-server exited before answering {method}; stderr:\n{}",
-                    self.stderr.lock().unwrap()
-                ),
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!("app-server: no response to {method} within {timeout:?}; stderr:\n{}", self.stderr.lock().unwrap())
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!("app-server exited before answering {method}; stderr:\n{}", self.stderr.lock().unwrap())
+                }
             }
         }
     }

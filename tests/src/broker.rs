@@ -207,9 +207,9 @@ impl<'a> Broker<'a> {
         let mut last = Value::Null;
         let got = poll_until(timeout, || {
             last = self.inspect_json();
-            messages(&last).into_iter().find(|m| {
-                m.get("id").and_then(Value::as_str) == Some(id) && m.get("state").and_then(Value::as_str) == Some(state)
-            })
+            messages(&last)
+                .into_iter()
+                .find(|m| m.get("id").and_then(Value::as_str) == Some(id) && m.get("state").and_then(Value::as_str) == Some(state))
         });
         got.unwrap_or_else(|| panic!("message {id} not {state} within {timeout:?}; inspect: {last:#}\nbroker log:\n{}", self.log_text()))
     }
@@ -222,7 +222,9 @@ impl<'a> Broker<'a> {
             let hits: Vec<Value> = refusals(&last).into_iter().filter(|r| pred(r)).collect();
             (hits.len() >= n).then_some(hits)
         });
-        got.unwrap_or_else(|| panic!("fewer than {n} refusals ({what}) within {timeout:?}; inspect: {last:#}\nbroker log:\n{}", self.log_text()))
+        got.unwrap_or_else(|| {
+            panic!("fewer than {n} refusals ({what}) within {timeout:?}; inspect: {last:#}\nbroker log:\n{}", self.log_text())
+        })
     }
 
     /// Stop the broker (SIGKILL) now.

@@ -315,8 +315,7 @@ pub struct HookInfo {
 }
 
 pub fn set_mode(p: &Path, mode: u32) {
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
-        .unwrap_or_else(|e| panic!("chmod {}: {e}", p.display()));
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap_or_else(|e| panic!("chmod {}: {e}", p.display()));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -339,13 +338,7 @@ impl ExecOutput {
 
     /// Panic with both streams unless the exit status is 0.
     pub fn assert_success(&self) -> &ExecOutput {
-        assert!(
-            self.status.success(),
-            "codex exec failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
-            self.status,
-            self.stdout,
-            self.stderr
-        );
+        assert!(self.status.success(), "codex exec failed ({}):\n--- stdout\n{}\n--- stderr\n{}", self.status, self.stdout, self.stderr);
         self
     }
 }
@@ -429,10 +422,7 @@ impl ExecChild {
             None => {
                 let _ = self.child.kill();
                 let _ = self.child.wait();
-                panic!(
-                    "codex exec did not finish within {timeout:?} (killed); stderr:\n{}",
-                    self.stderr_so_far()
-                );
+                panic!("codex exec did not finish within {timeout:?} (killed); stderr:\n{}", self.stderr_so_far());
             }
         };
         let duration = self.started.elapsed();

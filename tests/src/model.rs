@@ -73,20 +73,12 @@ impl Reply {
 
     /// `multi_agent_v1.wait_agent {"targets": [...], "timeout_ms": ...}`.
     pub fn wait_agent(targets: &[&str], timeout_ms: u64) -> Reply {
-        Reply::call(
-            Some("multi_agent_v1"),
-            "wait_agent",
-            json!({ "targets": targets, "timeout_ms": timeout_ms }),
-        )
+        Reply::call(Some("multi_agent_v1"), "wait_agent", json!({ "targets": targets, "timeout_ms": timeout_ms }))
     }
 
     /// Any function call; `arguments` is serialised to the JSON string the API sends.
     pub fn call(namespace: Option<&str>, name: &str, arguments: Value) -> Reply {
-        Reply::items_of(vec![Item::Call {
-            namespace: namespace.map(str::to_string),
-            name: name.to_string(),
-            arguments,
-        }])
+        Reply::items_of(vec![Item::Call { namespace: namespace.map(str::to_string), name: name.to_string(), arguments }])
     }
 
     /// Raw output items (sent as given; `id`/`call_id` are filled in when missing).
@@ -294,10 +286,7 @@ impl Request {
 
     /// Function calls in the input (`type == "function_call"`).
     pub fn function_calls(&self) -> Vec<&Value> {
-        self.input()
-            .iter()
-            .filter(|it| it.get("type").and_then(Value::as_str) == Some("function_call"))
-            .collect()
+        self.input().iter().filter(|it| it.get("type").and_then(Value::as_str) == Some("function_call")).collect()
     }
 
     /// Outputs of tool calls in the input.
@@ -361,9 +350,7 @@ impl Request {
             .and_then(Value::as_array)
             .map(|ts| {
                 ts.iter()
-                    .filter_map(|t| {
-                        t.get("name").and_then(Value::as_str).or_else(|| t.get("type").and_then(Value::as_str))
-                    })
+                    .filter_map(|t| t.get("name").and_then(Value::as_str).or_else(|| t.get("type").and_then(Value::as_str)))
                     .map(str::to_string)
                     .collect()
             })
@@ -411,9 +398,7 @@ impl Request {
 pub fn item_text(item: &Value) -> String {
     item.get("content")
         .and_then(Value::as_array)
-        .map(|cs| {
-            cs.iter().filter_map(|c| c.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("\n")
-        })
+        .map(|cs| cs.iter().filter_map(|c| c.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("\n"))
         .unwrap_or_default()
 }
 
@@ -475,9 +460,7 @@ impl ScriptedModel {
                     }
                     let Ok(conn) = conn else { continue };
                     let s3 = s2.clone();
-                    let _ = std::thread::Builder::new()
-                        .name("scripted-model-conn".into())
-                        .spawn(move || serve_connection(conn, s3));
+                    let _ = std::thread::Builder::new().name("scripted-model-conn".into()).spawn(move || serve_connection(conn, s3));
                 }
             })
             .expect("spawn accept thread");
@@ -548,9 +531,7 @@ impl ScriptedModel {
 
     /// Wait until at least `n` requests arrived; returns all of them.
     pub fn wait_for_requests(&self, n: usize, timeout: Duration) -> Vec<Request> {
-        self.wait_state(timeout, &format!("{n} model requests"), |st| {
-            (st.requests.len() >= n).then(|| st.requests.clone())
-        })
+        self.wait_state(timeout, &format!("{n} model requests"), |st| (st.requests.len() >= n).then(|| st.requests.clone()))
     }
 
     /// Wait for the first request (past or future) satisfying `pred`.
@@ -706,10 +687,8 @@ fn write_response(w: &mut TcpStream, status: u16, ctype: &str, body: &[u8]) -> s
         500 => "Internal Server Error",
         _ => "Status",
     };
-    let head = format!(
-        "HTTP/1.1 {status} {reason}\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\ncache-control: no-cache\r\n\r\n",
-        body.len()
-    );
+    let head =
+        format!("HTTP/1.1 {status} {reason}\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\ncache-control: no-cache\r\n\r\n", body.len());
     w.write_all(head.as_bytes())?;
     w.write_all(body)?;
     w.flush()

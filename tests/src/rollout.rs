@@ -71,9 +71,7 @@ impl Rollout {
     /// `session_meta.id` of the first record.
     pub fn thread_id(&self) -> Option<String> {
         let first = self.records.first()?;
-        (first.get("type")?.as_str()? == "session_meta")
-            .then(|| first.pointer("/payload/id")?.as_str().map(str::to_string))
-            .flatten()
+        (first.get("type")?.as_str()? == "session_meta").then(|| first.pointer("/payload/id")?.as_str().map(str::to_string)).flatten()
     }
 
     /// `session_meta.session_id` (the root thread).
@@ -100,11 +98,7 @@ impl Rollout {
             }
             let Some(p) = r.get("payload") else { continue };
             let kind = p.get("type").and_then(Value::as_str).unwrap_or("");
-            let tid = p
-                .get("turn_id")
-                .or_else(|| p.pointer("/turn_attribution/turn_id"))
-                .and_then(Value::as_str)
-                .map(str::to_string);
+            let tid = p.get("turn_id").or_else(|| p.pointer("/turn_attribution/turn_id")).and_then(Value::as_str).map(str::to_string);
             match (kind, tid) {
                 ("task_started", Some(t)) => turns.push(Turn { turn_id: t, closed_by: None }),
                 ("task_complete" | "turn_aborted", Some(t)) => {

@@ -56,8 +56,7 @@ fn hc() -> String {
 /// Hooks that cannot deliver in the middle of a tool call: only SessionStart, UserPromptSubmit and
 /// Stop run hook-client, so a message queued after the first request waits for Stop.
 fn stop_only_hooks(env: &CodexEnv) {
-    let hooks: Vec<Hook> =
-        ["SessionStart", "UserPromptSubmit", "Stop"].iter().map(|e| Hook::new(e, &hc())).collect();
+    let hooks: Vec<Hook> = ["SessionStart", "UserPromptSubmit", "Stop"].iter().map(|e| Hook::new(e, &hc())).collect();
     env.install_hooks(&hooks);
 }
 
@@ -139,11 +138,7 @@ fn subagent_and_parent_each_get_only_their_own_messages() {
     let (eh, ceh) = (end_hold.clone(), child_end_hold.clone());
     model.set_script(move |r: &Request| {
         if r.is_subagent() {
-            return if r.function_calls().is_empty() {
-                Reply::exec(&child_cmd)
-            } else {
-                Reply::message("child done").held(&ceh)
-            };
+            return if r.function_calls().is_empty() { Reply::exec(&child_cmd) } else { Reply::message("child done").held(&ceh) };
         }
         if r.function_calls().is_empty() {
             Reply::spawn_agent("CHILD_TASK: run the command and report")
@@ -332,16 +327,12 @@ fn residual_risk_scrubbed_exec_is_not_detected() {
         match r.function_calls().len() {
             0 => {
                 let f = payload_file(&e, "own-env-i.json", &own);
-                Reply::exec(&format!(
-                    "exec env -i COURIER_RUNTIME_DIR=\"$COURIER_RUNTIME_DIR\" {hcp} < {} # ENV_I",
-                    f.display()
-                ))
-                .held(&hs[0])
+                Reply::exec(&format!("exec env -i COURIER_RUNTIME_DIR=\"$COURIER_RUNTIME_DIR\" {hcp} < {} # ENV_I", f.display()))
+                    .held(&hs[0])
             }
             1 => {
                 let f = payload_file(&e, "own-env-u.json", &own);
-                Reply::exec(&format!("exec {UNSET} {hcp} < {} # ENV_U", f.display()))
-                .held(&hs[1])
+                Reply::exec(&format!("exec {UNSET} {hcp} < {} # ENV_U", f.display())).held(&hs[1])
             }
             _ => Reply::message("done"),
         }
@@ -451,8 +442,7 @@ exec {hc} <<<"$payload"
 fn exec_then_done_held(first: &Hold, last: &Hold) -> impl FnMut(&Request) -> Reply + Send + 'static {
     let (f, l) = (first.clone(), last.clone());
     move |r: &Request| {
-        let new_prompt = r.last_item_kind() == "message:user"
-            && r.user_messages().last().is_some_and(|m| !m.contains("<hook_prompt"));
+        let new_prompt = r.last_item_kind() == "message:user" && r.user_messages().last().is_some_and(|m| !m.contains("<hook_prompt"));
         if new_prompt {
             Reply::exec("echo hello").held(&f)
         } else {
@@ -539,12 +529,7 @@ fn payload_naming_another_live_thread_is_refused() {
     let b_rollout = env.wait_rollout(&tb, T);
     std::fs::write(
         ctl.join(format!("tamper-{ta}.jq")),
-        format!(
-            ".transcript_path = {} | .session_id = {} | .turn_id = {}",
-            json!(b_rollout),
-            json!(tb),
-            json!(b_turn)
-        ),
+        format!(".transcript_path = {} | .session_id = {} | .turn_id = {}", json!(b_rollout), json!(tb), json!(b_turn)),
     )
     .unwrap();
     let text = marker("FOR_B");
@@ -784,13 +769,7 @@ fn sandboxed_command_reads_courier_state_unless_a_permission_profile_denies_it()
         sock = shell_quote(&env.runtime_dir.join("broker.sock").display().to_string()),
     );
     let p = probe.clone();
-    model.set_script(move |r: &Request| {
-        if r.function_calls().is_empty() {
-            Reply::exec(&p).held(&h)
-        } else {
-            Reply::message("done")
-        }
-    });
+    model.set_script(move |r: &Request| if r.function_calls().is_empty() { Reply::exec(&p).held(&h) } else { Reply::message("done") });
 
     // The legacy sandbox: everything readable, only the socket is out of reach.
     hold.release();
@@ -816,13 +795,7 @@ fn sandboxed_command_reads_courier_state_unless_a_permission_profile_denies_it()
     std::fs::write(env.config_toml_path(), cfg).unwrap();
     let hold2 = Hold::new();
     let (h2, p2) = (hold2.clone(), probe.clone());
-    model.set_script(move |r: &Request| {
-        if r.function_calls().is_empty() {
-            Reply::exec(&p2).held(&h2)
-        } else {
-            Reply::message("done")
-        }
-    });
+    model.set_script(move |r: &Request| if r.function_calls().is_empty() { Reply::exec(&p2).held(&h2) } else { Reply::message("done") });
     let proc = env.spawn_exec("probe again");
     hold2.wait_held(1, T);
     let thread = proc.wait_thread_id(T);

@@ -69,7 +69,11 @@ fn every_broker_subcommand_answers_help() {
     // A wrong option is a usage error (2) that points at the help.
     let bad = run(Command::new(broker_bin()).args(["uninstall", "--everything"]));
     assert_eq!(bad.status.code(), Some(2), "{bad:?}");
-    assert!(text(&bad.stderr).contains("unknown option --everything") && text(&bad.stderr).contains("broker uninstall --help"), "{}", text(&bad.stderr));
+    assert!(
+        text(&bad.stderr).contains("unknown option --everything") && text(&bad.stderr).contains("broker uninstall --help"),
+        "{}",
+        text(&bad.stderr)
+    );
 }
 
 /// `hook-client --version`, `--help`, any other argument, or a terminal on stdin: it answers the
@@ -188,7 +192,9 @@ fn same_key_with_different_text_names_the_existing_message() {
     let cli = Broker::cli_only(&env);
     let thread = fake_uuid_v7();
     let id = cli.send_future(&thread, "first text", Some("pr-42"), None);
-    let again: Value = serde_json::from_str(&cli.run_ok(&["send", "--thread", &thread, "--future-thread", "--key", "pr-42", "--json", "first text"])).unwrap();
+    let again: Value =
+        serde_json::from_str(&cli.run_ok(&["send", "--thread", &thread, "--future-thread", "--key", "pr-42", "--json", "first text"]))
+            .unwrap();
     assert_eq!((again["id"].as_str(), again["duplicate"].as_bool()), (Some(id.as_str()), Some(true)), "{again}");
     let out = cli.run(&["send", "--thread", &thread, "--future-thread", "--key", "pr-42", "other text"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");

@@ -44,9 +44,8 @@ fn npm_install_global(prefix: &Path, version: &str) -> PathBuf {
         Duration::from_secs(300),
     );
     assert!(out.status.success(), "npm install -g @openai/codex@{version}: {out:?}");
-    let native = prefix.join(
-        "lib/node_modules/@openai/codex/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex",
-    );
+    let native =
+        prefix.join("lib/node_modules/@openai/codex/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex");
     assert!(native.is_file(), "npm -g nests the platform package: {} missing", native.display());
     assert!(!prefix.join("lib/node_modules/@openai/codex-linux-x64").exists(), "not hoisted");
     let want = pinned().into_iter().find(|(v, _)| v == version).expect("a pinned version").1;
@@ -170,9 +169,9 @@ fn npm_global_codex_delivers_after_install_alone() {
     let model = ScriptedModel::start_with(exec_then_done(std::slice::from_ref(&hold)));
     let newest = pinned()[0].0.clone();
     let user = UserSetup::new(&model, &newest);
-    let native = user.npm_prefix.join(
-        "lib/node_modules/@openai/codex/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex",
-    );
+    let native = user
+        .npm_prefix
+        .join("lib/node_modules/@openai/codex/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex");
     let out = user.install();
     assert!(out.contains(&format!("trusted Codex binary {}", native.display())), "{out}");
     assert!(out.contains(&format!("following {}", user.npm_prefix.join("bin/codex").display())), "{out}");
@@ -215,7 +214,10 @@ fn codex_upgrade_in_place_keeps_delivering_with_nothing_to_do() {
     assert_eq!(followed["source"], user.npm_prefix.join("bin/codex").display().to_string().as_str(), "{followed}");
     assert!(user.refusals("untrusted_codex").is_empty(), "{v:#}");
     let log = std::fs::read_to_string(user.env.state_dir.join("broker.log")).unwrap_or_default();
-    assert!(log.contains(&format!("trusted Codex {} at", newest.0)) && log.contains("now runs it"), "the automatic trust is logged:\n{log}");
+    assert!(
+        log.contains(&format!("trusted Codex {} at", newest.0)) && log.contains("now runs it"),
+        "the automatic trust is logged:\n{log}"
+    );
 }
 
 /// pnpm, yarn (classic) and bun, from the npm registry, installed once into the cache that
@@ -228,10 +230,14 @@ fn package_managers() -> PathBuf {
     let bin = dir.join("bin");
     if !["pnpm", "yarn", "bun"].iter().all(|t| bin.join(t).exists()) {
         let out = run_bounded(
-            Command::new("npm")
-                .args(["install", "-g", "--prefix"])
-                .arg(&dir)
-                .args(["--no-audit", "--no-fund", "--loglevel=error", "pnpm@9.15.9", "yarn@1.22.22", "bun@1.4.5"]),
+            Command::new("npm").args(["install", "-g", "--prefix"]).arg(&dir).args([
+                "--no-audit",
+                "--no-fund",
+                "--loglevel=error",
+                "pnpm@9.15.9",
+                "yarn@1.22.22",
+                "bun@1.4.5",
+            ]),
             Duration::from_secs(300),
         );
         assert!(out.status.success(), "npm install pnpm yarn bun: {out:?}");

@@ -143,8 +143,7 @@ fn kill9_rounds_lose_nothing_and_double_nothing() {
     broker_ok(&env, &["trust-codex", &standin_codex().display().to_string()]);
     let threads: Vec<String> = (0..3).map(|_| fake_uuid_v7()).collect();
     let standins: Vec<Standin> = threads.iter().map(|t| Standin::start(&env, t, 3, &[])).collect();
-    let rollouts: HashMap<String, std::path::PathBuf> =
-        standins.iter().map(|s| (s.thread.clone(), s.rollout.clone())).collect();
+    let rollouts: HashMap<String, std::path::PathBuf> = standins.iter().map(|s| (s.thread.clone(), s.rollout.clone())).collect();
 
     let sent: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
@@ -235,7 +234,14 @@ fn kill9_rounds_lose_nothing_and_double_nothing() {
     assert!(rounds < 100 || sent.len() >= 100, "workload too small: {} messages", sent.len());
     assert!(confirmed > 0, "nothing confirmed: the rig is broken");
     // The delivery-path failpoints must actually have fired, or the test proves nothing about them.
-    for fp in ["after_lease_commit", "after_reply_before_ack", "after_ack_read", "before_ack_commit", "after_ack_commit", "reconcile_before_settle"] {
+    for fp in [
+        "after_lease_commit",
+        "after_reply_before_ack",
+        "after_ack_read",
+        "before_ack_commit",
+        "after_ack_commit",
+        "reconcile_before_settle",
+    ] {
         if rounds >= 100 {
             assert!(fp_hits.iter().any(|(f, n)| *f == fp && *n > 0), "failpoint {fp} never fired: {fp_hits:?}");
         }
@@ -380,13 +386,16 @@ fn real_codex_broker_restart_mid_session() {
 fn real_codex_crash_round_after_ack_commit() {
     let hold = Hold::new();
     let h = hold.clone();
-    let model = ScriptedModel::start_with(move |r| {
-        if r.function_calls().is_empty() {
-            Reply::exec("echo hi").held(&h)
-        } else {
-            Reply::message("done")
-        }
-    });
+    let model =
+        ScriptedModel::start_with(
+            move |r| {
+                if r.function_calls().is_empty() {
+                    Reply::exec("echo hi").held(&h)
+                } else {
+                    Reply::message("done")
+                }
+            },
+        );
     let env = CodexEnv::with_hook_command(&model, &hook_command());
     let cli = Broker::cli_only(&env);
     cli.trust_codex(&env.codex);
@@ -416,13 +425,16 @@ fn real_codex_crash_round_after_ack_commit() {
 fn real_codex_killed_mid_turn_after_hand_off() {
     let hold = Hold::new();
     let h = hold.clone();
-    let model = ScriptedModel::start_with(move |r| {
-        if r.function_calls().is_empty() {
-            Reply::exec("echo hi").held(&h)
-        } else {
-            Reply::message("done")
-        }
-    });
+    let model =
+        ScriptedModel::start_with(
+            move |r| {
+                if r.function_calls().is_empty() {
+                    Reply::exec("echo hi").held(&h)
+                } else {
+                    Reply::message("done")
+                }
+            },
+        );
     let env = CodexEnv::with_hook_command(&model, &hook_command());
     let broker = Broker::start(&env);
     broker.trust_codex(&env.codex);
@@ -437,9 +449,7 @@ fn real_codex_killed_mid_turn_after_hand_off() {
     let id = broker.send_opts(&thread, &text, None, Some("e2e"));
     hold.release();
     let codex_pid = child.pid();
-    let hc = wait_until(T, "hook-client stalled after its ack", || {
-        once.exists().then(|| hook_client_descendant(codex_pid)).flatten()
-    });
+    let hc = wait_until(T, "hook-client stalled after its ack", || once.exists().then(|| hook_client_descendant(codex_pid)).flatten());
     assert_eq!(broker.message_state(&id), "handed");
     kill9(codex_pid as i32);
     kill9(hc);

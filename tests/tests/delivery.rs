@@ -63,13 +63,8 @@ fn str_field<'a>(v: &'a Value, k: &str) -> &'a str {
 fn message_sent_mid_turn_reaches_next_request_once() {
     let hold = Hold::new();
     let h = hold.clone();
-    let (model, env) = rig(move |r| {
-        if r.function_calls().is_empty() {
-            Reply::exec("echo hello").held(&h)
-        } else {
-            Reply::message("done")
-        }
-    });
+    let (model, env) =
+        rig(move |r| if r.function_calls().is_empty() { Reply::exec("echo hello").held(&h) } else { Reply::message("done") });
     let broker = broker(&env);
     let text = marker("MIDTURN");
 
@@ -103,10 +98,7 @@ fn message_sent_mid_turn_reaches_next_request_once() {
     let mut broker = broker;
     broker.stop();
     assert_eq!(broker.message_state(&id), "confirmed");
-    assert!(
-        matches!(str_field(&m, "event"), "PreToolUse" | "PostToolUse"),
-        "taken by a tool hook of the turn: {m}"
-    );
+    assert!(matches!(str_field(&m, "event"), "PreToolUse" | "PostToolUse"), "taken by a tool hook of the turn: {m}");
     assert_eq!(m.get("turn_id").and_then(Value::as_str), last.turn_id().as_deref(), "{m}");
     // The rollout holds it once too.
     let ro = env.rollout(&thread);
@@ -119,13 +111,8 @@ fn message_sent_mid_turn_reaches_next_request_once() {
 fn two_sessions_messages_never_cross_threads() {
     let hold = Hold::new();
     let h = hold.clone();
-    let (model, env) = rig(move |r| {
-        if r.function_calls().is_empty() {
-            Reply::exec("echo hello").held(&h)
-        } else {
-            Reply::message("done")
-        }
-    });
+    let (model, env) =
+        rig(move |r| if r.function_calls().is_empty() { Reply::exec("echo hello").held(&h) } else { Reply::message("done") });
     let broker = broker(&env);
     let a = env.spawn_exec("SESSION_ALPHA run something");
     let b = env.spawn_exec("SESSION_BRAVO run something");
@@ -170,13 +157,8 @@ fn two_sessions_messages_never_cross_threads() {
 fn message_during_final_answer_is_delivered_by_stop_hook() {
     let hold = Hold::new();
     let h = hold.clone();
-    let (model, env) = rig(move |r| {
-        if r.function_calls().is_empty() {
-            Reply::exec("echo hello")
-        } else {
-            Reply::message("done").held(&h)
-        }
-    });
+    let (model, env) =
+        rig(move |r| if r.function_calls().is_empty() { Reply::exec("echo hello") } else { Reply::message("done").held(&h) });
     let broker = broker(&env);
     let text = marker("AT_STOP");
 
@@ -225,8 +207,7 @@ fn same_key_twice_is_one_message() {
     assert_ne!(other, id1, "a different key is a different message");
 
     let inspect = broker.inspect_json();
-    let mine: Vec<Value> =
-        messages(&inspect).into_iter().filter(|m| str_field(m, "thread") == thread).collect();
+    let mine: Vec<Value> = messages(&inspect).into_iter().filter(|m| str_field(m, "thread") == thread).collect();
     assert_eq!(mine.len(), 2, "{inspect:#}");
     assert_eq!(mine.iter().filter(|m| str_field(m, "id") == id1).count(), 1);
     for m in &mine {
@@ -255,8 +236,7 @@ fn no_broker_session_completes_normally() {
             courier_tests::util::shell_quote(&log.display().to_string())
         ),
     );
-    let hooks: Vec<Hook> =
-        COURIER_EVENTS.iter().map(|e| Hook::new(e, &format!("{} {e}", timer.display()))).collect();
+    let hooks: Vec<Hook> = COURIER_EVENTS.iter().map(|e| Hook::new(e, &format!("{} {e}", timer.display()))).collect();
     env.install_hooks(&hooks);
 
     let out = env.exec("please run a command");
@@ -364,13 +344,16 @@ fn hook_client_with_stalled_broker_respects_deadline() {
 fn wrong_turn_id_gets_nothing() {
     let hold = Hold::new();
     let h = hold.clone();
-    let model = ScriptedModel::start_with(move |r: &Request| {
-        if r.function_calls().is_empty() {
-            Reply::exec("echo hello").held(&h)
-        } else {
-            Reply::message("done")
-        }
-    });
+    let model =
+        ScriptedModel::start_with(
+            move |r: &Request| {
+                if r.function_calls().is_empty() {
+                    Reply::exec("echo hello").held(&h)
+                } else {
+                    Reply::message("done")
+                }
+            },
+        );
     let env = CodexEnv::new(&model);
     // A real, closed turn id of another session (from the reference captures).
     let stale = "01a22652-96da-72f3-91e4-849f702952b8";
@@ -403,10 +386,8 @@ fn wrong_turn_id_gets_nothing() {
     let inspect = broker.inspect_json();
     let m = messages(&inspect).into_iter().find(|m| str_field(m, "id") == id).expect("listed");
     assert_eq!(str_field(&m, "state"), "pending", "{inspect:#}");
-    let mine: Vec<Value> = refusals(&inspect)
-        .into_iter()
-        .filter(|r| str_field(r, "thread") == thread || str_field(r, "reason").contains("turn"))
-        .collect();
+    let mine: Vec<Value> =
+        refusals(&inspect).into_iter().filter(|r| str_field(r, "thread") == thread || str_field(r, "reason").contains("turn")).collect();
     assert!(!mine.is_empty(), "the wrong-turn hook calls are recorded as refusals: {inspect:#}");
     assert!(mine.iter().all(|r| !str_field(r, "reason").is_empty()), "{mine:#?}");
 }
@@ -419,11 +400,7 @@ fn subagent_and_parent_keep_their_own_messages() {
     let h = hold.clone();
     let (model, env) = rig(move |r: &Request| {
         if r.is_subagent() {
-            return if r.function_calls().is_empty() {
-                Reply::exec("echo child").held(&h)
-            } else {
-                Reply::message("child done")
-            };
+            return if r.function_calls().is_empty() { Reply::exec("echo child").held(&h) } else { Reply::message("child done") };
         }
         if r.function_calls().is_empty() {
             Reply::spawn_agent("CHILD_TASK: run echo hello and report")
@@ -569,7 +546,11 @@ fn sixty_messages_stay_within_codex_hook_budget_and_all_confirm() {
     let spill = std::path::Path::new("/tmp/hook_outputs").join(&thread);
     assert!(!spill.exists(), "Codex spilled hook output to {}", spill.display());
     assert!(!env.codex_home.join("hook_outputs").exists());
-    eprintln!("60 messages of 129 bytes: {} hook outputs of {:?} bytes, all confirmed", carriers.len(), carriers.iter().map(String::len).collect::<Vec<_>>());
+    eprintln!(
+        "60 messages of 129 bytes: {} hook outputs of {:?} bytes, all confirmed",
+        carriers.len(),
+        carriers.iter().map(String::len).collect::<Vec<_>>()
+    );
 }
 
 /// (13) Confirmation compares the whole wrapped text, so it must survive what Codex does to it: a
@@ -580,13 +561,8 @@ fn sixty_messages_stay_within_codex_hook_budget_and_all_confirm() {
 fn messages_with_special_characters_confirm_whole_by_tool_hook_and_at_stop() {
     let (first, last) = (Hold::new(), Hold::new());
     let (f, l) = (first.clone(), last.clone());
-    let (model, env) = rig(move |r| {
-        if r.function_calls().is_empty() {
-            Reply::exec("echo hello").held(&f)
-        } else {
-            Reply::message("done").held(&l)
-        }
-    });
+    let (model, env) =
+        rig(move |r| if r.function_calls().is_empty() { Reply::exec("echo hello").held(&f) } else { Reply::message("done").held(&l) });
     let broker = broker(&env);
     let child = env.spawn_exec("please run a command");
     first.wait_held(1, T);

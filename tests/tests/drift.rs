@@ -54,13 +54,8 @@ fn type_of(v: &Value) -> &'static str {
 
 /// Every drift found in one session of `codex`.
 fn drift(codex: PathBuf) -> Vec<String> {
-    let model = ScriptedModel::start_with(|r| {
-        if r.function_calls().is_empty() {
-            Reply::exec("echo drift")
-        } else {
-            Reply::message("done")
-        }
-    });
+    let model =
+        ScriptedModel::start_with(|r| if r.function_calls().is_empty() { Reply::exec("echo drift") } else { Reply::message("done") });
     let mut env = CodexEnv::new(&model);
     env.codex = codex;
     let version = String::from_utf8_lossy(&env.codex_command().arg("--version").output().unwrap().stdout).trim().to_string();

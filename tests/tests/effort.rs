@@ -159,9 +159,7 @@ fn thread_scope_applies_from_the_next_turn() {
     let tsa = applied.events("thread_settings_applied");
     assert!(tsa.iter().any(|p| p.pointer("/thread_settings/reasoning_effort") == Some(&json!("low"))), "{tsa:?}");
     // The broker saw it in the rollout too.
-    let confirmed = courier_tests::util::poll_until(Duration::from_secs(10), || {
-        broker.message(&id).filter(|m| m["confirmed_at"].is_i64())
-    });
+    let confirmed = courier_tests::util::poll_until(Duration::from_secs(10), || broker.message(&id).filter(|m| m["confirmed_at"].is_i64()));
     assert!(confirmed.is_some(), "thread-scope change never confirmed from the rollout: {:?}", broker.message(&id));
     assert_eq!(sends(&broker, &id), 1);
 }
@@ -297,10 +295,8 @@ fn policy_raises_after_failure_and_lowers_after_success() {
     assert_ne!(efforts[0].as_deref(), Some("high"));
     assert_eq!(efforts[1].as_deref(), Some("high"), "raised after `exit 3`: {efforts:?}");
     assert_eq!(efforts[2].as_deref(), Some("medium"), "set back after the success: {efforts:?}");
-    let rows: Vec<Value> = courier_tests::broker::messages(&broker.inspect_json())
-        .into_iter()
-        .filter(|m| str_field(m, "kind") == "effort")
-        .collect();
+    let rows: Vec<Value> =
+        courier_tests::broker::messages(&broker.inspect_json()).into_iter().filter(|m| str_field(m, "kind") == "effort").collect();
     let summary: Vec<(&str, &str, &str, &str)> =
         rows.iter().map(|m| (str_field(m, "effort"), str_field(m, "state"), str_field(m, "from"), str_field(m, "event"))).collect();
     assert_eq!(summary, [("high", "applied", "policy", "PostToolUse"), ("medium", "applied", "policy", "PostToolUse")]);

@@ -45,9 +45,7 @@ fn conn(sock: &Path) -> UnixStream {
 
 fn proc_status(pid: u32, key: &str) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    s.lines()
-        .find_map(|l| l.strip_prefix(key).map(|v| v.trim().trim_end_matches(" kB").trim().parse().unwrap_or(0)))
-        .unwrap_or(0)
+    s.lines().find_map(|l| l.strip_prefix(key).map(|v| v.trim().trim_end_matches(" kB").trim().parse().unwrap_or(0))).unwrap_or(0)
 }
 
 fn fd_count(pid: u32) -> usize {
@@ -613,9 +611,8 @@ except (ConnectionResetError, BrokenPipeError):
     set_mode(&env.root, 0o700);
     assert!(out.status.success(), "nobody could not even connect: {out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "connected\nclosed", "connected, then closed unanswered");
-    let r = wait_until(Duration::from_secs(5), "peer_uid refusal", || {
-        refusals(&inspect(&env)).into_iter().find(|r| r["reason"] == "peer_uid")
-    });
+    let r =
+        wait_until(Duration::from_secs(5), "peer_uid refusal", || refusals(&inspect(&env)).into_iter().find(|r| r["reason"] == "peer_uid"));
     assert!(r["detail"].as_str().unwrap().contains("65534"), "{r}");
 }
 
@@ -625,11 +622,7 @@ except (ConnectionResetError, BrokenPipeError):
 #[test]
 fn disk_full_keeps_queue_consistent_and_hooks_answered() {
     let env = world();
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs"])
-        .arg(&env.state_dir)
-        .status()
-        .unwrap();
+    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs"]).arg(&env.state_dir).status().unwrap();
     assert!(mounted.success(), "mount -t tmpfs failed (this test needs root)");
     struct Unmount(std::path::PathBuf);
     impl Drop for Unmount {
@@ -698,7 +691,6 @@ fn disk_full_keeps_queue_consistent_and_hooks_answered() {
 fn standin_rollout(env: &CodexEnv, thread: &str) -> std::path::PathBuf {
     env.codex_home.join(format!("sessions/2026/11/29/rollout-2026-11-29T08-08-52-{thread}.jsonl"))
 }
-
 
 /// Fresh 1 GiB executables named `codex` that run hook-client (any same-uid process can make
 /// them; issue 14, finding 4) cost honest hooks nothing: the broker never hashes on a worker,

@@ -79,9 +79,7 @@ fn follow_json_prints_a_line_per_change() {
     assert_eq!((m["id"].as_str(), m["state"].as_str()), (Some(id.as_str()), Some("pending")), "{snap}");
 
     broker.run_ok(&["cancel", &id]);
-    follow.wait_line("the cancellation", |l| {
-        serde_json::from_str::<Value>(l).is_ok_and(|v| v["messages"][0]["state"] == "cancelled")
-    });
+    follow.wait_line("the cancellation", |l| serde_json::from_str::<Value>(l).is_ok_and(|v| v["messages"][0]["state"] == "cancelled"));
 }
 
 #[test]

@@ -42,7 +42,8 @@ impl Rig {
     /// The user's own hooks: a trusted PostToolUse (matcher Bash) that logs, and an untrusted Stop.
     /// Written with the user's own (compact) formatting, and a commented trust entry.
     fn write_user_hooks(&self) -> Vec<Hook> {
-        let script = self.env.write_script("user-hook.sh", &format!("#!/bin/sh\ncat >/dev/null\necho ran >> '{}'\n", self.user_hook_log.display()));
+        let script =
+            self.env.write_script("user-hook.sh", &format!("#!/bin/sh\ncat >/dev/null\necho ran >> '{}'\n", self.user_hook_log.display()));
         let trusted = Hook::new("PostToolUse", &script.display().to_string()).matcher("Bash").timeout(Some(10));
         let untrusted = Hook::new("Stop", "/bin/true");
         let hooks = vec![trusted.clone(), untrusted];
@@ -50,7 +51,13 @@ impl Rig {
         let source = self.env.hooks_json_path().display().to_string();
         let (key, hash) = trust_entries(&source, &[trusted]).remove(0);
         let mut f = std::fs::OpenOptions::new().append(true).open(self.env.config_toml_path()).unwrap();
-        write!(f, "# my own hook, reviewed by hand\n[hooks.state.{}]   # keep\ntrusted_hash = {}\n\n# end of my notes\n", toml_str(&key), toml_str(&hash)).unwrap();
+        write!(
+            f,
+            "# my own hook, reviewed by hand\n[hooks.state.{}]   # keep\ntrusted_hash = {}\n\n# end of my notes\n",
+            toml_str(&key),
+            toml_str(&hash)
+        )
+        .unwrap();
         hooks
     }
 
@@ -71,7 +78,14 @@ impl Rig {
 
     fn run_ok(&self, program: &Path, args: &[&str]) -> String {
         let out = self.run(program, args);
-        assert!(out.status.success(), "{} {args:?} failed ({}):\n{}\n{}", program.display(), out.status, text(&out.stdout), text(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{} {args:?} failed ({}):\n{}\n{}",
+            program.display(),
+            out.status,
+            text(&out.stdout),
+            text(&out.stderr)
+        );
         text(&out.stdout)
     }
 
@@ -152,13 +166,16 @@ fn statuses(env: &CodexEnv) -> BTreeMap<String, (String, String)> {
 fn install_delivers_through_real_codex_and_uninstall_restores_files() {
     let hold = Hold::new();
     let h = hold.clone();
-    let model = ScriptedModel::start_with(move |r| {
-        if r.function_calls().is_empty() {
-            Reply::exec("echo hello").held(&h)
-        } else {
-            Reply::message("done")
-        }
-    });
+    let model =
+        ScriptedModel::start_with(
+            move |r| {
+                if r.function_calls().is_empty() {
+                    Reply::exec("echo hello").held(&h)
+                } else {
+                    Reply::message("done")
+                }
+            },
+        );
     let rig = Rig::new(CodexEnv::new(&model));
     let env = &rig.env;
     rig.write_user_hooks();
@@ -192,7 +209,10 @@ fn install_delivers_through_real_codex_and_uninstall_restores_files() {
     let after_status = statuses(env);
     let command = client.display().to_string();
     for ev in EVENTS {
-        let ours: Vec<_> = after_status.iter().filter(|(k, (c, _))| *c == command && k.contains(&format!(":{}:", courier_tests::snake_event(&pascal(ev))))).collect();
+        let ours: Vec<_> = after_status
+            .iter()
+            .filter(|(k, (c, _))| *c == command && k.contains(&format!(":{}:", courier_tests::snake_event(&pascal(ev)))))
+            .collect();
         assert_eq!(ours.len(), 1, "{ev}: {after_status:#?}");
         assert_eq!(ours[0].1 .1, "trusted", "{ev}: {after_status:#?}");
     }
@@ -225,10 +245,7 @@ fn install_delivers_through_real_codex_and_uninstall_restores_files() {
     // make the very first call outlast hook-client's deadline (`peer_gone`): not install's doing.
     let refusals = courier_tests::broker::refusals(&cli.inspect_json());
     let install_related = ["client_exe", "untrusted_codex", "no_codex_ancestor", "bad_mac", "foreign_ancestor"];
-    assert!(
-        !refusals.iter().any(|r| install_related.contains(&r["reason"].as_str().unwrap_or(""))),
-        "hook calls refused: {refusals:#?}"
-    );
+    assert!(!refusals.iter().any(|r| install_related.contains(&r["reason"].as_str().unwrap_or(""))), "hook calls refused: {refusals:#?}");
 
     // Uninstall (the installed binary removes itself): everything back as it was.
     let out = rig.run_ok(&rig.installed_broker(), &["uninstall"]);
@@ -310,7 +327,12 @@ fn systemd_units_verify_and_socket_activation_serves() {
     let mut cmd = Command::new(&analyze);
     cmd.args(["verify", "--user"]).arg(&sock_unit).arg(&svc_unit).env("XDG_RUNTIME_DIR", &xdg).env("HOME", &rig.env.home);
     let v = run_bounded(&mut cmd, Duration::from_secs(60));
-    assert!(v.status.success() && v.stderr.is_empty() && v.stdout.is_empty(), "systemd-analyze verify:\n{}{}", text(&v.stdout), text(&v.stderr));
+    assert!(
+        v.status.success() && v.stderr.is_empty() && v.stdout.is_empty(),
+        "systemd-analyze verify:\n{}{}",
+        text(&v.stdout),
+        text(&v.stderr)
+    );
 
     // Socket activation, with the unit's own ExecStart and environment.
     let activate = which("systemd-socket-activate").expect("systemd-socket-activate is required (apt-get install systemd)");
@@ -324,7 +346,8 @@ fn systemd_units_verify_and_socket_activation_serves() {
     let logf = std::fs::File::create(&log).unwrap();
     cmd.stdout(logf.try_clone().unwrap()).stderr(logf);
     let mut listener = cmd.spawn().unwrap();
-    let sock_ino = wait_until(Duration::from_secs(10), "systemd-socket-activate to listen", || std::fs::metadata(&socket_path).ok().map(|m| m.ino()));
+    let sock_ino =
+        wait_until(Duration::from_secs(10), "systemd-socket-activate to listen", || std::fs::metadata(&socket_path).ok().map(|m| m.ino()));
     // The first connection starts the broker, which answers it.
     let pid = rig.wait_running();
     assert_eq!(exe_of(pid), rig.installed_broker());
@@ -463,9 +486,25 @@ fn failed_install_undoes_what_it_did_and_says_so() {
     no_bus_systemctl(&rig);
     let unit_dir = env.home.join(".config/systemd/user");
     let manifest = env.state_dir.join("install-manifest.json");
-    let files = [env.hooks_json_path(), env.config_toml_path(), rig.profile(), unit_dir.join("courier-broker.socket"), unit_dir.join("courier-broker.service"), manifest.clone()];
+    let files = [
+        env.hooks_json_path(),
+        env.config_toml_path(),
+        rig.profile(),
+        unit_dir.join("courier-broker.socket"),
+        unit_dir.join("courier-broker.service"),
+        manifest.clone(),
+    ];
     let before = rig.snapshot(&files);
-    let args = ["install", "--prefix", &rig.prefix.display().to_string(), "--codex-home", &env.codex_home.display().to_string(), "--start", "systemd"].map(String::from);
+    let args = [
+        "install",
+        "--prefix",
+        &rig.prefix.display().to_string(),
+        "--codex-home",
+        &env.codex_home.display().to_string(),
+        "--start",
+        "systemd",
+    ]
+    .map(String::from);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
 
     let out = rig.run(&broker_bin(), &args);
@@ -548,7 +587,10 @@ fn uninstall_removes_what_an_interrupted_install_left_and_purge_removes_the_stat
     assert!(!env.hooks_json_path().exists() && !rig.prefix.exists(), "{out}");
     assert_eq!(
         out.lines().last().unwrap(),
-        format!("Courier is uninstalled; kept its state directory {} (the message queue and log; `broker uninstall --purge` removes it)", env.state_dir.display())
+        format!(
+            "Courier is uninstalled; kept its state directory {} (the message queue and log; `broker uninstall --purge` removes it)",
+            env.state_dir.display()
+        )
     );
     assert!(env.state_dir.join("queue.sqlite").exists());
 

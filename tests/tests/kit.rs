@@ -102,13 +102,16 @@ fn wrong_hash_is_untrusted_and_skipped() {
 fn held_reply_holds_codex_until_released() {
     let hold = Hold::new();
     let h2 = hold.clone();
-    let model = ScriptedModel::start_with(move |r: &Request| {
-        if r.function_calls().is_empty() {
-            Reply::exec("echo held").held(&h2)
-        } else {
-            Reply::message("done")
-        }
-    });
+    let model =
+        ScriptedModel::start_with(
+            move |r: &Request| {
+                if r.function_calls().is_empty() {
+                    Reply::exec("echo held").held(&h2)
+                } else {
+                    Reply::message("done")
+                }
+            },
+        );
     let env = CodexEnv::new(&model);
     let child = env.spawn_exec("hold me");
     let thread = child.wait_thread_id(T);

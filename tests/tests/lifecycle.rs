@@ -94,7 +94,10 @@ fn second_broker_on_the_same_runtime_directory_refuses_even_with_another_state_d
     let status = wait_exit(&mut second);
     let logged = std::fs::read_to_string(&log).unwrap();
     assert_eq!(status.code(), Some(1), "{logged}");
-    assert!(logged.contains("error: another broker already runs with this runtime directory") && logged.contains(&format!("pid {pid}")), "{logged}");
+    assert!(
+        logged.contains("error: another broker already runs with this runtime directory") && logged.contains(&format!("pid {pid}")),
+        "{logged}"
+    );
     assert_log_levelled(&logged);
     assert_eq!(std::fs::metadata(&socket).map(|m| m.ino()).ok(), Some(ino), "the live broker's socket was replaced\n{logged}");
     assert_eq!(answering(&env), Some(pid));
@@ -121,9 +124,12 @@ fn daemonized_broker_keeps_only_the_environment_it_needs() {
     assert!(out.status.success() && text(&out.stdout).contains("broker started"), "{out:?}");
     let pid = wait_until(T, "the daemonized broker to answer", || answering(&env));
     let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
-    let names: Vec<String> = environ.split(|b| *b == 0).filter(|v| !v.is_empty()).map(|v| text(v).split('=').next().unwrap().to_string()).collect();
+    let names: Vec<String> =
+        environ.split(|b| *b == 0).filter(|v| !v.is_empty()).map(|v| text(v).split('=').next().unwrap().to_string()).collect();
     let kept = |n: &str| {
-        broker_lib::install::DAEMON_ENV.contains(&n) || n == "CODEX_HOME" || broker_lib::install::DAEMON_ENV_PREFIXES.iter().any(|p| n.starts_with(p))
+        broker_lib::install::DAEMON_ENV.contains(&n)
+            || n == "CODEX_HOME"
+            || broker_lib::install::DAEMON_ENV_PREFIXES.iter().any(|p| n.starts_with(p))
     };
     assert!(names.iter().all(|n| kept(n)), "the daemon kept {names:?}");
     for n in ["HOME", "PATH", "CODEX_HOME", "COURIER_STATE_DIR", "COURIER_RUNTIME_DIR", "COURIER_LOG", "LC_ALL", "XDG_DATA_HOME"] {

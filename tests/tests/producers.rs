@@ -130,7 +130,11 @@ fn send_wait_confirmed_returns_zero_once_delivered() {
     let send = bg(&env, &["send", "--thread", &thread, "--from", "relay", "--wait", "confirmed", "--timeout", "60s", &body]);
     // The id is queued before the turn goes on: find it, and wait on it from a second process.
     let id = courier_tests::util::wait_until(T, "the message to be queued", || {
-        broker.inspect_json()["messages"].as_array()?.iter().find(|m| m["thread"] == thread.as_str()).map(|m| m["id"].as_str().unwrap().to_string())
+        broker.inspect_json()["messages"]
+            .as_array()?
+            .iter()
+            .find(|m| m["thread"] == thread.as_str())
+            .map(|m| m["id"].as_str().unwrap().to_string())
     });
     let waiter = bg(&env, &["wait", &id, "--json"]);
     // Both are parked in the broker now, not polling.
@@ -278,7 +282,10 @@ fn threads_and_cwd_addressing() {
     let out = broker.run(&["send", "--cwd", &env.root.display().to_string(), "nobody there"]);
     let (_, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("no live Codex thread runs in") && stderr.contains(&ta) && stderr.contains(&tb), "lists the candidates: {stderr}");
+    assert!(
+        stderr.contains("no live Codex thread runs in") && stderr.contains(&ta) && stderr.contains(&tb),
+        "lists the candidates: {stderr}"
+    );
 
     for local in [false, true] {
         if local {
@@ -391,7 +398,6 @@ fn line_request(sock: &Path, req: &str) -> Value {
     serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
 }
 
-
 /// A `broker send` run by the model of session A (its `exec_command`) reaches session B with
 /// `from="thread:<A>" verified="true"`: the broker proved which thread's tool command sent it.
 /// The same command with `--from relay` is a plain label, and a self-declared `--from thread:...`
@@ -439,21 +445,12 @@ fn tool_command_sender_is_verified_and_labels_cannot_pose_as_it() {
     b.wait(T).assert_success();
     a.wait(T).assert_success();
 
-    let wrapped = model
-        .requests_for_thread(&tb)
-        .iter()
-        .flat_map(|r| r.developer_messages_containing(&verified_text))
-        .collect::<Vec<_>>();
+    let wrapped = model.requests_for_thread(&tb).iter().flat_map(|r| r.developer_messages_containing(&verified_text)).collect::<Vec<_>>();
     assert!(!wrapped.is_empty(), "{}", model.dump());
     for w in &wrapped {
         assert!(w.contains(&format!("from=\"thread:{ta}\" verified=\"true\">{verified_text}")), "{w}");
     }
-    let out = model
-        .requests_for_thread(&ta)
-        .iter()
-        .flat_map(|r| r.exec_results())
-        .find_map(|(_, out)| out)
-        .expect("A's tool output");
+    let out = model.requests_for_thread(&ta).iter().flat_map(|r| r.exec_results()).find_map(|(_, out)| out).expect("A's tool output");
     assert!(out.contains("rc1=0") && out.contains("rc2=0") && out.contains("rc3=2"), "{out}");
     assert!(out.contains("reserved for senders the broker verified"), "{out}");
     let msgs = broker.inspect_json()["messages"].as_array().unwrap().clone();
@@ -465,7 +462,6 @@ fn tool_command_sender_is_verified_and_labels_cannot_pose_as_it() {
     assert!(relayed.iter().all(|m| !m.contains("verified=")), "a label is never marked verified: {relayed:?}");
     assert_eq!(msgs.len(), 2, "the forged one was not queued: {msgs:#?}");
 }
-
 
 /// Registers `broker mcp` as Codex's MCP server `courier` in `env` (Codex passes an MCP server
 /// only a few variables of its own environment, so Courier's directories are given).
@@ -504,7 +500,11 @@ fn mcp_agent_messages_agent_and_sees_the_receipt() {
                 "arguments": {"query": "courier send message to another thread"}})]),
             Some("tool_search_output") => {
                 let tb = slot.lock().unwrap().clone().expect("B's thread id first");
-                Reply::call(Some("mcp__courier"), "send_message", serde_json::json!({"thread": tb, "text": b2, "wait": "confirmed", "timeout_seconds": 60}))
+                Reply::call(
+                    Some("mcp__courier"),
+                    "send_message",
+                    serde_json::json!({"thread": tb, "text": b2, "wait": "confirmed", "timeout_seconds": 60}),
+                )
             }
             Some("function_call_output") if last_text.contains("\\\"outcome\\\"") => {
                 let id = last_text.split("m_").nth(1).map(|t| format!("m_{}", &t[..16])).unwrap_or_default();
@@ -561,7 +561,8 @@ fn install_registers_broker_mcp_in_codex() {
     let prefix = env.root.join("prefix");
     let cli = Broker::cli_only(&env);
     let install = |extra: &[&str]| {
-        let mut args = vec!["install", "--prefix", prefix.to_str().unwrap(), "--codex-home", env.codex_home.to_str().unwrap(), "--start", "none"];
+        let mut args =
+            vec!["install", "--prefix", prefix.to_str().unwrap(), "--codex-home", env.codex_home.to_str().unwrap(), "--start", "none"];
         args.extend_from_slice(extra);
         cli.run(&args)
     };
@@ -604,7 +605,9 @@ fn subagents_are_listed_and_addressed_by_name() {
         let last = r.input().last().cloned().unwrap_or_default();
         if r.is_subagent() {
             return match last["type"].as_str() {
-                Some("tool_search_output") => Reply::call(Some("mcp__courier"), "send_message", serde_json::json!({"to": "parent", "text": tp})),
+                Some("tool_search_output") => {
+                    Reply::call(Some("mcp__courier"), "send_message", serde_json::json!({"to": "parent", "text": tp}))
+                }
                 Some("function_call_output") => Reply::message("child done"),
                 _ => Reply::raw_items(vec![serde_json::json!({
                     "type": "tool_search_call", "call_id": "ts_child", "execution": "client",
@@ -745,6 +748,10 @@ fn idle_app_server_threads_are_listed_and_receipts_follow_the_wake() {
     let out = broker.run(&["send", "--thread", &thread, "--wait", "confirmed", "--timeout", "30s", "--json", &body]);
     assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
     let v: Value = serde_json::from_str(text(&out).0.trim()).unwrap();
-    assert_eq!((v["outcome"].as_str(), v["message"]["state"].as_str(), v["message"]["event"].as_str()), (Some("reached"), Some("confirmed"), Some("wake")), "{v}");
+    assert_eq!(
+        (v["outcome"].as_str(), v["message"]["state"].as_str(), v["message"]["event"].as_str()),
+        (Some("reached"), Some("confirmed"), Some("wake")),
+        "{v}"
+    );
     assert_eq!(v["thread_status"], "live");
 }

@@ -4,7 +4,7 @@
 mod common;
 
 use common::records::*;
-use common::{broker_ok, inspect, status, standin_codex, world, Serve, Stepped};
+use common::{broker_ok, inspect, standin_codex, status, world, Serve, Stepped};
 use courier_tests::broker::refusal_codes;
 use courier_tests::util::{fake_uuid_v7, marker};
 use serde_json::json;
@@ -59,7 +59,11 @@ fn turn_opened_far_back_is_found_after_a_broker_restart() {
     // The next tool call of the same turn: its PreToolUse is the broker's first sight of the rollout.
     codex.write(function_call("call_next", &turn, "echo next"));
     codex.write(token_usage(&thread, &turn));
-    let pre = codex.hook("PreToolUse", Some(&turn), json!({"tool_name": "Bash", "tool_input": {"command": "echo next"}, "tool_use_id": "call_next"}));
+    let pre = codex.hook(
+        "PreToolUse",
+        Some(&turn),
+        json!({"tool_name": "Bash", "tool_input": {"command": "echo next"}, "tool_use_id": "call_next"}),
+    );
     let read = status(&sock).unwrap()["rollout_bytes_read"].as_u64().unwrap() - read_before;
     eprintln!(
         "first hook call after the restart on a {} MiB rollout: {:.1} ms (hook-client wall time), {} KiB of the rollout read",
@@ -77,7 +81,11 @@ fn turn_opened_far_back_is_found_after_a_broker_restart() {
     assert!(read < 64 << 20, "read {read} bytes: bounded, not the whole turn");
 
     codex.write(exec_completed(&thread, &turn, "call_next"));
-    let post = codex.hook("PostToolUse", Some(&turn), json!({"tool_name": "Bash", "tool_input": {"command": "echo next"}, "tool_use_id": "call_next", "tool_response": "next"}));
+    let post = codex.hook(
+        "PostToolUse",
+        Some(&turn),
+        json!({"tool_name": "Bash", "tool_input": {"command": "echo next"}, "tool_use_id": "call_next", "tool_response": "next"}),
+    );
     assert_eq!(post.rc, 0, "{post:?}");
     codex.write(function_call_output("call_next"));
     codex.write(assistant_message(&turn, "done"));

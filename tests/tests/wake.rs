@@ -260,7 +260,12 @@ fn message_sent_while_a_prompt_is_submitted_arrives_once() {
         let sender = {
             let (bin, envs, thread, text) = (broker.bin.clone(), env.env_vars(), thread.clone(), text.clone());
             std::thread::spawn(move || {
-                let out = std::process::Command::new(bin).env_clear().envs(envs).args(["send", "--thread", &thread, "--from", "race", &text]).output().unwrap();
+                let out = std::process::Command::new(bin)
+                    .env_clear()
+                    .envs(envs)
+                    .args(["send", "--thread", &thread, "--from", "race", &text])
+                    .output()
+                    .unwrap();
                 assert!(out.status.success(), "{out:?}");
                 String::from_utf8(out.stdout).unwrap().trim().to_string()
             })

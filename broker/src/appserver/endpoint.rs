@@ -97,8 +97,8 @@ pub fn discover(codex_home: &Path, pid: i32, start: u64) -> Vec<Endpoint> {
 /// Connects to `ep` and proves the listener is Codex process `pid` started at `start`.
 pub fn connect_verified(ep: &Endpoint, pid: i32, start: u64) -> Result<UnixStream, String> {
     let stream = UnixStream::connect(&ep.path).map_err(|e| format!("connect {}: {e}", ep.path.display()))?;
-    let cred = nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
-        .map_err(|e| format!("SO_PEERCRED: {e}"))?;
+    let cred =
+        nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials).map_err(|e| format!("SO_PEERCRED: {e}"))?;
     if cred.pid() != pid || cred.uid() != courier_shared::paths::uid() {
         return Err(format!("{} is served by pid {} uid {}, not codex pid {pid}", ep.path.display(), cred.pid(), cred.uid()));
     }

@@ -87,8 +87,7 @@ impl Follower {
     }
 
     fn commands(&self) -> Vec<PathBuf> {
-        let mut v: Vec<PathBuf> =
-            self.with_store(|s| s.codex_commands()).unwrap_or_default().into_iter().map(PathBuf::from).collect();
+        let mut v: Vec<PathBuf> = self.with_store(|s| s.codex_commands()).unwrap_or_default().into_iter().map(PathBuf::from).collect();
         if let Some(own) = &self.own_codex {
             if !v.contains(own) {
                 v.push(own.clone());

@@ -79,13 +79,7 @@ pub fn support(v: (u32, u32, u32)) -> Support {
 
 /// `codex --version` of a binary (bounded: 10 s), e.g. `0.171.0`.
 pub fn version_of(binary: &Path) -> Option<String> {
-    let mut child = Command::new(binary)
-        .arg("--version")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
+    let mut child = Command::new(binary).arg("--version").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().ok()?;
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         match child.try_wait() {

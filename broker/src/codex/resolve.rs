@@ -342,7 +342,9 @@ mod tests {
 
     #[test]
     fn npm_local_hoisted_yarn_and_bun_globals() {
-        for (name, nm) in [("hoisted", "node_modules"), ("yarn", ".config/yarn/global/node_modules"), ("bun", ".bun/install/global/node_modules")] {
+        for (name, nm) in
+            [("hoisted", "node_modules"), ("yarn", ".config/yarn/global/node_modules"), ("bun", ".bun/install/global/node_modules")]
+        {
             let r = root(name);
             let nm = r.join(nm);
             let (launcher, native) = npm_layout(&nm, &nm);

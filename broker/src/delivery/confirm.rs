@@ -3,6 +3,8 @@
 //! where the last scan stopped) for the message's marker in a hook-injected message: found ->
 //! `confirmed`; its turn closed without it -> `uncertain` (never silently re-offered).
 
+use crate::delivery::render::wrap;
+use crate::delivery::WAKE_EVENT;
 use crate::os::ProcessKey;
 use crate::store::{Message, State, Store};
 use anyhow::Result;
@@ -12,8 +14,6 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
-use crate::delivery::WAKE_EVENT;
-use crate::delivery::render::wrap;
 
 /// Settles `handed` messages (of one thread, or all) against their rollouts. Returns how many
 /// reached a final state.
@@ -114,9 +114,7 @@ pub(super) fn scan_rollout(path: &str, messages: &[Message]) -> Vec<Settlement> 
 pub(super) fn scan_rollout_within(path: &str, messages: &[Message], budget: u64) -> Vec<Settlement> {
     use std::os::unix::fs::MetadataExt;
     let start = messages.iter().map(|m| m.scan_offset.unwrap_or(0).max(0) as u64).min().unwrap_or(0);
-    let all = |state, reason, offset| -> Vec<Settlement> {
-        messages.iter().map(|m| (m.id.clone(), state, reason, offset)).collect()
-    };
+    let all = |state, reason, offset| -> Vec<Settlement> { messages.iter().map(|m| (m.id.clone(), state, reason, offset)).collect() };
     let Ok(file) = File::open(path) else {
         return all(Some(State::Uncertain), Some("rollout_missing"), start);
     };
@@ -129,15 +127,7 @@ pub(super) fn scan_rollout_within(path: &str, messages: &[Message], budget: u64)
     let mut states = scan_states().lock().unwrap_or_else(|e| e.into_inner());
     let mut st = match states.remove(path) {
         Some(s) if (s.dev, s.ino, s.born) == (meta.dev(), meta.ino(), born) && s.line_start == start && s.consumed <= len => s,
-        _ => ScanState {
-            dev: meta.dev(),
-            ino: meta.ino(),
-            born,
-            line_start: start,
-            consumed: start,
-            partial: Vec::new(),
-            skipping: false,
-        },
+        _ => ScanState { dev: meta.dev(), ino: meta.ino(), born, line_start: start, consumed: start, partial: Vec::new(), skipping: false },
     };
     let budget_end = st.consumed.saturating_add(budget).min(len);
 
@@ -245,10 +235,7 @@ pub fn settle_line<'a>(
             // The messages of the hand-offs this output belongs to, in the order they were rendered.
             let batch: Vec<&'a Message> = messages
                 .iter()
-                .filter(|m| {
-                    shown(m)
-                        || (m.lease.is_some_and(|l| leases.contains(&l)) && open.contains_key(m.id.as_str()) && after(m))
-                })
+                .filter(|m| shown(m) || (m.lease.is_some_and(|l| leases.contains(&l)) && open.contains_key(m.id.as_str()) && after(m)))
                 .collect();
             for (i, m) in batch.iter().enumerate() {
                 let settled = if present.contains(m.id.as_str()) {
@@ -282,17 +269,15 @@ pub fn settle_line<'a>(
                 })
                 .collect();
             for m in woken {
-                let settled = if holds_whole(&text, m) { (Some(State::Confirmed), None) } else { (Some(State::Uncertain), Some("shown_truncated")) };
+                let settled =
+                    if holds_whole(&text, m) { (Some(State::Confirmed), None) } else { (Some(State::Uncertain), Some("shown_truncated")) };
                 out.push((m.id.clone(), settled.0, settled.1, next));
                 open.remove(m.id.as_str());
             }
         }
         Some(RolloutEvent::TurnClosed { turn_id }) => {
-            let closed: Vec<&str> = open
-                .values()
-                .filter(|m| after(m) && m.turn_id.as_deref().is_none_or(|t| t == turn_id))
-                .map(|m| m.id.as_str())
-                .collect();
+            let closed: Vec<&str> =
+                open.values().filter(|m| after(m) && m.turn_id.as_deref().is_none_or(|t| t == turn_id)).map(|m| m.id.as_str()).collect();
             for id in closed {
                 out.push((id.to_string(), Some(State::Uncertain), Some("turn_closed_without_marker"), next));
                 open.remove(id);

@@ -6,16 +6,16 @@
 //!
 //! Confirmation (`confirm.rs`): [`reconcile`] scans each handed message's rollout forward from
 //! where it was handed for the message's marker: `confirmed`, or `uncertain` when its turn closed
-//! without it. Rendering (`render.rs`) and the output budget (`budget.rs`) are shared with the
+//! without it. Rendering (`render.rs`) and one message's wrapper with the output budget (`wrapper.rs`) are shared with the
 //! store (which checks the budget at `send` and at lease) and the wake channel.
 
-pub mod budget;
 mod confirm;
 mod render;
+pub mod wrapper;
 
-pub use budget::{wrapped_len, MAX_OUTPUT_BYTES};
 pub use confirm::{reconcile, set_scan_budget, settle_line, SERVE_SCAN_BUDGET};
-pub use render::{render, verified_thread, wrap};
+pub use render::{render, wrap};
+pub use wrapper::{verified_thread, wrapped_len, MAX_OUTPUT_BYTES};
 
 use crate::gate::Verified;
 use crate::store::Store;
@@ -33,7 +33,11 @@ pub enum Offer {
     Nothing,
     /// Messages are waiting but this call may not take them; the reason is noted on them.
     Deferred,
-    Lease { token: i64, output: String, count: usize },
+    Lease {
+        token: i64,
+        output: String,
+        count: usize,
+    },
 }
 
 pub fn offer(store: &mut Store, v: &Verified) -> Result<Offer> {

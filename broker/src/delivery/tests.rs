@@ -58,18 +58,24 @@ fn line(kind: &str, payload: serde_json::Value) -> String {
 }
 
 fn hook_context(text: &str) -> String {
-    line("response_item", serde_json::json!({"type": "message", "role": "developer",
+    line(
+        "response_item",
+        serde_json::json!({"type": "message", "role": "developer",
         "content": [{"type": "input_text", "text": text}],
         "internal_chat_message_metadata_passthrough": {"turn_id": "T1", "content_item_kinds": ["hooks.additional_context"],
-            "content_item_metadata": [{"provenance": {"type": "harness", "hook": true}}]}}))
+            "content_item_metadata": [{"provenance": {"type": "harness", "hook": true}}]}}),
+    )
 }
 
 fn stop_prompt(text: &str) -> String {
     let esc = text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
-    line("response_item", serde_json::json!({"type": "message", "role": "user",
+    line(
+        "response_item",
+        serde_json::json!({"type": "message", "role": "user",
         "content": [{"type": "input_text", "text": format!("<hook_prompt hook_run_id=\"stop:1:/h/hooks.json\">{esc}</hook_prompt>")}],
         "internal_chat_message_metadata_passthrough": {"turn_id": "T1",
-            "content_item_metadata": [{"provenance": {"type": "harness", "hook": true}}]}}))
+            "content_item_metadata": [{"provenance": {"type": "harness", "hook": true}}]}}),
+    )
 }
 
 /// What Codex 0.171.0 makes of hook output over its budget: a notice, the head, the cut, the tail.

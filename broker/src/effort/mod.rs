@@ -13,13 +13,13 @@
 pub mod config;
 pub mod policy;
 
+use crate::appserver::{self, endpoint, Endpoint};
+use crate::config::ConfigCache;
 use crate::gate::Verified;
 use crate::store::{State, Store};
 use anyhow::Result;
-use crate::config::ConfigCache;
 use config::EffortConfig;
 use courier_shared::hook::HookEvent;
-use crate::appserver::{self, endpoint, Endpoint};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -396,7 +396,11 @@ mod exchange_tests {
             let head = String::from_utf8(head).unwrap();
             let key = head.lines().find_map(|l| l.strip_prefix("Sec-WebSocket-Key: ")).unwrap().trim().to_string();
             let accept = crate::appserver::ws::base64(&Sha1::digest(format!("{key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11").as_bytes()));
-            write!(s, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n").unwrap();
+            write!(
+                s,
+                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
+            )
+            .unwrap();
             let mut methods = Vec::new();
             while let Some(msg) = read_frame(&mut s) {
                 let method = msg["method"].as_str().unwrap_or("").to_string();
@@ -466,8 +470,7 @@ mod exchange_tests {
         assert_eq!((row["state"].as_str(), row["reason"].as_str()), (Some("failed"), Some("target_unavailable")));
         assert_eq!(updates(&methods), 1);
         std::fs::remove_dir_all(dir).unwrap();
-        let (row, methods, _s, dir) =
-            run_once("rpcerr", "thread", Mode::Answer(r#"{"error":{"code":-32600,"message":"nope"}}"#), 2000);
+        let (row, methods, _s, dir) = run_once("rpcerr", "thread", Mode::Answer(r#"{"error":{"code":-32600,"message":"nope"}}"#), 2000);
         assert_eq!(row["state"], "failed");
         assert!(row["reason"].as_str().unwrap().contains("-32600"), "{row}");
         assert_eq!(methods.last().map(String::as_str), Some("thread/settings/update"));

@@ -142,7 +142,8 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("r.jsonl");
         // As codex-cli 0.171.0 writes it (trimmed).
-        let other = r#"{"type":"event_msg","payload":{"type":"item_completed","item":{"type":"CommandExecution","id":"call_0001","exit_code":0}}}"#;
+        let other =
+            r#"{"type":"event_msg","payload":{"type":"item_completed","item":{"type":"CommandExecution","id":"call_0001","exit_code":0}}}"#;
         let mine = r#"{"type":"event_msg","payload":{"type":"item_completed","item":{"type":"CommandExecution","id":"call_0002","status":"failed","exit_code":3}}}"#;
         let data = format!("{other}\n{mine}\n");
         std::fs::write(&path, &data).unwrap();

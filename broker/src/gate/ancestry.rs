@@ -35,10 +35,8 @@ impl Gate {
     /// The peer's own uids, then the walk to the trusted codex. An expected Codex binary not
     /// hashed yet is waited for until [`DIGEST_WAIT_MS`] after the request's timestamp.
     pub(super) fn trusted_ancestry(&self, peer: &Peer, req: &HookRequest, trust: &dyn CodexTrust) -> Result<Ancestry, Refusal> {
-        let peer_stat =
-            os::read_stat(peer.pid).map_err(|e| Refusal::new(RefusalCode::PeerGone, format!("peer stat: {e}")))?;
-        let peer_status =
-            os::read_status(peer.pid).map_err(|e| Refusal::new(RefusalCode::PeerGone, format!("peer status: {e}")))?;
+        let peer_stat = os::read_stat(peer.pid).map_err(|e| Refusal::new(RefusalCode::PeerGone, format!("peer stat: {e}")))?;
+        let peer_status = os::read_status(peer.pid).map_err(|e| Refusal::new(RefusalCode::PeerGone, format!("peer status: {e}")))?;
         peer.still_alive("after stat")?;
         if !peer_status.all_uids_are(self.uid) {
             return Err(Refusal::new(RefusalCode::PeerUid, format!("peer uids {:?} are not all {}", peer_status.uids, self.uid)));
@@ -69,10 +67,7 @@ impl Gate {
             let gone = |e: std::io::Error| Refusal::new(RefusalCode::AncestryChanged, format!("ancestor {ppid}: {e}"));
             let st = os::read_stat(ppid).map_err(gone)?;
             if st.starttime > child_start {
-                return Err(Refusal::new(
-                    RefusalCode::AncestryChanged,
-                    format!("ancestor {ppid} started after its child: pid reused"),
-                ));
+                return Err(Refusal::new(RefusalCode::AncestryChanged, format!("ancestor {ppid} started after its child: pid reused")));
             }
             let status = os::read_status(ppid).map_err(gone)?;
             if !status.all_uids_are(self.uid) {
@@ -136,10 +131,7 @@ impl Gate {
         }
         Err(match codexish_seen {
             Some(who) => Refusal::new(RefusalCode::UntrustedCodex, format!("codex-named ancestor {who} is not trusted")),
-            None => Refusal::new(
-                RefusalCode::NoCodexAncestor,
-                format!("no trusted Codex executable within {MAX_ANCESTRY} parents"),
-            ),
+            None => Refusal::new(RefusalCode::NoCodexAncestor, format!("no trusted Codex executable within {MAX_ANCESTRY} parents")),
         })
     }
 }

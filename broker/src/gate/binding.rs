@@ -5,8 +5,8 @@
 //! payload's `agent_id` and `session_id` agree.
 
 use super::ancestry::Member;
-use crate::os;
 use super::{holder, Gate, Refusal, RefusalCode};
+use crate::os;
 use crate::rollout::{SessionMeta, Snapshot};
 use courier_shared::hook::{HookEvent, HookPayload};
 use courier_shared::rollout::thread_id_from_path;
@@ -14,9 +14,8 @@ use std::path::{Path, PathBuf};
 
 /// The transcript path the event names, and the thread UUID of its file name.
 pub(super) fn transcript(event: HookEvent, payload: &HookPayload) -> Result<(&str, String), Refusal> {
-    let path_str = event
-        .transcript_path(payload)
-        .ok_or_else(|| Refusal::new(RefusalCode::TranscriptPath, "no transcript path in payload"))?;
+    let path_str =
+        event.transcript_path(payload).ok_or_else(|| Refusal::new(RefusalCode::TranscriptPath, "no transcript path in payload"))?;
     let thread_id = thread_id_from_path(path_str)
         .ok_or_else(|| Refusal::new(RefusalCode::TranscriptPath, format!("{path_str:?} is not rollout-*-<uuid>.jsonl")))?
         .to_string();
@@ -79,17 +78,13 @@ impl Gate {
         let lock_path = lock_dir.join(format!("{thread_id}.lock"));
         // The file at the lock path now, if any. None is not yet a refusal: the real holder keeps
         // its claim when someone removed or replaced the path under it (holder.rs, "Which lock file").
-        let lock_file = os::statx_path_nofollow(&lock_path)
-            .ok()
-            .filter(|id| os::is_regular(id.mode))
-            .map(|id| (id.dev, id.ino));
+        let lock_file = os::statx_path_nofollow(&lock_path).ok().filter(|id| os::is_regular(id.mode)).map(|id| (id.dev, id.ino));
         // Only SessionStart's delivery depends on how many threads codex runs; other events re-check
         // the fds that held the rollout and the lock last time, and scan only when those moved.
         let counted = event.needs_sole_thread();
         let thread_locks = if !counted
-            && lock_file.is_some_and(|lock| {
-                holder::hinted_holds(&self.fd_hints, codex.pid, codex.starttime, rollout_file, lock)
-            }) {
+            && lock_file.is_some_and(|lock| holder::hinted_holds(&self.fd_hints, codex.pid, codex.starttime, rollout_file, lock))
+        {
             0
         } else {
             let lock_dir_canon = std::fs::canonicalize(&lock_dir).unwrap_or_else(|_| lock_dir.clone());
@@ -108,10 +103,7 @@ impl Gate {
                 } else {
                     "not open"
                 };
-                return Err(Refusal::new(
-                    RefusalCode::NotRolloutHolder,
-                    format!("codex {} has {path_str:?} {how}", codex.pid),
-                ));
+                return Err(Refusal::new(RefusalCode::NotRolloutHolder, format!("codex {} has {path_str:?} {how}", codex.pid)));
             }
             if !scan.holds_thread_lock {
                 let how = if scan.thread_lock_inherited {

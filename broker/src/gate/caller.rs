@@ -4,8 +4,8 @@
 //! process between it and codex unless codex itself has it.
 
 use super::ancestry::Ancestry;
-use crate::os;
 use super::{Peer, Refusal, RefusalCode};
+use crate::os;
 use courier_shared::paths::environ_get;
 
 /// Environment variables Codex sets only for commands the model runs.

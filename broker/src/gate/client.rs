@@ -44,10 +44,7 @@ pub(super) fn check(config: &GateConfig, peer: &Peer, req: &HookRequest) -> Resu
 /// The payload's event, if Courier registers it.
 pub(super) fn event(payload: &HookPayload) -> Result<HookEvent, Refusal> {
     match payload.event() {
-        HookEvent::Other => Err(Refusal::new(
-            RefusalCode::UnsupportedEvent,
-            format!("event {:?} is not handled", payload.hook_event_name),
-        )),
+        HookEvent::Other => Err(Refusal::new(RefusalCode::UnsupportedEvent, format!("event {:?} is not handled", payload.hook_event_name))),
         event => Ok(event),
     }
 }

@@ -28,9 +28,9 @@
 use crate::os;
 use std::collections::{HashMap, HashSet};
 use std::io;
-use std::sync::Mutex;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::Mutex;
 
 /// An `flock` lock as `/proc/locks` shows it: `N: FLOCK  ADVISORY  WRITE <pid> <maj>:<min>:<ino> 0 EOF`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -64,9 +64,7 @@ pub fn all_flock_writes(text: &str) -> Vec<FlockWrite> {
         let (Some(maj), Some(min), Some(ino), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
             continue;
         };
-        let (Ok(major), Ok(minor), Ok(ino)) =
-            (u32::from_str_radix(maj, 16), u32::from_str_radix(min, 16), ino.parse::<u64>())
-        else {
+        let (Ok(major), Ok(minor), Ok(ino)) = (u32::from_str_radix(maj, 16), u32::from_str_radix(min, 16), ino.parse::<u64>()) else {
             continue;
         };
         out.push(FlockWrite { pid: p, major, minor, ino });
@@ -262,12 +260,8 @@ pub fn hinted_holds(hints: &FdHints, pid: i32, start: u64, rollout: (u64, u64), 
     let (Some(rfd), Some(lfd)) = (hints.get(pid, start, rollout), hints.get(pid, start, lock)) else {
         return false;
     };
-    let append = fdinfo_if_on(pid, &rfd, rollout)
-        .and_then(|t| fdinfo_flags(&t))
-        .is_some_and(|f| writable_append(f) && cloexec(f));
-    append
-        && fdinfo_if_on(pid, &lfd, lock)
-            .is_some_and(|t| fdinfo_flags(&t).is_some_and(cloexec) && fdinfo_holds_flock_write(&t, pid))
+    let append = fdinfo_if_on(pid, &rfd, rollout).and_then(|t| fdinfo_flags(&t)).is_some_and(|f| writable_append(f) && cloexec(f));
+    append && fdinfo_if_on(pid, &lfd, lock).is_some_and(|t| fdinfo_flags(&t).is_some_and(cloexec) && fdinfo_holds_flock_write(&t, pid))
 }
 
 /// The thread id of a writer-lock fd target: `<dir>/<uuid>.lock` exactly, or, for a file that
@@ -355,10 +349,7 @@ mod tests {
         let l = parse_flock_writes(text, 7216);
         assert_eq!(
             l,
-            vec![
-                FlockWrite { pid: 7216, major: 0xfe, minor: 0, ino: 10010639 },
-                FlockWrite { pid: 7216, major: 0x103, minor: 2, ino: 42 }
-            ]
+            vec![FlockWrite { pid: 7216, major: 0xfe, minor: 0, ino: 10010639 }, FlockWrite { pid: 7216, major: 0x103, minor: 2, ino: 42 }]
         );
     }
 

@@ -50,9 +50,9 @@ pub mod owner;
 pub mod peer;
 mod rollout_read;
 pub mod sender;
-mod turn;
 #[cfg(test)]
 mod tests;
+mod turn;
 
 pub use crate::refusal::RefusalCode;
 use crate::rollout::RolloutTracker;

@@ -64,9 +64,7 @@ fn lock_holders(text: &str, dev: u64, ino: u64) -> Vec<i32> {
         .collect();
     pids.sort_unstable();
     pids.dedup();
-    pids.retain(|pid| {
-        holder::parse_flock_writes(text, *pid).iter().any(|w| w.ino == ino && w.major == major && w.minor == minor)
-    });
+    pids.retain(|pid| holder::parse_flock_writes(text, *pid).iter().any(|w| w.ino == ino && w.major == major && w.minor == minor));
     pids
 }
 
@@ -85,9 +83,11 @@ fn find_rollout(sessions: &Path, thread: &str) -> Option<PathBuf> {
         dirs = next;
     }
     dirs.iter().find_map(|d| {
-        std::fs::read_dir(d).ok()?.flatten().map(|e| e.path()).find(|p| {
-            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("rollout-") && n.ends_with(&suffix))
-        })
+        std::fs::read_dir(d)
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("rollout-") && n.ends_with(&suffix)))
     })
 }
 
@@ -124,8 +124,8 @@ impl Gate {
         let rollout = find_rollout(&sessions, thread).ok_or_else(|| NoOwner::NotProven("no rollout under sessions/".into()))?;
         let file = os::open_nofollow(&rollout).map_err(|e| NoOwner::NotProven(format!("open rollout: {e}")))?;
         let id = os::statx_fd(&file).map_err(|e| NoOwner::NotProven(format!("statx rollout: {e}")))?;
-        let scan = holder::scan(pid, (id.dev, id.ino), Some((lock.dev(), lock.ino())), thread, &lock_dir)
-            .map_err(|_| NoOwner::NotLoaded)?;
+        let scan =
+            holder::scan(pid, (id.dev, id.ino), Some((lock.dev(), lock.ino())), thread, &lock_dir).map_err(|_| NoOwner::NotLoaded)?;
         if !scan.holds_rollout_append || !scan.holds_thread_lock {
             return Err(NoOwner::NotProven(format!(
                 "holder {pid} does not hold the rollout for append and the lock through its own fds ({scan:?})"

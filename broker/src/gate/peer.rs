@@ -25,13 +25,7 @@ fn peer_pidfd(stream: &UnixStream) -> Result<Option<OwnedFd>, std::io::Error> {
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: getsockopt writes at most `len` bytes into `fd`.
     let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            SO_PEERPIDFD,
-            &mut fd as *mut libc::c_int as *mut libc::c_void,
-            &mut len,
-        )
+        libc::getsockopt(stream.as_raw_fd(), libc::SOL_SOCKET, SO_PEERPIDFD, &mut fd as *mut libc::c_int as *mut libc::c_void, &mut len)
     };
     if rc == 0 && fd >= 0 {
         // SAFETY: the kernel installed a new fd for us.

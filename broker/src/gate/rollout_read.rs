@@ -20,8 +20,8 @@ impl Gate {
             Err(e) => return Err(Refusal::new(RefusalCode::TranscriptPath, format!("open {path_str:?}: {e}"))),
             Ok(None) => {
                 // No openat2: resolve the path instead.
-                let canonical = std::fs::canonicalize(path)
-                    .map_err(|e| Refusal::new(RefusalCode::TranscriptPath, format!("{path_str:?}: {e}")))?;
+                let canonical =
+                    std::fs::canonicalize(path).map_err(|e| Refusal::new(RefusalCode::TranscriptPath, format!("{path_str:?}: {e}")))?;
                 if canonical != path {
                     return Err(Refusal::new(
                         RefusalCode::TranscriptPath,
@@ -35,20 +35,15 @@ impl Gate {
         if !os::is_regular(before.mode) {
             return Err(Refusal::new(RefusalCode::TranscriptPath, format!("{path_str:?} is not a regular file")));
         }
-        let identity = |id: &os::FileId| RolloutIdentity {
-            dev: id.dev,
-            ino: id.ino,
-            btime_sec: id.btime_sec,
-            btime_nsec: id.btime_nsec,
-        };
+        let identity = |id: &os::FileId| RolloutIdentity { dev: id.dev, ino: id.ino, btime_sec: id.btime_sec, btime_nsec: id.btime_nsec };
         let check_identity = |when: &str| -> Result<(), Refusal> {
             let changed = |why: String| Refusal::new(RefusalCode::RolloutChanged, format!("{when}: {why}"));
             let at_path = os::statx_path_nofollow(path).map_err(|e| changed(format!("{path_str:?}: {e}")))?;
             if !at_path.same_file(&before) {
                 return Err(changed(format!("{path_str:?} is no longer the file that was opened")));
             }
-            let fd_path = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
-                .map_err(|e| changed(format!("fd path: {e}")))?;
+            let fd_path =
+                std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).map_err(|e| changed(format!("fd path: {e}")))?;
             if fd_path != path {
                 return Err(changed(format!("opened file now resolves to {fd_path:?}")));
             }

@@ -57,13 +57,15 @@ fn classify(line: &[u8], needle: &[u8], call_id: &str) -> Line {
     if has(head, b"\"task_started\"") {
         return Line::TurnStart;
     }
-    if !has(line, needle) || !(has(head, b"\"function_call\"") || has(head, b"\"custom_tool_call\"") || has(head, b"\"local_shell_call\"")) {
+    if !has(line, needle) || !(has(head, b"\"function_call\"") || has(head, b"\"custom_tool_call\"") || has(head, b"\"local_shell_call\""))
+    {
         return Line::Other;
     }
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else { return Line::Other };
     let p = &v["payload"];
     let kind = p["type"].as_str().unwrap_or("");
-    if v["type"] == "response_item" && matches!(kind, "function_call" | "custom_tool_call" | "local_shell_call") && p["call_id"] == call_id {
+    if v["type"] == "response_item" && matches!(kind, "function_call" | "custom_tool_call" | "local_shell_call") && p["call_id"] == call_id
+    {
         Line::Found
     } else {
         Line::Other
@@ -187,7 +189,9 @@ mod tests {
 
     #[test]
     fn tool_call_must_be_in_the_open_turn() {
-        let call = |id: &str| rec("response_item", serde_json::json!({"type": "function_call", "name": "exec_command", "call_id": id, "arguments": "{}"}));
+        let call = |id: &str| {
+            rec("response_item", serde_json::json!({"type": "function_call", "name": "exec_command", "call_id": id, "arguments": "{}"}))
+        };
         let started = |t: &str| rec("event_msg", serde_json::json!({"type": "task_started", "turn_id": t}));
         let big = rec("response_item", serde_json::json!({"type": "function_call_output", "call_id": "x", "output": "y".repeat(300_000)}));
         let (f, len, dir) = rollout(&[started("T1"), call("call_old"), started("T2"), big.clone(), call("call_now"), big]);
@@ -195,7 +199,10 @@ mod tests {
         assert!(!open_turn_has_call(&f, len, "call_old"), "a call of an earlier turn");
         assert!(!open_turn_has_call(&f, len, "call_none"));
         // The call id only inside some output text does not count.
-        let fake = rec("response_item", serde_json::json!({"type": "function_call_output", "call_id": "x", "output": "\"call_id\":\"call_fake\""}));
+        let fake = rec(
+            "response_item",
+            serde_json::json!({"type": "function_call_output", "call_id": "x", "output": "\"call_id\":\"call_fake\""}),
+        );
         let (f2, len2, dir2) = rollout(&[started("T1"), fake]);
         assert!(!open_turn_has_call(&f2, len2, "call_fake"));
         // The first line counts too.

@@ -11,9 +11,6 @@ pub(super) fn check(event: HookEvent, payload: &HookPayload, snap: &Snapshot) ->
     match (event, payload.turn_id.as_deref()) {
         (e, None) if !e.needs_turn() => Ok(None),
         (_, Some(t)) if open == Some(t) => Ok(Some(t.to_string())),
-        (_, t) => Err(Refusal::new(
-            RefusalCode::TurnMismatch,
-            format!("payload turn {t:?} is not the rollout's open turn {open:?}"),
-        )),
+        (_, t) => Err(Refusal::new(RefusalCode::TurnMismatch, format!("payload turn {t:?} is not the rollout's open turn {open:?}"))),
     }
 }

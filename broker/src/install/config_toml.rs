@@ -1,11 +1,15 @@
 //! Codex's `config.toml`: the trust entries for Courier's handlers, edited format-preserving.
 
-use anyhow::{Context, Result};
 use super::manifest::Manifest;
+use anyhow::{Context, Result};
 
 // config.toml trust entries (format-preserving)
 
-pub(super) fn ensure_table<'a>(parent: &'a mut dyn toml_edit::TableLike, key: &str, created: &mut bool) -> Result<&'a mut dyn toml_edit::TableLike> {
+pub(super) fn ensure_table<'a>(
+    parent: &'a mut dyn toml_edit::TableLike,
+    key: &str,
+    created: &mut bool,
+) -> Result<&'a mut dyn toml_edit::TableLike> {
     if !parent.contains_key(key) {
         let mut t = toml_edit::Table::new();
         t.set_implicit(true);
@@ -17,7 +21,12 @@ pub(super) fn ensure_table<'a>(parent: &'a mut dyn toml_edit::TableLike, key: &s
 
 /// Sets `hooks.state."<key>".trusted_hash` for each entry and removes `stale` keys install wrote
 /// earlier (only while they still hold the hash install wrote).
-pub fn add_trust(doc: &mut toml_edit::DocumentMut, entries: &[(String, String)], stale: &[(String, String)], m: &mut Manifest) -> Result<()> {
+pub fn add_trust(
+    doc: &mut toml_edit::DocumentMut,
+    entries: &[(String, String)],
+    stale: &[(String, String)],
+    m: &mut Manifest,
+) -> Result<()> {
     let (mut made_hooks, mut made_state) = (false, false);
     let hooks = ensure_table(doc.as_table_mut(), "hooks", &mut made_hooks)?;
     let state = ensure_table(hooks, "state", &mut made_state)?;

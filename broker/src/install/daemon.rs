@@ -23,8 +23,8 @@ pub fn daemonize(exe: &Path) -> Result<(u32, bool)> {
     if fs::metadata(&log).is_ok_and(|m| m.len() > DAEMON_LOG_MAX) {
         let _ = fs::rename(&log, state.join(format!("{DAEMON_LOG}.1")));
     }
-    let logf = fs::OpenOptions::new().create(true).append(true).mode(0o600).open(&log)
-        .with_context(|| format!("opening {}", log.display()))?;
+    let logf =
+        fs::OpenOptions::new().create(true).append(true).mode(0o600).open(&log).with_context(|| format!("opening {}", log.display()))?;
     let mut cmd = Command::new(exe);
     cmd.arg("serve").stdin(Stdio::null()).stdout(logf.try_clone()?).stderr(logf);
     // The profile line runs in whatever login shell starts first, possibly one a Codex tool
@@ -51,7 +51,11 @@ pub fn daemonize(exe: &Path) -> Result<(u32, bool)> {
             }
             let tail = fs::read_to_string(&log).unwrap_or_default();
             let tail: Vec<&str> = tail.lines().rev().take(5).collect();
-            bail!("broker serve exited ({status}); last log lines ({}):\n{}", log.display(), tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+            bail!(
+                "broker serve exited ({status}); last log lines ({}):\n{}",
+                log.display(),
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
         }
         if Instant::now() >= deadline {
             bail!("broker serve (pid {pid}) did not answer within 15 s; see {}", log.display());
@@ -68,7 +72,9 @@ pub const DAEMON_ENV: [&str; 8] = ["HOME", "PATH", "USER", "LOGNAME", "LANG", "L
 
 pub const DAEMON_ENV_PREFIXES: [&str; 3] = ["XDG_", "COURIER_", "LC_"];
 
-pub fn daemon_env(vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+pub fn daemon_env(
+    vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
     vars.into_iter()
         .filter(|(k, _)| {
             let k = k.to_string_lossy();

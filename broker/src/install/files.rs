@@ -1,11 +1,11 @@
 //! Small file helpers for install and uninstall: atomic writes, restores, binaries copied in place.
 
+use super::journal::{journal, journal_file, Change};
 use anyhow::{Context, Result};
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use super::journal::{Change, journal, journal_file};
 
 // Small file helpers
 
@@ -26,7 +26,11 @@ pub(super) fn write_atomic(path: &Path, bytes: &[u8], new_mode: u32) -> Result<(
     let tmp = dir.join(format!(".{}.courier-{}", path.file_name().unwrap_or_default().to_string_lossy(), std::process::id()));
     let _ = fs::remove_file(&tmp);
     let written = (|| -> Result<()> {
-        let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)
             .with_context(|| format!("creating {}", tmp.display()))?;
         f.write_all(bytes)?;
         f.set_permissions(fs::Permissions::from_mode(mode))?;
@@ -94,13 +98,18 @@ pub(super) fn install_binary(src: &Path, dst: &Path) -> Result<bool> {
     let bytes = fs::read(src).with_context(|| format!("reading {}", src.display()))?;
     let tmp = dst.with_file_name(format!(".{}.courier-{}", dst.file_name().unwrap_or_default().to_string_lossy(), std::process::id()));
     let _ = fs::remove_file(&tmp);
-    let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(0o755).open(&tmp)
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o755)
+        .open(&tmp)
         .with_context(|| format!("creating {}", tmp.display()))?;
     f.write_all(&bytes)?;
     f.sync_all()?;
     // Keep the binary being replaced (a hard link) until the run succeeds: undo puts it back.
     let backup = if fs::symlink_metadata(dst).is_ok() {
-        let b = dst.with_file_name(format!(".{}.courier-backup-{}", dst.file_name().unwrap_or_default().to_string_lossy(), std::process::id()));
+        let b =
+            dst.with_file_name(format!(".{}.courier-backup-{}", dst.file_name().unwrap_or_default().to_string_lossy(), std::process::id()));
         let _ = fs::remove_file(&b);
         fs::hard_link(dst, &b).with_context(|| format!("keeping a copy of {}", dst.display()))?;
         Some(b)

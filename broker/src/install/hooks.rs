@@ -1,12 +1,12 @@
 //! Codex's side of a hook registration: the trust hash Codex computes for each handler, the
 //! command line it runs, and Courier's groups merged into (and out of) `hooks.json`.
 
+use super::{manifest::Manifest, EVENTS, HOOK_TIMEOUT_SECS};
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::fs;
 use std::path::{Path, PathBuf};
-use super::{EVENTS, HOOK_TIMEOUT_SECS, manifest::Manifest};
 
 // Codex's hook trust hash: Codex trusts a handler when `hooks.state."<source>:<event>:<group>:0"
 // .trusted_hash` in config.toml is the SHA-256 of the handler's canonical JSON (event in snake case,
@@ -53,8 +53,7 @@ pub fn canonical_json(v: &Value) -> String {
         Value::Object(m) => {
             let mut keys: Vec<&String> = m.keys().collect();
             keys.sort();
-            let parts: Vec<String> =
-                keys.into_iter().map(|k| format!("{}:{}", Value::String(k.clone()), canonical_json(&m[k]))).collect();
+            let parts: Vec<String> = keys.into_iter().map(|k| format!("{}:{}", Value::String(k.clone()), canonical_json(&m[k]))).collect();
             format!("{{{}}}", parts.join(","))
         }
         Value::Array(a) => format!("[{}]", a.iter().map(canonical_json).collect::<Vec<_>>().join(",")),
@@ -104,9 +103,7 @@ pub fn merge_hooks(doc: &mut Value, command: &str, old_commands: &[String], m: &
     }
     let hooks = root.get_mut("hooks").and_then(Value::as_object_mut).context("\"hooks\" in hooks.json is not an object")?;
     let ours = json!({"hooks": [handler(command)]});
-    let is_old = |h: &Value| {
-        h.get("command").and_then(Value::as_str).is_some_and(|c| c == command || old_commands.iter().any(|o| o == c))
-    };
+    let is_old = |h: &Value| h.get("command").and_then(Value::as_str).is_some_and(|c| c == command || old_commands.iter().any(|o| o == c));
     let mut out = Vec::new();
     for ev in EVENTS {
         if !hooks.contains_key(ev) {
@@ -115,7 +112,8 @@ pub fn merge_hooks(doc: &mut Value, command: &str, old_commands: &[String], m: &
                 m.created_events.push(ev.into());
             }
         }
-        let groups = hooks.get_mut(ev).and_then(Value::as_array_mut).with_context(|| format!("hooks.{ev} in hooks.json is not an array"))?;
+        let groups =
+            hooks.get_mut(ev).and_then(Value::as_array_mut).with_context(|| format!("hooks.{ev} in hooks.json is not an array"))?;
         if let Some(i) = groups.iter().position(|g| *g == ours) {
             let stale = groups.iter().enumerate().any(|(j, g)| j != i && group_has(g, &is_old));
             if !stale {

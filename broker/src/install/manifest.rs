@@ -1,12 +1,14 @@
 //! What install added, and what one run changed: the manifest (written ahead of each step, read
 //! by uninstall and doctor) and the run's journal, undone when a step fails.
 
+use super::{
+    files::{read_opt, write_atomic},
+    MANIFEST_NAME,
+};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::path::{Path, PathBuf};
-use super::{MANIFEST_NAME, files::{read_opt, write_atomic}};
-
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct FileEdit {
@@ -34,8 +36,12 @@ pub struct ProfileEdit {
 pub enum StartSetup {
     #[default]
     None,
-    Systemd { units: Vec<PathBuf> },
-    Profile { files: Vec<ProfileEdit> },
+    Systemd {
+        units: Vec<PathBuf>,
+    },
+    Profile {
+        files: Vec<ProfileEdit>,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
@@ -96,7 +102,6 @@ pub(super) fn save_manifest(state_dir: &Path, m: &Manifest) -> Result<()> {
     }
     Ok(())
 }
-
 
 /// Records that install is about to write `new` to `edit`'s file whose current text is `current`.
 pub(super) fn track_edit(edit: &mut Option<FileEdit>, path: &Path, current: Option<&str>, new: &str) {

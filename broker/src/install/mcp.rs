@@ -1,8 +1,8 @@
 //! `[mcp_servers.courier]` in Codex's `config.toml`: `broker mcp` registered as an MCP server
 //! (`broker install --no-mcp` leaves it out), edited format-preserving like the trust entries.
 
-use anyhow::Result;
 use super::{manifest::Manifest, Report};
+use anyhow::Result;
 use std::path::Path;
 
 /// The server's name in Codex (its tools are `mcp__courier__...`).
@@ -34,7 +34,8 @@ pub(super) fn add_mcp(doc: &mut toml_edit::DocumentMut, broker: &Path, m: &mut M
     let same = servers.get(MCP_NAME).map(|i| i.to_string()) == Some(toml_edit::Item::Table(t.clone()).to_string());
     if !same {
         servers.insert(MCP_NAME, toml_edit::Item::Table(t));
-        report.push(format!("registered `{command} mcp` as Codex's MCP server \"{MCP_NAME}\" (send_message, list_threads, message_status)"));
+        report
+            .push(format!("registered `{command} mcp` as Codex's MCP server \"{MCP_NAME}\" (send_message, list_threads, message_status)"));
     }
     if made {
         m.created_mcp_servers = true;

@@ -24,17 +24,27 @@
 //! - `uninstall.rs`: `broker uninstall [--purge]`.
 
 use crate::{codex, dirs, store::Store};
-use courier_shared::hook::HookEvent;
 use anyhow::{bail, Context, Result};
+use courier_shared::hook::HookEvent;
 use courier_shared::paths;
 use serde_json::{json, Value};
 use std::fs;
 use std::path::{Path, PathBuf};
-use {files::{absolute, create_dirs, install_binary, read_opt, same_file, write_atomic}, hooks::json_text, journal::{begin_journal, end_journal}, manifest::{save_manifest, track_edit}, start::{setup_profile, setup_systemd, teardown_start}, undo::{commit, undo}, uninstall::{purge_dir, state_files}};
+use {
+    files::{absolute, create_dirs, install_binary, read_opt, same_file, write_atomic},
+    hooks::json_text,
+    journal::{begin_journal, end_journal},
+    manifest::{save_manifest, track_edit},
+    start::{setup_profile, setup_systemd, teardown_start},
+    undo::{commit, undo},
+    uninstall::{purge_dir, state_files},
+};
 
 pub use config_toml::{add_trust, remove_trust};
 pub use daemon::{daemon_env, daemonize, stop_broker_running, DAEMON_ENV, DAEMON_ENV_PREFIXES};
-pub use hooks::{canonical_json, hook_command, hook_trust_hash, hooks_source, merge_hooks, shell_quote, snake_event, trust_key, unmerge_hooks};
+pub use hooks::{
+    canonical_json, hook_command, hook_trust_hash, hooks_source, merge_hooks, shell_quote, snake_event, trust_key, unmerge_hooks,
+};
 pub use manifest::{load_manifest, manifest_path, FileEdit, Manifest, ProfileEdit, StartSetup};
 pub use start::{profile_block, StartMode};
 pub use systemd::{render_units, systemctl_user, unit_dir, user_manager_runs};
@@ -57,17 +67,17 @@ pub const SOCKET_UNIT: &str = "courier-broker.socket";
 pub const SERVICE_UNIT: &str = "courier-broker.service";
 mod config_toml;
 mod daemon;
-mod journal;
-mod systemd;
-mod undo;
 mod files;
 mod hooks;
+mod journal;
 mod manifest;
 mod mcp;
 mod start;
-mod uninstall;
+mod systemd;
 #[cfg(test)]
 mod tests;
+mod undo;
+mod uninstall;
 
 // install
 
@@ -267,7 +277,9 @@ fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Installed> {
     let hooks_path = codex_home.join("hooks.json");
     let current = read_opt(&hooks_path)?;
     let mut doc: Value = match &current {
-        Some(t) if !t.trim().is_empty() => serde_json::from_str(t).with_context(|| format!("{} is not valid JSON; fix it first", hooks_path.display()))?,
+        Some(t) if !t.trim().is_empty() => {
+            serde_json::from_str(t).with_context(|| format!("{} is not valid JSON; fix it first", hooks_path.display()))?
+        }
         _ => json!({}),
     };
     let groups = merge_hooks(&mut doc, &command, &old_commands, &mut m)?;
@@ -291,8 +303,8 @@ fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Installed> {
         .collect();
     let config_path = codex_home.join("config.toml");
     let current = read_opt(&config_path)?;
-    let mut tdoc: toml_edit::DocumentMut = current.as_deref().unwrap_or("").parse()
-        .with_context(|| format!("{} is not valid TOML; fix it first", config_path.display()))?;
+    let mut tdoc: toml_edit::DocumentMut =
+        current.as_deref().unwrap_or("").parse().with_context(|| format!("{} is not valid TOML; fix it first", config_path.display()))?;
     let stale = m.trust_entries.clone();
     add_trust(&mut tdoc, &entries, &stale, &mut m)?;
     if with_mcp {

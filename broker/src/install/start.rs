@@ -1,13 +1,21 @@
 //! Starting the broker at login: systemd user units (socket activation) or a login-profile
 //! block running `broker serve --daemonize`, and stopping a running broker.
 
+use super::{
+    daemon::stop_broker_running,
+    files::{read_opt, remove_file, write_atomic},
+    hooks::shell_quote,
+    journal::{journal, Change},
+    manifest::{ProfileEdit, StartSetup},
+    systemd::{baked_env, render_units, run_bounded, systemctl_user, unit_dir, user_manager_runs},
+    Report, SERVICE_UNIT, SOCKET_UNIT,
+};
 use anyhow::{bail, Context, Result};
 use courier_shared::paths;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
-use super::{Report, SERVICE_UNIT, SOCKET_UNIT, daemon::stop_broker_running, files::{read_opt, remove_file, write_atomic}, hooks::shell_quote, journal::{Change, journal}, manifest::{ProfileEdit, StartSetup}, systemd::{baked_env, render_units, run_bounded, systemctl_user, unit_dir, user_manager_runs}};
 
 // Starting the broker at login
 
@@ -36,10 +44,7 @@ impl StartMode {
 pub fn profile_block(broker: &Path, codex_home: &Path) -> String {
     let env: Vec<String> = baked_env(codex_home).iter().map(|(k, v)| format!("{k}={}", shell_quote(v))).collect();
     let b = shell_quote(&broker.to_string_lossy());
-    format!(
-        "{PROFILE_BEGIN}\nif [ -x {b} ]; then {} {b} serve --daemonize >/dev/null 2>&1 || true; fi\n{PROFILE_END}\n",
-        env.join(" ")
-    )
+    format!("{PROFILE_BEGIN}\nif [ -x {b} ]; then {} {b} serve --daemonize >/dev/null 2>&1 || true; fi\n{PROFILE_END}\n", env.join(" "))
 }
 
 pub(super) fn profile_files() -> Vec<PathBuf> {
@@ -87,8 +92,14 @@ pub(super) fn remove_profile_block(edit: &ProfileEdit) -> Result<bool> {
     Ok(true)
 }
 
-
-pub(super) fn setup_systemd(broker: &Path, codex_home: &Path, replaced: bool, no_enable: bool, previous: &StartSetup, report: &mut Report) -> Result<StartSetup> {
+pub(super) fn setup_systemd(
+    broker: &Path,
+    codex_home: &Path,
+    replaced: bool,
+    no_enable: bool,
+    previous: &StartSetup,
+    report: &mut Report,
+) -> Result<StartSetup> {
     if let StartSetup::Profile { .. } = previous {
         teardown_start(previous, broker, report)?;
     }
@@ -135,7 +146,13 @@ pub(super) fn setup_systemd(broker: &Path, codex_home: &Path, replaced: bool, no
     Ok(StartSetup::Systemd { units })
 }
 
-pub(super) fn setup_profile(broker: &Path, codex_home: &Path, replaced: bool, previous: &StartSetup, report: &mut Report) -> Result<StartSetup> {
+pub(super) fn setup_profile(
+    broker: &Path,
+    codex_home: &Path,
+    replaced: bool,
+    previous: &StartSetup,
+    report: &mut Report,
+) -> Result<StartSetup> {
     let old: Vec<ProfileEdit> = match previous {
         StartSetup::Profile { files } => files.clone(),
         StartSetup::Systemd { .. } => {

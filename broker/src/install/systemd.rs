@@ -71,22 +71,16 @@ pub(super) fn baked_env(codex_home: &Path) -> Vec<(String, String)> {
 pub fn render_units(broker: &Path, codex_home: &Path) -> (String, String) {
     let socket = paths::socket_path(&paths::runtime_dir());
     let listen = match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
-        Some(xdg) if std::env::var_os("COURIER_RUNTIME_DIR").is_none() => {
-            match socket.strip_prefix(&xdg) {
-                Ok(rest) => format!("%t/{}", rest.to_string_lossy().replace('%', "%%")),
-                Err(_) => socket.to_string_lossy().replace('%', "%%"),
-            }
-        }
+        Some(xdg) if std::env::var_os("COURIER_RUNTIME_DIR").is_none() => match socket.strip_prefix(&xdg) {
+            Ok(rest) => format!("%t/{}", rest.to_string_lossy().replace('%', "%%")),
+            Err(_) => socket.to_string_lossy().replace('%', "%%"),
+        },
         _ => socket.to_string_lossy().replace('%', "%%"),
     };
-    let env: Vec<String> = baked_env(codex_home)
-        .iter()
-        .map(|(k, v)| format!("Environment={}", unit_quote(&format!("{k}={v}"), false)))
-        .collect();
+    let env: Vec<String> =
+        baked_env(codex_home).iter().map(|(k, v)| format!("Environment={}", unit_quote(&format!("{k}={v}"), false))).collect();
     let sock = SOCKET_TEMPLATE.replace("@LISTEN@", &listen);
-    let svc = SERVICE_TEMPLATE
-        .replace("@BROKER@", &unit_quote(&broker.to_string_lossy(), true))
-        .replace("@ENVIRONMENT@", &env.join("\n"));
+    let svc = SERVICE_TEMPLATE.replace("@BROKER@", &unit_quote(&broker.to_string_lossy(), true)).replace("@ENVIRONMENT@", &env.join("\n"));
     (sock, svc)
 }
 

@@ -1,5 +1,5 @@
-use super::*;
 use super::systemd::unit_quote;
+use super::*;
 
 #[test]
 fn trust_hash_matches_python_port() {
@@ -19,16 +19,18 @@ fn trust_hash_matches_python_port() {
         ),
         "sha256:964faa913fb44c21006cf58db5427bf20576281281bada5c202e46c9ed4c5364"
     );
-    assert_eq!(hook_trust_hash("SessionEnd", "x", 30, None, None), "sha256:b1aa6329f3a5daf36ae487200db1136f90a884bb805ddb24a6326c98dd6f29f6");
+    assert_eq!(
+        hook_trust_hash("SessionEnd", "x", 30, None, None),
+        "sha256:b1aa6329f3a5daf36ae487200db1136f90a884bb805ddb24a6326c98dd6f29f6"
+    );
 }
 
 #[test]
 fn merge_appends_after_user_groups_and_is_idempotent() {
     let mut m = Manifest::default();
-    let mut doc: Value = serde_json::from_str(
-        r#"{"hooks":{"PreToolUse":[{"matcher":"Bash","hooks":[{"type":"command","command":"mine"}]}]},"other":1}"#,
-    )
-    .unwrap();
+    let mut doc: Value =
+        serde_json::from_str(r#"{"hooks":{"PreToolUse":[{"matcher":"Bash","hooks":[{"type":"command","command":"mine"}]}]},"other":1}"#)
+            .unwrap();
     let before = doc.clone();
     let g = merge_hooks(&mut doc, "/p/hook-client", &[], &mut m).unwrap();
     assert!(g.contains(&("PreToolUse".to_string(), 1)) && g.contains(&("Stop".to_string(), 0)), "{g:?}");
@@ -55,7 +57,8 @@ fn new_prefix_replaces_old_handlers() {
 
 #[test]
 fn trust_edit_keeps_comments_and_reverts() {
-    let original = "# my settings\nmodel = \"x\" # inline comment\n\n[hooks.state.\"/h/hooks.json:stop:0:0\"]\ntrusted_hash = \"sha256:user\"\n";
+    let original =
+        "# my settings\nmodel = \"x\" # inline comment\n\n[hooks.state.\"/h/hooks.json:stop:0:0\"]\ntrusted_hash = \"sha256:user\"\n";
     let mut doc: toml_edit::DocumentMut = original.parse().unwrap();
     let mut m = Manifest::default();
     let entries = vec![("/h/hooks.json:stop:1:0".to_string(), "sha256:ours".to_string())];

@@ -1,13 +1,19 @@
 //! Undoing a failed install run from its journal, newest change first; or keeping a successful
 //! run's changes.
 
+use super::{
+    daemon::stop_broker_running,
+    files::{remove_file, write_atomic},
+    journal::Change,
+    systemd::{baked_env, run_bounded, systemctl_user, unit_dir, user_manager_runs},
+    SERVICE_UNIT, SOCKET_UNIT,
+};
 use anyhow::{Context, Result};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
-use super::{SERVICE_UNIT, SOCKET_UNIT, daemon::stop_broker_running, files::{remove_file, write_atomic}, journal::Change, systemd::{baked_env, run_bounded, systemctl_user, unit_dir, user_manager_runs}};
 
 /// The result of undoing an install run: what was undone, and what could not be.
 pub(super) struct Undone {
@@ -52,7 +58,9 @@ pub(super) fn undo(changes: Vec<Change>, manifest: &Path) -> Undone {
                 Some(o) if o.status.success() => Ok(Some(format!("enabled {SOCKET_UNIT} and {SERVICE_UNIT} again"))),
                 _ => Err(anyhow::anyhow!("systemctl --user enable --now {SOCKET_UNIT} {SERVICE_UNIT} failed")),
             },
-            Change::Started(exe) => stop_broker_running(&exe).map(|pid| pid.map(|p| format!("stopped the broker it had started (pid {p})"))),
+            Change::Started(exe) => {
+                stop_broker_running(&exe).map(|pid| pid.map(|p| format!("stopped the broker it had started (pid {p})")))
+            }
             Change::Stopped { exe, codex_home } => {
                 restart.push((exe, codex_home));
                 continue;
@@ -71,7 +79,9 @@ pub(super) fn undo(changes: Vec<Change>, manifest: &Path) -> Undone {
         let mut cmd = Command::new(&exe);
         cmd.args(["serve", "--daemonize"]).envs(baked_env(&codex_home));
         match run_bounded(cmd, Duration::from_secs(30)) {
-            Some(o) if o.status.success() => u.done.push(format!("started the previous broker again ({})", String::from_utf8_lossy(&o.stdout).trim())),
+            Some(o) if o.status.success() => {
+                u.done.push(format!("started the previous broker again ({})", String::from_utf8_lossy(&o.stdout).trim()))
+            }
             _ => u.failed.push(format!("could not start the previous broker again: run {} serve --daemonize", exe.display())),
         }
     }

@@ -1,12 +1,20 @@
 //! `broker uninstall [--purge]`: takes back exactly what the manifest says install added.
 
+use super::{
+    config_toml::remove_trust,
+    daemon::DAEMON_LOG,
+    files::{read_opt, remove_file, restore, write_atomic},
+    hooks::{json_text, unmerge_hooks},
+    manifest::{load_manifest, manifest_path, FileEdit, Manifest, StartSetup},
+    start::{remove_units, teardown_start},
+    Report, MANIFEST_NAME,
+};
 use crate::{client, codex, store::Store};
 use anyhow::{bail, Context, Result};
 use courier_shared::paths;
 use serde_json::Value;
 use std::fs;
 use std::path::Path;
-use super::{MANIFEST_NAME, Report, config_toml::remove_trust, daemon::DAEMON_LOG, files::{read_opt, remove_file, restore, write_atomic}, hooks::{json_text, unmerge_hooks}, manifest::{FileEdit, Manifest, StartSetup, load_manifest, manifest_path}, start::{remove_units, teardown_start}};
 
 // uninstall
 
@@ -14,7 +22,15 @@ use super::{MANIFEST_NAME, Report, config_toml::remove_trust, daemon::DAEMON_LOG
 /// (socket, secret, lock): what `--purge` removes, and nothing else.
 pub(super) fn state_files() -> Vec<String> {
     let db = crate::store::DB_NAME;
-    vec![db.into(), format!("{db}-wal"), format!("{db}-shm"), DAEMON_LOG.into(), format!("{DAEMON_LOG}.1"), "broker.lock".into(), MANIFEST_NAME.into()]
+    vec![
+        db.into(),
+        format!("{db}-wal"),
+        format!("{db}-shm"),
+        DAEMON_LOG.into(),
+        format!("{DAEMON_LOG}.1"),
+        "broker.lock".into(),
+        MANIFEST_NAME.into(),
+    ]
 }
 pub(super) fn runtime_files() -> Vec<String> {
     vec![paths::SOCKET_NAME.into(), paths::SECRET_NAME.into(), "broker.lock".into()]
@@ -63,7 +79,8 @@ pub fn uninstall(purge: bool) -> Result<Report> {
             let pid = st.get("pid").and_then(Value::as_u64).unwrap_or(0);
             let exe = fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
             let ours = manifest.as_ref().is_some_and(|m| {
-                m.start != StartSetup::None && exe.to_string_lossy().trim_end_matches(" (deleted)") == m.prefix.join("broker").to_string_lossy()
+                m.start != StartSetup::None
+                    && exe.to_string_lossy().trim_end_matches(" (deleted)") == m.prefix.join("broker").to_string_lossy()
             });
             if !ours {
                 bail!("a broker (pid {pid}, {}) still runs for this login and holds the queue open; stop it, then run `broker uninstall --purge` again", exe.display());
@@ -76,7 +93,10 @@ pub fn uninstall(purge: bool) -> Result<Report> {
     }
     if purge {
         if let Some(st) = client::query_status(&runtime_dir) {
-            bail!("the broker (pid {}) is still running; stop it, then run `broker uninstall --purge` again", st.get("pid").and_then(Value::as_u64).unwrap_or(0));
+            bail!(
+                "the broker (pid {}) is still running; stop it, then run `broker uninstall --purge` again",
+                st.get("pid").and_then(Value::as_u64).unwrap_or(0)
+            );
         }
         report.extend(purge_dir(&runtime_dir, &runtime_files())?);
         report.extend(purge_dir(&state_dir, &state_files())?);

@@ -304,7 +304,11 @@ pub fn threads(args: Args) -> Result<ExitCode> {
     let all = args.flag("all");
     let limit = match args.value("limit")? {
         None => threads::DEFAULT_ENDED_LIMIT,
-        Some(n) => n.parse::<usize>().ok().filter(|n| (1..=10_000).contains(n)).ok_or_else(|| usage("threads", format!("--limit {n:?}: a number from 1 to 10000")))?,
+        Some(n) => n
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=10_000).contains(n))
+            .ok_or_else(|| usage("threads", format!("--limit {n:?}: a number from 1 to 10000")))?,
     };
     let list = fetch_threads(all, limit)?;
     let text = if args.flag("json") {

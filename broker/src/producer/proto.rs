@@ -26,8 +26,8 @@
 use super::send::{self, SendError, SendOptions, Target};
 use super::threads::{Lister, ThreadInfo};
 use super::wait::Waiters;
-use crate::gate::sender::ToolSender;
 use super::Want;
+use crate::gate::sender::ToolSender;
 use crate::store::{now_ms, Store};
 use anyhow::{Context, Result};
 use serde::Deserialize;
@@ -262,7 +262,10 @@ impl Service {
                 let wake = wake != Some(WakeMode::Never);
                 let (from, verified_sender) = if verify_sender || sender.is_some() {
                     if from.is_some() || (verify_sender && sender.is_some()) {
-                        return reply_to(&mut stream, &error("bad_request", "verify_sender or sender names the sender: no from, and not both"));
+                        return reply_to(
+                            &mut stream,
+                            &error("bad_request", "verify_sender or sender names the sender: no from, and not both"),
+                        );
                     }
                     match verify(&stream, sender.as_ref().map(|s| (s.thread.as_str(), s.call_id.as_str()))) {
                         Ok(s) => (Some(format!("{}{}", send::VERIFIED_PREFIX, s.thread)), true),
@@ -335,9 +338,15 @@ mod tests {
     fn requests_parse_strictly() {
         assert!(matches!(parse(br#"{"op":"status","id":"m_1"}"#), Ok(Op::Status { .. })));
         assert!(matches!(parse(br#"{"v":1,"op":"wait","ids":["m_1"]}"#), Ok(Op::Wait { want: Want::Confirmed, timeout_ms: None, .. })));
-        assert!(matches!(parse(br#"{"op":"wait","ids":["m_1"],"for":"handed","timeout_ms":5}"#), Ok(Op::Wait { want: Want::Handed, timeout_ms: Some(5), .. })));
+        assert!(matches!(
+            parse(br#"{"op":"wait","ids":["m_1"],"for":"handed","timeout_ms":5}"#),
+            Ok(Op::Wait { want: Want::Handed, timeout_ms: Some(5), .. })
+        ));
         assert!(matches!(parse(br#"{"op":"threads"}"#), Ok(Op::Threads { all: false, limit: None })));
-        assert!(matches!(parse(br#"{"op":"send","cwd":"/w","text":"hi","wait":"confirmed"}"#), Ok(Op::Send { wait: Some(Want::Confirmed), .. })));
+        assert!(matches!(
+            parse(br#"{"op":"send","cwd":"/w","text":"hi","wait":"confirmed"}"#),
+            Ok(Op::Send { wait: Some(Want::Confirmed), .. })
+        ));
         for bad in [
             &br#"{"op":"send","thred":"x","text":"hi"}"#[..],
             br#"{"op":"wait","ids":["m_1"],"for":"seen"}"#,

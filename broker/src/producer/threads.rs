@@ -54,8 +54,22 @@ impl ProcessKind {
     pub fn of_cmdline(cmdline: &[u8]) -> ProcessKind {
         // Codex's global options that take a separate value (`--enable f exec ...`).
         const VALUED: [&[u8]; 16] = [
-            b"-c", b"--config", b"--enable", b"--disable", b"-m", b"--model", b"-p", b"--profile", b"-C", b"--cd", b"-s",
-            b"--sandbox", b"-a", b"--ask-for-approval", b"-i", b"--image",
+            b"-c",
+            b"--config",
+            b"--enable",
+            b"--disable",
+            b"-m",
+            b"--model",
+            b"-p",
+            b"--profile",
+            b"-C",
+            b"--cd",
+            b"-s",
+            b"--sandbox",
+            b"-a",
+            b"--ask-for-approval",
+            b"-i",
+            b"--image",
         ];
         let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).skip(1).filter(|a| !a.is_empty()).collect();
         let mut sub = None;
@@ -308,7 +322,12 @@ pub struct Lister {
 }
 
 impl Lister {
-    pub fn new(codex_home: PathBuf, digests: DigestCache, expected: Box<dyn Fn(&Path) -> bool + Send + Sync>, digest_wait: Duration) -> Lister {
+    pub fn new(
+        codex_home: PathBuf,
+        digests: DigestCache,
+        expected: Box<dyn Fn(&Path) -> bool + Send + Sync>,
+        digest_wait: Duration,
+    ) -> Lister {
         Lister { codex_home, tracker: RolloutTracker::new(), digests, facts: Mutex::new(HashMap::new()), expected, digest_wait }
     }
 
@@ -716,7 +735,8 @@ mod tests {
         assert_eq!(user_prompt(item).map(|t| one_line(&t)).as_deref(), Some("fix the tests"));
         let old = br#"{"timestamp":"t","type":"event_msg","payload":{"type":"user_message","message":"hello"}}"#;
         assert_eq!(user_prompt(old).as_deref(), Some("hello"));
-        let hook = br#"{"timestamp":"t","type":"event_msg","payload":{"type":"item_completed","item":{"type":"HookPrompt","fragments":[]}}}"#;
+        let hook =
+            br#"{"timestamp":"t","type":"event_msg","payload":{"type":"item_completed","item":{"type":"HookPrompt","fragments":[]}}}"#;
         assert_eq!(user_prompt(hook), None);
         assert_eq!(one_line(&"x".repeat(200)).chars().count(), TITLE_CHARS);
         assert_eq!(one_line("a\u{1b}[31mb"), "a[31mb");

@@ -106,7 +106,10 @@ impl Waiters {
         let mut s = self.shared.lock().unwrap_or_else(|e| e.into_inner());
         if s.parked.len() >= MAX_PARKED {
             drop(s);
-            let _ = super::proto::write_line(&mut stream, &super::proto::error("busy", &format!("{MAX_PARKED} waits are parked already; try again later")));
+            let _ = super::proto::write_line(
+                &mut stream,
+                &super::proto::error("busy", &format!("{MAX_PARKED} waits are parked already; try again later")),
+            );
             return;
         }
         let deadline = timeout.map(|t| Instant::now() + t);
@@ -131,7 +134,8 @@ impl Waiters {
                         continue;
                     }
                     let now = Instant::now();
-                    let next = s.parked.iter().filter_map(|p| p.deadline).min().map_or(TICK, |d| d.saturating_duration_since(now).min(TICK));
+                    let next =
+                        s.parked.iter().filter_map(|p| p.deadline).min().map_or(TICK, |d| d.saturating_duration_since(now).min(TICK));
                     let (g, timeout) = self.cv.wait_timeout(s, next).unwrap_or_else(|e| e.into_inner());
                     s = g;
                     if timeout.timed_out() {
@@ -288,7 +292,11 @@ pub fn wait_for(runtime_dir: &Path, state_dir: &Path, ids: &[String], want: Want
                 }
                 let records: Vec<Value> = reply.get("messages").and_then(Value::as_array).cloned().unwrap_or_default();
                 let messages: Vec<Message> = records.iter().filter_map(message_of).collect();
-                let outcome = reply.get("outcome").and_then(Value::as_str).and_then(Outcome::parse).context("the broker's wait reply has no outcome")?;
+                let outcome = reply
+                    .get("outcome")
+                    .and_then(Value::as_str)
+                    .and_then(Outcome::parse)
+                    .context("the broker's wait reply has no outcome")?;
                 if messages.len() != ids.len() {
                     anyhow::bail!("the broker's wait reply does not list every message");
                 }
@@ -314,7 +322,13 @@ pub fn describe(m: &Message, want: Want) -> String {
     match super::progress(m, want) {
         super::Progress::Reached => format!("{} {}", m.id, m.state),
         super::Progress::Ended => {
-            format!("{} {} without reaching {} ({})", m.id, m.state, want.as_str(), esc(m.reason.as_deref().unwrap_or("no reason recorded")))
+            format!(
+                "{} {} without reaching {} ({})",
+                m.id,
+                m.state,
+                want.as_str(),
+                esc(m.reason.as_deref().unwrap_or("no reason recorded"))
+            )
         }
         super::Progress::InFlight => match &m.reason {
             Some(r) => format!("{} still {} (timed out; {})", m.id, m.state, esc(r)),

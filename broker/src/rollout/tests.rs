@@ -14,7 +14,10 @@ fn closed(turn: &str) -> String {
     format!(r#"{{"timestamp":"t","ordinal":2,"type":"event_msg","payload":{{"type":"task_complete","turn_id":"{turn}"}}}}"#) + "\n"
 }
 fn filler(n: usize) -> String {
-    format!(r#"{{"timestamp":"t","ordinal":3,"type":"response_item","payload":{{"type":"message","role":"assistant","content":[{{"type":"output_text","text":"{}"}}]}}}}"#, "x".repeat(n)) + "\n"
+    format!(
+        r#"{{"timestamp":"t","ordinal":3,"type":"response_item","payload":{{"type":"message","role":"assistant","content":[{{"type":"output_text","text":"{}"}}]}}}}"#,
+        "x".repeat(n)
+    ) + "\n"
 }
 
 fn ident(f: &File) -> (RolloutIdentity, u64) {
@@ -125,13 +128,20 @@ fn long_uninteresting_lines_are_not_buffered_and_identity_change_resets() {
 }
 
 fn call(turn: &str, id: &str) -> String {
-    format!(r#"{{"timestamp":"t","ordinal":4,"type":"response_item","payload":{{"type":"function_call","id":"fc_1","name":"exec_command","arguments":"{{\"cmd\":\"true\"}}","call_id":"{id}","internal_chat_message_metadata_passthrough":{{"turn_id":"{turn}"}}}}}}"#) + "\n"
+    format!(
+        r#"{{"timestamp":"t","ordinal":4,"type":"response_item","payload":{{"type":"function_call","id":"fc_1","name":"exec_command","arguments":"{{\"cmd\":\"true\"}}","call_id":"{id}","internal_chat_message_metadata_passthrough":{{"turn_id":"{turn}"}}}}}}"#
+    ) + "\n"
 }
 fn usage(turn: &str) -> String {
-    format!(r#"{{"timestamp":"t","ordinal":5,"type":"token_usage_record","payload":{{"thread_id":"{T}","turn_id":"{turn}","usage":{{}}}}}}"#) + "\n"
+    format!(
+        r#"{{"timestamp":"t","ordinal":5,"type":"token_usage_record","payload":{{"thread_id":"{T}","turn_id":"{turn}","usage":{{}}}}}}"#
+    ) + "\n"
 }
 fn output(id: &str, n: usize) -> String {
-    format!(r#"{{"timestamp":"t","ordinal":6,"type":"response_item","payload":{{"type":"function_call_output","id":"fco_1","call_id":"{id}","output":"{}"}}}}"#, "o".repeat(n)) + "\n"
+    format!(
+        r#"{{"timestamp":"t","ordinal":6,"type":"response_item","payload":{{"type":"function_call_output","id":"fco_1","call_id":"{id}","output":"{}"}}}}"#,
+        "o".repeat(n)
+    ) + "\n"
 }
 
 /// Issue 14 finding 7: a turn opened further back than the backward scan reads (a long turn of

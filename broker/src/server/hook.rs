@@ -1,6 +1,10 @@
 //! The hook handler: one complete request frame, from the peer's identity through the gate and
 //! delivery to the hand-off of leased output; the ack's commit; refusals recorded.
 
+use super::{
+    poller::{error_frame, AwaitAck},
+    Broker, QUEUED_REFUSALS_MAX, REQUEST_TIMEOUT,
+};
 use crate::delivery::{self, Offer};
 use crate::effort;
 use crate::failpoint;
@@ -12,7 +16,6 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use super::{Broker, QUEUED_REFUSALS_MAX, REQUEST_TIMEOUT, poller::{AwaitAck, error_frame}};
 
 impl Broker {
     pub(super) fn refuse(&self, code: RefusalCode, detail: &str, thread: Option<&str>, event: Option<&str>, pid: Option<i32>) {

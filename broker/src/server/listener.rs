@@ -29,7 +29,12 @@ pub fn lock_instance(runtime_dir: &Path, state_dir: &Path) -> Result<InstanceLoc
         if files.len() == 1 && runtime_dir == state_dir {
             break;
         }
-        let mut file = OpenOptions::new().create(true).truncate(false).write(true).read(true).open(&path)
+        let mut file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .read(true)
+            .open(&path)
             .with_context(|| format!("opening {}", path.display()))?;
         // A broker that was just stopped has removed its socket but may not have exited yet:
         // give its lock a moment to go (a live broker keeps it, and is reported below).
@@ -92,7 +97,11 @@ impl BoundSocket {
             "broker stopped {why}: pid {}, up {} s; {}",
             std::process::id(),
             self.started.elapsed().as_secs(),
-            if removed { format!("removed socket {}", self.path.display()) } else { format!("socket {} left to its owner", self.path.display()) }
+            if removed {
+                format!("removed socket {}", self.path.display())
+            } else {
+                format!("socket {} left to its owner", self.path.display())
+            }
         );
     }
 }
@@ -113,7 +122,13 @@ pub(super) fn bind_socket(path: &Path) -> Result<UnixListener> {
                 "{} exists and is not a socket of this user (uid {}, {}); refusing to replace it",
                 path.display(),
                 meta.uid(),
-                if meta.file_type().is_symlink() { "a symlink" } else if meta.file_type().is_socket() { "a socket" } else { "not a socket" }
+                if meta.file_type().is_symlink() {
+                    "a symlink"
+                } else if meta.file_type().is_socket() {
+                    "a socket"
+                } else {
+                    "not a socket"
+                }
             );
         }
         // We hold the instance lock, so no live broker owns it.
@@ -136,7 +151,7 @@ pub(super) fn activated_listener(expected: &Path) -> Result<Option<UnixListener>
         return Ok(None);
     }
     const FD: i32 = 3; // SD_LISTEN_FDS_START
-    // SAFETY: systemd hands fd 3 to this process; we only inspect it here.
+                       // SAFETY: systemd hands fd 3 to this process; we only inspect it here.
     let fd = unsafe { BorrowedFd::borrow_raw(FD) };
     let sock_type = getsockopt(&fd, sockopt::SockType).context("LISTEN_FDS is set but fd 3 is not a socket")?;
     let listening = getsockopt(&fd, sockopt::AcceptConn).unwrap_or(false);

@@ -2,10 +2,10 @@
 //! leases return to pending, hand-offs are reconciled against their rollouts and effort claims swept;
 //! every 10 minutes old final messages are pruned. Also the clean stop on a signal.
 
+use super::{listener::BOUND, Broker};
 use crate::delivery::{self};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use super::{Broker, listener::BOUND};
 
 const MAINTENANCE_INTERVAL: Duration = Duration::from_millis(500);
 const PRUNE_INTERVAL: Duration = Duration::from_secs(600);

@@ -2,21 +2,21 @@
 //! until it holds one complete request frame; a fixed pool of workers takes complete frames (and
 //! hand-offs' acks) from the job queue. Limits: see the `server` module documentation.
 
+use super::{Broker, MAX_BUFFERED, MAX_PENDING, MAX_PER_PEER, REQUEST_TIMEOUT};
 use crate::gate::Verified;
 use crate::refusal::RefusalCode;
 use anyhow::{Context, Result};
 use courier_shared::wire::{self, PROTOCOL_VERSION};
 use nix::libc;
 use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::Ordering;
-use std::collections::VecDeque;
 use std::sync::Condvar;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use super::{Broker, MAX_BUFFERED, MAX_PENDING, MAX_PER_PEER, REQUEST_TIMEOUT};
 
 /// Work for a worker thread.
 pub(super) enum Job {
@@ -260,14 +260,23 @@ impl Poller {
                 Err(_) => continue,
             };
             if cred.uid() != self.uid {
-                self.broker.refuse_later(RefusalCode::PeerUid, format!("peer uid {} is not broker uid {}", cred.uid(), self.uid), cred.pid());
+                self.broker.refuse_later(
+                    RefusalCode::PeerUid,
+                    format!("peer uid {} is not broker uid {}", cred.uid(), self.uid),
+                    cred.pid(),
+                );
                 continue; // dropped unread
             }
             let pid = cred.pid();
             if self.per_peer.get(&pid).copied().unwrap_or(0) >= MAX_PER_PEER {
                 self.broker.counters.rejected.fetch_add(1, Ordering::Relaxed);
-                let _ = (&stream).write(&error_frame(RefusalCode::TooManyConnections.as_str(), "this process has too many unfinished requests"));
-                self.broker.refuse_later(RefusalCode::TooManyConnections, format!("pid {pid} holds {MAX_PER_PEER} unfinished connections"), pid);
+                let _ = (&stream)
+                    .write(&error_frame(RefusalCode::TooManyConnections.as_str(), "this process has too many unfinished requests"));
+                self.broker.refuse_later(
+                    RefusalCode::TooManyConnections,
+                    format!("pid {pid} holds {MAX_PER_PEER} unfinished connections"),
+                    pid,
+                );
                 continue;
             }
             if self.conns.len() >= MAX_PENDING {

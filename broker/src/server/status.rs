@@ -1,8 +1,8 @@
 //! What `Request::Status` answers: the broker's counters (`broker inspect` shows them).
 
+use super::Broker;
 use courier_shared::wire::PROTOCOL_VERSION;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use super::Broker;
 
 impl Broker {
     pub(super) fn status(&self) -> serde_json::Value {

@@ -3,8 +3,8 @@
 //! (`codex_commands`).
 
 use super::{now_ms, Store};
-use anyhow::Result;
 use crate::gate::digest::ExeKey;
+use anyhow::Result;
 use rusqlite::{params, OptionalExtension};
 
 /// How a binary came to be trusted.
@@ -98,9 +98,8 @@ impl Store {
 
     /// Every trusted binary, oldest first.
     pub fn trusted_codex(&self) -> Result<Vec<TrustedCodex>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT sha256, path, added_at, version, how, source FROM trusted_codex ORDER BY added_at, sha256")?;
+        let mut stmt =
+            self.conn.prepare_cached("SELECT sha256, path, added_at, version, how, source FROM trusted_codex ORDER BY added_at, sha256")?;
         let rows = stmt.query_map([], |r| {
             Ok(TrustedCodex {
                 sha256: r.get(0)?,

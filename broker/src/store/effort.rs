@@ -11,10 +11,8 @@ use std::collections::HashMap;
 
 /// Safe on existing databases: adds what is missing, touches nothing else.
 pub(super) fn migrate(conn: &Connection) -> Result<()> {
-    let cols: Vec<String> = conn
-        .prepare("PRAGMA table_info(messages)")?
-        .query_map([], |r| r.get::<_, String>(1))?
-        .collect::<rusqlite::Result<_>>()?;
+    let cols: Vec<String> =
+        conn.prepare("PRAGMA table_info(messages)")?.query_map([], |r| r.get::<_, String>(1))?.collect::<rusqlite::Result<_>>()?;
     for (name, decl) in [("scope", "TEXT"), ("effort_detail", "TEXT")] {
         if !cols.iter().any(|c| c == name) {
             conn.execute_batch(&format!("ALTER TABLE messages ADD COLUMN {name} {decl}"))?;
@@ -69,9 +67,9 @@ impl Store {
     }
 
     pub fn effort_has_pending(&self, thread: &str) -> Result<bool> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND kind = 'effort' AND state = 'pending')",
-        )?;
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND kind = 'effort' AND state = 'pending')")?;
         Ok(stmt.query_row([thread], |r| r.get(0))?)
     }
 
@@ -111,10 +109,7 @@ impl Store {
         };
         let scope = scope.unwrap_or_else(|| "turn".into());
         if scope == "turn" && turn_id.is_none() {
-            tx.execute(
-                "UPDATE messages SET reason = 'waiting_for_turn' WHERE id = ?1 AND reason IS NOT 'waiting_for_turn'",
-                [&id],
-            )?;
+            tx.execute("UPDATE messages SET reason = 'waiting_for_turn' WHERE id = ?1 AND reason IS NOT 'waiting_for_turn'", [&id])?;
             tx.commit()?;
             return Ok(None);
         }
@@ -221,9 +216,9 @@ impl Store {
 
     /// `id -> (scope, detail)` of effort rows, for inspect.
     pub fn effort_details(&self, thread: Option<&str>) -> Result<Details> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT id, scope, effort_detail FROM messages WHERE kind = 'effort' AND (?1 IS NULL OR thread = ?1)",
-        )?;
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT id, scope, effort_detail FROM messages WHERE kind = 'effort' AND (?1 IS NULL OR thread = ?1)")?;
         let rows = stmt.query_map([thread], |r| Ok((r.get(0)?, (r.get(1)?, r.get(2)?))))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }

@@ -24,7 +24,7 @@ pub use effort::{Claim, Details};
 pub use refusals::Refusal;
 pub use state::{Kind, State};
 
-use crate::delivery::budget::{wrapped_len, MAX_OUTPUT_BYTES};
+use crate::delivery::wrapper::{wrapped_len, MAX_OUTPUT_BYTES};
 use anyhow::{bail, Context, Result};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
@@ -256,14 +256,7 @@ impl Store {
         Ok(Store { conn })
     }
 
-    pub fn enqueue(
-        &mut self,
-        thread: &str,
-        body: &str,
-        sender: Option<&str>,
-        key: Option<&str>,
-        ttl_ms: Option<i64>,
-    ) -> Result<Enqueued> {
+    pub fn enqueue(&mut self, thread: &str, body: &str, sender: Option<&str>, key: Option<&str>, ttl_ms: Option<i64>) -> Result<Enqueued> {
         self.enqueue_with_wake(thread, body, sender, key, ttl_ms, true)
     }
 
@@ -279,7 +272,11 @@ impl Store {
         wake: bool,
     ) -> Result<Enqueued> {
         if body.len() > MAX_BODY_BYTES {
-            bail!("message is {} bytes; the limit is {} (Codex shows the model only a preview of longer hook output)", body.len(), MAX_BODY_BYTES);
+            bail!(
+                "message is {} bytes; the limit is {} (Codex shows the model only a preview of longer hook output)",
+                body.len(),
+                MAX_BODY_BYTES
+            );
         }
         if let Some(from) = sender {
             check_from(from)?;
@@ -352,9 +349,8 @@ impl Store {
 
     /// Cheap read-only test used before taking a write lock: most hook calls have nothing to take.
     pub fn has_pending(&self, thread: &str) -> Result<bool> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = ?2)")?;
+        let mut stmt =
+            self.conn.prepare_cached("SELECT EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = ?2)")?;
         Ok(stmt.query_row(params![thread, Kind::Message], |r| r.get(0))?)
     }
 
@@ -362,14 +358,7 @@ impl Store {
     /// rendered (`crate::delivery::wrap`, one newline between them), in `max_bytes`. Expired
     /// messages are retired first and never leased; so is one that does not fit even alone
     /// (`cancelled`, `too_large_for_hook_output`: `send` refuses those, older queues may hold one).
-    pub fn lease(
-        &mut self,
-        thread: &str,
-        event: &str,
-        turn_id: Option<&str>,
-        lease_ms: i64,
-        max_bytes: usize,
-    ) -> Result<Option<Lease>> {
+    pub fn lease(&mut self, thread: &str, event: &str, turn_id: Option<&str>, lease_ms: i64, max_bytes: usize) -> Result<Option<Lease>> {
         self.unsynced(|s| s.lease_inner(thread, event, turn_id, lease_ms, max_bytes, false))
     }
 
@@ -499,8 +488,7 @@ impl Store {
 
     /// The codex process a message's lease was handed to (see [`Store::note_codex`]).
     pub fn codex_of(&self, lease_token: i64) -> Result<Option<(i32, u64)>> {
-        let mut stmt =
-            self.conn.prepare_cached("SELECT codex_pid, codex_starttime FROM handed_to WHERE lease_token = ?1")?;
+        let mut stmt = self.conn.prepare_cached("SELECT codex_pid, codex_starttime FROM handed_to WHERE lease_token = ?1")?;
         Ok(stmt.query_row([lease_token], |r| Ok((r.get::<_, i32>(0)?, r.get::<_, i64>(1)? as u64))).optional()?)
     }
 
@@ -532,10 +520,9 @@ impl Store {
                  WHERE id = ?1 AND state = 'handed'",
                 params![id, state, reason, scan_offset as i64, now],
             )?,
-            None => self.conn.execute(
-                "UPDATE messages SET scan_offset = ?2 WHERE id = ?1 AND state = 'handed'",
-                params![id, scan_offset as i64],
-            )?,
+            None => self
+                .conn
+                .execute("UPDATE messages SET scan_offset = ?2 WHERE id = ?1 AND state = 'handed'", params![id, scan_offset as i64])?,
         };
         Ok(n > 0)
     }
@@ -544,8 +531,7 @@ impl Store {
     pub fn cancel(&mut self, id: &str) -> Result<State> {
         let now = now_ms();
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let state: Option<State> =
-            tx.query_row("SELECT state FROM messages WHERE id = ?1", [id], |r| r.get(0)).optional()?;
+        let state: Option<State> = tx.query_row("SELECT state FROM messages WHERE id = ?1", [id], |r| r.get(0)).optional()?;
         let Some(state) = state else { bail!("no message with id {id}") };
         if state != State::Pending && state != State::Leased {
             bail!("message {id} is {state}; only pending messages can be cancelled");
@@ -560,9 +546,8 @@ impl Store {
     }
 
     pub fn messages(&self, thread: Option<&str>) -> Result<Vec<Message>> {
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE (?1 IS NULL OR thread = ?1) ORDER BY seq"
-        ))?;
+        let mut stmt =
+            self.conn.prepare_cached(&format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE (?1 IS NULL OR thread = ?1) ORDER BY seq"))?;
         let rows = stmt.query_map([thread], row_to_message)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
@@ -574,7 +559,6 @@ impl Store {
         let rows = stmt.query_map([thread], row_to_message)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
-
 }
 
 #[cfg(test)]

@@ -16,9 +16,8 @@ impl Store {
 
     /// Per thread, how many context messages are in each state.
     pub fn counts_by_thread(&self) -> Result<BTreeMap<String, BTreeMap<String, u64>>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT thread, state, COUNT(*) FROM messages WHERE kind = 'message' GROUP BY thread, state")?;
+        let mut stmt =
+            self.conn.prepare_cached("SELECT thread, state, COUNT(*) FROM messages WHERE kind = 'message' GROUP BY thread, state")?;
         let mut out: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
         let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)))?;
         for row in rows {
@@ -35,9 +34,9 @@ impl Store {
 
     /// Threads with pending messages that have no `--ttl` and were queued before `cutoff`.
     pub fn threads_pending_since(&self, cutoff: i64) -> Result<Vec<String>> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT DISTINCT thread FROM messages WHERE state = 'pending' AND expires_at IS NULL AND created_at < ?1",
-        )?;
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT DISTINCT thread FROM messages WHERE state = 'pending' AND expires_at IS NULL AND created_at < ?1")?;
         let rows = stmt.query_map([cutoff], |r| r.get(0))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }

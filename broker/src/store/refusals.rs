@@ -1,13 +1,20 @@
 //! Refused hook calls, the most recent [`REFUSALS_KEPT`] kept for `broker inspect` and `broker doctor`.
 
 use super::{now_ms, Store};
-use anyhow::Result;
 use crate::refusal::RefusalCode;
+use anyhow::Result;
 use rusqlite::params;
 use serde::Serialize;
 
 impl Store {
-    pub fn record_refusal(&mut self, reason: RefusalCode, detail: &str, thread: Option<&str>, event: Option<&str>, pid: Option<i64>) -> Result<()> {
+    pub fn record_refusal(
+        &mut self,
+        reason: RefusalCode,
+        detail: &str,
+        thread: Option<&str>,
+        event: Option<&str>,
+        pid: Option<i64>,
+    ) -> Result<()> {
         let tx = self.conn.transaction()?;
         tx.execute(
             "INSERT INTO refusals (at, reason, detail, thread, event, pid) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",

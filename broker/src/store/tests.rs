@@ -144,7 +144,10 @@ fn from_is_short_and_printable_and_the_rendered_message_fits() {
     assert!(err.contains("renders to") && err.contains("8000"), "{err}");
     // The longest plain body with the longest --from fits; one byte more is refused.
     let longest_from = "f".repeat(64);
-    assert!(crate::delivery::wrapped_len("m_0123456789abcdef", Some(&longest_from), &"y".repeat(MAX_BODY_BYTES)) <= crate::delivery::MAX_OUTPUT_BYTES);
+    assert!(
+        crate::delivery::wrapped_len("m_0123456789abcdef", Some(&longest_from), &"y".repeat(MAX_BODY_BYTES))
+            <= crate::delivery::MAX_OUTPUT_BYTES
+    );
     s.enqueue(T, &"y".repeat(MAX_BODY_BYTES), Some(&longest_from), None, None).unwrap();
     assert!(s.enqueue(T, &"y".repeat(MAX_BODY_BYTES + 1), Some("me"), None, None).is_err());
     assert_eq!(s.messages(None).unwrap().len(), 3);

@@ -82,12 +82,14 @@ fn main() {
     println!("    codex exec finished ({}), final answer: {:?}", out.status, out.stdout.trim());
 
     step(7, "The model request that carried the message");
-    let carrier = model
-        .requests()
-        .into_iter()
-        .find(|r| !r.developer_messages_containing(text).is_empty())
-        .expect("a request carries the message");
-    println!("    request #{} (thread {}, turn {})", carrier.index, carrier.thread_id().unwrap_or_default(), carrier.turn_id().unwrap_or_default());
+    let carrier =
+        model.requests().into_iter().find(|r| !r.developer_messages_containing(text).is_empty()).expect("a request carries the message");
+    println!(
+        "    request #{} (thread {}, turn {})",
+        carrier.index,
+        carrier.thread_id().unwrap_or_default(),
+        carrier.turn_id().unwrap_or_default()
+    );
     for m in carrier.developer_messages_containing(text) {
         println!("    developer message:\n{}", indent(&m));
     }

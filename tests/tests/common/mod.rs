@@ -152,8 +152,7 @@ impl Standin {
     /// Start a stand-in codex for `thread` in `env`, running hook-client with `extra_env` added.
     pub fn start(env: &CodexEnv, thread: &str, tools_per_turn: usize, extra_env: &[(&str, &str)]) -> Standin {
         let stop_file = env.root.join(format!("stop-{thread}"));
-        let extra: serde_json::Map<String, Value> =
-            extra_env.iter().map(|(k, v)| (k.to_string(), Value::String(v.to_string()))).collect();
+        let extra: serde_json::Map<String, Value> = extra_env.iter().map(|(k, v)| (k.to_string(), Value::String(v.to_string()))).collect();
         let mut cmd = env.command(standin_codex());
         cmd.arg("-c")
             .arg(STANDIN_SCRIPT)
@@ -350,9 +349,10 @@ pub struct Rng(pub u64);
 
 impl Rng {
     pub fn from_env() -> Rng {
-        let seed = std::env::var("COURIER_CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1
-        });
+        let seed = std::env::var("COURIER_CRASH_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1);
         eprintln!("random seed {seed} (COURIER_CRASH_SEED={seed} repeats it)");
         Rng(seed)
     }
@@ -369,10 +369,7 @@ impl Rng {
 
 /// Every message of the inspect document by id.
 pub fn messages_by_id(inspect: &Value) -> std::collections::HashMap<String, Value> {
-    courier_tests::broker::messages(inspect)
-        .into_iter()
-        .map(|m| (m["id"].as_str().unwrap_or("").to_string(), m))
-        .collect()
+    courier_tests::broker::messages(inspect).into_iter().map(|m| (m["id"].as_str().unwrap_or("").to_string(), m)).collect()
 }
 
 /// Run `Command` and return when it exits or `timeout` passes (killing it).
@@ -561,32 +558,50 @@ pub mod records {
         ("turn_context", json!({"turn_id": turn, "root_turn_id": turn, "cwd": "/", "model": "gpt-5.5"}))
     }
     pub fn user_message(turn: &str, text: &str) -> (&'static str, Value) {
-        ("response_item", json!({"type": "message", "id": "msg_u", "role": "user",
+        (
+            "response_item",
+            json!({"type": "message", "id": "msg_u", "role": "user",
             "content": [{"type": "input_text", "text": text}],
-            "internal_chat_message_metadata_passthrough": {"turn_id": turn}}))
+            "internal_chat_message_metadata_passthrough": {"turn_id": turn}}),
+        )
     }
     pub fn function_call(call: &str, turn: &str, cmd: &str) -> (&'static str, Value) {
         let args = json!({"cmd": cmd, "yield_time_ms": 2000}).to_string();
-        ("response_item", json!({"type": "function_call", "id": format!("fc_{call}"), "name": "exec_command",
-            "arguments": args, "call_id": call, "internal_chat_message_metadata_passthrough": {"turn_id": turn}}))
+        (
+            "response_item",
+            json!({"type": "function_call", "id": format!("fc_{call}"), "name": "exec_command",
+            "arguments": args, "call_id": call, "internal_chat_message_metadata_passthrough": {"turn_id": turn}}),
+        )
     }
     pub fn token_usage(thread: &str, turn: &str) -> (&'static str, Value) {
-        ("token_usage_record", json!({"thread_id": thread, "turn_id": turn, "session_id": thread, "root_turn_id": turn,
-            "response_id": "resp_1", "usage": {"input_tokens": 10, "output_tokens": 5}}))
+        (
+            "token_usage_record",
+            json!({"thread_id": thread, "turn_id": turn, "session_id": thread, "root_turn_id": turn,
+            "response_id": "resp_1", "usage": {"input_tokens": 10, "output_tokens": 5}}),
+        )
     }
     pub fn exec_completed(thread: &str, turn: &str, call: &str) -> (&'static str, Value) {
-        ("event_msg", json!({"type": "item_completed", "thread_id": thread, "turn_id": turn,
+        (
+            "event_msg",
+            json!({"type": "item_completed", "thread_id": thread, "turn_id": turn,
             "item": {"type": "CommandExecution", "id": call, "process_id": "7010", "command": ["/bin/bash", "-lc", "true"],
-                     "aggregated_output": "", "exit_code": 0}}))
+                     "aggregated_output": "", "exit_code": 0}}),
+        )
     }
     pub fn function_call_output(call: &str) -> (&'static str, Value) {
-        ("response_item", json!({"type": "function_call_output", "id": format!("fco_{call}"), "call_id": call,
-            "output": "Process exited with code 0"}))
+        (
+            "response_item",
+            json!({"type": "function_call_output", "id": format!("fco_{call}"), "call_id": call,
+            "output": "Process exited with code 0"}),
+        )
     }
     pub fn assistant_message(turn: &str, text: &str) -> (&'static str, Value) {
-        ("response_item", json!({"type": "message", "id": "msg_a", "role": "assistant",
+        (
+            "response_item",
+            json!({"type": "message", "id": "msg_a", "role": "assistant",
             "content": [{"type": "output_text", "text": text, "annotations": []}],
-            "internal_chat_message_metadata_passthrough": {"turn_id": turn}}))
+            "internal_chat_message_metadata_passthrough": {"turn_id": turn}}),
+        )
     }
 }
 

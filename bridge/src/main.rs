@@ -1,0 +1,263 @@
+//! `courier-bridge`: Courier across hosts over NATS JetStream (README, "Many hosts").
+//!
+//! - `courier-bridge serve --nats URL --host NAME`: this host's bridge (beside its broker);
+//! - `courier-bridge send --nats URL --host NAME ...`: the remote producer;
+//! - `courier-bridge threads --nats URL --host NAME`: a host's thread list;
+//! - `courier-bridge check --nats URL --host NAME`: connection and consumer lag (for `broker doctor`).
+//!
+//! tokio and async-nats live only here: the broker and the hook-client never link them.
+
+mod nats;
+mod produce;
+mod serve;
+
+use anyhow::{bail, Result};
+use lexopt::prelude::*;
+use serde_json::{json, Map, Value};
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+const USAGE: &str = "courier-bridge: Courier across hosts over NATS JetStream
+
+usage:
+  courier-bridge serve   --nats URL --host NAME [--ack-wait D] [AUTH]
+  courier-bridge send    --nats URL --host NAME (--thread UUID | --cwd PATH) [--key K] [--ttl D]
+                         [--from LABEL] [--origin NAME] [--future-thread] [--wake auto|never]
+                         [--wait handed|confirmed [--timeout D]] [--json] [AUTH] TEXT|-
+  courier-bridge threads --nats URL --host NAME [--all] [--limit N] [--json] [AUTH]
+  courier-bridge check   --nats URL --host NAME [AUTH]
+
+AUTH: --creds FILE (a .creds file: user JWT + NKey seed), --nkey FILE (an NKey seed),
+      --tls-ca FILE, --tls-cert FILE --tls-key FILE, --tls-required; user:password may be in the URL.
+Environment: COURIER_NATS_URL, COURIER_NATS_CREDS stand in for --nats and --creds.
+
+send prints the idempotency key at once (reuse it to retry safely); with --wait it exits as
+`broker send --wait` does: 0 reached, 1 error, 2 refused (usage), 3 timed out, 4 ended without it.
+";
+
+struct UsageError(String);
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => match e.downcast_ref::<UsageError>() {
+            Some(UsageError(m)) => {
+                eprintln!("courier-bridge: {m}\n(see courier-bridge --help)");
+                ExitCode::from(2)
+            }
+            None => {
+                eprintln!("courier-bridge: {e:#}");
+                ExitCode::from(1)
+            }
+        },
+    }
+}
+
+impl std::fmt::Debug for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for UsageError {}
+
+fn usage(m: impl Into<String>) -> anyhow::Error {
+    UsageError(m.into()).into()
+}
+
+const FLAGS: [&str; 5] = ["future-thread", "json", "all", "tls-required", "help"];
+const VALUES: [&str; 18] = [
+    "nats", "host", "creds", "nkey", "tls-ca", "tls-cert", "tls-key", "ack-wait", "thread", "cwd", "key", "ttl", "from", "origin", "wake",
+    "wait", "timeout", "limit",
+];
+
+struct Args {
+    values: HashMap<String, String>,
+    flags: Vec<String>,
+    positionals: Vec<String>,
+}
+
+impl Args {
+    fn get(&self, k: &str) -> Option<String> {
+        self.values.get(k).cloned()
+    }
+    fn flag(&self, k: &str) -> bool {
+        self.flags.iter().any(|f| f == k)
+    }
+    fn duration(&self, k: &str) -> Result<Option<std::time::Duration>> {
+        self.get(k).map(|v| broker::cli::parse_duration(&v).map_err(|e| usage(format!("--{k}: {e}")))).transpose()
+    }
+    fn conn(&self) -> Result<nats::Conn> {
+        let url = self.get("nats").or_else(|| std::env::var("COURIER_NATS_URL").ok()).ok_or_else(|| usage("--nats URL is required"))?;
+        let host = self.get("host").ok_or_else(|| usage("--host NAME is required"))?;
+        nats::check_host(&host).map_err(|e| usage(format!("--host: {e:#}")))?;
+        Ok(nats::Conn {
+            url,
+            creds: self.get("creds").or_else(|| std::env::var("COURIER_NATS_CREDS").ok()).map(Into::into),
+            nkey: self.get("nkey").map(Into::into),
+            tls_ca: self.get("tls-ca").map(Into::into),
+            tls_cert: self.get("tls-cert").map(Into::into),
+            tls_key: self.get("tls-key").map(Into::into),
+            tls_required: self.flag("tls-required"),
+        })
+    }
+}
+
+fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args> {
+    let mut p = lexopt::Parser::from_args(args);
+    let mut a = Args { values: HashMap::new(), flags: vec![], positionals: vec![] };
+    while let Some(arg) = p.next().map_err(|e| usage(e.to_string()))? {
+        match arg {
+            Long(l) if FLAGS.contains(&l) => a.flags.push(l.to_string()),
+            Long(l) if VALUES.contains(&l) => {
+                let l = l.to_string();
+                let v = p.value().map_err(|e| usage(e.to_string()))?.into_string().map_err(|_| usage(format!("--{l}: not UTF-8")))?;
+                a.values.insert(l, v);
+            }
+            Short('h') => a.flags.push("help".into()),
+            Value(v) => a.positionals.push(v.into_string().map_err(|_| usage("arguments must be UTF-8"))?),
+            other => return Err(usage(other.unexpected().to_string())),
+        }
+    }
+    Ok(a)
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
+}
+
+fn run() -> Result<u8> {
+    let mut argv = std::env::args_os().skip(1);
+    let cmd = argv.next().map(|c| c.to_string_lossy().into_owned());
+    let cmd = match cmd.as_deref() {
+        None | Some("--help" | "-h" | "help") => {
+            print!("{USAGE}");
+            return Ok(0);
+        }
+        Some("--version" | "-V") => {
+            println!("courier-bridge {}", env!("CARGO_PKG_VERSION"));
+            return Ok(0);
+        }
+        Some(c) => c.to_string(),
+    };
+    let a = parse(argv)?;
+    if a.flag("help") {
+        print!("{USAGE}");
+        return Ok(0);
+    }
+    let allowed: &[&str] = match cmd.as_str() {
+        "serve" => &["ack-wait"],
+        "send" => &["thread", "cwd", "key", "ttl", "from", "origin", "wake", "wait", "timeout", "future-thread", "json"],
+        "threads" => &["all", "limit", "json"],
+        "check" => &[],
+        other => return Err(usage(format!("unknown command {other:?}"))),
+    };
+    let common = ["nats", "host", "creds", "nkey", "tls-ca", "tls-cert", "tls-key", "tls-required"];
+    for k in a.values.keys().chain(a.flags.iter()) {
+        if !allowed.contains(&k.as_str()) && !common.contains(&k.as_str()) {
+            return Err(usage(format!("{cmd}: --{k} does not apply")));
+        }
+    }
+    let conn = a.conn()?;
+    let host = a.get("host").unwrap_or_default();
+    match cmd.as_str() {
+        "serve" => {
+            if !a.positionals.is_empty() {
+                return Err(usage("serve takes no arguments"));
+            }
+            let ack_wait = a.duration("ack-wait")?.unwrap_or(std::time::Duration::from_secs(30));
+            runtime()?.block_on(serve::serve(serve::ServeOptions { conn, host, ack_wait }))?;
+            Ok(0)
+        }
+        "check" => {
+            let v = runtime()?.block_on(serve::check(&conn, &host))?;
+            println!("{v}");
+            Ok(0)
+        }
+        "threads" => {
+            let limit = a.get("limit").map(|l| l.parse::<u64>().map_err(|_| usage(format!("--limit {l:?}: a number")))).transpose()?;
+            runtime()?.block_on(produce::threads(&conn, &host, a.flag("all"), limit, a.flag("json")))
+        }
+        "send" => runtime()?.block_on(produce::send(send_args(&a, conn, host)?)),
+        _ => unreachable!(),
+    }
+}
+
+fn send_args(a: &Args, conn: nats::Conn, host: String) -> Result<produce::SendArgs> {
+    let mut req = Map::new();
+    match (a.get("thread"), a.get("cwd")) {
+        (Some(t), None) => {
+            if !courier_shared::rollout::is_uuid(&t) {
+                return Err(usage(format!("--thread {t:?} is not a thread id (a lowercase UUID)")));
+            }
+            req.insert("thread".into(), json!(t));
+        }
+        (None, Some(c)) => {
+            req.insert("cwd".into(), json!(c));
+        }
+        (None, None) => return Err(usage("--thread UUID or --cwd PATH (on the target host) is required")),
+        _ => return Err(usage("give --thread or --cwd, not both")),
+    }
+    let mut text = match a.positionals.as_slice() {
+        [t] => t.clone(),
+        [] => return Err(usage("the message text (or - for stdin) is required")),
+        _ => return Err(usage("one message text, quoted")),
+    };
+    if text == "-" {
+        use std::io::Read;
+        let mut buf = Vec::new();
+        std::io::stdin().lock().take(broker::store::MAX_BODY_BYTES as u64 + 1).read_to_end(&mut buf)?;
+        if buf.len() > broker::store::MAX_BODY_BYTES {
+            bail!("the message on stdin is over the limit of {} bytes; nothing was sent", broker::store::MAX_BODY_BYTES);
+        }
+        text = String::from_utf8(buf).map_err(|_| usage("the message on stdin is not UTF-8"))?;
+    }
+    if text.trim().is_empty() {
+        return Err(usage("refusing to send an empty message"));
+    }
+    req.insert("text".into(), json!(text));
+    let from = a.get("from").or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "cli".into());
+    req.insert("from".into(), json!(from));
+    if let Some(t) = a.duration("ttl")? {
+        req.insert("ttl_ms".into(), json!(t.as_millis() as u64));
+    }
+    if a.flag("future-thread") {
+        req.insert("future_thread".into(), json!(true));
+    }
+    if let Some(w) = a.get("wake") {
+        if w != "auto" && w != "never" {
+            return Err(usage(format!("--wake takes auto or never, not {w:?}")));
+        }
+        req.insert("wake".into(), Value::String(w));
+    }
+    let want = match a.get("wait").as_deref() {
+        None => None,
+        Some("handed") => Some(produce::Want::Handed),
+        Some("confirmed") => Some(produce::Want::Confirmed),
+        Some(w) => return Err(usage(format!("--wait {w:?}: handed or confirmed"))),
+    };
+    let timeout = a.duration("timeout")?;
+    if timeout.is_some() && want.is_none() {
+        return Err(usage("--timeout needs --wait"));
+    }
+    let origin = match a.get("origin") {
+        Some(o) => o,
+        None => std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+            .map(|h| h.replace(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'), "-"))
+            .unwrap_or_else(|| "unknown".into()),
+    };
+    nats::check_host(&origin).map_err(|e| usage(format!("--origin: {e:#}")))?;
+    let key = a.get("key");
+    if key.as_deref().is_some_and(|k| k.is_empty() || k.len() > 200) {
+        return Err(usage("--key: 1 to 200 bytes"));
+    }
+    Ok(produce::SendArgs { conn, host, origin, request: req, key, want, timeout, json: a.flag("json") })
+}

@@ -1,0 +1,211 @@
+//! What every side of the bridge agrees on: subjects, streams (with their limits), the consumer,
+//! and how to connect (credentials, nkeys, TLS).
+//!
+//! | subject | stream | who publishes | who reads |
+//! |---|---|---|---|
+//! | `courier.send.NAME` | `COURIER` | producers for host NAME | NAME's bridge (durable pull consumer `courier-bridge-NAME`) |
+//! | `courier.receipt.NAME` | `COURIER_RECEIPTS` | NAME's bridge | producers (ordered consumers) |
+//! | `courier.threads.NAME` | none (request/reply) | producers | NAME's bridge answers |
+
+use anyhow::{bail, Context, Result};
+use async_nats::jetstream::{self, consumer, stream};
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub const SEND_STREAM: &str = "COURIER";
+pub const RECEIPT_STREAM: &str = "COURIER_RECEIPTS";
+
+/// How long a send waits in `COURIER` for its host's bridge (a host that is off for a week
+/// loses its queue; the producer's wait has timed out long before).
+pub const SEND_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Total size of `COURIER` (old sends are dropped first when full).
+pub const SEND_MAX_BYTES: i64 = 1 << 30;
+/// Largest send: a body is at most 7,800 bytes; JSON escaping and the other fields fit in 64 KiB.
+pub const SEND_MAX_MSG: i32 = 64 * 1024;
+/// JetStream drops a publish whose `Nats-Msg-Id` it saw within this window: the producers'
+/// retry horizon. (Past it, the local queue's idempotency key still answers a repeat with the
+/// same message: keys are kept as long as the message is, `retention_days`.)
+pub const SEND_DUPLICATE_WINDOW: Duration = Duration::from_secs(24 * 3600);
+/// How long receipts are kept: a producer that starts waiting later than this sees none.
+pub const RECEIPT_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+pub const RECEIPT_MAX_BYTES: i64 = 256 << 20;
+pub const RECEIPT_DUPLICATE_WINDOW: Duration = Duration::from_secs(3600);
+
+/// The header that carries the publisher's own host name (as the publisher states it: NATS
+/// authorizes who may publish to `courier.send.NAME`, not what they call themselves).
+pub const ORIGIN_HEADER: &str = "Courier-Origin";
+
+pub fn send_subject(host: &str) -> String {
+    format!("courier.send.{host}")
+}
+pub fn receipt_subject(host: &str) -> String {
+    format!("courier.receipt.{host}")
+}
+pub fn threads_subject(host: &str) -> String {
+    format!("courier.threads.{host}")
+}
+pub fn durable_name(host: &str) -> String {
+    format!("courier-bridge-{host}")
+}
+
+/// A host name is one subject token and part of a consumer name: letters, digits, `-`, `_`.
+pub fn check_host(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+        bail!("host name {name:?}: 1 to 64 letters, digits, '-' or '_' (it is a NATS subject token and a consumer name)");
+    }
+    Ok(())
+}
+
+pub fn send_stream_config() -> stream::Config {
+    stream::Config {
+        name: SEND_STREAM.into(),
+        description: Some("Courier: send requests, one subject per host (courier.send.HOST)".into()),
+        subjects: vec!["courier.send.>".into()],
+        retention: stream::RetentionPolicy::Limits,
+        storage: stream::StorageType::File,
+        max_age: SEND_MAX_AGE,
+        max_bytes: SEND_MAX_BYTES,
+        max_message_size: SEND_MAX_MSG,
+        duplicate_window: SEND_DUPLICATE_WINDOW,
+        discard: stream::DiscardPolicy::Old,
+        ..Default::default()
+    }
+}
+
+pub fn receipt_stream_config() -> stream::Config {
+    stream::Config {
+        name: RECEIPT_STREAM.into(),
+        description: Some("Courier: receipts (state changes of bridged messages), courier.receipt.HOST".into()),
+        subjects: vec!["courier.receipt.>".into()],
+        retention: stream::RetentionPolicy::Limits,
+        storage: stream::StorageType::File,
+        max_age: RECEIPT_MAX_AGE,
+        max_bytes: RECEIPT_MAX_BYTES,
+        max_message_size: SEND_MAX_MSG,
+        duplicate_window: RECEIPT_DUPLICATE_WINDOW,
+        discard: stream::DiscardPolicy::Old,
+        ..Default::default()
+    }
+}
+
+/// The stream, created with `config` when missing (an existing stream is used as it is: an
+/// operator may have tuned its limits).
+pub async fn ensure_stream(js: &jetstream::Context, config: stream::Config) -> Result<stream::Stream> {
+    let name = config.name.clone();
+    match js.get_stream(&name).await {
+        Ok(s) => Ok(s),
+        Err(e) if matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(_)) => {
+            js.get_or_create_stream(config).await.with_context(|| format!("creating stream {name}"))
+        }
+        Err(e) => Err(e).with_context(|| format!("looking up stream {name} (is JetStream enabled: nats-server -js?)")),
+    }
+}
+
+/// The host's durable pull consumer on `courier.send.NAME`.
+pub fn consumer_config(host: &str, ack_wait: Duration) -> consumer::pull::Config {
+    consumer::pull::Config {
+        durable_name: Some(durable_name(host)),
+        description: Some(format!("Courier bridge of host {host}")),
+        filter_subject: send_subject(host),
+        deliver_policy: consumer::DeliverPolicy::All,
+        ack_policy: consumer::AckPolicy::Explicit,
+        ack_wait,
+        max_deliver: -1,
+        max_ack_pending: 256,
+        ..Default::default()
+    }
+}
+
+/// How to reach NATS: URL (`nats://user:pass@host:4222`, `tls://...`) and credentials.
+#[derive(Clone, Debug, Default)]
+pub struct Conn {
+    pub url: String,
+    /// A `.creds` file (user JWT + NKey seed), as `nsc` writes it.
+    pub creds: Option<PathBuf>,
+    /// A file holding an NKey seed (`SU...`), for servers that list users by NKey.
+    pub nkey: Option<PathBuf>,
+    /// CA certificate(s) to verify the server with (PEM).
+    pub tls_ca: Option<PathBuf>,
+    /// Client certificate and key (PEM), for servers that verify clients.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub tls_required: bool,
+}
+
+impl Conn {
+    pub async fn connect(&self, name: &str, retry: bool) -> Result<async_nats::Client> {
+        self.connect_with_events(name, retry, None, false).await
+    }
+
+    /// As [`Conn::connect`]; `reconnected` hears of every (re)connection, and `log` writes
+    /// connection events to stderr.
+    pub async fn connect_with_events(
+        &self,
+        name: &str,
+        retry: bool,
+        reconnected: Option<tokio::sync::mpsc::UnboundedSender<()>>,
+        log: bool,
+    ) -> Result<async_nats::Client> {
+        let mut o = async_nats::ConnectOptions::new().name(name).connection_timeout(Duration::from_secs(5));
+        o = o.event_callback(move |ev| {
+            let tx = reconnected.clone();
+            async move {
+                if log {
+                    eprintln!("courier-bridge: NATS: {ev}");
+                }
+                if matches!(ev, async_nats::Event::Connected) {
+                    if let Some(tx) = tx {
+                        let _ = tx.send(());
+                    }
+                }
+            }
+        });
+        if let Some(c) = &self.creds {
+            o = o.credentials_file(c).await.with_context(|| format!("reading NATS credentials {}", c.display()))?;
+        }
+        if let Some(n) = &self.nkey {
+            let seed = std::fs::read_to_string(n).with_context(|| format!("reading NKey seed {}", n.display()))?;
+            o = o.nkey(seed.trim().to_string());
+        }
+        if let Some(ca) = &self.tls_ca {
+            o = o.add_root_certificates(ca.clone());
+        }
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(c), Some(k)) => o = o.add_client_certificate(c.clone(), k.clone()),
+            (None, None) => {}
+            _ => bail!("--tls-cert and --tls-key go together"),
+        }
+        if self.tls_required || self.url.starts_with("tls://") {
+            o = o.require_tls(true);
+        }
+        if retry {
+            o = o.retry_on_initial_connect();
+        }
+        o.connect(self.url.as_str()).await.with_context(|| format!("connecting to NATS at {}", redact(&self.url)))
+    }
+}
+
+/// The URL without a password.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://***@{}", &url[..s], &url[at + 1..]),
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(check_host("dev-box_1").is_ok());
+        for bad in ["", "a.b", "a*", "a>", "a b", &"x".repeat(65)] {
+            assert!(check_host(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(send_subject("a"), "courier.send.a");
+        assert_eq!(redact("nats://u:p@h:4222"), "nats://***@h:4222");
+        assert_eq!(redact("nats://h:4222"), "nats://h:4222");
+        assert!(send_stream_config().duplicate_window <= send_stream_config().max_age);
+    }
+}

@@ -1,0 +1,507 @@
+//! Many hosts: the NATS JetStream bridge (`courier-bridge`) on a real `nats-server -js` and the
+//! real Codex. Each host is a [`CodexEnv`] of its own (home, Codex home, runtime and state
+//! directories), so host A's broker, queue and bridge share nothing with host B's producer but
+//! the NATS server. Faults: the bridge killed -9 between the local enqueue and the NATS ack, the
+//! NATS server killed and restarted mid-stream, a duplicate publish, a host whose bridge is down.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use courier_tests::broker::{hook_command, run_bounded, target_bin_dir};
+use courier_tests::util::{marker, poll_until, wait_until};
+use courier_tests::{Broker, CodexEnv, ExecChild, Hold, Reply, ScriptedModel};
+use serde_json::Value;
+
+const T: Duration = Duration::from_secs(60);
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+fn bridge_bin() -> PathBuf {
+    let p = target_bin_dir().join("courier-bridge");
+    assert!(p.is_file(), "{} not found: `cargo build --workspace` first", p.display());
+    p
+}
+
+fn nats_server_bin() -> PathBuf {
+    for p in ["/usr/sbin/nats-server", "/usr/bin/nats-server", "/usr/local/bin/nats-server"] {
+        if Path::new(p).is_file() {
+            return p.into();
+        }
+    }
+    panic!("nats-server not found: `apt-get install -y nats-server` (install/test.sh does it)");
+}
+
+/// A `nats-server -js` on a free loopback port with its own store directory; killed on drop.
+struct Nats {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl Nats {
+    fn start(under: &Path) -> Nats {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let dir = under.join("nats");
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut n = Nats { child: None, port, dir };
+        n.spawn();
+        n
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("server.log")).unwrap();
+        let child = Command::new(nats_server_bin())
+            .args(["-js", "-a", "127.0.0.1", "-p", &self.port.to_string(), "-sd"])
+            .arg(self.dir.join("store"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn nats-server");
+        self.child = Some(child);
+        // Ready when it greets a client with INFO.
+        wait_until(Duration::from_secs(20), "nats-server to accept connections", || {
+            use std::io::Read;
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+            s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+            let mut buf = [0u8; 4];
+            s.read_exact(&mut buf).ok()?;
+            (&buf == b"INFO").then_some(())
+        });
+    }
+
+    /// Killed (SIGKILL, as a crash) and started again on the same port and store.
+    fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Nats {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// `courier-bridge serve` for one host; killed on drop.
+struct Bridge {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Bridge {
+    fn start(env: &CodexEnv, url: &str, host: &str, failpoints: Option<&str>) -> Bridge {
+        let log = env.root.join(format!("bridge-{}.log", courier_tests::util::unique_token()));
+        let f = std::fs::File::create(&log).unwrap();
+        let mut cmd = env.command(bridge_bin());
+        cmd.args(["serve", "--nats", url, "--host", host, "--ack-wait", "2s"]).stdout(f.try_clone().unwrap()).stderr(f);
+        if let Some(fp) = failpoints {
+            cmd.env("COURIER_BRIDGE_FAILPOINTS", fp);
+        }
+        let mut child = cmd.spawn().expect("spawn courier-bridge serve");
+        let ready = poll_until(Duration::from_secs(20), || {
+            if let Ok(Some(st)) = child.try_wait() {
+                panic!("courier-bridge serve exited early ({st}): {}", std::fs::read_to_string(&log).unwrap_or_default());
+            }
+            std::fs::read_to_string(&log).ok().filter(|l| l.contains("ready:")).map(|_| ())
+        });
+        assert!(ready.is_some(), "the bridge did not get ready: {}", std::fs::read_to_string(&log).unwrap_or_default());
+        Bridge { child, log }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Host A's model: its first request of the session is held (the turn stays open, about to run a
+/// tool call), then `echo hello`, then `done`. A message queued meanwhile goes out with the
+/// tool call's PostToolUse hook.
+fn host_a() -> (ScriptedModel, CodexEnv, Hold) {
+    let hold = Hold::new();
+    let h = hold.clone();
+    let model = ScriptedModel::start_with(move |r| {
+        if r.function_calls().is_empty() && r.tool_outputs().is_empty() {
+            Reply::exec("echo hello").held(&h)
+        } else {
+            Reply::message("done")
+        }
+    });
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    (model, env, hold)
+}
+
+/// Host B: private directories of its own; it runs no Codex, only the producer.
+fn host_b() -> CodexEnv {
+    CodexEnv::with_base_url("http://127.0.0.1:9")
+}
+
+fn broker(env: &CodexEnv) -> Broker<'_> {
+    let b = Broker::start(env);
+    b.trust_codex(&env.codex);
+    b
+}
+
+/// `courier-bridge <cmd> --nats URL --host hosta <args>` on host B.
+fn producer(b: &CodexEnv, url: &str, cmd: &str, args: &[&str]) -> Command {
+    let mut c = b.command(bridge_bin());
+    c.args([cmd, "--nats", url, "--host", "hosta"]);
+    if cmd == "send" {
+        c.args(["--origin", "hostb"]);
+    }
+    c.args(args);
+    c
+}
+
+fn text(o: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+/// A producer run in the background; joined with its output and the time it exited.
+struct Bg(std::thread::JoinHandle<(Output, i64)>);
+
+fn bg(mut cmd: Command) -> Bg {
+    Bg(std::thread::spawn(move || {
+        let out = run_bounded(&mut cmd, Duration::from_secs(150));
+        (out, now_ms())
+    }))
+}
+
+impl Bg {
+    fn join(self) -> (Output, i64) {
+        self.0.join().expect("background producer")
+    }
+}
+
+fn spawn_exec(env: &CodexEnv) -> ExecChild {
+    env.spawn_exec("please run a command")
+}
+
+/// The messages host A's queue holds for `thread`.
+fn queued(a: &Broker, thread: &str) -> Vec<Value> {
+    a.inspect_json()["messages"].as_array().cloned().unwrap_or_default().into_iter().filter(|m| m["thread"] == thread).collect()
+}
+
+fn consumer_check(b: &CodexEnv, url: &str) -> Value {
+    let out = run_bounded(&mut producer(b, url, "check", &[]), Duration::from_secs(30));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("check: {:?}", text(&out)))
+}
+
+/// A producer on host B sends to a live Codex session on host A and blocks on `confirmed`: the
+/// message reaches A's model exactly once, shown as `nats:hostb/relay`; a duplicate publish with
+/// the same key (JetStream drops it) and a later `--wait` on the same key change nothing and
+/// answer from the receipts; `threads` lists A's thread from B.
+#[test]
+fn remote_send_reaches_the_model_once_confirmed() {
+    let (model, env_a, hold) = host_a();
+    let env_b = host_b();
+    let nats = Nats::start(&env_b.root);
+    let a = broker(&env_a);
+    let bridge = Bridge::start(&env_a, &nats.url(), "hosta", None);
+    let child = spawn_exec(&env_a);
+    hold.wait_held(1, T);
+    let thread = child.wait_thread_id(T);
+
+    // B asks A's bridge for its threads (through `broker threads --nats`, which runs
+    // courier-bridge next to the broker).
+    let mut threads = env_b.command(courier_tests::broker_bin());
+    threads.args(["threads", "--nats", &nats.url(), "--host", "hosta", "--json"]);
+    let out = run_bounded(&mut threads, T);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "threads: {stdout} {stderr}");
+    let listed: Value = serde_json::from_str(&stdout).unwrap();
+    assert!(listed["threads"].as_array().unwrap().iter().any(|t| t["id"] == thread.as_str() && t["state"] == "busy"), "{listed}");
+
+    let body = marker("REMOTE");
+    let key = marker("key");
+    let started = now_ms();
+    let send = bg(producer(
+        &env_b,
+        &nats.url(),
+        "send",
+        &["--thread", &thread, "--from", "relay", "--key", &key, "--wait", "confirmed", "--timeout", "90s", &body],
+    ));
+    let m = wait_until(T, "the message to be queued on host A", || queued(&a, &thread).into_iter().next());
+    let queued_ms = now_ms() - started;
+    assert_eq!(m["from"], "nats:hostb/relay", "the sender is shown as remote: {m}");
+    assert_eq!(m["key"], key.as_str());
+    let id = m["id"].as_str().unwrap().to_string();
+
+    // A second publish of the same key: JetStream drops it; nothing new on A.
+    let dup = run_bounded(&mut producer(&env_b, &nats.url(), "send", &["--thread", &thread, "--key", &key, "--json", &body]), T);
+    assert_eq!(dup.status.code(), Some(0), "{:?}", text(&dup));
+    let d: Value = serde_json::from_slice(&dup.stdout).unwrap();
+    assert_eq!(d["duplicate"], true, "{d}");
+    assert_eq!(queued(&a, &thread).len(), 1);
+
+    let released = now_ms();
+    hold.release();
+    child.wait(T).assert_success();
+    let (out, exited) = send.join();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "send --wait confirmed: {stdout} {stderr}\nbridge: {}", bridge.log_text());
+    assert_eq!(stdout.trim(), key, "stdout is the key");
+    assert_eq!(model.count_messages_containing("developer", &body), 1, "exactly once: {}", model.dump());
+    let m = a.wait_state(&id, "confirmed", T);
+    let confirmed_at = m["confirmed_at"].as_i64().unwrap();
+    eprintln!(
+        "figure: publish -> queued on host A {queued_ms} ms; hold released -> confirmed {} ms; confirmed -> producer exit {} ms",
+        confirmed_at - released,
+        exited - confirmed_at
+    );
+    assert!(exited >= confirmed_at, "the producer returned only after the confirmation");
+
+    // The same key again, with --wait: answered from the receipts already out.
+    let again = run_bounded(
+        &mut producer(
+            &env_b,
+            &nats.url(),
+            "send",
+            &["--thread", &thread, "--key", &key, "--wait", "confirmed", "--timeout", "20s", "--json", &body],
+        ),
+        T,
+    );
+    let (stdout, stderr) = text(&again);
+    assert_eq!(again.status.code(), Some(0), "{stdout} {stderr}");
+    let r: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(
+        (r["id"].as_str(), r["state"].as_str(), r["outcome"].as_str()),
+        (Some(id.as_str()), Some("confirmed"), Some("reached")),
+        "{r}"
+    );
+    assert_eq!(queued(&a, &thread).len(), 1);
+    assert_eq!(model.count_messages_containing("developer", &body), 1);
+
+    // A thread A has no rollout for: refused there, exit 2 here, never redelivered.
+    let ghost = "01a22654-3b31-76f3-a48c-b65aa7d0db69";
+    let out =
+        run_bounded(&mut producer(&env_b, &nats.url(), "send", &["--thread", ghost, "--wait", "handed", "--timeout", "30s", "hi"]), T);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stdout} {stderr}");
+    assert!(stderr.contains("no_such_thread"), "{stderr}");
+    let c = wait_until(T, "the refused request acked", || {
+        let c = consumer_check(&env_b, &nats.url());
+        (c["ack_pending"] == 0 && c["pending"] == 0).then_some(c)
+    });
+    assert_eq!(c["redelivered"], 0, "{c}");
+}
+
+/// The bridge killed -9 after the local enqueue and before the NATS ack: NATS redelivers the
+/// request to the restarted bridge, the local key answers it with the same message, and the
+/// model sees it once; the producer's wait (started before the crash) returns 0.
+#[test]
+fn bridge_killed_between_enqueue_and_ack_delivers_once() {
+    let (model, env_a, hold) = host_a();
+    let env_b = host_b();
+    let nats = Nats::start(&env_b.root);
+    let a = broker(&env_a);
+    let mut crashing = Bridge::start(&env_a, &nats.url(), "hosta", Some("after_enqueue"));
+    let child = spawn_exec(&env_a);
+    hold.wait_held(1, T);
+    let thread = child.wait_thread_id(T);
+    let body = marker("CRASH");
+    let send = bg(producer(&env_b, &nats.url(), "send", &["--thread", &thread, "--wait", "confirmed", "--timeout", "120s", &body]));
+    let st = wait_until(T, "the bridge to kill itself at the failpoint", || crashing.child.try_wait().ok().flatten());
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(st.signal(), Some(9), "killed by SIGKILL: {}", crashing.log_text());
+    let first = queued(&a, &thread);
+    assert_eq!(first.len(), 1, "queued before the crash: {first:?}");
+    let c = consumer_check(&env_b, &nats.url());
+    assert_eq!(c["ack_pending"], 1, "never acked: {c}");
+
+    let bridge = Bridge::start(&env_a, &nats.url(), "hosta", None);
+    let c = wait_until(T, "the redelivery acked", || {
+        let c = consumer_check(&env_b, &nats.url());
+        (c["ack_pending"] == 0 && c["redelivered"] == 0 && c["pending"] == 0).then_some(c)
+    });
+    assert!(bridge.log_text().contains("was queued before"), "it was redelivered and found queued: {} {c}", bridge.log_text());
+    assert_eq!(queued(&a, &thread).len(), 1, "still one message");
+    hold.release();
+    child.wait(T).assert_success();
+    let (out, _) = send.join();
+    assert_eq!(out.status.code(), Some(0), "{:?}\nbridge: {}", text(&out), bridge.log_text());
+    assert_eq!(model.count_messages_containing("developer", &body), 1, "{}", model.dump());
+    assert_eq!(queued(&a, &thread)[0]["state"], "confirmed");
+}
+
+/// nats-server killed and restarted with its store while a message waits for its receipt and
+/// before the next is sent: the bridge and the producer's wait reconnect; both arrive once.
+#[test]
+fn nats_server_restart_mid_stream_loses_and_doubles_nothing() {
+    let (model, env_a, hold) = host_a();
+    let env_b = host_b();
+    let mut nats = Nats::start(&env_b.root);
+    let a = broker(&env_a);
+    let bridge = Bridge::start(&env_a, &nats.url(), "hosta", None);
+    let child = spawn_exec(&env_a);
+    hold.wait_held(1, T);
+    let thread = child.wait_thread_id(T);
+    let (b1, b2) = (marker("BEFORE"), marker("AFTER"));
+    let send1 = bg(producer(&env_b, &nats.url(), "send", &["--thread", &thread, "--wait", "confirmed", "--timeout", "120s", &b1]));
+    wait_until(T, "the first message queued on A", || queued(&a, &thread).into_iter().next());
+    let t0 = Instant::now();
+    nats.restart();
+    eprintln!("restart: {:?}", t0.elapsed());
+    let send2 = bg(producer(&env_b, &nats.url(), "send", &["--thread", &thread, "--wait", "confirmed", "--timeout", "120s", &b2]));
+    wait_until(T, "the second message queued on A after the restart", || (queued(&a, &thread).len() == 2).then_some(()));
+    eprintln!("second queued: {:?}", t0.elapsed());
+    hold.release();
+    child.wait(T).assert_success();
+    for (send, body) in [(send1, &b1), (send2, &b2)] {
+        let (out, _) = send.join();
+        eprintln!("joined: {:?} {}", t0.elapsed(), String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.status.code(), Some(0), "{body}: {:?}\nbridge: {}", text(&out), bridge.log_text());
+        assert_eq!(model.count_messages_containing("developer", body), 1, "{}", model.dump());
+    }
+    let q = queued(&a, &thread);
+    assert_eq!(q.len(), 2);
+    assert!(q.iter().all(|m| m["state"] == "confirmed"), "{q:?}");
+}
+
+/// A host whose bridge is down: the producer's wait times out with exit 3 (nothing was lost: the
+/// request waits in the stream); when the bridge starts, the message is delivered once, and a
+/// retry with the same key waits for its receipt (0).
+#[test]
+fn host_with_bridge_down_times_out_with_3_then_delivers_once() {
+    let (model, env_a, hold) = host_a();
+    let env_b = host_b();
+    let nats = Nats::start(&env_b.root);
+    let a = broker(&env_a);
+    // The bridge ran once (stream and consumer exist), then stopped.
+    drop(Bridge::start(&env_a, &nats.url(), "hosta", None));
+    let child = spawn_exec(&env_a);
+    hold.wait_held(1, T);
+    let thread = child.wait_thread_id(T);
+    let body = marker("LATER");
+    let key = marker("key");
+    let t0 = Instant::now();
+    let out = run_bounded(
+        &mut producer(&env_b, &nats.url(), "send", &["--thread", &thread, "--key", &key, "--wait", "confirmed", "--timeout", "3s", &body]),
+        T,
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(3), "{stdout} {stderr}");
+    assert!(t0.elapsed() >= Duration::from_secs(3));
+    assert!(stderr.contains("no receipt"), "{stderr}");
+    assert!(queued(&a, &thread).is_empty(), "nothing reached A without its bridge");
+
+    let retry =
+        bg(producer(&env_b, &nats.url(), "send", &["--thread", &thread, "--key", &key, "--wait", "confirmed", "--timeout", "90s", &body]));
+    let bridge = Bridge::start(&env_a, &nats.url(), "hosta", None);
+    wait_until(T, "the message queued once the bridge is back", || queued(&a, &thread).into_iter().next());
+    hold.release();
+    child.wait(T).assert_success();
+    let (out, _) = retry.join();
+    assert_eq!(out.status.code(), Some(0), "{:?}\nbridge: {}", text(&out), bridge.log_text());
+    assert_eq!(model.count_messages_containing("developer", &body), 1, "{}", model.dump());
+    assert_eq!(queued(&a, &thread).len(), 1);
+}
+
+/// The figure: many producers' messages across hosts (B publishes, A's bridge queues them in A's
+/// broker), messages per second from the first publish until A's queue holds them all, and the
+/// receipts: every one has its `pending` receipt back on B.
+#[test]
+fn throughput_across_hosts() {
+    let env_a = host_b();
+    let env_b = host_b();
+    let nats = Nats::start(&env_b.root);
+    let a = Broker::start(&env_a);
+    let _bridge = Bridge::start(&env_a, &nats.url(), "hosta", None);
+    let thread = "01a22654-3b31-76f3-a48c-b65aa7d0db70";
+    let n = 200;
+    // One producer process per message costs a process start and a NATS connect; the body is
+    // given on the command line, 8 at once.
+    let t0 = Instant::now();
+    let mut batch = Vec::new();
+    for i in 0..n {
+        let mut c = producer(
+            &env_b,
+            &nats.url(),
+            "send",
+            &["--thread", thread, "--future-thread", "--key", &format!("tp-{i}"), &format!("message {i}")],
+        );
+        c.stdout(Stdio::null()).stderr(Stdio::piped());
+        batch.push(c.spawn().unwrap());
+        if batch.len() == 8 {
+            for mut c in batch.drain(..) {
+                assert!(c.wait().unwrap().success());
+            }
+        }
+    }
+    for mut c in batch.drain(..) {
+        assert!(c.wait().unwrap().success());
+    }
+    let published = t0.elapsed();
+    wait_until(T, "every message queued on A", || (queued(&a, thread).len() == n).then_some(()));
+    let all = t0.elapsed();
+    eprintln!(
+        "figure: {n} messages across hosts: published in {:.2} s, all queued on host A after {:.2} s = {:.0} messages/s",
+        published.as_secs_f64(),
+        all.as_secs_f64(),
+        n as f64 / all.as_secs_f64()
+    );
+    let c = wait_until(T, "every request acked", || {
+        let c = consumer_check(&env_a, &nats.url());
+        (c["ack_pending"] == 0 && c["pending"] == 0).then_some(c)
+    });
+    assert_eq!(c["redelivered"], 0, "{c}");
+    assert_eq!(c["receipts_open"], n, "each one is tracked for receipts: {c}");
+
+    // `broker doctor` checks the configured bridge: connection and consumer lag.
+    std::fs::write(&env_a.courier_config, format!("[bridge]\nnats = \"{}\"\nhost = \"hosta\"\n", nats.url())).unwrap();
+    let out = run_bounded(env_a.command(courier_tests::broker_bin()).arg("doctor"), T);
+    let (stdout, stderr) = text(&out);
+    assert!(
+        stdout.contains("NATS bridge of host hosta: connected (nats-server 2.") && stdout.contains("0 waiting, 0 unacked"),
+        "{stdout} {stderr}"
+    );
+    std::fs::write(&env_a.courier_config, "[bridge]\nnats = \"nats://127.0.0.1:9\"\nhost = \"hosta\"\n").unwrap();
+    let out = run_bounded(env_a.command(courier_tests::broker_bin()).arg("doctor"), T);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "an unreachable NATS fails doctor: {stdout} {stderr}");
+    assert!(stdout.contains("NATS bridge of host hosta") && stdout.contains("onnect"), "{stdout}");
+}
+
+/// `broker bridge` and `broker send --nats` run the courier-bridge next to the broker; without
+/// one there, they say so (exit 1) instead of doing anything else.
+#[test]
+fn broker_bridge_needs_courier_bridge_next_to_it() {
+    let env = host_b();
+    let lonely = env.root.join("bin");
+    std::fs::create_dir_all(&lonely).unwrap();
+    std::fs::copy(courier_tests::broker_bin(), lonely.join("broker")).unwrap();
+    for args in [
+        &["bridge", "--nats", "nats://127.0.0.1:9", "--host", "a"][..],
+        &["send", "--nats", "nats://127.0.0.1:9", "--host", "a", "--thread", "x", "hi"],
+    ] {
+        let out = run_bounded(env.command(lonely.join("broker")).args(args), T);
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stdout} {stderr}");
+        assert!(stderr.contains("courier-bridge") && stderr.contains("separate binary"), "{stderr}");
+    }
+    // With it there: `broker bridge --help` is courier-bridge's.
+    let out = run_bounded(env.command(courier_tests::broker_bin()).args(["bridge", "--help"]), T);
+    assert!(text(&out).0.contains("courier-bridge serve"), "{:?}", text(&out));
+}
