@@ -159,13 +159,6 @@ impl Courier {
         with wait, also whether it arrived (outcome reached / timed_out / ended).")]
     async fn send_message(&self, meta: RequestMetaObject, Parameters(p): Parameters<SendMessage>) -> Result<CallToolResult, ErrorData> {
         let (me, call_id) = caller(&meta);
-        if let Ok(path) = std::env::var("COURIER_MCP_META_LOG") {
-            let _ = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .and_then(|mut f| writeln!(f, "{}", serde_json::to_string(&meta.0 .0).unwrap_or_default()));
-        }
         let mut req = json!({"op": "send", "text": p.text, "key": p.key, "ttl_ms": p.ttl_seconds.map(|s| s * 1000)});
         let target = match (p.thread, p.cwd, p.to) {
             (Some(t), None, None) => ("thread", t),
