@@ -35,6 +35,16 @@ fn user_turn(client: &mut WsAppServer, thread: &str, text: &str) {
     client.wait_notification("turn/completed", T, |p| p.pointer("/turn/id").and_then(Value::as_str) == Some(turn.as_str()));
 }
 
+/// A `codex app-server --listen unix://` with a thread that ran one user turn and is idle now.
+fn idle_app_server_thread(env: &CodexEnv) -> (ListeningAppServer, WsAppServer, String) {
+    let server = ListeningAppServer::start(env.codex_command(), env.root.join("as.sock"), &[], env.root.join("app-server.log"));
+    let mut client = server.client(T);
+    client.initialize(false, T);
+    let thread = start_thread(&mut client, env);
+    user_turn(&mut client, &thread, "hello");
+    (server, client, thread)
+}
+
 /// `broker send`, then the time until the model request that carries `text`.
 fn send_and_time(broker: &Broker, model: &ScriptedModel, thread: &str, text: &str) -> (String, Duration) {
     let t0 = Instant::now();
@@ -82,11 +92,7 @@ fn idle_app_server_thread_is_woken_once_and_confirmed() {
     let model = ScriptedModel::start_with(|_| Reply::message("done"));
     let env = CodexEnv::with_hook_command(&model, &hook_command());
     let broker = broker(&env);
-    let server = ListeningAppServer::start(env.codex_command(), env.root.join("as.sock"), &[], env.root.join("app-server.log"));
-    let mut client = server.client(T);
-    client.initialize(false, T);
-    let thread = start_thread(&mut client, &env);
-    user_turn(&mut client, &thread, "hello");
+    let (_server, mut client, thread) = idle_app_server_thread(&env);
     let before = model.requests().len();
 
     let text = marker("WOKEN_ONE");
@@ -156,11 +162,7 @@ fn wake_never_waits_for_the_next_hook() {
     let model = ScriptedModel::start_with(|_| Reply::message("done"));
     let env = CodexEnv::with_hook_command(&model, &hook_command());
     let broker = broker(&env);
-    let server = ListeningAppServer::start(env.codex_command(), env.root.join("as.sock"), &[], env.root.join("app-server.log"));
-    let mut client = server.client(T);
-    client.initialize(false, T);
-    let thread = start_thread(&mut client, &env);
-    user_turn(&mut client, &thread, "hello");
+    let (_server, mut client, thread) = idle_app_server_thread(&env);
     let text = marker("NOT_WOKEN");
     let id = broker.run_ok(&["send", "--thread", &thread, "--wake", "never", "--from", "waker", &text]).trim().to_string();
     let requests = model.requests().len();
@@ -217,11 +219,7 @@ fn app_server_killed_after_turn_start_is_never_delivered_twice() {
     });
     let env = CodexEnv::with_hook_command(&model, &hook_command());
     let broker = broker(&env);
-    let server = ListeningAppServer::start(env.codex_command(), env.root.join("as.sock"), &[], env.root.join("app-server.log"));
-    let mut client = server.client(T);
-    client.initialize(false, T);
-    let thread = start_thread(&mut client, &env);
-    user_turn(&mut client, &thread, "hello");
+    let (server, _client, thread) = idle_app_server_thread(&env);
     let text = marker("KILLED_MID");
     let id = broker.send_opts(&thread, &text, None, Some("waker"));
     hold.wait_held(1, T);
@@ -247,11 +245,7 @@ fn message_sent_while_a_prompt_is_submitted_arrives_once() {
     let model = ScriptedModel::start_with(|_| Reply::message("done"));
     let env = CodexEnv::with_hook_command(&model, &hook_command());
     let broker = broker(&env);
-    let server = ListeningAppServer::start(env.codex_command(), env.root.join("as.sock"), &[], env.root.join("app-server.log"));
-    let mut client = server.client(T);
-    client.initialize(false, T);
-    let thread = start_thread(&mut client, &env);
-    user_turn(&mut client, &thread, "hello");
+    let (_server, mut client, thread) = idle_app_server_thread(&env);
     // Even rounds: the prompt is submitted while `broker send` runs. Odd rounds: right after
     // `broker send` returns, racing the wake that the new message sets off.
     let mut by = Vec::new();
