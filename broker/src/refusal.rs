@@ -43,9 +43,23 @@
 //! `gate/ticket.rs`); `connection` codes come from
 //! the socket layer (`server/`) before the gate sees a request.
 
-/// A stable refusal reason. The table in the module documentation says what each means.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RefusalCode {
+/// Declares [`RefusalCode`] and [`RefusalCode::ALL`] from one list, so no code can be left out of `ALL`.
+macro_rules! refusal_codes {
+    ($($code:ident),+ $(,)?) => {
+        /// A stable refusal reason. The table in the module documentation says what each means.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum RefusalCode {
+            $($code),+
+        }
+
+        impl RefusalCode {
+            /// Every code, gate steps first, in the order of the tables.
+            pub const ALL: &'static [RefusalCode] = &[$(RefusalCode::$code),+];
+        }
+    };
+}
+
+refusal_codes! {
     PeerUid,
     PeerGone,
     ClientExe,
@@ -86,42 +100,6 @@ use RefusalCode::*;
 pub const SEE_README: &str = "see README, \"Refusal reason codes\"";
 
 impl RefusalCode {
-    /// Every code, gate steps first, in the order of the tables.
-    pub const ALL: [RefusalCode; 32] = [
-        PeerUid,
-        PeerGone,
-        ClientExe,
-        BadMac,
-        StaleRequest,
-        BadPayload,
-        UnsupportedEvent,
-        ForeignAncestor,
-        UntrustedCodex,
-        DigestPending,
-        NoCodexAncestor,
-        AncestryChanged,
-        ToolCommandEnv,
-        SandboxedCaller,
-        TranscriptPath,
-        RolloutChanged,
-        ThreadMismatch,
-        NotRolloutHolder,
-        NoWriterLock,
-        AgentMismatch,
-        SessionMismatch,
-        TurnMismatch,
-        NoTicket,
-        TicketUsed,
-        TooManyConnections,
-        RequestTimeout,
-        FrameTooLarge,
-        TruncatedFrame,
-        BufferLimit,
-        BadRequest,
-        ProtocolVersion,
-        UnexpectedAck,
-    ];
-
     /// The code as recorded and shown.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -162,7 +140,7 @@ impl RefusalCode {
 
     /// The code recorded as `s`, if it is one.
     pub fn parse(s: &str) -> Option<RefusalCode> {
-        RefusalCode::ALL.into_iter().find(|c| c.as_str() == s)
+        RefusalCode::ALL.iter().copied().find(|c| c.as_str() == s)
     }
 
     /// The gate step that refuses with it (`"1"` to `"8"`, or a range when several steps can),
@@ -232,7 +210,7 @@ mod tests {
     #[test]
     fn codes_parse_back_and_are_distinct() {
         for c in RefusalCode::ALL {
-            assert_eq!(RefusalCode::parse(c.as_str()), Some(c));
+            assert_eq!(RefusalCode::parse(c.as_str()), Some(*c));
         }
         assert_eq!(RefusalCode::parse("some_new_code"), None);
     }

@@ -195,11 +195,11 @@ mod tests {
             }
         }
         assert!(found.len() >= 9, "{found:?}");
-        for c in RefusalCode::ALL.into_iter().filter(|c| c.step() == "connection") {
+        for c in RefusalCode::ALL.iter().filter(|c| c.step() == "connection") {
             assert!(found.iter().any(|f| format!("{c:?}") == *f), "{c} is listed but never recorded");
         }
         for f in &found {
-            let c = RefusalCode::ALL.into_iter().find(|c| format!("{c:?}") == *f).unwrap();
+            let c = RefusalCode::ALL.iter().copied().find(|c| format!("{c:?}") == *f).unwrap();
             assert!(c.step() == "connection" || c == RefusalCode::PeerUid, "{c} is a gate code recorded by the connection layer");
         }
     }
