@@ -166,17 +166,17 @@ pub fn thread_for_cwd(live: &[ThreadInfo], cwd: &Path) -> Result<String, SendErr
 /// new thread's id before its rollout exists: it is born 0.1-0.3 s after the process starts), a
 /// rollout not there yet is waited for, at most [`NEW_THREAD_WAIT`].
 fn rollout_of(codex_home: &Path, thread: &str) -> Option<PathBuf> {
-    if let Some(p) = threads::find_rollout(codex_home, thread) {
+    if let Some(p) = crate::rollout::find_rollout(codex_home, thread) {
         return Some(p);
     }
-    let fresh = threads::uuid_v7_ms(thread).is_some_and(|ms| (-5_000..NEW_THREAD_GRACE_MS).contains(&(now_ms() - ms)));
+    let fresh = crate::rollout::uuid_v7_ms(thread).is_some_and(|ms| (-5_000..NEW_THREAD_GRACE_MS).contains(&(now_ms() - ms)));
     if !fresh {
         return None;
     }
     let deadline = std::time::Instant::now() + NEW_THREAD_WAIT;
     while std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(50));
-        if let Some(p) = threads::find_rollout(codex_home, thread) {
+        if let Some(p) = crate::rollout::find_rollout(codex_home, thread) {
             return Some(p);
         }
     }

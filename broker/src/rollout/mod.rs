@@ -39,11 +39,13 @@
 //! (first line, forward, backwards). `lines.rs`: positioned reads and line ends.
 
 mod classify;
+mod find;
 mod lines;
 mod state;
 mod turn;
 
 pub use classify::{classify, Rec};
+pub use find::{find_rollout, rollouts_newest_first, uuid_v7_ms};
 pub use turn::{Actions, MAX_OPEN_CALLS};
 
 use state::State;

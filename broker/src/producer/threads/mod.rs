@@ -1,0 +1,387 @@
+//! `broker threads`: the Codex threads Courier can reach, found from what Codex itself holds,
+//! never from a registry anyone could write.
+//!
+//! A thread is **live** when a trusted codex process (its executable's SHA-256 is in the trusted
+//! set, the same digests the gate uses) holds both its rollout open for append and its
+//! `thread-writer-locks/<thread>.lock` flock, through fds it opened itself: the gate's step-5
+//! evidence (`gate/holder.rs`). Candidates come from `/proc/locks` (who holds an flock on a file
+//! in the lock directory), so only those few processes' fds are read. For each live thread the
+//! rollout's `session_meta` gives parent, cwd and originator, the rollout tracker
+//! (`rollout.rs`) the open turn (`busy` with it, else `idle`), and the first user prompt becomes
+//! its title. `--all` adds ended threads from the rollout files, most recently active first, bounded.
+//!
+//! The JSON field names are a stable interface (README, "For producers").
+
+mod facts;
+mod tree;
+
+use facts::{find_title, first_line};
+pub use facts::{one_line, SessionInfo};
+pub use tree::{order, render_table};
+
+use crate::gate::digest::{DigestCache, ExeKey, Lookup};
+use crate::gate::holder;
+use crate::os;
+use crate::rollout::{RolloutIdentity, RolloutTracker};
+use crate::store::Store;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Ended threads `--all` lists at most by default (newest first).
+pub const DEFAULT_ENDED_LIMIT: usize = 50;
+
+/// Which kind of codex process runs a thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProcessKind {
+    /// `codex exec` (non-interactive; no app-server endpoint).
+    Exec,
+    /// `codex app-server` (stdio or `--listen`).
+    AppServer,
+    /// The interactive TUI's managed daemon (`app-server --managed-daemon`), which runs its hooks.
+    TuiDaemon,
+    /// The TUI itself (`--no-daemon`), or a codex whose command line says nothing else.
+    Tui,
+}
+
+impl ProcessKind {
+    /// From the process's argv (NUL-separated `/proc/<pid>/cmdline`).
+    pub fn of_cmdline(cmdline: &[u8]) -> ProcessKind {
+        // Codex's global options that take a separate value (`--enable f exec ...`).
+        const VALUED: [&[u8]; 16] = [
+            b"-c",
+            b"--config",
+            b"--enable",
+            b"--disable",
+            b"-m",
+            b"--model",
+            b"-p",
+            b"--profile",
+            b"-C",
+            b"--cd",
+            b"-s",
+            b"--sandbox",
+            b"-a",
+            b"--ask-for-approval",
+            b"-i",
+            b"--image",
+        ];
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).skip(1).filter(|a| !a.is_empty()).collect();
+        let mut sub = None;
+        let mut i = 0;
+        while i < args.len() {
+            let a = args[i];
+            if VALUED.contains(&a) {
+                i += 2;
+                continue;
+            }
+            if !a.starts_with(b"-") {
+                sub = Some(a);
+                break;
+            }
+            i += 1;
+        }
+        match sub {
+            Some(b"exec" | b"e") => ProcessKind::Exec,
+            Some(b"app-server") if args.iter().any(|a| *a == b"--managed-daemon") => ProcessKind::TuiDaemon,
+            Some(b"app-server") => ProcessKind::AppServer,
+            _ => ProcessKind::Tui,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProcessKind::Exec => "exec",
+            ProcessKind::AppServer => "app-server",
+            ProcessKind::TuiDaemon => "tui-daemon",
+            ProcessKind::Tui => "tui",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessInfo {
+    pub pid: i32,
+    pub kind: ProcessKind,
+    /// The executable (`/proc/<pid>/exe`).
+    pub exe: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ThreadState {
+    /// A turn is open (`turn_id` names it).
+    Busy,
+    /// Live, no turn open.
+    Idle,
+    /// No trusted codex process holds it; a message for it waits until it is resumed.
+    Ended,
+}
+
+impl ThreadState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ThreadState::Busy => "busy",
+            ThreadState::Idle => "idle",
+            ThreadState::Ended => "ended",
+        }
+    }
+}
+
+/// One thread of `broker threads --json` (`threads[]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThreadInfo {
+    pub id: String,
+    pub state: ThreadState,
+    /// The open turn (busy threads).
+    pub turn_id: Option<String>,
+    /// Parent thread of a sub-agent.
+    pub parent: Option<String>,
+    /// The root thread (`session_meta.session_id`; the thread itself for a root).
+    pub root: Option<String>,
+    /// Listed threads whose parent this is.
+    pub children: Vec<String>,
+    pub cwd: Option<String>,
+    /// The first user prompt, on one line, at most 80 characters.
+    pub title: Option<String>,
+    /// A sub-agent's nickname (`session_meta.agent_nickname`).
+    pub agent_nickname: Option<String>,
+    /// `session_meta.originator` (`codex_exec`, `codex_cli_rs`, ...).
+    pub originator: Option<String>,
+    pub cli_version: Option<String>,
+    /// The trusted codex process that holds it (live threads).
+    pub process: Option<ProcessInfo>,
+    pub rollout: String,
+    /// The rollout's last modification, Unix ms.
+    pub last_activity_at: Option<i64>,
+    /// Messages queued and not yet handed (`pending` + `leased`).
+    pub pending: u64,
+    /// Messages that ended without reaching the model (`uncertain` + `expired`).
+    pub undelivered: u64,
+    /// Context messages per state, as `inspect --json`'s `threads` map.
+    pub messages: BTreeMap<String, u64>,
+}
+/// What a rollout says, cached per file identity (titles and `session_meta` never change).
+#[derive(Clone)]
+struct RolloutFacts {
+    info: SessionInfo,
+    title: Option<String>,
+    title_done: bool,
+    meta_end: u64,
+}
+
+/// Reads threads from `/proc` and rollouts. One per broker (its caches live across calls); the
+/// CLI makes one per command.
+pub struct Lister {
+    pub codex_home: PathBuf,
+    tracker: RolloutTracker,
+    digests: DigestCache,
+    facts: Mutex<HashMap<(u64, u64), RolloutFacts>>,
+    /// Whether a codex executable not hashed yet may be hashed while the caller waits (the
+    /// broker: only binaries it expects to be Codex; the CLI: any, it is the caller's time).
+    expected: Box<dyn Fn(&Path) -> bool + Send + Sync>,
+    digest_wait: Duration,
+}
+
+impl Lister {
+    pub fn new(
+        codex_home: PathBuf,
+        digests: DigestCache,
+        expected: Box<dyn Fn(&Path) -> bool + Send + Sync>,
+        digest_wait: Duration,
+    ) -> Lister {
+        Lister { codex_home, tracker: RolloutTracker::new(), digests, facts: Mutex::new(HashMap::new()), expected, digest_wait }
+    }
+
+    /// A lister for a one-shot CLI command: its own digest cache, any codex hashed if need be.
+    pub fn for_cli(codex_home: PathBuf) -> Lister {
+        Lister::new(codex_home, DigestCache::default(), Box::new(|_| true), Duration::from_secs(10))
+    }
+
+    fn sessions(&self) -> PathBuf {
+        let s = self.codex_home.join("sessions");
+        std::fs::canonicalize(&s).unwrap_or(s)
+    }
+
+    fn lock_dir(&self) -> PathBuf {
+        let d = self.codex_home.join("thread-writer-locks");
+        std::fs::canonicalize(&d).unwrap_or(d)
+    }
+
+    /// Is `pid` a trusted Codex binary (by SHA-256, as the gate decides)?
+    fn trusted(&self, store: &Store, pid: i32) -> bool {
+        let known = |k: &ExeKey| store.codex_file_digest(k).ok().flatten();
+        match self.digests.lookup(pid, &known, &*self.expected, Instant::now() + self.digest_wait) {
+            Ok(Lookup::Digest(d)) => store.is_trusted_codex(&d).unwrap_or(false),
+            _ => false,
+        }
+    }
+
+    /// The live threads: held by a trusted codex process of this uid.
+    pub fn live(&self, store: &Store) -> Vec<ThreadInfo> {
+        let uid = courier_shared::paths::uid();
+        let lock_dir = self.lock_dir();
+        let sessions = self.sessions();
+        // (dev, ino) of every lock file there now.
+        let mut lock_files: HashSet<(u64, u64)> = HashSet::new();
+        if let Ok(dir) = std::fs::read_dir(&lock_dir) {
+            for e in dir.flatten() {
+                if let Ok(m) = std::fs::symlink_metadata(e.path()) {
+                    if m.is_file() {
+                        lock_files.insert((m.dev(), m.ino()));
+                    }
+                }
+            }
+        }
+        let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+        let mut pids: Vec<i32> = holder::all_flock_writes(&locks)
+            .into_iter()
+            .filter(|l| lock_files.contains(&(nix::libc::makedev(l.major, l.minor), l.ino)))
+            .map(|l| l.pid)
+            .collect();
+        pids.sort_unstable();
+        pids.dedup();
+        let mut out = Vec::new();
+        for pid in pids {
+            let Ok(stat) = os::read_stat(pid) else { continue };
+            if !os::read_status(pid).is_ok_and(|s| s.all_uids_are(uid)) || !self.trusted(store, pid) {
+                continue;
+            }
+            let Ok(held) = holder::held_threads(pid, &sessions, &lock_dir) else { continue };
+            // The pid must still name the process whose fds were read.
+            if !os::read_stat(pid).is_ok_and(|s| s.starttime == stat.starttime) {
+                continue;
+            }
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).map(|p| p.display().to_string()).unwrap_or_default();
+            let process = ProcessInfo { pid, kind: ProcessKind::of_cmdline(&cmdline), exe };
+            for h in held {
+                if let Some(t) = self.describe(&h.rollout, Some(process.clone())) {
+                    if t.id == h.thread {
+                        out.push(t);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// A thread from its rollout; live when `process` is given (then the open turn decides
+    /// busy/idle).
+    fn describe(&self, path: &Path, process: Option<ProcessInfo>) -> Option<ThreadInfo> {
+        let file = File::open(path).ok()?;
+        let id = os::statx_fd(&file).ok()?;
+        let key = (id.dev, id.ino);
+        let cached = self.facts.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
+        let mut facts = match cached {
+            Some(f) => f,
+            None => {
+                let (line, meta_end) = first_line(&file)?;
+                RolloutFacts { info: SessionInfo::parse(&line)?, title: None, title_done: false, meta_end }
+            }
+        };
+        if !facts.title_done {
+            (facts.title, facts.title_done) = find_title(&file, facts.meta_end);
+        }
+        {
+            let mut map = self.facts.lock().unwrap_or_else(|e| e.into_inner());
+            if map.len() > 4096 {
+                map.clear();
+            }
+            map.insert(key, facts.clone());
+        }
+        let (state, turn_id) = match &process {
+            None => (ThreadState::Ended, None),
+            Some(_) => {
+                let identity = RolloutIdentity { dev: id.dev, ino: id.ino, btime_sec: id.btime_sec, btime_nsec: id.btime_nsec };
+                let snap = self.tracker.update(path, &file, identity, id.size).ok()?;
+                match snap.open_turn {
+                    Some(t) => (ThreadState::Busy, Some(t)),
+                    None => (ThreadState::Idle, None),
+                }
+            }
+        };
+        let mtime = file.metadata().ok().map(|m| m.mtime() * 1000 + m.mtime_nsec() / 1_000_000);
+        let info = facts.info;
+        Some(ThreadInfo {
+            id: info.id,
+            state,
+            turn_id,
+            parent: info.parent,
+            root: info.root,
+            children: Vec::new(),
+            cwd: info.cwd,
+            title: facts.title,
+            agent_nickname: info.agent_nickname,
+            originator: info.originator,
+            cli_version: info.cli_version,
+            process,
+            rollout: path.display().to_string(),
+            last_activity_at: mtime,
+            pending: 0,
+            undelivered: 0,
+            messages: BTreeMap::new(),
+        })
+    }
+
+    /// `broker threads`: the live threads and, with `all`, up to `limit` ended ones (newest
+    /// rollouts first); with queue counts, children filled in, ordered for reading.
+    pub fn list(&self, store: &Store, all: bool, limit: usize) -> anyhow::Result<Vec<ThreadInfo>> {
+        let mut threads = self.live(store);
+        if all {
+            let live: HashSet<String> = threads.iter().map(|t| t.id.clone()).collect();
+            let mut ended = 0;
+            // Most recently active first: a resumed thread appends to its old rollout (in its
+            // old day directory), so the modification time decides, not the file name.
+            let mut paths: Vec<(i64, PathBuf)> = crate::rollout::rollouts_newest_first(&self.sessions())
+                .filter_map(|p| {
+                    let m = std::fs::metadata(&p).ok()?;
+                    Some((m.mtime() * 1_000_000_000 + m.mtime_nsec(), p))
+                })
+                .collect();
+            paths.sort_by_key(|p| std::cmp::Reverse(p.0));
+            for (_, path) in paths {
+                if ended >= limit {
+                    break;
+                }
+                let Some(id) = path.to_str().and_then(courier_shared::rollout::thread_id_from_path) else { continue };
+                if live.contains(id) {
+                    continue;
+                }
+                if let Some(t) = self.describe(&path, None) {
+                    if t.id == id {
+                        threads.push(t);
+                        ended += 1;
+                    }
+                }
+            }
+        }
+        let counts = super::counts_by_thread(store)?;
+        for t in &mut threads {
+            if let Some(c) = counts.get(&t.id) {
+                let n = |s: &str| c.get(s).copied().unwrap_or(0);
+                t.pending = n("pending") + n("leased");
+                t.undelivered = n("uncertain") + n("expired");
+                t.messages = c.clone();
+            }
+        }
+        Ok(order(threads))
+    }
+}
+/// Whether some process holds `thread`'s writer lock now (a quick look for `broker send`'s note,
+/// not a verification: delivery is decided by the gate).
+pub fn lock_held(codex_home: &Path, thread: &str) -> bool {
+    let Ok(m) = std::fs::symlink_metadata(codex_home.join("thread-writer-locks").join(format!("{thread}.lock"))) else {
+        return false;
+    };
+    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+    holder::all_flock_writes(&locks).iter().any(|l| nix::libc::makedev(l.major, l.minor) == m.dev() && l.ino == m.ino())
+}
+
+#[cfg(test)]
+mod tests;

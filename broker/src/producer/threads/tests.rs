@@ -1,0 +1,72 @@
+use super::facts::{user_prompt, TITLE_CHARS};
+use super::*;
+
+#[test]
+fn process_kind_from_argv() {
+    let k = |argv: &[&str]| ProcessKind::of_cmdline(argv.join("\0").as_bytes());
+    assert_eq!(k(&["/x/codex", "exec", "--skip-git-repo-check", "hi"]), ProcessKind::Exec);
+    assert_eq!(k(&["/x/codex", "--enable", "f", "exec", "resume", "t"]), ProcessKind::Exec);
+    assert_eq!(k(&["codex", "app-server", "--listen", "unix://", "--managed-daemon"]), ProcessKind::TuiDaemon);
+    assert_eq!(k(&["codex", "app-server"]), ProcessKind::AppServer);
+    assert_eq!(k(&["codex", "--no-daemon"]), ProcessKind::Tui);
+    assert_eq!(k(&["codex"]), ProcessKind::Tui);
+}
+
+#[test]
+fn session_meta_of_a_sub_agent() {
+    let line = br#"{"type":"session_meta","payload":{"id":"c","session_id":"r","cwd":"/w","originator":"codex_exec","cli_version":"0.171.0","source":{"subagent":{"thread_spawn":{"parent_thread_id":"p","agent_nickname":"Euler"}}}}}"#;
+    let s = SessionInfo::parse(line).unwrap();
+    assert_eq!((s.id.as_str(), s.root.as_deref(), s.parent.as_deref()), ("c", Some("r"), Some("p")));
+    assert_eq!((s.cwd.as_deref(), s.agent_nickname.as_deref()), (Some("/w"), Some("Euler")));
+    assert!(SessionInfo::parse(br#"{"type":"event_msg","payload":{}}"#).is_none());
+}
+
+#[test]
+fn titles_come_from_user_prompts_only() {
+    let item = br#"{"timestamp":"t","type":"event_msg","payload":{"type":"item_completed","item":{"type":"UserMessage","content":[{"type":"text","text":"fix\nthe   tests"}]}}}"#;
+    assert_eq!(user_prompt(item).map(|t| one_line(&t)).as_deref(), Some("fix the tests"));
+    let old = br#"{"timestamp":"t","type":"event_msg","payload":{"type":"user_message","message":"hello"}}"#;
+    assert_eq!(user_prompt(old).as_deref(), Some("hello"));
+    let hook = br#"{"timestamp":"t","type":"event_msg","payload":{"type":"item_completed","item":{"type":"HookPrompt","fragments":[]}}}"#;
+    assert_eq!(user_prompt(hook), None);
+    assert_eq!(one_line(&"x".repeat(200)).chars().count(), TITLE_CHARS);
+    assert_eq!(one_line("a\u{1b}[31mb"), "a[31mb");
+}
+
+fn info(id: &str, parent: Option<&str>, state: ThreadState, at: i64) -> ThreadInfo {
+    ThreadInfo {
+        id: id.into(),
+        state,
+        turn_id: None,
+        parent: parent.map(Into::into),
+        root: None,
+        children: vec![],
+        cwd: None,
+        title: None,
+        agent_nickname: None,
+        originator: None,
+        cli_version: None,
+        process: None,
+        rollout: String::new(),
+        last_activity_at: Some(at),
+        pending: 0,
+        undelivered: 0,
+        messages: BTreeMap::new(),
+    }
+}
+
+#[test]
+fn order_puts_live_first_and_children_after_parents() {
+    let got = order(vec![
+        info("old-ended", None, ThreadState::Ended, 50),
+        info("child", Some("parent"), ThreadState::Busy, 40),
+        info("parent", None, ThreadState::Idle, 10),
+        info("newest", None, ThreadState::Busy, 30),
+    ]);
+    let ids: Vec<&str> = got.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, ["newest", "parent", "child", "old-ended"]);
+    assert_eq!(got[1].children, ["child"]);
+    let table = render_table(&got, 60_000);
+    assert!(table.lines().next().unwrap().starts_with("THREAD"), "{table}");
+    assert_eq!(table.lines().count(), 5, "{table}");
+}
