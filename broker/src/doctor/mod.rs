@@ -2,19 +2,18 @@
 //! can, it asks Codex itself (`codex app-server`, `hooks/list`) rather than re-deriving Codex's
 //! rules, so a Codex that changed its trust rules shows up here as untrusted hooks.
 
-use crate::install::{self, Manifest, StartSetup, EVENTS};
+mod hooks;
+
+use crate::install::{self, Manifest, StartSetup};
 use crate::refusal::RefusalCode;
 use crate::store::{now_ms, Store};
 use crate::{client, codex, config, dirs};
 use courier_shared::paths;
-use serde_json::{json, Value};
+use hooks::check_hooks;
+use serde_json::Value;
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
@@ -271,175 +270,6 @@ fn check_broker_accepts(pid: i32, client: &Path, extra: &[PathBuf]) -> Check {
         )
     }
 }
-
-/// One handler as Codex's `hooks/list` reports it.
-#[derive(Debug, Clone)]
-pub struct ListedHook {
-    pub key: String,
-    pub event: String,
-    pub command: String,
-    pub trust_status: String,
-    pub enabled: bool,
-}
-
-/// Asks `codex app-server` for `hooks/list {cwds:[cwd]}` (bounded by `timeout`).
-pub fn codex_hooks_list(codex: &Path, cwd: &Path, timeout: Duration) -> Result<Vec<ListedHook>, String> {
-    let mut child = Command::new(codex)
-        .arg("app-server")
-        .current_dir(cwd)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("starting {} app-server: {e}", codex.display()))?;
-    let mut stdin = child.stdin.take().expect("piped");
-    let stdout = child.stdout.take().expect("piped");
-    let (tx, rx) = mpsc::channel::<Value>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Ok(v) = serde_json::from_str::<Value>(line.trim()) {
-                if tx.send(v).is_err() {
-                    break;
-                }
-            }
-        }
-    });
-    let deadline = Instant::now() + timeout;
-    let call = |stdin: &mut std::process::ChildStdin, id: u64, method: &str, params: Value| -> Result<Value, String> {
-        let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        writeln!(stdin, "{msg}").and_then(|()| stdin.flush()).map_err(|e| format!("writing to codex app-server: {e}"))?;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let v = rx.recv_timeout(left).map_err(|_| format!("codex app-server gave no answer to {method} within {timeout:?}"))?;
-            if v.get("method").is_some() && v.get("id").is_some() {
-                // A request from the server: refuse it so nothing waits on us.
-                let reply =
-                    json!({"jsonrpc": "2.0", "id": v["id"], "error": {"code": -32601, "message": "broker doctor does not handle this"}});
-                let _ = writeln!(stdin, "{reply}").and_then(|()| stdin.flush());
-                continue;
-            }
-            if v.get("id").and_then(Value::as_u64) == Some(id) {
-                return match v.get("result") {
-                    Some(r) => Ok(r.clone()),
-                    None => Err(format!("codex app-server {method} failed: {}", v.get("error").unwrap_or(&Value::Null))),
-                };
-            }
-        }
-    };
-    let result = (|| {
-        call(
-            &mut stdin,
-            1,
-            "initialize",
-            json!({"clientInfo": {"name": "courier-doctor", "title": "broker doctor", "version": env!("CARGO_PKG_VERSION")}, "capabilities": {"experimentalApi": false}}),
-        )?;
-        writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "method": "initialized"})).map_err(|e| e.to_string())?;
-        call(&mut stdin, 2, "hooks/list", json!({"cwds": [cwd.to_string_lossy()]}))
-    })();
-    drop(stdin);
-    let _ = child.kill();
-    let _ = child.wait();
-    let result = result?;
-    let mut out = Vec::new();
-    for d in result.get("data").and_then(Value::as_array).into_iter().flatten() {
-        for h in d.get("hooks").and_then(Value::as_array).into_iter().flatten() {
-            let s = |k: &str| h.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-            out.push(ListedHook {
-                key: s("key"),
-                event: s("eventName"),
-                command: s("command"),
-                trust_status: s("trustStatus"),
-                enabled: h.get("enabled").and_then(Value::as_bool).unwrap_or(true),
-            });
-        }
-    }
-    Ok(out)
-}
-
-fn camel_event(ev: &str) -> String {
-    let mut c = ev.chars();
-    c.next().map(|f| f.to_ascii_lowercase().to_string() + c.as_str()).unwrap_or_default()
-}
-
-const TRUST_FIX: &str = "run `broker install` again (it rewrites Courier's trust entries), or review and trust the hooks in Codex (/hooks)";
-
-fn check_hooks(codex: Option<&Path>, codex_home: &Path, cwd: &Path, command: &str) -> Vec<Check> {
-    let listed = match codex {
-        Some(c) => codex_hooks_list(c, cwd, Duration::from_secs(30)),
-        None => Err("no codex on PATH (pass --codex PATH)".into()),
-    };
-    let listed = match listed {
-        Ok(l) => l,
-        Err(e) => {
-            let mut v = vec![Check::warn(format!("could not ask Codex which hooks it trusts: {e}; checked the files instead"), None)];
-            v.extend(check_hooks_offline(codex_home, command));
-            return v;
-        }
-    };
-    let mut problems = Vec::new();
-    for ev in EVENTS {
-        let ours: Vec<&ListedHook> = listed.iter().filter(|h| h.event == camel_event(ev) && h.command == command).collect();
-        match ours.as_slice() {
-            [] => problems.push(format!("{ev}: not registered")),
-            hs => {
-                for h in hs {
-                    if h.trust_status != "trusted" {
-                        problems.push(format!("{ev}: {} ({})", h.trust_status, h.key));
-                    } else if !h.enabled {
-                        problems.push(format!("{ev}: disabled ({})", h.key));
-                    }
-                }
-            }
-        }
-    }
-    if problems.is_empty() {
-        vec![Check::ok(format!("Codex runs {command} for all {} events, trusted", EVENTS.len()))]
-    } else {
-        let mut c = Check::fail(format!("Codex will not run Courier's hook for {} of {} events", problems.len(), EVENTS.len()), TRUST_FIX);
-        for p in problems {
-            c = c.detail(p);
-        }
-        vec![c]
-    }
-}
-
-/// Without Codex: hooks.json has the handlers and config.toml trusts them with the right hash.
-fn check_hooks_offline(codex_home: &Path, command: &str) -> Vec<Check> {
-    let path = codex_home.join("hooks.json");
-    let doc: Value = match std::fs::read_to_string(&path).map(|t| serde_json::from_str(&t)) {
-        Ok(Ok(v)) => v,
-        _ => return vec![Check::fail(format!("{} is missing or not JSON", path.display()), "run `broker install`")],
-    };
-    let cfg: Option<toml_edit::DocumentMut> = std::fs::read_to_string(codex_home.join("config.toml")).ok().and_then(|t| t.parse().ok());
-    let source = install::hooks_source(codex_home);
-    let mut problems = Vec::new();
-    for ev in EVENTS {
-        let groups = doc.pointer(&format!("/hooks/{ev}")).and_then(Value::as_array).cloned().unwrap_or_default();
-        let idx = groups.iter().position(|g| g.pointer("/hooks/0/command").and_then(Value::as_str) == Some(command));
-        let Some(idx) = idx else {
-            problems.push(format!("{ev}: not registered"));
-            continue;
-        };
-        let want = install::hook_trust_hash(ev, command, install::HOOK_TIMEOUT_SECS, None, None);
-        let key = install::trust_key(&source, ev, idx);
-        let have = cfg.as_ref().and_then(|d| d.get("hooks")?.get("state")?.get(&key)?.get("trusted_hash")?.as_str().map(str::to_string));
-        if have.as_deref() != Some(want.as_str()) {
-            problems.push(format!("{ev}: not trusted ({key})"));
-        }
-    }
-    if problems.is_empty() {
-        vec![Check::ok(format!("hooks.json registers {command} for all events and config.toml trusts them"))]
-    } else {
-        let mut c = Check::fail("Courier's hooks are missing or untrusted", TRUST_FIX);
-        for p in problems {
-            c = c.detail(p);
-        }
-        vec![c]
-    }
-}
-
-/// The Codex the user runs, resolved the way the broker and install resolve it: trusted, and in
-/// the tested version range. Every fix line names the exact path.
 fn check_codex(codex: Option<&Path>, codex_home: &Path, state_dir: &Path) -> Vec<Check> {
     let mut out = Vec::new();
     let commands: Vec<PathBuf> = codex.map(Path::to_path_buf).into_iter().collect();
