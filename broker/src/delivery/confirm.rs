@@ -6,12 +6,13 @@
 use crate::delivery::render::wrap;
 use crate::delivery::WAKE_EVENT;
 use crate::os::ProcessKey;
+use crate::rollout::lines::{WholeLines, CHUNK as SCAN_CHUNK};
 use crate::store::{Message, State, Store};
 use anyhow::Result;
 use courier_shared::rollout::{classify_line, marker_ids, RolloutEvent};
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
@@ -57,9 +58,6 @@ type Settlement = (String, Option<State>, Option<&'static str>, u64);
 /// as they stream past, never buffered.
 const MAX_SCAN_LINE: usize = 1 << 20;
 
-/// Read granularity of the scan.
-const SCAN_CHUNK: usize = 64 * 1024;
-
 /// Bytes one [`reconcile`] call reads from one rollout at most; the rest waits for the next call
 /// (where the scan stopped is remembered, [`ScanState`]). Unbounded by default (the CLI's
 /// `inspect`); `broker serve` bounds it, since reconcile runs under the store lock on the hook path.
@@ -84,25 +82,14 @@ struct ScanState {
     ino: u64,
     /// Birth time: a deleted rollout's inode number can be reused by a new file.
     born: Option<std::time::SystemTime>,
-    /// Start of the line being read (the boundary the database knows).
-    line_start: u64,
-    /// Bytes consumed from the file (>= line_start).
-    consumed: u64,
-    /// The line's bytes so far, unless it is being skipped (longer than [`MAX_SCAN_LINE`]).
-    partial: Vec<u8>,
-    skipping: bool,
+    /// Where the scan stands: its line start is the boundary the database knows; lines longer
+    /// than [`MAX_SCAN_LINE`] are skipped, never buffered.
+    lines: WholeLines,
 }
 
 fn scan_states() -> &'static Mutex<HashMap<String, ScanState>> {
     static STATES: OnceLock<Mutex<HashMap<String, ScanState>>> = OnceLock::new();
     STATES.get_or_init(Default::default)
-}
-
-/// The first `\n` in `buf` (libc's memchr: fast whatever the build profile).
-fn newline(buf: &[u8]) -> Option<usize> {
-    // SAFETY: memchr reads at most buf.len() bytes of a live slice.
-    let p = unsafe { nix::libc::memchr(buf.as_ptr().cast(), b'\n' as i32, buf.len()) };
-    (!p.is_null()).then(|| p as usize - buf.as_ptr() as usize)
 }
 
 /// Scans `path` from the smallest scan offset of `messages` (or from where the last scan stopped
@@ -126,57 +113,34 @@ pub(super) fn scan_rollout_within(path: &str, messages: &[Message], budget: u64)
     let born = meta.created().ok();
     let mut states = scan_states().lock().unwrap_or_else(|e| e.into_inner());
     let mut st = match states.remove(path) {
-        Some(s) if (s.dev, s.ino, s.born) == (meta.dev(), meta.ino(), born) && s.line_start == start && s.consumed <= len => s,
-        _ => ScanState { dev: meta.dev(), ino: meta.ino(), born, line_start: start, consumed: start, partial: Vec::new(), skipping: false },
+        Some(s)
+            if (s.dev, s.ino, s.born) == (meta.dev(), meta.ino(), born)
+                && s.lines.cursor.line_start == start
+                && s.lines.cursor.consumed <= len =>
+        {
+            s
+        }
+        _ => ScanState { dev: meta.dev(), ino: meta.ino(), born, lines: WholeLines::at(start, MAX_SCAN_LINE) },
     };
-    let budget_end = st.consumed.saturating_add(budget).min(len);
+    let budget_end = st.lines.cursor.consumed.saturating_add(budget).min(len);
 
     let mut open: HashMap<&str, &Message> = messages.iter().map(|m| (m.id.as_str(), m)).collect();
     let mut out = Vec::new();
-    let mut chunk = vec![0u8; SCAN_CHUNK];
-    'read: while st.consumed < budget_end && !open.is_empty() {
-        let want = SCAN_CHUNK.min((budget_end - st.consumed) as usize);
-        let n = match file.read_at(&mut chunk[..want], st.consumed) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => break,
-        };
-        SCAN_BYTES_READ.fetch_add(n as u64, Ordering::Relaxed);
-        let mut data = &chunk[..n];
-        while let Some(nl) = newline(data) {
-            let line_start = st.line_start;
-            let skipped = st.skipping || st.partial.len() + nl > MAX_SCAN_LINE;
-            st.consumed += nl as u64 + 1;
-            st.line_start = st.consumed;
-            st.skipping = false;
-            if !skipped {
-                let line: &[u8] = if st.partial.is_empty() {
-                    &data[..nl]
-                } else {
-                    st.partial.extend_from_slice(&data[..nl]);
-                    &st.partial
-                };
-                settle_line(line, line_start, st.line_start, messages, &mut open, &mut out);
+    if !open.is_empty() {
+        // A read error ends this pass; the next one resumes where it stopped.
+        let read = st.lines.read(&file, budget_end, |line, line_start, next| {
+            if let Some(line) = line {
+                settle_line(line, line_start, next, messages, &mut open, &mut out);
             }
-            st.partial.clear();
-            data = &data[nl + 1..];
             if open.is_empty() {
-                break 'read;
-            }
-        }
-        // The rest is the beginning of a line not yet complete.
-        st.consumed += data.len() as u64;
-        if !st.skipping {
-            if st.partial.len() + data.len() > MAX_SCAN_LINE {
-                st.partial = Vec::new();
-                st.skipping = true;
+                ControlFlow::Break(())
             } else {
-                st.partial.extend_from_slice(data);
+                ControlFlow::Continue(())
             }
-        }
+        });
+        SCAN_BYTES_READ.fetch_add(read.unwrap_or(0), Ordering::Relaxed);
     }
-    let boundary = st.line_start;
+    let boundary = st.lines.cursor.line_start;
     if states.len() >= 4096 {
         states.clear();
     }

@@ -16,12 +16,13 @@ pub mod policy;
 use crate::appserver::{self, endpoint, Endpoint};
 use crate::config::ConfigCache;
 use crate::gate::Verified;
+use crate::rollout::lines::WholeLines;
 use crate::store::{State, Store};
 use anyhow::Result;
 use config::EffortConfig;
 use courier_shared::hook::HookEvent;
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Seek, SeekFrom};
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::{Arc, Mutex};
@@ -216,25 +217,23 @@ impl Service {
 /// Looks from `from` for a complete line recording `level` as the thread's effort; returns
 /// whether found and the offset scanned to.
 fn scan_for_effort(path: &Path, from: u64, level: &str) -> (bool, u64) {
-    let Ok(mut f) = std::fs::File::open(path) else { return (false, from) };
-    if f.seek(SeekFrom::Start(from)).is_err() {
-        return (false, from);
-    }
-    let mut reader = BufReader::new(f);
-    let mut pos = from;
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        match reader.read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => return (false, pos),
-            Ok(_) if line.last() != Some(&b'\n') => return (false, pos),
-            Ok(n) => pos += n as u64,
+    let Ok(f) = std::fs::File::open(path) else { return (false, from) };
+    let mut lines = WholeLines::at(from, MAX_EFFORT_LINE);
+    let mut found = false;
+    let _ = lines.read(&f, u64::MAX, |line, _, _| {
+        found = line.and_then(effort_record).as_deref() == Some(level);
+        if found {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
         }
-        if effort_record(&line).as_deref() == Some(level) {
-            return (true, pos);
-        }
-    }
+    });
+    (found, lines.cursor.line_start)
 }
+
+/// Longest rollout line looked at for an effort record (a `turn_context` carries the turn's
+/// instructions; far shorter than this in practice).
+const MAX_EFFORT_LINE: usize = 16 << 20;
 
 /// The effort a rollout line records as in effect: `thread_settings_applied` or `turn_context`.
 pub fn effort_record(line: &[u8]) -> Option<String> {

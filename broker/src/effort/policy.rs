@@ -6,7 +6,6 @@ use crate::store::Store;
 use anyhow::Result;
 use serde_json::Value;
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
 /// How far back from the verified rollout length the tool's completion record is looked for.
@@ -31,11 +30,8 @@ pub fn exit_code(raw_payload: &str, rollout: &Path, verified_len: u64) -> Option
         _ => {}
     }
     let call = payload.get("tool_use_id")?.as_str()?;
-    let mut f = File::open(rollout).ok()?;
-    let start = verified_len.saturating_sub(TAIL_WINDOW);
-    f.seek(SeekFrom::Start(start)).ok()?;
-    let mut buf = Vec::new();
-    f.take(verified_len - start).read_to_end(&mut buf).ok()?;
+    let f = File::open(rollout).ok()?;
+    let buf = crate::rollout::lines::tail(&f, verified_len, TAIL_WINDOW).ok()?;
     let needle = format!("\"id\":{}", Value::from(call));
     for line in buf.split(|b| *b == b'\n').rev() {
         let text = String::from_utf8_lossy(line);

@@ -13,7 +13,7 @@
 
 use super::{digest, holder, CodexTrust, Gate};
 use crate::os;
-use crate::rollout::RolloutIdentity;
+use crate::rollout::{find_rollout, RolloutIdentity};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -68,29 +68,6 @@ fn lock_holders(text: &str, dev: u64, ino: u64) -> Vec<i32> {
     pids
 }
 
-/// `rollout-*-<thread>.jsonl` under `sessions/` (`YYYY/MM/DD/`), newest day first.
-fn find_rollout(sessions: &Path, thread: &str) -> Option<PathBuf> {
-    let suffix = format!("-{thread}.jsonl");
-    let mut dirs = vec![sessions.to_path_buf()];
-    for _depth in 0..3 {
-        let mut next = Vec::new();
-        for d in &dirs {
-            let mut subs: Vec<PathBuf> =
-                std::fs::read_dir(d).into_iter().flatten().flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
-            subs.sort_unstable_by(|a, b| b.cmp(a));
-            next.extend(subs);
-        }
-        dirs = next;
-    }
-    dirs.iter().find_map(|d| {
-        std::fs::read_dir(d)
-            .ok()?
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("rollout-") && n.ends_with(&suffix)))
-    })
-}
-
 impl Gate {
     /// The trusted Codex process that owns `thread` now (see the module docs).
     pub fn thread_owner(&self, thread: &str, trust: &dyn CodexTrust) -> Result<Owner, NoOwner> {
@@ -120,8 +97,8 @@ impl Gate {
             Ok(digest::Lookup::Digest(d)) => return Err(NoOwner::Untrusted(format!("holder {pid} sha256 {} is not trusted", &d[..12]))),
             other => return Err(NoOwner::Untrusted(format!("holder {pid}: digest {other:?}"))),
         }
-        let sessions = self.config.codex_home.join("sessions");
-        let rollout = find_rollout(&sessions, thread).ok_or_else(|| NoOwner::NotProven("no rollout under sessions/".into()))?;
+        let rollout =
+            find_rollout(&self.config.codex_home, thread).ok_or_else(|| NoOwner::NotProven("no rollout under sessions/".into()))?;
         let file = os::open_nofollow(&rollout).map_err(|e| NoOwner::NotProven(format!("open rollout: {e}")))?;
         let id = os::statx_fd(&file).map_err(|e| NoOwner::NotProven(format!("statx rollout: {e}")))?;
         let scan =

@@ -40,7 +40,7 @@
 
 mod classify;
 mod find;
-mod lines;
+pub mod lines;
 mod state;
 mod turn;
 

@@ -2,15 +2,14 @@
 //! sight of a large one, backwards from its end (see the module docs of `rollout`).
 
 use super::classify::{classify, kinds, Rec};
-use super::lines::{memrchr_newline, newline, read_at_retry, read_exact_at_retry};
+use super::lines::{first_line, memrchr_newline, read_exact_at_retry, FirstLine, LineCursor, Seg, CHUNK};
 use super::turn::{Actions, Turn};
 use super::{RolloutIdentity, SessionMeta, HEAD_KEEP, MAX_BACKSCAN, TAIL_KEEP};
 use courier_shared::rollout::{classify_line, RolloutEvent};
 use std::fs::File;
 use std::io;
+use std::ops::ControlFlow;
 
-/// Read granularity.
-const CHUNK: usize = 64 * 1024;
 /// Longest first line (`session_meta`) accepted.
 const MAX_META_LINE: usize = 4 << 20;
 
@@ -117,68 +116,49 @@ impl State {
 
     /// Reads the first line. Returns bytes read. Leaves `meta_done` false if it is not complete yet.
     pub(super) fn read_meta(&mut self, file: &File) -> io::Result<u64> {
-        let mut buf = Vec::new();
-        let mut chunk = vec![0u8; CHUNK];
-        let mut read = 0u64;
-        loop {
-            let n = read_at_retry(file, &mut chunk, buf.len() as u64)?;
-            read += n as u64;
-            if n == 0 {
-                return Ok(read); // no complete first line yet
-            }
-            let old = buf.len();
-            buf.extend_from_slice(&chunk[..n]);
-            if let Some(nl) = newline(&buf[old..]) {
-                let end = old + nl;
-                self.meta = match classify_line(&buf[..end]) {
+        let (first, read) = first_line(file, MAX_META_LINE)?;
+        match first {
+            FirstLine::Unfinished => return Ok(read),
+            FirstLine::Line(line) => {
+                self.meta = match classify_line(&line) {
                     Some(RolloutEvent::SessionMeta { id, session_id, parent_thread_id }) => {
                         Some(SessionMeta { id, session_id, parent_thread_id })
                     }
                     _ => None,
                 };
-                self.meta_done = true;
-                self.offset = end as u64 + 1;
-                self.line_start = self.offset;
-                return Ok(read);
+                self.offset = line.len() as u64 + 1;
             }
-            if buf.len() > MAX_META_LINE {
+            FirstLine::TooLong(consumed) => {
                 // Not a rollout Codex wrote: remember that, consume nothing more of this line.
                 self.meta = None;
-                self.meta_done = true;
-                self.offset = buf.len() as u64;
-                self.line_start = self.offset;
+                self.offset = consumed;
                 self.skip_line = true;
-                return Ok(read);
             }
         }
+        self.meta_done = true;
+        self.line_start = self.offset;
+        Ok(read)
     }
 
     /// Reads forward from `offset` to EOF, applying every complete line. Returns bytes read.
     pub(super) fn read_forward(&mut self, file: &File) -> io::Result<u64> {
-        let mut chunk = vec![0u8; CHUNK];
-        let mut read = 0u64;
-        loop {
-            let n = read_at_retry(file, &mut chunk, self.offset)?;
-            if n == 0 {
-                return Ok(read);
-            }
-            read += n as u64;
-            let mut data = &chunk[..n];
-            let mut consumed = 0usize;
-            while let Some(nl) = newline(data) {
-                self.line.push(&data[..nl]);
-                if std::mem::take(&mut self.skip_line) {
-                } else if let Some(rec) = classify(&self.line.head, &self.line.tail) {
-                    self.apply(rec, self.line_start);
+        let mut cursor = LineCursor { line_start: self.line_start, consumed: self.offset };
+        let result = cursor.read(file, u64::MAX, |seg| {
+            match seg {
+                Seg::Part(bytes) => self.line.push(bytes),
+                Seg::End { bytes, start, .. } => {
+                    self.line.push(bytes);
+                    if std::mem::take(&mut self.skip_line) {
+                    } else if let Some(rec) = classify(&self.line.head, &self.line.tail) {
+                        self.apply(rec, start);
+                    }
+                    self.line.clear();
                 }
-                self.line.clear();
-                consumed += nl + 1;
-                self.line_start = self.offset + consumed as u64;
-                data = &data[nl + 1..];
             }
-            self.line.push(data);
-            self.offset += n as u64;
-        }
+            ControlFlow::Continue(())
+        });
+        (self.offset, self.line_start) = (cursor.consumed, cursor.line_start);
+        result
     }
 
     /// First sight of a large rollout: read the tail backwards (at most [`MAX_BACKSCAN`] bytes) to

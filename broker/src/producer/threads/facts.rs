@@ -1,13 +1,16 @@
 //! What a rollout says about its thread: its `session_meta` and its title (the first user prompt).
 
+use crate::rollout::lines::{self, FirstLine, WholeLines};
 use serde_json::Value;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
+use std::ops::ControlFlow;
 
 /// How far into a rollout the title (first user prompt) is looked for.
 const TITLE_SCAN_MAX: u64 = 4 << 20;
 /// Longest first line (`session_meta`) read.
 pub(super) const META_MAX: usize = 4 << 20;
+/// Longest line looked at for the title.
+const TITLE_LINE_MAX: usize = 1 << 20;
 /// Characters of a title kept.
 pub(super) const TITLE_CHARS: usize = 80;
 
@@ -48,23 +51,12 @@ impl SessionInfo {
 
 /// Reads the first line of `file` (at most [`META_MAX`] bytes). Returns it and the offset after it.
 pub(super) fn first_line(file: &File) -> Option<(Vec<u8>, u64)> {
-    let mut buf = Vec::new();
-    let mut chunk = vec![0u8; 64 * 1024];
-    loop {
-        let n = file.read_at(&mut chunk, buf.len() as u64).ok()?;
-        if n == 0 {
-            return None;
+    match lines::first_line(file, META_MAX).ok()?.0 {
+        FirstLine::Line(line) => {
+            let next = line.len() as u64 + 1;
+            Some((line, next))
         }
-        let old = buf.len();
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(nl) = buf[old..].iter().position(|b| *b == b'\n') {
-            buf.truncate(old + nl);
-            let next = buf.len() as u64 + 1;
-            return Some((buf, next));
-        }
-        if buf.len() > META_MAX {
-            return None;
-        }
+        FirstLine::Unfinished | FirstLine::TooLong(_) => None,
     }
 }
 
@@ -110,35 +102,19 @@ pub fn one_line(text: &str) -> String {
 /// forward at most [`TITLE_SCAN_MAX`] bytes. `(title, complete)`: `complete` is false when the
 /// scan reached the end of what is written so far without a prompt (a later call may find one).
 pub(super) fn find_title(file: &File, from: u64) -> (Option<String>, bool) {
-    let mut chunk = vec![0u8; 64 * 1024];
-    let mut line: Vec<u8> = Vec::new();
-    let mut skipping = false;
-    let mut pos = from;
-    while pos - from < TITLE_SCAN_MAX {
-        let n = match file.read_at(&mut chunk, pos) {
-            Ok(0) | Err(_) => return (None, false),
-            Ok(n) => n,
-        };
-        pos += n as u64;
-        let mut data = &chunk[..n];
-        while let Some(nl) = data.iter().position(|b| *b == b'\n') {
-            if !skipping {
-                line.extend_from_slice(&data[..nl]);
-                if let Some(t) = user_prompt(&line) {
-                    return (Some(one_line(&t)), true);
-                }
-            }
-            line.clear();
-            skipping = false;
-            data = &data[nl + 1..];
+    let mut lines = WholeLines::at(from, TITLE_LINE_MAX);
+    let mut title = None;
+    let until = from + TITLE_SCAN_MAX;
+    let read = lines.read(file, until, |line, _, _| match line.and_then(user_prompt) {
+        Some(t) => {
+            title = Some(one_line(&t));
+            ControlFlow::Break(())
         }
-        if !skipping {
-            line.extend_from_slice(data);
-            if line.len() > (1 << 20) {
-                line.clear();
-                skipping = true;
-            }
-        }
+        None => ControlFlow::Continue(()),
+    });
+    match (read, title) {
+        (_, Some(t)) => (Some(t), true),
+        (Ok(_), None) => (None, lines.cursor.consumed >= until),
+        (Err(_), None) => (None, false),
     }
-    (None, true)
 }
