@@ -177,7 +177,7 @@ fn local_request(body: &[u8], key: &str, origin: &str) -> Result<Map<String, Val
 /// Queues one request on this host, through the broker when it runs, else in the store.
 fn enqueue(socket: &Path, state_dir: &Path, codex_home: &Path, req: Map<String, Value>) -> Local {
     let req = Value::Object(req);
-    match broker::producer::proto::call(socket, &req, Some(Duration::from_secs(30))) {
+    match broker::producer::line::call(socket, &req, Some(Duration::from_secs(30))) {
         Ok(Some(r)) if r["ok"] == json!(true) => {
             let s = |k: &str| r[k].as_str().unwrap_or_default().to_string();
             Local::Queued { id: s("id"), thread: s("thread"), duplicate: r["duplicate"] == json!(true) }

@@ -45,7 +45,7 @@ fn read_stdin_body() -> Result<String> {
 pub fn fetch_threads(all: bool, limit: usize) -> Result<Vec<ThreadInfo>> {
     let socket = paths::socket_path(&paths::runtime_dir());
     let req = json!({"op": "threads", "all": all, "limit": limit});
-    if let Ok(Some(reply)) = super::proto::call(&socket, &req, Some(Duration::from_secs(30))) {
+    if let Ok(Some(reply)) = super::line::call(&socket, &req, Some(Duration::from_secs(30))) {
         if reply.get("ok") == Some(&Value::Bool(true)) {
             return serde_json::from_value(reply["threads"].clone()).context("the broker's thread list does not parse");
         }
@@ -185,7 +185,7 @@ fn verified_send(opts: &SendOptions) -> Result<Verified> {
         }
     }
     let socket = paths::socket_path(&paths::runtime_dir());
-    let reply = match super::proto::call(&socket, &req, Some(Duration::from_secs(30))) {
+    let reply = match super::line::call(&socket, &req, Some(Duration::from_secs(30))) {
         Ok(Some(r)) => r,
         Ok(None) => return Ok(Verified::Not("no broker answered".into())),
         Err(e) => return Ok(Verified::Not(format!("{e:#}"))),

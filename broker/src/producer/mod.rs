@@ -14,6 +14,7 @@
 //! small store queries these need.
 
 pub mod cli;
+pub mod line;
 pub mod proto;
 pub mod send;
 pub mod threads;

@@ -106,9 +106,9 @@ impl Waiters {
         let mut s = self.shared.lock().unwrap_or_else(|e| e.into_inner());
         if s.parked.len() >= MAX_PARKED {
             drop(s);
-            let _ = super::proto::write_line(
+            let _ = super::line::write_line(
                 &mut stream,
-                &super::proto::error("busy", &format!("{MAX_PARKED} waits are parked already; try again later")),
+                &super::line::error("busy", &format!("{MAX_PARKED} waits are parked already; try again later")),
             );
             return;
         }
@@ -165,7 +165,7 @@ impl Waiters {
                             r.extend(p.extra.clone());
                         }
                         let _ = p.stream.set_write_timeout(Some(Duration::from_secs(2)));
-                        let _ = super::proto::write_line(&mut p.stream, &reply);
+                        let _ = super::line::write_line(&mut p.stream, &reply);
                     }
                     Err(e) => {
                         crate::log_error!("waiter: reading message states: {e:#}");
@@ -184,7 +184,7 @@ impl Waiters {
 fn answer(store: &Store, ids: &[String], want: Want, timed_out: bool) -> Result<Option<Value>> {
     let found = load_all(store, ids)?;
     if let Some(i) = found.iter().position(Option::is_none) {
-        return Ok(Some(super::proto::error("not_found", &not_found(&ids[i]))));
+        return Ok(Some(super::line::error("not_found", &not_found(&ids[i]))));
     }
     let messages: Vec<Message> = found.into_iter().flatten().collect();
     if !Outcome::settled(&messages, want) && !timed_out {
@@ -289,7 +289,7 @@ pub fn wait_for(runtime_dir: &Path, state_dir: &Path, ids: &[String], want: Want
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         let req = json!({"op": "wait", "ids": ids, "for": want.as_str(), "timeout_ms": left.map(|l| l.as_millis() as u64)});
         // No broker, or it went away mid-wait: look ourselves (below).
-        if let Ok(Some(reply)) = super::proto::call(&socket, &req, None) {
+        if let Ok(Some(reply)) = super::line::call(&socket, &req, None) {
             {
                 if reply.get("ok") != Some(&Value::Bool(true)) {
                     let msg = reply.get("message").and_then(Value::as_str).unwrap_or("the broker refused the wait");

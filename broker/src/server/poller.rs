@@ -416,11 +416,11 @@ impl Poller {
                         conn.buf.truncate(nl + 1);
                         nl + 1
                     }
-                    None if conn.buf.len() >= crate::producer::proto::MAX_LINE => {
-                        let detail = format!("request line longer than {} bytes", crate::producer::proto::MAX_LINE);
+                    None if conn.buf.len() >= crate::producer::line::MAX_LINE => {
+                        let detail = format!("request line longer than {} bytes", crate::producer::line::MAX_LINE);
                         return self.close_with(fd, RefusalCode::FrameTooLarge, detail);
                     }
-                    None => crate::producer::proto::MAX_LINE,
+                    None => crate::producer::line::MAX_LINE,
                 }
             } else if conn.buf.len() < 4 {
                 4
