@@ -274,26 +274,9 @@ mod tests {
 
     fn row(id: &str, thread: &str, kind: &str, state: &str, from: &str) -> Message {
         Message {
-            id: id.into(),
-            thread: thread.into(),
-            kind: crate::store::Kind::parse(kind).unwrap(),
-            state: crate::store::State::parse(state).unwrap(),
             body: if kind == "effort" { "high".into() } else { "text".into() },
             from: Some(from.into()),
-            key: None,
-            created_at: 0,
-            updated_at: 0,
-            expires_at: None,
-            event: None,
-            turn_id: None,
-            lease: None,
-            handed_at: None,
-            confirmed_at: None,
-            reason: None,
-            attempts: 0,
-            rollout_path: None,
-            scan_offset: None,
-            alarms: Vec::new(),
+            ..Message::sample(id, thread, kind, state)
         }
     }
 

@@ -188,28 +188,7 @@ mod tests {
     use super::*;
 
     fn msg(kind: &str, state: &str, handed: bool) -> Message {
-        Message {
-            id: "m_0000000000000001".into(),
-            thread: "t".into(),
-            kind: crate::store::Kind::parse(kind).unwrap(),
-            state: crate::store::State::parse(state).unwrap(),
-            body: "x".into(),
-            from: None,
-            key: None,
-            created_at: 0,
-            updated_at: 0,
-            expires_at: None,
-            event: None,
-            turn_id: None,
-            lease: None,
-            handed_at: handed.then_some(1),
-            confirmed_at: None,
-            reason: None,
-            attempts: 0,
-            rollout_path: None,
-            scan_offset: None,
-            alarms: Vec::new(),
-        }
+        Message { body: "x".into(), handed_at: handed.then_some(1), ..Message::sample("m_0000000000000001", "t", kind, state) }
     }
 
     #[test]

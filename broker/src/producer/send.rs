@@ -292,26 +292,9 @@ mod tests {
         }
         let t = "01a22654-3b31-76f3-a48c-b65aa7d0db68";
         let mk = |from: &str| crate::store::Message {
-            id: "m_0000000000000001".into(),
-            thread: t.into(),
-            kind: crate::store::Kind::Message,
-            state: crate::store::State::Pending,
             body: "hi".into(),
             from: Some(from.into()),
-            key: None,
-            created_at: 0,
-            updated_at: 0,
-            expires_at: None,
-            event: None,
-            turn_id: None,
-            lease: None,
-            handed_at: None,
-            confirmed_at: None,
-            reason: None,
-            attempts: 0,
-            rollout_path: None,
-            scan_offset: None,
-            alarms: Vec::new(),
+            ..crate::store::Message::sample("m_0000000000000001", t, "message", "pending")
         };
         let verified = crate::delivery::wrap(&mk(&format!("thread:{t}")));
         assert_eq!(
