@@ -29,6 +29,7 @@ use async_nats::jetstream::{self, AckKind};
 use broker::producer::send::{self as psend, SendError, SendOptions, Target};
 use broker::store::{now_ms, Store};
 use courier_shared::paths;
+use courier_shared::wire::ErrorReply;
 use futures_util::StreamExt;
 use rusqlite::{params, Connection};
 use serde_json::{json, Map, Value};
@@ -182,15 +183,14 @@ fn enqueue(socket: &Path, state_dir: &Path, codex_home: &Path, req: Map<String, 
             let s = |k: &str| r[k].as_str().unwrap_or_default().to_string();
             Local::Queued { id: s("id"), thread: s("thread"), duplicate: r["duplicate"] == json!(true) }
         }
-        Ok(Some(r)) => {
-            let code = r["error"].as_str().unwrap_or("failed").to_string();
-            let message = r["message"].as_str().unwrap_or_default().to_string();
-            if code == "failed" || code == "busy" {
-                Local::Retry(format!("{code}: {message}"))
-            } else {
-                Local::Refused { code, message }
+        Ok(Some(r)) => match ErrorReply::of(&r) {
+            // A code this bridge does not know (a newer broker's) is passed on as it came.
+            Some(ErrorReply { error, message, .. }) if !error.is_transient() => {
+                Local::Refused { code: r["error"].as_str().unwrap_or(error.as_str()).into(), message }
             }
-        }
+            Some(ErrorReply { error, message, .. }) => Local::Retry(format!("{}: {message}", error.as_str())),
+            None => Local::Retry(format!("failed: the broker's reply is neither a result nor an error: {r}")),
+        },
         Err(e) => Local::Retry(format!("the broker stopped mid-request: {e:#}")),
         Ok(None) => enqueue_in_store(state_dir, codex_home, &req),
     }
@@ -225,7 +225,7 @@ fn enqueue_in_store(state_dir: &Path, codex_home: &Path, req: &Value) -> Local {
     };
     match psend::send(&mut store, codex_home, &|| broker::producer::cli::fetch_threads(false, 0), &opts) {
         Ok(sent) => Local::Queued { id: sent.id, thread: sent.thread, duplicate: sent.duplicate },
-        Err(SendError::Refused { code, message }) => Local::Refused { code: code.into(), message },
+        Err(SendError::Refused { code, message }) => Local::Refused { code: code.as_str().into(), message },
         Err(SendError::Failed(e)) => Local::Retry(format!("{e:#}")),
     }
 }

@@ -3,6 +3,7 @@
 
 use crate::store::{now_ms, Kind, Message, Refusal, State, Store};
 use anyhow::Result;
+use courier_shared::wire::StatusReply;
 use serde_json::{json, Value};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -58,7 +59,7 @@ const ALARMS_SHOWN: i64 = 200;
 pub struct Report {
     pub messages: Vec<Message>,
     pub refusals: Vec<Refusal>,
-    pub status: Option<Value>,
+    pub status: Option<StatusReply>,
     pub now: i64,
     /// Effort rows: id -> (scope, endpoint detail).
     pub effort: crate::store::Details,
@@ -69,7 +70,7 @@ pub struct Report {
 }
 
 impl Report {
-    pub fn gather(store: &Store, thread: Option<&str>, status: Option<Value>) -> Result<Report> {
+    pub fn gather(store: &Store, thread: Option<&str>, status: Option<StatusReply>) -> Result<Report> {
         Ok(Report {
             messages: store.messages(thread)?,
             refusals: store.refusals(thread, REFUSALS_SHOWN)?,
@@ -89,7 +90,7 @@ impl Report {
             let _ = write!(f, "{}:{}:{:?}:{};", m.id, m.state, m.reason, m.updated_at);
         }
         let _ = write!(f, "|{:?}|{}|{}", self.refusals.first().map(|r| r.at), self.refusals.len(), self.alarms.len());
-        let _ = write!(f, "|{:?}", self.status.as_ref().map(|s| (s["pid"].clone(), s["hook_calls"].clone())));
+        let _ = write!(f, "|{:?}", self.status.as_ref().map(|s| (s.pid, s.hook_calls)));
         f
     }
 
@@ -121,8 +122,8 @@ impl Report {
             .map(|r| json!({"at": r.at, "reason": r.reason, "detail": r.detail, "thread": r.thread, "event": r.event, "pid": r.pid}))
             .collect();
         let mut broker = json!({"running": self.status.is_some()});
-        if let (Some(Value::Object(status)), Value::Object(b)) = (&self.status, &mut broker) {
-            b.extend(status.clone());
+        if let (Some(Ok(Value::Object(status))), Value::Object(b)) = (self.status.as_ref().map(serde_json::to_value), &mut broker) {
+            b.extend(status);
         }
         let codex: Vec<Value> = self
             .trusted_codex
@@ -147,11 +148,11 @@ impl Report {
                 let _ = writeln!(
                     out,
                     "broker: running, pid {}, up {}, {} hook calls, {} refused, {} messages handed",
-                    s["pid"],
-                    age(s["uptime_ms"].as_i64().unwrap_or(0)),
-                    s["hook_calls"],
-                    s["refusals"],
-                    s["messages_handed"]
+                    s.pid,
+                    age(s.uptime_ms as i64),
+                    s.hook_calls,
+                    s.refusals,
+                    s.messages_handed
                 );
             }
             None => out.push_str("broker: NOT RUNNING (messages stay queued; start it with `broker serve`)\n"),

@@ -1,4 +1,5 @@
-//! The broker protocol: length-prefixed JSON frames over the per-login Unix socket.
+//! The broker protocol: length-prefixed JSON frames over the per-login Unix socket, and the
+//! typed replies both sides read (status, error frames, the producers' error replies).
 //!
 //! A frame is a 4-byte big-endian length followed by that many bytes of JSON. One hook call is:
 //! client `Hook` -> broker `HookReply` -> (if the reply leases messages) client `Ack` -> broker
@@ -49,6 +50,145 @@ pub struct HookReply {
 pub struct AckReply {
     pub v: u32,
     pub accepted: bool,
+}
+
+/// What the broker answers to `Request::Status`: its counters (`broker inspect`, `doctor`,
+/// `install`). A field a newer broker adds is kept in `other`; one an older broker lacks reads as
+/// zero, so either side may be upgraded first.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(default)]
+pub struct StatusReply {
+    pub v: u32,
+    pub pid: u32,
+    pub version: String,
+    pub uptime_ms: u64,
+    pub hook_calls: u64,
+    pub refusals: u64,
+    pub leases: u64,
+    pub messages_handed: u64,
+    pub leases_not_acked: u64,
+    pub open_connections: u64,
+    pub connections_evicted: u64,
+    pub connections_timed_out: u64,
+    pub connections_rejected: u64,
+    pub bad_frames: u64,
+    pub buffered_bytes: u64,
+    pub refusals_unrecorded: u64,
+    pub rollout_bytes_read: u64,
+    pub parked_waits: u64,
+    #[serde(flatten)]
+    pub other: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The frame the broker writes before closing a connection it will not serve. `error` is a
+/// refusal code (`RefusalCode` in the broker) or a connection-level one (`evicted`, `overloaded`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ErrorFrame {
+    pub v: u32,
+    pub error: String,
+    pub detail: String,
+}
+
+/// Error codes of the producers' JSON-lines replies; stable (README, "For producers").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    BadRequest,
+    NoSuchAgent,
+    SeveralAgents,
+    ReservedFrom,
+    SenderNotVerified,
+    NoSuchThread,
+    BadThread,
+    NoThreadForCwd,
+    SeveralThreadsForCwd,
+    BadCwd,
+    EmptyMessage,
+    NotFound,
+    Busy,
+    Failed,
+    /// A code this side does not know (a newer broker's).
+    #[serde(other)]
+    Unknown,
+}
+
+impl ErrorCode {
+    /// Every code a broker sends.
+    pub const ALL: [ErrorCode; 14] = [
+        ErrorCode::BadRequest,
+        ErrorCode::NoSuchAgent,
+        ErrorCode::SeveralAgents,
+        ErrorCode::ReservedFrom,
+        ErrorCode::SenderNotVerified,
+        ErrorCode::NoSuchThread,
+        ErrorCode::BadThread,
+        ErrorCode::NoThreadForCwd,
+        ErrorCode::SeveralThreadsForCwd,
+        ErrorCode::BadCwd,
+        ErrorCode::EmptyMessage,
+        ErrorCode::NotFound,
+        ErrorCode::Busy,
+        ErrorCode::Failed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::NoSuchAgent => "no_such_agent",
+            ErrorCode::SeveralAgents => "several_agents",
+            ErrorCode::ReservedFrom => "reserved_from",
+            ErrorCode::SenderNotVerified => "sender_not_verified",
+            ErrorCode::NoSuchThread => "no_such_thread",
+            ErrorCode::BadThread => "bad_thread",
+            ErrorCode::NoThreadForCwd => "no_thread_for_cwd",
+            ErrorCode::SeveralThreadsForCwd => "several_threads_for_cwd",
+            ErrorCode::BadCwd => "bad_cwd",
+            ErrorCode::EmptyMessage => "empty_message",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::Busy => "busy",
+            ErrorCode::Failed => "failed",
+            ErrorCode::Unknown => "unknown",
+        }
+    }
+
+    /// The caller's mistake (a CLI exits 2), not a failure of the broker.
+    pub fn is_usage(self) -> bool {
+        use ErrorCode::*;
+        match self {
+            BadRequest | NoSuchAgent | SeveralAgents | ReservedFrom | NoSuchThread | BadThread | NoThreadForCwd | SeveralThreadsForCwd
+            | BadCwd | EmptyMessage => true,
+            SenderNotVerified | NotFound | Busy | Failed | Unknown => false,
+        }
+    }
+
+    /// Worth asking again later (the broker was busy or failed), not a refusal of the request.
+    pub fn is_transient(self) -> bool {
+        matches!(self, ErrorCode::Busy | ErrorCode::Failed)
+    }
+}
+
+/// A producers' error reply: `{"ok":false,"error":CODE,"message":TEXT}`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ErrorReply {
+    pub ok: bool,
+    pub error: ErrorCode,
+    #[serde(default)]
+    pub message: String,
+}
+
+impl ErrorReply {
+    pub fn new(error: ErrorCode, message: impl Into<String>) -> ErrorReply {
+        ErrorReply { ok: false, error, message: message.into() }
+    }
+
+    /// The error a reply carries: `None` for a successful one (`"ok": true`) or one that is not
+    /// an error reply at all.
+    pub fn of(reply: &serde_json::Value) -> Option<ErrorReply> {
+        if reply.get("ok") == Some(&serde_json::Value::Bool(true)) {
+            return None;
+        }
+        ErrorReply::deserialize(reply).ok().filter(|e| !e.ok)
+    }
 }
 
 pub fn write_frame<W: Write>(w: &mut W, body: &[u8]) -> io::Result<()> {
@@ -115,5 +255,29 @@ mod tests {
         write_frame(&mut buf, b"hello").unwrap();
         buf.truncate(6);
         assert_eq!(read_frame(&mut &buf[..], 100).unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
+    }
+
+    #[test]
+    fn status_reply_reads_older_and_newer_brokers() {
+        let newer: StatusReply = serde_json::from_str(r#"{"v":1,"pid":7,"hook_calls":3,"future_counter":9}"#).unwrap();
+        assert_eq!((newer.pid, newer.hook_calls, newer.leases), (7, 3, 0));
+        assert_eq!(newer.other["future_counter"], 9, "a newer broker's field is kept");
+        let back = serde_json::to_value(&newer).unwrap();
+        assert_eq!((back["pid"].as_u64(), back["future_counter"].as_u64()), (Some(7), Some(9)));
+    }
+
+    #[test]
+    fn error_replies_keep_their_wire_form_and_read_unknown_codes() {
+        let e = serde_json::to_value(ErrorReply::new(ErrorCode::NoThreadForCwd, "none")).unwrap();
+        assert_eq!(e, serde_json::json!({"ok": false, "error": "no_thread_for_cwd", "message": "none"}));
+        for code in ErrorCode::ALL {
+            assert_eq!(serde_json::to_value(code).unwrap(), code.as_str());
+            assert_eq!(ErrorReply::of(&serde_json::json!({"ok": false, "error": code.as_str()})).unwrap().error, code);
+        }
+        let newer = ErrorReply::of(&serde_json::json!({"ok": false, "error": "rate_limited", "message": "m"})).unwrap();
+        assert_eq!(newer.error, ErrorCode::Unknown);
+        assert!(!newer.error.is_usage());
+        assert_eq!(ErrorReply::of(&serde_json::json!({"ok": true, "id": "m_1"})), None);
+        assert_eq!(ErrorReply::of(&serde_json::json!({"ok": false})), None, "no code: not an error reply");
     }
 }

@@ -10,7 +10,6 @@ use crate::store::{now_ms, Store};
 use crate::{client, codex, config, dirs};
 use courier_shared::paths;
 use hooks::check_hooks;
-use serde_json::Value;
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -125,12 +124,12 @@ pub fn run(opts: &Options) -> Vec<Check> {
     let status = client::query_status(&runtime_dir);
     match &status {
         Some(st) => {
-            let pid = st.get("pid").and_then(Value::as_u64).unwrap_or(0);
+            let pid = st.pid;
             checks.push(Check::ok(format!(
                 "broker answers on {} (pid {pid}, version {}, up {} s)",
                 paths::socket_path(&runtime_dir).display(),
-                st.get("version").and_then(Value::as_str).unwrap_or("?"),
-                st.get("uptime_ms").and_then(Value::as_u64).unwrap_or(0) / 1000
+                st.version,
+                st.uptime_ms / 1000
             )));
             if let Some(client) = &expected_client {
                 checks.push(check_broker_accepts(pid as i32, client, &cfg.hook_clients));

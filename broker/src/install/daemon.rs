@@ -3,7 +3,6 @@
 use crate::{client, dirs};
 use anyhow::{bail, Context, Result};
 use courier_shared::paths;
-use serde_json::Value;
 use std::fs;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -15,7 +14,7 @@ use std::time::{Duration, Instant};
 pub fn daemonize(exe: &Path) -> Result<(u32, bool)> {
     let runtime = paths::runtime_dir();
     if let Some(st) = client::query_status(&runtime) {
-        return Ok((st.get("pid").and_then(Value::as_u64).unwrap_or(0) as u32, false));
+        return Ok((st.pid, false));
     }
     let state = paths::state_dir();
     dirs::ensure_private_dir(&state)?;
@@ -40,14 +39,14 @@ pub fn daemonize(exe: &Path) -> Result<(u32, bool)> {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         if let Some(st) = client::query_status(&runtime) {
-            let answering = st.get("pid").and_then(Value::as_u64).unwrap_or(0) as u32;
+            let answering = st.pid;
             // Reap nothing: the child keeps running after we exit and is re-parented.
             std::mem::forget(child);
             return Ok((answering, answering == pid));
         }
         if let Ok(Some(status)) = child.try_wait() {
             if let Some(st) = client::query_status(&runtime) {
-                return Ok((st.get("pid").and_then(Value::as_u64).unwrap_or(0) as u32, false));
+                return Ok((st.pid, false));
             }
             let tail = fs::read_to_string(&log).unwrap_or_default();
             let tail: Vec<&str> = tail.lines().rev().take(5).collect();
@@ -87,7 +86,10 @@ pub fn daemon_env(
 /// replaced or deleted since it started). Returns its pid when one was stopped.
 pub fn stop_broker_running(exe: &Path) -> Result<Option<u32>> {
     let Some(st) = client::query_status(&paths::runtime_dir()) else { return Ok(None) };
-    let Some(pid) = st.get("pid").and_then(Value::as_u64).map(|p| p as i32) else { return Ok(None) };
+    let pid = st.pid as i32;
+    if pid == 0 {
+        return Ok(None);
+    }
     use nix::libc;
     // A pidfd first, then the executable check, then the signal through the pidfd: a recycled
     // pid can neither pass the check nor receive the signal.

@@ -76,7 +76,7 @@ pub fn uninstall(purge: bool) -> Result<Report> {
         // The queue is open in a running broker: removing it under that broker would lose it
         // silently. A broker install started is stopped below; any other must be stopped first.
         if let Some(st) = client::query_status(&runtime_dir) {
-            let pid = st.get("pid").and_then(Value::as_u64).unwrap_or(0);
+            let pid = st.pid;
             let exe = fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
             let ours = manifest.as_ref().is_some_and(|m| {
                 m.start != StartSetup::None
@@ -93,10 +93,7 @@ pub fn uninstall(purge: bool) -> Result<Report> {
     }
     if purge {
         if let Some(st) = client::query_status(&runtime_dir) {
-            bail!(
-                "the broker (pid {}) is still running; stop it, then run `broker uninstall --purge` again",
-                st.get("pid").and_then(Value::as_u64).unwrap_or(0)
-            );
+            bail!("the broker (pid {}) is still running; stop it, then run `broker uninstall --purge` again", st.pid);
         }
         report.extend(purge_dir(&runtime_dir, &runtime_files())?);
         report.extend(purge_dir(&state_dir, &state_files())?);

@@ -6,6 +6,7 @@
 //! message still queued, leased or handed; 4 a message ended without reaching it (`uncertain`,
 //! `expired`, `cancelled`; the reason is printed).
 
+use super::line::{ErrorCode, ErrorReply};
 use super::send::{self, SendError, SendOptions, Target};
 use super::threads::{self, Lister, ThreadInfo};
 use super::wait::{self, Waited};
@@ -155,20 +156,6 @@ enum Verified {
     Not(String),
 }
 
-/// Error codes of a socket `send` that are the caller's mistake (exit 2), not a failure.
-const USAGE_CODES: [&str; 10] = [
-    "bad_request",
-    "no_such_thread",
-    "bad_thread",
-    "no_thread_for_cwd",
-    "several_threads_for_cwd",
-    "bad_cwd",
-    "empty_message",
-    "reserved_from",
-    "no_such_agent",
-    "several_agents",
-];
-
 /// `send` through the broker with `verify_sender`: it checks which thread's tool command this
 /// process is and queues the message as `thread:<id>`.
 fn verified_send(opts: &SendOptions) -> Result<Verified> {
@@ -192,12 +179,12 @@ fn verified_send(opts: &SendOptions) -> Result<Verified> {
     };
     let text = |k: &str| reply.get(k).and_then(Value::as_str).map(str::to_string);
     if reply.get("ok") != Some(&Value::Bool(true)) {
-        let code = text("error").unwrap_or_default();
-        let message = text("message").unwrap_or_else(|| "the broker refused the message".into());
-        if code == "sender_not_verified" {
+        let Some(ErrorReply { error, message, .. }) = ErrorReply::of(&reply) else { bail!("the broker refused the message: {reply}") };
+        let message = if message.is_empty() { "the broker refused the message".into() } else { message };
+        if error == ErrorCode::SenderNotVerified {
             return Ok(Verified::Not(message));
         }
-        if USAGE_CODES.contains(&code.as_str()) {
+        if error.is_usage() {
             return Err(UsageError(format!("broker send: {message}")).into());
         }
         bail!("{message}");

@@ -2,7 +2,8 @@
 //! replies, writing a line, and one client call (the request format is in `proto.rs`).
 
 use anyhow::{Context, Result};
-use serde_json::{json, Value};
+pub use courier_shared::wire::{ErrorCode, ErrorReply};
+use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -13,27 +14,9 @@ pub const MAX_LINE: usize = 256 * 1024;
 /// Longest reply line a client reads (a `threads` reply can be long).
 pub const MAX_REPLY: usize = 16 << 20;
 
-/// Error codes a reply can carry.
-pub const ERROR_CODES: [&str; 14] = [
-    "bad_request",
-    "no_such_agent",
-    "several_agents",
-    "reserved_from",
-    "sender_not_verified",
-    "no_such_thread",
-    "bad_thread",
-    "no_thread_for_cwd",
-    "several_threads_for_cwd",
-    "bad_cwd",
-    "empty_message",
-    "not_found",
-    "busy",
-    "failed",
-];
-
 /// An error reply.
-pub fn error(code: &str, message: &str) -> Value {
-    json!({"ok": false, "error": code, "message": message})
+pub fn error(code: ErrorCode, message: &str) -> Value {
+    serde_json::to_value(ErrorReply::new(code, message)).unwrap_or_default()
 }
 
 /// Writes `value` as one line and flushes.

@@ -23,7 +23,7 @@
 //!
 //! Errors: `{"ok":false,"error":CODE,"message":TEXT}`; `CODE` is stable (README, "For producers").
 
-use super::line::{error, write_line};
+use super::line::{error, write_line, ErrorCode};
 use super::send::{self, SendError, SendOptions, Target};
 use super::threads::{Lister, ThreadInfo};
 use super::wait::Waiters;
@@ -109,14 +109,14 @@ enum WakeMode {
 
 /// A request line, parsed; `Err` is the error reply.
 fn parse(line: &[u8]) -> Result<Op, Value> {
-    let mut v: Value = serde_json::from_slice(line).map_err(|e| error("bad_request", &format!("not a JSON object: {e}")))?;
-    let Value::Object(obj) = &mut v else { return Err(error("bad_request", "not a JSON object")) };
+    let mut v: Value = serde_json::from_slice(line).map_err(|e| error(ErrorCode::BadRequest, &format!("not a JSON object: {e}")))?;
+    let Value::Object(obj) = &mut v else { return Err(error(ErrorCode::BadRequest, "not a JSON object")) };
     match obj.remove("v") {
         None => {}
         Some(Value::Number(n)) if n.as_u64() == Some(1) => {}
-        Some(other) => return Err(error("bad_request", &format!("unsupported version {other}; this broker speaks v 1"))),
+        Some(other) => return Err(error(ErrorCode::BadRequest, &format!("unsupported version {other}; this broker speaks v 1"))),
     }
-    serde_json::from_value(v).map_err(|e| error("bad_request", &e.to_string()))
+    serde_json::from_value(v).map_err(|e| error(ErrorCode::BadRequest, &e.to_string()))
 }
 
 fn duration_ms(ms: Option<u64>) -> Option<Duration> {
@@ -198,42 +198,42 @@ impl Service {
                 let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
                 match super::load(&store, &id) {
                     Ok(Some(m)) => json!({"ok": true, "message": super::record(&m, now_ms())}),
-                    Ok(None) => error("not_found", &super::wait::not_found(&id)),
-                    Err(e) => error("failed", &format!("{e:#}")),
+                    Ok(None) => error(ErrorCode::NotFound, &super::wait::not_found(&id)),
+                    Err(e) => error(ErrorCode::Failed, &format!("{e:#}")),
                 }
             }
             Ok(Op::Wait { ids, want, timeout_ms }) => {
                 if ids.is_empty() || ids.len() > super::wait::MAX_IDS {
-                    error("bad_request", &format!("ids: between 1 and {} message ids", super::wait::MAX_IDS))
+                    error(ErrorCode::BadRequest, &format!("ids: between 1 and {} message ids", super::wait::MAX_IDS))
                 } else {
                     return self.waiters.park(stream, ids, want, duration_ms(timeout_ms), Map::new());
                 }
             }
             Ok(Op::Threads { all, limit }) => match self.threads(all, limit.unwrap_or(super::threads::DEFAULT_ENDED_LIMIT)) {
                 Ok(threads) => json!({"ok": true, "threads": threads}),
-                Err(e) => error("failed", &format!("{e:#}")),
+                Err(e) => error(ErrorCode::Failed, &format!("{e:#}")),
             },
             Ok(Op::Send { thread, cwd, agent, text, key, ttl_ms, from, future_thread, verify_sender, sender, wake, wait, timeout_ms }) => {
                 let target = match (thread, cwd) {
                     (Some(parent), None) if agent.is_some() => Target::Agent { parent, name: agent.unwrap_or_default() },
                     (Some(t), None) => Target::Thread(t),
                     (None, Some(c)) if agent.is_none() => Target::Cwd(PathBuf::from(c)),
-                    _ => return reply_to(&mut stream, &error("bad_request", "give exactly one of thread and cwd")),
+                    _ => return reply_to(&mut stream, &error(ErrorCode::BadRequest, "give exactly one of thread and cwd")),
                 };
                 if timeout_ms.is_some() && wait.is_none() {
-                    return reply_to(&mut stream, &error("bad_request", "timeout_ms needs wait"));
+                    return reply_to(&mut stream, &error(ErrorCode::BadRequest, "timeout_ms needs wait"));
                 }
                 let wake = wake != Some(WakeMode::Never);
                 let (from, verified_sender) = if verify_sender || sender.is_some() {
                     if from.is_some() || (verify_sender && sender.is_some()) {
                         return reply_to(
                             &mut stream,
-                            &error("bad_request", "verify_sender or sender names the sender: no from, and not both"),
+                            &error(ErrorCode::BadRequest, "verify_sender or sender names the sender: no from, and not both"),
                         );
                     }
                     match verify(&stream, sender.as_ref().map(|s| (s.thread.as_str(), s.call_id.as_str()))) {
                         Ok(s) => (Some(format!("{}{}", send::VERIFIED_PREFIX, s.thread)), true),
-                        Err(why) => return reply_to(&mut stream, &error("sender_not_verified", &why)),
+                        Err(why) => return reply_to(&mut stream, &error(ErrorCode::SenderNotVerified, &why)),
                     }
                 } else {
                     (from, false)
@@ -245,7 +245,7 @@ impl Service {
                 };
                 match sent {
                     Err(SendError::Refused { code, message }) => error(code, &message),
-                    Err(SendError::Failed(e)) => error("failed", &format!("{e:#}")),
+                    Err(SendError::Failed(e)) => error(ErrorCode::Failed, &format!("{e:#}")),
                     Ok(sent) => {
                         let fields = sent.to_json();
                         match wait {
@@ -277,7 +277,7 @@ fn reply_to(stream: &mut UnixStream, reply: &Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::producer::line::ERROR_CODES;
+    use crate::producer::line::ErrorReply;
 
     #[test]
     fn requests_parse_strictly() {
@@ -301,8 +301,7 @@ mod tests {
             b"not json",
         ] {
             let e = parse(bad).unwrap_err();
-            assert_eq!(e["error"], "bad_request", "{}: {e}", String::from_utf8_lossy(bad));
-            assert!(ERROR_CODES.contains(&e["error"].as_str().unwrap()));
+            assert_eq!(ErrorReply::of(&e).map(|e| e.error), Some(ErrorCode::BadRequest), "{}: {e}", String::from_utf8_lossy(bad));
         }
     }
 }

@@ -11,6 +11,7 @@
 //!   their parent's cwd and are addressed by `--thread`); none or several is an error that lists
 //!   the candidates.
 
+use super::line::ErrorCode;
 use super::threads::{self, ThreadInfo, ThreadState};
 use crate::store::{now_ms, Enqueued, Store};
 use serde_json::{json, Value};
@@ -92,12 +93,12 @@ impl Sent {
 
 pub enum SendError {
     /// The request itself is wrong (exit 2 on the CLI); `code` is a stable error code.
-    Refused { code: &'static str, message: String },
+    Refused { code: ErrorCode, message: String },
     /// Queueing failed (exit 1).
     Failed(anyhow::Error),
 }
 
-fn refused(code: &'static str, message: impl Into<String>) -> SendError {
+fn refused(code: ErrorCode, message: impl Into<String>) -> SendError {
     SendError::Refused { code, message: message.into() }
 }
 
@@ -133,30 +134,33 @@ pub fn agent_of(live: &[ThreadInfo], parent: &str, name: &str) -> Result<String,
     };
     match hits.as_slice() {
         [one] => Ok(one.id.clone()),
-        [] if children.is_empty() => Err(refused("no_such_agent", format!("thread {parent} has no live sub-agent"))),
-        [] => Err(refused("no_such_agent", format!("no live sub-agent of {parent} is called {name:?}; its sub-agents:{}", list()))),
-        _ => Err(refused("several_agents", format!("several sub-agents of {parent} are called {name:?}; give its thread id:{}", list()))),
+        [] if children.is_empty() => Err(refused(ErrorCode::NoSuchAgent, format!("thread {parent} has no live sub-agent"))),
+        [] => Err(refused(ErrorCode::NoSuchAgent, format!("no live sub-agent of {parent} is called {name:?}; its sub-agents:{}", list()))),
+        _ => Err(refused(
+            ErrorCode::SeveralAgents,
+            format!("several sub-agents of {parent} are called {name:?}; give its thread id:{}", list()),
+        )),
     }
 }
 
 /// The thread `--cwd PATH` names among `live` threads.
 pub fn thread_for_cwd(live: &[ThreadInfo], cwd: &Path) -> Result<String, SendError> {
-    let want = std::fs::canonicalize(cwd).map_err(|e| refused("bad_cwd", format!("--cwd {}: {e}", cwd.display())))?;
+    let want = std::fs::canonicalize(cwd).map_err(|e| refused(ErrorCode::BadCwd, format!("--cwd {}: {e}", cwd.display())))?;
     let same = |c: &Option<String>| c.as_deref().is_some_and(|c| std::fs::canonicalize(c).unwrap_or_else(|_| PathBuf::from(c)) == want);
     let top: Vec<&ThreadInfo> = live.iter().filter(|t| t.parent.is_none() && t.state != ThreadState::Ended).collect();
     let matching: Vec<&ThreadInfo> = top.iter().copied().filter(|t| same(&t.cwd)).collect();
     match matching.as_slice() {
         [one] => Ok(one.id.clone()),
         [] if top.is_empty() => Err(refused(
-            "no_thread_for_cwd",
+            ErrorCode::NoThreadForCwd,
             format!("no live Codex thread runs in {} (none Courier can reach runs at all)", want.display()),
         )),
         [] => Err(refused(
-            "no_thread_for_cwd",
+            ErrorCode::NoThreadForCwd,
             format!("no live Codex thread runs in {}; live threads:{}", want.display(), describe_candidates(&top)),
         )),
         several => Err(refused(
-            "several_threads_for_cwd",
+            ErrorCode::SeveralThreadsForCwd,
             format!("{} live threads run in {}; pick one with --thread:{}", several.len(), want.display(), describe_candidates(several)),
         )),
     }
@@ -191,12 +195,12 @@ pub fn send(
     opts: &SendOptions,
 ) -> Result<Sent, SendError> {
     if opts.text.trim().is_empty() {
-        return Err(refused("empty_message", "refusing to send an empty message"));
+        return Err(refused(ErrorCode::EmptyMessage, "refusing to send an empty message"));
     }
     if let Some(from) = opts.from.as_deref().filter(|_| !opts.verified_sender) {
         if is_reserved_label(from) {
             return Err(refused(
-                "reserved_from",
+                ErrorCode::ReservedFrom,
                 format!(
                     "--from {:?}: labels starting with {VERIFIED_PREFIX:?} are reserved for senders the broker verified \
                      (a `broker send` run by a Codex tool command, without --from)",
@@ -209,7 +213,7 @@ pub fn send(
         Target::Thread(t) => {
             if !courier_shared::rollout::is_uuid(t) {
                 return Err(refused(
-                    "bad_thread",
+                    ErrorCode::BadThread,
                     format!("--thread {t:?} is not a thread id (a lowercase UUID, as in the rollout file name)"),
                 ));
             }
@@ -231,7 +235,7 @@ pub fn send(
     } else {
         if !opts.future_thread {
             return Err(refused(
-                "no_such_thread",
+                ErrorCode::NoSuchThread,
                 format!(
                     "no rollout under {} has thread {thread}: nothing was queued (a typo? `broker threads --all` lists the threads there; \
                      --future-thread queues for a thread that does not exist yet)",
@@ -320,10 +324,10 @@ mod tests {
         assert_eq!(agent_of(&live, "p", "euler").ok(), Some("c1".into()), "nickname in any case, of that parent only");
         assert_eq!(agent_of(&live, "p", "c2").ok(), Some("c2".into()), "or the id");
         let Err(SendError::Refused { code, message }) = agent_of(&live, "p", "Noether") else { panic!() };
-        assert_eq!(code, "no_such_agent");
+        assert_eq!(code.as_str(), "no_such_agent");
         assert!(message.contains("Euler") && message.contains("Gauss") && !message.contains("c3"), "{message}");
         let Err(SendError::Refused { code, .. }) = agent_of(&live, "c1", "x") else { panic!() };
-        assert_eq!(code, "no_such_agent");
+        assert_eq!(code.as_str(), "no_such_agent");
     }
 
     #[test]
@@ -338,13 +342,13 @@ mod tests {
         // A path that is not canonical still names the same directory.
         assert_eq!(thread_for_cwd(&live, &dir.join("b/../a")).ok(), Some("ta".into()));
         let Err(SendError::Refused { code, message }) = thread_for_cwd(&live, &b) else { panic!() };
-        assert_eq!(code, "several_threads_for_cwd");
+        assert_eq!(code.as_str(), "several_threads_for_cwd");
         assert!(message.contains("tb1") && message.contains("tb2") && !message.contains("ta "), "{message}");
         let Err(SendError::Refused { code, message }) = thread_for_cwd(&live, &dir) else { panic!() };
-        assert_eq!(code, "no_thread_for_cwd");
+        assert_eq!(code.as_str(), "no_thread_for_cwd");
         assert!(message.contains("ta") && message.contains("tb1"), "lists the live threads: {message}");
         let Err(SendError::Refused { code, .. }) = thread_for_cwd(&live, &dir.join("missing")) else { panic!() };
-        assert_eq!(code, "bad_cwd");
+        assert_eq!(code.as_str(), "bad_cwd");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -372,13 +376,13 @@ mod tests {
         let mut forged = opts(old, false);
         forged.from = Some(format!("thread:{old}"));
         let Err(SendError::Refused { code, .. }) = send(&mut store, &home, &none, &forged) else { panic!() };
-        assert_eq!(code, "reserved_from", "a self-declared label cannot look verified");
+        assert_eq!(code.as_str(), "reserved_from", "a self-declared label cannot look verified");
         let ended = send(&mut store, &home, &none, &opts(old, false)).ok().unwrap();
         assert_eq!(ended.thread_status, ThreadStatus::Ended);
         assert!(ended.note.unwrap().contains("waits until the thread is resumed"));
         let typo = "01a22654-3b31-76f3-a48c-b65aa7d0db69";
         let Err(SendError::Refused { code, message }) = send(&mut store, &home, &none, &opts(typo, false)) else { panic!() };
-        assert_eq!(code, "no_such_thread");
+        assert_eq!(code.as_str(), "no_such_thread");
         assert!(message.contains("--future-thread"), "{message}");
         let future = send(&mut store, &home, &none, &opts(typo, true)).ok().unwrap();
         assert_eq!(future.thread_status, ThreadStatus::NotStarted);
@@ -398,10 +402,10 @@ mod tests {
         assert!(started.elapsed() < NEW_THREAD_WAIT);
         let fresh2 = format!("{:08x}-{:04x}-7abc-8def-0123456789ac", ms >> 16, ms & 0xffff);
         let Err(SendError::Refused { code, .. }) = send(&mut store, &home, &none, &opts(&fresh2, false)) else { panic!() };
-        assert_eq!(code, "no_such_thread");
+        assert_eq!(code.as_str(), "no_such_thread");
         assert!(started.elapsed() >= NEW_THREAD_WAIT);
         let Err(SendError::Refused { code, .. }) = send(&mut store, &home, &none, &opts("nope", false)) else { panic!() };
-        assert_eq!(code, "bad_thread");
+        assert_eq!(code.as_str(), "bad_thread");
         assert_eq!(store.messages(None).unwrap().len(), 3, "refusals queue nothing");
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -17,6 +17,7 @@
 //! from the rollouts and retires messages whose `--ttl` ran out, as `inspect` would, and tries
 //! the socket again each round.
 
+use super::line::ErrorCode;
 use super::{load_all, record, Outcome, Want};
 use crate::store::{now_ms, Kind, Message, State, Store};
 use anyhow::{Context, Result};
@@ -108,7 +109,7 @@ impl Waiters {
             drop(s);
             let _ = super::line::write_line(
                 &mut stream,
-                &super::line::error("busy", &format!("{MAX_PARKED} waits are parked already; try again later")),
+                &super::line::error(ErrorCode::Busy, &format!("{MAX_PARKED} waits are parked already; try again later")),
             );
             return;
         }
@@ -184,7 +185,7 @@ impl Waiters {
 fn answer(store: &Store, ids: &[String], want: Want, timed_out: bool) -> Result<Option<Value>> {
     let found = load_all(store, ids)?;
     if let Some(i) = found.iter().position(Option::is_none) {
-        return Ok(Some(super::line::error("not_found", &not_found(&ids[i]))));
+        return Ok(Some(super::line::error(ErrorCode::NotFound, &not_found(&ids[i]))));
     }
     let messages: Vec<Message> = found.into_iter().flatten().collect();
     if !Outcome::settled(&messages, want) && !timed_out {

@@ -6,7 +6,7 @@ use super::{Broker, MAX_BUFFERED, MAX_PENDING, MAX_PER_PEER, REQUEST_TIMEOUT};
 use crate::gate::Verified;
 use crate::refusal::RefusalCode;
 use anyhow::{Context, Result};
-use courier_shared::wire::{self, PROTOCOL_VERSION};
+use courier_shared::wire::{self, ErrorFrame, PROTOCOL_VERSION};
 use nix::libc;
 use std::collections::HashMap;
 use std::collections::VecDeque;
@@ -137,7 +137,7 @@ pub(super) fn worker(broker: &Broker, jobs: &JobQueue, handback: &Handback) {
 
 /// Error frame for a request the broker will not serve: a client learns why before the close.
 pub(super) fn error_frame(code: &str, detail: &str) -> Vec<u8> {
-    let body = serde_json::json!({"v": PROTOCOL_VERSION, "error": code, "detail": detail}).to_string();
+    let body = serde_json::to_string(&ErrorFrame { v: PROTOCOL_VERSION, error: code.into(), detail: detail.into() }).unwrap_or_default();
     let mut out = (body.len() as u32).to_be_bytes().to_vec();
     out.extend_from_slice(body.as_bytes());
     out

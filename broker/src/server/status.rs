@@ -1,32 +1,34 @@
 //! What `Request::Status` answers: the broker's counters (`broker inspect` shows them).
 
 use super::Broker;
-use courier_shared::wire::PROTOCOL_VERSION;
+use courier_shared::wire::{StatusReply, PROTOCOL_VERSION};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 impl Broker {
-    pub(super) fn status(&self) -> serde_json::Value {
+    pub(super) fn status(&self) -> StatusReply {
         let c = &self.counters;
-        serde_json::json!({
-            "v": PROTOCOL_VERSION,
-            "pid": std::process::id(),
-            "version": env!("CARGO_PKG_VERSION"),
-            "uptime_ms": self.started.elapsed().as_millis() as u64,
-            "hook_calls": c.hook_calls.load(Ordering::Relaxed),
-            "refusals": c.refusals.load(Ordering::Relaxed),
-            "leases": c.leases.load(Ordering::Relaxed),
-            "messages_handed": c.handed.load(Ordering::Relaxed),
-            "leases_not_acked": c.unacked.load(Ordering::Relaxed),
-            "open_connections": c.connections.load(Ordering::Relaxed),
-            "connections_evicted": c.evicted.load(Ordering::Relaxed),
-            "connections_timed_out": c.timed_out.load(Ordering::Relaxed),
-            "connections_rejected": c.rejected.load(Ordering::Relaxed),
-            "bad_frames": c.bad_frames.load(Ordering::Relaxed),
-            "buffered_bytes": c.buffered.load(Ordering::Relaxed) + c.frames_held.load(Ordering::Relaxed),
-            "refusals_unrecorded": c.refusals_unrecorded.load(Ordering::Relaxed),
-            "rollout_bytes_read": self.gate.tracker().total_bytes_read.load(Ordering::Relaxed),
-            "parked_waits": self.producer.parked_waits(),
-        })
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        StatusReply {
+            v: PROTOCOL_VERSION,
+            pid: std::process::id(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            uptime_ms: self.started.elapsed().as_millis() as u64,
+            hook_calls: n(&c.hook_calls),
+            refusals: n(&c.refusals),
+            leases: n(&c.leases),
+            messages_handed: n(&c.handed),
+            leases_not_acked: n(&c.unacked),
+            open_connections: c.connections.load(Ordering::Relaxed) as u64,
+            connections_evicted: n(&c.evicted),
+            connections_timed_out: n(&c.timed_out),
+            connections_rejected: n(&c.rejected),
+            bad_frames: n(&c.bad_frames),
+            buffered_bytes: (c.buffered.load(Ordering::Relaxed) + c.frames_held.load(Ordering::Relaxed)) as u64,
+            refusals_unrecorded: n(&c.refusals_unrecorded),
+            rollout_bytes_read: n(&self.gate.tracker().total_bytes_read),
+            parked_waits: self.producer.parked_waits() as u64,
+            other: Default::default(),
+        }
     }
 }
 
