@@ -7,7 +7,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::appserver::AppServer;
 use crate::hooks::{hooks_json, toml_str, trust_entries, Hook};
@@ -243,21 +243,7 @@ enabled = false
         a.initialize(true, Duration::from_secs(30));
         let r = a.request("hooks/list", json!({"cwds": [self.work.display().to_string()]}), Duration::from_secs(30));
         a.close();
-        let mut out = Vec::new();
-        for d in r.get("data").and_then(Value::as_array).into_iter().flatten() {
-            for h in d.get("hooks").and_then(Value::as_array).into_iter().flatten() {
-                let s = |k: &str| h.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-                out.push(HookInfo {
-                    key: s("key"),
-                    event_name: s("eventName"),
-                    command: s("command"),
-                    current_hash: s("currentHash"),
-                    trust_status: s("trustStatus"),
-                    raw: h.clone(),
-                });
-            }
-        }
-        out
+        broker_lib::install::parse_hooks_list(&r)
     }
 
     /// Every rollout file under `$CODEX_HOME/sessions`.
@@ -301,18 +287,8 @@ impl Drop for CodexEnv {
     }
 }
 
-/// One handler as `hooks/list` reports it.
-#[derive(Clone, Debug)]
-pub struct HookInfo {
-    pub key: String,
-    /// camelCase (`postToolUse`).
-    pub event_name: String,
-    pub command: String,
-    pub current_hash: String,
-    /// `trusted`, `untrusted`, `modified`, ...
-    pub trust_status: String,
-    pub raw: Value,
-}
+/// One handler as `hooks/list` reports it (the broker's parse, shared with `broker doctor`).
+pub use broker_lib::install::ListedHook as HookInfo;
 
 pub fn set_mode(p: &Path, mode: u32) {
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap_or_else(|e| panic!("chmod {}: {e}", p.display()));

@@ -89,10 +89,10 @@ fn wrong_hash_is_untrusted_and_skipped() {
     std::fs::write(env.config_toml_path(), cfg.replace(&good, &bad)).unwrap();
 
     let listed = env.hooks_list();
-    let post = listed.iter().find(|h| h.event_name == "postToolUse").expect("postToolUse listed");
+    let post = listed.iter().find(|h| h.event == "postToolUse").expect("postToolUse listed");
     assert_ne!(post.trust_status, "trusted", "{:#?}", post.raw);
     assert_eq!(post.current_hash, good, "Codex's own hash equals ours");
-    assert!(listed.iter().filter(|h| h.event_name != "postToolUse").all(|h| h.trust_status == "trusted"));
+    assert!(listed.iter().filter(|h| h.event != "postToolUse").all(|h| h.trust_status == "trusted"));
 
     env.exec("run a command please").assert_success();
     assert_eq!(model.requests_mentioning(&mark), 0, "an untrusted hook must not run");

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 const MAX_MESSAGE: usize = 4 << 20;
 const GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 
+/// One JSON-RPC session over a WebSocket on a Unix socket (the broker's effort and wake channels,
+/// and the test kit's app-server client).
 pub struct WsClient {
     stream: UnixStream,
     deadline: Instant,
@@ -216,19 +218,35 @@ impl WsClient {
     /// skipped; requests from the server are refused so it never waits on us.
     pub fn wait_response(&mut self, id: u64) -> Result<Value, RpcError> {
         loop {
+            let msg = self.recv_message()?;
+            if msg.get("method").is_none() && msg.get("id").and_then(Value::as_u64) == Some(id) {
+                return Ok(msg);
+            }
+        }
+    }
+
+    /// The next JSON message that is a response or a notification: a request from the server is
+    /// refused on the way (so it never waits on us), text that is not JSON skipped. Public for the
+    /// test kit, which keeps the notifications.
+    pub fn recv_message(&mut self) -> Result<Value, RpcError> {
+        loop {
             let text = self.recv_text()?;
             let Ok(msg) = serde_json::from_str::<Value>(&text) else { continue };
-            let has_method = msg.get("method").is_some();
-            match (msg.get("id"), has_method) {
-                (Some(got), false) if got.as_u64() == Some(id) => return Ok(msg),
-                (Some(server_id), true) => {
+            match (msg.get("id"), msg.get("method")) {
+                (Some(server_id), Some(_)) => {
                     let reply = json!({"jsonrpc": "2.0", "id": server_id,
                         "error": {"code": -32601, "message": "courier handles no server requests"}});
                     self.send_text(&reply.to_string())?;
                 }
-                _ => {}
+                _ => return Ok(msg),
             }
         }
+    }
+
+    /// Moves the one deadline every later read and write is bounded by (the test kit bounds each
+    /// call on a long-lived session on its own; the broker opens a session per exchange).
+    pub fn set_deadline(&mut self, deadline: Instant) {
+        self.deadline = deadline;
     }
 
     pub fn call(&mut self, method: &str, params: Value) -> Result<Value, RpcError> {
