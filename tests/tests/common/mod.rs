@@ -1,8 +1,9 @@
 //! Shared rig for crash.rs and hostile.rs: a stand-in Codex that the real broker's gate accepts,
 //! and a restartable `broker serve`.
 //!
-//! The stand-in is a copy of the system python3 with unique bytes appended (so its SHA-256 is
-//! this run's own; `broker trust-codex` trusts it and nothing else). Like Codex it writes a
+//! The stand-in is the broker's (`broker::standin`: a copy of the system python3 with unique bytes
+//! appended, so its SHA-256 is this run's own; `broker trust-codex` trusts it and nothing else),
+//! running this file's own script, a loop of whole turns. Like Codex it writes a
 //! rollout under `$CODEX_HOME/sessions/` (opened O_APPEND), holds the thread's writer flock, opens
 //! and closes turns, and runs the real `target/debug/hook-client` as a hook (own session, payload
 //! on stdin). When hook-client exits 0 with output it appends what Codex would: a developer
@@ -16,11 +17,9 @@ use courier_tests::util::poll_until;
 use courier_tests::CodexEnv;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 pub const STANDIN_SCRIPT: &str = r#"
@@ -116,30 +115,10 @@ while not os.path.exists(stop_file):
 say({"stopped": True, "hooks": n})
 "#;
 
-/// The stand-in Codex executable (a python3 copy unique to this test process) and its digest dir.
+/// The stand-in Codex executable: the broker's (`broker::standin`), a python3 copy unique to this
+/// test process, here running [`STANDIN_SCRIPT`].
 pub fn standin_codex() -> &'static PathBuf {
-    static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
-        let py = std::fs::canonicalize("/usr/bin/python3").expect("tests need /usr/bin/python3");
-        // Remove copies left by earlier test processes that are gone.
-        for e in std::fs::read_dir(std::env::temp_dir()).into_iter().flatten().flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if let Some(pid) = name.strip_prefix("courier-standin-").and_then(|p| p.parse::<u32>().ok()) {
-                if !Path::new(&format!("/proc/{pid}")).exists() {
-                    let _ = std::fs::remove_dir_all(e.path());
-                }
-            }
-        }
-        let dir = std::env::temp_dir().join(format!("courier-standin-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let exe = dir.join("codex");
-        let mut bytes = std::fs::read(&py).unwrap();
-        bytes.extend_from_slice(format!("courier-standin {} {:?}", std::process::id(), Instant::now()).as_bytes());
-        std::fs::write(&exe, &bytes).unwrap();
-        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-        exe
-    })
+    &broker_lib::standin::bins().codex
 }
 
 /// A private world (HOME, CODEX_HOME, COURIER_* dirs) with no model: the stand-in needs none.
