@@ -85,6 +85,30 @@ impl<T: Transport> Rpc<T> {
         r
     }
 
+    /// `thread/start` in `cwd`; returns the thread id.
+    pub fn start_thread(&mut self, cwd: &Path, timeout: Duration) -> String {
+        let r = self.request("thread/start", json!({"cwd": cwd.display().to_string()}), timeout);
+        r.pointer("/thread/id").and_then(Value::as_str).expect("thread id").to_string()
+    }
+
+    /// `turn/start` of a user message `text` on `thread`; returns the turn id at once.
+    pub fn start_turn(&mut self, thread: &str, text: &str, timeout: Duration) -> String {
+        let r = self.request("turn/start", json!({"threadId": thread, "input": [{"type": "text", "text": text}]}), timeout);
+        r.pointer("/turn/id").and_then(Value::as_str).expect("turn id").to_string()
+    }
+
+    /// Wait (bounded) for `turn/completed` of `turn` (the thread is idle again).
+    pub fn wait_turn_completed(&mut self, turn: &str, timeout: Duration) {
+        self.wait_notification("turn/completed", timeout, |p| p.pointer("/turn/id").and_then(Value::as_str) == Some(turn));
+    }
+
+    /// A user turn run to completion (afterwards the thread is idle); returns its id.
+    pub fn run_turn(&mut self, thread: &str, text: &str, timeout: Duration) -> String {
+        let turn = self.start_turn(thread, text, timeout);
+        self.wait_turn_completed(&turn, timeout);
+        turn
+    }
+
     /// Wait (bounded) for a notification `method` whose params satisfy `pred` (earlier ones count).
     pub fn wait_notification(&mut self, method: &str, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Value {
         let hit = |m: &Value| m.get("method").and_then(Value::as_str) == Some(method) && pred(&m["params"]);
@@ -247,6 +271,40 @@ impl Drop for ListeningAppServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// The TUI's managed app-server daemon, started the way the TUI starts it (`codex app-server
+/// daemon start`, which prints its socket); `daemon stop` on drop.
+pub struct ManagedDaemon {
+    stop: Option<Command>,
+    pub socket: PathBuf,
+}
+
+impl ManagedDaemon {
+    pub fn start(env: &crate::CodexEnv, timeout: Duration) -> ManagedDaemon {
+        let mut stop = env.codex_command();
+        stop.args(["app-server", "daemon", "stop"]);
+        // Stopped on drop even if `start` fails half-way: it may have started the daemon first.
+        let mut d = ManagedDaemon { stop: Some(stop), socket: PathBuf::new() };
+        let out = crate::broker::run_bounded(env.codex_command().args(["app-server", "daemon", "start"]), timeout);
+        assert!(out.status.success(), "daemon start: {out:?}");
+        let started: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("daemon start JSON ({e}): {out:?}"));
+        d.socket = PathBuf::from(started["socketPath"].as_str().unwrap_or_else(|| panic!("no socketPath: {started}")));
+        d
+    }
+
+    /// A JSON-RPC client on its socket.
+    pub fn client(&self, timeout: Duration) -> WsAppServer {
+        WsAppServer::connect(&self.socket, timeout)
+    }
+}
+
+impl Drop for ManagedDaemon {
+    fn drop(&mut self) {
+        if let Some(mut stop) = self.stop.take() {
+            let _ = crate::broker::run_bounded(&mut stop, Duration::from_secs(30));
+        }
     }
 }
 

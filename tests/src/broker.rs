@@ -141,6 +141,13 @@ impl<'a> Broker<'a> {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// [`Broker::start`], then trust the env's pinned Codex (what most end-to-end tests want).
+    pub fn start_trusted(env: &'a CodexEnv) -> Broker<'a> {
+        let b = Broker::start(env);
+        b.trust_codex(&env.codex);
+        b
+    }
+
     /// `broker trust-codex PATH`.
     pub fn trust_codex(&self, path: &std::path::Path) {
         self.run_ok(&["trust-codex", &path.display().to_string()]);

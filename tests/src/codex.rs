@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::appserver::AppServer;
 use crate::hooks::{hooks_json, toml_str, trust_entries, Hook};
-use crate::model::ScriptedModel;
+use crate::model::{Hold, ScriptedModel};
 use crate::rollout::{self, Rollout};
 use crate::util::{poll_until, unique_token, wait_until};
 
@@ -116,6 +116,16 @@ impl CodexEnv {
         let env = CodexEnv::new(model);
         env.install_hooks(&Hook::courier_set(command));
         env
+    }
+
+    /// A model whose first request of every session is held until released (the turn stays open,
+    /// about to run `echo hello`), then `done`; and a fresh environment wired to it running the
+    /// test hook-client ([`crate::hook_command`]) for Courier's six events.
+    pub fn with_held_turn() -> (ScriptedModel, CodexEnv, Hold) {
+        let hold = Hold::new();
+        let model = ScriptedModel::start_with(crate::model::exec_held_then_done("echo hello", &hold));
+        let env = CodexEnv::with_hook_command(&model, &crate::hook_command());
+        (model, env, hold)
     }
 
     pub fn hooks_json_path(&self) -> PathBuf {

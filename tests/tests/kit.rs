@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use courier_tests::hooks::{Hook, COURIER_EVENTS};
+use courier_tests::model::exec_held_then_done;
 use courier_tests::model::Request;
 use courier_tests::util::marker;
 use courier_tests::{CodexEnv, Hold, Reply, ScriptedModel};
@@ -101,17 +102,7 @@ fn wrong_hash_is_untrusted_and_skipped() {
 #[test]
 fn held_reply_holds_codex_until_released() {
     let hold = Hold::new();
-    let h2 = hold.clone();
-    let model =
-        ScriptedModel::start_with(
-            move |r: &Request| {
-                if r.function_calls().is_empty() {
-                    Reply::exec("echo held").held(&h2)
-                } else {
-                    Reply::message("done")
-                }
-            },
-        );
+    let model = ScriptedModel::start_with(exec_held_then_done("echo held", &hold));
     let env = CodexEnv::new(&model);
     let child = env.spawn_exec("hold me");
     let thread = child.wait_thread_id(T);
