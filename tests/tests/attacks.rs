@@ -56,6 +56,13 @@ fn assert_untouched(broker: &Broker, id: &str) {
     assert_eq!(m.get("attempts").and_then(Value::as_i64), Some(0), "never leased: {m}");
 }
 
+/// Every refusal in `hits` has one of the `allowed` reasons.
+fn assert_reasons(hits: &[Value], allowed: &[&str]) {
+    for r in hits {
+        assert!(allowed.contains(&str_field(r, "reason")), "{r}");
+    }
+}
+
 /// Queues `text` for `thread` while the turn is held at `first`, lets it run on to `last`, and
 /// waits for two refusals `pick` selects; the message must be left pending and unseen by the
 /// model. Returns its id and those refusals.
@@ -798,9 +805,7 @@ fn payload_naming_another_live_thread_is_refused() {
     let text = marker("FOR_B");
     let (id, hits) =
         refused_hooks((&broker, &model), &tb, &text, (&a_first, &a_last), "A's hooks naming B", |r| str_field(r, "thread") == tb);
-    for r in &hits {
-        assert!(matches!(str_field(r, "reason"), "not_rollout_holder" | "no_writer_lock"), "{r}");
-    }
+    assert_reasons(&hits, &["not_rollout_holder", "no_writer_lock"]);
 
     a_last.release();
     b_first.release();
@@ -864,9 +869,7 @@ fn rollout_replaced_mid_session_is_refused() {
     let text = marker("REPLACED");
     let (id, hits) =
         refused_hooks((&broker, &model), &thread, &text, (&first, &last), "hooks after the swap", |r| str_field(r, "thread") == thread);
-    for r in &hits {
-        assert!(matches!(str_field(r, "reason"), "not_rollout_holder" | "rollout_changed"), "{r}");
-    }
+    assert_reasons(&hits, &["not_rollout_holder", "rollout_changed"]);
     last.release();
     proc.wait(T).assert_success();
     // Nor by the turn's end: the message is still for a later, honest hook.

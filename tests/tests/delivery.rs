@@ -52,9 +52,7 @@ fn xml_unescape(s: &str) -> String {
 #[test]
 fn message_sent_mid_turn_reaches_next_request_once() {
     let hold = Hold::new();
-    let h = hold.clone();
-    let (model, env) =
-        rig(move |r| if r.function_calls().is_empty() { Reply::exec("echo hello").held(&h) } else { Reply::message("done") });
+    let (model, env) = rig(exec_held_then_done("echo hello", &hold));
     let broker = Broker::start_trusted(&env);
     let text = marker("MIDTURN");
 
@@ -100,9 +98,7 @@ fn message_sent_mid_turn_reaches_next_request_once() {
 #[test]
 fn two_sessions_messages_never_cross_threads() {
     let hold = Hold::new();
-    let h = hold.clone();
-    let (model, env) =
-        rig(move |r| if r.function_calls().is_empty() { Reply::exec("echo hello").held(&h) } else { Reply::message("done") });
+    let (model, env) = rig(exec_held_then_done("echo hello", &hold));
     let broker = Broker::start_trusted(&env);
     let a = env.spawn_exec("SESSION_ALPHA run something");
     let b = env.spawn_exec("SESSION_BRAVO run something");
