@@ -4,8 +4,8 @@
 //! in the same run, interleaved block by block, which a dozen lines do; criterion would add ~40
 //! crates to build on a shared 2-core machine). Prints ns/op (median over blocks) and ratios.
 //!
-//! - `Gate::verify` against a stand-in Codex (a copy of python3 with unique bytes appended, trusted
-//!   by digest, holding the rollout O_APPEND and the thread-writer flock) whose child (the real
+//! - `Gate::verify` against the stand-in Codex (`broker::standin`: a copy of python3 with unique
+//!   bytes appended, trusted by digest, holding the rollout O_APPEND and the thread-writer flock) whose child (the real
 //!   python3, registered as the installed client) is connected to a socket: 1 thread vs 100 threads
 //!   held, 1 MB vs 1 GB rollout.
 //! - `RolloutTracker::update` on 1 MB vs 1 GB rollouts: steady state (nothing new) and first sight.
@@ -15,35 +15,17 @@
 
 use broker::gate::{self, Gate, GateConfig, HookRequest, Peer};
 use broker::rollout::{RolloutIdentity, RolloutTracker};
+use broker::standin::{self, Standin};
 use broker::store::Store;
 use courier_shared::auth;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 const SECRET: auth::Secret = [7u8; 32];
-
-const CODEX_SCRIPT: &str = r#"
-import sys, os, json, fcntl, subprocess
-keep = []
-for line in sys.stdin:
-    c = json.loads(line)
-    if c["op"] == "hold":
-        keep.append(os.open(c["path"], os.O_WRONLY | os.O_APPEND))
-        fd = os.open(c["lock"], os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        keep.append(fd)
-    elif c["op"] == "spawn":
-        keep.append(subprocess.Popen(c["argv"], start_new_session=True, stdin=subprocess.DEVNULL))
-        print(keep[-1].pid)
-    sys.stdout.write("ok\n"); sys.stdout.flush()
-"#;
-
-const PEER_SCRIPT: &str = "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])\ns.recv(1)\n";
 
 fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
@@ -51,48 +33,6 @@ fn now_ms() -> u64 {
 
 fn uuid(n: u64) -> String {
     format!("01a22659-8b33-7382-a4b5-{n:012x}")
-}
-
-struct Standin {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl Standin {
-    fn start(codex: &Path) -> Standin {
-        let mut cmd = Command::new(codex);
-        cmd.args(["-c", CODEX_SCRIPT]).stdin(Stdio::piped()).stdout(Stdio::piped());
-        for k in gate::TOOL_COMMAND_MARKERS {
-            cmd.env_remove(k);
-        }
-        let mut child = cmd.spawn().expect("starting the stand-in codex");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        Standin { child, stdin, stdout }
-    }
-
-    fn cmd(&mut self, v: serde_json::Value) -> Vec<String> {
-        writeln!(self.stdin, "{v}").unwrap();
-        self.stdin.flush().unwrap();
-        let mut lines = Vec::new();
-        loop {
-            let mut l = String::new();
-            self.stdout.read_line(&mut l).unwrap();
-            assert!(!l.is_empty(), "stand-in codex died");
-            if l.trim() == "ok" {
-                return lines;
-            }
-            lines.push(l.trim().to_string());
-        }
-    }
-}
-
-impl Drop for Standin {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 struct Thread {
@@ -105,8 +45,6 @@ struct Thread {
 struct World {
     dir: PathBuf,
     codex_home: PathBuf,
-    codex: PathBuf,
-    digest: String,
     listener: UnixListener,
     sock: PathBuf,
     next: u64,
@@ -129,15 +67,9 @@ impl World {
         let codex_home = dir.join("codex-home");
         std::fs::create_dir_all(codex_home.join("sessions/2026/11/29")).unwrap();
         std::fs::create_dir_all(codex_home.join("thread-writer-locks")).unwrap();
-        let codex = dir.join("codex");
-        let mut bytes = std::fs::read(python()).unwrap();
-        bytes.extend_from_slice(format!("courier-hot-path {} {:?}", std::process::id(), Instant::now()).as_bytes());
-        std::fs::write(&codex, &bytes).unwrap();
-        std::fs::set_permissions(&codex, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let digest = broker::gate::digest::hash_reader(&mut File::open(&codex).unwrap()).unwrap();
         let sock = dir.join("s.sock");
         let listener = UnixListener::bind(&sock).unwrap();
-        World { dir, codex_home, codex, digest, listener, sock, next: 1 }
+        World { dir, codex_home, listener, sock, next: 1 }
     }
 
     /// A rollout of about `size` bytes with an open turn at its end.
@@ -147,23 +79,21 @@ impl World {
         self.next += 1;
         let path = self.codex_home.join(format!("sessions/2026/11/29/rollout-2026-11-29T08-08-52-{id}.jsonl"));
         let mut f = std::io::BufWriter::new(File::create(&path).unwrap());
-        writeln!(f, r#"{{"timestamp":"t","ordinal":0,"type":"session_meta","payload":{{"session_id":"{id}","id":"{id}","cwd":"/w"}}}}"#)
-            .unwrap();
+        f.write_all(standin::meta_line(&id, &id).as_bytes()).unwrap();
         let block = filler_block();
         let mut left = size;
         while left >= block.len() as u64 {
             f.write_all(&block).unwrap();
             left -= block.len() as u64;
         }
-        writeln!(f, r#"{{"timestamp":"t","ordinal":1,"type":"event_msg","payload":{{"type":"task_started","turn_id":"{turn}"}}}}"#)
-            .unwrap();
+        f.write_all(standin::started(&turn).as_bytes()).unwrap();
         f.flush().unwrap();
         let lock = self.codex_home.join(format!("thread-writer-locks/{id}.lock"));
         Thread { id, turn, path, lock }
     }
 
     fn gate(&self) -> Gate {
-        let m = std::fs::metadata(python()).unwrap();
+        let m = std::fs::metadata(standin::python()).unwrap();
         Gate::new(GateConfig {
             codex_home: self.codex_home.clone(),
             installed_clients: vec![broker::os::FileKey { dev: m.dev(), ino: m.ino() }],
@@ -173,11 +103,12 @@ impl World {
 
     /// A stand-in codex holding `threads`, with one connected child peer.
     fn codex_with_peer(&self, threads: &[&Thread]) -> (Standin, Peer, UnixStream) {
-        let mut s = Standin::start(&self.codex);
+        let mut s = Standin::start(&standin::bins().codex, &[]);
         for t in threads {
-            s.cmd(serde_json::json!({"op": "hold", "path": t.path, "lock": t.lock}));
+            s.cmd(serde_json::json!({"op": "open_rollout", "path": t.path}));
+            s.cmd(serde_json::json!({"op": "lock", "path": t.lock}));
         }
-        s.cmd(serde_json::json!({"op": "spawn", "argv": [python(), "-c", PEER_SCRIPT, self.sock]}));
+        s.spawn_peer(&self.sock);
         let (stream, _) = self.listener.accept().unwrap();
         let peer = gate::identify(&stream).unwrap_or_else(|r| panic!("identify: {r}"));
         (s, peer, stream)
@@ -188,10 +119,6 @@ impl Drop for World {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn python() -> PathBuf {
-    std::fs::canonicalize("/usr/bin/python3").expect("the bench needs /usr/bin/python3")
 }
 
 fn payload(t: &Thread) -> String {
@@ -270,7 +197,7 @@ fn main() {
         let many: Vec<Thread> = (0..100).map(|_| w.thread(64 << 10)).collect();
         let setup = |threads: &[&Thread], t: &Thread| {
             let (s, peer, stream) = w.codex_with_peer(threads);
-            let v = Verify { gate: w.gate(), peer, payload: payload(t), digest: &w.digest, _keep: (s, stream) };
+            let v = Verify { gate: w.gate(), peer, payload: payload(t), digest: &standin::bins().digest, _keep: (s, stream) };
             v.block(3); // first sight of the rollout, digest of the stand-in
             v
         };

@@ -21,6 +21,9 @@ pub mod producer;
 pub mod refusal;
 pub mod rollout;
 pub mod server;
+/// Test fixtures (the stand-in Codex), for the lib's tests and `--features standin` users only.
+#[cfg(any(test, feature = "standin"))]
+pub mod standin;
 pub mod store;
 pub mod tickets;
 pub mod wake;

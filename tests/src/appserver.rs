@@ -1,23 +1,168 @@
-//! Minimal JSON-RPC client for `codex app-server` over stdio (one JSON object per line: the
-//! `initialize` request, the `initialized` notification, then requests). Server-to-client requests are refused with an error so nothing
-//! blocks. Every wait is bounded.
+//! JSON-RPC clients for `codex app-server`: over stdio ([`AppServer`], one JSON object per line)
+//! and over its `--listen unix://` socket ([`WsAppServer`], the broker's own WebSocket client,
+//! `broker::appserver::WsClient`). The JSON-RPC bookkeeping (ids, responses, notifications kept in
+//! order) is written once, in [`Rpc`]; server-to-client requests are refused so nothing blocks.
+//! Every wait is bounded.
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use broker_lib::appserver::WsClient;
 use serde_json::{json, Value};
 
-pub struct AppServer {
-    child: Child,
-    stdin: Arc<Mutex<Option<ChildStdin>>>,
-    rx: Receiver<Value>,
+/// One way of carrying JSON-RPC messages to and from an app-server.
+pub trait Transport {
+    fn send(&mut self, msg: &Value);
+    /// The next response or notification (requests from the server are refused on the way), by
+    /// `deadline`; panics naming `what` it was waiting for when the server is silent or gone.
+    fn recv(&mut self, deadline: Instant, what: &str) -> Value;
+}
+
+/// A JSON-RPC session on `T`.
+pub struct Rpc<T> {
+    transport: T,
     next_id: u64,
     /// Notifications received so far (in order).
     pub notifications: Vec<Value>,
+}
+
+/// `codex app-server` on stdio.
+pub type AppServer = Rpc<Pipes>;
+/// `codex app-server --listen unix://PATH`, on its socket.
+pub type WsAppServer = Rpc<Ws>;
+
+impl<T: Transport> Rpc<T> {
+    fn new(transport: T) -> Rpc<T> {
+        Rpc { transport, next_id: 1, notifications: Vec::new() }
+    }
+
+    /// Send a request and wait (bounded) for its response; returns the whole response object
+    /// (`result` or `error`).
+    pub fn request_raw(&mut self, method: &str, params: Value, timeout: Duration) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.transport.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        let deadline = Instant::now() + timeout;
+        loop {
+            let msg = self.transport.recv(deadline, method);
+            if msg.get("method").is_none() && msg.get("id").and_then(Value::as_u64) == Some(id) {
+                return msg;
+            }
+            if msg.get("id").is_none() {
+                self.notifications.push(msg);
+            }
+        }
+    }
+
+    /// Like [`Rpc::request_raw`] but returns `result`, panicking on an error response.
+    pub fn request(&mut self, method: &str, params: Value, timeout: Duration) -> Value {
+        let r = self.request_raw(method, params, timeout);
+        r.get("result").cloned().unwrap_or_else(|| panic!("app-server {method} failed: {r}"))
+    }
+
+    pub fn notify(&mut self, method: &str, params: Option<Value>) {
+        let mut msg = json!({"jsonrpc": "2.0", "method": method});
+        if let Some(p) = params {
+            msg["params"] = p;
+        }
+        self.transport.send(&msg);
+    }
+
+    /// `initialize` (+ `initialized`), as the probe kit does.
+    pub fn initialize(&mut self, experimental: bool, timeout: Duration) -> Value {
+        let r = self.request(
+            "initialize",
+            json!({"clientInfo": {"name": "courier-tests", "title": "courier tests", "version": "0.0.1"},
+                   "capabilities": {"experimentalApi": experimental}}),
+            timeout,
+        );
+        self.notify("initialized", None);
+        r
+    }
+
+    /// `thread/start` in `cwd`; returns the thread id.
+    pub fn start_thread(&mut self, cwd: &Path, timeout: Duration) -> String {
+        let r = self.request("thread/start", json!({"cwd": cwd.display().to_string()}), timeout);
+        r.pointer("/thread/id").and_then(Value::as_str).expect("thread id").to_string()
+    }
+
+    /// `turn/start` of a user message `text` on `thread`; returns the turn id at once.
+    pub fn start_turn(&mut self, thread: &str, text: &str, timeout: Duration) -> String {
+        let r = self.request("turn/start", json!({"threadId": thread, "input": [{"type": "text", "text": text}]}), timeout);
+        r.pointer("/turn/id").and_then(Value::as_str).expect("turn id").to_string()
+    }
+
+    /// Wait (bounded) for `turn/completed` of `turn` (the thread is idle again).
+    pub fn wait_turn_completed(&mut self, turn: &str, timeout: Duration) {
+        self.wait_notification("turn/completed", timeout, |p| p.pointer("/turn/id").and_then(Value::as_str) == Some(turn));
+    }
+
+    /// A user turn run to completion (afterwards the thread is idle); returns its id.
+    pub fn run_turn(&mut self, thread: &str, text: &str, timeout: Duration) -> String {
+        let turn = self.start_turn(thread, text, timeout);
+        self.wait_turn_completed(&turn, timeout);
+        turn
+    }
+
+    /// Wait (bounded) for a notification `method` whose params satisfy `pred` (earlier ones count).
+    pub fn wait_notification(&mut self, method: &str, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Value {
+        let hit = |m: &Value| m.get("method").and_then(Value::as_str) == Some(method) && pred(&m["params"]);
+        if let Some(m) = self.notifications.iter().find(|m| hit(m)) {
+            return m["params"].clone();
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            let msg = self.transport.recv(deadline, method);
+            if msg.get("id").is_none() {
+                let found = hit(&msg);
+                let params = msg["params"].clone();
+                self.notifications.push(msg);
+                if found {
+                    return params;
+                }
+            }
+        }
+    }
+}
+
+/// The stdio transport: a reader thread forwards each line (answering server requests itself),
+/// another keeps stderr for the panic messages.
+pub struct Pipes {
+    child: Child,
+    stdin: Arc<Mutex<Option<ChildStdin>>>,
+    rx: Receiver<Value>,
     stderr: Arc<Mutex<String>>,
+}
+
+impl Transport for Pipes {
+    fn send(&mut self, msg: &Value) {
+        let mut g = self.stdin.lock().unwrap();
+        let w = g.as_mut().expect("app-server stdin closed");
+        writeln!(w, "{msg}").expect("write to app-server");
+        w.flush().expect("flush app-server stdin");
+    }
+
+    fn recv(&mut self, deadline: Instant, what: &str) -> Value {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                // A server request: the reader thread has refused it.
+                Ok(msg) if msg.get("id").is_some() && msg.get("method").is_some() => {}
+                Ok(msg) => return msg,
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!("app-server: nothing for {what} within the deadline; stderr:\n{}", self.stderr.lock().unwrap())
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!("app-server exited while waiting for {what}; stderr:\n{}", self.stderr.lock().unwrap())
+                }
+            }
+        }
+    }
 }
 
 impl AppServer {
@@ -58,81 +203,16 @@ impl AppServer {
                 g.push('\n');
             }
         });
-        AppServer { child, stdin, rx, next_id: 1, notifications: Vec::new(), stderr: err_buf }
-    }
-
-    fn send(&self, msg: &Value) {
-        let mut g = self.stdin.lock().unwrap();
-        let w = g.as_mut().expect("app-server stdin closed");
-        writeln!(w, "{msg}").expect("write to app-server");
-        w.flush().expect("flush app-server stdin");
-    }
-
-    /// Send a request and wait (bounded) for its response; returns the whole response object
-    /// (`result` or `error`).
-    pub fn request_raw(&mut self, method: &str, params: Value, timeout: Duration) -> Value {
-        let id = self.next_id;
-        self.next_id += 1;
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.rx.recv_timeout(left) {
-                Ok(msg) => {
-                    let is_response = msg.get("method").is_none()
-                        && msg.get("id").and_then(Value::as_u64) == Some(id)
-                        && (msg.get("result").is_some() || msg.get("error").is_some());
-                    if is_response {
-                        return msg;
-                    }
-                    if msg.get("id").is_none() {
-                        self.notifications.push(msg);
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => {
-                    panic!("app-server: no response to {method} within {timeout:?}; stderr:\n{}", self.stderr.lock().unwrap())
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    panic!("app-server exited before answering {method}; stderr:\n{}", self.stderr.lock().unwrap())
-                }
-            }
-        }
-    }
-
-    /// Like [`AppServer::request_raw`] but returns `result`, panicking on an error response.
-    pub fn request(&mut self, method: &str, params: Value, timeout: Duration) -> Value {
-        let r = self.request_raw(method, params, timeout);
-        match r.get("result") {
-            Some(v) => v.clone(),
-            None => panic!("app-server {method} failed: {r}"),
-        }
-    }
-
-    pub fn notify(&self, method: &str, params: Option<Value>) {
-        let mut msg = json!({"jsonrpc": "2.0", "method": method});
-        if let Some(p) = params {
-            msg["params"] = p;
-        }
-        self.send(&msg);
-    }
-
-    /// `initialize` (+ `initialized`), as the probe kit does.
-    pub fn initialize(&mut self, experimental: bool, timeout: Duration) -> Value {
-        let r = self.request(
-            "initialize",
-            json!({"clientInfo": {"name": "courier-tests", "title": "courier tests", "version": "0.0.1"},
-                   "capabilities": {"experimentalApi": experimental}}),
-            timeout,
-        );
-        self.notify("initialized", None);
-        r
+        Rpc::new(Pipes { child, stdin, rx, stderr: err_buf })
     }
 
     /// Close stdin and wait (bounded) for exit; kill if it lingers.
     pub fn close(mut self) {
-        self.shutdown();
+        self.transport.shutdown();
     }
+}
 
+impl Pipes {
     fn shutdown(&mut self) {
         self.stdin.lock().unwrap().take();
         let exited = crate::util::poll_until(Duration::from_secs(5), || self.child.try_wait().ok().flatten());
@@ -143,7 +223,7 @@ impl AppServer {
     }
 }
 
-impl Drop for AppServer {
+impl Drop for Pipes {
     fn drop(&mut self) {
         if self.child.try_wait().ok().flatten().is_none() {
             self.shutdown();
@@ -155,13 +235,13 @@ impl Drop for AppServer {
 /// shape of a long-lived app-server that owns threads and runs their hooks.
 pub struct ListeningAppServer {
     child: Child,
-    pub socket: std::path::PathBuf,
-    pub log: std::path::PathBuf,
+    pub socket: PathBuf,
+    pub log: PathBuf,
 }
 
 impl ListeningAppServer {
     /// Start it from a prepared `codex` command and wait (bounded) until its socket accepts.
-    pub fn start(mut cmd: Command, socket: std::path::PathBuf, args: &[&str], log: std::path::PathBuf) -> ListeningAppServer {
+    pub fn start(mut cmd: Command, socket: PathBuf, args: &[&str], log: PathBuf) -> ListeningAppServer {
         let f = std::fs::File::create(&log).unwrap();
         cmd.arg("app-server").arg("--listen").arg(format!("unix://{}", socket.display())).args(args);
         cmd.stdin(Stdio::null()).stdout(f.try_clone().unwrap()).stderr(f);
@@ -171,7 +251,7 @@ impl ListeningAppServer {
             if let Ok(Some(st)) = s.child.try_wait() {
                 panic!("codex app-server exited early ({st}): {}", std::fs::read_to_string(&s.log).unwrap_or_default());
             }
-            std::os::unix::net::UnixStream::connect(&s.socket).ok()
+            UnixStream::connect(&s.socket).ok()
         });
         assert!(ok.is_some(), "app-server socket {} never accepted", s.socket.display());
         s
@@ -194,163 +274,61 @@ impl Drop for ListeningAppServer {
     }
 }
 
-/// Minimal JSON-RPC-over-WebSocket client for `codex app-server --listen unix://` (the kit's own,
-/// independent of the broker's): Upgrade handshake, masked text frames out, text frames in.
-/// Server requests are refused; notifications are kept in order. Every read is bounded.
-pub struct WsAppServer {
-    stream: std::os::unix::net::UnixStream,
-    buf: Vec<u8>,
-    next_id: u64,
-    pub notifications: Vec<Value>,
+/// The TUI's managed app-server daemon, started the way the TUI starts it (`codex app-server
+/// daemon start`, which prints its socket); `daemon stop` on drop.
+pub struct ManagedDaemon {
+    stop: Option<Command>,
+    pub socket: PathBuf,
+}
+
+impl ManagedDaemon {
+    pub fn start(env: &crate::CodexEnv, timeout: Duration) -> ManagedDaemon {
+        let mut stop = env.codex_command();
+        stop.args(["app-server", "daemon", "stop"]);
+        // Stopped on drop even if `start` fails half-way: it may have started the daemon first.
+        let mut d = ManagedDaemon { stop: Some(stop), socket: PathBuf::new() };
+        let out = crate::broker::run_bounded(env.codex_command().args(["app-server", "daemon", "start"]), timeout);
+        assert!(out.status.success(), "daemon start: {out:?}");
+        let started: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("daemon start JSON ({e}): {out:?}"));
+        d.socket = PathBuf::from(started["socketPath"].as_str().unwrap_or_else(|| panic!("no socketPath: {started}")));
+        d
+    }
+
+    /// A JSON-RPC client on its socket.
+    pub fn client(&self, timeout: Duration) -> WsAppServer {
+        WsAppServer::connect(&self.socket, timeout)
+    }
+}
+
+impl Drop for ManagedDaemon {
+    fn drop(&mut self) {
+        if let Some(mut stop) = self.stop.take() {
+            let _ = crate::broker::run_bounded(&mut stop, Duration::from_secs(30));
+        }
+    }
+}
+
+/// The socket transport: the broker's WebSocket client, its deadline moved to each wait's.
+pub struct Ws(WsClient);
+
+impl Transport for Ws {
+    fn send(&mut self, msg: &Value) {
+        // Writes are bounded too: a stalled server fails the test rather than hanging it.
+        self.0.set_deadline(Instant::now() + Duration::from_secs(30));
+        self.0.send_text(&msg.to_string()).unwrap_or_else(|e| panic!("write to app-server: {e}"));
+    }
+
+    fn recv(&mut self, deadline: Instant, what: &str) -> Value {
+        self.0.set_deadline(deadline);
+        self.0.recv_message().unwrap_or_else(|e| panic!("app-server, waiting for {what}: {e}"))
+    }
 }
 
 impl WsAppServer {
-    pub fn connect(path: &std::path::Path, timeout: Duration) -> WsAppServer {
-        use std::io::Read;
-        let mut stream = std::os::unix::net::UnixStream::connect(path).unwrap_or_else(|e| panic!("connect {}: {e}", path.display()));
-        stream.set_read_timeout(Some(timeout)).unwrap();
-        let req = "GET / HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-                   Sec-WebSocket-Key: Y291cmllci10ZXN0cy1rZXk=\r\nSec-WebSocket-Version: 13\r\n\r\n";
-        stream.write_all(req.as_bytes()).unwrap();
-        let mut buf = Vec::new();
-        let end = loop {
-            if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break at + 4;
-            }
-            let mut chunk = [0u8; 4096];
-            let n = stream.read(&mut chunk).expect("app-server handshake");
-            assert!(n > 0, "app-server closed during the handshake");
-            buf.extend_from_slice(&chunk[..n]);
-        };
-        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-        assert!(head.starts_with("HTTP/1.1 101"), "handshake refused: {head}");
-        buf.drain(..end);
-        WsAppServer { stream, buf, next_id: 1, notifications: Vec::new() }
-    }
-
-    fn send(&mut self, v: &Value) {
-        let data = v.to_string().into_bytes();
-        let mut f = vec![0x81u8];
-        match data.len() {
-            n if n < 126 => f.push(0x80 | n as u8),
-            n if n <= 0xffff => {
-                f.push(0x80 | 126);
-                f.extend_from_slice(&(n as u16).to_be_bytes());
-            }
-            n => {
-                f.push(0x80 | 127);
-                f.extend_from_slice(&(n as u64).to_be_bytes());
-            }
-        }
-        let mask = [0x5a, 0x17, 0xc3, 0x3e];
-        f.extend_from_slice(&mask);
-        f.extend(data.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
-        self.stream.write_all(&f).expect("write to app-server");
-    }
-
-    fn need(&mut self, n: usize, deadline: Instant) {
-        use std::io::Read;
-        while self.buf.len() < n {
-            let left = deadline.saturating_duration_since(Instant::now());
-            assert!(!left.is_zero(), "app-server: read timed out");
-            self.stream.set_read_timeout(Some(left)).unwrap();
-            let mut chunk = [0u8; 65536];
-            let got = self.stream.read(&mut chunk).unwrap_or_else(|e| panic!("app-server read: {e}"));
-            assert!(got > 0, "app-server closed the connection");
-            self.buf.extend_from_slice(&chunk[..got]);
-        }
-    }
-
-    /// Next JSON message (bounded by `deadline`).
-    fn recv(&mut self, deadline: Instant) -> Value {
-        let mut msg = Vec::new();
-        loop {
-            self.need(2, deadline);
-            let (fin, op, len7) = (self.buf[0] & 0x80 != 0, self.buf[0] & 0x0f, self.buf[1] & 0x7f);
-            let (len, at) = match len7 {
-                126 => {
-                    self.need(4, deadline);
-                    (u16::from_be_bytes([self.buf[2], self.buf[3]]) as usize, 4)
-                }
-                127 => {
-                    self.need(10, deadline);
-                    (u64::from_be_bytes(self.buf[2..10].try_into().unwrap()) as usize, 10)
-                }
-                n => (n as usize, 2),
-            };
-            self.need(at + len, deadline);
-            let payload: Vec<u8> = self.buf.drain(..at + len).skip(at).collect();
-            match op {
-                0x8 => panic!("app-server closed the websocket"),
-                0x9 | 0xA => {}
-                _ => {
-                    msg.extend_from_slice(&payload);
-                    if fin {
-                        return serde_json::from_slice(&msg).unwrap_or(Value::Null);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Send a request and wait (bounded) for its response; returns `result`, panics on `error`.
-    pub fn request(&mut self, method: &str, params: Value, timeout: Duration) -> Value {
-        let r = self.request_raw(method, params, timeout);
-        r.get("result").cloned().unwrap_or_else(|| panic!("app-server {method} failed: {r}"))
-    }
-
-    pub fn request_raw(&mut self, method: &str, params: Value, timeout: Duration) -> Value {
-        let id = self.next_id;
-        self.next_id += 1;
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        let deadline = Instant::now() + timeout;
-        loop {
-            let msg = self.recv(deadline);
-            match (msg.get("id"), msg.get("method")) {
-                (Some(got), None) if got.as_u64() == Some(id) => return msg,
-                (Some(sid), Some(m)) => {
-                    let reply = json!({"jsonrpc": "2.0", "id": sid, "error": {"code": -32601, "message": format!("courier-tests does not handle {m}")}});
-                    self.send(&reply);
-                }
-                (None, Some(_)) => self.notifications.push(msg),
-                _ => {}
-            }
-        }
-    }
-
-    pub fn initialize(&mut self, experimental: bool, timeout: Duration) -> Value {
-        let r = self.request(
-            "initialize",
-            json!({"clientInfo": {"name": "courier-tests", "title": "courier tests", "version": "0.0.1"},
-                   "capabilities": {"experimentalApi": experimental}}),
-            timeout,
-        );
-        self.send(&json!({"jsonrpc": "2.0", "method": "initialized"}));
-        r
-    }
-
-    /// Wait (bounded) for a notification `method` whose params satisfy `pred` (earlier ones count).
-    pub fn wait_notification(&mut self, method: &str, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Value {
-        let hit = |m: &Value| m.get("method").and_then(Value::as_str) == Some(method) && pred(&m["params"]);
-        if let Some(m) = self.notifications.iter().find(|m| hit(m)) {
-            return m["params"].clone();
-        }
-        let deadline = Instant::now() + timeout;
-        loop {
-            let msg = self.recv(deadline);
-            if let (Some(sid), Some(_)) = (msg.get("id"), msg.get("method")) {
-                let reply = json!({"jsonrpc": "2.0", "id": sid, "error": {"code": -32601, "message": "not handled"}});
-                self.send(&reply);
-                continue;
-            }
-            if msg.get("id").is_none() {
-                let found = hit(&msg);
-                let params = msg["params"].clone();
-                self.notifications.push(msg);
-                if found {
-                    return params;
-                }
-            }
-        }
+    /// Connect and upgrade (bounded by `timeout`).
+    pub fn connect(path: &Path, timeout: Duration) -> WsAppServer {
+        let stream = UnixStream::connect(path).unwrap_or_else(|e| panic!("connect {}: {e}", path.display()));
+        let ws = WsClient::handshake(stream, Instant::now() + timeout).unwrap_or_else(|e| panic!("app-server handshake: {e}"));
+        Rpc::new(Ws(ws))
     }
 }

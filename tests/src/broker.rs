@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::codex::CodexEnv;
-use crate::util::{poll_until, shell_quote};
+use crate::util::poll_until;
 
 /// Directory holding the workspace's debug binaries: `$COURIER_BIN_DIR`, else
 /// `$CARGO_TARGET_DIR/debug`, else `<workspace>/target/debug`.
@@ -49,7 +49,7 @@ pub fn hook_client_bin() -> PathBuf {
 /// The hook command string registered for tests: the absolute hook-client path alone (a simple
 /// command, so bash execs it and its parent is the codex process).
 pub fn hook_command() -> String {
-    shell_quote(&hook_client_bin().display().to_string())
+    broker_lib::install::hook_command(&hook_client_bin())
 }
 
 /// A `broker serve` running for one [`CodexEnv`]; killed on drop.
@@ -139,6 +139,13 @@ impl<'a> Broker<'a> {
             );
         }
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// [`Broker::start`], then trust the env's pinned Codex (what most end-to-end tests want).
+    pub fn start_trusted(env: &'a CodexEnv) -> Broker<'a> {
+        let b = Broker::start(env);
+        b.trust_codex(&env.codex);
+        b
     }
 
     /// `broker trust-codex PATH`.

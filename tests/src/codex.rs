@@ -7,11 +7,11 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::appserver::AppServer;
 use crate::hooks::{hooks_json, toml_str, trust_entries, Hook};
-use crate::model::ScriptedModel;
+use crate::model::{Hold, ScriptedModel};
 use crate::rollout::{self, Rollout};
 use crate::util::{poll_until, unique_token, wait_until};
 
@@ -116,6 +116,16 @@ impl CodexEnv {
         let env = CodexEnv::new(model);
         env.install_hooks(&Hook::courier_set(command));
         env
+    }
+
+    /// A model whose first request of every session is held until released (the turn stays open,
+    /// about to run `echo hello`), then `done`; and a fresh environment wired to it running the
+    /// test hook-client ([`crate::hook_command`]) for Courier's six events.
+    pub fn with_held_turn() -> (ScriptedModel, CodexEnv, Hold) {
+        let hold = Hold::new();
+        let model = ScriptedModel::start_with(crate::model::exec_held_then_done("echo hello", &hold));
+        let env = CodexEnv::with_hook_command(&model, &crate::hook_command());
+        (model, env, hold)
     }
 
     pub fn hooks_json_path(&self) -> PathBuf {
@@ -243,21 +253,7 @@ enabled = false
         a.initialize(true, Duration::from_secs(30));
         let r = a.request("hooks/list", json!({"cwds": [self.work.display().to_string()]}), Duration::from_secs(30));
         a.close();
-        let mut out = Vec::new();
-        for d in r.get("data").and_then(Value::as_array).into_iter().flatten() {
-            for h in d.get("hooks").and_then(Value::as_array).into_iter().flatten() {
-                let s = |k: &str| h.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-                out.push(HookInfo {
-                    key: s("key"),
-                    event_name: s("eventName"),
-                    command: s("command"),
-                    current_hash: s("currentHash"),
-                    trust_status: s("trustStatus"),
-                    raw: h.clone(),
-                });
-            }
-        }
-        out
+        broker_lib::install::parse_hooks_list(&r)
     }
 
     /// Every rollout file under `$CODEX_HOME/sessions`.
@@ -301,18 +297,8 @@ impl Drop for CodexEnv {
     }
 }
 
-/// One handler as `hooks/list` reports it.
-#[derive(Clone, Debug)]
-pub struct HookInfo {
-    pub key: String,
-    /// camelCase (`postToolUse`).
-    pub event_name: String,
-    pub command: String,
-    pub current_hash: String,
-    /// `trusted`, `untrusted`, `modified`, ...
-    pub trust_status: String,
-    pub raw: Value,
-}
+/// One handler as `hooks/list` reports it (the broker's parse, shared with `broker doctor`).
+pub use broker_lib::install::ListedHook as HookInfo;
 
 pub fn set_mode(p: &Path, mode: u32) {
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap_or_else(|e| panic!("chmod {}: {e}", p.display()));

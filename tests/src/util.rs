@@ -30,14 +30,12 @@ pub fn poll_until<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Opt
     }
 }
 
-/// Quote `s` for a POSIX shell if it needs it.
-pub fn shell_quote(s: &str) -> String {
-    let safe = !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"/._-+=:,@%".contains(&b));
-    if safe {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
-    }
+/// Quote `s` for a POSIX shell if it needs it: the broker's own (the hook command install writes).
+pub use broker_lib::install::shell_quote;
+
+/// The string field `k` of a JSON object, or "" (absent, or not a string).
+pub fn str_field<'a>(v: &'a serde_json::Value, k: &str) -> &'a str {
+    v.get(k).and_then(serde_json::Value::as_str).unwrap_or("")
 }
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);

@@ -17,7 +17,7 @@ use courier_tests::broker::{hook_command, refusal_codes, run_bounded};
 use courier_tests::hooks::{Hook, COURIER_EVENTS};
 use courier_tests::model::Request;
 use courier_tests::rollout::find_rollout;
-use courier_tests::util::{marker, shell_quote, wait_until};
+use courier_tests::util::{marker, shell_quote, str_field, wait_until};
 use courier_tests::{hook_client_bin, Broker, CodexEnv, Hold, Reply, ScriptedModel};
 use serde_json::{json, Value};
 
@@ -26,17 +26,6 @@ const SETTLE: Duration = Duration::from_secs(10);
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
-
-fn str_field<'a>(v: &'a Value, k: &str) -> &'a str {
-    v.get(k).and_then(Value::as_str).unwrap_or("")
-}
-
-/// Start the broker for `env` and trust the pinned Codex.
-fn broker(env: &CodexEnv) -> Broker<'_> {
-    let b = Broker::start(env);
-    b.trust_codex(&env.codex);
-    b
-}
 
 /// `env` arguments that remove every tool-command marker Codex sets.
 const UNSET: &str = "env -u CODEX_TOOL_CALL_ID -u CODEX_THREAD_ID -u CODEX_SESSION_ID -u CODEX_CI";
@@ -65,6 +54,33 @@ fn assert_untouched(broker: &Broker, id: &str) {
     let m = broker.message(id).unwrap_or_else(|| panic!("message {id} not listed"));
     assert_eq!(str_field(&m, "state"), "pending", "{m}");
     assert_eq!(m.get("attempts").and_then(Value::as_i64), Some(0), "never leased: {m}");
+}
+
+/// Every refusal in `hits` has one of the `allowed` reasons.
+fn assert_reasons(hits: &[Value], allowed: &[&str]) {
+    for r in hits {
+        assert!(allowed.contains(&str_field(r, "reason")), "{r}");
+    }
+}
+
+/// Queues `text` for `thread` while the turn is held at `first`, lets it run on to `last`, and
+/// waits for two refusals `pick` selects; the message must be left pending and unseen by the
+/// model. Returns its id and those refusals.
+fn refused_hooks(
+    (broker, model): (&Broker, &ScriptedModel),
+    thread: &str,
+    text: &str,
+    (first, last): (&Hold, &Hold),
+    what: &str,
+    pick: impl Fn(&Value) -> bool,
+) -> (String, Vec<Value>) {
+    let id = broker.send_opts(thread, text, None, Some("e2e"));
+    first.release();
+    last.wait_held(1, T);
+    let hits = broker.wait_refusals(2, SETTLE, what, pick);
+    assert_untouched(broker, &id);
+    assert_eq!(model.requests_mentioning(text), 0, "{}", model.dump());
+    (id, hits)
 }
 
 /// Text a delivered message carries (unescaped or XML-escaped, as in a Stop hook prompt).
@@ -148,7 +164,7 @@ fn subagent_and_parent_each_get_only_their_own_messages() {
             Reply::message("done").held(&eh)
         }
     });
-    let broker = broker(&env);
+    let broker = Broker::start_trusted(&env);
     let proc = env.spawn_exec("spawn a helper");
     let parent = proc.wait_thread_id(T);
     let first_child = model.wait_for(T, "the sub-agent's first request", Request::is_subagent);
@@ -269,7 +285,7 @@ fn model_run_hook_client_gets_nothing() {
             },
         }
     });
-    let broker = broker(&env);
+    let broker = Broker::start_trusted(&env);
     let proc = env.spawn_exec("please run commands");
     let parent = proc.wait_thread_id(T);
     first_hold.wait_held(1, T);
@@ -389,7 +405,7 @@ fn scrubbed_exec_forgeries_find_no_ticket() {
             &format!("FORGE_{n}"),
         ))
     });
-    let broker = broker(&env);
+    let broker = Broker::start_trusted(&env);
     let proc = env.spawn_exec("please run commands");
     let thread = proc.wait_thread_id(T);
     let mut sent = Vec::new();
@@ -477,7 +493,7 @@ fn every_genuine_hook_gets_its_own_ticket() {
     let mut hooks: Vec<Hook> = COURIER_EVENTS.iter().map(|e| Hook::new(e, &wrapper.display().to_string())).collect();
     hooks.push(Hook::new("SubagentStop", &wrapper.display().to_string()));
     env.install_hooks(&hooks);
-    let broker = broker(&env);
+    let broker = Broker::start_trusted(&env);
 
     let proc = env.spawn_exec("please run commands");
     let thread = proc.wait_thread_id(T);
@@ -587,7 +603,7 @@ jq -c --arg t {turn} '{{timestamp:"t",type:"response_item",payload:{{type:"messa
         let cmd = forging_command(&rollout, &c.join("started"), &c.join("go"), &template, &c.join("payload.json"), &before, "FORGE_APPEND");
         Reply::exec(&cmd.replace(" # FORGE_APPEND", &format!(" > {} # FORGE_APPEND", q(&out))))
     });
-    let broker = broker(&env);
+    let broker = Broker::start_trusted(&env);
     let proc = env.spawn_exec("please run a command");
     let thread = proc.wait_thread_id(T);
     wait_until(T, "the forging command to start", || ctl.join("started").exists().then_some(()));
@@ -630,7 +646,7 @@ fn hook_client_outside_codex_gets_nothing() {
     let h = hold.clone();
     let model = ScriptedModel::start_with(move |_r: &Request| Reply::message("done").held(&h));
     let env = CodexEnv::new(&model); // no hooks: nothing else takes the message
-    let broker = broker(&env);
+    let broker = Broker::start_trusted(&env);
     let proc = env.spawn_exec("hello");
     let first = model.wait_for_requests(1, T).remove(0);
     hold.wait_held(1, T);
@@ -721,7 +737,7 @@ fn replayed_payload_from_earlier_turn_is_refused() {
     std::fs::write(ctl.join("save"), "").unwrap();
     first.release();
     last.release();
-    let broker = broker(&env);
+    let broker = Broker::start_trusted(&env);
     let out = env.exec("turn one");
     out.assert_success();
     let thread = out.thread_id().unwrap();
@@ -740,13 +756,9 @@ fn replayed_payload_from_earlier_turn_is_refused() {
     let new_turn = model.requests()[n0].turn_id().unwrap();
     assert_ne!(new_turn, old_turn);
     let text = marker("REPLAY");
-    let id = broker.send_opts(&thread, &text, None, Some("e2e"));
-    first.release();
-    last.wait_held(1, T);
-    let mine = broker.wait_refusals(2, SETTLE, "turn_mismatch", |r| str_field(r, "reason") == "turn_mismatch");
+    let (id, mine) =
+        refused_hooks((&broker, &model), &thread, &text, (&first, &last), "turn_mismatch", |r| str_field(r, "reason") == "turn_mismatch");
     assert!(mine.iter().all(|r| str_field(r, "thread") == thread), "{mine:#?}");
-    assert_untouched(&broker, &id);
-    assert_eq!(model.requests_mentioning(&text), 0);
     assert!(attack_codes(&broker.inspect_json(), None).iter().all(|c| c == "turn_mismatch"));
 
     std::fs::remove_file(ctl.join("replay")).unwrap();
@@ -776,7 +788,7 @@ fn payload_naming_another_live_thread_is_refused() {
             (true, false) => Reply::message("done"),
         }
     });
-    let broker = broker(&env);
+    let broker = Broker::start_trusted(&env);
     let a = env.spawn_exec("SESSION_A");
     let b = env.spawn_exec("SESSION_B");
     let (ta, tb) = (a.wait_thread_id(T), b.wait_thread_id(T));
@@ -791,15 +803,9 @@ fn payload_naming_another_live_thread_is_refused() {
     )
     .unwrap();
     let text = marker("FOR_B");
-    let id = broker.send_opts(&tb, &text, None, Some("e2e"));
-    a_first.release();
-    a_last.wait_held(1, T);
-    let hits = broker.wait_refusals(2, SETTLE, "A's hooks naming B", |r| str_field(r, "thread") == tb);
-    for r in &hits {
-        assert!(matches!(str_field(r, "reason"), "not_rollout_holder" | "no_writer_lock"), "{r}");
-    }
-    assert_untouched(&broker, &id);
-    assert_eq!(model.requests_mentioning(&text), 0, "{}", model.dump());
+    let (id, hits) =
+        refused_hooks((&broker, &model), &tb, &text, (&a_first, &a_last), "A's hooks naming B", |r| str_field(r, "thread") == tb);
+    assert_reasons(&hits, &["not_rollout_holder", "no_writer_lock"]);
 
     a_last.release();
     b_first.release();
@@ -820,7 +826,7 @@ fn symlinked_transcript_path_is_refused() {
     let model = ScriptedModel::start_with(exec_then_done_held(&first, &last));
     let env = CodexEnv::new(&model);
     let ctl = install_tamper_wrapper(&env);
-    let broker = broker(&env);
+    let broker = Broker::start_trusted(&env);
     let proc = env.spawn_exec("please run a command");
     let thread = proc.wait_thread_id(T);
     first.wait_held(1, T);
@@ -830,13 +836,10 @@ fn symlinked_transcript_path_is_refused() {
     let tamper = ctl.join(format!("tamper-{thread}.jq"));
     std::fs::write(&tamper, format!(".transcript_path = {}", json!(link))).unwrap();
     let text = marker("SYMLINK");
-    let id = broker.send_opts(&thread, &text, None, Some("e2e"));
-    first.release();
-    last.wait_held(1, T);
-    let hits = broker.wait_refusals(2, SETTLE, "transcript_path", |r| str_field(r, "reason") == "transcript_path");
+    let (id, hits) = refused_hooks((&broker, &model), &thread, &text, (&first, &last), "transcript_path", |r| {
+        str_field(r, "reason") == "transcript_path"
+    });
     assert!(hits.iter().all(|r| str_field(r, "thread") == thread), "{hits:#?}");
-    assert_untouched(&broker, &id);
-    assert_eq!(model.requests_mentioning(&text), 0);
 
     std::fs::remove_file(&tamper).unwrap();
     std::fs::remove_file(&link).unwrap(); // env.rollout() must find one file
@@ -855,7 +858,7 @@ fn rollout_replaced_mid_session_is_refused() {
     let (first, last) = (Hold::new(), Hold::new());
     let model = ScriptedModel::start_with(exec_then_done_held(&first, &last));
     let env = CodexEnv::with_hook_command(&model, &hc());
-    let broker = broker(&env);
+    let broker = Broker::start_trusted(&env);
     let proc = env.spawn_exec("please run a command");
     let thread = proc.wait_thread_id(T);
     first.wait_held(1, T);
@@ -864,16 +867,12 @@ fn rollout_replaced_mid_session_is_refused() {
     std::fs::copy(&real, &copy).unwrap();
     std::fs::rename(&copy, &real).unwrap();
     let text = marker("REPLACED");
-    let id = broker.send_opts(&thread, &text, None, Some("e2e"));
-    first.release();
-    last.wait_held(1, T);
-    let hits = broker.wait_refusals(2, SETTLE, "hooks after the swap", |r| str_field(r, "thread") == thread);
-    for r in &hits {
-        assert!(matches!(str_field(r, "reason"), "not_rollout_holder" | "rollout_changed"), "{r}");
-    }
-    assert_untouched(&broker, &id);
+    let (id, hits) =
+        refused_hooks((&broker, &model), &thread, &text, (&first, &last), "hooks after the swap", |r| str_field(r, "thread") == thread);
+    assert_reasons(&hits, &["not_rollout_holder", "rollout_changed"]);
     last.release();
     proc.wait(T).assert_success();
+    // Nor by the turn's end: the message is still for a later, honest hook.
     assert_eq!(model.requests_mentioning(&text), 0, "{}", model.dump());
     assert_untouched(&broker, &id);
     let codes = attack_codes(&broker.inspect_json(), Some(&thread));
@@ -894,7 +893,7 @@ fn smuggled_rollout_and_lock_fds_are_refused() {
     last.release();
     let model = ScriptedModel::start_with(exec_then_done_held(&first, &last));
     let env = CodexEnv::with_hook_command(&model, &hc());
-    let broker = broker(&env);
+    let broker = Broker::start_trusted(&env);
     let proc = env.spawn_exec("please run a command");
     let thread = proc.wait_thread_id(T);
     first.wait_held(1, T);
@@ -1012,7 +1011,7 @@ fn sandboxed_command_reads_courier_state_unless_a_permission_profile_denies_it()
     let h = hold.clone();
     let model = ScriptedModel::start();
     let env = CodexEnv::with_hook_command(&model, &hc());
-    let broker = broker(&env);
+    let broker = Broker::start_trusted(&env);
     let other = courier_tests::util::fake_uuid_v7();
     let pending = marker("PENDING_ELSEWHERE");
     broker.send_future(&other, &pending, None, Some("e2e"));
@@ -1121,7 +1120,7 @@ fn managed_daemon_hooks_verify_and_deliver() {
     last.release();
     let model = ScriptedModel::start_with(exec_then_done_held(&first, &last));
     let env = CodexEnv::with_hook_command(&model, &hc());
-    let broker = broker(&env);
+    let broker = Broker::start_trusted(&env);
     let _guard = DaemonGuard(&env);
     let out = run_bounded(env.codex_command().args(["app-server", "daemon", "start"]), T);
     assert!(out.status.success(), "daemon start: {out:?}");

@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use courier_tests::broker::{hook_command, run_bounded, target_bin_dir};
+use courier_tests::broker::{run_bounded, target_bin_dir};
 use courier_tests::util::{marker, poll_until, wait_until};
-use courier_tests::{Broker, CodexEnv, ExecChild, Hold, Reply, ScriptedModel};
+use courier_tests::{Broker, CodexEnv, ExecChild};
 use serde_json::Value;
 
 const T: Duration = Duration::from_secs(60);
@@ -136,32 +136,9 @@ impl Drop for Bridge {
     }
 }
 
-/// Host A's model: its first request of the session is held (the turn stays open, about to run a
-/// tool call), then `echo hello`, then `done`. A message queued meanwhile goes out with the
-/// tool call's PostToolUse hook.
-fn host_a() -> (ScriptedModel, CodexEnv, Hold) {
-    let hold = Hold::new();
-    let h = hold.clone();
-    let model = ScriptedModel::start_with(move |r| {
-        if r.function_calls().is_empty() && r.tool_outputs().is_empty() {
-            Reply::exec("echo hello").held(&h)
-        } else {
-            Reply::message("done")
-        }
-    });
-    let env = CodexEnv::with_hook_command(&model, &hook_command());
-    (model, env, hold)
-}
-
 /// Host B: private directories of its own; it runs no Codex, only the producer.
 fn host_b() -> CodexEnv {
     CodexEnv::with_base_url("http://127.0.0.1:9")
-}
-
-fn broker(env: &CodexEnv) -> Broker<'_> {
-    let b = Broker::start(env);
-    b.trust_codex(&env.codex);
-    b
 }
 
 /// `courier-bridge <cmd> --nats URL --host hosta <args>` on host B.
@@ -215,10 +192,10 @@ fn consumer_check(b: &CodexEnv, url: &str) -> Value {
 /// answer from the receipts; `threads` lists A's thread from B.
 #[test]
 fn remote_send_reaches_the_model_once_confirmed() {
-    let (model, env_a, hold) = host_a();
+    let (model, env_a, hold) = CodexEnv::with_held_turn();
     let env_b = host_b();
     let nats = Nats::start(&env_b.root);
-    let a = broker(&env_a);
+    let a = Broker::start_trusted(&env_a);
     let bridge = Bridge::start(&env_a, &nats.url(), "hosta", None);
     let child = spawn_exec(&env_a);
     hold.wait_held(1, T);
@@ -313,10 +290,10 @@ fn remote_send_reaches_the_model_once_confirmed() {
 /// model sees it once; the producer's wait (started before the crash) returns 0.
 #[test]
 fn bridge_killed_between_enqueue_and_ack_delivers_once() {
-    let (model, env_a, hold) = host_a();
+    let (model, env_a, hold) = CodexEnv::with_held_turn();
     let env_b = host_b();
     let nats = Nats::start(&env_b.root);
-    let a = broker(&env_a);
+    let a = Broker::start_trusted(&env_a);
     let mut crashing = Bridge::start(&env_a, &nats.url(), "hosta", Some("after_enqueue"));
     let child = spawn_exec(&env_a);
     hold.wait_held(1, T);
@@ -350,10 +327,10 @@ fn bridge_killed_between_enqueue_and_ack_delivers_once() {
 /// before the next is sent: the bridge and the producer's wait reconnect; both arrive once.
 #[test]
 fn nats_server_restart_mid_stream_loses_and_doubles_nothing() {
-    let (model, env_a, hold) = host_a();
+    let (model, env_a, hold) = CodexEnv::with_held_turn();
     let env_b = host_b();
     let mut nats = Nats::start(&env_b.root);
-    let a = broker(&env_a);
+    let a = Broker::start_trusted(&env_a);
     let bridge = Bridge::start(&env_a, &nats.url(), "hosta", None);
     let child = spawn_exec(&env_a);
     hold.wait_held(1, T);
@@ -385,10 +362,10 @@ fn nats_server_restart_mid_stream_loses_and_doubles_nothing() {
 /// retry with the same key waits for its receipt (0).
 #[test]
 fn host_with_bridge_down_times_out_with_3_then_delivers_once() {
-    let (model, env_a, hold) = host_a();
+    let (model, env_a, hold) = CodexEnv::with_held_turn();
     let env_b = host_b();
     let nats = Nats::start(&env_b.root);
-    let a = broker(&env_a);
+    let a = Broker::start_trusted(&env_a);
     // The bridge ran once (stream and consumer exist), then stopped.
     drop(Bridge::start(&env_a, &nats.url(), "hosta", None));
     let child = spawn_exec(&env_a);

@@ -10,6 +10,7 @@ mod common;
 
 use common::*;
 use courier_tests::broker::hook_command;
+use courier_tests::model::exec_held_then_done;
 use courier_tests::util::{fake_uuid_v7, marker, poll_until, wait_until};
 use courier_tests::{Broker, CodexEnv, Hold, Reply, ScriptedModel};
 use serde_json::Value;
@@ -385,17 +386,7 @@ fn real_codex_broker_restart_mid_session() {
 #[test]
 fn real_codex_crash_round_after_ack_commit() {
     let hold = Hold::new();
-    let h = hold.clone();
-    let model =
-        ScriptedModel::start_with(
-            move |r| {
-                if r.function_calls().is_empty() {
-                    Reply::exec("echo hi").held(&h)
-                } else {
-                    Reply::message("done")
-                }
-            },
-        );
+    let model = ScriptedModel::start_with(exec_held_then_done("echo hi", &hold));
     let env = CodexEnv::with_hook_command(&model, &hook_command());
     let cli = Broker::cli_only(&env);
     cli.trust_codex(&env.codex);
@@ -424,17 +415,7 @@ fn real_codex_crash_round_after_ack_commit() {
 #[test]
 fn real_codex_killed_mid_turn_after_hand_off() {
     let hold = Hold::new();
-    let h = hold.clone();
-    let model =
-        ScriptedModel::start_with(
-            move |r| {
-                if r.function_calls().is_empty() {
-                    Reply::exec("echo hi").held(&h)
-                } else {
-                    Reply::message("done")
-                }
-            },
-        );
+    let model = ScriptedModel::start_with(exec_held_then_done("echo hi", &hold));
     let env = CodexEnv::with_hook_command(&model, &hook_command());
     let broker = Broker::start(&env);
     broker.trust_codex(&env.codex);

@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 
 use courier_tests::broker::{hook_command, messages, refusals};
 use courier_tests::hooks::{Hook, COURIER_EVENTS};
+use courier_tests::model::exec_held_then_done;
 use courier_tests::model::Request;
-use courier_tests::util::{fake_uuid_v7, marker};
+use courier_tests::util::{fake_uuid_v7, marker, str_field};
 use courier_tests::{hook_client_bin, Broker, CodexEnv, Hold, Reply, ScriptedModel};
 use serde_json::Value;
 
@@ -34,13 +35,6 @@ fn rig(script: impl FnMut(&Request) -> Reply + Send + 'static) -> (ScriptedModel
     (model, env)
 }
 
-/// Start the broker for `env` and trust the pinned Codex.
-fn broker(env: &CodexEnv) -> Broker<'_> {
-    let b = Broker::start(env);
-    b.trust_codex(&env.codex);
-    b
-}
-
 /// Each request carries `needle` in at most one input item; returns the per-request counts.
 fn assert_at_most_once_per_request(model: &ScriptedModel, needle: &str) -> Vec<usize> {
     let counts: Vec<usize> = model.requests().iter().map(|r| r.items_containing(needle)).collect();
@@ -53,19 +47,13 @@ fn xml_unescape(s: &str) -> String {
     s.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&#39;", "'").replace("&amp;", "&")
 }
 
-fn str_field<'a>(v: &'a Value, k: &str) -> &'a str {
-    v.get(k).and_then(Value::as_str).unwrap_or("")
-}
-
 /// (1) A message queued while the model is generating reaches the next request exactly once, as a
 /// developer message from PreToolUse/PostToolUse, and reads `confirmed` afterwards.
 #[test]
 fn message_sent_mid_turn_reaches_next_request_once() {
     let hold = Hold::new();
-    let h = hold.clone();
-    let (model, env) =
-        rig(move |r| if r.function_calls().is_empty() { Reply::exec("echo hello").held(&h) } else { Reply::message("done") });
-    let broker = broker(&env);
+    let (model, env) = rig(exec_held_then_done("echo hello", &hold));
+    let broker = Broker::start_trusted(&env);
     let text = marker("MIDTURN");
 
     let child = env.spawn_exec("please run a command");
@@ -110,10 +98,8 @@ fn message_sent_mid_turn_reaches_next_request_once() {
 #[test]
 fn two_sessions_messages_never_cross_threads() {
     let hold = Hold::new();
-    let h = hold.clone();
-    let (model, env) =
-        rig(move |r| if r.function_calls().is_empty() { Reply::exec("echo hello").held(&h) } else { Reply::message("done") });
-    let broker = broker(&env);
+    let (model, env) = rig(exec_held_then_done("echo hello", &hold));
+    let broker = Broker::start_trusted(&env);
     let a = env.spawn_exec("SESSION_ALPHA run something");
     let b = env.spawn_exec("SESSION_BRAVO run something");
     hold.wait_held(2, T);
@@ -159,7 +145,7 @@ fn message_during_final_answer_is_delivered_by_stop_hook() {
     let h = hold.clone();
     let (model, env) =
         rig(move |r| if r.function_calls().is_empty() { Reply::exec("echo hello") } else { Reply::message("done").held(&h) });
-    let broker = broker(&env);
+    let broker = Broker::start_trusted(&env);
     let text = marker("AT_STOP");
 
     let child = env.spawn_exec("please run a command");
@@ -196,7 +182,7 @@ fn message_during_final_answer_is_delivered_by_stop_hook() {
 fn same_key_twice_is_one_message() {
     let model = ScriptedModel::start();
     let env = CodexEnv::with_hook_command(&model, &hook_command());
-    let broker = broker(&env);
+    let broker = Broker::start_trusted(&env);
     let thread = fake_uuid_v7();
     let key = marker("key");
     let text = marker("IDEMPOTENT");
@@ -343,17 +329,7 @@ fn hook_client_with_stalled_broker_respects_deadline() {
 #[test]
 fn wrong_turn_id_gets_nothing() {
     let hold = Hold::new();
-    let h = hold.clone();
-    let model =
-        ScriptedModel::start_with(
-            move |r: &Request| {
-                if r.function_calls().is_empty() {
-                    Reply::exec("echo hello").held(&h)
-                } else {
-                    Reply::message("done")
-                }
-            },
-        );
+    let model = ScriptedModel::start_with(exec_held_then_done("echo hello", &hold));
     let env = CodexEnv::new(&model);
     // A real, closed turn id of another session (from the reference captures).
     let stale = "01a22652-96da-72f3-91e4-849f702952b8";
@@ -369,7 +345,7 @@ fn wrong_turn_id_gets_nothing() {
     );
     let hooks: Vec<Hook> = COURIER_EVENTS.iter().map(|e| Hook::new(e, &wrapper.display().to_string())).collect();
     env.install_hooks(&hooks);
-    let broker = broker(&env);
+    let broker = Broker::start_trusted(&env);
     let text = marker("WRONG_TURN");
 
     let child = env.spawn_exec("please run a command");
@@ -410,7 +386,7 @@ fn subagent_and_parent_keep_their_own_messages() {
             Reply::message("done")
         }
     });
-    let broker = broker(&env);
+    let broker = Broker::start_trusted(&env);
     let child_proc = env.spawn_exec("spawn a helper");
     let parent = child_proc.wait_thread_id(T);
     let first_child = model.wait_for(T, "the sub-agent's first request", Request::is_subagent);
@@ -469,7 +445,7 @@ fn stop_continuations_are_capped_per_turn() {
         }
         Reply::message("done")
     });
-    let broker = broker(&env);
+    let broker = Broker::start_trusted(&env);
     *cli.lock().unwrap() = Some((courier_tests::broker::broker_bin(), env.env_vars()));
 
     let out = env.exec("just answer");
@@ -508,7 +484,7 @@ fn sixty_messages_stay_within_codex_hook_budget_and_all_confirm() {
         n if n < 4 => Reply::exec(&format!("echo {n}")),
         _ => Reply::message("done"),
     });
-    let broker = broker(&env);
+    let broker = Broker::start_trusted(&env);
     let child = env.spawn_exec("please run commands");
     hold.wait_held(1, T);
     let thread = child.wait_thread_id(T);
@@ -563,7 +539,7 @@ fn messages_with_special_characters_confirm_whole_by_tool_hook_and_at_stop() {
     let (f, l) = (first.clone(), last.clone());
     let (model, env) =
         rig(move |r| if r.function_calls().is_empty() { Reply::exec("echo hello").held(&f) } else { Reply::message("done").held(&l) });
-    let broker = broker(&env);
+    let broker = Broker::start_trusted(&env);
     let child = env.spawn_exec("please run a command");
     first.wait_held(1, T);
     let thread = child.wait_thread_id(T);

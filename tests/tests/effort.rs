@@ -8,6 +8,7 @@ use std::time::Duration;
 use courier_tests::appserver::{ListeningAppServer, WsAppServer};
 use courier_tests::broker::hook_command;
 use courier_tests::model::Request;
+use courier_tests::util::str_field;
 use courier_tests::{Broker, CodexEnv, Hold, Reply, ScriptedModel};
 use serde_json::{json, Value};
 
@@ -15,10 +16,6 @@ const T: Duration = Duration::from_secs(60);
 
 fn effort_of(r: &Request) -> Option<String> {
     r.body.pointer("/reasoning/effort").and_then(Value::as_str).map(str::to_string)
-}
-
-fn str_field<'a>(v: &'a Value, k: &str) -> &'a str {
-    v.get(k).and_then(Value::as_str).unwrap_or("")
 }
 
 struct Rig {
@@ -30,12 +27,6 @@ fn rig(script: impl FnMut(&Request) -> Reply + Send + 'static) -> Rig {
     let model = ScriptedModel::start_with(script);
     let env = CodexEnv::with_hook_command(&model, &hook_command());
     Rig { model, env }
-}
-
-fn broker(env: &CodexEnv) -> Broker<'_> {
-    let b = Broker::start(env);
-    b.trust_codex(&env.codex);
-    b
 }
 
 /// An app-server that owns threads (and runs their hooks), plus a client connected through
@@ -50,20 +41,6 @@ fn app_server(env: &CodexEnv) -> (ListeningAppServer, WsAppServer) {
     let mut client = server.client(T);
     client.initialize(true, T);
     (server, client)
-}
-
-fn start_thread(client: &mut WsAppServer, env: &CodexEnv) -> String {
-    let r = client.request("thread/start", json!({"cwd": env.work.display().to_string()}), T);
-    r.pointer("/thread/id").and_then(Value::as_str).expect("thread id").to_string()
-}
-
-fn start_turn(client: &mut WsAppServer, thread: &str, text: &str) -> String {
-    let r = client.request("turn/start", json!({"threadId": thread, "input": [{"type": "text", "text": text}]}), T);
-    r.pointer("/turn/id").and_then(Value::as_str).expect("turn id").to_string()
-}
-
-fn wait_turn_completed(client: &mut WsAppServer, turn: &str) {
-    client.wait_notification("turn/completed", T, |p| p.pointer("/turn/id").and_then(Value::as_str) == Some(turn));
 }
 
 fn effort(broker: &Broker, args: &[&str]) -> String {
@@ -88,15 +65,15 @@ fn turn_scope_applies_within_the_running_turn_exactly_once() {
         1 => Reply::exec("echo two"),
         _ => Reply::message("done"),
     });
-    let broker = broker(&r.env);
+    let broker = Broker::start_trusted(&r.env);
     let (_server, mut client) = app_server(&r.env);
-    let thread = start_thread(&mut client, &r.env);
-    let turn = start_turn(&mut client, &thread, "run two commands");
+    let thread = client.start_thread(&r.env.work, T);
+    let turn = client.start_turn(&thread, "run two commands", T);
     hold.wait_held(1, T);
     let id = effort(&broker, &["--thread", &thread, "high"]);
     assert_eq!(broker.message_state(&id), "pending");
     hold.release();
-    wait_turn_completed(&mut client, &turn);
+    client.wait_turn_completed(&turn, T);
 
     let reqs = r.model.requests();
     assert_eq!(reqs.len(), 3, "{}", r.model.dump());
@@ -126,21 +103,21 @@ fn thread_scope_applies_from_the_next_turn() {
         0 => Reply::exec("echo again"),
         _ => Reply::message("done"),
     });
-    let broker = broker(&r.env);
+    let broker = Broker::start_trusted(&r.env);
     let (_server, mut client) = app_server(&r.env);
-    let thread = start_thread(&mut client, &r.env);
-    let turn1 = start_turn(&mut client, &thread, "FIRST turn");
+    let thread = client.start_thread(&r.env.work, T);
+    let turn1 = client.start_turn(&thread, "FIRST turn", T);
     hold.wait_held(1, T);
     let id = effort(&broker, &["--thread", &thread, "--scope", "thread", "low"]);
     hold.release();
-    wait_turn_completed(&mut client, &turn1);
+    client.wait_turn_completed(&turn1, T);
     let m = broker.wait_state(&id, "applied", Duration::from_secs(10));
     assert_eq!(m["scope"], "thread");
     let first_turn: Vec<Request> = r.model.requests();
     assert!(first_turn.iter().all(|q| effort_of(q).as_deref() != Some("low")), "not in the running turn");
 
-    let turn2 = start_turn(&mut client, &thread, "SECOND turn");
-    wait_turn_completed(&mut client, &turn2);
+    let turn2 = client.start_turn(&thread, "SECOND turn", T);
+    client.wait_turn_completed(&turn2, T);
     let second: Vec<Request> = r.model.requests().into_iter().filter(|q| q.turn_id().as_deref() == Some(turn2.as_str())).collect();
     assert!(!second.is_empty());
     assert!(second.iter().all(|q| effort_of(q).as_deref() == Some("low")), "{}", r.model.dump());
@@ -204,7 +181,7 @@ fn exec_session_keeps_change_pending_and_foreign_endpoint_gets_nothing() {
         0 => Reply::exec("echo one").held(&h),
         _ => Reply::message("done"),
     });
-    let broker = broker(&r.env);
+    let broker = Broker::start_trusted(&r.env);
     let child = r.env.spawn_exec("run one command");
     hold.wait_held(1, T);
     let thread = child.wait_thread_id(T);
@@ -248,14 +225,14 @@ fn change_at_turn_end_is_settled_once() {
         0 => Reply::exec("echo one"),
         _ => Reply::message("done").held(&h),
     });
-    let broker = broker(&r.env);
+    let broker = Broker::start_trusted(&r.env);
     let (_server, mut client) = app_server(&r.env);
-    let thread = start_thread(&mut client, &r.env);
-    let turn = start_turn(&mut client, &thread, "run one command");
+    let thread = client.start_thread(&r.env.work, T);
+    let turn = client.start_turn(&thread, "run one command", T);
     hold.wait_held(1, T);
     let id = effort(&broker, &["--thread", &thread, "high"]);
     hold.release();
-    wait_turn_completed(&mut client, &turn);
+    client.wait_turn_completed(&turn, T);
     let m = courier_tests::util::wait_until(Duration::from_secs(10), "effort settled", || {
         broker.message(&id).filter(|m| !matches!(str_field(m, "state"), "pending" | "applying"))
     });
@@ -283,11 +260,11 @@ fn policy_raises_after_failure_and_lowers_after_success() {
          [[effort.policy.rules]]\ntool = \"Bash\"\nafter_successes = 1\nset = \"medium\"\n",
     )
     .unwrap();
-    let broker = broker(&r.env);
+    let broker = Broker::start_trusted(&r.env);
     let (_server, mut client) = app_server(&r.env);
-    let thread = start_thread(&mut client, &r.env);
-    let turn = start_turn(&mut client, &thread, "run two commands");
-    wait_turn_completed(&mut client, &turn);
+    let thread = client.start_thread(&r.env.work, T);
+    let turn = client.start_turn(&thread, "run two commands", T);
+    client.wait_turn_completed(&turn, T);
 
     let reqs = r.model.requests();
     assert_eq!(reqs.len(), 3, "{}", r.model.dump());
@@ -313,11 +290,11 @@ fn policy_is_off_by_default() {
         0 => Reply::exec("exit 3"),
         _ => Reply::message("done"),
     });
-    let broker = broker(&r.env);
+    let broker = Broker::start_trusted(&r.env);
     let (_server, mut client) = app_server(&r.env);
-    let thread = start_thread(&mut client, &r.env);
-    let turn = start_turn(&mut client, &thread, "fail once");
-    wait_turn_completed(&mut client, &turn);
+    let thread = client.start_thread(&r.env.work, T);
+    let turn = client.start_turn(&thread, "fail once", T);
+    client.wait_turn_completed(&turn, T);
     assert!(courier_tests::broker::messages(&broker.inspect_json()).is_empty());
     assert!(r.model.requests().iter().all(|q| effort_of(q).as_deref() != Some("high")));
 }

@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 use courier_tests::broker::run_bounded;
 use courier_tests::codex::set_mode;
 use courier_tests::hooks::{hooks_json, toml_str, trust_entries, Hook};
+use courier_tests::model::exec_held_then_done;
 use courier_tests::util::{marker, wait_until};
-use courier_tests::{broker_bin, Broker, CodexEnv, Hold, Reply, ScriptedModel};
+use courier_tests::{broker_bin, Broker, CodexEnv, Hold, ScriptedModel};
 use serde_json::Value;
 
 const T: Duration = Duration::from_secs(60);
@@ -165,17 +166,7 @@ fn statuses(env: &CodexEnv) -> BTreeMap<String, (String, String)> {
 #[test]
 fn install_delivers_through_real_codex_and_uninstall_restores_files() {
     let hold = Hold::new();
-    let h = hold.clone();
-    let model =
-        ScriptedModel::start_with(
-            move |r| {
-                if r.function_calls().is_empty() {
-                    Reply::exec("echo hello").held(&h)
-                } else {
-                    Reply::message("done")
-                }
-            },
-        );
+    let model = ScriptedModel::start_with(exec_held_then_done("echo hello", &hold));
     let rig = Rig::new(CodexEnv::new(&model));
     let env = &rig.env;
     rig.write_user_hooks();

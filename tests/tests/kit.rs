@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use courier_tests::hooks::{Hook, COURIER_EVENTS};
+use courier_tests::model::exec_held_then_done;
 use courier_tests::model::Request;
 use courier_tests::util::marker;
 use courier_tests::{CodexEnv, Hold, Reply, ScriptedModel};
@@ -89,10 +90,10 @@ fn wrong_hash_is_untrusted_and_skipped() {
     std::fs::write(env.config_toml_path(), cfg.replace(&good, &bad)).unwrap();
 
     let listed = env.hooks_list();
-    let post = listed.iter().find(|h| h.event_name == "postToolUse").expect("postToolUse listed");
+    let post = listed.iter().find(|h| h.event == "postToolUse").expect("postToolUse listed");
     assert_ne!(post.trust_status, "trusted", "{:#?}", post.raw);
     assert_eq!(post.current_hash, good, "Codex's own hash equals ours");
-    assert!(listed.iter().filter(|h| h.event_name != "postToolUse").all(|h| h.trust_status == "trusted"));
+    assert!(listed.iter().filter(|h| h.event != "postToolUse").all(|h| h.trust_status == "trusted"));
 
     env.exec("run a command please").assert_success();
     assert_eq!(model.requests_mentioning(&mark), 0, "an untrusted hook must not run");
@@ -101,17 +102,7 @@ fn wrong_hash_is_untrusted_and_skipped() {
 #[test]
 fn held_reply_holds_codex_until_released() {
     let hold = Hold::new();
-    let h2 = hold.clone();
-    let model =
-        ScriptedModel::start_with(
-            move |r: &Request| {
-                if r.function_calls().is_empty() {
-                    Reply::exec("echo held").held(&h2)
-                } else {
-                    Reply::message("done")
-                }
-            },
-        );
+    let model = ScriptedModel::start_with(exec_held_then_done("echo held", &hold));
     let env = CodexEnv::new(&model);
     let child = env.spawn_exec("hold me");
     let thread = child.wait_thread_id(T);

@@ -18,28 +18,6 @@ fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
 }
 
-/// A model whose first request of every session is held until released (the turn stays open),
-/// then a tool call, then `done`.
-fn rig() -> (ScriptedModel, CodexEnv, Hold) {
-    let hold = Hold::new();
-    let h = hold.clone();
-    let model = ScriptedModel::start_with(move |r| {
-        if r.function_calls().is_empty() && r.tool_outputs().is_empty() {
-            Reply::exec("echo hello").held(&h)
-        } else {
-            Reply::message("done")
-        }
-    });
-    let env = CodexEnv::with_hook_command(&model, &hook_command());
-    (model, env, hold)
-}
-
-fn broker(env: &CodexEnv) -> Broker<'_> {
-    let b = Broker::start(env);
-    b.trust_codex(&env.codex);
-    b
-}
-
 fn text(o: &Output) -> (String, String) {
     (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
 }
@@ -120,8 +98,8 @@ fn ended_thread(env: &CodexEnv) -> String {
 /// notification, not a poll); `status --json` and `wait --for handed` agree afterwards.
 #[test]
 fn send_wait_confirmed_returns_zero_once_delivered() {
-    let (model, env, hold) = rig();
-    let broker = broker(&env);
+    let (model, env, hold) = CodexEnv::with_held_turn();
+    let broker = Broker::start_trusted(&env);
     let child = env.spawn_exec("please run a command");
     hold.wait_held(1, T);
     let thread = child.wait_thread_id(T);
@@ -176,9 +154,9 @@ fn send_wait_confirmed_returns_zero_once_delivered() {
 /// fallback), and a timeout with the message still queued exits 3.
 #[test]
 fn expiry_exits_4_with_the_reason_and_timeout_exits_3() {
-    let (_model, env, hold) = rig();
+    let (_model, env, hold) = CodexEnv::with_held_turn();
     hold.release();
-    let mut broker = broker(&env);
+    let mut broker = Broker::start_trusted(&env);
     let thread = ended_thread(&env);
 
     let started = Instant::now();
@@ -226,9 +204,9 @@ fn expiry_exits_4_with_the_reason_and_timeout_exits_3() {
 /// message for an ended thread waits and is delivered, confirmed, when the thread is resumed.
 #[test]
 fn unknown_threads_are_refused_and_ended_ones_wait_for_a_resume() {
-    let (model, env, hold) = rig();
+    let (model, env, hold) = CodexEnv::with_held_turn();
     hold.release();
-    let broker = broker(&env);
+    let broker = Broker::start_trusted(&env);
     // A typo of a real id: same time bits, another tail.
     let thread = ended_thread(&env);
     let typo = format!("{}{}", &thread[..35], if thread.ends_with('0') { '1' } else { '0' });
@@ -266,8 +244,8 @@ fn unknown_threads_are_refused_and_ended_ones_wait_for_a_resume() {
 /// thread of a directory and lists the candidates when there are none or several.
 #[test]
 fn threads_and_cwd_addressing() {
-    let (_model, env, hold) = rig();
-    let mut broker = broker(&env);
+    let (_model, env, hold) = CodexEnv::with_held_turn();
+    let mut broker = Broker::start_trusted(&env);
     let (dir_a, dir_b) = (env.root.join("proj-a"), env.root.join("proj-b"));
     std::fs::create_dir_all(&dir_a).unwrap();
     std::fs::create_dir_all(&dir_b).unwrap();
@@ -350,8 +328,8 @@ fn readme_python_example_sends_and_waits_over_the_socket() {
     let lines = code.lines().count();
     assert!(lines <= 25, "the example stays short ({lines} lines)");
 
-    let (model, env, hold) = rig();
-    let broker = broker(&env);
+    let (model, env, hold) = CodexEnv::with_held_turn();
+    let broker = Broker::start_trusted(&env);
     let script = env.root.join("producer.py");
     std::fs::write(&script, code).unwrap();
     let child = env.spawn_exec("SOCKET please run a command");
@@ -431,7 +409,7 @@ fn tool_command_sender_is_verified_and_labels_cannot_pose_as_it() {
         Reply::exec_with_yield(&cmd, 60_000)
     });
     let env = CodexEnv::with_hook_command(&model, &hook_command());
-    let broker = broker(&env);
+    let broker = Broker::start_trusted(&env);
     let b = env.spawn_exec("BRAVO wait for a message");
     hold.wait_held(1, T);
     let tb = b.wait_thread_id(T);
@@ -515,7 +493,7 @@ fn mcp_agent_messages_agent_and_sees_the_receipt() {
     });
     let env = CodexEnv::with_hook_command(&model, &hook_command());
     register_mcp(&env);
-    let broker = broker(&env);
+    let broker = Broker::start_trusted(&env);
     let b = env.spawn_exec("BRAVO wait for a message");
     hold.wait_held(1, T);
     let tb = b.wait_thread_id(T);
@@ -575,7 +553,7 @@ fn install_registers_broker_mcp_in_codex() {
     let courier = listed.as_array().unwrap().iter().find(|s| s["name"] == "courier").unwrap_or_else(|| panic!("{listed:#}"));
     assert!(courier.to_string().contains(&prefix.join("broker").display().to_string()), "{courier}");
 
-    let _broker = broker(&env);
+    let _broker = Broker::start_trusted(&env);
     let out = env.exec("list the threads");
     out.assert_success();
     let thread = out.thread_id().unwrap();
@@ -625,7 +603,7 @@ fn subagents_are_listed_and_addressed_by_name() {
     });
     let env = CodexEnv::with_hook_command(&model, &hook_command());
     register_mcp(&env);
-    let broker = broker(&env);
+    let broker = Broker::start_trusted(&env);
     let proc = env.spawn_exec("spawn a helper");
     let parent = proc.wait_thread_id(T);
     let first_child = model.wait_for(T, "the sub-agent's first request", courier_tests::Request::is_subagent);
@@ -699,37 +677,26 @@ fn messages_for_threads_that_never_appeared_expire_after_a_day() {
 /// channel's turn delivered it.
 #[test]
 fn idle_app_server_threads_are_listed_and_receipts_follow_the_wake() {
-    use courier_tests::appserver::{ListeningAppServer, WsAppServer};
+    use courier_tests::appserver::{ListeningAppServer, ManagedDaemon, WsAppServer};
     let model = ScriptedModel::start_with(|_| Reply::message("done"));
     let env = CodexEnv::with_hook_command(&model, &hook_command());
-    let broker = broker(&env);
-    let start_turn = |client: &mut WsAppServer, prompt: &str| -> String {
-        let r = client.request("thread/start", serde_json::json!({"cwd": env.work.display().to_string()}), T);
-        let thread = r.pointer("/thread/id").and_then(Value::as_str).expect("thread id").to_string();
-        let r = client.request("turn/start", serde_json::json!({"threadId": thread, "input": [{"type": "text", "text": prompt}]}), T);
-        let turn = r.pointer("/turn/id").and_then(Value::as_str).unwrap().to_string();
-        client.wait_notification("turn/completed", T, |p| p.pointer("/turn/id").and_then(Value::as_str) == Some(turn.as_str()));
+    let broker = Broker::start_trusted(&env);
+    // A thread that ran one user turn and is idle now.
+    let idle_thread = |client: &mut WsAppServer, prompt: &str| -> String {
+        let thread = client.start_thread(&env.work, T);
+        client.run_turn(&thread, prompt, T);
         thread
     };
 
     let server = ListeningAppServer::start(env.codex_command(), env.root.join("as.sock"), &[], env.root.join("app-server.log"));
     let mut client = server.client(T);
     client.initialize(false, T);
-    let thread = start_turn(&mut client, "APPSERVER hello");
+    let thread = idle_thread(&mut client, "APPSERVER hello");
 
-    struct Stop<'a>(&'a CodexEnv);
-    impl Drop for Stop<'_> {
-        fn drop(&mut self) {
-            let _ = run_bounded(self.0.codex_command().args(["app-server", "daemon", "stop"]), Duration::from_secs(30));
-        }
-    }
-    let _stop = Stop(&env);
-    let out = run_bounded(env.codex_command().args(["app-server", "daemon", "start"]), T);
-    assert!(out.status.success(), "daemon start: {out:?}");
-    let started: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let mut daemon = WsAppServer::connect(Path::new(started["socketPath"].as_str().unwrap()), T);
-    daemon.initialize(false, T);
-    let in_daemon = start_turn(&mut daemon, "DAEMON hello");
+    let daemon = ManagedDaemon::start(&env, T);
+    let mut daemon_client = daemon.client(T);
+    daemon_client.initialize(false, T);
+    let in_daemon = idle_thread(&mut daemon_client, "DAEMON hello");
 
     let list = courier_tests::util::wait_until(T, "both idle threads listed", || {
         let l = threads_json(&broker, false);

@@ -5,43 +5,21 @@
 
 use std::time::{Duration, Instant};
 
-use courier_tests::appserver::{ListeningAppServer, WsAppServer};
-use courier_tests::broker::{hook_command, run_bounded};
-use courier_tests::util::marker;
+use courier_tests::appserver::{ListeningAppServer, ManagedDaemon, WsAppServer};
+use courier_tests::broker::hook_command;
+use courier_tests::util::{marker, str_field};
 use courier_tests::{Broker, CodexEnv, Hold, Reply, ScriptedModel};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 const T: Duration = Duration::from_secs(60);
-
-fn str_field<'a>(v: &'a Value, k: &str) -> &'a str {
-    v.get(k).and_then(Value::as_str).unwrap_or("")
-}
-
-fn broker(env: &CodexEnv) -> Broker<'_> {
-    let b = Broker::start(env);
-    b.trust_codex(&env.codex);
-    b
-}
-
-fn start_thread(client: &mut WsAppServer, env: &CodexEnv) -> String {
-    let r = client.request("thread/start", json!({"cwd": env.work.display().to_string()}), T);
-    r.pointer("/thread/id").and_then(Value::as_str).expect("thread id").to_string()
-}
-
-/// A user turn, run to completion: afterwards the thread is idle.
-fn user_turn(client: &mut WsAppServer, thread: &str, text: &str) {
-    let r = client.request("turn/start", json!({"threadId": thread, "input": [{"type": "text", "text": text}]}), T);
-    let turn = r.pointer("/turn/id").and_then(Value::as_str).expect("turn id").to_string();
-    client.wait_notification("turn/completed", T, |p| p.pointer("/turn/id").and_then(Value::as_str) == Some(turn.as_str()));
-}
 
 /// A `codex app-server --listen unix://` with a thread that ran one user turn and is idle now.
 fn idle_app_server_thread(env: &CodexEnv) -> (ListeningAppServer, WsAppServer, String) {
     let server = ListeningAppServer::start(env.codex_command(), env.root.join("as.sock"), &[], env.root.join("app-server.log"));
     let mut client = server.client(T);
     client.initialize(false, T);
-    let thread = start_thread(&mut client, env);
-    user_turn(&mut client, &thread, "hello");
+    let thread = client.start_thread(&env.work, T);
+    client.run_turn(&thread, "hello", T);
     (server, client, thread)
 }
 
@@ -80,8 +58,7 @@ fn assert_woken(broker: &Broker, id: &str) -> Value {
 
 /// Waits for the woken turn of message `m` to end (the thread is idle again).
 fn wait_turn_of(client: &mut WsAppServer, m: &Value) {
-    let turn = str_field(m, "turn_id").to_string();
-    client.wait_notification("turn/completed", T, |p| p.pointer("/turn/id").and_then(Value::as_str) == Some(turn.as_str()));
+    client.wait_turn_completed(str_field(m, "turn_id"), T);
 }
 
 /// An idle thread of a real `codex app-server --listen unix://`: `broker send` starts a turn whose
@@ -91,7 +68,7 @@ fn wait_turn_of(client: &mut WsAppServer, m: &Value) {
 fn idle_app_server_thread_is_woken_once_and_confirmed() {
     let model = ScriptedModel::start_with(|_| Reply::message("done"));
     let env = CodexEnv::with_hook_command(&model, &hook_command());
-    let broker = broker(&env);
+    let broker = Broker::start_trusted(&env);
     let (_server, mut client, thread) = idle_app_server_thread(&env);
     let before = model.requests().len();
 
@@ -133,21 +110,12 @@ fn idle_app_server_thread_is_woken_once_and_confirmed() {
 fn idle_managed_daemon_thread_is_woken() {
     let model = ScriptedModel::start_with(|_| Reply::message("done"));
     let env = CodexEnv::with_hook_command(&model, &hook_command());
-    let broker = broker(&env);
-    struct Stop<'a>(&'a CodexEnv);
-    impl Drop for Stop<'_> {
-        fn drop(&mut self) {
-            let _ = run_bounded(self.0.codex_command().args(["app-server", "daemon", "stop"]), Duration::from_secs(30));
-        }
-    }
-    let _stop = Stop(&env);
-    let out = run_bounded(env.codex_command().args(["app-server", "daemon", "start"]), T);
-    assert!(out.status.success(), "daemon start: {out:?}");
-    let started: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("daemon start JSON ({e}): {out:?}"));
-    let mut client = WsAppServer::connect(std::path::Path::new(str_field(&started, "socketPath")), T);
+    let broker = Broker::start_trusted(&env);
+    let daemon = ManagedDaemon::start(&env, T);
+    let mut client = daemon.client(T);
     client.initialize(false, T);
-    let thread = start_thread(&mut client, &env);
-    user_turn(&mut client, &thread, "hello");
+    let thread = client.start_thread(&env.work, T);
+    client.run_turn(&thread, "hello", T);
     let text = marker("DAEMON_WOKEN");
     let (id, latency) = send_and_time(&broker, &model, &thread, &text);
     eprintln!("idle managed-daemon thread: broker send -> model request {latency:?}");
@@ -161,7 +129,7 @@ fn idle_managed_daemon_thread_is_woken() {
 fn wake_never_waits_for_the_next_hook() {
     let model = ScriptedModel::start_with(|_| Reply::message("done"));
     let env = CodexEnv::with_hook_command(&model, &hook_command());
-    let broker = broker(&env);
+    let broker = Broker::start_trusted(&env);
     let (_server, mut client, thread) = idle_app_server_thread(&env);
     let text = marker("NOT_WOKEN");
     let id = broker.run_ok(&["send", "--thread", &thread, "--wake", "never", "--from", "waker", &text]).trim().to_string();
@@ -173,7 +141,7 @@ fn wake_never_waits_for_the_next_hook() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(str_field(&broker.message(&id).unwrap_or_default(), "state"), "pending");
-    user_turn(&mut client, &thread, "next task");
+    client.run_turn(&thread, "next task", T);
     let m = broker.wait_state(&id, "confirmed", Duration::from_secs(15));
     assert_ne!(str_field(&m, "event"), "wake", "{m}");
     assert_once(&model, &text);
@@ -185,7 +153,7 @@ fn wake_never_waits_for_the_next_hook() {
 fn exec_thread_waits_with_its_reason_until_resumed() {
     let model = ScriptedModel::start_with(|_| Reply::message("done"));
     let env = CodexEnv::with_hook_command(&model, &hook_command());
-    let broker = broker(&env);
+    let broker = Broker::start_trusted(&env);
     let out = env.exec("hello");
     out.assert_success();
     let thread = out.thread_id().expect("thread id");
@@ -218,7 +186,7 @@ fn app_server_killed_after_turn_start_is_never_delivered_twice() {
         }
     });
     let env = CodexEnv::with_hook_command(&model, &hook_command());
-    let broker = broker(&env);
+    let broker = Broker::start_trusted(&env);
     let (server, _client, thread) = idle_app_server_thread(&env);
     let text = marker("KILLED_MID");
     let id = broker.send_opts(&thread, &text, None, Some("waker"));
@@ -244,7 +212,7 @@ fn app_server_killed_after_turn_start_is_never_delivered_twice() {
 fn message_sent_while_a_prompt_is_submitted_arrives_once() {
     let model = ScriptedModel::start_with(|_| Reply::message("done"));
     let env = CodexEnv::with_hook_command(&model, &hook_command());
-    let broker = broker(&env);
+    let broker = Broker::start_trusted(&env);
     let (_server, mut client, thread) = idle_app_server_thread(&env);
     // Even rounds: the prompt is submitted while `broker send` runs. Odd rounds: right after
     // `broker send` returns, racing the wake that the new message sets off.
@@ -266,10 +234,10 @@ fn message_sent_while_a_prompt_is_submitted_arrives_once() {
         };
         let id = if round % 2 == 1 {
             let id = sender.join().unwrap();
-            user_turn(&mut client, &thread, &format!("prompt {round}"));
+            client.run_turn(&thread, &format!("prompt {round}"), T);
             id
         } else {
-            user_turn(&mut client, &thread, &format!("prompt {round}"));
+            client.run_turn(&thread, &format!("prompt {round}"), T);
             sender.join().unwrap()
         };
         let m = broker.wait_state(&id, "confirmed", Duration::from_secs(15));

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 const MAX_MESSAGE: usize = 4 << 20;
 const GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 
+/// One JSON-RPC session over a WebSocket on a Unix socket (the broker's effort and wake channels,
+/// and the test kit's app-server client).
 pub struct WsClient {
     stream: UnixStream,
     deadline: Instant,
@@ -216,19 +218,35 @@ impl WsClient {
     /// skipped; requests from the server are refused so it never waits on us.
     pub fn wait_response(&mut self, id: u64) -> Result<Value, RpcError> {
         loop {
+            let msg = self.recv_message()?;
+            if msg.get("method").is_none() && msg.get("id").and_then(Value::as_u64) == Some(id) {
+                return Ok(msg);
+            }
+        }
+    }
+
+    /// The next JSON message that is a response or a notification: a request from the server is
+    /// refused on the way (so it never waits on us), text that is not JSON skipped. Public for the
+    /// test kit, which keeps the notifications.
+    pub fn recv_message(&mut self) -> Result<Value, RpcError> {
+        loop {
             let text = self.recv_text()?;
             let Ok(msg) = serde_json::from_str::<Value>(&text) else { continue };
-            let has_method = msg.get("method").is_some();
-            match (msg.get("id"), has_method) {
-                (Some(got), false) if got.as_u64() == Some(id) => return Ok(msg),
-                (Some(server_id), true) => {
+            match (msg.get("id"), msg.get("method")) {
+                (Some(server_id), Some(_)) => {
                     let reply = json!({"jsonrpc": "2.0", "id": server_id,
                         "error": {"code": -32601, "message": "courier handles no server requests"}});
                     self.send_text(&reply.to_string())?;
                 }
-                _ => {}
+                _ => return Ok(msg),
             }
         }
+    }
+
+    /// Moves the one deadline every later read and write is bounded by (the test kit bounds each
+    /// call on a long-lived session on its own; the broker opens a session per exchange).
+    pub fn set_deadline(&mut self, deadline: Instant) {
+        self.deadline = deadline;
     }
 
     pub fn call(&mut self, method: &str, params: Value) -> Result<Value, RpcError> {
@@ -253,5 +271,92 @@ mod tests {
         // RFC 6455's worked example.
         let accept = base64(&Sha1::digest(format!("dGhlIHNhbXBsZSBub25jZQ=={GUID}").as_bytes()));
         assert_eq!(accept, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+    }
+
+    /// The server side of one connection, by hand: answers the Upgrade, then sends `frames` (text,
+    /// unmasked) and returns every text message the client sent (unmasked), until it closes.
+    fn scripted_server(stream: UnixStream, frames: Vec<String>) -> std::thread::JoinHandle<Vec<String>> {
+        std::thread::spawn(move || {
+            let mut s = stream;
+            let mut buf = Vec::new();
+            let end = loop {
+                if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break at + 4;
+                }
+                let mut chunk = [0u8; 1024];
+                let n = s.read(&mut chunk).unwrap();
+                assert!(n > 0, "client closed during the handshake");
+                buf.extend_from_slice(&chunk[..n]);
+            };
+            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+            buf.drain(..end);
+            let key = head.lines().find_map(|l| l.strip_prefix("Sec-WebSocket-Key: ")).unwrap().trim().to_string();
+            let accept = base64(&Sha1::digest(format!("{key}{GUID}").as_bytes()));
+            write!(
+                s,
+                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
+            )
+            .unwrap();
+            for f in &frames {
+                assert!(f.len() < 126);
+                s.write_all(&[0x81, f.len() as u8]).unwrap();
+                s.write_all(f.as_bytes()).unwrap();
+            }
+            let mut got = Vec::new();
+            let mut chunk = [0u8; 4096];
+            loop {
+                while buf.len() >= 6 && buf.len() >= 6 + (buf[1] & 0x7f) as usize {
+                    let len = (buf[1] & 0x7f) as usize;
+                    let mask = [buf[2], buf[3], buf[4], buf[5]];
+                    let text: Vec<u8> = buf[6..6 + len].iter().enumerate().map(|(i, b)| b ^ mask[i % 4]).collect();
+                    got.push(String::from_utf8(text).unwrap());
+                    buf.drain(..6 + len);
+                }
+                match s.read(&mut chunk) {
+                    Ok(0) | Err(_) => return got,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+        })
+    }
+
+    /// A request from the server is refused on the way and never returned; a notification is
+    /// returned to `recv_message` (the test kit keeps them) but skipped by `wait_response`.
+    #[test]
+    fn server_requests_are_refused_and_notifications_passed_on() {
+        let (client, server) = UnixStream::pair().unwrap();
+        let frames = vec![
+            r#"{"id":"s1","method":"ask/user"}"#.to_string(),
+            r#"{"method":"note/one"}"#.to_string(),
+            r#"{"id":7,"method":"ask/again"}"#.to_string(),
+            r#"{"method":"note/two"}"#.to_string(),
+            r#"{"id":1,"result":{"ok":true}}"#.to_string(),
+        ];
+        let peer = scripted_server(server, frames);
+        let mut ws = WsClient::handshake(client, Instant::now() + Duration::from_secs(10)).unwrap();
+        let note = ws.recv_message().unwrap();
+        assert_eq!(note["method"], "note/one", "the server request before it is not returned: {note}");
+        let r = ws.wait_response(1).unwrap();
+        assert_eq!(r["result"]["ok"], true, "{r}");
+        drop(ws);
+        let sent: Vec<Value> = peer.join().unwrap().iter().map(|t| serde_json::from_str(t).unwrap()).collect();
+        let refused: Vec<&Value> = sent.iter().map(|v| &v["id"]).collect();
+        assert_eq!(refused, [&json!("s1"), &json!(7)], "each server request answered once: {sent:?}");
+        assert!(sent.iter().all(|v| v["error"]["code"] == -32601), "{sent:?}");
+    }
+
+    /// `set_deadline` bounds the reads after it: a silent server times out at the new deadline.
+    #[test]
+    fn set_deadline_bounds_the_next_read() {
+        let (client, server) = UnixStream::pair().unwrap();
+        let peer = scripted_server(server, Vec::new());
+        let mut ws = WsClient::handshake(client, Instant::now() + Duration::from_secs(10)).unwrap();
+        ws.set_deadline(Instant::now() + Duration::from_millis(200));
+        let t0 = Instant::now();
+        let e = ws.recv_message().unwrap_err();
+        assert!(e.timed_out, "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(5), "waited {:?}", t0.elapsed());
+        drop(ws);
+        peer.join().unwrap();
     }
 }

@@ -90,6 +90,44 @@ pub fn trust_key(source: &Path, event: &str, group: usize) -> String {
     format!("{}:{}:{group}:0", source.display(), snake_event(event))
 }
 
+/// One handler as Codex's app-server `hooks/list` reports it.
+#[derive(Clone, Debug)]
+pub struct ListedHook {
+    /// Its trust key (`<source>:<event>:<group>:<handler>`).
+    pub key: String,
+    /// camelCase (`postToolUse`).
+    pub event: String,
+    pub command: String,
+    /// The trust hash Codex computes now (`sha256:...`).
+    pub current_hash: String,
+    /// `trusted`, `untrusted`, `modified`, ...
+    pub trust_status: String,
+    pub enabled: bool,
+    /// The whole entry, for messages.
+    pub raw: Value,
+}
+
+/// The handlers of a `hooks/list` result (`data[].hooks[]`); a missing string field reads as
+/// empty, a missing `enabled` as true. Shared by `broker doctor` and the test kit.
+pub fn parse_hooks_list(result: &Value) -> Vec<ListedHook> {
+    let mut out = Vec::new();
+    for d in result.get("data").and_then(Value::as_array).into_iter().flatten() {
+        for h in d.get("hooks").and_then(Value::as_array).into_iter().flatten() {
+            let s = |k: &str| h.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+            out.push(ListedHook {
+                key: s("key"),
+                event: s("eventName"),
+                command: s("command"),
+                current_hash: s("currentHash"),
+                trust_status: s("trustStatus"),
+                enabled: h.get("enabled").and_then(Value::as_bool).unwrap_or(true),
+                raw: h.clone(),
+            });
+        }
+    }
+    out
+}
+
 // hooks.json
 
 /// Registers `command` for every event in [`EVENTS`]: keeps a group that is exactly Courier's,

@@ -43,7 +43,8 @@ use {
 pub use config_toml::{add_trust, remove_trust};
 pub use daemon::{daemon_env, daemonize, stop_broker_running, DAEMON_ENV, DAEMON_ENV_PREFIXES};
 pub use hooks::{
-    canonical_json, hook_command, hook_trust_hash, hooks_source, merge_hooks, shell_quote, snake_event, trust_key, unmerge_hooks,
+    canonical_json, hook_command, hook_trust_hash, hooks_source, merge_hooks, parse_hooks_list, shell_quote, snake_event, trust_key,
+    unmerge_hooks, ListedHook,
 };
 pub use manifest::{load_manifest, manifest_path, FileEdit, Manifest, ProfileEdit, StartSetup};
 pub use start::{profile_block, StartMode};

@@ -90,3 +90,28 @@ fn unit_values_are_escaped() {
     assert_eq!(unit_quote("/a/b", true), "/a/b");
     assert_eq!(unit_quote("/a b/100%$x", true), "\"/a b/100%%$$x\"");
 }
+
+#[test]
+fn hooks_list_parse_reads_every_handler_and_defaults_missing_fields() {
+    let result = serde_json::json!({"data": [
+        {"cwd": "/w", "hooks": [
+            {"key": "/h/hooks.json:post_tool_use:0:0", "eventName": "postToolUse", "command": "/bin/hc",
+             "currentHash": "sha256:ab", "trustStatus": "trusted", "enabled": false},
+            {"key": "k2", "eventName": "stop", "command": 7}
+        ]},
+        {"cwd": "/x"},
+        {"cwd": "/y", "hooks": [{"key": "k3"}]}
+    ]});
+    let got = parse_hooks_list(&result);
+    let keys: Vec<&str> = got.iter().map(|h| h.key.as_str()).collect();
+    assert_eq!(keys, ["/h/hooks.json:post_tool_use:0:0", "k2", "k3"]);
+    let first = &got[0];
+    assert_eq!(
+        (first.event.as_str(), first.command.as_str(), first.current_hash.as_str(), first.trust_status.as_str(), first.enabled),
+        ("postToolUse", "/bin/hc", "sha256:ab", "trusted", false)
+    );
+    // A field of the wrong type reads as empty, a missing `enabled` as true.
+    assert_eq!((got[1].command.as_str(), got[1].trust_status.as_str(), got[1].enabled), ("", "", true));
+    assert_eq!(got[2].raw, serde_json::json!({"key": "k3"}));
+    assert!(parse_hooks_list(&serde_json::json!({"data": "nope"})).is_empty());
+}

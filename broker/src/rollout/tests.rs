@@ -1,4 +1,5 @@
 use super::*;
+use crate::standin::{completed, started};
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 
@@ -6,12 +7,6 @@ const T: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce2";
 
 fn meta_line() -> String {
     format!(r#"{{"timestamp":"t","ordinal":0,"type":"session_meta","payload":{{"id":"{T}","session_id":"{T}","cwd":"/w"}}}}"#) + "\n"
-}
-fn started(turn: &str) -> String {
-    format!(r#"{{"timestamp":"t","ordinal":1,"type":"event_msg","payload":{{"type":"task_started","turn_id":"{turn}"}}}}"#) + "\n"
-}
-fn closed(turn: &str) -> String {
-    format!(r#"{{"timestamp":"t","ordinal":2,"type":"event_msg","payload":{{"type":"task_complete","turn_id":"{turn}"}}}}"#) + "\n"
 }
 fn filler(n: usize) -> String {
     format!(
@@ -48,7 +43,7 @@ fn reads_only_appended_bytes_and_tracks_turns() {
     assert!(s1.rebuilt);
 
     // A partial line is not a record yet; completing it is.
-    let tail = closed("T1");
+    let tail = completed("T1");
     w.write_all(&tail.as_bytes()[..20]).unwrap();
     let (_, len2) = ident(&r);
     let s2 = tr.update(&p, &r, id, len2).unwrap();
@@ -70,7 +65,7 @@ fn large_rollout_is_scanned_backwards_not_whole() {
     let (p, mut w) = tmpfile("large");
     w.write_all(meta_line().as_bytes()).unwrap();
     w.write_all(started("T0").as_bytes()).unwrap();
-    w.write_all(closed("T0").as_bytes()).unwrap();
+    w.write_all(completed("T0").as_bytes()).unwrap();
     for _ in 0..40 {
         w.write_all(filler(50_000).as_bytes()).unwrap(); // 2 MB of long lines
     }
@@ -87,7 +82,7 @@ fn large_rollout_is_scanned_backwards_not_whole() {
 
     // Closing T1 then opening T2 later is seen incrementally.
     w.write_all(b"\"}\n").unwrap();
-    w.write_all(closed("T1").as_bytes()).unwrap();
+    w.write_all(completed("T1").as_bytes()).unwrap();
     let (_, len2) = ident(&r);
     let s2 = tr.update(&p, &r, id, len2).unwrap();
     assert_eq!(s2.open_turn, None);
@@ -115,7 +110,7 @@ fn long_uninteresting_lines_are_not_buffered_and_identity_change_resets() {
     let s = tr.update(&p, &r, id, l2).unwrap();
     assert_eq!(s.offset, len);
     w.write_all(&big.as_bytes()[200_000..]).unwrap();
-    w.write_all(closed("T1").as_bytes()).unwrap();
+    w.write_all(completed("T1").as_bytes()).unwrap();
     let (_, l3) = ident(&r);
     let s = tr.update(&p, &r, id, l3).unwrap();
     assert_eq!(s.open_turn, None);
@@ -152,7 +147,7 @@ fn turn_opened_beyond_the_backward_window_is_found_from_records_inside_it() {
     let (p, mut w) = tmpfile("far");
     w.write_all(meta_line().as_bytes()).unwrap();
     w.write_all(started("T0").as_bytes()).unwrap();
-    w.write_all(closed("T0").as_bytes()).unwrap();
+    w.write_all(completed("T0").as_bytes()).unwrap();
     w.write_all(started("T1").as_bytes()).unwrap();
     let far = MAX_BACKSCAN as usize + (4 << 20);
     let mut written = 0;
@@ -174,7 +169,7 @@ fn turn_opened_beyond_the_backward_window_is_found_from_records_inside_it() {
     assert_eq!(s.offset, len);
 
     // The turn closes; 20 MiB of lines no turn writes follow: still no open turn on first sight.
-    w.write_all(closed("T1").as_bytes()).unwrap();
+    w.write_all(completed("T1").as_bytes()).unwrap();
     for _ in 0..20 {
         w.write_all(filler(1 << 20).as_bytes()).unwrap();
     }

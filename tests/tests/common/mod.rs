@@ -1,8 +1,9 @@
 //! Shared rig for crash.rs and hostile.rs: a stand-in Codex that the real broker's gate accepts,
 //! and a restartable `broker serve`.
 //!
-//! The stand-in is a copy of the system python3 with unique bytes appended (so its SHA-256 is
-//! this run's own; `broker trust-codex` trusts it and nothing else). Like Codex it writes a
+//! The stand-in is the broker's (`broker::standin`: a copy of the system python3 with unique bytes
+//! appended, so its SHA-256 is this run's own; `broker trust-codex` trusts it and nothing else),
+//! running this file's own script, a loop of whole turns. Like Codex it writes a
 //! rollout under `$CODEX_HOME/sessions/` (opened O_APPEND), holds the thread's writer flock, opens
 //! and closes turns, and runs the real `target/debug/hook-client` as a hook (own session, payload
 //! on stdin). When hook-client exits 0 with output it appends what Codex would: a developer
@@ -16,18 +17,24 @@ use courier_tests::util::poll_until;
 use courier_tests::CodexEnv;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-pub const STANDIN_SCRIPT: &str = r#"
+/// What both stand-in scripts start with. argv: `CODEX_HOME THREAD HOOK_CLIENT EXTRA_ENV_JSON
+/// [script's own]`. It writes the rollout under `$CODEX_HOME/sessions/` (O_APPEND, compact JSON
+/// with ordinals, as Codex does), holds the thread's writer flock, prints `{ready, pid, rollout}`,
+/// and defines `hook(event, turn, extra)`: run hook-client as Codex does (own session, payload on
+/// stdin, the tool-command markers removed from the environment and EXTRA_ENV added), append what
+/// Codex would for its output, and return the call's record.
+macro_rules! standin_prelude {
+    () => {
+        r#"
 import sys, os, json, fcntl, subprocess, time, uuid
-home, thread, hc, stop_file = sys.argv[1:5]
-tools_per_turn = int(sys.argv[5]) if len(sys.argv) > 5 else 3
-extra_env = json.loads(sys.argv[6]) if len(sys.argv) > 6 else {}
+home, thread, hc = sys.argv[1:4]
+extra_env = json.loads(sys.argv[4])
+args = sys.argv[5:]
 d = os.path.join(home, "sessions/2026/11/29")
 os.makedirs(d, exist_ok=True)
 os.makedirs(os.path.join(home, "thread-writer-locks"), exist_ok=True)
@@ -35,8 +42,11 @@ path = os.path.join(d, "rollout-2026-11-29T08-08-52-%s.jsonl" % thread)
 lock = os.open(os.path.join(home, "thread-writer-locks", thread + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
 ro = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+ordinal = [0]
 def rec(kind, payload):
-    os.write(ro, (json.dumps({"timestamp": "2026-11-29T08:08:52.339Z", "type": kind, "payload": payload}) + "\n").encode())
+    ordinal[0] += 1
+    os.write(ro, (json.dumps({"timestamp": "2026-11-29T08:08:52.339Z", "ordinal": ordinal[0], "type": kind, "payload": payload},
+                             separators=(",", ":")) + "\n").encode())
 rec("session_meta", {"id": thread, "session_id": thread, "cwd": "/", "originator": "standin", "cli_version": "0.171.0"})
 env = dict(os.environ)
 for k in ["CODEX_TOOL_CALL_ID", "CODEX_THREAD_ID", "CODEX_SESSION_ID", "CODEX_CI"]:
@@ -47,10 +57,11 @@ def xml_escape(s):
     return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;").replace("'", "&apos;")
 def say(o):
     sys.stdout.write(json.dumps(o) + "\n"); sys.stdout.flush()
-say({"ready": True, "pid": os.getpid(), "rollout": path})
 def hook(event, turn, extra):
-    p = {"session_id": thread, "turn_id": turn, "transcript_path": path, "cwd": "/", "hook_event_name": event,
+    p = {"session_id": thread, "transcript_path": path, "cwd": "/", "hook_event_name": event,
          "model": "m", "permission_mode": "bypassPermissions"}
+    if turn is not None:
+        p["turn_id"] = turn
     p.update(extra)
     t0 = time.monotonic(); wall = time.time()
     c = subprocess.Popen([hc], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -74,9 +85,23 @@ def hook(event, turn, extra):
             rec("response_item", {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": text}],
                 "internal_chat_message_metadata_passthrough": {"turn_id": turn, "content_item_kinds": ["hooks.additional_context"],
                                                                 "content_item_metadata": HOOK}})
-    say({"event": event, "turn": turn, "rc": c.returncode, "ms": ms, "t": wall, "shown": text, "out": out.decode(errors="replace"),
-         "err": err.decode(errors="replace")[-300:]})
-    return text
+    return {"event": event, "turn": turn, "rc": c.returncode, "ms": ms, "t": wall, "shown": text,
+            "out": out.decode(errors="replace"), "err": err.decode(errors="replace")[-300:]}
+say({"ready": True, "pid": os.getpid(), "rollout": path})
+"#
+    };
+}
+
+/// The autonomous stand-in: turn after turn of tool calls and their hooks (every one printed)
+/// until the stop file (own argv: `STOP_FILE TOOLS_PER_TURN`) exists.
+pub const STANDIN_SCRIPT: &str = concat!(
+    standin_prelude!(),
+    r#"
+stop_file, tools_per_turn = args[0], int(args[1])
+def run_hook(event, turn, extra):
+    r = hook(event, turn, extra)
+    say(r)
+    return r["shown"]
 # The records Codex writes around each hook (README, "One ticket per Codex action"), so each hook follows its own
 # Codex action (gate/ticket.rs): the tool call before PreToolUse, its item_completed before
 # PostToolUse and its output after, the answer before Stop.
@@ -100,46 +125,66 @@ while not os.path.exists(stop_file):
         usage(turn)
         extra = {"tool_name": "Bash", "tool_input": {"command": "true"}, "tool_use_id": call}
         if i % 2 == 0:
-            hook("PreToolUse", turn, extra)
+            run_hook("PreToolUse", turn, extra)
         rec("event_msg", {"type": "item_completed", "thread_id": thread, "turn_id": turn, "item": {"type": "CommandExecution", "id": call}})
         if i % 2 == 1:
-            hook("PostToolUse", turn, extra)
+            run_hook("PostToolUse", turn, extra)
         rec("response_item", {"type": "function_call_output", "call_id": call, "output": "ok"})
         n += 1
     active = False
     for _ in range(5):
         answer(turn)
-        if hook("Stop", turn, {"stop_hook_active": active, "last_assistant_message": "done"}) is None:
+        if run_hook("Stop", turn, {"stop_hook_active": active, "last_assistant_message": "done"}) is None:
             break
         active = True
     rec("event_msg", {"type": "task_complete", "turn_id": turn, "last_agent_message": "done"})
 say({"stopped": True, "hooks": n})
-"#;
+"#
+);
 
-/// The stand-in Codex executable (a python3 copy unique to this test process) and its digest dir.
-pub fn standin_codex() -> &'static PathBuf {
-    static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
-        let py = std::fs::canonicalize("/usr/bin/python3").expect("tests need /usr/bin/python3");
-        // Remove copies left by earlier test processes that are gone.
-        for e in std::fs::read_dir(std::env::temp_dir()).into_iter().flatten().flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if let Some(pid) = name.strip_prefix("courier-standin-").and_then(|p| p.parse::<u32>().ok()) {
-                if !Path::new(&format!("/proc/{pid}")).exists() {
-                    let _ = std::fs::remove_dir_all(e.path());
-                }
+/// Starts `script` (one of the two above) on the stand-in executable for `thread` in `env`, its
+/// `own_args` after the prelude's; returns the child, its stdout lines (read by a thread, so it
+/// never blocks on a full pipe) and its rollout, once it said it is ready.
+fn spawn_standin(
+    env: &CodexEnv,
+    script: &str,
+    thread: &str,
+    extra_env: &[(&str, &str)],
+    own_args: &[&std::ffi::OsStr],
+) -> (Child, std::sync::mpsc::Receiver<String>, PathBuf) {
+    let extra: serde_json::Map<String, Value> = extra_env.iter().map(|(k, v)| (k.to_string(), Value::String(v.to_string()))).collect();
+    let mut cmd = env.command(standin_codex());
+    cmd.arg("-c")
+        .arg(script)
+        .arg(&env.codex_home)
+        .arg(thread)
+        .arg(hook_client_bin())
+        .arg(Value::Object(extra).to_string())
+        .args(own_args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let mut child = cmd.spawn().expect("spawn stand-in codex");
+    let stdout: BufReader<ChildStdout> = BufReader::new(child.stdout.take().unwrap());
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stdout.lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
             }
         }
-        let dir = std::env::temp_dir().join(format!("courier-standin-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let exe = dir.join("codex");
-        let mut bytes = std::fs::read(&py).unwrap();
-        bytes.extend_from_slice(format!("courier-standin {} {:?}", std::process::id(), Instant::now()).as_bytes());
-        std::fs::write(&exe, &bytes).unwrap();
-        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-        exe
-    })
+    });
+    let line = lines.recv_timeout(Duration::from_secs(30)).expect("stand-in did not start");
+    let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("stand-in said {line:?}: {e}"));
+    let rollout = PathBuf::from(v["rollout"].as_str().unwrap());
+    (child, lines, rollout)
+}
+
+/// The stand-in Codex executable: the broker's (`broker::standin`), a python3 copy unique to this
+/// test process, here running [`STANDIN_SCRIPT`].
+pub fn standin_codex() -> &'static PathBuf {
+    &broker_lib::standin::bins().codex
 }
 
 /// A private world (HOME, CODEX_HOME, COURIER_* dirs) with no model: the stand-in needs none.
@@ -161,6 +206,21 @@ pub struct HookCall {
     pub err: String,
 }
 
+impl HookCall {
+    /// From the record the prelude's `hook` returns.
+    fn from_record(v: &Value) -> HookCall {
+        HookCall {
+            event: v["event"].as_str().unwrap_or("").into(),
+            rc: v["rc"].as_i64().unwrap_or(-1000),
+            ms: v["ms"].as_f64().unwrap_or(0.0),
+            t: v["t"].as_f64().unwrap_or(0.0),
+            shown: v["shown"].as_str().map(Into::into),
+            out: v["out"].as_str().unwrap_or("").into(),
+            err: v["err"].as_str().unwrap_or("").into(),
+        }
+    }
+}
+
 pub struct Standin {
     child: Child,
     /// Lines the stand-in printed, read by a thread so it never blocks on a full pipe.
@@ -175,32 +235,8 @@ impl Standin {
     /// Start a stand-in codex for `thread` in `env`, running hook-client with `extra_env` added.
     pub fn start(env: &CodexEnv, thread: &str, tools_per_turn: usize, extra_env: &[(&str, &str)]) -> Standin {
         let stop_file = env.root.join(format!("stop-{thread}"));
-        let extra: serde_json::Map<String, Value> = extra_env.iter().map(|(k, v)| (k.to_string(), Value::String(v.to_string()))).collect();
-        let mut cmd = env.command(standin_codex());
-        cmd.arg("-c")
-            .arg(STANDIN_SCRIPT)
-            .arg(&env.codex_home)
-            .arg(thread)
-            .arg(hook_client_bin())
-            .arg(&stop_file)
-            .arg(tools_per_turn.to_string())
-            .arg(Value::Object(extra).to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        let mut child = cmd.spawn().expect("spawn stand-in codex");
-        let stdout: BufReader<ChildStdout> = BufReader::new(child.stdout.take().unwrap());
-        let (tx, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in stdout.lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let line = lines.recv_timeout(Duration::from_secs(30)).expect("stand-in did not start");
-        let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("stand-in said {line:?}: {e}"));
-        let rollout = PathBuf::from(v["rollout"].as_str().unwrap());
+        let tools = tools_per_turn.to_string();
+        let (child, lines, rollout) = spawn_standin(env, STANDIN_SCRIPT, thread, extra_env, &[stop_file.as_os_str(), tools.as_ref()]);
         Standin { pid: child.id(), child, lines, thread: thread.to_string(), rollout, stop_file }
     }
 
@@ -220,15 +256,7 @@ impl Standin {
             if v.get("stopped").is_some() {
                 break;
             }
-            calls.push(HookCall {
-                event: v["event"].as_str().unwrap_or("").into(),
-                rc: v["rc"].as_i64().unwrap_or(-1000),
-                ms: v["ms"].as_f64().unwrap_or(0.0),
-                t: v["t"].as_f64().unwrap_or(0.0),
-                shown: v["shown"].as_str().map(Into::into),
-                out: v["out"].as_str().unwrap_or("").into(),
-                err: v["err"].as_str().unwrap_or("").into(),
-            });
+            calls.push(HookCall::from_record(&v));
         }
         let _ = self.child.wait();
         calls
@@ -418,31 +446,9 @@ pub fn cmd_output(cmd: &mut Command) -> std::process::Output {
 /// hook-client as a hook when asked, appending what Codex would for its output (as
 /// [`STANDIN_SCRIPT`] does). For tests that need a rollout of a particular shape, e.g. a turn opened
 /// far back, or the records Codex writes around each hook.
-pub const STEPPED_SCRIPT: &str = r#"
-import sys, os, json, fcntl, subprocess, time
-home, thread, hc = sys.argv[1:4]
-d = os.path.join(home, "sessions/2026/11/29")
-os.makedirs(d, exist_ok=True)
-os.makedirs(os.path.join(home, "thread-writer-locks"), exist_ok=True)
-path = os.path.join(d, "rollout-2026-11-29T08-08-52-%s.jsonl" % thread)
-lock = os.open(os.path.join(home, "thread-writer-locks", thread + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
-fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-ro = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-ordinal = [0]
-def rec(kind, payload):
-    ordinal[0] += 1
-    os.write(ro, (json.dumps({"timestamp": "2026-11-29T08:08:52.339Z", "ordinal": ordinal[0], "type": kind, "payload": payload},
-                             separators=(",", ":")) + "\n").encode())
-rec("session_meta", {"id": thread, "session_id": thread, "cwd": "/", "originator": "standin", "cli_version": "0.171.0"})
-env = dict(os.environ)
-for k in ["CODEX_TOOL_CALL_ID", "CODEX_THREAD_ID", "CODEX_SESSION_ID", "CODEX_CI"]:
-    env.pop(k, None)
-HOOK = [{"provenance": {"type": "harness", "hook": True}}]
-def xml_escape(s):
-    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;").replace("'", "&apos;")
-def say(o):
-    sys.stdout.write(json.dumps(o) + "\n"); sys.stdout.flush()
-say({"ready": True, "pid": os.getpid(), "rollout": path})
+pub const STEPPED_SCRIPT: &str = concat!(
+    standin_prelude!(),
+    r#"
 for line in sys.stdin:
     c = json.loads(line)
     op = c["op"]
@@ -455,36 +461,11 @@ for line in sys.stdin:
             rec("response_item", {"type": "function_call_output", "call_id": "filler_%d" % i, "output": "y" * c["bytes"]})
         say({"ok": True, "size": os.fstat(ro).st_size})
     elif op == "hook":
-        event, turn = c["event"], c.get("turn")
-        p = {"session_id": thread, "transcript_path": path, "cwd": "/", "hook_event_name": event,
-             "model": "m", "permission_mode": "bypassPermissions"}
-        if turn is not None:
-            p["turn_id"] = turn
-        p.update(c.get("extra", {}))
-        t0 = time.monotonic()
-        h = subprocess.Popen([hc], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             env=env, start_new_session=True)
-        out, err = h.communicate(json.dumps(p).encode(), timeout=30)
-        ms = (time.monotonic() - t0) * 1000.0
-        text = None
-        if h.returncode == 0 and out.strip():
-            o = json.loads(out)
-            if event == "Stop":
-                if o.get("decision") == "block":
-                    text = o["reason"]
-                    rec("response_item", {"type": "message", "role": "user", "content": [{"type": "input_text",
-                        "text": '<hook_prompt hook_run_id="stop:1">' + xml_escape(text) + "</hook_prompt>"}],
-                        "internal_chat_message_metadata_passthrough": {"turn_id": turn, "content_item_metadata": HOOK}})
-            else:
-                text = o["hookSpecificOutput"]["additionalContext"]
-                rec("response_item", {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": text}],
-                    "internal_chat_message_metadata_passthrough": {"turn_id": turn, "content_item_kinds": ["hooks.additional_context"],
-                                                                    "content_item_metadata": HOOK}})
-        say({"event": event, "rc": h.returncode, "ms": ms, "shown": text, "out": out.decode(errors="replace"),
-             "err": err.decode(errors="replace")[-300:]})
+        say(hook(c["event"], c.get("turn"), c.get("extra", {})))
     else:
         say({"error": "unknown op " + op})
-"#;
+"#
+);
 
 /// The stand-in of [`STEPPED_SCRIPT`].
 pub struct Stepped {
@@ -498,30 +479,8 @@ pub struct Stepped {
 
 impl Stepped {
     pub fn start(env: &CodexEnv, thread: &str) -> Stepped {
-        let mut cmd = env.command(standin_codex());
-        cmd.arg("-c")
-            .arg(STEPPED_SCRIPT)
-            .arg(&env.codex_home)
-            .arg(thread)
-            .arg(hook_client_bin())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        let mut child = cmd.spawn().expect("spawn stepped stand-in codex");
+        let (mut child, lines, rollout) = spawn_standin(env, STEPPED_SCRIPT, thread, &[], &[]);
         let stdin = child.stdin.take().unwrap();
-        let stdout: BufReader<ChildStdout> = BufReader::new(child.stdout.take().unwrap());
-        let (tx, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in stdout.lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let line = lines.recv_timeout(Duration::from_secs(30)).expect("stand-in did not start");
-        let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("stand-in said {line:?}: {e}"));
-        let rollout = PathBuf::from(v["rollout"].as_str().unwrap());
         Stepped { pid: child.id(), child, stdin, lines, thread: thread.to_string(), rollout }
     }
 
@@ -547,15 +506,7 @@ impl Stepped {
     /// Run hook-client for `event` (payload `turn_id` = `turn`, plus `extra` fields).
     pub fn hook(&mut self, event: &str, turn: Option<&str>, extra: Value) -> HookCall {
         let v = self.cmd(serde_json::json!({"op": "hook", "event": event, "turn": turn, "extra": extra}));
-        HookCall {
-            event: v["event"].as_str().unwrap_or("").into(),
-            rc: v["rc"].as_i64().unwrap_or(-1000),
-            ms: v["ms"].as_f64().unwrap_or(0.0),
-            t: 0.0,
-            shown: v["shown"].as_str().map(Into::into),
-            out: v["out"].as_str().unwrap_or("").into(),
-            err: v["err"].as_str().unwrap_or("").into(),
-        }
+        HookCall::from_record(&v)
     }
 }
 

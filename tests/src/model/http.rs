@@ -1,0 +1,192 @@
+//! The provider's HTTP/1.1 side: reading requests, recording and scripting them, writing replies.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{json, Value};
+
+use super::reply::{sse_stream, Body};
+use super::{Reply, Request, Shared, MAX_HOLD};
+
+struct RawRequest {
+    method: String,
+    path: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+fn read_request(r: &mut BufReader<TcpStream>) -> std::io::Result<Option<RawRequest>> {
+    let mut line = String::new();
+    // Skip stray empty lines between keep-alive requests.
+    loop {
+        line.clear();
+        if r.read_line(&mut line)? == 0 {
+            return Ok(None);
+        }
+        if !line.trim().is_empty() {
+            break;
+        }
+    }
+    let mut parts = line.split_whitespace();
+    let method = parts.next().unwrap_or_default().to_string();
+    let path = parts.next().unwrap_or_default().to_string();
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        if r.read_line(&mut h)? == 0 {
+            return Ok(None);
+        }
+        let h = h.trim_end_matches(['\r', '\n']);
+        if h.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = h.split_once(':') {
+            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+        }
+    }
+    let get = |k: &str| headers.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let mut body = Vec::new();
+    if get("transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked")) {
+        loop {
+            let mut size = String::new();
+            r.read_line(&mut size)?;
+            let n = usize::from_str_radix(size.trim().split(';').next().unwrap_or("0"), 16).unwrap_or(0);
+            if n == 0 {
+                // Trailers until the empty line.
+                loop {
+                    let mut t = String::new();
+                    if r.read_line(&mut t)? == 0 || t.trim().is_empty() {
+                        break;
+                    }
+                }
+                break;
+            }
+            let mut chunk = vec![0; n];
+            r.read_exact(&mut chunk)?;
+            body.extend_from_slice(&chunk);
+            let mut crlf = [0u8; 2];
+            r.read_exact(&mut crlf)?;
+        }
+    } else if let Some(n) = get("content-length").and_then(|v| v.parse::<usize>().ok()) {
+        body = vec![0; n];
+        r.read_exact(&mut body)?;
+    }
+    Ok(Some(RawRequest { method, path, headers, body }))
+}
+
+fn write_response(w: &mut TcpStream, status: u16, ctype: &str, body: &[u8]) -> std::io::Result<()> {
+    let reason = match status {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        _ => "Status",
+    };
+    let head =
+        format!("HTTP/1.1 {status} {reason}\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\ncache-control: no-cache\r\n\r\n", body.len());
+    w.write_all(head.as_bytes())?;
+    w.write_all(body)?;
+    w.flush()
+}
+
+pub(super) fn serve_connection(conn: TcpStream, shared: Arc<Shared>) {
+    let _ = conn.set_nodelay(true);
+    let Ok(mut w) = conn.try_clone() else { return };
+    let mut r = BufReader::new(conn);
+    while let Ok(Some(req)) = read_request(&mut r) {
+        if shared.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        if handle(&mut w, req, &shared).is_err() {
+            return;
+        }
+    }
+}
+
+fn handle(w: &mut TcpStream, req: RawRequest, shared: &Arc<Shared>) -> std::io::Result<()> {
+    let path_only = req.path.split('?').next().unwrap_or("").trim_end_matches('/').to_string();
+    if req.method == "GET" {
+        shared.state.lock().unwrap().other.push((req.method.clone(), req.path.clone()));
+        shared.cond.notify_all();
+        if path_only.ends_with("/models") {
+            let body = json!({"object": "list", "data": [], "models": []}).to_string();
+            return write_response(w, 200, "application/json", body.as_bytes());
+        }
+        return write_response(w, 404, "application/json", br#"{"error":"not found"}"#);
+    }
+    let enc = req.headers.iter().find(|(k, _)| k == "content-encoding").map(|(_, v)| v.to_ascii_lowercase());
+    let parsed: Option<Value> = match enc.as_deref() {
+        None | Some("identity") => serde_json::from_slice(&req.body).ok(),
+        Some(other) => {
+            shared.state.lock().unwrap().errors.push(format!("compressed request body ({other}) not supported"));
+            None
+        }
+    };
+    let body = match parsed {
+        Some(b) if req.method == "POST" && path_only.ends_with("/responses") && b.get("input").is_some() => b,
+        _ => {
+            {
+                let mut st = shared.state.lock().unwrap();
+                st.other.push((req.method.clone(), req.path.clone()));
+            }
+            shared.cond.notify_all();
+            let msg = br#"{"error":{"message":"mock: unsupported","type":"invalid_request_error"}}"#;
+            return write_response(w, 400, "application/json", msg);
+        }
+    };
+
+    // Record first (so tests can see the request while its reply is held), then script.
+    let mut request = {
+        let st = shared.state.lock().unwrap();
+        Request {
+            index: st.requests.len(),
+            method: req.method,
+            path: req.path,
+            headers: req.headers,
+            body,
+            reply: String::new(),
+            received_at: Instant::now(),
+        }
+    };
+    let reply = {
+        let mut script = shared.script.lock().unwrap();
+        // A panicking script must not poison the model for the rest of the test.
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (script)(&request))) {
+            Ok(r) => r,
+            Err(_) => Reply::http_error(500, "script panicked"),
+        }
+    };
+    request.reply = reply.describe();
+    {
+        let mut st = shared.state.lock().unwrap();
+        request.index = st.requests.len();
+        st.requests.push(request);
+    }
+    shared.cond.notify_all();
+
+    if let Some(h) = &reply.hold {
+        if !h.park() {
+            shared.state.lock().unwrap().errors.push(format!("reply held longer than {MAX_HOLD:?}; sent anyway"));
+        }
+    }
+
+    let res = match &reply.body {
+        Body::HttpError(status, message) => {
+            let b = json!({"error": {"message": message, "type": "server_error"}}).to_string();
+            write_response(w, *status, "application/json", b.as_bytes())
+        }
+        Body::Items(items) => {
+            let payload = sse_stream(items, &shared.ids);
+            write_response(w, 200, "text/event-stream", payload.as_bytes())
+        }
+    };
+    if res.is_ok() {
+        shared.state.lock().unwrap().answered += 1;
+        shared.cond.notify_all();
+    }
+    res
+}
