@@ -71,6 +71,8 @@ struct Track {
 type OpenRow = (String, String, String, i64, Option<String>);
 
 impl Track {
+    /// `broker inspect` reads `bridged(id, origin)` of every `bridge-*.sqlite` for its origin
+    /// column (`broker::inspect::bridged_origins`): keep those two columns.
     fn open(state_dir: &Path, host: &str) -> Result<Track> {
         let path = state_dir.join(format!("bridge-{host}.sqlite"));
         let conn = Connection::open(&path).with_context(|| format!("opening {}", path.display()))?;

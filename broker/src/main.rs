@@ -233,7 +233,7 @@ fn inspect_cmd(args: Args) -> Result<ExitCode> {
             eprintln!("broker: warning: could not settle hand-offs ({e:#}); states may lag");
         }
         let status = client::query_status(&paths::runtime_dir());
-        let report = inspect::Report::gather(&store, thread.as_deref(), status)?;
+        let report = inspect::Report::gather(&store, thread.as_deref(), status)?.with_origins(&paths::state_dir());
         let fingerprint = report.fingerprint();
         if last_shown.as_ref() != Some(&fingerprint) {
             let text = match (json, follow) {

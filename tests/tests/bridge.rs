@@ -248,6 +248,8 @@ fn remote_send_reaches_the_model_once_confirmed() {
     assert_eq!(m["from"], "nats:hostb/relay", "the sender is shown as remote: {m}");
     assert_eq!(m["key"], key.as_str());
     let id = m["id"].as_str().unwrap().to_string();
+    // inspect's origin: what the bridge recorded (it records the message just after queueing it).
+    wait_until(T, "inspect to show the bridged origin", || (a.message(&id)?["origin"] == "nats:hostb").then_some(()));
 
     // A second publish of the same key: JetStream drops it; nothing new on A.
     let dup = run_bounded(&mut producer(&env_b, &nats.url(), "send", &["--thread", &thread, "--key", &key, "--json", &body]), T);
@@ -306,6 +308,16 @@ fn remote_send_reaches_the_model_once_confirmed() {
         (c["ack_pending"] == 0 && c["pending"] == 0).then_some(c)
     });
     assert_eq!(c["redelivered"], 0, "{c}");
+
+    // A local sender calling itself `nats:...` is still `local` in inspect: the origin comes
+    // from the bridge's own record, not from the label.
+    let forged = a.send_opts(&thread, &marker("FORGED"), None, Some("nats:hostb/relay"));
+    assert_eq!(a.message(&forged).unwrap()["origin"], "local");
+    let table = a.inspect_text();
+    let row = |mid: &str| table.lines().find(|l| l.starts_with(mid)).unwrap_or_else(|| panic!("{mid} in {table}")).to_string();
+    assert!(row(&id).contains(" nats:hostb "), "{table}");
+    assert!(row(&forged).contains(" local "), "{table}");
+    assert!(table.contains("ORIGIN"), "{table}");
 }
 
 /// The bridge killed -9 after the local enqueue and before the NATS ack: NATS redelivers the
