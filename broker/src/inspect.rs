@@ -338,7 +338,16 @@ mod tests {
     }
 
     fn report(messages: Vec<Message>, refusals: Vec<Refusal>) -> Report {
-        Report { messages, refusals, status: None, now: 0, effort: Default::default(), trusted_codex: Vec::new(), alarms: Vec::new() }
+        Report {
+            messages,
+            refusals,
+            status: None,
+            now: 0,
+            effort: Default::default(),
+            trusted_codex: Vec::new(),
+            alarms: Vec::new(),
+            bridged: HashMap::new(),
+        }
     }
 
     const T: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce2";
