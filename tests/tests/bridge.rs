@@ -2,7 +2,9 @@
 //! real Codex. Each host is a [`CodexEnv`] of its own (home, Codex home, runtime and state
 //! directories), so host A's broker, queue and bridge share nothing with host B's producer but
 //! the NATS server. Faults: the bridge killed -9 between the local enqueue and the NATS ack, the
-//! NATS server killed and restarted mid-stream, a duplicate publish, a host whose bridge is down.
+//! NATS server killed and restarted mid-stream, the link to NATS cut and restored (the bridge in
+//! a network namespace of its own: the test runs as root), a duplicate publish, a host whose
+//! bridge is down.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -35,27 +37,47 @@ fn nats_server_bin() -> PathBuf {
     panic!("nats-server not found: `apt-get install -y nats-server` (install/test.sh does it)");
 }
 
-/// A `nats-server -js` on a free loopback port with its own store directory; killed on drop.
+/// A `nats-server -js` on a free port with its own store directory; killed on drop.
 struct Nats {
     child: Option<Child>,
+    addr: String,
     port: u16,
+    /// The monitoring port (`-m`): `/connz` lists the connected clients.
+    http_port: u16,
     dir: PathBuf,
+}
+
+/// A free TCP port on `addr`.
+fn free_port(addr: &str) -> u16 {
+    TcpListener::bind((addr, 0)).unwrap().local_addr().unwrap().port()
 }
 
 impl Nats {
     fn start(under: &Path) -> Nats {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let dir = under.join("nats");
+        Nats::start_with(under, "127.0.0.1", None)
+    }
+
+    /// Listening on `addr`, with `conf` (nats-server.conf text: accounts, pings, TLS) if given.
+    fn start_with(under: &Path, addr: &str, conf: Option<&str>) -> Nats {
+        let dir = under.join(format!("nats-{}", courier_tests::util::unique_token()));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut n = Nats { child: None, port, dir };
+        if let Some(c) = conf {
+            std::fs::write(dir.join("server.conf"), c).unwrap();
+        }
+        let mut n = Nats { child: None, addr: addr.into(), port: free_port(addr), http_port: free_port(addr), dir };
         n.spawn();
         n
     }
 
     fn spawn(&mut self) {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("server.log")).unwrap();
-        let child = Command::new(nats_server_bin())
-            .args(["-js", "-a", "127.0.0.1", "-p", &self.port.to_string(), "-sd"])
+        let mut cmd = Command::new(nats_server_bin());
+        let conf = self.dir.join("server.conf");
+        if conf.is_file() {
+            cmd.arg("-c").arg(conf);
+        }
+        let child = cmd
+            .args(["-js", "-a", &self.addr, "-p", &self.port.to_string(), "-m", &self.http_port.to_string(), "-sd"])
             .arg(self.dir.join("store"))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -66,7 +88,7 @@ impl Nats {
         // Ready when it greets a client with INFO.
         wait_until(Duration::from_secs(20), "nats-server to accept connections", || {
             use std::io::Read;
-            let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+            let mut s = std::net::TcpStream::connect((self.addr.as_str(), self.port)).ok()?;
             s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
             let mut buf = [0u8; 4];
             s.read_exact(&mut buf).ok()?;
@@ -88,13 +110,99 @@ impl Nats {
     }
 
     fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
+        format!("nats://{}:{}", self.addr, self.port)
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+
+    /// The names of the clients connected now (monitoring `/connz`).
+    fn client_names(&self) -> Vec<String> {
+        use std::io::{Read, Write};
+        // The monitoring port listens on the client address too.
+        let mut s = std::net::TcpStream::connect((self.addr.as_str(), self.http_port)).expect("nats-server monitoring port");
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(b"GET /connz HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
+        let mut resp = String::new();
+        s.read_to_string(&mut resp).unwrap();
+        let body = resp.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("/connz: {e}: {resp}"));
+        v["connections"].as_array().into_iter().flatten().filter_map(|c| c["name"].as_str().map(str::to_string)).collect()
     }
 }
 
 impl Drop for Nats {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// A network namespace joined to the root namespace by a veth pair (`10.A.B.1/30` on the root
+/// side, `.2` inside), so a process inside reaches the root namespace only over that link, and
+/// [`NetNs::cut`] takes the link down (from inside: the root side keeps its address, so local
+/// clients still reach a server listening on it). Names are unique per test process and call;
+/// the pair and the namespace are removed on drop, also when the test panics.
+struct NetNs {
+    name: String,
+    root_if: String,
+    ns_if: String,
+    root_ip: String,
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("/usr/sbin/ip").args(args).output().expect("run ip");
+    assert!(out.status.success(), "ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+}
+
+impl NetNs {
+    fn create() -> NetNs {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let pid = std::process::id();
+        assert!(n < 64, "one test process makes at most 64 namespaces");
+        // Interface names are at most 15 bytes.
+        let name = format!("cr{}x{n}", pid % 100_000);
+        let ns = NetNs {
+            root_if: format!("{name}r"),
+            ns_if: format!("{name}n"),
+            root_ip: format!("10.{}.{}.{}", 100 + (pid >> 8) % 100, pid % 256, 4 * n + 1),
+            name,
+        };
+        let ns_ip = format!("10.{}.{}.{}", 100 + (pid >> 8) % 100, pid % 256, 4 * n + 2);
+        ip(&["netns", "add", &ns.name]);
+        ip(&["link", "add", &ns.root_if, "type", "veth", "peer", "name", &ns.ns_if]);
+        ip(&["link", "set", &ns.ns_if, "netns", &ns.name]);
+        ip(&["addr", "add", &format!("{}/30", ns.root_ip), "dev", &ns.root_if]);
+        ip(&["link", "set", &ns.root_if, "up"]);
+        ip(&["netns", "exec", &ns.name, "ip", "addr", "add", &format!("{ns_ip}/30"), "dev", &ns.ns_if]);
+        ip(&["netns", "exec", &ns.name, "ip", "link", "set", "lo", "up"]);
+        ns.restore();
+        ns
+    }
+
+    fn cut(&self) {
+        ip(&["netns", "exec", &self.name, "ip", "link", "set", &self.ns_if, "down"]);
+    }
+
+    fn restore(&self) {
+        ip(&["netns", "exec", &self.name, "ip", "link", "set", &self.ns_if, "up"]);
+    }
+
+    /// `program` run inside the namespace (`ip netns exec` execs it: the child is `program`
+    /// itself) with `env`'s environment. Its files (unix sockets included) are the root's.
+    fn command(&self, env: &CodexEnv, program: &Path) -> Command {
+        let mut c = env.command("/usr/sbin/ip");
+        c.args(["netns", "exec", &self.name]).arg(program);
+        c
+    }
+}
+
+impl Drop for NetNs {
+    fn drop(&mut self) {
+        // Deleting one end of a veth pair deletes both; then the namespace.
+        let _ = Command::new("/usr/sbin/ip").args(["link", "del", &self.root_if]).output();
+        let _ = Command::new("/usr/sbin/ip").args(["netns", "del", &self.name]).output();
     }
 }
 
@@ -106,10 +214,19 @@ struct Bridge {
 
 impl Bridge {
     fn start(env: &CodexEnv, url: &str, host: &str, failpoints: Option<&str>) -> Bridge {
+        Bridge::start_in(env, None, url, host, failpoints, &[])
+    }
+
+    /// In network namespace `ns` when given (its only way to NATS is then `ns`'s veth link),
+    /// with `extra` arguments (credentials).
+    fn start_in(env: &CodexEnv, ns: Option<&NetNs>, url: &str, host: &str, failpoints: Option<&str>, extra: &[&str]) -> Bridge {
         let log = env.root.join(format!("bridge-{}.log", courier_tests::util::unique_token()));
         let f = std::fs::File::create(&log).unwrap();
-        let mut cmd = env.command(bridge_bin());
-        cmd.args(["serve", "--nats", url, "--host", host, "--ack-wait", "2s"]).stdout(f.try_clone().unwrap()).stderr(f);
+        let mut cmd = match ns {
+            Some(ns) => ns.command(env, &bridge_bin()),
+            None => env.command(bridge_bin()),
+        };
+        cmd.args(["serve", "--nats", url, "--host", host, "--ack-wait", "2s"]).args(extra).stdout(f.try_clone().unwrap()).stderr(f);
         if let Some(fp) = failpoints {
             cmd.env("COURIER_BRIDGE_FAILPOINTS", fp);
         }
@@ -516,4 +633,69 @@ fn broker_bridge_needs_courier_bridge_next_to_it() {
     // With it there: `broker bridge --help` is courier-bridge's.
     let out = run_bounded(env.command(courier_tests::broker_bin()).args(["bridge", "--help"]), T);
     assert!(text(&out).0.contains("courier-bridge serve"), "{:?}", text(&out));
+}
+
+/// The link between host A and the NATS host cut and restored: host A's bridge runs in a
+/// network namespace of its own whose only way to nats-server is a veth pair (A's broker,
+/// hook-client and Codex stay in the root namespace: the bridge reaches the broker by its unix
+/// socket, a filesystem path). While the link is down a producer publishes two messages for A:
+/// they wait in the stream, nothing reaches A, and the server drops the silent bridge (1 s
+/// pings). The link comes back: the bridge reconnects and both arrive exactly once, confirmed,
+/// and the producer's `--wait confirmed` returns 0.
+#[test]
+fn link_cut_and_restored_messages_wait_then_arrive_once() {
+    let (model, env_a, hold) = host_a();
+    let env_b = host_b();
+    let ns = NetNs::create();
+    let nats = Nats::start_with(&env_b.root, &ns.root_ip, Some("ping_interval: \"1s\"\nping_max: 2\n"));
+    let a = broker(&env_a);
+    let bridge = Bridge::start_in(&env_a, Some(&ns), &nats.url(), "hosta", None, &[]);
+    let bridge_conn = "courier-bridge hosta".to_string();
+    wait_until(T, "the bridge connected over the veth link", || nats.client_names().contains(&bridge_conn).then_some(()));
+    let child = spawn_exec(&env_a);
+    hold.wait_held(1, T);
+    let thread = child.wait_thread_id(T);
+
+    ns.cut();
+    let (b1, b2) = (marker("CUT1"), marker("CUT2"));
+    let send1 = bg(producer(&env_b, &nats.url(), "send", &["--thread", &thread, "--wait", "confirmed", "--timeout", "150s", &b1]));
+    let out = run_bounded(&mut producer(&env_b, &nats.url(), "send", &["--thread", &thread, &b2]), T);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    // Both wait in the stream, unacked or not yet pulled; the server gives up on the bridge.
+    let c = wait_until(T, "both sends in the stream", || {
+        let c = consumer_check(&env_b, &nats.url());
+        (c["pending"].as_u64()? + c["ack_pending"].as_u64()? == 2).then_some(c)
+    });
+    let t_cut = Instant::now();
+    let dropped = poll_until(T, || (!nats.client_names().contains(&bridge_conn)).then_some(()));
+    assert!(dropped.is_some(), "nats-server still lists the cut-off bridge: {}", nats.log_text());
+    eprintln!("cut: the server dropped the bridge after {:?}", t_cut.elapsed());
+    assert!(queued(&a, &thread).is_empty(), "nothing crossed the cut link: {c}");
+
+    let t0 = Instant::now();
+    ns.restore();
+    wait_until(Duration::from_secs(120), "both messages queued on A after the link came back", || {
+        (queued(&a, &thread).len() == 2).then_some(())
+    });
+    let back = t0.elapsed();
+    eprintln!("figure: link restored -> both messages queued on host A: {back:?}");
+    hold.release();
+    child.wait(T).assert_success();
+    let (out, _) = send1.join();
+    assert_eq!(out.status.code(), Some(0), "{:?}\nbridge: {}", text(&out), bridge.log_text());
+    for body in [&b1, &b2] {
+        assert_eq!(model.count_messages_containing("developer", body), 1, "exactly once: {}", model.dump());
+    }
+    let q = queued(&a, &thread);
+    assert_eq!(q.len(), 2, "{q:?}");
+    assert!(q.iter().all(|m| m["state"] == "confirmed" && m["origin"] == "nats:hostb"), "{q:?}");
+    let c = wait_until(T, "both requests acked", || {
+        let c = consumer_check(&env_b, &nats.url());
+        (c["ack_pending"] == 0 && c["pending"] == 0).then_some(c)
+    });
+    assert_eq!(c["redelivered"], 0, "{c}");
+    let log = bridge.log_text();
+    assert!(log.matches("NATS: connected").count() >= 2 && log.contains("NATS: disconnected"), "the bridge reconnected: {log}");
+    drop(bridge);
+    drop(ns);
 }
