@@ -29,8 +29,11 @@ usage:
   courier-bridge check   --nats URL --host NAME [AUTH]
 
 AUTH: --creds FILE (a .creds file: user JWT + NKey seed), --nkey FILE (an NKey seed),
-      --tls-ca FILE, --tls-cert FILE --tls-key FILE, --tls-required; user:password may be in the URL.
-Environment: COURIER_NATS_URL, COURIER_NATS_CREDS stand in for --nats and --creds.
+      --tls-ca FILE, --tls-cert FILE --tls-key FILE, --tls-required; user:password may be in the URL;
+      --inbox-prefix P: reply inboxes under P (grant the user only P.>; serve's default is
+      _INBOX.courier-bridge-NAME, the others' _INBOX).
+Environment: COURIER_NATS_URL, COURIER_NATS_CREDS, COURIER_NATS_INBOX stand in for --nats, --creds
+and --inbox-prefix.
 
 send prints the idempotency key at once (reuse it to retry safely); with --wait it exits as
 `broker send --wait` does: 0 reached, 1 error, 2 refused (usage), 3 timed out, 4 ended without it.
@@ -71,9 +74,26 @@ fn usage(m: impl Into<String>) -> anyhow::Error {
 }
 
 const FLAGS: [&str; 5] = ["future-thread", "json", "all", "tls-required", "help"];
-const VALUES: [&str; 18] = [
-    "nats", "host", "creds", "nkey", "tls-ca", "tls-cert", "tls-key", "ack-wait", "thread", "cwd", "key", "ttl", "from", "origin", "wake",
-    "wait", "timeout", "limit",
+const VALUES: [&str; 19] = [
+    "nats",
+    "host",
+    "creds",
+    "nkey",
+    "tls-ca",
+    "tls-cert",
+    "tls-key",
+    "ack-wait",
+    "thread",
+    "cwd",
+    "key",
+    "ttl",
+    "from",
+    "origin",
+    "wake",
+    "wait",
+    "timeout",
+    "limit",
+    "inbox-prefix",
 ];
 
 struct Args {
@@ -96,7 +116,12 @@ impl Args {
         let url = self.get("nats").or_else(|| std::env::var("COURIER_NATS_URL").ok()).ok_or_else(|| usage("--nats URL is required"))?;
         let host = self.get("host").ok_or_else(|| usage("--host NAME is required"))?;
         nats::check_host(&host).map_err(|e| usage(format!("--host: {e:#}")))?;
+        let inbox_prefix = self.get("inbox-prefix").or_else(|| std::env::var("COURIER_NATS_INBOX").ok().filter(|v| !v.is_empty()));
+        if let Some(p) = &inbox_prefix {
+            nats::check_inbox_prefix(p).map_err(|e| usage(format!("--inbox-prefix: {e:#}")))?;
+        }
         Ok(nats::Conn {
+            inbox_prefix,
             url,
             creds: self.get("creds").or_else(|| std::env::var("COURIER_NATS_CREDS").ok()).map(Into::into),
             nkey: self.get("nkey").map(Into::into),
@@ -157,14 +182,17 @@ fn run() -> Result<u8> {
         "check" => &[],
         other => return Err(usage(format!("unknown command {other:?}"))),
     };
-    let common = ["nats", "host", "creds", "nkey", "tls-ca", "tls-cert", "tls-key", "tls-required"];
+    let common = ["nats", "host", "creds", "nkey", "tls-ca", "tls-cert", "tls-key", "tls-required", "inbox-prefix"];
     for k in a.values.keys().chain(a.flags.iter()) {
         if !allowed.contains(&k.as_str()) && !common.contains(&k.as_str()) {
             return Err(usage(format!("{cmd}: --{k} does not apply")));
         }
     }
-    let conn = a.conn()?;
+    let mut conn = a.conn()?;
     let host = a.get("host").unwrap_or_default();
+    if cmd == "serve" && conn.inbox_prefix.is_none() {
+        conn.inbox_prefix = Some(nats::bridge_inbox_prefix(&host));
+    }
     match cmd.as_str() {
         "serve" => {
             if !a.positionals.is_empty() {
