@@ -50,10 +50,7 @@ pub fn durable_name(host: &str) -> String {
 
 /// A host name is one subject token and part of a consumer name: letters, digits, `-`, `_`.
 pub fn check_host(name: &str) -> Result<()> {
-    if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-        bail!("host name {name:?}: 1 to 64 letters, digits, '-' or '_' (it is a NATS subject token and a consumer name)");
-    }
-    Ok(())
+    broker::config::check_bridge_host(name)
 }
 
 pub fn send_stream_config() -> stream::Config {

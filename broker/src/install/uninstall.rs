@@ -138,6 +138,8 @@ pub(super) fn unedit(edit: &FileEdit, what: &str, strip: impl Fn(&str) -> Result
 
 pub(super) fn uninstall_manifest(m: &Manifest, state_dir: &Path, report: &mut Report) -> Result<()> {
     let broker = m.prefix.join("broker");
+    // The bridge first: it is a client of the broker.
+    super::bridge::uninstall(m, state_dir, report)?;
     teardown_start(&m.start, &broker, report)?;
     // Unit files written by an install whose systemd step failed are not in `start`.
     remove_units(&m.unit_files, report)?;
