@@ -30,8 +30,8 @@ usage:
 
 AUTH: --creds FILE (a .creds file: user JWT + NKey seed), --nkey FILE (an NKey seed),
       --tls-ca FILE, --tls-cert FILE --tls-key FILE, --tls-required; user:password may be in the URL;
-      --inbox-prefix P: reply inboxes under P (grant the user only P.>; serve's default is
-      _INBOX.courier-bridge-NAME, the others' _INBOX).
+      --inbox-prefix P: reply inboxes under P (grant the user only P.>; serve's and check's
+      default is _INBOX.courier-bridge-NAME, send's and threads' _INBOX).
 Environment: COURIER_NATS_URL, COURIER_NATS_CREDS, COURIER_NATS_INBOX stand in for --nats, --creds
 and --inbox-prefix. Without --nats or COURIER_NATS_URL, the [bridge] table of Courier's config
 (nats, host, creds; `broker install --bridge` writes it) says where to connect.
@@ -206,7 +206,8 @@ fn run() -> Result<u8> {
     }
     let mut conn = a.conn()?;
     let host = a.get("host").unwrap_or_default();
-    if cmd == "serve" && conn.inbox_prefix.is_none() {
+    // serve and check (broker doctor's) run with the host's own credentials: its inboxes.
+    if (cmd == "serve" || cmd == "check") && conn.inbox_prefix.is_none() {
         conn.inbox_prefix = Some(nats::bridge_inbox_prefix(&host));
     }
     match cmd.as_str() {

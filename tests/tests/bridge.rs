@@ -881,6 +881,9 @@ fn least_privilege_accounts_hold() {
 
     // A's own bridge, with only A's rights: the early send, a producer's send with --wait, threads.
     let bridge = Bridge::start(&env_a, &user_url(&nats, "hosta"), "hosta", None);
+    // ... and `broker doctor`'s check, with A's rights too.
+    let out = run_bounded(&mut producer(&env_a, &user_url(&nats, "hosta"), "check", &[]), T);
+    assert_eq!(out.status.code(), Some(0), "A may look at its own consumer: {:?}", text(&out));
     wait_until(T, "the early send queued on A", || queued(&a, &thread).into_iter().next());
     let out = run_bounded(&mut as_user("producer", "threads", &["--json"]), T);
     let (stdout, stderr) = text(&out);
@@ -1041,8 +1044,8 @@ fn install_bridge_starts_it_at_login_and_uninstall_removes_it() {
         assert_eq!(out.status.code(), Some(0), "install {extra:?}: {stdout} {stderr}");
         stdout
     };
-    let uninstall = || {
-        let out = run_bounded(env_a.command(prefix.join("broker")).arg("uninstall"), T);
+    let uninstall = |args: &[&str]| {
+        let out = run_bounded(env_a.command(prefix.join("broker")).arg("uninstall").args(args), T);
         let (stdout, stderr) = text(&out);
         assert_eq!(out.status.code(), Some(0), "uninstall: {stdout} {stderr}");
         stdout
@@ -1090,7 +1093,7 @@ fn install_bridge_starts_it_at_login_and_uninstall_removes_it() {
     let again = install(&["--start", "profile"]);
     assert!(again.contains(&format!("runs already (pid {pid})")), "{again}");
 
-    let said = uninstall();
+    let said = uninstall(&[]);
     assert!(said.contains(&format!("stopped the bridge of host hosta (pid {pid})")), "{said}");
     assert!(!Path::new(&format!("/proc/{pid}")).exists(), "the bridge exited");
     assert!(!installed_bridge.exists());
@@ -1135,8 +1138,16 @@ fn install_bridge_starts_it_at_login_and_uninstall_removes_it() {
     sends_arrive("01a22654-3b31-76f3-a48c-b65aa7d0db73");
     let _ = child.kill();
     let _ = child.wait();
-    let said = uninstall();
+    let said = uninstall(&["--purge"]);
     assert!(!unit.exists(), "{said}");
     assert!(!installed_bridge.exists() && !env_a.courier_config.exists(), "{said}");
+    let left: Vec<String> = std::fs::read_dir(&env_a.state_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("bridge-"))
+        .collect();
+    assert!(left.is_empty(), "--purge removes the bridge's record, lock and log too: {left:?} {said}");
     assert!(std::fs::read_to_string(&log).unwrap().contains("ready:"));
 }

@@ -119,6 +119,13 @@ fn log_path(state_dir: &Path, host: &str) -> PathBuf {
     state_dir.join(format!("bridge-{host}.log"))
 }
 
+/// The bridge's files in the state directory (its record, lock and log): what `uninstall
+/// --purge` removes besides the broker's.
+pub(super) fn state_files(host: &str) -> Vec<String> {
+    let db = format!("bridge-{host}.sqlite");
+    vec![format!("{db}-wal"), format!("{db}-shm"), db, format!("bridge-{host}.lock"), format!("bridge-{host}.log")]
+}
+
 /// The lines appended to login profiles: start the bridge in the background (a second login's
 /// start finds the first one's lock and exits).
 pub fn profile_block(broker: &Path, codex_home: &Path, log: &Path) -> String {

@@ -99,7 +99,11 @@ pub fn uninstall(purge: bool) -> Result<Report> {
             );
         }
         report.extend(purge_dir(&runtime_dir, &runtime_files())?);
-        report.extend(purge_dir(&state_dir, &state_files())?);
+        let mut known = state_files();
+        if let Some(b) = manifest.as_ref().and_then(|m| m.bridge.as_ref()) {
+            known.extend(super::bridge::state_files(&b.host));
+        }
+        report.extend(purge_dir(&state_dir, &known)?);
         report.push("Courier is uninstalled; its queue, secret, socket, log and lock are removed".into());
     } else {
         report.push(format!(
