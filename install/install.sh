@@ -2,9 +2,14 @@
 # Installs Courier for the current user: release build, statically linked hook-client (the hook
 # runs on every tool call; see README "Performance"), then `broker install` (binaries to
 # ~/.local/bin, Codex hooks + trust, start at login). Extra arguments go to `broker install`,
-# e.g. --prefix DIR, --codex-home DIR, --start systemd|profile|none.
+# e.g. --prefix DIR, --codex-home DIR, --start systemd|profile|none, --bridge --nats URL --host NAME.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --locked -p broker -p hook-client -p courier-mcp
+pkgs=(-p broker -p hook-client -p courier-mcp)
+for a in "$@"; do
+  # The NATS bridge (tokio, async-nats) is built only for those who install it.
+  if [ "$a" = --bridge ]; then pkgs+=(-p courier-bridge); fi
+done
+cargo build --release --locked "${pkgs[@]}"
 hook-client/build-release.sh --locked
 exec target/release/broker install "$@"

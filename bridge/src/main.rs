@@ -21,7 +21,7 @@ use std::process::ExitCode;
 const USAGE: &str = "courier-bridge: Courier across hosts over NATS JetStream
 
 usage:
-  courier-bridge serve   --nats URL --host NAME [--ack-wait D] [AUTH]
+  courier-bridge serve   [--nats URL --host NAME] [--ack-wait D] [AUTH]
   courier-bridge send    --nats URL --host NAME (--thread UUID | --cwd PATH) [--key K] [--ttl D]
                          [--from LABEL] [--origin NAME] [--future-thread] [--wake auto|never]
                          [--wait handed|confirmed [--timeout D]] [--json] [AUTH] TEXT|-
@@ -29,8 +29,12 @@ usage:
   courier-bridge check   --nats URL --host NAME [AUTH]
 
 AUTH: --creds FILE (a .creds file: user JWT + NKey seed), --nkey FILE (an NKey seed),
-      --tls-ca FILE, --tls-cert FILE --tls-key FILE, --tls-required; user:password may be in the URL.
-Environment: COURIER_NATS_URL, COURIER_NATS_CREDS stand in for --nats and --creds.
+      --tls-ca FILE, --tls-cert FILE --tls-key FILE, --tls-required; user:password may be in the URL;
+      --inbox-prefix P: reply inboxes under P (grant the user only P.>; serve's and check's
+      default is _INBOX.courier-bridge-NAME, send's and threads' _INBOX).
+Environment: COURIER_NATS_URL, COURIER_NATS_CREDS, COURIER_NATS_INBOX stand in for --nats, --creds
+and --inbox-prefix. Without --nats or COURIER_NATS_URL, the [bridge] table of Courier's config
+(nats, host, creds; `broker install --bridge` writes it) says where to connect.
 
 send prints the idempotency key at once (reuse it to retry safely); with --wait it exits as
 `broker send --wait` does: 0 reached, 1 error, 2 refused (usage), 3 timed out, 4 ended without it.
@@ -71,9 +75,26 @@ fn usage(m: impl Into<String>) -> anyhow::Error {
 }
 
 const FLAGS: [&str; 5] = ["future-thread", "json", "all", "tls-required", "help"];
-const VALUES: [&str; 18] = [
-    "nats", "host", "creds", "nkey", "tls-ca", "tls-cert", "tls-key", "ack-wait", "thread", "cwd", "key", "ttl", "from", "origin", "wake",
-    "wait", "timeout", "limit",
+const VALUES: [&str; 19] = [
+    "nats",
+    "host",
+    "creds",
+    "nkey",
+    "tls-ca",
+    "tls-cert",
+    "tls-key",
+    "ack-wait",
+    "thread",
+    "cwd",
+    "key",
+    "ttl",
+    "from",
+    "origin",
+    "wake",
+    "wait",
+    "timeout",
+    "limit",
+    "inbox-prefix",
 ];
 
 struct Args {
@@ -92,11 +113,31 @@ impl Args {
     fn duration(&self, k: &str) -> Result<Option<std::time::Duration>> {
         self.get(k).map(|v| broker::cli::parse_duration(&v).map_err(|e| usage(format!("--{k}: {e}")))).transpose()
     }
-    fn conn(&self) -> Result<nats::Conn> {
-        let url = self.get("nats").or_else(|| std::env::var("COURIER_NATS_URL").ok()).ok_or_else(|| usage("--nats URL is required"))?;
+    /// Where to connect: the flags, else the environment, else the `[bridge]` table of
+    /// Courier's config (what `broker install --bridge` writes, so its unit and profile line
+    /// carry no URL or secret).
+    fn conn(&mut self) -> Result<nats::Conn> {
+        let url = match self.get("nats").or_else(|| std::env::var("COURIER_NATS_URL").ok().filter(|u| !u.is_empty())) {
+            Some(u) => u,
+            None => {
+                let cfg = broker::config::load()?.config.bridge.ok_or_else(|| {
+                    usage(format!("--nats URL is required (or a [bridge] table in {})", courier_shared::paths::config_path().display()))
+                })?;
+                self.values.entry("host".into()).or_insert(cfg.host);
+                if let Some(c) = cfg.creds.filter(|_| !self.values.contains_key("creds")) {
+                    self.values.insert("creds".into(), c.to_string_lossy().into_owned());
+                }
+                cfg.nats
+            }
+        };
         let host = self.get("host").ok_or_else(|| usage("--host NAME is required"))?;
         nats::check_host(&host).map_err(|e| usage(format!("--host: {e:#}")))?;
+        let inbox_prefix = self.get("inbox-prefix").or_else(|| std::env::var("COURIER_NATS_INBOX").ok().filter(|v| !v.is_empty()));
+        if let Some(p) = &inbox_prefix {
+            nats::check_inbox_prefix(p).map_err(|e| usage(format!("--inbox-prefix: {e:#}")))?;
+        }
         Ok(nats::Conn {
+            inbox_prefix,
             url,
             creds: self.get("creds").or_else(|| std::env::var("COURIER_NATS_CREDS").ok()).map(Into::into),
             nkey: self.get("nkey").map(Into::into),
@@ -145,7 +186,7 @@ fn run() -> Result<u8> {
         }
         Some(c) => c.to_string(),
     };
-    let a = parse(argv)?;
+    let mut a = parse(argv)?;
     if a.flag("help") {
         print!("{USAGE}");
         return Ok(0);
@@ -157,14 +198,18 @@ fn run() -> Result<u8> {
         "check" => &[],
         other => return Err(usage(format!("unknown command {other:?}"))),
     };
-    let common = ["nats", "host", "creds", "nkey", "tls-ca", "tls-cert", "tls-key", "tls-required"];
+    let common = ["nats", "host", "creds", "nkey", "tls-ca", "tls-cert", "tls-key", "tls-required", "inbox-prefix"];
     for k in a.values.keys().chain(a.flags.iter()) {
         if !allowed.contains(&k.as_str()) && !common.contains(&k.as_str()) {
             return Err(usage(format!("{cmd}: --{k} does not apply")));
         }
     }
-    let conn = a.conn()?;
+    let mut conn = a.conn()?;
     let host = a.get("host").unwrap_or_default();
+    // serve and check (broker doctor's) run with the host's own credentials: its inboxes.
+    if (cmd == "serve" || cmd == "check") && conn.inbox_prefix.is_none() {
+        conn.inbox_prefix = Some(nats::bridge_inbox_prefix(&host));
+    }
     match cmd.as_str() {
         "serve" => {
             if !a.positionals.is_empty() {

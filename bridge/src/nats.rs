@@ -50,10 +50,7 @@ pub fn durable_name(host: &str) -> String {
 
 /// A host name is one subject token and part of a consumer name: letters, digits, `-`, `_`.
 pub fn check_host(name: &str) -> Result<()> {
-    if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-        bail!("host name {name:?}: 1 to 64 letters, digits, '-' or '_' (it is a NATS subject token and a consumer name)");
-    }
-    Ok(())
+    broker::config::check_bridge_host(name)
 }
 
 pub fn send_stream_config() -> stream::Config {
@@ -97,7 +94,12 @@ pub async fn ensure_stream(js: &jetstream::Context, config: stream::Config) -> R
         Err(e) if matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(_)) => {
             js.get_or_create_stream(config).await.with_context(|| format!("creating stream {name}"))
         }
-        Err(e) => Err(e).with_context(|| format!("looking up stream {name} (is JetStream enabled: nats-server -js?)")),
+        // A denied request only times out (the server reports the violation on the side).
+        Err(e) => Err(e).with_context(|| {
+            format!(
+                "looking up stream {name} (is JetStream enabled: nats-server -js? may this NATS user publish $JS.API.STREAM.INFO.{name}?)"
+            )
+        }),
     }
 }
 
@@ -130,6 +132,25 @@ pub struct Conn {
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
     pub tls_required: bool,
+    /// The subject prefix of this client's reply inboxes (`_INBOX` when unset). Every reply a
+    /// client gets (JetStream acks, pulled messages, receipts, thread lists) goes to an inbox,
+    /// so a user allowed to subscribe `_INBOX.>` could read everyone's; with a prefix of its
+    /// own, a user is granted only `PREFIX.>` (README, "Security and permissions").
+    pub inbox_prefix: Option<String>,
+}
+
+/// The bridge's inbox prefix when none is given: its own, so its NATS user can be granted
+/// `_INBOX.courier-bridge-NAME.>` instead of `_INBOX.>`.
+pub fn bridge_inbox_prefix(host: &str) -> String {
+    format!("_INBOX.{}", durable_name(host))
+}
+
+/// An inbox prefix is a subject without wildcards: dot-separated non-empty tokens.
+pub fn check_inbox_prefix(p: &str) -> Result<()> {
+    if p.len() > 128 || p.split('.').any(|t| t.is_empty() || t.contains(|c: char| c.is_whitespace() || c == '*' || c == '>')) {
+        bail!("inbox prefix {p:?}: dot-separated tokens without blanks or wildcards (e.g. _INBOX.ci-bot)");
+    }
+    Ok(())
 }
 
 impl Conn {
@@ -160,6 +181,11 @@ impl Conn {
                 }
             }
         });
+        match url_auth(&self.url)? {
+            Some(UrlAuth::UserPassword(u, p)) => o = o.user_and_password(u, p),
+            Some(UrlAuth::Token(t)) => o = o.token(t),
+            None => {}
+        }
         if let Some(c) = &self.creds {
             o = o.credentials_file(c).await.with_context(|| format!("reading NATS credentials {}", c.display()))?;
         }
@@ -178,11 +204,55 @@ impl Conn {
         if self.tls_required || self.url.starts_with("tls://") {
             o = o.require_tls(true);
         }
+        if let Some(p) = &self.inbox_prefix {
+            o = o.custom_inbox_prefix(p);
+        }
         if retry {
             o = o.retry_on_initial_connect();
         }
         o.connect(self.url.as_str()).await.with_context(|| format!("connecting to NATS at {}", redact(&self.url)))
     }
+}
+
+/// Credentials written into the URL (`nats://user:password@host`, `nats://token@host`).
+#[derive(Debug, PartialEq)]
+enum UrlAuth {
+    UserPassword(String, String),
+    Token(String),
+}
+
+/// async-nats parses a URL's user:password but does not send them: they are taken from the
+/// first URL (of a comma-separated list) that has them, percent-decoded.
+fn url_auth(urls: &str) -> Result<Option<UrlAuth>> {
+    for u in urls.split(',').map(str::trim).filter(|u| !u.is_empty()) {
+        let addr: async_nats::ServerAddr = u.parse().with_context(|| format!("NATS URL {:?}", redact(u)))?;
+        if let Some(user) = addr.username() {
+            let user = percent_decode(user)?;
+            return Ok(Some(match addr.password() {
+                Some(p) => UrlAuth::UserPassword(user, percent_decode(p)?),
+                None => UrlAuth::Token(user),
+            }));
+        }
+    }
+    Ok(None)
+}
+
+fn percent_decode(s: &str) -> Result<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = s.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(h, 16).ok());
+            let Some(v) = hex else { bail!("a bad %-escape in the NATS URL's credentials") };
+            out.push(v);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).context("the NATS URL's credentials are not UTF-8")
 }
 
 /// The URL without a password.
@@ -206,6 +276,17 @@ mod tests {
         assert_eq!(send_subject("a"), "courier.send.a");
         assert_eq!(redact("nats://u:p@h:4222"), "nats://***@h:4222");
         assert_eq!(redact("nats://h:4222"), "nats://h:4222");
+        assert_eq!(url_auth("nats://h:4222").unwrap(), None);
+        assert_eq!(
+            url_auth("nats://h1:4222, nats://ci%40x:p%3Aw@h2:4222").unwrap(),
+            Some(UrlAuth::UserPassword("ci@x".into(), "p:w".into()))
+        );
+        assert_eq!(url_auth("tls://s3cret@h:4222").unwrap(), Some(UrlAuth::Token("s3cret".into())));
+        assert!(url_auth("nats://u:%zz@h").is_err());
         assert!(send_stream_config().duplicate_window <= send_stream_config().max_age);
+        assert!(check_inbox_prefix("_INBOX.ci-bot").is_ok() && check_inbox_prefix(&bridge_inbox_prefix("h1")).is_ok());
+        for bad in ["", "_INBOX.", "_INBOX.>", "a..b", "a.*", "a b"] {
+            assert!(check_inbox_prefix(bad).is_err(), "{bad:?}");
+        }
     }
 }

@@ -72,6 +72,8 @@ struct Track {
 type OpenRow = (String, String, String, i64, Option<String>);
 
 impl Track {
+    /// `broker inspect` reads `bridged(id, origin)` of every `bridge-*.sqlite` for its origin
+    /// column (`broker::inspect::bridged_origins`): keep those two columns.
     fn open(state_dir: &Path, host: &str) -> Result<Track> {
         let path = state_dir.join(format!("bridge-{host}.sqlite"));
         let conn = Connection::open(&path).with_context(|| format!("opening {}", path.display()))?;
@@ -357,8 +359,14 @@ pub async fn serve(o: ServeOptions) -> Result<()> {
     broker::dirs::ensure_private_dir(&state_dir)?;
     let lock_path = state_dir.join(format!("bridge-{}.lock", o.host));
     let lock_file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path)?;
-    let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusiveNonblock)
+    let lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusiveNonblock)
         .map_err(|(_, e)| anyhow::anyhow!("another courier-bridge for host {} runs already ({}: {e})", o.host, lock_path.display()))?;
+    // The lock file names the holder: `broker uninstall` stops the bridge a profile line started.
+    {
+        use std::io::Write;
+        lock.set_len(0)?;
+        (&*lock).write_all(format!("{}\n", std::process::id()).as_bytes())?;
+    }
     let socket = paths::socket_path(&paths::runtime_dir());
     let codex_home = paths::codex_home();
     let track = Arc::new(Mutex::new(Track::open(&state_dir, &o.host)?));

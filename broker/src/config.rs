@@ -44,6 +44,15 @@ pub struct BridgeConfig {
     pub creds: Option<PathBuf>,
 }
 
+/// A bridge's host name is one NATS subject token and part of a consumer name: 1 to 64
+/// letters, digits, `-`, `_`.
+pub fn check_bridge_host(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+        bail!("host name {name:?}: 1 to 64 letters, digits, '-' or '_' (it is a NATS subject token and a consumer name)");
+    }
+    Ok(())
+}
+
 #[derive(Debug, Default)]
 pub struct Loaded {
     pub config: Config,
@@ -96,6 +105,9 @@ pub fn parse(text: &str) -> Result<(Config, Vec<String>)> {
         }
     }
     config.effort.validate()?;
+    if let Some(b) = &config.bridge {
+        check_bridge_host(&b.host).context("[bridge] host")?;
+    }
     Ok((config, warnings))
 }
 

@@ -4,10 +4,12 @@
 use crate::store::{now_ms, Kind, Message, Refusal, State, Store};
 use anyhow::Result;
 use courier_shared::wire::StatusReply;
+use rusqlite::{Connection, OpenFlags};
 use serde_json::{json, Value};
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
+use std::path::Path;
 
 /// Message states in the order the thread table shows them; the first seven always have a
 /// column, the others (effort rows) when some row is in them.
@@ -67,6 +69,36 @@ pub struct Report {
     pub trusted_codex: Vec<crate::codex::TrustedCodex>,
     /// Alarms (tickets.rs): hook calls that followed a Codex action an earlier one had followed.
     pub alarms: Vec<crate::tickets::Alarm>,
+    /// Messages a NATS bridge of this login queued: id -> the publisher's host as the bridge
+    /// recorded it ([`bridged_origins`]). Every other message is `local`.
+    pub bridged: HashMap<String, String>,
+}
+
+/// What `courier-bridge serve` recorded in its own tables (`bridge-NAME.sqlite` in the state
+/// directory, table `bridged`: id, origin) for the messages it queued. Read from there rather
+/// than from `from`, which any local sender may set to `nats:...`.
+pub fn bridged_origins(state_dir: &Path) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    let Ok(dir) = std::fs::read_dir(state_dir) else { return out };
+    for e in dir.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !(name.starts_with("bridge-") && name.ends_with(".sqlite")) {
+            continue;
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let Ok(conn) = Connection::open_with_flags(e.path(), flags) else { continue };
+        let _ = conn.busy_timeout(std::time::Duration::from_secs(2));
+        let Ok(mut st) = conn.prepare("SELECT id, origin FROM bridged") else { continue };
+        let Ok(rows) = st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))) else { continue };
+        out.extend(rows.flatten());
+    }
+    out
+}
+
+/// Where a message came from: `nats:<publisher host>` for one a bridge queued, else `local`.
+fn origin_of(bridged: &HashMap<String, String>, id: &str) -> String {
+    bridged.get(id).map_or_else(|| "local".to_string(), |o| format!("nats:{o}"))
 }
 
 impl Report {
@@ -79,7 +111,14 @@ impl Report {
             effort: store.effort_details(thread)?,
             trusted_codex: store.trusted_codex()?,
             alarms: store.alarms(thread, ALARMS_SHOWN)?,
+            bridged: HashMap::new(),
         })
+    }
+
+    /// Marks the messages a NATS bridge queued (see [`bridged_origins`]).
+    pub fn with_origins(mut self, state_dir: &Path) -> Report {
+        self.bridged = bridged_origins(state_dir);
+        self
     }
 
     /// What `--follow` compares to decide whether to show a new snapshot: states and reasons,
@@ -87,7 +126,7 @@ impl Report {
     pub fn fingerprint(&self) -> String {
         let mut f = String::new();
         for m in &self.messages {
-            let _ = write!(f, "{}:{}:{:?}:{};", m.id, m.state, m.reason, m.updated_at);
+            let _ = write!(f, "{}:{}:{:?}:{}:{:?};", m.id, m.state, m.reason, m.updated_at, self.bridged.get(&m.id));
         }
         let _ = write!(f, "|{:?}|{}|{}", self.refusals.first().map(|r| r.at), self.refusals.len(), self.alarms.len());
         let _ = write!(f, "|{:?}", self.status.as_ref().map(|s| (s.pid, s.hook_calls)));
@@ -105,7 +144,7 @@ impl Report {
                     "age_ms": self.now - m.created_at, "expires_at": m.expires_at,
                     "event": m.event, "turn_id": m.turn_id, "handed_at": m.handed_at,
                     "confirmed_at": m.confirmed_at, "reason": m.reason, "attempts": m.attempts,
-                    "bytes": m.body.len(), "alarms": m.alarms,
+                    "bytes": m.body.len(), "alarms": m.alarms, "origin": origin_of(&self.bridged, &m.id),
                 });
                 if m.kind == Kind::Effort {
                     let (scope, detail) = self.effort.get(&m.id).cloned().unwrap_or_default();
@@ -174,8 +213,8 @@ impl Report {
             out.push('\n');
             let _ = writeln!(
                 out,
-                "{:<18} {:<13} {:<10} {:>6}  {:<12} {:<30} REASON",
-                "MESSAGE", "THREAD", "STATE", "AGE", "FROM", "TAKEN BY (EVENT TURN)"
+                "{:<18} {:<13} {:<10} {:>6}  {:<12} {:<12} {:<30} REASON",
+                "MESSAGE", "THREAD", "STATE", "AGE", "FROM", "ORIGIN", "TAKEN BY (EVENT TURN)"
             );
             for m in &self.messages {
                 let taken = match (&m.event, &m.turn_id) {
@@ -192,12 +231,13 @@ impl Report {
                 };
                 let _ = writeln!(
                     out,
-                    "{:<18} {:<13} {:<10} {:>6}  {:<12} {:<30} {}{}",
+                    "{:<18} {:<13} {:<10} {:>6}  {:<12} {:<12} {:<30} {}{}",
                     escape(&m.id),
                     escape(&short(&m.thread)),
                     escape(m.state.as_str()),
                     age(self.now - m.created_at),
                     escape(m.from.as_deref().unwrap_or("-")),
+                    escape(&origin_of(&self.bridged, &m.id)),
                     taken,
                     {
                         let reason = escape(m.reason.as_deref().unwrap_or(""));
@@ -282,7 +322,16 @@ mod tests {
     }
 
     fn report(messages: Vec<Message>, refusals: Vec<Refusal>) -> Report {
-        Report { messages, refusals, status: None, now: 0, effort: Default::default(), trusted_codex: Vec::new(), alarms: Vec::new() }
+        Report {
+            messages,
+            refusals,
+            status: None,
+            now: 0,
+            effort: Default::default(),
+            trusted_codex: Vec::new(),
+            alarms: Vec::new(),
+            bridged: HashMap::new(),
+        }
     }
 
     const T: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce2";

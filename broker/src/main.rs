@@ -159,7 +159,14 @@ fn install_cmd(args: Args) -> Result<ExitCode> {
     let exe = std::env::current_exe().context("locating the broker executable")?;
     let source_dir = exe.parent().context("broker executable has no directory")?.to_path_buf();
     let mcp = !args.flag("no-mcp");
-    let done = install::install(&install::InstallOptions { prefix, codex_home, start, source_dir, no_enable, mcp })?;
+    let creds = args.os_value("creds").map(|c| std::path::absolute(c).unwrap_or_else(|_| PathBuf::from(c)));
+    let bridge = match (args.flag("bridge"), args.value("nats")?, args.value("host")?) {
+        (true, Some(nats), Some(host)) => Some(install::BridgeOptions { nats, host, creds }),
+        (true, _, _) => return Err(UsageError("broker install: --bridge needs --nats URL and --host NAME".into()).into()),
+        (false, None, None) if creds.is_none() => None,
+        (false, ..) => return Err(UsageError("broker install: --nats, --host and --creds go with --bridge".into()).into()),
+    };
+    let done = install::install(&install::InstallOptions { prefix, codex_home, start, source_dir, no_enable, mcp, bridge })?;
     let report = done.report;
     for line in report.iter().filter(|l| !l.is_empty()) {
         println!("{line}");
@@ -233,7 +240,7 @@ fn inspect_cmd(args: Args) -> Result<ExitCode> {
             eprintln!("broker: warning: could not settle hand-offs ({e:#}); states may lag");
         }
         let status = client::query_status(&paths::runtime_dir());
-        let report = inspect::Report::gather(&store, thread.as_deref(), status)?;
+        let report = inspect::Report::gather(&store, thread.as_deref(), status)?.with_origins(&paths::state_dir());
         let fingerprint = report.fingerprint();
         if last_shown.as_ref() != Some(&fingerprint) {
             let text = match (json, follow) {

@@ -2,7 +2,9 @@
 //! real Codex. Each host is a [`CodexEnv`] of its own (home, Codex home, runtime and state
 //! directories), so host A's broker, queue and bridge share nothing with host B's producer but
 //! the NATS server. Faults: the bridge killed -9 between the local enqueue and the NATS ack, the
-//! NATS server killed and restarted mid-stream, a duplicate publish, a host whose bridge is down.
+//! NATS server killed and restarted mid-stream, the link to NATS cut and restored (the bridge in
+//! a network namespace of its own: the test runs as root), a duplicate publish, a host whose
+//! bridge is down.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -12,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use courier_tests::broker::{run_bounded, target_bin_dir};
 use courier_tests::util::{marker, poll_until, wait_until};
 use courier_tests::{Broker, CodexEnv, ExecChild};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 const T: Duration = Duration::from_secs(60);
 
@@ -35,27 +37,47 @@ fn nats_server_bin() -> PathBuf {
     panic!("nats-server not found: `apt-get install -y nats-server` (install/test.sh does it)");
 }
 
-/// A `nats-server -js` on a free loopback port with its own store directory; killed on drop.
+/// A `nats-server -js` on a free port with its own store directory; killed on drop.
 struct Nats {
     child: Option<Child>,
+    addr: String,
     port: u16,
+    /// The monitoring port (`-m`): `/connz` lists the connected clients.
+    http_port: u16,
     dir: PathBuf,
+}
+
+/// A free TCP port on `addr`.
+fn free_port(addr: &str) -> u16 {
+    TcpListener::bind((addr, 0)).unwrap().local_addr().unwrap().port()
 }
 
 impl Nats {
     fn start(under: &Path) -> Nats {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let dir = under.join("nats");
+        Nats::start_with(under, "127.0.0.1", None)
+    }
+
+    /// Listening on `addr`, with `conf` (nats-server.conf text: accounts, pings, TLS) if given.
+    fn start_with(under: &Path, addr: &str, conf: Option<&str>) -> Nats {
+        let dir = under.join(format!("nats-{}", courier_tests::util::unique_token()));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut n = Nats { child: None, port, dir };
+        if let Some(c) = conf {
+            std::fs::write(dir.join("server.conf"), c).unwrap();
+        }
+        let mut n = Nats { child: None, addr: addr.into(), port: free_port(addr), http_port: free_port(addr), dir };
         n.spawn();
         n
     }
 
     fn spawn(&mut self) {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("server.log")).unwrap();
-        let child = Command::new(nats_server_bin())
-            .args(["-js", "-a", "127.0.0.1", "-p", &self.port.to_string(), "-sd"])
+        let mut cmd = Command::new(nats_server_bin());
+        let conf = self.dir.join("server.conf");
+        if conf.is_file() {
+            cmd.arg("-c").arg(conf);
+        }
+        let child = cmd
+            .args(["-js", "-a", &self.addr, "-p", &self.port.to_string(), "-m", &self.http_port.to_string(), "-sd"])
             .arg(self.dir.join("store"))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -66,7 +88,7 @@ impl Nats {
         // Ready when it greets a client with INFO.
         wait_until(Duration::from_secs(20), "nats-server to accept connections", || {
             use std::io::Read;
-            let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+            let mut s = std::net::TcpStream::connect((self.addr.as_str(), self.port)).ok()?;
             s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
             let mut buf = [0u8; 4];
             s.read_exact(&mut buf).ok()?;
@@ -88,13 +110,99 @@ impl Nats {
     }
 
     fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
+        format!("nats://{}:{}", self.addr, self.port)
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+
+    /// The names of the clients connected now (monitoring `/connz`).
+    fn client_names(&self) -> Vec<String> {
+        use std::io::{Read, Write};
+        // The monitoring port listens on the client address too.
+        let mut s = std::net::TcpStream::connect((self.addr.as_str(), self.http_port)).expect("nats-server monitoring port");
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(b"GET /connz HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
+        let mut resp = String::new();
+        s.read_to_string(&mut resp).unwrap();
+        let body = resp.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("/connz: {e}: {resp}"));
+        v["connections"].as_array().into_iter().flatten().filter_map(|c| c["name"].as_str().map(str::to_string)).collect()
     }
 }
 
 impl Drop for Nats {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// A network namespace joined to the root namespace by a veth pair (`10.A.B.1/30` on the root
+/// side, `.2` inside), so a process inside reaches the root namespace only over that link, and
+/// [`NetNs::cut`] takes the link down (from inside: the root side keeps its address, so local
+/// clients still reach a server listening on it). Names are unique per test process and call;
+/// the pair and the namespace are removed on drop, also when the test panics.
+struct NetNs {
+    name: String,
+    root_if: String,
+    ns_if: String,
+    root_ip: String,
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("/usr/sbin/ip").args(args).output().expect("run ip");
+    assert!(out.status.success(), "ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+}
+
+impl NetNs {
+    fn create() -> NetNs {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let pid = std::process::id();
+        assert!(n < 64, "one test process makes at most 64 namespaces");
+        // Interface names are at most 15 bytes.
+        let name = format!("cr{}x{n}", pid % 100_000);
+        let ns = NetNs {
+            root_if: format!("{name}r"),
+            ns_if: format!("{name}n"),
+            root_ip: format!("10.{}.{}.{}", 100 + (pid >> 8) % 100, pid % 256, 4 * n + 1),
+            name,
+        };
+        let ns_ip = format!("10.{}.{}.{}", 100 + (pid >> 8) % 100, pid % 256, 4 * n + 2);
+        ip(&["netns", "add", &ns.name]);
+        ip(&["link", "add", &ns.root_if, "type", "veth", "peer", "name", &ns.ns_if]);
+        ip(&["link", "set", &ns.ns_if, "netns", &ns.name]);
+        ip(&["addr", "add", &format!("{}/30", ns.root_ip), "dev", &ns.root_if]);
+        ip(&["link", "set", &ns.root_if, "up"]);
+        ip(&["netns", "exec", &ns.name, "ip", "addr", "add", &format!("{ns_ip}/30"), "dev", &ns.ns_if]);
+        ip(&["netns", "exec", &ns.name, "ip", "link", "set", "lo", "up"]);
+        ns.restore();
+        ns
+    }
+
+    fn cut(&self) {
+        ip(&["netns", "exec", &self.name, "ip", "link", "set", &self.ns_if, "down"]);
+    }
+
+    fn restore(&self) {
+        ip(&["netns", "exec", &self.name, "ip", "link", "set", &self.ns_if, "up"]);
+    }
+
+    /// `program` run inside the namespace (`ip netns exec` execs it: the child is `program`
+    /// itself) with `env`'s environment. Its files (unix sockets included) are the root's.
+    fn command(&self, env: &CodexEnv, program: &Path) -> Command {
+        let mut c = env.command("/usr/sbin/ip");
+        c.args(["netns", "exec", &self.name]).arg(program);
+        c
+    }
+}
+
+impl Drop for NetNs {
+    fn drop(&mut self) {
+        // Deleting one end of a veth pair deletes both; then the namespace.
+        let _ = Command::new("/usr/sbin/ip").args(["link", "del", &self.root_if]).output();
+        let _ = Command::new("/usr/sbin/ip").args(["netns", "del", &self.name]).output();
     }
 }
 
@@ -106,10 +214,19 @@ struct Bridge {
 
 impl Bridge {
     fn start(env: &CodexEnv, url: &str, host: &str, failpoints: Option<&str>) -> Bridge {
+        Bridge::start_in(env, None, url, host, failpoints, &[])
+    }
+
+    /// In network namespace `ns` when given (its only way to NATS is then `ns`'s veth link),
+    /// with `extra` arguments (credentials).
+    fn start_in(env: &CodexEnv, ns: Option<&NetNs>, url: &str, host: &str, failpoints: Option<&str>, extra: &[&str]) -> Bridge {
         let log = env.root.join(format!("bridge-{}.log", courier_tests::util::unique_token()));
         let f = std::fs::File::create(&log).unwrap();
-        let mut cmd = env.command(bridge_bin());
-        cmd.args(["serve", "--nats", url, "--host", host, "--ack-wait", "2s"]).stdout(f.try_clone().unwrap()).stderr(f);
+        let mut cmd = match ns {
+            Some(ns) => ns.command(env, &bridge_bin()),
+            None => env.command(bridge_bin()),
+        };
+        cmd.args(["serve", "--nats", url, "--host", host, "--ack-wait", "2s"]).args(extra).stdout(f.try_clone().unwrap()).stderr(f);
         if let Some(fp) = failpoints {
             cmd.env("COURIER_BRIDGE_FAILPOINTS", fp);
         }
@@ -225,6 +342,8 @@ fn remote_send_reaches_the_model_once_confirmed() {
     assert_eq!(m["from"], "nats:hostb/relay", "the sender is shown as remote: {m}");
     assert_eq!(m["key"], key.as_str());
     let id = m["id"].as_str().unwrap().to_string();
+    // inspect's origin: what the bridge recorded (it records the message just after queueing it).
+    wait_until(T, "inspect to show the bridged origin", || (a.message(&id)?["origin"] == "nats:hostb").then_some(()));
 
     // A second publish of the same key: JetStream drops it; nothing new on A.
     let dup = run_bounded(&mut producer(&env_b, &nats.url(), "send", &["--thread", &thread, "--key", &key, "--json", &body]), T);
@@ -283,6 +402,16 @@ fn remote_send_reaches_the_model_once_confirmed() {
         (c["ack_pending"] == 0 && c["pending"] == 0).then_some(c)
     });
     assert_eq!(c["redelivered"], 0, "{c}");
+
+    // A local sender calling itself `nats:...` is still `local` in inspect: the origin comes
+    // from the bridge's own record, not from the label.
+    let forged = a.send_opts(&thread, &marker("FORGED"), None, Some("nats:hostb/relay"));
+    assert_eq!(a.message(&forged).unwrap()["origin"], "local");
+    let table = a.inspect_text();
+    let row = |mid: &str| table.lines().find(|l| l.starts_with(mid)).unwrap_or_else(|| panic!("{mid} in {table}")).to_string();
+    assert!(row(&id).contains(" nats:hostb "), "{table}");
+    assert!(row(&forged).contains(" local "), "{table}");
+    assert!(table.contains("ORIGIN"), "{table}");
 }
 
 /// The bridge killed -9 after the local enqueue and before the NATS ack: NATS redelivers the
@@ -481,4 +610,521 @@ fn broker_bridge_needs_courier_bridge_next_to_it() {
     // With it there: `broker bridge --help` is courier-bridge's.
     let out = run_bounded(env.command(courier_tests::broker_bin()).args(["bridge", "--help"]), T);
     assert!(text(&out).0.contains("courier-bridge serve"), "{:?}", text(&out));
+}
+
+/// The link between host A and the NATS host cut and restored: host A's bridge runs in a
+/// network namespace of its own whose only way to nats-server is a veth pair (A's broker,
+/// hook-client and Codex stay in the root namespace: the bridge reaches the broker by its unix
+/// socket, a filesystem path). While the link is down a producer publishes two messages for A:
+/// they wait in the stream, nothing reaches A, and the server drops the silent bridge (1 s
+/// pings). The link comes back: the bridge reconnects and both arrive exactly once, confirmed,
+/// and the producer's `--wait confirmed` returns 0.
+#[test]
+fn link_cut_and_restored_messages_wait_then_arrive_once() {
+    let (model, env_a, hold) = CodexEnv::with_held_turn();
+    let env_b = host_b();
+    let ns = NetNs::create();
+    let nats = Nats::start_with(&env_b.root, &ns.root_ip, Some("ping_interval: \"1s\"\nping_max: 2\n"));
+    let a = Broker::start_trusted(&env_a);
+    let bridge = Bridge::start_in(&env_a, Some(&ns), &nats.url(), "hosta", None, &[]);
+    let bridge_conn = "courier-bridge hosta".to_string();
+    wait_until(T, "the bridge connected over the veth link", || nats.client_names().contains(&bridge_conn).then_some(()));
+    let child = spawn_exec(&env_a);
+    hold.wait_held(1, T);
+    let thread = child.wait_thread_id(T);
+
+    ns.cut();
+    let (b1, b2) = (marker("CUT1"), marker("CUT2"));
+    let send1 = bg(producer(&env_b, &nats.url(), "send", &["--thread", &thread, "--wait", "confirmed", "--timeout", "150s", &b1]));
+    let out = run_bounded(&mut producer(&env_b, &nats.url(), "send", &["--thread", &thread, &b2]), T);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    // Both wait in the stream, unacked or not yet pulled; the server gives up on the bridge.
+    let c = wait_until(T, "both sends in the stream", || {
+        let c = consumer_check(&env_b, &nats.url());
+        (c["pending"].as_u64()? + c["ack_pending"].as_u64()? == 2).then_some(c)
+    });
+    let t_cut = Instant::now();
+    let dropped = poll_until(T, || (!nats.client_names().contains(&bridge_conn)).then_some(()));
+    assert!(dropped.is_some(), "nats-server still lists the cut-off bridge: {}", nats.log_text());
+    eprintln!("cut: the server dropped the bridge after {:?}", t_cut.elapsed());
+    assert!(queued(&a, &thread).is_empty(), "nothing crossed the cut link: {c}");
+
+    let t0 = Instant::now();
+    ns.restore();
+    wait_until(Duration::from_secs(120), "both messages queued on A after the link came back", || {
+        (queued(&a, &thread).len() == 2).then_some(())
+    });
+    let back = t0.elapsed();
+    eprintln!("figure: link restored -> both messages queued on host A: {back:?}");
+    hold.release();
+    child.wait(T).assert_success();
+    let (out, _) = send1.join();
+    assert_eq!(out.status.code(), Some(0), "{:?}\nbridge: {}", text(&out), bridge.log_text());
+    for body in [&b1, &b2] {
+        assert_eq!(model.count_messages_containing("developer", body), 1, "exactly once: {}", model.dump());
+    }
+    let q = queued(&a, &thread);
+    assert_eq!(q.len(), 2, "{q:?}");
+    assert!(q.iter().all(|m| m["state"] == "confirmed" && m["origin"] == "nats:hostb"), "{q:?}");
+    let c = wait_until(T, "both requests acked", || {
+        let c = consumer_check(&env_b, &nats.url());
+        (c["ack_pending"] == 0 && c["pending"] == 0).then_some(c)
+    });
+    assert_eq!(c["redelivered"], 0, "{c}");
+    let log = bridge.log_text();
+    assert!(log.matches("NATS: connected").count() >= 2 && log.contains("NATS: disconnected"), "the bridge reconnected: {log}");
+    drop(bridge);
+    drop(ns);
+}
+
+/// The least-privilege layout of the README ("Security and permissions"), as nats-server users
+/// with passwords: `admin` (everything: creates the streams and consumers once), the bridges of
+/// hosts `hosta` and `hostb`, `producer` (may reach hosta and wait on receipts), `sendonly` (may
+/// only publish sends for hosta, and look up stream `COURIER`). Every user has inboxes of its own (`--inbox-prefix`).
+fn least_privilege_conf() -> String {
+    let bridge = |h: &str| {
+        format!(
+            r#"{{ user: {h}, password: pw-{h}, permissions: {{
+      publish: {{ allow: ["courier.receipt.{h}", "$JS.API.STREAM.INFO.*", "$JS.API.CONSUMER.INFO.COURIER.courier-bridge-{h}",
+                          "$JS.API.CONSUMER.MSG.NEXT.COURIER.courier-bridge-{h}", "$JS.ACK.COURIER.courier-bridge-{h}.>"] }}
+      subscribe: {{ allow: ["courier.threads.{h}", "_INBOX.courier-bridge-{h}.>"] }}
+      allow_responses: true }} }}"#
+        )
+    };
+    format!(
+        r#"authorization {{ users = [
+  {{ user: admin, password: pw-admin }}
+  {a}
+  {b}
+  {{ user: producer, password: pw-producer, permissions: {{
+      publish: {{ allow: ["courier.send.hosta", "courier.threads.hosta", "$JS.API.STREAM.INFO.*", "$JS.API.CONSUMER.CREATE.COURIER_RECEIPTS",
+                          "$JS.API.CONSUMER.MSG.NEXT.COURIER_RECEIPTS.*", "$JS.API.CONSUMER.DELETE.COURIER_RECEIPTS.*"] }}
+      subscribe: {{ allow: ["_INBOX.producer.>"] }} }} }}
+  {{ user: sendonly, password: pw-sendonly, permissions: {{
+      publish: {{ allow: ["courier.send.hosta", "$JS.API.STREAM.INFO.COURIER"] }}
+      subscribe: {{ allow: ["_INBOX.sendonly.>"] }} }} }}
+] }}
+"#,
+        a = bridge("hosta"),
+        b = bridge("hostb")
+    )
+}
+
+/// What nats-server answers `user` for each operation (`PUB subject` or `SUB subject`), over the
+/// plain client protocol: `None` when allowed, else its `-ERR` (a permissions violation).
+fn nats_verdicts(nats: &Nats, user: &str, ops: &[&str]) -> Vec<Option<String>> {
+    use std::io::{BufRead, BufReader, Write};
+    let s = std::net::TcpStream::connect((nats.addr.as_str(), nats.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    let mut line = String::new();
+    // Until PONG, the `-ERR` lines the server sent.
+    let mut until_pong = |w: &mut std::net::TcpStream| {
+        w.write_all(b"PING\r\n").unwrap();
+        let mut errs = Vec::new();
+        loop {
+            line.clear();
+            assert!(r.read_line(&mut line).unwrap() > 0, "nats-server closed the connection ({errs:?})");
+            match line.trim_end() {
+                "PONG" => return errs,
+                l if l.starts_with("-ERR") => errs.push(l.to_string()),
+                _ => {}
+            }
+        }
+    };
+    let connect = json!({"verbose": false, "pedantic": false, "user": user, "pass": format!("pw-{user}"), "protocol": 1});
+    w.write_all(format!("CONNECT {connect}\r\n").as_bytes()).unwrap();
+    let errs = until_pong(&mut w);
+    assert!(errs.is_empty(), "{user} could not log in: {errs:?}");
+    ops.iter()
+        .enumerate()
+        .map(|(i, op)| {
+            let frame = match op.split_once(' ') {
+                Some(("PUB", subject)) => format!("PUB {subject} 0\r\n\r\n"),
+                Some(("SUB", subject)) => format!("SUB {subject} {}\r\n", i + 1),
+                _ => panic!("{op}: PUB or SUB"),
+            };
+            w.write_all(frame.as_bytes()).unwrap();
+            let errs = until_pong(&mut w);
+            (!errs.is_empty()).then(|| errs.join(" "))
+        })
+        .collect()
+}
+
+fn user_url(nats: &Nats, user: &str) -> String {
+    format!("nats://{user}:pw-{user}@{}:{}", nats.addr, nats.port)
+}
+
+/// Least privilege, on a server that enforces the README's layout: host A's bridge with only
+/// its own rights delivers a producer's message to A's real Codex session once, confirmed
+/// (thread list too); host B's credentials cannot consume A's sends, forge A's receipts, answer
+/// A's thread requests or read anyone's inboxes (tried with the protocol and by running a
+/// bridge for A with B's credentials: nothing reaches A until A's own bridge runs); a producer
+/// allowed only to publish sends for A can send, but cannot wait on, subscribe to or open a
+/// consumer on receipts, nor ask for A's threads.
+#[test]
+fn least_privilege_accounts_hold() {
+    let (model, env_a, hold) = CodexEnv::with_held_turn();
+    let env_b = host_b();
+    let env_c = host_b();
+    let nats = Nats::start_with(&env_b.root, "127.0.0.1", Some(&least_privilege_conf()));
+    let a = Broker::start_trusted(&env_a);
+    // The operator's first run creates the streams and both hosts' consumers.
+    drop(Bridge::start(&env_a, &user_url(&nats, "admin"), "hosta", None));
+    drop(Bridge::start(&env_c, &user_url(&nats, "admin"), "hostb", None));
+
+    // The protocol: each user may do exactly its part.
+    let denied = |user: &str, ops: &[&str], want: &[bool]| {
+        let got = nats_verdicts(&nats, user, ops);
+        for ((op, v), w) in ops.iter().zip(&got).zip(want) {
+            assert_eq!(v.is_some(), *w, "{user}: {op}: {v:?}");
+            if let Some(e) = v {
+                assert!(e.contains("Permissions Violation"), "{user}: {op}: {e}");
+            }
+        }
+    };
+    denied(
+        "hostb",
+        &[
+            "PUB courier.receipt.hostb",
+            "SUB courier.threads.hostb",
+            "PUB $JS.API.CONSUMER.MSG.NEXT.COURIER.courier-bridge-hostb",
+            "PUB $JS.API.CONSUMER.MSG.NEXT.COURIER.courier-bridge-hosta",
+            "PUB $JS.ACK.COURIER.courier-bridge-hosta.1.1.1.1.0",
+            "PUB courier.receipt.hosta",
+            "SUB courier.threads.hosta",
+            "SUB courier.send.hosta",
+            "SUB courier.send.>",
+            "SUB _INBOX.>",
+            "SUB _INBOX.courier-bridge-hosta.>",
+            "PUB $JS.API.CONSUMER.CREATE.COURIER",
+            "PUB courier.send.hosta",
+        ],
+        &[false, false, false, true, true, true, true, true, true, true, true, true, true],
+    );
+    denied(
+        "sendonly",
+        &[
+            "PUB courier.send.hosta",
+            "PUB courier.send.hostb",
+            "SUB courier.receipt.hosta",
+            "SUB courier.receipt.>",
+            "PUB $JS.API.CONSUMER.CREATE.COURIER_RECEIPTS",
+            "PUB $JS.API.STREAM.INFO.COURIER_RECEIPTS",
+            "PUB courier.threads.hosta",
+            "SUB _INBOX.>",
+            "SUB _INBOX.producer.>",
+        ],
+        &[false, true, true, true, true, true, true, true, true],
+    );
+    denied(
+        "producer",
+        &[
+            "PUB courier.send.hosta",
+            "PUB courier.send.hostb",
+            "PUB courier.receipt.hosta",
+            "PUB $JS.API.CONSUMER.MSG.NEXT.COURIER.courier-bridge-hosta",
+            "SUB _INBOX.>",
+        ],
+        &[false, true, true, true, true],
+    );
+
+    let child = spawn_exec(&env_a);
+    hold.wait_held(1, T);
+    let thread = child.wait_thread_id(T);
+    let as_user = |user: &str, cmd: &str, args: &[&str]| {
+        let mut c = producer(&env_b, &user_url(&nats, user), cmd, args);
+        c.args(["--inbox-prefix", &format!("_INBOX.{user}")]);
+        c
+    };
+
+    // A bridge for hosta run with hostb's credentials: it never gets A's sends.
+    let early = marker("EARLY");
+    let out = run_bounded(&mut as_user("sendonly", "send", &["--thread", &thread, "--from", "ci", &early]), T);
+    assert_eq!(out.status.code(), Some(0), "a publish-only producer can send: {:?}", text(&out));
+    // (Its own inboxes: with the default, _INBOX.courier-bridge-hosta, it cannot even look.)
+    let impostor =
+        Bridge::start_in(&env_c, None, &user_url(&nats, "hostb"), "hosta", None, &["--inbox-prefix", "_INBOX.courier-bridge-hostb"]);
+    wait_until(T, "the impostor bridge to be refused", || impostor.log_text().contains("Permissions Violation").then_some(()));
+    let c = consumer_check(&env_b, &user_url(&nats, "admin"));
+    // The early send and the two empty probes the allowed `PUB courier.send.hosta` above left
+    // (A's bridge refuses those: not JSON) all still wait for A.
+    assert_eq!((c["pending"].as_u64(), c["ack_pending"].as_u64()), (Some(3), Some(0)), "the sends still wait for A: {c}");
+    assert!(Broker::cli_only(&env_c).inspect_json()["messages"].as_array().unwrap().is_empty(), "nothing queued by the impostor");
+    drop(impostor);
+    let out = run_bounded(&mut producer(&env_b, &user_url(&nats, "hostb"), "check", &[]), T);
+    assert_eq!(out.status.code(), Some(1), "hostb cannot look at A's consumer: {:?}", text(&out));
+
+    // A's own bridge, with only A's rights: the early send, a producer's send with --wait, threads.
+    let bridge = Bridge::start(&env_a, &user_url(&nats, "hosta"), "hosta", None);
+    // ... and `broker doctor`'s check, with A's rights too.
+    let out = run_bounded(&mut producer(&env_a, &user_url(&nats, "hosta"), "check", &[]), T);
+    assert_eq!(out.status.code(), Some(0), "A may look at its own consumer: {:?}", text(&out));
+    wait_until(T, "the early send queued on A", || queued(&a, &thread).into_iter().next());
+    let out = run_bounded(&mut as_user("producer", "threads", &["--json"]), T);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "threads: {stdout} {stderr}\nbridge: {}", bridge.log_text());
+    assert!(stdout.contains(&thread), "{stdout}");
+    let body = marker("PRIV");
+    let send = bg(as_user("producer", "send", &["--thread", &thread, "--from", "relay", "--wait", "confirmed", "--timeout", "90s", &body]));
+    wait_until(T, "the producer's message queued on A", || (queued(&a, &thread).len() == 2).then_some(()));
+
+    // The publish-only producer cannot wait (and publishes nothing then); its threads request
+    // was refused above (`PUB courier.threads.hosta`).
+    let nowait = marker("NOWAIT");
+    let out = run_bounded(&mut as_user("sendonly", "send", &["--thread", &thread, "--wait", "confirmed", "--timeout", "10s", &nowait]), T);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout} {stderr}");
+    assert!(stderr.contains("$JS.API.STREAM.INFO.COURIER_RECEIPTS"), "{stderr}");
+
+    hold.release();
+    child.wait(T).assert_success();
+    let (out, _) = send.join();
+    assert_eq!(out.status.code(), Some(0), "{:?}\nbridge: {}", text(&out), bridge.log_text());
+    for b in [&early, &body] {
+        assert_eq!(model.count_messages_containing("developer", b), 1, "{}", model.dump());
+    }
+    assert_eq!(model.count_messages_containing("developer", &nowait), 0);
+    let q = queued(&a, &thread);
+    assert_eq!(q.len(), 2, "{q:?}");
+    assert!(!bridge.log_text().contains("Permissions Violation"), "A's bridge needed no more rights: {}", bridge.log_text());
+}
+
+/// A CA and a server certificate for 127.0.0.1 signed by it, made with openssl in `dir`:
+/// (ca.pem, server.pem, server.key).
+fn make_tls(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    std::fs::create_dir_all(dir).unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl").args(args).current_dir(dir).output().expect("openssl (apt-get install openssl)");
+        assert!(out.status.success(), "openssl {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=courier test CA",
+    ]);
+    run(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"]);
+    std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n").unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+    ]);
+    (dir.join("ca.pem"), dir.join("server.pem"), dir.join("server.key"))
+}
+
+/// TLS with a private CA (a certificate the test makes): the bridge and a producer given
+/// `--tls-ca` connect over `tls://` and the message is queued on A; a producer that does not
+/// trust the CA fails (1) and publishes nothing, with `tls://` or `nats://` alike.
+#[test]
+fn tls_with_a_private_ca() {
+    let env_a = host_b();
+    let env_b = host_b();
+    let (ca, cert, key) = make_tls(&env_b.root.join("tls"));
+    let conf = format!("tls {{ cert_file: \"{}\", key_file: \"{}\", timeout: 5 }}\n", cert.display(), key.display());
+    let nats = Nats::start_with(&env_b.root, "127.0.0.1", Some(&conf));
+    let tls_url = format!("tls://127.0.0.1:{}", nats.port);
+    let a = Broker::start(&env_a);
+    let ca_arg = ca.to_str().unwrap();
+    let bridge = Bridge::start_in(&env_a, None, &tls_url, "hosta", None, &["--tls-ca", ca_arg]);
+    let thread = "01a22654-3b31-76f3-a48c-b65aa7d0db71";
+    let body = marker("TLS");
+    let out = run_bounded(&mut producer(&env_b, &tls_url, "send", &["--thread", thread, "--future-thread", "--tls-ca", ca_arg, &body]), T);
+    assert_eq!(out.status.code(), Some(0), "{:?}\nbridge: {}", text(&out), bridge.log_text());
+    wait_until(T, "the message queued on A over TLS", || queued(&a, thread).into_iter().find(|m| m["origin"] == "nats:hostb"));
+
+    // Without the CA: refused, also for a nats:// URL (the server requires TLS, so the client
+    // upgrades, and verifies the server as for tls://).
+    for url in [tls_url.as_str(), nats.url().as_str()] {
+        let out = run_bounded(&mut producer(&env_b, url, "send", &["--thread", thread, "--future-thread", &marker("NOTLS")]), T);
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{url}: {stdout} {stderr}");
+        assert!(stdout.is_empty() && stderr.contains("connecting to NATS"), "{url}: {stderr}");
+    }
+    assert_eq!(queued(&a, thread).len(), 1, "only the trusted send arrived");
+}
+
+/// Kills, on drop, every process whose executable lies under `root` (the brokers and bridges
+/// an install in the test's private prefix started: they outlive their starter).
+struct KillUnder(PathBuf);
+
+impl KillUnder {
+    fn pids(&self) -> Vec<i32> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<i32>().ok()) else { continue };
+            if std::fs::read_link(e.path().join("exe")).is_ok_and(|x| x.starts_with(&self.0)) {
+                out.push(pid);
+            }
+        }
+        out
+    }
+}
+
+impl Drop for KillUnder {
+    fn drop(&mut self) {
+        for pid in self.pids() {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
+    }
+}
+
+/// The pid in host `host`'s bridge lock file, if that process runs `exe`.
+fn bridge_pid(env: &CodexEnv, host: &str, exe: &Path) -> Option<i32> {
+    let pid: i32 = std::fs::read_to_string(env.state_dir.join(format!("bridge-{host}.lock"))).ok()?.trim().parse().ok()?;
+    (std::fs::read_link(format!("/proc/{pid}/exe")).ok()? == exe).then_some(pid)
+}
+
+/// `broker install --bridge`, login-profile way: courier-bridge is installed beside the broker,
+/// the `[bridge]` table written, the profile gets the bridge's start line and the bridge runs
+/// now (from the config alone: a producer's send is queued on this host, and `broker doctor`
+/// checks it); `broker uninstall` stops it and takes the line, the table and the binary back.
+/// The systemd way: `systemd-analyze verify` accepts the three units, and the bridge unit's
+/// own ExecStart and environment run a bridge that works; uninstall removes the unit.
+#[test]
+fn install_bridge_starts_it_at_login_and_uninstall_removes_it() {
+    let env_a = host_b();
+    let env_b = host_b();
+    let _kill = KillUnder(env_a.root.clone());
+    let nats = Nats::start(&env_b.root);
+    let prefix = env_a.root.join("prefix");
+    let installed_bridge = prefix.join("courier-bridge");
+    let install = |extra: &[&str]| {
+        let mut c = env_a.command(courier_tests::broker_bin());
+        c.args(["install", "--prefix", prefix.to_str().unwrap(), "--codex-home", env_a.codex_home.to_str().unwrap(), "--no-mcp"]);
+        c.args(extra).args(["--bridge", "--nats", &nats.url(), "--host", "hosta"]);
+        let out = run_bounded(&mut c, T);
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(0), "install {extra:?}: {stdout} {stderr}");
+        stdout
+    };
+    let uninstall = |args: &[&str]| {
+        let out = run_bounded(env_a.command(prefix.join("broker")).arg("uninstall").args(args), T);
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(0), "uninstall: {stdout} {stderr}");
+        stdout
+    };
+    let a = Broker::cli_only(&env_a);
+    let sends_arrive = |thread: &str| {
+        let body = marker("INSTALLED");
+        let out = run_bounded(&mut producer(&env_b, &nats.url(), "send", &["--thread", thread, "--future-thread", &body]), T);
+        assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+        wait_until(T, "the send queued by the installed bridge", || {
+            queued(&a, thread).into_iter().find(|m| m["origin"] == "nats:hostb" && m["bytes"].as_u64() == Some(body.len() as u64))
+        });
+    };
+
+    // Bad requests: a usage error (2) or a clear refusal (1), and nothing installed.
+    for (args, code, says) in [
+        (&["--bridge", "--nats", "nats://127.0.0.1:9"][..], 2, "--bridge needs --nats URL and --host NAME"),
+        (&["--host", "hosta"][..], 2, "go with --bridge"),
+        (&["--bridge", "--nats", "nats://127.0.0.1:9", "--host", "a.b"][..], 1, "host name \"a.b\""),
+        (&["--bridge", "--nats", "nats://127.0.0.1:9", "--host", "a", "--creds", "/nonexistent.creds"][..], 1, "not a readable file"),
+    ] {
+        let mut c = env_a.command(courier_tests::broker_bin());
+        c.args(["install", "--prefix", prefix.to_str().unwrap(), "--codex-home", env_a.codex_home.to_str().unwrap(), "--no-mcp"])
+            .args(args);
+        let out = run_bounded(&mut c, T);
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stdout} {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(!installed_bridge.exists() && !env_a.courier_config.exists(), "{args:?}: nothing left in place");
+    }
+
+    // The login profile.
+    let said = install(&["--start", "profile"]);
+    assert!(said.contains("bridge of host hosta started"), "{said}");
+    assert!(installed_bridge.is_file());
+    let config = std::fs::read_to_string(&env_a.courier_config).unwrap();
+    assert!(config.contains("[bridge]") && config.contains(&nats.url()) && config.contains("host = \"hosta\""), "{config}");
+    let profile = std::fs::read_to_string(env_a.home.join(".profile")).unwrap();
+    assert!(profile.contains(&format!("nohup {} bridge", prefix.join("broker").display())), "{profile}");
+    let pid = bridge_pid(&env_a, "hosta", &installed_bridge).expect("the installed bridge runs");
+    sends_arrive("01a22654-3b31-76f3-a48c-b65aa7d0db72");
+    let out = run_bounded(env_a.command(prefix.join("broker")).arg("doctor"), T);
+    assert!(text(&out).0.contains("NATS bridge of host hosta: connected"), "{:?}", text(&out));
+    // Installing again changes nothing and keeps the running bridge.
+    let again = install(&["--start", "profile"]);
+    assert!(again.contains(&format!("runs already (pid {pid})")), "{again}");
+
+    let said = uninstall(&[]);
+    assert!(said.contains(&format!("stopped the bridge of host hosta (pid {pid})")), "{said}");
+    assert!(!Path::new(&format!("/proc/{pid}")).exists(), "the bridge exited");
+    assert!(!installed_bridge.exists());
+    assert!(!env_a.courier_config.exists(), "install created the config; uninstall removed it");
+    assert!(!std::fs::read_to_string(env_a.home.join(".profile")).unwrap_or_default().contains("courier"), "the profile is clean");
+
+    // systemd user units, written without a user manager.
+    let said = install(&["--start", "systemd", "--no-enable"]);
+    let unit_dir = env_a.home.join(".config/systemd/user");
+    let unit = unit_dir.join("courier-bridge.service");
+    let text_unit = std::fs::read_to_string(&unit).unwrap_or_else(|e| panic!("{e}: {said}"));
+    assert!(text_unit.contains(&format!("ExecStart={} bridge", prefix.join("broker").display())), "{text_unit}");
+    assert!(!text_unit.contains(&nats.url()), "no URL in the unit: the config holds it");
+    let analyze =
+        ["/usr/bin/systemd-analyze", "/bin/systemd-analyze"].into_iter().find(|p| Path::new(p).is_file()).expect("systemd-analyze");
+    let xdg = env_a.root.join("xdg-run");
+    std::fs::create_dir_all(&xdg).unwrap();
+    std::fs::set_permissions(&xdg, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let v = run_bounded(
+        Command::new(analyze)
+            .args(["verify", "--user"])
+            .args(["courier-broker.socket", "courier-broker.service", "courier-bridge.service"].map(|u| unit_dir.join(u)))
+            .env("XDG_RUNTIME_DIR", &xdg)
+            .env("HOME", &env_a.home),
+        T,
+    );
+    assert!(v.status.success() && v.stdout.is_empty() && v.stderr.is_empty(), "systemd-analyze verify: {:?}", text(&v));
+    // The unit's own command line and environment, as systemd would run it.
+    let exec = text_unit.lines().find_map(|l| l.strip_prefix("ExecStart=")).unwrap();
+    let mut words = exec.split(' ');
+    let mut cmd = Command::new(words.next().unwrap());
+    cmd.args(words).env_clear().env("PATH", "/usr/bin:/bin").env("HOME", &env_a.home).stdin(Stdio::null());
+    for kv in text_unit.lines().filter_map(|l| l.strip_prefix("Environment=")) {
+        let (k, v) = kv.split_once('=').unwrap();
+        cmd.env(k, v);
+    }
+    let log = env_a.root.join("unit-bridge.log");
+    let f = std::fs::File::create(&log).unwrap();
+    cmd.stdout(f.try_clone().unwrap()).stderr(f);
+    let mut child = cmd.spawn().unwrap();
+    wait_until(T, "the unit's bridge to run", || bridge_pid(&env_a, "hosta", &installed_bridge));
+    sends_arrive("01a22654-3b31-76f3-a48c-b65aa7d0db73");
+    let _ = child.kill();
+    let _ = child.wait();
+    let said = uninstall(&["--purge"]);
+    assert!(!unit.exists(), "{said}");
+    assert!(!installed_bridge.exists() && !env_a.courier_config.exists(), "{said}");
+    let left: Vec<String> = std::fs::read_dir(&env_a.state_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("bridge-"))
+        .collect();
+    assert!(left.is_empty(), "--purge removes the bridge's record, lock and log too: {left:?} {said}");
+    assert!(std::fs::read_to_string(&log).unwrap().contains("ready:"));
 }

@@ -87,28 +87,7 @@ pub fn daemon_env(
 pub fn stop_broker_running(exe: &Path) -> Result<Option<u32>> {
     let Some(st) = client::query_status(&paths::runtime_dir()) else { return Ok(None) };
     let pid = st.pid as i32;
-    if pid == 0 {
-        return Ok(None);
-    }
-    use nix::libc;
-    // A pidfd first, then the executable check, then the signal through the pidfd: a recycled
-    // pid can neither pass the check nor receive the signal.
-    // SAFETY: plain syscalls on an fd we own; closed by OwnedFd.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
-    if fd < 0 {
-        return Ok(None);
-    }
-    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-    let link = fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
-    let link = link.to_string_lossy();
-    let exe_s = exe.to_string_lossy();
-    if link != exe_s && link != format!("{exe_s} (deleted)") {
-        return Ok(None);
-    }
-    use std::os::fd::AsRawFd;
-    // SAFETY: as above.
-    let rc = unsafe { libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), libc::SIGTERM, std::ptr::null::<libc::siginfo_t>(), 0) };
-    if rc != 0 {
+    if pid == 0 || !terminate_if_exe(pid, exe) {
         return Ok(None);
     }
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -119,6 +98,30 @@ pub fn stop_broker_running(exe: &Path) -> Result<Option<u32>> {
         std::thread::sleep(Duration::from_millis(20));
     }
     bail!("broker pid {pid} did not exit within 10 s of SIGTERM");
+}
+
+/// Sends SIGTERM to `pid` if its executable is `exe` (also when `exe` was replaced or deleted
+/// since it started); false when it is not, or gone.
+pub(super) fn terminate_if_exe(pid: i32, exe: &Path) -> bool {
+    use nix::libc;
+    // A pidfd first, then the executable check, then the signal through the pidfd: a recycled
+    // pid can neither pass the check nor receive the signal.
+    // SAFETY: plain syscalls on an fd we own; closed by OwnedFd.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+    if fd < 0 {
+        return false;
+    }
+    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let link = fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+    let link = link.to_string_lossy();
+    let exe_s = exe.to_string_lossy();
+    if link != exe_s && link != format!("{exe_s} (deleted)") {
+        return false;
+    }
+    use std::os::fd::AsRawFd;
+    // SAFETY: as above.
+    let rc = unsafe { libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), libc::SIGTERM, std::ptr::null::<libc::siginfo_t>(), 0) };
+    rc == 0
 }
 
 pub(super) const DAEMON_LOG: &str = "broker.log";

@@ -78,6 +78,9 @@ pub struct Manifest {
     /// Install created the `mcp_servers` table.
     #[serde(default)]
     pub created_mcp_servers: bool,
+    /// `install --bridge`: the `[bridge]` table and how the bridge starts.
+    #[serde(default)]
+    pub bridge: Option<super::bridge::BridgeSetup>,
 }
 
 pub fn manifest_path(state_dir: &Path) -> PathBuf {

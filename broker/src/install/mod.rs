@@ -40,6 +40,7 @@ use {
     uninstall::{purge_dir, state_files},
 };
 
+pub use bridge::{BridgeOptions, BridgeSetup, BRIDGE_UNIT};
 pub use config_toml::{add_trust, remove_trust};
 pub use daemon::{daemon_env, daemonize, stop_broker_running, DAEMON_ENV, DAEMON_ENV_PREFIXES};
 pub use hooks::{
@@ -66,6 +67,7 @@ pub const HOOK_TIMEOUT_SECS: u64 = 5;
 pub const MANIFEST_NAME: &str = "install-manifest.json";
 pub const SOCKET_UNIT: &str = "courier-broker.socket";
 pub const SERVICE_UNIT: &str = "courier-broker.service";
+mod bridge;
 mod config_toml;
 mod daemon;
 mod files;
@@ -94,6 +96,9 @@ pub struct InstallOptions {
     /// Install `courier-mcp` (when it is beside the broker) and register `broker mcp` as Codex's
     /// MCP server `courier` (`--no-mcp`: neither).
     pub mcp: bool,
+    /// `--bridge --nats URL --host NAME [--creds FILE]`: install `courier-bridge`, write the
+    /// `[bridge]` table and start the bridge at login beside the broker.
+    pub bridge: Option<BridgeOptions>,
 }
 
 /// Human-readable lines describing what happened.
@@ -240,7 +245,18 @@ fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Installed> {
     if opts.mcp && !with_mcp {
         report.push(format!("note: no courier-mcp beside {}; `broker mcp` is not installed", src_broker.display()));
     }
-    let names: &[&str] = if with_mcp { &["broker", "hook-client", "courier-mcp"] } else { &["broker", "hook-client"] };
+    let mut names: Vec<&str> = if with_mcp { vec!["broker", "hook-client", "courier-mcp"] } else { vec!["broker", "hook-client"] };
+    // The bridge: asked for now, or installed before (a re-install updates it too).
+    if let Some(b) = &opts.bridge {
+        b.check()?;
+        if !opts.source_dir.join(bridge::BRIDGE_BIN).is_file() {
+            bail!("--bridge: no {} beside {} (build it with `cargo build -p courier-bridge`)", bridge::BRIDGE_BIN, src_broker.display());
+        }
+    }
+    let with_bridge = opts.bridge.is_some() || (m.bridge.is_some() && opts.source_dir.join(bridge::BRIDGE_BIN).is_file());
+    if with_bridge {
+        names.push(bridge::BRIDGE_BIN);
+    }
     for name in names.iter().copied() {
         let dst = prefix.join(name);
         if !m.binaries.contains(&dst) {
@@ -388,5 +404,13 @@ fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Installed> {
     };
     m.start = start;
     save_manifest(&state_dir, &m)?;
+
+    // 6. The NATS bridge, started the same way beside the broker.
+    if let Some(b) = &opts.bridge {
+        bridge::write_config(&mut m, &state_dir, b, &mut report)?;
+    }
+    if with_bridge {
+        bridge::setup_start(&mut m, &state_dir, mode, &broker, &codex_home, replaced, opts.no_enable, &mut report)?;
+    }
     Ok(Installed { report, codex_problem })
 }

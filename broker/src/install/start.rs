@@ -221,7 +221,11 @@ pub(super) fn remove_units(units: &[PathBuf], report: &mut Report) -> Result<()>
         return Ok(());
     }
     let manager = user_manager_runs();
-    if manager && systemctl_user(&["disable", "--now", SOCKET_UNIT, SERVICE_UNIT]).is_some_and(|o| o.status.success()) {
+    let names: Vec<String> = present.iter().filter_map(|u| u.file_name()).map(|n| n.to_string_lossy().into_owned()).collect();
+    let mut args = vec!["disable", "--now"];
+    args.extend(names.iter().map(String::as_str));
+    let broker_units = names.iter().any(|n| n == SOCKET_UNIT || n == SERVICE_UNIT);
+    if manager && systemctl_user(&args).is_some_and(|o| o.status.success()) && broker_units {
         journal(Change::Disabled);
     }
     for u in &present {

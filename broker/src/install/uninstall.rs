@@ -96,7 +96,11 @@ pub fn uninstall(purge: bool) -> Result<Report> {
             bail!("the broker (pid {}) is still running; stop it, then run `broker uninstall --purge` again", st.pid);
         }
         report.extend(purge_dir(&runtime_dir, &runtime_files())?);
-        report.extend(purge_dir(&state_dir, &state_files())?);
+        let mut known = state_files();
+        if let Some(b) = manifest.as_ref().and_then(|m| m.bridge.as_ref()) {
+            known.extend(super::bridge::state_files(&b.host));
+        }
+        report.extend(purge_dir(&state_dir, &known)?);
         report.push("Courier is uninstalled; its queue, secret, socket, log and lock are removed".into());
     } else {
         report.push(format!(
@@ -135,6 +139,8 @@ pub(super) fn unedit(edit: &FileEdit, what: &str, strip: impl Fn(&str) -> Result
 
 pub(super) fn uninstall_manifest(m: &Manifest, state_dir: &Path, report: &mut Report) -> Result<()> {
     let broker = m.prefix.join("broker");
+    // The bridge first: it is a client of the broker.
+    super::bridge::uninstall(m, state_dir, report)?;
     teardown_start(&m.start, &broker, report)?;
     // Unit files written by an install whose systemd step failed are not in `start`.
     remove_units(&m.unit_files, report)?;

@@ -285,10 +285,23 @@ impl Store {
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
-        conn.execute_batch(SCHEMA).context("creating the queue schema")?;
-        effort::migrate(&conn).context("adding the effort columns")?;
-        migrate_trusted_codex(&conn).context("adding the trusted_codex columns")?;
-        tickets::migrate(&conn).context("creating the tickets tables")?;
+        // One writer at a time: the migrations read the columns, then add the missing ones, and
+        // two processes opening a fresh queue at once (a bridge and `broker inspect`) would
+        // both try to add them ("duplicate column name").
+        conn.execute_batch("BEGIN IMMEDIATE").context("locking the queue to create its schema")?;
+        let created = (|| {
+            conn.execute_batch(SCHEMA).context("creating the queue schema")?;
+            effort::migrate(&conn).context("adding the effort columns")?;
+            migrate_trusted_codex(&conn).context("adding the trusted_codex columns")?;
+            tickets::migrate(&conn).context("creating the tickets tables")
+        })();
+        match created {
+            Ok(()) => conn.execute_batch("COMMIT").context("creating the queue schema")?,
+            Err(e) => {
+                let _ = conn.execute_batch("ROLLBACK");
+                return Err(e);
+            }
+        }
         Ok(Store { conn })
     }
 
