@@ -98,6 +98,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     let _lock = lock_instance(&opts.runtime_dir, &opts.state_dir)?;
     let secret = dirs::ensure_secret(&opts.runtime_dir)?;
     let mut store = Store::open(&opts.state_dir)?;
+    store.defer_checkpoints()?; // the maintenance thread checkpoints (store/checkpoint.rs)
     let released = store.release_expired_leases()?;
     let exe = std::env::current_exe().context("locating the broker executable")?;
     let installed_clients = gate::installed_client_ids(&exe, &opts.extra_hook_clients);
@@ -164,7 +165,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         })
     })?;
 
-    maintenance::spawn(Arc::clone(&broker), opts.retention)?;
+    maintenance::spawn(Arc::clone(&broker), &opts.state_dir, opts.retention)?;
 
     let jobs = Arc::new(JobQueue::default());
     let handback = Arc::new(Handback::new()?);

@@ -11,6 +11,7 @@
 //! (this file), it keeps effort rows (`effort.rs`), refusals (`refusals.rs`) and the Codex trust
 //! tables (`codex.rs`).
 
+mod checkpoint;
 mod codex;
 mod effort;
 mod producer;
@@ -20,6 +21,7 @@ mod tickets;
 mod upkeep;
 mod wake;
 
+pub use checkpoint::{Checkpointed, Checkpointer, SAFETY_NET_PAGES};
 pub use codex::{TrustHow, TrustedCodex};
 pub use effort::{Claim, Details};
 pub use refusals::Refusal;
@@ -184,6 +186,15 @@ CREATE TABLE IF NOT EXISTS codex_commands (
 );
 ";
 
+/// Partial indexes over pending messages only, so the periodic passes cost what is due, not what
+/// is queued: with 100,000 pending messages a scan of them under the store's lock stalled hook
+/// calls for tens of ms (`expire_due` every 500 ms, the wake channel's candidates every pass).
+const PENDING_INDEXES: &str = "
+CREATE INDEX IF NOT EXISTS messages_pending_expiry ON messages(expires_at) WHERE state = 'pending' AND expires_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS messages_wake_candidates ON messages(thread) WHERE state = 'pending' AND kind = 'message' AND wake != 'never';
+CREATE INDEX IF NOT EXISTS messages_pending_no_ttl ON messages(thread, created_at) WHERE state = 'pending' AND expires_at IS NULL;
+";
+
 /// Columns added to `trusted_codex` after its first release: how each binary became trusted.
 fn migrate_trusted_codex(conn: &Connection) -> rusqlite::Result<()> {
     let cols: Vec<String> =
@@ -260,6 +271,7 @@ impl Store {
         effort::migrate(&conn).context("adding the effort columns")?;
         migrate_trusted_codex(&conn).context("adding the trusted_codex columns")?;
         tickets::migrate(&conn).context("creating the tickets tables")?;
+        conn.execute_batch(PENDING_INDEXES).context("creating the pending-message indexes")?;
         Ok(Store { conn })
     }
 

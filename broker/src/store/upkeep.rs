@@ -32,7 +32,8 @@ impl Store {
     pub fn expire_due(&mut self) -> Result<usize> {
         let now = now_ms();
         Ok(self.conn.execute(
-            "UPDATE messages SET state = 'expired', reason = 'ttl_elapsed', updated_at = ?1
+            // INDEXED BY: the planner would take messages_state and visit every pending message.
+            "UPDATE messages INDEXED BY messages_pending_expiry SET state = 'expired', reason = 'ttl_elapsed', updated_at = ?1
              WHERE state = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?1",
             [now],
         )?)
