@@ -153,10 +153,11 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
 
     // Waiting threads: a turn started through the app-server that owns them (wake.rs).
     let waking = Arc::clone(&broker);
-    let (state_dir, codex_home) = (opts.state_dir.clone(), opts.codex_home.clone());
+    let codex_home = opts.codex_home.clone();
     std::thread::Builder::new().name("wake".into()).spawn(move || {
         let waker = crate::wake::Waker::default();
-        waker.run(&state_dir, || {
+        let token = || waking.store.lock().unwrap_or_else(|e| e.into_inner()).pending_token();
+        waker.run(token, || {
             let b = &*waking;
             for (thread, outcome) in waker.pass(&b.store, &b.gate, &hook::TrustView(b), &codex_home) {
                 crate::log_debug!("wake {thread}: {outcome:?}");

@@ -72,6 +72,9 @@ pub fn now_ms() -> i64 {
 
 pub struct Store {
     conn: Connection,
+    /// Commits of this connection that made messages pending (queued, or returned from a lease):
+    /// with `data_version` (other processes' commits), what tells the wake channel to look again.
+    pending_added: u64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -272,7 +275,7 @@ impl Store {
         migrate_trusted_codex(&conn).context("adding the trusted_codex columns")?;
         tickets::migrate(&conn).context("creating the tickets tables")?;
         conn.execute_batch(PENDING_INDEXES).context("creating the pending-message indexes")?;
-        Ok(Store { conn })
+        Ok(Store { conn, pending_added: 0 })
     }
 
     pub fn enqueue(&mut self, thread: &str, body: &str, sender: Option<&str>, key: Option<&str>, ttl_ms: Option<i64>) -> Result<Enqueued> {
@@ -338,6 +341,7 @@ impl Store {
             params![id, thread, Kind::Message, body, sender, key, now, ttl_ms.map(|t| now + t), if wake { "auto" } else { "never" }],
         )?;
         tx.commit()?;
+        self.pending_added += 1;
         Ok(Enqueued::New(id))
     }
 
@@ -485,6 +489,7 @@ impl Store {
             params![token, reason, now_ms()],
         )?;
         crate::failpoint::hit("after_release_commit");
+        self.pending_added += n as u64;
         Ok(n)
     }
 
@@ -519,6 +524,12 @@ impl Store {
     /// Moves a handed message to its final state (`confirmed` or `uncertain`), back to `pending`
     /// (the rollout shows Codex cut all of it out), or just advances its scan offset when `state`
     /// is None.
+    /// A token that changes whenever messages may have become pending: another process committed
+    /// (`data_version`), or this connection queued or released some (the wake channel polls it).
+    pub fn pending_token(&self) -> (Option<i64>, u64) {
+        (self.data_version(), self.pending_added)
+    }
+
     pub fn settle(&mut self, id: &str, state: Option<State>, reason: Option<&str>, scan_offset: u64) -> Result<bool> {
         self.unsynced(|s| s.settle_inner(id, state, reason, scan_offset))
     }
@@ -543,6 +554,9 @@ impl Store {
                 .conn
                 .execute("UPDATE messages SET scan_offset = ?2 WHERE id = ?1 AND state = 'handed'", params![id, scan_offset as i64])?,
         };
+        if state == Some(State::Pending) {
+            self.pending_added += n as u64;
+        }
         Ok(n > 0)
     }
 
