@@ -196,6 +196,8 @@ pub struct Gate {
     digests: DigestCache,
     tracker: RolloutTracker,
     fd_hints: holder::FdHints,
+    codex_markers: caller::CodexMarkers,
+    proc_files: crate::os::ProcFiles,
     #[cfg(test)]
     test_hook: std::sync::Mutex<Option<TestHook>>,
 }
@@ -215,6 +217,8 @@ impl Gate {
             digests: DigestCache::default(),
             tracker: RolloutTracker::new(),
             fd_hints: holder::FdHints::default(),
+            codex_markers: caller::CodexMarkers::default(),
+            proc_files: crate::os::ProcFiles::default(),
             #[cfg(test)]
             test_hook: std::sync::Mutex::new(None),
         }
@@ -264,7 +268,7 @@ impl Gate {
         ctx.event = Some(payload.hook_event_name.clone());
         let event = client::event(&payload)?;
         let ancestry = self.trusted_ancestry(peer, req, trust)?; // 3
-        caller::check(peer, &ancestry)?; // 4
+        caller::check(peer, &ancestry, &self.codex_markers)?; // 4
         let (path_str, thread_id) = binding::transcript(event, &payload)?; // 5
         ctx.thread = Some(thread_id.clone());
         let path = binding::check_path(&self.config.codex_home, path_str)?;
@@ -272,7 +276,7 @@ impl Gate {
         let codex = &ancestry.codex;
         let binding = self.bind_thread(codex, &payload, path_str, &thread_id, &snap, (file.dev, file.ino))?; // 5
         let turn_id = turn::check(event, &payload, &snap)?; // 7
-        ancestry::recheck(peer, &ancestry)?;
+        ancestry::recheck(peer, &ancestry, &self.proc_files)?;
         Ok(Verified {
             event,
             thread_id,
