@@ -209,7 +209,7 @@ impl ProcFiles {
             return;
         };
         // Opened for that very process (its start time through the file just opened).
-        if !pread_record(&stat, 1024).ok().and_then(|b| parse_stat(&b)).is_some_and(|st| st.starttime == key.starttime) {
+        if pread_record(&stat, 1024).ok().and_then(|b| parse_stat(&b)).is_none_or(|st| st.starttime != key.starttime) {
             return;
         }
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
