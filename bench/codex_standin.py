@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 
+held_fds = []  # extra open files (op "fds")
 threads = {}   # thread id -> {"fd": rollout fd (O_APPEND), "lock": lock fd, "turn": open turn}
 log_fd = os.open(os.environ.get("COURIER_BENCH_CHILD_LOG", "/dev/null"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
@@ -179,6 +180,8 @@ for line in sys.stdin:
             # One timed spawn per entry of `seq` ({"argv": [...], "thread": id or null}).
             res = []
             for s in c["seq"]:
+                if s.get("gap_ms"):
+                    time.sleep(s["gap_ms"] / 1000)  # hooks come seconds apart in a real session
                 data, call = payload_for(c["template"], s["thread"]) if s.get("thread") else (b"{}", None)
                 ns, code, out, rss = spawn_timed(s["argv"], data)
                 if call:
@@ -200,6 +203,10 @@ for line in sys.stdin:
             reply({"ok": True, "kib": int(r.stderr.decode().strip().splitlines()[-1]), "code": r.returncode})
         elif op == "load":
             reply({"ok": True, **load(c)})
+        elif op == "fds":
+            # Hold `n` more open files, as a long session's codex does (sockets, pipes, rollouts).
+            held_fds.extend(os.open("/dev/null", os.O_RDONLY) for _ in range(c["n"]))
+            reply({"ok": True, "open": len(os.listdir("/proc/self/fd"))})
         elif op == "pid":
             reply({"ok": True, "pid": os.getpid()})
         else:

@@ -179,6 +179,18 @@ class World:
                     out[k] = int(v.split()[0])
         return out
 
+    def broker_cpu_ns(self):
+        """CPU time of every broker thread so far (schedstat: ns, not the 10 ms ticks of /proc/stat)."""
+        total = 0
+        task_dir = f"/proc/{self.broker.pid}/task"
+        for tid in os.listdir(task_dir):
+            try:
+                with open(f"{task_dir}/{tid}/schedstat") as f:
+                    total += int(f.read().split()[0])
+            except OSError:
+                pass  # a thread that just ended
+        return total
+
     def broker_rchar(self):
         with open(f"/proc/{self.broker.pid}/io") as f:
             return dict(line.split(": ") for line in f.read().split("\n") if line)
@@ -256,11 +268,15 @@ def main():
     ap.add_argument("--root", default=f"/tmp/courier-bench-{os.getpid()}")
     ap.add_argument("-n", type=int, default=300, help="iterations per round (cases 1, 3, 4, 5)")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--cases", default="1,2,3,4,5,6,7")
+    ap.add_argument("--cases", default="1,2,3,4,5,6,7,8,9,10")
     ap.add_argument("--big-gb", type=float, default=1.0, help="size of the big rollout (case 4)")
     ap.add_argument("--load-seconds", type=float, default=10)
     ap.add_argument("--load-workers", type=int, default=32)
     ap.add_argument("--queued", type=int, default=100_000, help="messages queued for case 7")
+    ap.add_argument("--gaps", default="0,100,1000", help="case 8: gaps in ms before each call")
+    ap.add_argument("--gap-seconds", type=float, default=60, help="case 8: at most this long per gap and round")
+    ap.add_argument("--tail-calls", type=int, default=1000, help="case 9: delivering calls with the big queue")
+    ap.add_argument("--fds", type=int, default=2000, help="case 10: files the codex process holds")
     ap.add_argument("--json", help="write all results here")
     ap.add_argument("--keep", action="store_true", help="keep the root dir")
     a = ap.parse_args()
@@ -300,8 +316,8 @@ def run_cases(w, a, cases, results, standins):
         sa.run([{"argv": hc, "thread": t_a}, {"argv": [TRUE]}])
     check_verified(w, {"refusals": 0}, 0, "warm-up")
 
-    def one(s, argv, thread=None, deliver=False):
-        return lambda: s.run([{"argv": argv, "thread": thread}], deliver)[0]
+    def one(s, argv, thread=None, deliver=False, gap_ms=0):
+        return lambda: s.run([{"argv": argv, "thread": thread, "gap_ms": gap_ms}], deliver)[0]
 
     if 1 in cases:
         print(f"\ncase 1: nothing to deliver, full gate, 1 thread (n={a.n} x {a.rounds} rounds)")
@@ -505,6 +521,89 @@ def run_cases(w, a, cases, results, standins):
                                  "broker_hwm_kib": m1["VmHWM"], "ratio_empty_queue": before_q,
                                  "ratio_with_queue": after_q, **c1}
 
+    if 8 in cases:
+        gaps = [int(g) for g in a.gaps.split(",")]
+        print(f"\ncase 8: idle verified call with a gap before each call ({', '.join(f'{g} ms' for g in gaps)}; {a.rounds} rounds)")
+        per_gap = {}
+        for g in gaps:
+            n = a.n if g == 0 else max(20, min(a.n, int(a.gap_seconds * 1000 / (2 * g))))
+            rounds = []
+            for r in range(a.rounds):
+                before, cpu0, load0 = w.status(), w.broker_cpu_ns(), load_avg()
+                got = interleave([("hc", one(sa, hc, t_a, gap_ms=g)), ("true", one(sa, [TRUE], gap_ms=g))], n)
+                cpu = (w.broker_cpu_ns() - cpu0) / n
+                check_verified(w, before, n, "case 8")
+                assert all(x["code"] == 0 and x["out_len"] == 0 for x in got["hc"]), "hook-client failed or delivered"
+                h, t = [x["ns"] for x in got["hc"]], [x["ns"] for x in got["true"]]
+                rd = {"hc_med": med(h), "hc_p99": pct(h, 99), "true_med": med(t), "broker_cpu_ns": cpu, "n": n, "load": load0}
+                rounds.append(rd)
+                print(f"  gap {g} ms round {r + 1} (n={n}, load {load0:.2f}): hook-client median {us(rd['hc_med'])}"
+                      f" p99 {us(rd['hc_p99'])}; /bin/true median {us(rd['true_med'])}; ratio {rd['hc_med'] / rd['true_med']:.2f},"
+                      f" p99/true-median {rd['hc_p99'] / rd['true_med']:.2f}; broker CPU {us(cpu)}/call")
+            m = rounds_table(f"gap {g} ms median ratio", rounds, "hc_med", "true_med", "(target <= 1.3)")
+            p = rounds_table(f"gap {g} ms p99 / true median", rounds, "hc_p99", "true_med", "(report)")
+            per_gap[str(g)] = {"rounds": rounds, "median_ratios": m, "p99_ratios": p,
+                               "broker_cpu_ns": med([r["broker_cpu_ns"] for r in rounds])}
+        results["cases"]["8"] = per_gap
+
+    if 9 in cases:
+        print(f"\ncase 9: tail, {a.queued} queued for other threads, one message delivered on every call ({a.tail_calls} calls)")
+        t_tail = w.new_thread(1 << 20)
+        st = Standin(w, [t_tail])
+        standins.append(st)
+        st.run([{"argv": hc, "thread": t_tail}])  # first sight
+        t0 = time.monotonic()
+        queue_directly(w, a.queued)
+        print(f"  inserted {a.queued} pending messages in {time.monotonic() - t0:.1f}s")
+        before, load0 = w.status(), load_avg()
+        h, t, ids = [], [], []
+        for i in range(a.tail_calls):
+            w.send(t_tail, f"tail message {i}: please also run the linter")  # untimed
+            steps = [("hc", one(st, hc, t_tail, True)), ("true", one(st, [TRUE]))]
+            for label, fn in (steps if i % 2 == 0 else steps[::-1]):
+                x = fn()
+                if label == "hc":
+                    if x["code"] != 0 or len(x["ids"]) != 1:
+                        raise SystemExit(f"case 9: call {i} delivered {x['ids']} (exit {x['code']})")
+                    ids += x["ids"]
+                    h.append(x["ns"])
+                else:
+                    t.append(x["ns"])
+        check_verified(w, before, a.tail_calls, "case 9")
+        assert len(set(ids)) == len(ids) == a.tail_calls
+        tm = med(t)
+        rd = {"hc_med": med(h), "hc_p99": pct(h, 99), "hc_max": max(h), "true_med": tm, "load": load0,
+              "over_100ms": sum(1 for x in h if x > 100e6)}
+        print(f"  delivering hook-client median {us(rd['hc_med'])} p99 {us(rd['hc_p99'])} max {us(rd['hc_max'])};"
+              f" /bin/true median {us(tm)}; p99/true-median {rd['hc_p99'] / tm:.2f}; calls over 100 ms: {rd['over_100ms']}"
+              f" (load {load0:.2f})")
+        results["cases"]["9"] = rd
+        st.close()
+        standins.remove(st)
+
+    if 10 in cases:
+        print(f"\ncase 10: first call of a new thread in a codex process holding {a.fds} open files")
+        sf = Standin(w, [])
+        standins.append(sf)
+        open_fds = sf.cmd({"op": "fds", "n": a.fds})["open"]
+        firsts, laters = [], []
+        for _ in range(5):
+            tn = w.new_thread(64 << 10)
+            sf.cmd({"op": "hold", **w.threads[tn]})
+            before = w.status()
+            cpu0 = w.broker_cpu_ns()
+            sf.run([{"argv": hc, "thread": tn}])
+            cpu1 = w.broker_cpu_ns()
+            sf.run([{"argv": hc, "thread": tn}])
+            cpu2 = w.broker_cpu_ns()
+            check_verified(w, before, 2, "case 10")
+            firsts.append(cpu1 - cpu0)
+            laters.append(cpu2 - cpu1)
+        rd = {"open_fds": open_fds, "first_cpu_ns": med(firsts), "first_cpu_max_ns": max(firsts), "second_cpu_ns": med(laters)}
+        print(f"  codex holds {open_fds} fds; broker CPU on a thread's first call: median {us(rd['first_cpu_ns'])}"
+              f" (max {us(rd['first_cpu_max_ns'])}), on its second call {us(rd['second_cpu_ns'])}")
+        results["cases"]["10"] = rd
+
 
 def fsync_ns(d):
     fd = os.open(os.path.join(d, "fsync-probe"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -553,6 +652,19 @@ def verdicts(results):
         x = c["7"]
         row("7 hook-client peak RSS", f"{x.get('hc_maxrss_kib')} KiB (true {x.get('true_maxrss_kib')} KiB)", "(report)", True)
         row("7 broker RSS, 100k queued", f"{x['broker_rss_after_kib']} KiB (before {x['broker_rss_before_kib']})", "(report)", True)
+    if "8" in c:
+        for g, x in c["8"].items():
+            m, p = x["median_ratios"], x["p99_ratios"]
+            row(f"8 gap {g} ms: median / true", f"{med(m):.2f} ({min(m):.2f}-{max(m):.2f}), broker {us(x['broker_cpu_ns'])}/call",
+                "<= 1.3", med(m) <= 1.3)
+            row(f"8 gap {g} ms: p99 / true median", f"{med(p):.2f} ({min(p):.2f}-{max(p):.2f})", "(report)", True)
+    if "9" in c:
+        x = c["9"]
+        row("9 tail: delivering p99 / true median", f"{x['hc_p99'] / x['true_med']:.2f}", "<= 3", x["hc_p99"] / x["true_med"] <= 3)
+        row("9 tail: delivering max", us(x["hc_max"]), "< 100 ms", x["hc_max"] < 100e6)
+    if "10" in c:
+        x = c["10"]
+        row(f"10 first call, {x['open_fds']} fds: broker CPU", us(x["first_cpu_ns"]), "<= 2 ms", x["first_cpu_ns"] <= 2e6)
     print("\nsummary")
     for r in rows:
         print(f"  {r[0]:<36} {r[1]:<44} {r[2]:<12} {r[3]}")

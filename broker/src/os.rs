@@ -8,12 +8,14 @@
 //! mid-check) into refusals. Nothing here panics on malformed input.
 
 use nix::libc;
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 /// Reads a small `/proc` file into `buf` (cleared first). `/proc` files report size 0, so read
 /// until EOF; `limit` bounds memory for files a hostile process can make large (`environ`).
@@ -146,6 +148,100 @@ impl ProcStatus {
     pub fn more_confined_than(&self, codex: &ProcStatus) -> bool {
         (self.no_new_privs && !codex.no_new_privs) || (self.seccomp != 0 && codex.seccomp == 0)
     }
+}
+
+/// `/proc/<pid>/stat` and `status` of long-lived processes (codex), kept open: a read through an
+/// open `/proc/<pid>` file is of the process it was opened for, or fails (`ESRCH`) once that
+/// process has been reaped, even if another process has the pid by then. So a kept file stands
+/// in for opening by pid, at one `pread` instead of an open, a read and a close.
+#[derive(Default)]
+pub struct ProcFiles {
+    map: Mutex<HashMap<i32, Arc<KeptProc>>>,
+}
+
+struct KeptProc {
+    key: ProcessKey,
+    stat: File,
+    status: File,
+}
+
+/// Processes kept at most (the map is cleared when full).
+const MAX_KEPT: usize = 64;
+
+impl ProcFiles {
+    fn kept(&self, pid: i32) -> Option<Arc<KeptProc>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).get(&pid).cloned()
+    }
+
+    fn drop_kept(&self, pid: i32) {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).remove(&pid);
+    }
+
+    /// [`read_stat`], through the kept file when `pid` has one.
+    pub fn stat(&self, pid: i32) -> io::Result<ProcStat> {
+        if let Some(k) = self.kept(pid) {
+            match pread_record(&k.stat, 1024).map(|b| parse_stat(&b)) {
+                Ok(Some(st)) if st.starttime == k.key.starttime => return Ok(st),
+                _ => self.drop_kept(pid), // exited: the pid is read afresh below
+            }
+        }
+        read_stat(pid)
+    }
+
+    /// [`read_status`], through the kept file when `pid` has one.
+    pub fn status(&self, pid: i32) -> io::Result<ProcStatus> {
+        if let Some(k) = self.kept(pid) {
+            match pread_record(&k.status, 4096).map(|b| parse_status(&b)) {
+                Ok(Some(st)) => return Ok(st),
+                _ => self.drop_kept(pid),
+            }
+        }
+        read_status(pid)
+    }
+
+    /// Keeps the files of `key` open from now on (no-op when kept already).
+    pub fn keep(&self, key: ProcessKey) {
+        if self.kept(key.pid).is_some_and(|k| k.key == key) {
+            return;
+        }
+        let (Ok(stat), Ok(status)) = (File::open(format!("/proc/{}/stat", key.pid)), File::open(format!("/proc/{}/status", key.pid)))
+        else {
+            return;
+        };
+        // Opened for that very process (its start time through the file just opened).
+        if pread_record(&stat, 1024).ok().and_then(|b| parse_stat(&b)).is_none_or(|st| st.starttime != key.starttime) {
+            return;
+        }
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= MAX_KEPT {
+            map.clear();
+        }
+        map.insert(key.pid, Arc::new(KeptProc { key, stat, status }));
+    }
+}
+
+/// The whole of a small `/proc` file through an open fd, from offset 0 (proc files render anew
+/// on every read at 0). A read that does not fill the buffer has the whole file, as in
+/// [`read_record`], so this is one `pread` for `stat` and `status`.
+fn pread_record(file: &File, cap: usize) -> io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; cap];
+    let mut n = 0;
+    loop {
+        match file.read_at(&mut buf[n..], n as u64) {
+            Ok(k) => {
+                n += k;
+                if k == 0 || n < buf.len() || buf.len() >= 64 * 1024 {
+                    break;
+                }
+                buf.resize(buf.len() * 2, 0);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(n);
+    Ok(buf)
 }
 
 pub fn read_status(pid: i32) -> io::Result<ProcStatus> {
@@ -378,5 +474,27 @@ mod tests {
         let meta = std::fs::symlink_metadata("/proc/self/status").unwrap();
         use std::os::unix::fs::MetadataExt;
         assert_eq!(id.dev, meta.dev());
+    }
+
+    /// A kept `/proc` file reads its own process while it lives, and never stale data after it
+    /// has been reaped: the read fails and the pid is read afresh (here: no such process).
+    #[test]
+    fn kept_proc_files_follow_their_process_only() {
+        let files = ProcFiles::default();
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id() as i32;
+        let key = ProcessKey::of(pid).unwrap();
+        files.keep(key);
+        assert!(files.kept(pid).is_some());
+        let st = files.stat(pid).unwrap();
+        assert_eq!((st.starttime, st.comm.as_str()), (key.starttime, "sleep"));
+        assert!(files.status(pid).unwrap().all_uids_are(courier_shared::paths::uid()));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(files.stat(pid).is_err(), "a reaped process has no stat, kept file or not");
+        assert!(files.kept(pid).is_none(), "the dead entry is dropped");
+        // A key whose start time is not the process's is never kept.
+        files.keep(ProcessKey { pid: std::process::id() as i32, starttime: 1 });
+        assert!(files.kept(std::process::id() as i32).is_none());
     }
 }

@@ -23,9 +23,9 @@
 //! `wake_refused` (the app-server answered with an error; retried later). Busy threads are left
 //! to their hooks.
 //!
-//! The pass runs in its own thread, woken at once when the queue database changes (`notify` on
-//! the state directory: `broker send` writes it directly, with or without a broker), and at least
-//! every [`RECHECK`] (a thread that went idle after its last hook).
+//! The pass runs in its own thread, within [`POLL`] of a message becoming pending (queued through
+//! the broker, or written to the database by another process: `broker send` without a broker),
+//! and at least every [`RECHECK`] (a thread that went idle after its last hook).
 
 use crate::appserver::{self, endpoint};
 use crate::delivery::{self, MAX_OUTPUT_BYTES};
@@ -40,9 +40,8 @@ use std::time::{Duration, Instant};
 
 /// A pass at least this often.
 pub const RECHECK: Duration = Duration::from_secs(1);
-/// A burst of database writes within this is taken as one change (the broker's own writes wake
-/// the thread too).
-const MIN_GAP: Duration = Duration::from_millis(20);
+/// How often the wake thread looks whether messages became pending (one `PRAGMA data_version`).
+const POLL: Duration = Duration::from_millis(100);
 /// How long a wake's lease lasts: longer than the whole exchange, so the lease cannot lapse (and
 /// the messages be offered to a hook) while `turn/start` may still reach Codex.
 pub const WAKE_LEASE_MS: i64 = 30_000;
@@ -102,36 +101,17 @@ impl Waker {
         out
     }
 
-    /// The wake thread: a pass whenever the queue database changes, and every [`RECHECK`].
-    pub fn run(&self, state_dir: &Path, pass: impl Fn()) {
-        use notify::{RecursiveMode, Watcher};
-        let (tx, rx) = std::sync::mpsc::channel();
-        let db = crate::store::DB_NAME;
-        let watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
-            if ev.is_ok_and(|ev| ev.paths.iter().any(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(db)))) {
-                let _ = tx.send(());
-            }
-        });
-        let _watcher = match watcher {
-            Ok(mut w) => match w.watch(state_dir, RecursiveMode::NonRecursive) {
-                Ok(()) => Some(w),
-                Err(e) => {
-                    crate::log_warn!("wake: cannot watch {} ({e}); passes every {}s", state_dir.display(), RECHECK.as_secs());
-                    None
-                }
-            },
-            Err(e) => {
-                crate::log_warn!("wake: no file watcher ({e}); passes every {}s", RECHECK.as_secs());
-                None
-            }
-        };
+    /// The wake thread: a pass whenever messages may have become pending ([`Store::pending_token`],
+    /// looked at every [`POLL`]), and every [`RECHECK`] (a thread that went idle after its last
+    /// hook). No file watcher: every commit of every hook call would wake one (and cost its
+    /// writer an inotify event), when only a new or returned message can start a turn.
+    pub fn run(&self, token: impl Fn() -> (Option<i64>, u64), pass: impl Fn()) {
         loop {
+            let seen = token();
+            let at = Instant::now();
             pass();
-            // Wait for a change (or the recheck), let a burst of writes settle, and take them all
-            // as one: draining before the pass, never after, so no commit's event is lost.
-            if rx.recv_timeout(RECHECK).is_ok() {
-                std::thread::sleep(MIN_GAP);
-                while rx.try_recv().is_ok() {}
+            while token() == seen && at.elapsed() < RECHECK {
+                std::thread::sleep(POLL);
             }
         }
     }

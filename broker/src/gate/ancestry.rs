@@ -65,11 +65,11 @@ impl Gate {
                 break;
             }
             let gone = |e: std::io::Error| Refusal::new(RefusalCode::AncestryChanged, format!("ancestor {ppid}: {e}"));
-            let st = os::read_stat(ppid).map_err(gone)?;
+            let st = self.proc_files.stat(ppid).map_err(gone)?;
             if st.starttime > child_start {
                 return Err(Refusal::new(RefusalCode::AncestryChanged, format!("ancestor {ppid} started after its child: pid reused")));
             }
-            let status = os::read_status(ppid).map_err(gone)?;
+            let status = self.proc_files.status(ppid).map_err(gone)?;
             if !status.all_uids_are(self.uid) {
                 return Err(Refusal::new(
                     RefusalCode::ForeignAncestor,
@@ -101,17 +101,19 @@ impl Gate {
                 }
                 Ok(digest::Lookup::Unhashable) | Err(_) => None,
             };
-            let exe_name = exe_name();
             // The pid must still name the process whose stat we read.
-            match os::read_stat(ppid) {
+            match self.proc_files.stat(ppid) {
                 Ok(again) if again.starttime == st.starttime => {}
                 Ok(_) => return Err(Refusal::new(RefusalCode::AncestryChanged, format!("ancestor {ppid} replaced while checked"))),
                 Err(e) => return Err(gone(e)),
             }
             let member = Member { pid: ppid, ppid: st.ppid, starttime: st.starttime, status };
             if digest.as_deref().is_some_and(|d| trust.is_trusted(d)) {
+                // Codex lives as long as its session: read its /proc files through open fds from now on.
+                self.proc_files.keep(os::ProcessKey { pid: member.pid, starttime: member.starttime });
                 return Ok((chain, member));
             }
+            let exe_name = exe_name(); // only for what a refusal says
             if codexish_seen.is_none() && (codexish(&st.comm) || codexish(&exe_name)) {
                 codexish_seen = Some(format!(
                     "{ppid} ({}, sha256 {})",
@@ -138,7 +140,7 @@ impl Gate {
 
 /// The final check: the peer is alive and not re-parented, and every pid of the chain (codex
 /// included) still names the process with the start time and parent that were checked.
-pub(super) fn recheck(peer: &Peer, a: &Ancestry) -> Result<(), Refusal> {
+pub(super) fn recheck(peer: &Peer, a: &Ancestry, proc_files: &os::ProcFiles) -> Result<(), Refusal> {
     peer.still_alive("at end")?;
     match os::read_stat(peer.pid) {
         Ok(s) if s.ppid == a.peer_stat.ppid && s.starttime == a.peer_stat.starttime => {}
@@ -146,7 +148,7 @@ pub(super) fn recheck(peer: &Peer, a: &Ancestry) -> Result<(), Refusal> {
         Err(e) => return Err(Refusal::new(RefusalCode::PeerGone, format!("peer stat: {e}"))),
     }
     for m in a.chain.iter().chain(std::iter::once(&a.codex)) {
-        match os::read_stat(m.pid) {
+        match proc_files.stat(m.pid) {
             Ok(s) if s.starttime == m.starttime && s.ppid == m.ppid => {}
             Ok(_) => return Err(Refusal::new(RefusalCode::AncestryChanged, format!("pid {} now names another process or parent", m.pid))),
             Err(e) => return Err(Refusal::new(RefusalCode::AncestryChanged, format!("process {} gone: {e}", m.pid))),

@@ -5,7 +5,8 @@
 //! payload's `agent_id` and `session_id` agree.
 
 use super::ancestry::Member;
-use super::{holder, Gate, Refusal, RefusalCode};
+use super::holder::{self, ScanFor};
+use super::{Gate, Refusal, RefusalCode};
 use crate::os;
 use crate::rollout::{SessionMeta, Snapshot};
 use courier_shared::hook::{HookEvent, HookPayload};
@@ -43,21 +44,24 @@ pub(super) fn check_path<'a>(codex_home: &Path, path_str: &'a str) -> Result<&'a
     Ok(path)
 }
 
-/// What the binding found about the codex process's threads.
+/// What the binding found: the rollout's `session_meta`.
 pub(super) struct Binding {
     pub(super) meta: SessionMeta,
-    /// Thread-writer locks codex holds (SessionStart only; 0 for the other events).
-    pub(super) thread_locks: usize,
 }
 
 impl Gate {
+    /// `$CODEX_HOME/thread-writer-locks`, canonical (fd targets are): read only when scanning.
+    pub(super) fn lock_dir_canon(&self) -> PathBuf {
+        let dir = self.config.codex_home.join("thread-writer-locks");
+        std::fs::canonicalize(&dir).unwrap_or(dir)
+    }
+
     /// The rollout read in step 6 names the thread, and codex holds it and the thread's lock.
     /// `rollout_file`: (device, inode) of the opened rollout.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn bind_thread(
         &self,
         codex: &Member,
-        event: HookEvent,
         payload: &HookPayload,
         path_str: &str,
         thread_id: &str,
@@ -79,22 +83,19 @@ impl Gate {
         // The file at the lock path now, if any. None is not yet a refusal: the real holder keeps
         // its claim when someone removed or replaced the path under it (holder.rs, "Which lock file").
         let lock_file = os::statx_path_nofollow(&lock_path).ok().filter(|id| os::is_regular(id.mode)).map(|id| (id.dev, id.ino));
-        // Only SessionStart's delivery depends on how many threads codex runs; other events re-check
-        // the fds that held the rollout and the lock last time, and scan only when those moved.
-        let counted = event.needs_sole_thread();
-        let thread_locks = if !counted
-            && lock_file.is_some_and(|lock| holder::hinted_holds(&self.fd_hints, codex.pid, codex.starttime, rollout_file, lock))
-        {
-            0
-        } else {
-            let lock_dir_canon = std::fs::canonicalize(&lock_dir).unwrap_or_else(|_| lock_dir.clone());
-            let scan = holder::scan(codex.pid, rollout_file, lock_file, thread_id, &lock_dir_canon).map_err(|e| {
-                if os::is_gone(&e) {
-                    Refusal::new(RefusalCode::AncestryChanged, format!("codex {} fds: {e}", codex.pid))
-                } else {
-                    Refusal::new(RefusalCode::NotRolloutHolder, format!("codex {} fds: {e}", codex.pid))
-                }
-            })?;
+        // The fds that held the rollout and the lock last time are re-checked first; a scan (newest
+        // fd first, stopping at the proof) only when those moved. How many threads codex runs is
+        // counted later, and only when a SessionStart has something to deliver (`Verified::sole_thread`).
+        let hinted = lock_file.is_some_and(|lock| holder::hinted_holds(&self.fd_hints, codex.pid, codex.starttime, rollout_file, lock));
+        if !hinted {
+            let scan =
+                holder::scan(codex.pid, rollout_file, lock_file, thread_id, &self.lock_dir_canon(), ScanFor::Proof).map_err(|e| {
+                    if os::is_gone(&e) {
+                        Refusal::new(RefusalCode::AncestryChanged, format!("codex {} fds: {e}", codex.pid))
+                    } else {
+                        Refusal::new(RefusalCode::NotRolloutHolder, format!("codex {} fds: {e}", codex.pid))
+                    }
+                })?;
             if !scan.holds_rollout_append {
                 let how = if scan.rollout_inherited {
                     "open for append only through an fd inherited across exec (no O_CLOEXEC): codex did not open it"
@@ -121,12 +122,7 @@ impl Gate {
             if let Some(lock) = lock_file {
                 self.fd_hints.learn(codex.pid, codex.starttime, rollout_file, lock, &scan);
             }
-            if counted {
-                scan.thread_locks
-            } else {
-                0
-            }
-        };
+        }
         if let Some(agent) = payload.agent_id.as_deref() {
             if agent != thread_id {
                 return Err(Refusal::new(RefusalCode::AgentMismatch, format!("agent_id {agent} is not thread {thread_id}")));
@@ -141,6 +137,6 @@ impl Gate {
                 ))
             }
         }
-        Ok(Binding { meta, thread_locks })
+        Ok(Binding { meta })
     }
 }

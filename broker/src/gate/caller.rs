@@ -5,25 +5,62 @@
 
 use super::ancestry::Ancestry;
 use super::{Peer, Refusal, RefusalCode};
-use crate::os;
+use crate::os::{self, ProcessKey};
 use courier_shared::paths::environ_get;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 /// Environment variables Codex sets only for commands the model runs.
 pub const TOOL_COMMAND_MARKERS: [&str; 4] = ["CODEX_TOOL_CALL_ID", "CODEX_THREAD_ID", "CODEX_SESSION_ID", "CODEX_CI"];
 
-pub(super) fn check(peer: &Peer, a: &Ancestry) -> Result<(), Refusal> {
+/// What codex's own environment sets each marker to.
+type Markers = [Option<Vec<u8>>; TOOL_COMMAND_MARKERS.len()];
+
+/// Codex's marker values by process: a codex process's environment is the one it was started
+/// with, so it is read on the first hook of that process, not on every hook (the entry is keyed
+/// by pid and start time, which no other process ever has).
+#[derive(Default)]
+pub(super) struct CodexMarkers {
+    map: Mutex<HashMap<ProcessKey, Arc<Markers>>>,
+}
+
+/// Codex processes remembered at most (the map is cleared when full: a re-read costs one hook).
+const MAX_CODEX_PROCESSES: usize = 256;
+
+impl CodexMarkers {
+    fn of(&self, codex: ProcessKey) -> std::io::Result<Arc<Markers>> {
+        if let Some(m) = self.map.lock().unwrap_or_else(|e| e.into_inner()).get(&codex) {
+            return Ok(Arc::clone(m));
+        }
+        let mut env = Vec::with_capacity(8192);
+        os::read_environ(codex.pid, &mut env)?;
+        let markers: Arc<Markers> = Arc::new(TOOL_COMMAND_MARKERS.map(|k| environ_get(&env, k).map(<[u8]>::to_vec)));
+        // Still that process (its start time): the environment read was of it.
+        if os::ProcessKey::of(codex.pid)? != codex {
+            return Err(std::io::Error::other("replaced while read"));
+        }
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= MAX_CODEX_PROCESSES {
+            map.clear();
+        }
+        map.insert(codex, Arc::clone(&markers));
+        Ok(markers)
+    }
+}
+
+pub(super) fn check(peer: &Peer, a: &Ancestry, known: &CodexMarkers) -> Result<(), Refusal> {
     let codex = &a.codex;
-    let mut codex_env = Vec::with_capacity(8192);
-    os::read_environ(codex.pid, &mut codex_env)
+    let codex_markers = known
+        .of(ProcessKey { pid: codex.pid, starttime: codex.starttime })
         .map_err(|e| Refusal::new(RefusalCode::AncestryChanged, format!("codex {} environ: {e}", codex.pid)))?;
     let mut env = Vec::with_capacity(8192);
     os::read_environ(peer.pid, &mut env).map_err(|e| Refusal::new(RefusalCode::PeerGone, format!("peer environ: {e}")))?;
     peer.still_alive("after environ")?;
-    check_markers(&env, &codex_env, "peer", peer.pid)?;
+    check_markers(&env, &codex_markers, "peer", peer.pid)?;
     for m in &a.chain {
         os::read_environ(m.pid, &mut env)
             .map_err(|e| Refusal::new(RefusalCode::AncestryChanged, format!("process {} environ: {e}", m.pid)))?;
-        check_markers(&env, &codex_env, "intermediate process", m.pid)?;
+        check_markers(&env, &codex_markers, "intermediate process", m.pid)?;
     }
     let peer_status = &a.peer_status;
     if peer_status.more_confined_than(&codex.status) {
@@ -41,10 +78,10 @@ pub(super) fn check(peer: &Peer, a: &Ancestry) -> Result<(), Refusal> {
     Ok(())
 }
 
-fn check_markers(env: &[u8], codex_env: &[u8], who: &str, pid: i32) -> Result<(), Refusal> {
-    for key in TOOL_COMMAND_MARKERS {
+fn check_markers(env: &[u8], codex: &Markers, who: &str, pid: i32) -> Result<(), Refusal> {
+    for (key, codex_value) in TOOL_COMMAND_MARKERS.iter().zip(codex) {
         if let Some(v) = environ_get(env, key) {
-            if environ_get(codex_env, key) != Some(v) {
+            if codex_value.as_deref() != Some(v) {
                 return Err(Refusal::new(
                     RefusalCode::ToolCommandEnv,
                     format!("{who} {pid} has {key}, which codex's own environment lacks or sets differently"),

@@ -170,7 +170,15 @@ impl DigestCache {
     /// expected lane if `expected(its path)` (then the call waits for it until `until`), else on
     /// the background lane (the call does not wait).
     pub fn lookup(&self, pid: i32, known: &Known<'_>, expected: &dyn Fn(&Path) -> bool, until: Instant) -> io::Result<Lookup> {
-        let file = File::open(format!("/proc/{pid}/exe"))?;
+        let exe = format!("/proc/{pid}/exe");
+        // An answer already cached needs no open: the identity through the link is enough (a
+        // file changed since has another size, mtime or ctime, so another key).
+        if let Ok(key) = ExeKey::of_path(Path::new(&exe)) {
+            if let Some(answer) = self.answered(key) {
+                return Ok(answer);
+            }
+        }
+        let file = File::open(&exe)?;
         self.lookup_file(file, &|| std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default(), known, expected, until)
     }
 
@@ -228,6 +236,15 @@ impl DigestCache {
                 Err(io::Error::other("executable changed or unreadable while hashing"))
             }
         }
+    }
+
+    /// The finished answer for `key`, if there is one.
+    fn answered(&self, key: ExeKey) -> Option<Lookup> {
+        let map = self.inner.entries.lock().unwrap_or_else(|p| p.into_inner());
+        Some(match map.get(&key)?.done.get()? {
+            Some(d) => Lookup::Digest(d.clone()),
+            None => Lookup::Unhashable,
+        })
     }
 
     fn slot(&self, key: ExeKey) -> (Arc<Slot>, bool) {

@@ -1,11 +1,12 @@
 //! Step 5's process-side evidence: does the codex process hold the rollout open for append, and
 //! the thread's writer lock? One scan of `/proc/<codex>/fd` answers both (locks from the fds' own
-//! fdinfo), and also counts how many thread-writer locks that process holds.
+//! fdinfo), and can count how many thread-writer locks that process holds.
 //!
-//! The scan stats every fd (a Codex running 100 threads has 200+), so for every event but
-//! SessionStart (the only one whose delivery depends on the thread count) the fds the scan found
-//! last time ([`FdHints`]) are re-checked first: one stat and one fdinfo read each. A miss falls
-//! back to the scan.
+//! A scan stats fds one by one (a Codex running 100 threads has 200+; a long session 2,000), so:
+//! the fds the last scan found ([`FdHints`]) are re-checked first, one stat and one fdinfo read
+//! each; a miss (a thread's first hook) scans newest fd first and stops at the proof
+//! ([`ScanFor::Proof`]: a thread's files are opened after most of what codex holds); and only a
+//! SessionStart with something to deliver counts every lock ([`thread_locks`]).
 //!
 //! # Only what codex opened itself counts
 //! A same-uid process can open a thread's rollout and a lock file, make the fds inheritable, and
@@ -129,29 +130,52 @@ fn fdinfo_holds_flock_write(fdinfo: &str, pid: i32) -> bool {
     !parse_flock_writes(&lines, pid).is_empty()
 }
 
-/// Scans `/proc/<pid>/fd` once: stats every fd target, reads fdinfo only for the rollout's fds and
-/// for fds on `<writer_lock_dir>/<uuid>.lock` files. `thread_lock` is the file at the thread's
-/// lock path now (`None` when there is none); `thread` the thread's id.
+/// How far a [`scan`] goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScanFor {
+    /// Stop at the first fds that prove the thread is held (rollout for append and the lock at
+    /// its path, both opened by codex): a thread's first hook in a codex holding 2,000 files.
+    Proof,
+    /// Every fd: also count the thread-writer locks the process holds (SessionStart delivery).
+    Count,
+}
+
+/// The fd numbers of `pid`, newest first: a thread's rollout and lock are opened when the thread
+/// starts, after most of what a long-lived codex holds, so they are usually near the top.
+fn fds_newest_first(pid: i32) -> io::Result<Vec<u32>> {
+    let mut fds = Vec::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
+        match entry {
+            Ok(e) => fds.extend(e.file_name().to_str().and_then(|n| n.parse::<u32>().ok())),
+            Err(e) if os::is_gone(&e) => return Err(e),
+            Err(_) => continue,
+        }
+    }
+    fds.sort_unstable_by(|a, b| b.cmp(a));
+    Ok(fds)
+}
+
+/// Scans `/proc/<pid>/fd`, newest fd first: stats each fd target, reads fdinfo only for the
+/// rollout's fds and for fds on `<writer_lock_dir>/<uuid>.lock` files. `thread_lock` is the file
+/// at the thread's lock path now (`None` when there is none); `thread` the thread's id. With
+/// [`ScanFor::Proof`] it stops once both are proven held; any doubt scans on to the end.
 pub fn scan(
     pid: i32,
     rollout: (u64, u64),
     thread_lock: Option<(u64, u64)>,
     thread: &str,
     writer_lock_dir: &Path,
+    scan_for: ScanFor,
 ) -> io::Result<HolderScan> {
     use std::os::unix::fs::MetadataExt;
     let mut out = HolderScan::default();
     let mut thread_lock_ids: HashSet<(u64, u64)> = HashSet::new();
     let mut info = Vec::with_capacity(512);
-    let dir = std::fs::read_dir(format!("/proc/{pid}/fd"))?;
-    for entry in dir {
-        let entry = match entry {
-            Ok(e) => e,
-            Err(e) if os::is_gone(&e) => return Err(e),
-            Err(_) => continue,
-        };
-        let name = entry.file_name();
-        let Some(fd) = name.to_str() else { continue };
+    for fd in fds_newest_first(pid)? {
+        if scan_for == ScanFor::Proof && out.holds_rollout_append && out.thread_lock_fd.is_some() {
+            break;
+        }
+        let fd = &fd.to_string();
         out.fds += 1;
         let link = format!("/proc/{pid}/fd/{fd}");
         let meta = match std::fs::metadata(&link) {
@@ -204,6 +228,16 @@ pub fn scan(
     }
     out.thread_locks = thread_lock_ids.len();
     Ok(out)
+}
+
+/// How many thread-writer locks in `writer_lock_dir` `pid` holds through fds it opened itself,
+/// if `pid` still has start time `starttime` afterwards (a full [`scan`]: only asked when a
+/// SessionStart has something to deliver).
+pub fn thread_locks(pid: i32, starttime: u64, writer_lock_dir: &Path) -> Option<usize> {
+    // No file has device 0 and inode 0: the scan looks for locks only.
+    let scan = scan(pid, (0, 0), None, "", writer_lock_dir, ScanFor::Count).ok()?;
+    let same = os::read_stat(pid).is_ok_and(|s| s.starttime == starttime);
+    same.then_some(scan.thread_locks)
 }
 
 /// Where a codex process's rollout and writer-lock fds were found, by (pid, start time, device,
@@ -381,6 +415,40 @@ mod tests {
         // Still linked under that odd name: not a thread lock; unlinked without the suffix: neither.
         assert_eq!(name(&d.join(format!("{U}.lock (deleted)")), false), None);
         assert_eq!(name(&d.join(format!("{U}.lock")), true), None);
+    }
+
+    /// A thread's first hook in a process holding many files: the proof is found among the newest
+    /// fds and the scan stops there; counting the process's threads still reads every fd.
+    #[test]
+    fn proof_scan_stops_at_the_newest_fds_and_count_reads_all() {
+        use std::os::unix::fs::MetadataExt;
+        const U: &str = "01a22659-8b33-7382-a4b5-24e01f7dc6c5";
+        let dir = std::env::temp_dir().join(format!("courier-holder-{}", std::process::id()));
+        let locks = dir.join("thread-writer-locks");
+        std::fs::create_dir_all(&locks).unwrap();
+        let locks = std::fs::canonicalize(&locks).unwrap();
+        let older: Vec<std::fs::File> = (0..600).map(|_| std::fs::File::open("/dev/null").unwrap()).collect();
+        // As Codex opens a new thread: the rollout for append and the writer lock, both O_CLOEXEC.
+        let rollout = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("rollout.jsonl")).unwrap();
+        let lock_path = locks.join(format!("{U}.lock"));
+        let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).unwrap();
+        let _held =
+            nix::fcntl::Flock::lock(lock.try_clone().unwrap(), nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|(_, e)| e).unwrap();
+        let ids = |f: &std::fs::File| {
+            let m = f.metadata().unwrap();
+            (m.dev(), m.ino())
+        };
+        let pid = std::process::id() as i32;
+        let proof = scan(pid, ids(&rollout), Some(ids(&lock)), U, &locks, ScanFor::Proof).unwrap();
+        assert!(proof.holds_rollout_append && proof.holds_thread_lock, "{proof:?}");
+        assert!(proof.fds < 50, "stopped near the top, not after all {} older fds: {proof:?}", older.len());
+        let all = scan(pid, ids(&rollout), Some(ids(&lock)), U, &locks, ScanFor::Count).unwrap();
+        assert!(all.fds > older.len() && all.thread_locks == 1, "{all:?}");
+        let start = os::read_stat(pid).unwrap().starttime;
+        assert_eq!(thread_locks(pid, start, &locks), Some(1));
+        assert_eq!(thread_locks(pid, start + 1, &locks), None, "another process's start time: no answer");
+        drop(older);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

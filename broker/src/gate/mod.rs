@@ -29,7 +29,8 @@
 //! 6. `rollout_read.rs`: rollout identity (device, inode, birth time, canonical path) equal
 //!    before and after reading.
 //! 7. `turn.rs`: turn affinity: payload `turn_id` = the rollout's open turn (SessionStart: none
-//!    needed; [`Verified::sole_thread`] tells the caller whether it may deliver).
+//!    needed; [`Verified::sole_thread`], asked only when there is something to deliver, tells
+//!    the caller whether it may).
 //!
 //! Finally (`ancestry::recheck`) the start times of every process in the chain are re-read: a
 //! pid that now names a different process refuses the request.
@@ -114,17 +115,19 @@ pub struct Verified {
     pub root_thread_id: Option<String>,
     /// Start time (clock ticks, /proc stat field 22) of the codex process: with `codex_pid`, it names it.
     pub codex_starttime: u64,
-    /// Number of thread-writer locks the codex process holds. Counted for SessionStart only (the
-    /// one event whose delivery depends on it); 0 for the other events.
-    pub thread_locks: usize,
+    /// `$CODEX_HOME/thread-writer-locks`: where [`Verified::sole_thread`] counts.
+    pub writer_lock_dir: PathBuf,
     /// What the open turn's records say Codex is doing: the state [`ticket::bind`] checks.
     pub actions: crate::rollout::Actions,
 }
 
 impl Verified {
-    /// The Codex process holds this thread's writer lock and no other thread's (SessionStart only).
+    /// The Codex process holds this thread's writer lock and no other thread's. Asked only when
+    /// a SessionStart has something to deliver: it scans every fd of the codex process, which a
+    /// hook with nothing to deliver (nearly all of them) should not pay for.
     pub fn sole_thread(&self) -> bool {
-        self.thread_locks == 1
+        let dir = std::fs::canonicalize(&self.writer_lock_dir).unwrap_or_else(|_| self.writer_lock_dir.clone());
+        holder::thread_locks(self.codex_pid, self.codex_starttime, &dir) == Some(1)
     }
 }
 
@@ -193,6 +196,8 @@ pub struct Gate {
     digests: DigestCache,
     tracker: RolloutTracker,
     fd_hints: holder::FdHints,
+    codex_markers: caller::CodexMarkers,
+    proc_files: crate::os::ProcFiles,
     #[cfg(test)]
     test_hook: std::sync::Mutex<Option<TestHook>>,
 }
@@ -212,6 +217,8 @@ impl Gate {
             digests: DigestCache::default(),
             tracker: RolloutTracker::new(),
             fd_hints: holder::FdHints::default(),
+            codex_markers: caller::CodexMarkers::default(),
+            proc_files: crate::os::ProcFiles::default(),
             #[cfg(test)]
             test_hook: std::sync::Mutex::new(None),
         }
@@ -261,15 +268,15 @@ impl Gate {
         ctx.event = Some(payload.hook_event_name.clone());
         let event = client::event(&payload)?;
         let ancestry = self.trusted_ancestry(peer, req, trust)?; // 3
-        caller::check(peer, &ancestry)?; // 4
+        caller::check(peer, &ancestry, &self.codex_markers)?; // 4
         let (path_str, thread_id) = binding::transcript(event, &payload)?; // 5
         ctx.thread = Some(thread_id.clone());
         let path = binding::check_path(&self.config.codex_home, path_str)?;
         let (snap, file) = self.read_rollout(path, path_str)?; // 6
         let codex = &ancestry.codex;
-        let binding = self.bind_thread(codex, event, &payload, path_str, &thread_id, &snap, (file.dev, file.ino))?; // 5
+        let binding = self.bind_thread(codex, &payload, path_str, &thread_id, &snap, (file.dev, file.ino))?; // 5
         let turn_id = turn::check(event, &payload, &snap)?; // 7
-        ancestry::recheck(peer, &ancestry)?;
+        ancestry::recheck(peer, &ancestry, &self.proc_files)?;
         Ok(Verified {
             event,
             thread_id,
@@ -280,7 +287,7 @@ impl Gate {
             open_turn: snap.open_turn,
             root_thread_id: binding.meta.session_id,
             codex_starttime: codex.starttime,
-            thread_locks: binding.thread_locks,
+            writer_lock_dir: self.config.codex_home.join("thread-writer-locks"),
             actions: snap.actions,
             payload,
         })

@@ -101,8 +101,8 @@ impl Gate {
             find_rollout(&self.config.codex_home, thread).ok_or_else(|| NoOwner::NotProven("no rollout under sessions/".into()))?;
         let file = os::open_nofollow(&rollout).map_err(|e| NoOwner::NotProven(format!("open rollout: {e}")))?;
         let id = os::statx_fd(&file).map_err(|e| NoOwner::NotProven(format!("statx rollout: {e}")))?;
-        let scan =
-            holder::scan(pid, (id.dev, id.ino), Some((lock.dev(), lock.ino())), thread, &lock_dir).map_err(|_| NoOwner::NotLoaded)?;
+        let scan = holder::scan(pid, (id.dev, id.ino), Some((lock.dev(), lock.ino())), thread, &lock_dir, holder::ScanFor::Proof)
+            .map_err(|_| NoOwner::NotLoaded)?;
         if !scan.holds_rollout_append || !scan.holds_thread_lock {
             return Err(NoOwner::NotProven(format!(
                 "holder {pid} does not hold the rollout for append and the lock through its own fds ({scan:?})"

@@ -1,5 +1,5 @@
 //! Step 7: turn affinity. The payload's `turn_id` must be the rollout's open turn; SessionStart
-//! has none (whether it may deliver is the caller's decision, from `Verified::thread_locks`).
+//! has none (whether it may deliver is the caller's decision, from `Verified::sole_thread`).
 
 use super::{Refusal, RefusalCode};
 use crate::rollout::Snapshot;

@@ -105,18 +105,21 @@ impl Broker {
         };
         // Effort changes go through the app-server on their own thread; waited for below, bounded.
         let effort = self.effort.on_hook(&verified, request.payload);
-        let offer = {
+        let (offer, settled) = {
             let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
             // Settle earlier hand-offs first, so inspect and the Stop guard see current states.
-            let _ = delivery::reconcile(&mut store, Some(&verified.thread_id));
+            let settled = delivery::reconcile(&mut store, Some(&verified.thread_id)).unwrap_or(0);
             let offer = delivery::offer(&mut store, &verified);
             if let (Some(t), Ok(Offer::Lease { token, .. })) = (&ticket, &offer) {
                 if let Err(e) = crate::tickets::attach(&mut store, t, *token) {
                     crate::log_error!("recording the hand-off of ticket {}: {e:#}", t.key);
                 }
             }
-            offer
+            (offer, settled)
         };
+        if settled > 0 {
+            self.producer.changed(); // a `send --wait confirmed` parked on one of them returns now
+        }
         let leased_at = Instant::now();
         effort.wait(effort::HOOK_WAIT);
         match offer {

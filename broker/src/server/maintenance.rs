@@ -1,9 +1,13 @@
 //! Maintenance: every 500 ms, refusals the poll thread queued are recorded, `--ttl`s expire, lapsed
-//! leases return to pending, hand-offs are reconciled against their rollouts and effort claims swept;
-//! every 10 minutes old final messages are pruned. Also the clean stop on a signal.
+//! leases return to pending, hand-offs are reconciled against their rollouts and effort claims swept,
+//! and the WAL is checkpointed on a connection of its own (never inside a hook call's commit:
+//! `store/checkpoint.rs`); every 10 minutes old final messages are pruned. Also the clean stop
+//! on a signal.
 
 use super::{listener::BOUND, Broker};
 use crate::delivery::{self};
+use crate::store::{Checkpointer, SAFETY_NET_PAGES};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,12 +15,24 @@ const MAINTENANCE_INTERVAL: Duration = Duration::from_millis(500);
 const PRUNE_INTERVAL: Duration = Duration::from_secs(600);
 
 /// Starts the `maintenance` thread; `retention`: how long final messages are kept (`None`: forever).
-pub(super) fn spawn(broker: Arc<Broker>, retention: Option<Duration>) -> std::io::Result<()> {
+pub(super) fn spawn(broker: Arc<Broker>, state_dir: &Path, retention: Option<Duration>) -> std::io::Result<()> {
+    let checkpointer = match Checkpointer::open(state_dir) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            crate::log_error!("no checkpoint connection ({e:#}); the broker's own commits checkpoint past {SAFETY_NET_PAGES} pages");
+            None
+        }
+    };
     std::thread::Builder::new().name("maintenance".into()).spawn(move || {
         let mut last_prune: Option<Instant> = None;
         loop {
             std::thread::sleep(MAINTENANCE_INTERVAL);
             broker.maintain();
+            if let Some(c) = &checkpointer {
+                if let Err(e) = c.passive() {
+                    crate::log_error!("checkpointing the queue: {e:#}");
+                }
+            }
             if let Some(keep) = retention.filter(|_| last_prune.is_none_or(|t| t.elapsed() >= PRUNE_INTERVAL)) {
                 last_prune = Some(Instant::now());
                 broker.prune(keep);

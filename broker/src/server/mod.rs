@@ -98,6 +98,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     let _lock = lock_instance(&opts.runtime_dir, &opts.state_dir)?;
     let secret = dirs::ensure_secret(&opts.runtime_dir)?;
     let mut store = Store::open(&opts.state_dir)?;
+    store.defer_checkpoints()?; // the maintenance thread checkpoints (store/checkpoint.rs)
     let released = store.release_expired_leases()?;
     let exe = std::env::current_exe().context("locating the broker executable")?;
     let installed_clients = gate::installed_client_ids(&exe, &opts.extra_hook_clients);
@@ -152,10 +153,11 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
 
     // Waiting threads: a turn started through the app-server that owns them (wake.rs).
     let waking = Arc::clone(&broker);
-    let (state_dir, codex_home) = (opts.state_dir.clone(), opts.codex_home.clone());
+    let codex_home = opts.codex_home.clone();
     std::thread::Builder::new().name("wake".into()).spawn(move || {
         let waker = crate::wake::Waker::default();
-        waker.run(&state_dir, || {
+        let token = || waking.store.lock().unwrap_or_else(|e| e.into_inner()).pending_token();
+        waker.run(token, || {
             let b = &*waking;
             for (thread, outcome) in waker.pass(&b.store, &b.gate, &hook::TrustView(b), &codex_home) {
                 crate::log_debug!("wake {thread}: {outcome:?}");
@@ -164,7 +166,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         })
     })?;
 
-    maintenance::spawn(Arc::clone(&broker), opts.retention)?;
+    maintenance::spawn(Arc::clone(&broker), &opts.state_dir, opts.retention)?;
 
     let jobs = Arc::new(JobQueue::default());
     let handback = Arc::new(Handback::new()?);

@@ -11,6 +11,7 @@
 //! (this file), it keeps effort rows (`effort.rs`), refusals (`refusals.rs`) and the Codex trust
 //! tables (`codex.rs`).
 
+mod checkpoint;
 mod codex;
 mod effort;
 mod producer;
@@ -20,6 +21,7 @@ mod tickets;
 mod upkeep;
 mod wake;
 
+pub use checkpoint::{Checkpointed, Checkpointer, SAFETY_NET_PAGES};
 pub use codex::{TrustHow, TrustedCodex};
 pub use effort::{Claim, Details};
 pub use refusals::Refusal;
@@ -70,6 +72,9 @@ pub fn now_ms() -> i64 {
 
 pub struct Store {
     conn: Connection,
+    /// Commits of this connection that made messages pending (queued, or returned from a lease):
+    /// with `data_version` (other processes' commits), what tells the wake channel to look again.
+    pending_added: u64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -213,6 +218,15 @@ CREATE TABLE IF NOT EXISTS codex_commands (
 );
 ";
 
+/// Partial indexes over pending messages only, so the periodic passes cost what is due, not what
+/// is queued: with 100,000 pending messages a scan of them under the store's lock stalled hook
+/// calls for tens of ms (`expire_due` every 500 ms, the wake channel's candidates every pass).
+const PENDING_INDEXES: &str = "
+CREATE INDEX IF NOT EXISTS messages_pending_expiry ON messages(expires_at) WHERE state = 'pending' AND expires_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS messages_wake_candidates ON messages(thread) WHERE state = 'pending' AND kind = 'message' AND wake != 'never';
+CREATE INDEX IF NOT EXISTS messages_pending_no_ttl ON messages(thread, created_at) WHERE state = 'pending' AND expires_at IS NULL;
+";
+
 /// Columns added to `trusted_codex` after its first release: how each binary became trusted.
 fn migrate_trusted_codex(conn: &Connection) -> rusqlite::Result<()> {
     let cols: Vec<String> =
@@ -293,7 +307,8 @@ impl Store {
             conn.execute_batch(SCHEMA).context("creating the queue schema")?;
             effort::migrate(&conn).context("adding the effort columns")?;
             migrate_trusted_codex(&conn).context("adding the trusted_codex columns")?;
-            tickets::migrate(&conn).context("creating the tickets tables")
+            tickets::migrate(&conn).context("creating the tickets tables")?;
+            conn.execute_batch(PENDING_INDEXES).context("creating the pending-message indexes")
         })();
         match created {
             Ok(()) => conn.execute_batch("COMMIT").context("creating the queue schema")?,
@@ -302,7 +317,7 @@ impl Store {
                 return Err(e);
             }
         }
-        Ok(Store { conn })
+        Ok(Store { conn, pending_added: 0 })
     }
 
     pub fn enqueue(&mut self, thread: &str, body: &str, sender: Option<&str>, key: Option<&str>, ttl_ms: Option<i64>) -> Result<Enqueued> {
@@ -368,6 +383,7 @@ impl Store {
             params![id, thread, Kind::Message, body, sender, key, now, ttl_ms.map(|t| now + t), if wake { "auto" } else { "never" }],
         )?;
         tx.commit()?;
+        self.pending_added += 1;
         Ok(Enqueued::New(id))
     }
 
@@ -515,6 +531,7 @@ impl Store {
             params![token, reason, now_ms()],
         )?;
         crate::failpoint::hit("after_release_commit");
+        self.pending_added += n as u64;
         Ok(n)
     }
 
@@ -549,6 +566,12 @@ impl Store {
     /// Moves a handed message to its final state (`confirmed` or `uncertain`), back to `pending`
     /// (the rollout shows Codex cut all of it out), or just advances its scan offset when `state`
     /// is None.
+    /// A token that changes whenever messages may have become pending: another process committed
+    /// (`data_version`), or this connection queued or released some (the wake channel polls it).
+    pub fn pending_token(&self) -> (Option<i64>, u64) {
+        (self.data_version(), self.pending_added)
+    }
+
     pub fn settle(&mut self, id: &str, state: Option<State>, reason: Option<&str>, scan_offset: u64) -> Result<bool> {
         self.unsynced(|s| s.settle_inner(id, state, reason, scan_offset))
     }
@@ -573,6 +596,9 @@ impl Store {
                 .conn
                 .execute("UPDATE messages SET scan_offset = ?2 WHERE id = ?1 AND state = 'handed'", params![id, scan_offset as i64])?,
         };
+        if state == Some(State::Pending) {
+            self.pending_added += n as u64;
+        }
         Ok(n > 0)
     }
 

@@ -209,3 +209,75 @@ fn oversized_body_is_refused() {
     assert!(err.to_string().contains("limit"));
     assert!(s.messages(None).unwrap().is_empty());
 }
+
+/// The broker's connection leaves the WAL to the maintenance thread: 600 commits (over 1,000
+/// pages, SQLite's default autocheckpoint) are all still in the WAL, and the checkpoint
+/// connection copies every frame back without blocking the writer.
+#[test]
+fn checkpoints_run_off_the_commit_path() {
+    let (mut s, d) = store("checkpoint");
+    s.defer_checkpoints().unwrap();
+    let wal = d.join(format!("{DB_NAME}-wal"));
+    let c = Checkpointer::open(&d).unwrap();
+    c.passive().unwrap();
+    for i in 0..600 {
+        s.enqueue(&format!("01a22652-96c4-7652-bf64-{i:012}"), "x", None, None, None).unwrap();
+    }
+    let done = c.passive().unwrap();
+    assert!(done.wal_frames > 1_100, "every commit still in the WAL ({done:?}): no checkpoint ran inside a commit");
+    assert_eq!(done.copied, done.wal_frames, "the checkpoint copied every frame");
+    assert!(wal.exists());
+    // Without deferral, SQLite's default checkpoints inside the commits: the WAL restarts and
+    // stays near its 1,000-page threshold.
+    let (mut t, d2) = store("checkpoint-default");
+    for i in 0..600 {
+        t.enqueue(&format!("01a22652-96c4-7652-bf64-{i:012}"), "x", None, None, None).unwrap();
+    }
+    let wal2 = d2.join(format!("{DB_NAME}-wal"));
+    let default_frames = Checkpointer::open(&d2).unwrap().passive().unwrap().wal_frames;
+    assert!(default_frames < 1_100, "the default connection checkpointed by itself ({default_frames} frames in {wal2:?})");
+}
+
+/// The periodic passes (ttl expiry every 500 ms, the wake channel's candidates, the never-appeared
+/// sweep) seek the partial indexes over pending messages: none of them scans the messages table,
+/// whose size is what is queued (a scan of 100,000 pending messages under the store's lock
+/// stalled hook calls).
+#[test]
+fn periodic_passes_seek_pending_indexes() {
+    let (s, _d) = store("plans");
+    let plan = |sql: &str| -> String {
+        let mut st = s.conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let rows = st.query_map([], |r| r.get::<_, String>(3)).unwrap();
+        rows.map(|r| r.unwrap()).collect::<Vec<_>>().join("; ")
+    };
+    let expire_sql = include_str!("upkeep.rs");
+    let expire_sql = expire_sql.split("\"UPDATE messages INDEXED BY").nth(1).unwrap().split("\",\n").next().unwrap();
+    let expire = plan(&format!("UPDATE messages INDEXED BY{}", expire_sql.replace("?1", "5")));
+    assert!(expire.contains("messages_pending_expiry") && !expire.contains("SCAN messages"), "{expire}");
+    let wake_sql = include_str!("wake.rs");
+    let wake_sql = wake_sql.split("prepare_cached(\n            \"").nth(1).unwrap().split("\",\n").next().unwrap();
+    let wake = plan(wake_sql);
+    assert!(wake.contains("messages_wake_candidates") && !wake.contains("SCAN messages"), "{wake}");
+    let sweep_sql = include_str!("producer.rs");
+    let sweep_sql = sweep_sql.split("WITH RECURSIVE").nth(1).unwrap().split("\",\n").next().unwrap();
+    let sweep = plan(&format!("WITH RECURSIVE{}", sweep_sql.replace("?1", "5")));
+    assert!(sweep.contains("messages_pending_no_ttl") && !sweep.contains("SCAN messages"), "{sweep}");
+}
+
+/// The index-seeking forms of the passes' queries answer what the plain DISTINCT scans did.
+#[test]
+fn pending_thread_lists_by_index_seek() {
+    let (mut s, _d) = store("seek");
+    const V: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce4";
+    const W: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce5";
+    for _ in 0..3 {
+        s.enqueue_with_wake(T, "wakeable, no ttl", None, None, None, true).unwrap();
+    }
+    s.enqueue_with_wake(U, "never wake, ttl", None, None, Some(60_000), false).unwrap();
+    s.enqueue_with_wake(V, "wakeable, ttl", None, None, Some(60_000), true).unwrap();
+    s.enqueue_with_wake(W, "never wake, no ttl", None, None, None, false).unwrap();
+    assert!(s.lease(V, "Stop", Some("turn"), 10_000, 1000).unwrap().is_some()); // no longer pending
+    assert_eq!(s.wake_candidates().unwrap(), vec![T.to_string()]);
+    assert_eq!(s.threads_pending_since(now_ms() + 1).unwrap(), vec![T.to_string(), W.to_string()]);
+    assert!(s.threads_pending_since(now_ms() - 60_000).unwrap().is_empty(), "queued since the cutoff");
+}

@@ -32,7 +32,8 @@ impl Store {
     pub fn expire_due(&mut self) -> Result<usize> {
         let now = now_ms();
         Ok(self.conn.execute(
-            "UPDATE messages SET state = 'expired', reason = 'ttl_elapsed', updated_at = ?1
+            // INDEXED BY: the planner would take messages_state and visit every pending message.
+            "UPDATE messages INDEXED BY messages_pending_expiry SET state = 'expired', reason = 'ttl_elapsed', updated_at = ?1
              WHERE state = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?1",
             [now],
         )?)
@@ -41,10 +42,12 @@ impl Store {
     /// Releases every lease whose time is up (after a broker crash, or a client that vanished).
     pub fn release_expired_leases(&mut self) -> Result<usize> {
         let now = now_ms();
-        Ok(self.conn.execute(
+        let n = self.conn.execute(
             "UPDATE messages SET state = 'pending', lease_token = NULL, lease_expires_at = NULL,
              reason = 'lease_expired', updated_at = ?1 WHERE state = 'leased' AND lease_expires_at <= ?1",
             [now],
-        )?)
+        )?;
+        self.pending_added += n as u64;
+        Ok(n)
     }
 }

@@ -16,8 +16,18 @@ impl Store {
 
     /// Threads with messages the wake channel may deliver (pending, `--wake auto`).
     pub fn wake_candidates(&self) -> Result<Vec<String>> {
+        // One index seek per thread, not a pass over every pending message (INDEXED BY: the planner
+        // would take messages_state).
         let mut stmt = self.conn.prepare_cached(
-            "SELECT DISTINCT thread FROM messages WHERE state = 'pending' AND kind = 'message' AND wake != 'never' LIMIT 256",
+            "WITH RECURSIVE t(thread) AS (
+                 SELECT MIN(thread) FROM messages INDEXED BY messages_wake_candidates
+                 WHERE state = 'pending' AND kind = 'message' AND wake != 'never'
+                 UNION ALL
+                 SELECT (SELECT MIN(thread) FROM messages INDEXED BY messages_wake_candidates
+                         WHERE state = 'pending' AND kind = 'message' AND wake != 'never' AND thread > t.thread)
+                 FROM t WHERE t.thread IS NOT NULL
+             )
+             SELECT thread FROM t WHERE thread IS NOT NULL LIMIT 256",
         )?;
         let rows = stmt.query_map([], |r| r.get(0))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
