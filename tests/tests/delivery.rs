@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use courier_tests::broker::{hook_command, messages, refusals};
 use courier_tests::hooks::{Hook, COURIER_EVENTS};
-use courier_tests::model::exec_held_then_done;
 use courier_tests::model::Request;
+use courier_tests::model::{exec_held_then_done, parent_of_subagent};
 use courier_tests::util::{fake_uuid_v7, marker, str_field};
 use courier_tests::{hook_client_bin, Broker, CodexEnv, Hold, Reply, ScriptedModel};
 use serde_json::Value;
@@ -378,13 +378,7 @@ fn subagent_and_parent_keep_their_own_messages() {
         if r.is_subagent() {
             return if r.function_calls().is_empty() { Reply::exec("echo child").held(&h) } else { Reply::message("child done") };
         }
-        if r.function_calls().is_empty() {
-            Reply::spawn_agent("CHILD_TASK: run echo hello and report")
-        } else if let Some(agent) = r.spawned_agent() {
-            Reply::wait_agent(&[&agent], 30_000)
-        } else {
-            Reply::message("done")
-        }
+        parent_of_subagent(r, "CHILD_TASK: run echo hello and report", 30_000)
     });
     let broker = Broker::start_trusted(&env);
     let child_proc = env.spawn_exec("spawn a helper");

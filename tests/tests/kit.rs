@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use courier_tests::hooks::{Hook, COURIER_EVENTS};
-use courier_tests::model::exec_held_then_done;
 use courier_tests::model::Request;
+use courier_tests::model::{exec_held_then_done, parent_of_subagent};
 use courier_tests::util::marker;
 use courier_tests::{CodexEnv, Hold, Reply, ScriptedModel};
 
@@ -125,13 +125,7 @@ fn subagent_requests_are_attributed_to_the_child_thread() {
         if r.is_subagent() {
             return if r.function_calls().is_empty() { Reply::exec("echo child") } else { Reply::message("child done") };
         }
-        if r.function_calls().is_empty() {
-            Reply::spawn_agent("CHILD_TASK: run echo hello and report")
-        } else if let Some(agent) = r.spawned_agent() {
-            Reply::wait_agent(&[&agent], 20_000)
-        } else {
-            Reply::message("done")
-        }
+        parent_of_subagent(r, "CHILD_TASK: run echo hello and report", 20_000)
     });
     let env = CodexEnv::new(&model);
     let out = env.exec("spawn a helper");

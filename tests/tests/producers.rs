@@ -8,6 +8,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use courier_tests::broker::{hook_command, run_bounded};
+use courier_tests::model::parent_of_subagent;
 use courier_tests::util::marker;
 use courier_tests::{Broker, CodexEnv, ExecChild, Hold, Reply, ScriptedModel};
 use serde_json::Value;
@@ -376,6 +377,32 @@ fn line_request(sock: &Path, req: &str) -> Value {
     serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
 }
 
+/// Two sessions, as the agent-to-agent tests run them: B starts and is held in its first request,
+/// its thread id goes into `tb_slot` (where A's script reads it), then A runs `alpha_prompt`;
+/// once A's waiting send has parked in the broker, B is released, and both sessions end well.
+/// Returns A's and B's thread ids.
+fn alpha_messages_bravo(
+    env: &CodexEnv,
+    broker: &Broker,
+    hold: &Hold,
+    tb_slot: &std::sync::Mutex<Option<String>>,
+    alpha_prompt: &str,
+) -> (String, String) {
+    let b = env.spawn_exec("BRAVO wait for a message");
+    hold.wait_held(1, T);
+    let tb = b.wait_thread_id(T);
+    *tb_slot.lock().unwrap() = Some(tb.clone());
+    let a = env.spawn_exec(alpha_prompt);
+    let ta = a.wait_thread_id(T);
+    courier_tests::util::wait_until(T, "A's waiting send to park", || {
+        (broker.inspect_json()["broker"]["parked_waits"].as_u64() == Some(1)).then_some(())
+    });
+    hold.release();
+    b.wait(T).assert_success();
+    a.wait(T).assert_success();
+    (ta, tb)
+}
+
 /// A `broker send` run by the model of session A (its `exec_command`) reaches session B with
 /// `from="thread:<A>" verified="true"`: the broker proved which thread's tool command sent it.
 /// The same command with `--from relay` is a plain label, and a self-declared `--from thread:...`
@@ -410,18 +437,7 @@ fn tool_command_sender_is_verified_and_labels_cannot_pose_as_it() {
     });
     let env = CodexEnv::with_hook_command(&model, &hook_command());
     let broker = Broker::start_trusted(&env);
-    let b = env.spawn_exec("BRAVO wait for a message");
-    hold.wait_held(1, T);
-    let tb = b.wait_thread_id(T);
-    *tb_slot.lock().unwrap() = Some(tb.clone());
-    let a = env.spawn_exec("ALPHA message your peer");
-    let ta = a.wait_thread_id(T);
-    courier_tests::util::wait_until(T, "A's send to park its wait", || {
-        (broker.inspect_json()["broker"]["parked_waits"].as_u64() == Some(1)).then_some(())
-    });
-    hold.release();
-    b.wait(T).assert_success();
-    a.wait(T).assert_success();
+    let (ta, tb) = alpha_messages_bravo(&env, &broker, &hold, &tb_slot, "ALPHA message your peer");
 
     let wrapped = model.requests_for_thread(&tb).iter().flat_map(|r| r.developer_messages_containing(&verified_text)).collect::<Vec<_>>();
     assert!(!wrapped.is_empty(), "{}", model.dump());
@@ -494,18 +510,7 @@ fn mcp_agent_messages_agent_and_sees_the_receipt() {
     let env = CodexEnv::with_hook_command(&model, &hook_command());
     register_mcp(&env);
     let broker = Broker::start_trusted(&env);
-    let b = env.spawn_exec("BRAVO wait for a message");
-    hold.wait_held(1, T);
-    let tb = b.wait_thread_id(T);
-    *tb_slot.lock().unwrap() = Some(tb.clone());
-    let a = env.spawn_exec("ALPHA tell your peer");
-    let ta = a.wait_thread_id(T);
-    courier_tests::util::wait_until(T, "A's send_message to park its wait", || {
-        (broker.inspect_json()["broker"]["parked_waits"].as_u64() == Some(1)).then_some(())
-    });
-    hold.release();
-    b.wait(T).assert_success();
-    a.wait(T).assert_success();
+    let (ta, tb) = alpha_messages_bravo(&env, &broker, &hold, &tb_slot, "ALPHA tell your peer");
 
     let seen: Vec<String> = model.requests_for_thread(&tb).iter().flat_map(|r| r.developer_messages_containing(&body)).collect();
     assert!(!seen.is_empty(), "B's model got it: {}", model.dump());
@@ -593,13 +598,7 @@ fn subagents_are_listed_and_addressed_by_name() {
                 .held(&h),
             };
         }
-        if r.function_calls().is_empty() {
-            Reply::spawn_agent("CHILD_TASK: tell your parent you are done")
-        } else if let Some(agent) = r.spawned_agent() {
-            Reply::wait_agent(&[&agent], 30_000)
-        } else {
-            Reply::message("done")
-        }
+        parent_of_subagent(r, "CHILD_TASK: tell your parent you are done", 30_000)
     });
     let env = CodexEnv::with_hook_command(&model, &hook_command());
     register_mcp(&env);

@@ -239,6 +239,19 @@ pub fn exec_then_done(cmd: &str) -> impl FnMut(&Request) -> Reply + Send + 'stat
     }
 }
 
+/// The parent's side of a sub-agent session, for a script to return: spawn an agent on `task`
+/// while the conversation holds no call yet, then wait (up to `wait_ms`) for the agent it
+/// spawned, then `done`.
+pub fn parent_of_subagent(r: &Request, task: &str, wait_ms: u64) -> Reply {
+    if r.function_calls().is_empty() {
+        Reply::spawn_agent(task)
+    } else if let Some(agent) = r.spawned_agent() {
+        Reply::wait_agent(&[&agent], wait_ms)
+    } else {
+        Reply::message("done")
+    }
+}
+
 /// [`exec_then_done`] with the tool call held on `hold`: Codex waits inside the turn, its first
 /// tool call not yet made, until the test releases it.
 pub fn exec_held_then_done(cmd: &str, hold: &Hold) -> impl FnMut(&Request) -> Reply + Send + 'static {
