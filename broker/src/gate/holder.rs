@@ -129,6 +129,16 @@ fn fdinfo_holds_flock_write(fdinfo: &str, pid: i32) -> bool {
     !parse_flock_writes(&lines, pid).is_empty()
 }
 
+/// The fds `pid` has open (`/proc/<pid>/fd` names). An entry that cannot be read is skipped; the
+/// process exiting meanwhile is an error: what was seen of it is no evidence.
+fn open_fds(pid: i32) -> io::Result<impl Iterator<Item = io::Result<String>>> {
+    Ok(std::fs::read_dir(format!("/proc/{pid}/fd"))?.filter_map(|entry| match entry {
+        Ok(e) => e.file_name().into_string().ok().map(Ok),
+        Err(e) if os::is_gone(&e) => Some(Err(e)),
+        Err(_) => None,
+    }))
+}
+
 /// Scans `/proc/<pid>/fd` once: stats every fd target, reads fdinfo only for the rollout's fds and
 /// for fds on `<writer_lock_dir>/<uuid>.lock` files. `thread_lock` is the file at the thread's
 /// lock path now (`None` when there is none); `thread` the thread's id.
@@ -143,15 +153,9 @@ pub fn scan(
     let mut out = HolderScan::default();
     let mut thread_lock_ids: HashSet<(u64, u64)> = HashSet::new();
     let mut info = Vec::with_capacity(512);
-    let dir = std::fs::read_dir(format!("/proc/{pid}/fd"))?;
-    for entry in dir {
-        let entry = match entry {
-            Ok(e) => e,
-            Err(e) if os::is_gone(&e) => return Err(e),
-            Err(_) => continue,
-        };
-        let name = entry.file_name();
-        let Some(fd) = name.to_str() else { continue };
+    for fd in open_fds(pid)? {
+        let fd = fd?;
+        let fd = fd.as_str();
         out.fds += 1;
         let link = format!("/proc/{pid}/fd/{fd}");
         let meta = match std::fs::metadata(&link) {
@@ -296,14 +300,9 @@ pub fn held_threads(pid: i32, sessions: &Path, writer_lock_dir: &Path) -> io::Re
     let mut rollouts: HashMap<String, std::path::PathBuf> = HashMap::new();
     let mut locks: HashSet<String> = HashSet::new();
     let mut info = Vec::with_capacity(512);
-    for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
-        let entry = match entry {
-            Ok(e) => e,
-            Err(e) if os::is_gone(&e) => return Err(e),
-            Err(_) => continue,
-        };
-        let name = entry.file_name();
-        let Some(fd) = name.to_str() else { continue };
+    for fd in open_fds(pid)? {
+        let fd = fd?;
+        let fd = fd.as_str();
         let link = format!("/proc/{pid}/fd/{fd}");
         let Ok(meta) = std::fs::metadata(&link) else { continue };
         if !meta.is_file() {
