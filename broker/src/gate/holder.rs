@@ -141,7 +141,9 @@ pub enum ScanFor {
 }
 
 /// The fd numbers of `pid`, newest first: a thread's rollout and lock are opened when the thread
-/// starts, after most of what a long-lived codex holds, so they are usually near the top.
+/// starts, after most of what a long-lived codex holds, so they are usually near the top. An
+/// entry that cannot be read is skipped; the process exiting meanwhile is an error: what was
+/// seen of it is no evidence.
 fn fds_newest_first(pid: i32) -> io::Result<Vec<u32>> {
     let mut fds = Vec::new();
     for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
@@ -330,14 +332,8 @@ pub fn held_threads(pid: i32, sessions: &Path, writer_lock_dir: &Path) -> io::Re
     let mut rollouts: HashMap<String, std::path::PathBuf> = HashMap::new();
     let mut locks: HashSet<String> = HashSet::new();
     let mut info = Vec::with_capacity(512);
-    for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
-        let entry = match entry {
-            Ok(e) => e,
-            Err(e) if os::is_gone(&e) => return Err(e),
-            Err(_) => continue,
-        };
-        let name = entry.file_name();
-        let Some(fd) = name.to_str() else { continue };
+    for fd in fds_newest_first(pid)? {
+        let fd = &fd.to_string();
         let link = format!("/proc/{pid}/fd/{fd}");
         let Ok(meta) = std::fs::metadata(&link) else { continue };
         if !meta.is_file() {

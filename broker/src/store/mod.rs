@@ -16,6 +16,8 @@ mod codex;
 mod effort;
 mod producer;
 mod refusals;
+#[cfg(test)]
+mod sample;
 mod state;
 mod tickets;
 mod upkeep;
@@ -101,35 +103,6 @@ pub struct Message {
     pub scan_offset: Option<i64>,
     /// Alarm kinds raised on this message (`ticket_used`: see `crate::tickets`), each once.
     pub alarms: Vec<String>,
-}
-
-#[cfg(test)]
-impl Message {
-    /// A message row for unit tests: `kind` and `state` as stored, every optional field empty.
-    pub fn sample(id: &str, thread: &str, kind: &str, state: &str) -> Message {
-        Message {
-            id: id.into(),
-            thread: thread.into(),
-            kind: Kind::parse(kind).unwrap(),
-            state: State::parse(state).unwrap(),
-            body: String::new(),
-            from: None,
-            key: None,
-            created_at: 0,
-            updated_at: 0,
-            expires_at: None,
-            event: None,
-            turn_id: None,
-            lease: None,
-            handed_at: None,
-            confirmed_at: None,
-            reason: None,
-            attempts: 0,
-            rollout_path: None,
-            scan_offset: None,
-            alarms: Vec::new(),
-        }
-    }
 }
 
 /// What `enqueue` did.

@@ -7,10 +7,13 @@
 //! evidence (`gate/holder.rs`). Candidates come from `/proc/locks` (who holds an flock on a file
 //! in the lock directory), so only those few processes' fds are read. For each live thread the
 //! rollout's `session_meta` gives parent, cwd and originator, the rollout tracker
-//! (`rollout.rs`) the open turn (`busy` with it, else `idle`), and the first user prompt becomes
+//! (`rollout/`) the open turn (`busy` with it, else `idle`), and the first user prompt becomes
 //! its title. `--all` adds ended threads from the rollout files, most recently active first, bounded.
 //!
 //! The JSON field names are a stable interface (README, "For producers").
+//!
+//! This file lists; `facts.rs` reads a rollout's `session_meta` and title; `tree.rs` orders the
+//! list as the sub-agent tree and renders the table.
 
 mod facts;
 mod tree;
