@@ -209,3 +209,28 @@ fn oversized_body_is_refused() {
     assert!(err.to_string().contains("limit"));
     assert!(s.messages(None).unwrap().is_empty());
 }
+
+/// Opening a fresh queue from several connections at once (a bridge's threads and `broker
+/// inspect` do) succeeds every time: a column another opener added meanwhile is not an error.
+#[test]
+fn concurrent_first_opens_all_succeed() {
+    for round in 0..20 {
+        let dir = std::env::temp_dir().join(format!("courier-store-open-{}-{round}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let start = std::sync::Arc::new(std::sync::Barrier::new(4));
+        let openers: Vec<_> = (0..4)
+            .map(|_| {
+                let (dir, start) = (dir.clone(), start.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    Store::open(&dir).map(|_| ()).map_err(|e| format!("{e:#}"))
+                })
+            })
+            .collect();
+        for o in openers {
+            assert_eq!(o.join().unwrap(), Ok(()), "round {round}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
