@@ -193,6 +193,10 @@ fn migrate_trusted_codex(conn: &Connection) -> rusqlite::Result<()> {
     add_column(conn, "messages", "wake", "TEXT NOT NULL DEFAULT 'auto'")
 }
 
+fn is_busy(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<rusqlite::Error>().is_some_and(|e| e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)))
+}
+
 fn has_column(conn: &Connection, table: &str, name: &str) -> rusqlite::Result<bool> {
     let cols: Vec<String> =
         conn.prepare(&format!("PRAGMA table_info({table})"))?.query_map([], |r| r.get::<_, String>(1))?.collect::<rusqlite::Result<_>>()?;
@@ -261,6 +265,19 @@ fn new_message_id() -> String {
 impl Store {
     /// Opens (creating if needed) the queue in `state_dir`, which the caller has checked.
     pub fn open(state_dir: &Path) -> Result<Store> {
+        // Two first opens of a fresh queue at once (a bridge's threads, `broker inspect`) can
+        // get SQLITE_BUSY at once, without the busy timeout, from the journal-mode switch or
+        // the schema: every step is idempotent, so the open is tried again for up to 5 s.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            match Store::open_once(state_dir) {
+                Err(e) if is_busy(&e) && std::time::Instant::now() < deadline => std::thread::sleep(std::time::Duration::from_millis(10)),
+                other => return other,
+            }
+        }
+    }
+
+    fn open_once(state_dir: &Path) -> Result<Store> {
         let path = state_dir.join(DB_NAME);
         let conn = Connection::open(&path).with_context(|| format!("opening {}", path.display()))?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;

@@ -211,7 +211,8 @@ fn oversized_body_is_refused() {
 }
 
 /// Opening a fresh queue from several connections at once (a bridge's threads and `broker
-/// inspect` do) succeeds every time: a column another opener added meanwhile is not an error.
+/// inspect` do) succeeds every time: a column another opener added meanwhile is not an error,
+/// and SQLITE_BUSY from the journal-mode switch is waited out.
 #[test]
 fn concurrent_first_opens_all_succeed() {
     for round in 0..20 {
