@@ -27,6 +27,8 @@ usage:
                          [--wait handed|confirmed [--timeout D]] [--json] [AUTH] TEXT|-
   courier-bridge threads --nats URL --host NAME [--all] [--limit N] [--json] [AUTH]
   courier-bridge check   --nats URL --host NAME [AUTH]
+  courier-bridge nkey    FILE    a new user NKey: its seed into FILE (0600, never overwritten),
+                                 its public key (U...) on stdout, for nats-server.conf's users
 
 AUTH: --creds FILE (a .creds file: user JWT + NKey seed), --nkey FILE (an NKey seed),
       --tls-ca FILE, --tls-cert FILE --tls-key FILE, --tls-required; user:password may be in the URL;
@@ -191,6 +193,12 @@ fn run() -> Result<u8> {
         print!("{USAGE}");
         return Ok(0);
     }
+    if cmd == "nkey" {
+        return match (a.positionals.as_slice(), a.values.is_empty() && a.flags.is_empty()) {
+            ([file], true) => new_nkey(std::path::Path::new(file)),
+            _ => Err(usage("nkey FILE (and nothing else)")),
+        };
+    }
     let allowed: &[&str] = match cmd.as_str() {
         "serve" => &["ack-wait"],
         "send" => &["thread", "cwd", "key", "ttl", "from", "origin", "wake", "wait", "timeout", "future-thread", "json"],
@@ -231,6 +239,24 @@ fn run() -> Result<u8> {
         "send" => runtime()?.block_on(produce::send(send_args(&a, conn, host)?)),
         _ => unreachable!(),
     }
+}
+
+/// `courier-bridge nkey FILE`: a fresh user key pair; the seed is written only to a new file.
+fn new_nkey(file: &std::path::Path) -> Result<u8> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let kp = nkeys::KeyPair::new_user();
+    let seed = kp.seed().map_err(|e| anyhow::anyhow!("making an NKey seed: {e}"))?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(file)
+        .map_err(|e| anyhow::anyhow!("{}: {e} (an existing seed is never overwritten)", file.display()))?;
+    f.write_all(format!("{seed}\n").as_bytes())?;
+    f.sync_all()?;
+    println!("{}", kp.public_key());
+    Ok(0)
 }
 
 fn send_args(a: &Args, conn: nats::Conn, host: String) -> Result<produce::SendArgs> {

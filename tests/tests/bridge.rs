@@ -681,10 +681,12 @@ fn link_cut_and_restored_messages_wait_then_arrive_once() {
 /// with passwords: `admin` (everything: creates the streams and consumers once), the bridges of
 /// hosts `hosta` and `hostb`, `producer` (may reach hosta and wait on receipts), `sendonly` (may
 /// only publish sends for hosta, and look up stream `COURIER`). Every user has inboxes of its own (`--inbox-prefix`).
-fn least_privilege_conf() -> String {
+/// hosta logs in with the NKey `hosta_nkey` (its public key), the others with passwords.
+fn least_privilege_conf(hosta_nkey: &str) -> String {
     let bridge = |h: &str| {
+        let login = if h == "hosta" { format!("nkey: {hosta_nkey}") } else { format!("user: {h}, password: pw-{h}") };
         format!(
-            r#"{{ user: {h}, password: pw-{h}, permissions: {{
+            r#"{{ {login}, permissions: {{
       publish: {{ allow: ["courier.receipt.{h}", "$JS.API.STREAM.INFO.*", "$JS.API.CONSUMER.INFO.COURIER.courier-bridge-{h}",
                           "$JS.API.CONSUMER.MSG.NEXT.COURIER.courier-bridge-{h}", "$JS.ACK.COURIER.courier-bridge-{h}.>"] }}
       subscribe: {{ allow: ["courier.threads.{h}", "_INBOX.courier-bridge-{h}.>"] }}
@@ -757,7 +759,7 @@ fn user_url(nats: &Nats, user: &str) -> String {
 }
 
 /// Least privilege, on a server that enforces the README's layout: host A's bridge with only
-/// its own rights delivers a producer's message to A's real Codex session once, confirmed
+/// its own rights (logged in with an NKey `courier-bridge nkey` made) delivers a producer's message to A's real Codex session once, confirmed
 /// (thread list too); host B's credentials cannot consume A's sends, forge A's receipts, answer
 /// A's thread requests or read anyone's inboxes (tried with the protocol and by running a
 /// bridge for A with B's credentials: nothing reaches A until A's own bridge runs); a producer
@@ -768,7 +770,16 @@ fn least_privilege_accounts_hold() {
     let (model, env_a, hold) = CodexEnv::with_held_turn();
     let env_b = host_b();
     let env_c = host_b();
-    let nats = Nats::start_with(&env_b.root, "127.0.0.1", Some(&least_privilege_conf()));
+    // hosta's NKey, made by `courier-bridge nkey` (the seed stays in A's file).
+    let seed = env_a.root.join("hosta.nk");
+    let out = run_bounded(env_a.command(bridge_bin()).arg("nkey").arg(&seed), T);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    let public = text(&out).0.trim().to_string();
+    assert!(public.starts_with('U') && std::fs::read_to_string(&seed).unwrap().starts_with("SU"), "{public}");
+    let again = run_bounded(env_a.command(bridge_bin()).arg("nkey").arg(&seed), T);
+    assert_eq!(again.status.code(), Some(1), "an existing seed is never overwritten: {:?}", text(&again));
+    let nkey = ["--nkey", seed.to_str().unwrap()];
+    let nats = Nats::start_with(&env_b.root, "127.0.0.1", Some(&least_privilege_conf(&public)));
     let a = Broker::start_trusted(&env_a);
     // The operator's first run creates the streams and both hosts' consumers.
     drop(Bridge::start(&env_a, &user_url(&nats, "admin"), "hosta", None));
@@ -857,9 +868,9 @@ fn least_privilege_accounts_hold() {
     assert_eq!(out.status.code(), Some(1), "hostb cannot look at A's consumer: {:?}", text(&out));
 
     // A's own bridge, with only A's rights: the early send, a producer's send with --wait, threads.
-    let bridge = Bridge::start(&env_a, &user_url(&nats, "hosta"), "hosta", None);
+    let bridge = Bridge::start_in(&env_a, None, &nats.url(), "hosta", None, &nkey);
     // ... and `broker doctor`'s check, with A's rights too.
-    let out = run_bounded(&mut producer(&env_a, &user_url(&nats, "hosta"), "check", &[]), T);
+    let out = run_bounded(&mut producer(&env_a, &nats.url(), "check", &nkey), T);
     assert_eq!(out.status.code(), Some(0), "A may look at its own consumer: {:?}", text(&out));
     wait_until(T, "the early send queued on A", || queued(&a, &thread).into_iter().next());
     let out = run_bounded(&mut as_user("producer", "threads", &["--json"]), T);

@@ -11,12 +11,8 @@ use std::collections::HashMap;
 
 /// Safe on existing databases: adds what is missing, touches nothing else.
 pub(super) fn migrate(conn: &Connection) -> Result<()> {
-    let cols: Vec<String> =
-        conn.prepare("PRAGMA table_info(messages)")?.query_map([], |r| r.get::<_, String>(1))?.collect::<rusqlite::Result<_>>()?;
     for (name, decl) in [("scope", "TEXT"), ("effort_detail", "TEXT")] {
-        if !cols.iter().any(|c| c == name) {
-            conn.execute_batch(&format!("ALTER TABLE messages ADD COLUMN {name} {decl}"))?;
-        }
+        super::add_column(conn, "messages", name, decl)?;
     }
     conn.execute_batch(
         "CREATE TABLE IF NOT EXISTS effort_streaks (

@@ -202,20 +202,34 @@ CREATE INDEX IF NOT EXISTS messages_pending_no_ttl ON messages(thread, created_a
 
 /// Columns added to `trusted_codex` after its first release: how each binary became trusted.
 fn migrate_trusted_codex(conn: &Connection) -> rusqlite::Result<()> {
-    let cols: Vec<String> =
-        conn.prepare("PRAGMA table_info(trusted_codex)")?.query_map([], |r| r.get::<_, String>(1))?.collect::<rusqlite::Result<_>>()?;
     for (name, decl) in [("version", "TEXT"), ("how", "TEXT NOT NULL DEFAULT 'manual'"), ("source", "TEXT")] {
-        if !cols.iter().any(|c| c == name) {
-            conn.execute_batch(&format!("ALTER TABLE trusted_codex ADD COLUMN {name} {decl}"))?;
-        }
+        add_column(conn, "trusted_codex", name, decl)?;
     }
     // `broker send --wake auto|never`: whether the broker may start a turn in an idle thread.
+    add_column(conn, "messages", "wake", "TEXT NOT NULL DEFAULT 'auto'")
+}
+
+fn is_busy(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<rusqlite::Error>().is_some_and(|e| e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)))
+}
+
+fn has_column(conn: &Connection, table: &str, name: &str) -> rusqlite::Result<bool> {
     let cols: Vec<String> =
-        conn.prepare("PRAGMA table_info(messages)")?.query_map([], |r| r.get::<_, String>(1))?.collect::<rusqlite::Result<_>>()?;
-    if !cols.iter().any(|c| c == "wake") {
-        conn.execute_batch("ALTER TABLE messages ADD COLUMN wake TEXT NOT NULL DEFAULT 'auto'")?;
+        conn.prepare(&format!("PRAGMA table_info({table})"))?.query_map([], |r| r.get::<_, String>(1))?.collect::<rusqlite::Result<_>>()?;
+    Ok(cols.iter().any(|c| c == name))
+}
+
+/// Adds a column when it is missing. Two processes opening a fresh queue at once (a bridge and
+/// `broker inspect`) may both see it missing: the second ALTER fails ("duplicate column name")
+/// and finds it there, which is all that was wanted.
+pub(super) fn add_column(conn: &Connection, table: &str, name: &str, decl: &str) -> rusqlite::Result<()> {
+    if has_column(conn, table, name)? {
+        return Ok(());
     }
-    Ok(())
+    match conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {name} {decl}")) {
+        Err(_) if has_column(conn, table, name)? => Ok(()),
+        other => other,
+    }
 }
 
 const MESSAGE_COLUMNS: &str = "id, thread, kind, state, body, sender, idem_key, created_at, updated_at, \
@@ -267,29 +281,29 @@ fn new_message_id() -> String {
 impl Store {
     /// Opens (creating if needed) the queue in `state_dir`, which the caller has checked.
     pub fn open(state_dir: &Path) -> Result<Store> {
+        // Two first opens of a fresh queue at once (a bridge's threads, `broker inspect`) can
+        // get SQLITE_BUSY at once, without the busy timeout, from the journal-mode switch or
+        // the schema: every step is idempotent, so the open is tried again for up to 5 s.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            match Store::open_once(state_dir) {
+                Err(e) if is_busy(&e) && std::time::Instant::now() < deadline => std::thread::sleep(std::time::Duration::from_millis(10)),
+                other => return other,
+            }
+        }
+    }
+
+    fn open_once(state_dir: &Path) -> Result<Store> {
         let path = state_dir.join(DB_NAME);
         let conn = Connection::open(&path).with_context(|| format!("opening {}", path.display()))?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
-        // One writer at a time: the migrations read the columns, then add the missing ones, and
-        // two processes opening a fresh queue at once (a bridge and `broker inspect`) would
-        // both try to add them ("duplicate column name").
-        conn.execute_batch("BEGIN IMMEDIATE").context("locking the queue to create its schema")?;
-        let created = (|| {
-            conn.execute_batch(SCHEMA).context("creating the queue schema")?;
-            effort::migrate(&conn).context("adding the effort columns")?;
-            migrate_trusted_codex(&conn).context("adding the trusted_codex columns")?;
-            tickets::migrate(&conn).context("creating the tickets tables")?;
-            conn.execute_batch(PENDING_INDEXES).context("creating the pending-message indexes")
-        })();
-        match created {
-            Ok(()) => conn.execute_batch("COMMIT").context("creating the queue schema")?,
-            Err(e) => {
-                let _ = conn.execute_batch("ROLLBACK");
-                return Err(e);
-            }
-        }
+        conn.execute_batch(SCHEMA).context("creating the queue schema")?;
+        effort::migrate(&conn).context("adding the effort columns")?;
+        migrate_trusted_codex(&conn).context("adding the trusted_codex columns")?;
+        tickets::migrate(&conn).context("creating the tickets tables")?;
+        conn.execute_batch(PENDING_INDEXES).context("creating the pending-message indexes")?;
         Ok(Store { conn, pending_added: 0 })
     }
 

@@ -281,3 +281,29 @@ fn pending_thread_lists_by_index_seek() {
     assert_eq!(s.threads_pending_since(now_ms() + 1).unwrap(), vec![T.to_string(), W.to_string()]);
     assert!(s.threads_pending_since(now_ms() - 60_000).unwrap().is_empty(), "queued since the cutoff");
 }
+
+/// Opening a fresh queue from several connections at once (a bridge's threads and `broker
+/// inspect` do) succeeds every time: a column another opener added meanwhile is not an error,
+/// and SQLITE_BUSY from the journal-mode switch is waited out.
+#[test]
+fn concurrent_first_opens_all_succeed() {
+    for round in 0..20 {
+        let dir = std::env::temp_dir().join(format!("courier-store-open-{}-{round}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let start = std::sync::Arc::new(std::sync::Barrier::new(4));
+        let openers: Vec<_> = (0..4)
+            .map(|_| {
+                let (dir, start) = (dir.clone(), start.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    Store::open(&dir).map(|_| ()).map_err(|e| format!("{e:#}"))
+                })
+            })
+            .collect();
+        for o in openers {
+            assert_eq!(o.join().unwrap(), Ok(()), "round {round}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
