@@ -23,15 +23,16 @@
 //! `wake_refused` (the app-server answered with an error; retried later). Busy threads are left
 //! to their hooks.
 //!
-//! The pass runs in its own thread, within [`POLL`] of a message becoming pending (queued through
-//! the broker, or written to the database by another process: `broker send` without a broker),
-//! and at least every [`RECHECK`] (a thread that went idle after its last hook).
+//! The pass runs in its own thread, at once when the broker makes a message pending (queued
+//! through it: `broker send`, the MCP server and the bridge all queue through the running broker),
+//! and at least every [`RECHECK`] (a thread that went idle after its last hook; a message written
+//! to the database by another process while no broker ran).
 
 use crate::appserver::{self, endpoint};
 use crate::delivery::{self, MAX_OUTPUT_BYTES};
 use crate::gate::owner::NoOwner;
 use crate::gate::{CodexTrust, Gate};
-use crate::store::Store;
+use crate::store::{PendingSignal, Store};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::Path;
@@ -40,8 +41,6 @@ use std::time::{Duration, Instant};
 
 /// A pass at least this often.
 pub const RECHECK: Duration = Duration::from_secs(1);
-/// How often the wake thread looks whether messages became pending (one `PRAGMA data_version`).
-const POLL: Duration = Duration::from_millis(100);
 /// How long a wake's lease lasts: longer than the whole exchange, so the lease cannot lapse (and
 /// the messages be offered to a hook) while `turn/start` may still reach Codex.
 pub const WAKE_LEASE_MS: i64 = 30_000;
@@ -101,18 +100,16 @@ impl Waker {
         out
     }
 
-    /// The wake thread: a pass whenever messages may have become pending ([`Store::pending_token`],
-    /// looked at every [`POLL`]), and every [`RECHECK`] (a thread that went idle after its last
-    /// hook). No file watcher: every commit of every hook call would wake one (and cost its
-    /// writer an inotify event), when only a new or returned message can start a turn.
-    pub fn run(&self, token: impl Fn() -> (Option<i64>, u64), pass: impl Fn()) {
+    /// The wake thread: a pass as soon as this broker makes messages pending (queued through it,
+    /// or returned from a lease: [`PendingSignal`]), and every [`RECHECK`] (a thread that went
+    /// idle after its last hook; a message another process wrote to the database while no broker
+    /// ran). No file watcher and no polling: every commit of every hook call would wake one, when
+    /// only a new or returned message can start a turn.
+    pub fn run(&self, signal: &PendingSignal, pass: impl Fn()) {
         loop {
-            let seen = token();
-            let at = Instant::now();
+            let seen = signal.count();
             pass();
-            while token() == seen && at.elapsed() < RECHECK {
-                std::thread::sleep(POLL);
-            }
+            signal.wait_past(seen, RECHECK);
         }
     }
 }

@@ -156,8 +156,8 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     let codex_home = opts.codex_home.clone();
     std::thread::Builder::new().name("wake".into()).spawn(move || {
         let waker = crate::wake::Waker::default();
-        let token = || waking.store.lock().unwrap_or_else(|e| e.into_inner()).pending_token();
-        waker.run(token, || {
+        let signal = waking.store.lock().unwrap_or_else(|e| e.into_inner()).pending_signal();
+        waker.run(&signal, || {
             let b = &*waking;
             for (thread, outcome) in waker.pass(&b.store, &b.gate, &hook::TrustView(b), &codex_home) {
                 crate::log_debug!("wake {thread}: {outcome:?}");

@@ -211,8 +211,11 @@ impl Poller {
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
         let mut last_sweep = Instant::now();
         loop {
+            // Deadlines are swept every 100 ms while a connection or an ack is open; with none, the
+            // thread sleeps until the next event (an idle broker is woken by nothing of its own).
+            let timeout = if self.conns.is_empty() && self.acks.is_empty() { -1 } else { 100 };
             // SAFETY: events has the length we pass.
-            let n = unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), events.as_mut_ptr(), events.len() as i32, 100) };
+            let n = unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), events.as_mut_ptr(), events.len() as i32, timeout) };
             if n < 0 {
                 let e = std::io::Error::last_os_error();
                 if e.kind() == std::io::ErrorKind::Interrupted {

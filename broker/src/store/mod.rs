@@ -74,9 +74,36 @@ pub fn now_ms() -> i64 {
 
 pub struct Store {
     conn: Connection,
-    /// Commits of this connection that made messages pending (queued, or returned from a lease):
-    /// with `data_version` (other processes' commits), what tells the wake channel to look again.
-    pending_added: u64,
+    /// Signalled by every commit of this connection that makes messages pending (queued, or
+    /// returned from a lease): what wakes the wake channel at once.
+    pending: std::sync::Arc<PendingSignal>,
+}
+
+/// Counts the commits that made messages pending, and wakes whoever waits for the next one.
+#[derive(Default)]
+pub struct PendingSignal {
+    count: std::sync::Mutex<u64>,
+    changed: std::sync::Condvar,
+}
+
+impl PendingSignal {
+    fn bump(&self, n: usize) {
+        if n > 0 {
+            *self.count.lock().unwrap_or_else(|e| e.into_inner()) += n as u64;
+            self.changed.notify_all();
+        }
+    }
+
+    /// The count so far.
+    pub fn count(&self) -> u64 {
+        *self.count.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits until the count is no longer `seen`, or `timeout` has passed.
+    pub fn wait_past(&self, seen: u64, timeout: std::time::Duration) {
+        let guard = self.count.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = self.changed.wait_timeout_while(guard, timeout, |c| *c == seen);
+    }
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -304,7 +331,7 @@ impl Store {
         migrate_trusted_codex(&conn).context("adding the trusted_codex columns")?;
         tickets::migrate(&conn).context("creating the tickets tables")?;
         conn.execute_batch(PENDING_INDEXES).context("creating the pending-message indexes")?;
-        Ok(Store { conn, pending_added: 0 })
+        Ok(Store { conn, pending: Default::default() })
     }
 
     pub fn enqueue(&mut self, thread: &str, body: &str, sender: Option<&str>, key: Option<&str>, ttl_ms: Option<i64>) -> Result<Enqueued> {
@@ -370,7 +397,7 @@ impl Store {
             params![id, thread, Kind::Message, body, sender, key, now, ttl_ms.map(|t| now + t), if wake { "auto" } else { "never" }],
         )?;
         tx.commit()?;
-        self.pending_added += 1;
+        self.pending.bump(1);
         Ok(Enqueued::New(id))
     }
 
@@ -518,7 +545,7 @@ impl Store {
             params![token, reason, now_ms()],
         )?;
         crate::failpoint::hit("after_release_commit");
-        self.pending_added += n as u64;
+        self.pending.bump(n);
         Ok(n)
     }
 
@@ -553,10 +580,9 @@ impl Store {
     /// Moves a handed message to its final state (`confirmed` or `uncertain`), back to `pending`
     /// (the rollout shows Codex cut all of it out), or just advances its scan offset when `state`
     /// is None.
-    /// A token that changes whenever messages may have become pending: another process committed
-    /// (`data_version`), or this connection queued or released some (the wake channel polls it).
-    pub fn pending_token(&self) -> (Option<i64>, u64) {
-        (self.data_version(), self.pending_added)
+    /// What this connection signals when it makes messages pending (the wake channel waits on it).
+    pub fn pending_signal(&self) -> std::sync::Arc<PendingSignal> {
+        std::sync::Arc::clone(&self.pending)
     }
 
     pub fn settle(&mut self, id: &str, state: Option<State>, reason: Option<&str>, scan_offset: u64) -> Result<bool> {
@@ -584,7 +610,7 @@ impl Store {
                 .execute("UPDATE messages SET scan_offset = ?2 WHERE id = ?1 AND state = 'handed'", params![id, scan_offset as i64])?,
         };
         if state == Some(State::Pending) {
-            self.pending_added += n as u64;
+            self.pending.bump(n);
         }
         Ok(n > 0)
     }

@@ -29,7 +29,7 @@ impl Store {
 
     /// SQLite's `data_version`: changes when another connection commits to the database.
     pub fn data_version(&self) -> Option<i64> {
-        self.conn.query_row("PRAGMA data_version", [], |r| r.get(0)).ok()
+        self.conn.prepare_cached("PRAGMA data_version").ok()?.query_row([], |r| r.get(0)).ok()
     }
 
     /// Threads with pending messages that have no `--ttl` and were queued before `cutoff`.

@@ -47,7 +47,7 @@ impl Store {
              reason = 'lease_expired', updated_at = ?1 WHERE state = 'leased' AND lease_expires_at <= ?1",
             [now],
         )?;
-        self.pending_added += n as u64;
+        self.pending.bump(n);
         Ok(n)
     }
 }
