@@ -460,7 +460,10 @@ fn stop_continuations_are_capped_per_turn() {
     }
     let last = broker.message(&sent[3]).expect("fourth message listed");
     assert_eq!(str_field(&last, "state"), "pending", "{last}");
-    assert_eq!(str_field(&last, "reason"), "deferred_stop_block_limit", "{last}");
+    // Deferred by the cap; once `codex exec` has ended, the wake channel's next pass may have
+    // noted the newer reason (the thread is no longer loaded: a resume delivers it).
+    let reason = str_field(&last, "reason");
+    assert!(["deferred_stop_block_limit", "thread_not_loaded"].contains(&reason), "{last}");
 }
 
 /// (12) Hook output stays within Codex's budget (issue 14, finding 3). 60 messages of 129 bytes
