@@ -5,9 +5,9 @@
 //! after every transition it makes (a hand-off acked, a maintenance pass that expired, released
 //! or confirmed messages); the waiter then reads the parked messages' states once (one SELECT by
 //! id, on its own read connection) and answers those that reached the wanted state or ended.
-//! Changes made by other processes (`broker cancel`, an `inspect` that settled a hand-off) poke
-//! it through a watch on the queue database (`notify`, as the wake channel does), and at least
-//! every [`TICK`]. Each look first reads SQLite's `PRAGMA data_version`, which changes only when
+//! Changes made by other processes (`broker cancel`, an `inspect` that settled a hand-off) are
+//! seen at the next [`TICK`] while a wait is parked (no file watch: every hook call's commit
+//! would wake it). Each look first reads SQLite's `PRAGMA data_version`, which changes only when
 //! another connection committed and touches no table: the states are read only after a commit.
 //! A parked client that hangs up is dropped at the next look; at most [`MAX_PARKED`] waits are
 //! parked at once.
@@ -61,34 +61,14 @@ pub struct Waiters {
 }
 
 impl Waiters {
-    /// Starts the waiter thread on its own connection to the queue in `state_dir`, and a watch on
-    /// the queue database (other processes' commits poke it at once, as the wake channel's do).
+    /// Starts the waiter thread on its own connection to the queue in `state_dir`. No watch on
+    /// the database: every hook call's commit would wake one; the broker pokes after its own
+    /// transitions, and other processes' commits are seen within [`TICK`].
     pub fn start(state_dir: &Path) -> Result<Arc<Waiters>> {
         let store = Store::open(state_dir).context("opening the queue for the waiter thread")?;
         let w = Arc::new(Waiters { shared: Mutex::new(Shared::default()), cv: Condvar::new() });
         let run = Arc::clone(&w);
-        let poked = Arc::clone(&w);
-        let db = crate::store::DB_NAME;
-        let watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
-            if ev.is_ok_and(|ev| ev.paths.iter().any(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(db)))) {
-                poked.poke();
-            }
-        })
-        .and_then(|mut w| {
-            use notify::Watcher;
-            w.watch(state_dir, notify::RecursiveMode::NonRecursive).map(|()| w)
-        });
-        let watcher = match watcher {
-            Ok(w) => Some(w),
-            Err(e) => {
-                crate::log_warn!("waiter: cannot watch {} ({e}); changes by other processes are seen within {TICK:?}", state_dir.display());
-                None
-            }
-        };
-        std::thread::Builder::new().name("waiter".into()).spawn(move || {
-            let _watcher = watcher;
-            run.run(store)
-        })?;
+        std::thread::Builder::new().name("waiter".into()).spawn(move || run.run(store))?;
         Ok(w)
     }
 

@@ -262,6 +262,16 @@ fn periodic_passes_seek_pending_indexes() {
     let sweep_sql = sweep_sql.split("WITH RECURSIVE").nth(1).unwrap().split("\",\n").next().unwrap();
     let sweep = plan(&format!("WITH RECURSIVE{}", sweep_sql.replace("?1", "5")));
     assert!(sweep.contains("messages_pending_no_ttl") && !sweep.contains("SCAN messages"), "{sweep}");
+    // Every statement that names a lease token seeks it (a delivering hook call runs several).
+    let sources = [include_str!("mod.rs"), include_str!("tickets.rs"), include_str!("wake.rs"), include_str!("effort.rs")].concat();
+    let mut by_token = 0;
+    for stmt in sources.split('"').filter(|s| s.contains("lease_token = ?") && (s.starts_with("SELECT") || s.starts_with("UPDATE"))) {
+        let sql = (1..=9).rev().fold(stmt.to_string(), |q, i| q.replace(&format!("?{i}"), "5"));
+        let p = plan(&sql);
+        assert!(!p.contains("SCAN messages"), "{sql}: {p}");
+        by_token += 1;
+    }
+    assert!(by_token >= 6, "found {by_token} statements by lease token");
 }
 
 /// The index-seeking forms of the passes' queries answer what the plain DISTINCT scans did.
