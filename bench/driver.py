@@ -573,10 +573,16 @@ def run_cases(w, a, cases, results, standins):
         assert len(set(ids)) == len(ids) == a.tail_calls
         tm = med(t)
         rd = {"hc_med": med(h), "hc_p99": pct(h, 99), "hc_max": max(h), "true_med": tm, "load": load0,
-              "over_100ms": sum(1 for x in h if x > 100e6)}
-        print(f"  delivering hook-client median {us(rd['hc_med'])} p99 {us(rd['hc_p99'])} max {us(rd['hc_max'])};"
+              "over_100ms": sum(1 for x in h if x > 100e6),
+              # The first calls after the bulk insert meet the broker's first look at 100,000 new
+              # rows (the wake channel notes every thread): reported apart from the steady state.
+              "max_after_10": max(h[10:]) if len(h) > 10 else max(h),
+              "p99_after_10": pct(h[10:], 99) if len(h) > 10 else pct(h, 99),
+              "slowest": sorted(((x, i) for i, x in enumerate(h)), reverse=True)[:5]}
+        print(f"  delivering hook-client median {us(rd['hc_med'])} p99 {us(rd['hc_p99'])} max {us(rd['hc_max'])}"
+              f" (after the first 10 calls: p99 {us(rd['p99_after_10'])} max {us(rd['max_after_10'])});"
               f" /bin/true median {us(tm)}; p99/true-median {rd['hc_p99'] / tm:.2f}; calls over 100 ms: {rd['over_100ms']}"
-              f" (load {load0:.2f})")
+              f" (load {load0:.2f}); slowest (call: time) {', '.join(f'{i}: {us(x)}' for x, i in rd['slowest'])}")
         results["cases"]["9"] = rd
         st.close()
         standins.remove(st)
@@ -661,7 +667,8 @@ def verdicts(results):
     if "9" in c:
         x = c["9"]
         row("9 tail: delivering p99 / true median", f"{x['hc_p99'] / x['true_med']:.2f}", "<= 3", x["hc_p99"] / x["true_med"] <= 3)
-        row("9 tail: delivering max", us(x["hc_max"]), "< 100 ms", x["hc_max"] < 100e6)
+        row("9 tail: delivering max", f"{us(x['hc_max'])} (after 10 calls: {us(x['max_after_10'])})", "< 100 ms", x["hc_max"] < 100e6)
+        row("9 tail: delivering median / true", f"{x['hc_med'] / x['true_med']:.2f}", "(report)", True)
     if "10" in c:
         x = c["10"]
         row(f"10 first call, {x['open_fds']} fds: broker CPU", us(x["first_cpu_ns"]), "<= 2 ms", x["first_cpu_ns"] <= 2e6)

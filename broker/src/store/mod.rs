@@ -407,12 +407,16 @@ impl Store {
     /// Says on the thread's pending messages why a verified hook did not take them (shown by
     /// `inspect`). Writes only when the reason changes.
     pub fn note_deferral(&mut self, thread: &str, reason: &str) -> Result<()> {
-        self.conn.execute(
-            "UPDATE messages SET reason = ?2 WHERE thread = ?1 AND state = 'pending' AND kind = 'message'
-             AND reason IS NOT ?2",
-            params![thread, reason],
-        )?;
-        Ok(())
+        // Not fsynced: a reason is what inspect shows, and the next pass notes it again; the wake
+        // channel notes hundreds of threads in one pass, and each fsync held the store's lock.
+        self.unsynced(|s| {
+            s.conn.execute(
+                "UPDATE messages SET reason = ?2 WHERE thread = ?1 AND state = 'pending' AND kind = 'message'
+                 AND reason IS NOT ?2",
+                params![thread, reason],
+            )?;
+            Ok(())
+        })
     }
 
     /// Runs `f` with commits not fsynced (`synchronous=NORMAL`: WAL order is kept and a broker
