@@ -644,7 +644,9 @@ def verdicts(results):
         pr = c["4"]["per_request"]
         row("4 1 GB / 1 MB rollout median", f"{med(m):.3f} ({min(m):.3f}-{max(m):.3f})", "<= 1.15", med(m) <= 1.15)
         row("4 rollout bytes read / request", f"{pr['small']['rollout_bytes']:.0f} vs {pr['big']['rollout_bytes']:.0f}",
-            "not growing", pr["big"]["rollout_bytes"] <= pr["small"]["rollout_bytes"])
+            # What each call appends before its hook (a tool call record, ~700 bytes) is read for
+            # both; "not growing" allows the few bytes longer call ids add.
+            "not growing", pr["big"]["rollout_bytes"] <= pr["small"]["rollout_bytes"] * 1.02 + 16)
     if "5" in c:
         m = c["5"]["ratios"]
         row("5 100 threads / 1 thread median", f"{med(m):.3f} ({min(m):.3f}-{max(m):.3f})", "<= 1.3", med(m) <= 1.3)
