@@ -346,20 +346,13 @@ def run_cases(w, a, cases, results, standins):
         for r in range(a.rounds):
             before = w.status()
             load0 = load_avg()
-            h, t, ids, fs = [], [], [], []
-            for i in range(n2):
+            fs = []
+
+            def before_each(i):
                 w.send(t_a, f"bench message {r}-{i}: please also run the linter")  # untimed
                 fs.append(fsync_ns(w.state))  # the disk's fsync cost, same filesystem as the queue
-                steps = [("hc", one(sa, hc, t_a, True)), ("true", one(sa, [TRUE]))]
-                for label, fn in (steps if i % 2 == 0 else steps[::-1]):
-                    x = fn()
-                    if label == "hc":
-                        if x["code"] != 0 or len(x["ids"]) != 1:
-                            raise SystemExit(f"case 2: call {i} delivered {x['ids']} (exit {x['code']})")
-                        ids += x["ids"]
-                        h.append(x["ns"])
-                    else:
-                        t.append(x["ns"])
+
+            h, t, ids = delivering_calls(sa, hc, t_a, n2, before_each, "case 2")
             check_verified(w, before, n2, "case 2")
             assert len(set(ids)) == len(ids) == n2
             rd = {"hc_med": med(h), "hc_p99": pct(h, 99), "true_med": med(t), "fsync_med": med(fs), "load": load0}
@@ -556,19 +549,8 @@ def run_cases(w, a, cases, results, standins):
         queue_directly(w, a.queued)
         print(f"  inserted {a.queued} pending messages in {time.monotonic() - t0:.1f}s")
         before, load0 = w.status(), load_avg()
-        h, t, ids = [], [], []
-        for i in range(a.tail_calls):
-            w.send(t_tail, f"tail message {i}: please also run the linter")  # untimed
-            steps = [("hc", one(st, hc, t_tail, True)), ("true", one(st, [TRUE]))]
-            for label, fn in (steps if i % 2 == 0 else steps[::-1]):
-                x = fn()
-                if label == "hc":
-                    if x["code"] != 0 or len(x["ids"]) != 1:
-                        raise SystemExit(f"case 9: call {i} delivered {x['ids']} (exit {x['code']})")
-                    ids += x["ids"]
-                    h.append(x["ns"])
-                else:
-                    t.append(x["ns"])
+        h, t, ids = delivering_calls(st, hc, t_tail, a.tail_calls,
+                                     lambda i: w.send(t_tail, f"tail message {i}: please also run the linter"), "case 9")
         check_verified(w, before, a.tail_calls, "case 9")
         assert len(set(ids)) == len(ids) == a.tail_calls
         tm = med(t)
@@ -609,6 +591,25 @@ def run_cases(w, a, cases, results, standins):
         print(f"  codex holds {open_fds} fds; broker CPU on a thread's first call: median {us(rd['first_cpu_ns'])}"
               f" (max {us(rd['first_cpu_max_ns'])}), on its second call {us(rd['second_cpu_ns'])}")
         results["cases"]["10"] = rd
+
+
+def delivering_calls(s, hc, thread, n, before_each, what):
+    """n calls that each deliver one message (`before_each(i)` queues it, untimed), interleaved
+    with /bin/true (ABBA). Returns the hook-client times, /bin/true's, and the delivered ids."""
+    h, t, ids = [], [], []
+    for i in range(n):
+        before_each(i)
+        steps = [("hc", [{"argv": hc, "thread": thread}], True), ("true", [{"argv": [TRUE]}], False)]
+        for label, seq, deliver in (steps if i % 2 == 0 else steps[::-1]):
+            x = s.run(seq, deliver)[0]
+            if label == "hc":
+                if x["code"] != 0 or len(x["ids"]) != 1:
+                    raise SystemExit(f"{what}: call {i} delivered {x['ids']} (exit {x['code']})")
+                ids += x["ids"]
+                h.append(x["ns"])
+            else:
+                t.append(x["ns"])
+    return h, t, ids
 
 
 def fsync_ns(d):

@@ -10,15 +10,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// One handler as Codex's `hooks/list` reports it.
-#[derive(Debug, Clone)]
-pub struct ListedHook {
-    pub key: String,
-    pub event: String,
-    pub command: String,
-    pub trust_status: String,
-    pub enabled: bool,
-}
+pub use crate::install::ListedHook;
 
 /// Asks `codex app-server` for `hooks/list {cwds:[cwd]}` (bounded by `timeout`).
 pub fn codex_hooks_list(codex: &Path, cwd: &Path, timeout: Duration) -> Result<Vec<ListedHook>, String> {
@@ -78,20 +70,7 @@ pub fn codex_hooks_list(codex: &Path, cwd: &Path, timeout: Duration) -> Result<V
     let _ = child.kill();
     let _ = child.wait();
     let result = result?;
-    let mut out = Vec::new();
-    for d in result.get("data").and_then(Value::as_array).into_iter().flatten() {
-        for h in d.get("hooks").and_then(Value::as_array).into_iter().flatten() {
-            let s = |k: &str| h.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-            out.push(ListedHook {
-                key: s("key"),
-                event: s("eventName"),
-                command: s("command"),
-                trust_status: s("trustStatus"),
-                enabled: h.get("enabled").and_then(Value::as_bool).unwrap_or(true),
-            });
-        }
-    }
-    Ok(out)
+    Ok(install::parse_hooks_list(&result))
 }
 
 fn camel_event(ev: &str) -> String {

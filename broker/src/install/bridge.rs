@@ -8,8 +8,8 @@
 use super::{
     daemon::terminate_if_exe,
     files::{read_opt, write_atomic},
-    manifest::{save_manifest, track_edit, FileEdit, Manifest, ProfileEdit, StartSetup},
-    start::{add_profile_block, profile_files, remove_profile_block, StartMode},
+    manifest::{save_manifest, track_edit, FileEdit, Manifest, StartSetup},
+    start::{place_profile_block, remove_profile_block, StartMode},
     systemd::{baked_env, systemctl_user, unit_dir, unit_quote},
     uninstall::unedit,
     Report,
@@ -248,18 +248,7 @@ pub(super) fn setup_start(
                 _ => Vec::new(),
             };
             let block = profile_block(broker, codex_home, &log_path(state_dir, &setup.host));
-            let mut files: Vec<ProfileEdit> = Vec::new();
-            for path in profile_files() {
-                let prev = old.iter().find(|e| e.path == path);
-                let edit = add_profile_block(&path, &block, prev)?;
-                if prev != Some(&edit) {
-                    report.push(format!("added the bridge start line to {}", path.display()));
-                }
-                files.push(edit);
-            }
-            for e in old.iter().filter(|e| !files.iter().any(|f| f.path == e.path)) {
-                remove_profile_block(e)?;
-            }
+            let files = place_profile_block(&block, &old, "bridge", report)?;
             // Recorded before the start: uninstall must find what it would stop.
             m.bridge.get_or_insert_with(Default::default).start = StartSetup::Profile { files: files.clone() };
             save_manifest(state_dir, m)?;

@@ -78,6 +78,24 @@ pub(super) fn add_profile_block(path: &Path, block: &str, old: Option<&ProfileEd
     Ok(ProfileEdit { path: path.to_path_buf(), inserted, created })
 }
 
+/// Puts `block` (the start line of `what`: the broker, the bridge) in every login profile, over
+/// the edits `old` made; edits for profile files no longer chosen are undone.
+pub(super) fn place_profile_block(block: &str, old: &[ProfileEdit], what: &str, report: &mut Report) -> Result<Vec<ProfileEdit>> {
+    let mut files = Vec::new();
+    for path in profile_files() {
+        let prev = old.iter().find(|e| e.path == path);
+        let edit = add_profile_block(&path, block, prev)?;
+        if prev != Some(&edit) {
+            report.push(format!("added the {what} start line to {}", path.display()));
+        }
+        files.push(edit);
+    }
+    for e in old.iter().filter(|e| !files.iter().any(|f| f.path == e.path)) {
+        remove_profile_block(e)?;
+    }
+    Ok(files)
+}
+
 pub(super) fn remove_profile_block(edit: &ProfileEdit) -> Result<bool> {
     let Some(text) = read_opt(&edit.path)? else { return Ok(false) };
     if !text.contains(&edit.inserted) {
@@ -161,20 +179,7 @@ pub(super) fn setup_profile(
         }
         StartSetup::None => Vec::new(),
     };
-    let block = profile_block(broker, codex_home);
-    let mut files = Vec::new();
-    for path in profile_files() {
-        let prev = old.iter().find(|e| e.path == path);
-        let edit = add_profile_block(&path, &block, prev)?;
-        if prev != Some(&edit) {
-            report.push(format!("added the broker start line to {}", path.display()));
-        }
-        files.push(edit);
-    }
-    // Edits for profile files no longer chosen are undone.
-    for e in old.iter().filter(|e| !files.iter().any(|f| f.path == e.path)) {
-        remove_profile_block(e)?;
-    }
+    let files = place_profile_block(&profile_block(broker, codex_home), &old, "broker", report)?;
     if replaced {
         if let Some(pid) = stop_broker_running(broker)? {
             journal(Change::Stopped { exe: broker.to_path_buf(), codex_home: codex_home.to_path_buf() });
