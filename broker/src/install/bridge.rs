@@ -8,16 +8,14 @@
 use super::{
     daemon::terminate_if_exe,
     files::{read_opt, write_atomic},
-    manifest::{save_manifest, track_edit, FileEdit, Manifest, StartSetup},
+    manifest::{save_manifest, track_edit, unedit, BridgeSetup, Manifest, StartSetup},
     start::{place_profile_block, remove_profile_block, StartMode},
     systemd::{baked_env, systemctl_user, unit_dir, unit_quote},
-    uninstall::unedit,
     Report,
 };
 use crate::install::hooks::shell_quote;
 use anyhow::{bail, Context, Result};
 use courier_shared::paths;
-use serde::{Deserialize, Serialize};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -33,21 +31,6 @@ pub struct BridgeOptions {
     pub host: String,
     /// An absolute path to a `.creds` file.
     pub creds: Option<PathBuf>,
-}
-
-/// What install did for the bridge (in the manifest).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
-pub struct BridgeSetup {
-    pub nats: String,
-    pub host: String,
-    #[serde(default)]
-    pub creds: Option<PathBuf>,
-    /// The edit of Courier's config.toml (the `[bridge]` table).
-    #[serde(default)]
-    pub config: Option<FileEdit>,
-    /// How the bridge starts at login (units or profile blocks of its own).
-    #[serde(default)]
-    pub start: StartSetup,
 }
 
 impl BridgeOptions {

@@ -2,8 +2,8 @@
 //! by uninstall and doctor) and the run's journal, undone when a step fails.
 
 use super::{
-    files::{read_opt, write_atomic},
-    MANIFEST_NAME,
+    files::{read_opt, restore, write_atomic},
+    Report, MANIFEST_NAME,
 };
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -80,7 +80,7 @@ pub struct Manifest {
     pub created_mcp_servers: bool,
     /// `install --bridge`: the `[bridge]` table and how the bridge starts.
     #[serde(default)]
-    pub bridge: Option<super::bridge::BridgeSetup>,
+    pub bridge: Option<BridgeSetup>,
 }
 
 pub fn manifest_path(state_dir: &Path) -> PathBuf {
@@ -124,4 +124,45 @@ pub(super) fn track_edit(edit: &mut Option<FileEdit>, path: &Path, current: Opti
             })
         }
     }
+}
+
+/// What install did for the bridge (in the manifest).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct BridgeSetup {
+    pub nats: String,
+    pub host: String,
+    #[serde(default)]
+    pub creds: Option<PathBuf>,
+    /// The edit of Courier's config.toml (the `[bridge]` table).
+    #[serde(default)]
+    pub config: Option<FileEdit>,
+    /// How the bridge starts at login (units or profile blocks of its own).
+    #[serde(default)]
+    pub start: StartSetup,
+}
+
+/// Puts back one file install edited: byte for byte when nobody changed it since, else with only
+/// Courier's entries taken out by `strip` (None when it cannot be parsed).
+pub(super) fn unedit(edit: &FileEdit, what: &str, strip: impl Fn(&str) -> Result<String>, report: &mut Report) -> Result<()> {
+    let current = read_opt(&edit.path)?;
+    let p = edit.path.display();
+    if current.as_deref() == Some(edit.written.as_str()) && edit.snapshot_valid {
+        restore(&edit.path, edit.original.as_deref())?;
+        report.push(match edit.original {
+            Some(_) => format!("restored {p}"),
+            None => format!("removed {p} (install had created it)"),
+        });
+    } else if current.is_some() && current == edit.original && edit.snapshot_valid {
+        // Listed ahead of a write that never happened (an interrupted install): nothing to undo.
+    } else if let Some(text) = current {
+        let out = strip(&text)?;
+        if out.trim().is_empty() && edit.original.is_none() {
+            restore(&edit.path, None)?;
+            report.push(format!("removed {p} (install had created it; only Courier's {what} were left)"));
+        } else {
+            write_atomic(&edit.path, out.as_bytes(), 0o600)?;
+            report.push(format!("removed Courier's {what} from {p} (it changed since install)"));
+        }
+    }
+    Ok(())
 }

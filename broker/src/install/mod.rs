@@ -40,14 +40,14 @@ use {
     uninstall::{purge_dir, state_files},
 };
 
-pub use bridge::{BridgeOptions, BridgeSetup, BRIDGE_UNIT};
+pub use bridge::{BridgeOptions, BRIDGE_UNIT};
 pub use config_toml::{add_trust, remove_trust};
 pub use daemon::{daemon_env, daemonize, stop_broker_running, DAEMON_ENV, DAEMON_ENV_PREFIXES};
 pub use hooks::{
     canonical_json, hook_command, hook_trust_hash, hooks_source, merge_hooks, parse_hooks_list, shell_quote, snake_event, trust_key,
     unmerge_hooks, ListedHook,
 };
-pub use manifest::{load_manifest, manifest_path, FileEdit, Manifest, ProfileEdit, StartSetup};
+pub use manifest::{load_manifest, manifest_path, BridgeSetup, FileEdit, Manifest, ProfileEdit, StartSetup};
 pub use start::{profile_block, StartMode};
 pub use systemd::{render_units, systemctl_user, unit_dir, user_manager_runs};
 pub use uninstall::uninstall;

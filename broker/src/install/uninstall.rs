@@ -3,9 +3,9 @@
 use super::{
     config_toml::remove_trust,
     daemon::DAEMON_LOG,
-    files::{read_opt, remove_file, restore, write_atomic},
+    files::remove_file,
     hooks::{json_text, unmerge_hooks},
-    manifest::{load_manifest, manifest_path, FileEdit, Manifest, StartSetup},
+    manifest::{load_manifest, manifest_path, unedit, Manifest, StartSetup},
     start::{remove_units, teardown_start},
     Report, MANIFEST_NAME,
 };
@@ -109,32 +109,6 @@ pub fn uninstall(purge: bool) -> Result<Report> {
         ));
     }
     Ok(report)
-}
-
-/// Puts back one file install edited: byte for byte when nobody changed it since, else with only
-/// Courier's entries taken out by `strip` (None when it cannot be parsed).
-pub(super) fn unedit(edit: &FileEdit, what: &str, strip: impl Fn(&str) -> Result<String>, report: &mut Report) -> Result<()> {
-    let current = read_opt(&edit.path)?;
-    let p = edit.path.display();
-    if current.as_deref() == Some(edit.written.as_str()) && edit.snapshot_valid {
-        restore(&edit.path, edit.original.as_deref())?;
-        report.push(match edit.original {
-            Some(_) => format!("restored {p}"),
-            None => format!("removed {p} (install had created it)"),
-        });
-    } else if current.is_some() && current == edit.original && edit.snapshot_valid {
-        // Listed ahead of a write that never happened (an interrupted install): nothing to undo.
-    } else if let Some(text) = current {
-        let out = strip(&text)?;
-        if out.trim().is_empty() && edit.original.is_none() {
-            restore(&edit.path, None)?;
-            report.push(format!("removed {p} (install had created it; only Courier's {what} were left)"));
-        } else {
-            write_atomic(&edit.path, out.as_bytes(), 0o600)?;
-            report.push(format!("removed Courier's {what} from {p} (it changed since install)"));
-        }
-    }
-    Ok(())
 }
 
 pub(super) fn uninstall_manifest(m: &Manifest, state_dir: &Path, report: &mut Report) -> Result<()> {
