@@ -10,7 +10,7 @@ use super::{
     files::{read_opt, write_atomic},
     manifest::{save_manifest, track_edit, unedit, BridgeSetup, Manifest, StartSetup},
     start::{place_profile_block, remove_profile_block, StartMode},
-    systemd::{baked_env, systemctl_user, unit_dir, unit_quote},
+    systemd::{baked_env, systemctl_user_ok, unit_dir, unit_quote},
     Report,
 };
 use crate::install::hooks::shell_quote;
@@ -207,13 +207,7 @@ pub(super) fn setup_start(
                     unit_dir().display()
                 ));
             } else {
-                let ok = |args: &[&str]| -> Result<()> {
-                    match systemctl_user(args) {
-                        Some(o) if o.status.success() => Ok(()),
-                        Some(o) => bail!("systemctl --user {} failed: {}", args.join(" "), String::from_utf8_lossy(&o.stderr).trim()),
-                        None => bail!("systemctl --user {} did not finish", args.join(" ")),
-                    }
-                };
+                let ok = systemctl_user_ok;
                 if changed {
                     ok(&["daemon-reload"])?;
                 }

@@ -7,7 +7,7 @@ use super::{
     hooks::shell_quote,
     journal::{journal, Change},
     manifest::{ProfileEdit, StartSetup},
-    systemd::{baked_env, render_units, run_bounded, systemctl_user, unit_dir, user_manager_runs},
+    systemd::{baked_env, render_units, run_bounded, systemctl_user, systemctl_user_ok, unit_dir, user_manager_runs},
     Report, SERVICE_UNIT, SOCKET_UNIT,
 };
 use anyhow::{bail, Context, Result};
@@ -142,13 +142,7 @@ pub(super) fn setup_systemd(
         ));
         return Ok(StartSetup::Systemd { units });
     }
-    let ok = |args: &[&str]| -> Result<()> {
-        match systemctl_user(args) {
-            Some(o) if o.status.success() => Ok(()),
-            Some(o) => bail!("systemctl --user {} failed: {}", args.join(" "), String::from_utf8_lossy(&o.stderr).trim()),
-            None => bail!("systemctl --user {} did not finish", args.join(" ")),
-        }
-    };
+    let ok = systemctl_user_ok;
     if changed {
         ok(&["daemon-reload"])?;
     }

@@ -29,6 +29,15 @@ pub fn systemctl_user(args: &[&str]) -> Option<std::process::Output> {
     run_bounded(c, Duration::from_secs(20))
 }
 
+/// `systemctl --user ARGS`, which must succeed: its stderr is the error otherwise.
+pub fn systemctl_user_ok(args: &[&str]) -> anyhow::Result<()> {
+    match systemctl_user(args) {
+        Some(o) if o.status.success() => Ok(()),
+        Some(o) => anyhow::bail!("systemctl --user {} failed: {}", args.join(" "), String::from_utf8_lossy(&o.stderr).trim()),
+        None => anyhow::bail!("systemctl --user {} did not finish", args.join(" ")),
+    }
+}
+
 /// A systemd user manager answers.
 pub fn user_manager_runs() -> bool {
     systemctl_user(&["show-environment"]).is_some_and(|o| o.status.success())
