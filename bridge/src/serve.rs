@@ -170,7 +170,8 @@ fn local_request(body: &[u8], key: &str, origin: &str) -> Result<Map<String, Val
         Some(other) => return Err(bad(format!("from {other}: a string"))),
     };
     let from = format!("nats:{origin}/{label}");
-    broker::store::check_from(&from).map_err(|e| bad(format!("the sender label {from:?}: {e:#}")))?;
+    // Refused here already (the rules are `send`'s), so a bad label gets its receipt at once.
+    let from = broker::label::check(&from).map_err(|e| bad(format!("the sender label {from:?}: {e}")))?;
     obj.insert("op".into(), json!("send"));
     obj.insert("key".into(), json!(key));
     obj.insert("from".into(), json!(from));
@@ -209,8 +210,9 @@ fn enqueue_in_store(state_dir: &Path, codex_home: &Path, req: &Value) -> Local {
     let Some(text) = s("text") else { return refused("text: a string is required") };
     let ttl_ms = match req.get("ttl_ms") {
         None | Some(Value::Null) => None,
+        // Checked (more than 0, at most 365 days) by `send`, as on every path.
         Some(v) => match v.as_u64() {
-            Some(t) => Some(t.min(broker::cli::MAX_DURATION.as_millis() as u64) as i64),
+            Some(t) => Some(t),
             None => return refused("ttl_ms: a number of milliseconds"),
         },
     };

@@ -161,6 +161,11 @@ const LT_LOOKALIKES: [char; 16] = [
     '\u{E003C}', // tag less-than sign (invisible)
 ];
 
+/// Whether `c` reads as `<` to a model (one of [`LT_LOOKALIKES`]).
+pub fn is_lt_lookalike(c: char) -> bool {
+    LT_LOOKALIKES.contains(&c)
+}
+
 /// Text as it goes inside a Courier wrapper: every `<` becomes `&lt;` and every look-alike of it
 /// a numeric character reference, so no text (whatever its case, spacing, zero-width or
 /// fullwidth tricks) can open or close a tag: the wrapper's own `<` are the only ones the model

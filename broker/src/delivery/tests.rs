@@ -25,6 +25,7 @@ fn msg(id: &str, body: &str, from: Option<&str>) -> Message {
         rollout_path: None,
         scan_offset: Some(0),
         alarms: Vec::new(),
+        sender_check: None,
     }
 }
 

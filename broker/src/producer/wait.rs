@@ -237,6 +237,7 @@ fn message_of(v: &Value) -> Option<Message> {
             .and_then(Value::as_array)
             .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
             .unwrap_or_default(),
+        sender_check: None,
     })
 }
 

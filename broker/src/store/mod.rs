@@ -30,7 +30,8 @@ pub use refusals::Refusal;
 pub use state::{Kind, State};
 pub use tickets::{Alarm, TicketClaim};
 
-use crate::delivery::wrapper::{wrapped_len, MAX_OUTPUT_BYTES};
+use crate::delivery::seal::{self, SenderCheck};
+use crate::delivery::wrapper::{verified_thread, wrapped_len, MAX_OUTPUT_BYTES};
 use anyhow::{bail, Context, Result};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
@@ -44,30 +45,8 @@ pub const DB_NAME: &str = "queue.sqlite";
 /// checked too (escaping can grow a body: every `<` is 4 bytes).
 pub const MAX_BODY_BYTES: usize = 7_800;
 /// Longest `--from` label, in characters.
-pub const MAX_FROM_CHARS: usize = 64;
+pub const MAX_FROM_CHARS: usize = crate::label::MAX_CHARS;
 
-/// A sender label must be short and printable: it is shown to the model in every wrapper.
-pub fn check_from(from: &str) -> Result<()> {
-    let n = from.chars().count();
-    if n == 0 {
-        bail!("--from must not be empty");
-    }
-    if n > MAX_FROM_CHARS {
-        bail!("--from is {n} characters; at most {MAX_FROM_CHARS} are allowed (it is shown to the model with every message)");
-    }
-    if let Some(c) = from.chars().find(|c| c.is_control() || is_format_char(*c)) {
-        bail!("--from contains the control or invisible character U+{:04X}; use printable text", c as u32);
-    }
-    Ok(())
-}
-
-/// Unicode format and separator characters (zero-width, bidirectional overrides, soft hyphen,
-/// tag characters, line/paragraph separators): invisible, or reorder what the model reads.
-fn is_format_char(c: char) -> bool {
-    matches!(c as u32,
-        0x00AD | 0x0600..=0x0605 | 0x061C | 0x06DD | 0x070F | 0x180E | 0x200B..=0x200F | 0x2028..=0x202E
-        | 0x2060..=0x2064 | 0x2066..=0x206F | 0xFEFF | 0xFFF9..=0xFFFB | 0xE0000..=0xE007F)
-}
 pub fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
@@ -130,6 +109,25 @@ pub struct Message {
     pub scan_offset: Option<i64>,
     /// Alarm kinds raised on this message (`ticket_used`: see `crate::tickets`), each once.
     pub alarms: Vec<String>,
+    /// How its sender is shown, decided by the broker when it leased it (`delivery/seal.rs`);
+    /// `None` until then.
+    pub sender_check: Option<SenderCheck>,
+}
+
+/// A message to queue ([`Store::enqueue_message`]).
+pub struct NewMessage<'a> {
+    pub thread: &'a str,
+    pub body: &'a str,
+    /// The label shown to the model (normalised by `label::check`), or a verified sender's
+    /// `thread:<uuid>` when `verified`.
+    pub sender: Option<&'a str>,
+    /// `sender` is a thread the broker verified: the row is sealed (`delivery/seal.rs`), which only
+    /// a running broker can do.
+    pub verified: bool,
+    pub key: Option<&'a str>,
+    pub ttl_ms: Option<i64>,
+    /// The wake channel may start a turn for it (`broker send --wake auto|never`).
+    pub wake: bool,
 }
 
 /// What `enqueue` did.
@@ -235,8 +233,16 @@ fn migrate_trusted_codex(conn: &Connection) -> rusqlite::Result<()> {
     for (name, decl) in [("version", "TEXT"), ("how", "TEXT NOT NULL DEFAULT 'manual'"), ("source", "TEXT")] {
         add_column(conn, "trusted_codex", name, decl)?;
     }
+    Ok(())
+}
+
+/// Columns added to `messages` after its first release.
+fn migrate_messages(conn: &Connection) -> rusqlite::Result<()> {
     // `broker send --wake auto|never`: whether the broker may start a turn in an idle thread.
-    add_column(conn, "messages", "wake", "TEXT NOT NULL DEFAULT 'auto'")
+    add_column(conn, "messages", "wake", "TEXT NOT NULL DEFAULT 'auto'")?;
+    // A verified sender's seal (`delivery/seal.rs`), and how the lease showed the sender.
+    add_column(conn, "messages", "sender_seal", "TEXT")?;
+    add_column(conn, "messages", "sender_check", "TEXT")
 }
 
 fn is_busy(e: &anyhow::Error) -> bool {
@@ -264,7 +270,8 @@ pub(super) fn add_column(conn: &Connection, table: &str, name: &str, decl: &str)
 
 const MESSAGE_COLUMNS: &str = "id, thread, kind, state, body, sender, idem_key, created_at, updated_at, \
     expires_at, event, turn_id, lease_token, handed_at, confirmed_at, reason, attempts, rollout_path, scan_offset, \
-    (SELECT group_concat(kind) FROM (SELECT DISTINCT kind FROM alarms WHERE alarms.message = messages.id ORDER BY kind))";
+    (SELECT group_concat(kind) FROM (SELECT DISTINCT kind FROM alarms WHERE alarms.message = messages.id ORDER BY kind)), \
+    sender_check";
 
 fn row_to_message(row: &rusqlite::Row) -> rusqlite::Result<Message> {
     Ok(Message {
@@ -288,6 +295,7 @@ fn row_to_message(row: &rusqlite::Row) -> rusqlite::Result<Message> {
         rollout_path: row.get(17)?,
         scan_offset: row.get(18)?,
         alarms: row.get::<_, Option<String>>(19)?.map(|a| a.split(',').map(String::from).collect()).unwrap_or_default(),
+        sender_check: row.get::<_, Option<String>>(20)?.as_deref().and_then(SenderCheck::parse),
     })
 }
 
@@ -332,26 +340,20 @@ impl Store {
         conn.execute_batch(SCHEMA).context("creating the queue schema")?;
         effort::migrate(&conn).context("adding the effort columns")?;
         migrate_trusted_codex(&conn).context("adding the trusted_codex columns")?;
+        migrate_messages(&conn).context("adding the messages columns")?;
         tickets::migrate(&conn).context("creating the tickets tables")?;
         conn.execute_batch(PENDING_INDEXES).context("creating the pending-message indexes")?;
         Ok(Store { conn, pending: Default::default() })
     }
 
     pub fn enqueue(&mut self, thread: &str, body: &str, sender: Option<&str>, key: Option<&str>, ttl_ms: Option<i64>) -> Result<Enqueued> {
-        self.enqueue_with_wake(thread, body, sender, key, ttl_ms, true)
+        self.enqueue_message(&NewMessage { thread, body, sender, verified: false, key, ttl_ms, wake: true })
     }
 
-    /// [`Store::enqueue`], saying whether the wake channel may start a turn for it
-    /// (`broker send --wake auto|never`), in the same insert.
-    pub fn enqueue_with_wake(
-        &mut self,
-        thread: &str,
-        body: &str,
-        sender: Option<&str>,
-        key: Option<&str>,
-        ttl_ms: Option<i64>,
-        wake: bool,
-    ) -> Result<Enqueued> {
+    /// Queues a message (a retry with the same key and text gets the earlier id). A verified
+    /// sender's row is sealed, which fails outside a running broker.
+    pub fn enqueue_message(&mut self, m: &NewMessage<'_>) -> Result<Enqueued> {
+        let NewMessage { thread, body, sender, verified, key, ttl_ms, wake } = *m;
         if body.len() > MAX_BODY_BYTES {
             bail!(
                 "message is {} bytes; the limit is {} (Codex shows the model only a preview of longer hook output)",
@@ -359,11 +361,29 @@ impl Store {
                 MAX_BODY_BYTES
             );
         }
-        if let Some(from) = sender {
-            check_from(from)?;
-        }
+        let check = match sender {
+            Some(from) if verified => {
+                if verified_thread(Some(from)).is_none() {
+                    bail!("a verified sender is named thread:<uuid>, not {from:?}");
+                }
+                SenderCheck::Verified
+            }
+            Some(from) => match crate::label::check(from) {
+                Ok(l) if l == from => SenderCheck::Label,
+                Ok(l) => bail!("the sender label {from:?} is not normalised (NFKC: {l:?})"),
+                Err(e) => bail!("{e}"),
+            },
+            None => SenderCheck::Label,
+        };
         let id = new_message_id();
-        let rendered = wrapped_len(&id, sender, body);
+        let seal = match (sender, verified) {
+            (Some(from), true) => Some(
+                seal::seal(&seal::Fields { id: &id, thread, sender: from, body })
+                    .context("a verified sender can only be queued by the running broker (it seals the row)")?,
+            ),
+            _ => None,
+        };
+        let rendered = wrapped_len(&id, sender, check, body);
         let max = MAX_OUTPUT_BYTES;
         if rendered > max {
             bail!(
@@ -395,9 +415,20 @@ impl Store {
             }
         }
         tx.execute(
-            "INSERT INTO messages (id, thread, kind, body, sender, idem_key, state, created_at, updated_at, expires_at, wake)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?7, ?8, ?9)",
-            params![id, thread, Kind::Message, body, sender, key, now, ttl_ms.map(|t| now + t), if wake { "auto" } else { "never" }],
+            "INSERT INTO messages (id, thread, kind, body, sender, idem_key, state, created_at, updated_at, expires_at, wake, sender_seal)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?7, ?8, ?9, ?10)",
+            params![
+                id,
+                thread,
+                Kind::Message,
+                body,
+                sender,
+                key,
+                now,
+                ttl_ms.map(|t| now.saturating_add(t)),
+                if wake { "auto" } else { "never" },
+                seal
+            ],
         )?;
         tx.commit()?;
         self.pending.bump(1);
@@ -464,18 +495,24 @@ impl Store {
              WHERE thread = ?1 AND state = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?2",
             params![thread, now],
         )?;
-        let candidates: Vec<Message> = {
+        let candidates: Vec<(Message, Option<String>)> = {
             let mut stmt = tx.prepare_cached(&format!(
-                "SELECT {MESSAGE_COLUMNS} FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = 'message' {} ORDER BY seq LIMIT 64",
+                "SELECT {MESSAGE_COLUMNS}, sender_seal FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = 'message' {} ORDER BY seq LIMIT 64",
                 if wake_only { "AND wake != 'never'" } else { "" }
             ))?;
-            let rows = stmt.query_map([thread], row_to_message)?;
+            let rows = stmt.query_map([thread], |r| Ok((row_to_message(r)?, r.get(21)?)))?;
             rows.collect::<rusqlite::Result<_>>()?
         };
         let mut taken: Vec<Message> = Vec::new();
         let mut bytes = 0;
-        for m in candidates {
-            let len = wrapped_len(&m.id, m.from.as_deref(), &m.body);
+        for (mut m, seal) in candidates {
+            // The sender is checked here, in the lease's transaction, and shown as checked.
+            let check = match m.from.as_deref() {
+                Some(sender) => seal::classify(&seal::Fields { id: &m.id, thread: &m.thread, sender, body: &m.body }, seal.as_deref()),
+                None => SenderCheck::Label,
+            };
+            m.sender_check = Some(check);
+            let len = wrapped_len(&m.id, m.from.as_deref(), check, &m.body);
             if len > max_bytes {
                 if taken.is_empty() {
                     tx.execute(
@@ -502,11 +539,12 @@ impl Store {
         {
             let mut stmt = tx.prepare_cached(
                 "UPDATE messages SET state = 'leased', lease_token = ?1, lease_expires_at = ?2, event = ?3,
-                 turn_id = ?4, attempts = attempts + 1, reason = NULL, updated_at = ?5
+                 turn_id = ?4, attempts = attempts + 1, reason = NULL, updated_at = ?5, sender_check = ?7
                  WHERE id = ?6 AND state = 'pending'",
             )?;
             for m in &mut taken {
-                stmt.execute(params![token, now + lease_ms, event, turn_id, now, m.id])?;
+                let check = m.sender_check.map(SenderCheck::as_str);
+                stmt.execute(params![token, now + lease_ms, event, turn_id, now, m.id, check])?;
                 m.state = State::Leased;
                 m.lease = Some(token);
                 m.event = Some(event.into());

@@ -145,8 +145,12 @@ fn from_is_short_and_printable_and_the_rendered_message_fits() {
     // The longest plain body with the longest --from fits; one byte more is refused.
     let longest_from = "f".repeat(64);
     assert!(
-        crate::delivery::wrapped_len("m_0123456789abcdef", Some(&longest_from), &"y".repeat(MAX_BODY_BYTES))
-            <= crate::delivery::MAX_OUTPUT_BYTES
+        crate::delivery::wrapped_len(
+            "m_0123456789abcdef",
+            Some(&longest_from),
+            crate::delivery::seal::SenderCheck::Label,
+            &"y".repeat(MAX_BODY_BYTES)
+        ) <= crate::delivery::MAX_OUTPUT_BYTES
     );
     s.enqueue(T, &"y".repeat(MAX_BODY_BYTES), Some(&longest_from), None, None).unwrap();
     assert!(s.enqueue(T, &"y".repeat(MAX_BODY_BYTES + 1), Some("me"), None, None).is_err());
@@ -281,11 +285,47 @@ fn pending_thread_lists_by_index_seek() {
     const V: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce4";
     const W: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce5";
     for _ in 0..3 {
-        s.enqueue_with_wake(T, "wakeable, no ttl", None, None, None, true).unwrap();
+        s.enqueue_message(&NewMessage {
+            thread: T,
+            body: "wakeable, no ttl",
+            sender: None,
+            verified: false,
+            key: None,
+            ttl_ms: None,
+            wake: true,
+        })
+        .unwrap();
     }
-    s.enqueue_with_wake(U, "never wake, ttl", None, None, Some(60_000), false).unwrap();
-    s.enqueue_with_wake(V, "wakeable, ttl", None, None, Some(60_000), true).unwrap();
-    s.enqueue_with_wake(W, "never wake, no ttl", None, None, None, false).unwrap();
+    s.enqueue_message(&NewMessage {
+        thread: U,
+        body: "never wake, ttl",
+        sender: None,
+        verified: false,
+        key: None,
+        ttl_ms: Some(60_000),
+        wake: false,
+    })
+    .unwrap();
+    s.enqueue_message(&NewMessage {
+        thread: V,
+        body: "wakeable, ttl",
+        sender: None,
+        verified: false,
+        key: None,
+        ttl_ms: Some(60_000),
+        wake: true,
+    })
+    .unwrap();
+    s.enqueue_message(&NewMessage {
+        thread: W,
+        body: "never wake, no ttl",
+        sender: None,
+        verified: false,
+        key: None,
+        ttl_ms: None,
+        wake: false,
+    })
+    .unwrap();
     assert!(s.lease(V, "Stop", Some("turn"), 10_000, 1000).unwrap().is_some()); // no longer pending
     assert_eq!(s.wake_candidates().unwrap(), vec![T.to_string()]);
     assert_eq!(s.threads_pending_since(now_ms() + 1).unwrap(), vec![T.to_string(), W.to_string()]);
