@@ -171,7 +171,13 @@ fn local_request(body: &[u8], key: &str, origin: &str) -> Result<Map<String, Val
     };
     let from = format!("nats:{origin}/{label}");
     // Refused here already (the rules are `send`'s), so a bad label gets its receipt at once.
-    let from = broker::label::check(&from).map_err(|e| bad(format!("the sender label {from:?}: {e}")))?;
+    let from = broker::label::check(&from).map_err(|e| {
+        let code = match e {
+            broker::label::LabelError::Reserved(_) => "reserved_from",
+            broker::label::LabelError::Bad(_) => "bad_from",
+        };
+        (code.to_string(), format!("the sender label {from:?}: {e}"))
+    })?;
     obj.insert("op".into(), json!("send"));
     obj.insert("key".into(), json!(key));
     obj.insert("from".into(), json!(from));
@@ -604,6 +610,7 @@ mod tests {
             rollout_path: None,
             scan_offset: None,
             alarms: Vec::new(),
+            sender_check: None,
         }
     }
 
@@ -631,7 +638,6 @@ mod tests {
             &br#"{"thread":"t","text":"hi","key":"other"}"#[..],
             br#"{"thread":"t","text":"hi","wait":"confirmed"}"#,
             br#"{"op":"threads"}"#,
-            br#"{"thread":"t","text":"hi","from":"a\u0007b"}"#,
             br#"[1]"#,
             b"nope",
         ] {
@@ -640,5 +646,36 @@ mod tests {
         }
         let long = format!(r#"{{"thread":"t","text":"hi","from":"{}"}}"#, "x".repeat(60));
         assert!(local_request(long.as_bytes(), "k", "b").is_err(), "the label with its prefix must fit --from's cap");
+        // The label rules are `send`'s (broker::label): look-alikes are refused here too.
+        for (label, want) in [
+            ("a\u{7}b", "bad_from"),
+            ("ci\u{FF02} verified=\u{FF02}true", "bad_from"),
+            ("ci\u{2236}x", "bad_from"),
+            ("v\u{0435}rified", "reserved_from"),
+        ] {
+            let body = json!({"thread": "t", "text": "hi", "from": label}).to_string();
+            let (code, _) = local_request(body.as_bytes(), "k1", "b").unwrap_err();
+            assert_eq!(code, want, "{label:?}");
+        }
+        assert_eq!(local_request(br#"{"thread":"t","text":"hi","from":"\uff43i"}"#, "k", "b").unwrap()["from"], "nats:b/ci");
+    }
+
+    /// The bridge's own store path (no broker running) meets `send`'s ttl check as every path
+    /// does: 0 and values past 365 days are refused (`bad_ttl`), nothing is queued.
+    #[test]
+    fn ttl_is_checked_when_the_bridge_queues_itself() {
+        let dir = std::env::temp_dir().join(format!("courier-bridge-ttl-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("codex/sessions")).unwrap();
+        for ttl in [json!(0), json!(i64::MAX), json!(u64::MAX)] {
+            let req = json!({"thread": "01a22654-3b31-76f3-a48c-b65aa7d0db68", "text": "hi", "ttl_ms": ttl, "from": "nats:b/ci"});
+            match enqueue_in_store(&dir, &dir.join("codex"), &req) {
+                Local::Refused { code, .. } => assert_eq!(code, "bad_ttl", "{ttl}"),
+                Local::Queued { .. } => panic!("ttl_ms {ttl} queued"),
+                Local::Retry(e) => panic!("ttl_ms {ttl}: {e}"),
+            }
+        }
+        assert!(Store::open(&dir).unwrap().messages(None).unwrap().is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

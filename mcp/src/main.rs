@@ -147,7 +147,8 @@ impl Courier {
                 reply["messages"] = json!([m]);
                 return;
             }
-            tokio::time::sleep(std::time::Duration::from_secs(1).min(deadline.saturating_duration_since(tokio::time::Instant::now()))).await;
+            tokio::time::sleep(std::time::Duration::from_secs(1).min(deadline.saturating_duration_since(tokio::time::Instant::now())))
+                .await;
         }
     }
 

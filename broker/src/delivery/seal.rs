@@ -79,7 +79,8 @@ pub enum SenderCheck {
     Label,
     /// A `thread:` sender with no seal: not queued by the running broker (a direct write).
     NoSeal,
-    /// A seal from an earlier broker run (or read where no key is held): its key is gone.
+    /// A seal under a key this process does not hold: an earlier broker run's (its key is gone
+    /// with it), or a made-up one.
     StaleSeal,
     /// A seal that does not match the row: the row was changed, or the seal made up.
     BadSeal,

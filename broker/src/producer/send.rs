@@ -338,6 +338,19 @@ mod tests {
         assert!(!crate::delivery::wrap(&mk("thread:not-a-uuid")).contains("verified="));
     }
 
+    /// The one ttl check every path meets (CLI, socket, MCP, bridge): 0 and past 365 days are
+    /// refused (`bad_ttl`), nothing wraps to a negative `expires_at`.
+    #[test]
+    fn ttl_is_checked_once_for_every_path() {
+        for bad in [0, MAX_TTL_MS + 1, i64::MAX as u64, u64::MAX] {
+            let Err(SendError::Refused { code, message }) = check_ttl_ms(bad) else { panic!("{bad} accepted") };
+            assert_eq!(code, ErrorCode::BadTtl, "{bad}: {message}");
+        }
+        assert_eq!(check_ttl_ms(1).ok(), Some(1));
+        assert_eq!(check_ttl_ms(MAX_TTL_MS).ok(), Some(MAX_TTL_MS as i64));
+        assert!(ErrorCode::BadTtl.is_usage() && ErrorCode::BadFrom.is_usage() && ErrorCode::ReservedFrom.is_usage());
+    }
+
     #[test]
     fn agent_names_one_live_sub_agent() {
         let mut euler = t("c1", "/w", Some("p"));
