@@ -58,17 +58,17 @@ impl std::error::Error for LabelError {}
 pub fn check(from: &str) -> Result<String, LabelError> {
     let n = from.chars().count();
     if n == 0 || from.trim().is_empty() {
-        return Err(LabelError::Bad("the sender label (--from) must not be empty".into()));
+        return Err(LabelError::Bad("--from must not be empty".into()));
     }
     if n > MAX_CHARS {
         return Err(LabelError::Bad(format!(
-            "the sender label (--from) is {n} characters; at most {MAX_CHARS} are allowed (it is shown to the model with every message)"
+            "--from is {n} characters; at most {MAX_CHARS} are allowed (it is shown to the model with every message)"
         )));
     }
     for c in from.chars() {
         if let Some(what) = forbidden(c) {
             return Err(LabelError::Bad(format!(
-                "the sender label (--from) contains U+{:04X}, {what}; labels may not hold quotation marks, colon look-alikes, \
+                "--from contains U+{:04X}, {what}; sender labels may not hold quotation marks, colon look-alikes, \
                  < or >, control or invisible characters",
                 c as u32
             )));
@@ -77,14 +77,14 @@ pub fn check(from: &str) -> Result<String, LabelError> {
     let label: String = from.nfkc().collect();
     // NFKC may turn a compatibility form into a forbidden one (a fullwidth quote into `"`).
     if let Some(c) = label.chars().find(|c| forbidden(*c).is_some()) {
-        return Err(LabelError::Bad(format!("the sender label (--from) normalises to one holding U+{:04X}", c as u32)));
+        return Err(LabelError::Bad(format!("--from normalises (NFKC) to one holding U+{:04X}", c as u32)));
     }
     if label.chars().count() > MAX_CHARS {
-        return Err(LabelError::Bad(format!("the sender label (--from) is over {MAX_CHARS} characters once normalised (NFKC)")));
+        return Err(LabelError::Bad(format!("--from is over {MAX_CHARS} characters once normalised (NFKC)")));
     }
     if is_reserved(&label) {
         return Err(LabelError::Reserved(format!(
-            "the sender label (--from) {label:?} reads as {VERIFIED_PREFIX:?} or {VERIFIED_WORD:?}: those are reserved for senders \
+            "--from {label:?} reads as {VERIFIED_PREFIX:?} or {VERIFIED_WORD:?} (in some case or look-alike form): those are reserved for senders \
              the broker verified (a `broker send` run by a Codex tool command, without --from)"
         )));
     }
