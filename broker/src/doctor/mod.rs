@@ -477,7 +477,8 @@ mod tests {
     #[test]
     fn documented_reason_code_table_matches_the_code() {
         let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/troubleshooting.md")).unwrap();
-        let section = doc.split("\n## Refusal reason codes\n").nth(1).expect("docs/troubleshooting.md has a \"Refusal reason codes\" section");
+        let section =
+            doc.split("\n## Refusal reason codes\n").nth(1).expect("docs/troubleshooting.md has a \"Refusal reason codes\" section");
         let section = section.split("\n#").next().unwrap();
         let listed: Vec<&str> =
             section.lines().filter_map(|l| l.strip_prefix("| `")).filter_map(|l| l.split_once("` |").map(|(code, _)| code)).collect();
