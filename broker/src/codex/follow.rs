@@ -237,16 +237,14 @@ impl Follower {
     /// Managed-daemon releases are not followed (module docs).
     pub fn consider_hashed(&self, path: &Path, key: &ExeKey, digest: &str) {
         let found = resolve::discover_commands(&self.commands());
-        for r in found.found.iter().filter(|r| r.native == path) {
-            let Ok(file) = File::open(&r.native) else { return };
-            if ExeKey::of(&file).ok().as_ref() != Some(key) || !is_complete_elf(&file).unwrap_or(false) {
-                return;
-            }
-            let _ = self.with_store(|s| s.note_codex_file(key, digest));
-            if let Err(e) = self.trust_if_new(r, digest) {
-                crate::log_warn!("codex follower: {}: {e:#}", path.display());
-            }
+        let Some(r) = found.found.iter().find(|r| r.native == path) else { return };
+        let Ok(file) = File::open(&r.native) else { return };
+        if ExeKey::of(&file).ok().as_ref() != Some(key) || !is_complete_elf(&file).unwrap_or(false) {
             return;
+        }
+        let _ = self.with_store(|s| s.note_codex_file(key, digest));
+        if let Err(e) = self.trust_if_new(r, digest) {
+            crate::log_warn!("codex follower: {}: {e:#}", path.display());
         }
     }
 

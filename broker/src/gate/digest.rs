@@ -102,6 +102,8 @@ pub type Known<'a> = dyn Fn(&ExeKey) -> Option<String> + 'a;
 
 /// Whether the executable at a path, of a size, is an expected Codex binary (the expected lane).
 pub type Expected<'a> = dyn Fn(&Path, u64) -> bool + 'a;
+/// The same, held by another thread (the thread lister).
+pub type SharedExpected = dyn Fn(&Path, u64) -> bool + Send + Sync;
 
 /// Called by the expected lane after it hashed a file, before waiters see the digest: lets the
 /// upgrade follower trust a new binary of the user's own `codex` in time for the hook waiting on it.
@@ -458,6 +460,38 @@ mod tests {
         let got = cache.lookup_file(File::open(&big).unwrap(), &big_path, &|_| None, &never, far).unwrap();
         assert_eq!(got, Lookup::Unhashable);
         assert_eq!(cache.hashed(), hashed);
+    }
+
+    #[test]
+    fn the_expected_lane_queues_and_waits_for_a_bounded_few() {
+        let cache = DigestCache::default();
+        let expected = |_: &Path, _: u64| true;
+        // Keep the lane busy for a while: a sparse 256 MiB file.
+        let busy = temp_file("busy", b"");
+        std::fs::OpenOptions::new().write(true).open(&busy).unwrap().set_len(256 << 20).unwrap();
+        let now = Instant::now;
+        cache.lookup_file(File::open(&busy).unwrap(), &|| busy.clone(), &|_| None, &expected, now()).unwrap();
+        let files: Vec<PathBuf> = (0..EXPECTED_QUEUE + 3).map(|i| temp_file(&format!("queued-{i}"), format!("{i}").as_bytes())).collect();
+        let answers: Vec<Lookup> =
+            files.iter().map(|p| cache.lookup_file(File::open(p).unwrap(), &|| p.clone(), &|_| None, &expected, now()).unwrap()).collect();
+        assert!(answers.iter().all(|a| *a == Lookup::Pending), "{answers:?}");
+        assert!(cache.queued() <= EXPECTED_QUEUE, "{} queued", cache.queued());
+        // Many hooks on one queued file: only EXPECTED_WAITERS wait for it, the rest answer at once.
+        let queued = files[0].clone();
+        let far = now() + Duration::from_secs(60);
+        let waits: Vec<_> = (0..EXPECTED_WAITERS + 4)
+            .map(|_| {
+                let (cache, p) = (cache.clone(), queued.clone());
+                std::thread::spawn(move || cache.lookup_file(File::open(&p).unwrap(), &|| p.clone(), &|_| None, &expected, far).unwrap())
+            })
+            .collect();
+        let got: Vec<Lookup> = waits.into_iter().map(|h| h.join().unwrap()).collect();
+        let waited = got.iter().filter(|a| matches!(a, Lookup::Digest(_))).count();
+        assert_eq!(waited, EXPECTED_WAITERS, "{got:?}");
+        // A file the full lane turned away was not cached: asked again, it is hashed.
+        let turned_away = files.last().unwrap();
+        let again = cache.lookup_file(File::open(turned_away).unwrap(), &|| turned_away.clone(), &|_| None, &expected, far).unwrap();
+        assert_eq!(again, Lookup::Digest(crate::codex::sha256_file(turned_away).unwrap()));
     }
 
     #[test]

@@ -187,7 +187,7 @@ pub struct Lister {
     facts: Mutex<HashMap<(u64, u64), RolloutFacts>>,
     /// Whether a codex executable not hashed yet may be hashed while the caller waits (the
     /// broker: only binaries it expects to be Codex; the CLI: any, it is the caller's time).
-    expected: Box<dyn Fn(&Path, u64) -> bool + Send + Sync>,
+    expected: Box<crate::gate::digest::SharedExpected>,
     digest_wait: Duration,
 }
 
@@ -195,7 +195,7 @@ impl Lister {
     pub fn new(
         codex_home: PathBuf,
         digests: DigestCache,
-        expected: Box<dyn Fn(&Path, u64) -> bool + Send + Sync>,
+        expected: Box<crate::gate::digest::SharedExpected>,
         digest_wait: Duration,
     ) -> Lister {
         Lister { codex_home, tracker: RolloutTracker::new(), digests, facts: Mutex::new(HashMap::new()), expected, digest_wait }
