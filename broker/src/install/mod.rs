@@ -378,8 +378,8 @@ fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Installed> {
             cmd.display()
         )
     });
-    if on_path.is_none() && found.found.is_empty() {
-        report.push("note: no codex on PATH and no managed-daemon release; after installing Codex run `broker trust-codex` (or `broker install` again)".into());
+    if on_path.is_none() {
+        report.push("note: no codex on PATH, so no Codex binary is trusted; after installing Codex run `broker trust-codex` (or `broker install` again)".into());
     }
 
     // 5. Start at login.
