@@ -137,7 +137,7 @@ fn check_hooks_offline(codex_home: &Path, command: &str) -> Vec<Check> {
             problems.push(format!("{ev}: not registered"));
             continue;
         };
-        let want = install::hook_trust_hash(ev, command, install::HOOK_TIMEOUT_SECS, None, None);
+        let want = install::courier_trust_hash(ev, command);
         let key = install::trust_key(&source, ev, idx);
         let have = cfg.as_ref().and_then(|d| d.get("hooks")?.get("state")?.get(&key)?.get("trusted_hash")?.as_str().map(str::to_string));
         if have.as_deref() != Some(want.as_str()) {

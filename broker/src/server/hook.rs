@@ -109,7 +109,7 @@ impl Broker {
             let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
             // Settle earlier hand-offs first, so inspect and the Stop guard see current states.
             let settled = delivery::reconcile(&mut store, Some(&verified.thread_id)).unwrap_or(0);
-            let offer = delivery::offer(&mut store, &verified);
+            let offer = delivery::offer(&mut store, &verified, self.receipts);
             if let (Some(t), Ok(Offer::Lease { token, .. })) = (&ticket, &offer) {
                 if let Err(e) = crate::tickets::attach(&mut store, t, *token) {
                     crate::log_error!("recording the hand-off of ticket {}: {e:#}", t.key);

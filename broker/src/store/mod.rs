@@ -38,11 +38,10 @@ use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub const DB_NAME: &str = "queue.sqlite";
-/// Longest message body `send` accepts: a plain-text body this long still renders within the
-/// hook output budget ([`MAX_OUTPUT_BYTES`], 8,000) with the longest `--from`
-/// (64 characters; the wrapper adds 131 bytes then). What counts in the end is the rendered size,
-/// checked too (escaping can grow a body: every `<` is 4 bytes).
-pub const MAX_BODY_BYTES: usize = 7_800;
+/// Longest message body `send` accepts (64 KiB). What counts in the end is the rendered size,
+/// checked too against the hook output budget ([`MAX_OUTPUT_BYTES`], 96 KiB): escaping can grow
+/// a body (every `<` is 4 bytes).
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Longest `--from` label, in characters.
 pub const MAX_FROM_CHARS: usize = 64;
 
@@ -354,7 +353,7 @@ impl Store {
     ) -> Result<Enqueued> {
         if body.len() > MAX_BODY_BYTES {
             bail!(
-                "message is {} bytes; the limit is {} (Codex shows the model only a preview of longer hook output)",
+                "message is {} bytes; the limit is {} (64 KiB; send a longer text as a file and a message naming it)",
                 body.len(),
                 MAX_BODY_BYTES
             );
@@ -368,7 +367,7 @@ impl Store {
         if rendered > max {
             bail!(
                 "message renders to {rendered} bytes in the hook output (wrapper, --from and every '<' escaped as &lt; \
-                 included); the limit is {max} (Codex cuts hook output over about 10,000 bytes)"
+                 included); the limit is {max} (the hook output Codex passes to the model whole)"
             );
         }
         let now = now_ms();
@@ -477,7 +476,9 @@ impl Store {
         for m in candidates {
             let len = wrapped_len(&m.id, m.from.as_deref(), &m.body);
             if len > max_bytes {
-                if taken.is_empty() {
+                // One too large for any hook is dropped (sent before a limit was lowered);
+                // one that fits a larger hook waits for it, and so does every message behind it.
+                if taken.is_empty() && len > MAX_OUTPUT_BYTES {
                     tx.execute(
                         "UPDATE messages SET state = 'cancelled', reason = 'too_large_for_hook_output', updated_at = ?2
                          WHERE id = ?1 AND state = 'pending'",
