@@ -5,16 +5,18 @@
 use std::path::Path;
 use std::time::Duration;
 
+use courier_tests::appserver::ListeningAppServer;
+use courier_tests::broker::hook_command;
 use courier_tests::hooks::{Hook, COURIER_EVENTS};
-use courier_tests::model::Request;
-use courier_tests::util::marker;
-use courier_tests::{CodexEnv, Reply, ScriptedModel};
+use courier_tests::model::{exec_held_then_done, Request};
+use courier_tests::util::{marker, str_field};
+use courier_tests::{Broker, CodexEnv, Hold, Reply, ScriptedModel};
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(60);
 
 /// The limit install writes, and the largest output Courier renders.
-use broker_lib::delivery::MAX_OUTPUT_BYTES;
+use broker_lib::delivery::{MAX_OUTPUT_BYTES, STOP_OUTPUT_BYTES};
 use broker_lib::install::HOOK_CONTEXT_LIMIT;
 
 /// A text of exactly `n` bytes, distinct along its length (a cut anywhere shows).
@@ -52,9 +54,6 @@ fn spilled(thread: &str) -> bool {
 /// Codex trusts the handlers with the hash the kit (the broker's own function) computed.
 fn assert_trusted_with_our_hash(env: &CodexEnv) {
     let ours: Vec<String> = env.hooks().iter().map(Hook::trust_hash).collect();
-    for h in env.hooks_list() {
-        eprintln!("LISTED {} {} {} {}", h.event, h.raw["additionalContextLimit"], h.trust_status, h.current_hash);
-    }
     for h in env.hooks_list() {
         assert_eq!(h.trust_status, "trusted", "{:#?}", h.raw);
         assert!(ours.contains(&h.current_hash), "Codex hashes {} as {}, not one of ours", h.key, h.current_hash);
@@ -102,10 +101,10 @@ fn codex_cuts_large_context_without_the_limit() {
     assert_eq!(reqs[1].developer_messages_containing(&text[..40]).len(), 1, "its head is shown");
 }
 
-/// A Stop block reason of the largest size Courier renders: is it passed whole under Courier's
-/// limit?
+/// A Stop block reason is cut over about 10,000 bytes whatever the handler's limit (Codex ignores
+/// the key for Stop, in the trust hash too): so Courier hands Stop at most `STOP_OUTPUT_BYTES`.
 #[test]
-fn codex_passes_courier_sized_stop_reason_whole() {
+fn codex_cuts_a_large_stop_reason_whatever_the_limit() {
     let text = long_text(&marker("STOP"), MAX_OUTPUT_BYTES);
     let model = ScriptedModel::start_with(|_r: &Request| Reply::message("done"));
     let env = CodexEnv::new(&model);
@@ -119,6 +118,123 @@ fn codex_passes_courier_sized_stop_reason_whole() {
     assert_eq!(reqs.len(), 2, "{}", model.dump());
     let shown = reqs[1].user_messages_containing(&text[..40]);
     assert_eq!(shown.len(), 1, "{:#?}", reqs[1].user_messages().iter().map(|m| m.len()).collect::<Vec<_>>());
-    assert!(shown[0].contains(&text), "Stop reason cut: {} bytes shown of {}", shown[0].len(), text.len());
+    assert!(!shown[0].contains(&text), "a {} byte Stop reason passed whole: Stop could carry more", text.len());
+    assert!(shown[0].len() < 11_000, "{} bytes shown", shown[0].len());
+    assert!(STOP_OUTPUT_BYTES < 10_000);
+    let _ = std::fs::remove_dir_all(Path::new("/tmp/hook_outputs").join(&thread));
+}
+
+/// A body of `n` bytes with what escaping and confirmation must survive (`<`, `&`, quotes, tabs,
+/// CR LF, non-ASCII), distinct along its length.
+fn big_body(tag: &str, n: usize) -> String {
+    let mut s = format!("{tag} ");
+    let mut i = 0u64;
+    while s.len() < n {
+        s.push_str(&format!("{i:06} if a<b && c>d \"q\"\tcaf\u{e9}\r\n"));
+        i += 1;
+    }
+    while s.len() > n {
+        s.pop();
+    }
+    s
+}
+
+/// How long a delivery took after the held tool call was released: to the model request that
+/// carries it (the tool run and its hooks: mostly the hook's cost), and to `confirmed`.
+#[derive(Debug, Clone, Copy)]
+struct Took {
+    request: Duration,
+    confirmed: Duration,
+}
+
+/// Sends `body` while the first tool call holds, releases it; returns the message id, its
+/// thread and the times after the release.
+fn deliver_mid_turn(body: &str) -> (ScriptedModel, String, String, Took) {
+    let hold = Hold::new();
+    let model = ScriptedModel::start_with(exec_held_then_done("echo hello", &hold));
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    let broker = Broker::start_trusted(&env);
+    let child = env.spawn_exec("please run a command");
+    hold.wait_held(1, T);
+    let thread = child.wait_thread_id(T);
+    let id = broker.send_opts(&thread, body, None, Some("size"));
+    let t0 = std::time::Instant::now();
+    hold.release();
+    model.wait_for_requests(2, T);
+    let request = t0.elapsed();
+    child.wait(T).assert_success();
+    let m = broker.wait_state(&id, "confirmed", Duration::from_secs(15));
+    let took = Took { request, confirmed: t0.elapsed() };
+    assert!(matches!(str_field(&m, "event"), "PreToolUse" | "PostToolUse"), "{m}");
+    let rollout = std::fs::read_to_string(env.rollout_path(&thread).unwrap()).unwrap();
+    assert!(!rollout.contains("Courier delivered"), "the receipt is not kept in the rollout");
+    (model, id, thread, took)
+}
+
+/// A 60 KiB message sent while a tool call holds reaches the model's next request once, byte for
+/// byte, `confirmed`, nothing spilled to `/tmp/hook_outputs`, the receipt line not sent to the
+/// model. Measured against a small message in the same run: send -> confirmed.
+#[test]
+fn sixty_kib_message_mid_turn_reaches_the_model_whole_once() {
+    let body = big_body(&marker("BIG"), 60 * 1024);
+    let (model, id, thread, big_took) = deliver_mid_turn(&body);
+    let whole = broker_lib::delivery::wrap_message(&id, "size", &body);
+    assert!(whole.len() > 60 * 1024);
+    let reqs = model.requests();
+    assert_eq!(reqs.len(), 2, "{}", model.dump());
+    let dev = reqs[1].developer_messages_containing(&id);
+    assert_eq!(dev, vec![whole.clone()], "one developer message, exactly the wrapped text");
+    let counts: Vec<usize> = reqs.iter().map(|r| r.items_containing(&id)).collect();
+    assert_eq!(counts, [0, 1], "once, in the request after the tool call");
+    assert_eq!(model.requests_mentioning("Courier delivered"), 0, "the receipt is for the person, not the model");
+    assert!(!spilled(&thread), "Codex spilled the message to /tmp/hook_outputs/{thread}");
+
+    let small = marker("SMALL");
+    let (_m, _id, _t, small_took) = deliver_mid_turn(&small);
+    let ratio = |f: fn(&Took) -> Duration| f(&big_took).as_secs_f64() / f(&small_took).as_secs_f64();
+    eprintln!(
+        "after the tool call: 60 KiB vs {} bytes: next request {:?} vs {:?} (ratio {:.2}), confirmed {:?} vs {:?} (ratio {:.2})",
+        small.len(),
+        big_took.request,
+        small_took.request,
+        ratio(|t| t.request),
+        big_took.confirmed,
+        small_took.confirmed,
+        ratio(|t| t.confirmed)
+    );
+}
+
+/// A message too large for a Stop reason is never offered to Stop (Codex would cut it): sent while
+/// the final answer holds, it waits, and the wake channel delivers it whole in a new turn
+/// (`turn/start` carries it byte for byte), `confirmed`.
+#[test]
+fn large_message_skips_stop_and_is_woken_whole() {
+    let hold = Hold::new();
+    let h = hold.clone();
+    let model = ScriptedModel::start_with(move |r: &Request| {
+        if r.user_messages().iter().any(|m| m.contains("hold me")) && r.user_messages().len() <= 2 {
+            Reply::message("done").held(&h)
+        } else {
+            Reply::message("done")
+        }
+    });
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    let broker = Broker::start_trusted(&env);
+    let server = ListeningAppServer::start(env.codex_command(), env.root.join("as.sock"), &[], env.root.join("app-server.log"));
+    let mut client = server.client(T);
+    client.initialize(false, T);
+    let thread = client.start_thread(&env.work, T);
+    let turn = client.start_turn(&thread, "hold me", T);
+    hold.wait_held(1, T);
+    let body = big_body(&marker("WAKE"), 60 * 1024);
+    let id = broker.send_opts(&thread, &body, None, Some("size"));
+    hold.release();
+    client.wait_turn_completed(&turn, T);
+    let m = broker.wait_state(&id, "confirmed", Duration::from_secs(20));
+    assert_eq!(str_field(&m, "event"), "wake", "not by Stop: {m}");
+    let whole = broker_lib::delivery::wrap_message(&id, "size", &body);
+    let firsts: Vec<usize> = model.requests().iter().map(|r| r.user_messages_containing(&whole).len()).collect();
+    assert!(firsts.iter().all(|c| *c <= 1) && firsts.contains(&1), "whole, once per request: {firsts:?}");
+    assert!(model.requests().iter().all(|r| !r.body_contains("hook_prompt") || !r.body_contains(&id)), "never in a Stop prompt");
     assert!(!spilled(&thread));
 }
