@@ -13,6 +13,9 @@ use courier_tests::util::{marker, str_field};
 use courier_tests::{Broker, CodexEnv, Hold, Reply, ScriptedModel};
 use serde_json::json;
 
+mod install_rig;
+use install_rig::Rig;
+
 const T: Duration = Duration::from_secs(60);
 
 /// The limit install writes, and the largest output Courier renders.
@@ -236,5 +239,98 @@ fn large_message_skips_stop_and_is_woken_whole() {
     let firsts: Vec<usize> = model.requests().iter().map(|r| r.user_messages_containing(&whole).len()).collect();
     assert!(firsts.iter().all(|c| *c <= 1) && firsts.contains(&1), "whole, once per request: {firsts:?}");
     assert!(model.requests().iter().all(|r| !r.body_contains("hook_prompt") || !r.body_contains(&id)), "never in a Stop prompt");
+    assert!(!spilled(&thread));
+}
+
+/// Turns the install in `rig` into what `broker install` wrote before handlers carried a context
+/// limit: Courier's handlers without `additionalContextLimit`, trusted (config.toml and the
+/// manifest) with that shape's hash.
+fn downgrade_to_unlimited_handlers(rig: &Rig, command: &str) {
+    let env = &rig.env;
+    let mut doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(env.hooks_json_path()).unwrap()).unwrap();
+    for groups in doc["hooks"].as_object_mut().unwrap().values_mut() {
+        for g in groups.as_array_mut().unwrap() {
+            for h in g["hooks"].as_array_mut().unwrap() {
+                if h["command"] == command {
+                    h.as_object_mut().unwrap().remove("additionalContextLimit");
+                }
+            }
+        }
+    }
+    std::fs::write(env.hooks_json_path(), serde_json::to_string_pretty(&doc).unwrap()).unwrap();
+    let mut cfg = std::fs::read_to_string(env.config_toml_path()).unwrap();
+    let manifest_path = env.state_dir.join("install-manifest.json");
+    let mut manifest = std::fs::read_to_string(&manifest_path).unwrap();
+    for ev in COURIER_EVENTS {
+        let (new, old) = (broker_lib::install::courier_trust_hash(ev, command), courier_tests::hook_trust_hash(ev, command, 5, None, None, None));
+        if new != old {
+            assert!(cfg.contains(&new) && manifest.contains(&new), "{ev}: {new} not written by install");
+            cfg = cfg.replace(&new, &old);
+            manifest = manifest.replace(&new, &old);
+        }
+    }
+    std::fs::write(env.config_toml_path(), cfg).unwrap();
+    std::fs::write(manifest_path, manifest).unwrap();
+}
+
+/// Courier's handlers as Codex lists them: (event, trust status, hash, context limit).
+fn courier_listed(env: &CodexEnv, command: &str) -> Vec<(String, String, String, serde_json::Value)> {
+    let listed = env.hooks_list().into_iter().filter(|h| h.command == command);
+    listed.map(|h| (h.event.clone(), h.trust_status.clone(), h.current_hash.clone(), h.raw["additionalContextLimit"].clone())).collect()
+}
+
+/// An install from before the context limit, upgraded by `broker install`: before, Codex trusts
+/// every Courier handler (the old shape) and doctor says the hashes are not install's; after,
+/// every handler is still trusted per Codex's own `hooks/list`, now with the limit (not on
+/// Stop, which ignores it), the user's hooks as they were, doctor clean, and a 60 KiB message
+/// reaches the model whole and `confirmed`.
+#[test]
+fn install_upgrade_keeps_every_hook_trusted_and_lets_large_messages_through() {
+    let hold = Hold::new();
+    let model = ScriptedModel::start_with(exec_held_then_done("echo hello", &hold));
+    let rig = Rig::new(CodexEnv::new(&model));
+    let env = &rig.env;
+    rig.write_user_hooks();
+    rig.install(&["--start", "profile"]);
+    let command = broker_lib::install::hook_command(&rig.prefix.join("hook-client"));
+    downgrade_to_unlimited_handlers(&rig, &command);
+    let user_before: Vec<_> = install_rig::statuses(env).into_iter().filter(|(_, (c, _))| *c != command).collect();
+    let old = courier_listed(env, &command);
+    assert_eq!(old.len(), 6, "{old:#?}");
+    for (ev, status, _, limit) in &old {
+        assert_eq!((status.as_str(), limit), ("trusted", &serde_json::Value::Null), "{ev}: the old install is trusted: {old:#?}");
+    }
+    let doctor = rig.run(&rig.installed_broker(), &["doctor"]);
+    let report = install_rig::text(&doctor.stdout);
+    assert!(report.contains("Codex hashes the handler as") && report.contains("PostToolUse"), "doctor catches the old shape:
+{report}");
+
+    rig.install(&["--start", "profile"]);
+    let new = courier_listed(env, &command);
+    assert_eq!(new.len(), 6, "{new:#?}");
+    for (ev, status, hash, limit) in &new {
+        assert_eq!(status, "trusted", "{ev}: {new:#?}");
+        let pascal = COURIER_EVENTS.iter().find(|e| e.eq_ignore_ascii_case(ev)).unwrap();
+        assert_eq!(*hash, broker_lib::install::courier_trust_hash(pascal, &command), "{ev}");
+        let want = if *pascal == "Stop" { serde_json::Value::Null } else { json!(HOOK_CONTEXT_LIMIT) };
+        assert_eq!(*limit, want, "{ev}");
+    }
+    let user_after: Vec<_> = install_rig::statuses(env).into_iter().filter(|(_, (c, _))| *c != command).collect();
+    assert_eq!(user_after, user_before, "the user's hooks as they were");
+    let doctor = rig.run(&rig.installed_broker(), &["doctor"]);
+    let report = install_rig::text(&doctor.stdout);
+    assert!(report.contains("for all 6 events, trusted") && !report.contains("Codex hashes the handler as"), "{report}");
+
+    let cli = rig.cli();
+    let child = env.spawn_exec("please run a command");
+    hold.wait_held(1, T);
+    let thread = child.wait_thread_id(T);
+    let body = big_body(&marker("UPGRADED"), 60 * 1024);
+    let id = cli.send_opts(&thread, &body, None, Some("size"));
+    hold.release();
+    child.wait(T).assert_success();
+    cli.wait_state(&id, "confirmed", Duration::from_secs(15));
+    let whole = broker_lib::delivery::wrap_message(&id, "size", &body);
+    assert_eq!(model.requests()[1].developer_messages_containing(&id), vec![whole]);
     assert!(!spilled(&thread));
 }
