@@ -334,3 +334,37 @@ fn install_upgrade_keeps_every_hook_trusted_and_lets_large_messages_through() {
     assert_eq!(model.requests()[1].developer_messages_containing(&id), vec![whole]);
     assert!(!spilled(&thread));
 }
+
+/// The person at the Codex TUI sees a mid-turn delivery: one line `Courier delivered 1 message
+/// from <sender> (<id>)` under the tool call (Codex's `systemMessage`), while the model gets the
+/// message and never the line.
+#[test]
+fn tui_shows_a_one_line_receipt_for_a_mid_turn_delivery() {
+    let hold = Hold::new();
+    let model = ScriptedModel::start_with(exec_held_then_done("echo hello", &hold));
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    env.set_extra_config(&format!("[projects.{}]\ntrust_level = \"trusted\"\n", courier_tests::hooks::toml_str(&env.work.display().to_string())));
+    let broker = Broker::start_trusted(&env);
+    let argv = [env.codex.display().to_string(), "please run a command".to_string()];
+    let tui = courier_tests::tmux::Tmux::start(&argv, &env.env_vars(), &env.work);
+    // Codex may first show a model announcement: keep the configured model.
+    let asked = courier_tests::util::poll_until(T, || {
+        if tui.screen().contains("Use existing model") {
+            tui.send_keys(&["Down", "Enter"]);
+        }
+        model.requests().into_iter().next()
+    });
+    let first = asked.unwrap_or_else(|| panic!("the TUI sent no request; screen:\n{}", tui.screen()));
+    hold.wait_held(1, T);
+    let thread = first.thread_id().unwrap();
+    let body = marker("TUI");
+    let id = broker.send_opts(&thread, &body, None, Some("coordinator"));
+    hold.release();
+    broker.wait_state(&id, "confirmed", Duration::from_secs(20));
+    let receipt = format!("Courier delivered 1 message from coordinator ({id})");
+    let screen = tui.wait_for(&receipt, Duration::from_secs(20));
+    eprintln!("--- TUI\n{screen}");
+    assert_eq!(screen.matches(&receipt).count(), 1, "one line per delivery:\n{screen}");
+    assert!(!screen.contains(&body), "the message itself is for the model:\n{screen}");
+    assert_eq!(model.requests_mentioning("Courier delivered"), 0);
+}
