@@ -52,7 +52,8 @@ impl Hook {
         hook_trust_hash(
             &self.event,
             &self.command,
-            self.timeout.unwrap_or(600), self.matcher.as_deref(),
+            self.timeout.unwrap_or(600),
+            self.matcher.as_deref(),
             self.status_message.as_deref(),
             self.context_limit,
         )

@@ -21,7 +21,6 @@ use install_rig::{statuses, text, Rig};
 const T: Duration = Duration::from_secs(60);
 const EVENTS: [&str; 6] = ["sessionStart", "userPromptSubmit", "preToolUse", "postToolUse", "stop", "subagentStart"];
 
-
 fn pid_alive(pid: u32) -> bool {
     // Gone, or a zombie waiting for init to reap it.
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
@@ -30,7 +29,6 @@ fn pid_alive(pid: u32) -> bool {
 fn exe_of(pid: u32) -> PathBuf {
     std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default()
 }
-
 
 /// Install into a home with the user's own hooks: Codex trusts Courier's six handlers and leaves
 /// the user's as they were; installing twice changes nothing; a real `codex exec` (no bypass flag)

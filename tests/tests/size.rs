@@ -70,7 +70,9 @@ fn assert_trusted_with_our_hash(env: &CodexEnv) {
 fn codex_passes_courier_sized_context_whole() {
     let text = long_text(&marker("CTX"), MAX_OUTPUT_BYTES);
     let sys = marker("SYSMSG");
-    let model = ScriptedModel::start_with(|r: &Request| if r.function_calls().is_empty() { Reply::exec("echo hi") } else { Reply::message("done") });
+    let model = ScriptedModel::start_with(
+        |r: &Request| if r.function_calls().is_empty() { Reply::exec("echo hi") } else { Reply::message("done") },
+    );
     let env = CodexEnv::new(&model);
     let output = json!({"systemMessage": sys, "hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": text}});
     env.install_hooks(&one_hook_prints(&env, "PostToolUse", &output, Some(HOOK_CONTEXT_LIMIT)));
@@ -93,7 +95,9 @@ fn codex_passes_courier_sized_context_whole() {
 #[test]
 fn codex_cuts_large_context_without_the_limit() {
     let text = long_text(&marker("CTX"), 12_000);
-    let model = ScriptedModel::start_with(|r: &Request| if r.function_calls().is_empty() { Reply::exec("echo hi") } else { Reply::message("done") });
+    let model = ScriptedModel::start_with(
+        |r: &Request| if r.function_calls().is_empty() { Reply::exec("echo hi") } else { Reply::message("done") },
+    );
     let env = CodexEnv::new(&model);
     let output = json!({"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": text}});
     env.install_hooks(&one_hook_prints(&env, "PostToolUse", &output, None));
@@ -123,7 +127,7 @@ fn codex_cuts_a_large_stop_reason_whatever_the_limit() {
     assert_eq!(shown.len(), 1, "{:#?}", reqs[1].user_messages().iter().map(|m| m.len()).collect::<Vec<_>>());
     assert!(!shown[0].contains(&text), "a {} byte Stop reason passed whole: Stop could carry more", text.len());
     assert!(shown[0].len() < 11_000, "{} bytes shown", shown[0].len());
-    assert!(STOP_OUTPUT_BYTES < 10_000);
+    const { assert!(STOP_OUTPUT_BYTES < 10_000) };
     let _ = std::fs::remove_dir_all(Path::new("/tmp/hook_outputs").join(&thread));
 }
 
@@ -262,7 +266,8 @@ fn downgrade_to_unlimited_handlers(rig: &Rig, command: &str) {
     let manifest_path = env.state_dir.join("install-manifest.json");
     let mut manifest = std::fs::read_to_string(&manifest_path).unwrap();
     for ev in COURIER_EVENTS {
-        let (new, old) = (broker_lib::install::courier_trust_hash(ev, command), courier_tests::hook_trust_hash(ev, command, 5, None, None, None));
+        let (new, old) =
+            (broker_lib::install::courier_trust_hash(ev, command), courier_tests::hook_trust_hash(ev, command, 5, None, None, None));
         if new != old {
             assert!(cfg.contains(&new) && manifest.contains(&new), "{ev}: {new} not written by install");
             cfg = cfg.replace(&new, &old);
@@ -302,8 +307,11 @@ fn install_upgrade_keeps_every_hook_trusted_and_lets_large_messages_through() {
     }
     let doctor = rig.run(&rig.installed_broker(), &["doctor"]);
     let report = install_rig::text(&doctor.stdout);
-    assert!(report.contains("Codex hashes the handler as") && report.contains("PostToolUse"), "doctor catches the old shape:
-{report}");
+    assert!(
+        report.contains("Codex hashes the handler as") && report.contains("PostToolUse"),
+        "doctor catches the old shape:
+{report}"
+    );
 
     rig.install(&["--start", "profile"]);
     let new = courier_listed(env, &command);
@@ -343,7 +351,10 @@ fn tui_shows_a_one_line_receipt_for_a_mid_turn_delivery() {
     let hold = Hold::new();
     let model = ScriptedModel::start_with(exec_held_then_done("echo hello", &hold));
     let env = CodexEnv::with_hook_command(&model, &hook_command());
-    env.set_extra_config(&format!("[projects.{}]\ntrust_level = \"trusted\"\n", courier_tests::hooks::toml_str(&env.work.display().to_string())));
+    env.set_extra_config(&format!(
+        "[projects.{}]\ntrust_level = \"trusted\"\n",
+        courier_tests::hooks::toml_str(&env.work.display().to_string())
+    ));
     let broker = Broker::start_trusted(&env);
     let argv = [env.codex.display().to_string(), "please run a command".to_string()];
     let tui = courier_tests::tmux::Tmux::start(&argv, &env.env_vars(), &env.work);

@@ -104,7 +104,10 @@ pub(super) fn check_hooks(codex: Option<&Path>, codex_home: &Path, cwd: &Path, c
                     if h.current_hash != want {
                         // Trusted or not, this is not the handler install writes now (an older
                         // install's, or edited): its context limit may cut a large message.
-                        problems.push(format!("{ev}: Codex hashes the handler as {}, not {want} as install writes it ({})", h.current_hash, h.key));
+                        problems.push(format!(
+                            "{ev}: Codex hashes the handler as {}, not {want} as install writes it ({})",
+                            h.current_hash, h.key
+                        ));
                     } else if h.trust_status != "trusted" {
                         problems.push(format!("{ev}: {} ({})", h.trust_status, h.key));
                     } else if !h.enabled {

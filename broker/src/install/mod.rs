@@ -44,8 +44,8 @@ pub use bridge::{BridgeOptions, BRIDGE_UNIT};
 pub use config_toml::{add_trust, remove_trust};
 pub use daemon::{daemon_env, daemonize, stop_broker_running, DAEMON_ENV, DAEMON_ENV_PREFIXES};
 pub use hooks::{
-    canonical_json, courier_context_limit, courier_trust_hash, hook_command, hook_trust_hash, hooks_source, merge_hooks, parse_hooks_list, shell_quote, snake_event, trust_key,
-    unmerge_hooks, takes_context_limit, ListedHook, CODEX_DEFAULT_CONTEXT_LIMIT,
+    canonical_json, courier_context_limit, courier_trust_hash, hook_command, hook_trust_hash, hooks_source, merge_hooks, parse_hooks_list,
+    shell_quote, snake_event, takes_context_limit, trust_key, unmerge_hooks, ListedHook, CODEX_DEFAULT_CONTEXT_LIMIT,
 };
 pub use manifest::{load_manifest, manifest_path, BridgeSetup, FileEdit, Manifest, ProfileEdit, StartSetup};
 pub use start::{profile_block, StartMode};
@@ -320,10 +320,8 @@ fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Installed> {
 
     // 3. Trust entries in config.toml.
     let source = hooks_source(&codex_home);
-    let entries: Vec<(String, String)> = groups
-        .iter()
-        .map(|(ev, idx)| (trust_key(&source, ev, *idx), courier_trust_hash(ev, &command)))
-        .collect();
+    let entries: Vec<(String, String)> =
+        groups.iter().map(|(ev, idx)| (trust_key(&source, ev, *idx), courier_trust_hash(ev, &command))).collect();
     let config_path = codex_home.join("config.toml");
     let current = read_opt(&config_path)?;
     let mut tdoc: toml_edit::DocumentMut =
