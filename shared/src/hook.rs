@@ -20,6 +20,13 @@ pub enum HookEvent {
     Other,
 }
 
+/// The hook command's flag that names its handler's `additionalContextLimit` (Codex's tokens):
+/// `hook-client --context-limit N`. hook-client passes it on, so the broker hands a hook no more
+/// than its handler lets Codex pass whole. Codex reads a session's handlers when it starts: a
+/// session started before `broker install` raised the limit still runs the old command, without
+/// the flag, and gets the default budget.
+pub const CONTEXT_LIMIT_FLAG: &str = "--context-limit";
+
 /// How a hook's output hands messages to the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Delivery {

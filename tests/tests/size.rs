@@ -247,16 +247,18 @@ fn large_message_skips_stop_and_is_woken_whole() {
 }
 
 /// Turns the install in `rig` into what `broker install` wrote before handlers carried a context
-/// limit: Courier's handlers without `additionalContextLimit`, trusted (config.toml and the
-/// manifest) with that shape's hash.
-fn downgrade_to_unlimited_handlers(rig: &Rig, command: &str) {
+/// limit: Courier's handlers run the hook-client's path alone, without `additionalContextLimit`,
+/// trusted (config.toml and the manifest) with that shape's hash. Returns that command.
+fn downgrade_to_unlimited_handlers(rig: &Rig, command: &str) -> String {
     let env = &rig.env;
+    let old_command = broker_lib::install::shell_quote(&rig.prefix.join("hook-client").display().to_string());
     let mut doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(env.hooks_json_path()).unwrap()).unwrap();
     for groups in doc["hooks"].as_object_mut().unwrap().values_mut() {
         for g in groups.as_array_mut().unwrap() {
             for h in g["hooks"].as_array_mut().unwrap() {
                 if h["command"] == command {
                     h.as_object_mut().unwrap().remove("additionalContextLimit");
+                    h["command"] = json!(old_command);
                 }
             }
         }
@@ -266,16 +268,15 @@ fn downgrade_to_unlimited_handlers(rig: &Rig, command: &str) {
     let manifest_path = env.state_dir.join("install-manifest.json");
     let mut manifest = std::fs::read_to_string(&manifest_path).unwrap();
     for ev in COURIER_EVENTS {
-        let (new, old) =
-            (broker_lib::install::courier_trust_hash(ev, command), courier_tests::hook_trust_hash(ev, command, 5, None, None, None));
-        if new != old {
-            assert!(cfg.contains(&new) && manifest.contains(&new), "{ev}: {new} not written by install");
-            cfg = cfg.replace(&new, &old);
-            manifest = manifest.replace(&new, &old);
-        }
+        let new = broker_lib::install::courier_trust_hash(ev, command);
+        let old = courier_tests::hook_trust_hash(ev, &old_command, 5, None, None, None);
+        assert!(cfg.contains(&new) && manifest.contains(&new), "{ev}: {new} not written by install");
+        cfg = cfg.replace(&new, &old);
+        manifest = manifest.replace(&new, &old);
     }
     std::fs::write(env.config_toml_path(), cfg).unwrap();
-    std::fs::write(manifest_path, manifest).unwrap();
+    std::fs::write(manifest_path, manifest.replace(&format!("\"{command}\""), &format!("\"{old_command}\""))).unwrap();
+    old_command
 }
 
 /// Courier's handlers as Codex lists them: (event, trust status, hash, context limit).
@@ -298,20 +299,16 @@ fn install_upgrade_keeps_every_hook_trusted_and_lets_large_messages_through() {
     rig.write_user_hooks();
     rig.install(&["--start", "profile"]);
     let command = broker_lib::install::hook_command(&rig.prefix.join("hook-client"));
-    downgrade_to_unlimited_handlers(&rig, &command);
-    let user_before: Vec<_> = install_rig::statuses(env).into_iter().filter(|(_, (c, _))| *c != command).collect();
-    let old = courier_listed(env, &command);
+    let old_command = downgrade_to_unlimited_handlers(&rig, &command);
+    let user_before: Vec<_> = install_rig::statuses(env).into_iter().filter(|(_, (c, _))| *c != old_command).collect();
+    let old = courier_listed(env, &old_command);
     assert_eq!(old.len(), 6, "{old:#?}");
     for (ev, status, _, limit) in &old {
         assert_eq!((status.as_str(), limit), ("trusted", &serde_json::Value::Null), "{ev}: the old install is trusted: {old:#?}");
     }
     let doctor = rig.run(&rig.installed_broker(), &["doctor"]);
     let report = install_rig::text(&doctor.stdout);
-    assert!(
-        report.contains("Codex hashes the handler as") && report.contains("PostToolUse"),
-        "doctor catches the old shape:
-{report}"
-    );
+    assert!(report.contains("PostToolUse: Codex hashes the handler as"), "doctor catches the old handlers:\n{report}");
 
     rig.install(&["--start", "profile"]);
     let new = courier_listed(env, &command);
@@ -378,4 +375,40 @@ fn tui_shows_a_one_line_receipt_for_a_mid_turn_delivery() {
     assert_eq!(screen.matches(&receipt).count(), 1, "one line per delivery:\n{screen}");
     assert!(!screen.contains(&body), "the message itself is for the model:\n{screen}");
     assert_eq!(model.requests_mentioning("Courier delivered"), 0);
+}
+
+/// Codex reads a session's handlers when the session starts: one started before `broker install`
+/// raised the limit runs the old command (no `--context-limit`) and would cut a large message
+/// (and spill it to `/tmp/hook_outputs`). The broker gives such a hook the default budget: the
+/// large message waits (pending, never cut, nothing spilled), and so does a small one sent behind
+/// it (order is kept); the thread's next session, under the new handlers, gets both whole.
+#[test]
+fn session_started_before_the_upgrade_never_gets_a_message_it_would_cut() {
+    let hold = Hold::new();
+    let model = ScriptedModel::start_with(exec_held_then_done("echo hello", &hold));
+    let env = CodexEnv::new(&model);
+    let old_command = broker_lib::install::shell_quote(&courier_tests::hook_client_bin().display().to_string());
+    env.install_hooks(&Hook::courier_set(&old_command).into_iter().map(|h| h.context_limit(None)).collect::<Vec<_>>());
+    let broker = Broker::start_trusted(&env);
+    let child = env.spawn_exec("please run a command");
+    hold.wait_held(1, T);
+    let thread = child.wait_thread_id(T);
+    env.install_hooks(&Hook::courier_set(&hook_command())); // the upgrade, while the session runs
+    let body = big_body(&marker("MIDUPGRADE"), 60 * 1024);
+    let big = broker.send_opts(&thread, &body, None, Some("size"));
+    let small = broker.send_opts(&thread, "small one", None, Some("size"));
+    hold.release();
+    child.wait(T).assert_success();
+    assert_eq!((broker.message_state(&big), broker.message_state(&small)), ("pending".into(), "pending".into()));
+    assert!(!spilled(&thread), "cut and spilled to /tmp/hook_outputs/{thread}");
+    assert!(model.requests().iter().all(|r| !r.body_contains(&big)), "not a byte of it");
+
+    env.exec_args(&["resume", &thread], "please run a command", T).assert_success();
+    for id in [&big, &small] {
+        broker.wait_state(id, "confirmed", Duration::from_secs(15));
+    }
+    let whole = broker_lib::delivery::wrap_message(&big, "size", &body);
+    let both = format!("{whole}\n{}", broker_lib::delivery::wrap_message(&small, "size", "small one"));
+    assert!(model.requests().iter().any(|r| r.developer_messages_containing(&big) == vec![both.clone()]), "{}", model.dump());
+    assert!(!spilled(&thread));
 }

@@ -41,7 +41,8 @@ pub enum Offer {
     },
 }
 
-pub fn offer(store: &mut Store, v: &Verified, receipts: Receipts) -> Result<Offer> {
+/// `context_limit`: the handler's `additionalContextLimit` as hook-client reports it.
+pub fn offer(store: &mut Store, v: &Verified, context_limit: Option<u64>, receipts: Receipts) -> Result<Offer> {
     if !v.event.can_deliver() {
         return Ok(Offer::Nothing);
     }
@@ -63,7 +64,7 @@ pub fn offer(store: &mut Store, v: &Verified, receipts: Receipts) -> Result<Offe
     }
     // SessionStart carries no turn id; its messages belong to the turn it fired in.
     let turn = v.turn_id.as_deref().or(v.open_turn.as_deref());
-    let Some(lease) = store.lease(&v.thread_id, v.event.as_str(), turn, LEASE_MS, output_budget(v.event))? else {
+    let Some(lease) = store.lease(&v.thread_id, v.event.as_str(), turn, LEASE_MS, output_budget(v.event, context_limit))? else {
         return Ok(Offer::Nothing);
     };
     Ok(Offer::Lease { token: lease.token, output: render(v.event, &lease.messages, receipts), count: lease.messages.len() })

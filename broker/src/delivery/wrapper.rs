@@ -18,10 +18,19 @@ pub const MAX_OUTPUT_BYTES: usize = 96 * 1024;
 /// (the next turn's, or a wake).
 pub const STOP_OUTPUT_BYTES: usize = 8_000;
 
-/// Bytes of rendered text a hook of `event` hands out at most: what Codex passes whole.
-pub fn output_budget(event: HookEvent) -> usize {
+/// Codex's own `additionalContextLimit` (tokens) for a handler that sets none (probed on
+/// 0.160.0 and 0.171.0); a handler that sets exactly this hashes as if it set none.
+pub const CODEX_DEFAULT_CONTEXT_LIMIT: u64 = 2_500;
+
+/// Bytes of rendered text a hook of `event` hands out at most: what Codex passes whole. A
+/// context limit (the handler's, as hook-client reports it; `None`: Codex's default) is used at
+/// 80% (bytes = tokens * 4): 8,000 bytes by default; `0` turns Codex's cut off.
+pub fn output_budget(event: HookEvent, context_limit: Option<u64>) -> usize {
     match event.delivery() {
-        Delivery::Context => MAX_OUTPUT_BYTES,
+        Delivery::Context => match context_limit.unwrap_or(CODEX_DEFAULT_CONTEXT_LIMIT) {
+            0 => MAX_OUTPUT_BYTES,
+            tokens => MAX_OUTPUT_BYTES.min(usize::try_from(tokens.saturating_mul(16) / 5).unwrap_or(usize::MAX)),
+        },
         Delivery::StopBlock => STOP_OUTPUT_BYTES,
         Delivery::None => 0,
     }

@@ -2,6 +2,7 @@
 //! command line it runs, and Courier's groups merged into (and out of) `hooks.json`.
 
 use super::{manifest::Manifest, EVENTS, HOOK_CONTEXT_LIMIT, HOOK_TIMEOUT_SECS};
+use courier_shared::hook::CONTEXT_LIMIT_FLAG;
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -13,9 +14,7 @@ use std::path::{Path, PathBuf};
 // command, timeout, matcher, status message, additional-context limit); `hook_trust_hash`
 // computes it the same way.
 
-/// Codex's own `additionalContextLimit` (tokens) for a handler that sets none; a handler that sets
-/// exactly this hashes as if it set none (probed on 0.160.0 and 0.171.0).
-pub const CODEX_DEFAULT_CONTEXT_LIMIT: u64 = 2_500;
+pub use crate::delivery::wrapper::CODEX_DEFAULT_CONTEXT_LIMIT;
 
 /// Whether Codex reads a handler's `additionalContextLimit` for `event` (PascalCase): only for
 /// events whose output has `additionalContext`. For Stop (and SubagentStop) it ignores the key,
@@ -94,10 +93,11 @@ pub fn shell_quote(s: &str) -> String {
     }
 }
 
-/// The hook command for an installed hook-client: its absolute path alone, so bash execs it (its
-/// parent is then codex itself) and the string stays the same across upgrades.
+/// The hook command for an installed hook-client: its absolute path and the context limit its
+/// handler sets ([`CONTEXT_LIMIT_FLAG`], so the broker knows what Codex passes whole), a simple
+/// command, so bash execs it (its parent is then codex itself).
 pub fn hook_command(hook_client: &Path) -> String {
-    shell_quote(&hook_client.to_string_lossy())
+    format!("{} {CONTEXT_LIMIT_FLAG} {HOOK_CONTEXT_LIMIT}", shell_quote(&hook_client.to_string_lossy()))
 }
 
 /// The `additionalContextLimit` Courier's handler of `event` carries: [`HOOK_CONTEXT_LIMIT`], so a
