@@ -69,7 +69,7 @@ fn install_delivers_through_real_codex_and_uninstall_restores_files() {
 
     // Codex itself: Courier's handlers trusted, the user's as before.
     let after_status = statuses(env);
-    let command = client.display().to_string();
+    let command = broker_lib::install::hook_command(&client);
     for ev in EVENTS {
         let ours: Vec<_> = after_status
             .iter()

@@ -246,3 +246,18 @@ fn receipt_names_senders_and_ids_and_escapes_labels() {
     let off: serde_json::Value = serde_json::from_str(&render(HookEvent::Stop, &one, Receipts::Off)).unwrap();
     assert_eq!(off, serde_json::json!({"decision": "block", "reason": wrap(&one[0])}));
 }
+
+/// What a hook may carry: 80% of its handler's context limit (the default's 8,000 bytes for a
+/// handler without one, such as a session started before an upgrade), at most `MAX_OUTPUT_BYTES`
+/// (install's limit, or `0`: no cut); a Stop reason 8,000 whatever the limit.
+#[test]
+fn budget_follows_the_handlers_limit_and_stop_keeps_its_own() {
+    let limit = crate::install::HOOK_CONTEXT_LIMIT;
+    assert_eq!(output_budget(HookEvent::PostToolUse, None), 8_000);
+    assert_eq!(output_budget(HookEvent::PreToolUse, Some(5_000)), 16_000);
+    assert_eq!(output_budget(HookEvent::PostToolUse, Some(limit)), MAX_OUTPUT_BYTES);
+    assert_eq!(output_budget(HookEvent::UserPromptSubmit, Some(0)), MAX_OUTPUT_BYTES);
+    assert_eq!(output_budget(HookEvent::PostToolUse, Some(u64::MAX)), MAX_OUTPUT_BYTES);
+    assert_eq!(output_budget(HookEvent::Stop, Some(limit)), STOP_OUTPUT_BYTES);
+    assert_eq!(output_budget(HookEvent::SubagentStop, Some(limit)), 0);
+}
