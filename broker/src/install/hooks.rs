@@ -2,8 +2,8 @@
 //! command line it runs, and Courier's groups merged into (and out of) `hooks.json`.
 
 use super::{manifest::Manifest, EVENTS, HOOK_CONTEXT_LIMIT, HOOK_TIMEOUT_SECS};
-use courier_shared::hook::CONTEXT_LIMIT_FLAG;
 use anyhow::{Context, Result};
+use courier_shared::hook::CONTEXT_LIMIT_FLAG;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::fs;
