@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use std::time::SystemTime;
 
 /// Top-level keys this version knows (others only warn). `effort` belongs to the effort feature.
-pub const KNOWN_KEYS: [&str; 5] = ["hook_clients", "log_level", "retention_days", "effort", "bridge"];
+pub const KNOWN_KEYS: [&str; 6] = ["hook_clients", "log_level", "retention_days", "receipts", "effort", "bridge"];
 
 /// Days a message in a final state is kept when `retention_days` is not set.
 pub const DEFAULT_RETENTION_DAYS: u64 = 30;
@@ -28,10 +28,22 @@ pub struct Config {
     /// Days to keep messages in a final state (confirmed, uncertain, expired, cancelled, applied,
     /// failed); 0 keeps them forever. Default [`DEFAULT_RETENTION_DAYS`].
     pub retention_days: Option<u64>,
+    /// What the person at the Codex TUI sees of a hook delivery: `"line"` (default) or `"off"`.
+    pub receipts: Receipts,
     /// `[effort]`: allowed levels, app-server deadline, the optional policy.
     pub effort: EffortConfig,
     /// `[bridge]`: this host's NATS bridge (`courier-bridge serve`), for `broker doctor` to check.
     pub bridge: Option<BridgeConfig>,
+}
+
+/// `receipts`: each hook that delivers also shows the person one line in the Codex TUI (`↳ Hook ·
+/// Courier delivered 2 messages from ci-bot (m_..., m_...)`), never sent to the model.
+#[derive(Debug, Default, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Receipts {
+    #[default]
+    Line,
+    Off,
 }
 
 /// `[bridge] nats = URL, host = NAME, creds = PATH?` (docs/many-hosts.md).
@@ -181,6 +193,9 @@ mod tests {
         assert_eq!(c.effort.allow, ["low"]);
         assert_eq!(c.hook_clients, [PathBuf::from("/opt/courier/hook-client")]);
         assert_eq!(c.log_level.as_deref(), Some("debug"));
+        assert_eq!(c.receipts, Receipts::Line, "on by default");
+        assert_eq!(parse("receipts = \"off\"").unwrap().0.receipts, Receipts::Off);
+        assert!(parse("receipts = \"loud\"").is_err());
         assert_eq!(w.len(), 1, "{w:?}");
         assert!(w[0].contains("\"logg\""), "{w:?}");
     }

@@ -53,9 +53,10 @@ pub fn reconcile(store: &mut Store, thread: Option<&str>) -> Result<usize> {
 
 type Settlement = (String, Option<State>, Option<&'static str>, u64);
 
-/// Longest rollout line the confirmation scan looks at. A hook message carrying Courier's output
-/// is far shorter (hook output stays under Codex's ~10 KB spill limit); longer lines are skipped
-/// as they stream past, never buffered.
+/// Longest rollout line the confirmation scan looks at (whole: every byte of a message is
+/// compared). A hook message carrying Courier's output is far shorter: at most 96 KiB of text
+/// (`MAX_OUTPUT_BYTES`), at most 6 bytes of JSON per byte; longer lines are skipped as they
+/// stream past, never buffered.
 const MAX_SCAN_LINE: usize = 1 << 20;
 
 /// Bytes one [`reconcile`] call reads from one rollout at most; the rest waits for the next call

@@ -1,6 +1,7 @@
 use super::confirm::{holds_whole, scan_rollout, scan_rollout_within};
 use super::*;
 use crate::store::{Kind, Message, State};
+use courier_shared::hook::HookEvent;
 use courier_shared::rollout::marker_ids;
 
 fn msg(id: &str, body: &str, from: Option<&str>) -> Message {
@@ -201,4 +202,63 @@ fn scan_confirms_marked_and_flags_unmarked_at_turn_close() {
     assert_eq!(got[2].0, "m_early");
     assert_eq!(got[2].1, Some(State::Uncertain));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A message of the largest size `send` accepts, escaping at its worst for the rollout's JSON
+/// (every byte a quote or a control character): its whole text is checked, not a head and
+/// tail. Whole -> confirmed; one byte changed in the middle -> uncertain.
+#[test]
+fn largest_message_is_confirmed_only_whole() {
+    let dir = std::env::temp_dir().join(format!("courier-scan-big-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let body: String = "\"\u{1}".repeat(crate::store::MAX_BODY_BYTES / 2);
+    let m = Message { lease: Some(3), ..msg("m_big", &body, Some("e2e")) };
+    let whole = wrap(&m);
+    let path = dir.join("whole.jsonl");
+    std::fs::write(&path, hook_context(&whole)).unwrap();
+    assert!(std::fs::metadata(&path).unwrap().len() > 4 * crate::store::MAX_BODY_BYTES as u64, "a long rollout line");
+    let got = scan_rollout_within(path.to_str().unwrap(), std::slice::from_ref(&m), u64::MAX);
+    assert_eq!((got[0].1, got[0].2), (Some(State::Confirmed), None));
+    let mut changed = whole.clone();
+    let mid = changed.len() / 2;
+    changed.replace_range(mid..mid + 1, "x");
+    let path = dir.join("changed.jsonl");
+    std::fs::write(&path, hook_context(&changed)).unwrap();
+    let got = scan_rollout_within(path.to_str().unwrap(), &[m], u64::MAX);
+    assert_eq!((got[0].1, got[0].2), (Some(State::Uncertain), Some("shown_truncated")));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The receipt the person sees: who, how many, which ids (a few, then a count), labels escaped
+/// as `inspect` escapes them; `receipts = "off"` leaves it out; never in the model's text.
+#[test]
+fn receipt_names_senders_and_ids_and_escapes_labels() {
+    let one = [msg("m_1", "hi", Some("ci-bot"))];
+    assert_eq!(receipt(&one), "Courier delivered 1 message from ci-bot (m_1)");
+    let many: Vec<Message> = (1..=6).map(|i| msg(&format!("m_{i}"), "x", Some(["a", "b", "c", "d"][i % 4]))).collect();
+    assert_eq!(receipt(&many), "Courier delivered 6 messages from b, c, d, 1 more (m_1, m_2, m_3, m_4, +2)");
+    let hostile = [msg("m_1", "x", Some("evil\u{1b}]52;c;AAAA\u{7}\u{202e}"))];
+    let r = receipt(&hostile);
+    assert!(!r.chars().any(|c| c.is_control() || c == '\u{202e}'), "{r:?}");
+    assert!(r.contains("evil\\u{1b}]52;c;AAAA\\u{7}\\u{202e}"), "{r}");
+    let out: serde_json::Value = serde_json::from_str(&render(HookEvent::PostToolUse, &one, Receipts::Line)).unwrap();
+    assert_eq!(out["systemMessage"], "Courier delivered 1 message from ci-bot (m_1)");
+    assert!(!out["hookSpecificOutput"]["additionalContext"].as_str().unwrap().contains("Courier delivered"));
+    let off: serde_json::Value = serde_json::from_str(&render(HookEvent::Stop, &one, Receipts::Off)).unwrap();
+    assert_eq!(off, serde_json::json!({"decision": "block", "reason": wrap(&one[0])}));
+}
+
+/// What a hook may carry: 80% of its handler's context limit (the default's 8,000 bytes for a
+/// handler without one, such as a session started before an upgrade), at most `MAX_OUTPUT_BYTES`
+/// (install's limit, or `0`: no cut); a Stop reason 8,000 whatever the limit.
+#[test]
+fn budget_follows_the_handlers_limit_and_stop_keeps_its_own() {
+    let limit = crate::install::HOOK_CONTEXT_LIMIT;
+    assert_eq!(output_budget(HookEvent::PostToolUse, None), 8_000);
+    assert_eq!(output_budget(HookEvent::PreToolUse, Some(5_000)), 16_000);
+    assert_eq!(output_budget(HookEvent::PostToolUse, Some(limit)), MAX_OUTPUT_BYTES);
+    assert_eq!(output_budget(HookEvent::UserPromptSubmit, Some(0)), MAX_OUTPUT_BYTES);
+    assert_eq!(output_budget(HookEvent::PostToolUse, Some(u64::MAX)), MAX_OUTPUT_BYTES);
+    assert_eq!(output_budget(HookEvent::Stop, Some(limit)), STOP_OUTPUT_BYTES);
+    assert_eq!(output_budget(HookEvent::SubagentStop, Some(limit)), 0);
 }

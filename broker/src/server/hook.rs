@@ -67,7 +67,7 @@ impl Broker {
                     let _ = wire::write_json(&mut stream, &self.status());
                 }
             }
-            Request::Hook { v, pid, ts_ms, payload, mac } => {
+            Request::Hook { v, pid, ts_ms, payload, mac, context_limit } => {
                 self.counters.hook_calls.fetch_add(1, Ordering::Relaxed);
                 if v != PROTOCOL_VERSION {
                     let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
@@ -75,7 +75,7 @@ impl Broker {
                     return None;
                 }
                 let request = HookRequest { pid, ts_ms, payload: &payload, mac: &mac };
-                return self.hook(stream, &peer, &request);
+                return self.hook(stream, &peer, &request, context_limit);
             }
             Request::Ack { .. } => {
                 let _ = stream.write_all(&error_frame(RefusalCode::UnexpectedAck.as_str(), "ack without a lease"));
@@ -85,7 +85,8 @@ impl Broker {
         None
     }
 
-    pub(super) fn hook(&self, mut stream: UnixStream, peer: &Peer, request: &HookRequest) -> Option<AwaitAck> {
+    /// `context_limit`: the handler's `additionalContextLimit`, as hook-client was told it.
+    pub(super) fn hook(&self, mut stream: UnixStream, peer: &Peer, request: &HookRequest, context_limit: Option<u64>) -> Option<AwaitAck> {
         let verified = match self.gate.verify(peer, request, &TrustView(self)) {
             Ok(v) => v,
             Err(r) => {
@@ -109,7 +110,7 @@ impl Broker {
             let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
             // Settle earlier hand-offs first, so inspect and the Stop guard see current states.
             let settled = delivery::reconcile(&mut store, Some(&verified.thread_id)).unwrap_or(0);
-            let offer = delivery::offer(&mut store, &verified);
+            let offer = delivery::offer(&mut store, &verified, context_limit, self.receipts);
             if let (Some(t), Ok(Offer::Lease { token, .. })) = (&ticket, &offer) {
                 if let Err(e) = crate::tickets::attach(&mut store, t, *token) {
                     crate::log_error!("recording the hand-off of ticket {}: {e:#}", t.key);

@@ -72,6 +72,8 @@ pub struct ServeOptions {
     pub extra_hook_clients: Vec<PathBuf>,
     /// How long messages in a final state are kept; `None` keeps them forever.
     pub retention: Option<Duration>,
+    /// Whether hook deliveries show the person a line in the TUI (read at start).
+    pub receipts: crate::config::Receipts,
 }
 
 struct Broker {
@@ -86,6 +88,7 @@ struct Broker {
     follower: Arc<Follower>,
     /// Producer requests (JSON lines on the same socket) and parked waits (producer/).
     producer: Arc<crate::producer::proto::Service>,
+    receipts: crate::config::Receipts,
 }
 
 pub fn serve(opts: ServeOptions) -> Result<()> {
@@ -131,6 +134,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         queued_refusals: Mutex::new(Vec::new()),
         follower: Arc::clone(&follower),
         producer,
+        receipts: opts.receipts,
     });
     let socket = courier_shared::paths::socket_path(&opts.runtime_dir);
     let (listener, how) = listener::listen(&socket)?;

@@ -42,7 +42,7 @@ impl Store {
         let NewMessage { thread, body, sender, verified, key, ttl_ms, wake } = *m;
         if body.len() > MAX_BODY_BYTES {
             bail!(
-                "message is {} bytes; the limit is {} (Codex shows the model only a preview of longer hook output)",
+                "message is {} bytes; the limit is {} (64 KiB; send a longer text as a file and a message naming it)",
                 body.len(),
                 MAX_BODY_BYTES
             );
@@ -74,7 +74,7 @@ impl Store {
         if rendered > max {
             bail!(
                 "message renders to {rendered} bytes in the hook output (wrapper, --from and every '<' escaped as &lt; \
-                 included); the limit is {max} (Codex cuts hook output over about 10,000 bytes)"
+                 included); the limit is {max} (the hook output Codex passes to the model whole)"
             );
         }
         let now = now_ms();

@@ -33,7 +33,7 @@ pub use state::{Kind, State};
 pub use tickets::{Alarm, TicketClaim};
 
 use crate::delivery::seal::{self, SenderCheck};
-use crate::delivery::wrapper::wrapped_len;
+use crate::delivery::wrapper::{wrapped_len, MAX_OUTPUT_BYTES};
 use anyhow::{bail, Context, Result};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
@@ -41,11 +41,10 @@ use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub const DB_NAME: &str = "queue.sqlite";
-/// Longest message body `send` accepts: a plain-text body this long still renders within the
-/// hook output budget (`MAX_OUTPUT_BYTES`, 8,000) with the longest `--from`
-/// (64 characters; the wrapper adds 131 bytes then). What counts in the end is the rendered size,
-/// checked too (escaping can grow a body: every `<` is 4 bytes).
-pub const MAX_BODY_BYTES: usize = 7_800;
+/// Longest message body `send` accepts (64 KiB). What counts in the end is the rendered size,
+/// checked too against the hook output budget ([`MAX_OUTPUT_BYTES`], 96 KiB): escaping can grow
+/// a body (every `<` is 4 bytes).
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Longest `--from` label, in characters.
 pub const MAX_FROM_CHARS: usize = crate::label::MAX_CHARS;
 
@@ -403,7 +402,9 @@ impl Store {
             m.sender_check = Some(check);
             let len = wrapped_len(&m.id, m.from.as_deref(), check, &m.body);
             if len > max_bytes {
-                if taken.is_empty() {
+                // One too large for any hook is dropped (sent before a limit was lowered);
+                // one that fits a larger hook waits for it, and so does every message behind it.
+                if taken.is_empty() && len > MAX_OUTPUT_BYTES {
                     tx.execute(
                         "UPDATE messages SET state = 'cancelled', reason = 'too_large_for_hook_output', updated_at = ?2
                          WHERE id = ?1 AND state = 'pending'",

@@ -115,11 +115,15 @@ fn batch_budget_counts_the_rendered_messages() {
     assert_eq!(lease.messages.len(), 1, "two need a newline between them: {} bytes", 2 * one + 1);
     let lease = s.lease(T, "PostToolUse", Some("t"), 1000, 2 * one + 1).unwrap().unwrap();
     assert_eq!(lease.messages.len(), 2);
-    // Escaping counts too: 600 '<' render as 2,400 bytes.
+    // Escaping counts too: 600 '<' render as 2,400 bytes. Too large for this hook (a Stop), it
+    // waits for one that carries it, and so does the message behind it (order is kept).
     s.enqueue(T, &"<".repeat(600), None, None, None).unwrap();
-    assert!(s.lease(T, "PostToolUse", Some("t"), 1000, 2000).unwrap().is_none(), "does not fit even alone");
-    let m = s.messages(Some(T)).unwrap().pop().unwrap();
-    assert_eq!((m.state.as_str(), m.reason.as_deref()), ("cancelled", Some("too_large_for_hook_output")));
+    s.enqueue(T, "small", None, None, None).unwrap();
+    assert!(s.lease(T, "Stop", Some("t"), 1000, 2000).unwrap().is_none(), "does not fit alone: nothing leased");
+    let pending: Vec<Message> = s.messages(Some(T)).unwrap().into_iter().filter(|m| m.state == State::Pending).collect();
+    assert_eq!(pending.len(), 2, "both wait: {pending:?}");
+    let lease = s.lease(T, "PostToolUse", Some("t"), 1000, crate::delivery::MAX_OUTPUT_BYTES).unwrap().unwrap();
+    assert_eq!(lease.messages.iter().map(|m| m.body.len()).collect::<Vec<_>>(), [600, 5], "a tool hook carries both, in order");
 }
 
 #[test]
@@ -140,8 +144,8 @@ fn from_is_short_and_printable_and_the_rendered_message_fits() {
         assert!(err.contains(why), "{from:?}: {err}");
     }
     // A body within the byte limit but not once rendered (every '<' is 4 bytes in the output).
-    let err = s.enqueue(T, &"<".repeat(4000), None, None, None).unwrap_err().to_string();
-    assert!(err.contains("renders to") && err.contains("8000"), "{err}");
+    let err = s.enqueue(T, &"<".repeat(30_000), None, None, None).unwrap_err().to_string();
+    assert!(err.contains("renders to 120") && err.contains("98304"), "{err}");
     // The longest plain body with the longest --from fits; one byte more is refused.
     let longest_from = "f".repeat(64);
     assert!(
