@@ -161,6 +161,7 @@ fn wake_thread(store: &Mutex<Store>, gate: &Gate, trust: &dyn CodexTrust, codex_
             }
         }
     };
+    crate::failpoint::hit("wake_after_lease");
     let text = lease.messages.iter().map(delivery::wrap).collect::<Vec<_>>().join("\n");
     let client_id = lease.messages[0].id.clone();
     let count = lease.messages.len();
@@ -196,6 +197,7 @@ fn wake_thread(store: &Mutex<Store>, gate: &Gate, trust: &dyn CodexTrust, codex_
         "clientUserMessageId": client_id,
         "input": [{"type": "text", "text": text, "text_elements": []}],
     });
+    crate::failpoint::hit("wake_before_turn_start");
     let id = match ws.send_request("turn/start", params) {
         Ok(id) => id,
         Err(e) if !e.timed_out => {
@@ -211,9 +213,11 @@ fn wake_thread(store: &Mutex<Store>, gate: &Gate, trust: &dyn CodexTrust, codex_
         }
     };
     // From here on Codex may have the input: never re-sent.
+    crate::failpoint::hit("wake_after_turn_start");
     match ws.wait_response(id) {
         Ok(r) => match r.pointer("/result/turn/id").and_then(Value::as_str) {
             Some(turn) => {
+                crate::failpoint::hit("wake_after_answer");
                 handed(Some(turn));
                 crate::log_info!("woke thread {thread}: turn {turn} started with {count} message(s) ({client_id}...)");
                 Outcome::Woken { count, turn: Some(turn.to_string()) }

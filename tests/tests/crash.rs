@@ -11,7 +11,7 @@ mod common;
 use common::*;
 use courier_tests::broker::hook_command;
 use courier_tests::model::exec_held_then_done;
-use courier_tests::util::{fake_uuid_v7, marker, poll_until, wait_until};
+use courier_tests::util::{fake_uuid_v7, marker, poll_until, str_field, wait_until};
 use courier_tests::{Broker, CodexEnv, Hold, Reply, ScriptedModel};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
@@ -458,4 +458,57 @@ fn hook_client_descendant(ancestor: u32) -> Option<i32> {
         let p = ppid_of(pid)?;
         (p == ancestor || ppid_of(p as i32) == Some(ancestor)).then_some(pid)
     })
+}
+
+/// The wake path's failpoints, in the order the crash test visits them (broker/src/wake.rs).
+const WAKE_FAILPOINTS: [&str; 4] = ["wake_after_turn_start", "wake_after_answer", "wake_after_lease", "wake_before_turn_start"];
+
+/// Real Codex, the broker killed (-9, at a failpoint) at each instant of a wake of an idle
+/// app-server thread, then started again. What the scripted model received is the truth: the
+/// message reaches it at most once. Killed once `turn/start` may have left (written, or
+/// answered): `confirmed` from the rollout's user message with its client id, never offered
+/// again. Killed before the hand-off was recorded: nothing was sent, so the restarted broker
+/// wakes the thread again, once. Killed after the record but before the frame: Codex never got
+/// it, but nothing can prove that: `uncertain` with a reason once the wake's time is up, never
+/// `pending` again.
+#[test]
+fn real_codex_wake_crash_never_doubles() {
+    for fp in WAKE_FAILPOINTS {
+        let model = ScriptedModel::start_with(|_| Reply::message("done"));
+        let env = CodexEnv::with_hook_command(&model, &hook_command());
+        let cli = Broker::cli_only(&env);
+        cli.trust_codex(&env.codex);
+        let mut serve = Serve::start(&env, &[("COURIER_FAILPOINTS", fp)]);
+        let (_server, mut client, thread) = courier_tests::appserver::idle_thread(&env, T);
+        let text = marker("WAKE_CRASH");
+        let id = cli.send_opts(&thread, &text, None, Some("e2e"));
+        let died = poll_until(Duration::from_secs(20), || serve.child.try_wait().ok().flatten());
+        assert!(died.is_some(), "{fp}: the broker died at the failpoint: {}", std::fs::read_to_string(&serve.log).unwrap_or_default());
+        let at_crash = cli.message(&id).unwrap_or_default();
+        let restarted = Instant::now();
+        let _serve = Serve::start(&env, &[]);
+        let m = wait_until(Duration::from_secs(60), &format!("{fp}: {id} final"), || {
+            cli.message(&id).filter(|m| matches!(m["state"].as_str(), Some("confirmed" | "uncertain")))
+        });
+        eprintln!("{fp}: at the crash {}, after the restart {m} ({:?})", at_crash["state"], restarted.elapsed());
+        // A later turn's hooks (UserPromptSubmit, Stop) must not bring it again.
+        client.run_turn(&thread, "next task", T);
+        let again = cli.message(&id).unwrap_or_default();
+        assert_eq!(again["state"], m["state"], "{fp}: a final state stays: {again}");
+        let in_model = model.requests_mentioning(&text);
+        match fp {
+            "wake_before_turn_start" => {
+                assert_eq!(m["state"], "uncertain", "{fp}: the hand-off was on record: {m}");
+                assert!(m["reason"].as_str().is_some_and(|r| !r.is_empty()), "{fp}: uncertain with a reason: {m}");
+                assert_eq!(in_model, 0, "{fp}: turn/start never left\n{}", model.dump());
+            }
+            _ => {
+                assert_eq!(m["state"], "confirmed", "{fp}: {m}");
+                model.assert_received_once(&text, T);
+                let attempts = if fp == "wake_after_lease" { 2 } else { 1 };
+                assert_eq!(m["attempts"], attempts, "{fp}: offered {attempts} time(s): {m}");
+                assert_eq!(str_field(&m, "event"), "wake", "{fp}: {m}");
+            }
+        }
+    }
 }

@@ -13,14 +13,8 @@ use serde_json::Value;
 
 const T: Duration = Duration::from_secs(60);
 
-/// A `codex app-server --listen unix://` with a thread that ran one user turn and is idle now.
 fn idle_app_server_thread(env: &CodexEnv) -> (ListeningAppServer, WsAppServer, String) {
-    let server = ListeningAppServer::start(env.codex_command(), env.root.join("as.sock"), &[], env.root.join("app-server.log"));
-    let mut client = server.client(T);
-    client.initialize(false, T);
-    let thread = client.start_thread(&env.work, T);
-    client.run_turn(&thread, "hello", T);
-    (server, client, thread)
+    courier_tests::appserver::idle_thread(env, T)
 }
 
 /// `broker send`, then the time until the model request that carries `text`.
@@ -32,14 +26,7 @@ fn send_and_time(broker: &Broker, model: &ScriptedModel, thread: &str, text: &st
 }
 
 fn assert_once(model: &ScriptedModel, text: &str) {
-    // Codex writes the rollout (which confirms) before it sends the request: wait for it.
-    model.wait_for(T, "a request carrying the message", |r| r.items_containing(text) > 0);
-    let counts: Vec<usize> = model.requests().iter().map(|r| r.items_containing(text)).collect();
-    // The woken turn's request carries it; later requests of that turn carry the history, so
-    // count the requests in which it appears for the first time: exactly one.
-    let first = counts.iter().position(|c| *c > 0).expect("delivered");
-    assert_eq!(counts[first], 1, "once in its first request: {counts:?}");
-    assert!(counts.iter().all(|c| *c <= 1), "never twice in one request: {counts:?}");
+    model.assert_received_once(text, T);
 }
 
 /// The wrapped text as the model sees it, as a user message.
