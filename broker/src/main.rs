@@ -109,6 +109,7 @@ fn serve(args: Args) -> Result<ExitCode> {
             state_dir: paths::state_dir(),
             codex_home: paths::codex_home(),
             retention: loaded.config.retention(),
+            wake: loaded.config.wake,
             extra_hook_clients: loaded.config.hook_clients,
         })
     });

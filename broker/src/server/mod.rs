@@ -41,7 +41,8 @@ use crate::effort;
 use crate::failpoint;
 use crate::gate::{self, Gate, GateConfig};
 use crate::refusal::RefusalCode;
-use crate::store::Store;
+use crate::store::{Channel, Store};
+use crate::wake::WakeReason;
 use anyhow::{Context, Result};
 use listener::{block_stop_signals, raise_fd_limit};
 use poller::{worker, Handback, JobQueue, Poller};
@@ -72,6 +73,8 @@ pub struct ServeOptions {
     pub extra_hook_clients: Vec<PathBuf>,
     /// How long messages in a final state are kept; `None` keeps them forever.
     pub retention: Option<Duration>,
+    /// `[wake]`: how often a thread may be woken.
+    pub wake: crate::wake::WakeConfig,
 }
 
 struct Broker {
@@ -86,6 +89,8 @@ struct Broker {
     follower: Arc<Follower>,
     /// Producer requests (JSON lines on the same socket) and parked waits (producer/).
     producer: Arc<crate::producer::proto::Service>,
+    /// How often threads may be woken; the hooks report the turns they see (wake/bound.rs).
+    wake_bound: Arc<crate::wake::Bound>,
 }
 
 pub fn serve(opts: ServeOptions) -> Result<()> {
@@ -100,6 +105,9 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     let mut store = Store::open(&opts.state_dir)?;
     store.defer_checkpoints()?; // the maintenance thread checkpoints (store/checkpoint.rs)
     let released = store.release_expired_leases()?;
+    // No pass of a dead broker's wake can still run, and none sent anything before its hand-off
+    // record: its leases go back at once (wake/mod.rs).
+    let interrupted = store.release_leases_of(Channel::Wake, WakeReason::Interrupted.as_str())?;
     let exe = std::env::current_exe().context("locating the broker executable")?;
     let installed_clients = gate::installed_client_ids(&exe, &opts.extra_hook_clients);
     if installed_clients.is_empty() {
@@ -129,6 +137,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         queued_refusals: Mutex::new(Vec::new()),
         follower: Arc::clone(&follower),
         producer,
+        wake_bound: Arc::new(crate::wake::Bound::new(opts.wake)),
     });
     let socket = courier_shared::paths::socket_path(&opts.runtime_dir);
     let (listener, how) = listener::listen(&socket)?;
@@ -139,7 +148,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         }
     })?;
     crate::log_info!(
-        "broker {} started: pid {} serving {} ({how}; state {}, CODEX_HOME {}); released {released} stale leases",
+        "broker {} started: pid {} serving {} ({how}; state {}, CODEX_HOME {}); released {released} stale leases, {interrupted} interrupted wakes",
         env!("CARGO_PKG_VERSION"),
         std::process::id(),
         socket.display(),
@@ -155,7 +164,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     let waking = Arc::clone(&broker);
     let codex_home = opts.codex_home.clone();
     std::thread::Builder::new().name("wake".into()).spawn(move || {
-        let waker = crate::wake::Waker::default();
+        let waker = crate::wake::Waker::new(Arc::clone(&waking.wake_bound));
         let signal = waking.store.lock().unwrap_or_else(|e| e.into_inner()).pending_signal();
         waker.run(&signal, || {
             let b = &*waking;

@@ -27,10 +27,11 @@ pub use checkpoint::{Checkpointed, Checkpointer, SAFETY_NET_PAGES};
 pub use codex::{TrustHow, TrustedCodex};
 pub use effort::{Claim, Details};
 pub use refusals::Refusal;
-pub use state::{Kind, State};
+pub use state::{Channel, Kind, State};
 pub use tickets::{Alarm, TicketClaim};
 
 use crate::delivery::wrapper::{wrapped_len, MAX_OUTPUT_BYTES};
+use crate::os::ProcessKey;
 use anyhow::{bail, Context, Result};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
@@ -118,8 +119,8 @@ pub struct Message {
     pub created_at: i64,
     pub updated_at: i64,
     pub expires_at: Option<i64>,
-    /// The hook event and turn that took it (set when leased).
-    pub event: Option<String>,
+    /// The channel and turn that took it (set when leased).
+    pub event: Option<Channel>,
     pub turn_id: Option<String>,
     pub lease: Option<i64>,
     pub handed_at: Option<i64>,
@@ -130,6 +131,23 @@ pub struct Message {
     pub scan_offset: Option<i64>,
     /// Alarm kinds raised on this message (`ticket_used`: see `crate::tickets`), each once.
     pub alarms: Vec<String>,
+    /// Handed: when the rollout must show it by, else it is `uncertain` ([`HandOff::shown_by`]).
+    pub shown_by: Option<i64>,
+}
+
+/// What a channel records when it hands a lease over: one record, one call ([`Store::hand_off`]),
+/// for every channel.
+pub struct HandOff<'a> {
+    /// The rollout the confirmation scan reads, from `scan_offset` on.
+    pub rollout_path: &'a str,
+    pub scan_offset: u64,
+    /// The codex process it goes to: a hand-off whose codex exits unconfirmed is `uncertain`.
+    pub codex: ProcessKey,
+    /// A Stop block continues this (thread, turn): counted for the continuation limit.
+    pub stop_turn: Option<(&'a str, &'a str)>,
+    /// The rollout must show it by this time (ms), else it is `uncertain`: a wake records the
+    /// hand-off before `turn/start` leaves, and only the rollout can tell whether it arrived.
+    pub shown_by: Option<i64>,
 }
 
 /// What `enqueue` did.
@@ -236,7 +254,9 @@ fn migrate_trusted_codex(conn: &Connection) -> rusqlite::Result<()> {
         add_column(conn, "trusted_codex", name, decl)?;
     }
     // `broker send --wake auto|never`: whether the broker may start a turn in an idle thread.
-    add_column(conn, "messages", "wake", "TEXT NOT NULL DEFAULT 'auto'")
+    add_column(conn, "messages", "wake", "TEXT NOT NULL DEFAULT 'auto'")?;
+    // A hand-off the rollout must show by a deadline (a wake's `turn/start`: `HandOff::shown_by`).
+    add_column(conn, "messages", "shown_by", "INTEGER")
 }
 
 fn is_busy(e: &anyhow::Error) -> bool {
@@ -264,7 +284,7 @@ pub(super) fn add_column(conn: &Connection, table: &str, name: &str, decl: &str)
 
 const MESSAGE_COLUMNS: &str = "id, thread, kind, state, body, sender, idem_key, created_at, updated_at, \
     expires_at, event, turn_id, lease_token, handed_at, confirmed_at, reason, attempts, rollout_path, scan_offset, \
-    (SELECT group_concat(kind) FROM (SELECT DISTINCT kind FROM alarms WHERE alarms.message = messages.id ORDER BY kind))";
+    (SELECT group_concat(kind) FROM (SELECT DISTINCT kind FROM alarms WHERE alarms.message = messages.id ORDER BY kind)), shown_by";
 
 fn row_to_message(row: &rusqlite::Row) -> rusqlite::Result<Message> {
     Ok(Message {
@@ -288,6 +308,7 @@ fn row_to_message(row: &rusqlite::Row) -> rusqlite::Result<Message> {
         rollout_path: row.get(17)?,
         scan_offset: row.get(18)?,
         alarms: row.get::<_, Option<String>>(19)?.map(|a| a.split(',').map(String::from).collect()).unwrap_or_default(),
+        shown_by: row.get(20)?,
     })
 }
 
@@ -440,23 +461,20 @@ impl Store {
         Ok(stmt.query_row(params![thread, Kind::Message], |r| r.get(0))?)
     }
 
-    /// Leases the oldest pending messages of `thread` under a new fencing token: as many as fit,
-    /// rendered (`crate::delivery::wrap`, one newline between them), in `max_bytes`. Expired
-    /// messages are retired first and never leased; so is one that does not fit even alone
-    /// (`cancelled`, `too_large_for_hook_output`: `send` refuses those, older queues may hold one).
-    pub fn lease(&mut self, thread: &str, event: &str, turn_id: Option<&str>, lease_ms: i64, max_bytes: usize) -> Result<Option<Lease>> {
-        self.unsynced(|s| s.lease_inner(thread, event, turn_id, lease_ms, max_bytes, false))
+    /// Leases the oldest pending messages of `thread` to `channel` under a new fencing token: as
+    /// many as fit, rendered (`crate::delivery::wrap`, one newline between them), in `max_bytes`.
+    /// One lease for every channel, so a message is never offered to two. Expired messages are
+    /// retired first and never leased; so is one that does not fit even alone (`cancelled`,
+    /// `too_large_for_hook_output`: `send` refuses those, older queues may hold one). The wake
+    /// channel takes only messages sent with `--wake auto`.
+    ///
+    /// Not fsynced: a lost lease never reached the model (a hook's client exits 0 only after the
+    /// ack, a wake sends nothing before its hand-off record; either fsync makes this frame durable).
+    pub fn lease(&mut self, thread: &str, channel: Channel, turn_id: Option<&str>, lease_ms: i64, max_bytes: usize) -> Result<Option<Lease>> {
+        self.unsynced(|s| s.lease_inner(thread, channel, turn_id, lease_ms, max_bytes))
     }
 
-    pub(super) fn lease_inner(
-        &mut self,
-        thread: &str,
-        event: &str,
-        turn_id: Option<&str>,
-        lease_ms: i64,
-        max_bytes: usize,
-        wake_only: bool,
-    ) -> Result<Option<Lease>> {
+    fn lease_inner(&mut self, thread: &str, channel: Channel, turn_id: Option<&str>, lease_ms: i64, max_bytes: usize) -> Result<Option<Lease>> {
         let now = now_ms();
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         tx.execute(
@@ -467,7 +485,7 @@ impl Store {
         let candidates: Vec<Message> = {
             let mut stmt = tx.prepare_cached(&format!(
                 "SELECT {MESSAGE_COLUMNS} FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = 'message' {} ORDER BY seq LIMIT 64",
-                if wake_only { "AND wake != 'never'" } else { "" }
+                if channel.needs_wake_allowed() { "AND wake != 'never'" } else { "" }
             ))?;
             let rows = stmt.query_map([thread], row_to_message)?;
             rows.collect::<rusqlite::Result<_>>()?
@@ -506,10 +524,10 @@ impl Store {
                  WHERE id = ?6 AND state = 'pending'",
             )?;
             for m in &mut taken {
-                stmt.execute(params![token, now + lease_ms, event, turn_id, now, m.id])?;
+                stmt.execute(params![token, now + lease_ms, channel, turn_id, now, m.id])?;
                 m.state = State::Leased;
                 m.lease = Some(token);
-                m.event = Some(event.into());
+                m.event = Some(channel);
                 m.turn_id = turn_id.map(Into::into);
             }
         }
@@ -518,19 +536,27 @@ impl Store {
         Ok(Some(Lease { token, messages: taken }))
     }
 
-    /// The client printed lease `token`'s output: its messages become `handed`. Returns false when
-    /// the lease is no longer live (expired, released): then the client must withdraw its output.
-    pub fn ack(&mut self, token: i64, rollout_path: &str, scan_offset: u64, stop_turn: Option<(&str, &str)>) -> Result<bool> {
+    /// Lease `token` was handed over (a hook's client printed its output and acked; a wake is
+    /// about to send `turn/start`): its messages become `handed`, with the codex process they go
+    /// to, in one fsynced transaction. Returns false when the lease is no longer live (expired,
+    /// released): then nothing may be handed (a hook's client withdraws its output).
+    pub fn hand_off(&mut self, token: i64, h: &HandOff) -> Result<bool> {
         let now = now_ms();
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        // Before the hand-off itself: a hand-off is never on record without the codex it went to.
+        tx.execute(
+            "INSERT OR REPLACE INTO handed_to (lease_token, codex_pid, codex_starttime) VALUES (?1, ?2, ?3)",
+            params![token, h.codex.pid, h.codex.starttime as i64],
+        )?;
+        crate::failpoint::hit("after_note_codex");
         let n = tx.execute(
             "UPDATE messages SET state = 'handed', handed_at = ?2, updated_at = ?2, rollout_path = ?3,
-             scan_offset = ?4, lease_expires_at = NULL
+             scan_offset = ?4, lease_expires_at = NULL, shown_by = ?5
              WHERE lease_token = ?1 AND state = 'leased' AND lease_expires_at > ?2",
-            params![token, now, rollout_path, scan_offset as i64],
+            params![token, now, h.rollout_path, h.scan_offset as i64, h.shown_by],
         )?;
         if n > 0 {
-            if let Some((thread, turn)) = stop_turn {
+            if let Some((thread, turn)) = h.stop_turn {
                 tx.execute(
                     "INSERT INTO stop_blocks (thread, turn_id, count) VALUES (?1, ?2, 1)
                      ON CONFLICT(thread, turn_id) DO UPDATE SET count = count + 1",
@@ -542,6 +568,19 @@ impl Store {
         tx.commit()?;
         crate::failpoint::hit("after_ack_commit");
         Ok(n > 0)
+    }
+
+    /// Takes back a hand-off that provably never reached Codex (the wake's `turn/start` was
+    /// refused, or never written): its messages return to `pending` with `reason`.
+    pub fn withdraw(&mut self, token: i64, reason: &str) -> Result<usize> {
+        let n = self.conn.execute(
+            "UPDATE messages SET state = 'pending', reason = ?2, updated_at = ?3, lease_token = NULL,
+             lease_expires_at = NULL, handed_at = NULL, rollout_path = NULL, scan_offset = NULL, shown_by = NULL
+             WHERE lease_token = ?1 AND state = 'handed'",
+            params![token, reason, now_ms()],
+        )?;
+        self.pending.bump(n);
+        Ok(n)
     }
 
     /// Returns an unacknowledged lease's messages to `pending` (the client never showed them).
@@ -556,24 +595,7 @@ impl Store {
         Ok(n)
     }
 
-    /// Records which codex process (pid and start time) lease `token` is handed to, so
-    /// reconcile can tell a hand-off whose codex died from one still in flight.
-    pub fn note_codex(&mut self, token: i64, pid: i32, starttime: u64) -> Result<()> {
-        // Not fsynced on its own: the ack that follows is, and its fsync makes this earlier WAL
-        // frame durable too; without an ack nothing was handed.
-        self.unsynced(|s| s.note_codex_inner(token, pid, starttime))
-    }
-
-    fn note_codex_inner(&mut self, token: i64, pid: i32, starttime: u64) -> Result<()> {
-        self.conn.execute(
-            "INSERT OR REPLACE INTO handed_to (lease_token, codex_pid, codex_starttime) VALUES (?1, ?2, ?3)",
-            params![token, pid, starttime as i64],
-        )?;
-        crate::failpoint::hit("after_note_codex");
-        Ok(())
-    }
-
-    /// The codex process a message's lease was handed to (see [`Store::note_codex`]).
+    /// The codex process a message's lease was handed to (see [`Store::hand_off`]).
     pub fn codex_of(&self, lease_token: i64) -> Result<Option<(i32, u64)>> {
         let mut stmt = self.conn.prepare_cached("SELECT codex_pid, codex_starttime FROM handed_to WHERE lease_token = ?1")?;
         Ok(stmt.query_row([lease_token], |r| Ok((r.get::<_, i32>(0)?, r.get::<_, i64>(1)? as u64))).optional()?)
@@ -602,7 +624,7 @@ impl Store {
             // Handed, but the rollout proves the model never saw any of it: offered again.
             Some(State::Pending) => self.conn.execute(
                 "UPDATE messages SET state = 'pending', reason = ?2, updated_at = ?3, lease_token = NULL,
-                 lease_expires_at = NULL, handed_at = NULL, rollout_path = NULL, scan_offset = NULL
+                 lease_expires_at = NULL, handed_at = NULL, rollout_path = NULL, scan_offset = NULL, shown_by = NULL
                  WHERE id = ?1 AND state = 'handed'",
                 params![id, reason, now],
             )?,
