@@ -5,9 +5,9 @@
 
 use crate::delivery::render::wrap;
 use crate::os::ProcessKey;
-use crate::wake::WakeReason;
 use crate::rollout::lines::{WholeLines, CHUNK as SCAN_CHUNK};
 use crate::store::{Channel, Message, State, Store};
+use crate::wake::WakeReason;
 use anyhow::Result;
 use courier_shared::rollout::{classify_line, marker_ids, RolloutEvent};
 use std::collections::HashMap;

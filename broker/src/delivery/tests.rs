@@ -244,13 +244,12 @@ fn wake_hand_off_is_settled_by_its_user_message_or_its_deadline() {
         std::fs::create_dir_all(&sdir).unwrap();
         (crate::store::Store::open(&sdir).unwrap(), sdir)
     };
-    let me = crate::os::ProcessKey { pid: std::process::id() as i32, starttime: crate::os::starttime(std::process::id() as i32).unwrap() };
+    let me = crate::os::ProcessKey::of(std::process::id() as i32).unwrap();
     let mut ids = Vec::new();
     for (thread, shown_by) in [("01a22652-96c4-7652-bf64-6f7bc9883ce2", 60_000), ("01a22652-96c4-7652-bf64-6f7bc9883ce3", -1)] {
         let crate::store::Enqueued::New(id) = store.enqueue(thread, "late", None, None, None).unwrap() else { panic!() };
         let lease = store.lease(thread, crate::store::Channel::Wake, None, 30_000, MAX_OUTPUT_BYTES).unwrap().unwrap();
-        let record =
-            crate::store::HandOff { rollout_path: p, scan_offset: 0, codex: me, stop_turn: None, shown_by: Some(crate::store::now_ms() + shown_by) };
+        let record = crate::store::HandOff { shown_by: Some(crate::store::now_ms() + shown_by), ..crate::store::HandOff::at(p, 0, me) };
         assert!(store.hand_off(lease.token, &record).unwrap());
         ids.push(id);
     }

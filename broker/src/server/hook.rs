@@ -191,13 +191,8 @@ impl Broker {
             _ => None,
         };
         let path = v.rollout_path.to_string_lossy();
-        let record = HandOff {
-            rollout_path: &path,
-            scan_offset: v.rollout_offset,
-            codex: ProcessKey { pid: v.codex_pid, starttime: v.codex_starttime },
-            stop_turn,
-            shown_by: None,
-        };
+        let record =
+            HandOff { stop_turn, ..HandOff::at(&path, v.rollout_offset, ProcessKey { pid: v.codex_pid, starttime: v.codex_starttime }) };
         let accepted = store.hand_off(token, &record).unwrap_or_else(|e| {
             crate::log_error!("ack of lease {token}: {e:#}");
             false

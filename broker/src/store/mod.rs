@@ -150,6 +150,14 @@ pub struct HandOff<'a> {
     pub shown_by: Option<i64>,
 }
 
+impl<'a> HandOff<'a> {
+    /// A hand-off to `codex`, scanned from `scan_offset` of `rollout_path`, with no Stop turn and
+    /// no deadline (a hook call's hand-off, but for a Stop block's turn).
+    pub fn at(rollout_path: &'a str, scan_offset: u64, codex: ProcessKey) -> HandOff<'a> {
+        HandOff { rollout_path, scan_offset, codex, stop_turn: None, shown_by: None }
+    }
+}
+
 /// What `enqueue` did.
 #[derive(Debug, PartialEq)]
 pub enum Enqueued {
@@ -470,11 +478,25 @@ impl Store {
     ///
     /// Not fsynced: a lost lease never reached the model (a hook's client exits 0 only after the
     /// ack, a wake sends nothing before its hand-off record; either fsync makes this frame durable).
-    pub fn lease(&mut self, thread: &str, channel: Channel, turn_id: Option<&str>, lease_ms: i64, max_bytes: usize) -> Result<Option<Lease>> {
+    pub fn lease(
+        &mut self,
+        thread: &str,
+        channel: Channel,
+        turn_id: Option<&str>,
+        lease_ms: i64,
+        max_bytes: usize,
+    ) -> Result<Option<Lease>> {
         self.unsynced(|s| s.lease_inner(thread, channel, turn_id, lease_ms, max_bytes))
     }
 
-    fn lease_inner(&mut self, thread: &str, channel: Channel, turn_id: Option<&str>, lease_ms: i64, max_bytes: usize) -> Result<Option<Lease>> {
+    fn lease_inner(
+        &mut self,
+        thread: &str,
+        channel: Channel,
+        turn_id: Option<&str>,
+        lease_ms: i64,
+        max_bytes: usize,
+    ) -> Result<Option<Lease>> {
         let now = now_ms();
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         tx.execute(

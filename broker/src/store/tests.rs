@@ -2,8 +2,8 @@ use super::*;
 use courier_shared::hook::HookEvent;
 
 /// A hand-off record as a hook channel writes it (to codex `pid`, started at `starttime`).
-pub(super) fn handed_to(path: &str, offset: u64, pid: i32, starttime: u64) -> HandOff<'_> {
-    HandOff { rollout_path: path, scan_offset: offset, codex: ProcessKey { pid, starttime }, stop_turn: None, shown_by: None }
+fn handed_to(path: &str, offset: u64, pid: i32, starttime: u64) -> HandOff<'_> {
+    HandOff::at(path, offset, ProcessKey { pid, starttime })
 }
 
 fn store(name: &str) -> (Store, std::path::PathBuf) {
@@ -38,7 +38,10 @@ fn lease_is_per_thread_and_fenced() {
     let lease = s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("turn"), 10_000, 1000).unwrap().unwrap();
     assert_eq!(lease.messages.len(), 1);
     assert_eq!(lease.messages[0].body, "for T");
-    assert!(s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("turn"), 10_000, 1000).unwrap().is_none(), "leased messages are not offered twice");
+    assert!(
+        s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("turn"), 10_000, 1000).unwrap().is_none(),
+        "leased messages are not offered twice"
+    );
     // A stale token cannot ack.
     assert!(!s.hand_off(lease.token + 1, &handed_to("/r", 0, 1, 2)).unwrap());
     assert!(s.hand_off(lease.token, &handed_to("/r", 10, 1, 2)).unwrap());

@@ -163,8 +163,8 @@ pub(super) fn prune(tx: &rusqlite::Transaction, alarm_cutoff: i64) -> rusqlite::
 #[cfg(test)]
 mod tests {
     use super::*;
-    use courier_shared::hook::HookEvent;
     use crate::store::Channel;
+    use courier_shared::hook::HookEvent;
 
     fn store() -> (Store, std::path::PathBuf) {
         let dir = std::env::temp_dir().join(format!("courier-tickets-{}-{}", std::process::id(), rand::random::<u32>()));

@@ -272,13 +272,9 @@ impl Exchange<'_> {
     /// (the lease lapsed, or the store failed), so nothing may be sent.
     fn record_hand_off(&self) -> bool {
         let path = self.owner.rollout.to_string_lossy();
-        let record = HandOff {
-            rollout_path: &path,
-            scan_offset: self.owner.rollout_len,
-            codex: ProcessKey { pid: self.owner.pid, starttime: self.owner.starttime },
-            stop_turn: None,
-            shown_by: Some(crate::store::now_ms() + WAKE_LEASE_MS),
-        };
+        let codex = ProcessKey { pid: self.owner.pid, starttime: self.owner.starttime };
+        let record =
+            HandOff { shown_by: Some(crate::store::now_ms() + WAKE_LEASE_MS), ..HandOff::at(&path, self.owner.rollout_len, codex) };
         let mut s = self.store.lock().unwrap_or_else(|e| e.into_inner());
         match s.hand_off(self.lease.token, &record) {
             Ok(true) => true,

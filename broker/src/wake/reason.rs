@@ -78,11 +78,7 @@ mod tests {
     #[test]
     fn table_and_docs_list_every_reason() {
         let src = include_str!("reason.rs");
-        let rows: Vec<&str> = src
-            .lines()
-            .filter_map(|l| l.strip_prefix("//! | `"))
-            .filter_map(|l| l.split('`').next())
-            .collect();
+        let rows: Vec<&str> = src.lines().filter_map(|l| l.strip_prefix("//! | `")).filter_map(|l| l.split('`').next()).collect();
         let codes: Vec<&str> = WakeReason::ALL.iter().map(|r| r.as_str()).collect();
         assert_eq!(rows, codes, "the module table and WakeReason differ");
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
