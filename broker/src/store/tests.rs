@@ -1,4 +1,5 @@
 use super::*;
+use crate::os::ProcessKey;
 use courier_shared::hook::HookEvent;
 
 /// A hand-off record as a hook channel writes it (to codex `pid`, started at `starttime`).
