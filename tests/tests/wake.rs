@@ -313,3 +313,33 @@ fn woken_threads_messaging_each_other_are_bounded() {
     let m = broker.wait_state(&id, "confirmed", Duration::from_secs(15));
     assert_ne!(str_field(&m, "event"), "wake", "delivered by a hook of the person's turn: {m}");
 }
+
+/// A producer sending to an idle thread again and again: with `[wake] max_per_minute = 2`, the
+/// third message within the minute starts no turn; it waits `pending` with `wake_rate_limited`
+/// (so `broker inspect` says why), and the person's next turn delivers it through its hooks.
+#[test]
+fn wakes_per_minute_are_bounded() {
+    let model = ScriptedModel::start_with(|_| Reply::message("done"));
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    std::fs::write(&env.courier_config, "[wake]\nmax_per_minute = 2\nmax_in_a_row = 100\n").unwrap();
+    let broker = Broker::start_trusted(&env);
+    let (_server, mut client, thread) = idle_app_server_thread(&env);
+    for n in 0..2 {
+        let text = marker(&format!("RATE_{n}"));
+        let (id, _) = send_and_time(&broker, &model, &thread, &text);
+        let m = assert_woken(&broker, &id);
+        wait_turn_of(&mut client, &m);
+    }
+    let requests = model.requests().len();
+    let id = broker.send_opts(&thread, &marker("RATE_OVER"), None, Some("waker"));
+    let m = courier_tests::util::wait_until(Duration::from_secs(10), "the third message held by the rate", || {
+        let m = broker.message(&id).unwrap_or_default();
+        (str_field(&m, "reason") == "wake_rate_limited").then_some(m)
+    });
+    assert_eq!(str_field(&m, "state"), "pending", "{m}");
+    assert_eq!(model.requests().len(), requests, "no turn was started for it\n{}", model.dump());
+    assert!(broker.inspect_text().contains("wake_rate_limited"), "inspect says why");
+    client.run_turn(&thread, "typed by the person", T);
+    let m = broker.wait_state(&id, "confirmed", Duration::from_secs(15));
+    assert_ne!(str_field(&m, "event"), "wake", "{m}");
+}
