@@ -677,7 +677,7 @@ fn link_cut_and_restored_messages_wait_then_arrive_once() {
     drop(ns);
 }
 
-/// The least-privilege layout of the README ("Security and permissions"), as nats-server users
+/// The least-privilege layout of the docs/many-hosts.md ("Security and permissions"), as nats-server users
 /// with passwords: `admin` (everything: creates the streams and consumers once), the bridges of
 /// hosts `hosta` and `hostb`, `producer` (may reach hosta and wait on receipts), `sendonly` (may
 /// only publish sends for hosta, and look up stream `COURIER`). Every user has inboxes of its own (`--inbox-prefix`).
@@ -758,7 +758,7 @@ fn user_url(nats: &Nats, user: &str) -> String {
     format!("nats://{user}:pw-{user}@{}:{}", nats.addr, nats.port)
 }
 
-/// Least privilege, on a server that enforces the README's layout: host A's bridge with only
+/// Least privilege, on a server that enforces the layout of docs/many-hosts.md: host A's bridge with only
 /// its own rights (logged in with an NKey `courier-bridge nkey` made) delivers a producer's message to A's real Codex session once, confirmed
 /// (thread list too); host B's credentials cannot consume A's sends, forge A's receipts, answer
 /// A's thread requests or read anyone's inboxes (tried with the protocol and by running a
