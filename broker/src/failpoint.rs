@@ -16,7 +16,7 @@ pub const NAMES: [&str; 14] = [
     "after_release_commit",    // store: unacked lease returned to pending
     "reconcile_before_settle", // delivery: settlement decided, not yet written
     "reconcile_after_settle",  // delivery: settlement written
-    "after_note_codex",        // store: codex pid recorded on a lease
+    "after_note_codex",        // store: codex pid recorded in the hand-off, not yet committed
     "wake_after_lease",        // wake: messages leased, hand-off not yet recorded
     "wake_before_turn_start",  // wake: hand-off recorded, turn/start not yet written
     "wake_after_turn_start",   // wake: turn/start written, its answer not yet read
