@@ -56,76 +56,67 @@ impl Store {
         lease_ms: i64,
         max_bytes: usize,
     ) -> Result<Option<Lease>> {
-        self.unsynced(|s| s.lease_inner(thread, channel, turn_id, lease_ms, max_bytes))
-    }
-
-    fn lease_inner(
-        &mut self,
-        thread: &str,
-        channel: Channel,
-        turn_id: Option<&str>,
-        lease_ms: i64,
-        max_bytes: usize,
-    ) -> Result<Option<Lease>> {
-        let now = now_ms();
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        tx.execute(
-            "UPDATE messages SET state = 'expired', reason = 'ttl_elapsed', updated_at = ?2
-             WHERE thread = ?1 AND state = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?2",
-            params![thread, now],
-        )?;
-        let candidates: Vec<Message> = {
-            let mut stmt = tx.prepare_cached(&format!(
-                "SELECT {MESSAGE_COLUMNS} FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = 'message' {} ORDER BY seq LIMIT 64",
-                if channel.needs_wake_allowed() { "AND wake != 'never'" } else { "" }
-            ))?;
-            let rows = stmt.query_map([thread], row_to_message)?;
-            rows.collect::<rusqlite::Result<_>>()?
-        };
-        let mut taken: Vec<Message> = Vec::new();
-        let mut bytes = 0;
-        for m in candidates {
-            let len = wrapped_len(&m.id, m.from.as_deref(), &m.body);
-            if len > max_bytes {
-                if taken.is_empty() {
-                    tx.execute(
-                        "UPDATE messages SET state = 'cancelled', reason = 'too_large_for_hook_output', updated_at = ?2
-                         WHERE id = ?1 AND state = 'pending'",
-                        params![m.id, now],
-                    )?;
-                    continue;
-                }
-                break;
-            }
-            let add = len + usize::from(!taken.is_empty());
-            if bytes + add > max_bytes {
-                break;
-            }
-            bytes += add;
-            taken.push(m);
-        }
-        if taken.is_empty() {
-            tx.commit()?;
-            return Ok(None);
-        }
-        let token = next_fencing_token(&tx)?;
-        {
-            let mut stmt = tx.prepare_cached(
-                "UPDATE messages SET state = 'leased', lease_token = ?1, lease_expires_at = ?2, event = ?3,
-                 turn_id = ?4, attempts = attempts + 1, reason = NULL, updated_at = ?5
-                 WHERE id = ?6 AND state = 'pending'",
+        self.unsynced(|s| {
+            let now = now_ms();
+            let tx = s.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            tx.execute(
+                "UPDATE messages SET state = 'expired', reason = 'ttl_elapsed', updated_at = ?2
+                 WHERE thread = ?1 AND state = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?2",
+                params![thread, now],
             )?;
-            for m in &mut taken {
-                stmt.execute(params![token, now + lease_ms, channel, turn_id, now, m.id])?;
-                m.state = State::Leased;
-                m.lease = Some(token);
-                m.event = Some(channel);
-                m.turn_id = turn_id.map(Into::into);
+            let candidates: Vec<Message> = {
+                let mut stmt = tx.prepare_cached(&format!(
+                    "SELECT {MESSAGE_COLUMNS} FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = 'message' {} ORDER BY seq LIMIT 64",
+                    if channel.needs_wake_allowed() { "AND wake != 'never'" } else { "" }
+                ))?;
+                let rows = stmt.query_map([thread], row_to_message)?;
+                rows.collect::<rusqlite::Result<_>>()?
+            };
+            let mut taken: Vec<Message> = Vec::new();
+            let mut bytes = 0;
+            for m in candidates {
+                let len = wrapped_len(&m.id, m.from.as_deref(), &m.body);
+                if len > max_bytes {
+                    if taken.is_empty() {
+                        tx.execute(
+                            "UPDATE messages SET state = 'cancelled', reason = 'too_large_for_hook_output', updated_at = ?2
+                             WHERE id = ?1 AND state = 'pending'",
+                            params![m.id, now],
+                        )?;
+                        continue;
+                    }
+                    break;
+                }
+                let add = len + usize::from(!taken.is_empty());
+                if bytes + add > max_bytes {
+                    break;
+                }
+                bytes += add;
+                taken.push(m);
             }
-        }
-        tx.commit()?;
-        crate::failpoint::hit("after_lease_commit");
-        Ok(Some(Lease { token, messages: taken }))
+            if taken.is_empty() {
+                tx.commit()?;
+                return Ok(None);
+            }
+            let token = next_fencing_token(&tx)?;
+            {
+                let mut stmt = tx.prepare_cached(
+                    "UPDATE messages SET state = 'leased', lease_token = ?1, lease_expires_at = ?2, event = ?3,
+                     turn_id = ?4, attempts = attempts + 1, reason = NULL, updated_at = ?5
+                     WHERE id = ?6 AND state = 'pending'",
+                )?;
+                for m in &mut taken {
+                    stmt.execute(params![token, now + lease_ms, channel, turn_id, now, m.id])?;
+                    m.state = State::Leased;
+                    m.lease = Some(token);
+                    m.event = Some(channel);
+                    m.turn_id = turn_id.map(Into::into);
+                }
+            }
+            tx.commit()?;
+            crate::failpoint::hit("after_lease_commit");
+            Ok(Some(Lease { token, messages: taken }))
+        })
     }
 
     /// Lease `token` was handed over (a hook's client printed its output and acked; a wake is
