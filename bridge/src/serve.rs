@@ -610,6 +610,7 @@ mod tests {
             rollout_path: None,
             scan_offset: None,
             alarms: Vec::new(),
+            shown_by: None,
             sender_check: None,
         }
     }

@@ -110,6 +110,7 @@ fn serve(args: Args) -> Result<ExitCode> {
             codex_home: paths::codex_home(),
             retention: loaded.config.retention(),
             receipts: loaded.config.receipts,
+            wake: loaded.config.wake,
             extra_hook_clients: loaded.config.hook_clients,
         })
     });

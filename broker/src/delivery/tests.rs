@@ -26,6 +26,7 @@ fn msg(id: &str, body: &str, from: Option<&str>) -> Message {
         rollout_path: None,
         scan_offset: Some(0),
         alarms: Vec::new(),
+        shown_by: None,
         sender_check: None,
     }
 }
@@ -265,4 +266,62 @@ fn budget_follows_the_handlers_limit_and_stop_keeps_its_own() {
     assert_eq!(output_budget(HookEvent::PostToolUse, Some(u64::MAX)), MAX_OUTPUT_BYTES);
     assert_eq!(output_budget(HookEvent::Stop, Some(limit)), STOP_OUTPUT_BYTES);
     assert_eq!(output_budget(HookEvent::SubagentStop, Some(limit)), 0);
+}
+/// A woken turn's user message, as Codex records it.
+fn woken_input(client_id: &str, text: &str) -> String {
+    line(
+        "event_msg",
+        serde_json::json!({"type": "item_completed", "turn_id": "W1",
+            "item": {"type": "UserMessage", "client_id": client_id, "content": [{"type": "text", "text": text}]}}),
+    )
+}
+
+/// A wake's hand-off is recorded before `turn/start` leaves, so its turn may be unknown: another
+/// turn closing does not settle it; its user message confirms it; with neither, it is
+/// `uncertain` (`wake_unanswered`) once its time is up and the rollout was read to the end.
+#[test]
+fn wake_hand_off_is_settled_by_its_user_message_or_its_deadline() {
+    let dir = std::env::temp_dir().join(format!("courier-wake-scan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("rollout.jsonl");
+    let p = path.to_str().unwrap();
+    let wake = |id: &str, lease: i64| {
+        let mut m = msg(id, "hello", Some("w"));
+        (m.event, m.turn_id, m.lease, m.rollout_path) = (Some(crate::store::Channel::Wake), None, Some(lease), Some(p.into()));
+        m
+    };
+    let (a, b) = (wake("m_a", 7), wake("m_b", 8));
+    // A person's turn closes before either woken user message is there.
+    let mut data = line("event_msg", serde_json::json!({"type": "task_complete", "turn_id": "T0"}));
+    std::fs::write(&path, &data).unwrap();
+    let got = scan_rollout(p, &[a.clone(), b.clone()]);
+    assert!(got.iter().all(|g| g.1.is_none()), "another turn's end settles no wake: {got:?}");
+    data += &woken_input("m_a", &wrap(&a));
+    std::fs::write(&path, &data).unwrap();
+    let got = scan_rollout(p, &[a.clone(), b.clone()]);
+    let by = |id: &str| got.iter().find(|g| g.0 == id).unwrap().1;
+    assert_eq!((by("m_a"), by("m_b")), (Some(State::Confirmed), None));
+
+    // Through reconcile: m_b's deadline passed, the rollout read to the end: uncertain.
+    let (mut store, sdir) = {
+        let sdir = dir.join("state");
+        std::fs::create_dir_all(&sdir).unwrap();
+        (crate::store::Store::open(&sdir).unwrap(), sdir)
+    };
+    let me = crate::os::ProcessKey::of(std::process::id() as i32).unwrap();
+    let mut ids = Vec::new();
+    for (thread, shown_by) in [("01a22652-96c4-7652-bf64-6f7bc9883ce2", 60_000), ("01a22652-96c4-7652-bf64-6f7bc9883ce3", -1)] {
+        let crate::store::Enqueued::New(id) = store.enqueue(thread, "late", None, None, None).unwrap() else { panic!() };
+        let lease = store.lease(thread, crate::store::Channel::Wake, None, 30_000, MAX_OUTPUT_BYTES).unwrap().unwrap();
+        let record = crate::store::HandOff { shown_by: Some(crate::store::now_ms() + shown_by), ..crate::store::HandOff::at(p, 0, me) };
+        assert!(store.hand_off(lease.token, &record).unwrap());
+        ids.push(id);
+    }
+    reconcile(&mut store, None).unwrap();
+    let m = store.messages(None).unwrap();
+    assert_eq!((m[0].id.as_str(), m[0].state), (ids[0].as_str(), State::Handed), "within its time it waits");
+    assert_eq!((m[1].state, m[1].reason.as_deref()), (State::Uncertain, Some("wake_unanswered")), "past it: {:?}", m[1]);
+    drop(store);
+    let _ = std::fs::remove_dir_all(&sdir);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

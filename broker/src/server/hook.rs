@@ -9,7 +9,9 @@ use crate::delivery::{self, Offer};
 use crate::effort;
 use crate::failpoint;
 use crate::gate::{self, HookRequest, Peer, Verified};
+use crate::os::ProcessKey;
 use crate::refusal::RefusalCode;
+use crate::store::HandOff;
 use courier_shared::wire::{self, AckReply, HookReply, Request, PROTOCOL_VERSION};
 use std::io::Write;
 use std::os::unix::net::UnixStream;
@@ -104,6 +106,10 @@ impl Broker {
                 return None;
             }
         };
+        if let Some(turn) = &verified.turn_id {
+            // A turn the wake channel did not start ends a run of wakes (wake/bound.rs).
+            self.wake_bound.saw_turn(&verified.thread_id, turn);
+        }
         // Effort changes go through the app-server on their own thread; waited for below, bounded.
         let effort = self.effort.on_hook(&verified, request.payload);
         let (offer, settled) = {
@@ -186,11 +192,9 @@ impl Broker {
             _ => None,
         };
         let path = v.rollout_path.to_string_lossy();
-        // Before the ack: a hand-off must never be on record without the codex it went to.
-        if let Err(e) = store.note_codex(token, v.codex_pid, v.codex_starttime) {
-            crate::log_error!("recording codex of lease {token}: {e:#}");
-        }
-        let accepted = store.ack(token, &path, v.rollout_offset, stop_turn).unwrap_or_else(|e| {
+        let record =
+            HandOff { stop_turn, ..HandOff::at(&path, v.rollout_offset, ProcessKey { pid: v.codex_pid, starttime: v.codex_starttime }) };
+        let accepted = store.hand_off(token, &record).unwrap_or_else(|e| {
             crate::log_error!("ack of lease {token}: {e:#}");
             false
         });
