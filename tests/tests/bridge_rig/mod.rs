@@ -379,3 +379,144 @@ pub fn nats_verdicts(nats: &Nats, user: &str, ops: &[&str]) -> Vec<Option<String
 pub fn user_url(nats: &Nats, user: &str) -> String {
     format!("nats://{user}:pw-{user}@{}:{}", nats.addr, nats.port)
 }
+
+/// A write lock on a SQLite database (`BEGIN IMMEDIATE` held by a python3 process) until drop:
+/// every other writer waits for it (then gets SQLITE_BUSY after its busy timeout).
+pub struct WriteLock(Child);
+
+impl WriteLock {
+    pub fn hold(db: &Path) -> WriteLock {
+        use std::io::BufRead;
+        let script = "import sqlite3,sys\nc=sqlite3.connect(sys.argv[1],isolation_level=None)\nc.execute('BEGIN IMMEDIATE')\nprint('locked',flush=True)\nsys.stdin.read()\n";
+        let mut child = Command::new("python3")
+            .args(["-c", script])
+            .arg(db)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "locked", "python3 could not lock {}", db.display());
+        WriteLock(child)
+    }
+}
+
+impl Drop for WriteLock {
+    fn drop(&mut self) {
+        drop(self.0.stdin.take());
+        let _ = self.0.wait();
+    }
+}
+
+/// A plain NATS client over the text protocol, logged in as `user` (password `pw-USER`, or no
+/// login for `None`), its inboxes under `_INBOX.USER`: what a hostile or old client can publish,
+/// and the JetStream API as an operator's tool would call it.
+pub struct RawNats {
+    w: std::net::TcpStream,
+    r: std::io::BufReader<std::net::TcpStream>,
+    inbox: String,
+    n: u64,
+}
+
+/// A reply: its status line (`None` for a plain MSG) and payload.
+pub struct RawReply {
+    pub status: Option<String>,
+    pub payload: Vec<u8>,
+}
+
+impl RawReply {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.payload).unwrap_or(Value::Null)
+    }
+}
+
+impl RawNats {
+    pub fn connect(nats: &Nats, user: Option<&str>) -> RawNats {
+        use std::io::{BufRead, Write};
+        let s = std::net::TcpStream::connect((nats.addr.as_str(), nats.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut w = s.try_clone().unwrap();
+        let mut r = std::io::BufReader::new(s);
+        let mut info = String::new();
+        r.read_line(&mut info).unwrap();
+        assert!(info.starts_with("INFO"), "{info}");
+        let mut connect = json!({"verbose": false, "pedantic": false, "headers": true, "no_responders": true, "protocol": 1});
+        if let Some(u) = user {
+            connect["user"] = json!(u);
+            connect["pass"] = json!(format!("pw-{u}"));
+        }
+        let inbox = format!("_INBOX.{}", user.unwrap_or("raw"));
+        w.write_all(format!("CONNECT {connect}\r\nSUB {inbox}.raw.* 1\r\nPING\r\n").as_bytes()).unwrap();
+        let mut c = RawNats { w, r, inbox, n: 0 };
+        loop {
+            let l = c.line();
+            assert!(!l.starts_with("-ERR"), "{user:?} could not log in: {l}");
+            if l == "PONG" {
+                return c;
+            }
+        }
+    }
+
+    fn line(&mut self) -> String {
+        use std::io::{BufRead, Write};
+        loop {
+            let mut l = String::new();
+            assert!(self.r.read_line(&mut l).unwrap() > 0, "nats-server closed the connection");
+            let l = l.trim_end().to_string();
+            if l == "PING" {
+                self.w.write_all(b"PONG\r\n").unwrap();
+                continue;
+            }
+            return l;
+        }
+    }
+
+    /// Publishes with a reply inbox and waits for the reply (a JetStream ack or API answer).
+    /// `Err`: the server's `-ERR` (a permissions violation).
+    pub fn request(&mut self, subject: &str, headers: &[(&str, &str)], payload: &[u8]) -> Result<RawReply, String> {
+        use std::io::{Read, Write};
+        self.n += 1;
+        let reply = format!("{}.raw.{}", self.inbox, self.n);
+        let mut frame = Vec::new();
+        if headers.is_empty() {
+            frame.extend(format!("PUB {subject} {reply} {}\r\n", payload.len()).into_bytes());
+        } else {
+            let mut h = "NATS/1.0\r\n".to_string();
+            for (k, v) in headers {
+                h.push_str(&format!("{k}: {v}\r\n"));
+            }
+            h.push_str("\r\n");
+            frame.extend(format!("HPUB {subject} {reply} {} {}\r\n{h}", h.len(), h.len() + payload.len()).into_bytes());
+        }
+        frame.extend_from_slice(payload);
+        frame.extend_from_slice(b"\r\n");
+        self.w.write_all(&frame).unwrap();
+        loop {
+            let l = self.line();
+            if l.starts_with("-ERR") {
+                return Err(l);
+            }
+            let words: Vec<&str> = l.split(' ').collect();
+            let (hlen, total) = match words[0] {
+                "MSG" => (0, words.last().unwrap().parse::<usize>().unwrap()),
+                "HMSG" => (words[words.len() - 2].parse::<usize>().unwrap(), words.last().unwrap().parse::<usize>().unwrap()),
+                _ => continue,
+            };
+            let mut body = vec![0u8; total + 2];
+            self.r.read_exact(&mut body).unwrap();
+            if words[1] != reply {
+                continue;
+            }
+            let head = String::from_utf8_lossy(&body[..hlen]).to_string();
+            let status = head.lines().next().map(|s| s.trim_start_matches("NATS/1.0").trim().to_string()).filter(|s| !s.is_empty());
+            return Ok(RawReply { status, payload: body[hlen..total].to_vec() });
+        }
+    }
+
+    /// A JetStream API call (`$JS.API.` + `api`) with a JSON body; its JSON answer.
+    pub fn js(&mut self, api: &str, body: &Value) -> Value {
+        let r = self.request(&format!("$JS.API.{api}"), &[], body.to_string().as_bytes()).unwrap_or_else(|e| panic!("{api}: {e}"));
+        r.json()
+    }
+}
