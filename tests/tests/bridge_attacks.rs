@@ -105,6 +105,20 @@ fn a_producer_cannot_squat_another_producers_key() {
     }
 }
 
+/// Whether a thread of process `pid` is blocked reading a socket (read, recvfrom, recvmsg): the
+/// bridge waits on the broker's answer that way; its NATS connection is read through epoll.
+fn reading_a_socket(pid: u32) -> bool {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten();
+    tasks.into_iter().any(|t| {
+        let call = std::fs::read_to_string(t.path().join("syscall")).unwrap_or_default();
+        let mut f = call.split_whitespace();
+        let (Some(nr), Some(fd)) = (f.next(), f.next()) else { return false };
+        let Ok(fd) = i64::from_str_radix(fd.trim_start_matches("0x"), 16) else { return false };
+        ["0", "45", "47"].contains(&nr)
+            && std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
+    })
+}
+
 /// The queue database write-locked, a send published, the bridge killed -9 once it took the
 /// message (its local `send` waits on the lock), the lock released (the broker queues the
 /// message) and the bridge started again: the message is delivered once and its receipts reach
@@ -125,7 +139,8 @@ fn bridge_killed_while_the_queue_is_locked_still_sends_receipts() {
     let lock = WriteLock::hold(&env_a.state_dir.join("queue.sqlite"));
     let body = marker("LOCKED");
     let send = bg(producer(&env_b, &nats.url(), "send", &["--thread", &thread, "--wait", "confirmed", "--timeout", "25s", &body]));
-    wait_until(T, "the bridge to take the send", || (consumer_check(&env_b, &nats.url())["ack_pending"] == 1).then_some(()));
+    wait_until(T, "the bridge to wait on the broker's answer", || reading_a_socket(first.child.id()).then_some(()));
+    assert_eq!(consumer_check(&env_b, &nats.url())["ack_pending"], 1, "the bridge took the send and did not ack it");
     let _ = first.child.kill();
     let _ = first.child.wait();
     drop(lock);
