@@ -155,3 +155,129 @@ fn bridge_killed_while_the_queue_is_locked_still_sends_receipts() {
     assert_eq!(q.len(), 1, "{q:?}");
     assert_eq!(q[0]["state"], "confirmed");
 }
+
+/// Publishes `n` sends of 60 KB (not JSON: their host's bridge refuses them) as `user` to
+/// `subject`: how many the stream took, the first refusal, and the time it took.
+fn flood(nats: &Nats, user: &str, subject: &str, n: usize) -> (usize, Option<String>, Duration) {
+    let mut c = RawNats::connect(nats, Some(user));
+    let big = vec![b'x'; 60_000];
+    let t0 = std::time::Instant::now();
+    let (mut taken, mut refusal) = (0, None);
+    for _ in 0..n {
+        let r = c.request(subject, &[], &big).unwrap_or_else(|e| panic!("{user} may publish {subject}: {e}"));
+        match r.json()["error"]["description"].as_str() {
+            None => taken += 1,
+            Some(e) => {
+                refusal.get_or_insert(e.to_string());
+            }
+        }
+    }
+    (taken, refusal, t0.elapsed())
+}
+
+/// Host A's bridge down, a producer's send waiting for it; a producer allowed only to send to
+/// host B floods B (a small stream: 2 MiB, 25 sends per producer, so it runs in seconds): B's
+/// stream refuses the flood once the flooder has 25 waiting, and refuses everyone once full,
+/// but drops nothing: A's send and B's earlier honest send are both delivered.
+#[test]
+fn one_hosts_flood_never_evicts_another_hosts_sends() {
+    let (env_a, env_hb, env_p) = (host_b(), host_b(), host_b());
+    let nats = Nats::start_with(&env_p.root, "127.0.0.1", Some(&producers_conf()));
+    let (a, b) = (Broker::start(&env_a), Broker::start(&env_hb));
+    let admin = user_url(&nats, "admin");
+    let small = ["--max-bytes", "2MiB", "--max-per-producer", "25"];
+    drop(Bridge::start(&env_a, &admin, "hosta", None));
+    drop(Bridge::start_in(&env_hb, None, &admin, "hostb", None, &small));
+    let thread = "01a22654-3b31-76f3-a48c-b65aa7d0db80";
+    let (for_a, for_b) = (marker("FOR-HOSTA"), marker("FOR-HOSTB"));
+    let out = run_bounded(&mut send_as(&env_p, &nats, "victim", "hosta", "victim", &["--thread", thread, "--future-thread", &for_a]), T);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    let out = run_bounded(&mut send_as(&env_p, &nats, "honest", "hostb", "honest", &["--thread", thread, "--future-thread", &for_b]), T);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+
+    let (taken, refusal, took) = flood(&nats, "flooder", "courier.to.hostb.flooder", 200);
+    eprintln!("figure: flood of 200 x 60 KB on host B: {taken} taken, the rest refused ({refusal:?}) in {took:?}");
+    assert_eq!(taken, 25, "{refusal:?}");
+    assert!(refusal.as_deref().is_some_and(|r| r.contains("maximum messages per subject")), "{refusal:?}");
+    // Another producer of B fills what is left; then B is full for everyone.
+    let (more, full, _) = flood(&nats, "honest", "courier.to.hostb.honest", 20);
+    assert!(more < 20 && full.as_deref().is_some_and(|r| r.contains("maximum bytes")), "{more} {full:?}");
+    // The flooder can reach no other host's stream.
+    let mut c = RawNats::connect(&nats, Some("flooder"));
+    let denied = c.request("courier.to.hosta.flooder", &[], b"{}").err().unwrap_or_default();
+    assert!(denied.contains("Permissions Violation"), "{denied}");
+
+    let t0 = std::time::Instant::now();
+    let bridge_a = Bridge::start(&env_a, &admin, "hosta", None);
+    let got = wait_until(T, "host A's send delivered after the flood", || {
+        queued(&a, thread).into_iter().find(|m| m["bytes"].as_u64() == Some(for_a.len() as u64))
+    });
+    eprintln!("figure: host A's bridge back -> its send queued: {:?}", t0.elapsed());
+    assert!(got["from"].as_str().is_some_and(|f| f.starts_with("nats:victim/")), "{got}");
+    let _bridge_b = Bridge::start_in(&env_hb, None, &admin, "hostb", None, &small);
+    wait_until(T, "host B's honest send delivered too", || {
+        queued(&b, thread).into_iter().find(|m| m["bytes"].as_u64() == Some(for_b.len() as u64) && m["from"].as_str().is_some_and(|f| f.starts_with("nats:honest/")))
+    });
+    assert_eq!(queued(&a, thread).len(), 1, "{}", bridge_a.log_text());
+}
+
+/// A deployment of the shared layout: stream `COURIER` (`courier.send.>`) with hosts A's and B's
+/// durable consumers and a send waiting for each, published as the old producer did (key in
+/// `Nats-Msg-Id`, name in `Courier-Origin`). A's bridge of this version drains A's send once
+/// (origin and key as published, its receipt on `courier.receipt.hosta` where the old producer
+/// waits), deletes A's old consumer and leaves B's; new sends come through A's own stream; a
+/// restart doubles nothing.
+#[test]
+fn the_shared_stream_is_drained_once_then_left() {
+    let (env_a, env_p) = (host_b(), host_b());
+    let nats = Nats::start(&env_p.root);
+    let a = Broker::start(&env_a);
+    let mut op = RawNats::connect(&nats, None);
+    let r = op.js(
+        "STREAM.CREATE.COURIER",
+        &serde_json::json!({"name": "COURIER", "subjects": ["courier.send.>"], "retention": "limits", "storage": "file",
+            "max_bytes": 1 << 30, "max_msg_size": 65536, "discard": "old", "max_consumers": -1, "max_msgs": -1, "max_age": 0, "num_replicas": 1}),
+    );
+    assert!(r["error"].is_null(), "{r}");
+    for h in ["hosta", "hostb"] {
+        let durable = format!("courier-bridge-{h}");
+        let r = op.js(
+            &format!("CONSUMER.DURABLE.CREATE.COURIER.{durable}"),
+            &serde_json::json!({"stream_name": "COURIER", "config": {"durable_name": durable, "filter_subject": format!("courier.send.{h}"),
+                "ack_policy": "explicit", "deliver_policy": "all", "ack_wait": 2_000_000_000u64, "max_deliver": -1}}),
+        );
+        assert!(r["error"].is_null(), "{r}");
+    }
+    let thread = "01a22654-3b31-76f3-a48c-b65aa7d0db81";
+    let old = marker("OLD-LAYOUT");
+    for h in ["hosta", "hostb"] {
+        let body = serde_json::json!({"thread": thread, "text": old, "future_thread": true, "from": "ci", "key": format!("old-key-{h}")});
+        let key = format!("old-key-{h}");
+        let r = op.request(&format!("courier.send.{h}"), &[("Nats-Msg-Id", &key), ("Courier-Origin", "oldhost")], body.to_string().as_bytes());
+        assert!(r.as_ref().is_ok_and(|r| r.json()["error"].is_null()), "{:?}", r.map(|r| r.json()));
+    }
+
+    let bridge = Bridge::start(&env_a, &nats.url(), "hosta", None);
+    let m = wait_until(T, "the old layout's send drained into A", || queued(&a, thread).into_iter().next());
+    assert_eq!((m["from"].as_str(), m["key"].as_str()), (Some("nats:oldhost/ci"), Some("old-key-hosta")), "{m}");
+    wait_until(T, "A's old consumer deleted", || {
+        op.js("CONSUMER.INFO.COURIER.courier-bridge-hosta", &serde_json::json!({}))["error"]["code"].as_u64().filter(|c| *c == 404)
+    });
+    let b_left = op.js("CONSUMER.INFO.COURIER.courier-bridge-hostb", &serde_json::json!({}));
+    assert_eq!(b_left["num_pending"], 1, "B's send still waits for B: {b_left}");
+    let receipts = op.js("STREAM.INFO.COURIER_RECEIPTS", &serde_json::json!({"subjects_filter": "courier.receipt.hosta"}));
+    assert!(receipts["state"]["subjects"]["courier.receipt.hosta"].as_u64() >= Some(1), "the old producer's receipt: {receipts}");
+    assert!(bridge.log_text().contains("drained 1 send(s)"), "{}", bridge.log_text());
+
+    let new = marker("NEW-LAYOUT");
+    let out = run_bounded(&mut producer(&env_p, &nats.url(), "send", &["--thread", thread, "--future-thread", &new]), T);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    wait_until(T, "the new send queued", || (queued(&a, thread).len() == 2).then_some(()));
+    drop(bridge);
+    let _again = Bridge::start(&env_a, &nats.url(), "hosta", None);
+    let c = wait_until(T, "the restarted bridge settled", || {
+        let c = consumer_check(&env_p, &nats.url());
+        (c["pending"] == 0 && c["ack_pending"] == 0).then_some(c)
+    });
+    assert_eq!(queued(&a, thread).len(), 2, "nothing doubled: {c}");
+}
