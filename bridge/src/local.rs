@@ -158,7 +158,6 @@ fn enqueue_in_store(state_dir: &Path, codex_home: &Path, req: &Value) -> Local {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -256,7 +256,8 @@ fn run() -> Result<u8> {
 
 /// `--max-bytes` and `--max-per-producer`, when either is given (the other keeps its default).
 fn send_limits(a: &Args) -> Result<Option<nats::SendLimits>> {
-    let bytes = a.get("max-bytes").map(|v| parse_size(&v).ok_or_else(|| usage(format!("--max-bytes {v:?}: a size like 64MiB")))).transpose()?;
+    let bytes =
+        a.get("max-bytes").map(|v| parse_size(&v).ok_or_else(|| usage(format!("--max-bytes {v:?}: a size like 64MiB")))).transpose()?;
     let per = a
         .get("max-per-producer")
         .map(|v| v.parse::<i64>().ok().filter(|n| *n > 0).ok_or_else(|| usage(format!("--max-per-producer {v:?}: a positive number"))))

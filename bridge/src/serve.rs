@@ -288,7 +288,8 @@ pub async fn check(conn: &Conn, host: &str) -> Result<Value> {
         .context("connecting to NATS timed out")??;
     let js = jetstream::new(client.clone());
     let stream_name = nats::send_stream(host);
-    let mut stream = js.get_stream(&stream_name).await.with_context(|| format!("stream {stream_name} (has this host's bridge ever run?)"))?;
+    let mut stream =
+        js.get_stream(&stream_name).await.with_context(|| format!("stream {stream_name} (has this host's bridge ever run?)"))?;
     let msgs = stream.info().await?.state.messages;
     let mut consumer: jetstream::consumer::PullConsumer = stream
         .get_consumer(&nats::durable_name(host))
@@ -305,4 +306,3 @@ pub async fn check(conn: &Conn, host: &str) -> Result<Value> {
         "receipts_open": in_flight,
     }))
 }
-

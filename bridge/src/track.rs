@@ -143,7 +143,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("courier-track-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut t = Track::open(&dir, "h").unwrap();
-        let req = Taken { seq: 7, origin: "ci".into(), key: "k".into(), local_key: "nats:ci:k".into(), receipts: "courier.receipt.h.ci".into() };
+        let req =
+            Taken { seq: 7, origin: "ci".into(), key: "k".into(), local_key: "nats:ci:k".into(), receipts: "courier.receipt.h.ci".into() };
         t.take(&req).unwrap();
         t.take(&req).unwrap();
         assert_eq!(t.taken().unwrap(), [req.clone()]);

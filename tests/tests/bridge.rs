@@ -3,8 +3,9 @@
 //! directories), so host A's broker, queue and bridge share nothing with host B's producer but
 //! the NATS server. Faults: the bridge killed -9 between the local enqueue and the NATS ack, the
 //! NATS server killed and restarted mid-stream, the link to NATS cut and restored (the bridge in
-//! a network namespace of its own: the test runs as root), a duplicate publish, a host whose
-//! bridge is down.
+//! a network namespace of its own: the test runs as root), a repeated publish, a host whose
+//! bridge is down. Attacks on the layout (key squatting, floods, the old shared stream, receipts
+//! after a crash on a busy queue) are in `bridge_attacks.rs`.
 
 mod bridge_rig;
 
@@ -19,9 +20,9 @@ use courier_tests::{Broker, CodexEnv};
 use serde_json::Value;
 
 /// A producer on host B sends to a live Codex session on host A and blocks on `confirmed`: the
-/// message reaches A's model exactly once, shown as `nats:hostb/relay`; a duplicate publish with
-/// the same key (JetStream drops it) and a later `--wait` on the same key change nothing and
-/// answer from the receipts; `threads` lists A's thread from B.
+/// message reaches A's model exactly once, shown as `nats:hostb/relay`; a second publish with
+/// the same key (the host's queue answers it with the same message) and a later `--wait` on the
+/// same key change nothing and answer from the receipts; `threads` lists A's thread from B.
 #[test]
 fn remote_send_reaches_the_model_once_confirmed() {
     let (model, env_a, hold) = CodexEnv::with_held_turn();
@@ -55,16 +56,17 @@ fn remote_send_reaches_the_model_once_confirmed() {
     let m = wait_until(T, "the message to be queued on host A", || queued(&a, &thread).into_iter().next());
     let queued_ms = now_ms() - started;
     assert_eq!(m["from"], "nats:hostb/relay", "the sender is shown as remote: {m}");
-    assert_eq!(m["key"], key.as_str());
+    assert_eq!(m["key"], format!("nats:hostb:{key}"), "the key is scoped to its publisher");
     let id = m["id"].as_str().unwrap().to_string();
     // inspect's origin: what the bridge recorded (it records the message just after queueing it).
     wait_until(T, "inspect to show the bridged origin", || (a.message(&id)?["origin"] == "nats:hostb").then_some(()));
 
-    // A second publish of the same key: JetStream drops it; nothing new on A.
+    // A second publish of the same key: the host's queue answers it with the same message.
     let dup = run_bounded(&mut producer(&env_b, &nats.url(), "send", &["--thread", &thread, "--key", &key, "--json", &body]), T);
     assert_eq!(dup.status.code(), Some(0), "{:?}", text(&dup));
     let d: Value = serde_json::from_slice(&dup.stdout).unwrap();
-    assert_eq!(d["duplicate"], true, "{d}");
+    assert!(d["seq"].as_u64() > Some(1), "a publish of its own: {d}");
+    wait_until(T, "the second publish answered", || bridge.log_text().contains("was queued before").then_some(()));
     assert_eq!(queued(&a, &thread).len(), 1);
 
     let released = now_ms();
@@ -392,7 +394,6 @@ fn link_cut_and_restored_messages_wait_then_arrive_once() {
     drop(ns);
 }
 
-
 /// Least privilege, on a server that enforces the README's layout: host A's bridge with only
 /// its own rights (logged in with an NKey `courier-bridge nkey` made) delivers a producer's message to A's real Codex session once, confirmed
 /// (thread list too); host B's credentials cannot consume A's sends, forge A's receipts, answer
@@ -433,28 +434,29 @@ fn least_privilege_accounts_hold() {
     denied(
         "hostb",
         &[
-            "PUB courier.receipt.hostb",
+            "PUB courier.receipt.hostb.producer",
             "SUB courier.threads.hostb",
-            "PUB $JS.API.CONSUMER.MSG.NEXT.COURIER.courier-bridge-hostb",
-            "PUB $JS.API.CONSUMER.MSG.NEXT.COURIER.courier-bridge-hosta",
-            "PUB $JS.ACK.COURIER.courier-bridge-hosta.1.1.1.1.0",
-            "PUB courier.receipt.hosta",
+            "PUB $JS.API.CONSUMER.MSG.NEXT.COURIER_TO_hostb.courier-bridge-hostb",
+            "PUB $JS.API.CONSUMER.MSG.NEXT.COURIER_TO_hosta.courier-bridge-hosta",
+            "PUB $JS.ACK.COURIER_TO_hosta.courier-bridge-hosta.1.1.1.1.0",
+            "PUB courier.receipt.hosta.producer",
             "SUB courier.threads.hosta",
-            "SUB courier.send.hosta",
-            "SUB courier.send.>",
+            "SUB courier.to.hosta.*",
+            "SUB courier.to.>",
             "SUB _INBOX.>",
             "SUB _INBOX.courier-bridge-hosta.>",
-            "PUB $JS.API.CONSUMER.CREATE.COURIER",
-            "PUB courier.send.hosta",
+            "PUB $JS.API.CONSUMER.CREATE.COURIER_TO_hosta",
+            "PUB courier.to.hosta.hostb",
         ],
         &[false, false, false, true, true, true, true, true, true, true, true, true, true],
     );
     denied(
         "sendonly",
         &[
-            "PUB courier.send.hosta",
-            "PUB courier.send.hostb",
-            "SUB courier.receipt.hosta",
+            "PUB courier.to.hosta.sendonly",
+            "PUB courier.to.hosta.producer",
+            "PUB courier.to.hostb.sendonly",
+            "SUB courier.receipt.hosta.sendonly",
             "SUB courier.receipt.>",
             "PUB $JS.API.CONSUMER.CREATE.COURIER_RECEIPTS",
             "PUB $JS.API.STREAM.INFO.COURIER_RECEIPTS",
@@ -462,18 +464,19 @@ fn least_privilege_accounts_hold() {
             "SUB _INBOX.>",
             "SUB _INBOX.producer.>",
         ],
-        &[false, true, true, true, true, true, true, true, true],
+        &[false, true, true, true, true, true, true, true, true, true],
     );
     denied(
         "producer",
         &[
-            "PUB courier.send.hosta",
-            "PUB courier.send.hostb",
-            "PUB courier.receipt.hosta",
-            "PUB $JS.API.CONSUMER.MSG.NEXT.COURIER.courier-bridge-hosta",
+            "PUB courier.to.hosta.producer",
+            "PUB courier.to.hostb.producer",
+            "PUB courier.to.hosta.sendonly",
+            "PUB courier.receipt.hosta.producer",
+            "PUB $JS.API.CONSUMER.MSG.NEXT.COURIER_TO_hosta.courier-bridge-hosta",
             "SUB _INBOX.>",
         ],
-        &[false, true, true, true, true],
+        &[false, true, true, true, true, true],
     );
 
     let child = spawn_exec(&env_a);
@@ -482,6 +485,9 @@ fn least_privilege_accounts_hold() {
     let as_user = |user: &str, cmd: &str, args: &[&str]| {
         let mut c = producer(&env_b, &user_url(&nats, user), cmd, args);
         c.args(["--inbox-prefix", &format!("_INBOX.{user}")]);
+        if cmd == "send" {
+            c.args(["--origin", user]);
+        }
         c
     };
 
@@ -494,7 +500,7 @@ fn least_privilege_accounts_hold() {
         Bridge::start_in(&env_c, None, &user_url(&nats, "hostb"), "hosta", None, &["--inbox-prefix", "_INBOX.courier-bridge-hostb"]);
     wait_until(T, "the impostor bridge to be refused", || impostor.log_text().contains("Permissions Violation").then_some(()));
     let c = consumer_check(&env_b, &user_url(&nats, "admin"));
-    // The early send and the two empty probes the allowed `PUB courier.send.hosta` above left
+    // The early send and the two empty probes the allowed `PUB courier.to.hosta.USER` above left
     // (A's bridge refuses those: not JSON) all still wait for A.
     assert_eq!((c["pending"].as_u64(), c["ack_pending"].as_u64()), (Some(3), Some(0)), "the sends still wait for A: {c}");
     assert!(Broker::cli_only(&env_c).inspect_json()["messages"].as_array().unwrap().is_empty(), "nothing queued by the impostor");
@@ -675,6 +681,11 @@ fn install_bridge_starts_it_at_login_and_uninstall_removes_it() {
     };
     let a = Broker::cli_only(&env_a);
     let sends_arrive = |thread: &str| {
+        // The bridge creates its host's stream and consumer once it has connected.
+        wait_until(T, "the installed bridge's stream and consumer", || {
+            let out = run_bounded(&mut producer(&env_b, &nats.url(), "check", &[]), T);
+            serde_json::from_slice::<Value>(&out.stdout).ok().filter(|c| c["ok"] == true)
+        });
         let body = marker("INSTALLED");
         let out = run_bounded(&mut producer(&env_b, &nats.url(), "send", &["--thread", thread, "--future-thread", &body]), T);
         assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));

@@ -72,9 +72,15 @@ fn a_producer_cannot_squat_another_producers_key() {
     let (forged, squat, real) = (marker("FORGED-by-mallory"), marker("SQUAT-by-mallory-long"), marker("REAL"));
 
     // mallory names itself victim, then publishes the victim's key under its own name.
-    let out = run_bounded(&mut send_as(&env_b, &nats, "mallory", "hosta", "victim", &["--thread", &thread, "--key", &key, "--from", "relay", &forged]), T);
+    let out = run_bounded(
+        &mut send_as(&env_b, &nats, "mallory", "hosta", "victim", &["--thread", &thread, "--key", &key, "--from", "relay", &forged]),
+        T,
+    );
     eprintln!("mallory as victim: {:?}", text(&out));
-    let out = run_bounded(&mut send_as(&env_b, &nats, "mallory", "hosta", "mallory", &["--thread", &thread, "--key", &key, "--from", "relay", &squat]), T);
+    let out = run_bounded(
+        &mut send_as(&env_b, &nats, "mallory", "hosta", "mallory", &["--thread", &thread, "--key", &key, "--from", "relay", &squat]),
+        T,
+    );
     eprintln!("mallory under its own name: {:?}", text(&out));
 
     let victim = bg(send_as(
@@ -216,7 +222,9 @@ fn one_hosts_flood_never_evicts_another_hosts_sends() {
     assert!(got["from"].as_str().is_some_and(|f| f.starts_with("nats:victim/")), "{got}");
     let _bridge_b = Bridge::start_in(&env_hb, None, &admin, "hostb", None, &small);
     wait_until(T, "host B's honest send delivered too", || {
-        queued(&b, thread).into_iter().find(|m| m["bytes"].as_u64() == Some(for_b.len() as u64) && m["from"].as_str().is_some_and(|f| f.starts_with("nats:honest/")))
+        queued(&b, thread)
+            .into_iter()
+            .find(|m| m["bytes"].as_u64() == Some(for_b.len() as u64) && m["from"].as_str().is_some_and(|f| f.starts_with("nats:honest/")))
     });
     assert_eq!(queued(&a, thread).len(), 1, "{}", bridge_a.log_text());
 }
@@ -253,7 +261,8 @@ fn the_shared_stream_is_drained_once_then_left() {
     for h in ["hosta", "hostb"] {
         let body = serde_json::json!({"thread": thread, "text": old, "future_thread": true, "from": "ci", "key": format!("old-key-{h}")});
         let key = format!("old-key-{h}");
-        let r = op.request(&format!("courier.send.{h}"), &[("Nats-Msg-Id", &key), ("Courier-Origin", "oldhost")], body.to_string().as_bytes());
+        let r =
+            op.request(&format!("courier.send.{h}"), &[("Nats-Msg-Id", &key), ("Courier-Origin", "oldhost")], body.to_string().as_bytes());
         assert!(r.as_ref().is_ok_and(|r| r.json()["error"].is_null()), "{:?}", r.map(|r| r.json()));
     }
 

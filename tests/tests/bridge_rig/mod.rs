@@ -302,15 +302,16 @@ pub fn consumer_check(b: &CodexEnv, url: &str) -> Value {
 /// The least-privilege layout of the README ("Security and permissions"), as nats-server users
 /// with passwords: `admin` (everything: creates the streams and consumers once), the bridges of
 /// hosts `hosta` and `hostb`, `producer` (may reach hosta and wait on receipts), `sendonly` (may
-/// only publish sends for hosta, and look up stream `COURIER`). Every user has inboxes of its own (`--inbox-prefix`).
+/// only publish sends for hosta). Each producer publishes only under its own name
+/// (`courier.to.hosta.USER`). Every user has inboxes of its own (`--inbox-prefix`).
 /// hosta logs in with the NKey `hosta_nkey` (its public key), the others with passwords.
 pub fn least_privilege_conf(hosta_nkey: &str) -> String {
     let bridge = |h: &str| {
         let login = if h == "hosta" { format!("nkey: {hosta_nkey}") } else { format!("user: {h}, password: pw-{h}") };
         format!(
             r#"{{ {login}, permissions: {{
-      publish: {{ allow: ["courier.receipt.{h}", "$JS.API.STREAM.INFO.*", "$JS.API.CONSUMER.INFO.COURIER.courier-bridge-{h}",
-                          "$JS.API.CONSUMER.MSG.NEXT.COURIER.courier-bridge-{h}", "$JS.ACK.COURIER.courier-bridge-{h}.>"] }}
+      publish: {{ allow: ["courier.receipt.{h}.*", "$JS.API.STREAM.INFO.*", "$JS.API.CONSUMER.INFO.COURIER_TO_{h}.courier-bridge-{h}",
+                          "$JS.API.CONSUMER.MSG.NEXT.COURIER_TO_{h}.courier-bridge-{h}", "$JS.ACK.COURIER_TO_{h}.courier-bridge-{h}.>"] }}
       subscribe: {{ allow: ["courier.threads.{h}", "_INBOX.courier-bridge-{h}.>"] }}
       allow_responses: true }} }}"#
         )
@@ -321,11 +322,11 @@ pub fn least_privilege_conf(hosta_nkey: &str) -> String {
   {a}
   {b}
   {{ user: producer, password: pw-producer, permissions: {{
-      publish: {{ allow: ["courier.send.hosta", "courier.threads.hosta", "$JS.API.STREAM.INFO.*", "$JS.API.CONSUMER.CREATE.COURIER_RECEIPTS",
+      publish: {{ allow: ["courier.to.hosta.producer", "courier.threads.hosta", "$JS.API.STREAM.INFO.*", "$JS.API.CONSUMER.CREATE.COURIER_RECEIPTS",
                           "$JS.API.CONSUMER.MSG.NEXT.COURIER_RECEIPTS.*", "$JS.API.CONSUMER.DELETE.COURIER_RECEIPTS.*"] }}
       subscribe: {{ allow: ["_INBOX.producer.>"] }} }} }}
   {{ user: sendonly, password: pw-sendonly, permissions: {{
-      publish: {{ allow: ["courier.send.hosta", "$JS.API.STREAM.INFO.COURIER"] }}
+      publish: {{ allow: ["courier.to.hosta.sendonly"] }}
       subscribe: {{ allow: ["_INBOX.sendonly.>"] }} }} }}
 ] }}
 "#,
@@ -388,13 +389,8 @@ impl WriteLock {
     pub fn hold(db: &Path) -> WriteLock {
         use std::io::BufRead;
         let script = "import sqlite3,sys\nc=sqlite3.connect(sys.argv[1],isolation_level=None)\nc.execute('BEGIN IMMEDIATE')\nprint('locked',flush=True)\nsys.stdin.read()\n";
-        let mut child = Command::new("python3")
-            .args(["-c", script])
-            .arg(db)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3");
+        let mut child =
+            Command::new("python3").args(["-c", script]).arg(db).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("python3");
         let mut line = String::new();
         std::io::BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
         assert_eq!(line.trim(), "locked", "python3 could not lock {}", db.display());
