@@ -147,7 +147,7 @@ mod tests {
             Taken { seq: 7, origin: "ci".into(), key: "k".into(), local_key: "nats:ci:k".into(), receipts: "courier.receipt.h.ci".into() };
         t.take(&req).unwrap();
         t.take(&req).unwrap();
-        assert_eq!(t.taken().unwrap(), [req.clone()]);
+        assert_eq!(t.taken().unwrap(), std::slice::from_ref(&req));
         assert_eq!(t.in_flight().unwrap(), 1);
         t.note("m_1", "th", &req).unwrap();
         assert!(t.taken().unwrap().is_empty());
