@@ -1,4 +1,4 @@
-//! `courier-bridge`: Courier across hosts over NATS JetStream (README, "Many hosts").
+//! `courier-bridge`: Courier across hosts over NATS JetStream (docs/many-hosts.md).
 //!
 //! - `courier-bridge serve --nats URL --host NAME`: this host's bridge (beside its broker);
 //! - `courier-bridge send --nats URL --host NAME ...`: the remote producer;

@@ -173,7 +173,7 @@ pub struct Conn {
     /// The subject prefix of this client's reply inboxes (`_INBOX` when unset). Every reply a
     /// client gets (JetStream acks, pulled messages, receipts, thread lists) goes to an inbox,
     /// so a user allowed to subscribe `_INBOX.>` could read everyone's; with a prefix of its
-    /// own, a user is granted only `PREFIX.>` (README, "Security and permissions").
+    /// own, a user is granted only `PREFIX.>` (docs/many-hosts.md, "Security and permissions").
     pub inbox_prefix: Option<String>,
 }
 

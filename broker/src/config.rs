@@ -1,5 +1,5 @@
 //! Courier's own config file (`COURIER_CONFIG`, default `~/.config/courier/config.toml`). Optional:
-//! a missing file means defaults. Every key is documented in README.md, "Configuration".
+//! a missing file means defaults. Every key is documented in docs/configuration.md.
 //!
 //! Unknown top-level keys are not errors (a newer Courier may add some) but are reported as
 //! warnings by `broker serve` and `broker doctor`, so typos do not go unnoticed.
@@ -34,7 +34,7 @@ pub struct Config {
     pub bridge: Option<BridgeConfig>,
 }
 
-/// `[bridge] nats = URL, host = NAME, creds = PATH?` (README, "Many hosts").
+/// `[bridge] nats = URL, host = NAME, creds = PATH?` (docs/many-hosts.md).
 #[derive(Debug, Default, Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct BridgeConfig {

@@ -1,5 +1,5 @@
 //! `broker inspect`: the queue, recent refusals and broker health, as a table or as JSON.
-//! The JSON field names are a stable interface (README, "broker inspect --json").
+//! The JSON field names are a stable interface (docs/inspect.md).
 
 use crate::store::{now_ms, Kind, Message, Refusal, State, Store};
 use anyhow::Result;

@@ -1,5 +1,5 @@
 //! `broker`: Courier's per-login daemon (`broker serve`) and the commands that queue work for it
-//! and show its state. See README.md for usage and ARCHITECTURE.md for the code map.
+//! and show its state. See README.md and docs/ for usage and ARCHITECTURE.md for the code map.
 
 use anyhow::{Context, Result};
 use broker::cli::{self, Args, Parsed, UsageError};
@@ -306,7 +306,7 @@ fn trust_codex(args: Args) -> Result<ExitCode> {
 /// `broker bridge ...` (-> `courier-bridge serve ...`, or `courier-bridge check|threads|send ...`),
 /// and `broker send|threads --nats URL --host NAME ...` (-> `courier-bridge send|threads ...`):
 /// the NATS bridge is its own binary (tokio and async-nats stay out of the broker), found next
-/// to this one. README, "Many hosts".
+/// to this one. docs/many-hosts.md.
 fn bridge_args() -> Option<Vec<std::ffi::OsString>> {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let cmd = argv.first()?.to_str()?;

@@ -1,8 +1,8 @@
 //! Why a hook call was refused: one closed set for the gate's checks and the connection layer's
 //! limits alike. The code is what `broker inspect` shows and the queue records (as
-//! [`RefusalCode::as_str`]); the README's "Refusal reason codes" table lists exactly these, and
+//! [`RefusalCode::as_str`]); the "Refusal reason codes" table of docs/troubleshooting.md lists exactly these, and
 //! `broker doctor` explains them with [`RefusalCode::doctor_hint`]. Codes are stable: never
-//! rename one, add a variant instead (and a README row; a test holds the two together).
+//! rename one, add a variant instead (and a row in that table; a test holds the two together).
 //!
 //! | code | step | meaning |
 //! |---|---|---|
@@ -97,7 +97,7 @@ refusal_codes! {
 use RefusalCode::*;
 
 /// What doctor says for a code it has no particular hint for.
-pub const SEE_README: &str = "see README, \"Refusal reason codes\"";
+pub const SEE_REFUSAL_CODES: &str = "see docs/troubleshooting.md, \"Refusal reason codes\"";
 
 impl RefusalCode {
     /// The code as recorded and shown.
@@ -176,7 +176,7 @@ impl RefusalCode {
             }
             NoTicket => "a hook call the rollout shows no Codex action for: most likely a model-run command posing as a hook",
             TicketUsed => "ALARM: two hook calls followed one Codex action, one was not Codex's (see the alarm check)",
-            _ => SEE_README,
+            _ => SEE_REFUSAL_CODES,
         }
     }
 }

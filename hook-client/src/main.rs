@@ -9,7 +9,7 @@
 //! delivery exactly-once: once it has printed a leased message it exits 0 only if the broker
 //! accepted its ack, because Codex ignores the stdout of a hook that exits non-zero.
 //!
-//! Start-up cost is most of a hook call (README, "Performance"), so `main` is the C entry point:
+//! Start-up cost is most of a hook call (bench/README.md), so `main` is the C entry point:
 //! std's runtime set-up (stack-guard discovery via `/proc/self/maps`, sigaltstack, fd 0-2 poll)
 //! is skipped; only SIGPIPE is ignored, as std would. std itself works without that set-up.
 #![no_main]

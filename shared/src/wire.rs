@@ -89,7 +89,7 @@ pub struct ErrorFrame {
     pub detail: String,
 }
 
-/// Error codes of the producers' JSON-lines replies; stable (README, "For producers").
+/// Error codes of the producers' JSON-lines replies; stable (docs/producers.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {

@@ -394,7 +394,7 @@ fn link_cut_and_restored_messages_wait_then_arrive_once() {
     drop(ns);
 }
 
-/// Least privilege, on a server that enforces the README's layout: host A's bridge with only
+/// Least privilege, on a server that enforces the layout of docs/many-hosts.md: host A's bridge with only
 /// its own rights (logged in with an NKey `courier-bridge nkey` made) delivers a producer's message to A's real Codex session once, confirmed
 /// (thread list too); host B's credentials cannot consume A's sends, forge A's receipts, answer
 /// A's thread requests or read anyone's inboxes (tried with the protocol and by running a

@@ -1,5 +1,5 @@
-//! End-to-end delivery through the real Codex CLI, the broker and hook-client, as README's "How
-//! delivery works" describes it. Every test has its own scripted model, CODEX_HOME and broker, so they run in
+//! End-to-end delivery through the real Codex CLI, the broker and hook-client, as docs/delivery.md
+//! describes it. Every test has its own scripted model, CODEX_HOME and broker, so they run in
 //! parallel. Needs `cargo build --workspace` (target/debug/broker and hook-client) and the pinned
 //! Codex (`install/fetch-codex.sh`).
 

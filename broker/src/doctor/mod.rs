@@ -70,7 +70,7 @@ pub fn run(opts: &Options) -> Vec<Check> {
             } else {
                 Check::warn(
                     format!("config file {name} has keys this broker ignores"),
-                    Some("remove or correct them (README, \"Configuration\")".into()),
+                    Some("remove or correct them (docs/configuration.md)".into()),
                 )
             };
             for w in &l.warnings {
@@ -82,7 +82,7 @@ pub fn run(opts: &Options) -> Vec<Check> {
         Err(e) => {
             checks.push(Check::fail(
                 format!("config file: {e:#}"),
-                "correct the file (README, \"Configuration\"); `broker serve` refuses to start with it",
+                "correct the file (docs/configuration.md); `broker serve` refuses to start with it",
             ));
             config::Config::default()
         }
@@ -398,7 +398,7 @@ fn check_start(m: Option<&Manifest>) -> Check {
 
 /// What a refusal reason usually means for an installation.
 fn refusal_hint(reason: &str) -> &'static str {
-    RefusalCode::parse(reason).map_or(crate::refusal::SEE_README, RefusalCode::doctor_hint)
+    RefusalCode::parse(reason).map_or(crate::refusal::SEE_REFUSAL_CODES, RefusalCode::doctor_hint)
 }
 
 fn check_refusals(state_dir: &Path) -> Option<Check> {
@@ -472,12 +472,13 @@ pub fn render(checks: &[Check]) -> String {
 mod tests {
     use crate::refusal::RefusalCode;
 
-    /// doctor points at README's "Refusal reason codes": its table lists exactly the codes the
-    /// broker can record, once each.
+    /// doctor points at "Refusal reason codes" in docs/troubleshooting.md: its table lists exactly
+    /// the codes the broker can record, once each.
     #[test]
-    fn readme_reason_code_table_matches_the_code() {
-        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
-        let section = readme.split("\n### Refusal reason codes\n").nth(1).expect("README has a \"Refusal reason codes\" section");
+    fn documented_reason_code_table_matches_the_code() {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/troubleshooting.md")).unwrap();
+        let section =
+            doc.split("\n## Refusal reason codes\n").nth(1).expect("docs/troubleshooting.md has a \"Refusal reason codes\" section");
         let section = section.split("\n#").next().unwrap();
         let listed: Vec<&str> =
             section.lines().filter_map(|l| l.strip_prefix("| `")).filter_map(|l| l.split_once("` |").map(|(code, _)| code)).collect();
@@ -487,7 +488,7 @@ mod tests {
         got.sort_unstable();
         got.dedup();
         assert_eq!(got.len(), listed.len(), "a code is listed twice: {listed:?}");
-        assert_eq!(got, want, "README's table and the broker's reason codes differ");
+        assert_eq!(got, want, "docs/troubleshooting.md's table and the broker's reason codes differ");
         assert!(super::refusal_hint("some_new_code").contains("Refusal reason codes"));
     }
 }

@@ -133,7 +133,7 @@ impl Verified {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Refusal {
-    /// Stable reason code, shown by `broker inspect` (see README, "Refusal reason codes").
+    /// Stable reason code, shown by `broker inspect` (see docs/troubleshooting.md, \"Refusal reason codes\").
     pub code: RefusalCode,
     pub detail: String,
     pub thread: Option<String>,

@@ -299,7 +299,7 @@ pub fn consumer_check(b: &CodexEnv, url: &str) -> Value {
     let out = run_bounded(&mut producer(b, url, "check", &[]), Duration::from_secs(30));
     serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("check: {:?}", text(&out)))
 }
-/// The least-privilege layout of the README ("Security and permissions"), as nats-server users
+/// The least-privilege layout of docs/many-hosts.md ("Security and permissions"), as nats-server users
 /// with passwords: `admin` (everything: creates the streams and consumers once), the bridges of
 /// hosts `hosta` and `hostb`, `producer` (may reach hosta and wait on receipts), `sendonly` (may
 /// only publish sends for hosta). Each producer publishes only under its own name

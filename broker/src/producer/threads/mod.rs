@@ -10,7 +10,7 @@
 //! (`rollout/`) the open turn (`busy` with it, else `idle`), and the first user prompt becomes
 //! its title. `--all` adds ended threads from the rollout files, most recently active first, bounded.
 //!
-//! The JSON field names are a stable interface (README, "For producers").
+//! The JSON field names are a stable interface (docs/producers.md).
 //!
 //! This file lists; `facts.rs` reads a rollout's `session_meta` and title; `tree.rs` orders the
 //! list as the sub-agent tree and renders the table.
