@@ -25,7 +25,10 @@ pub async fn drain(ctx: Arc<Ctx>) {
     let Ok(stream) = ctx.js.get_stream(LEGACY_STREAM).await else { return };
     let durable = nats::durable_name(&ctx.host);
     let Ok(mut consumer) = stream.get_consumer::<async_nats::jetstream::consumer::pull::Config>(&durable).await else {
-        log(format!("stream {LEGACY_STREAM} of the shared layout exists; nothing of host {} waits there", ctx.host));
+        log(format!(
+            "stream {LEGACY_STREAM} of the shared layout exists; host {} has no consumer there (or no right to look at it)",
+            ctx.host
+        ));
         return;
     };
     let consumer: &mut PullConsumer = &mut consumer;

@@ -38,7 +38,8 @@ pub fn taken_of(host: &str, source: Source, subject: &str, header: impl Fn(&str)
     let fallback = || format!("nats-{host}-{seq}");
     match source {
         Source::Current => {
-            let origin = subject.rsplit('.').next().filter(|p| nats::check_host(p).is_ok()).unwrap_or("unknown").to_string();
+            // Checked by `local_request`: a name that is not one is refused, never renamed.
+            let origin = subject.rsplit('.').next().unwrap_or_default().to_string();
             let key = body_key.unwrap_or_else(fallback);
             Taken { seq, local_key: format!("{SCOPED}{origin}:{key}"), receipts: nats::receipt_subject(host, &origin), origin, key }
         }
@@ -90,6 +91,7 @@ pub fn local_request(body: &[u8], t: &Taken) -> Result<Map<String, Value>, (Stri
     if t.local_key == t.key && key.starts_with(SCOPED) {
         return Err(bad(format!("key {key:?}: keys starting with {SCOPED:?} are the bridge's own")));
     }
+    nats::check_host(origin).map_err(|e| bad(format!("publisher name {origin:?} (the subject's last token): {e:#}")))?;
     let label = match obj.get("from") {
         None | Some(Value::Null) => "remote".to_string(),
         Some(Value::String(s)) => s.clone(),
@@ -177,6 +179,8 @@ mod tests {
         assert_eq!((t.origin.as_str(), t.local_key.as_str()), ("mallory", "nats:mallory:k1"));
         let t = taken_of("h", Source::Current, "courier.to.h.ci", |_| None, b"{}", 9);
         assert_eq!(t.key, "nats-h-9");
+        let odd = taken_of("h", Source::Current, "courier.to.h.a:b", |_| None, b"{}", 9);
+        assert!(local_request(br#"{"thread":"t","text":"hi"}"#, &odd).is_err(), "a publisher name that is not one is refused");
         // The shared layout: the header's origin and key, unscoped, its receipts where they were.
         let hdr = |k: &str| Some(if k == "Nats-Msg-Id" { "old-key" } else { "hostb" }.to_string());
         let t = taken_of("h", Source::Legacy, "courier.send.h", hdr, b"{}", 3);
