@@ -179,21 +179,22 @@ pub async fn serve(o: ServeOptions) -> Result<()> {
     let _watcher = start_receipts(&ctx, poke_rx)?;
     start_threads(&client, &o.host).await?;
     tokio::spawn(crate::legacy::drain(Arc::clone(&ctx)));
-    log(format!(
-        "host {}: ready: consuming {} (stream {}), receipts to {}, threads on {}",
-        o.host,
-        nats::send_filter(&o.host),
-        nats::send_stream(&o.host),
-        nats::receipt_subject(&o.host, "*"),
-        nats::threads_subject(&o.host)
-    ));
     consume(&ctx, &stream, o.ack_wait).await
 }
 
 /// The consumer loop: made again after an error (the server restarted, the consumer deleted).
+/// `ready:` is logged once the consumer exists.
 async fn consume(ctx: &Arc<Ctx>, stream: &jetstream::stream::Stream, ack_wait: Duration) -> Result<()> {
     let durable = nats::durable_name(&ctx.host);
     let mut pause = Duration::from_millis(200);
+    let mut ready = Some(format!(
+        "host {}: ready: consuming {} (stream {}), receipts to {}, threads on {}",
+        ctx.host,
+        nats::send_filter(&ctx.host),
+        nats::send_stream(&ctx.host),
+        nats::receipt_subject(&ctx.host, "*"),
+        nats::threads_subject(&ctx.host)
+    ));
     loop {
         let messages = match stream.get_or_create_consumer(&durable, nats::consumer_config(&ctx.host, ack_wait)).await {
             Ok(c) => {
@@ -212,6 +213,9 @@ async fn consume(ctx: &Arc<Ctx>, stream: &jetstream::stream::Stream, ack_wait: D
             }
         };
         pause = Duration::from_millis(200);
+        if let Some(line) = ready.take() {
+            log(line);
+        }
         while let Some(next) = messages.next().await {
             match next {
                 Ok(m) => handle(ctx, m, Source::Current).await,

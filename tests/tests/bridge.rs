@@ -497,7 +497,7 @@ fn least_privilege_accounts_hold() {
     assert_eq!(out.status.code(), Some(0), "a publish-only producer can send: {:?}", text(&out));
     // (Its own inboxes: with the default, _INBOX.courier-bridge-hosta, it cannot even look.)
     let impostor =
-        Bridge::start_in(&env_c, None, &user_url(&nats, "hostb"), "hosta", None, &["--inbox-prefix", "_INBOX.courier-bridge-hostb"]);
+        Bridge::spawn(&env_c, None, &user_url(&nats, "hostb"), "hosta", None, &["--inbox-prefix", "_INBOX.courier-bridge-hostb"]);
     wait_until(T, "the impostor bridge to be refused", || impostor.log_text().contains("Permissions Violation").then_some(()));
     let c = consumer_check(&env_b, &user_url(&nats, "admin"));
     // The early send and the two empty probes the allowed `PUB courier.to.hosta.USER` above left

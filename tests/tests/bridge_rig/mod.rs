@@ -215,8 +215,21 @@ impl Bridge {
     }
 
     /// In network namespace `ns` when given (its only way to NATS is then `ns`'s veth link),
-    /// with `extra` arguments (credentials).
+    /// with `extra` arguments (credentials); returns once it logs `ready:` (its consumer exists).
     pub fn start_in(env: &CodexEnv, ns: Option<&NetNs>, url: &str, host: &str, failpoints: Option<&str>, extra: &[&str]) -> Bridge {
+        let mut b = Bridge::spawn(env, ns, url, host, failpoints, extra);
+        let ready = poll_until(Duration::from_secs(20), || {
+            if let Ok(Some(st)) = b.child.try_wait() {
+                panic!("courier-bridge serve exited early ({st}): {}", b.log_text());
+            }
+            b.log_text().contains("ready:").then_some(())
+        });
+        assert!(ready.is_some(), "the bridge did not get ready: {}", b.log_text());
+        b
+    }
+
+    /// As [`Bridge::start_in`], without waiting for it to get ready (a bridge that never may).
+    pub fn spawn(env: &CodexEnv, ns: Option<&NetNs>, url: &str, host: &str, failpoints: Option<&str>, extra: &[&str]) -> Bridge {
         let log = env.root.join(format!("bridge-{}.log", courier_tests::util::unique_token()));
         let f = std::fs::File::create(&log).unwrap();
         let mut cmd = match ns {
@@ -227,14 +240,7 @@ impl Bridge {
         if let Some(fp) = failpoints {
             cmd.env("COURIER_BRIDGE_FAILPOINTS", fp);
         }
-        let mut child = cmd.spawn().expect("spawn courier-bridge serve");
-        let ready = poll_until(Duration::from_secs(20), || {
-            if let Ok(Some(st)) = child.try_wait() {
-                panic!("courier-bridge serve exited early ({st}): {}", std::fs::read_to_string(&log).unwrap_or_default());
-            }
-            std::fs::read_to_string(&log).ok().filter(|l| l.contains("ready:")).map(|_| ())
-        });
-        assert!(ready.is_some(), "the bridge did not get ready: {}", std::fs::read_to_string(&log).unwrap_or_default());
+        let child = cmd.spawn().expect("spawn courier-bridge serve");
         Bridge { child, log }
     }
 
