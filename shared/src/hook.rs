@@ -235,7 +235,7 @@ mod tests {
         assert_eq!(post["hookSpecificOutput"]["additionalContext"], "hi");
     }
 
-    /// Every way a body could spell a second wrapper (issue 14, finding 8): case, spaces and
+    /// Every way a body could spell a second wrapper: case, spaces and
     /// tabs, zero-width and format characters, fullwidth and look-alike `<`, closing tags, and
     /// combinations, at any position. The wrapped text keeps exactly its own two tags.
     #[test]

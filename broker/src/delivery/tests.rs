@@ -92,8 +92,8 @@ fn codex_cut(full: &str, head: usize, tail: usize) -> String {
     )
 }
 
-/// Only a message whose whole wrapped text is in the rollout is confirmed (issue 14, finding
-/// 3). Of five messages handed in one output that Codex cut (head kept up to the middle of
+/// Only a message whose whole wrapped text is in the rollout is confirmed. Of five messages
+/// handed in one output that Codex cut (head kept up to the middle of
 /// the 2nd, tail from the middle of the 4th): 1st and 5th confirmed, 2nd and 4th (shown in
 /// part) uncertain, 3rd (entirely cut) back to pending. The same for a Stop prompt.
 #[test]
