@@ -54,10 +54,40 @@ pub const COMMANDS: &[Command] = &[
         positionals: (0, 0),
         required: &[],
         about: "run the broker in the foreground (what the systemd unit runs)",
-        opts: &[flag(
-            "daemonize",
-            "start it in the background instead, unless a broker already answers; output goes to $COURIER_STATE_DIR/broker.log",
-        )],
+        opts: &[
+            flag(
+                "daemonize",
+                "start it in the background instead, unless a broker already answers; output goes to $COURIER_STATE_DIR/broker.log",
+            ),
+            flag(
+                "login",
+                "what the login-profile line runs: return at once; a detached child starts the broker if none runs (not after `broker stop`) and notes what it found in broker.log",
+            ),
+        ],
+    },
+    Command {
+        name: "stop",
+        args: "",
+        positionals: (0, 0),
+        required: &[],
+        about: "stop the broker and keep it stopped (also across logins) until `broker start` or the next install",
+        opts: &[],
+    },
+    Command {
+        name: "start",
+        args: "",
+        positionals: (0, 0),
+        required: &[],
+        about: "start the broker the way install set up (systemd units or in the background), undoing `broker stop`",
+        opts: &[],
+    },
+    Command {
+        name: "restart",
+        args: "",
+        positionals: (0, 0),
+        required: &[],
+        about: "stop the running broker (even a hung one) and start it again",
+        opts: &[],
     },
     Command {
         name: "send",
@@ -86,6 +116,14 @@ pub const COMMANDS: &[Command] = &[
         required: &[],
         about: "show one message's state (settled against its rollout first)",
         opts: &[flag("json", "print the message record (README, \"For producers\")")],
+    },
+    Command {
+        name: "show",
+        args: "<MESSAGE-ID>",
+        positionals: (1, 1),
+        required: &[],
+        about: "print one message's text (characters a terminal could act on escaped, as inspect does)",
+        opts: &[flag("json", "print {\"id\",\"thread\",\"state\",\"from\",\"text\"} instead")],
     },
     Command {
         name: "wait",

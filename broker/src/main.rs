@@ -71,6 +71,10 @@ fn run() -> Result<ExitCode> {
         "serve" => serve(args),
         "send" => broker::producer::cli::send(args),
         "status" => broker::producer::cli::status(args),
+        "show" => broker::producer::cli::show(args),
+        "stop" => lifecycle(install::Lifecycle::Stop),
+        "start" => lifecycle(install::Lifecycle::Start),
+        "restart" => lifecycle(install::Lifecycle::Restart),
         "wait" => broker::producer::cli::wait(args),
         "threads" => broker::producer::cli::threads(args),
         "mcp" => broker::producer::cli::mcp(args),
@@ -85,7 +89,25 @@ fn run() -> Result<ExitCode> {
     }
 }
 
+/// `broker stop|start|restart`: the broker binary a start runs is the installed one when there
+/// is an install, else this one.
+fn lifecycle(action: install::Lifecycle) -> Result<ExitCode> {
+    let exe = match install::load_manifest(&paths::state_dir()).ok().flatten() {
+        Some(m) if m.prefix.join("broker").is_file() => m.prefix.join("broker"),
+        _ => std::env::current_exe().context("locating the broker executable")?,
+    };
+    for line in install::lifecycle(action, &exe)? {
+        println!("{line}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn serve(args: Args) -> Result<ExitCode> {
+    if args.flag("login") {
+        let exe = std::env::current_exe().context("locating the broker executable")?;
+        install::login_start(&exe)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let daemonize = args.flag("daemonize");
     if daemonize {
         let exe = std::env::current_exe().context("locating the broker executable")?;

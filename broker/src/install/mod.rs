@@ -6,7 +6,7 @@
 //! user's trust keys, which name group indices, do not move), trusts exactly those handlers in the
 //! user `config.toml` the way Codex itself does (format-preserving edit), records the Codex binaries
 //! it finds as trusted, and arranges for the broker to start at login (systemd user units with
-//! socket activation, or a line in the login profile running `broker serve --daemonize`).
+//! socket activation, or a line in the login profile running `broker serve --login`).
 //!
 //! Everything added is recorded in `$COURIER_STATE_DIR/install-manifest.json`. Uninstall restores
 //! the user's files byte-for-byte when they were not changed since install (the manifest keeps the
@@ -20,7 +20,8 @@
 //! - `journal.rs` / `undo.rs`: what one run changed, and undoing it;
 //! - `files.rs`: atomic writes, restores and binaries, journaled;
 //! - `start.rs` (login start: systemd or the profile block), `systemd.rs` (units, `systemctl
-//!   --user`), `daemon.rs` (`serve --daemonize`, stopping a running broker);
+//!   --user`), `daemon.rs` (`serve --daemonize` and `--login`, stopping a running broker), `lifecycle.rs`
+//!   (`broker stop|start|restart` and the stop mark);
 //! - `uninstall.rs`: `broker uninstall [--purge]`.
 
 use crate::{codex, dirs, store::Store};
@@ -42,7 +43,8 @@ use {
 
 pub use bridge::{BridgeOptions, BRIDGE_UNIT};
 pub use config_toml::{add_trust, remove_trust};
-pub use daemon::{daemon_env, daemonize, stop_broker_running, DAEMON_ENV, DAEMON_ENV_PREFIXES};
+pub use daemon::{daemon_env, daemonize, login_start, stop_broker_running, DAEMON_ENV, DAEMON_ENV_PREFIXES};
+pub use lifecycle::{clear_stop, describe_stop, instance_holder, lock_path, run as lifecycle, stopped_on_purpose, Lifecycle, STOP_MARKER};
 pub use hooks::{
     canonical_json, hook_command, hook_trust_hash, hooks_source, merge_hooks, parse_hooks_list, shell_quote, snake_event, trust_key,
     unmerge_hooks, ListedHook,
@@ -73,6 +75,7 @@ mod daemon;
 mod files;
 mod hooks;
 mod journal;
+mod lifecycle;
 mod manifest;
 mod mcp;
 mod start;
@@ -394,6 +397,9 @@ fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Installed> {
         }
     }
     save_manifest(&state_dir, &m)?; // before starting anything: uninstall must find it
+    if lifecycle::clear_stop(&state_dir)? {
+        report.push("cleared the stop mark `broker stop` left: the broker starts at login again".into());
+    }
     let start = match mode {
         StartMode::Systemd => setup_systemd(&broker, &codex_home, replaced, opts.no_enable, &m.start, &mut report)?,
         StartMode::Profile => setup_profile(&broker, &codex_home, replaced, &m.start, &mut report)?,
