@@ -36,9 +36,9 @@ fn read_stdin_body() -> Result<String> {
     let mut buf = Vec::with_capacity(4096);
     std::io::stdin().lock().take(MAX_BODY_BYTES as u64 + 1).read_to_end(&mut buf).context("reading the message from stdin")?;
     if buf.len() > MAX_BODY_BYTES {
-        bail!("the message on stdin is over the limit of {MAX_BODY_BYTES} bytes (Codex shows the model only a preview of longer hook output); nothing was queued");
+        return Err(crate::store::Invalid(format!("{}; nothing was queued", crate::store::body_too_long())).into());
     }
-    String::from_utf8(buf).context("the message on stdin is not UTF-8; nothing was queued")
+    String::from_utf8(buf).map_err(|_| crate::store::Invalid("the message on stdin is not UTF-8; nothing was queued".into()).into())
 }
 
 /// The threads a running broker sees (its digest cache and rollout reader are warm), else read

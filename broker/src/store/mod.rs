@@ -46,17 +46,42 @@ pub const MAX_BODY_BYTES: usize = 7_800;
 /// Longest `--from` label, in characters.
 pub const MAX_FROM_CHARS: usize = 64;
 
+/// A request that is wrong in itself (a label, a size, a reused key): the caller must change it,
+/// retrying cannot help. The CLI exits 2 on it (a usage error) wherever the input came from (an
+/// argument, stdin, the socket); an I/O or database failure is any other error (exit 1).
+#[derive(Debug)]
+pub struct Invalid(pub String);
+
+impl std::fmt::Display for Invalid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Invalid {}
+
+fn invalid<T>(what: String) -> Result<T> {
+    Err(Invalid(what).into())
+}
+
+/// The one wording for a body over [`MAX_BODY_BYTES`], whether it came as an argument or on stdin.
+pub fn body_too_long() -> Invalid {
+    Invalid(format!(
+        "the message is over the limit of {MAX_BODY_BYTES} bytes (Codex shows the model only a preview of longer hook output)"
+    ))
+}
+
 /// A sender label must be short and printable: it is shown to the model in every wrapper.
 pub fn check_from(from: &str) -> Result<()> {
     let n = from.chars().count();
     if n == 0 {
-        bail!("--from must not be empty");
+        return invalid("--from must not be empty".into());
     }
     if n > MAX_FROM_CHARS {
-        bail!("--from is {n} characters; at most {MAX_FROM_CHARS} are allowed (it is shown to the model with every message)");
+        return invalid(format!("--from is {n} characters; at most {MAX_FROM_CHARS} are allowed (it is shown to the model with every message)"));
     }
     if let Some(c) = from.chars().find(|c| c.is_control() || is_format_char(*c)) {
-        bail!("--from contains the control or invisible character U+{:04X}; use printable text", c as u32);
+        return invalid(format!("--from contains the control or invisible character U+{:04X}; use printable text", c as u32));
     }
     Ok(())
 }
@@ -353,11 +378,7 @@ impl Store {
         wake: bool,
     ) -> Result<Enqueued> {
         if body.len() > MAX_BODY_BYTES {
-            bail!(
-                "message is {} bytes; the limit is {} (Codex shows the model only a preview of longer hook output)",
-                body.len(),
-                MAX_BODY_BYTES
-            );
+            return Err(body_too_long().into());
         }
         if let Some(from) = sender {
             check_from(from)?;
@@ -366,10 +387,10 @@ impl Store {
         let rendered = wrapped_len(&id, sender, body);
         let max = MAX_OUTPUT_BYTES;
         if rendered > max {
-            bail!(
-                "message renders to {rendered} bytes in the hook output (wrapper, --from and every '<' escaped as &lt; \
+            return invalid(format!(
+                "the message renders to {rendered} bytes in the hook output (wrapper, --from and every '<' escaped as &lt; \
                  included); the limit is {max} (Codex cuts hook output over about 10,000 bytes)"
-            );
+            ));
         }
         let now = now_ms();
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -381,15 +402,15 @@ impl Store {
                 .optional()?;
             if let Some((id, existing_thread, existing_kind, existing_body)) = existing {
                 if existing_thread != thread {
-                    bail!("key {key:?} was already used for thread {existing_thread} (message {id})");
+                    return invalid(format!("key {key:?} was already used for thread {existing_thread} (message {id})"));
                 }
                 // Same key, same text: a retry, answered with the same id. Different text under
                 // the same key is a mistake the sender must hear about, not a silent drop.
                 if existing_kind != Kind::Message || existing_body != body {
-                    bail!(
-                        "key {key:?} was already used for message {id} with a different text; nothing was queued \
+                    return invalid(format!(
+                        "key {key:?} was already used for message {id} with a different text \
                          (send the same text to get {id} again, or use another key)"
-                    );
+                    ));
                 }
                 return Ok(Enqueued::Existing(id));
             }
