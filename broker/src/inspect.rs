@@ -218,7 +218,7 @@ impl Report {
             out.push('\n');
             let _ = writeln!(
                 out,
-                "{:<18} {:<13} {:<10} {:>6}  {:<12} {:<12} {:<30} REASON",
+                "{:<18} {:<13} {:<10} {:>6}  {:<FROM_WIDTH$} {:<12} {:<30} REASON",
                 "MESSAGE", "THREAD", "STATE", "AGE", "FROM", "ORIGIN", "TAKEN BY (EVENT TURN)"
             );
             for m in &self.messages {
@@ -236,12 +236,12 @@ impl Report {
                 };
                 let _ = writeln!(
                     out,
-                    "{:<18} {:<13} {:<10} {:>6}  {:<12} {:<12} {:<30} {}{}",
+                    "{:<18} {:<13} {:<10} {:>6}  {:<FROM_WIDTH$} {:<12} {:<30} {}{}",
                     escape(&m.id),
                     escape(&short(&m.thread)),
                     escape(m.state.as_str()),
                     age(self.now - m.created_at),
-                    escape(m.from.as_deref().unwrap_or("-")),
+                    from_cell(m.from.as_deref().unwrap_or("-")),
                     escape(&origin_of(&self.bridged, &m.id)),
                     taken,
                     {
@@ -289,6 +289,24 @@ impl Report {
 }
 
 /// First and last characters of a UUID: enough to tell threads apart in a table.
+/// Width of the table's FROM column: `thread:` and a short thread id fit.
+const FROM_WIDTH: usize = 20;
+
+/// A sender label for the FROM column: a verified sender's thread id shortened like the THREAD
+/// column's, any other label cut to the column (`broker show --json` and `--json` have it whole).
+fn from_cell(from: &str) -> String {
+    let label = match from.strip_prefix("thread:") {
+        Some(t) => format!("thread:{}", short(t)),
+        None => from.to_string(),
+    };
+    let label = escape(&label).into_owned();
+    if label.chars().count() > FROM_WIDTH {
+        format!("{}…", label.chars().take(FROM_WIDTH - 1).collect::<String>())
+    } else {
+        label
+    }
+}
+
 fn short(id: &str) -> String {
     let chars: Vec<char> = id.chars().collect();
     if chars.len() > 13 {
@@ -332,6 +350,19 @@ pub fn date_time(ms: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A verified sender (`thread:<uuid>`) or a long label keeps the columns after FROM aligned.
+    #[test]
+    fn long_senders_keep_the_columns() {
+        let long = "a-label-of-forty-characters-for-the-row!";
+        let r = report(vec![row("m_1", T, "message", "pending", "alice"), row("m_2", T, "message", "pending", &format!("thread:{T}")), row("m_3", T, "message", "pending", long)], vec![]);
+        let table = r.render_table();
+        let col = |l: &str| l[..l.find("local").unwrap_or_else(|| panic!("no ORIGIN in {l:?}:\n{table}"))].chars().count();
+        let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("m_")).collect();
+        assert_eq!(rows.len(), 3, "{table}");
+        assert!(rows.iter().all(|l| col(l) == col(rows[0])), "ORIGIN column moved:\n{table}");
+        assert!(table.contains("thread:01a2..883ce2"), "{table}");
+    }
 
     #[test]
     fn dates_read_as_calendar_dates() {
