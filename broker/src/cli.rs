@@ -233,6 +233,14 @@ pub const COMMANDS: &[Command] = &[
         opts: &[flag("purge", "also remove the state directory (queue, log, lock) and the runtime directory's secret, socket and lock")],
     },
     Command {
+        name: "socket-path",
+        args: "",
+        positionals: (0, 0),
+        required: &[],
+        about: "print the path of the broker's socket (for producers that speak the socket protocol)",
+        opts: &[],
+    },
+    Command {
         name: "doctor",
         args: "",
         positionals: (0, 0),

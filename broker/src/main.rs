@@ -102,6 +102,11 @@ fn run() -> Result<ExitCode> {
         "install" => install_cmd(args),
         "uninstall" => uninstall_cmd(args),
         "doctor" => doctor_cmd(args),
+        "socket-path" => {
+            // The one rule for where it is (shared/src/paths.rs), for producers in any language.
+            println!("{}", paths::socket_path(&paths::runtime_dir()).display());
+            Ok(ExitCode::SUCCESS)
+        }
         other => unreachable!("command {other} is declared in cli::COMMANDS but not dispatched"),
     }
 }

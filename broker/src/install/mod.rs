@@ -211,6 +211,13 @@ fn path_hint(prefix: &Path) -> Option<String> {
     if std::env::split_paths(&path).any(|d| d == prefix || same_file(&d, prefix)) {
         return None;
     }
+    // Already added to a login profile: the next login has it, no need to say it again.
+    let added = |f: &PathBuf| {
+        fs::read_to_string(f).is_ok_and(|t| t.lines().any(|l| l.contains("PATH=") && l.contains(&*prefix.to_string_lossy())))
+    };
+    if start::profile_files().iter().any(added) {
+        return None;
+    }
     let p = prefix.display();
     Some(format!(
         "note: {p} is not on your PATH, so `broker` alone will not be found. Add it to your login profile:\n  \
@@ -385,8 +392,20 @@ fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Installed> {
 
     // 5. Start at login.
     let mode = match opts.start {
-        StartMode::Auto if user_manager_runs() => StartMode::Systemd,
-        StartMode::Auto => StartMode::Profile,
+        StartMode::Auto => match systemd::user_manager_answer() {
+            Ok(()) => StartMode::Systemd,
+            Err(why) => {
+                // Said when chosen, not on every re-install of the same choice.
+                if !matches!(m.start, StartSetup::Profile { .. }) {
+                    report.push(format!(
+                        "starting the broker from the login profile, not systemd: `systemctl --user` has no user manager here \
+                         ({why}). Each login shell starts it if none runs; `broker install --start systemd` switches once \
+                         a user manager runs"
+                    ));
+                }
+                StartMode::Profile
+            }
+        },
         other => other,
     };
     if mode == StartMode::Systemd {
