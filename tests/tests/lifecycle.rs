@@ -258,7 +258,8 @@ fn login_line_returns_at_once_whatever_the_broker_state() {
     wait_until(T, "the broker to exit", || gone(pid).then_some(()));
 
     // Half-started: the instance lock is held, no socket yet.
-    let mut holder = Command::new("flock").arg(env.runtime_dir.join("broker.lock")).args(["sleep", "600"]).spawn().unwrap();
+    // `-o`: the lock stays with flock itself (not inherited by sleep), so killing flock frees it.
+    let mut holder = Command::new("flock").arg("-o").arg(env.runtime_dir.join("broker.lock")).args(["sleep", "600"]).spawn().unwrap();
     wait_until(T, "flock to hold the lock", || broker_lib::install::instance_holder(&env.runtime_dir).map(|_| ()));
     let before = logins.log().matches("has not answered").count();
     logins.assert_quick("half-started (lock held, no socket)");
@@ -266,6 +267,7 @@ fn login_line_returns_at_once_whatever_the_broker_state() {
     assert_eq!(answering(env), None, "a second broker started beside the lock holder");
     let _ = holder.kill();
     let _ = holder.wait();
+    wait_until(T, "the lock to be free", || broker_lib::install::instance_holder(&env.runtime_dir).is_none().then_some(()));
 
     // Stopped on purpose: nothing starts it.
     let pid = { logins.login(true); wait_until(T, "a broker after the lock was freed", || answering(env)) };
