@@ -355,7 +355,14 @@ mod tests {
     #[test]
     fn long_senders_keep_the_columns() {
         let long = "a-label-of-forty-characters-for-the-row!";
-        let r = report(vec![row("m_1", T, "message", "pending", "alice"), row("m_2", T, "message", "pending", &format!("thread:{T}")), row("m_3", T, "message", "pending", long)], vec![]);
+        let r = report(
+            vec![
+                row("m_1", T, "message", "pending", "alice"),
+                row("m_2", T, "message", "pending", &format!("thread:{T}")),
+                row("m_3", T, "message", "pending", long),
+            ],
+            vec![],
+        );
         let table = r.render_table();
         let col = |l: &str| l[..l.find("local").unwrap_or_else(|| panic!("no ORIGIN in {l:?}:\n{table}"))].chars().count();
         let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("m_")).collect();

@@ -270,7 +270,10 @@ fn login_line_returns_at_once_whatever_the_broker_state() {
     wait_until(T, "the lock to be free", || broker_lib::install::instance_holder(&env.runtime_dir).is_none().then_some(()));
 
     // Stopped on purpose: nothing starts it.
-    let pid = { logins.login(true); wait_until(T, "a broker after the lock was freed", || answering(env)) };
+    let pid = {
+        logins.login(true);
+        wait_until(T, "a broker after the lock was freed", || answering(env))
+    };
     let out = broker_cmd(env, &["stop"]);
     assert!(out.contains(&format!("stopped the broker (pid {pid})")), "{out}");
     logins.assert_quick("stopped on purpose");

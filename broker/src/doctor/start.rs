@@ -10,7 +10,11 @@ pub(super) fn not_answering(runtime_dir: &Path, m: Option<&Manifest>, state_dir:
     let socket = paths::socket_path(runtime_dir);
     match install::instance_holder(runtime_dir) {
         Some(pid) => Check::fail(
-            format!("the broker (pid {pid}) holds {} but does not answer on {}", install::lock_path(runtime_dir).display(), socket.display()),
+            format!(
+                "the broker (pid {pid}) holds {} but does not answer on {}",
+                install::lock_path(runtime_dir).display(),
+                socket.display()
+            ),
             format!("`broker restart` replaces it; its log: {}", log_hint(m, state_dir)),
         ),
         None => Check::fail(format!("no broker answers on {}", socket.display()), start_fix(m, state_dir)),
@@ -40,7 +44,6 @@ fn start_fix(m: Option<&Manifest>, state_dir: &Path) -> String {
         _ => "start it: `broker serve` (foreground) or `broker serve --daemonize`; `broker install` starts it at login".into(),
     }
 }
-
 
 pub(super) fn check_start(m: Option<&Manifest>, stopped: Option<i64>) -> Check {
     let Some(m) = m else {
@@ -98,4 +101,3 @@ pub(super) fn check_start(m: Option<&Manifest>, stopped: Option<i64>) -> Check {
         StartSetup::None => Check::warn("installed with --start none: nothing starts the broker at login", Some("broker install".into())),
     }
 }
-

@@ -125,7 +125,8 @@ fn open_log() -> Result<(PathBuf, fs::File)> {
     if fs::metadata(&log).is_ok_and(|m| m.len() > DAEMON_LOG_MAX) {
         let _ = fs::rename(&log, state.join(format!("{DAEMON_LOG}.1")));
     }
-    let f = fs::OpenOptions::new().create(true).append(true).mode(0o600).open(&log).with_context(|| format!("opening {}", log.display()))?;
+    let f =
+        fs::OpenOptions::new().create(true).append(true).mode(0o600).open(&log).with_context(|| format!("opening {}", log.display()))?;
     Ok((log, f))
 }
 

@@ -137,7 +137,7 @@ struct Stopped {
 fn stop_instance(runtime_dir: &Path) -> Result<Option<Stopped>> {
     let Some(pid) = instance_holder(runtime_dir) else { return Ok(None) };
     let Ok(fd) = os::pidfd_open(pid) else { return Ok(None) }; // exited meanwhile
-    // Through the pidfd: a recycled pid cannot receive the signal.
+                                                               // Through the pidfd: a recycled pid cannot receive the signal.
     let gone = || instance_holder(runtime_dir) != Some(pid) || !os::pidfd_alive(&fd);
     for sig in [nix::libc::SIGTERM, nix::libc::SIGCONT] {
         pidfd_signal(&fd, sig);

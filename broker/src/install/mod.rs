@@ -44,11 +44,11 @@ use {
 pub use bridge::{BridgeOptions, BRIDGE_UNIT};
 pub use config_toml::{add_trust, remove_trust};
 pub use daemon::{daemon_env, daemonize, login_start, stop_broker_running, DAEMON_ENV, DAEMON_ENV_PREFIXES};
-pub use lifecycle::{clear_stop, describe_stop, instance_holder, lock_path, run as lifecycle, stopped_on_purpose, Lifecycle, STOP_MARKER};
 pub use hooks::{
     canonical_json, hook_command, hook_trust_hash, hooks_source, merge_hooks, parse_hooks_list, shell_quote, snake_event, trust_key,
     unmerge_hooks, ListedHook,
 };
+pub use lifecycle::{clear_stop, describe_stop, instance_holder, lock_path, run as lifecycle, stopped_on_purpose, Lifecycle, STOP_MARKER};
 pub use manifest::{load_manifest, manifest_path, BridgeSetup, FileEdit, Manifest, ProfileEdit, StartSetup};
 pub use start::{profile_block, StartMode};
 pub use systemd::{render_units, systemctl_user, unit_dir, user_manager_runs};
@@ -212,9 +212,8 @@ fn path_hint(prefix: &Path) -> Option<String> {
         return None;
     }
     // Already added to a login profile: the next login has it, no need to say it again.
-    let added = |f: &PathBuf| {
-        fs::read_to_string(f).is_ok_and(|t| t.lines().any(|l| l.contains("PATH=") && l.contains(&*prefix.to_string_lossy())))
-    };
+    let added =
+        |f: &PathBuf| fs::read_to_string(f).is_ok_and(|t| t.lines().any(|l| l.contains("PATH=") && l.contains(&*prefix.to_string_lossy())));
     if start::profile_files().iter().any(added) {
         return None;
     }

@@ -48,10 +48,7 @@ impl StartMode {
 pub fn profile_block(broker: &Path, codex_home: &Path) -> String {
     let env: Vec<String> = baked_env(codex_home).iter().map(|(k, v)| format!("{k}={}", shell_quote(v))).collect();
     let b = shell_quote(&broker.to_string_lossy());
-    format!(
-        "{PROFILE_BEGIN}\nif [ -x {b} ]; then ({} {b} serve --login </dev/null >/dev/null 2>&1 &); fi\n{PROFILE_END}\n",
-        env.join(" ")
-    )
+    format!("{PROFILE_BEGIN}\nif [ -x {b} ]; then ({} {b} serve --login </dev/null >/dev/null 2>&1 &); fi\n{PROFILE_END}\n", env.join(" "))
 }
 
 pub(super) fn profile_files() -> Vec<PathBuf> {

@@ -249,13 +249,13 @@ pub fn send(
         };
         (ThreadStatus::NotStarted, Some(format!("no rollout has thread {thread} yet; the message waits for it to appear, {limit}")))
     };
-    let queued = store
-        .enqueue_with_wake(&thread, &opts.text, opts.from.as_deref(), opts.key.as_deref(), opts.ttl_ms, opts.wake)
-        .map_err(|e| match e.downcast::<crate::store::Invalid>() {
+    let queued = store.enqueue_with_wake(&thread, &opts.text, opts.from.as_deref(), opts.key.as_deref(), opts.ttl_ms, opts.wake).map_err(
+        |e| match e.downcast::<crate::store::Invalid>() {
             // The request is wrong, wherever it came from: the caller hears it as such.
             Ok(crate::store::Invalid(why)) => refused(ErrorCode::BadRequest, format!("{why}; nothing was queued")),
             Err(e) => SendError::Failed(e.context("nothing was queued")),
-        })?;
+        },
+    )?;
     let (id, duplicate) = match queued {
         Enqueued::New(id) => (id, false),
         Enqueued::Existing(id) => (id, true),

@@ -66,9 +66,7 @@ fn invalid<T>(what: String) -> Result<T> {
 
 /// The one wording for a body over [`MAX_BODY_BYTES`], whether it came as an argument or on stdin.
 pub fn body_too_long() -> Invalid {
-    Invalid(format!(
-        "the message is over the limit of {MAX_BODY_BYTES} bytes (Codex shows the model only a preview of longer hook output)"
-    ))
+    Invalid(format!("the message is over the limit of {MAX_BODY_BYTES} bytes (Codex shows the model only a preview of longer hook output)"))
 }
 
 /// A sender label must be short and printable: it is shown to the model in every wrapper.
@@ -78,7 +76,9 @@ pub fn check_from(from: &str) -> Result<()> {
         return invalid("--from must not be empty".into());
     }
     if n > MAX_FROM_CHARS {
-        return invalid(format!("--from is {n} characters; at most {MAX_FROM_CHARS} are allowed (it is shown to the model with every message)"));
+        return invalid(format!(
+            "--from is {n} characters; at most {MAX_FROM_CHARS} are allowed (it is shown to the model with every message)"
+        ));
     }
     if let Some(c) = from.chars().find(|c| c.is_control() || is_format_char(*c)) {
         return invalid(format!("--from contains the control or invisible character U+{:04X}; use printable text", c as u32));
