@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Whole-process benchmark of Courier's hook path (see README, "Performance"; run via bench/run.sh).
+"""Whole-process benchmark of Courier's hook path (see bench/README.md; run via bench/run.sh).
 
 Starts a real `broker serve` (release build) in a private root, a stand-in Codex (a copy of python3
 trusted by digest, holding rollouts O_APPEND and thread-writer flocks: bench/codex_standin.py) and

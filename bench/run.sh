@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Whole-process benchmark of the hook path (README, "Performance").
+# Whole-process benchmark of the hook path (bench/README.md).
 #   bench/run.sh                  build release binaries, run every case
 #   bench/run.sh --cases 1,4 -n 500 --rounds 5 --json /tmp/bench.json
 #   BENCH_NO_BUILD=1 bench/run.sh ...   use target/release as it is

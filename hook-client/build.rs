@@ -1,6 +1,6 @@
 //! Release builds of hook-client on glibc Linux are linked statically (static-pie): no dynamic
 //! loader, libc.so or libgcc_s.so to map at each start, which makes every hook call cheaper
-//! (README, "Performance"). `cargo build --release` does it by itself:
+//! (bench/README.md). `cargo build --release` does it by itself:
 //!
 //! - `-C target-feature=+crt-static` cannot be set for one package on stable cargo (in
 //!   `.cargo/config.toml` it would also reach proc-macros, which cannot be static);

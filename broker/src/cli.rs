@@ -115,7 +115,7 @@ pub const COMMANDS: &[Command] = &[
         positionals: (1, 1),
         required: &[],
         about: "show one message's state (settled against its rollout first)",
-        opts: &[flag("json", "print the message record (README, \"For producers\")")],
+        opts: &[flag("json", "print the message record (docs/producers.md)")],
     },
     Command {
         name: "show",
@@ -154,7 +154,7 @@ pub const COMMANDS: &[Command] = &[
         opts: &[
             flag("all", "also ended threads, from the rollouts (newest first)"),
             opt("limit", "N", "with --all: at most N ended threads (default 50)"),
-            flag("json", "one JSON object {\"threads\":[...]} (the schema in README, \"For producers\")"),
+            flag("json", "one JSON object {\"threads\":[...]} (the schema in docs/producers.md)"),
         ],
     },
     Command {
@@ -177,7 +177,7 @@ pub const COMMANDS: &[Command] = &[
         about: "show queued messages, recent refusals and broker health",
         opts: &[
             opt("thread", "UUID", "only this thread"),
-            flag("json", "one JSON object (the schema in README, \"Reading broker inspect\")"),
+            flag("json", "one JSON object (the schema in docs/inspect.md)"),
             Opt {
                 long: "follow",
                 short: Some('f'),
@@ -218,9 +218,9 @@ pub const COMMANDS: &[Command] = &[
             ),
             flag("no-enable", "systemd: write the units without calling systemctl"),
             flag("no-mcp", "do not install courier-mcp nor register `broker mcp` as Codex's MCP server \"courier\""),
-            flag("bridge", "also install courier-bridge and start this host's NATS bridge at login (README, \"Many hosts\")"),
+            flag("bridge", "also install courier-bridge and start this host's NATS bridge at login (docs/many-hosts.md)"),
             opt("nats", "URL", "--bridge: the NATS server (written to the [bridge] table of Courier's config)"),
-            opt("host", "NAME", "--bridge: this host's name on NATS (courier.send.NAME)"),
+            opt("host", "NAME", "--bridge: this host's name on NATS (courier.to.NAME.*)"),
             opt("creds", "FILE", "--bridge: a NATS .creds file"),
         ],
     },
@@ -305,10 +305,10 @@ pub fn usage() -> String {
         let _ = writeln!(out, "  {:<13} {}", c.name, c.about);
     }
     out.push_str(
-        "\n  broker bridge --nats URL --host NAME    this host's NATS bridge (courier-bridge serve; README, \"Many hosts\")\n\
+        "\n  broker bridge --nats URL --host NAME    this host's NATS bridge (courier-bridge serve; docs/many-hosts.md)\n\
          \x20 broker send|threads --nats URL --host NAME ...    the same, for a thread on another host\n\
          \n  broker --version    print the version\n\n\
-         environment: COURIER_RUNTIME_DIR, COURIER_STATE_DIR, COURIER_CONFIG, CODEX_HOME (README, \"Configuration\")\n",
+         environment: COURIER_RUNTIME_DIR, COURIER_STATE_DIR, COURIER_CONFIG, CODEX_HOME (docs/configuration.md)\n",
     );
     out
 }

@@ -1,5 +1,5 @@
 //! `broker inspect`: the queue, recent refusals and broker health, as a table or as JSON.
-//! The JSON field names are a stable interface (README, "broker inspect --json").
+//! The JSON field names are a stable interface (docs/inspect.md).
 
 use crate::store::{now_ms, Kind, Message, Refusal, State, Store};
 use anyhow::Result;
@@ -223,8 +223,8 @@ impl Report {
             );
             for m in &self.messages {
                 let taken = match (&m.event, &m.turn_id) {
-                    (Some(e), Some(t)) => format!("{} {}", escape(e), escape(&short(t))),
-                    (Some(e), None) => escape(e).into_owned(),
+                    (Some(e), Some(t)) => format!("{} {}", e, escape(&short(t))),
+                    (Some(e), None) => e.to_string(),
                     _ => "-".into(),
                 };
                 let kind = match m.kind {

@@ -1,5 +1,5 @@
 //! `broker`: Courier's per-login daemon (`broker serve`) and the commands that queue work for it
-//! and show its state. See README.md for usage and ARCHITECTURE.md for the code map.
+//! and show its state. See README.md and docs/ for usage and ARCHITECTURE.md for the code map.
 
 use anyhow::{Context, Result};
 use broker::cli::{self, Args, Parsed, UsageError};
@@ -153,6 +153,8 @@ fn serve(args: Args) -> Result<ExitCode> {
             state_dir: paths::state_dir(),
             codex_home: paths::codex_home(),
             retention: loaded.config.retention(),
+            receipts: loaded.config.receipts,
+            wake: loaded.config.wake,
             extra_hook_clients: loaded.config.hook_clients,
         })
     });
@@ -334,7 +336,7 @@ fn trust_codex(args: Args) -> Result<ExitCode> {
     let record = codex::TrustedCodex {
         sha256: digest.clone(),
         path: r.native.to_string_lossy().into_owned(),
-        version: codex::version_of(&r.native),
+        version: codex::native::version_beside(&r.native),
         how: codex::TrustHow::Manual,
         source: (r.command != r.native).then(|| r.command.to_string_lossy().into_owned()),
         added_at: broker::store::now_ms(),
@@ -350,7 +352,7 @@ fn trust_codex(args: Args) -> Result<ExitCode> {
 /// `broker bridge ...` (-> `courier-bridge serve ...`, or `courier-bridge check|threads|send ...`),
 /// and `broker send|threads --nats URL --host NAME ...` (-> `courier-bridge send|threads ...`):
 /// the NATS bridge is its own binary (tokio and async-nats stay out of the broker), found next
-/// to this one. README, "Many hosts".
+/// to this one. docs/many-hosts.md.
 fn bridge_args() -> Option<Vec<std::ffi::OsString>> {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let cmd = argv.first()?.to_str()?;

@@ -1,8 +1,8 @@
 //! Why a hook call was refused: one closed set for the gate's checks and the connection layer's
 //! limits alike. The code is what `broker inspect` shows and the queue records (as
-//! [`RefusalCode::as_str`]); the README's "Refusal reason codes" table lists exactly these, and
+//! [`RefusalCode::as_str`]); the "Refusal reason codes" table of docs/troubleshooting.md lists exactly these, and
 //! `broker doctor` explains them with [`RefusalCode::doctor_hint`]. Codes are stable: never
-//! rename one, add a variant instead (and a README row; a test holds the two together).
+//! rename one, add a variant instead (and a row in that table; a test holds the two together).
 //!
 //! | code | step | meaning |
 //! |---|---|---|

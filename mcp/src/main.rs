@@ -1,7 +1,7 @@
 //! `courier-mcp` (run as `broker mcp`): an MCP server on stdio, so agents in Codex can message
 //! other Codex threads and read receipts. Tools: `send_message`, `list_threads`,
 //! `message_status`. Each call is one request of the broker's JSON-lines socket protocol
-//! (README, "For producers"): this process holds no queue state and needs a running broker.
+//! (docs/producers.md): this process holds no queue state and needs a running broker.
 //!
 //! The calling thread: Codex puts the thread id and the tool call id in each `tools/call`
 //! request's `_meta` (`threadId`/`callId`, or inside `x-codex-turn-metadata`). They are claims;

@@ -29,6 +29,10 @@ pub enum Request {
         payload: String,
         /// Hex HMAC-SHA256 over (pid, ts_ms, payload) under the per-login secret.
         mac: String,
+        /// The handler's `additionalContextLimit`, from the hook command's `--context-limit`
+        /// (`hook::CONTEXT_LIMIT_FLAG`); `None`: a handler without one (Codex's default).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        context_limit: Option<u64>,
     },
     /// The client has written and flushed the output of lease `lease`.
     Ack { v: u32, lease: u64 },
@@ -77,6 +81,8 @@ pub struct StatusReply {
     pub refusals_unrecorded: u64,
     pub rollout_bytes_read: u64,
     pub parked_waits: u64,
+    /// Executables waiting for a hashing lane (`gate/digest.rs`: each holds an fd; capped).
+    pub digests_queued: u64,
     #[serde(flatten)]
     pub other: serde_json::Map<String, serde_json::Value>,
 }
@@ -90,7 +96,7 @@ pub struct ErrorFrame {
     pub detail: String,
 }
 
-/// Error codes of the producers' JSON-lines replies; stable (README, "For producers").
+/// Error codes of the producers' JSON-lines replies; stable (docs/producers.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
@@ -236,7 +242,7 @@ mod tests {
 
     #[test]
     fn frame_round_trip() {
-        let req = Request::Hook { v: 1, pid: 7, ts_ms: 9, payload: "{\"a\":1}".into(), mac: "00".into() };
+        let req = Request::Hook { v: 1, pid: 7, ts_ms: 9, payload: "{\"a\":1}".into(), mac: "00".into(), context_limit: None };
         let mut buf = Vec::new();
         write_json(&mut buf, &req).unwrap();
         let back: Request = read_json(&mut &buf[..], MAX_FRAME).unwrap();

@@ -1,5 +1,5 @@
 //! Driving Courier's own binaries (`broker`, `hook-client`) from `target/debug`, through the
-//! commands and environment the README documents.
+//! commands and environment README.md and docs/ document.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};

@@ -1,4 +1,4 @@
-//! Attacks on the verification gate (README, "Security model"; `broker/src/gate/`), run against the
+//! Attacks on the verification gate (docs/security.md; `broker/src/gate/`), run against the
 //! real Codex CLI, the real broker and hook-client. Each test tries one attack and checks that the
 //! attacker gets nothing, that the queue is untouched (message still `pending`, `attempts` 0) and
 //! that `broker inspect --json` records the refusal with its reason code. Where it is cheap, the
@@ -1002,7 +1002,7 @@ fn untrusted_codex_gets_nothing_until_trusted_live() {
 /// A model-run command under Codex's own sandbox (bubblewrap, NoNewPrivs, seccomp) cannot reach
 /// the broker's socket, but the legacy `sandbox_mode = "workspace-write"` leaves the filesystem
 /// readable: the queue database (a pending body of ANOTHER thread) and the per-login secret are
-/// read by the command (pinned here; README "Security model"). A Codex permission profile that
+/// read by the command (pinned here; docs/security.md). A Codex permission profile that
 /// denies reading Courier's state and runtime directories stops that, and Courier still delivers,
 /// since hooks run outside the sandbox.
 #[test]
@@ -1040,7 +1040,7 @@ fn sandboxed_command_reads_courier_state_unless_a_permission_profile_denies_it()
     assert!(lines[3].contains("PermissionError"), "the socket is not: {seen:?}");
     assert!(lines[4].contains('1'), "the command was sandboxed: {seen:?}");
 
-    // A permission profile denying Courier's directories (what the README recommends).
+    // A permission profile denying Courier's directories (what docs/security.md recommends).
     let cfg = std::fs::read_to_string(env.config_toml_path()).unwrap();
     let cfg = cfg.replace("sandbox_mode = \"danger-full-access\"\n", "default_permissions = \"courier\"\n");
     assert!(cfg.contains("default_permissions"), "{cfg}");

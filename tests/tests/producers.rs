@@ -1,6 +1,6 @@
 //! The sending side on the real Codex: receipts (`send --wait`, `wait`, `status`), refusal of
 //! thread ids no rollout has, `broker threads`, `send --cwd`, and the JSON-lines socket protocol
-//! (the README's Python example, run as written). Each test has its own scripted model, Codex
+//! (the Python example of docs/producers.md, run as written). Each test has its own scripted model, Codex
 //! home and broker.
 
 use std::path::{Path, PathBuf};
@@ -318,13 +318,13 @@ fn threads_and_cwd_addressing() {
     broker.stop();
 }
 
-/// The README's Python producer (the block between the `producer-example` markers), run as
+/// The Python producer of docs/producers.md (the block between the `producer-example` markers), run as
 /// written: it lists threads, sends by cwd over the socket and blocks until `confirmed`.
 #[test]
 fn readme_python_example_sends_and_waits_over_the_socket() {
-    let readme = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
-    let start = readme.find("<!-- producer-example -->").expect("README has the producer example");
-    let block = &readme[start..];
+    let doc = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/producers.md")).unwrap();
+    let start = doc.find("<!-- producer-example -->").expect("docs/producers.md has the producer example");
+    let block = &doc[start..];
     let code = block.split("```python\n").nth(1).and_then(|b| b.split("```").next()).expect("a python block");
     let lines = code.lines().count();
     assert!(lines <= 25, "the example stays short ({lines} lines)");

@@ -72,7 +72,7 @@ pub fn run(opts: &Options) -> Vec<Check> {
             } else {
                 Check::warn(
                     format!("config file {name} has keys this broker ignores"),
-                    Some("remove or correct them (README, \"Configuration\")".into()),
+                    Some("remove or correct them (docs/configuration.md)".into()),
                 )
             };
             for w in &l.warnings {
@@ -84,7 +84,7 @@ pub fn run(opts: &Options) -> Vec<Check> {
         Err(e) => {
             checks.push(Check::fail(
                 format!("config file: {e:#}"),
-                "correct the file (README, \"Configuration\"); `broker serve` refuses to start with it",
+                "correct the file (docs/configuration.md); `broker serve` refuses to start with it",
             ));
             config::Config::default()
         }
@@ -148,7 +148,7 @@ pub fn run(opts: &Options) -> Vec<Check> {
     // Hooks registered and trusted, as Codex sees them.
     let codex = opts.codex.clone().or_else(|| codex::resolve::codex_on_path(std::env::var_os("PATH").as_deref()));
     match &expected_command {
-        Some(cmd) => checks.extend(check_hooks(codex.as_deref(), &codex_home, &opts.cwd, cmd)),
+        Some(cmd) => checks.extend(check_hooks(codex.as_deref(), &codex_home, &state_dir, &opts.cwd, cmd)),
         None => checks.push(Check::fail("cannot tell which hook-client should be registered", "run `broker install`")),
     }
 
@@ -208,7 +208,7 @@ fn check_bridge(b: &config::BridgeConfig) -> Check {
         v["redelivered"].as_u64().unwrap_or(0)
     );
     if pending > 100 || v["waiting"].as_u64() == Some(0) && pending > 0 {
-        Check::warn(line, Some("messages wait in stream COURIER: is `broker bridge` running on this host?".into()))
+        Check::warn(line, Some("messages wait in this host's stream (COURIER_TO_<host>): is `broker bridge` running on this host?".into()))
     } else {
         Check::ok(line)
     }
@@ -283,6 +283,11 @@ fn check_codex(codex: Option<&Path>, codex_home: &Path, state_dir: &Path) -> Vec
     for r in &found.found {
         let native = r.native.display();
         let via = if r.command == r.native { String::new() } else { format!(", run by {}", r.command.display()) };
+        let size = std::fs::metadata(&r.native).map(|m| m.len()).unwrap_or(0);
+        if size > crate::gate::digest::MAX_HASH_BYTES {
+            out.push(Check::warn(format!("{native} is {size} bytes, over what the broker hashes; not checked"), None));
+            continue;
+        }
         let digest = match codex::sha256_file(&r.native) {
             Ok(d) => d,
             Err(e) => {
@@ -300,7 +305,8 @@ fn check_codex(codex: Option<&Path>, codex_home: &Path, state_dir: &Path) -> Vec
                 format!("broker trust-codex {}", install::shell_quote(&r.native.to_string_lossy())),
             ),
         });
-        let version = codex::version_of(&r.native);
+        // Read from the package beside it: doctor runs no candidate binary (codex/native.rs).
+        let version = codex::native::version_beside(&r.native);
         out.push(match version.as_deref().and_then(codex::parse_version) {
             Some(v) if codex::support(v) == codex::Support::Tested => {
                 Check::ok(format!("Codex {} at {native} is in the tested range {}", version.as_deref().unwrap_or(""), codex::supported_range()))
@@ -309,7 +315,7 @@ fn check_codex(codex: Option<&Path>, codex_home: &Path, state_dir: &Path) -> Vec
                 format!("Codex {} at {native} is outside the tested range {}", version.as_deref().unwrap_or(""), codex::supported_range()),
                 Some("delivery may work but receipts may read `uncertain`; run the end-to-end tests against it (tests/README.md) or use a tested release".into()),
             ),
-            None => Check::warn(format!("could not read the version of {native} (`--version`)"), None),
+            None => Check::warn(format!("the version of {native} is unknown (no Codex package file beside it)"), None),
         });
     }
     if !trusted.is_empty() {
@@ -407,12 +413,13 @@ pub fn render(checks: &[Check]) -> String {
 mod tests {
     use crate::refusal::RefusalCode;
 
-    /// doctor points at README's "Refusal reason codes": its table lists exactly the codes the
-    /// broker can record, once each.
+    /// doctor points at "Refusal reason codes" in docs/troubleshooting.md: its table lists exactly
+    /// the codes the broker can record, once each.
     #[test]
-    fn readme_reason_code_table_matches_the_code() {
-        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
-        let section = readme.split("\n### Refusal reason codes\n").nth(1).expect("README has a \"Refusal reason codes\" section");
+    fn documented_reason_code_table_matches_the_code() {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/troubleshooting.md")).unwrap();
+        let section =
+            doc.split("\n## Refusal reason codes\n").nth(1).expect("docs/troubleshooting.md has a \"Refusal reason codes\" section");
         let section = section.split("\n#").next().unwrap();
         let listed: Vec<&str> =
             section.lines().filter_map(|l| l.strip_prefix("| `")).filter_map(|l| l.split_once("` |").map(|(code, _)| code)).collect();
@@ -422,10 +429,11 @@ mod tests {
         got.sort_unstable();
         got.dedup();
         assert_eq!(got.len(), listed.len(), "a code is listed twice: {listed:?}");
-        assert_eq!(got, want, "README's table and the broker's reason codes differ");
+        assert_eq!(got, want, "docs/troubleshooting.md's table and the broker's reason codes differ");
         assert!(super::refusal_hint("some_new_code").contains("another Courier version"));
         for c in RefusalCode::ALL {
-            assert!(!c.doctor_hint().contains("README"), "{c}: a hint says what the code means, not where to read it");
+            let hint = c.doctor_hint();
+            assert!(!hint.contains("docs/") && !hint.contains("README"), "{c}: a hint says what the code means, not where to read it");
         }
     }
 }

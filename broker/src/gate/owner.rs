@@ -42,16 +42,6 @@ pub enum NoOwner {
     NotProven(String),
 }
 
-impl NoOwner {
-    pub fn code(&self) -> &'static str {
-        match self {
-            NoOwner::NotLoaded => "thread_not_loaded",
-            NoOwner::Untrusted(_) => "owner_untrusted",
-            NoOwner::NotProven(_) => "owner_not_proven",
-        }
-    }
-}
-
 /// The pids holding an `flock` WRITE lock on the file (`dev`, `ino`), from `/proc/locks` text.
 pub(crate) fn lock_holders(text: &str, dev: u64, ino: u64) -> Vec<i32> {
     let (major, minor) = (nix::libc::major(dev), nix::libc::minor(dev));
@@ -90,7 +80,7 @@ impl Gate {
             return Err(NoOwner::Untrusted(format!("holder {pid} runs as uids {:?}", status.uids)));
         }
         let known = |k: &digest::ExeKey| trust.known_digest(k);
-        let expected = |p: &Path| trust.is_expected(p);
+        let expected = |p: &Path, size: u64| trust.is_expected(p, size);
         let until = Instant::now() + Duration::from_secs(2);
         match self.digests.lookup(pid, &known, &expected, until) {
             Ok(digest::Lookup::Digest(d)) if trust.is_trusted(&d) => {}

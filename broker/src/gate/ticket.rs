@@ -1,6 +1,6 @@
 //! Step 8 of the gate: one ticket per Codex action (issue 14, finding 2).
 //!
-//! Codex writes a distinct rollout record just before each hook it runs (README, "Security model";
+//! Codex writes a distinct rollout record just before each hook it runs (docs/security.md;
 //! measured on 0.160.0 and 0.171.0): a hook is accepted only in the state that record leaves, and
 //! each such state at most once. [`bind`] names the state a verified hook follows (its
 //! [`Ticket`]) or refuses it (`no_ticket`); `crate::tickets::take` accepts each ticket once
@@ -16,8 +16,8 @@
 //! A command the model runs is inside a tool call whose `item_completed` does not exist yet, so
 //! it cannot present PostToolUse of its own call or Stop (its call is unanswered), nor the
 //! opening events (the model already spoke), and its call's PreToolUse ticket was used by the
-//! hook that ran before the command started. What this does not stop is in the README
-//! ("Security model", residual risks).
+//! hook that ran before the command started. What this does not stop is in
+//! docs/security.md (residual risks).
 
 use super::{Refusal, Verified};
 use crate::refusal::RefusalCode;

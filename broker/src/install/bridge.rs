@@ -1,5 +1,5 @@
 //! `broker install --bridge --nats URL --host NAME [--creds FILE]`: this host's NATS bridge
-//! (README, "Many hosts"), started at login beside the broker, the same two ways: a systemd
+//! (docs/many-hosts.md), started at login beside the broker, the same two ways: a systemd
 //! user unit `courier-bridge.service`, or a block in the login profiles. Where to connect goes
 //! into the `[bridge]` table of Courier's config (0600), which `courier-bridge serve` reads when
 //! given no `--nats` and `broker doctor` checks, so neither the unit nor the profile line

@@ -45,8 +45,8 @@ pub use bridge::{BridgeOptions, BRIDGE_UNIT};
 pub use config_toml::{add_trust, remove_trust};
 pub use daemon::{daemon_env, daemonize, login_start, stop_broker_running, DAEMON_ENV, DAEMON_ENV_PREFIXES};
 pub use hooks::{
-    canonical_json, hook_command, hook_trust_hash, hooks_source, merge_hooks, parse_hooks_list, shell_quote, snake_event, trust_key,
-    unmerge_hooks, ListedHook,
+    canonical_json, courier_context_limit, courier_trust_hash, hook_command, hook_trust_hash, hooks_source, merge_hooks, parse_hooks_list,
+    shell_quote, snake_event, takes_context_limit, trust_key, unmerge_hooks, ListedHook, CODEX_DEFAULT_CONTEXT_LIMIT,
 };
 pub use lifecycle::{clear_stop, describe_stop, instance_holder, lock_path, run as lifecycle, stopped_on_purpose, Lifecycle, STOP_MARKER};
 pub use manifest::{load_manifest, manifest_path, BridgeSetup, FileEdit, Manifest, ProfileEdit, StartSetup};
@@ -66,6 +66,12 @@ pub const EVENTS: [&str; 6] = {
 };
 /// Hook timeout written to hooks.json. Part of the trust hash: never change it casually.
 pub const HOOK_TIMEOUT_SECS: u64 = 5;
+/// `additionalContextLimit` written to hooks.json, in Codex's tokens (bytes / 4, rounded up): over
+/// it Codex shows the model a head-and-tail preview and spills the text to a world-readable file.
+/// A third over the largest output Courier renders ([`crate::delivery::MAX_OUTPUT_BYTES`]). Part
+/// of the trust hash: never change it casually (install moves an older install over).
+pub const HOOK_CONTEXT_LIMIT: u64 = 32_768;
+const _: () = assert!(HOOK_CONTEXT_LIMIT * 4 >= crate::delivery::MAX_OUTPUT_BYTES as u64 * 4 / 3);
 pub const MANIFEST_NAME: &str = "install-manifest.json";
 pub const SOCKET_UNIT: &str = "courier-broker.socket";
 pub const SERVICE_UNIT: &str = "courier-broker.service";
@@ -323,10 +329,8 @@ fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Installed> {
 
     // 3. Trust entries in config.toml.
     let source = hooks_source(&codex_home);
-    let entries: Vec<(String, String)> = groups
-        .iter()
-        .map(|(ev, idx)| (trust_key(&source, ev, *idx), hook_trust_hash(ev, &command, HOOK_TIMEOUT_SECS, None, None)))
-        .collect();
+    let entries: Vec<(String, String)> =
+        groups.iter().map(|(ev, idx)| (trust_key(&source, ev, *idx), courier_trust_hash(ev, &command))).collect();
     let config_path = codex_home.join("config.toml");
     let current = read_opt(&config_path)?;
     let mut tdoc: toml_edit::DocumentMut =
@@ -350,7 +354,9 @@ fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Installed> {
     m.trust_entries = entries;
 
     // 4. Trusted Codex binaries: the one the user's `codex` runs (followed from now on, so
-    // upgrades need no command) and the managed-daemon releases.
+    // upgrades need no command). Managed-daemon releases are not trusted for being under
+    // CODEX_HOME (tool commands can write there): a real one is a copy of the trusted binary and
+    // passes by its digest (codex/follow.rs).
     let (on_path, found) = user_codex(&codex_home, std::env::var_os("PATH").as_deref());
     let mut store = Store::open(&state_dir)?;
     if let Some(cmd) = &on_path {
@@ -362,13 +368,13 @@ fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Installed> {
             m.codex_followed.push(cmd);
         }
     }
-    for r in &found.found {
+    for r in found.found.iter().filter(|r| r.layout != codex::Layout::ManagedDaemon) {
         let digest = codex::hash_and_note(&mut store, &r.native)?;
         let path = r.native.to_string_lossy().into_owned();
         let record = codex::TrustedCodex {
             sha256: digest.clone(),
             path: path.clone(),
-            version: codex::version_of(&r.native),
+            version: codex::native::version_beside(&r.native),
             how: codex::TrustHow::Install,
             source: Some(r.command.to_string_lossy().into_owned()),
             added_at: crate::store::now_ms(),
@@ -385,8 +391,8 @@ fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Installed> {
             cmd.display()
         )
     });
-    if on_path.is_none() && found.found.is_empty() {
-        report.push("note: no codex on PATH and no managed-daemon release; after installing Codex run `broker trust-codex` (or `broker install` again)".into());
+    if on_path.is_none() {
+        report.push("note: no codex on PATH, so no Codex binary is trusted; after installing Codex run `broker trust-codex` (or `broker install` again)".into());
     }
 
     // 5. Start at login.

@@ -7,7 +7,7 @@
 //!   state changes, and the client side of `broker wait` / `send --wait` (with a slow local poll
 //!   only when no broker runs);
 //! - [`threads`]: the Codex threads Courier can reach, from what trusted codex processes hold;
-//! - [`proto`]: the JSON-lines request format on the broker socket (README, "For producers");
+//! - [`proto`]: the JSON-lines request format on the broker socket (docs/producers.md);
 //! - [`cli`]: `broker send|status|wait|threads`.
 //!
 //! Here: what "reached" means for a wanted state, the message record producers see, and the

@@ -21,7 +21,7 @@
 //!   `{"ok":true,"outcome":"reached"|"timed_out"|"ended","for","messages":[RECORD...]}`.
 //! - `{"op":"threads","all"?:bool,"limit"?:N}` -> `{"ok":true,"threads":[THREAD...]}`.
 //!
-//! Errors: `{"ok":false,"error":CODE,"message":TEXT}`; `CODE` is stable (README, "For producers").
+//! Errors: `{"ok":false,"error":CODE,"message":TEXT}`; `CODE` is stable (docs/producers.md).
 
 use super::line::{error, write_line, ErrorCode};
 use super::send::{self, SendError, SendOptions, Target};

@@ -102,7 +102,7 @@ def run_hook(event, turn, extra):
     r = hook(event, turn, extra)
     say(r)
     return r["shown"]
-# The records Codex writes around each hook (README, "One ticket per Codex action"), so each hook follows its own
+# The records Codex writes around each hook (docs/security.md, "One ticket per Codex action"), so each hook follows its own
 # Codex action (gate/ticket.rs): the tool call before PreToolUse, its item_completed before
 # PostToolUse and its output after, the answer before Stop.
 def in_turn(turn):

@@ -10,7 +10,7 @@
 //! (`rollout/`) the open turn (`busy` with it, else `idle`), and the first user prompt becomes
 //! its title. `--all` adds ended threads from the rollout files, most recently active first, bounded.
 //!
-//! The JSON field names are a stable interface (README, "For producers").
+//! The JSON field names are a stable interface (docs/producers.md).
 //!
 //! This file lists; `facts.rs` reads a rollout's `session_meta` and title; `tree.rs` orders the
 //! list as the sub-agent tree and renders the table.
@@ -187,7 +187,7 @@ pub struct Lister {
     facts: Mutex<HashMap<(u64, u64), RolloutFacts>>,
     /// Whether a codex executable not hashed yet may be hashed while the caller waits (the
     /// broker: only binaries it expects to be Codex; the CLI: any, it is the caller's time).
-    expected: Box<dyn Fn(&Path) -> bool + Send + Sync>,
+    expected: Box<crate::gate::digest::SharedExpected>,
     digest_wait: Duration,
 }
 
@@ -195,7 +195,7 @@ impl Lister {
     pub fn new(
         codex_home: PathBuf,
         digests: DigestCache,
-        expected: Box<dyn Fn(&Path) -> bool + Send + Sync>,
+        expected: Box<crate::gate::digest::SharedExpected>,
         digest_wait: Duration,
     ) -> Lister {
         Lister { codex_home, tracker: RolloutTracker::new(), digests, facts: Mutex::new(HashMap::new()), expected, digest_wait }
@@ -203,7 +203,7 @@ impl Lister {
 
     /// A lister for a one-shot CLI command: its own digest cache, any codex hashed if need be.
     pub fn for_cli(codex_home: PathBuf) -> Lister {
-        Lister::new(codex_home, DigestCache::default(), Box::new(|_| true), Duration::from_secs(10))
+        Lister::new(codex_home, DigestCache::default(), Box::new(|_, _| true), Duration::from_secs(10))
     }
 
     fn sessions(&self) -> PathBuf {
