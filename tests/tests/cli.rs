@@ -277,7 +277,11 @@ fn validation_errors_are_usage_errors_with_one_wording() {
     assert_eq!((as_arg.status.code(), on_stdin.status.code()), (Some(2), Some(2)), "{as_arg:?}\n{on_stdin:?}");
     assert_eq!(text(&as_arg.stderr), text(&on_stdin.stderr));
     let limit = broker_lib::store::MAX_BODY_BYTES;
-    assert!(text(&as_arg.stderr).starts_with(&format!("broker send: the message is over the limit of {limit} bytes")), "{}", text(&as_arg.stderr));
+    assert!(
+        text(&as_arg.stderr).starts_with(&format!("broker send: the message is over the limit of {limit} bytes")),
+        "{}",
+        text(&as_arg.stderr)
+    );
     assert!(messages(&cli.inspect_json()).is_empty());
 
     let out = cli.run(&["cancel", "m_00000000000000ff"]);

@@ -67,7 +67,9 @@ fn invalid<T>(what: String) -> Result<T> {
 
 /// The one wording for a body over [`MAX_BODY_BYTES`], whether it came as an argument or on stdin.
 pub fn body_too_long() -> Invalid {
-    Invalid(format!("the message is over the limit of {MAX_BODY_BYTES} bytes (64 KiB; send a longer text as a file and a message naming it)"))
+    Invalid(format!(
+        "the message is over the limit of {MAX_BODY_BYTES} bytes (64 KiB; send a longer text as a file and a message naming it)"
+    ))
 }
 
 /// A sender label must be short and printable: it is shown to the model in every wrapper.
