@@ -94,7 +94,7 @@ pub const COMMANDS: &[Command] = &[
         args: "<TEXT | ->",
         positionals: (1, 1),
         required: &[],
-        about: "queue a message for a Codex thread and print its id (`-`: read the text from stdin; at most 7,800 bytes)",
+        about: "queue a message for a Codex thread and print its id (`-`: read the text from stdin; at most 64 KiB)",
         opts: &[
             opt("thread", "UUID", "the thread: the UUID at the end of its rollout file name (`broker threads` lists them)"),
             opt("cwd", "PATH", "instead of --thread: the one live top-level thread whose session cwd is PATH"),
