@@ -54,17 +54,47 @@ pub const COMMANDS: &[Command] = &[
         positionals: (0, 0),
         required: &[],
         about: "run the broker in the foreground (what the systemd unit runs)",
-        opts: &[flag(
-            "daemonize",
-            "start it in the background instead, unless a broker already answers; output goes to $COURIER_STATE_DIR/broker.log",
-        )],
+        opts: &[
+            flag(
+                "daemonize",
+                "start it in the background instead, unless a broker already answers; output goes to $COURIER_STATE_DIR/broker.log",
+            ),
+            flag(
+                "login",
+                "what the login-profile line runs: return at once; a detached child starts the broker if none runs (not after `broker stop`) and notes what it found in broker.log",
+            ),
+        ],
+    },
+    Command {
+        name: "stop",
+        args: "",
+        positionals: (0, 0),
+        required: &[],
+        about: "stop the broker and keep it stopped (also across logins) until `broker start` or the next install",
+        opts: &[],
+    },
+    Command {
+        name: "start",
+        args: "",
+        positionals: (0, 0),
+        required: &[],
+        about: "start the broker the way install set up (systemd units or in the background), undoing `broker stop`",
+        opts: &[],
+    },
+    Command {
+        name: "restart",
+        args: "",
+        positionals: (0, 0),
+        required: &[],
+        about: "stop the running broker (even a hung one) and start it again",
+        opts: &[],
     },
     Command {
         name: "send",
         args: "<TEXT | ->",
         positionals: (1, 1),
         required: &[],
-        about: "queue a message for a Codex thread and print its id (`-`: read the text from stdin; at most 7,800 bytes)",
+        about: "queue a message for a Codex thread and print its id (`-`: read the text from stdin; at most 64 KiB)",
         opts: &[
             opt("thread", "UUID", "the thread: the UUID at the end of its rollout file name (`broker threads` lists them)"),
             opt("cwd", "PATH", "instead of --thread: the one live top-level thread whose session cwd is PATH"),
@@ -86,6 +116,14 @@ pub const COMMANDS: &[Command] = &[
         required: &[],
         about: "show one message's state (settled against its rollout first)",
         opts: &[flag("json", "print the message record (docs/producers.md)")],
+    },
+    Command {
+        name: "show",
+        args: "<MESSAGE-ID>",
+        positionals: (1, 1),
+        required: &[],
+        about: "print one message's text (characters a terminal could act on escaped, as inspect does)",
+        opts: &[flag("json", "print {\"id\",\"thread\",\"state\",\"from\",\"text\"} instead")],
     },
     Command {
         name: "wait",
@@ -193,6 +231,14 @@ pub const COMMANDS: &[Command] = &[
         required: &[],
         about: "remove everything install added (also after a failed install); the queue is kept",
         opts: &[flag("purge", "also remove the state directory (queue, log, lock) and the runtime directory's secret, socket and lock")],
+    },
+    Command {
+        name: "socket-path",
+        args: "",
+        positionals: (0, 0),
+        required: &[],
+        about: "print the path of the broker's socket (for producers that speak the socket protocol)",
+        opts: &[],
     },
     Command {
         name: "doctor",

@@ -40,6 +40,11 @@ pub fn escape(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// A message's text for the terminal: as [`escape`], but its line breaks and tabs kept.
+pub fn escape_text(s: &str) -> String {
+    s.split('\n').map(|line| line.split('\t').map(escape).collect::<Vec<_>>().join("\t")).collect::<Vec<_>>().join("\n")
+}
+
 /// JSON text made safe for a terminal too: serde_json escapes C0 controls but writes DEL, C1
 /// controls and format characters raw; those are only ever inside strings, so `\uXXXX` keeps
 /// the document equal.
@@ -97,7 +102,7 @@ pub fn bridged_origins(state_dir: &Path) -> HashMap<String, String> {
 }
 
 /// Where a message came from: `nats:<publisher host>` for one a bridge queued, else `local`.
-fn origin_of(bridged: &HashMap<String, String>, id: &str) -> String {
+pub fn origin_of(bridged: &HashMap<String, String>, id: &str) -> String {
     bridged.get(id).map_or_else(|| "local".to_string(), |o| format!("nats:{o}"))
 }
 
@@ -214,7 +219,7 @@ impl Report {
             out.push('\n');
             let _ = writeln!(
                 out,
-                "{:<18} {:<13} {:<10} {:>6}  {:<12} {:<12} {:<30} REASON",
+                "{:<18} {:<13} {:<10} {:>6}  {:<FROM_WIDTH$} {:<12} {:<30} REASON",
                 "MESSAGE", "THREAD", "STATE", "AGE", "FROM", "ORIGIN", "TAKEN BY (EVENT TURN)"
             );
             for m in &self.messages {
@@ -232,12 +237,12 @@ impl Report {
                 };
                 let _ = writeln!(
                     out,
-                    "{:<18} {:<13} {:<10} {:>6}  {:<12} {:<12} {:<30} {}{}",
+                    "{:<18} {:<13} {:<10} {:>6}  {:<FROM_WIDTH$} {:<12} {:<30} {}{}",
                     escape(&m.id),
                     escape(&short(&m.thread)),
                     escape(m.state.as_str()),
                     age(self.now - m.created_at),
-                    escape(m.from.as_deref().unwrap_or("-")),
+                    from_cell(m.from.as_deref().unwrap_or("-")),
                     escape(&origin_of(&self.bridged, &m.id)),
                     taken,
                     {
@@ -289,6 +294,24 @@ impl Report {
 }
 
 /// First and last characters of a UUID: enough to tell threads apart in a table.
+/// Width of the table's FROM column: `thread:` and a short thread id fit.
+const FROM_WIDTH: usize = 20;
+
+/// A sender label for the FROM column: a verified sender's thread id shortened like the THREAD
+/// column's, any other label cut to the column (`broker show --json` and `--json` have it whole).
+fn from_cell(from: &str) -> String {
+    let label = match from.strip_prefix("thread:") {
+        Some(t) => format!("thread:{}", short(t)),
+        None => from.to_string(),
+    };
+    let label = escape(&label).into_owned();
+    if label.chars().count() > FROM_WIDTH {
+        format!("{}…", label.chars().take(FROM_WIDTH - 1).collect::<String>())
+    } else {
+        label
+    }
+}
+
 fn short(id: &str) -> String {
     let chars: Vec<char> = id.chars().collect();
     if chars.len() > 13 {
@@ -314,9 +337,51 @@ pub fn clock(ms: i64) -> String {
     format!("{:02}:{:02}:{:02} UTC", s / 3600, s / 60 % 60, s % 60)
 }
 
+/// `YYYY-MM-DD HH:MM:SS UTC` of a Unix-ms time (days to a civil date: Howard Hinnant's method).
+pub fn date_time(ms: i64) -> String {
+    let days = ms.div_euclid(86_400_000);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {}", clock(ms))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A verified sender (`thread:<uuid>`) or a long label keeps the columns after FROM aligned.
+    #[test]
+    fn long_senders_keep_the_columns() {
+        let long = "a-label-of-forty-characters-for-the-row!";
+        let r = report(
+            vec![
+                row("m_1", T, "message", "pending", "alice"),
+                row("m_2", T, "message", "pending", &format!("thread:{T}")),
+                row("m_3", T, "message", "pending", long),
+            ],
+            vec![],
+        );
+        let table = r.render_table();
+        let col = |l: &str| l[..l.find("local").unwrap_or_else(|| panic!("no ORIGIN in {l:?}:\n{table}"))].chars().count();
+        let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("m_")).collect();
+        assert_eq!(rows.len(), 3, "{table}");
+        assert!(rows.iter().all(|l| col(l) == col(rows[0])), "ORIGIN column moved:\n{table}");
+        assert!(table.contains("thread:01a2..883ce2"), "{table}");
+    }
+
+    #[test]
+    fn dates_read_as_calendar_dates() {
+        assert_eq!(date_time(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(date_time(1_796_155_297_713), "2026-12-01 20:01:37 UTC");
+        assert_eq!(date_time(951_782_400_000), "2000-02-29 00:00:00 UTC");
+    }
 
     fn row(id: &str, thread: &str, kind: &str, state: &str, from: &str) -> Message {
         Message {

@@ -12,15 +12,31 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     match run() {
         Ok(code) => code,
-        Err(e) if e.is::<UsageError>() => {
-            eprintln!("{e}");
-            ExitCode::from(2)
-        }
         Err(e) => {
-            eprintln!("broker: {e:#}");
-            ExitCode::from(1)
+            let (code, text) = classify(&e);
+            // One prefix for every error: `broker <command>: `.
+            let prefix = COMMAND.get().map_or_else(|| "broker: ".to_string(), |c| format!("broker {c}: "));
+            let text = if text.starts_with("broker") { text } else { format!("{prefix}{text}") };
+            eprintln!("{text}");
+            code
         }
     }
+}
+
+/// The command being run, for the prefix of its error messages.
+static COMMAND: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// A command line that does not fit, or a request that is wrong in itself wherever it came from
+/// (an argument, stdin, the broker's reply): exit 2 and the reason alone. Anything else (I/O,
+/// the database, the broker) is exit 1 with its whole context chain.
+fn classify(e: &anyhow::Error) -> (ExitCode, String) {
+    if let Some(u) = e.downcast_ref::<UsageError>() {
+        return (ExitCode::from(2), u.to_string());
+    }
+    if let Some(v) = e.chain().find_map(|c| c.downcast_ref::<broker::store::Invalid>()) {
+        return (ExitCode::from(2), v.to_string());
+    }
+    (ExitCode::from(1), format!("{e:#}"))
 }
 
 fn open_store() -> Result<Store> {
@@ -57,6 +73,7 @@ fn run() -> Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
+    let _ = COMMAND.set(name.clone());
     let Some(command) = cli::command(&name) else {
         return Err(UsageError(format!("broker: unknown command {name:?}\n{}", cli::usage())).into());
     };
@@ -71,6 +88,10 @@ fn run() -> Result<ExitCode> {
         "serve" => serve(args),
         "send" => broker::producer::cli::send(args),
         "status" => broker::producer::cli::status(args),
+        "show" => broker::producer::cli::show(args),
+        "stop" => lifecycle(install::Lifecycle::Stop),
+        "start" => lifecycle(install::Lifecycle::Start),
+        "restart" => lifecycle(install::Lifecycle::Restart),
         "wait" => broker::producer::cli::wait(args),
         "threads" => broker::producer::cli::threads(args),
         "mcp" => broker::producer::cli::mcp(args),
@@ -81,11 +102,34 @@ fn run() -> Result<ExitCode> {
         "install" => install_cmd(args),
         "uninstall" => uninstall_cmd(args),
         "doctor" => doctor_cmd(args),
+        "socket-path" => {
+            // The one rule for where it is (shared/src/paths.rs), for producers in any language.
+            println!("{}", paths::socket_path(&paths::runtime_dir()).display());
+            Ok(ExitCode::SUCCESS)
+        }
         other => unreachable!("command {other} is declared in cli::COMMANDS but not dispatched"),
     }
 }
 
+/// `broker stop|start|restart`: the broker binary a start runs is the installed one when there
+/// is an install, else this one.
+fn lifecycle(action: install::Lifecycle) -> Result<ExitCode> {
+    let exe = match install::load_manifest(&paths::state_dir()).ok().flatten() {
+        Some(m) if m.prefix.join("broker").is_file() => m.prefix.join("broker"),
+        _ => std::env::current_exe().context("locating the broker executable")?,
+    };
+    for line in install::lifecycle(action, &exe)? {
+        println!("{line}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn serve(args: Args) -> Result<ExitCode> {
+    if args.flag("login") {
+        let exe = std::env::current_exe().context("locating the broker executable")?;
+        install::login_start(&exe)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let daemonize = args.flag("daemonize");
     if daemonize {
         let exe = std::env::current_exe().context("locating the broker executable")?;

@@ -96,9 +96,6 @@ refusal_codes! {
 
 use RefusalCode::*;
 
-/// What doctor says for a code it has no particular hint for.
-pub const SEE_REFUSAL_CODES: &str = "see docs/troubleshooting.md, \"Refusal reason codes\"";
-
 impl RefusalCode {
     /// The code as recorded and shown.
     pub const fn as_str(self) -> &'static str {
@@ -163,20 +160,35 @@ impl RefusalCode {
     }
 
     /// What the code usually means for an installation (`broker doctor`'s recent refusals).
+    /// Every code has its own: no hint sends the user elsewhere.
     pub const fn doctor_hint(self) -> &'static str {
         match self {
+            PeerUid => "another user's process connected to your broker's socket (refused by design)",
+            PeerGone => "the hook exited before the broker answered: Codex gave up on it (a slow first call after start, or a killed session)",
             ClientExe => "a hook-client the broker does not accept ran: restart the broker after upgrades, or list it in hook_clients",
-            UntrustedCodex => "a Codex binary that is not trusted ran the hook: `broker trust-codex PATH` (after an upgrade too)",
-            NoCodexAncestor => "hook-client was run by something other than a trusted Codex",
-            ToolCommandEnv | SandboxedCaller => "a model-run command called hook-client (refused by design)",
             BadMac => "the per-login secret changed under a running client (broker restarted with a new runtime dir?)",
             StaleRequest => "clock skew or a very slow machine",
-            TurnMismatch | NotRolloutHolder | NoWriterLock | RolloutChanged => {
+            BadPayload | UnsupportedEvent => "Codex sent a hook payload this broker does not read: is this Codex in the tested range?",
+            ForeignAncestor => "the hook ran under a process of another user (sudo, su) between it and Codex",
+            UntrustedCodex => "a Codex binary that is not trusted ran the hook: `broker trust-codex PATH` (after an upgrade too)",
+            DigestPending => "a new Codex binary was still being hashed (right after an upgrade): harmless when it stops",
+            NoCodexAncestor => "hook-client was run by something other than a trusted Codex",
+            AncestryChanged | TurnMismatch | NotRolloutHolder | NoWriterLock | RolloutChanged => {
                 "a session ended or moved on while its hook ran (harmless when rare)"
+            }
+            ToolCommandEnv | SandboxedCaller => "a model-run command called hook-client (refused by design)",
+            TranscriptPath | ThreadMismatch | AgentMismatch | SessionMismatch => {
+                "the hook named a rollout or thread its Codex does not hold: a forged call, or CODEX_HOME differs between Codex and the broker"
             }
             NoTicket => "a hook call the rollout shows no Codex action for: most likely a model-run command posing as a hook",
             TicketUsed => "ALARM: two hook calls followed one Codex action, one was not Codex's (see the alarm check)",
-            _ => SEE_REFUSAL_CODES,
+            TooManyConnections | RequestTimeout | BufferLimit => {
+                "a process held connections to the broker open without sending (a stuck or hostile client); the broker closed them"
+            }
+            FrameTooLarge | TruncatedFrame | BadRequest | UnexpectedAck => {
+                "something other than hook-client wrote to the broker's socket, or a client died mid-request"
+            }
+            ProtocolVersion => "a hook-client of another Courier version: restart the broker after upgrading (`broker restart`)",
         }
     }
 }

@@ -200,9 +200,14 @@ impl Courier {
             _ => return Ok(error_result("give exactly one of thread, cwd and to")),
         };
         req[target.0] = json!(target.1);
+        // Why the sender is not verified, for the result (`sender_note`), when it is not.
+        let mut unverified = None;
         match (&me, &call_id) {
             (Some(t), Some(c)) => req["sender"] = json!({"thread": t, "call_id": c}),
-            _ => req["from"] = json!("mcp"),
+            _ => {
+                req["from"] = json!("mcp");
+                unverified = Some("Codex named no calling thread and tool call in the request (_meta threadId, callId)".to_string());
+            }
         }
         let wait = p.wait.unwrap_or_else(|| "none".into());
         let timeout = std::time::Duration::from_secs(p.timeout_seconds.unwrap_or(DEFAULT_WAIT_S).min(MAX_WAIT_S));
@@ -223,10 +228,8 @@ impl Courier {
                     o.remove("sender");
                 }
                 req["from"] = json!("mcp");
-                sent = self.call(req).await.map(|mut r| {
-                    r["sender_note"] = json!(format!("the sender could not be verified ({why}); sent as from=\"mcp\""));
-                    r
-                });
+                unverified = Some(why);
+                sent = self.call(req).await;
             }
         }
         if let Ok(reply) = &mut sent {
@@ -237,6 +240,9 @@ impl Courier {
         }
         Ok(match sent {
             Ok(mut reply) => {
+                if let Some(why) = unverified {
+                    reply["sender_note"] = json!(format!("the sender could not be verified ({why}); sent as from=\"mcp\""));
+                }
                 if let Some(m) = reply.get("messages").and_then(|m| m.get(0)).cloned() {
                     reply["state"] = m["state"].clone();
                     reply["reason"] = m["reason"].clone();

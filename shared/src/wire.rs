@@ -69,6 +69,7 @@ pub struct StatusReply {
     pub hook_calls: u64,
     pub refusals: u64,
     pub leases: u64,
+    /// Messages handed to Codex since the broker started, by hooks and by the wake channel.
     pub messages_handed: u64,
     pub leases_not_acked: u64,
     pub open_connections: u64,

@@ -2,6 +2,7 @@
 //! argument and duration errors, idempotency keys, bounded stdin, hook-client run by hand.
 
 use std::io::Write;
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
@@ -188,8 +189,8 @@ fn ttl_is_validated_and_expires_without_any_hook() {
 }
 
 /// The same `--key` with the same text is one message (the same id, `duplicate: true`); with a
-/// different text it is an error that names the message already holding the key, and nothing new
-/// is queued.
+/// different text it is a usage error (exit 2) that names the message already holding the key,
+/// and nothing new is queued.
 #[test]
 fn same_key_with_different_text_names_the_existing_message() {
     let env = CodexEnv::with_base_url("http://127.0.0.1:9/v1");
@@ -201,7 +202,7 @@ fn same_key_with_different_text_names_the_existing_message() {
             .unwrap();
     assert_eq!((again["id"].as_str(), again["duplicate"].as_bool()), (Some(id.as_str()), Some(true)), "{again}");
     let out = cli.run(&["send", "--thread", &thread, "--future-thread", "--key", "pr-42", "other text"]);
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(out.stdout.is_empty(), "{out:?}");
     let err = text(&out.stderr);
     assert!(err.contains(&id) && err.contains("different text") && err.contains("pr-42"), "{err}");
@@ -237,7 +238,7 @@ fn send_from_stdin_reads_at_most_the_limit_plus_one_byte() {
     };
     drop(stdin);
     let out = child.wait_with_output().unwrap();
-    assert_eq!(status.code(), Some(1), "{out:?}");
+    assert_eq!(status.code(), Some(2), "{out:?}");
     assert!(text(&out.stderr).contains(&format!("over the limit of {limit} bytes")), "{}", text(&out.stderr));
     assert!(messages(&cli.inspect_json()).is_empty());
 
@@ -250,4 +251,72 @@ fn send_from_stdin_reads_at_most_the_limit_plus_one_byte() {
     assert!(out.status.success(), "{out:?}");
     let all = messages(&cli.inspect_json());
     assert_eq!((all.len(), all[0]["bytes"].as_u64()), (1, Some(limit as u64)), "{all:#?}");
+}
+
+/// Validation errors are usage errors (exit 2) with one wording whatever the input path: a bad
+/// `--from`, and a 100 KB message as an argument and on stdin (the same line). Every error reads
+/// `broker <command>: `; an I/O-side error (an unknown id) stays exit 1.
+#[test]
+fn validation_errors_are_usage_errors_with_one_wording() {
+    let env = CodexEnv::with_base_url("http://127.0.0.1:9/v1");
+    let cli = Broker::cli_only(&env);
+    let thread = fake_uuid_v7();
+    let out = cli.run(&["send", "--thread", &thread, "--future-thread", "--from", "ci\u{7}bot", "x"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.starts_with("broker send: --from contains the control"), "{err}");
+    assert!(!err.contains("queueing the message in"), "{err}");
+
+    let big = "a".repeat(100_000);
+    let as_arg = cli.run(&["send", "--thread", &thread, "--future-thread", &big]);
+    let mut c = env.command(broker_bin());
+    c.args(["send", "--thread", &thread, "--future-thread", "-"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let _ = child.stdin.take().unwrap().write_all(big.as_bytes());
+    let on_stdin = child.wait_with_output().unwrap();
+    assert_eq!((as_arg.status.code(), on_stdin.status.code()), (Some(2), Some(2)), "{as_arg:?}\n{on_stdin:?}");
+    assert_eq!(text(&as_arg.stderr), text(&on_stdin.stderr));
+    let limit = broker_lib::store::MAX_BODY_BYTES;
+    assert!(
+        text(&as_arg.stderr).starts_with(&format!("broker send: the message is over the limit of {limit} bytes")),
+        "{}",
+        text(&as_arg.stderr)
+    );
+    assert!(messages(&cli.inspect_json()).is_empty());
+
+    let out = cli.run(&["cancel", "m_00000000000000ff"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(text(&out.stderr).starts_with("broker cancel: "), "{}", text(&out.stderr));
+}
+
+/// `broker show ID` prints one message's text, every character a terminal could act on escaped
+/// (ESC, BEL, bidi overrides) and its lines kept; `--json` has it whole. `broker socket-path`
+/// prints where the broker listens, by the one rule (here: no runtime variables set).
+#[test]
+fn show_prints_a_message_escaped_for_the_terminal() {
+    let env = CodexEnv::with_base_url("http://127.0.0.1:9/v1");
+    let cli = Broker::cli_only(&env);
+    let body = "line one\n\u{1b}]52;c;aGk=\u{7}copied \u{202e}reversed\tend";
+    let id = cli.send_future(&fake_uuid_v7(), body, None, None);
+    let shown = cli.run_ok(&["show", &id]);
+    assert_eq!(shown, "line one\n\\u{1b}]52;c;aGk=\\u{7}copied \\u{202e}reversed\tend\n");
+    let json: Value = serde_json::from_str(&cli.run_ok(&["show", "--json", &id])).unwrap();
+    assert_eq!((json["id"].as_str(), json["text"].as_str()), (Some(id.as_str()), Some(body)), "{json}");
+    let raw = cli.run_ok(&["show", "--json", &id]);
+    assert!(!raw.contains('\u{1b}') && !raw.contains('\u{202e}'), "{raw:?}");
+    let out = cli.run(&["show", "m_00000000000000ff"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(text(&out.stderr).starts_with("broker show: no message m_00000000000000ff"), "{}", text(&out.stderr));
+
+    let mut c = env.command(broker_bin());
+    c.arg("socket-path").env_remove("COURIER_RUNTIME_DIR").env_remove("XDG_RUNTIME_DIR");
+    let path = text(&run(&mut c).stdout);
+    // Our uid: the owner of the home directory this test made.
+    let run_user = format!("/run/user/{}", std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&env.home).unwrap()));
+    let want = if Path::new(&run_user).is_dir() {
+        format!("{run_user}/courier/broker.sock")
+    } else {
+        format!("{}/.local/state/courier/run/broker.sock", env.home.display())
+    };
+    assert_eq!(path.trim(), want);
 }

@@ -541,10 +541,10 @@ fn messages_with_special_characters_confirm_whole_by_tool_hook_and_at_stop() {
     first.wait_held(1, T);
     let thread = child.wait_thread_id(T);
     let body = |tag: &str| format!("{} it's \"quoted\" & <b>bold</b>\ttab\r\nnext \u{FF1C}x &lt;y &amp; caf\u{e9}", marker(tag));
-    let tool = broker.send_opts(&thread, &body("TOOL"), None, Some("e2e \"q\" & <x>"));
+    let tool = broker.send_opts(&thread, &body("TOOL"), None, Some("e2e & café"));
     first.release();
     last.wait_held(1, T);
-    let stop = broker.send_opts(&thread, &body("STOP"), None, Some("e2e \"q\" & <x>"));
+    let stop = broker.send_opts(&thread, &body("STOP"), None, Some("e2e & café"));
     last.release();
     child.wait(T).assert_success();
     for (id, event) in [(&tool, "PreToolUse|PostToolUse"), (&stop, "Stop")] {

@@ -1,7 +1,8 @@
 //! `broker install` / `uninstall` / `doctor` against the real Codex CLI, in a throwaway HOME whose
 //! CODEX_HOME already has the user's own hooks and a commented config.toml. The broker under test
 //! is always the *installed* copy in the prefix (its hook-client is matched by inode), started by
-//! the install itself through the login-profile fallback (`broker serve --daemonize`).
+//! the install itself through the login-profile fallback (`broker serve --daemonize`; the profile
+//! line runs `broker serve --login`).
 
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
@@ -132,7 +133,7 @@ fn profile_line_starts_the_broker_once() {
     let rig = Rig::new(CodexEnv::with_base_url("http://127.0.0.1:9/v1"));
     rig.install(&["--start", "profile"]);
     let profile = std::fs::read_to_string(rig.profile()).unwrap();
-    assert!(profile.contains("serve --daemonize"), "{profile}");
+    assert!(profile.contains("serve --login"), "{profile}");
     let pid = rig.wait_running();
     let _ = Command::new("kill").arg(pid.to_string()).status();
     wait_until(Duration::from_secs(10), "the broker to stop", || rig.running_pid().is_none().then_some(()));
@@ -244,6 +245,11 @@ fn doctor_reports_each_problem() {
     eprintln!("--- doctor, good install\n{good}");
     assert!(good.contains("for all 6 events, trusted"), "asked Codex itself:\n{good}");
     assert!(!good.contains("FAIL"), "{good}");
+    // Counted and dated for a person: "1 trusted Codex binary", "at 2026-...", no Unix ms.
+    assert!(good.contains("ok   1 trusted Codex binary\n"), "{good}");
+    let dated = good.lines().find(|l| l.contains(" sha256:") && l.contains(" at ")).unwrap_or_else(|| panic!("{good}"));
+    let date = dated.rsplit(" at ").next().unwrap();
+    assert!(date.len() == 23 && date.ends_with(" UTC") && date.as_bytes()[4] == b'-', "{dated}");
 
     // Break it.
     let pid = rig.wait_running();
@@ -469,4 +475,38 @@ fn uninstall_removes_what_an_interrupted_install_left_and_purge_removes_the_stat
     assert!(!env.runtime_dir.exists() && !env.state_dir.exists(), "{out}");
     assert!(out.contains(&format!("removed {}", env.state_dir.display())), "{out}");
     assert_eq!(out.lines().last().unwrap(), "Courier is uninstalled; its queue, secret, socket, log and lock are removed", "{out}");
+}
+
+/// Install says what it chose and why (auto picked the profile start: `systemctl --user` had no
+/// bus), and prints the PATH hint only until a login profile adds the prefix. Uninstall with a
+/// Codex session open says its hooks now fail until it is restarted, and names that session.
+#[test]
+fn install_and_uninstall_say_what_they_chose_and_what_it_means() {
+    let hold = Hold::new();
+    let model = ScriptedModel::start_with(exec_held_then_done("echo hello", &hold));
+    let rig = Rig::new(CodexEnv::new(&model));
+    no_bus_systemctl(&rig);
+    let first = rig.install(&[]);
+    assert!(
+        first.contains("starting the broker from the login profile, not systemd") && first.contains("Failed to connect to bus"),
+        "{first}"
+    );
+    assert!(first.contains("is not on your PATH"), "{first}");
+    // The user adds the line the hint gave; the next install neither repeats it nor the choice.
+    let mut f = std::fs::OpenOptions::new().append(true).open(rig.profile()).unwrap();
+    writeln!(f, "export PATH=\"{}:$PATH\"", rig.prefix.display()).unwrap();
+    let again = rig.install(&[]);
+    assert!(!again.contains("PATH") && !again.contains("not systemd"), "{again}");
+
+    // A session open while uninstalling.
+    rig.wait_running();
+    let child = rig.env.spawn_exec("please run a command");
+    hold.wait_held(1, T);
+    let thread = model.requests()[0].thread_id().expect("thread id");
+    let out = rig.run_ok(&rig.installed_broker(), &["uninstall"]);
+    hold.release();
+    let _ = child.wait(T);
+    assert!(out.contains("hook exited with code 127") && out.contains("until each is restarted"), "{out}");
+    let listed = out.lines().find(|l| l.contains(&thread)).unwrap_or_else(|| panic!("the open session is not listed:\n{out}"));
+    assert!(listed.trim_start().starts_with("codex pid "), "{listed}");
 }

@@ -151,3 +151,185 @@ fn daemonized_broker_keeps_only_the_environment_it_needs() {
     assert!(!env.runtime_dir.join("broker.sock").exists(), "{logged}");
     assert_log_levelled(&logged);
 }
+
+/// A login shell with the profile block and one without, measured in the same run.
+struct Logins {
+    with_block: CodexEnv,
+    plain_home: PathBuf,
+}
+
+impl Logins {
+    fn new(env: CodexEnv) -> Logins {
+        let block = broker_lib::install::profile_block(&broker_bin(), &env.codex_home);
+        std::fs::write(env.home.join(".profile"), block).unwrap();
+        let plain_home = env.root.join("plain-home");
+        std::fs::create_dir_all(&plain_home).unwrap();
+        std::fs::write(plain_home.join(".profile"), "").unwrap();
+        Logins { with_block: env, plain_home }
+    }
+
+    /// One `bash -lc true`, with the block or without it; its wall time.
+    fn login(&self, block: bool) -> Duration {
+        let mut cmd = self.with_block.command(Path::new("/bin/bash"));
+        cmd.args(["-lc", "true"]);
+        if !block {
+            cmd.env("HOME", &self.plain_home);
+        }
+        let start = std::time::Instant::now();
+        let out = run_bounded(&mut cmd, T);
+        let took = start.elapsed();
+        assert!(out.status.success(), "{out:?}");
+        took
+    }
+
+    /// What the block adds to a login shell: median with it minus median without it, over runs
+    /// taken in turns so both see the same load.
+    fn added(&self, runs: usize) -> (Duration, Duration, Duration) {
+        let (mut with, mut without) = (Vec::new(), Vec::new());
+        for _ in 0..runs {
+            with.push(self.login(true));
+            without.push(self.login(false));
+        }
+        let median = |v: &mut Vec<Duration>| {
+            v.sort();
+            v[v.len() / 2]
+        };
+        let (w, wo) = (median(&mut with), median(&mut without));
+        (w.saturating_sub(wo), w, wo)
+    }
+
+    fn assert_quick(&self, state: &str) {
+        let (added, w, wo) = self.added(7);
+        eprintln!("login shell, broker {state}: median {w:?} with the block, {wo:?} without: +{added:?}");
+        assert!(added < Duration::from_millis(50), "broker {state}: the profile block added {added:?} ({w:?} vs {wo:?})");
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.with_block.state_dir.join("broker.log")).unwrap_or_default()
+    }
+
+    fn wait_log(&self, what: &str, needle: &str) -> String {
+        wait_until(T, what, || {
+            let l = self.log();
+            l.contains(needle).then_some(l)
+        })
+    }
+}
+
+fn broker_cmd(env: &CodexEnv, args: &[&str]) -> String {
+    let out = run_bounded(env.command(broker_bin()).args(args), T);
+    assert!(out.status.success(), "broker {args:?}: {}\n{}", text(&out.stdout), text(&out.stderr));
+    text(&out.stdout)
+}
+
+fn gone(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+}
+
+/// The login-profile line never waits on the broker: with the broker missing, hung (SIGSTOP),
+/// half-started (its lock held, no socket), its socket removed, or stopped on purpose, a login
+/// shell with the block takes less than 50 ms more than one without (medians, same run). What
+/// the line found is in broker.log: a missing broker is started, a hung one reported, not doubled.
+#[test]
+fn login_line_returns_at_once_whatever_the_broker_state() {
+    let logins = Logins::new(env());
+    let env = &logins.with_block;
+
+    // Missing: the first login starts one in the background.
+    logins.assert_quick("missing");
+    let pid = wait_until(T, "the login line's broker to answer", || answering(env));
+    let logged = logins.wait_log("the start noted in broker.log", "login: broker started");
+    assert!(logged.contains("login: no broker runs"), "{logged}");
+
+    // Hung: it holds its lock and its socket, and answers nothing.
+    signal(pid, "STOP");
+    logins.assert_quick("hung (SIGSTOP)");
+    let logged = logins.wait_log("the hung broker noted in broker.log", "has not answered");
+    assert!(logged.contains(&format!("the broker (pid {pid}, stopped by a signal)")), "{logged}");
+    assert!(logged.contains("not starting another"), "{logged}");
+    signal(pid, "CONT");
+    assert_eq!(answering(env), Some(pid), "the hung broker was replaced");
+
+    // Its socket removed under it.
+    std::fs::remove_file(env.runtime_dir.join("broker.sock")).unwrap();
+    logins.assert_quick("with its socket gone");
+    logins.wait_log("the socket-less broker noted", "(socket missing)");
+    signal(pid, "TERM");
+    wait_until(T, "the broker to exit", || gone(pid).then_some(()));
+
+    // Half-started: the instance lock is held, no socket yet.
+    // `-o`: the lock stays with flock itself (not inherited by sleep), so killing flock frees it.
+    let mut holder = Command::new("flock").arg("-o").arg(env.runtime_dir.join("broker.lock")).args(["sleep", "600"]).spawn().unwrap();
+    wait_until(T, "flock to hold the lock", || broker_lib::install::instance_holder(&env.runtime_dir).map(|_| ()));
+    let before = logins.log().matches("has not answered").count();
+    logins.assert_quick("half-started (lock held, no socket)");
+    wait_until(T, "the half-started broker noted", || (logins.log().matches("has not answered").count() > before).then_some(()));
+    assert_eq!(answering(env), None, "a second broker started beside the lock holder");
+    let _ = holder.kill();
+    let _ = holder.wait();
+    wait_until(T, "the lock to be free", || broker_lib::install::instance_holder(&env.runtime_dir).is_none().then_some(()));
+
+    // Stopped on purpose: nothing starts it.
+    let pid = {
+        logins.login(true);
+        wait_until(T, "a broker after the lock was freed", || answering(env))
+    };
+    let out = broker_cmd(env, &["stop"]);
+    assert!(out.contains(&format!("stopped the broker (pid {pid})")), "{out}");
+    logins.assert_quick("stopped on purpose");
+    // The line forks nothing when stopped: no broker may answer now, nor later.
+    assert_eq!(answering(env), None, "a login started the stopped broker");
+    assert_log_levelled(&logins.log());
+}
+
+/// `broker stop` lasts through the login shells of a real Codex session's tool commands (the
+/// profile block runs in each, and starts nothing); `broker start` undoes it and `restart`
+/// replaces the broker; doctor says it is stopped on purpose, not broken.
+#[test]
+fn stop_lasts_through_codex_login_shells_until_start() {
+    let sourced = std::env::temp_dir().join(format!("courier-sourced-{}", std::process::id()));
+    let model = courier_tests::ScriptedModel::start_with(courier_tests::model::exec_then_done("echo quick"));
+    let env = CodexEnv::new(&model);
+    let block = broker_lib::install::profile_block(&broker_bin(), &env.codex_home);
+    // The block, and a line that shows the login shell read the profile.
+    std::fs::write(env.home.join(".profile"), format!("{block}echo sourced >> '{}'\n", sourced.display())).unwrap();
+    let out = broker_cmd(&env, &["start"]);
+    assert!(out.contains("broker started"), "{out}");
+    let pid = wait_until(T, "the started broker", || answering(&env));
+    let out = broker_cmd(&env, &["stop"]);
+    assert!(out.contains(&format!("stopped the broker (pid {pid})")) && out.contains("until `broker start`"), "{out}");
+    assert!(gone(pid) || answering(&env).is_none());
+
+    env.spawn_exec("please run a command").wait(Duration::from_secs(60)).assert_success();
+    let reads = std::fs::read_to_string(&sourced).unwrap_or_default();
+    let _ = std::fs::remove_file(&sourced);
+    assert!(reads.contains("sourced"), "the tool command's shell did not read the login profile: {}", model.dump());
+    assert_eq!(answering(&env), None, "a Codex login shell started the stopped broker");
+    let doctor = run_bounded(env.command(broker_bin()).arg("doctor"), T);
+    let said = text(&doctor.stdout);
+    assert!(said.contains("stopped on purpose by `broker stop` at 20"), "{said}");
+    assert!(!said.contains("no broker answers"), "{said}");
+
+    let out = broker_cmd(&env, &["start"]);
+    assert!(out.contains("cleared the stop mark") && out.contains("broker started"), "{out}");
+    let started = wait_until(T, "the broker after start", || answering(&env));
+    let out = broker_cmd(&env, &["restart"]);
+    assert!(out.contains(&format!("stopped the broker (pid {started})")) && out.contains("broker started"), "{out}");
+    let restarted = wait_until(T, "the broker after restart", || answering(&env));
+    assert_ne!(restarted, started);
+    signal(restarted, "TERM");
+}
+
+/// `broker restart` replaces a hung broker (SIGSTOP: it answers nothing, SIGTERM waits).
+#[test]
+fn restart_replaces_a_hung_broker() {
+    let env = env();
+    broker_cmd(&env, &["start"]);
+    let pid = wait_until(T, "the broker", || answering(&env));
+    signal(pid, "STOP");
+    let out = broker_cmd(&env, &["restart"]);
+    assert!(out.contains(&format!("stopped the broker (pid {pid})")) && out.contains("broker started"), "{out}");
+    let new = wait_until(T, "the new broker", || answering(&env));
+    assert_ne!(new, pid);
+    signal(new, "TERM");
+}

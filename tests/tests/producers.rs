@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use courier_tests::broker::{hook_command, run_bounded};
+use courier_tests::broker::{broker_bin, hook_command, run_bounded};
 use courier_tests::model::parent_of_subagent;
 use courier_tests::util::marker;
 use courier_tests::{Broker, CodexEnv, ExecChild, Hold, Reply, ScriptedModel};
@@ -338,7 +338,9 @@ fn readme_python_example_sends_and_waits_over_the_socket() {
     let thread = child.wait_thread_id(T);
     let body = marker("FROM_PYTHON");
     let mut py = env.command("python3");
-    py.arg(&script).arg(&env.work).arg(&body);
+    // The example asks `broker socket-path`: the broker under test first on PATH.
+    let path = format!("{}:{}", broker_bin().parent().unwrap().display(), std::env::var("PATH").unwrap_or_default());
+    py.arg(&script).arg(&env.work).arg(&body).env("PATH", path);
     let py = std::thread::spawn(move || run_bounded(&mut py, Duration::from_secs(90)));
     courier_tests::util::wait_until(T, "the Python producer's wait to park", || {
         (broker.inspect_json()["broker"]["parked_waits"].as_u64() == Some(1)).then_some(())

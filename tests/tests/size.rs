@@ -240,6 +240,9 @@ fn large_message_skips_stop_and_is_woken_whole() {
     let m = broker.wait_state(&id, "confirmed", Duration::from_secs(20));
     assert_eq!(str_field(&m, "event"), "wake", "not by Stop: {m}");
     let whole = broker_lib::delivery::wrap_message(&id, "size", &body);
+    // `confirmed` reads the woken turn's user message in the rollout, which Codex writes before
+    // it sends the request: wait for the request itself.
+    model.wait_for(T, "the woken turn's request", |r| !r.user_messages_containing(&whole).is_empty());
     let firsts: Vec<usize> = model.requests().iter().map(|r| r.user_messages_containing(&whole).len()).collect();
     assert!(firsts.iter().all(|c| *c <= 1) && firsts.contains(&1), "whole, once per request: {firsts:?}");
     assert!(model.requests().iter().all(|r| !r.body_contains("hook_prompt") || !r.body_contains(&id)), "never in a Stop prompt");

@@ -3,13 +3,15 @@
 //! rules, so a Codex that changed its trust rules shows up here as untrusted hooks.
 
 mod hooks;
+mod start;
 
-use crate::install::{self, Manifest, StartSetup};
+use crate::install;
 use crate::refusal::RefusalCode;
 use crate::store::{now_ms, Store};
 use crate::{client, codex, config, dirs};
 use courier_shared::paths;
 use hooks::check_hooks;
+use start::not_answering;
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -121,6 +123,7 @@ pub fn run(opts: &Options) -> Vec<Check> {
         manifest.as_ref().map(|m| m.hook_command.clone()).or_else(|| expected_client.as_deref().map(install::hook_command));
 
     // Broker reachable, and accepting the hook-client the hooks run.
+    let stopped = install::stopped_on_purpose(&state_dir);
     let status = client::query_status(&runtime_dir);
     match &status {
         Some(st) => {
@@ -135,10 +138,11 @@ pub fn run(opts: &Options) -> Vec<Check> {
                 checks.push(check_broker_accepts(pid as i32, client, &cfg.hook_clients));
             }
         }
-        None => checks.push(Check::fail(
-            format!("no broker answers on {}", paths::socket_path(&runtime_dir).display()),
-            start_fix(manifest.as_ref(), &state_dir),
-        )),
+        None => checks.push(match stopped {
+            // Not a fault: the user asked for it. Messages stay queued meanwhile.
+            Some(at) => Check::warn(format!("the broker is {} (messages stay queued)", install::describe_stop(at)), None),
+            None => not_answering(&runtime_dir, manifest.as_ref(), &state_dir),
+        }),
     }
 
     // Hooks registered and trusted, as Codex sees them.
@@ -152,7 +156,7 @@ pub fn run(opts: &Options) -> Vec<Check> {
     checks.extend(check_codex(codex.as_deref(), &codex_home, &state_dir));
 
     // Start at login.
-    checks.push(check_start(manifest.as_ref()));
+    checks.push(start::check_start(manifest.as_ref(), stopped));
 
     // Recent refusals, and alarms (tickets.rs).
     if let Some(c) = check_refusals(&state_dir) {
@@ -217,23 +221,6 @@ fn private_dir_fix(dir: &Path) -> String {
             format!("{} belongs to uid {}: remove it or point COURIER_RUNTIME_DIR/COURIER_STATE_DIR elsewhere", dir.display(), m.uid())
         }
         _ => format!("chmod 700 {}", dir.display()),
-    }
-}
-
-fn start_fix(m: Option<&Manifest>, state_dir: &Path) -> String {
-    match m.map(|m| &m.start) {
-        Some(StartSetup::Systemd { .. }) => format!(
-            "systemctl --user start {} {}; if it fails: journalctl --user -u {}",
-            install::SOCKET_UNIT,
-            install::SERVICE_UNIT,
-            install::SERVICE_UNIT
-        ),
-        Some(StartSetup::Profile { .. }) => format!(
-            "{} serve --daemonize (it also runs at each login); if it fails see {}",
-            m.map(|m| m.prefix.join("broker").display().to_string()).unwrap_or_else(|| "broker".into()),
-            state_dir.join("broker.log").display()
-        ),
-        _ => "start it: `broker serve` (foreground) or `broker serve --daemonize`; `broker install` starts it at login".into(),
     }
 }
 
@@ -332,7 +319,8 @@ fn check_codex(codex: Option<&Path>, codex_home: &Path, state_dir: &Path) -> Vec
         });
     }
     if !trusted.is_empty() {
-        let mut c = Check::ok(format!("{} trusted Codex binaries", trusted.len()));
+        let n = trusted.len();
+        let mut c = Check::ok(format!("{n} trusted Codex {}", if n == 1 { "binary" } else { "binaries" }));
         for t in &trusted {
             c = c.detail(format!(
                 "{} {} sha256:{} {}{} at {}",
@@ -341,7 +329,7 @@ fn check_codex(codex: Option<&Path>, codex_home: &Path, state_dir: &Path) -> Vec
                 &t.sha256[..12],
                 t.how.as_str(),
                 t.source.as_deref().map(|s| format!(" (from {s})")).unwrap_or_default(),
-                t.added_at
+                crate::inspect::date_time(t.added_at)
             ));
         }
         out.push(c);
@@ -349,62 +337,9 @@ fn check_codex(codex: Option<&Path>, codex_home: &Path, state_dir: &Path) -> Vec
     out
 }
 
-fn check_start(m: Option<&Manifest>) -> Check {
-    let Some(m) = m else {
-        return Check::warn(
-            "not installed with `broker install` (no install manifest): nothing starts the broker at login",
-            Some("broker install".into()),
-        );
-    };
-    match &m.start {
-        StartSetup::Systemd { units } => {
-            let missing: Vec<String> = units.iter().filter(|u| !u.is_file()).map(|u| u.display().to_string()).collect();
-            if !missing.is_empty() {
-                return Check::fail(format!("systemd unit files missing: {}", missing.join(", ")), "broker install");
-            }
-            if !install::user_manager_runs() {
-                return Check::fail(
-                    "systemd user units are installed but no user manager answers (`systemctl --user`)",
-                    "log in through a session that starts `systemd --user`, or `broker install --start profile`",
-                );
-            }
-            let state = |verb: &str, unit: &str| {
-                install::systemctl_user(&[verb, unit]).map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default()
-            };
-            let (se, sa) = (state("is-enabled", install::SOCKET_UNIT), state("is-active", install::SOCKET_UNIT));
-            let (ve, va) = (state("is-enabled", install::SERVICE_UNIT), state("is-active", install::SERVICE_UNIT));
-            let c = if se == "enabled" && sa == "active" && ve == "enabled" {
-                Check::ok(format!("systemd: {} {se}/{sa}, {} {ve}/{va}", install::SOCKET_UNIT, install::SERVICE_UNIT))
-            } else {
-                Check::fail(
-                    format!("systemd: {} {se}/{sa}, {} {ve}/{va}", install::SOCKET_UNIT, install::SERVICE_UNIT),
-                    format!("systemctl --user enable --now {} {}", install::SOCKET_UNIT, install::SERVICE_UNIT),
-                )
-            };
-            c.detail(format!("logs: journalctl --user -u {}", install::SERVICE_UNIT))
-        }
-        StartSetup::Profile { files } => {
-            let absent: Vec<String> = files
-                .iter()
-                .filter(|f| !std::fs::read_to_string(&f.path).is_ok_and(|t| t.contains(&f.inserted)))
-                .map(|f| f.path.display().to_string())
-                .collect();
-            if absent.is_empty() {
-                Check::ok(format!(
-                    "login profile starts the broker ({})",
-                    files.iter().map(|f| f.path.display().to_string()).collect::<Vec<_>>().join(", ")
-                ))
-            } else {
-                Check::fail(format!("the broker start line is missing from {}", absent.join(", ")), "broker install --start profile")
-            }
-        }
-        StartSetup::None => Check::warn("installed with --start none: nothing starts the broker at login", Some("broker install".into())),
-    }
-}
-
 /// What a refusal reason usually means for an installation.
 fn refusal_hint(reason: &str) -> &'static str {
-    RefusalCode::parse(reason).map_or(crate::refusal::SEE_REFUSAL_CODES, RefusalCode::doctor_hint)
+    RefusalCode::parse(reason).map_or("a code this broker does not know: recorded by another Courier version", RefusalCode::doctor_hint)
 }
 
 fn check_refusals(state_dir: &Path) -> Option<Check> {
@@ -495,6 +430,10 @@ mod tests {
         got.dedup();
         assert_eq!(got.len(), listed.len(), "a code is listed twice: {listed:?}");
         assert_eq!(got, want, "docs/troubleshooting.md's table and the broker's reason codes differ");
-        assert!(super::refusal_hint("some_new_code").contains("Refusal reason codes"));
+        assert!(super::refusal_hint("some_new_code").contains("another Courier version"));
+        for c in RefusalCode::ALL {
+            let hint = c.doctor_hint();
+            assert!(!hint.contains("docs/") && !hint.contains("README"), "{c}: a hint says what the code means, not where to read it");
+        }
     }
 }

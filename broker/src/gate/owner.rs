@@ -43,7 +43,7 @@ pub enum NoOwner {
 }
 
 /// The pids holding an `flock` WRITE lock on the file (`dev`, `ino`), from `/proc/locks` text.
-fn lock_holders(text: &str, dev: u64, ino: u64) -> Vec<i32> {
+pub(crate) fn lock_holders(text: &str, dev: u64, ino: u64) -> Vec<i32> {
     let (major, minor) = (nix::libc::major(dev), nix::libc::minor(dev));
     let mut pids: Vec<i32> = text
         .lines()

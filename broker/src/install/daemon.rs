@@ -5,7 +5,7 @@ use anyhow::{bail, Context, Result};
 use courier_shared::paths;
 use std::fs;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -16,14 +16,7 @@ pub fn daemonize(exe: &Path) -> Result<(u32, bool)> {
     if let Some(st) = client::query_status(&runtime) {
         return Ok((st.pid, false));
     }
-    let state = paths::state_dir();
-    dirs::ensure_private_dir(&state)?;
-    let log = state.join(DAEMON_LOG);
-    if fs::metadata(&log).is_ok_and(|m| m.len() > DAEMON_LOG_MAX) {
-        let _ = fs::rename(&log, state.join(format!("{DAEMON_LOG}.1")));
-    }
-    let logf =
-        fs::OpenOptions::new().create(true).append(true).mode(0o600).open(&log).with_context(|| format!("opening {}", log.display()))?;
+    let (log, logf) = open_log()?;
     let mut cmd = Command::new(exe);
     cmd.arg("serve").stdin(Stdio::null()).stdout(logf.try_clone()?).stderr(logf);
     // The profile line runs in whatever login shell starts first, possibly one a Codex tool
@@ -123,6 +116,109 @@ pub(super) fn terminate_if_exe(pid: i32, exe: &Path) -> bool {
     let rc = unsafe { libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), libc::SIGTERM, std::ptr::null::<libc::siginfo_t>(), 0) };
     rc == 0
 }
+
+/// `$COURIER_STATE_DIR/broker.log` (rotated once past [`DAEMON_LOG_MAX`]), opened for append.
+fn open_log() -> Result<(PathBuf, fs::File)> {
+    let state = paths::state_dir();
+    dirs::ensure_private_dir(&state)?;
+    let log = state.join(DAEMON_LOG);
+    if fs::metadata(&log).is_ok_and(|m| m.len() > DAEMON_LOG_MAX) {
+        let _ = fs::rename(&log, state.join(format!("{DAEMON_LOG}.1")));
+    }
+    let f =
+        fs::OpenOptions::new().create(true).append(true).mode(0o600).open(&log).with_context(|| format!("opening {}", log.display()))?;
+    Ok((log, f))
+}
+
+/// What the login-profile line runs (`broker serve --login`). It never waits on the broker: it
+/// returns as soon as it has forked a child in its own session (stdin on /dev/null, output to
+/// broker.log, every other fd closed, cwd `/`), and that child does the checking and starting
+/// and notes in broker.log what it found. A stop on purpose (`broker stop`) starts nothing.
+pub fn login_start(exe: &Path) -> Result<()> {
+    if super::lifecycle::stopped_on_purpose(&paths::state_dir()).is_some() {
+        return Ok(());
+    }
+    let (_, logf) = open_log()?;
+    let null = fs::File::open("/dev/null").context("opening /dev/null")?;
+    // SAFETY: the CLI has started no thread yet, so the child may run Rust code after fork.
+    match unsafe { nix::unistd::fork() }.context("fork")? {
+        nix::unistd::ForkResult::Parent { .. } => Ok(()),
+        nix::unistd::ForkResult::Child => {
+            detach(&null, &logf);
+            crate::logging::init(None);
+            login_check(exe);
+            std::process::exit(0)
+        }
+    }
+}
+
+/// The forked child's own session and fds: nothing of the login shell (its terminal, a Codex
+/// tool command's pipes) stays open in it, so nobody waits for it to close them.
+fn detach(null: &fs::File, log: &fs::File) {
+    use nix::libc;
+    use std::os::fd::AsRawFd;
+    // SAFETY: plain syscalls on fds we own; 0-2 are replaced, then everything above is closed.
+    unsafe {
+        libc::setsid();
+        libc::dup2(null.as_raw_fd(), 0);
+        libc::dup2(log.as_raw_fd(), 1);
+        libc::dup2(log.as_raw_fd(), 2);
+        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+    }
+    let _ = std::env::set_current_dir("/");
+}
+
+/// The login child's check: a broker that answers needs nothing; one that holds the instance
+/// lock without answering (hung, stopped, still starting, its socket removed) is reported, not
+/// doubled; none at all is started.
+fn login_check(exe: &Path) {
+    let runtime = paths::runtime_dir();
+    let socket = paths::socket_path(&runtime);
+    let answers = || client::query_status(&runtime).is_some();
+    if answers() {
+        return;
+    }
+    let socket_is = if socket.exists() { "present" } else { "missing" };
+    if let Some(pid) = super::lifecycle::instance_holder(&runtime) {
+        // A broker still starting answers within moments: give it that before calling it hung.
+        let deadline = Instant::now() + LOGIN_PATIENCE;
+        while Instant::now() < deadline {
+            if answers() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let state = crate::os::read_stat(pid).map(|s| process_state(s.state)).unwrap_or("gone");
+        crate::log_warn!(
+            "login: the broker (pid {pid}, {state}) holds {} but has not answered on {} (socket {socket_is}) for {} s; \
+             not starting another. `broker restart` replaces it",
+            super::lifecycle::lock_path(&runtime).display(),
+            socket.display(),
+            LOGIN_PATIENCE.as_secs()
+        );
+        return;
+    }
+    crate::log_info!("login: no broker runs (socket {} {socket_is}); starting one", socket.display());
+    match daemonize(exe) {
+        Ok((pid, true)) => crate::log_info!("login: broker started (pid {pid})"),
+        Ok((pid, false)) => crate::log_info!("login: a broker started meanwhile answers (pid {pid})"),
+        Err(e) => crate::log_error!("login: starting the broker failed: {e:#}"),
+    }
+}
+
+/// `/proc/<pid>/stat` state letter, in words.
+fn process_state(c: char) -> &'static str {
+    match c {
+        'T' | 't' => "stopped by a signal",
+        'Z' => "a zombie",
+        'D' => "in uninterruptible sleep",
+        'R' => "running",
+        _ => "sleeping",
+    }
+}
+
+/// How long the login child waits for a broker that holds its lock to answer.
+const LOGIN_PATIENCE: Duration = Duration::from_secs(5);
 
 pub(super) const DAEMON_LOG: &str = "broker.log";
 

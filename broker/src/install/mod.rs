@@ -6,7 +6,7 @@
 //! user's trust keys, which name group indices, do not move), trusts exactly those handlers in the
 //! user `config.toml` the way Codex itself does (format-preserving edit), records the Codex binaries
 //! it finds as trusted, and arranges for the broker to start at login (systemd user units with
-//! socket activation, or a line in the login profile running `broker serve --daemonize`).
+//! socket activation, or a line in the login profile running `broker serve --login`).
 //!
 //! Everything added is recorded in `$COURIER_STATE_DIR/install-manifest.json`. Uninstall restores
 //! the user's files byte-for-byte when they were not changed since install (the manifest keeps the
@@ -20,7 +20,8 @@
 //! - `journal.rs` / `undo.rs`: what one run changed, and undoing it;
 //! - `files.rs`: atomic writes, restores and binaries, journaled;
 //! - `start.rs` (login start: systemd or the profile block), `systemd.rs` (units, `systemctl
-//!   --user`), `daemon.rs` (`serve --daemonize`, stopping a running broker);
+//!   --user`), `daemon.rs` (`serve --daemonize` and `--login`, stopping a running broker), `lifecycle.rs`
+//!   (`broker stop|start|restart` and the stop mark);
 //! - `uninstall.rs`: `broker uninstall [--purge]`.
 
 use crate::{codex, dirs, store::Store};
@@ -42,11 +43,12 @@ use {
 
 pub use bridge::{BridgeOptions, BRIDGE_UNIT};
 pub use config_toml::{add_trust, remove_trust};
-pub use daemon::{daemon_env, daemonize, stop_broker_running, DAEMON_ENV, DAEMON_ENV_PREFIXES};
+pub use daemon::{daemon_env, daemonize, login_start, stop_broker_running, DAEMON_ENV, DAEMON_ENV_PREFIXES};
 pub use hooks::{
     canonical_json, courier_context_limit, courier_trust_hash, hook_command, hook_trust_hash, hooks_source, merge_hooks, parse_hooks_list,
     shell_quote, snake_event, takes_context_limit, trust_key, unmerge_hooks, ListedHook, CODEX_DEFAULT_CONTEXT_LIMIT,
 };
+pub use lifecycle::{clear_stop, describe_stop, instance_holder, lock_path, run as lifecycle, stopped_on_purpose, Lifecycle, STOP_MARKER};
 pub use manifest::{load_manifest, manifest_path, BridgeSetup, FileEdit, Manifest, ProfileEdit, StartSetup};
 pub use start::{profile_block, StartMode};
 pub use systemd::{render_units, systemctl_user, unit_dir, user_manager_runs};
@@ -79,6 +81,7 @@ mod daemon;
 mod files;
 mod hooks;
 mod journal;
+mod lifecycle;
 mod manifest;
 mod mcp;
 mod start;
@@ -212,6 +215,12 @@ fn untrust_added(state_dir: &Path, before: &[String], followed_before: &[String]
 fn path_hint(prefix: &Path) -> Option<String> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     if std::env::split_paths(&path).any(|d| d == prefix || same_file(&d, prefix)) {
+        return None;
+    }
+    // Already added to a login profile: the next login has it, no need to say it again.
+    let added =
+        |f: &PathBuf| fs::read_to_string(f).is_ok_and(|t| t.lines().any(|l| l.contains("PATH=") && l.contains(&*prefix.to_string_lossy())));
+    if start::profile_files().iter().any(added) {
         return None;
     }
     let p = prefix.display();
@@ -388,8 +397,20 @@ fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Installed> {
 
     // 5. Start at login.
     let mode = match opts.start {
-        StartMode::Auto if user_manager_runs() => StartMode::Systemd,
-        StartMode::Auto => StartMode::Profile,
+        StartMode::Auto => match systemd::user_manager_answer() {
+            Ok(()) => StartMode::Systemd,
+            Err(why) => {
+                // Said when chosen, not on every re-install of the same choice.
+                if !matches!(m.start, StartSetup::Profile { .. }) {
+                    report.push(format!(
+                        "starting the broker from the login profile, not systemd: `systemctl --user` has no user manager here \
+                         ({why}). Each login shell starts it if none runs; `broker install --start systemd` switches once \
+                         a user manager runs"
+                    ));
+                }
+                StartMode::Profile
+            }
+        },
         other => other,
     };
     if mode == StartMode::Systemd {
@@ -400,6 +421,9 @@ fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Installed> {
         }
     }
     save_manifest(&state_dir, &m)?; // before starting anything: uninstall must find it
+    if lifecycle::clear_stop(&state_dir)? {
+        report.push("cleared the stop mark `broker stop` left: the broker starts at login again".into());
+    }
     let start = match mode {
         StartMode::Systemd => setup_systemd(&broker, &codex_home, replaced, opts.no_enable, &m.start, &mut report)?,
         StartMode::Profile => setup_profile(&broker, &codex_home, replaced, &m.start, &mut report)?,

@@ -1,5 +1,5 @@
 //! Starting the broker at login: systemd user units (socket activation) or a login-profile
-//! block running `broker serve --daemonize`, and stopping a running broker.
+//! block running `broker serve --login`, and stopping a running broker.
 
 use super::{
     daemon::stop_broker_running,
@@ -40,11 +40,15 @@ impl StartMode {
     }
 }
 
-/// The lines appended to login profiles: start the broker unless one answers already.
+/// The lines appended to login profiles: start the broker unless one runs. No login shell, a
+/// Codex tool command's included, waits on it: the shell does not even wait for the broker
+/// binary to load (`( ... & )`: a subshell that backgrounds it and exits at once, no job
+/// notice), and `serve --login` detaches again, checks, starts and notes what it found in
+/// broker.log, whatever state the broker is in.
 pub fn profile_block(broker: &Path, codex_home: &Path) -> String {
     let env: Vec<String> = baked_env(codex_home).iter().map(|(k, v)| format!("{k}={}", shell_quote(v))).collect();
     let b = shell_quote(&broker.to_string_lossy());
-    format!("{PROFILE_BEGIN}\nif [ -x {b} ]; then {} {b} serve --daemonize >/dev/null 2>&1 || true; fi\n{PROFILE_END}\n", env.join(" "))
+    format!("{PROFILE_BEGIN}\nif [ -x {b} ]; then ({} {b} serve --login </dev/null >/dev/null 2>&1 &); fi\n{PROFILE_END}\n", env.join(" "))
 }
 
 pub(super) fn profile_files() -> Vec<PathBuf> {

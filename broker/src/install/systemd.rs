@@ -40,7 +40,16 @@ pub fn systemctl_user_ok(args: &[&str]) -> anyhow::Result<()> {
 
 /// A systemd user manager answers.
 pub fn user_manager_runs() -> bool {
-    systemctl_user(&["show-environment"]).is_some_and(|o| o.status.success())
+    user_manager_answer().is_ok()
+}
+
+/// Whether a systemd user manager answers, and if not what `systemctl --user` said.
+pub fn user_manager_answer() -> Result<(), String> {
+    match systemctl_user(&["show-environment"]) {
+        Some(o) if o.status.success() => Ok(()),
+        Some(o) => Err(String::from_utf8_lossy(&o.stderr).trim().to_string()),
+        None => Err("systemctl did not run or did not finish".into()),
+    }
 }
 
 pub fn unit_dir() -> PathBuf {

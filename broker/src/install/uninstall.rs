@@ -29,6 +29,7 @@ pub(super) fn state_files() -> Vec<String> {
         DAEMON_LOG.into(),
         format!("{DAEMON_LOG}.1"),
         "broker.lock".into(),
+        super::lifecycle::STOP_MARKER.into(),
         MANIFEST_NAME.into(),
     ]
 }
@@ -88,8 +89,18 @@ pub fn uninstall(purge: bool) -> Result<Report> {
         }
     }
     let mut report = Report::new();
+    // Asked before the broker stops and the trust goes: afterwards nothing can prove them.
+    let open_sessions = manifest.as_ref().map(|_| open_codex_sessions()).unwrap_or_default();
     if let Some(m) = &manifest {
         uninstall_manifest(m, &state_dir, &mut report)?;
+    }
+    if !open_sessions.is_empty() {
+        report.push(format!(
+            "note: {} Codex session(s) open now loaded Courier's hooks when they started and keep running them: until each \
+             is restarted, every hook shows \"Hook failed - hook exited with code 127\" (nothing else breaks). Open now:",
+            open_sessions.len()
+        ));
+        report.extend(open_sessions.iter().map(|s| format!("  {s}")));
     }
     if purge {
         if let Some(st) = client::query_status(&runtime_dir) {
@@ -109,6 +120,19 @@ pub fn uninstall(purge: bool) -> Result<Report> {
         ));
     }
     Ok(report)
+}
+
+/// The live Codex sessions (one line per codex process: its pid, threads and cwd), as
+/// `broker threads` finds them.
+fn open_codex_sessions() -> Vec<String> {
+    let Ok(threads) = crate::producer::cli::fetch_threads(false, 0) else { return Vec::new() };
+    let mut by_pid: std::collections::BTreeMap<i32, Vec<String>> = Default::default();
+    for t in threads.iter().filter(|t| t.parent.is_none()) {
+        let Some(p) = &t.process else { continue };
+        let cwd = t.cwd.as_deref().map(|c| format!(" in {}", crate::inspect::escape(c))).unwrap_or_default();
+        by_pid.entry(p.pid).or_default().push(format!("{}{cwd}", t.id));
+    }
+    by_pid.into_iter().map(|(pid, ts)| format!("codex pid {pid}: thread {}", ts.join(", thread "))).collect()
 }
 
 pub(super) fn uninstall_manifest(m: &Manifest, state_dir: &Path, report: &mut Report) -> Result<()> {

@@ -36,9 +36,9 @@ fn read_stdin_body() -> Result<String> {
     let mut buf = Vec::with_capacity(4096);
     std::io::stdin().lock().take(MAX_BODY_BYTES as u64 + 1).read_to_end(&mut buf).context("reading the message from stdin")?;
     if buf.len() > MAX_BODY_BYTES {
-        bail!("the message on stdin is over the limit of {MAX_BODY_BYTES} bytes (Codex shows the model only a preview of longer hook output); nothing was queued");
+        return Err(crate::store::Invalid(format!("{}; nothing was queued", crate::store::body_too_long())).into());
     }
-    String::from_utf8(buf).context("the message on stdin is not UTF-8; nothing was queued")
+    String::from_utf8(buf).map_err(|_| crate::store::Invalid("the message on stdin is not UTF-8; nothing was queued".into()).into())
 }
 
 /// The threads a running broker sees (its digest cache and rollout reader are warm), else read
@@ -228,11 +228,34 @@ fn print_waited(waited: &Waited, want: Want, json: bool) {
     let _ = out.flush();
 }
 
-pub fn status(args: Args) -> Result<ExitCode> {
+/// The `<MESSAGE-ID>` argument of `cmd`, checked.
+fn message_id_arg(cmd: &str, args: &Args) -> Result<String> {
     let id = args.positional(0)?.unwrap_or_default();
     if !is_message_id(&id) {
-        return Err(usage("status", format!("{id:?} is not a message id (m_ and 16 hex digits, as broker send prints)")));
+        return Err(usage(cmd, format!("{id:?} is not a message id (m_ and 16 hex digits, as broker send prints)")));
     }
+    Ok(id)
+}
+
+/// `broker show ID`: one message's text. Anyone may have written it, so characters a terminal
+/// could act on are escaped as `inspect` escapes labels (line breaks and tabs kept).
+pub fn show(args: Args) -> Result<ExitCode> {
+    let id = message_id_arg("show", &args)?;
+    let store = open_store()?;
+    let Some(m) = super::load(&store, &id)? else { bail!("{}", wait::not_found(&id)) };
+    let text = if args.flag("json") {
+        let v = json!({"id": m.id, "thread": m.thread, "kind": m.kind, "state": m.state, "from": m.from, "text": m.body});
+        crate::inspect::terminal_safe_json(&v.to_string())
+    } else {
+        crate::inspect::escape_text(&m.body)
+    };
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{text}").and_then(|()| out.flush()); // a reader that went away is not an error
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn status(args: Args) -> Result<ExitCode> {
+    let id = message_id_arg("status", &args)?;
     let mut store = open_store()?;
     let Some(mut m) = super::load(&store, &id)? else { bail!("{}", wait::not_found(&id)) };
     // What the broker would have done by now, so the answer holds with no broker running.
@@ -246,7 +269,10 @@ pub fn status(args: Args) -> Result<ExitCode> {
     m = super::load(&store, &id)?.context("the message vanished")?;
     let now = now_ms();
     if args.flag("json") {
-        println!("{}", crate::inspect::terminal_safe_json(&serde_json::to_string_pretty(&record(&m, now))?));
+        let mut v = record(&m, now);
+        // Who queued it, as inspect says: `local`, or `nats:<host>` for what a bridge queued.
+        v["origin"] = json!(crate::inspect::origin_of(&crate::inspect::bridged_origins(&paths::state_dir()), &m.id));
+        println!("{}", crate::inspect::terminal_safe_json(&serde_json::to_string_pretty(&v)?));
         return Ok(ExitCode::SUCCESS);
     }
     let esc = |s: &str| crate::inspect::escape(s).into_owned();

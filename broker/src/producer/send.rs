@@ -268,7 +268,11 @@ pub fn send(
         ttl_ms,
         wake: opts.wake,
     };
-    let queued = store.enqueue_message(&new).map_err(|e| SendError::Failed(e.context("nothing was queued")))?;
+    let queued = store.enqueue_message(&new).map_err(|e| match e.downcast::<crate::store::Invalid>() {
+        // The request is wrong, wherever it came from: the caller hears it as such.
+        Ok(crate::store::Invalid(why)) => refused(ErrorCode::BadRequest, format!("{why}; nothing was queued")),
+        Err(e) => SendError::Failed(e.context("nothing was queued")),
+    })?;
     let (id, duplicate) = match queued {
         Enqueued::New(id) => (id, false),
         Enqueued::Existing(id) => (id, true),

@@ -176,6 +176,10 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
             let b = &*waking;
             for (thread, outcome) in waker.pass(&b.store, &b.gate, &hook::TrustView(b), &codex_home) {
                 crate::log_debug!("wake {thread}: {outcome:?}");
+                // Handed through the app-server: counted with the hooks' hand-offs (`inspect`).
+                if let crate::wake::Outcome::Woken { count, .. } = outcome {
+                    b.counters.handed.fetch_add(count as u64, std::sync::atomic::Ordering::Relaxed);
+                }
             }
             b.producer.changed();
         })

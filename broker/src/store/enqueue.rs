@@ -1,7 +1,7 @@
 //! Queueing a message: its checks (size, sender label, rendered size), the seal of a verified
 //! sender (`delivery/seal.rs`) and the idempotency key.
 
-use super::{new_message_id, now_ms, Kind, Store, MAX_BODY_BYTES};
+use super::{body_too_long, invalid, new_message_id, now_ms, Kind, Store, MAX_BODY_BYTES};
 use crate::delivery::seal::{self, SenderCheck};
 use crate::delivery::wrapper::{verified_thread, wrapped_len, MAX_OUTPUT_BYTES};
 use anyhow::{bail, Context, Result};
@@ -41,11 +41,7 @@ impl Store {
     pub fn enqueue_message(&mut self, m: &NewMessage<'_>) -> Result<Enqueued> {
         let NewMessage { thread, body, sender, verified, key, ttl_ms, wake } = *m;
         if body.len() > MAX_BODY_BYTES {
-            bail!(
-                "message is {} bytes; the limit is {} (64 KiB; send a longer text as a file and a message naming it)",
-                body.len(),
-                MAX_BODY_BYTES
-            );
+            return Err(body_too_long().into());
         }
         let check = match sender {
             Some(from) if verified => {
@@ -56,8 +52,8 @@ impl Store {
             }
             Some(from) => match crate::label::check(from) {
                 Ok(l) if l == from => SenderCheck::Label,
-                Ok(l) => bail!("the sender label {from:?} is not normalised (NFKC: {l:?})"),
-                Err(e) => bail!("{e}"),
+                Ok(l) => return invalid(format!("the sender label {from:?} is not normalised (NFKC: {l:?})")),
+                Err(e) => return invalid(e.to_string()),
             },
             None => SenderCheck::Label,
         };
@@ -72,10 +68,10 @@ impl Store {
         let rendered = wrapped_len(&id, sender, check, body);
         let max = MAX_OUTPUT_BYTES;
         if rendered > max {
-            bail!(
+            return invalid(format!(
                 "message renders to {rendered} bytes in the hook output (wrapper, --from and every '<' escaped as &lt; \
                  included); the limit is {max} (the hook output Codex passes to the model whole)"
-            );
+            ));
         }
         let now = now_ms();
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -87,15 +83,15 @@ impl Store {
                 .optional()?;
             if let Some((id, existing_thread, existing_kind, existing_body)) = existing {
                 if existing_thread != thread {
-                    bail!("key {key:?} was already used for thread {existing_thread} (message {id})");
+                    return invalid(format!("key {key:?} was already used for thread {existing_thread} (message {id})"));
                 }
                 // Same key, same text: a retry, answered with the same id. Different text under
                 // the same key is a mistake the sender must hear about, not a silent drop.
                 if existing_kind != Kind::Message || existing_body != body {
-                    bail!(
-                        "key {key:?} was already used for message {id} with a different text; nothing was queued \
+                    return invalid(format!(
+                        "key {key:?} was already used for message {id} with a different text \
                          (send the same text to get {id} again, or use another key)"
-                    );
+                    ));
                 }
                 return Ok(Enqueued::Existing(id));
             }

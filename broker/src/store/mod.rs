@@ -49,6 +49,31 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Longest `--from` label, in characters.
 pub const MAX_FROM_CHARS: usize = crate::label::MAX_CHARS;
 
+/// A request that is wrong in itself (a label, a size, a reused key): the caller must change it,
+/// retrying cannot help. The CLI exits 2 on it (a usage error) wherever the input came from (an
+/// argument, stdin, the socket); an I/O or database failure is any other error (exit 1).
+#[derive(Debug)]
+pub struct Invalid(pub String);
+
+impl std::fmt::Display for Invalid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Invalid {}
+
+fn invalid<T>(what: String) -> Result<T> {
+    Err(Invalid(what).into())
+}
+
+/// The one wording for a body over [`MAX_BODY_BYTES`], whether it came as an argument or on stdin.
+pub fn body_too_long() -> Invalid {
+    Invalid(format!(
+        "the message is over the limit of {MAX_BODY_BYTES} bytes (64 KiB; send a longer text as a file and a message naming it)"
+    ))
+}
+
 pub fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
