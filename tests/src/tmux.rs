@@ -7,6 +7,9 @@ use std::time::Duration;
 
 pub struct Tmux {
     socket: String,
+    /// Run after the server is killed: what the program under tmux leaves running (the Codex
+    /// TUI starts a managed app-server daemon that outlives it).
+    on_drop: Option<Command>,
 }
 
 impl Tmux {
@@ -22,7 +25,7 @@ impl Tmux {
         c.args(argv);
         let out = c.output().expect("running tmux");
         assert!(out.status.success(), "tmux new-session: {out:?}");
-        Tmux { socket }
+        Tmux { socket, on_drop: None }
     }
 
     fn tmux(&self, args: &[&str]) -> Output {
@@ -40,6 +43,11 @@ impl Tmux {
             .unwrap_or_else(|| panic!("the TUI did not show {text:?} within {timeout:?}; screen:\n{}", self.screen()))
     }
 
+    /// Runs `cmd` (bounded) when this session is dropped, after its server is killed.
+    pub fn stop_on_drop(&mut self, cmd: Command) {
+        self.on_drop = Some(cmd);
+    }
+
     pub fn send_keys(&self, keys: &[&str]) {
         let mut args = vec!["send-keys", "-t", "0"];
         args.extend(keys);
@@ -50,5 +58,8 @@ impl Tmux {
 impl Drop for Tmux {
     fn drop(&mut self) {
         let _ = self.tmux(&["kill-server"]);
+        if let Some(mut cmd) = self.on_drop.take() {
+            let _ = crate::broker::run_bounded(&mut cmd, Duration::from_secs(20));
+        }
     }
 }

@@ -264,7 +264,7 @@ fn validation_errors_are_usage_errors_with_one_wording() {
     let out = cli.run(&["send", "--thread", &thread, "--future-thread", "--from", "ci\u{7}bot", "x"]);
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.starts_with("broker send: --from contains the control"), "{err}");
+    assert!(err.starts_with("broker send: --from contains U+0007, a control character"), "{err}");
     assert!(!err.contains("queueing the message in"), "{err}");
 
     let big = "a".repeat(100_000);

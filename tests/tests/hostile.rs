@@ -621,13 +621,13 @@ except (ConnectionResetError, BrokenPipeError):
     assert!(r["detail"].as_str().unwrap().contains("65534"), "{r}");
 }
 
-/// State directory on a 1 MiB tmpfs, filled up: `broker send` fails with a clear error, what was
+/// State directory on a 4 MiB tmpfs, filled up: `broker send` fails with a clear error, what was
 /// queued stays queued and consistent, hooks keep being answered, and after space is freed the
 /// queue delivers everything exactly once.
 #[test]
 fn disk_full_keeps_queue_consistent_and_hooks_answered() {
     let env = world();
-    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs"]).arg(&env.state_dir).status().unwrap();
+    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs"]).arg(&env.state_dir).status().unwrap();
     assert!(mounted.success(), "mount -t tmpfs failed (this test needs root)");
     struct Unmount(std::path::PathBuf);
     impl Drop for Unmount {

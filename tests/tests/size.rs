@@ -357,7 +357,11 @@ fn tui_shows_a_one_line_receipt_for_a_mid_turn_delivery() {
     ));
     let broker = Broker::start_trusted(&env);
     let argv = [env.codex.display().to_string(), "please run a command".to_string()];
-    let tui = courier_tests::tmux::Tmux::start(&argv, &env.env_vars(), &env.work);
+    let mut tui = courier_tests::tmux::Tmux::start(&argv, &env.env_vars(), &env.work);
+    // The TUI starts Codex's managed app-server daemon, which outlives it.
+    let mut stop = env.codex_command();
+    stop.args(["app-server", "daemon", "stop"]);
+    tui.stop_on_drop(stop);
     // Codex may first show a model announcement: keep the configured model.
     let asked = courier_tests::util::poll_until(T, || {
         if tui.screen().contains("Use existing model") {
