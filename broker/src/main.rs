@@ -290,7 +290,7 @@ fn trust_codex(args: Args) -> Result<ExitCode> {
     let record = codex::TrustedCodex {
         sha256: digest.clone(),
         path: r.native.to_string_lossy().into_owned(),
-        version: codex::version_of(&r.native),
+        version: codex::native::version_beside(&r.native),
         how: codex::TrustHow::Manual,
         source: (r.command != r.native).then(|| r.command.to_string_lossy().into_owned()),
         added_at: broker::store::now_ms(),

@@ -170,7 +170,8 @@ fn install_delivers_through_real_codex_and_uninstall_restores_files() {
     let rig = Rig::new(CodexEnv::new(&model));
     let env = &rig.env;
     rig.write_user_hooks();
-    // A managed-daemon release copy of Codex: install must trust it too.
+    // A "release" under CODEX_HOME (tool commands can write there): install does not trust it
+    // for being there; a real one is a copy of the trusted binary and passes by its digest.
     let daemon = env.codex_home.join("packages/app-server-daemon/releases/9.9.9/bin/codex");
     std::fs::create_dir_all(daemon.parent().unwrap()).unwrap();
     std::fs::write(&daemon, b"\x7fELF stand-in daemon copy").unwrap();
@@ -183,7 +184,7 @@ fn install_delivers_through_real_codex_and_uninstall_restores_files() {
     let out = rig.install(&["--start", "profile"]);
     let native = env.codex.canonicalize().unwrap();
     assert!(out.contains(&format!("trusted Codex binary {}", native.display())), "{out}");
-    assert!(out.contains(&format!("trusted Codex binary {}", daemon.display())), "{out}");
+    assert!(!out.contains(&format!("trusted Codex binary {}", daemon.display())), "{out}");
     let client = rig.prefix.join("hook-client");
     let client_ino = std::fs::metadata(&client).unwrap().ino();
 
@@ -244,7 +245,7 @@ fn install_delivers_through_real_codex_and_uninstall_restores_files() {
     assert!(!rig.profile().exists() && !rig.prefix.exists() && !manifest.exists(), "{out}");
     wait_until(Duration::from_secs(10), "the installed broker to exit", || (!pid_alive(pid)).then_some(()));
     // The digests install added are no longer trusted.
-    let out = rig.run_ok(&broker_bin(), &["trust-codex", &daemon.display().to_string()]);
+    let out = rig.run_ok(&broker_bin(), &["trust-codex", &native.display().to_string()]);
     assert!(out.starts_with("trusted "), "{out}");
 }
 

@@ -1,30 +1,43 @@
 //! Following Codex upgrades: the broker trusts the binary the user's own `codex` runs, with no
 //! command from the user, off the hook path.
 //!
-//! The follower thread resolves every followed `codex` command (recorded by `broker install`,
-//! plus the `codex` on the broker's own PATH) and every managed-daemon release, watches the
-//! directories those answers depend on (`notify`: inotify, non-recursive), and re-resolves after
-//! any change there settles (and every [`RECHECK`] in case an event was missed). A resolution to
-//! a binary whose digest is not trusted yet is hashed once (the shared [`DigestCache`]), checked
-//! to run (`--version`), and trusted as `followed`, with a log line naming the command, path,
-//! version and digest.
+//! The follower thread resolves every followed `codex` command (recorded by `broker install` or
+//! `broker trust-codex`, plus the `codex` on the broker's own PATH), watches the directories
+//! those answers depend on (`notify`: inotify, non-recursive), and re-resolves after any change
+//! there settles (and every [`RECHECK`] in case an event was missed). A resolution to a binary
+//! whose digest is not trusted yet is hashed once (the shared [`DigestCache`], at most
+//! [`MAX_HASH_BYTES`]), checked to be a whole ELF file (an install may still be writing it), and
+//! trusted as `followed`, with a log line naming the command, path, version and digest.
 //!
-//! Why this is no weaker than a recorded digest: any process of this uid can already run
-//! `broker trust-codex` or rewrite the user's `codex`; following the user's own command trusts
-//! exactly what the user runs, and nothing else. A binary outside these places still needs
-//! `broker trust-codex`.
+//! What is followed, and why it is no wider than what the user already runs:
+//! - **The user's own `codex` commands**, resolved as Codex's launcher resolves them: the user
+//!   runs exactly that file whenever they type `codex`, so trusting it adds nothing a process
+//!   able to change it could not already get by changing it.
+//! - **Managed-daemon releases are never trusted for being there.** A release
+//!   (`$CODEX_HOME/packages/app-server-daemon/releases/<dir>/bin/codex`) is a byte copy the
+//!   user's trusted Codex makes of itself (`codex app-server daemon start`, the TUI): it has the
+//!   trusted digest already, so the gate accepts it by digest and nothing needs trusting. A
+//!   release with any other digest stays untrusted (`broker trust-codex PATH` if the user wants
+//!   it): `CODEX_HOME` is writable by the commands Codex's sandbox runs, and Codex records no
+//!   digest of its own for a release that a tool command could not forge. The follower only
+//!   hashes ahead a release copy whose size equals a trusted binary's (a handful per pass), so
+//!   the first hook of a new managed daemon does not wait for it.
+//! - **No candidate is ever executed** (`native.rs`): not to ask its version, not to check it
+//!   runs. Its version is read from the package files beside it, a label only.
 //!
-//! The follower also keeps the set of paths the gate treats as *expected* Codex binaries: a hook
+//! The follower also keeps the set of files the gate treats as *expected* Codex binaries: a hook
 //! whose codex is one of them waits for its hash instead of being refused (`gate/digest.rs`);
 //! when the gate's expected lane hashes such a file first, [`Follower::consider_hashed`] trusts it
-//! in time for the waiting hook.
+//! in time for the waiting hook if a followed command resolves to it.
 
-use super::resolve::{self, Resolved};
-use super::{version_of, TrustHow, TrustedCodex};
-use crate::gate::digest::{DigestCache, ExeKey};
+use super::native::{is_complete_elf, version_beside};
+use super::resolve::{self, Layout, Resolved};
+use super::{TrustHow, TrustedCodex};
+use crate::gate::digest::{DigestCache, ExeKey, MAX_HASH_BYTES};
 use crate::store::{now_ms, Store};
-use anyhow::Result;
+use anyhow::{bail, Result};
 use std::collections::HashSet;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, RwLock};
@@ -36,11 +49,16 @@ pub const RECHECK: Duration = Duration::from_secs(30);
 const SETTLE: Duration = Duration::from_millis(300);
 /// Longest a stream of events can delay a re-resolve.
 const SETTLE_MAX: Duration = Duration::from_secs(3);
+/// Release copies hashed ahead per pass at most (a real one appears once per daemon install).
+const RELEASES_PER_PASS: usize = 2;
 
 #[derive(Default)]
 struct Expected {
+    /// What the followed commands resolve to, and the paths trusted binaries were recorded at.
     natives: HashSet<PathBuf>,
     releases: Option<PathBuf>,
+    /// Sizes of the trusted binaries whose identity is recorded: a release copy of one has the same.
+    trusted_sizes: HashSet<u64>,
 }
 
 /// State shared by the follower thread, the gate's expected lane and the server.
@@ -69,13 +87,16 @@ impl Follower {
         })
     }
 
-    /// Whether the gate should wait for the hash of the executable at `path` (see module docs).
-    pub fn is_expected(&self, path: &Path) -> bool {
+    /// Whether the gate should wait for the hash of the executable at `path`, `size` bytes: a
+    /// followed or trusted path, or a release copy the size of a trusted binary. Any other file
+    /// (what a tool command may plant under `releases/`) goes to the background lane.
+    pub fn is_expected(&self, path: &Path, size: u64) -> bool {
         // A binary replaced under a running codex reads as "<path> (deleted)".
         let s = path.to_string_lossy();
         let path = Path::new(s.strip_suffix(" (deleted)").unwrap_or(&s));
         let e = self.expected.read().unwrap_or_else(|p| p.into_inner());
-        e.natives.contains(path) || e.releases.as_deref().is_some_and(|r| path.starts_with(r))
+        size <= MAX_HASH_BYTES
+            && (e.natives.contains(path) || e.releases.as_deref().is_some_and(|r| path.starts_with(r)) && e.trusted_sizes.contains(&size))
     }
 
     fn with_store<T>(&self, f: impl FnOnce(&mut Store) -> Result<T>) -> Result<T> {
@@ -96,34 +117,32 @@ impl Follower {
         v
     }
 
-    /// One pass: resolve, refresh the expected set, trust what the user's commands now run.
-    /// Returns the directories to watch.
+    /// One pass: resolve, trust what the user's commands now run, refresh the expected set,
+    /// hash ahead release copies of trusted binaries. Returns the directories to watch.
     pub fn cycle(&self) -> Vec<PathBuf> {
         self.cycles.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let found = resolve::discover(&self.commands(), &self.codex_home);
-        let trusted: Vec<TrustedCodex> = self.with_store(|s| s.trusted_codex()).unwrap_or_default();
-        {
-            let mut e = self.expected.write().unwrap_or_else(|p| p.into_inner());
-            e.natives = found.natives().map(Path::to_path_buf).chain(trusted.iter().map(|t| PathBuf::from(&t.path))).collect();
-            e.releases = Some(resolve::releases_dir(&self.codex_home));
-        }
-        for r in &found.found {
+        let (releases, followed): (Vec<&Resolved>, Vec<&Resolved>) = found.found.iter().partition(|r| r.layout == Layout::ManagedDaemon);
+        for r in &followed {
             if let Err(e) = self.consider(r) {
                 crate::log_warn!("codex follower: {}: {e:#}", r.native.display());
             }
         }
-        // Warm the cache with the other trusted binaries (still-running older releases, binaries
-        // trusted by hand), so no hook waits for them.
-        for t in &trusted {
-            let Ok(f) = std::fs::File::open(&t.path) else { continue };
-            let Ok(key) = ExeKey::of(&f) else { continue };
-            if self.with_store(|s| s.codex_file_digest(&key)).ok().flatten().is_none() {
-                if let Ok(d) = self.digests.of_file(f) {
-                    let _ = self.with_store(|s| s.note_codex_file(&key, &d));
-                }
-            }
+        let trusted: Vec<TrustedCodex> = self.with_store(|s| s.trusted_codex()).unwrap_or_default();
+        {
+            let mut e = self.expected.write().unwrap_or_else(|p| p.into_inner());
+            e.natives = followed.iter().map(|r| r.native.clone()).chain(trusted.iter().map(|t| PathBuf::from(&t.path))).collect();
+            e.releases = Some(resolve::releases_dir(&self.codex_home));
+            e.trusted_sizes = self.with_store(|s| s.trusted_codex_sizes()).unwrap_or_default().into_iter().collect();
         }
-        let mut watch: Vec<PathBuf> = found.found.iter().flat_map(|r| r.watch.iter().cloned()).collect();
+        // Warm the cache with the other trusted binaries (still-running older releases, binaries
+        // trusted by hand) and with release copies of them, so no hook waits for them.
+        let trusted_paths = trusted.iter().map(|t| PathBuf::from(&t.path));
+        let copies = releases.iter().map(|r| r.native.clone()).filter(|p| self.is_expected(p, size_of(p))).take(RELEASES_PER_PASS);
+        for path in trusted_paths.chain(copies) {
+            self.warm(&path);
+        }
+        let mut watch: Vec<PathBuf> = followed.iter().flat_map(|r| r.watch.iter().cloned()).collect();
         // The releases directory, or its nearest existing ancestor up to CODEX_HOME (the TUI
         // creates it on first start); events in CODEX_HOME itself are filtered in `run`.
         let releases = resolve::releases_dir(&self.codex_home);
@@ -141,11 +160,33 @@ impl Follower {
         watch
     }
 
-    /// Trusts `r.native` if it is not yet: hashed once, checked to run.
+    /// Records the digest of the file at `path` (at most [`MAX_HASH_BYTES`]) unless known.
+    fn warm(&self, path: &Path) {
+        let Ok(f) = File::open(path) else { return };
+        let Ok(key) = ExeKey::of(&f) else { return };
+        if key.size > MAX_HASH_BYTES || self.with_store(|s| s.codex_file_digest(&key)).ok().flatten().is_some() {
+            return;
+        }
+        if let Ok(d) = self.digests.of_file(f) {
+            let _ = self.with_store(|s| s.note_codex_file(&key, &d));
+        }
+    }
+
+    /// Trusts `r.native` (what a followed command runs) if it is not yet: hashed once.
     fn consider(&self, r: &Resolved) -> Result<()> {
-        let file = std::fs::File::open(&r.native)?;
+        let file = File::open(&r.native)?;
         let key = ExeKey::of(&file)?;
+        if key.size > MAX_HASH_BYTES {
+            bail!("{} bytes, over the {} the broker hashes; not trusted (broker trust-codex PATH)", key.size, MAX_HASH_BYTES);
+        }
         let known = self.with_store(|s| s.codex_file_digest(&key))?;
+        if known.as_deref().is_some_and(|d| self.with_store(|s| s.is_trusted_codex(d)).unwrap_or(false)) {
+            return Ok(());
+        }
+        // A file an install is still writing is not recorded; the next event or re-check looks again.
+        if !is_complete_elf(&file)? {
+            bail!("not a whole native executable yet; not trusted");
+        }
         let digest = match known {
             Some(d) => d,
             None => {
@@ -161,31 +202,28 @@ impl Follower {
         if self.with_store(|s| s.is_trusted_codex(digest))? {
             return Ok(());
         }
-        // A binary that does not run (half-written by an install in progress) is not trusted;
-        // the next change event or re-check looks again.
-        let Some(version) = version_of(&r.native) else {
-            anyhow::bail!("does not answer --version yet; not trusted");
-        };
+        let version = version_beside(&r.native);
         let record = TrustedCodex {
             sha256: digest.to_string(),
             path: r.native.to_string_lossy().into_owned(),
-            version: Some(version.clone()),
+            version: version.clone(),
             how: TrustHow::Followed,
             source: Some(r.command.to_string_lossy().into_owned()),
             added_at: now_ms(),
         };
         if self.with_store(|s| s.trust_codex(&record))? {
+            let shown = version.as_deref().unwrap_or("(version unknown)");
             crate::log_info!(
-                "trusted Codex {version} at {} (sha256:{}): `{}` now runs it ({})",
+                "trusted Codex {shown} at {} (sha256:{}): `{}` now runs it ({})",
                 r.native.display(),
                 &digest[..12],
                 r.command.display(),
                 r.layout.as_str()
             );
-            if let Some(v) = super::parse_version(&version) {
+            if let Some(v) = version.as_deref().and_then(super::parse_version) {
                 if super::support(v) != super::Support::Tested {
                     crate::log_warn!(
-                        "Codex {version} is outside the range Courier is tested on ({}); delivery may not be confirmed",
+                        "Codex {shown} is outside the range Courier is tested on ({}); delivery may not be confirmed",
                         super::supported_range()
                     );
                 }
@@ -196,16 +234,17 @@ impl Follower {
 
     /// Called by the gate's expected lane with a file it just hashed: if a followed command
     /// resolves to exactly that file now, trust it (the hook waiting on the hash then passes).
+    /// Managed-daemon releases are not followed (module docs).
     pub fn consider_hashed(&self, path: &Path, key: &ExeKey, digest: &str) {
-        let found = resolve::discover(&self.commands(), &self.codex_home);
-        for r in found.found.iter().filter(|r| r.native == path) {
-            if ExeKey::of_path(&r.native).ok().as_ref() == Some(key) {
-                let _ = self.with_store(|s| s.note_codex_file(key, digest));
-                if let Err(e) = self.trust_if_new(r, digest) {
-                    crate::log_warn!("codex follower: {}: {e:#}", path.display());
-                }
-                return;
-            }
+        let found = resolve::discover_commands(&self.commands());
+        let Some(r) = found.found.iter().find(|r| r.native == path) else { return };
+        let Ok(file) = File::open(&r.native) else { return };
+        if ExeKey::of(&file).ok().as_ref() != Some(key) || !is_complete_elf(&file).unwrap_or(false) {
+            return;
+        }
+        let _ = self.with_store(|s| s.note_codex_file(key, digest));
+        if let Err(e) = self.trust_if_new(r, digest) {
+            crate::log_warn!("codex follower: {}: {e:#}", path.display());
         }
     }
 
@@ -242,4 +281,8 @@ impl Follower {
             drop(watcher);
         }
     }
+}
+
+fn size_of(path: &Path) -> u64 {
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or(u64::MAX)
 }

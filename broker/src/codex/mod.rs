@@ -4,19 +4,20 @@
 //!   layout, a standalone binary, managed-daemon copies);
 //! - `follow.rs`: the broker's thread that watches those places and trusts the new binary when the
 //!   user's own `codex` is upgraded;
+//! - `native.rs`: what a native file is (its version, whether it is whole), read without running
+//!   it: the broker never executes a candidate binary;
 //! - here: hashing a file, the supported version range, and the record of a trusted binary.
 //!
 //! Trusted digests live in the queue database, so a running broker sees a new one at its next hook
 //! call, without a restart. The gate hashes nothing itself (`gate/digest.rs`).
 
 pub mod follow;
+pub mod native;
 pub mod resolve;
 
 use anyhow::{Context, Result};
 use std::fs::File;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::Duration;
 
 pub use crate::store::{TrustHow, TrustedCodex};
 pub use resolve::{discover, resolve, Discovery, Layout, Resolved};
@@ -75,27 +76,6 @@ pub fn support(v: (u32, u32, u32)) -> Support {
     } else {
         Support::Tested
     }
-}
-
-/// `codex --version` of a binary (bounded: 10 s), e.g. `0.171.0`.
-pub fn version_of(binary: &Path) -> Option<String> {
-    let mut child = Command::new(binary).arg("--version").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().ok()?;
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-        }
-    }
-    let out = child.wait_with_output().ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let v = parse_version(text.trim())?;
-    Some(format!("{}.{}.{}", v.0, v.1, v.2))
 }
 
 #[cfg(test)]

@@ -240,18 +240,27 @@ pub fn releases_dir(codex_home: &Path) -> PathBuf {
     codex_home.join("packages/app-server-daemon/releases")
 }
 
-/// Every managed-daemon release copy, sorted by path.
+/// Every managed-daemon release copy, `releases/<dir>/bin/codex`, sorted by path. No symbolic
+/// link is followed: `<dir>`, `bin` and `codex` must each be what they say (a directory, a
+/// directory, a regular file), so no entry names a file outside `releases/`. Nothing listed here
+/// is trusted for being here (see `follow.rs`).
 pub fn managed_daemon_releases(codex_home: &Path) -> Vec<Resolved> {
     let releases = releases_dir(codex_home);
+    let is = |p: &Path, dir: bool| std::fs::symlink_metadata(p).is_ok_and(|m| if dir { m.is_dir() } else { m.is_file() });
     let mut v: Vec<PathBuf> = std::fs::read_dir(&releases)
-        .map(|rd| rd.flatten().map(|e| e.path().join("bin/codex")).filter(|p| p.is_file()).collect())
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|d| is(d, true) && is(&d.join("bin"), true) && is(&d.join("bin/codex"), false))
+                .map(|d| d.join("bin/codex"))
+                .collect()
+        })
         .unwrap_or_default();
     v.sort();
     v.into_iter()
-        .filter_map(|p| {
-            let native = p.canonicalize().ok()?;
-            let watch = vec![releases.clone(), p.parent()?.to_path_buf()];
-            Some(Resolved { command: p, native, layout: Layout::ManagedDaemon, watch })
+        .map(|p| {
+            let watch = vec![releases.clone(), p.parent().expect("bin/").to_path_buf()];
+            Resolved { command: p.clone(), native: p, layout: Layout::ManagedDaemon, watch }
         })
         .collect()
 }
@@ -271,6 +280,13 @@ impl Discovery {
 }
 
 pub fn discover(commands: &[PathBuf], codex_home: &Path) -> Discovery {
+    let mut d = discover_commands(commands);
+    d.found.extend(managed_daemon_releases(codex_home));
+    d
+}
+
+/// The user's `codex` command(s) resolved, without the managed-daemon releases.
+pub fn discover_commands(commands: &[PathBuf]) -> Discovery {
     let mut d = Discovery::default();
     for c in commands {
         match resolve(c) {
@@ -282,7 +298,6 @@ pub fn discover(commands: &[PathBuf], codex_home: &Path) -> Discovery {
             Err(e) => d.problems.push((c.clone(), format!("{e:#}"))),
         }
     }
-    d.found.extend(managed_daemon_releases(codex_home));
     d
 }
 
@@ -414,10 +429,18 @@ mod tests {
     }
 
     #[test]
-    fn managed_daemon_releases_are_listed() {
+    fn managed_daemon_releases_are_listed_without_following_links() {
         let r = root("daemon");
-        let a = releases_dir(&r).join("0.171.0/bin/codex");
+        let a = releases_dir(&r).join("0.171.0-x86_64-unknown-linux-musl/bin/codex");
         write(&a, &elf(), 0o755);
+        // Links out of releases/, at each level: none is listed.
+        let outside = r.join("elsewhere/bin/codex");
+        write(&outside, &elf(), 0o755);
+        symlink(r.join("elsewhere"), releases_dir(&r).join("linked-dir")).unwrap();
+        std::fs::create_dir_all(releases_dir(&r).join("linked-bin")).unwrap();
+        symlink(r.join("elsewhere/bin"), releases_dir(&r).join("linked-bin/bin")).unwrap();
+        write(&releases_dir(&r).join("linked-file/bin/.keep"), b"", 0o644);
+        symlink(&outside, releases_dir(&r).join("linked-file/bin/codex")).unwrap();
         let d = discover(&[], &r);
         assert_eq!(d.natives().collect::<Vec<_>>(), [a.as_path()]);
         assert_eq!(d.found[0].layout, Layout::ManagedDaemon);

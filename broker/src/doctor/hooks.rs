@@ -73,6 +73,23 @@ pub fn codex_hooks_list(codex: &Path, cwd: &Path, timeout: Duration) -> Result<V
     Ok(install::parse_hooks_list(&result))
 }
 
+/// Doctor runs `codex` only if the native binary it resolves to is a trusted Codex: it never
+/// executes a binary it has not proven (a digest recorded for the file's identity, else hashed).
+fn runs_trusted_codex(codex: &Path, state_dir: &Path) -> Result<(), String> {
+    let native = crate::codex::resolve(codex).map_err(|e| format!("{e:#}"))?.native;
+    let store = crate::store::Store::open(state_dir).map_err(|e| format!("{e:#}"))?;
+    let key = crate::gate::digest::ExeKey::of_path(&native).map_err(|e| format!("{}: {e}", native.display()))?;
+    let digest = match store.codex_file_digest(&key).ok().flatten() {
+        Some(d) => d,
+        None if key.size <= crate::gate::digest::MAX_HASH_BYTES => crate::codex::sha256_file(&native).map_err(|e| format!("{e:#}"))?,
+        None => return Err(format!("{} is too large to check", native.display())),
+    };
+    match store.is_trusted_codex(&digest) {
+        Ok(true) => Ok(()),
+        _ => Err(format!("{} is not a trusted Codex, so doctor does not run it", native.display())),
+    }
+}
+
 fn camel_event(ev: &str) -> String {
     let mut c = ev.chars();
     c.next().map(|f| f.to_ascii_lowercase().to_string() + c.as_str()).unwrap_or_default()
@@ -80,9 +97,9 @@ fn camel_event(ev: &str) -> String {
 
 const TRUST_FIX: &str = "run `broker install` again (it rewrites Courier's trust entries), or review and trust the hooks in Codex (/hooks)";
 
-pub(super) fn check_hooks(codex: Option<&Path>, codex_home: &Path, cwd: &Path, command: &str) -> Vec<Check> {
+pub(super) fn check_hooks(codex: Option<&Path>, codex_home: &Path, state_dir: &Path, cwd: &Path, command: &str) -> Vec<Check> {
     let listed = match codex {
-        Some(c) => codex_hooks_list(c, cwd, Duration::from_secs(30)),
+        Some(c) => runs_trusted_codex(c, state_dir).and_then(|()| codex_hooks_list(c, cwd, Duration::from_secs(30))),
         None => Err("no codex on PATH (pass --codex PATH)".into()),
     };
     let listed = match listed {

@@ -144,7 +144,7 @@ pub fn run(opts: &Options) -> Vec<Check> {
     // Hooks registered and trusted, as Codex sees them.
     let codex = opts.codex.clone().or_else(|| codex::resolve::codex_on_path(std::env::var_os("PATH").as_deref()));
     match &expected_command {
-        Some(cmd) => checks.extend(check_hooks(codex.as_deref(), &codex_home, &opts.cwd, cmd)),
+        Some(cmd) => checks.extend(check_hooks(codex.as_deref(), &codex_home, &state_dir, &opts.cwd, cmd)),
         None => checks.push(Check::fail("cannot tell which hook-client should be registered", "run `broker install`")),
     }
 
@@ -296,6 +296,11 @@ fn check_codex(codex: Option<&Path>, codex_home: &Path, state_dir: &Path) -> Vec
     for r in &found.found {
         let native = r.native.display();
         let via = if r.command == r.native { String::new() } else { format!(", run by {}", r.command.display()) };
+        let size = std::fs::metadata(&r.native).map(|m| m.len()).unwrap_or(0);
+        if size > crate::gate::digest::MAX_HASH_BYTES {
+            out.push(Check::warn(format!("{native} is {size} bytes, over what the broker hashes; not checked"), None));
+            continue;
+        }
         let digest = match codex::sha256_file(&r.native) {
             Ok(d) => d,
             Err(e) => {
@@ -313,7 +318,8 @@ fn check_codex(codex: Option<&Path>, codex_home: &Path, state_dir: &Path) -> Vec
                 format!("broker trust-codex {}", install::shell_quote(&r.native.to_string_lossy())),
             ),
         });
-        let version = codex::version_of(&r.native);
+        // Read from the package beside it: doctor runs no candidate binary (codex/native.rs).
+        let version = codex::native::version_beside(&r.native);
         out.push(match version.as_deref().and_then(codex::parse_version) {
             Some(v) if codex::support(v) == codex::Support::Tested => {
                 Check::ok(format!("Codex {} at {native} is in the tested range {}", version.as_deref().unwrap_or(""), codex::supported_range()))
@@ -322,7 +328,7 @@ fn check_codex(codex: Option<&Path>, codex_home: &Path, state_dir: &Path) -> Vec
                 format!("Codex {} at {native} is outside the tested range {}", version.as_deref().unwrap_or(""), codex::supported_range()),
                 Some("delivery may work but receipts may read `uncertain`; run the end-to-end tests against it (tests/README.md) or use a tested release".into()),
             ),
-            None => Check::warn(format!("could not read the version of {native} (`--version`)"), None),
+            None => Check::warn(format!("the version of {native} is unknown (no Codex package file beside it)"), None),
         });
     }
     if !trusted.is_empty() {

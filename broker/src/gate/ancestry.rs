@@ -85,8 +85,8 @@ impl Gate {
                     .unwrap_or_default()
             };
             let waited_for = std::cell::Cell::new(false);
-            let expected = |p: &Path| {
-                let e = trust.is_expected(p);
+            let expected = |p: &Path, size: u64| {
+                let e = trust.is_expected(p, size);
                 waited_for.set(waited_for.get() | e);
                 e
             };

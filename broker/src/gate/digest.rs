@@ -6,11 +6,17 @@
 //!
 //! - The **expected** lane hashes files the broker has reason to believe are Codex: a trusted
 //!   binary's path, the native binary the user's own `codex` resolves to, a managed-daemon
-//!   release (`broker::codex::follow` keeps that set). A hook whose codex is such a file waits for it.
+//!   release copy the size of a trusted binary (`broker::codex::follow` keeps that set). A hook
+//!   whose codex is such a file waits for it, bounded three ways: at most [`EXPECTED_QUEUE`]
+//!   files queued, at most [`EXPECTED_WAITERS`] workers waiting at once (the others answer
+//!   `Pending` at once), each until its deadline.
 //! - The **background** lane hashes everything else, one file at a time at the lowest CPU
-//!   priority, at most [`BACKGROUND_MAX_BYTES`] a file and [`BACKGROUND_QUEUE`] files queued; a hook
-//!   never waits for it. This is what keeps a flood of fresh 1 GiB "codex" executables (any
-//!   same-uid process can make them) from taking the broker's CPU or workers from honest hooks.
+//!   priority, at most [`BACKGROUND_QUEUE`] files queued; a hook never waits for it. This is what
+//!   keeps a flood of fresh "codex" executables (any same-uid process can make them, under
+//!   `releases/` too) from taking the broker's CPU, fds or workers from honest hooks.
+//!
+//! No lane and no caller hashes a file over [`MAX_HASH_BYTES`]: it is answered "unhashable" at
+//! once. A queued file holds an open fd, so the queue caps bound the broker's fds as well.
 //!
 //! Every answer, a digest or "unreadable / too large", is cached under the file's key (device,
 //! inode, size, mtime, ctime of the file actually executed, read from an fd opened on
@@ -25,7 +31,7 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Instant;
 
@@ -60,12 +66,19 @@ impl ExeKey {
 
 /// Entries kept before the cache is cleared (executables of ancestors seen; small in practice).
 const MAX_ENTRIES: usize = 4096;
-/// Files the background lane hashes at most; bigger unknown files are answered "not hashed".
-/// (Codex is ~300 MB; a trusted or expected one goes to the expected lane, which has no cap.)
-pub const BACKGROUND_MAX_BYTES: u64 = 1 << 30;
+/// The most the broker hashes of one executable anywhere (both lanes, the follower, doctor).
+/// Codex 0.171.0's native binary is 315 MB (0.160.0: 289 MB); 1 GiB leaves room for growth, and
+/// a bigger file is never read: at ~1 GB/s it would hold a core for seconds or, sparse, for hours.
+/// Only `broker trust-codex PATH`, the user naming a file, hashes past it.
+pub const MAX_HASH_BYTES: u64 = 1 << 30;
 /// Unknown files waiting for the background lane; more are answered "not hashed" for now and
 /// asked again by a later call.
 pub const BACKGROUND_QUEUE: usize = 16;
+/// Expected files waiting for the expected lane (a real upgrade brings one or two).
+pub const EXPECTED_QUEUE: usize = 4;
+/// Workers that may wait for the expected lane at once, of the server's 16: a hook beyond them
+/// is answered `Pending` at once, so no set of expected files can hold every worker.
+pub const EXPECTED_WAITERS: usize = 4;
 
 /// Which hashing thread a file goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +99,11 @@ pub enum Lookup {
 
 /// Looks a file identity up among digests recorded elsewhere (the store's `codex_files`).
 pub type Known<'a> = dyn Fn(&ExeKey) -> Option<String> + 'a;
+
+/// Whether the executable at a path, of a size, is an expected Codex binary (the expected lane).
+pub type Expected<'a> = dyn Fn(&Path, u64) -> bool + 'a;
+/// The same, held by another thread (the thread lister).
+pub type SharedExpected = dyn Fn(&Path, u64) -> bool + Send + Sync;
 
 /// Called by the expected lane after it hashed a file, before waiters see the digest: lets the
 /// upgrade follower trust a new binary of the user's own `codex` in time for the hook waiting on it.
@@ -143,6 +161,8 @@ struct Inner {
     hashed: AtomicU64,
     /// Bytes hashed by the background lane.
     background_bytes: AtomicU64,
+    /// Workers waiting for the expected lane now.
+    waiters: AtomicUsize,
 }
 
 /// A handle on the shared cache and its two hashing threads (started on first use). Clones share both.
@@ -157,6 +177,11 @@ impl DigestCache {
         self.inner.hashed.load(Ordering::Relaxed)
     }
 
+    /// Files waiting in both lanes now.
+    pub fn queued(&self) -> usize {
+        self.inner.lanes.iter().map(|q| q.jobs.lock().unwrap_or_else(|p| p.into_inner()).len()).sum()
+    }
+
     pub fn background_bytes(&self) -> u64 {
         self.inner.background_bytes.load(Ordering::Relaxed)
     }
@@ -167,9 +192,9 @@ impl DigestCache {
     }
 
     /// The digest of `pid`'s executable if known. A file not seen before is queued: on the
-    /// expected lane if `expected(its path)` (then the call waits for it until `until`), else on
-    /// the background lane (the call does not wait).
-    pub fn lookup(&self, pid: i32, known: &Known<'_>, expected: &dyn Fn(&Path) -> bool, until: Instant) -> io::Result<Lookup> {
+    /// expected lane if `expected(its path, its size)` (then the call waits for it until `until`),
+    /// else on the background lane (the call does not wait).
+    pub fn lookup(&self, pid: i32, known: &Known<'_>, expected: &Expected<'_>, until: Instant) -> io::Result<Lookup> {
         let exe = format!("/proc/{pid}/exe");
         // An answer already cached needs no open: the identity through the link is enough (a
         // file changed since has another size, mtime or ctime, so another key).
@@ -187,7 +212,7 @@ impl DigestCache {
         file: File,
         path: &dyn Fn() -> PathBuf,
         known: &Known<'_>,
-        expected: &dyn Fn(&Path) -> bool,
+        expected: &Expected<'_>,
         until: Instant,
     ) -> io::Result<Lookup> {
         let key = ExeKey::of(&file)?;
@@ -202,14 +227,16 @@ impl DigestCache {
             // Recorded by a trust command, install or the follower: nothing to hash.
         } else if new {
             let path = path();
-            let lane = if expected(&path) { Lane::Expected } else { Lane::Background };
+            let lane = if expected(&path, key.size) { Lane::Expected } else { Lane::Background };
+            if !self.submit(Job { key, file, path, slot: Arc::clone(&slot) }, lane) {
+                return Ok(Lookup::Pending); // the lane is full: nothing cached, a later call asks again
+            }
             wait = lane == Lane::Expected;
-            self.submit(Job { key, file, path, slot: Arc::clone(&slot) }, lane);
         } else if slot.done.get().is_none() {
             // Queued by an earlier call: wait only if it is an expected binary.
-            wait = expected(&path());
+            wait = expected(&path(), key.size);
         }
-        let answer = if wait { slot.wait_until(until) } else { slot.done.get() };
+        let answer = if wait { self.wait_bounded(&slot, until) } else { slot.done.get() };
         Ok(match answer {
             Some(Some(d)) => Lookup::Digest(d.clone()),
             Some(None) => Lookup::Unhashable,
@@ -221,6 +248,9 @@ impl DigestCache {
     /// returns the cached digest; shares the cache with the lanes.
     pub fn of_file(&self, mut file: File) -> io::Result<String> {
         let key = ExeKey::of(&file)?;
+        if key.size > MAX_HASH_BYTES {
+            return Err(io::Error::other(format!("{} bytes, over the {MAX_HASH_BYTES} the broker hashes", key.size)));
+        }
         let (slot, new) = self.slot(key);
         if new {
             let d = self.hash_checked(&mut file, key);
@@ -236,6 +266,18 @@ impl DigestCache {
                 Err(io::Error::other("executable changed or unreadable while hashing"))
             }
         }
+    }
+
+    /// Waits for `slot` until `until` if fewer than [`EXPECTED_WAITERS`] workers wait already.
+    fn wait_bounded<'s>(&self, slot: &'s Slot, until: Instant) -> Option<&'s Option<String>> {
+        let waiters = &self.inner.waiters;
+        if waiters.fetch_add(1, Ordering::AcqRel) >= EXPECTED_WAITERS {
+            waiters.fetch_sub(1, Ordering::AcqRel);
+            return slot.done.get();
+        }
+        let answer = slot.wait_until(until);
+        waiters.fetch_sub(1, Ordering::AcqRel);
+        answer
     }
 
     /// The finished answer for `key`, if there is one.
@@ -269,23 +311,28 @@ impl DigestCache {
         }
     }
 
-    fn submit(&self, job: Job, lane: Lane) {
+    /// Queues `job` on `lane`; false if the lane is full (then nothing is cached for the file).
+    fn submit(&self, job: Job, lane: Lane) -> bool {
+        if job.key.size > MAX_HASH_BYTES {
+            job.slot.finish(None); // a stable answer for this file: never hashed
+            return true;
+        }
         self.start_lanes();
         let q = &self.inner.lanes[lane as usize];
         let mut jobs = q.jobs.lock().unwrap_or_else(|p| p.into_inner());
-        if lane == Lane::Background && (jobs.len() >= BACKGROUND_QUEUE || job.key.size > BACKGROUND_MAX_BYTES) {
+        let cap = match lane {
+            Lane::Expected => EXPECTED_QUEUE,
+            Lane::Background => BACKGROUND_QUEUE,
+        };
+        if jobs.len() >= cap {
             drop(jobs);
-            if job.key.size > BACKGROUND_MAX_BYTES {
-                job.slot.finish(None); // a stable answer for this file: never hashed
-            } else {
-                // Queue full: no answer cached, a later call may queue it again.
-                self.forget(job.key, &job.slot);
-                job.slot.finish(None);
-            }
-            return;
+            self.forget(job.key, &job.slot);
+            job.slot.finish(None); // wakes any other caller of this slot; the fd closes here
+            return false;
         }
         jobs.push_back(job);
         q.cv.notify_one();
+        true
     }
 
     fn start_lanes(&self) {
@@ -377,11 +424,11 @@ mod tests {
         let cache = DigestCache::default();
         let until = Instant::now() + Duration::from_secs(10);
         let path = || p.clone();
-        let got = cache.lookup_file(File::open(&p).unwrap(), &path, &|_| None, &|_| true, until).unwrap();
+        let got = cache.lookup_file(File::open(&p).unwrap(), &path, &|_| None, &|_, _| true, until).unwrap();
         assert_eq!(got, Lookup::Digest(crate::codex::sha256_file(&p).unwrap()));
         let hashed = cache.hashed();
         // Known now: answered without waiting and without hashing again.
-        let again = cache.lookup_file(File::open(&p).unwrap(), &path, &|_| None, &|_| false, Instant::now()).unwrap();
+        let again = cache.lookup_file(File::open(&p).unwrap(), &path, &|_| None, &|_, _| false, Instant::now()).unwrap();
         assert_eq!(again, got);
         assert_eq!(cache.hashed(), hashed);
     }
@@ -391,7 +438,7 @@ mod tests {
         let p = temp_file("background", &vec![7u8; 4 << 20]);
         let cache = DigestCache::default();
         let path = || p.clone();
-        let never = |_: &Path| false;
+        let never = |_: &Path, _: u64| false;
         let far = Instant::now() + Duration::from_secs(60);
         let first = cache.lookup_file(File::open(&p).unwrap(), &path, &|_| None, &never, far).unwrap();
         assert!(matches!(first, Lookup::Pending | Lookup::Digest(_)), "{first:?}");
@@ -407,7 +454,7 @@ mod tests {
         assert_eq!(cache.background_bytes(), 4 << 20);
         // A sparse file over the cap is answered at once and never read.
         let big = temp_file("big", b"");
-        std::fs::OpenOptions::new().write(true).open(&big).unwrap().set_len(BACKGROUND_MAX_BYTES + 1).unwrap();
+        std::fs::OpenOptions::new().write(true).open(&big).unwrap().set_len(MAX_HASH_BYTES + 1).unwrap();
         let hashed = cache.hashed();
         let big_path = || big.clone();
         let got = cache.lookup_file(File::open(&big).unwrap(), &big_path, &|_| None, &never, far).unwrap();
@@ -416,12 +463,44 @@ mod tests {
     }
 
     #[test]
+    fn the_expected_lane_queues_and_waits_for_a_bounded_few() {
+        let cache = DigestCache::default();
+        let expected = |_: &Path, _: u64| true;
+        // Keep the lane busy for a while: a sparse 256 MiB file.
+        let busy = temp_file("busy", b"");
+        std::fs::OpenOptions::new().write(true).open(&busy).unwrap().set_len(256 << 20).unwrap();
+        let now = Instant::now;
+        cache.lookup_file(File::open(&busy).unwrap(), &|| busy.clone(), &|_| None, &expected, now()).unwrap();
+        let files: Vec<PathBuf> = (0..EXPECTED_QUEUE + 3).map(|i| temp_file(&format!("queued-{i}"), format!("{i}").as_bytes())).collect();
+        let answers: Vec<Lookup> =
+            files.iter().map(|p| cache.lookup_file(File::open(p).unwrap(), &|| p.clone(), &|_| None, &expected, now()).unwrap()).collect();
+        assert!(answers.iter().all(|a| *a == Lookup::Pending), "{answers:?}");
+        assert!(cache.queued() <= EXPECTED_QUEUE, "{} queued", cache.queued());
+        // Many hooks on one queued file: only EXPECTED_WAITERS wait for it, the rest answer at once.
+        let queued = files[0].clone();
+        let far = now() + Duration::from_secs(60);
+        let waits: Vec<_> = (0..EXPECTED_WAITERS + 4)
+            .map(|_| {
+                let (cache, p) = (cache.clone(), queued.clone());
+                std::thread::spawn(move || cache.lookup_file(File::open(&p).unwrap(), &|| p.clone(), &|_| None, &expected, far).unwrap())
+            })
+            .collect();
+        let got: Vec<Lookup> = waits.into_iter().map(|h| h.join().unwrap()).collect();
+        let waited = got.iter().filter(|a| matches!(a, Lookup::Digest(_))).count();
+        assert_eq!(waited, EXPECTED_WAITERS, "{got:?}");
+        // A file the full lane turned away was not cached: asked again, it is hashed.
+        let turned_away = files.last().unwrap();
+        let again = cache.lookup_file(File::open(turned_away).unwrap(), &|| turned_away.clone(), &|_| None, &expected, far).unwrap();
+        assert_eq!(again, Lookup::Digest(crate::codex::sha256_file(turned_away).unwrap()));
+    }
+
+    #[test]
     fn a_recorded_digest_is_used_without_hashing() {
         let p = temp_file("known", b"recorded");
         let cache = DigestCache::default();
         let key = ExeKey::of_path(&p).unwrap();
         let known = move |k: &ExeKey| (*k == key).then(|| "d".repeat(64));
-        let got = cache.lookup_file(File::open(&p).unwrap(), &|| p.clone(), &known, &|_| false, Instant::now()).unwrap();
+        let got = cache.lookup_file(File::open(&p).unwrap(), &|| p.clone(), &known, &|_, _| false, Instant::now()).unwrap();
         assert_eq!(got, Lookup::Digest("d".repeat(64)));
         assert_eq!(cache.hashed(), 0);
     }

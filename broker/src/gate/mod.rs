@@ -157,10 +157,11 @@ impl std::fmt::Display for Refusal {
 pub trait CodexTrust {
     /// Whether a hex SHA-256 is a trusted Codex binary.
     fn is_trusted(&self, sha256: &str) -> bool;
-    /// Whether the executable at `path` is one the broker expects to be Codex (a trusted
-    /// binary's path, what the user's `codex` resolves to, a managed-daemon release): a hook whose
-    /// ancestor it is waits for its hash instead of being refused while it is computed.
-    fn is_expected(&self, path: &Path) -> bool;
+    /// Whether the executable at `path`, `size` bytes, is one the broker expects to be Codex (a
+    /// trusted binary's path, what the user's `codex` resolves to, a managed-daemon release copy
+    /// the size of a trusted binary): a hook whose ancestor it is waits for its hash instead of
+    /// being refused while it is computed.
+    fn is_expected(&self, path: &Path, size: u64) -> bool;
     /// A digest recorded for a file of exactly this identity (by a trust command, install or
     /// the follower), so it need not be hashed at all.
     fn known_digest(&self, _key: &digest::ExeKey) -> Option<String> {
@@ -174,7 +175,7 @@ impl<F: Fn(&str) -> bool> CodexTrust for F {
     fn is_trusted(&self, sha256: &str) -> bool {
         self(sha256)
     }
-    fn is_expected(&self, path: &Path) -> bool {
+    fn is_expected(&self, path: &Path, _size: u64) -> bool {
         path.file_name().is_some_and(|n| n == "codex")
     }
 }

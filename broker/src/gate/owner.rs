@@ -90,7 +90,7 @@ impl Gate {
             return Err(NoOwner::Untrusted(format!("holder {pid} runs as uids {:?}", status.uids)));
         }
         let known = |k: &digest::ExeKey| trust.known_digest(k);
-        let expected = |p: &Path| trust.is_expected(p);
+        let expected = |p: &Path, size: u64| trust.is_expected(p, size);
         let until = Instant::now() + Duration::from_secs(2);
         match self.digests.lookup(pid, &known, &expected, until) {
             Ok(digest::Lookup::Digest(d)) if trust.is_trusted(&d) => {}

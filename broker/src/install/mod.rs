@@ -341,7 +341,9 @@ fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Installed> {
     m.trust_entries = entries;
 
     // 4. Trusted Codex binaries: the one the user's `codex` runs (followed from now on, so
-    // upgrades need no command) and the managed-daemon releases.
+    // upgrades need no command). Managed-daemon releases are not trusted for being under
+    // CODEX_HOME (tool commands can write there): a real one is a copy of the trusted binary and
+    // passes by its digest (codex/follow.rs).
     let (on_path, found) = user_codex(&codex_home, std::env::var_os("PATH").as_deref());
     let mut store = Store::open(&state_dir)?;
     if let Some(cmd) = &on_path {
@@ -353,13 +355,13 @@ fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Installed> {
             m.codex_followed.push(cmd);
         }
     }
-    for r in &found.found {
+    for r in found.found.iter().filter(|r| r.layout != codex::Layout::ManagedDaemon) {
         let digest = codex::hash_and_note(&mut store, &r.native)?;
         let path = r.native.to_string_lossy().into_owned();
         let record = codex::TrustedCodex {
             sha256: digest.clone(),
             path: path.clone(),
-            version: codex::version_of(&r.native),
+            version: codex::native::version_beside(&r.native),
             how: codex::TrustHow::Install,
             source: Some(r.command.to_string_lossy().into_owned()),
             added_at: crate::store::now_ms(),
@@ -376,8 +378,8 @@ fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Installed> {
             cmd.display()
         )
     });
-    if on_path.is_none() && found.found.is_empty() {
-        report.push("note: no codex on PATH and no managed-daemon release; after installing Codex run `broker trust-codex` (or `broker install` again)".into());
+    if on_path.is_none() {
+        report.push("note: no codex on PATH, so no Codex binary is trusted; after installing Codex run `broker trust-codex` (or `broker install` again)".into());
     }
 
     // 5. Start at login.

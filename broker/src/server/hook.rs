@@ -220,13 +220,14 @@ impl gate::CodexTrust for TrustView<'_> {
         let store = self.0.store.lock().unwrap_or_else(|e| e.into_inner());
         store.is_trusted_codex(sha256).unwrap_or(false)
     }
-    fn is_expected(&self, path: &Path) -> bool {
+    fn is_expected(&self, path: &Path, size: u64) -> bool {
         // Asked only for a binary the digest cache has not seen; a path trusted by hand counts
         // at once, before the follower's next pass lists it.
-        self.0.follower.is_expected(path) || {
-            let store = self.0.store.lock().unwrap_or_else(|e| e.into_inner());
-            store.is_trusted_codex_path(&path.to_string_lossy()).unwrap_or(false)
-        }
+        self.0.follower.is_expected(path, size)
+            || size <= gate::digest::MAX_HASH_BYTES && {
+                let store = self.0.store.lock().unwrap_or_else(|e| e.into_inner());
+                store.is_trusted_codex_path(&path.to_string_lossy()).unwrap_or(false)
+            }
     }
     fn known_digest(&self, key: &gate::digest::ExeKey) -> Option<String> {
         let store = self.0.store.lock().unwrap_or_else(|e| e.into_inner());

@@ -116,7 +116,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     let lister = crate::producer::threads::Lister::new(
         opts.codex_home.clone(),
         gate.digests().clone(),
-        Box::new(move |p| expects.is_expected(p)),
+        Box::new(move |p, size| expects.is_expected(p, size)),
         Duration::from_secs(2),
     );
     let producer = crate::producer::proto::Service::start(&opts.state_dir, opts.codex_home.clone(), lister)?;

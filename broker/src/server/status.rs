@@ -27,6 +27,7 @@ impl Broker {
             refusals_unrecorded: n(&c.refusals_unrecorded),
             rollout_bytes_read: n(&self.gate.tracker().total_bytes_read),
             parked_waits: self.producer.parked_waits() as u64,
+            digests_queued: self.gate.digests().queued() as u64,
             other: Default::default(),
         }
     }

@@ -90,6 +90,16 @@ impl Store {
             .optional()?)
     }
 
+    /// The sizes of trusted binaries whose file identity is recorded (`codex_files`): a byte copy
+    /// of one (a managed-daemon release) has one of these sizes.
+    pub fn trusted_codex_sizes(&self) -> Result<Vec<u64>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT DISTINCT f.size FROM codex_files f JOIN trusted_codex t ON t.sha256 = f.sha256 ORDER BY f.size")?;
+        let rows = stmt.query_map([], |r| r.get::<_, i64>(0))?;
+        Ok(rows.map(|r| r.map(|n| n as u64)).collect::<rusqlite::Result<_>>()?)
+    }
+
     /// Whether a binary at `path` was trusted (by any digest).
     pub fn is_trusted_codex_path(&self, path: &str) -> Result<bool> {
         let mut stmt = self.conn.prepare_cached("SELECT EXISTS(SELECT 1 FROM trusted_codex WHERE path = ?1)")?;

@@ -187,7 +187,7 @@ pub struct Lister {
     facts: Mutex<HashMap<(u64, u64), RolloutFacts>>,
     /// Whether a codex executable not hashed yet may be hashed while the caller waits (the
     /// broker: only binaries it expects to be Codex; the CLI: any, it is the caller's time).
-    expected: Box<dyn Fn(&Path) -> bool + Send + Sync>,
+    expected: Box<crate::gate::digest::SharedExpected>,
     digest_wait: Duration,
 }
 
@@ -195,7 +195,7 @@ impl Lister {
     pub fn new(
         codex_home: PathBuf,
         digests: DigestCache,
-        expected: Box<dyn Fn(&Path) -> bool + Send + Sync>,
+        expected: Box<crate::gate::digest::SharedExpected>,
         digest_wait: Duration,
     ) -> Lister {
         Lister { codex_home, tracker: RolloutTracker::new(), digests, facts: Mutex::new(HashMap::new()), expected, digest_wait }
@@ -203,7 +203,7 @@ impl Lister {
 
     /// A lister for a one-shot CLI command: its own digest cache, any codex hashed if need be.
     pub fn for_cli(codex_home: PathBuf) -> Lister {
-        Lister::new(codex_home, DigestCache::default(), Box::new(|_| true), Duration::from_secs(10))
+        Lister::new(codex_home, DigestCache::default(), Box::new(|_, _| true), Duration::from_secs(10))
     }
 
     fn sessions(&self) -> PathBuf {
