@@ -602,6 +602,7 @@ mod tests {
             rollout_path: None,
             scan_offset: None,
             alarms: Vec::new(),
+            shown_by: None,
         }
     }
 

@@ -16,8 +16,9 @@
 use broker::gate::{self, Gate, GateConfig, HookRequest, Peer};
 use broker::rollout::{RolloutIdentity, RolloutTracker};
 use broker::standin::{self, Standin};
-use broker::store::Store;
+use broker::store::{Channel, HandOff, Store};
 use courier_shared::auth;
+use courier_shared::hook::HookEvent;
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
@@ -311,8 +312,13 @@ fn main() {
                     let mut s = store.borrow_mut();
                     let t0 = Instant::now();
                     for _ in 0..10 {
-                        let l = s.lease(&t, "PostToolUse", Some("turn"), 3000, 150).unwrap().expect("a pending message");
-                        assert!(s.ack(l.token, "/r", 0, None).unwrap());
+                        let l = s
+                            .lease(&t, Channel::Hook(HookEvent::PostToolUse), Some("turn"), 3000, 150)
+                            .unwrap()
+                            .expect("a pending message");
+                        let codex = broker::os::ProcessKey { pid: 1, starttime: 2 };
+                        let record = HandOff::at("/r", 0, codex);
+                        assert!(s.hand_off(l.token, &record).unwrap());
                     }
                     t0.elapsed().as_nanos() as f64 / 10.0
                 }),

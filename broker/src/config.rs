@@ -5,6 +5,7 @@
 //! warnings by `broker serve` and `broker doctor`, so typos do not go unnoticed.
 
 use crate::effort::config::EffortConfig;
+use crate::wake::WakeConfig;
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -12,7 +13,7 @@ use std::sync::Mutex;
 use std::time::SystemTime;
 
 /// Top-level keys this version knows (others only warn). `effort` belongs to the effort feature.
-pub const KNOWN_KEYS: [&str; 5] = ["hook_clients", "log_level", "retention_days", "effort", "bridge"];
+pub const KNOWN_KEYS: [&str; 7] = ["hook_clients", "log_level", "retention_days", "receipts", "effort", "wake", "bridge"];
 
 /// Days a message in a final state is kept when `retention_days` is not set.
 pub const DEFAULT_RETENTION_DAYS: u64 = 30;
@@ -28,10 +29,24 @@ pub struct Config {
     /// Days to keep messages in a final state (confirmed, uncertain, expired, cancelled, applied,
     /// failed); 0 keeps them forever. Default [`DEFAULT_RETENTION_DAYS`].
     pub retention_days: Option<u64>,
+    /// What the person at the Codex TUI sees of a hook delivery: `"line"` (default) or `"off"`.
+    pub receipts: Receipts,
     /// `[effort]`: allowed levels, app-server deadline, the optional policy.
     pub effort: EffortConfig,
+    /// `[wake]`: how often the wake channel may start turns in one thread (`wake/bound.rs`).
+    pub wake: WakeConfig,
     /// `[bridge]`: this host's NATS bridge (`courier-bridge serve`), for `broker doctor` to check.
     pub bridge: Option<BridgeConfig>,
+}
+
+/// `receipts`: each hook that delivers also shows the person one line in the Codex TUI (`↳ Hook ·
+/// Courier delivered 2 messages from ci-bot (m_..., m_...)`), never sent to the model.
+#[derive(Debug, Default, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Receipts {
+    #[default]
+    Line,
+    Off,
 }
 
 /// `[bridge] nats = URL, host = NAME, creds = PATH?` (docs/many-hosts.md).
@@ -105,6 +120,7 @@ pub fn parse(text: &str) -> Result<(Config, Vec<String>)> {
         }
     }
     config.effort.validate()?;
+    config.wake.validate()?;
     if let Some(b) = &config.bridge {
         check_bridge_host(&b.host).context("[bridge] host")?;
     }
@@ -181,6 +197,9 @@ mod tests {
         assert_eq!(c.effort.allow, ["low"]);
         assert_eq!(c.hook_clients, [PathBuf::from("/opt/courier/hook-client")]);
         assert_eq!(c.log_level.as_deref(), Some("debug"));
+        assert_eq!(c.receipts, Receipts::Line, "on by default");
+        assert_eq!(parse("receipts = \"off\"").unwrap().0.receipts, Receipts::Off);
+        assert!(parse("receipts = \"loud\"").is_err());
         assert_eq!(w.len(), 1, "{w:?}");
         assert!(w[0].contains("\"logg\""), "{w:?}");
     }
@@ -191,5 +210,14 @@ mod tests {
         assert!(parse("log_level = \"loud\"").unwrap_err().to_string().contains("log_level"));
         assert!(parse("hook_clients = \"/x\"").is_err());
         assert!(parse("not toml [").is_err());
+    }
+
+    #[test]
+    fn wake_bound_defaults_and_keys() {
+        assert_eq!(parse("").unwrap().0.wake, WakeConfig::default());
+        let (c, w) = parse("[wake]\nmax_per_minute = 2\nmax_in_a_row = 3\n").unwrap();
+        assert_eq!((c.wake.max_per_minute, c.wake.max_in_a_row, w.len()), (2, 3, 0));
+        assert!(parse("[wake]\nmax_per_minute = 0\n").unwrap_err().to_string().contains("at least 1"));
+        assert!(parse("[wake]\nmax_per_minut = 2\n").is_err(), "unknown keys in [wake] are errors");
     }
 }

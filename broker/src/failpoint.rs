@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 /// Every failpoint the broker has, in the order a delivery passes them.
-pub const NAMES: [&str; 10] = [
+pub const NAMES: [&str; 14] = [
     "after_lease_commit",      // store: lease committed, reply not yet written
     "after_reply_before_ack",  // server: reply with output written, ack not read
     "after_ack_read",          // server: client's ack read, ack not yet committed
@@ -16,7 +16,11 @@ pub const NAMES: [&str; 10] = [
     "after_release_commit",    // store: unacked lease returned to pending
     "reconcile_before_settle", // delivery: settlement decided, not yet written
     "reconcile_after_settle",  // delivery: settlement written
-    "after_note_codex",        // store: codex pid recorded on a lease
+    "after_note_codex",        // store: codex pid recorded in the hand-off, not yet committed
+    "wake_after_lease",        // wake: messages leased, hand-off not yet recorded
+    "wake_before_turn_start",  // wake: hand-off recorded, turn/start not yet written
+    "wake_after_turn_start",   // wake: turn/start written, its answer not yet read
+    "wake_after_answer",       // wake: turn/start answered, the turn not yet recorded
     "install_after_units",     // install: systemd units written, not yet enabled
 ];
 

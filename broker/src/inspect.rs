@@ -218,8 +218,8 @@ impl Report {
             );
             for m in &self.messages {
                 let taken = match (&m.event, &m.turn_id) {
-                    (Some(e), Some(t)) => format!("{} {}", escape(e), escape(&short(t))),
-                    (Some(e), None) => escape(e).into_owned(),
+                    (Some(e), Some(t)) => format!("{} {}", e, escape(&short(t))),
+                    (Some(e), None) => e.to_string(),
                     _ => "-".into(),
                 };
                 let kind = match m.kind {

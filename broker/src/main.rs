@@ -109,6 +109,8 @@ fn serve(args: Args) -> Result<ExitCode> {
             state_dir: paths::state_dir(),
             codex_home: paths::codex_home(),
             retention: loaded.config.retention(),
+            receipts: loaded.config.receipts,
+            wake: loaded.config.wake,
             extra_hook_clients: loaded.config.hook_clients,
         })
     });

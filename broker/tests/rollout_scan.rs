@@ -4,7 +4,9 @@
 //! process's read counter (`/proc/self/io` `rchar`) see only this test.
 
 use broker::delivery::{reconcile, wrap};
-use broker::store::Store;
+use broker::os::ProcessKey;
+use broker::store::{Channel, HandOff, Store};
+use courier_shared::hook::HookEvent;
 use std::io::Write;
 use std::time::Instant;
 
@@ -40,9 +42,10 @@ fn a_100_mib_line_is_streamed_past_and_a_partial_line_is_not_reread() {
     w.write_all(format!(r#"{{"type":"session_meta","payload":{{"id":"{T}"}}}}"#).as_bytes()).unwrap();
     w.write_all(b"\n").unwrap();
     store.enqueue(T, "hello", Some("test"), None, None).unwrap();
-    let lease = store.lease(T, "PostToolUse", Some("T1"), 60_000, 8192).unwrap().unwrap();
+    let lease = store.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("T1"), 60_000, 8192).unwrap().unwrap();
     let offset = std::fs::metadata(&path).unwrap().len();
-    assert!(store.ack(lease.token, path.to_str().unwrap(), offset, None).unwrap());
+    let me = ProcessKey::of(std::process::id() as i32).unwrap();
+    assert!(store.hand_off(lease.token, &HandOff::at(path.to_str().unwrap(), offset, me)).unwrap());
 
     // 100 MiB of one tool output line, not finished yet.
     w.write_all(br#"{"timestamp":"t","type":"response_item","payload":{"type":"function_call_output","output":""#).unwrap();

@@ -33,7 +33,9 @@ stdin; it forwards the payload to the Courier broker and prints what the broker 
 message for that thread, or nothing). It is not meant to be run by hand: queue messages with
 `broker send`, check the installation with `broker doctor`.
 
-usage: hook-client < PAYLOAD     as Codex runs it: silent, and exits 0 whatever goes wrong
+usage: hook-client [--context-limit N] < PAYLOAD
+                                 as Codex runs it (N: its handler's additionalContextLimit):
+                                 silent, and exits 0 whatever goes wrong
        hook-client --version
        hook-client --help
 
@@ -44,8 +46,35 @@ nothing was delivered), COURIER_RUNTIME_DIR (where the broker's socket is)";
 /// hook as "block", with stderr as the reason.
 const USAGE_ERROR: i32 = 64;
 
-/// Arguments, or a terminal on stdin, mean a person is running it: answer them, and never
-/// contact the broker (which would record the call as a refused hook).
+/// What the command line asks for.
+enum Call {
+    /// A hook call, with the handler's context limit if the command names one.
+    Hook { context_limit: Option<u64> },
+    /// A person's call, answered: exit with this status.
+    Answered(i32),
+}
+
+/// `--context-limit N` alone is how `broker install` runs it; other arguments, or a terminal on
+/// stdin, mean a person is running it: answer them, and never contact the broker (which would
+/// record the call as a refused hook).
+fn parse_call(argc: libc::c_int, argv: *const *const libc::c_char) -> Call {
+    // SAFETY: argv holds argc valid C strings (the C runtime's contract for main).
+    let arg = |i: usize| unsafe { std::ffi::CStr::from_ptr(*argv.add(i)) }.to_string_lossy();
+    if argc == 3 && arg(1) == courier_shared::hook::CONTEXT_LIMIT_FLAG {
+        if let Ok(n) = arg(2).parse::<u64>() {
+            return match operator_call(1, argv) {
+                Some(code) => Call::Answered(code),
+                None => Call::Hook { context_limit: Some(n) },
+            };
+        }
+    }
+    match operator_call(argc, argv) {
+        Some(code) => Call::Answered(code),
+        None => Call::Hook { context_limit: None },
+    }
+}
+
+/// Arguments, or a terminal on stdin, mean a person is running it: answer them.
 fn operator_call(argc: libc::c_int, argv: *const *const libc::c_char) -> Option<i32> {
     if argc <= 1 {
         // SAFETY: isatty on fd 0 only queries it.
@@ -79,12 +108,13 @@ pub extern "C" fn main(argc: libc::c_int, argv: *const *const libc::c_char) -> l
     // SAFETY: setting a signal disposition before any other thread exists. A closed pipe must be
     // an EPIPE error (handled below), not a kill.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
-    if let Some(code) = operator_call(argc, argv) {
-        return code;
-    }
+    let context_limit = match parse_call(argc, argv) {
+        Call::Answered(code) => return code,
+        Call::Hook { context_limit } => context_limit,
+    };
     let start = Instant::now();
     let deadline = start + deadline_from_env();
-    match run(deadline) {
+    match run(deadline, context_limit) {
         Ok(code) => code,
         Err(err) => {
             if std::env::var_os("COURIER_DEBUG").is_some() {
@@ -100,7 +130,7 @@ fn deadline_from_env() -> Duration {
     Duration::from_millis(ms.unwrap_or(DEFAULT_DEADLINE_MS).clamp(10, 30_000))
 }
 
-fn run(deadline: Instant) -> io::Result<i32> {
+fn run(deadline: Instant, context_limit: Option<u64>) -> io::Result<i32> {
     let mut payload = Vec::with_capacity(4096);
     io::stdin().lock().take(wire::MAX_PAYLOAD as u64 + 1).read_to_end(&mut payload)?;
     if payload.len() > wire::MAX_PAYLOAD {
@@ -118,7 +148,7 @@ fn run(deadline: Instant) -> io::Result<i32> {
     let pid = std::process::id();
     let ts_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
     let mac = auth::sign(&secret, pid, ts_ms, payload.as_bytes());
-    let request = wire::Request::Hook { v: wire::PROTOCOL_VERSION, pid, ts_ms, payload, mac };
+    let request = wire::Request::Hook { v: wire::PROTOCOL_VERSION, pid, ts_ms, payload, mac, context_limit };
     let body = serde_json::to_vec(&request).map_err(io::Error::other)?;
     let mut stream = connect_nonblocking(&socket_path, deadline)?;
     set_timeouts(&stream, deadline)?;

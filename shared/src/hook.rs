@@ -20,6 +20,13 @@ pub enum HookEvent {
     Other,
 }
 
+/// The hook command's flag that names its handler's `additionalContextLimit` (Codex's tokens):
+/// `hook-client --context-limit N`. hook-client passes it on, so the broker hands a hook no more
+/// than its handler lets Codex pass whole. Codex reads a session's handlers when it starts: a
+/// session started before `broker install` raised the limit still runs the old command, without
+/// the flag, and gets the default budget.
+pub const CONTEXT_LIMIT_FLAG: &str = "--context-limit";
+
 /// How a hook's output hands messages to the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Delivery {
@@ -192,14 +199,18 @@ pub fn wrap_message(id: &str, from: &str, body: &str) -> String {
 }
 
 /// The stdout that hands `text` to the model for `event`: a block reason for Stop (the turn goes
-/// on with it as a hook prompt), `additionalContext` (a developer message) for the others.
-pub fn delivery_output(event: HookEvent, text: &str) -> String {
-    let value = match event.delivery() {
+/// on with it as a hook prompt), `additionalContext` (a developer message) for the others. A
+/// `notice` is shown to the person in the TUI (`systemMessage`), never sent to the model.
+pub fn delivery_output(event: HookEvent, text: &str, notice: Option<&str>) -> String {
+    let mut value = match event.delivery() {
         Delivery::StopBlock => json!({"decision": "block", "reason": text}),
         Delivery::Context | Delivery::None => {
             json!({"hookSpecificOutput": {"hookEventName": event.as_str(), "additionalContext": text}})
         }
     };
+    if let Some(n) = notice {
+        value["systemMessage"] = json!(n);
+    }
     value.to_string()
 }
 
@@ -209,9 +220,12 @@ mod tests {
 
     #[test]
     fn stop_blocks_and_others_add_context() {
-        let stop: serde_json::Value = serde_json::from_str(&delivery_output(HookEvent::Stop, "hi")).unwrap();
+        let stop: serde_json::Value = serde_json::from_str(&delivery_output(HookEvent::Stop, "hi", None)).unwrap();
         assert_eq!(stop, json!({"decision":"block","reason":"hi"}));
-        let post: serde_json::Value = serde_json::from_str(&delivery_output(HookEvent::PostToolUse, "hi")).unwrap();
+        let stop: serde_json::Value = serde_json::from_str(&delivery_output(HookEvent::Stop, "hi", Some("seen"))).unwrap();
+        assert_eq!(stop, json!({"decision":"block","reason":"hi","systemMessage":"seen"}));
+        let post: serde_json::Value = serde_json::from_str(&delivery_output(HookEvent::PostToolUse, "hi", Some("seen"))).unwrap();
+        assert_eq!(post["systemMessage"], "seen");
         assert_eq!(post["hookSpecificOutput"]["hookEventName"], "PostToolUse");
         assert_eq!(post["hookSpecificOutput"]["additionalContext"], "hi");
     }

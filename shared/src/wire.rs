@@ -29,6 +29,10 @@ pub enum Request {
         payload: String,
         /// Hex HMAC-SHA256 over (pid, ts_ms, payload) under the per-login secret.
         mac: String,
+        /// The handler's `additionalContextLimit`, from the hook command's `--context-limit`
+        /// (`hook::CONTEXT_LIMIT_FLAG`); `None`: a handler without one (Codex's default).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        context_limit: Option<u64>,
     },
     /// The client has written and flushed the output of lease `lease`.
     Ack { v: u32, lease: u64 },
@@ -237,7 +241,7 @@ mod tests {
 
     #[test]
     fn frame_round_trip() {
-        let req = Request::Hook { v: 1, pid: 7, ts_ms: 9, payload: "{\"a\":1}".into(), mac: "00".into() };
+        let req = Request::Hook { v: 1, pid: 7, ts_ms: 9, payload: "{\"a\":1}".into(), mac: "00".into(), context_limit: None };
         let mut buf = Vec::new();
         write_json(&mut buf, &req).unwrap();
         let back: Request = read_json(&mut &buf[..], MAX_FRAME).unwrap();

@@ -267,6 +267,17 @@ impl ListeningAppServer {
     }
 }
 
+/// A `codex app-server --listen unix://` with a thread that ran one user turn and is idle now:
+/// what the wake channel wakes.
+pub fn idle_thread(env: &crate::CodexEnv, timeout: Duration) -> (ListeningAppServer, WsAppServer, String) {
+    let server = ListeningAppServer::start(env.codex_command(), env.root.join("as.sock"), &[], env.root.join("app-server.log"));
+    let mut client = server.client(timeout);
+    client.initialize(false, timeout);
+    let thread = client.start_thread(&env.work, timeout);
+    client.run_turn(&thread, "hello", timeout);
+    (server, client, thread)
+}
+
 impl Drop for ListeningAppServer {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -17,11 +17,13 @@ pub struct Hook {
     pub timeout: Option<u64>,
     pub matcher: Option<String>,
     pub status_message: Option<String>,
+    /// `additionalContextLimit` (tokens); `None`: Codex's default.
+    pub context_limit: Option<u64>,
 }
 
 impl Hook {
     pub fn new(event: &str, command: &str) -> Hook {
-        Hook { event: event.into(), command: command.into(), timeout: Some(5), matcher: None, status_message: None }
+        Hook { event: event.into(), command: command.into(), timeout: Some(5), matcher: None, status_message: None, context_limit: None }
     }
 
     pub fn timeout(mut self, secs: Option<u64>) -> Hook {
@@ -34,14 +36,27 @@ impl Hook {
         self
     }
 
-    /// `command` for every event in [`COURIER_EVENTS`] (timeout 5 s).
+    pub fn context_limit(mut self, tokens: Option<u64>) -> Hook {
+        self.context_limit = tokens;
+        self
+    }
+
+    /// `command` for every event in [`COURIER_EVENTS`], as `broker install` registers it (timeout
+    /// 5 s, Courier's context limit).
     pub fn courier_set(command: &str) -> Vec<Hook> {
-        COURIER_EVENTS.iter().map(|e| Hook::new(e, command)).collect()
+        COURIER_EVENTS.iter().map(|e| Hook::new(e, command).context_limit(broker_lib::install::courier_context_limit(e))).collect()
     }
 
     /// The trust hash Codex computes for this handler.
     pub fn trust_hash(&self) -> String {
-        hook_trust_hash(&self.event, &self.command, self.timeout.unwrap_or(600), self.matcher.as_deref(), self.status_message.as_deref())
+        hook_trust_hash(
+            &self.event,
+            &self.command,
+            self.timeout.unwrap_or(600),
+            self.matcher.as_deref(),
+            self.status_message.as_deref(),
+            self.context_limit,
+        )
     }
 }
 
@@ -57,6 +72,9 @@ pub fn hooks_json(hooks: &[Hook]) -> Value {
         }
         if let Some(s) = &h.status_message {
             handler["statusMessage"] = json!(s);
+        }
+        if let Some(n) = h.context_limit {
+            handler["additionalContextLimit"] = json!(n);
         }
         let mut group = json!({"hooks": [handler]});
         if let Some(m) = &h.matcher {

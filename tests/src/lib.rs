@@ -14,6 +14,7 @@ pub mod codex;
 pub mod hooks;
 pub mod model;
 pub mod rollout;
+pub mod tmux;
 pub mod util;
 
 pub use broker::{broker_bin, hook_client_bin, hook_command, target_bin_dir, Broker};

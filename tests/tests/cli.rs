@@ -101,7 +101,9 @@ fn hook_client_run_by_hand_prints_usage_and_contacts_no_broker() {
         assert!(h.status.success() && h.stdout.is_empty(), "{args:?}: {h:?}");
         assert!(text(&h.stderr).contains("usage: hook-client"), "{args:?}: {}", text(&h.stderr));
     }
-    for args in [&["--bogus"][..], &["Stop"], &["-", "x"]] {
+    // `--context-limit N` is how install runs it; anything else around the flag is a person's call.
+    for args in [&["--bogus"][..], &["Stop"], &["-", "x"], &["--context-limit"], &["--context-limit", "x"], &["--context-limit", "1", "2"]]
+    {
         let h = with_payload(args);
         assert_eq!(h.status.code(), Some(64), "{args:?}: {h:?}");
         assert!(h.stdout.is_empty() && text(&h.stderr).contains("usage: hook-client"), "{args:?}: {h:?}");
@@ -142,10 +144,12 @@ print(json.dumps({"code": os.waitstatus_to_exitcode(status), "out": out.decode(e
     assert!(refusals(&inspect).is_empty(), "{inspect:#}");
 
     // The real hook path is unchanged: forwarded (and here refused), silent, exit 0.
-    let real = with_payload(&[]);
-    assert!(real.status.success() && real.stdout.is_empty() && real.stderr.is_empty(), "{real:?}");
-    let got = broker.wait_refusals(1, T, "the piped payload", |r| r["reason"] == "bad_payload");
-    assert_eq!(got.len(), 1);
+    for (n, args) in [&[][..], &["--context-limit", "32768"]].into_iter().enumerate() {
+        let real = with_payload(args);
+        assert!(real.status.success() && real.stdout.is_empty() && real.stderr.is_empty(), "{args:?}: {real:?}");
+        let got = broker.wait_refusals(n + 1, T, "the piped payload", |r| r["reason"] == "bad_payload");
+        assert_eq!(got.len(), n + 1, "{args:?}");
+    }
 }
 
 /// `--ttl` is validated before anything is queued: zero, overflowing and non-numeric durations

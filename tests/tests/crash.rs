@@ -11,7 +11,7 @@ mod common;
 use common::*;
 use courier_tests::broker::hook_command;
 use courier_tests::model::exec_held_then_done;
-use courier_tests::util::{fake_uuid_v7, marker, poll_until, wait_until};
+use courier_tests::util::{fake_uuid_v7, marker, poll_until, str_field, wait_until};
 use courier_tests::{Broker, CodexEnv, Hold, Reply, ScriptedModel};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
@@ -458,4 +458,69 @@ fn hook_client_descendant(ancestor: u32) -> Option<i32> {
         let p = ppid_of(pid)?;
         (p == ancestor || ppid_of(p as i32) == Some(ancestor)).then_some(pid)
     })
+}
+
+/// The wake path's failpoints, in the order the crash test visits them (broker/src/wake.rs).
+const WAKE_FAILPOINTS: [&str; 4] = ["wake_after_turn_start", "wake_after_answer", "wake_after_lease", "wake_before_turn_start"];
+
+/// Real Codex, the broker killed (-9, at a failpoint) at each instant of a wake of an idle
+/// app-server thread, then started again. What the scripted model received is the truth: the
+/// message reaches it at most once. Killed once `turn/start` may have left (written, or
+/// answered): `confirmed` from the rollout's user message with its client id, or (written, but
+/// Codex dropped the request of a closed connection) `uncertain`; never offered again. Killed before the hand-off was recorded: nothing was sent, so the restarted broker
+/// wakes the thread again, once. Killed after the record but before the frame: Codex never got
+/// it, but nothing can prove that: `uncertain` with a reason once the wake's time is up, never
+/// `pending` again.
+#[test]
+fn real_codex_wake_crash_never_doubles() {
+    for fp in WAKE_FAILPOINTS {
+        let model = ScriptedModel::start_with(|_| Reply::message("done"));
+        let env = CodexEnv::with_hook_command(&model, &hook_command());
+        let cli = Broker::cli_only(&env);
+        cli.trust_codex(&env.codex);
+        let mut serve = Serve::start(&env, &[("COURIER_FAILPOINTS", fp)]);
+        let (_server, mut client, thread) = courier_tests::appserver::idle_thread(&env, T);
+        let text = marker("WAKE_CRASH");
+        let id = cli.send_opts(&thread, &text, None, Some("e2e"));
+        let died = poll_until(Duration::from_secs(20), || serve.child.try_wait().ok().flatten());
+        assert!(died.is_some(), "{fp}: the broker died at the failpoint: {}", std::fs::read_to_string(&serve.log).unwrap_or_default());
+        let at_crash = cli.message(&id).unwrap_or_default();
+        let restarted = Instant::now();
+        let _serve = Serve::start(&env, &[]);
+        let m = wait_until(Duration::from_secs(60), &format!("{fp}: {id} final"), || {
+            cli.message(&id).filter(|m| matches!(m["state"].as_str(), Some("confirmed" | "uncertain")))
+        });
+        eprintln!("{fp}: at the crash {}, after the restart {m} ({:?})", at_crash["state"], restarted.elapsed());
+        // A later turn's hooks (UserPromptSubmit, Stop) must not bring it again.
+        client.run_turn(&thread, "next task", T);
+        let again = cli.message(&id).unwrap_or_default();
+        assert_eq!(again["state"], m["state"], "{fp}: a final state stays: {again}");
+        // The rollout is the ground truth of what reached the model.
+        let in_rollout = env.rollout(&thread).messages("user").iter().filter(|t| t.contains(&text)).count();
+        let state = str_field(&m, "state");
+        match (fp, state) {
+            // Killed before the hand-off was recorded: nothing left; woken again after the restart.
+            ("wake_after_lease", _) => assert_eq!(m["attempts"], 2, "{fp}: offered again: {m}"),
+            // Recorded, the frame never written: Codex never got it, but nothing can prove that.
+            ("wake_before_turn_start", _) => assert_eq!(state, "uncertain", "{fp}: the hand-off was on record: {m}"),
+            // Written, then the broker died: Codex may or may not act on a request whose
+            // connection closed. Either way once at most, and never offered again.
+            ("wake_after_turn_start", _) => assert_eq!(m["attempts"], 1, "{fp}: never offered again: {m}"),
+            // Answered: the turn started with it.
+            (_, _) => assert_eq!((state, &m["attempts"]), ("confirmed", &Value::from(1)), "{fp}: {m}"),
+        }
+        assert_eq!(str_field(&m, "event"), "wake", "{fp}: {m}");
+        if state == "confirmed" {
+            assert_eq!(in_rollout, 1, "{fp}: confirmed, so in the rollout once");
+            model.assert_received_once(&text, T);
+        } else {
+            assert!(m["reason"].as_str().is_some_and(|r| !r.is_empty()), "{fp}: uncertain with a reason: {m}");
+            assert_eq!(
+                (in_rollout, model.requests_mentioning(&text)),
+                (0, 0),
+                "{fp}: uncertain, and it never reached the model\n{}",
+                model.dump()
+            );
+        }
+    }
 }

@@ -466,10 +466,10 @@ fn stop_continuations_are_capped_per_turn() {
     assert!(["deferred_stop_block_limit", "thread_not_loaded"].contains(&reason), "{last}");
 }
 
-/// (12) Hook output stays within Codex's budget (issue 14, finding 3). 60 messages of 129 bytes
+/// (12) Hook output stays within Codex's budget (issue 14, finding 3). 60 messages of 2,000 bytes
 /// (bodies with `<`, `&`, quotes, a tab, a newline and a non-ASCII letter) are queued while the
-/// first model request is held; they go out over several tool hooks, each output under 8,000
-/// bytes, none cut by Codex, every one of them whole in the model's requests and `confirmed`,
+/// first model request is held; they go out over several tool hooks, each output within
+/// `MAX_OUTPUT_BYTES`, none cut by Codex, every one of them whole in the model's requests and `confirmed`,
 /// and nothing is spilled to `/tmp/hook_outputs`. (Before: all 60 in one 12 KB output that Codex
 /// cut: 49 confirmed, 11 uncertain, one confirmed whose body the model saw cut.)
 #[test]
@@ -488,10 +488,10 @@ fn sixty_messages_stay_within_codex_hook_budget_and_all_confirm() {
     let mut sent = Vec::new();
     for i in 0..60 {
         let mut body = format!("{} <b>&\"\u{e9}\tx\nnext line ", marker(&format!("M{i:02}")));
-        while body.len() < 129 {
+        while body.len() < 2_000 {
             body.push('.');
         }
-        assert_eq!(body.len(), 129);
+        assert_eq!(body.len(), 2_000);
         sent.push((broker.send_opts(&thread, &body, None, Some("e2e")), body));
     }
     // A 6,000-character --from is refused at send time, with the reason.
@@ -505,7 +505,7 @@ fn sixty_messages_stay_within_codex_hook_budget_and_all_confirm() {
     let last = reqs.last().unwrap();
     let carriers: Vec<String> = last.developer_messages().into_iter().filter(|d| d.contains("<courier-message")).collect();
     for d in &carriers {
-        assert!(d.len() <= 8_000, "a hook output of {} bytes", d.len());
+        assert!(d.len() <= broker_lib::delivery::MAX_OUTPUT_BYTES, "a hook output of {} bytes", d.len());
         assert!(!d.contains("truncated"), "Codex cut a hook output: {d}");
     }
     assert!(carriers.len() >= 2, "60 messages need several hooks: {} outputs", carriers.len());
@@ -520,7 +520,7 @@ fn sixty_messages_stay_within_codex_hook_budget_and_all_confirm() {
     assert!(!spill.exists(), "Codex spilled hook output to {}", spill.display());
     assert!(!env.codex_home.join("hook_outputs").exists());
     eprintln!(
-        "60 messages of 129 bytes: {} hook outputs of {:?} bytes, all confirmed",
+        "60 messages of 2,000 bytes: {} hook outputs of {:?} bytes, all confirmed",
         carriers.len(),
         carriers.iter().map(String::len).collect::<Vec<_>>()
     );

@@ -13,14 +13,8 @@ use serde_json::Value;
 
 const T: Duration = Duration::from_secs(60);
 
-/// A `codex app-server --listen unix://` with a thread that ran one user turn and is idle now.
 fn idle_app_server_thread(env: &CodexEnv) -> (ListeningAppServer, WsAppServer, String) {
-    let server = ListeningAppServer::start(env.codex_command(), env.root.join("as.sock"), &[], env.root.join("app-server.log"));
-    let mut client = server.client(T);
-    client.initialize(false, T);
-    let thread = client.start_thread(&env.work, T);
-    client.run_turn(&thread, "hello", T);
-    (server, client, thread)
+    courier_tests::appserver::idle_thread(env, T)
 }
 
 /// `broker send`, then the time until the model request that carries `text`.
@@ -32,14 +26,7 @@ fn send_and_time(broker: &Broker, model: &ScriptedModel, thread: &str, text: &st
 }
 
 fn assert_once(model: &ScriptedModel, text: &str) {
-    // Codex writes the rollout (which confirms) before it sends the request: wait for it.
-    model.wait_for(T, "a request carrying the message", |r| r.items_containing(text) > 0);
-    let counts: Vec<usize> = model.requests().iter().map(|r| r.items_containing(text)).collect();
-    // The woken turn's request carries it; later requests of that turn carry the history, so
-    // count the requests in which it appears for the first time: exactly one.
-    let first = counts.iter().position(|c| *c > 0).expect("delivered");
-    assert_eq!(counts[first], 1, "once in its first request: {counts:?}");
-    assert!(counts.iter().all(|c| *c <= 1), "never twice in one request: {counts:?}");
+    model.assert_received_once(text, T);
 }
 
 /// The wrapped text as the model sees it, as a user message.
@@ -249,4 +236,110 @@ fn message_sent_while_a_prompt_is_submitted_arrives_once() {
         }
     }
     eprintln!("delivered by: {by:?}");
+}
+
+/// Wake hand-offs per thread so far, from `broker inspect`: the distinct hand-off times of
+/// messages the wake channel took.
+fn wakes_by_thread(broker: &Broker) -> std::collections::HashMap<String, usize> {
+    let mut seen = std::collections::HashSet::new();
+    let mut by = std::collections::HashMap::new();
+    for m in courier_tests::broker::messages(&broker.inspect_json()) {
+        if str_field(&m, "event") == "wake" && seen.insert((str_field(&m, "thread").to_string(), m["handed_at"].clone())) {
+            *by.entry(str_field(&m, "thread").to_string()).or_default() += 1;
+        }
+    }
+    by
+}
+
+/// Two idle threads whose woken turns message each other (each new message the model sees in one
+/// thread makes it send one to the other, as two agents would): unbounded, they wake each other
+/// without end. With `[wake] max_in_a_row = 3` neither is woken more than 3 times; the message
+/// over the bound waits `pending`, `wake_loop_guard` in `broker inspect`; a turn the person starts
+/// in that thread delivers it through its hooks.
+#[test]
+fn woken_threads_messaging_each_other_are_bounded() {
+    let pair: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+    let (p, seen) = (pair.clone(), std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashSet::<String>::new())));
+    let env_vars = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let ev = env_vars.clone();
+    let model = ScriptedModel::start_with(move |r| {
+        let threads = p.lock().unwrap().clone();
+        let from = r.header("thread-id").unwrap_or_default().to_string();
+        let text = r.input().iter().map(Value::to_string).collect::<String>();
+        let new: Vec<String> = text
+            .match_indices("courier-message id=")
+            .filter_map(|(at, _)| text[at..].split(['"', '\\']).find(|s| s.starts_with("m_")).map(str::to_string))
+            .filter(|id| seen.lock().unwrap().insert(id.clone()))
+            .collect();
+        if let (Some(to), false) = (threads.iter().find(|t| **t != from && threads.contains(&from)), new.is_empty()) {
+            let (to, vars) = (to.clone(), ev.lock().unwrap().clone());
+            std::thread::spawn(move || {
+                let mut cmd = std::process::Command::new(courier_tests::broker_bin());
+                cmd.env_clear().envs(vars).args(["send", "--thread", &to, "--from", "peer", &marker("PING")]);
+                let _ = courier_tests::broker::run_bounded(&mut cmd, Duration::from_secs(30));
+            });
+        }
+        Reply::message("done")
+    });
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    std::fs::write(&env.courier_config, "[wake]\nmax_in_a_row = 3\nmax_per_minute = 100\n").unwrap();
+    *env_vars.lock().unwrap() = env.env_vars();
+    let broker = Broker::start_trusted(&env);
+    let server = ListeningAppServer::start(env.codex_command(), env.root.join("as.sock"), &[], env.root.join("app-server.log"));
+    let mut client = server.client(T);
+    client.initialize(false, T);
+    let (a, b) = (client.start_thread(&env.work, T), client.start_thread(&env.work, T));
+    client.run_turn(&a, "hello", T);
+    client.run_turn(&b, "hello", T);
+    *pair.lock().unwrap() = vec![a.clone(), b.clone()];
+
+    broker.send_opts(&a, &marker("FIRST"), None, Some("peer"));
+    let guarded = courier_tests::util::poll_until(Duration::from_secs(30), || {
+        courier_tests::broker::messages(&broker.inspect_json())
+            .into_iter()
+            .find(|m| str_field(m, "state") == "pending" && str_field(m, "reason") == "wake_loop_guard")
+    });
+    // Let any wake over the bound show before counting.
+    std::thread::sleep(Duration::from_secs(3));
+    let wakes = wakes_by_thread(&broker);
+    eprintln!("wakes per thread: {wakes:?}; model requests {}", model.requests().len());
+    assert!(wakes.values().all(|n| *n <= 3), "more wakes than max_in_a_row = 3: {wakes:?}\n{}", model.dump());
+    assert!(wakes.values().sum::<usize>() >= 3, "the loop ran until the bound: {wakes:?}");
+    let waiting = guarded.expect("a message over the bound waits with reason wake_loop_guard");
+    let (thread, id) = (str_field(&waiting, "thread").to_string(), str_field(&waiting, "id").to_string());
+    assert!(broker.inspect_text().contains("wake_loop_guard"), "inspect shows why");
+    // A turn the person starts in that thread: its hooks deliver the waiting message.
+    client.run_turn(&thread, "typed by the person", T);
+    let m = broker.wait_state(&id, "confirmed", Duration::from_secs(15));
+    assert_ne!(str_field(&m, "event"), "wake", "delivered by a hook of the person's turn: {m}");
+}
+
+/// A producer sending to an idle thread again and again: with `[wake] max_per_minute = 2`, the
+/// third message within the minute starts no turn; it waits `pending` with `wake_rate_limited`
+/// (so `broker inspect` says why), and the person's next turn delivers it through its hooks.
+#[test]
+fn wakes_per_minute_are_bounded() {
+    let model = ScriptedModel::start_with(|_| Reply::message("done"));
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    std::fs::write(&env.courier_config, "[wake]\nmax_per_minute = 2\nmax_in_a_row = 100\n").unwrap();
+    let broker = Broker::start_trusted(&env);
+    let (_server, mut client, thread) = idle_app_server_thread(&env);
+    for n in 0..2 {
+        let text = marker(&format!("RATE_{n}"));
+        let (id, _) = send_and_time(&broker, &model, &thread, &text);
+        let m = assert_woken(&broker, &id);
+        wait_turn_of(&mut client, &m);
+    }
+    let requests = model.requests().len();
+    let id = broker.send_opts(&thread, &marker("RATE_OVER"), None, Some("waker"));
+    let m = courier_tests::util::wait_until(Duration::from_secs(10), "the third message held by the rate", || {
+        let m = broker.message(&id).unwrap_or_default();
+        (str_field(&m, "reason") == "wake_rate_limited").then_some(m)
+    });
+    assert_eq!(str_field(&m, "state"), "pending", "{m}");
+    assert_eq!(model.requests().len(), requests, "no turn was started for it\n{}", model.dump());
+    assert!(broker.inspect_text().contains("wake_rate_limited"), "inspect says why");
+    client.run_turn(&thread, "typed by the person", T);
+    let m = broker.wait_state(&id, "confirmed", Duration::from_secs(15));
+    assert_ne!(str_field(&m, "event"), "wake", "{m}");
 }

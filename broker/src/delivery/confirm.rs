@@ -4,10 +4,10 @@
 //! `confirmed`; its turn closed without it -> `uncertain` (never silently re-offered).
 
 use crate::delivery::render::wrap;
-use crate::delivery::WAKE_EVENT;
 use crate::os::ProcessKey;
 use crate::rollout::lines::{WholeLines, CHUNK as SCAN_CHUNK};
-use crate::store::{Message, State, Store};
+use crate::store::{Channel, Message, State, Store};
+use crate::wake::WakeReason;
 use anyhow::Result;
 use courier_shared::rollout::{classify_line, marker_ids, RolloutEvent};
 use std::collections::HashMap;
@@ -28,7 +28,8 @@ pub fn reconcile(store: &mut Store, thread: Option<&str>) -> Result<usize> {
     }
     let mut settled = 0;
     for (path, messages) in by_rollout {
-        // Whose codex is gone is decided before the scan: then the scan saw its final rollout.
+        // Whose codex is gone, and whose time to show up is over, is decided before the scan:
+        // then the scan saw what the rollout will ever hold of them.
         let mut dead = std::collections::HashSet::new();
         for m in &messages {
             if let Some((pid, start)) = m.lease.map(|t| store.codex_of(t)).transpose()?.flatten() {
@@ -37,9 +38,17 @@ pub fn reconcile(store: &mut Store, thread: Option<&str>) -> Result<usize> {
                 }
             }
         }
+        let now = crate::store::now_ms();
+        let overdue: std::collections::HashSet<String> =
+            messages.iter().filter(|m| m.shown_by.is_some_and(|t| t <= now) && m.turn_id.is_none()).map(|m| m.id.clone()).collect();
+        let len = std::fs::metadata(&path).map_or(0, |m| m.len());
         for (id, mut state, mut reason, offset) in scan_rollout(&path, &messages) {
             if state.is_none() && dead.contains(&id) {
                 (state, reason) = (Some(State::Uncertain), Some("codex_exited"));
+            }
+            // Read to the end and not there: a `turn/start` that may have left was never seen.
+            if state.is_none() && overdue.contains(&id) && offset >= len {
+                (state, reason) = (Some(State::Uncertain), Some(WakeReason::Unanswered.as_str()));
             }
             crate::failpoint::hit("reconcile_before_settle");
             if store.settle(&id, state, reason, offset)? && state.is_some() {
@@ -53,9 +62,10 @@ pub fn reconcile(store: &mut Store, thread: Option<&str>) -> Result<usize> {
 
 type Settlement = (String, Option<State>, Option<&'static str>, u64);
 
-/// Longest rollout line the confirmation scan looks at. A hook message carrying Courier's output
-/// is far shorter (hook output stays under Codex's ~10 KB spill limit); longer lines are skipped
-/// as they stream past, never buffered.
+/// Longest rollout line the confirmation scan looks at (whole: every byte of a message is
+/// compared). A hook message carrying Courier's output is far shorter: at most 96 KiB of text
+/// (`MAX_OUTPUT_BYTES`), at most 6 bytes of JSON per byte; longer lines are skipped as they
+/// stream past, never buffered.
 const MAX_SCAN_LINE: usize = 1 << 20;
 
 /// Bytes one [`reconcile`] call reads from one rollout at most; the rest waits for the next call
@@ -226,9 +236,9 @@ pub fn settle_line<'a>(
         Some(RolloutEvent::UserInput { client_id, text, .. }) => {
             let woken: Vec<&'a Message> = messages
                 .iter()
-                .filter(|m| m.event.as_deref() == Some(WAKE_EVENT) && open.contains_key(m.id.as_str()) && after(m))
+                .filter(|m| m.event == Some(Channel::Wake) && open.contains_key(m.id.as_str()) && after(m))
                 .filter(|m| {
-                    let first = messages.iter().find(|f| f.lease == m.lease && f.event.as_deref() == Some(WAKE_EVENT));
+                    let first = messages.iter().find(|f| f.lease == m.lease && f.event == Some(Channel::Wake));
                     first.is_some_and(|f| f.id == client_id)
                 })
                 .collect();
@@ -239,9 +249,16 @@ pub fn settle_line<'a>(
                 open.remove(m.id.as_str());
             }
         }
+        // A turn closed: its messages were not in it. A wake whose turn is not known yet is not
+        // judged by another turn's end (a person's turn may close before `turn/start` is read);
+        // its user message, or its time running out, settles it.
         Some(RolloutEvent::TurnClosed { turn_id }) => {
-            let closed: Vec<&str> =
-                open.values().filter(|m| after(m) && m.turn_id.as_deref().is_none_or(|t| t == turn_id)).map(|m| m.id.as_str()).collect();
+            let closed: Vec<&str> = open
+                .values()
+                .filter(|m| after(m) && !(m.event == Some(Channel::Wake) && m.turn_id.is_none()))
+                .filter(|m| m.turn_id.as_deref().is_none_or(|t| t == turn_id))
+                .map(|m| m.id.as_str())
+                .collect();
             for id in closed {
                 out.push((id.to_string(), Some(State::Uncertain), Some("turn_closed_without_marker"), next));
                 open.remove(id);

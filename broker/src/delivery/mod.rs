@@ -14,20 +14,18 @@ mod render;
 pub mod wrapper;
 
 pub use confirm::{reconcile, set_scan_budget, settle_line, SERVE_SCAN_BUDGET};
-pub use render::{render, wrap};
-pub use wrapper::{verified_thread, wrapped_len, MAX_OUTPUT_BYTES};
+pub use render::{receipt, render, wrap};
+pub use wrapper::{output_budget, verified_thread, wrapped_len, MAX_OUTPUT_BYTES, STOP_OUTPUT_BYTES};
 
+use crate::config::Receipts;
 use crate::gate::Verified;
-use crate::store::Store;
+use crate::store::{Channel, Store};
 use anyhow::Result;
 pub use courier_shared::hook::wrap_message;
 /// How long a client has to print a lease and ack it before it returns to `pending`.
 pub const LEASE_MS: i64 = 3_000;
 /// Stop blocks Courier causes per turn at most: Codex itself has no loop guard.
 pub const MAX_STOP_BLOCKS_PER_TURN: i64 = 3;
-
-/// The `event` recorded on messages the wake channel leased (`broker/src/wake.rs`).
-pub const WAKE_EVENT: &str = "wake";
 
 pub enum Offer {
     Nothing,
@@ -40,7 +38,8 @@ pub enum Offer {
     },
 }
 
-pub fn offer(store: &mut Store, v: &Verified) -> Result<Offer> {
+/// `context_limit`: the handler's `additionalContextLimit` as hook-client reports it.
+pub fn offer(store: &mut Store, v: &Verified, context_limit: Option<u64>, receipts: Receipts) -> Result<Offer> {
     if !v.event.can_deliver() {
         return Ok(Offer::Nothing);
     }
@@ -62,10 +61,10 @@ pub fn offer(store: &mut Store, v: &Verified) -> Result<Offer> {
     }
     // SessionStart carries no turn id; its messages belong to the turn it fired in.
     let turn = v.turn_id.as_deref().or(v.open_turn.as_deref());
-    let Some(lease) = store.lease(&v.thread_id, v.event.as_str(), turn, LEASE_MS, MAX_OUTPUT_BYTES)? else {
+    let Some(lease) = store.lease(&v.thread_id, Channel::Hook(v.event), turn, LEASE_MS, output_budget(v.event, context_limit))? else {
         return Ok(Offer::Nothing);
     };
-    Ok(Offer::Lease { token: lease.token, output: render(v.event, &lease.messages), count: lease.messages.len() })
+    Ok(Offer::Lease { token: lease.token, output: render(v.event, &lease.messages, receipts), count: lease.messages.len() })
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 use super::confirm::{holds_whole, scan_rollout, scan_rollout_within};
 use super::*;
 use crate::store::{Kind, Message, State};
+use courier_shared::hook::HookEvent;
 use courier_shared::rollout::marker_ids;
 
 fn msg(id: &str, body: &str, from: Option<&str>) -> Message {
@@ -25,6 +26,7 @@ fn msg(id: &str, body: &str, from: Option<&str>) -> Message {
         rollout_path: None,
         scan_offset: Some(0),
         alarms: Vec::new(),
+        shown_by: None,
     }
 }
 
@@ -199,5 +201,122 @@ fn scan_confirms_marked_and_flags_unmarked_at_turn_close() {
     assert_eq!(got[1], ("m_2".into(), Some(State::Uncertain), Some("turn_closed_without_marker"), complete));
     assert_eq!(got[2].0, "m_early");
     assert_eq!(got[2].1, Some(State::Uncertain));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A message of the largest size `send` accepts, escaping at its worst for the rollout's JSON
+/// (every byte a quote or a control character): its whole text is checked, not a head and
+/// tail. Whole -> confirmed; one byte changed in the middle -> uncertain.
+#[test]
+fn largest_message_is_confirmed_only_whole() {
+    let dir = std::env::temp_dir().join(format!("courier-scan-big-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let body: String = "\"\u{1}".repeat(crate::store::MAX_BODY_BYTES / 2);
+    let m = Message { lease: Some(3), ..msg("m_big", &body, Some("e2e")) };
+    let whole = wrap(&m);
+    let path = dir.join("whole.jsonl");
+    std::fs::write(&path, hook_context(&whole)).unwrap();
+    assert!(std::fs::metadata(&path).unwrap().len() > 4 * crate::store::MAX_BODY_BYTES as u64, "a long rollout line");
+    let got = scan_rollout_within(path.to_str().unwrap(), std::slice::from_ref(&m), u64::MAX);
+    assert_eq!((got[0].1, got[0].2), (Some(State::Confirmed), None));
+    let mut changed = whole.clone();
+    let mid = changed.len() / 2;
+    changed.replace_range(mid..mid + 1, "x");
+    let path = dir.join("changed.jsonl");
+    std::fs::write(&path, hook_context(&changed)).unwrap();
+    let got = scan_rollout_within(path.to_str().unwrap(), &[m], u64::MAX);
+    assert_eq!((got[0].1, got[0].2), (Some(State::Uncertain), Some("shown_truncated")));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The receipt the person sees: who, how many, which ids (a few, then a count), labels escaped
+/// as `inspect` escapes them; `receipts = "off"` leaves it out; never in the model's text.
+#[test]
+fn receipt_names_senders_and_ids_and_escapes_labels() {
+    let one = [msg("m_1", "hi", Some("ci-bot"))];
+    assert_eq!(receipt(&one), "Courier delivered 1 message from ci-bot (m_1)");
+    let many: Vec<Message> = (1..=6).map(|i| msg(&format!("m_{i}"), "x", Some(["a", "b", "c", "d"][i % 4]))).collect();
+    assert_eq!(receipt(&many), "Courier delivered 6 messages from b, c, d, 1 more (m_1, m_2, m_3, m_4, +2)");
+    let hostile = [msg("m_1", "x", Some("evil\u{1b}]52;c;AAAA\u{7}\u{202e}"))];
+    let r = receipt(&hostile);
+    assert!(!r.chars().any(|c| c.is_control() || c == '\u{202e}'), "{r:?}");
+    assert!(r.contains("evil\\u{1b}]52;c;AAAA\\u{7}\\u{202e}"), "{r}");
+    let out: serde_json::Value = serde_json::from_str(&render(HookEvent::PostToolUse, &one, Receipts::Line)).unwrap();
+    assert_eq!(out["systemMessage"], "Courier delivered 1 message from ci-bot (m_1)");
+    assert!(!out["hookSpecificOutput"]["additionalContext"].as_str().unwrap().contains("Courier delivered"));
+    let off: serde_json::Value = serde_json::from_str(&render(HookEvent::Stop, &one, Receipts::Off)).unwrap();
+    assert_eq!(off, serde_json::json!({"decision": "block", "reason": wrap(&one[0])}));
+}
+
+/// What a hook may carry: 80% of its handler's context limit (the default's 8,000 bytes for a
+/// handler without one, such as a session started before an upgrade), at most `MAX_OUTPUT_BYTES`
+/// (install's limit, or `0`: no cut); a Stop reason 8,000 whatever the limit.
+#[test]
+fn budget_follows_the_handlers_limit_and_stop_keeps_its_own() {
+    let limit = crate::install::HOOK_CONTEXT_LIMIT;
+    assert_eq!(output_budget(HookEvent::PostToolUse, None), 8_000);
+    assert_eq!(output_budget(HookEvent::PreToolUse, Some(5_000)), 16_000);
+    assert_eq!(output_budget(HookEvent::PostToolUse, Some(limit)), MAX_OUTPUT_BYTES);
+    assert_eq!(output_budget(HookEvent::UserPromptSubmit, Some(0)), MAX_OUTPUT_BYTES);
+    assert_eq!(output_budget(HookEvent::PostToolUse, Some(u64::MAX)), MAX_OUTPUT_BYTES);
+    assert_eq!(output_budget(HookEvent::Stop, Some(limit)), STOP_OUTPUT_BYTES);
+    assert_eq!(output_budget(HookEvent::SubagentStop, Some(limit)), 0);
+}
+/// A woken turn's user message, as Codex records it.
+fn woken_input(client_id: &str, text: &str) -> String {
+    line(
+        "event_msg",
+        serde_json::json!({"type": "item_completed", "turn_id": "W1",
+            "item": {"type": "UserMessage", "client_id": client_id, "content": [{"type": "text", "text": text}]}}),
+    )
+}
+
+/// A wake's hand-off is recorded before `turn/start` leaves, so its turn may be unknown: another
+/// turn closing does not settle it; its user message confirms it; with neither, it is
+/// `uncertain` (`wake_unanswered`) once its time is up and the rollout was read to the end.
+#[test]
+fn wake_hand_off_is_settled_by_its_user_message_or_its_deadline() {
+    let dir = std::env::temp_dir().join(format!("courier-wake-scan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("rollout.jsonl");
+    let p = path.to_str().unwrap();
+    let wake = |id: &str, lease: i64| {
+        let mut m = msg(id, "hello", Some("w"));
+        (m.event, m.turn_id, m.lease, m.rollout_path) = (Some(crate::store::Channel::Wake), None, Some(lease), Some(p.into()));
+        m
+    };
+    let (a, b) = (wake("m_a", 7), wake("m_b", 8));
+    // A person's turn closes before either woken user message is there.
+    let mut data = line("event_msg", serde_json::json!({"type": "task_complete", "turn_id": "T0"}));
+    std::fs::write(&path, &data).unwrap();
+    let got = scan_rollout(p, &[a.clone(), b.clone()]);
+    assert!(got.iter().all(|g| g.1.is_none()), "another turn's end settles no wake: {got:?}");
+    data += &woken_input("m_a", &wrap(&a));
+    std::fs::write(&path, &data).unwrap();
+    let got = scan_rollout(p, &[a.clone(), b.clone()]);
+    let by = |id: &str| got.iter().find(|g| g.0 == id).unwrap().1;
+    assert_eq!((by("m_a"), by("m_b")), (Some(State::Confirmed), None));
+
+    // Through reconcile: m_b's deadline passed, the rollout read to the end: uncertain.
+    let (mut store, sdir) = {
+        let sdir = dir.join("state");
+        std::fs::create_dir_all(&sdir).unwrap();
+        (crate::store::Store::open(&sdir).unwrap(), sdir)
+    };
+    let me = crate::os::ProcessKey::of(std::process::id() as i32).unwrap();
+    let mut ids = Vec::new();
+    for (thread, shown_by) in [("01a22652-96c4-7652-bf64-6f7bc9883ce2", 60_000), ("01a22652-96c4-7652-bf64-6f7bc9883ce3", -1)] {
+        let crate::store::Enqueued::New(id) = store.enqueue(thread, "late", None, None, None).unwrap() else { panic!() };
+        let lease = store.lease(thread, crate::store::Channel::Wake, None, 30_000, MAX_OUTPUT_BYTES).unwrap().unwrap();
+        let record = crate::store::HandOff { shown_by: Some(crate::store::now_ms() + shown_by), ..crate::store::HandOff::at(p, 0, me) };
+        assert!(store.hand_off(lease.token, &record).unwrap());
+        ids.push(id);
+    }
+    reconcile(&mut store, None).unwrap();
+    let m = store.messages(None).unwrap();
+    assert_eq!((m[0].id.as_str(), m[0].state), (ids[0].as_str(), State::Handed), "within its time it waits");
+    assert_eq!((m[1].state, m[1].reason.as_deref()), (State::Uncertain, Some("wake_unanswered")), "past it: {:?}", m[1]);
+    drop(store);
+    let _ = std::fs::remove_dir_all(&sdir);
     std::fs::remove_dir_all(&dir).unwrap();
 }

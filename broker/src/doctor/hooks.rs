@@ -117,7 +117,15 @@ pub(super) fn check_hooks(codex: Option<&Path>, codex_home: &Path, state_dir: &P
             [] => problems.push(format!("{ev}: not registered")),
             hs => {
                 for h in hs {
-                    if h.trust_status != "trusted" {
+                    let want = install::courier_trust_hash(ev, command);
+                    if h.current_hash != want {
+                        // Trusted or not, this is not the handler install writes now (an older
+                        // install's, or edited): its context limit may cut a large message.
+                        problems.push(format!(
+                            "{ev}: Codex hashes the handler as {}, not {want} as install writes it ({})",
+                            h.current_hash, h.key
+                        ));
+                    } else if h.trust_status != "trusted" {
                         problems.push(format!("{ev}: {} ({})", h.trust_status, h.key));
                     } else if !h.enabled {
                         problems.push(format!("{ev}: disabled ({})", h.key));
@@ -154,7 +162,7 @@ fn check_hooks_offline(codex_home: &Path, command: &str) -> Vec<Check> {
             problems.push(format!("{ev}: not registered"));
             continue;
         };
-        let want = install::hook_trust_hash(ev, command, install::HOOK_TIMEOUT_SECS, None, None);
+        let want = install::courier_trust_hash(ev, command);
         let key = install::trust_key(&source, ev, idx);
         let have = cfg.as_ref().and_then(|d| d.get("hooks")?.get("state")?.get(&key)?.get("trusted_hash")?.as_str().map(str::to_string));
         if have.as_deref() != Some(want.as_str()) {

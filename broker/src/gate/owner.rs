@@ -42,16 +42,6 @@ pub enum NoOwner {
     NotProven(String),
 }
 
-impl NoOwner {
-    pub fn code(&self) -> &'static str {
-        match self {
-            NoOwner::NotLoaded => "thread_not_loaded",
-            NoOwner::Untrusted(_) => "owner_untrusted",
-            NoOwner::NotProven(_) => "owner_not_proven",
-        }
-    }
-}
-
 /// The pids holding an `flock` WRITE lock on the file (`dev`, `ino`), from `/proc/locks` text.
 fn lock_holders(text: &str, dev: u64, ino: u64) -> Vec<i32> {
     let (major, minor) = (nix::libc::major(dev), nix::libc::minor(dev));

@@ -1,8 +1,9 @@
 //! Codex's side of a hook registration: the trust hash Codex computes for each handler, the
 //! command line it runs, and Courier's groups merged into (and out of) `hooks.json`.
 
-use super::{manifest::Manifest, EVENTS, HOOK_TIMEOUT_SECS};
+use super::{manifest::Manifest, EVENTS, HOOK_CONTEXT_LIMIT, HOOK_TIMEOUT_SECS};
 use anyhow::{Context, Result};
+use courier_shared::hook::CONTEXT_LIMIT_FLAG;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::fs;
@@ -10,7 +11,17 @@ use std::path::{Path, PathBuf};
 
 // Codex's hook trust hash: Codex trusts a handler when `hooks.state."<source>:<event>:<group>:0"
 // .trusted_hash` in config.toml is the SHA-256 of the handler's canonical JSON (event in snake case,
-// command, timeout, matcher, status message); `hook_trust_hash` computes it the same way.
+// command, timeout, matcher, status message, additional-context limit); `hook_trust_hash`
+// computes it the same way.
+
+pub use crate::delivery::wrapper::CODEX_DEFAULT_CONTEXT_LIMIT;
+
+/// Whether Codex reads a handler's `additionalContextLimit` for `event` (PascalCase): only for
+/// events whose output has `additionalContext`. For Stop (and SubagentStop) it ignores the key,
+/// in the hash too (`hooks/list` shows `null`, probed on 0.171.0).
+pub fn takes_context_limit(event: &str) -> bool {
+    !matches!(event, "Stop" | "SubagentStop")
+}
 
 /// `PostToolUse` -> `post_tool_use`.
 pub fn snake_event(ev: &str) -> String {
@@ -29,9 +40,17 @@ pub fn snake_event(ev: &str) -> String {
 }
 
 /// `"sha256:" + hex(sha256(canonical JSON))` of the handler identity Codex hashes:
-/// `{"event_name","matcher"?,"hooks":[{"type":"command","command","timeout","async","statusMessage"?}]}`
-/// with keys sorted and no whitespace; timeout >= 1 (SessionEnd: <= 3).
-pub fn hook_trust_hash(event: &str, command: &str, timeout: u64, matcher: Option<&str>, status: Option<&str>) -> String {
+/// `{"event_name","matcher"?,"hooks":[{"type":"command","command","timeout","async","statusMessage"?,
+/// "additionalContextLimit"?}]}` with keys sorted and no whitespace; timeout >= 1 (SessionEnd: <= 3);
+/// a context limit of Codex's default ([`CODEX_DEFAULT_CONTEXT_LIMIT`]) is left out.
+pub fn hook_trust_hash(
+    event: &str,
+    command: &str,
+    timeout: u64,
+    matcher: Option<&str>,
+    status: Option<&str>,
+    context_limit: Option<u64>,
+) -> String {
     let mut timeout = timeout.max(1);
     if event == "SessionEnd" {
         timeout = timeout.min(3);
@@ -39,6 +58,9 @@ pub fn hook_trust_hash(event: &str, command: &str, timeout: u64, matcher: Option
     let mut h = json!({"type": "command", "command": command, "timeout": timeout, "async": false});
     if let Some(s) = status {
         h["statusMessage"] = json!(s);
+    }
+    if let Some(n) = context_limit.filter(|n| *n != CODEX_DEFAULT_CONTEXT_LIMIT && takes_context_limit(event)) {
+        h["additionalContextLimit"] = json!(n);
     }
     let mut ident = json!({"event_name": snake_event(event), "hooks": [h]});
     if let Some(m) = matcher {
@@ -71,14 +93,31 @@ pub fn shell_quote(s: &str) -> String {
     }
 }
 
-/// The hook command for an installed hook-client: its absolute path alone, so bash execs it (its
-/// parent is then codex itself) and the string stays the same across upgrades.
+/// The hook command for an installed hook-client: its absolute path and the context limit its
+/// handler sets ([`CONTEXT_LIMIT_FLAG`], so the broker knows what Codex passes whole), a simple
+/// command, so bash execs it (its parent is then codex itself).
 pub fn hook_command(hook_client: &Path) -> String {
-    shell_quote(&hook_client.to_string_lossy())
+    format!("{} {CONTEXT_LIMIT_FLAG} {HOOK_CONTEXT_LIMIT}", shell_quote(&hook_client.to_string_lossy()))
 }
 
-pub(super) fn handler(command: &str) -> Value {
-    json!({"type": "command", "command": command, "timeout": HOOK_TIMEOUT_SECS})
+/// The `additionalContextLimit` Courier's handler of `event` carries: [`HOOK_CONTEXT_LIMIT`], so a
+/// whole message passes, where Codex reads one.
+pub fn courier_context_limit(event: &str) -> Option<u64> {
+    takes_context_limit(event).then_some(HOOK_CONTEXT_LIMIT)
+}
+
+/// Courier's handler of `event` as hooks.json holds it.
+pub(super) fn handler(event: &str, command: &str) -> Value {
+    let mut h = json!({"type": "command", "command": command, "timeout": HOOK_TIMEOUT_SECS});
+    if let Some(n) = courier_context_limit(event) {
+        h["additionalContextLimit"] = json!(n);
+    }
+    h
+}
+
+/// The trust hash Codex computes for Courier's handler of `event` as [`handler`] writes it.
+pub fn courier_trust_hash(event: &str, command: &str) -> String {
+    hook_trust_hash(event, command, HOOK_TIMEOUT_SECS, None, None, courier_context_limit(event))
 }
 
 /// The path Codex names hooks.json by in trust keys.
@@ -140,10 +179,11 @@ pub fn merge_hooks(doc: &mut Value, command: &str, old_commands: &[String], m: &
         m.created_hooks_key = true;
     }
     let hooks = root.get_mut("hooks").and_then(Value::as_object_mut).context("\"hooks\" in hooks.json is not an object")?;
-    let ours = json!({"hooks": [handler(command)]});
+
     let is_old = |h: &Value| h.get("command").and_then(Value::as_str).is_some_and(|c| c == command || old_commands.iter().any(|o| o == c));
     let mut out = Vec::new();
     for ev in EVENTS {
+        let ours = json!({"hooks": [handler(ev, command)]});
         if !hooks.contains_key(ev) {
             hooks.insert(ev.into(), json!([]));
             if !m.created_events.iter().any(|e| e == ev) {
@@ -160,7 +200,7 @@ pub fn merge_hooks(doc: &mut Value, command: &str, old_commands: &[String], m: &
             }
         }
         strip_handlers(groups, &is_old);
-        groups.push(ours.clone());
+        groups.push(ours);
         out.push((ev.to_string(), groups.len() - 1));
     }
     Ok(out)

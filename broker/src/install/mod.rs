@@ -44,8 +44,8 @@ pub use bridge::{BridgeOptions, BRIDGE_UNIT};
 pub use config_toml::{add_trust, remove_trust};
 pub use daemon::{daemon_env, daemonize, stop_broker_running, DAEMON_ENV, DAEMON_ENV_PREFIXES};
 pub use hooks::{
-    canonical_json, hook_command, hook_trust_hash, hooks_source, merge_hooks, parse_hooks_list, shell_quote, snake_event, trust_key,
-    unmerge_hooks, ListedHook,
+    canonical_json, courier_context_limit, courier_trust_hash, hook_command, hook_trust_hash, hooks_source, merge_hooks, parse_hooks_list,
+    shell_quote, snake_event, takes_context_limit, trust_key, unmerge_hooks, ListedHook, CODEX_DEFAULT_CONTEXT_LIMIT,
 };
 pub use manifest::{load_manifest, manifest_path, BridgeSetup, FileEdit, Manifest, ProfileEdit, StartSetup};
 pub use start::{profile_block, StartMode};
@@ -64,6 +64,12 @@ pub const EVENTS: [&str; 6] = {
 };
 /// Hook timeout written to hooks.json. Part of the trust hash: never change it casually.
 pub const HOOK_TIMEOUT_SECS: u64 = 5;
+/// `additionalContextLimit` written to hooks.json, in Codex's tokens (bytes / 4, rounded up): over
+/// it Codex shows the model a head-and-tail preview and spills the text to a world-readable file.
+/// A third over the largest output Courier renders ([`crate::delivery::MAX_OUTPUT_BYTES`]). Part
+/// of the trust hash: never change it casually (install moves an older install over).
+pub const HOOK_CONTEXT_LIMIT: u64 = 32_768;
+const _: () = assert!(HOOK_CONTEXT_LIMIT * 4 >= crate::delivery::MAX_OUTPUT_BYTES as u64 * 4 / 3);
 pub const MANIFEST_NAME: &str = "install-manifest.json";
 pub const SOCKET_UNIT: &str = "courier-broker.socket";
 pub const SERVICE_UNIT: &str = "courier-broker.service";
@@ -314,10 +320,8 @@ fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Installed> {
 
     // 3. Trust entries in config.toml.
     let source = hooks_source(&codex_home);
-    let entries: Vec<(String, String)> = groups
-        .iter()
-        .map(|(ev, idx)| (trust_key(&source, ev, *idx), hook_trust_hash(ev, &command, HOOK_TIMEOUT_SECS, None, None)))
-        .collect();
+    let entries: Vec<(String, String)> =
+        groups.iter().map(|(ev, idx)| (trust_key(&source, ev, *idx), courier_trust_hash(ev, &command))).collect();
     let config_path = codex_home.join("config.toml");
     let current = read_opt(&config_path)?;
     let mut tdoc: toml_edit::DocumentMut =

@@ -6,7 +6,7 @@ fn trust_hash_matches_python_port() {
     // Values printed by a Python port of Codex's own hash function; Codex accepts them (the
     // install end-to-end tests run real sessions with these trust entries).
     assert_eq!(
-        hook_trust_hash("PostToolUse", "/bin/true", 5, None, None),
+        hook_trust_hash("PostToolUse", "/bin/true", 5, None, None, None),
         "sha256:0e59abad07037762a34c3ef81edcab683a6bd8548bf56109ef5e66f1eeaaadc7"
     );
     assert_eq!(
@@ -15,12 +15,13 @@ fn trust_hash_matches_python_port() {
             "/usr/bin/python3.11 /home/dev/probe/kit/hook_probe.py Stop",
             30,
             Some("Bash|apply_patch"),
-            Some("hi \"x\" \u{e9}")
+            Some("hi \"x\" \u{e9}"),
+            None
         ),
         "sha256:964faa913fb44c21006cf58db5427bf20576281281bada5c202e46c9ed4c5364"
     );
     assert_eq!(
-        hook_trust_hash("SessionEnd", "x", 30, None, None),
+        hook_trust_hash("SessionEnd", "x", 30, None, None, None),
         "sha256:b1aa6329f3a5daf36ae487200db1136f90a884bb805ddb24a6326c98dd6f29f6"
     );
 }

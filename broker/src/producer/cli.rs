@@ -261,8 +261,8 @@ pub fn status(args: Args) -> Result<ExitCode> {
     }
     if let Some(h) = m.handed_at {
         let by = match (&m.event, &m.turn_id) {
-            (Some(e), Some(t)) => format!(" by {} in turn {t}", esc(e)),
-            (Some(e), None) => format!(" by {}", esc(e)),
+            (Some(e), Some(t)) => format!(" by {e} in turn {t}"),
+            (Some(e), None) => format!(" by {e}"),
             _ => String::new(),
         };
         lines.push(format!("  handed     {}{by}", ago(h)));

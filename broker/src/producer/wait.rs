@@ -19,7 +19,7 @@
 
 use super::line::ErrorCode;
 use super::{load_all, record, Outcome, Want};
-use crate::store::{now_ms, Kind, Message, State, Store};
+use crate::store::{now_ms, Channel, Kind, Message, State, Store};
 use anyhow::{Context, Result};
 use serde_json::{json, Map, Value};
 use std::os::fd::AsRawFd;
@@ -223,7 +223,7 @@ fn message_of(v: &Value) -> Option<Message> {
         created_at: i("created_at")?,
         updated_at: i("updated_at")?,
         expires_at: i("expires_at"),
-        event: s("event"),
+        event: s("event").as_deref().and_then(Channel::parse),
         turn_id: s("turn_id"),
         lease: None,
         handed_at: i("handed_at"),
@@ -232,6 +232,7 @@ fn message_of(v: &Value) -> Option<Message> {
         attempts: i("attempts").unwrap_or(0),
         rollout_path: None,
         scan_offset: None,
+        shown_by: None,
         alarms: v
             .get("alarms")
             .and_then(Value::as_array)

@@ -9,7 +9,9 @@ use crate::delivery::{self, Offer};
 use crate::effort;
 use crate::failpoint;
 use crate::gate::{self, HookRequest, Peer, Verified};
+use crate::os::ProcessKey;
 use crate::refusal::RefusalCode;
+use crate::store::HandOff;
 use courier_shared::wire::{self, AckReply, HookReply, Request, PROTOCOL_VERSION};
 use std::io::Write;
 use std::os::unix::net::UnixStream;
@@ -67,7 +69,7 @@ impl Broker {
                     let _ = wire::write_json(&mut stream, &self.status());
                 }
             }
-            Request::Hook { v, pid, ts_ms, payload, mac } => {
+            Request::Hook { v, pid, ts_ms, payload, mac, context_limit } => {
                 self.counters.hook_calls.fetch_add(1, Ordering::Relaxed);
                 if v != PROTOCOL_VERSION {
                     let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
@@ -75,7 +77,7 @@ impl Broker {
                     return None;
                 }
                 let request = HookRequest { pid, ts_ms, payload: &payload, mac: &mac };
-                return self.hook(stream, &peer, &request);
+                return self.hook(stream, &peer, &request, context_limit);
             }
             Request::Ack { .. } => {
                 let _ = stream.write_all(&error_frame(RefusalCode::UnexpectedAck.as_str(), "ack without a lease"));
@@ -85,7 +87,8 @@ impl Broker {
         None
     }
 
-    pub(super) fn hook(&self, mut stream: UnixStream, peer: &Peer, request: &HookRequest) -> Option<AwaitAck> {
+    /// `context_limit`: the handler's `additionalContextLimit`, as hook-client was told it.
+    pub(super) fn hook(&self, mut stream: UnixStream, peer: &Peer, request: &HookRequest, context_limit: Option<u64>) -> Option<AwaitAck> {
         let verified = match self.gate.verify(peer, request, &TrustView(self)) {
             Ok(v) => v,
             Err(r) => {
@@ -103,13 +106,17 @@ impl Broker {
                 return None;
             }
         };
+        if let Some(turn) = &verified.turn_id {
+            // A turn the wake channel did not start ends a run of wakes (wake/bound.rs).
+            self.wake_bound.saw_turn(&verified.thread_id, turn);
+        }
         // Effort changes go through the app-server on their own thread; waited for below, bounded.
         let effort = self.effort.on_hook(&verified, request.payload);
         let (offer, settled) = {
             let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
             // Settle earlier hand-offs first, so inspect and the Stop guard see current states.
             let settled = delivery::reconcile(&mut store, Some(&verified.thread_id)).unwrap_or(0);
-            let offer = delivery::offer(&mut store, &verified);
+            let offer = delivery::offer(&mut store, &verified, context_limit, self.receipts);
             if let (Some(t), Ok(Offer::Lease { token, .. })) = (&ticket, &offer) {
                 if let Err(e) = crate::tickets::attach(&mut store, t, *token) {
                     crate::log_error!("recording the hand-off of ticket {}: {e:#}", t.key);
@@ -185,11 +192,9 @@ impl Broker {
             _ => None,
         };
         let path = v.rollout_path.to_string_lossy();
-        // Before the ack: a hand-off must never be on record without the codex it went to.
-        if let Err(e) = store.note_codex(token, v.codex_pid, v.codex_starttime) {
-            crate::log_error!("recording codex of lease {token}: {e:#}");
-        }
-        let accepted = store.ack(token, &path, v.rollout_offset, stop_turn).unwrap_or_else(|e| {
+        let record =
+            HandOff { stop_turn, ..HandOff::at(&path, v.rollout_offset, ProcessKey { pid: v.codex_pid, starttime: v.codex_starttime }) };
+        let accepted = store.hand_off(token, &record).unwrap_or_else(|e| {
             crate::log_error!("ack of lease {token}: {e:#}");
             false
         });

@@ -41,7 +41,8 @@ use crate::effort;
 use crate::failpoint;
 use crate::gate::{self, Gate, GateConfig};
 use crate::refusal::RefusalCode;
-use crate::store::Store;
+use crate::store::{Channel, Store};
+use crate::wake::WakeReason;
 use anyhow::{Context, Result};
 use listener::{block_stop_signals, raise_fd_limit};
 use poller::{worker, Handback, JobQueue, Poller};
@@ -72,6 +73,10 @@ pub struct ServeOptions {
     pub extra_hook_clients: Vec<PathBuf>,
     /// How long messages in a final state are kept; `None` keeps them forever.
     pub retention: Option<Duration>,
+    /// Whether hook deliveries show the person a line in the TUI (read at start).
+    pub receipts: crate::config::Receipts,
+    /// `[wake]`: how often a thread may be woken.
+    pub wake: crate::wake::WakeConfig,
 }
 
 struct Broker {
@@ -86,6 +91,9 @@ struct Broker {
     follower: Arc<Follower>,
     /// Producer requests (JSON lines on the same socket) and parked waits (producer/).
     producer: Arc<crate::producer::proto::Service>,
+    receipts: crate::config::Receipts,
+    /// How often threads may be woken; the hooks report the turns they see (wake/bound.rs).
+    wake_bound: Arc<crate::wake::Bound>,
 }
 
 pub fn serve(opts: ServeOptions) -> Result<()> {
@@ -100,6 +108,9 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     let mut store = Store::open(&opts.state_dir)?;
     store.defer_checkpoints()?; // the maintenance thread checkpoints (store/checkpoint.rs)
     let released = store.release_expired_leases()?;
+    // No pass of a dead broker's wake can still run, and none sent anything before its hand-off
+    // record: its leases go back at once (wake/mod.rs).
+    let interrupted = store.release_leases_of(Channel::Wake, WakeReason::Interrupted.as_str())?;
     let exe = std::env::current_exe().context("locating the broker executable")?;
     let installed_clients = gate::installed_client_ids(&exe, &opts.extra_hook_clients);
     if installed_clients.is_empty() {
@@ -129,6 +140,8 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         queued_refusals: Mutex::new(Vec::new()),
         follower: Arc::clone(&follower),
         producer,
+        receipts: opts.receipts,
+        wake_bound: Arc::new(crate::wake::Bound::new(opts.wake)),
     });
     let socket = courier_shared::paths::socket_path(&opts.runtime_dir);
     let (listener, how) = listener::listen(&socket)?;
@@ -139,7 +152,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         }
     })?;
     crate::log_info!(
-        "broker {} started: pid {} serving {} ({how}; state {}, CODEX_HOME {}); released {released} stale leases",
+        "broker {} started: pid {} serving {} ({how}; state {}, CODEX_HOME {}); released {released} stale leases, {interrupted} interrupted wakes",
         env!("CARGO_PKG_VERSION"),
         std::process::id(),
         socket.display(),
@@ -155,7 +168,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     let waking = Arc::clone(&broker);
     let codex_home = opts.codex_home.clone();
     std::thread::Builder::new().name("wake".into()).spawn(move || {
-        let waker = crate::wake::Waker::default();
+        let waker = crate::wake::Waker::new(Arc::clone(&waking.wake_bound));
         let signal = waking.store.lock().unwrap_or_else(|e| e.into_inner()).pending_signal();
         waker.run(&signal, || {
             let b = &*waking;

@@ -8,12 +8,13 @@
 //! and `busy_timeout` serialise them.
 //!
 //! The store owns its schema and every query: no connection leaves it. Besides the messages
-//! (this file), it keeps effort rows (`effort.rs`), refusals (`refusals.rs`) and the Codex trust
+//! (this file; their lease and hand-off in `handoff.rs`), it keeps effort rows (`effort.rs`), refusals (`refusals.rs`) and the Codex trust
 //! tables (`codex.rs`).
 
 mod checkpoint;
 mod codex;
 mod effort;
+mod handoff;
 mod producer;
 mod refusals;
 #[cfg(test)]
@@ -26,8 +27,9 @@ mod wake;
 pub use checkpoint::{Checkpointed, Checkpointer, SAFETY_NET_PAGES};
 pub use codex::{TrustHow, TrustedCodex};
 pub use effort::{Claim, Details};
+pub use handoff::{HandOff, Lease};
 pub use refusals::Refusal;
-pub use state::{Kind, State};
+pub use state::{Channel, Kind, State};
 pub use tickets::{Alarm, TicketClaim};
 
 use crate::delivery::wrapper::{wrapped_len, MAX_OUTPUT_BYTES};
@@ -38,11 +40,10 @@ use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub const DB_NAME: &str = "queue.sqlite";
-/// Longest message body `send` accepts: a plain-text body this long still renders within the
-/// hook output budget ([`MAX_OUTPUT_BYTES`], 8,000) with the longest `--from`
-/// (64 characters; the wrapper adds 131 bytes then). What counts in the end is the rendered size,
-/// checked too (escaping can grow a body: every `<` is 4 bytes).
-pub const MAX_BODY_BYTES: usize = 7_800;
+/// Longest message body `send` accepts (64 KiB). What counts in the end is the rendered size,
+/// checked too against the hook output budget ([`MAX_OUTPUT_BYTES`], 96 KiB): escaping can grow
+/// a body (every `<` is 4 bytes).
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Longest `--from` label, in characters.
 pub const MAX_FROM_CHARS: usize = 64;
 
@@ -118,8 +119,8 @@ pub struct Message {
     pub created_at: i64,
     pub updated_at: i64,
     pub expires_at: Option<i64>,
-    /// The hook event and turn that took it (set when leased).
-    pub event: Option<String>,
+    /// The channel and turn that took it (set when leased).
+    pub event: Option<Channel>,
     pub turn_id: Option<String>,
     pub lease: Option<i64>,
     pub handed_at: Option<i64>,
@@ -130,6 +131,8 @@ pub struct Message {
     pub scan_offset: Option<i64>,
     /// Alarm kinds raised on this message (`ticket_used`: see `crate::tickets`), each once.
     pub alarms: Vec<String>,
+    /// Handed: when the rollout must show it by, else it is `uncertain` ([`HandOff::shown_by`]).
+    pub shown_by: Option<i64>,
 }
 
 /// What `enqueue` did.
@@ -138,13 +141,6 @@ pub enum Enqueued {
     New(String),
     /// The idempotency key was used before: the earlier message's id.
     Existing(String),
-}
-
-/// Messages leased to one hook call under one fencing token.
-#[derive(Debug)]
-pub struct Lease {
-    pub token: i64,
-    pub messages: Vec<Message>,
 }
 
 const SCHEMA: &str = "
@@ -236,7 +232,9 @@ fn migrate_trusted_codex(conn: &Connection) -> rusqlite::Result<()> {
         add_column(conn, "trusted_codex", name, decl)?;
     }
     // `broker send --wake auto|never`: whether the broker may start a turn in an idle thread.
-    add_column(conn, "messages", "wake", "TEXT NOT NULL DEFAULT 'auto'")
+    add_column(conn, "messages", "wake", "TEXT NOT NULL DEFAULT 'auto'")?;
+    // A hand-off the rollout must show by a deadline (a wake's `turn/start`: `HandOff::shown_by`).
+    add_column(conn, "messages", "shown_by", "INTEGER")
 }
 
 fn is_busy(e: &anyhow::Error) -> bool {
@@ -264,7 +262,7 @@ pub(super) fn add_column(conn: &Connection, table: &str, name: &str, decl: &str)
 
 const MESSAGE_COLUMNS: &str = "id, thread, kind, state, body, sender, idem_key, created_at, updated_at, \
     expires_at, event, turn_id, lease_token, handed_at, confirmed_at, reason, attempts, rollout_path, scan_offset, \
-    (SELECT group_concat(kind) FROM (SELECT DISTINCT kind FROM alarms WHERE alarms.message = messages.id ORDER BY kind))";
+    (SELECT group_concat(kind) FROM (SELECT DISTINCT kind FROM alarms WHERE alarms.message = messages.id ORDER BY kind)), shown_by";
 
 fn row_to_message(row: &rusqlite::Row) -> rusqlite::Result<Message> {
     Ok(Message {
@@ -288,6 +286,7 @@ fn row_to_message(row: &rusqlite::Row) -> rusqlite::Result<Message> {
         rollout_path: row.get(17)?,
         scan_offset: row.get(18)?,
         alarms: row.get::<_, Option<String>>(19)?.map(|a| a.split(',').map(String::from).collect()).unwrap_or_default(),
+        shown_by: row.get(20)?,
     })
 }
 
@@ -354,7 +353,7 @@ impl Store {
     ) -> Result<Enqueued> {
         if body.len() > MAX_BODY_BYTES {
             bail!(
-                "message is {} bytes; the limit is {} (Codex shows the model only a preview of longer hook output)",
+                "message is {} bytes; the limit is {} (64 KiB; send a longer text as a file and a message naming it)",
                 body.len(),
                 MAX_BODY_BYTES
             );
@@ -368,7 +367,7 @@ impl Store {
         if rendered > max {
             bail!(
                 "message renders to {rendered} bytes in the hook output (wrapper, --from and every '<' escaped as &lt; \
-                 included); the limit is {max} (Codex cuts hook output over about 10,000 bytes)"
+                 included); the limit is {max} (the hook output Codex passes to the model whole)"
             );
         }
         let now = now_ms();
@@ -440,140 +439,7 @@ impl Store {
         Ok(stmt.query_row(params![thread, Kind::Message], |r| r.get(0))?)
     }
 
-    /// Leases the oldest pending messages of `thread` under a new fencing token: as many as fit,
-    /// rendered (`crate::delivery::wrap`, one newline between them), in `max_bytes`. Expired
-    /// messages are retired first and never leased; so is one that does not fit even alone
-    /// (`cancelled`, `too_large_for_hook_output`: `send` refuses those, older queues may hold one).
-    pub fn lease(&mut self, thread: &str, event: &str, turn_id: Option<&str>, lease_ms: i64, max_bytes: usize) -> Result<Option<Lease>> {
-        self.unsynced(|s| s.lease_inner(thread, event, turn_id, lease_ms, max_bytes, false))
-    }
-
-    pub(super) fn lease_inner(
-        &mut self,
-        thread: &str,
-        event: &str,
-        turn_id: Option<&str>,
-        lease_ms: i64,
-        max_bytes: usize,
-        wake_only: bool,
-    ) -> Result<Option<Lease>> {
-        let now = now_ms();
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        tx.execute(
-            "UPDATE messages SET state = 'expired', reason = 'ttl_elapsed', updated_at = ?2
-             WHERE thread = ?1 AND state = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?2",
-            params![thread, now],
-        )?;
-        let candidates: Vec<Message> = {
-            let mut stmt = tx.prepare_cached(&format!(
-                "SELECT {MESSAGE_COLUMNS} FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = 'message' {} ORDER BY seq LIMIT 64",
-                if wake_only { "AND wake != 'never'" } else { "" }
-            ))?;
-            let rows = stmt.query_map([thread], row_to_message)?;
-            rows.collect::<rusqlite::Result<_>>()?
-        };
-        let mut taken: Vec<Message> = Vec::new();
-        let mut bytes = 0;
-        for m in candidates {
-            let len = wrapped_len(&m.id, m.from.as_deref(), &m.body);
-            if len > max_bytes {
-                if taken.is_empty() {
-                    tx.execute(
-                        "UPDATE messages SET state = 'cancelled', reason = 'too_large_for_hook_output', updated_at = ?2
-                         WHERE id = ?1 AND state = 'pending'",
-                        params![m.id, now],
-                    )?;
-                    continue;
-                }
-                break;
-            }
-            let add = len + usize::from(!taken.is_empty());
-            if bytes + add > max_bytes {
-                break;
-            }
-            bytes += add;
-            taken.push(m);
-        }
-        if taken.is_empty() {
-            tx.commit()?;
-            return Ok(None);
-        }
-        let token = next_fencing_token(&tx)?;
-        {
-            let mut stmt = tx.prepare_cached(
-                "UPDATE messages SET state = 'leased', lease_token = ?1, lease_expires_at = ?2, event = ?3,
-                 turn_id = ?4, attempts = attempts + 1, reason = NULL, updated_at = ?5
-                 WHERE id = ?6 AND state = 'pending'",
-            )?;
-            for m in &mut taken {
-                stmt.execute(params![token, now + lease_ms, event, turn_id, now, m.id])?;
-                m.state = State::Leased;
-                m.lease = Some(token);
-                m.event = Some(event.into());
-                m.turn_id = turn_id.map(Into::into);
-            }
-        }
-        tx.commit()?;
-        crate::failpoint::hit("after_lease_commit");
-        Ok(Some(Lease { token, messages: taken }))
-    }
-
-    /// The client printed lease `token`'s output: its messages become `handed`. Returns false when
-    /// the lease is no longer live (expired, released): then the client must withdraw its output.
-    pub fn ack(&mut self, token: i64, rollout_path: &str, scan_offset: u64, stop_turn: Option<(&str, &str)>) -> Result<bool> {
-        let now = now_ms();
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let n = tx.execute(
-            "UPDATE messages SET state = 'handed', handed_at = ?2, updated_at = ?2, rollout_path = ?3,
-             scan_offset = ?4, lease_expires_at = NULL
-             WHERE lease_token = ?1 AND state = 'leased' AND lease_expires_at > ?2",
-            params![token, now, rollout_path, scan_offset as i64],
-        )?;
-        if n > 0 {
-            if let Some((thread, turn)) = stop_turn {
-                tx.execute(
-                    "INSERT INTO stop_blocks (thread, turn_id, count) VALUES (?1, ?2, 1)
-                     ON CONFLICT(thread, turn_id) DO UPDATE SET count = count + 1",
-                    params![thread, turn],
-                )?;
-            }
-        }
-        crate::failpoint::hit("before_ack_commit");
-        tx.commit()?;
-        crate::failpoint::hit("after_ack_commit");
-        Ok(n > 0)
-    }
-
-    /// Returns an unacknowledged lease's messages to `pending` (the client never showed them).
-    pub fn release(&mut self, token: i64, reason: &str) -> Result<usize> {
-        let n = self.conn.execute(
-            "UPDATE messages SET state = 'pending', lease_token = NULL, lease_expires_at = NULL,
-             reason = ?2, updated_at = ?3 WHERE lease_token = ?1 AND state = 'leased'",
-            params![token, reason, now_ms()],
-        )?;
-        crate::failpoint::hit("after_release_commit");
-        self.pending.bump(n);
-        Ok(n)
-    }
-
-    /// Records which codex process (pid and start time) lease `token` is handed to, so
-    /// reconcile can tell a hand-off whose codex died from one still in flight.
-    pub fn note_codex(&mut self, token: i64, pid: i32, starttime: u64) -> Result<()> {
-        // Not fsynced on its own: the ack that follows is, and its fsync makes this earlier WAL
-        // frame durable too; without an ack nothing was handed.
-        self.unsynced(|s| s.note_codex_inner(token, pid, starttime))
-    }
-
-    fn note_codex_inner(&mut self, token: i64, pid: i32, starttime: u64) -> Result<()> {
-        self.conn.execute(
-            "INSERT OR REPLACE INTO handed_to (lease_token, codex_pid, codex_starttime) VALUES (?1, ?2, ?3)",
-            params![token, pid, starttime as i64],
-        )?;
-        crate::failpoint::hit("after_note_codex");
-        Ok(())
-    }
-
-    /// The codex process a message's lease was handed to (see [`Store::note_codex`]).
+    /// The codex process a message's lease was handed to (see [`Store::hand_off`]).
     pub fn codex_of(&self, lease_token: i64) -> Result<Option<(i32, u64)>> {
         let mut stmt = self.conn.prepare_cached("SELECT codex_pid, codex_starttime FROM handed_to WHERE lease_token = ?1")?;
         Ok(stmt.query_row([lease_token], |r| Ok((r.get::<_, i32>(0)?, r.get::<_, i64>(1)? as u64))).optional()?)
@@ -602,7 +468,7 @@ impl Store {
             // Handed, but the rollout proves the model never saw any of it: offered again.
             Some(State::Pending) => self.conn.execute(
                 "UPDATE messages SET state = 'pending', reason = ?2, updated_at = ?3, lease_token = NULL,
-                 lease_expires_at = NULL, handed_at = NULL, rollout_path = NULL, scan_offset = NULL
+                 lease_expires_at = NULL, handed_at = NULL, rollout_path = NULL, scan_offset = NULL, shown_by = NULL
                  WHERE id = ?1 AND state = 'handed'",
                 params![id, reason, now],
             )?,

@@ -26,6 +26,7 @@ impl Message {
             rollout_path: None,
             scan_offset: None,
             alarms: Vec::new(),
+            shown_by: None,
         }
     }
 }

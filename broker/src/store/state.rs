@@ -1,10 +1,11 @@
-//! The closed sets of the `messages` table: what a row is ([`Kind`]) and where it stands
-//! ([`State`]). Stored as their `as_str` text; `inspect --json`, `status --json` and the docs show
+//! The closed sets of the `messages` table: what a row is ([`Kind`]), where it stands
+//! ([`State`]) and which channel took it ([`Channel`]). Stored as their `as_str` text; `inspect --json`, `status --json` and the docs show
 //! the same names.
 //!
 //! Context messages: `pending -> leased -> handed -> confirmed`, or `uncertain`, `expired`,
 //! `cancelled`. Effort rows: `pending -> applying -> applied | failed | uncertain`, or `cancelled`.
 
+use courier_shared::hook::HookEvent;
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
 use serde::Serialize;
 
@@ -97,6 +98,41 @@ impl Kind {
     }
 }
 
+/// The delivery channel that took a message (the `event` column; `inspect` shows its name): a
+/// hook event's call, or the wake channel's `turn/start`. Both lease through the same store call,
+/// so a message is never offered to two channels; a new channel is a variant here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Channel {
+    /// A verified hook call of this event (`server/hook.rs`).
+    Hook(HookEvent),
+    /// A turn started in an idle thread through its app-server (`wake/`).
+    Wake,
+}
+
+impl Channel {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Channel::Hook(e) => e.as_str(),
+            Channel::Wake => "wake",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Channel> {
+        Some(if s == Channel::Wake.as_str() { Channel::Wake } else { Channel::Hook(HookEvent::parse(s)) })
+    }
+
+    /// Only messages sent with `--wake auto` may start a turn; the hooks take any.
+    pub const fn needs_wake_allowed(self) -> bool {
+        matches!(self, Channel::Wake)
+    }
+}
+
+impl Serialize for Channel {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 macro_rules! text_enum {
     ($t:ty) => {
         impl std::fmt::Display for $t {
@@ -129,6 +165,7 @@ macro_rules! text_enum {
 }
 text_enum!(State);
 text_enum!(Kind);
+text_enum!(Channel);
 
 #[cfg(test)]
 mod tests {
@@ -143,6 +180,10 @@ mod tests {
         for k in [Kind::Message, Kind::Effort] {
             assert_eq!(Kind::parse(k.as_str()), Some(k));
             assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
+        }
+        for c in [Channel::Wake, Channel::Hook(HookEvent::PostToolUse), Channel::Hook(HookEvent::Stop)] {
+            assert_eq!(Channel::parse(c.as_str()), Some(c));
+            assert_eq!(serde_json::to_value(c).unwrap(), c.as_str());
         }
     }
 }

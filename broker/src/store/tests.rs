@@ -1,4 +1,11 @@
 use super::*;
+use crate::os::ProcessKey;
+use courier_shared::hook::HookEvent;
+
+/// A hand-off record as a hook channel writes it (to codex `pid`, started at `starttime`).
+fn handed_to(path: &str, offset: u64, pid: i32, starttime: u64) -> HandOff<'_> {
+    HandOff::at(path, offset, ProcessKey { pid, starttime })
+}
 
 fn store(name: &str) -> (Store, std::path::PathBuf) {
     let dir = std::env::temp_dir().join(format!("courier-store-{}-{name}", std::process::id()));
@@ -29,14 +36,17 @@ fn lease_is_per_thread_and_fenced() {
     let (mut s, _d) = store("lease");
     s.enqueue(T, "for T", None, None, None).unwrap();
     s.enqueue(U, "for U", None, None, None).unwrap();
-    let lease = s.lease(T, "PostToolUse", Some("turn"), 10_000, 1000).unwrap().unwrap();
+    let lease = s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("turn"), 10_000, 1000).unwrap().unwrap();
     assert_eq!(lease.messages.len(), 1);
     assert_eq!(lease.messages[0].body, "for T");
-    assert!(s.lease(T, "PostToolUse", Some("turn"), 10_000, 1000).unwrap().is_none(), "leased messages are not offered twice");
+    assert!(
+        s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("turn"), 10_000, 1000).unwrap().is_none(),
+        "leased messages are not offered twice"
+    );
     // A stale token cannot ack.
-    assert!(!s.ack(lease.token + 1, "/r", 0, None).unwrap());
-    assert!(s.ack(lease.token, "/r", 10, None).unwrap());
-    assert!(!s.ack(lease.token, "/r", 10, None).unwrap(), "an ack applies once");
+    assert!(!s.hand_off(lease.token + 1, &handed_to("/r", 0, 1, 2)).unwrap());
+    assert!(s.hand_off(lease.token, &handed_to("/r", 10, 1, 2)).unwrap());
+    assert!(!s.hand_off(lease.token, &handed_to("/r", 10, 1, 2)).unwrap(), "an ack applies once");
     let m = &s.messages(Some(T)).unwrap()[0];
     assert_eq!(m.state, "handed");
     assert_eq!(s.messages(Some(U)).unwrap()[0].state, "pending");
@@ -48,15 +58,13 @@ fn only_lease_note_and_settle_skip_fsync() {
     let sync = |s: &Store| s.conn.query_row("PRAGMA synchronous", [], |r| r.get::<_, i64>(0)).unwrap();
     assert_eq!(sync(&s), 2, "FULL");
     s.enqueue(T, "x", None, None, None).unwrap();
-    let lease = s.lease(T, "Stop", Some("turn"), 10_000, 1000).unwrap().unwrap();
+    let lease = s.lease(T, Channel::Hook(HookEvent::Stop), Some("turn"), 10_000, 1000).unwrap().unwrap();
     assert_eq!(sync(&s), 2, "the ack after a lease must be fsynced");
-    s.note_codex(lease.token, 1, 2).unwrap();
-    assert_eq!(sync(&s), 2);
-    s.ack(lease.token, "/r", 0, None).unwrap();
+    s.hand_off(lease.token, &handed_to("/r", 0, 1, 2)).unwrap();
     let id = s.messages(None).unwrap()[0].id.clone();
     assert!(s.settle(&id, Some(State::Confirmed), None, 5).unwrap());
     assert_eq!(sync(&s), 2);
-    assert!(s.lease(U, "Stop", None, 10, 10).unwrap().is_none());
+    assert!(s.lease(U, Channel::Hook(HookEvent::Stop), None, 10, 10).unwrap().is_none());
     assert_eq!(sync(&s), 2);
 }
 
@@ -64,10 +72,10 @@ fn only_lease_note_and_settle_skip_fsync() {
 fn released_lease_returns_to_pending_and_late_ack_fails() {
     let (mut s, _d) = store("release");
     s.enqueue(T, "x", None, None, None).unwrap();
-    let lease = s.lease(T, "Stop", Some("turn"), 10_000, 1000).unwrap().unwrap();
+    let lease = s.lease(T, Channel::Hook(HookEvent::Stop), Some("turn"), 10_000, 1000).unwrap().unwrap();
     assert_eq!(s.release(lease.token, "no_ack").unwrap(), 1);
-    assert!(!s.ack(lease.token, "/r", 0, None).unwrap());
-    let again = s.lease(T, "Stop", Some("turn"), 10_000, 1000).unwrap().unwrap();
+    assert!(!s.hand_off(lease.token, &handed_to("/r", 0, 1, 2)).unwrap());
+    let again = s.lease(T, Channel::Hook(HookEvent::Stop), Some("turn"), 10_000, 1000).unwrap().unwrap();
     assert!(again.token > lease.token, "fencing tokens increase");
 }
 
@@ -75,8 +83,8 @@ fn released_lease_returns_to_pending_and_late_ack_fails() {
 fn expired_lease_is_swept_and_cannot_be_acked() {
     let (mut s, _d) = store("sweep");
     s.enqueue(T, "x", None, None, None).unwrap();
-    let lease = s.lease(T, "Stop", Some("turn"), 0, 1000).unwrap().unwrap();
-    assert!(!s.ack(lease.token, "/r", 0, None).unwrap(), "a lease past its time cannot be acked");
+    let lease = s.lease(T, Channel::Hook(HookEvent::Stop), Some("turn"), 0, 1000).unwrap().unwrap();
+    assert!(!s.hand_off(lease.token, &handed_to("/r", 0, 1, 2)).unwrap(), "a lease past its time cannot be acked");
     assert_eq!(s.release_expired_leases().unwrap(), 1);
     assert_eq!(s.messages(None).unwrap()[0].state, "pending");
 }
@@ -85,7 +93,7 @@ fn expired_lease_is_swept_and_cannot_be_acked() {
 fn ttl_expires_pending_messages() {
     let (mut s, _d) = store("ttl");
     s.enqueue(T, "old", None, None, Some(0)).unwrap();
-    assert!(s.lease(T, "Stop", Some("turn"), 1000, 1000).unwrap().is_none());
+    assert!(s.lease(T, Channel::Hook(HookEvent::Stop), Some("turn"), 1000, 1000).unwrap().is_none());
     assert_eq!(s.messages(None).unwrap()[0].state, "expired");
 }
 
@@ -111,15 +119,19 @@ fn batch_budget_counts_the_rendered_messages() {
     }
     let one = crate::delivery::wrap(&s.messages(Some(T)).unwrap()[0]).len();
     assert!(one > 600, "the wrapper counts");
-    let lease = s.lease(T, "PostToolUse", Some("t"), 1000, 2 * one).unwrap().unwrap();
+    let lease = s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("t"), 1000, 2 * one).unwrap().unwrap();
     assert_eq!(lease.messages.len(), 1, "two need a newline between them: {} bytes", 2 * one + 1);
-    let lease = s.lease(T, "PostToolUse", Some("t"), 1000, 2 * one + 1).unwrap().unwrap();
+    let lease = s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("t"), 1000, 2 * one + 1).unwrap().unwrap();
     assert_eq!(lease.messages.len(), 2);
-    // Escaping counts too: 600 '<' render as 2,400 bytes.
+    // Escaping counts too: 600 '<' render as 2,400 bytes. Too large for this hook (a Stop), it
+    // waits for one that carries it, and so does the message behind it (order is kept).
     s.enqueue(T, &"<".repeat(600), None, None, None).unwrap();
-    assert!(s.lease(T, "PostToolUse", Some("t"), 1000, 2000).unwrap().is_none(), "does not fit even alone");
-    let m = s.messages(Some(T)).unwrap().pop().unwrap();
-    assert_eq!((m.state.as_str(), m.reason.as_deref()), ("cancelled", Some("too_large_for_hook_output")));
+    s.enqueue(T, "small", None, None, None).unwrap();
+    assert!(s.lease(T, Channel::Hook(HookEvent::Stop), Some("t"), 1000, 2000).unwrap().is_none(), "does not fit alone: nothing leased");
+    let pending: Vec<Message> = s.messages(Some(T)).unwrap().into_iter().filter(|m| m.state == State::Pending).collect();
+    assert_eq!(pending.len(), 2, "both wait: {pending:?}");
+    let lease = s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("t"), 1000, crate::delivery::MAX_OUTPUT_BYTES).unwrap().unwrap();
+    assert_eq!(lease.messages.iter().map(|m| m.body.len()).collect::<Vec<_>>(), [600, 5], "a tool hook carries both, in order");
 }
 
 #[test]
@@ -140,8 +152,8 @@ fn from_is_short_and_printable_and_the_rendered_message_fits() {
         assert!(err.contains(why), "{from:?}: {err}");
     }
     // A body within the byte limit but not once rendered (every '<' is 4 bytes in the output).
-    let err = s.enqueue(T, &"<".repeat(4000), None, None, None).unwrap_err().to_string();
-    assert!(err.contains("renders to") && err.contains("8000"), "{err}");
+    let err = s.enqueue(T, &"<".repeat(30_000), None, None, None).unwrap_err().to_string();
+    assert!(err.contains("renders to 120") && err.contains("98304"), "{err}");
     // The longest plain body with the longest --from fits; one byte more is refused.
     let longest_from = "f".repeat(64);
     assert!(
@@ -158,10 +170,10 @@ fn cancel_only_before_handing() {
     let (mut s, _d) = store("cancel");
     let Enqueued::New(id) = s.enqueue(T, "x", None, None, None).unwrap() else { panic!() };
     s.cancel(&id).unwrap();
-    assert!(s.lease(T, "Stop", Some("t"), 1000, 1000).unwrap().is_none());
+    assert!(s.lease(T, Channel::Hook(HookEvent::Stop), Some("t"), 1000, 1000).unwrap().is_none());
     let Enqueued::New(id2) = s.enqueue(T, "y", None, None, None).unwrap() else { panic!() };
-    let lease = s.lease(T, "Stop", Some("t"), 1000, 1000).unwrap().unwrap();
-    s.ack(lease.token, "/r", 0, None).unwrap();
+    let lease = s.lease(T, Channel::Hook(HookEvent::Stop), Some("t"), 1000, 1000).unwrap().unwrap();
+    s.hand_off(lease.token, &handed_to("/r", 0, 1, 2)).unwrap();
     assert!(s.cancel(&id2).is_err());
     assert!(s.cancel("m_nope").is_err());
 }
@@ -174,7 +186,7 @@ fn deferral_reason_is_noted_on_pending_and_cleared_by_a_lease() {
     s.note_deferral(T, "deferred_stop_block_limit").unwrap();
     assert_eq!(s.messages(Some(T)).unwrap()[0].reason.as_deref(), Some("deferred_stop_block_limit"));
     assert_eq!(s.messages(Some(U)).unwrap()[0].reason, None, "only the hook's own thread");
-    s.lease(T, "PostToolUse", Some("t"), 1000, 1000).unwrap().unwrap();
+    s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("t"), 1000, 1000).unwrap().unwrap();
     assert_eq!(s.messages(Some(T)).unwrap()[0].reason, None);
 }
 
@@ -182,15 +194,13 @@ fn deferral_reason_is_noted_on_pending_and_cleared_by_a_lease() {
 fn prune_forgets_only_old_final_messages() {
     let (mut s, _d) = store("prune");
     let Enqueued::New(done) = s.enqueue(T, "a", None, Some("k-done"), None).unwrap() else { panic!() };
-    let lease = s.lease(T, "Stop", Some("t"), 10_000, 1000).unwrap().unwrap();
-    s.note_codex(lease.token, 1, 2).unwrap();
-    assert!(s.ack(lease.token, "/r", 0, None).unwrap());
+    let lease = s.lease(T, Channel::Hook(HookEvent::Stop), Some("t"), 10_000, 1000).unwrap().unwrap();
+    assert!(s.hand_off(lease.token, &handed_to("/r", 0, 1, 2)).unwrap());
     assert!(s.settle(&done, Some(State::Confirmed), None, 1).unwrap());
     let Enqueued::New(waiting) = s.enqueue(T, "b", None, None, None).unwrap() else { panic!() };
     let Enqueued::New(handed) = s.enqueue(U, "c", None, None, None).unwrap() else { panic!() };
-    let lease_u = s.lease(U, "Stop", Some("t"), 10_000, 1000).unwrap().unwrap();
-    s.note_codex(lease_u.token, 3, 4).unwrap();
-    assert!(s.ack(lease_u.token, "/r", 0, None).unwrap());
+    let lease_u = s.lease(U, Channel::Hook(HookEvent::Stop), Some("t"), 10_000, 1000).unwrap().unwrap();
+    assert!(s.hand_off(lease_u.token, &handed_to("/r", 0, 3, 4)).unwrap());
 
     assert_eq!(s.prune(60_000).unwrap(), 0, "nothing is old yet");
     assert_eq!(s.prune(-1).unwrap(), 1, "only the confirmed one goes");
@@ -286,7 +296,7 @@ fn pending_thread_lists_by_index_seek() {
     s.enqueue_with_wake(U, "never wake, ttl", None, None, Some(60_000), false).unwrap();
     s.enqueue_with_wake(V, "wakeable, ttl", None, None, Some(60_000), true).unwrap();
     s.enqueue_with_wake(W, "never wake, no ttl", None, None, None, false).unwrap();
-    assert!(s.lease(V, "Stop", Some("turn"), 10_000, 1000).unwrap().is_some()); // no longer pending
+    assert!(s.lease(V, Channel::Hook(HookEvent::Stop), Some("turn"), 10_000, 1000).unwrap().is_some()); // no longer pending
     assert_eq!(s.wake_candidates().unwrap(), vec![T.to_string()]);
     assert_eq!(s.threads_pending_since(now_ms() + 1).unwrap(), vec![T.to_string(), W.to_string()]);
     assert!(s.threads_pending_since(now_ms() - 60_000).unwrap().is_empty(), "queued since the cutoff");
@@ -316,4 +326,33 @@ fn concurrent_first_opens_all_succeed() {
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }
+}
+
+/// The wake channel's lease and hand-off: `--wake never` is left for the hooks; a dead broker's
+/// wake lease (nothing sent) goes back at start-up, a hook's does not; a recorded hand-off is
+/// never offered again nor released, only withdrawn by its own token (Codex refused it).
+#[test]
+fn wake_hand_off_is_never_offered_again() {
+    let (mut s, _d) = store("wake");
+    s.enqueue(T, "wake me", None, None, None).unwrap();
+    s.enqueue_with_wake(T, "hooks only", None, None, None, false).unwrap();
+    let lease = s.lease(T, Channel::Wake, None, 30_000, 8000).unwrap().unwrap();
+    assert_eq!(lease.messages.iter().map(|m| m.body.as_str()).collect::<Vec<_>>(), ["wake me"]);
+    assert!(s.lease(T, Channel::Wake, None, 30_000, 8000).unwrap().is_none());
+    let hook = s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("t"), 30_000, 8000).unwrap().unwrap();
+    assert_eq!(s.release_leases_of(Channel::Wake, "wake_interrupted").unwrap(), 1);
+    let m = s.messages(Some(T)).unwrap();
+    assert_eq!((m[0].state, m[0].reason.as_deref(), m[1].state), (State::Pending, Some("wake_interrupted"), State::Leased));
+    assert_eq!(m[1].lease, Some(hook.token), "a hook's lease is left to its client");
+
+    let lease = s.lease(T, Channel::Wake, None, 30_000, 8000).unwrap().unwrap();
+    let record = HandOff { shown_by: Some(now_ms() + 30_000), ..handed_to("/r", 5, 1, 2) };
+    assert!(s.hand_off(lease.token, &record).unwrap());
+    assert_eq!(s.release_leases_of(Channel::Wake, "x").unwrap(), 0, "a recorded hand-off is not a lease");
+    assert!(!s.has_pending(T).unwrap(), "never offered again");
+    assert_eq!(s.codex_of(lease.token).unwrap(), Some((1, 2)), "recorded with its codex");
+    assert_eq!(s.withdraw(lease.token + 1000, "wake_refused").unwrap(), 0);
+    assert_eq!(s.withdraw(lease.token, "wake_refused").unwrap(), 1);
+    let m = &s.messages(Some(T)).unwrap()[0];
+    assert_eq!((m.state, m.reason.as_deref(), m.shown_by, m.event), (State::Pending, Some("wake_refused"), None, Some(Channel::Wake)));
 }

@@ -163,6 +163,7 @@ pub(super) fn prune(tx: &rusqlite::Transaction, alarm_cutoff: i64) -> rusqlite::
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Channel;
     use courier_shared::hook::HookEvent;
 
     fn store() -> (Store, std::path::PathBuf) {
@@ -180,7 +181,7 @@ mod tests {
             crate::store::Enqueued::New(id) => id,
             e => panic!("{e:?}"),
         };
-        let lease = s.lease("T", "PostToolUse", Some("turn"), 3000, 8000).unwrap().unwrap();
+        let lease = s.lease("T", Channel::Hook(HookEvent::PostToolUse), Some("turn"), 3000, 8000).unwrap().unwrap();
         s.attach_ticket(&t, lease.token).unwrap();
         assert!(s.alarms(None, 10).unwrap().is_empty());
         // The same action presented again: refused, and the message the first call got is marked.
@@ -210,7 +211,7 @@ mod tests {
         assert_eq!(s.claim_ticket(&t, 10).unwrap(), TicketClaim::New);
         assert!(matches!(s.claim_ticket(&t, 11).unwrap(), TicketClaim::Used { handed, .. } if handed.is_empty()));
         s.enqueue("T", "hello", None, None, None).unwrap();
-        let lease = s.lease("T", "Stop", Some("turn"), 3000, 8000).unwrap().unwrap();
+        let lease = s.lease("T", Channel::Hook(HookEvent::Stop), Some("turn"), 3000, 8000).unwrap().unwrap();
         s.attach_ticket(&t, lease.token).unwrap();
         let a = s.alarms(None, 10).unwrap();
         assert_eq!(a.len(), 2, "{a:?}");

@@ -1,17 +1,23 @@
-//! What the wake channel asks of the queue: which threads have messages it may deliver, its own
-//! lease (the same fencing as a hook's, so a message is never offered to both), and the turn its
+//! What the wake channel asks of the queue besides the lease and the hand-off every channel uses:
+//! which threads have messages it may deliver, its leases a dead broker left, and the turn its
 //! `turn/start` opened.
 
-use super::{Lease, Store};
+use super::{now_ms, Channel, Store};
 use anyhow::Result;
 use rusqlite::params;
 
 impl Store {
-    /// Leases a thread's pending messages to the wake channel (`event` = `wake`): the same
-    /// lease as a hook's, so a message is never offered to both; messages sent with
-    /// `--wake never` are left for the hooks.
-    pub fn lease_for_wake(&mut self, thread: &str, lease_ms: i64, max_bytes: usize) -> Result<Option<Lease>> {
-        self.lease_inner(thread, "wake", None, lease_ms, max_bytes, true)
+    /// Returns every lease of `channel` to `pending` at once, live or not: at start-up, for the
+    /// wake channel, whose leases only a dead broker's pass can hold. A wake sends nothing before
+    /// its hand-off record, so a message still `leased` never reached Codex.
+    pub fn release_leases_of(&mut self, channel: Channel, reason: &str) -> Result<usize> {
+        let n = self.conn.execute(
+            "UPDATE messages SET state = 'pending', lease_token = NULL, lease_expires_at = NULL,
+             reason = ?2, updated_at = ?3 WHERE state = 'leased' AND event = ?1",
+            params![channel, reason, now_ms()],
+        )?;
+        self.pending.bump(n);
+        Ok(n)
     }
 
     /// Threads with messages the wake channel may deliver (pending, `--wake auto`).

@@ -212,6 +212,18 @@ impl ScriptedModel {
         self.requests().iter().filter(|r| r.body_contains(needle)).count()
     }
 
+    /// Asserts the model received `text` exactly once: Codex resends the conversation with every
+    /// request, so the first request holding it holds it once, and no request holds it twice
+    /// (a second delivery would sit beside the first in every later request).
+    pub fn assert_received_once(&self, text: &str, timeout: Duration) {
+        // Codex writes the rollout (which confirms) before it sends the request: wait for it.
+        self.wait_for(timeout, "a request carrying the message", |r| r.items_containing(text) > 0);
+        let counts: Vec<usize> = self.requests().iter().map(|r| r.items_containing(text)).collect();
+        let first = counts.iter().position(|c| *c > 0).expect("delivered");
+        assert_eq!(counts[first], 1, "once in its first request: {counts:?}\n{}", self.dump());
+        assert!(counts.iter().all(|c| *c <= 1), "never twice in one request: {counts:?}\n{}", self.dump());
+    }
+
     /// All request summaries, one per line (for assertion messages).
     pub fn dump(&self) -> String {
         self.requests().iter().map(Request::summary).collect::<Vec<_>>().join("\n")

@@ -1,0 +1,192 @@
+//! How often the wake channel may start turns in one thread. Any producer (the CLI, an agent
+//! through MCP, another host through NATS) can queue messages for an idle thread, and two threads
+//! whose woken turns message each other wake each other without end. So, per thread:
+//!
+//! - a rate: at most `max_per_minute` wakes in any 60 s;
+//! - a loop guard, like the Stop continuation limit: at most `max_in_a_row` wakes with no other
+//!   turn in between (a turn the wake did not start: someone typed, or a client sent a turn; its
+//!   hooks tell the broker, [`Bound::saw_turn`]).
+//!
+//! Messages over the bound stay `pending`, the reason on them (`wake_rate_limited`,
+//! `wake_loop_guard`), and reach the thread through its hooks when a turn runs, or by a wake once
+//! the bound allows. The count lives in the broker's memory: a restart starts it afresh.
+//!
+//! ```toml
+//! [wake]
+//! max_per_minute = 6   # wakes of one thread in any 60 s
+//! max_in_a_row = 5     # wakes of one thread with no other turn in between
+//! ```
+
+use super::WakeReason;
+use anyhow::{bail, Result};
+use serde::Deserialize;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+const WINDOW: Duration = Duration::from_secs(60);
+/// Threads remembered at most; past it, those not woken for a window are forgotten.
+const MAX_THREADS: usize = 4096;
+/// Turn ids the hooks reported that are kept per thread until the next wake looks at them.
+const MAX_SEEN: usize = 16;
+
+/// `[wake]` of Courier's config file.
+#[derive(Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WakeConfig {
+    #[serde(default = "default_per_minute")]
+    pub max_per_minute: u32,
+    #[serde(default = "default_in_a_row")]
+    pub max_in_a_row: u32,
+}
+
+fn default_per_minute() -> u32 {
+    6
+}
+
+fn default_in_a_row() -> u32 {
+    5
+}
+
+impl Default for WakeConfig {
+    fn default() -> Self {
+        WakeConfig { max_per_minute: default_per_minute(), max_in_a_row: default_in_a_row() }
+    }
+}
+
+impl WakeConfig {
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.max_per_minute == 0 || self.max_in_a_row == 0 {
+            bail!("[wake] max_per_minute and max_in_a_row must be at least 1 (to never wake a thread, send with --wake never)");
+        }
+        Ok(())
+    }
+}
+
+/// One thread's recent wakes.
+#[derive(Default)]
+struct Wakes {
+    /// When each wake of the last [`WINDOW`] was recorded, oldest first.
+    recent: VecDeque<Instant>,
+    /// Wakes since the last turn the wake channel did not start.
+    in_a_row: u32,
+    /// Turns the wake channel started (their ids, when `turn/start` answered).
+    woken: VecDeque<String>,
+    /// Turns the thread's hooks saw since the last wake; judged at the next one (a woken turn's
+    /// first hook can come before `turn/start`'s answer names it).
+    seen: HashSet<String>,
+}
+
+/// The bound, shared by the wake thread and the hook path.
+pub struct Bound {
+    config: WakeConfig,
+    threads: Mutex<HashMap<String, Wakes>>,
+}
+
+impl Bound {
+    pub fn new(config: WakeConfig) -> Bound {
+        Bound { config, threads: Mutex::default() }
+    }
+
+    /// May `thread` be woken now? Else why not, and when to look again.
+    pub fn check(&self, thread: &str, now: Instant) -> Result<(), (WakeReason, Instant)> {
+        let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(w) = threads.get_mut(thread) else { return Ok(()) };
+        if w.seen.iter().any(|t| !w.woken.contains(t)) {
+            w.in_a_row = 0;
+        }
+        w.seen.clear();
+        while w.recent.front().is_some_and(|t| now.duration_since(*t) >= WINDOW) {
+            w.recent.pop_front();
+        }
+        if w.in_a_row >= self.config.max_in_a_row {
+            return Err((WakeReason::LoopGuard, now + super::BACKOFF));
+        }
+        if w.recent.len() >= self.config.max_per_minute as usize {
+            let opens = w.recent.front().map_or(now, |t| *t + WINDOW);
+            return Err((WakeReason::RateLimited, opens));
+        }
+        Ok(())
+    }
+
+    /// A wake may have started a turn in `thread` (its hand-off is on record).
+    pub fn woke(&self, thread: &str, now: Instant) {
+        let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+        if threads.len() >= MAX_THREADS && !threads.contains_key(thread) {
+            threads.retain(|_, w| w.recent.back().is_some_and(|t| now.duration_since(*t) < WINDOW));
+        }
+        let w = threads.entry(thread.to_string()).or_default();
+        w.recent.push_back(now);
+        w.in_a_row += 1;
+    }
+
+    /// `turn/start` answered: `turn` is one the wake channel started.
+    pub fn started(&self, thread: &str, turn: &str) {
+        let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(w) = threads.get_mut(thread) {
+            if w.woken.len() >= MAX_SEEN {
+                w.woken.pop_front();
+            }
+            w.woken.push_back(turn.to_string());
+        }
+    }
+
+    /// A verified hook of `thread` ran in `turn` (the hook path): a turn the wake did not start
+    /// ends the run of wakes. Only threads the wake channel woke are remembered.
+    pub fn saw_turn(&self, thread: &str, turn: &str) {
+        let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(w) = threads.get_mut(thread) {
+            if w.seen.len() < MAX_SEEN && !w.woken.iter().any(|t| t == turn) {
+                w.seen.insert(turn.to_string());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bound(per_minute: u32, in_a_row: u32) -> Bound {
+        Bound::new(WakeConfig { max_per_minute: per_minute, max_in_a_row: in_a_row })
+    }
+
+    #[test]
+    fn rate_holds_wakes_until_the_window_opens() {
+        let b = bound(2, 100);
+        let t0 = Instant::now();
+        for i in 0..2 {
+            assert!(b.check("T", t0).is_ok());
+            b.woke("T", t0 + Duration::from_secs(i));
+            b.started("T", &format!("turn{i}"));
+        }
+        let (why, retry) = b.check("T", t0 + Duration::from_secs(30)).unwrap_err();
+        assert_eq!((why, retry), (WakeReason::RateLimited, t0 + WINDOW));
+        assert!(b.check("U", t0).is_ok(), "per thread");
+        assert!(b.check("T", t0 + WINDOW).is_ok(), "the oldest wake left the window");
+    }
+
+    #[test]
+    fn loop_guard_stops_a_run_until_another_turn() {
+        let b = bound(100, 3);
+        let t0 = Instant::now();
+        for i in 0..3 {
+            assert!(b.check("T", t0).is_ok(), "wake {i}");
+            b.woke("T", t0);
+            // The woken turn's hooks may report it before turn/start's answer names it.
+            b.saw_turn("T", &format!("woken{i}"));
+            b.started("T", &format!("woken{i}"));
+        }
+        assert_eq!(b.check("T", t0).unwrap_err().0, WakeReason::LoopGuard);
+        b.saw_turn("T", "woken1");
+        assert_eq!(b.check("T", t0).unwrap_err().0, WakeReason::LoopGuard, "a woken turn's hook resets nothing");
+        b.saw_turn("T", "typed");
+        assert!(b.check("T", t0).is_ok(), "a turn someone else started ends the run");
+    }
+
+    #[test]
+    fn zero_is_refused() {
+        assert!(WakeConfig { max_per_minute: 0, max_in_a_row: 1 }.validate().is_err());
+        assert!(WakeConfig::default().validate().is_ok());
+    }
+}

@@ -1,0 +1,318 @@
+//! The wake channel: delivery to a thread that is waiting (no open turn), through the app-server
+//! that owns it, exactly once.
+//!
+//! Hooks fire only while a turn runs. A message pending for an idle thread is delivered by
+//! starting a turn with it: `turn/start {threadId, clientUserMessageId: <first message id>,
+//! input: [the wrapped messages]}` on the app-server served by the trusted Codex process that
+//! holds the thread's writer lock (`gate::owner`; the endpoint is proven to be that process with
+//! `SO_PEERCRED`, `appserver::endpoint`). The TUI's managed daemon and any `codex app-server
+//! --listen unix://` are such servers; `codex exec` serves none.
+//!
+//! One lease and one hand-off record for every channel (`Store::lease`, `Store::hand_off`): a
+//! message leased to a wake is never offered to a hook, and the reverse. The steps, and what a
+//! crash (kill -9) at each instant leaves:
+//!
+//! 1. lease (`Channel::Wake`): nothing has left. A crash: the restarted broker returns its wake
+//!    leases to `pending` at once (`wake_interrupted`), and wakes the thread again.
+//! 2. the app-server session (connect, initialize): nothing has left; no session -> `pending`.
+//! 3. the hand-off record, fsynced, BEFORE `turn/start` is written: `handed`, with the rollout
+//!    offset, the codex process and a deadline (`shown_by`, [`WAKE_LEASE_MS`]). From here on the
+//!    message is never offered again: the rollout decides. `confirmed` when the user message
+//!    carrying the lease's first message id as Codex's client id and the whole text is there
+//!    (`delivery::settle_line`); else `uncertain`: `codex_exited`, its turn closed without it, or
+//!    `wake_unanswered` once the deadline passed. A crash between the record and the frame leaves
+//!    a message Codex never got `uncertain` (nothing can prove the frame did not leave).
+//! 4. `turn/start` written; its answer: a turn id (recorded on the messages), or an error ->
+//!    Codex started nothing: the hand-off is withdrawn to `pending` (`wake_refused`). Not written
+//!    at all -> withdrawn (`wake_unreachable`). No answer (timeout, connection lost, a crash) ->
+//!    the rollout decides, as above.
+//!
+//! A thread that cannot be woken gets the reason on its waiting messages (`inspect`): a
+//! [`WakeReason`] (`reason.rs` lists them). Busy threads are left to their hooks. Wakes per
+//! thread are bounded (`bound.rs`, `[wake]` in the config file).
+//!
+//! The pass runs in its own thread, at once when the broker makes a message pending (queued
+//! through it: `broker send`, the MCP server and the bridge all queue through the running broker),
+//! and at least every [`RECHECK`] (a thread that went idle after its last hook; a message written
+//! to the database by another process while no broker ran).
+
+mod bound;
+mod reason;
+
+pub use bound::{Bound, WakeConfig};
+pub use reason::WakeReason;
+
+use crate::appserver::{self, endpoint, Endpoint};
+use crate::delivery::{self, MAX_OUTPUT_BYTES};
+use crate::gate::owner::{NoOwner, Owner};
+use crate::gate::{CodexTrust, Gate};
+use crate::os::ProcessKey;
+use crate::store::{Channel, HandOff, Lease, PendingSignal, Store};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A pass at least this often.
+pub const RECHECK: Duration = Duration::from_secs(1);
+/// How long a wake's lease lasts: longer than the whole exchange, so the lease cannot lapse (and
+/// the messages be offered to a hook) while it runs. Also how long after its hand-off record the
+/// rollout has to show the woken user message before the message is `uncertain`.
+pub const WAKE_LEASE_MS: i64 = 30_000;
+/// The whole app-server exchange (connect, initialize, turn/start and its answer).
+const EXCHANGE: Duration = Duration::from_secs(10);
+/// After a thread could not be woken, wait this long before looking at it again.
+const BACKOFF: Duration = Duration::from_secs(2);
+
+/// What one pass did for one thread (for the log and tests).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// A turn was started (or may have been: `turn` is `None` when the answer was lost).
+    Woken {
+        count: usize,
+        turn: Option<String>,
+    },
+    Busy,
+    NotWoken(WakeReason),
+    /// Over the thread's bound ([`Bound`]): looked at again at `until`.
+    Bounded(WakeReason, Instant),
+    Nothing,
+}
+
+/// The wake channel's memory between passes.
+pub struct Waker {
+    not_before: Mutex<HashMap<String, Instant>>,
+    bound: Arc<Bound>,
+}
+
+impl Waker {
+    pub fn new(bound: Arc<Bound>) -> Waker {
+        Waker { not_before: Mutex::default(), bound }
+    }
+
+    /// One pass over every thread with messages that may be woken.
+    pub fn pass(&self, store: &Mutex<Store>, gate: &Gate, trust: &dyn CodexTrust, codex_home: &Path) -> Vec<(String, Outcome)> {
+        let threads = {
+            let s = store.lock().unwrap_or_else(|e| e.into_inner());
+            match s.wake_candidates() {
+                Ok(t) => t,
+                Err(e) => {
+                    crate::log_error!("wake: listing threads: {e:#}");
+                    return Vec::new();
+                }
+            }
+        };
+        let now = Instant::now();
+        let mut out = Vec::new();
+        for thread in threads {
+            {
+                let mut nb = self.not_before.lock().unwrap_or_else(|e| e.into_inner());
+                if nb.get(&thread).is_some_and(|t| *t > now) {
+                    continue;
+                }
+                nb.remove(&thread);
+            }
+            let outcome = self.wake_thread(store, gate, trust, codex_home, &thread);
+            let retry = match &outcome {
+                Outcome::Woken { .. } | Outcome::Nothing => None,
+                Outcome::Bounded(_, until) => Some(*until),
+                Outcome::Busy | Outcome::NotWoken(_) => Some(Instant::now() + BACKOFF),
+            };
+            if let Some(t) = retry {
+                self.not_before.lock().unwrap_or_else(|e| e.into_inner()).insert(thread.clone(), t);
+            }
+            out.push((thread, outcome));
+        }
+        out
+    }
+
+    /// The wake thread: a pass as soon as this broker makes messages pending (queued through it,
+    /// or returned from a lease: [`PendingSignal`]), and every [`RECHECK`] (a thread that went
+    /// idle after its last hook; a message another process wrote to the database while no broker
+    /// ran). No file watcher and no polling: every commit of every hook call would wake one, when
+    /// only a new or returned message can start a turn.
+    pub fn run(&self, signal: &PendingSignal, pass: impl Fn()) {
+        loop {
+            let seen = signal.count();
+            pass();
+            signal.wait_past(seen, RECHECK);
+        }
+    }
+
+    /// One thread: its idle, proven owner and app-server; the bound; the lease; the exchange.
+    fn wake_thread(&self, store: &Mutex<Store>, gate: &Gate, trust: &dyn CodexTrust, codex_home: &Path, thread: &str) -> Outcome {
+        let (owner, endpoints) = match idle_owner(gate, trust, codex_home, thread) {
+            Ok(found) => found,
+            Err(Outcome::NotWoken(why)) => {
+                note(store, thread, why);
+                return Outcome::NotWoken(why);
+            }
+            Err(other) => return other,
+        };
+        if let Err((why, until)) = self.bound.check(thread, Instant::now()) {
+            note(store, thread, why);
+            return Outcome::Bounded(why, until);
+        }
+        let lease = {
+            let mut s = store.lock().unwrap_or_else(|e| e.into_inner());
+            match s.lease(thread, Channel::Wake, None, WAKE_LEASE_MS, MAX_OUTPUT_BYTES) {
+                Ok(Some(l)) => l,
+                Ok(None) => return Outcome::Nothing,
+                Err(e) => {
+                    crate::log_error!("wake: leasing for {thread}: {e:#}");
+                    return Outcome::Nothing;
+                }
+            }
+        };
+        crate::failpoint::hit("wake_after_lease");
+        Exchange { store, bound: &self.bound, thread, owner: &owner, lease: &lease }.run(&endpoints)
+    }
+}
+
+/// The process that holds `thread`, proven, with no open turn, and the app-server it serves.
+fn idle_owner(gate: &Gate, trust: &dyn CodexTrust, codex_home: &Path, thread: &str) -> Result<(Owner, Vec<Endpoint>), Outcome> {
+    let owner = gate.thread_owner(thread, trust).map_err(|why| {
+        if let NoOwner::Untrusted(d) | NoOwner::NotProven(d) = &why {
+            crate::log_debug!("wake {thread}: {}: {d}", WakeReason::from(&why));
+        }
+        Outcome::NotWoken(WakeReason::from(&why))
+    })?;
+    if owner.open_turn.is_some() {
+        return Err(Outcome::Busy);
+    }
+    if owner.subagent {
+        // Sub-agents take their input from their parent, not from a client's turn/start.
+        return Err(Outcome::NotWoken(WakeReason::SubagentThread));
+    }
+    let endpoints = endpoint::discover(codex_home, owner.pid, owner.starttime);
+    if endpoints.is_empty() {
+        return Err(Outcome::NotWoken(WakeReason::NoAppServer));
+    }
+    Ok((owner, endpoints))
+}
+
+fn note(store: &Mutex<Store>, thread: &str, reason: WakeReason) {
+    let mut s = store.lock().unwrap_or_else(|e| e.into_inner());
+    if let Err(e) = s.note_deferral(thread, reason.as_str()) {
+        crate::log_error!("wake: noting {reason} on {thread}: {e:#}");
+    }
+}
+
+/// One wake's exchange with the app-server, from its lease on.
+struct Exchange<'a> {
+    store: &'a Mutex<Store>,
+    bound: &'a Bound,
+    thread: &'a str,
+    owner: &'a Owner,
+    lease: &'a Lease,
+}
+
+impl Exchange<'_> {
+    fn run(&self, endpoints: &[Endpoint]) -> Outcome {
+        let thread = self.thread;
+        let count = self.lease.messages.len();
+        let deadline = Instant::now() + EXCHANGE;
+        let mut ws = match appserver::open_session(endpoints, self.owner.pid, self.owner.starttime, deadline) {
+            Ok(ws) => ws,
+            Err(why) => {
+                crate::log_warn!("wake {thread}: no app-server session: {why}");
+                return self.give_back(Step::Leased, WakeReason::Unreachable);
+            }
+        };
+        // The durable record before anything leaves: from here on only the rollout settles it.
+        if !self.record_hand_off() {
+            return self.give_back(Step::Leased, WakeReason::Unreachable);
+        }
+        crate::failpoint::hit("wake_before_turn_start");
+        let text = self.lease.messages.iter().map(delivery::wrap).collect::<Vec<_>>().join("\n");
+        let client_id = &self.lease.messages[0].id;
+        let params = json!({
+            "threadId": thread,
+            "clientUserMessageId": client_id,
+            "input": [{"type": "text", "text": text, "text_elements": []}],
+        });
+        let id = match ws.send_request("turn/start", params) {
+            Ok(id) => id,
+            Err(e) if !e.timed_out => {
+                // Nothing was written: the request never left.
+                crate::log_warn!("wake {thread}: sending turn/start: {e}");
+                return self.give_back(Step::Handed, WakeReason::Unreachable);
+            }
+            Err(e) => {
+                crate::log_warn!("wake {thread}: turn/start may have been sent ({e}); the rollout decides");
+                self.bound.woke(thread, Instant::now());
+                return Outcome::Woken { count, turn: None };
+            }
+        };
+        self.bound.woke(thread, Instant::now());
+        crate::failpoint::hit("wake_after_turn_start");
+        match ws.wait_response(id) {
+            Ok(r) => match r.pointer("/result/turn/id").and_then(Value::as_str) {
+                Some(turn) => {
+                    crate::failpoint::hit("wake_after_answer");
+                    self.record_turn(turn);
+                    crate::log_info!("woke thread {thread}: turn {turn} started with {count} message(s) ({client_id}...)");
+                    Outcome::Woken { count, turn: Some(turn.to_string()) }
+                }
+                None => {
+                    let err = r.get("error").cloned().unwrap_or(r);
+                    crate::log_warn!("wake {thread}: turn/start refused: {err}");
+                    self.give_back(Step::Handed, WakeReason::Refused)
+                }
+            },
+            Err(e) => {
+                crate::log_warn!("wake {thread}: no answer to turn/start ({e}); the rollout decides");
+                Outcome::Woken { count, turn: None }
+            }
+        }
+    }
+
+    /// `handed`, with the rollout offset, the codex and the deadline, fsynced. False: not recorded
+    /// (the lease lapsed, or the store failed), so nothing may be sent.
+    fn record_hand_off(&self) -> bool {
+        let path = self.owner.rollout.to_string_lossy();
+        let codex = ProcessKey { pid: self.owner.pid, starttime: self.owner.starttime };
+        let record =
+            HandOff { shown_by: Some(crate::store::now_ms() + WAKE_LEASE_MS), ..HandOff::at(&path, self.owner.rollout_len, codex) };
+        let mut s = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        match s.hand_off(self.lease.token, &record) {
+            Ok(true) => true,
+            Ok(false) => {
+                crate::log_error!("wake: lease {} lapsed before turn/start was sent", self.lease.token);
+                false
+            }
+            Err(e) => {
+                crate::log_error!("wake: recording the hand-off of lease {}: {e:#}", self.lease.token);
+                false
+            }
+        }
+    }
+
+    fn record_turn(&self, turn: &str) {
+        self.bound.started(self.thread, turn);
+        let mut s = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = s.set_lease_turn(self.lease.token, turn) {
+            crate::log_error!("wake: recording turn {turn} of lease {}: {e:#}", self.lease.token);
+        }
+    }
+
+    /// Codex provably got nothing: the messages go back to `pending` with `why`.
+    fn give_back(&self, step: Step, why: WakeReason) -> Outcome {
+        let mut s = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        let done = match step {
+            Step::Leased => s.release(self.lease.token, why.as_str()),
+            Step::Handed => s.withdraw(self.lease.token, why.as_str()),
+        };
+        if let Err(e) = done {
+            crate::log_error!("wake: giving back lease {}: {e:#}", self.lease.token);
+        }
+        Outcome::NotWoken(why)
+    }
+}
+
+/// How far a wake got before it gave up: what taking it back undoes.
+enum Step {
+    Leased,
+    Handed,
+}
