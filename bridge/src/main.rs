@@ -7,9 +7,13 @@
 //!
 //! tokio and async-nats live only here: the broker and the hook-client never link them.
 
+mod legacy;
+mod local;
 mod nats;
 mod produce;
+mod receipts;
 mod serve;
+mod track;
 
 use anyhow::{bail, Result};
 use lexopt::prelude::*;
@@ -21,7 +25,7 @@ use std::process::ExitCode;
 const USAGE: &str = "courier-bridge: Courier across hosts over NATS JetStream
 
 usage:
-  courier-bridge serve   [--nats URL --host NAME] [--ack-wait D] [AUTH]
+  courier-bridge serve   [--nats URL --host NAME] [--ack-wait D] [--max-bytes SIZE] [--max-per-producer N] [AUTH]
   courier-bridge send    --nats URL --host NAME (--thread UUID | --cwd PATH) [--key K] [--ttl D]
                          [--from LABEL] [--origin NAME] [--future-thread] [--wake auto|never]
                          [--wait handed|confirmed [--timeout D]] [--json] [AUTH] TEXT|-
@@ -38,6 +42,12 @@ Environment: COURIER_NATS_URL, COURIER_NATS_CREDS, COURIER_NATS_INBOX stand in f
 and --inbox-prefix. Without --nats or COURIER_NATS_URL, the [bridge] table of Courier's config
 (nats, host, creds; `broker install --bridge` writes it) says where to connect.
 
+serve creates the host's stream COURIER_TO_NAME when missing (256MiB, at most 1000 sends waiting per
+producer, both refusing new sends when full); --max-bytes (e.g. 64MiB) and --max-per-producer set
+them, on an existing stream too.
+send publishes to courier.to.NAME.ORIGIN (--origin, default this machine's host name): the NATS
+server must let this user publish there and nowhere else, since ORIGIN scopes its keys and
+receipts and is the name the model sees (nats:ORIGIN/LABEL).
 send prints the idempotency key at once (reuse it to retry safely); with --wait it exits as
 `broker send --wait` does: 0 reached, 1 error, 2 refused (usage), 3 timed out, 4 ended without it.
 ";
@@ -77,7 +87,9 @@ fn usage(m: impl Into<String>) -> anyhow::Error {
 }
 
 const FLAGS: [&str; 5] = ["future-thread", "json", "all", "tls-required", "help"];
-const VALUES: [&str; 19] = [
+const VALUES: [&str; 21] = [
+    "max-bytes",
+    "max-per-producer",
     "nats",
     "host",
     "creds",
@@ -200,7 +212,7 @@ fn run() -> Result<u8> {
         };
     }
     let allowed: &[&str] = match cmd.as_str() {
-        "serve" => &["ack-wait"],
+        "serve" => &["ack-wait", "max-bytes", "max-per-producer"],
         "send" => &["thread", "cwd", "key", "ttl", "from", "origin", "wake", "wait", "timeout", "future-thread", "json"],
         "threads" => &["all", "limit", "json"],
         "check" => &[],
@@ -224,7 +236,8 @@ fn run() -> Result<u8> {
                 return Err(usage("serve takes no arguments"));
             }
             let ack_wait = a.duration("ack-wait")?.unwrap_or(std::time::Duration::from_secs(30));
-            runtime()?.block_on(serve::serve(serve::ServeOptions { conn, host, ack_wait }))?;
+            let limits = send_limits(&a)?;
+            runtime()?.block_on(serve::serve(serve::ServeOptions { conn, host, ack_wait, limits }))?;
             Ok(0)
         }
         "check" => {
@@ -239,6 +252,37 @@ fn run() -> Result<u8> {
         "send" => runtime()?.block_on(produce::send(send_args(&a, conn, host)?)),
         _ => unreachable!(),
     }
+}
+
+/// `--max-bytes` and `--max-per-producer`, when either is given (the other keeps its default).
+fn send_limits(a: &Args) -> Result<Option<nats::SendLimits>> {
+    let bytes =
+        a.get("max-bytes").map(|v| parse_size(&v).ok_or_else(|| usage(format!("--max-bytes {v:?}: a size like 64MiB")))).transpose()?;
+    let per = a
+        .get("max-per-producer")
+        .map(|v| v.parse::<i64>().ok().filter(|n| *n > 0).ok_or_else(|| usage(format!("--max-per-producer {v:?}: a positive number"))))
+        .transpose()?;
+    if bytes.is_none() && per.is_none() {
+        return Ok(None);
+    }
+    let d = nats::SendLimits::default();
+    Ok(Some(nats::SendLimits { max_bytes: bytes.unwrap_or(d.max_bytes), max_per_publisher: per.unwrap_or(d.max_per_publisher) }))
+}
+
+/// A byte size: a number, optionally with KiB, MiB or GiB (at least 64 KiB: one send).
+fn parse_size(v: &str) -> Option<i64> {
+    let (n, unit) = match v.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => (&v[..i], &v[i..]),
+        None => (v, ""),
+    };
+    let mult: i64 = match unit {
+        "" => 1,
+        "KiB" | "K" => 1 << 10,
+        "MiB" | "M" => 1 << 20,
+        "GiB" | "G" => 1 << 30,
+        _ => return None,
+    };
+    n.parse::<i64>().ok()?.checked_mul(mult).filter(|b| *b >= i64::from(nats::SEND_MAX_MSG))
 }
 
 /// `courier-bridge nkey FILE`: a fresh user key pair; the seed is written only to a new file.

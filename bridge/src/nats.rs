@@ -3,43 +3,65 @@
 //!
 //! | subject | stream | who publishes | who reads |
 //! |---|---|---|---|
-//! | `courier.send.NAME` | `COURIER` | producers for host NAME | NAME's bridge (durable pull consumer `courier-bridge-NAME`) |
-//! | `courier.receipt.NAME` | `COURIER_RECEIPTS` | NAME's bridge | producers (ordered consumers) |
-//! | `courier.threads.NAME` | none (request/reply) | producers | NAME's bridge answers |
+//! | `courier.to.HOST.PUB` | `COURIER_TO_HOST` (one per host) | producer PUB (the server lets each user publish only its own PUB) | HOST's bridge (durable pull consumer `courier-bridge-HOST`) |
+//! | `courier.receipt.HOST.PUB` | `COURIER_RECEIPTS` | HOST's bridge | producer PUB (ordered consumers) |
+//! | `courier.threads.HOST` | none (request/reply) | producers | HOST's bridge answers |
+//!
+//! PUB, the last token of a send's subject, is the publisher as the NATS server vouches for it
+//! (its permissions), so it scopes what a producer can touch: its idempotency keys, its receipts
+//! and the `nats:PUB/...` name the model sees. A stream per host, with `discard new`, keeps one
+//! host's producers from evicting another host's pending sends.
+//!
+//! The shared layout before it (stream `COURIER` on `courier.send.>`, receipts on
+//! `courier.receipt.HOST`) is only drained: see `legacy.rs`.
 
 use anyhow::{bail, Context, Result};
 use async_nats::jetstream::{self, consumer, stream};
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub const SEND_STREAM: &str = "COURIER";
 pub const RECEIPT_STREAM: &str = "COURIER_RECEIPTS";
 
-/// How long a send waits in `COURIER` for its host's bridge (a host that is off for a week
+/// How long a send waits in its host's stream for the bridge (a host that is off for a week
 /// loses its queue; the producer's wait has timed out long before).
 pub const SEND_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
-/// Total size of `COURIER` (old sends are dropped first when full).
-pub const SEND_MAX_BYTES: i64 = 1 << 30;
 /// Largest send: a body is at most 7,800 bytes; JSON escaping and the other fields fit in 64 KiB.
 pub const SEND_MAX_MSG: i32 = 64 * 1024;
-/// JetStream drops a publish whose `Nats-Msg-Id` it saw within this window: the producers'
-/// retry horizon. (Past it, the local queue's idempotency key still answers a repeat with the
-/// same message: keys are kept as long as the message is, `retention_days`.)
-pub const SEND_DUPLICATE_WINDOW: Duration = Duration::from_secs(24 * 3600);
 /// How long receipts are kept: a producer that starts waiting later than this sees none.
 pub const RECEIPT_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 pub const RECEIPT_MAX_BYTES: i64 = 256 << 20;
 pub const RECEIPT_DUPLICATE_WINDOW: Duration = Duration::from_secs(3600);
 
-/// The header that carries the publisher's own host name (as the publisher states it: NATS
-/// authorizes who may publish to `courier.send.NAME`, not what they call themselves).
-pub const ORIGIN_HEADER: &str = "Courier-Origin";
-
-pub fn send_subject(host: &str) -> String {
-    format!("courier.send.{host}")
+/// What a host's stream holds at most while its bridge does not take the sends; when full it
+/// refuses new sends (the producer hears it) and never drops a pending one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendLimits {
+    pub max_bytes: i64,
+    /// Sends waiting from one publisher (one subject).
+    pub max_per_publisher: i64,
 }
-pub fn receipt_subject(host: &str) -> String {
-    format!("courier.receipt.{host}")
+
+impl Default for SendLimits {
+    fn default() -> SendLimits {
+        SendLimits { max_bytes: 256 << 20, max_per_publisher: 1000 }
+    }
+}
+
+/// The stream of host `host`'s sends.
+pub fn send_stream(host: &str) -> String {
+    format!("COURIER_TO_{host}")
+}
+/// Where publisher `publisher` sends to host `host`.
+pub fn send_subject(host: &str, publisher: &str) -> String {
+    format!("courier.to.{host}.{publisher}")
+}
+/// Every publisher's sends to `host`.
+pub fn send_filter(host: &str) -> String {
+    format!("courier.to.{host}.*")
+}
+/// Where host `host`'s bridge reports the messages of publisher `publisher`.
+pub fn receipt_subject(host: &str, publisher: &str) -> String {
+    format!("courier.receipt.{host}.{publisher}")
 }
 pub fn threads_subject(host: &str) -> String {
     format!("courier.threads.{host}")
@@ -49,22 +71,25 @@ pub fn durable_name(host: &str) -> String {
 }
 
 /// A host name is one subject token and part of a consumer name: letters, digits, `-`, `_`.
+/// So is a publisher's name.
 pub fn check_host(name: &str) -> Result<()> {
     broker::config::check_bridge_host(name)
 }
 
-pub fn send_stream_config() -> stream::Config {
+pub fn send_stream_config(host: &str, limits: SendLimits) -> stream::Config {
     stream::Config {
-        name: SEND_STREAM.into(),
-        description: Some("Courier: send requests, one subject per host (courier.send.HOST)".into()),
-        subjects: vec!["courier.send.>".into()],
+        name: send_stream(host),
+        description: Some(format!("Courier: sends to host {host}, one subject per publisher (courier.to.{host}.PUBLISHER)")),
+        subjects: vec![send_filter(host)],
         retention: stream::RetentionPolicy::Limits,
         storage: stream::StorageType::File,
         max_age: SEND_MAX_AGE,
-        max_bytes: SEND_MAX_BYTES,
+        max_bytes: limits.max_bytes,
+        max_messages_per_subject: limits.max_per_publisher,
         max_message_size: SEND_MAX_MSG,
-        duplicate_window: SEND_DUPLICATE_WINDOW,
-        discard: stream::DiscardPolicy::Old,
+        // Full: refuse the new send (its producer is told), never evict a pending one.
+        discard: stream::DiscardPolicy::New,
+        discard_new_per_subject: true,
         ..Default::default()
     }
 }
@@ -72,7 +97,7 @@ pub fn send_stream_config() -> stream::Config {
 pub fn receipt_stream_config() -> stream::Config {
     stream::Config {
         name: RECEIPT_STREAM.into(),
-        description: Some("Courier: receipts (state changes of bridged messages), courier.receipt.HOST".into()),
+        description: Some("Courier: receipts (state changes of bridged messages), courier.receipt.HOST.PUBLISHER".into()),
         subjects: vec!["courier.receipt.>".into()],
         retention: stream::RetentionPolicy::Limits,
         storage: stream::StorageType::File,
@@ -83,6 +108,19 @@ pub fn receipt_stream_config() -> stream::Config {
         discard: stream::DiscardPolicy::Old,
         ..Default::default()
     }
+}
+
+/// Host `host`'s send stream: created when missing; an existing one is used as it is (an
+/// operator may have tuned it) unless `limits` were given, which it then gets.
+pub async fn ensure_send_stream(js: &jetstream::Context, host: &str, limits: Option<SendLimits>) -> Result<stream::Stream> {
+    let config = send_stream_config(host, limits.unwrap_or_default());
+    let mut s = ensure_stream(js, config.clone()).await?;
+    let Some(l) = limits else { return Ok(s) };
+    let info = s.info().await.with_context(|| format!("reading stream {}", config.name))?;
+    if info.config.max_bytes != l.max_bytes || info.config.max_messages_per_subject != l.max_per_publisher {
+        js.update_stream(config).await.with_context(|| format!("setting the limits of stream {}", send_stream(host)))?;
+    }
+    Ok(s)
 }
 
 /// The stream, created with `config` when missing (an existing stream is used as it is: an
@@ -103,12 +141,12 @@ pub async fn ensure_stream(js: &jetstream::Context, config: stream::Config) -> R
     }
 }
 
-/// The host's durable pull consumer on `courier.send.NAME`.
+/// The host's durable pull consumer on its stream.
 pub fn consumer_config(host: &str, ack_wait: Duration) -> consumer::pull::Config {
     consumer::pull::Config {
         durable_name: Some(durable_name(host)),
         description: Some(format!("Courier bridge of host {host}")),
-        filter_subject: send_subject(host),
+        filter_subject: send_filter(host),
         deliver_policy: consumer::DeliverPolicy::All,
         ack_policy: consumer::AckPolicy::Explicit,
         ack_wait,
@@ -273,7 +311,8 @@ mod tests {
         for bad in ["", "a.b", "a*", "a>", "a b", &"x".repeat(65)] {
             assert!(check_host(bad).is_err(), "{bad:?}");
         }
-        assert_eq!(send_subject("a"), "courier.send.a");
+        assert_eq!(send_subject("a", "ci"), "courier.to.a.ci");
+        assert_eq!(send_stream_config("a", SendLimits::default()).subjects, [send_filter("a")]);
         assert_eq!(redact("nats://u:p@h:4222"), "nats://***@h:4222");
         assert_eq!(redact("nats://h:4222"), "nats://h:4222");
         assert_eq!(url_auth("nats://h:4222").unwrap(), None);
@@ -283,7 +322,6 @@ mod tests {
         );
         assert_eq!(url_auth("tls://s3cret@h:4222").unwrap(), Some(UrlAuth::Token("s3cret".into())));
         assert!(url_auth("nats://u:%zz@h").is_err());
-        assert!(send_stream_config().duplicate_window <= send_stream_config().max_age);
         assert!(check_inbox_prefix("_INBOX.ci-bot").is_ok() && check_inbox_prefix(&bridge_inbox_prefix("h1")).is_ok());
         for bad in ["", "_INBOX.", "_INBOX.>", "a..b", "a.*", "a b"] {
             assert!(check_inbox_prefix(bad).is_err(), "{bad:?}");

@@ -1,10 +1,13 @@
 //! The remote producer: `courier-bridge send` and `courier-bridge threads`.
 //!
-//! `send` publishes one socket `send` request to `courier.send.HOST` with `Nats-Msg-Id` = its
-//! key (generated when not given; printed on stdout at once, so a retry can reuse it: JetStream
-//! drops a repeat within a day, the host's queue answers a later one with the same message).
-//! With `--wait handed|confirmed` it reads `courier.receipt.HOST` (an ordered consumer created
-//! before the publish, so no receipt can slip past) for receipts carrying its key, and exits as
+//! `send` publishes one socket `send` request to `courier.to.HOST.ORIGIN` (ORIGIN: `--origin`,
+//! the publisher name the NATS server lets this user publish under) carrying its key (generated
+//! when not given; printed on stdout at once, so a retry can reuse it: the host's queue answers a
+//! repeat with the same message). No `Nats-Msg-Id`: JetStream's duplicate window is one per
+//! stream, not per publisher, so a key there could be taken by another publisher first.
+//! With `--wait handed|confirmed` it reads `courier.receipt.HOST.ORIGIN` (an ordered consumer
+//! created before the publish, so no receipt can slip past) for receipts of its own publish (its
+//! key, and the stream sequence of its publish or a later one of the same key), and exits as
 //! a local `broker send --wait` does: 0 reached (or passed), 1 an error, 2 refused by the host
 //! (a usage error there: unknown thread, too large, ...), 3 the timeout ran out with the message
 //! still queued or handed (or no receipt yet: the host's bridge may be down; the message waits
@@ -62,11 +65,11 @@ pub fn verdict(state: &str, want: Want) -> Verdict {
     }
 }
 
-async fn receipts(stream: &jetstream::stream::Stream, host: &str, start_sequence: u64) -> Result<consumer::pull::Ordered> {
+async fn receipts(stream: &jetstream::stream::Stream, subject: &str, start_sequence: u64) -> Result<consumer::pull::Ordered> {
     let policy = consumer::DeliverPolicy::ByStartSequence { start_sequence };
     let c = stream
         .create_consumer(consumer::pull::OrderedConfig {
-            filter_subject: nats::receipt_subject(host),
+            filter_subject: subject.to_string(),
             deliver_policy: policy,
             ..Default::default()
         })
@@ -81,7 +84,7 @@ pub async fn send(a: SendArgs) -> Result<u8> {
     let (re_tx, mut reconnected) = tokio::sync::mpsc::unbounded_channel();
     let client = a.conn.connect_with_events(&format!("courier-bridge send from {}", a.origin), false, Some(re_tx), false).await?;
     let js = jetstream::new(client);
-    nats::ensure_stream(&js, nats::send_stream_config()).await?;
+    let (subject, receipt_subject) = (nats::send_subject(&a.host, &a.origin), nats::receipt_subject(&a.host, &a.origin));
     // Receipts are read from the sequence the stream had before the publish, so none can slip
     // past; after an error (the server restarted: the ordered consumer was in its memory) the
     // feed is made again from the sequence after the last receipt seen.
@@ -94,31 +97,35 @@ pub async fn send(a: SendArgs) -> Result<u8> {
     }
     let mut body = a.request.clone();
     body.insert("key".into(), json!(key));
-    let mut headers = async_nats::HeaderMap::new();
-    headers.insert("Nats-Msg-Id", key.as_str());
-    headers.insert(nats::ORIGIN_HEADER, a.origin.as_str());
     let ack = js
-        .publish_with_headers(nats::send_subject(&a.host), headers, Value::Object(body).to_string().into())
+        .publish(subject.clone(), Value::Object(body).to_string().into())
         .await
         .context("publishing")?
         .await
-        .with_context(|| format!("publishing to {} (no JetStream stream {} takes it?)", nats::send_subject(&a.host), nats::SEND_STREAM))?;
+        .with_context(|| {
+            format!(
+                "publishing to {subject} (is there a stream {} (host {}'s bridge creates it), and may this NATS user publish to {subject}?)",
+                nats::send_stream(&a.host),
+                a.host
+            )
+        })?;
+    if ack.duplicate {
+        // Never for a publish without Nats-Msg-Id; if a stream dedupes it anyway, this publish is
+        // not in the stream, and whatever answers for it is not this producer's.
+        anyhow::bail!("JetStream dropped this publish as a duplicate of sequence {}: nothing was sent", ack.sequence);
+    }
     if !a.json {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "{key}").and_then(|()| out.flush());
     }
     let Some(want) = a.want else {
         if a.json {
-            println!("{}", json!({"key": key, "host": a.host, "seq": ack.sequence, "duplicate": ack.duplicate}));
+            println!("{}", json!({"key": key, "host": a.host, "seq": ack.sequence}));
         }
         return Ok(0);
     };
-    if ack.duplicate {
-        // The same key was published before: its receipts may all be out already.
-        next_seq = 1;
-    }
     let rstream = rstream.expect("receipt stream");
-    let mut feed = receipts(&rstream, &a.host, next_seq).await?;
+    let mut feed = receipts(&rstream, &receipt_subject, next_seq).await?;
     let deadline = a.timeout.map(|t| Instant::now() + t);
     let mut last: Option<Value> = None;
     let finish = |code: u8, line: Option<String>, last: &Option<Value>| {
@@ -155,7 +162,7 @@ pub async fn send(a: SendArgs) -> Result<u8> {
                         None => format!(
                             "{key}: no receipt from host {} yet (timed out; is its bridge running? the message waits in stream {} and is delivered once when it is)",
                             a.host,
-                            nats::SEND_STREAM
+                            nats::send_stream(&a.host)
                         ),
                         Some(r) => format!("{} still {} (timed out)", r["id"].as_str().unwrap_or(&key), r["state"].as_str().unwrap_or("?")),
                     };
@@ -177,7 +184,7 @@ pub async fn send(a: SendArgs) -> Result<u8> {
                     if deadline.is_some_and(|d| Instant::now() >= d) {
                         break None;
                     }
-                    match receipts(&rstream, &a.host, next_seq).await {
+                    match receipts(&rstream, &receipt_subject, next_seq).await {
                         Ok(f) => break Some(f),
                         Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
                     }
@@ -193,7 +200,9 @@ pub async fn send(a: SendArgs) -> Result<u8> {
             next_seq = info.stream_sequence + 1;
         }
         let Ok(r) = serde_json::from_slice::<Value>(&m.payload) else { continue };
-        if r["key"].as_str() != Some(key.as_str()) {
+        // Only this publish's receipts: its key (the subject is this publisher's own), reported
+        // for its stream sequence or a later publish of the same key (the same message).
+        if r["key"].as_str() != Some(key.as_str()) || r["seq"].as_u64().is_none_or(|s| s < ack.sequence) {
             continue;
         }
         let state = r["state"].as_str().unwrap_or_default().to_string();

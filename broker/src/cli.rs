@@ -182,7 +182,7 @@ pub const COMMANDS: &[Command] = &[
             flag("no-mcp", "do not install courier-mcp nor register `broker mcp` as Codex's MCP server \"courier\""),
             flag("bridge", "also install courier-bridge and start this host's NATS bridge at login (docs/many-hosts.md)"),
             opt("nats", "URL", "--bridge: the NATS server (written to the [bridge] table of Courier's config)"),
-            opt("host", "NAME", "--bridge: this host's name on NATS (courier.send.NAME)"),
+            opt("host", "NAME", "--bridge: this host's name on NATS (courier.to.NAME.*)"),
             opt("creds", "FILE", "--bridge: a NATS .creds file"),
         ],
     },

@@ -3,310 +3,26 @@
 //! directories), so host A's broker, queue and bridge share nothing with host B's producer but
 //! the NATS server. Faults: the bridge killed -9 between the local enqueue and the NATS ack, the
 //! NATS server killed and restarted mid-stream, the link to NATS cut and restored (the bridge in
-//! a network namespace of its own: the test runs as root), a duplicate publish, a host whose
-//! bridge is down.
+//! a network namespace of its own: the test runs as root), a repeated publish, a host whose
+//! bridge is down. Attacks on the layout (key squatting, floods, the old shared stream, receipts
+//! after a crash on a busy queue) are in `bridge_attacks.rs`.
 
-use std::net::TcpListener;
+mod bridge_rig;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
-use courier_tests::broker::{run_bounded, target_bin_dir};
+use bridge_rig::*;
+use courier_tests::broker::run_bounded;
 use courier_tests::util::{marker, poll_until, wait_until};
-use courier_tests::{Broker, CodexEnv, ExecChild};
-use serde_json::{json, Value};
-
-const T: Duration = Duration::from_secs(60);
-
-fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
-fn bridge_bin() -> PathBuf {
-    let p = target_bin_dir().join("courier-bridge");
-    assert!(p.is_file(), "{} not found: `cargo build --workspace` first", p.display());
-    p
-}
-
-fn nats_server_bin() -> PathBuf {
-    for p in ["/usr/sbin/nats-server", "/usr/bin/nats-server", "/usr/local/bin/nats-server"] {
-        if Path::new(p).is_file() {
-            return p.into();
-        }
-    }
-    panic!("nats-server not found: `apt-get install -y nats-server` (install/test.sh does it)");
-}
-
-/// A `nats-server -js` on a free port with its own store directory; killed on drop.
-struct Nats {
-    child: Option<Child>,
-    addr: String,
-    port: u16,
-    /// The monitoring port (`-m`): `/connz` lists the connected clients.
-    http_port: u16,
-    dir: PathBuf,
-}
-
-/// A free TCP port on `addr`.
-fn free_port(addr: &str) -> u16 {
-    TcpListener::bind((addr, 0)).unwrap().local_addr().unwrap().port()
-}
-
-impl Nats {
-    fn start(under: &Path) -> Nats {
-        Nats::start_with(under, "127.0.0.1", None)
-    }
-
-    /// Listening on `addr`, with `conf` (nats-server.conf text: accounts, pings, TLS) if given.
-    fn start_with(under: &Path, addr: &str, conf: Option<&str>) -> Nats {
-        let dir = under.join(format!("nats-{}", courier_tests::util::unique_token()));
-        std::fs::create_dir_all(&dir).unwrap();
-        if let Some(c) = conf {
-            std::fs::write(dir.join("server.conf"), c).unwrap();
-        }
-        let mut n = Nats { child: None, addr: addr.into(), port: free_port(addr), http_port: free_port(addr), dir };
-        n.spawn();
-        n
-    }
-
-    fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("server.log")).unwrap();
-        let mut cmd = Command::new(nats_server_bin());
-        let conf = self.dir.join("server.conf");
-        if conf.is_file() {
-            cmd.arg("-c").arg(conf);
-        }
-        let child = cmd
-            .args(["-js", "-a", &self.addr, "-p", &self.port.to_string(), "-m", &self.http_port.to_string(), "-sd"])
-            .arg(self.dir.join("store"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("spawn nats-server");
-        self.child = Some(child);
-        // Ready when it greets a client with INFO.
-        wait_until(Duration::from_secs(20), "nats-server to accept connections", || {
-            use std::io::Read;
-            let mut s = std::net::TcpStream::connect((self.addr.as_str(), self.port)).ok()?;
-            s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
-            let mut buf = [0u8; 4];
-            s.read_exact(&mut buf).ok()?;
-            (&buf == b"INFO").then_some(())
-        });
-    }
-
-    /// Killed (SIGKILL, as a crash) and started again on the same port and store.
-    fn restart(&mut self) {
-        self.kill();
-        self.spawn();
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("nats://{}:{}", self.addr, self.port)
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
-    }
-
-    /// The names of the clients connected now (monitoring `/connz`).
-    fn client_names(&self) -> Vec<String> {
-        use std::io::{Read, Write};
-        // The monitoring port listens on the client address too.
-        let mut s = std::net::TcpStream::connect((self.addr.as_str(), self.http_port)).expect("nats-server monitoring port");
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        s.write_all(b"GET /connz HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
-        let mut resp = String::new();
-        s.read_to_string(&mut resp).unwrap();
-        let body = resp.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-        let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("/connz: {e}: {resp}"));
-        v["connections"].as_array().into_iter().flatten().filter_map(|c| c["name"].as_str().map(str::to_string)).collect()
-    }
-}
-
-impl Drop for Nats {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// A network namespace joined to the root namespace by a veth pair (`10.A.B.1/30` on the root
-/// side, `.2` inside), so a process inside reaches the root namespace only over that link, and
-/// [`NetNs::cut`] takes the link down (from inside: the root side keeps its address, so local
-/// clients still reach a server listening on it). Names are unique per test process and call;
-/// the pair and the namespace are removed on drop, also when the test panics.
-struct NetNs {
-    name: String,
-    root_if: String,
-    ns_if: String,
-    root_ip: String,
-}
-
-fn ip(args: &[&str]) {
-    let out = Command::new("/usr/sbin/ip").args(args).output().expect("run ip");
-    assert!(out.status.success(), "ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
-}
-
-impl NetNs {
-    fn create() -> NetNs {
-        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let pid = std::process::id();
-        assert!(n < 64, "one test process makes at most 64 namespaces");
-        // Interface names are at most 15 bytes.
-        let name = format!("cr{}x{n}", pid % 100_000);
-        let ns = NetNs {
-            root_if: format!("{name}r"),
-            ns_if: format!("{name}n"),
-            root_ip: format!("10.{}.{}.{}", 100 + (pid >> 8) % 100, pid % 256, 4 * n + 1),
-            name,
-        };
-        let ns_ip = format!("10.{}.{}.{}", 100 + (pid >> 8) % 100, pid % 256, 4 * n + 2);
-        ip(&["netns", "add", &ns.name]);
-        ip(&["link", "add", &ns.root_if, "type", "veth", "peer", "name", &ns.ns_if]);
-        ip(&["link", "set", &ns.ns_if, "netns", &ns.name]);
-        ip(&["addr", "add", &format!("{}/30", ns.root_ip), "dev", &ns.root_if]);
-        ip(&["link", "set", &ns.root_if, "up"]);
-        ip(&["netns", "exec", &ns.name, "ip", "addr", "add", &format!("{ns_ip}/30"), "dev", &ns.ns_if]);
-        ip(&["netns", "exec", &ns.name, "ip", "link", "set", "lo", "up"]);
-        ns.restore();
-        ns
-    }
-
-    fn cut(&self) {
-        ip(&["netns", "exec", &self.name, "ip", "link", "set", &self.ns_if, "down"]);
-    }
-
-    fn restore(&self) {
-        ip(&["netns", "exec", &self.name, "ip", "link", "set", &self.ns_if, "up"]);
-    }
-
-    /// `program` run inside the namespace (`ip netns exec` execs it: the child is `program`
-    /// itself) with `env`'s environment. Its files (unix sockets included) are the root's.
-    fn command(&self, env: &CodexEnv, program: &Path) -> Command {
-        let mut c = env.command("/usr/sbin/ip");
-        c.args(["netns", "exec", &self.name]).arg(program);
-        c
-    }
-}
-
-impl Drop for NetNs {
-    fn drop(&mut self) {
-        // Deleting one end of a veth pair deletes both; then the namespace.
-        let _ = Command::new("/usr/sbin/ip").args(["link", "del", &self.root_if]).output();
-        let _ = Command::new("/usr/sbin/ip").args(["netns", "del", &self.name]).output();
-    }
-}
-
-/// `courier-bridge serve` for one host; killed on drop.
-struct Bridge {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Bridge {
-    fn start(env: &CodexEnv, url: &str, host: &str, failpoints: Option<&str>) -> Bridge {
-        Bridge::start_in(env, None, url, host, failpoints, &[])
-    }
-
-    /// In network namespace `ns` when given (its only way to NATS is then `ns`'s veth link),
-    /// with `extra` arguments (credentials).
-    fn start_in(env: &CodexEnv, ns: Option<&NetNs>, url: &str, host: &str, failpoints: Option<&str>, extra: &[&str]) -> Bridge {
-        let log = env.root.join(format!("bridge-{}.log", courier_tests::util::unique_token()));
-        let f = std::fs::File::create(&log).unwrap();
-        let mut cmd = match ns {
-            Some(ns) => ns.command(env, &bridge_bin()),
-            None => env.command(bridge_bin()),
-        };
-        cmd.args(["serve", "--nats", url, "--host", host, "--ack-wait", "2s"]).args(extra).stdout(f.try_clone().unwrap()).stderr(f);
-        if let Some(fp) = failpoints {
-            cmd.env("COURIER_BRIDGE_FAILPOINTS", fp);
-        }
-        let mut child = cmd.spawn().expect("spawn courier-bridge serve");
-        let ready = poll_until(Duration::from_secs(20), || {
-            if let Ok(Some(st)) = child.try_wait() {
-                panic!("courier-bridge serve exited early ({st}): {}", std::fs::read_to_string(&log).unwrap_or_default());
-            }
-            std::fs::read_to_string(&log).ok().filter(|l| l.contains("ready:")).map(|_| ())
-        });
-        assert!(ready.is_some(), "the bridge did not get ready: {}", std::fs::read_to_string(&log).unwrap_or_default());
-        Bridge { child, log }
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Bridge {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Host B: private directories of its own; it runs no Codex, only the producer.
-fn host_b() -> CodexEnv {
-    CodexEnv::with_base_url("http://127.0.0.1:9")
-}
-
-/// `courier-bridge <cmd> --nats URL --host hosta <args>` on host B.
-fn producer(b: &CodexEnv, url: &str, cmd: &str, args: &[&str]) -> Command {
-    let mut c = b.command(bridge_bin());
-    c.args([cmd, "--nats", url, "--host", "hosta"]);
-    if cmd == "send" {
-        c.args(["--origin", "hostb"]);
-    }
-    c.args(args);
-    c
-}
-
-fn text(o: &Output) -> (String, String) {
-    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
-}
-
-/// A producer run in the background; joined with its output and the time it exited.
-struct Bg(std::thread::JoinHandle<(Output, i64)>);
-
-fn bg(mut cmd: Command) -> Bg {
-    Bg(std::thread::spawn(move || {
-        let out = run_bounded(&mut cmd, Duration::from_secs(150));
-        (out, now_ms())
-    }))
-}
-
-impl Bg {
-    fn join(self) -> (Output, i64) {
-        self.0.join().expect("background producer")
-    }
-}
-
-fn spawn_exec(env: &CodexEnv) -> ExecChild {
-    env.spawn_exec("please run a command")
-}
-
-/// The messages host A's queue holds for `thread`.
-fn queued(a: &Broker, thread: &str) -> Vec<Value> {
-    a.inspect_json()["messages"].as_array().cloned().unwrap_or_default().into_iter().filter(|m| m["thread"] == thread).collect()
-}
-
-fn consumer_check(b: &CodexEnv, url: &str) -> Value {
-    let out = run_bounded(&mut producer(b, url, "check", &[]), Duration::from_secs(30));
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("check: {:?}", text(&out)))
-}
+use courier_tests::{Broker, CodexEnv};
+use serde_json::Value;
 
 /// A producer on host B sends to a live Codex session on host A and blocks on `confirmed`: the
-/// message reaches A's model exactly once, shown as `nats:hostb/relay`; a duplicate publish with
-/// the same key (JetStream drops it) and a later `--wait` on the same key change nothing and
-/// answer from the receipts; `threads` lists A's thread from B.
+/// message reaches A's model exactly once, shown as `nats:hostb/relay`; a second publish with
+/// the same key (the host's queue answers it with the same message) and a later `--wait` on the
+/// same key change nothing and answer from the receipts; `threads` lists A's thread from B.
 #[test]
 fn remote_send_reaches_the_model_once_confirmed() {
     let (model, env_a, hold) = CodexEnv::with_held_turn();
@@ -340,16 +56,17 @@ fn remote_send_reaches_the_model_once_confirmed() {
     let m = wait_until(T, "the message to be queued on host A", || queued(&a, &thread).into_iter().next());
     let queued_ms = now_ms() - started;
     assert_eq!(m["from"], "nats:hostb/relay", "the sender is shown as remote: {m}");
-    assert_eq!(m["key"], key.as_str());
+    assert_eq!(m["key"], format!("nats:hostb:{key}"), "the key is scoped to its publisher");
     let id = m["id"].as_str().unwrap().to_string();
     // inspect's origin: what the bridge recorded (it records the message just after queueing it).
     wait_until(T, "inspect to show the bridged origin", || (a.message(&id)?["origin"] == "nats:hostb").then_some(()));
 
-    // A second publish of the same key: JetStream drops it; nothing new on A.
+    // A second publish of the same key: the host's queue answers it with the same message.
     let dup = run_bounded(&mut producer(&env_b, &nats.url(), "send", &["--thread", &thread, "--key", &key, "--json", &body]), T);
     assert_eq!(dup.status.code(), Some(0), "{:?}", text(&dup));
     let d: Value = serde_json::from_slice(&dup.stdout).unwrap();
-    assert_eq!(d["duplicate"], true, "{d}");
+    assert!(d["seq"].as_u64() > Some(1), "a publish of its own: {d}");
+    wait_until(T, "the second publish answered", || bridge.log_text().contains("was queued before").then_some(()));
     assert_eq!(queued(&a, &thread).len(), 1);
 
     let released = now_ms();
@@ -677,87 +394,6 @@ fn link_cut_and_restored_messages_wait_then_arrive_once() {
     drop(ns);
 }
 
-/// The least-privilege layout of the docs/many-hosts.md ("Security and permissions"), as nats-server users
-/// with passwords: `admin` (everything: creates the streams and consumers once), the bridges of
-/// hosts `hosta` and `hostb`, `producer` (may reach hosta and wait on receipts), `sendonly` (may
-/// only publish sends for hosta, and look up stream `COURIER`). Every user has inboxes of its own (`--inbox-prefix`).
-/// hosta logs in with the NKey `hosta_nkey` (its public key), the others with passwords.
-fn least_privilege_conf(hosta_nkey: &str) -> String {
-    let bridge = |h: &str| {
-        let login = if h == "hosta" { format!("nkey: {hosta_nkey}") } else { format!("user: {h}, password: pw-{h}") };
-        format!(
-            r#"{{ {login}, permissions: {{
-      publish: {{ allow: ["courier.receipt.{h}", "$JS.API.STREAM.INFO.*", "$JS.API.CONSUMER.INFO.COURIER.courier-bridge-{h}",
-                          "$JS.API.CONSUMER.MSG.NEXT.COURIER.courier-bridge-{h}", "$JS.ACK.COURIER.courier-bridge-{h}.>"] }}
-      subscribe: {{ allow: ["courier.threads.{h}", "_INBOX.courier-bridge-{h}.>"] }}
-      allow_responses: true }} }}"#
-        )
-    };
-    format!(
-        r#"authorization {{ users = [
-  {{ user: admin, password: pw-admin }}
-  {a}
-  {b}
-  {{ user: producer, password: pw-producer, permissions: {{
-      publish: {{ allow: ["courier.send.hosta", "courier.threads.hosta", "$JS.API.STREAM.INFO.*", "$JS.API.CONSUMER.CREATE.COURIER_RECEIPTS",
-                          "$JS.API.CONSUMER.MSG.NEXT.COURIER_RECEIPTS.*", "$JS.API.CONSUMER.DELETE.COURIER_RECEIPTS.*"] }}
-      subscribe: {{ allow: ["_INBOX.producer.>"] }} }} }}
-  {{ user: sendonly, password: pw-sendonly, permissions: {{
-      publish: {{ allow: ["courier.send.hosta", "$JS.API.STREAM.INFO.COURIER"] }}
-      subscribe: {{ allow: ["_INBOX.sendonly.>"] }} }} }}
-] }}
-"#,
-        a = bridge("hosta"),
-        b = bridge("hostb")
-    )
-}
-
-/// What nats-server answers `user` for each operation (`PUB subject` or `SUB subject`), over the
-/// plain client protocol: `None` when allowed, else its `-ERR` (a permissions violation).
-fn nats_verdicts(nats: &Nats, user: &str, ops: &[&str]) -> Vec<Option<String>> {
-    use std::io::{BufRead, BufReader, Write};
-    let s = std::net::TcpStream::connect((nats.addr.as_str(), nats.port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut w = s.try_clone().unwrap();
-    let mut r = BufReader::new(s);
-    let mut line = String::new();
-    // Until PONG, the `-ERR` lines the server sent.
-    let mut until_pong = |w: &mut std::net::TcpStream| {
-        w.write_all(b"PING\r\n").unwrap();
-        let mut errs = Vec::new();
-        loop {
-            line.clear();
-            assert!(r.read_line(&mut line).unwrap() > 0, "nats-server closed the connection ({errs:?})");
-            match line.trim_end() {
-                "PONG" => return errs,
-                l if l.starts_with("-ERR") => errs.push(l.to_string()),
-                _ => {}
-            }
-        }
-    };
-    let connect = json!({"verbose": false, "pedantic": false, "user": user, "pass": format!("pw-{user}"), "protocol": 1});
-    w.write_all(format!("CONNECT {connect}\r\n").as_bytes()).unwrap();
-    let errs = until_pong(&mut w);
-    assert!(errs.is_empty(), "{user} could not log in: {errs:?}");
-    ops.iter()
-        .enumerate()
-        .map(|(i, op)| {
-            let frame = match op.split_once(' ') {
-                Some(("PUB", subject)) => format!("PUB {subject} 0\r\n\r\n"),
-                Some(("SUB", subject)) => format!("SUB {subject} {}\r\n", i + 1),
-                _ => panic!("{op}: PUB or SUB"),
-            };
-            w.write_all(frame.as_bytes()).unwrap();
-            let errs = until_pong(&mut w);
-            (!errs.is_empty()).then(|| errs.join(" "))
-        })
-        .collect()
-}
-
-fn user_url(nats: &Nats, user: &str) -> String {
-    format!("nats://{user}:pw-{user}@{}:{}", nats.addr, nats.port)
-}
-
 /// Least privilege, on a server that enforces the layout of docs/many-hosts.md: host A's bridge with only
 /// its own rights (logged in with an NKey `courier-bridge nkey` made) delivers a producer's message to A's real Codex session once, confirmed
 /// (thread list too); host B's credentials cannot consume A's sends, forge A's receipts, answer
@@ -798,28 +434,29 @@ fn least_privilege_accounts_hold() {
     denied(
         "hostb",
         &[
-            "PUB courier.receipt.hostb",
+            "PUB courier.receipt.hostb.producer",
             "SUB courier.threads.hostb",
-            "PUB $JS.API.CONSUMER.MSG.NEXT.COURIER.courier-bridge-hostb",
-            "PUB $JS.API.CONSUMER.MSG.NEXT.COURIER.courier-bridge-hosta",
-            "PUB $JS.ACK.COURIER.courier-bridge-hosta.1.1.1.1.0",
-            "PUB courier.receipt.hosta",
+            "PUB $JS.API.CONSUMER.MSG.NEXT.COURIER_TO_hostb.courier-bridge-hostb",
+            "PUB $JS.API.CONSUMER.MSG.NEXT.COURIER_TO_hosta.courier-bridge-hosta",
+            "PUB $JS.ACK.COURIER_TO_hosta.courier-bridge-hosta.1.1.1.1.0",
+            "PUB courier.receipt.hosta.producer",
             "SUB courier.threads.hosta",
-            "SUB courier.send.hosta",
-            "SUB courier.send.>",
+            "SUB courier.to.hosta.*",
+            "SUB courier.to.>",
             "SUB _INBOX.>",
             "SUB _INBOX.courier-bridge-hosta.>",
-            "PUB $JS.API.CONSUMER.CREATE.COURIER",
-            "PUB courier.send.hosta",
+            "PUB $JS.API.CONSUMER.CREATE.COURIER_TO_hosta",
+            "PUB courier.to.hosta.hostb",
         ],
         &[false, false, false, true, true, true, true, true, true, true, true, true, true],
     );
     denied(
         "sendonly",
         &[
-            "PUB courier.send.hosta",
-            "PUB courier.send.hostb",
-            "SUB courier.receipt.hosta",
+            "PUB courier.to.hosta.sendonly",
+            "PUB courier.to.hosta.producer",
+            "PUB courier.to.hostb.sendonly",
+            "SUB courier.receipt.hosta.sendonly",
             "SUB courier.receipt.>",
             "PUB $JS.API.CONSUMER.CREATE.COURIER_RECEIPTS",
             "PUB $JS.API.STREAM.INFO.COURIER_RECEIPTS",
@@ -827,18 +464,19 @@ fn least_privilege_accounts_hold() {
             "SUB _INBOX.>",
             "SUB _INBOX.producer.>",
         ],
-        &[false, true, true, true, true, true, true, true, true],
+        &[false, true, true, true, true, true, true, true, true, true],
     );
     denied(
         "producer",
         &[
-            "PUB courier.send.hosta",
-            "PUB courier.send.hostb",
-            "PUB courier.receipt.hosta",
-            "PUB $JS.API.CONSUMER.MSG.NEXT.COURIER.courier-bridge-hosta",
+            "PUB courier.to.hosta.producer",
+            "PUB courier.to.hostb.producer",
+            "PUB courier.to.hosta.sendonly",
+            "PUB courier.receipt.hosta.producer",
+            "PUB $JS.API.CONSUMER.MSG.NEXT.COURIER_TO_hosta.courier-bridge-hosta",
             "SUB _INBOX.>",
         ],
-        &[false, true, true, true, true],
+        &[false, true, true, true, true, true],
     );
 
     let child = spawn_exec(&env_a);
@@ -847,6 +485,9 @@ fn least_privilege_accounts_hold() {
     let as_user = |user: &str, cmd: &str, args: &[&str]| {
         let mut c = producer(&env_b, &user_url(&nats, user), cmd, args);
         c.args(["--inbox-prefix", &format!("_INBOX.{user}")]);
+        if cmd == "send" {
+            c.args(["--origin", user]);
+        }
         c
     };
 
@@ -856,10 +497,10 @@ fn least_privilege_accounts_hold() {
     assert_eq!(out.status.code(), Some(0), "a publish-only producer can send: {:?}", text(&out));
     // (Its own inboxes: with the default, _INBOX.courier-bridge-hosta, it cannot even look.)
     let impostor =
-        Bridge::start_in(&env_c, None, &user_url(&nats, "hostb"), "hosta", None, &["--inbox-prefix", "_INBOX.courier-bridge-hostb"]);
+        Bridge::spawn(&env_c, None, &user_url(&nats, "hostb"), "hosta", None, &["--inbox-prefix", "_INBOX.courier-bridge-hostb"]);
     wait_until(T, "the impostor bridge to be refused", || impostor.log_text().contains("Permissions Violation").then_some(()));
     let c = consumer_check(&env_b, &user_url(&nats, "admin"));
-    // The early send and the two empty probes the allowed `PUB courier.send.hosta` above left
+    // The early send and the two empty probes the allowed `PUB courier.to.hosta.USER` above left
     // (A's bridge refuses those: not JSON) all still wait for A.
     assert_eq!((c["pending"].as_u64(), c["ack_pending"].as_u64()), (Some(3), Some(0)), "the sends still wait for A: {c}");
     assert!(Broker::cli_only(&env_c).inspect_json()["messages"].as_array().unwrap().is_empty(), "nothing queued by the impostor");
@@ -1040,6 +681,11 @@ fn install_bridge_starts_it_at_login_and_uninstall_removes_it() {
     };
     let a = Broker::cli_only(&env_a);
     let sends_arrive = |thread: &str| {
+        // The bridge creates its host's stream and consumer once it has connected.
+        wait_until(T, "the installed bridge's stream and consumer", || {
+            let out = run_bounded(&mut producer(&env_b, &nats.url(), "check", &[]), T);
+            serde_json::from_slice::<Value>(&out.stdout).ok().filter(|c| c["ok"] == true)
+        });
         let body = marker("INSTALLED");
         let out = run_bounded(&mut producer(&env_b, &nats.url(), "send", &["--thread", thread, "--future-thread", &body]), T);
         assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));

@@ -204,7 +204,7 @@ fn check_bridge(b: &config::BridgeConfig) -> Check {
         v["redelivered"].as_u64().unwrap_or(0)
     );
     if pending > 100 || v["waiting"].as_u64() == Some(0) && pending > 0 {
-        Check::warn(line, Some("messages wait in stream COURIER: is `broker bridge` running on this host?".into()))
+        Check::warn(line, Some("messages wait in this host's stream (COURIER_TO_<host>): is `broker bridge` running on this host?".into()))
     } else {
         Check::ok(line)
     }

@@ -14,6 +14,12 @@ impl Store {
         Ok(stmt.query_row([id], row_to_message).optional()?)
     }
 
+    /// The message queued with idempotency key `key`, if the queue has it.
+    pub fn message_by_key(&self, key: &str) -> Result<Option<Message>> {
+        let mut stmt = self.conn.prepare_cached(&format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE idem_key = ?1"))?;
+        Ok(stmt.query_row([key], row_to_message).optional()?)
+    }
+
     /// Per thread, how many context messages are in each state.
     pub fn counts_by_thread(&self) -> Result<BTreeMap<String, BTreeMap<String, u64>>> {
         let mut stmt =
