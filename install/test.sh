@@ -26,6 +26,6 @@ cargo build --workspace --locked
 exec install/test-summary.sh bash -c '
   status=0
   cargo test --workspace --locked --no-fail-fast "$@" || status=$?
-  echo "test.sh: the delivery and wake tests again, on the oldest supported Codex ($("$COURIER_CODEX_BIN_OLDEST" --version))"
-  COURIER_CODEX_BIN="$COURIER_CODEX_BIN_OLDEST" cargo test -p courier-tests --locked --no-fail-fast --test delivery --test wake "$@" || status=$?
+  echo "test.sh: the delivery, wake and size tests again, on the oldest supported Codex ($("$COURIER_CODEX_BIN_OLDEST" --version))"
+  COURIER_CODEX_BIN="$COURIER_CODEX_BIN_OLDEST" cargo test -p courier-tests --locked --no-fail-fast --test delivery --test wake --test size "$@" || status=$?
   exit $status' test.sh "$@"

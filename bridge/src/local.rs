@@ -98,7 +98,14 @@ pub fn local_request(body: &[u8], t: &Taken) -> Result<Map<String, Value>, (Stri
         Some(other) => return Err(bad(format!("from {other}: a string"))),
     };
     let from = format!("nats:{origin}/{label}");
-    broker::store::check_from(&from).map_err(|e| bad(format!("the sender label {from:?}: {e:#}")))?;
+    // Refused here already (the rules are `send`'s), so a bad label gets its receipt at once.
+    let from = broker::label::check(&from).map_err(|e| {
+        let code = match e {
+            broker::label::LabelError::Reserved(_) => "reserved_from",
+            broker::label::LabelError::Bad(_) => "bad_from",
+        };
+        (code.to_string(), format!("the sender label {from:?}: {e}"))
+    })?;
     obj.insert("op".into(), json!("send"));
     obj.insert("key".into(), json!(t.local_key));
     obj.insert("from".into(), json!(from));
@@ -138,7 +145,8 @@ fn enqueue_in_store(state_dir: &Path, codex_home: &Path, req: &Value) -> Local {
     let ttl_ms = match req.get("ttl_ms") {
         None | Some(Value::Null) => None,
         Some(v) => match v.as_u64() {
-            Some(t) => Some(t.min(broker::cli::MAX_DURATION.as_millis() as u64) as i64),
+            // Checked (more than 0, at most 365 days) by `send`, as on every path.
+            Some(t) => Some(t),
             None => return refused("ttl_ms: a number of milliseconds"),
         },
     };
@@ -201,7 +209,6 @@ mod tests {
             &br#"{"thread":"t","text":"hi","key":"other"}"#[..],
             br#"{"thread":"t","text":"hi","wait":"confirmed"}"#,
             br#"{"op":"threads"}"#,
-            br#"{"thread":"t","text":"hi","from":"a\u0007b"}"#,
             br#"[1]"#,
             b"nope",
         ] {
@@ -210,5 +217,37 @@ mod tests {
         }
         let long = format!(r#"{{"thread":"t","text":"hi","from":"{}"}}"#, "x".repeat(60));
         assert!(local_request(long.as_bytes(), &current("k", "b")).is_err(), "the label with its prefix must fit --from's cap");
+        // The label rules are `send`'s (broker::label): look-alikes are refused here too.
+        for (label, want) in [
+            ("a\u{7}b", "bad_from"),
+            ("ci\u{FF02} verified=\u{FF02}true", "bad_from"),
+            ("ci\u{2236}x", "bad_from"),
+            ("v\u{0435}rified", "reserved_from"),
+        ] {
+            let body = json!({"thread": "t", "text": "hi", "from": label, "key": "k1"}).to_string();
+            let (code, _) = local_request(body.as_bytes(), &current("k1", "b")).unwrap_err();
+            assert_eq!(code, want, "{label:?}");
+        }
+        let fullwidth = local_request(br#"{"thread":"t","text":"hi","from":"\uff43i","key":"k"}"#, &current("k", "b")).unwrap();
+        assert_eq!(fullwidth["from"], "nats:b/ci");
+    }
+
+    /// The bridge's own store path (no broker running) meets `send`'s ttl check as every path
+    /// does: 0 and values past 365 days are refused (`bad_ttl`), nothing is queued.
+    #[test]
+    fn ttl_is_checked_when_the_bridge_queues_itself() {
+        let dir = std::env::temp_dir().join(format!("courier-bridge-ttl-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("codex/sessions")).unwrap();
+        for ttl in [json!(0), json!(i64::MAX), json!(u64::MAX)] {
+            let req = json!({"thread": "01a22654-3b31-76f3-a48c-b65aa7d0db68", "text": "hi", "ttl_ms": ttl, "from": "nats:b/ci"});
+            match enqueue_in_store(&dir, &dir.join("codex"), &req) {
+                Local::Refused { code, .. } => assert_eq!(code, "bad_ttl", "{ttl}"),
+                Local::Queued { .. } => panic!("ttl_ms {ttl} queued"),
+                Local::Retry(e) => panic!("ttl_ms {ttl}: {e}"),
+            }
+        }
+        assert!(broker::store::Store::open(&dir).unwrap().messages(None).unwrap().is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

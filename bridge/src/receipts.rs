@@ -242,6 +242,7 @@ mod tests {
             scan_offset: None,
             alarms: Vec::new(),
             shown_by: None,
+            sender_check: None,
         }
     }
 

@@ -145,6 +145,7 @@ impl Report {
                     "event": m.event, "turn_id": m.turn_id, "handed_at": m.handed_at,
                     "confirmed_at": m.confirmed_at, "reason": m.reason, "attempts": m.attempts,
                     "bytes": m.body.len(), "alarms": m.alarms, "origin": origin_of(&self.bridged, &m.id),
+                    "sender_check": m.sender_check,
                 });
                 if m.kind == Kind::Effort {
                     let (scope, detail) = self.effort.get(&m.id).cloned().unwrap_or_default();
@@ -240,9 +241,13 @@ impl Report {
                     escape(&origin_of(&self.bridged, &m.id)),
                     taken,
                     {
-                        let reason = escape(m.reason.as_deref().unwrap_or(""));
+                        let mut reason = escape(m.reason.as_deref().unwrap_or("")).into_owned();
+                        // A stored sender the broker would not show (delivery/seal.rs): the model read "unverified".
+                        if let Some(check) = m.sender_check.filter(|c| c.refused()) {
+                            reason = format!("SENDER NOT SHOWN ({}) {reason}", check.as_str());
+                        }
                         if m.alarms.is_empty() {
-                            reason.into_owned()
+                            reason
                         } else {
                             format!("ALARM {} {reason}", escape(&m.alarms.join(",")))
                         }

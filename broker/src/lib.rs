@@ -15,6 +15,7 @@ pub mod failpoint;
 pub mod gate;
 pub mod inspect;
 pub mod install;
+pub mod label;
 pub mod logging;
 pub mod os;
 pub mod producer;

@@ -1,4 +1,4 @@
-//! Used tickets and the alarms they raise (issue 14, finding 2; the state each hook follows is
+//! Used tickets and the alarms they raise (the state each hook follows is
 //! named in `gate/ticket.rs`).
 //!
 //! [`take`] accepts each ticket once ([`Store::claim_ticket`], `store/tickets.rs`): the first verified hook of a Codex action takes it, durably

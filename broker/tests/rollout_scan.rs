@@ -1,5 +1,5 @@
-//! The confirmation scan (`delivery::reconcile`) against a rollout with one huge line (issue 14,
-//! finding 9): streamed past with bounded memory, and a line still being written is not read
+//! The confirmation scan (`delivery::reconcile`) against a rollout with one huge line:
+//! streamed past with bounded memory, and a line still being written is not read
 //! again from its start on every pass. Its own test binary, so the tracking allocator and the
 //! process's read counter (`/proc/self/io` `rchar`) see only this test.
 

@@ -22,6 +22,8 @@ use std::path::PathBuf;
 const MAX_REPLY: u64 = 16 << 20;
 /// How long `send_message` waits for a receipt when asked to and no timeout is given.
 const DEFAULT_WAIT_S: u64 = 60;
+/// The longest wait `send_message` takes (the CLI's longest duration, 365 days).
+const MAX_WAIT_S: u64 = 365 * 86_400;
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[schemars(crate = "rmcp::schemars")]
@@ -123,6 +125,33 @@ impl Courier {
         }
     }
 
+    /// Waits for a queued message by asking its status every second, until it reached `want`
+    /// (`handed` or `confirmed`), ended, or `timeout`; adds `outcome` and `messages` to `reply`
+    /// as a parked wait's answer would.
+    async fn poll(&self, reply: &mut Value, want: &str, timeout: std::time::Duration) {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let id = reply["id"].clone();
+        loop {
+            let Ok(status) = self.call(json!({"op": "status", "id": id})).await else { return };
+            let m = &status["message"];
+            let outcome = match m["state"].as_str().unwrap_or("") {
+                "confirmed" => Some("reached"),
+                "handed" if want == "handed" => Some("reached"),
+                "uncertain" if want == "handed" && !m["handed_at"].is_null() => Some("reached"),
+                "uncertain" | "expired" | "cancelled" => Some("ended"),
+                _ if tokio::time::Instant::now() >= deadline => Some("timed_out"),
+                _ => None,
+            };
+            if let Some(outcome) = outcome {
+                reply["outcome"] = json!(outcome);
+                reply["messages"] = json!([m]);
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(1).min(deadline.saturating_duration_since(tokio::time::Instant::now())))
+                .await;
+        }
+    }
+
     /// `to: "parent"` / `"child:<name>"`, relative to the calling thread.
     async fn relative(&self, to: &str, me: Option<&str>) -> Result<String, String> {
         let me = me.ok_or("`to` needs the calling thread, which this Codex did not name in the request")?;
@@ -159,7 +188,8 @@ impl Courier {
         with wait, also whether it arrived (outcome reached / timed_out / ended).")]
     async fn send_message(&self, meta: RequestMetaObject, Parameters(p): Parameters<SendMessage>) -> Result<CallToolResult, ErrorData> {
         let (me, call_id) = caller(&meta);
-        let mut req = json!({"op": "send", "text": p.text, "key": p.key, "ttl_ms": p.ttl_seconds.map(|s| s * 1000)});
+        // Saturating: a huge ttl reaches the broker as one, which refuses it (`bad_ttl`).
+        let mut req = json!({"op": "send", "text": p.text, "key": p.key, "ttl_ms": p.ttl_seconds.map(|s| s.saturating_mul(1000))});
         let target = match (p.thread, p.cwd, p.to) {
             (Some(t), None, None) => ("thread", t),
             (None, Some(c), None) => ("cwd", c),
@@ -175,11 +205,12 @@ impl Courier {
             _ => req["from"] = json!("mcp"),
         }
         let wait = p.wait.unwrap_or_else(|| "none".into());
+        let timeout = std::time::Duration::from_secs(p.timeout_seconds.unwrap_or(DEFAULT_WAIT_S).min(MAX_WAIT_S));
         match wait.as_str() {
             "none" => {}
             "handed" | "confirmed" => {
                 req["wait"] = json!(wait);
-                req["timeout_ms"] = json!(p.timeout_seconds.unwrap_or(DEFAULT_WAIT_S) * 1000);
+                req["timeout_ms"] = json!(timeout.as_millis() as u64);
             }
             other => return Ok(error_result(format!("wait: {other:?}: use none, handed or confirmed"))),
         }
@@ -196,6 +227,12 @@ impl Courier {
                     r["sender_note"] = json!(format!("the sender could not be verified ({why}); sent as from=\"mcp\""));
                     r
                 });
+            }
+        }
+        if let Ok(reply) = &mut sent {
+            if reply["parked"] == json!(false) {
+                // The broker's parked waits are full: queued, not waited for. Poll its status.
+                self.poll(reply, &wait, timeout).await;
             }
         }
         Ok(match sent {

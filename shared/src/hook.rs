@@ -168,6 +168,11 @@ const LT_LOOKALIKES: [char; 16] = [
     '\u{E003C}', // tag less-than sign (invisible)
 ];
 
+/// Whether `c` reads as `<` to a model (one of [`LT_LOOKALIKES`]).
+pub fn is_lt_lookalike(c: char) -> bool {
+    LT_LOOKALIKES.contains(&c)
+}
+
 /// Text as it goes inside a Courier wrapper: every `<` becomes `&lt;` and every look-alike of it
 /// a numeric character reference, so no text (whatever its case, spacing, zero-width or
 /// fullwidth tricks) can open or close a tag: the wrapper's own `<` are the only ones the model
@@ -230,7 +235,7 @@ mod tests {
         assert_eq!(post["hookSpecificOutput"]["additionalContext"], "hi");
     }
 
-    /// Every way a body could spell a second wrapper (issue 14, finding 8): case, spaces and
+    /// Every way a body could spell a second wrapper: case, spaces and
     /// tabs, zero-width and format characters, fullwidth and look-alike `<`, closing tags, and
     /// combinations, at any position. The wrapped text keeps exactly its own two tags.
     #[test]

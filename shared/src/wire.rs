@@ -103,6 +103,8 @@ pub enum ErrorCode {
     NoSuchAgent,
     SeveralAgents,
     ReservedFrom,
+    BadFrom,
+    BadTtl,
     SenderNotVerified,
     NoSuchThread,
     BadThread,
@@ -120,11 +122,13 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code a broker sends.
-    pub const ALL: [ErrorCode; 14] = [
+    pub const ALL: [ErrorCode; 16] = [
         ErrorCode::BadRequest,
         ErrorCode::NoSuchAgent,
         ErrorCode::SeveralAgents,
         ErrorCode::ReservedFrom,
+        ErrorCode::BadFrom,
+        ErrorCode::BadTtl,
         ErrorCode::SenderNotVerified,
         ErrorCode::NoSuchThread,
         ErrorCode::BadThread,
@@ -143,6 +147,8 @@ impl ErrorCode {
             ErrorCode::NoSuchAgent => "no_such_agent",
             ErrorCode::SeveralAgents => "several_agents",
             ErrorCode::ReservedFrom => "reserved_from",
+            ErrorCode::BadFrom => "bad_from",
+            ErrorCode::BadTtl => "bad_ttl",
             ErrorCode::SenderNotVerified => "sender_not_verified",
             ErrorCode::NoSuchThread => "no_such_thread",
             ErrorCode::BadThread => "bad_thread",
@@ -161,8 +167,8 @@ impl ErrorCode {
     pub fn is_usage(self) -> bool {
         use ErrorCode::*;
         match self {
-            BadRequest | NoSuchAgent | SeveralAgents | ReservedFrom | NoSuchThread | BadThread | NoThreadForCwd | SeveralThreadsForCwd
-            | BadCwd | EmptyMessage => true,
+            BadRequest | NoSuchAgent | SeveralAgents | ReservedFrom | BadFrom | BadTtl | NoSuchThread | BadThread | NoThreadForCwd
+            | SeveralThreadsForCwd | BadCwd | EmptyMessage => true,
             SenderNotVerified | NotFound | Busy | Failed | Unknown => false,
         }
     }

@@ -366,7 +366,7 @@ fn forging_command(rollout: &Path, started: &Path, go: &Path, template: &Path, o
     )
 }
 
-/// Issue 14 finding 2, what is now stopped: a model-run command that scrubs its environment and
+/// Tickets, what is now stopped: a model-run command that scrubs its environment and
 /// execs hook-client (indistinguishable from a hook by process, environment and fds) presents, in
 /// one session with every Courier hook installed: PostToolUse of its own call, PreToolUse of its
 /// own call, PostToolUse of the previous call, Stop, UserPromptSubmit. Each waits until a message
@@ -453,7 +453,7 @@ fn scrubbed_exec_forgeries_find_no_ticket() {
     assert!(alarms[0]["message"].is_null(), "{inspect:#}");
 }
 
-/// Issue 14 finding 2, no false refusals: every hook the real Codex runs follows its own Codex
+/// Tickets, no false refusals: every hook the real Codex runs follows its own Codex
 /// action and gets its own ticket. One session with parallel tool calls, an exec_command that
 /// yields and keeps running through later hooks, a tty call, a commentary message with a call, a
 /// sub-agent (its SubagentStart and hooks, the parent's SubagentStop), Stop continued by Courier,
@@ -551,7 +551,7 @@ fn every_genuine_hook_gets_its_own_ticket() {
     }
 }
 
-/// Issue 14 finding 2, what is still not stopped, and how it is caught: a forging command that
+/// Tickets, what is still not stopped, and how it is caught: a forging command that
 /// first APPENDS a fake `item_completed` of its own call to the rollout (same uid: it can) makes
 /// PostToolUse of its call look due, and is accepted: it receives the message. It then appends a
 /// fake hook developer message carrying the output it got, so the rollout says the message reached
@@ -879,7 +879,7 @@ fn rollout_replaced_mid_session_is_refused() {
     assert!(codes.len() >= 3 && codes.iter().any(|c| c == "not_rollout_holder"), "Pre, Post and Stop refused: {codes:?}");
 }
 
-/// fd smuggling (issue 14, finding 1). A plain same-uid script, no Codex hook involved, opens a
+/// fd smuggling. A plain same-uid script, no Codex hook involved, opens a
 /// live thread's rollout `O_WRONLY|O_APPEND` (inheritable), replaces the thread's writer-lock file
 /// with a new one it flocks (inheritable), then execs the TRUSTED Codex binary with a private
 /// CODEX_HOME whose SessionStart hook runs hook-client with a payload naming the victim thread.

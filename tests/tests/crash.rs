@@ -1,4 +1,4 @@
-//! Crash safety (issue 7): nothing lost, nothing doubled, whatever dies when.
+//! Crash safety: nothing lost, nothing doubled, whatever dies when.
 //!
 //! The fault rounds drive the real broker with the real hook-client, whose parent is a stand-in
 //! Codex the gate accepts (see common/mod.rs), so hundreds of kill -9 rounds fit in seconds; the

@@ -466,7 +466,7 @@ fn stop_continuations_are_capped_per_turn() {
     assert!(["deferred_stop_block_limit", "thread_not_loaded"].contains(&reason), "{last}");
 }
 
-/// (12) Hook output stays within Codex's budget (issue 14, finding 3). 60 messages of 2,000 bytes
+/// (12) Hook output stays within Codex's budget. 60 messages of 2,000 bytes
 /// (bodies with `<`, `&`, quotes, a tab, a newline and a non-ASCII letter) are queued while the
 /// first model request is held; they go out over several tool hooks, each output within
 /// `MAX_OUTPUT_BYTES`, none cut by Codex, every one of them whole in the model's requests and `confirmed`,

@@ -1,4 +1,4 @@
-//! Hostile input, fail-open and hostile filesystems (issue 7). Legitimate hook calls come from
+//! Hostile input, fail-open and hostile filesystems. Legitimate hook calls come from
 //! the stand-in Codex (common/mod.rs) running the real hook-client with `COURIER_DEBUG=1`, so a
 //! call the broker did not answer shows up as a fail-open message on its stderr.
 //!
@@ -247,8 +247,8 @@ sys.stdin.read()
 c.execute("ROLLBACK")
 "#;
 
-/// Complete frames waiting for a worker count against the documented 64 MiB budget (issue 14,
-/// finding 5). Every worker is stalled (each frame is a bad request whose refusal waits for the
+/// Complete frames waiting for a worker count against the documented 64 MiB budget.
+/// Every worker is stalled (each frame is a bad request whose refusal waits for the
 /// queue database, held locked by another process), then 128 complete 4 MiB frames arrive: once
 /// 64 MiB are held, the rest are closed with `buffer_limit`, and the broker's peak RSS grows by
 /// about the budget, not by 512 MiB. Released, the broker answers again and holds nothing.
@@ -362,7 +362,7 @@ for line in sys.stdin:
         say({"killed": True})
 "#;
 
-/// Hook clients that stall after their lease do not hold broker workers (issue 14, finding 6).
+/// Hook clients that stall after their lease do not hold broker workers.
 /// 24 verified calls of 24 threads (more than the 16 workers) take their leases and never ack;
 /// meanwhile an honest call of a 25th thread is delivered well within hook-client's 500 ms
 /// deadline. The stalled leases end at `LEASE_MS` and their messages go back to `pending`.
@@ -698,7 +698,7 @@ fn standin_rollout(env: &CodexEnv, thread: &str) -> std::path::PathBuf {
 }
 
 /// Fresh 1 GiB executables named `codex` that run hook-client (any same-uid process can make
-/// them; issue 14, finding 4) cost honest hooks nothing: the broker never hashes on a worker,
+/// them) cost honest hooks nothing: the broker never hashes on a worker,
 /// unknown files go to one low-priority background thread, one at a time. On the old broker each
 /// forged call hashed its 1 GiB inline on a worker and the honest calls timed out.
 #[test]

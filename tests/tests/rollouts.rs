@@ -16,7 +16,7 @@ fn far_mib() -> usize {
     std::env::var("COURIER_FAR_TURN_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(80)
 }
 
-/// Issue 14 finding 7: a turn opened more than 64 MiB back in a rollout the broker first sees
+/// A turn opened more than 64 MiB back in a rollout the broker first sees
 /// after a restart. Before: the backward scan gave up after 64 MiB, knew no open turn, and every
 /// honest hook of that turn was refused `turn_mismatch` until the next turn. Now the first hook
 /// after the restart is verified and delivers, reading a bounded number of bytes.

@@ -11,10 +11,11 @@
 
 mod confirm;
 mod render;
+pub mod seal;
 pub mod wrapper;
 
 pub use confirm::{reconcile, set_scan_budget, settle_line, SERVE_SCAN_BUDGET};
-pub use render::{receipt, render, wrap};
+pub use render::{receipt, render, sender_check, wrap};
 pub use wrapper::{output_budget, verified_thread, wrapped_len, MAX_OUTPUT_BYTES, STOP_OUTPUT_BYTES};
 
 use crate::config::Receipts;

@@ -27,6 +27,7 @@ fn msg(id: &str, body: &str, from: Option<&str>) -> Message {
         scan_offset: Some(0),
         alarms: Vec::new(),
         shown_by: None,
+        sender_check: None,
     }
 }
 
@@ -91,8 +92,8 @@ fn codex_cut(full: &str, head: usize, tail: usize) -> String {
     )
 }
 
-/// Only a message whose whole wrapped text is in the rollout is confirmed (issue 14, finding
-/// 3). Of five messages handed in one output that Codex cut (head kept up to the middle of
+/// Only a message whose whole wrapped text is in the rollout is confirmed. Of five messages
+/// handed in one output that Codex cut (head kept up to the middle of
 /// the 2nd, tail from the middle of the 4th): 1st and 5th confirmed, 2nd and 4th (shown in
 /// part) uncertain, 3rd (entirely cut) back to pending. The same for a Stop prompt.
 #[test]
@@ -245,7 +246,11 @@ fn receipt_names_senders_and_ids_and_escapes_labels() {
     assert_eq!(out["systemMessage"], "Courier delivered 1 message from ci-bot (m_1)");
     assert!(!out["hookSpecificOutput"]["additionalContext"].as_str().unwrap().contains("Courier delivered"));
     let off: serde_json::Value = serde_json::from_str(&render(HookEvent::Stop, &one, Receipts::Off)).unwrap();
-    assert_eq!(off, serde_json::json!({"decision": "block", "reason": wrap(&one[0])}));
+    assert_eq!(off, serde_json::json!({"decision": "block", "reason": wrap(&one[0])})); // A `thread:` sender whose seal did not check is named as the model saw it.
+    let forged =
+        Message { sender_check: Some(seal::SenderCheck::NoSeal), ..msg("m_1", "x", Some("thread:01a230ea-9c25-7f00-9aa4-f797ec10b8ef")) };
+    assert_eq!(receipt(std::slice::from_ref(&forged)), "Courier delivered 1 message from unverified (m_1)");
+    assert!(wrap(&forged).starts_with("<courier-message id=\"m_1\" from=\"unverified\">"), "{}", wrap(&forged));
 }
 
 /// What a hook may carry: 80% of its handler's context limit (the default's 8,000 bytes for a

@@ -36,23 +36,37 @@ pub fn output_budget(event: HookEvent, context_limit: Option<u64>) -> usize {
     }
 }
 
-/// How a sender the broker verified is named (`from="thread:<uuid>"`, rendered with
-/// `verified="true"`); reserved: no self-declared label may start with it.
-pub const VERIFIED_PREFIX: &str = "thread:";
+use super::seal::SenderCheck;
+pub use crate::label::VERIFIED_PREFIX;
 
-/// The thread of a sender the broker verified: `from` is `thread:<uuid>`, which only a verified
-/// `broker send` stores (a self-declared label may not start with `thread:`, `producer/send.rs`).
+/// What the model reads as the sender of a row whose stored sender could not be shown (a
+/// `thread:` claim without a valid seal, a label the rules refuse): no label can be it, since
+/// labels may not contain `verified`.
+pub const UNVERIFIED_LABEL: &str = "unverified";
+
+/// The thread named by a `from` of the form `thread:<uuid>`, the form of a verified sender. Only
+/// its seal (`seal.rs`) proves it: any process of this uid can write such a row.
 pub fn verified_thread(from: Option<&str>) -> Option<&str> {
     from?.strip_prefix(VERIFIED_PREFIX).filter(|t| courier_shared::rollout::is_uuid(t))
 }
 
+/// The sender label shown for a stored sender as `check` decided: [`UNVERIFIED_LABEL`] for one
+/// that could not be shown, `unknown` for none.
+pub fn shown_label(from: Option<&str>, check: SenderCheck) -> &str {
+    if check.refused() {
+        UNVERIFIED_LABEL
+    } else {
+        from.unwrap_or("unknown")
+    }
+}
+
 /// The wrapper of a message with this id, sender and body ([`wrap_message`]: a body cannot close
-/// the wrapper early, open a look-alike of it, or forge another message's marker). A verified
-/// sender's wrapper carries `verified="true"` after its `from`: an attribute no label can spell
-/// (a label's `"` is escaped), so the model can tell who vouched for the name.
-pub fn wrapped(id: &str, from: Option<&str>, body: &str) -> String {
-    let w = wrap_message(id, from.unwrap_or("unknown"), body);
-    if verified_thread(from).is_some() {
+/// the wrapper early, open a look-alike of it, or forge another message's marker), its sender
+/// shown as `check` decided. A sender whose seal checked carries `verified="true"` after its
+/// `from`: an attribute no label can spell (labels hold no quotes and not the word).
+pub fn wrapped(id: &str, from: Option<&str>, check: SenderCheck, body: &str) -> String {
+    let w = wrap_message(id, shown_label(from, check), body);
+    if check == SenderCheck::Verified && verified_thread(from).is_some() {
         // The first `">` ends the `from` attribute (`id` is followed by a space, `from` escapes `"`).
         w.replacen("\">", "\" verified=\"true\">", 1)
     } else {
@@ -61,6 +75,6 @@ pub fn wrapped(id: &str, from: Option<&str>, body: &str) -> String {
 }
 
 /// Length of [`wrapped`] for a message with this id, sender and body.
-pub fn wrapped_len(id: &str, from: Option<&str>, body: &str) -> usize {
-    wrapped(id, from, body).len()
+pub fn wrapped_len(id: &str, from: Option<&str>, check: SenderCheck, body: &str) -> usize {
+    wrapped(id, from, check, body).len()
 }

@@ -1,4 +1,4 @@
-//! Step 8 of the gate: one ticket per Codex action (issue 14, finding 2).
+//! Step 8 of the gate: one ticket per Codex action.
 //!
 //! Codex writes a distinct rollout record just before each hook it runs (docs/security.md;
 //! measured on 0.160.0 and 0.171.0): a hook is accepted only in the state that record leaves, and

@@ -85,7 +85,7 @@ pub fn send(args: Args) -> Result<ExitCode> {
     }
     let explicit_from = args.value("from")?;
     let from = explicit_from.clone().or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "cli".into());
-    let ttl_ms = args.duration("ttl")?.map(|d| d.as_millis() as i64);
+    let ttl_ms = args.duration("ttl")?.map(|d| d.as_millis() as u64);
     let wake = match args.value("wake")?.as_deref() {
         None | Some("auto") => true,
         Some("never") => false,

@@ -139,7 +139,7 @@ pub fn record(m: &Message, now: i64) -> Value {
         "age_ms": now - m.created_at, "expires_at": m.expires_at,
         "event": m.event, "turn_id": m.turn_id, "handed_at": m.handed_at,
         "confirmed_at": m.confirmed_at, "reason": m.reason, "attempts": m.attempts,
-        "bytes": m.body.len(), "alarms": m.alarms,
+        "bytes": m.body.len(), "alarms": m.alarms, "sender_check": m.sender_check,
     })
 }
 

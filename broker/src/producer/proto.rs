@@ -238,7 +238,7 @@ impl Service {
                 } else {
                     (from, false)
                 };
-                let opts = SendOptions { target, text, key, ttl_ms: ttl_ms.map(|t| t as i64), from, verified_sender, future_thread, wake };
+                let opts = SendOptions { target, text, key, ttl_ms, from, verified_sender, future_thread, wake };
                 let sent = {
                     let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
                     send::send(&mut store, &self.codex_home, &|| self.threads(false, 0), &opts)

@@ -9,11 +9,14 @@
 //! seen at the next [`TICK`] while a wait is parked (no file watch: every hook call's commit
 //! would wake it). Each look first reads SQLite's `PRAGMA data_version`, which changes only when
 //! another connection committed and touches no table: the states are read only after a commit.
-//! A parked client that hangs up is dropped at the next look; at most [`MAX_PARKED`] waits are
-//! parked at once.
+//! A parked client that hangs up is dropped at the next look. Caps: at most
+//! [`MAX_PARKED_PER_PEER`] waits per peer process (`SO_PEERCRED` pid), so one process cannot
+//! take them all, and [`MAX_PARKED`] in all. A wait over either cap is answered at once with
+//! `busy` (a `send` with `wait` instead with its result and `"parked": false`: it was queued);
+//! the waiting clients (`broker wait`, `send --wait`, MCP) then poll instead of failing.
 //!
 //! **Client side** ([`wait_for`]): asks the broker over the socket; when no broker answers (or it
-//! stops mid-wait) it falls back to a slow local poll ([`FALLBACK_POLL`]) that settles hand-offs
+//! stops mid-wait, or answers `busy`) it falls back to a slow local poll ([`FALLBACK_POLL`]) that settles hand-offs
 //! from the rollouts and retires messages whose `--ttl` ran out, as `inspect` would, and tries
 //! the socket again each round.
 
@@ -30,8 +33,10 @@ use std::time::{Duration, Instant};
 
 /// How often parked waits look for changes made by other processes, and for clients that left.
 pub const TICK: Duration = Duration::from_millis(250);
-/// Waits parked at once; more are answered with an error.
+/// Waits parked at once; more are answered `busy` (and the client polls).
 pub const MAX_PARKED: usize = 1024;
+/// Waits one peer process may park; more are answered `busy`.
+pub const MAX_PARKED_PER_PEER: usize = 64;
 /// Ids one wait may name.
 pub const MAX_IDS: usize = 256;
 /// The client's poll interval when no broker runs.
@@ -39,6 +44,8 @@ pub const FALLBACK_POLL: Duration = Duration::from_secs(1);
 
 struct Parked {
     stream: UnixStream,
+    /// The peer process (`SO_PEERCRED` pid; 0 when unknown), for the per-peer cap.
+    peer: i32,
     ids: Vec<String>,
     want: Want,
     deadline: Option<Instant>,
@@ -52,6 +59,43 @@ struct Parked {
 struct Shared {
     parked: Vec<Parked>,
     poked: bool,
+    /// Waits parked per peer, and in all: counted here, since the waiter thread takes `parked`
+    /// out while it looks.
+    per_peer: std::collections::HashMap<i32, usize>,
+    total: usize,
+}
+
+impl Shared {
+    fn count(&mut self, peer: i32) {
+        self.total += 1;
+        *self.per_peer.entry(peer).or_default() += 1;
+    }
+
+    fn uncount(&mut self, peer: i32) {
+        self.total = self.total.saturating_sub(1);
+        if let std::collections::hash_map::Entry::Occupied(mut e) = self.per_peer.entry(peer) {
+            *e.get_mut() -= 1;
+            if *e.get() == 0 {
+                e.remove();
+            }
+        }
+    }
+
+    /// Why a wait of `peer` may not park now.
+    fn full_for(&self, peer: i32) -> Option<String> {
+        if self.per_peer.get(&peer).copied().unwrap_or(0) >= MAX_PARKED_PER_PEER {
+            Some(format!("process {peer} has {MAX_PARKED_PER_PEER} waits parked already"))
+        } else if self.total >= MAX_PARKED {
+            Some(format!("{MAX_PARKED} waits are parked already"))
+        } else {
+            None
+        }
+    }
+}
+
+/// The pid of the process at the other end of `stream` (0 when it cannot be read).
+fn peer_pid(stream: &UnixStream) -> i32 {
+    nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials).map_or(0, |c| c.pid())
 }
 
 /// The broker's parked waits (see the module docs).
@@ -82,26 +126,35 @@ impl Waiters {
     }
 
     /// Parks `stream` until every message of `ids` reached `want` or ended, or until `timeout`.
-    /// Answers at once (an error line) when too many waits are parked.
+    /// Over a cap it answers at once: `busy`, or for a `send` with `wait` (`extra` holds its
+    /// result) that result with `"parked": false`, so the sender learns its id and polls.
     pub fn park(&self, mut stream: UnixStream, ids: Vec<String>, want: Want, timeout: Option<Duration>, extra: Map<String, Value>) {
+        let peer = peer_pid(&stream);
         let mut s = self.shared.lock().unwrap_or_else(|e| e.into_inner());
-        if s.parked.len() >= MAX_PARKED {
+        if let Some(why) = s.full_for(peer) {
             drop(s);
-            let _ = super::line::write_line(
-                &mut stream,
-                &super::line::error(ErrorCode::Busy, &format!("{MAX_PARKED} waits are parked already; try again later")),
-            );
+            let reply = if extra.is_empty() {
+                super::line::error(ErrorCode::Busy, &format!("{why}; poll instead (broker status), or try again later"))
+            } else {
+                let mut r = json!({"ok": true, "parked": false, "wait_note": format!("{why}: not waited for; poll its status")});
+                if let Value::Object(r) = &mut r {
+                    r.extend(extra);
+                }
+                r
+            };
+            let _ = super::line::write_line(&mut stream, &reply);
             return;
         }
         let deadline = timeout.map(|t| Instant::now() + t);
-        s.parked.push(Parked { stream, ids, want, deadline, extra, fresh: true });
+        s.count(peer);
+        s.parked.push(Parked { stream, peer, ids, want, deadline, extra, fresh: true });
         s.poked = true;
         self.cv.notify_one();
     }
 
     /// Waits parked now (for `inspect`'s broker counters and tests).
     pub fn parked(&self) -> usize {
-        self.shared.lock().unwrap_or_else(|e| e.into_inner()).parked.len()
+        self.shared.lock().unwrap_or_else(|e| e.into_inner()).total
     }
 
     fn run(&self, store: Store) {
@@ -126,7 +179,14 @@ impl Waiters {
                 s.poked = false;
                 std::mem::take(&mut s.parked)
             };
-            parked.retain(|p| !hung_up(&p.stream));
+            let mut gone: Vec<i32> = Vec::new();
+            parked.retain(|p| {
+                let left = hung_up(&p.stream);
+                if left {
+                    gone.push(p.peer);
+                }
+                !left
+            });
             let now = Instant::now();
             let version = store.data_version();
             let changed = version != last_version || version.is_none();
@@ -147,6 +207,7 @@ impl Waiters {
                         }
                         let _ = p.stream.set_write_timeout(Some(Duration::from_secs(2)));
                         let _ = super::line::write_line(&mut p.stream, &reply);
+                        gone.push(p.peer);
                     }
                     Err(e) => {
                         crate::log_error!("waiter: reading message states: {e:#}");
@@ -156,6 +217,9 @@ impl Waiters {
             }
             let mut s = self.shared.lock().unwrap_or_else(|e| e.into_inner());
             s.parked.extend(keep);
+            for peer in gone {
+                s.uncount(peer);
+            }
         }
     }
 }
@@ -238,6 +302,7 @@ fn message_of(v: &Value) -> Option<Message> {
             .and_then(Value::as_array)
             .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
             .unwrap_or_default(),
+        sender_check: None,
     })
 }
 
@@ -270,24 +335,24 @@ pub fn wait_for(runtime_dir: &Path, state_dir: &Path, ids: &[String], want: Want
     loop {
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         let req = json!({"op": "wait", "ids": ids, "for": want.as_str(), "timeout_ms": left.map(|l| l.as_millis() as u64)});
-        // No broker, or it went away mid-wait: look ourselves (below).
+        // No broker, it went away mid-wait, or its waits are full (busy): look ourselves (below).
         if let Ok(Some(reply)) = super::line::call(&socket, &req, None) {
-            {
-                if reply.get("ok") != Some(&Value::Bool(true)) {
-                    let msg = reply.get("message").and_then(Value::as_str).unwrap_or("the broker refused the wait");
-                    anyhow::bail!("{msg}");
+            match super::line::ErrorReply::of(&reply) {
+                Some(e) if e.error == ErrorCode::Busy => {}
+                Some(e) => anyhow::bail!("{}", if e.message.is_empty() { "the broker refused the wait".into() } else { e.message }),
+                None => {
+                    let records: Vec<Value> = reply.get("messages").and_then(Value::as_array).cloned().unwrap_or_default();
+                    let messages: Vec<Message> = records.iter().filter_map(message_of).collect();
+                    let outcome = reply
+                        .get("outcome")
+                        .and_then(Value::as_str)
+                        .and_then(Outcome::parse)
+                        .context("the broker's wait reply has no outcome")?;
+                    if messages.len() != ids.len() {
+                        anyhow::bail!("the broker's wait reply does not list every message");
+                    }
+                    return Ok(Waited { outcome, messages, records, by_broker: true });
                 }
-                let records: Vec<Value> = reply.get("messages").and_then(Value::as_array).cloned().unwrap_or_default();
-                let messages: Vec<Message> = records.iter().filter_map(message_of).collect();
-                let outcome = reply
-                    .get("outcome")
-                    .and_then(Value::as_str)
-                    .and_then(Outcome::parse)
-                    .context("the broker's wait reply has no outcome")?;
-                if messages.len() != ids.len() {
-                    anyhow::bail!("the broker's wait reply does not list every message");
-                }
-                return Ok(Waited { outcome, messages, records, by_broker: true });
             }
         }
         let messages = look_locally(state_dir, ids)?;

@@ -139,7 +139,7 @@ fn output(id: &str, n: usize) -> String {
     ) + "\n"
 }
 
-/// Issue 14 finding 7: a turn opened further back than the backward scan reads (a long turn of
+/// A turn opened further back than the backward scan reads (a long turn of
 /// large tool outputs) is still found on first sight, from the newest record written inside it,
 /// reading at most `MAX_BACKSCAN` bytes; a turn closed that far back is not taken for open.
 #[test]

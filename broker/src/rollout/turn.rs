@@ -12,8 +12,8 @@ pub(super) enum Turn {
     Unknown,
 }
 
-/// What the open turn's records say Codex is doing: the state each hook follows (issue 14,
-/// "one ticket per Codex action"; bound to hooks in `gate/ticket.rs`). Reset when a turn opens or
+/// What the open turn's records say Codex is doing: the state each hook follows
+/// ("one ticket per Codex action"; bound to hooks in `gate/ticket.rs`). Reset when a turn opens or
 /// closes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Actions {

@@ -105,6 +105,8 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     dirs::ensure_private_dir(&opts.state_dir)?;
     let _lock = lock_instance(&opts.runtime_dir, &opts.state_dir)?;
     let secret = dirs::ensure_secret(&opts.runtime_dir)?;
+    // The key that seals verified senders: this process's memory only (delivery/seal.rs).
+    delivery::seal::start();
     let mut store = Store::open(&opts.state_dir)?;
     store.defer_checkpoints()?; // the maintenance thread checkpoints (store/checkpoint.rs)
     let released = store.release_expired_leases()?;

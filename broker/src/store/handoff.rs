@@ -3,6 +3,7 @@
 //! reach Codex, and taking a lease or a hand-off back when Codex provably got nothing.
 
 use super::{next_fencing_token, now_ms, row_to_message, Channel, Message, State, Store, MESSAGE_COLUMNS};
+use crate::delivery::seal::{self, SenderCheck};
 use crate::delivery::wrapper::{wrapped_len, MAX_OUTPUT_BYTES};
 use crate::os::ProcessKey;
 use anyhow::Result;
@@ -38,6 +39,18 @@ impl<'a> HandOff<'a> {
     }
 }
 
+/// `m` with its sender checked (`delivery/seal.rs`: the seal of a `thread:` sender, the label
+/// rules for any other), in the lease's transaction: it is shown as checked, and the check is
+/// recorded with the lease (`sender_check`).
+fn sender_checked(mut m: Message, seal: Option<String>) -> Message {
+    let check = match m.from.as_deref() {
+        Some(sender) => seal::classify(&seal::Fields { id: &m.id, thread: &m.thread, sender, body: &m.body }, seal.as_deref()),
+        None => SenderCheck::Label,
+    };
+    m.sender_check = Some(check);
+    m
+}
+
 impl Store {
     /// Leases the oldest pending messages of `thread` to `channel` under a new fencing token: as
     /// many as fit, rendered (`crate::delivery::wrap`, one newline between them), in `max_bytes`.
@@ -66,16 +79,16 @@ impl Store {
             )?;
             let candidates: Vec<Message> = {
                 let mut stmt = tx.prepare_cached(&format!(
-                    "SELECT {MESSAGE_COLUMNS} FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = 'message' {} ORDER BY seq LIMIT 64",
+                    "SELECT {MESSAGE_COLUMNS}, sender_seal FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = 'message' {} ORDER BY seq LIMIT 64",
                     if channel.needs_wake_allowed() { "AND wake != 'never'" } else { "" }
                 ))?;
-                let rows = stmt.query_map([thread], row_to_message)?;
+                let rows = stmt.query_map([thread], |r| Ok(sender_checked(row_to_message(r)?, r.get(22)?)))?;
                 rows.collect::<rusqlite::Result<_>>()?
             };
             let mut taken: Vec<Message> = Vec::new();
             let mut bytes = 0;
             for m in candidates {
-                let len = wrapped_len(&m.id, m.from.as_deref(), &m.body);
+                let len = wrapped_len(&m.id, m.from.as_deref(), m.sender_check.unwrap_or(SenderCheck::Label), &m.body);
                 if len > max_bytes {
                     // One too large for any hook is dropped (sent before a limit was lowered);
                     // one that fits a larger hook waits for it, and so does every message behind it.
@@ -104,11 +117,12 @@ impl Store {
             {
                 let mut stmt = tx.prepare_cached(
                     "UPDATE messages SET state = 'leased', lease_token = ?1, lease_expires_at = ?2, event = ?3,
-                     turn_id = ?4, attempts = attempts + 1, reason = NULL, updated_at = ?5
+                     turn_id = ?4, attempts = attempts + 1, reason = NULL, updated_at = ?5, sender_check = ?7
                      WHERE id = ?6 AND state = 'pending'",
                 )?;
                 for m in &mut taken {
-                    stmt.execute(params![token, now + lease_ms, channel, turn_id, now, m.id])?;
+                    let check = m.sender_check.map(SenderCheck::as_str);
+                    stmt.execute(params![token, now + lease_ms, channel, turn_id, now, m.id, check])?;
                     m.state = State::Leased;
                     m.lease = Some(token);
                     m.event = Some(channel);

@@ -14,6 +14,7 @@
 mod checkpoint;
 mod codex;
 mod effort;
+mod enqueue;
 mod handoff;
 mod producer;
 mod refusals;
@@ -27,12 +28,13 @@ mod wake;
 pub use checkpoint::{Checkpointed, Checkpointer, SAFETY_NET_PAGES};
 pub use codex::{TrustHow, TrustedCodex};
 pub use effort::{Claim, Details};
+pub use enqueue::{Enqueued, NewMessage};
 pub use handoff::{HandOff, Lease};
 pub use refusals::Refusal;
 pub use state::{Channel, Kind, State};
 pub use tickets::{Alarm, TicketClaim};
 
-use crate::delivery::wrapper::{wrapped_len, MAX_OUTPUT_BYTES};
+use crate::delivery::seal::SenderCheck;
 use anyhow::{bail, Context, Result};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
@@ -41,34 +43,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 pub const DB_NAME: &str = "queue.sqlite";
 /// Longest message body `send` accepts (64 KiB). What counts in the end is the rendered size,
-/// checked too against the hook output budget ([`MAX_OUTPUT_BYTES`], 96 KiB): escaping can grow
+/// checked too against the hook output budget (`delivery::MAX_OUTPUT_BYTES`, 96 KiB): escaping can grow
 /// a body (every `<` is 4 bytes).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Longest `--from` label, in characters.
-pub const MAX_FROM_CHARS: usize = 64;
+pub const MAX_FROM_CHARS: usize = crate::label::MAX_CHARS;
 
-/// A sender label must be short and printable: it is shown to the model in every wrapper.
-pub fn check_from(from: &str) -> Result<()> {
-    let n = from.chars().count();
-    if n == 0 {
-        bail!("--from must not be empty");
-    }
-    if n > MAX_FROM_CHARS {
-        bail!("--from is {n} characters; at most {MAX_FROM_CHARS} are allowed (it is shown to the model with every message)");
-    }
-    if let Some(c) = from.chars().find(|c| c.is_control() || is_format_char(*c)) {
-        bail!("--from contains the control or invisible character U+{:04X}; use printable text", c as u32);
-    }
-    Ok(())
-}
-
-/// Unicode format and separator characters (zero-width, bidirectional overrides, soft hyphen,
-/// tag characters, line/paragraph separators): invisible, or reorder what the model reads.
-fn is_format_char(c: char) -> bool {
-    matches!(c as u32,
-        0x00AD | 0x0600..=0x0605 | 0x061C | 0x06DD | 0x070F | 0x180E | 0x200B..=0x200F | 0x2028..=0x202E
-        | 0x2060..=0x2064 | 0x2066..=0x206F | 0xFEFF | 0xFFF9..=0xFFFB | 0xE0000..=0xE007F)
-}
 pub fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
@@ -133,14 +113,9 @@ pub struct Message {
     pub alarms: Vec<String>,
     /// Handed: when the rollout must show it by, else it is `uncertain` ([`HandOff::shown_by`]).
     pub shown_by: Option<i64>,
-}
-
-/// What `enqueue` did.
-#[derive(Debug, PartialEq)]
-pub enum Enqueued {
-    New(String),
-    /// The idempotency key was used before: the earlier message's id.
-    Existing(String),
+    /// How its sender is shown, decided by the broker when it leased it (`delivery/seal.rs`);
+    /// `None` until then.
+    pub sender_check: Option<SenderCheck>,
 }
 
 const SCHEMA: &str = "
@@ -231,10 +206,18 @@ fn migrate_trusted_codex(conn: &Connection) -> rusqlite::Result<()> {
     for (name, decl) in [("version", "TEXT"), ("how", "TEXT NOT NULL DEFAULT 'manual'"), ("source", "TEXT")] {
         add_column(conn, "trusted_codex", name, decl)?;
     }
+    Ok(())
+}
+
+/// Columns added to `messages` after its first release.
+fn migrate_messages(conn: &Connection) -> rusqlite::Result<()> {
     // `broker send --wake auto|never`: whether the broker may start a turn in an idle thread.
     add_column(conn, "messages", "wake", "TEXT NOT NULL DEFAULT 'auto'")?;
     // A hand-off the rollout must show by a deadline (a wake's `turn/start`: `HandOff::shown_by`).
-    add_column(conn, "messages", "shown_by", "INTEGER")
+    add_column(conn, "messages", "shown_by", "INTEGER")?;
+    // A verified sender's seal (`delivery/seal.rs`), and how the lease showed the sender.
+    add_column(conn, "messages", "sender_seal", "TEXT")?;
+    add_column(conn, "messages", "sender_check", "TEXT")
 }
 
 fn is_busy(e: &anyhow::Error) -> bool {
@@ -262,7 +245,8 @@ pub(super) fn add_column(conn: &Connection, table: &str, name: &str, decl: &str)
 
 const MESSAGE_COLUMNS: &str = "id, thread, kind, state, body, sender, idem_key, created_at, updated_at, \
     expires_at, event, turn_id, lease_token, handed_at, confirmed_at, reason, attempts, rollout_path, scan_offset, \
-    (SELECT group_concat(kind) FROM (SELECT DISTINCT kind FROM alarms WHERE alarms.message = messages.id ORDER BY kind)), shown_by";
+    (SELECT group_concat(kind) FROM (SELECT DISTINCT kind FROM alarms WHERE alarms.message = messages.id ORDER BY kind)), shown_by, \
+    sender_check";
 
 fn row_to_message(row: &rusqlite::Row) -> rusqlite::Result<Message> {
     Ok(Message {
@@ -287,6 +271,7 @@ fn row_to_message(row: &rusqlite::Row) -> rusqlite::Result<Message> {
         scan_offset: row.get(18)?,
         alarms: row.get::<_, Option<String>>(19)?.map(|a| a.split(',').map(String::from).collect()).unwrap_or_default(),
         shown_by: row.get(20)?,
+        sender_check: row.get::<_, Option<String>>(21)?.as_deref().and_then(SenderCheck::parse),
     })
 }
 
@@ -331,76 +316,10 @@ impl Store {
         conn.execute_batch(SCHEMA).context("creating the queue schema")?;
         effort::migrate(&conn).context("adding the effort columns")?;
         migrate_trusted_codex(&conn).context("adding the trusted_codex columns")?;
+        migrate_messages(&conn).context("adding the messages columns")?;
         tickets::migrate(&conn).context("creating the tickets tables")?;
         conn.execute_batch(PENDING_INDEXES).context("creating the pending-message indexes")?;
         Ok(Store { conn, pending: Default::default() })
-    }
-
-    pub fn enqueue(&mut self, thread: &str, body: &str, sender: Option<&str>, key: Option<&str>, ttl_ms: Option<i64>) -> Result<Enqueued> {
-        self.enqueue_with_wake(thread, body, sender, key, ttl_ms, true)
-    }
-
-    /// [`Store::enqueue`], saying whether the wake channel may start a turn for it
-    /// (`broker send --wake auto|never`), in the same insert.
-    pub fn enqueue_with_wake(
-        &mut self,
-        thread: &str,
-        body: &str,
-        sender: Option<&str>,
-        key: Option<&str>,
-        ttl_ms: Option<i64>,
-        wake: bool,
-    ) -> Result<Enqueued> {
-        if body.len() > MAX_BODY_BYTES {
-            bail!(
-                "message is {} bytes; the limit is {} (64 KiB; send a longer text as a file and a message naming it)",
-                body.len(),
-                MAX_BODY_BYTES
-            );
-        }
-        if let Some(from) = sender {
-            check_from(from)?;
-        }
-        let id = new_message_id();
-        let rendered = wrapped_len(&id, sender, body);
-        let max = MAX_OUTPUT_BYTES;
-        if rendered > max {
-            bail!(
-                "message renders to {rendered} bytes in the hook output (wrapper, --from and every '<' escaped as &lt; \
-                 included); the limit is {max} (the hook output Codex passes to the model whole)"
-            );
-        }
-        let now = now_ms();
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        if let Some(key) = key {
-            let existing: Option<(String, String, Kind, String)> = tx
-                .query_row("SELECT id, thread, kind, body FROM messages WHERE idem_key = ?1", [key], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-                })
-                .optional()?;
-            if let Some((id, existing_thread, existing_kind, existing_body)) = existing {
-                if existing_thread != thread {
-                    bail!("key {key:?} was already used for thread {existing_thread} (message {id})");
-                }
-                // Same key, same text: a retry, answered with the same id. Different text under
-                // the same key is a mistake the sender must hear about, not a silent drop.
-                if existing_kind != Kind::Message || existing_body != body {
-                    bail!(
-                        "key {key:?} was already used for message {id} with a different text; nothing was queued \
-                         (send the same text to get {id} again, or use another key)"
-                    );
-                }
-                return Ok(Enqueued::Existing(id));
-            }
-        }
-        tx.execute(
-            "INSERT INTO messages (id, thread, kind, body, sender, idem_key, state, created_at, updated_at, expires_at, wake)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?7, ?8, ?9)",
-            params![id, thread, Kind::Message, body, sender, key, now, ttl_ms.map(|t| now + t), if wake { "auto" } else { "never" }],
-        )?;
-        tx.commit()?;
-        self.pending.bump(1);
-        Ok(Enqueued::New(id))
     }
 
     /// Says on the thread's pending messages why a verified hook did not take them (shown by

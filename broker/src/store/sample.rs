@@ -27,6 +27,7 @@ impl Message {
             scan_offset: None,
             alarms: Vec::new(),
             shown_by: None,
+            sender_check: None,
         }
     }
 }

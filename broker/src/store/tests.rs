@@ -157,8 +157,12 @@ fn from_is_short_and_printable_and_the_rendered_message_fits() {
     // The longest plain body with the longest --from fits; one byte more is refused.
     let longest_from = "f".repeat(64);
     assert!(
-        crate::delivery::wrapped_len("m_0123456789abcdef", Some(&longest_from), &"y".repeat(MAX_BODY_BYTES))
-            <= crate::delivery::MAX_OUTPUT_BYTES
+        crate::delivery::wrapped_len(
+            "m_0123456789abcdef",
+            Some(&longest_from),
+            crate::delivery::seal::SenderCheck::Label,
+            &"y".repeat(MAX_BODY_BYTES)
+        ) <= crate::delivery::MAX_OUTPUT_BYTES
     );
     s.enqueue(T, &"y".repeat(MAX_BODY_BYTES), Some(&longest_from), None, None).unwrap();
     assert!(s.enqueue(T, &"y".repeat(MAX_BODY_BYTES + 1), Some("me"), None, None).is_err());
@@ -291,11 +295,47 @@ fn pending_thread_lists_by_index_seek() {
     const V: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce4";
     const W: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce5";
     for _ in 0..3 {
-        s.enqueue_with_wake(T, "wakeable, no ttl", None, None, None, true).unwrap();
+        s.enqueue_message(&NewMessage {
+            thread: T,
+            body: "wakeable, no ttl",
+            sender: None,
+            verified: false,
+            key: None,
+            ttl_ms: None,
+            wake: true,
+        })
+        .unwrap();
     }
-    s.enqueue_with_wake(U, "never wake, ttl", None, None, Some(60_000), false).unwrap();
-    s.enqueue_with_wake(V, "wakeable, ttl", None, None, Some(60_000), true).unwrap();
-    s.enqueue_with_wake(W, "never wake, no ttl", None, None, None, false).unwrap();
+    s.enqueue_message(&NewMessage {
+        thread: U,
+        body: "never wake, ttl",
+        sender: None,
+        verified: false,
+        key: None,
+        ttl_ms: Some(60_000),
+        wake: false,
+    })
+    .unwrap();
+    s.enqueue_message(&NewMessage {
+        thread: V,
+        body: "wakeable, ttl",
+        sender: None,
+        verified: false,
+        key: None,
+        ttl_ms: Some(60_000),
+        wake: true,
+    })
+    .unwrap();
+    s.enqueue_message(&NewMessage {
+        thread: W,
+        body: "never wake, no ttl",
+        sender: None,
+        verified: false,
+        key: None,
+        ttl_ms: None,
+        wake: false,
+    })
+    .unwrap();
     assert!(s.lease(V, Channel::Hook(HookEvent::Stop), Some("turn"), 10_000, 1000).unwrap().is_some()); // no longer pending
     assert_eq!(s.wake_candidates().unwrap(), vec![T.to_string()]);
     assert_eq!(s.threads_pending_since(now_ms() + 1).unwrap(), vec![T.to_string(), W.to_string()]);
@@ -335,7 +375,8 @@ fn concurrent_first_opens_all_succeed() {
 fn wake_hand_off_is_never_offered_again() {
     let (mut s, _d) = store("wake");
     s.enqueue(T, "wake me", None, None, None).unwrap();
-    s.enqueue_with_wake(T, "hooks only", None, None, None, false).unwrap();
+    s.enqueue_message(&NewMessage { thread: T, body: "hooks only", sender: None, verified: false, key: None, ttl_ms: None, wake: false })
+        .unwrap();
     let lease = s.lease(T, Channel::Wake, None, 30_000, 8000).unwrap().unwrap();
     assert_eq!(lease.messages.iter().map(|m| m.body.as_str()).collect::<Vec<_>>(), ["wake me"]);
     assert!(s.lease(T, Channel::Wake, None, 30_000, 8000).unwrap().is_none());

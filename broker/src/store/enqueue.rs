@@ -1,0 +1,123 @@
+//! Queueing a message: its checks (size, sender label, rendered size), the seal of a verified
+//! sender (`delivery/seal.rs`) and the idempotency key.
+
+use super::{new_message_id, now_ms, Kind, Store, MAX_BODY_BYTES};
+use crate::delivery::seal::{self, SenderCheck};
+use crate::delivery::wrapper::{verified_thread, wrapped_len, MAX_OUTPUT_BYTES};
+use anyhow::{bail, Context, Result};
+use rusqlite::{params, OptionalExtension, TransactionBehavior};
+
+/// A message to queue ([`Store::enqueue_message`]).
+pub struct NewMessage<'a> {
+    pub thread: &'a str,
+    pub body: &'a str,
+    /// The label shown to the model (normalised by `label::check`), or a verified sender's
+    /// `thread:<uuid>` when `verified`.
+    pub sender: Option<&'a str>,
+    /// `sender` is a thread the broker verified: the row is sealed (`delivery/seal.rs`), which only
+    /// a running broker can do.
+    pub verified: bool,
+    pub key: Option<&'a str>,
+    pub ttl_ms: Option<i64>,
+    /// The wake channel may start a turn for it (`broker send --wake auto|never`).
+    pub wake: bool,
+}
+
+/// What `enqueue` did.
+#[derive(Debug, PartialEq)]
+pub enum Enqueued {
+    New(String),
+    /// The idempotency key was used before: the earlier message's id.
+    Existing(String),
+}
+
+impl Store {
+    pub fn enqueue(&mut self, thread: &str, body: &str, sender: Option<&str>, key: Option<&str>, ttl_ms: Option<i64>) -> Result<Enqueued> {
+        self.enqueue_message(&NewMessage { thread, body, sender, verified: false, key, ttl_ms, wake: true })
+    }
+
+    /// Queues a message (a retry with the same key and text gets the earlier id). A verified
+    /// sender's row is sealed, which fails outside a running broker.
+    pub fn enqueue_message(&mut self, m: &NewMessage<'_>) -> Result<Enqueued> {
+        let NewMessage { thread, body, sender, verified, key, ttl_ms, wake } = *m;
+        if body.len() > MAX_BODY_BYTES {
+            bail!(
+                "message is {} bytes; the limit is {} (64 KiB; send a longer text as a file and a message naming it)",
+                body.len(),
+                MAX_BODY_BYTES
+            );
+        }
+        let check = match sender {
+            Some(from) if verified => {
+                if verified_thread(Some(from)).is_none() {
+                    bail!("a verified sender is named thread:<uuid>, not {from:?}");
+                }
+                SenderCheck::Verified
+            }
+            Some(from) => match crate::label::check(from) {
+                Ok(l) if l == from => SenderCheck::Label,
+                Ok(l) => bail!("the sender label {from:?} is not normalised (NFKC: {l:?})"),
+                Err(e) => bail!("{e}"),
+            },
+            None => SenderCheck::Label,
+        };
+        let id = new_message_id();
+        let seal = match (sender, verified) {
+            (Some(from), true) => Some(
+                seal::seal(&seal::Fields { id: &id, thread, sender: from, body })
+                    .context("a verified sender can only be queued by the running broker (it seals the row)")?,
+            ),
+            _ => None,
+        };
+        let rendered = wrapped_len(&id, sender, check, body);
+        let max = MAX_OUTPUT_BYTES;
+        if rendered > max {
+            bail!(
+                "message renders to {rendered} bytes in the hook output (wrapper, --from and every '<' escaped as &lt; \
+                 included); the limit is {max} (the hook output Codex passes to the model whole)"
+            );
+        }
+        let now = now_ms();
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        if let Some(key) = key {
+            let existing: Option<(String, String, Kind, String)> = tx
+                .query_row("SELECT id, thread, kind, body FROM messages WHERE idem_key = ?1", [key], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                })
+                .optional()?;
+            if let Some((id, existing_thread, existing_kind, existing_body)) = existing {
+                if existing_thread != thread {
+                    bail!("key {key:?} was already used for thread {existing_thread} (message {id})");
+                }
+                // Same key, same text: a retry, answered with the same id. Different text under
+                // the same key is a mistake the sender must hear about, not a silent drop.
+                if existing_kind != Kind::Message || existing_body != body {
+                    bail!(
+                        "key {key:?} was already used for message {id} with a different text; nothing was queued \
+                         (send the same text to get {id} again, or use another key)"
+                    );
+                }
+                return Ok(Enqueued::Existing(id));
+            }
+        }
+        tx.execute(
+            "INSERT INTO messages (id, thread, kind, body, sender, idem_key, state, created_at, updated_at, expires_at, wake, sender_seal)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?7, ?8, ?9, ?10)",
+            params![
+                id,
+                thread,
+                Kind::Message,
+                body,
+                sender,
+                key,
+                now,
+                ttl_ms.map(|t| now.saturating_add(t)),
+                if wake { "auto" } else { "never" },
+                seal
+            ],
+        )?;
+        tx.commit()?;
+        self.pending.bump(1);
+        Ok(Enqueued::New(id))
+    }
+}
