@@ -255,6 +255,8 @@ fn doctor_reports_each_problem() {
     let pid = rig.wait_running();
     let _ = Command::new("kill").arg(pid.to_string()).status();
     wait_until(Duration::from_secs(10), "the broker to stop", || rig.running_pid().is_none().then_some(()));
+    // Its socket goes first; the process (and its lock) only once its threads have ended.
+    wait_until(Duration::from_secs(20), "the broker process to exit", || (!pid_alive(pid)).then_some(()));
     let cfg = std::fs::read_to_string(rig.env.config_toml_path()).unwrap();
     let stop_key = format!("{}:stop:1:0", rig.env.hooks_json_path().display());
     let at = cfg.find(&stop_key).unwrap_or_else(|| panic!("no {stop_key} in\n{cfg}"));
