@@ -284,6 +284,17 @@ pub fn refusal_codes(inspect: &Value, thread: Option<&str>) -> Vec<String> {
 }
 
 /// Run a command with piped output, killing it after `timeout`.
+/// One request line on the broker socket (the producer protocol), its one reply line parsed.
+pub fn line_request(sock: &std::path::Path, req: &str) -> Value {
+    use std::io::{BufRead, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(format!("{req}\n").as_bytes()).unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(s).read_line(&mut line).unwrap();
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+}
+
 pub fn run_bounded(cmd: &mut Command, timeout: Duration) -> Output {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {:?}: {e}", cmd.get_program()));

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+use courier_tests::broker::line_request;
 use courier_tests::util::{marker, wait_until};
 use courier_tests::{Broker, CodexEnv};
 use serde_json::{json, Value};
@@ -22,15 +23,6 @@ fn ended_thread(env: &CodexEnv) -> String {
     let done = env.exec("finish at once");
     done.assert_success();
     done.thread_id().expect("session id")
-}
-
-fn line_request(sock: &Path, req: &Value) -> Value {
-    let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(format!("{req}\n").as_bytes()).unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(s).read_line(&mut line).unwrap();
-    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
 }
 
 /// Rows written straight into the queue database (real SQLite, from another process, as a tool
@@ -114,7 +106,7 @@ fn look_alike_labels_are_refused_on_every_path() {
         let (stdout, stderr) = text(&out);
         assert_eq!(out.status.code(), Some(2), "{label:?}: {stdout} {stderr}");
         assert!(stderr.contains("--from"), "{label:?}: {stderr}");
-        let reply = line_request(&broker.socket_path(), &json!({"op": "send", "thread": thread, "text": "x", "from": label}));
+        let reply = line_request(&broker.socket_path(), &json!({"op": "send", "thread": thread, "text": "x", "from": label}).to_string());
         assert_eq!(reply["ok"], false, "{label:?}: {reply}");
         assert!(matches!(reply["error"].as_str(), Some("bad_from" | "reserved_from")), "{label:?}: {reply}");
     }
@@ -136,7 +128,7 @@ fn ttl_overflows_are_refused_on_the_socket_and_over_mcp() {
     let thread = ended_thread(&env);
     let sock = broker.socket_path();
     for ttl in [json!(0), json!(i64::MAX), json!(u64::MAX)] {
-        let reply = line_request(&sock, &json!({"op": "send", "thread": thread, "text": "x", "ttl_ms": ttl}));
+        let reply = line_request(&sock, &json!({"op": "send", "thread": thread, "text": "x", "ttl_ms": ttl}).to_string());
         assert_eq!((reply["ok"].as_bool(), reply["error"].as_str()), (Some(false), Some("bad_ttl")), "ttl_ms {ttl}: {reply}");
     }
     let mut mcp = Mcp::start(&env);
@@ -146,7 +138,7 @@ fn ttl_overflows_are_refused_on_the_socket_and_over_mcp() {
         assert!(result.to_string().contains("bad_ttl"), "ttl_seconds {ttl}: {result}");
     }
     assert!(broker.inspect_json()["messages"].as_array().unwrap().is_empty(), "nothing queued");
-    let ok = line_request(&sock, &json!({"op": "send", "thread": thread, "text": "x", "ttl_ms": 3_600_000}));
+    let ok = line_request(&sock, &json!({"op": "send", "thread": thread, "text": "x", "ttl_ms": 3_600_000}).to_string());
     assert_eq!(ok["ok"], true, "{ok}");
     assert_eq!(broker.message_state(ok["id"].as_str().unwrap()), "pending");
     let result = mcp.call("send_message", json!({"thread": thread, "text": "y", "ttl_seconds": 3600}));

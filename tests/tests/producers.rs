@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use courier_tests::broker::line_request;
 use courier_tests::broker::{broker_bin, hook_command, run_bounded};
 use courier_tests::model::parent_of_subagent;
 use courier_tests::util::marker;
@@ -367,16 +368,6 @@ fn readme_python_example_sends_and_waits_over_the_socket() {
     }
     // A hook frame on the same socket still works afterwards (inspect asks for the status).
     assert_eq!(broker.inspect_json()["broker"]["running"], true);
-}
-
-fn line_request(sock: &Path, req: &str) -> Value {
-    use std::io::{BufRead, Write};
-    let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(format!("{req}\n").as_bytes()).unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(s).read_line(&mut line).unwrap();
-    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
 }
 
 /// Two sessions, as the agent-to-agent tests run them: B starts and is held in its first request,
