@@ -289,11 +289,26 @@ enabled = false
 
 impl Drop for CodexEnv {
     fn drop(&mut self) {
+        // The TUI's managed app-server daemon (and its `pid-update-loop` helper) outlive `daemon
+        // stop` and the test; left running they hold the test run's output pipe open, and CI
+        // would wait on them. Every process running an executable from this env's tree goes.
+        kill_processes_running_from(&self.root);
         if std::env::var_os("COURIER_KEEP_TEST_DIRS").is_some() {
             eprintln!("courier-tests: keeping {}", self.root.display());
             return;
         }
         let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// SIGKILLs every process whose executable lies under `dir` (a deleted one's link still names it).
+pub fn kill_processes_running_from(dir: &Path) {
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+        if exe.starts_with(dir) {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        }
     }
 }
 

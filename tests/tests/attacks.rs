@@ -1084,18 +1084,8 @@ impl Drop for DaemonGuard<'_> {
         if !out.status.success() {
             eprintln!("daemon stop: {out:?}");
         }
-        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
-            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
-            if exe.starts_with(&self.0.codex_home) {
-                kill_pid(pid);
-            }
-        }
+        courier_tests::codex::kill_processes_running_from(&self.0.codex_home);
     }
-}
-
-fn kill_pid(pid: i32) {
-    let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
 }
 
 /// The pid holding `$CODEX_HOME/thread-writer-locks/<thread>.lock` (from /proc/locks).

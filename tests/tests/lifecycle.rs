@@ -258,14 +258,24 @@ fn login_line_returns_at_once_whatever_the_broker_state() {
     wait_until(T, "the broker to exit", || gone(pid).then_some(()));
 
     // Half-started: the instance lock is held, no socket yet.
-    // `-o`: the lock stays with flock itself (not inherited by sleep), so killing flock frees it.
-    let mut holder = Command::new("flock").arg("-o").arg(env.runtime_dir.join("broker.lock")).args(["sleep", "600"]).spawn().unwrap();
+    // `-o`: the lock stays with flock itself (not inherited by `cat`), so flock's exit frees it;
+    // `cat` ends when its stdin (ours) closes, even if this test panics first, and holds none of
+    // the test run's output.
+    let mut holder = Command::new("flock")
+        .arg("-o")
+        .arg(env.runtime_dir.join("broker.lock"))
+        .arg("cat")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
     wait_until(T, "flock to hold the lock", || broker_lib::install::instance_holder(&env.runtime_dir).map(|_| ()));
     let before = logins.log().matches("has not answered").count();
     logins.assert_quick("half-started (lock held, no socket)");
     wait_until(T, "the half-started broker noted", || (logins.log().matches("has not answered").count() > before).then_some(()));
     assert_eq!(answering(env), None, "a second broker started beside the lock holder");
-    let _ = holder.kill();
+    drop(holder.stdin.take());
     let _ = holder.wait();
     wait_until(T, "the lock to be free", || broker_lib::install::instance_holder(&env.runtime_dir).is_none().then_some(()));
 
