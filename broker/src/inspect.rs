@@ -6,7 +6,7 @@ use anyhow::Result;
 use courier_shared::wire::StatusReply;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::{json, Value};
-use std::borrow::Cow;
+
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 use std::path::Path;
@@ -16,49 +16,7 @@ use std::path::Path;
 const TABLE_STATES: [State; 10] = State::ALL;
 const ALWAYS_SHOWN: usize = 7;
 
-/// A character a terminal may act on rather than show: C0 and C1 controls and DEL (ESC starts
-/// every escape sequence, OSC 52 writes the clipboard), and the invisible format characters
-/// that reorder or hide text (bidirectional overrides, zero-width marks).
-fn unsafe_for_terminal(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
-}
-
-/// `s` with every character a terminal could act on written as `\u{1b}`: labels, payload
-/// fields and refusal details are anyone's text.
-pub fn escape(s: &str) -> Cow<'_, str> {
-    if !s.chars().any(unsafe_for_terminal) {
-        return Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        if unsafe_for_terminal(c) {
-            let _ = write!(out, "\\u{{{:x}}}", c as u32);
-        } else {
-            out.push(c);
-        }
-    }
-    Cow::Owned(out)
-}
-
-/// A message's text for the terminal: as [`escape`], but its line breaks and tabs kept.
-pub fn escape_text(s: &str) -> String {
-    s.split('\n').map(|line| line.split('\t').map(escape).collect::<Vec<_>>().join("\t")).collect::<Vec<_>>().join("\n")
-}
-
-/// JSON text made safe for a terminal too: serde_json escapes C0 controls but writes DEL, C1
-/// controls and format characters raw; those are only ever inside strings, so `\uXXXX` keeps
-/// the document equal.
-pub fn terminal_safe_json(json: &str) -> String {
-    let mut out = String::with_capacity(json.len());
-    for c in json.chars() {
-        if unsafe_for_terminal(c) && c as u32 >= 0x20 {
-            let _ = write!(out, "\\u{:04x}", c as u32);
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
+use crate::terminal::escape;
 
 const REFUSALS_SHOWN: i64 = 50;
 const ALARMS_SHOWN: i64 = 200;
@@ -247,7 +205,7 @@ impl Report {
                     taken,
                     {
                         let mut reason = escape(m.reason.as_deref().unwrap_or("")).into_owned();
-                        // A stored sender the broker would not show (delivery/seal.rs): the model read "unverified".
+                        // A stored sender the broker would not show (envelope/seal.rs): the model read "unverified".
                         if let Some(check) = m.sender_check.filter(|c| c.refused()) {
                             reason = format!("SENDER NOT SHOWN ({}) {reason}", check.as_str());
                         }
@@ -355,6 +313,7 @@ pub fn date_time(ms: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::terminal::{terminal_safe_json, unsafe_for_terminal};
 
     /// A verified sender (`thread:<uuid>`) or a long label keeps the columns after FROM aligned.
     #[test]

@@ -4,7 +4,7 @@
 use anyhow::{Context, Result};
 use broker::cli::{self, Args, Parsed, UsageError};
 use broker::store::Store;
-use broker::{client, codex, config, delivery, dirs, doctor, effort, inspect, install, logging, server};
+use broker::{client, codex, config, delivery, dirs, doctor, effort, inspect, install, logging, server, terminal};
 use courier_shared::paths;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -257,7 +257,7 @@ fn effort(args: Args) -> Result<ExitCode> {
     let json = args.flag("json");
     let level = args.positional(0)?;
     let level = level.context("an effort level is required (none, minimal, low, medium, high or xhigh)")?;
-    let cfg = effort::config::EffortConfig::load(&paths::config_path())?;
+    let cfg = config::EffortConfig::load(&paths::config_path())?;
     let from = std::env::var("USER").unwrap_or_else(|_| "cli".into());
     let mut store = open_store()?;
     let (id, superseded) = effort::enqueue(&mut store, &cfg, &thread, &level, &scope, &from)?;
@@ -291,8 +291,8 @@ fn inspect_cmd(args: Args) -> Result<ExitCode> {
         if last_shown.as_ref() != Some(&fingerprint) {
             let text = match (json, follow) {
                 // --follow --json: one compact object per line, for tools.
-                (true, true) => inspect::terminal_safe_json(&serde_json::to_string(&report.to_json())?) + "\n",
-                (true, false) => inspect::terminal_safe_json(&serde_json::to_string_pretty(&report.to_json())?) + "\n",
+                (true, true) => terminal::terminal_safe_json(&serde_json::to_string(&report.to_json())?) + "\n",
+                (true, false) => terminal::terminal_safe_json(&serde_json::to_string_pretty(&report.to_json())?) + "\n",
                 // A terminal gets a redrawn screen; a pipe gets each changed snapshot, stamped.
                 (false, true) if tty => format!("\x1b[H\x1b[2J{}", report.render_table()),
                 (false, true) => format!("--- {}\n{}", inspect::clock(report.now), report.render_table()),

@@ -388,7 +388,7 @@ pub fn render(checks: &[Check]) -> String {
             Status::Fail => "FAIL",
         };
         // Paths, config keys and refusal codes come from files anyone may have written.
-        let esc = crate::inspect::escape;
+        let esc = crate::terminal::escape;
         s.push_str(&format!("{tag} {}\n", esc(&c.title)));
         for d in &c.detail {
             s.push_str(&format!("       {}\n", esc(d)));

@@ -10,16 +10,15 @@
 //! past the client's deadline. Outcomes: `applied`; `failed` (target unavailable, JSON-RPC error);
 //! `uncertain` (no answer in time, or the broker stopped mid-exchange): never sent again.
 
-pub mod config;
 pub mod policy;
 
-use crate::appserver::{self, endpoint, Endpoint};
+use crate::codex::appserver::{self, endpoint, Endpoint};
+use crate::codex::rollout::lines::WholeLines;
 use crate::config::ConfigCache;
+use crate::config::EffortConfig;
 use crate::gate::Verified;
-use crate::rollout::lines::WholeLines;
 use crate::store::{State, Store};
 use anyhow::Result;
-use config::EffortConfig;
 use courier_shared::hook::HookEvent;
 use serde_json::{json, Value};
 use std::ops::ControlFlow;
@@ -299,7 +298,7 @@ pub fn judge(scope: &str, response: &Value) -> Outcome {
 /// `broker effort`: checks the level against the allowlist and queues it.
 pub fn enqueue(store: &mut Store, cfg: &EffortConfig, thread: &str, level: &str, scope: &str, from: &str) -> Result<(String, Vec<String>)> {
     cfg.check_level(level)?;
-    if !config::SCOPES.contains(&scope) {
+    if !crate::config::SCOPES.contains(&scope) {
         anyhow::bail!("--scope {scope:?} is not turn or thread");
     }
     store.effort_enqueue(thread, level, scope, from)
@@ -394,7 +393,8 @@ mod exchange_tests {
             }
             let head = String::from_utf8(head).unwrap();
             let key = head.lines().find_map(|l| l.strip_prefix("Sec-WebSocket-Key: ")).unwrap().trim().to_string();
-            let accept = crate::appserver::ws::base64(&Sha1::digest(format!("{key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11").as_bytes()));
+            let accept =
+                crate::codex::appserver::ws::base64(&Sha1::digest(format!("{key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11").as_bytes()));
             write!(
                 s,
                 "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
@@ -423,7 +423,7 @@ mod exchange_tests {
     }
 
     fn run_once(name: &str, scope: &str, mode: Mode, deadline_ms: u64) -> (Value, Vec<String>, Arc<Service>, PathBuf) {
-        let _one = crate::appserver::LISTENER_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        let _one = crate::codex::appserver::LISTENER_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         let dir = std::env::temp_dir().join(format!("courier-exchange-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
