@@ -144,8 +144,25 @@ impl Report {
         out
     }
 
+    /// The report as `broker inspect` prints it: the broker's line, the per-thread counts, the
+    /// messages, then alarms and recent refusals when there are any.
     pub fn render_table(&self) -> String {
         let mut out = String::new();
+        self.write_broker_line(&mut out);
+        out.push('\n');
+        if self.messages.is_empty() {
+            out.push_str("no messages\n");
+        } else {
+            self.write_thread_counts(&mut out);
+            out.push('\n');
+            self.write_messages(&mut out);
+        }
+        self.write_alarms(&mut out);
+        self.write_refusals(&mut out);
+        out
+    }
+
+    fn write_broker_line(&self, out: &mut String) {
         match &self.status {
             Some(s) => {
                 let _ = writeln!(
@@ -160,94 +177,104 @@ impl Report {
             }
             None => out.push_str("broker: NOT RUNNING (messages stay queued; start it with `broker serve`)\n"),
         }
-        out.push('\n');
-        if self.messages.is_empty() {
-            out.push_str("no messages\n");
-        } else {
-            // Every row is counted: the message states, then the effort states seen.
-            let per_thread = self.per_thread();
-            let seen: std::collections::BTreeSet<State> = self.messages.iter().map(|m| m.state).collect();
-            let states: Vec<&str> =
-                TABLE_STATES.iter().enumerate().filter(|(i, s)| *i < ALWAYS_SHOWN || seen.contains(s)).map(|(_, s)| s.as_str()).collect();
-            let _ = writeln!(out, "{:<36}  {}", "THREAD", states.iter().map(|s| format!("{:>9}", escape(s))).collect::<Vec<_>>().join(" "));
-            for (thread, counts) in per_thread {
-                let cols: Vec<String> = states.iter().map(|s| format!("{:>9}", counts.get(*s).copied().unwrap_or(0))).collect();
-                let _ = writeln!(out, "{:<36}  {}", escape(&thread), cols.join(" "));
-            }
-            out.push('\n');
+    }
+
+    /// Every row is counted: the message states, then the effort states seen.
+    fn write_thread_counts(&self, out: &mut String) {
+        let seen: std::collections::BTreeSet<State> = self.messages.iter().map(|m| m.state).collect();
+        let states: Vec<&str> =
+            TABLE_STATES.iter().enumerate().filter(|(i, s)| *i < ALWAYS_SHOWN || seen.contains(s)).map(|(_, s)| s.as_str()).collect();
+        let _ = writeln!(out, "{:<36}  {}", "THREAD", states.iter().map(|s| format!("{:>9}", escape(s))).collect::<Vec<_>>().join(" "));
+        for (thread, counts) in self.per_thread() {
+            let cols: Vec<String> = states.iter().map(|s| format!("{:>9}", counts.get(*s).copied().unwrap_or(0))).collect();
+            let _ = writeln!(out, "{:<36}  {}", escape(&thread), cols.join(" "));
+        }
+    }
+
+    fn write_messages(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "{:<18} {:<13} {:<10} {:>6}  {:<FROM_WIDTH$} {:<12} {:<30} REASON",
+            "MESSAGE", "THREAD", "STATE", "AGE", "FROM", "ORIGIN", "TAKEN BY (EVENT TURN)"
+        );
+        for m in &self.messages {
+            let taken = match (&m.event, &m.turn_id) {
+                (Some(e), Some(t)) => format!("{} {}", e, escape(&short(t))),
+                (Some(e), None) => e.to_string(),
+                _ => "-".into(),
+            };
+            let kind = match m.kind {
+                Kind::Message => String::new(),
+                Kind::Effort => {
+                    let scope = self.effort.get(&m.id).and_then(|d| d.0.clone()).unwrap_or_else(|| "turn".into());
+                    format!(" [effort {} {}]", escape(&m.body), escape(&scope))
+                }
+            };
             let _ = writeln!(
                 out,
-                "{:<18} {:<13} {:<10} {:>6}  {:<FROM_WIDTH$} {:<12} {:<30} REASON",
-                "MESSAGE", "THREAD", "STATE", "AGE", "FROM", "ORIGIN", "TAKEN BY (EVENT TURN)"
+                "{:<18} {:<13} {:<10} {:>6}  {:<FROM_WIDTH$} {:<12} {:<30} {}{}",
+                escape(&m.id),
+                escape(&short(&m.thread)),
+                escape(m.state.as_str()),
+                age(self.now - m.created_at),
+                from_cell(m.from.as_deref().unwrap_or("-")),
+                escape(&origin_of(&self.bridged, &m.id)),
+                taken,
+                reason_cell(m),
+                kind
             );
-            for m in &self.messages {
-                let taken = match (&m.event, &m.turn_id) {
-                    (Some(e), Some(t)) => format!("{} {}", e, escape(&short(t))),
-                    (Some(e), None) => e.to_string(),
-                    _ => "-".into(),
-                };
-                let kind = match m.kind {
-                    Kind::Message => String::new(),
-                    Kind::Effort => {
-                        let scope = self.effort.get(&m.id).and_then(|d| d.0.clone()).unwrap_or_else(|| "turn".into());
-                        format!(" [effort {} {}]", escape(&m.body), escape(&scope))
-                    }
-                };
-                let _ = writeln!(
-                    out,
-                    "{:<18} {:<13} {:<10} {:>6}  {:<FROM_WIDTH$} {:<12} {:<30} {}{}",
-                    escape(&m.id),
-                    escape(&short(&m.thread)),
-                    escape(m.state.as_str()),
-                    age(self.now - m.created_at),
-                    from_cell(m.from.as_deref().unwrap_or("-")),
-                    escape(&origin_of(&self.bridged, &m.id)),
-                    taken,
-                    {
-                        let mut reason = escape(m.reason.as_deref().unwrap_or("")).into_owned();
-                        // A stored sender the broker would not show (envelope/seal.rs): the model read "unverified".
-                        if let Some(check) = m.sender_check.filter(|c| c.refused()) {
-                            reason = format!("SENDER NOT SHOWN ({}) {reason}", check.as_str());
-                        }
-                        if m.alarms.is_empty() {
-                            reason
-                        } else {
-                            format!("ALARM {} {reason}", escape(&m.alarms.join(",")))
-                        }
-                    },
-                    kind
-                );
-            }
         }
-        if !self.alarms.is_empty() {
-            let _ = writeln!(out, "\nALARMS (newest first): two hook calls followed one Codex action; one was not Codex's");
-            for a in &self.alarms {
-                let _ = writeln!(
-                    out,
-                    "  {:>6} ago  {:<12} {:<13} {:<18} {}",
-                    age(self.now - a.at),
-                    escape(&a.kind),
-                    escape(&short(&a.thread)),
-                    escape(a.message.as_deref().unwrap_or("-")),
-                    escape(&a.detail)
-                );
-            }
+    }
+
+    fn write_alarms(&self, out: &mut String) {
+        if self.alarms.is_empty() {
+            return;
         }
-        if !self.refusals.is_empty() {
-            let _ = writeln!(out, "\nrecent refusals (newest first):");
-            for r in &self.refusals {
-                let _ = writeln!(
-                    out,
-                    "  {:>6} ago  {:<22} {:<13} {:<16} {}",
-                    age(self.now - r.at),
-                    escape(&r.reason),
-                    escape(&r.thread.as_deref().map(short).unwrap_or("-".into())),
-                    escape(r.event.as_deref().unwrap_or("-")),
-                    escape(&r.detail)
-                );
-            }
+        let _ = writeln!(out, "\nALARMS (newest first): two hook calls followed one Codex action; one was not Codex's");
+        for a in &self.alarms {
+            let _ = writeln!(
+                out,
+                "  {:>6} ago  {:<12} {:<13} {:<18} {}",
+                age(self.now - a.at),
+                escape(&a.kind),
+                escape(&short(&a.thread)),
+                escape(a.message.as_deref().unwrap_or("-")),
+                escape(&a.detail)
+            );
         }
-        out
+    }
+
+    fn write_refusals(&self, out: &mut String) {
+        if self.refusals.is_empty() {
+            return;
+        }
+        let _ = writeln!(out, "\nrecent refusals (newest first):");
+        for r in &self.refusals {
+            let _ = writeln!(
+                out,
+                "  {:>6} ago  {:<22} {:<13} {:<16} {}",
+                age(self.now - r.at),
+                escape(&r.reason),
+                escape(&r.thread.as_deref().map(short).unwrap_or("-".into())),
+                escape(r.event.as_deref().unwrap_or("-")),
+                escape(&r.detail)
+            );
+        }
+    }
+}
+
+/// A message's REASON cell: its reason, after what a person must notice first (a sender the
+/// broker would not show, an alarm).
+fn reason_cell(m: &Message) -> String {
+    let mut reason = escape(m.reason.as_deref().unwrap_or("")).into_owned();
+    // A stored sender the broker would not show (envelope/seal.rs): the model read "unverified".
+    if let Some(check) = m.sender_check.filter(|c| c.refused()) {
+        reason = format!("SENDER NOT SHOWN ({}) {reason}", check.as_str());
+    }
+    if m.alarms.is_empty() {
+        reason
+    } else {
+        format!("ALARM {} {reason}", escape(&m.alarms.join(",")))
     }
 }
 
