@@ -2,7 +2,7 @@
 //! and show its state. See README.md and docs/ for usage and ARCHITECTURE.md for the code map.
 
 use anyhow::{Context, Result};
-use broker::cli::{self, Args, Parsed, UsageError};
+use broker::cli::{self, Args, Cmd, Parsed, UsageError};
 use broker::store::Store;
 use broker::{client, codex, config, delivery, dirs, doctor, effort, inspect, install, logging, server, terminal};
 use courier_shared::paths;
@@ -84,30 +84,29 @@ fn run() -> Result<ExitCode> {
         }
         Parsed::Args(a) => a,
     };
-    match name.as_str() {
-        "serve" => serve(args),
-        "send" => broker::producer::cli::send(args),
-        "status" => broker::producer::cli::status(args),
-        "show" => broker::producer::cli::show(args),
-        "stop" => lifecycle(install::Lifecycle::Stop),
-        "start" => lifecycle(install::Lifecycle::Start),
-        "restart" => lifecycle(install::Lifecycle::Restart),
-        "wait" => broker::producer::cli::wait(args),
-        "threads" => broker::producer::cli::threads(args),
-        "mcp" => broker::producer::cli::mcp(args),
-        "effort" => effort(args),
-        "inspect" => inspect_cmd(args),
-        "cancel" => cancel(args),
-        "trust-codex" => trust_codex(args),
-        "install" => install_cmd(args),
-        "uninstall" => uninstall_cmd(args),
-        "doctor" => doctor_cmd(args),
-        "socket-path" => {
+    match command.id {
+        Cmd::Serve => serve(args),
+        Cmd::Send => broker::producer::cli::send(args),
+        Cmd::Status => broker::producer::cli::status(args),
+        Cmd::Show => broker::producer::cli::show(args),
+        Cmd::Stop => lifecycle(install::Lifecycle::Stop),
+        Cmd::Start => lifecycle(install::Lifecycle::Start),
+        Cmd::Restart => lifecycle(install::Lifecycle::Restart),
+        Cmd::Wait => broker::producer::cli::wait(args),
+        Cmd::Threads => broker::producer::cli::threads(args),
+        Cmd::Mcp => broker::producer::cli::mcp(args),
+        Cmd::Effort => effort(args),
+        Cmd::Inspect => inspect_cmd(args),
+        Cmd::Cancel => cancel(args),
+        Cmd::TrustCodex => trust_codex(args),
+        Cmd::Install => install_cmd(args),
+        Cmd::Uninstall => uninstall_cmd(args),
+        Cmd::Doctor => doctor_cmd(args),
+        Cmd::SocketPath => {
             // The one rule for where it is (shared/src/paths.rs), for producers in any language.
             println!("{}", paths::socket_path(&paths::runtime_dir()).display());
             Ok(ExitCode::SUCCESS)
         }
-        other => unreachable!("command {other} is declared in cli::COMMANDS but not dispatched"),
     }
 }
 
