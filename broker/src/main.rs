@@ -252,19 +252,23 @@ fn require_thread(thread: Option<String>) -> Result<String> {
 
 fn effort(args: Args) -> Result<ExitCode> {
     let thread = require_thread(args.value("thread")?)?;
-    let scope = args.value("scope")?.unwrap_or_else(|| "turn".into());
+    let scope = args
+        .value("scope")?
+        .map(|s| config::EffortScope::parse(&s).map_err(|e| UsageError(format!("broker effort: --{e}"))))
+        .transpose()?;
+    let scope = scope.unwrap_or_default();
     let json = args.flag("json");
     let level = args.positional(0)?;
     let level = level.context("an effort level is required (none, minimal, low, medium, high or xhigh)")?;
     let cfg = config::EffortConfig::load(&paths::config_path())?;
     let from = std::env::var("USER").unwrap_or_else(|_| "cli".into());
     let mut store = open_store()?;
-    let (id, superseded) = effort::enqueue(&mut store, &cfg, &thread, &level, &scope, &from)?;
+    let (id, superseded) = effort::enqueue(&mut store, &cfg, &thread, &level, scope, &from)?;
     for old in &superseded {
         eprintln!("broker: {old} superseded (cancelled)");
     }
     if json {
-        println!("{}", serde_json::json!({"id": id, "thread": thread, "effort": level, "scope": scope, "superseded": superseded}));
+        println!("{}", serde_json::json!({"id": id, "thread": thread, "effort": level, "scope": scope.as_str(), "superseded": superseded}));
     } else {
         println!("{id}");
     }

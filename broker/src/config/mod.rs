@@ -8,7 +8,7 @@ mod effort;
 mod wake;
 
 use anyhow::{bail, Context, Result};
-pub use effort::{EffortConfig, Policy, Rule, LEVELS, SCOPES};
+pub use effort::{EffortConfig, EffortScope, Policy, Rule, LEVELS};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;

@@ -115,7 +115,7 @@ mod tests {
         assert_eq!(evaluate(&c, &s, T, "Bash", false).unwrap(), None, "one failure is not two");
         assert_eq!(evaluate(&c, &s, T, "apply_patch", false).unwrap(), None, "other tools have no rule");
         assert_eq!(evaluate(&c, &s, T, "Bash", false).unwrap().as_deref(), Some("high"));
-        s.effort_enqueue(T, "high", "turn", "policy").unwrap();
+        s.effort_enqueue(T, "high", crate::config::EffortScope::Turn, "policy").unwrap();
         assert_eq!(evaluate(&c, &s, T, "Bash", false).unwrap(), None, "high is already on its way");
         apply_newest(&mut s);
         assert_eq!(s.effort_adopted(T).unwrap().as_deref(), Some("high"));
