@@ -31,5 +31,8 @@ pub mod standin;
 mod trust;
 
 pub use crate::store::{TrustHow, TrustedCodex};
+
+/// Environment variables Codex sets only for commands the model runs (never for its hooks).
+pub const TOOL_COMMAND_MARKERS: [&str; 4] = ["CODEX_TOOL_CALL_ID", "CODEX_THREAD_ID", "CODEX_SESSION_ID", "CODEX_CI"];
 pub use resolve::{discover, resolve, Discovery, Layout, Resolved};
 pub use trust::{hash_and_note, parse_version, sha256_file, support, supported_range, Support, NEWEST_SUPPORTED, OLDEST_SUPPORTED};

@@ -12,7 +12,7 @@
 //! executable, a loop of whole turns that runs the real hook-client; `bench/codex_standin.py` is
 //! the Python bench's, which needs no Rust build.)
 
-use crate::gate::TOOL_COMMAND_MARKERS;
+use super::TOOL_COMMAND_MARKERS;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;

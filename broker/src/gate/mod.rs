@@ -19,7 +19,7 @@
 //!    uid, start times consistent) reach a process whose executable's SHA-256 is trusted: "codex"
 //!    (`digest.rs` hashes, never on the hook path).
 //! 4. `caller.rs`: the caller is a hook, not a model-run command: no tool-command environment
-//!    markers ([`TOOL_COMMAND_MARKERS`]) that codex's own environment lacks, on the peer or any
+//!    markers (`codex::TOOL_COMMAND_MARKERS`) that codex's own environment lacks, on the peer or any
 //!    process between it and codex; none of them more confined (NoNewPrivs, seccomp) than codex.
 //! 5. `binding.rs`: thread binding: `transcript_path` (SubagentStop: `agent_transcript_path`) is
 //!    canonical, under `$CODEX_HOME/sessions/`, names the thread UUID; the rollout read (6) is
@@ -69,7 +69,6 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use ancestry::MAX_ANCESTRY;
-pub use caller::TOOL_COMMAND_MARKERS;
 pub use client::installed_client_ids;
 pub use digest::DigestCache;
 pub use peer::identify;
