@@ -98,7 +98,7 @@ impl Broker {
             }
         };
         // One ticket per Codex action (gate/ticket.rs, tickets.rs): before anything is claimed.
-        let ticket = match crate::tickets::take(&self.store, &verified, peer.pid) {
+        let ticket = match crate::tickets::take(&self.store, &self.tickets, &verified, peer.pid) {
             Ok(t) => t,
             Err(r) => {
                 let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
@@ -119,7 +119,7 @@ impl Broker {
             let offer = delivery::offer(&mut store, &verified, context_limit, self.receipts);
             if let (Some(t), Ok(Offer::Lease { token, .. })) = (&ticket, &offer) {
                 if let Err(e) = crate::tickets::attach(&mut store, t, *token) {
-                    crate::log_error!("recording the hand-off of ticket {}: {e:#}", t.key);
+                    crate::log_error!("recording the hand-off of ticket {}: {e:#}", t.ticket.key);
                 }
             }
             (offer, settled)

@@ -21,6 +21,7 @@ mod refusals;
 #[cfg(test)]
 mod sample;
 mod state;
+mod ticket_log;
 mod tickets;
 mod upkeep;
 mod wake;
@@ -32,7 +33,8 @@ pub use enqueue::{Enqueued, NewMessage};
 pub use handoff::{HandOff, Lease};
 pub use refusals::Refusal;
 pub use state::{Channel, Kind, State};
-pub use tickets::{Alarm, TicketClaim};
+pub use ticket_log::TicketLog;
+pub use tickets::{Alarm, Taken, TicketClaim};
 
 use crate::delivery::seal::SenderCheck;
 use anyhow::{bail, Context, Result};
