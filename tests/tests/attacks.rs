@@ -453,55 +453,6 @@ fn scrubbed_exec_forgeries_find_no_ticket() {
     assert!(alarms[0]["message"].is_null(), "{inspect:#}");
 }
 
-/// Tickets across a crash: the real PreToolUse of a call takes its ticket (journaled only: no
-/// hook writes the table), the broker is killed (SIGKILL) and started again, and the call's own
-/// command then presents the same PreToolUse: the new broker refuses it `ticket_used` and raises
-/// the alarm; the message queued meanwhile goes to the real PostToolUse.
-#[test]
-fn a_used_ticket_survives_a_killed_broker() {
-    let model = ScriptedModel::start();
-    let env = Arc::new(CodexEnv::with_hook_command(&model, &hc()));
-    let ctl = env.root.join("ctl");
-    std::fs::create_dir_all(&ctl).unwrap();
-    let (e, c) = (env.clone(), ctl.clone());
-    model.set_script(move |r: &Request| {
-        if !r.function_calls().is_empty() {
-            return Reply::message("done");
-        }
-        let (thread, turn) = (r.thread_id().unwrap(), r.turn_id().unwrap());
-        let rollout = find_rollout(&e.codex_home, &thread).unwrap();
-        let template = payload_file(&e, "forge.json", &forged_payload(&e, &thread, &turn, &rollout, "PreToolUse", "__CALL__"));
-        Reply::exec(&forging_command(&rollout, &c.join("started"), &c.join("go"), &template, &c.join("payload.json"), "", "FORGE"))
-    });
-    let mut broker = Broker::start_trusted(&env);
-    let proc = env.spawn_exec("please run a command");
-    let thread = proc.wait_thread_id(T);
-    wait_until(T, "the forging command to start", || ctl.join("started").exists().then_some(()));
-    let journal = env.state_dir.join("tickets.journal");
-    let journaled = std::fs::read_to_string(&journal).unwrap_or_default();
-    assert!(journaled.contains("\"PreToolUse:"), "the real PreToolUse's ticket is in the journal only: {journaled:?}");
-    broker.stop();
-    let broker = Broker::start_trusted(&env);
-    let text = marker("AFTER_RESTART");
-    let id = broker.send_opts(&thread, &text, None, Some("e2e"));
-    std::fs::write(ctl.join("go"), "").unwrap();
-    proc.wait(T).assert_success();
-
-    assert!(!output_of(&model, &thread, "FORGE").contains(&text), "the forged PreToolUse received the message");
-    let m = broker.wait_state(&id, "confirmed", SETTLE);
-    assert_eq!((str_field(&m, "event"), &m["attempts"]), ("PostToolUse", &json!(1)), "the real hook delivered it: {m}");
-    let inspect = broker.inspect_json();
-    let forged: Vec<(String, String)> = courier_tests::broker::refusals(&inspect)
-        .iter()
-        .filter(|r| str_field(r, "reason") != "peer_gone")
-        .map(|r| (str_field(r, "event").to_string(), str_field(r, "reason").to_string()))
-        .collect();
-    assert_eq!(forged, [("PreToolUse".to_string(), "ticket_used".to_string())], "{inspect:#}");
-    let alarms = inspect["alarms"].as_array().unwrap();
-    assert_eq!(alarms.len(), 1, "{inspect:#}");
-    assert_eq!(str_field(&alarms[0], "kind"), "ticket_used");
-}
-
 /// Tickets, no false refusals: every hook the real Codex runs follows its own Codex
 /// action and gets its own ticket. One session with parallel tool calls, an exec_command that
 /// yields and keeps running through later hooks, a tty call, a commentary message with a call, a
