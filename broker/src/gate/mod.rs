@@ -60,8 +60,8 @@ mod tests;
 pub mod ticket;
 mod turn;
 
+use crate::codex::rollout::RolloutTracker;
 pub use crate::refusal::RefusalCode;
-use crate::rollout::RolloutTracker;
 use courier_shared::auth::Secret;
 use courier_shared::hook::{HookEvent, HookPayload};
 use std::os::fd::OwnedFd;
@@ -118,7 +118,7 @@ pub struct Verified {
     /// `$CODEX_HOME/thread-writer-locks`: where [`Verified::sole_thread`] counts.
     pub writer_lock_dir: PathBuf,
     /// What the open turn's records say Codex is doing: the state [`ticket::bind`] checks.
-    pub actions: crate::rollout::Actions,
+    pub actions: crate::codex::rollout::Actions,
 }
 
 impl Verified {
@@ -164,7 +164,7 @@ pub trait CodexTrust {
     fn is_expected(&self, path: &Path, size: u64) -> bool;
     /// A digest recorded for a file of exactly this identity (by a trust command, install or
     /// the follower), so it need not be hashed at all.
-    fn known_digest(&self, _key: &digest::ExeKey) -> Option<String> {
+    fn known_digest(&self, _key: &crate::exe::ExeKey) -> Option<String> {
         None
     }
 }
