@@ -89,8 +89,9 @@ impl Service {
         self.store.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Called for every verified hook. Cheap when the thread has no effort work.
-    pub fn on_hook(self: &Arc<Self>, v: &Verified, raw_payload: &str) -> Pending {
+    /// Called for every verified hook; `pending`: whether the thread has effort changes queued
+    /// (the hook's one read of the queue, `Store::thread_work`). Cheap when it has no effort work.
+    pub fn on_hook(self: &Arc<Self>, v: &Verified, raw_payload: &str, pending: bool) -> Pending {
         let cfg = self.config.get();
         let tool = match (v.event, &v.payload.tool_name) {
             (HookEvent::PostToolUse, Some(t)) if cfg.policy.enabled && cfg.policy.rules.iter().any(|r| &r.tool == t) => {
@@ -98,7 +99,6 @@ impl Service {
             }
             _ => None,
         };
-        let pending = self.store().effort_has_pending(&v.thread_id).unwrap_or(false);
         if tool.is_none() && !pending {
             return Pending(None);
         }

@@ -41,7 +41,7 @@ use crate::effort;
 use crate::failpoint;
 use crate::gate::{self, Gate, GateConfig};
 use crate::refusal::RefusalCode;
-use crate::store::{Channel, Store};
+use crate::store::{Channel, Store, TicketLog};
 use crate::wake::WakeReason;
 use anyhow::{Context, Result};
 use listener::{block_stop_signals, raise_fd_limit};
@@ -81,6 +81,8 @@ pub struct ServeOptions {
 
 struct Broker {
     store: Mutex<Store>,
+    /// Used tickets (store/ticket_log.rs); locked before `store` when both are.
+    tickets: Mutex<TicketLog>,
     gate: Gate,
     effort: Arc<effort::Service>,
     counters: Counters,
@@ -113,6 +115,8 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     // No pass of a dead broker's wake can still run, and none sent anything before its hand-off
     // record: its leases go back at once (wake/mod.rs).
     let interrupted = store.release_leases_of(Channel::Wake, WakeReason::Interrupted.as_str())?;
+    // Tickets a killed broker only journaled are in the table before any hook is answered.
+    let tickets = TicketLog::open(&opts.state_dir, &mut store)?;
     let exe = std::env::current_exe().context("locating the broker executable")?;
     let installed_clients = gate::installed_client_ids(&exe, &opts.extra_hook_clients);
     if installed_clients.is_empty() {
@@ -135,6 +139,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     let producer = crate::producer::proto::Service::start(&opts.state_dir, opts.codex_home.clone(), lister)?;
     let broker = Arc::new(Broker {
         store: Mutex::new(store),
+        tickets: Mutex::new(tickets),
         gate,
         effort,
         counters: Counters::default(),

@@ -397,3 +397,28 @@ fn wake_hand_off_is_never_offered_again() {
     let m = &s.messages(Some(T)).unwrap()[0];
     assert_eq!((m.state, m.reason.as_deref(), m.shown_by, m.event), (State::Pending, Some("wake_refused"), None, Some(Channel::Wake)));
 }
+
+/// A hook call's one read of the queue (`thread_work`) seeks its thread, whatever is queued for
+/// other threads, and says what the call has to do.
+#[test]
+fn thread_work_seeks_the_thread_and_answers() {
+    let (mut s, _d) = store("work");
+    let sql =
+        include_str!("mod.rs").split("\"SELECT EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'handed'),").nth(1).unwrap();
+    let sql =
+        format!("SELECT EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'handed'),{}", sql.split("\",\n").next().unwrap());
+    let sql = sql.replace("?1", "'T'").replace("?2", "'message'").replace("?3", "'effort'");
+    let mut st = s.conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+    let plan: Vec<String> = st.query_map([], |r| r.get::<_, String>(3)).unwrap().map(|r| r.unwrap()).collect();
+    drop(st);
+    assert!(plan.iter().all(|p| !p.contains("SCAN messages")), "{plan:?}");
+    assert_eq!(plan.iter().filter(|p| p.contains("SEARCH messages")).count(), 3, "{plan:?}");
+    let none = ThreadWork { handed: false, pending: false, effort: false };
+    assert_eq!(s.thread_work(T).unwrap(), none);
+    s.enqueue(T, "hello", None, None, None).unwrap();
+    assert_eq!(s.thread_work(T).unwrap(), ThreadWork { pending: true, ..none });
+    assert_eq!(s.thread_work(U).unwrap(), none, "another thread's message is not this one's");
+    let lease = s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("turn"), 3000, 8000).unwrap().unwrap();
+    assert!(s.hand_off(lease.token, &handed_to("/r", 10, 1, 2)).unwrap());
+    assert_eq!(s.thread_work(T).unwrap(), ThreadWork { handed: true, ..none });
+}
