@@ -5,16 +5,17 @@
 //! then waits for the client's ack; only that makes them `handed`.
 //!
 //! Confirmation (`confirm.rs`): [`reconcile`] scans each handed message's rollout forward from
-//! where it was handed for the message's marker: `confirmed`, or `uncertain` when its turn closed
-//! without it. Rendering (`render.rs`) and one message's wrapper with the output budget (`wrapper.rs`) are shared with the
+//! where it was handed for the message's marker: `confirmed`; when its turn closed without it,
+//! `pending` again if the rollout proves the model never saw it (`unseen.rs`), else `uncertain`. Rendering (`render.rs`) and one message's wrapper with the output budget (`wrapper.rs`) are shared with the
 //! store (which checks the budget at `send` and at lease) and the wake channel.
 
 mod confirm;
 mod render;
+pub mod unseen;
 pub mod seal;
 pub mod wrapper;
 
-pub use confirm::{reconcile, set_scan_budget, settle_line, SERVE_SCAN_BUDGET};
+pub use confirm::{reconcile, set_scan_budget, settle_line, Scan, SERVE_SCAN_BUDGET};
 pub use render::{receipt, render, sender_check, wrap};
 pub use wrapper::{output_budget, verified_thread, wrapped_len, MAX_OUTPUT_BYTES, STOP_OUTPUT_BYTES};
 
