@@ -252,7 +252,8 @@ mod tests {
         assert_eq!(classify_line(started), Some(RolloutEvent::TurnStarted { turn_id: "T1".into() }));
         let done = br#"{"timestamp":"t","ordinal":9,"type":"event_msg","payload":{"type":"task_complete","turn_id":"T1","last_agent_message":"done"}}"#;
         assert_eq!(classify_line(done), Some(RolloutEvent::TurnClosed { turn_id: "T1".into(), end: TurnEnd::Complete }));
-        let aborted = br#"{"timestamp":"t","ordinal":9,"type":"event_msg","payload":{"type":"turn_aborted","turn_id":"T1","reason":"interrupted"}}"#;
+        let aborted =
+            br#"{"timestamp":"t","ordinal":9,"type":"event_msg","payload":{"type":"turn_aborted","turn_id":"T1","reason":"interrupted"}}"#;
         assert_eq!(classify_line(aborted), Some(RolloutEvent::TurnClosed { turn_id: "T1".into(), end: TurnEnd::Aborted }));
         let compacted = br#"{"timestamp":"t","ordinal":24,"type":"compacted","payload":{"message":"summary","replacement_history":[]}}"#;
         assert_eq!(classify_line(compacted), Some(RolloutEvent::Compacted));

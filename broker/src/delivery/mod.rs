@@ -11,8 +11,8 @@
 
 mod confirm;
 mod render;
-pub mod unseen;
 pub mod seal;
+pub mod unseen;
 pub mod wrapper;
 
 pub use confirm::{reconcile, set_scan_budget, settle_line, Scan, SERVE_SCAN_BUDGET};

@@ -351,7 +351,12 @@ fn turn_closed_unseen_is_offered_again_only_on_conclusive_evidence() {
         ("its turn unknown (SessionStart)", complete("T1"), None, (Some(State::Uncertain), Some("turn_closed_without_marker"))),
         ("aborted", aborted, Some("T1"), (Some(State::Uncertain), Some("turn_aborted_without_marker"))),
         ("compacted", compacted + &complete("T1"), Some("T1"), (Some(State::Uncertain), Some("compacted_without_marker"))),
-        ("another hook's output", hook_context("lint: 3 warnings") + &complete("T1"), Some("T1"), (Some(State::Uncertain), Some("unaccounted_hook_output"))),
+        (
+            "another hook's output",
+            hook_context("lint: 3 warnings") + &complete("T1"),
+            Some("T1"),
+            (Some(State::Uncertain), Some("unaccounted_hook_output")),
+        ),
         (
             "an output Codex cut to no marker",
             hook_context("Warning: truncated output (2 tokens cut)…") + &complete("T1"),
@@ -423,7 +428,8 @@ fn reoffers_are_bounded() {
         std::io::Write::write_all(&mut f, complete(&turn).as_bytes()).unwrap();
         reconcile(&mut store, None).unwrap();
         let m = store.message(&id).unwrap().unwrap();
-        let want = if round < crate::store::MAX_REOFFERS { (State::Pending, "turn_closed_unseen") } else { (State::Uncertain, "reoffer_limit") };
+        let want =
+            if round < crate::store::MAX_REOFFERS { (State::Pending, "turn_closed_unseen") } else { (State::Uncertain, "reoffer_limit") };
         assert_eq!((m.state, m.reason.as_deref().unwrap_or("")), want, "round {round}: {m:?}");
         assert_eq!(m.attempts, i64::from(round) + 1);
     }
