@@ -331,6 +331,9 @@ fn complete(turn: &str) -> String {
     line("event_msg", serde_json::json!({"type": "task_complete", "turn_id": turn}))
 }
 
+/// What the rollout holds after a hand-off, its turn, and how the hand-off settles.
+type Case = (&'static str, String, Option<&'static str>, (Option<State>, Option<&'static str>));
+
 /// A hand-off whose turn closed without it goes back to `pending` only on conclusive evidence:
 /// its own turn ran to `task_complete` and the rollout since the hand-off holds nothing the model
 /// may have seen it in. An aborted turn, a compaction, hook output Courier cannot account for (a
@@ -344,7 +347,7 @@ fn turn_closed_unseen_is_offered_again_only_on_conclusive_evidence() {
     let compacted = line("compacted", serde_json::json!({"message": "summary", "replacement_history": []}));
     let aborted = line("event_msg", serde_json::json!({"type": "turn_aborted", "turn_id": "T1", "reason": "interrupted"}));
     let unseen = (Some(State::Pending), Some("turn_closed_unseen"));
-    let cases: [(&str, String, Option<&str>, (Option<State>, Option<&str>)); 9] = [
+    let cases: [Case; 9] = [
         ("completed, nothing in it", complete("T1"), Some("T1"), unseen),
         ("another lease's whole output", hook_context(&wrap(&other)) + &complete("T1"), Some("T1"), unseen),
         ("another turn closed", complete("T0"), Some("T1"), (None, None)),
