@@ -4,10 +4,10 @@
 //! `confirmed`; its turn closed without it -> `pending` again when the rollout proves the model
 //! never saw it (`unseen.rs`), else `uncertain`.
 
+use crate::codex::rollout::lines::{WholeLines, CHUNK as SCAN_CHUNK};
 use crate::delivery::render::wrap;
 use crate::delivery::unseen::{self, Doubt};
 use crate::os::ProcessKey;
-use crate::rollout::lines::{WholeLines, CHUNK as SCAN_CHUNK};
 use crate::store::{Channel, Message, State, Store};
 use crate::wake::WakeReason;
 use anyhow::Result;

@@ -58,9 +58,6 @@ impl Doubt {
 /// The reason of a hand-off offered again because its turn closed without it.
 pub const UNSEEN: &str = "turn_closed_unseen";
 
-/// The reason of a hand-off that would be offered again once more than `MAX_REOFFERS` allow.
-pub const REOFFER_LIMIT: &str = "reoffer_limit";
-
 /// The reason of a hand-off whose turn closed without it and whose turn is not known.
 pub const NO_TURN: &str = "turn_closed_without_marker";
 

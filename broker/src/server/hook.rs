@@ -234,7 +234,7 @@ impl gate::CodexTrust for TrustView<'_> {
                 store.is_trusted_codex_path(&path.to_string_lossy()).unwrap_or(false)
             }
     }
-    fn known_digest(&self, key: &gate::digest::ExeKey) -> Option<String> {
+    fn known_digest(&self, key: &crate::exe::ExeKey) -> Option<String> {
         let store = self.0.store.lock().unwrap_or_else(|e| e.into_inner());
         store.codex_file_digest(key).ok().flatten()
     }

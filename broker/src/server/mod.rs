@@ -76,7 +76,7 @@ pub struct ServeOptions {
     /// Whether hook deliveries show the person a line in the TUI (read at start).
     pub receipts: crate::config::Receipts,
     /// `[wake]`: how often a thread may be woken.
-    pub wake: crate::wake::WakeConfig,
+    pub wake: crate::config::WakeConfig,
 }
 
 struct Broker {
@@ -105,8 +105,8 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     dirs::ensure_private_dir(&opts.state_dir)?;
     let _lock = lock_instance(&opts.runtime_dir, &opts.state_dir)?;
     let secret = dirs::ensure_secret(&opts.runtime_dir)?;
-    // The key that seals verified senders: this process's memory only (delivery/seal.rs).
-    delivery::seal::start();
+    // The key that seals verified senders: this process's memory only (envelope/seal.rs).
+    crate::envelope::seal::start();
     let mut store = Store::open(&opts.state_dir)?;
     store.defer_checkpoints()?; // the maintenance thread checkpoints (store/checkpoint.rs)
     let released = store.release_expired_leases()?;

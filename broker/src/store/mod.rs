@@ -34,7 +34,7 @@ pub use refusals::Refusal;
 pub use state::{Channel, Kind, State};
 pub use tickets::{Alarm, TicketClaim};
 
-use crate::delivery::seal::SenderCheck;
+use crate::envelope::seal::SenderCheck;
 use anyhow::{bail, Context, Result};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
@@ -47,7 +47,7 @@ pub const DB_NAME: &str = "queue.sqlite";
 /// a body (every `<` is 4 bytes).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Longest `--from` label, in characters.
-pub const MAX_FROM_CHARS: usize = crate::label::MAX_CHARS;
+pub const MAX_FROM_CHARS: usize = crate::envelope::label::MAX_CHARS;
 
 /// A request that is wrong in itself (a label, a size, a reused key): the caller must change it,
 /// retrying cannot help. The CLI exits 2 on it (a usage error) wherever the input came from (an
@@ -138,7 +138,7 @@ pub struct Message {
     pub alarms: Vec<String>,
     /// Handed: when the rollout must show it by, else it is `uncertain` ([`HandOff::shown_by`]).
     pub shown_by: Option<i64>,
-    /// How its sender is shown, decided by the broker when it leased it (`delivery/seal.rs`);
+    /// How its sender is shown, decided by the broker when it leased it (`envelope/seal.rs`);
     /// `None` until then.
     pub sender_check: Option<SenderCheck>,
 }
@@ -240,7 +240,7 @@ fn migrate_messages(conn: &Connection) -> rusqlite::Result<()> {
     add_column(conn, "messages", "wake", "TEXT NOT NULL DEFAULT 'auto'")?;
     // A hand-off the rollout must show by a deadline (a wake's `turn/start`: `HandOff::shown_by`).
     add_column(conn, "messages", "shown_by", "INTEGER")?;
-    // A verified sender's seal (`delivery/seal.rs`), and how the lease showed the sender.
+    // A verified sender's seal (`envelope/seal.rs`), and how the lease showed the sender.
     add_column(conn, "messages", "sender_seal", "TEXT")?;
     add_column(conn, "messages", "sender_check", "TEXT")?;
     // How many times a handed message was offered again (`MAX_REOFFERS`).
@@ -422,7 +422,7 @@ impl Store {
                     params![id, reason, now, MAX_REOFFERS],
                 )?;
                 if n == 0 {
-                    return self.settle_inner(id, Some(State::Uncertain), Some(crate::delivery::unseen::REOFFER_LIMIT), scan_offset);
+                    return self.settle_inner(id, Some(State::Uncertain), Some(handoff::REOFFER_LIMIT), scan_offset);
                 }
                 self.pending.bump(n);
                 n

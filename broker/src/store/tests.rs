@@ -130,7 +130,7 @@ fn batch_budget_counts_the_rendered_messages() {
     assert!(s.lease(T, Channel::Hook(HookEvent::Stop), Some("t"), 1000, 2000).unwrap().is_none(), "does not fit alone: nothing leased");
     let pending: Vec<Message> = s.messages(Some(T)).unwrap().into_iter().filter(|m| m.state == State::Pending).collect();
     assert_eq!(pending.len(), 2, "both wait: {pending:?}");
-    let lease = s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("t"), 1000, crate::delivery::MAX_OUTPUT_BYTES).unwrap().unwrap();
+    let lease = s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("t"), 1000, crate::envelope::MAX_OUTPUT_BYTES).unwrap().unwrap();
     assert_eq!(lease.messages.iter().map(|m| m.body.len()).collect::<Vec<_>>(), [600, 5], "a tool hook carries both, in order");
 }
 
@@ -157,12 +157,12 @@ fn from_is_short_and_printable_and_the_rendered_message_fits() {
     // The longest plain body with the longest --from fits; one byte more is refused.
     let longest_from = "f".repeat(64);
     assert!(
-        crate::delivery::wrapped_len(
+        crate::envelope::wrapped_len(
             "m_0123456789abcdef",
             Some(&longest_from),
-            crate::delivery::seal::SenderCheck::Label,
+            crate::envelope::seal::SenderCheck::Label,
             &"y".repeat(MAX_BODY_BYTES)
-        ) <= crate::delivery::MAX_OUTPUT_BYTES
+        ) <= crate::envelope::MAX_OUTPUT_BYTES
     );
     s.enqueue(T, &"y".repeat(MAX_BODY_BYTES), Some(&longest_from), None, None).unwrap();
     assert!(s.enqueue(T, &"y".repeat(MAX_BODY_BYTES + 1), Some("me"), None, None).is_err());
