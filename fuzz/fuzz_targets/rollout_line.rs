@@ -66,7 +66,7 @@ fuzz_target!(|data: &[u8]| {
     // Arbitrary bytes as a rollout line.
     match classify_line(data) {
         Some(RolloutEvent::HookText { text, .. }) => check_markers(&text),
-        Some(RolloutEvent::SessionMeta { .. } | RolloutEvent::TurnStarted { .. } | RolloutEvent::TurnClosed { .. }) | None => {}
+        Some(RolloutEvent::SessionMeta { .. } | RolloutEvent::TurnStarted { .. } | RolloutEvent::TurnClosed { .. } | RolloutEvent::Compacted) | None => {}
     }
     let text = String::from_utf8_lossy(data);
     check_markers(&text);

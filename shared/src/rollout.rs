@@ -22,7 +22,11 @@ pub enum RolloutEvent {
     },
     TurnClosed {
         turn_id: String,
+        end: TurnEnd,
     },
+    /// Codex compacted the thread's context (a `compacted` record, 0.160.0 and 0.171.0): what the
+    /// model sees from here on is a summary Courier cannot read a marker in.
+    Compacted,
     /// Text that a hook injected: `additionalContext` or a Stop block reason.
     HookText {
         turn_id: Option<String>,
@@ -37,6 +41,14 @@ pub enum RolloutEvent {
         client_id: String,
         text: String,
     },
+}
+
+/// How a turn closed: `task_complete` (it ran to its end) or `turn_aborted` (interrupted,
+/// replaced, or its codex shutting down).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnEnd {
+    Complete,
+    Aborted,
 }
 
 #[derive(Deserialize)]
@@ -114,10 +126,13 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 
 /// Classifies one rollout line (without its newline). `None` for lines Courier does not need.
 pub fn classify_line(line: &[u8]) -> Option<RolloutEvent> {
-    let interesting = [&b"\"session_meta\""[..], b"\"task_started\"", b"\"task_complete\"", b"\"turn_aborted\"", b"courier-message id="];
-    // Only the start of a line decides its kind; the marker can be anywhere in a message.
+    let kinds = [&b"\"session_meta\""[..], b"\"task_started\"", b"\"task_complete\"", b"\"turn_aborted\"", b"\"compacted\""];
+    // Only the start of a line decides its kind; a marker, or what makes a message a hook's
+    // (its kind, its Stop prompt), can be anywhere in it. Hook output without a marker counts
+    // too: confirmation must know a hook's text reached the model even when it names nothing.
+    let anywhere = [&b"courier-message id="[..], b"hooks.additional_context", b"<hook_prompt", b"\"HookPrompt\""];
     let head = &line[..line.len().min(160)];
-    if !interesting[..4].iter().any(|n| contains(head, n)) && !contains(line, interesting[4]) {
+    if !kinds.iter().any(|n| contains(head, n)) && !anywhere.iter().any(|n| contains(line, n)) {
         return None;
     }
     let rec: Record = serde_json::from_slice(line).ok()?;
@@ -127,7 +142,9 @@ pub fn classify_line(line: &[u8]) -> Option<RolloutEvent> {
             Some(RolloutEvent::SessionMeta { id: p.id?, session_id: p.session_id, parent_thread_id: p.parent_thread_id })
         }
         ("event_msg", Some("task_started")) => Some(RolloutEvent::TurnStarted { turn_id: p.turn_id? }),
-        ("event_msg", Some("task_complete" | "turn_aborted")) => Some(RolloutEvent::TurnClosed { turn_id: p.turn_id? }),
+        ("event_msg", Some("task_complete")) => Some(RolloutEvent::TurnClosed { turn_id: p.turn_id?, end: TurnEnd::Complete }),
+        ("event_msg", Some("turn_aborted")) => Some(RolloutEvent::TurnClosed { turn_id: p.turn_id?, end: TurnEnd::Aborted }),
+        ("compacted", _) => Some(RolloutEvent::Compacted),
         ("response_item", Some("message")) => {
             let meta = p.internal_chat_message_metadata_passthrough.unwrap_or_default();
             let text: String = p.content.into_iter().filter_map(|c| c.text).collect::<Vec<_>>().join("\n");
@@ -234,7 +251,12 @@ mod tests {
         let started = br#"{"timestamp":"t","ordinal":1,"type":"event_msg","payload":{"type":"task_started","turn_id":"T1"}}"#;
         assert_eq!(classify_line(started), Some(RolloutEvent::TurnStarted { turn_id: "T1".into() }));
         let done = br#"{"timestamp":"t","ordinal":9,"type":"event_msg","payload":{"type":"task_complete","turn_id":"T1","last_agent_message":"done"}}"#;
-        assert_eq!(classify_line(done), Some(RolloutEvent::TurnClosed { turn_id: "T1".into() }));
+        assert_eq!(classify_line(done), Some(RolloutEvent::TurnClosed { turn_id: "T1".into(), end: TurnEnd::Complete }));
+        let aborted =
+            br#"{"timestamp":"t","ordinal":9,"type":"event_msg","payload":{"type":"turn_aborted","turn_id":"T1","reason":"interrupted"}}"#;
+        assert_eq!(classify_line(aborted), Some(RolloutEvent::TurnClosed { turn_id: "T1".into(), end: TurnEnd::Aborted }));
+        let compacted = br#"{"timestamp":"t","ordinal":24,"type":"compacted","payload":{"message":"summary","replacement_history":[]}}"#;
+        assert_eq!(classify_line(compacted), Some(RolloutEvent::Compacted));
         let other = br#"{"timestamp":"t","ordinal":2,"type":"event_msg","payload":{"type":"token_count"}}"#;
         assert_eq!(classify_line(other), None);
         assert_eq!(classify_line(b"not json task_started"), None);
@@ -258,6 +280,18 @@ mod tests {
             Some(RolloutEvent::HookText { text, .. }) => assert_eq!(marker_ids(&text).collect::<Vec<_>>(), ["m_2"]),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// Hook output that names no Courier message (another hook's, or a preview Codex kept of a
+    /// cut one) is still hook output: confirmation needs to know it reached the model.
+    #[test]
+    fn hook_output_without_a_marker_is_hook_text() {
+        let dev = br#"{"type":"response_item","payload":{"type":"message","role":"developer","content":[{"type":"input_text","text":"lint: 3 warnings"}],"internal_chat_message_metadata_passthrough":{"turn_id":"T","content_item_kinds":["hooks.additional_context"]}}}"#;
+        assert_eq!(classify_line(dev), Some(RolloutEvent::HookText { turn_id: Some("T".into()), text: "lint: 3 warnings".into() }));
+        let prompt = br#"{"type":"event_msg","payload":{"type":"item_completed","turn_id":"T","item":{"type":"HookPrompt","fragments":[{"text":"keep going"}]}}}"#;
+        assert_eq!(classify_line(prompt), Some(RolloutEvent::HookText { turn_id: Some("T".into()), text: "keep going".into() }));
+        let said = br#"{"type":"response_item","payload":{"type":"message","role":"assistant","content":[{"type":"output_text","text":"hooks.additional_context"}]}}"#;
+        assert_eq!(classify_line(said), None, "the model naming the kind is not hook output");
     }
 
     #[test]

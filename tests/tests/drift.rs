@@ -96,7 +96,7 @@ fn drift(codex: PathBuf) -> Vec<String> {
     if !events.iter().any(|e| matches!(e, RolloutEvent::TurnStarted { turn_id } if turn_id == turn)) {
         drift.push(format!("{version}: no task_started record for the hooks' turn_id {turn} (turn affinity reads it)"));
     }
-    if !events.iter().any(|e| matches!(e, RolloutEvent::TurnClosed { turn_id } if turn_id == turn)) {
+    if !events.iter().any(|e| matches!(e, RolloutEvent::TurnClosed { turn_id, .. } if turn_id == turn)) {
         drift.push(format!("{version}: no task_complete/turn_aborted record for turn {turn} (uncertain receipts read it)"));
     }
     for (id, what) in [("m_drift_post", "PostToolUse additionalContext"), ("m_drift_stop", "a Stop block reason")] {

@@ -1,10 +1,12 @@
 //! Confirmation: the rollout is the ground truth of what reached the model. From the offset the
 //! rollout had when a message was handed, [`reconcile`] scans forward (only new bytes, resuming
 //! where the last scan stopped) for the message's marker in a hook-injected message: found ->
-//! `confirmed`; its turn closed without it -> `uncertain` (never silently re-offered).
+//! `confirmed`; its turn closed without it -> `pending` again when the rollout proves the model
+//! never saw it (`unseen.rs`), else `uncertain`.
 
 use crate::codex::rollout::lines::{WholeLines, CHUNK as SCAN_CHUNK};
 use crate::delivery::render::wrap;
+use crate::delivery::unseen::{self, Doubt};
 use crate::os::ProcessKey;
 use crate::store::{Channel, Message, State, Store};
 use crate::wake::WakeReason;
@@ -134,15 +136,12 @@ pub(super) fn scan_rollout_within(path: &str, messages: &[Message], budget: u64)
     };
     let budget_end = st.lines.cursor.consumed.saturating_add(budget).min(len);
 
-    let mut open: HashMap<&str, &Message> = messages.iter().map(|m| (m.id.as_str(), m)).collect();
-    let mut out = Vec::new();
-    if !open.is_empty() {
+    let mut scan = Scan::new(messages);
+    if !scan.open.is_empty() {
         // A read error ends this pass; the next one resumes where it stopped.
         let read = st.lines.read(&file, budget_end, |line, line_start, next| {
-            if let Some(line) = line {
-                settle_line(line, line_start, next, messages, &mut open, &mut out);
-            }
-            if open.is_empty() {
+            settle_line(line, line_start, next, &mut scan);
+            if scan.open.is_empty() {
                 ControlFlow::Break(())
             } else {
                 ControlFlow::Continue(())
@@ -155,8 +154,51 @@ pub(super) fn scan_rollout_within(path: &str, messages: &[Message], budget: u64)
         states.clear();
     }
     states.insert(path.to_string(), st);
-    out.extend(open.values().map(|m| (m.id.clone(), None, None, boundary.max(m.scan_offset.unwrap_or(0) as u64))));
-    out
+    scan.finish(boundary)
+}
+
+/// One scan over one rollout: the messages still open, what cast doubt on them on the way, and
+/// the settlements so far.
+pub struct Scan<'a> {
+    /// Every message handed to this rollout, in queue order.
+    messages: &'a [Message],
+    open: HashMap<&'a str, &'a Message>,
+    /// Found in this scan; an earlier scan's is in the message's `reason` (`unseen::Doubt`).
+    doubts: HashMap<&'a str, Doubt>,
+    out: Vec<Settlement>,
+}
+
+impl<'a> Scan<'a> {
+    pub fn new(messages: &'a [Message]) -> Scan<'a> {
+        Scan { messages, open: messages.iter().map(|m| (m.id.as_str(), m)).collect(), doubts: HashMap::new(), out: Vec::new() }
+    }
+
+    fn settle(&mut self, id: &str, state: Option<State>, reason: Option<&'static str>, next: u64) {
+        self.out.push((id.to_string(), state, reason, next));
+        self.open.remove(id);
+    }
+
+    /// Casts `doubt` on every open message handed before `line_start` (the first doubt stays).
+    fn doubt(&mut self, doubt: Doubt, line_start: u64) {
+        for m in self.open.values().filter(|m| after(m, line_start)) {
+            self.doubts.entry(m.id.as_str()).or_insert(doubt);
+        }
+    }
+
+    /// The settlements, and for each message still open where the scan stands (`boundary`) and
+    /// the doubt found, which the store keeps.
+    pub fn finish(mut self, boundary: u64) -> Vec<Settlement> {
+        for m in self.open.values() {
+            let doubt = self.doubts.get(m.id.as_str()).map(|d| d.as_str());
+            self.out.push((m.id.clone(), None, doubt, boundary.max(m.scan_offset.unwrap_or(0) as u64)));
+        }
+        self.out
+    }
+}
+
+/// Whether the line at `line_start` comes after `m`'s hand-off.
+fn after(m: &Message, line_start: u64) -> bool {
+    line_start >= m.scan_offset.unwrap_or(0).max(0) as u64
 }
 
 /// Whether `text` (from the rollout) holds `m`'s whole wrapped text. Line ends are compared
@@ -181,8 +223,8 @@ fn cut_by_codex(text: &str) -> bool {
     inner.starts_with("Warning: truncated output (")
 }
 
-/// Applies one complete rollout line (starting at `line_start`, next line at `next`) to the
-/// messages still open (`messages` in queue order).
+/// Applies one complete rollout line (starting at `line_start`, next line at `next`; `None`: a
+/// line too long to read) to the messages still open.
 ///
 /// A hook message confirms a message only if it holds the message's WHOLE wrapped text. For the
 /// hand-off (lease) whose output it is, every other message is judged by what Codex did to that
@@ -190,80 +232,80 @@ fn cut_by_codex(text: &str) -> bool {
 /// of it); marker missing -> it was in a part Codex cut out (`…N tokens truncated…`): back to
 /// `pending` (never shown), except the last of each run of missing messages, whose end may show
 /// in the kept tail (`uncertain`, `shown_truncated`). Without Codex's truncation notice a missing
-/// marker is `uncertain` (`marker_missing`), never re-offered.
-pub fn settle_line<'a>(
-    line: &[u8],
-    line_start: u64,
-    next: u64,
-    messages: &'a [Message],
-    open: &mut HashMap<&'a str, &'a Message>,
-    out: &mut Vec<Settlement>,
-) {
-    let after = |m: &Message| line_start >= m.scan_offset.unwrap_or(0).max(0) as u64;
+/// marker is `uncertain` (`marker_missing`), never re-offered. A turn closing without a message
+/// is judged in `unseen.rs`.
+pub fn settle_line(line: Option<&[u8]>, line_start: u64, next: u64, scan: &mut Scan) {
+    let Some(line) = line else {
+        scan.doubt(Doubt::UnreadLine, line_start);
+        return;
+    };
     match classify_line(line) {
-        Some(RolloutEvent::HookText { text, .. }) => {
-            let present: std::collections::HashSet<&str> = marker_ids(&text).collect();
-            let shown = |m: &Message| open.contains_key(m.id.as_str()) && after(m) && present.contains(m.id.as_str());
-            let leases: Vec<i64> = messages.iter().filter(|m| shown(m)).filter_map(|m| m.lease).collect();
-            let truncated = cut_by_codex(&text);
-            // The messages of the hand-offs this output belongs to, in the order they were rendered.
-            let batch: Vec<&'a Message> = messages
-                .iter()
-                .filter(|m| shown(m) || (m.lease.is_some_and(|l| leases.contains(&l)) && open.contains_key(m.id.as_str()) && after(m)))
-                .collect();
-            for (i, m) in batch.iter().enumerate() {
-                let settled = if present.contains(m.id.as_str()) {
-                    if holds_whole(&text, m) {
-                        (Some(State::Confirmed), None)
-                    } else {
-                        (Some(State::Uncertain), Some("shown_truncated"))
-                    }
-                } else {
-                    let next_missing = batch.get(i + 1).is_some_and(|n| n.lease == m.lease && !present.contains(n.id.as_str()));
-                    match (truncated, next_missing) {
-                        (true, true) => (Some(State::Pending), Some("cut_by_codex")),
-                        (true, false) => (Some(State::Uncertain), Some("shown_truncated")),
-                        (false, _) => (Some(State::Uncertain), Some("marker_missing")),
-                    }
-                };
-                out.push((m.id.clone(), settled.0, settled.1, next));
-                open.remove(m.id.as_str());
+        Some(RolloutEvent::HookText { text, .. }) => settle_hook_text(&text, line_start, next, scan),
+        Some(RolloutEvent::UserInput { client_id, text, .. }) => settle_woken(&client_id, &text, line_start, next, scan),
+        Some(RolloutEvent::TurnClosed { turn_id, end }) => {
+            let open: Vec<&Message> = scan.open.values().copied().filter(|m| after(m, line_start)).collect();
+            for m in open {
+                if let Some((state, reason)) = unseen::settle_at_close(m, &turn_id, end, scan.doubts.get(m.id.as_str()).copied()) {
+                    scan.settle(&m.id, Some(state), Some(reason), next);
+                }
             }
         }
-        // A turn the wake channel started: its user message carries, as Codex's client id, the
-        // id of the first message of the lease; each message of the lease is confirmed when its
-        // whole wrapped text is in that message.
-        Some(RolloutEvent::UserInput { client_id, text, .. }) => {
-            let woken: Vec<&'a Message> = messages
-                .iter()
-                .filter(|m| m.event == Some(Channel::Wake) && open.contains_key(m.id.as_str()) && after(m))
-                .filter(|m| {
-                    let first = messages.iter().find(|f| f.lease == m.lease && f.event == Some(Channel::Wake));
-                    first.is_some_and(|f| f.id == client_id)
-                })
-                .collect();
-            for m in woken {
-                let settled =
-                    if holds_whole(&text, m) { (Some(State::Confirmed), None) } else { (Some(State::Uncertain), Some("shown_truncated")) };
-                out.push((m.id.clone(), settled.0, settled.1, next));
-                open.remove(m.id.as_str());
-            }
-        }
-        // A turn closed: its messages were not in it. A wake whose turn is not known yet is not
-        // judged by another turn's end (a person's turn may close before `turn/start` is read);
-        // its user message, or its time running out, settles it.
-        Some(RolloutEvent::TurnClosed { turn_id }) => {
-            let closed: Vec<&str> = open
-                .values()
-                .filter(|m| after(m) && !(m.event == Some(Channel::Wake) && m.turn_id.is_none()))
-                .filter(|m| m.turn_id.as_deref().is_none_or(|t| t == turn_id))
-                .map(|m| m.id.as_str())
-                .collect();
-            for id in closed {
-                out.push((id.to_string(), Some(State::Uncertain), Some("turn_closed_without_marker"), next));
-                open.remove(id);
-            }
-        }
+        Some(RolloutEvent::Compacted) => scan.doubt(Doubt::Compacted, line_start),
         _ => {}
+    }
+}
+
+/// Hook output: settles the messages of the hand-offs it belongs to (see [`settle_line`]); one
+/// that names no message casts doubt on the rest.
+fn settle_hook_text(text: &str, line_start: u64, next: u64, scan: &mut Scan) {
+    let present: std::collections::HashSet<&str> = marker_ids(text).collect();
+    let open = &scan.open;
+    let shown = |m: &Message| open.contains_key(m.id.as_str()) && after(m, line_start) && present.contains(m.id.as_str());
+    let leases: Vec<i64> = scan.messages.iter().filter(|m| shown(m)).filter_map(|m| m.lease).collect();
+    let truncated = cut_by_codex(text);
+    // The messages of the hand-offs this output belongs to, in the order they were rendered.
+    let batch: Vec<&Message> = scan
+        .messages
+        .iter()
+        .filter(|m| shown(m) || (m.lease.is_some_and(|l| leases.contains(&l)) && open.contains_key(m.id.as_str()) && after(m, line_start)))
+        .collect();
+    for (i, m) in batch.iter().enumerate() {
+        let (state, reason) = if present.contains(m.id.as_str()) {
+            if holds_whole(text, m) {
+                (State::Confirmed, None)
+            } else {
+                (State::Uncertain, Some("shown_truncated"))
+            }
+        } else {
+            let next_missing = batch.get(i + 1).is_some_and(|n| n.lease == m.lease && !present.contains(n.id.as_str()));
+            match (truncated, next_missing) {
+                (true, true) => (State::Pending, Some("cut_by_codex")),
+                (true, false) => (State::Uncertain, Some("shown_truncated")),
+                (false, _) => (State::Uncertain, Some("marker_missing")),
+            }
+        };
+        scan.settle(&m.id, Some(state), reason, next);
+    }
+    if let Some(doubt) = unseen::doubt_of_hook_text(text) {
+        scan.doubt(doubt, line_start);
+    }
+}
+
+/// A turn the wake channel started: its user message carries, as Codex's client id, the id of
+/// the first message of the lease; each message of the lease is confirmed when its whole wrapped
+/// text is in that message.
+fn settle_woken(client_id: &str, text: &str, line_start: u64, next: u64, scan: &mut Scan) {
+    let messages = scan.messages;
+    let woken: Vec<&Message> = messages
+        .iter()
+        .filter(|m| m.event == Some(Channel::Wake) && scan.open.contains_key(m.id.as_str()) && after(m, line_start))
+        .filter(|m| {
+            let first = messages.iter().find(|f| f.lease == m.lease && f.event == Some(Channel::Wake));
+            first.is_some_and(|f| f.id == client_id)
+        })
+        .collect();
+    for m in woken {
+        let (state, reason) = if holds_whole(text, m) { (State::Confirmed, None) } else { (State::Uncertain, Some("shown_truncated")) };
+        scan.settle(&m.id, Some(state), reason, next);
     }
 }

@@ -5,14 +5,15 @@
 //! then waits for the client's ack; only that makes them `handed`.
 //!
 //! Confirmation (`confirm.rs`): [`reconcile`] scans each handed message's rollout forward from
-//! where it was handed for the message's marker: `confirmed`, or `uncertain` when its turn closed
-//! without it. Rendering (`render.rs`) builds the hook output from the wrappers of
-//! `crate::envelope`.
+//! where it was handed for the message's marker: `confirmed`; when its turn closed without it,
+//! `pending` again if the rollout proves the model never saw it (`unseen.rs`), else `uncertain`.
+//! Rendering (`render.rs`) builds the hook output from the wrappers of `crate::envelope`.
 
 mod confirm;
 mod render;
+pub mod unseen;
 
-pub use confirm::{reconcile, set_scan_budget, settle_line, SERVE_SCAN_BUDGET};
+pub use confirm::{reconcile, set_scan_budget, settle_line, Scan, SERVE_SCAN_BUDGET};
 pub use render::{receipt, render, sender_check, wrap};
 
 use crate::config::Receipts;

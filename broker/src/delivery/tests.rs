@@ -200,9 +200,10 @@ fn scan_confirms_marked_and_flags_unmarked_at_turn_close() {
     let complete = (data.len() - "{\"partial".len()) as u64;
     assert_eq!(got[0].0, "m_1");
     assert_eq!(got[0].1, Some(State::Confirmed));
-    assert_eq!(got[1], ("m_2".into(), Some(State::Uncertain), Some("turn_closed_without_marker"), complete));
+    // Its turn completed with nothing of it: never seen, offered again (`unseen.rs`).
+    assert_eq!(got[1], ("m_2".into(), Some(State::Pending), Some("turn_closed_unseen"), complete));
     assert_eq!(got[2].0, "m_early");
-    assert_eq!(got[2].1, Some(State::Uncertain));
+    assert_eq!(got[2].1, Some(State::Pending), "what stands before its hand-off is not it");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -324,5 +325,118 @@ fn wake_hand_off_is_settled_by_its_user_message_or_its_deadline() {
     assert_eq!((m[1].state, m[1].reason.as_deref()), (State::Uncertain, Some("wake_unanswered")), "past it: {:?}", m[1]);
     drop(store);
     let _ = std::fs::remove_dir_all(&sdir);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn complete(turn: &str) -> String {
+    line("event_msg", serde_json::json!({"type": "task_complete", "turn_id": turn}))
+}
+
+/// What the rollout holds after a hand-off, its turn, and how the hand-off settles.
+type Case = (&'static str, String, Option<&'static str>, (Option<State>, Option<&'static str>));
+
+/// A hand-off whose turn closed without it goes back to `pending` only on conclusive evidence:
+/// its own turn ran to `task_complete` and the rollout since the hand-off holds nothing the model
+/// may have seen it in. An aborted turn, a compaction, hook output Courier cannot account for (a
+/// cut one, another hook's) or a line too long to read leave it `uncertain`, each with its reason.
+#[test]
+fn turn_closed_unseen_is_offered_again_only_on_conclusive_evidence() {
+    let dir = std::env::temp_dir().join(format!("courier-unseen-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let other = Message { lease: Some(9), ..msg("m_other", "theirs", None) };
+    let long = line("response_item", serde_json::json!({"type": "function_call_output", "output": "x".repeat(2 << 20)}));
+    let compacted = line("compacted", serde_json::json!({"message": "summary", "replacement_history": []}));
+    let aborted = line("event_msg", serde_json::json!({"type": "turn_aborted", "turn_id": "T1", "reason": "interrupted"}));
+    let unseen = (Some(State::Pending), Some("turn_closed_unseen"));
+    let cases: [Case; 9] = [
+        ("completed, nothing in it", complete("T1"), Some("T1"), unseen),
+        ("another lease's whole output", hook_context(&wrap(&other)) + &complete("T1"), Some("T1"), unseen),
+        ("another turn closed", complete("T0"), Some("T1"), (None, None)),
+        ("its turn unknown (SessionStart)", complete("T1"), None, (Some(State::Uncertain), Some("turn_closed_without_marker"))),
+        ("aborted", aborted, Some("T1"), (Some(State::Uncertain), Some("turn_aborted_without_marker"))),
+        ("compacted", compacted + &complete("T1"), Some("T1"), (Some(State::Uncertain), Some("compacted_without_marker"))),
+        (
+            "another hook's output",
+            hook_context("lint: 3 warnings") + &complete("T1"),
+            Some("T1"),
+            (Some(State::Uncertain), Some("unaccounted_hook_output")),
+        ),
+        (
+            "an output Codex cut to no marker",
+            hook_context("Warning: truncated output (2 tokens cut)…") + &complete("T1"),
+            Some("T1"),
+            (Some(State::Uncertain), Some("unaccounted_hook_output")),
+        ),
+        ("a line too long to read", long + &complete("T1"), Some("T1"), (Some(State::Uncertain), Some("unread_rollout_line"))),
+    ];
+    for (i, (what, data, turn, want)) in cases.into_iter().enumerate() {
+        let path = dir.join(format!("r{i}.jsonl"));
+        std::fs::write(&path, &data).unwrap();
+        let m = Message { lease: Some(1), turn_id: turn.map(Into::into), ..msg("m_1", "mine", None) };
+        let got = scan_rollout_within(path.to_str().unwrap(), &[m, other.clone()], u64::MAX);
+        let mine = got.iter().find(|g| g.0 == "m_1").unwrap();
+        assert_eq!((mine.1, mine.2), want, "{what}: {got:?}");
+    }
+    // A woken turn that closed without its user message: never seen either.
+    let path = dir.join("wake.jsonl");
+    std::fs::write(&path, complete("W1")).unwrap();
+    let woken = Message { event: Some(crate::store::Channel::Wake), turn_id: Some("W1".into()), lease: Some(2), ..msg("m_w", "x", None) };
+    let got = scan_rollout_within(path.to_str().unwrap(), &[woken], u64::MAX);
+    assert_eq!((got[0].1, got[0].2), unseen, "{got:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// What makes the evidence inconclusive is remembered across scans (a scan stops at the end of
+/// what is written, the broker may restart): a compaction read in one pass still counts when
+/// the turn closes in a later one.
+#[test]
+fn doubt_outlives_the_scan_that_saw_it() {
+    let dir = std::env::temp_dir().join(format!("courier-doubt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("rollout.jsonl");
+    let p = path.to_str().unwrap();
+    let mut data = line("compacted", serde_json::json!({"message": "summary", "replacement_history": []}));
+    std::fs::write(&path, &data).unwrap();
+    let mut m = Message { lease: Some(1), ..msg("m_1", "mine", None) };
+    let got = scan_rollout_within(p, std::slice::from_ref(&m), u64::MAX);
+    assert_eq!((got[0].1, got[0].2), (None, Some("compacted_without_marker")), "still open, with its doubt: {got:?}");
+    (m.reason, m.scan_offset) = (got[0].2.map(Into::into), Some(got[0].3 as i64));
+    data += &complete("T1");
+    std::fs::write(&path, &data).unwrap();
+    let got = scan_rollout_within(p, &[m], u64::MAX);
+    assert_eq!((got[0].1, got[0].2), (Some(State::Uncertain), Some("compacted_without_marker")), "{got:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Through the store: each unseen turn offers the message again, at most `MAX_REOFFERS` times;
+/// the next one leaves it `uncertain` (`reoffer_limit`).
+#[test]
+fn reoffers_are_bounded() {
+    let dir = std::env::temp_dir().join(format!("courier-reoffer-{}", std::process::id()));
+    let sdir = dir.join("state");
+    std::fs::create_dir_all(&sdir).unwrap();
+    let path = dir.join("rollout.jsonl");
+    let p = path.to_str().unwrap();
+    std::fs::write(&path, "").unwrap();
+    let mut store = crate::store::Store::open(&sdir).unwrap();
+    let me = crate::os::ProcessKey::of(std::process::id() as i32).unwrap();
+    let thread = "01a22652-96c4-7652-bf64-6f7bc9883ce2";
+    let crate::store::Enqueued::New(id) = store.enqueue(thread, "again", None, None, None).unwrap() else { panic!() };
+    let channel = crate::store::Channel::Hook(HookEvent::PostToolUse);
+    for round in 0..=crate::store::MAX_REOFFERS {
+        let turn = format!("T{round}");
+        let lease = store.lease(thread, channel, Some(&turn), 30_000, MAX_OUTPUT_BYTES).unwrap().expect("pending again");
+        let offset = std::fs::metadata(&path).unwrap().len();
+        assert!(store.hand_off(lease.token, &crate::store::HandOff::at(p, offset, me)).unwrap());
+        let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        std::io::Write::write_all(&mut f, complete(&turn).as_bytes()).unwrap();
+        reconcile(&mut store, None).unwrap();
+        let m = store.message(&id).unwrap().unwrap();
+        let want =
+            if round < crate::store::MAX_REOFFERS { (State::Pending, "turn_closed_unseen") } else { (State::Uncertain, "reoffer_limit") };
+        assert_eq!((m.state, m.reason.as_deref().unwrap_or("")), want, "round {round}: {m:?}");
+        assert_eq!(m.attempts, i64::from(round) + 1);
+    }
+    drop(store);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -9,6 +9,14 @@ use crate::os::ProcessKey;
 use anyhow::Result;
 use rusqlite::{params, TransactionBehavior};
 
+/// How many times a handed message whose turn provably closed without it is offered again
+/// (`turn_closed_unseen`, `cut_by_codex`); once more leaves it `uncertain` (`reoffer_limit`): a
+/// message Codex drops every time must not loop.
+pub const MAX_REOFFERS: u32 = 3;
+
+/// The reason of a hand-off that would be offered again once more than [`MAX_REOFFERS`] allow.
+pub const REOFFER_LIMIT: &str = "reoffer_limit";
+
 /// Messages leased to one channel under one fencing token.
 #[derive(Debug)]
 pub struct Lease {

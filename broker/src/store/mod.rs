@@ -30,7 +30,7 @@ pub use checkpoint::{Checkpointed, Checkpointer, SAFETY_NET_PAGES};
 pub use codex::{TrustHow, TrustedCodex};
 pub use effort::{Claim, Details};
 pub use enqueue::{Enqueued, NewMessage};
-pub use handoff::{HandOff, Lease};
+pub use handoff::{HandOff, Lease, MAX_REOFFERS};
 pub use refusals::Refusal;
 pub use state::{Channel, Kind, State};
 pub use ticket_log::TicketLog;
@@ -260,7 +260,9 @@ fn migrate_messages(conn: &Connection) -> rusqlite::Result<()> {
     add_column(conn, "messages", "shown_by", "INTEGER")?;
     // A verified sender's seal (`envelope/seal.rs`), and how the lease showed the sender.
     add_column(conn, "messages", "sender_seal", "TEXT")?;
-    add_column(conn, "messages", "sender_check", "TEXT")
+    add_column(conn, "messages", "sender_check", "TEXT")?;
+    // How many times a handed message was offered again (`MAX_REOFFERS`).
+    add_column(conn, "messages", "reoffers", "INTEGER NOT NULL DEFAULT 0")
 }
 
 fn is_busy(e: &anyhow::Error) -> bool {
@@ -440,26 +442,35 @@ impl Store {
     fn settle_inner(&mut self, id: &str, state: Option<State>, reason: Option<&str>, scan_offset: u64) -> Result<bool> {
         let now = now_ms();
         let n = match state {
-            // Handed, but the rollout proves the model never saw any of it: offered again.
-            Some(State::Pending) => self.conn.execute(
-                "UPDATE messages SET state = 'pending', reason = ?2, updated_at = ?3, lease_token = NULL,
-                 lease_expires_at = NULL, handed_at = NULL, rollout_path = NULL, scan_offset = NULL, shown_by = NULL
-                 WHERE id = ?1 AND state = 'handed'",
-                params![id, reason, now],
-            )?,
+            // Handed, but the rollout proves the model never saw any of it: offered again, a
+            // bounded number of times.
+            Some(State::Pending) => {
+                let n = self.conn.execute(
+                    "UPDATE messages SET state = 'pending', reason = ?2, updated_at = ?3, lease_token = NULL,
+                     lease_expires_at = NULL, handed_at = NULL, rollout_path = NULL, scan_offset = NULL, shown_by = NULL,
+                     reoffers = reoffers + 1
+                     WHERE id = ?1 AND state = 'handed' AND reoffers < ?4",
+                    params![id, reason, now, MAX_REOFFERS],
+                )?;
+                if n == 0 {
+                    return self.settle_inner(id, Some(State::Uncertain), Some(handoff::REOFFER_LIMIT), scan_offset);
+                }
+                self.pending.bump(n);
+                n
+            }
             Some(state) => self.conn.execute(
                 "UPDATE messages SET state = ?2, reason = ?3, scan_offset = ?4, updated_at = ?5,
                  confirmed_at = CASE WHEN ?2 = 'confirmed' THEN ?5 ELSE confirmed_at END
                  WHERE id = ?1 AND state = 'handed'",
                 params![id, state, reason, scan_offset as i64, now],
             )?,
-            None => self
-                .conn
-                .execute("UPDATE messages SET scan_offset = ?2 WHERE id = ?1 AND state = 'handed'", params![id, scan_offset as i64])?,
+            // Still open: where the scan stands, and the first doubt found on the way
+            // (`delivery::unseen::Doubt`), kept until its turn closes.
+            None => self.conn.execute(
+                "UPDATE messages SET scan_offset = ?2, reason = COALESCE(reason, ?3) WHERE id = ?1 AND state = 'handed'",
+                params![id, scan_offset as i64, reason],
+            )?,
         };
-        if state == Some(State::Pending) {
-            self.pending.bump(n);
-        }
         Ok(n > 0)
     }
 
