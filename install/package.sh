@@ -30,6 +30,7 @@ if [ -z "$bin_dir" ]; then
   bin_dir=$root/target/release
 fi
 min_glibc=2.34
+command -v objdump >/dev/null || { echo "package.sh: needs objdump (binutils) to check the glibc each binary needs" >&2; exit 1; }
 triple=x86_64-unknown-linux-gnu
 dist=$out/courier-$version-$triple
 rm -rf "$dist" "$out/npm" && mkdir -p "$dist" "$out/npm"
@@ -40,7 +41,7 @@ for b in "${bins[@]}"; do
   if [ -n "$need" ] && [ "$(printf '%s\n%s\n' "$need" "$min_glibc" | sort -V | tail -n 1)" != "$min_glibc" ]; then
     echo "package.sh: $b needs GLIBC_$need, newer than the supported minimum $min_glibc" >&2; exit 1
   fi
-  echo "package.sh: $b: ${need:+glibc >= $need}${need:-static}"
+  if [ -n "$need" ]; then echo "package.sh: $b: needs glibc >= $need"; else echo "package.sh: $b: static"; fi
   cp "$bin_dir/$b" "$dist/$b"
 done
 (cd "$dist" && sha256sum -- * > SHA256SUMS)
