@@ -11,8 +11,7 @@
 # Ubuntu 22.04, RHEL 9; checked below). Not static like hook-client: static glibc cannot load
 # NSS modules (the bridge resolves NATS host names), and no musl target ships with the toolchain.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-root=$PWD
+root=$(realpath "$(dirname "$0")/..")
 out=$root/target/package bin_dir="" version=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -22,6 +21,7 @@ while [ $# -gt 0 ]; do
     *) echo "package.sh: unknown option $1 (see the comment at the top)" >&2; exit 2 ;;
   esac
 done
+cd "$root" # options name paths relative to where the script was started: resolved above
 # The workspace version, unless --version names another (a test packs an upgrade with it).
 [ -n "$version" ] || version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
 bins=(broker hook-client courier-mcp courier-bridge)
