@@ -1,7 +1,7 @@
 //! Shared rig for crash.rs and hostile.rs: a stand-in Codex that the real broker's gate accepts,
 //! and a restartable `broker serve`.
 //!
-//! The stand-in is the broker's (`broker::standin`: a copy of the system python3 with unique bytes
+//! The stand-in is the broker's (`broker::codex::standin`: a copy of the system python3 with unique bytes
 //! appended, so its SHA-256 is this run's own; `broker trust-codex` trusts it and nothing else),
 //! running this file's own script, a loop of whole turns. Like Codex it writes a
 //! rollout under `$CODEX_HOME/sessions/` (opened O_APPEND), holds the thread's writer flock, opens
@@ -181,10 +181,10 @@ fn spawn_standin(
     (child, lines, rollout)
 }
 
-/// The stand-in Codex executable: the broker's (`broker::standin`), a python3 copy unique to this
+/// The stand-in Codex executable: the broker's (`broker::codex::standin`), a python3 copy unique to this
 /// test process, here running [`STANDIN_SCRIPT`].
 pub fn standin_codex() -> &'static PathBuf {
-    &broker_lib::standin::bins().codex
+    &broker_lib::codex::standin::bins().codex
 }
 
 /// A private world (HOME, CODEX_HOME, COURIER_* dirs) with no model: the stand-in needs none.

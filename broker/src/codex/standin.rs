@@ -12,7 +12,7 @@
 //! executable, a loop of whole turns that runs the real hook-client; `bench/codex_standin.py` is
 //! the Python bench's, which needs no Rust build.)
 
-use crate::gate::{digest, TOOL_COMMAND_MARKERS};
+use super::TOOL_COMMAND_MARKERS;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -129,7 +129,7 @@ pub fn bins() -> &'static Bins {
         let helper = dir.join("helper");
         let _ = std::fs::remove_file(&helper);
         std::fs::hard_link(&codex, &helper).unwrap();
-        let digest = digest::hash_reader(&mut std::fs::File::open(&codex).unwrap()).unwrap();
+        let digest = crate::exe::hash_reader(&mut std::fs::File::open(&codex).unwrap()).unwrap();
         Bins { codex, helper, digest }
     })
 }
