@@ -8,6 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use courier_tests::broker::run_bounded;
+use courier_tests::model::exec_held_per_session;
 use courier_tests::util::marker;
 use courier_tests::{broker_bin, Broker, CodexEnv, Hold, Reply, ScriptedModel};
 use serde_json::Value;
@@ -145,28 +146,13 @@ impl Drop for UserSetup {
     }
 }
 
-/// Each session's first request runs a command, held on that session's own hold (the n-th
-/// session, `holds[n]`); the request after it ends the turn.
-fn exec_then_done(holds: &[Hold]) -> impl FnMut(&courier_tests::model::Request) -> Reply + Send + 'static {
-    let holds = holds.to_vec();
-    let mut sessions = 0;
-    move |r| {
-        if r.function_calls().is_empty() {
-            sessions += 1;
-            Reply::exec("echo hello").held(&holds[(sessions - 1).min(holds.len() - 1)])
-        } else {
-            Reply::message("done")
-        }
-    }
-}
-
 /// `npm install -g @openai/codex` then `broker install` alone: install trusts the nested native
 /// binary behind the launcher and follows the command, doctor is green on Codex, and a real
 /// session through the user's own `codex` gets its message, confirmed, with nothing refused.
 #[test]
 fn npm_global_codex_delivers_after_install_alone() {
     let hold = Hold::new();
-    let model = ScriptedModel::start_with(exec_then_done(std::slice::from_ref(&hold)));
+    let model = ScriptedModel::start_with(exec_held_per_session("echo hello", std::slice::from_ref(&hold)));
     let newest = pinned()[0].0.clone();
     let user = UserSetup::new(&model, &newest);
     let native = user
@@ -191,7 +177,7 @@ fn npm_global_codex_delivers_after_install_alone() {
 #[test]
 fn codex_upgrade_in_place_keeps_delivering_with_nothing_to_do() {
     let (before, after) = (Hold::new(), Hold::new());
-    let model = ScriptedModel::start_with(exec_then_done(&[before.clone(), after.clone()]));
+    let model = ScriptedModel::start_with(exec_held_per_session("echo hello", &[before.clone(), after.clone()]));
     let versions = pinned();
     let (newest, oldest) = (versions[0].clone(), versions[versions.len() - 1].clone());
     assert_ne!(newest.0, oldest.0, "two supported versions are pinned");
@@ -291,7 +277,7 @@ fn pnpm_yarn_bun_and_standalone_codex_deliver_after_install_alone() {
     let (newest, digest) = pinned()[0].clone();
     for pm in ["pnpm", "bun", "yarn", "standalone"] {
         let hold = Hold::new();
-        let model = ScriptedModel::start_with(exec_then_done(std::slice::from_ref(&hold)));
+        let model = ScriptedModel::start_with(exec_held_per_session("echo hello", std::slice::from_ref(&hold)));
         let env = CodexEnv::new(&model);
         let command = install_with(pm, &tools, &env.root.clone(), &newest);
         let user = UserSetup::with_codex(env, command);

@@ -1,7 +1,7 @@
 //! Small file helpers for install and uninstall: atomic writes, restores, binaries copied in place.
 
 use super::journal::{journal, journal_file, Change};
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -91,11 +91,27 @@ pub(super) fn same_bytes(a: &Path, b: &Path) -> bool {
 }
 
 /// Copies `src` to `dst` (atomic rename) unless `dst` already has the same bytes. True if copied.
-pub(super) fn install_binary(src: &Path, dst: &Path) -> Result<bool> {
-    if same_file(src, dst) || same_bytes(src, dst) {
+/// With `want` (a packaged binary's SHA-256), the bytes read must have that digest, else nothing
+/// is copied: the check and the copy see the same bytes.
+pub(super) fn install_binary(src: &Path, dst: &Path, want: Option<&str>) -> Result<bool> {
+    if want.is_none() && (same_file(src, dst) || same_bytes(src, dst)) {
         return Ok(false);
     }
     let bytes = fs::read(src).with_context(|| format!("reading {}", src.display()))?;
+    if let Some(want) = want {
+        use sha2::{Digest, Sha256};
+        let got = courier_shared::auth::hex(&Sha256::digest(&bytes));
+        if got != want {
+            bail!(
+                "{} does not match its package's SHA256SUMS (sha256:{got}, listed sha256:{want}): a package upgrade still \
+                 running or a damaged package; install it again (`npm install -g` ...), then `broker install`",
+                src.display()
+            );
+        }
+        if fs::read(dst).is_ok_and(|d| d == bytes) {
+            return Ok(false);
+        }
+    }
     let tmp = dst.with_file_name(format!(".{}.courier-{}", dst.file_name().unwrap_or_default().to_string_lossy(), std::process::id()));
     let _ = fs::remove_file(&tmp);
     let mut f = fs::OpenOptions::new()

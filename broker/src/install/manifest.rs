@@ -81,6 +81,10 @@ pub struct Manifest {
     /// `install --bridge`: the `[bridge]` table and how the bridge starts.
     #[serde(default)]
     pub bridge: Option<BridgeSetup>,
+    /// The package directory (one with a `SHA256SUMS`) the binaries came from: `broker install`
+    /// run from the installed copy updates from it. `None` after an install from a build tree.
+    #[serde(default)]
+    pub package: Option<PathBuf>,
 }
 
 pub fn manifest_path(state_dir: &Path) -> PathBuf {

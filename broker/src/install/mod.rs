@@ -19,6 +19,8 @@
 //! - `manifest.rs`: what install added, read by uninstall and doctor;
 //! - `journal.rs` / `undo.rs`: what one run changed, and undoing it;
 //! - `files.rs`: atomic writes, restores and binaries, journaled;
+//! - `package.rs`: where the binaries come from (the broker's own directory, or the npm package
+//!   the install came from) and the `SHA256SUMS` a packaged binary must match;
 //! - `start.rs` (login start: systemd or the profile block), `systemd.rs` (units, `systemctl
 //!   --user`), `daemon.rs` (`serve --daemonize` and `--login`, stopping a running broker), `lifecycle.rs`
 //!   (`broker stop|start|restart` and the stop mark);
@@ -36,6 +38,7 @@ use {
     hooks::json_text,
     journal::{begin_journal, end_journal},
     manifest::{save_manifest, track_edit},
+    package::Source,
     start::{setup_profile, setup_systemd, teardown_start},
     undo::{commit, undo},
     uninstall::{purge_dir, state_files},
@@ -86,6 +89,7 @@ mod journal;
 mod lifecycle;
 mod manifest;
 mod mcp;
+mod package;
 mod start;
 mod systemd;
 #[cfg(test)]
@@ -242,7 +246,8 @@ fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Installed> {
     // 1. Binaries.
     let prefix = absolute(&opts.prefix)?;
     let codex_home = absolute(&opts.codex_home)?;
-    let (src_broker, src_client) = (opts.source_dir.join("broker"), opts.source_dir.join("hook-client"));
+    let source = Source::choose(&opts.source_dir, &prefix, m.package.as_deref())?;
+    let (src_broker, src_client) = (source.dir.join("broker"), source.dir.join("hook-client"));
     for p in [&src_broker, &src_client] {
         if !p.is_file() {
             bail!("{} not found: install runs from the directory holding both broker and hook-client", p.display());
@@ -256,8 +261,9 @@ fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Installed> {
         report.push(format!("note: previous install used {}; its binaries stay until you remove them", m.prefix.display()));
     }
     m.prefix = prefix.clone();
+    m.package = source.package();
     // `broker mcp` runs the courier-mcp beside the installed broker; optional (a build without it).
-    let src_mcp = opts.source_dir.join("courier-mcp");
+    let src_mcp = source.dir.join("courier-mcp");
     let with_mcp = opts.mcp && src_mcp.is_file();
     if opts.mcp && !with_mcp {
         report.push(format!("note: no courier-mcp beside {}; `broker mcp` is not installed", src_broker.display()));
@@ -266,11 +272,11 @@ fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Installed> {
     // The bridge: asked for now, or installed before (a re-install updates it too).
     if let Some(b) = &opts.bridge {
         b.check()?;
-        if !opts.source_dir.join(bridge::BRIDGE_BIN).is_file() {
+        if !source.dir.join(bridge::BRIDGE_BIN).is_file() {
             bail!("--bridge: no {} beside {} (build it with `cargo build -p courier-bridge`)", bridge::BRIDGE_BIN, src_broker.display());
         }
     }
-    let with_bridge = opts.bridge.is_some() || (m.bridge.is_some() && opts.source_dir.join(bridge::BRIDGE_BIN).is_file());
+    let with_bridge = opts.bridge.is_some() || (m.bridge.is_some() && source.dir.join(bridge::BRIDGE_BIN).is_file());
     if with_bridge {
         names.push(bridge::BRIDGE_BIN);
     }
@@ -287,10 +293,8 @@ fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Installed> {
     }
     let mut replaced = false;
     for name in names.iter().copied() {
-        let src = opts.source_dir.join(name);
-        let src = &src;
         let dst = prefix.join(name);
-        if install_binary(src, &dst)? {
+        if install_binary(&source.dir.join(name), &dst, source.digest_of(name)?)? {
             report.push(format!("installed {}", dst.display()));
             // A new courier-mcp needs no broker restart (Codex starts it per session).
             replaced |= name != "courier-mcp";

@@ -267,10 +267,18 @@ pub fn parent_of_subagent(r: &Request, task: &str, wait_ms: u64) -> Reply {
 /// [`exec_then_done`] with the tool call held on `hold`: Codex waits inside the turn, its first
 /// tool call not yet made, until the test releases it.
 pub fn exec_held_then_done(cmd: &str, hold: &Hold) -> impl FnMut(&Request) -> Reply + Send + 'static {
-    let (cmd, hold) = (cmd.to_string(), hold.clone());
+    exec_held_per_session(cmd, std::slice::from_ref(hold))
+}
+
+/// [`exec_held_then_done`] with a hold per session: the n-th session's first reply waits on
+/// `holds[n]` (the last hold serves every later session).
+pub fn exec_held_per_session(cmd: &str, holds: &[Hold]) -> impl FnMut(&Request) -> Reply + Send + 'static {
+    let (cmd, holds) = (cmd.to_string(), holds.to_vec());
+    let mut sessions = 0;
     move |r: &Request| {
         if r.function_calls().is_empty() {
-            Reply::exec(&cmd).held(&hold)
+            sessions += 1;
+            Reply::exec(&cmd).held(&holds[(sessions - 1).min(holds.len() - 1)])
         } else {
             Reply::message("done")
         }

@@ -1,0 +1,89 @@
+#!/usr/bin/env node
+// Courier's `broker` command from npm: runs the native broker of the platform package, resolved
+// the way @openai/codex resolves its own (an optional dependency per platform). `broker install`
+// then copies the native binaries to a stable prefix (~/.local/bin): the hook command Codex
+// trusts and the broker started at login never point into node_modules, so a package upgrade
+// cannot change or break them.
+"use strict";
+const { spawn } = require("child_process");
+const crypto = require("crypto");
+const fs = require("fs");
+const os = require("os");
+const path = require("path");
+
+const LAUNCHER = "@courier-codex/courier";
+const PLATFORMS = {
+  "linux x64": { pkg: "@courier-codex/courier-linux-x64", triple: "x86_64-unknown-linux-gnu" },
+};
+
+function fail(message) {
+  process.stderr.write(`broker: ${message}\n`);
+  process.exit(1);
+}
+
+function nativeDir() {
+  const platform = PLATFORMS[`${process.platform} ${process.arch}`];
+  if (!platform) {
+    fail(`no native Courier for ${process.platform} ${process.arch}; build it from source (docs/install.md)`);
+  }
+  let root;
+  try {
+    root = path.dirname(require.resolve(`${platform.pkg}/package.json`));
+  } catch {
+    fail(`missing the optional dependency ${platform.pkg}; reinstall: npm install -g ${LAUNCHER}@latest`);
+  }
+  return path.join(root, "vendor", platform.triple, "bin");
+}
+
+// Where `broker install` keeps its manifest (the broker's own rule, shared/src/paths.rs).
+function manifestPath() {
+  const env = (k) => (process.env[k] ? process.env[k] : null);
+  const state = env("COURIER_STATE_DIR") ||
+    (env("XDG_STATE_HOME") ? path.join(env("XDG_STATE_HOME"), "courier") : path.join(os.homedir(), ".local/state/courier"));
+  return path.join(state, "install-manifest.json");
+}
+
+function digest(file) {
+  return crypto.createHash("sha256").update(fs.readFileSync(file)).digest("hex");
+}
+
+// After a package upgrade the installed copies are the old ones until `broker install` runs again.
+function upgradeHint(dir) {
+  try {
+    const prefix = JSON.parse(fs.readFileSync(manifestPath(), "utf8")).prefix;
+    const stale = ["broker", "hook-client"].some((b) => {
+      const [ours, installed] = [path.join(dir, b), path.join(prefix, b)];
+      return fs.statSync(ours).size !== fs.statSync(installed).size || digest(ours) !== digest(installed);
+    });
+    if (stale) {
+      const version = require("../package.json").version;
+      process.stderr.write(
+        `broker: the Courier in ${prefix} is not this package's (${version}): run \`broker install\` to update it ` +
+          `(hooks stay trusted)\n`,
+      );
+    }
+  } catch {
+    // No install yet, or one this launcher cannot read: nothing to say.
+  }
+}
+
+const dir = nativeDir();
+const args = process.argv.slice(2);
+if (!["install", "uninstall"].includes(args[0])) {
+  upgradeHint(dir);
+}
+const child = spawn(path.join(dir, "broker"), args, { stdio: "inherit" });
+child.on("error", (err) => fail(`cannot run ${path.join(dir, "broker")}: ${err.message}`));
+for (const sig of ["SIGINT", "SIGTERM", "SIGHUP"]) {
+  process.on(sig, () => {
+    if (child.exitCode === null) child.kill(sig);
+  });
+}
+child.on("exit", (code, signal) => {
+  if (signal) {
+    process.removeAllListeners(signal); // die of the same signal, as the broker did
+    process.kill(process.pid, signal);
+  } else {
+    process.exit(code ?? 1);
+  }
+});

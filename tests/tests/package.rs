@@ -1,0 +1,268 @@
+//! Courier installed the way Codex is: `npm install -g` of the two packages install/package.sh
+//! makes (a launcher and the linux-x64 platform package), from local tarballs, into a fresh npm
+//! prefix, on a PATH with no cargo or rustc; then `broker install`, a real `codex exec`, and an
+//! in-place upgrade of the package. The packages hold this checkout's debug binaries (what the test
+//! run already built; a release build would add minutes on 2 cores): the packing, the npm layout
+//! and the install path are the ones a release goes through.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use courier_tests::broker::{run_bounded, target_bin_dir};
+use courier_tests::codex::ExecChild;
+use courier_tests::model::exec_held_per_session;
+use courier_tests::util::marker;
+use courier_tests::{CodexEnv, Hold, ScriptedModel};
+use serde_json::Value;
+
+mod install_rig;
+use install_rig::{statuses, text, Rig};
+
+const T: Duration = Duration::from_secs(60);
+const PLATFORM: &str = "@courier-codex/courier-linux-x64";
+/// What the test packs: the bridge is left out (its debug build alone is over 100 MB).
+const BINS: [&str; 3] = ["broker", "hook-client", "courier-mcp"];
+
+/// A user with node and npm but no Rust: a fresh npm prefix, a home, the pinned `codex` on PATH.
+struct NpmUser {
+    rig: Rig,
+    npm_prefix: PathBuf,
+    npm_cache: PathBuf,
+}
+
+impl NpmUser {
+    fn new(model: &ScriptedModel) -> NpmUser {
+        let rig = Rig::new(CodexEnv::new(model));
+        let (npm_prefix, npm_cache) = (rig.env.root.join("npm-global"), rig.env.root.join("npm-cache"));
+        NpmUser { rig, npm_prefix, npm_cache }
+    }
+
+    fn env(&self) -> &CodexEnv {
+        &self.rig.env
+    }
+
+    /// Where `broker install` puts the binaries by default.
+    fn local_bin(&self) -> PathBuf {
+        self.env().home.join(".local/bin")
+    }
+
+    /// The npm bin directory and the `codex` first, then the system's: no cargo, no rustc.
+    /// `installed_first`: `~/.local/bin` ahead of everything, as Debian's ~/.profile puts it.
+    fn path_var(&self, installed_first: bool) -> String {
+        let mut dirs = vec![self.npm_prefix.join("bin"), self.rig.path_dir.clone(), "/usr/bin".into(), "/bin".into()];
+        if installed_first {
+            dirs.insert(0, self.local_bin());
+        }
+        for d in &dirs {
+            for tool in ["cargo", "rustc", "rustup"] {
+                assert!(!d.join(tool).exists(), "{} is on the test's PATH", d.join(tool).display());
+            }
+        }
+        std::env::join_paths(dirs).unwrap().into_string().unwrap()
+    }
+
+    fn command(&self, program: impl AsRef<std::ffi::OsStr>, installed_first: bool) -> Command {
+        let mut c = self.env().command(program);
+        c.env("PATH", self.path_var(installed_first)).env("npm_config_cache", &self.npm_cache);
+        c
+    }
+
+    /// `broker ARGS`, found on PATH the way the user's shell finds it.
+    fn broker(&self, args: &[&str], installed_first: bool) -> Output {
+        let mut c = self.command("broker", installed_first);
+        c.args(args);
+        run_bounded(&mut c, Duration::from_secs(120))
+    }
+
+    fn broker_ok(&self, args: &[&str], installed_first: bool) -> String {
+        let out = self.broker(args, installed_first);
+        assert!(out.status.success(), "broker {args:?}: {}\n{}\n{}", out.status, text(&out.stdout), text(&out.stderr));
+        format!("{}{}", text(&out.stdout), text(&out.stderr))
+    }
+
+    /// `install/package.sh --bin-dir` of `bins` as `version`, on the Rust-less PATH. Returns the
+    /// npm tarballs, the platform package first.
+    fn pack(&self, bins: &Path, version: &str) -> Vec<PathBuf> {
+        let out_dir = self.env().root.join(format!("package-{version}"));
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../install/package.sh");
+        let mut c = self.command(&script, false);
+        c.arg("--bin-dir").arg(bins).arg("--version").arg(version).arg("--out").arg(&out_dir);
+        let out = run_bounded(&mut c, Duration::from_secs(300));
+        assert!(out.status.success(), "package.sh: {}\n{}", text(&out.stdout), text(&out.stderr));
+        let dist = out_dir.join(format!("courier-{version}-x86_64-unknown-linux-gnu"));
+        let sums = std::fs::read_to_string(dist.join("SHA256SUMS")).unwrap();
+        assert_eq!(sums.lines().count(), BINS.len(), "{sums}");
+        let tarball = out_dir.join(format!("courier-{version}-x86_64-unknown-linux-gnu.tar.gz"));
+        assert!(tarball.is_file(), "{} missing", tarball.display());
+        ["courier-codex-courier-linux-x64", "courier-codex-courier"]
+            .map(|p| out_dir.join("npm").join(format!("{p}-{version}.tgz")))
+            .into_iter()
+            .inspect(|t| assert!(t.is_file(), "{} missing: {}", t.display(), text(&out.stdout)))
+            .collect()
+    }
+
+    /// `npm install -g` of local tarballs into the prefix, offline (nothing comes from a registry).
+    fn npm_install(&self, tarballs: &[PathBuf]) {
+        let mut c = self.command("npm", false);
+        c.args(["install", "-g", "--offline", "--no-audit", "--no-fund", "--loglevel=error", "--prefix"])
+            .arg(&self.npm_prefix)
+            .args(tarballs);
+        let out = run_bounded(&mut c, Duration::from_secs(300));
+        assert!(out.status.success(), "npm install -g: {}\n{}", text(&out.stdout), text(&out.stderr));
+    }
+
+    /// The platform package's native binaries, as npm laid them out.
+    fn vendor_dir(&self) -> PathBuf {
+        self.npm_prefix.join("lib/node_modules").join(PLATFORM).join("vendor/x86_64-unknown-linux-gnu/bin")
+    }
+
+    /// A real `codex exec`: a `broker send --wait confirmed` (the `broker` on PATH) issued while
+    /// the model holds its first reply exits 0 once the model has the message; it reached the
+    /// model exactly once. Returns when the send returned.
+    fn deliver_one(&self, model: &ScriptedModel, hold: &Hold, label: &str, installed_first: bool) -> Instant {
+        let mut c = self.command(&self.env().codex, installed_first);
+        c.args(["exec", "--skip-git-repo-check", "please run a command"]);
+        let child = ExecChild::spawn(c);
+        let before = model.requests().len();
+        let first = model.wait_for_requests(before + 1, T).remove(before);
+        hold.wait_held(1, T);
+        let thread = first.thread_id().expect("thread id");
+        let msg = marker(label);
+        let mut send = self.command("broker", installed_first);
+        send.args(["send", "--thread", &thread, "--from", "package-test", "--wait", "confirmed", "--timeout", "60s", &msg]);
+        let mut send = send.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        // The id comes first, once the message is queued: release the held reply only then, so
+        // it rides the next hook of this turn.
+        let mut id = String::new();
+        BufReader::new(send.stdout.as_mut().unwrap()).read_line(&mut id).unwrap();
+        assert!(id.trim().starts_with("m_"), "send printed {id:?} first");
+        hold.release();
+        let out = send.wait_with_output().unwrap();
+        let sent = Instant::now();
+        child.wait(T).assert_success();
+        assert!(out.status.success(), "send --wait confirmed: {}\n{}\n{}", out.status, text(&out.stdout), text(&out.stderr));
+        let state = &self.inspect(installed_first)["messages"];
+        let entry = state.as_array().and_then(|a| a.iter().find(|m| m["id"] == id.trim())).cloned().unwrap_or_default();
+        assert_eq!(entry["state"], "confirmed", "{state:#}");
+        let counts: Vec<usize> = model.requests_for_thread(&thread).iter().map(|r| r.items_containing(&msg)).collect();
+        assert_eq!(counts.iter().sum::<usize>(), 1, "delivered exactly once: {counts:?}\n{}", model.dump());
+        sent
+    }
+
+    fn inspect(&self, installed_first: bool) -> Value {
+        serde_json::from_str(self.broker_ok(&["inspect", "--json"], installed_first).trim()).unwrap_or(Value::Null)
+    }
+}
+
+/// This checkout's binaries copied to `dir` without their debug info (as the release profile
+/// builds them; packing the debug info took minutes); with `trailer`, each gets bytes appended
+/// (an ELF runs unchanged with them), so an "upgrade" really changes every file.
+fn stage_bins(dir: &Path, trailer: Option<&[u8]>) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    for b in BINS {
+        let stripped = dir.join(b);
+        let out = run_bounded(Command::new("objcopy").arg("--strip-debug").arg(target_bin_dir().join(b)).arg(&stripped), T);
+        assert!(out.status.success(), "objcopy --strip-debug {b}: {}", text(&out.stderr));
+        let mut bytes = std::fs::read(&stripped).unwrap();
+        if let Some(t) = trailer {
+            bytes.extend_from_slice(t);
+        }
+        std::fs::write(dir.join(b), bytes).unwrap();
+        courier_tests::codex::set_mode(&dir.join(b), 0o755);
+    }
+    dir.to_path_buf()
+}
+
+fn size_mb(p: &Path) -> f64 {
+    std::fs::metadata(p).unwrap().len() as f64 / 1e6
+}
+
+fn pid_exe(pid: u32) -> PathBuf {
+    std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default()
+}
+
+/// npm install -g of the packed tarballs into a fresh prefix (no cargo or rustc on PATH), then
+/// `broker install`: the hook-client Codex trusts and the broker started at login are native
+/// copies in ~/.local/bin, not node_modules; a real `codex exec` gets a `send --wait confirmed`
+/// message once, confirmed. Then the package is upgraded in place (every binary's bytes change):
+/// the launcher says what to run, `broker install` from the installed copy (first on a login
+/// PATH) takes the new binaries from the package, every hook stays trusted with hooks.json and
+/// config.toml untouched, and the next session delivers again.
+#[test]
+fn npm_package_installs_delivers_and_upgrades_in_place() {
+    let (hold, hold_after) = (Hold::new(), Hold::new());
+    let model = ScriptedModel::start_with(exec_held_per_session("echo hello", &[hold.clone(), hold_after.clone()]));
+    let user = NpmUser::new(&model);
+    let root = user.env().root.clone();
+    let v1 = user.pack(&stage_bins(&root.join("bins-v1"), None), "0.1.0");
+    let v2 = user.pack(&stage_bins(&root.join("bins-v2"), Some(b"\0courier upgrade\n")), "0.1.1");
+
+    // Install from nothing: npm, then `broker install` through the launcher npm put on PATH.
+    let start = Instant::now();
+    user.npm_install(&v1);
+    let launcher = user.npm_prefix.join("bin/broker");
+    assert!(std::fs::read_to_string(&launcher).unwrap().starts_with("#!/usr/bin/env node"), "npm links the node launcher");
+    let out = user.broker_ok(&["install", "--start", "profile"], false);
+    let client = user.local_bin().join("hook-client");
+    assert!(out.contains(&format!("installed {}", client.display())), "{out}");
+    let manifest: Value = serde_json::from_slice(&std::fs::read(user.env().state_dir.join("install-manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["package"].as_str().map(PathBuf::from), Some(user.vendor_dir()), "{manifest:#}");
+    let command = broker_lib::install::hook_command(&client);
+    let trusted = |env: &CodexEnv| statuses(env).into_values().filter(|(c, s)| *c == command && s == "trusted").count();
+    assert_eq!(trusted(user.env()), 6, "{:#?}", statuses(user.env()));
+    let pid = user.rig.wait_running();
+    assert_eq!(pid_exe(pid), user.local_bin().join("broker"), "the broker started is the installed native copy");
+    let first = user.deliver_one(&model, &hold, "NPM_FIRST", false);
+    let to_first_delivery = first - start;
+
+    // Upgrade in place. The launcher notices the installed copies are not the package's.
+    let files = [user.env().hooks_json_path(), user.env().config_toml_path()];
+    let before = user.rig.snapshot(&files);
+    user.npm_install(&v2);
+    let hint = user.broker(&["--version"], false);
+    assert!(text(&hint.stderr).contains("run `broker install` to update it"), "{}", text(&hint.stderr));
+    // The login PATH finds the installed copy first: its `broker install` updates from the package.
+    let out = user.broker_ok(&["install", "--start", "profile"], true);
+    assert!(out.contains(&format!("installed {}", client.display())), "{out}");
+    for b in BINS {
+        let (ours, packaged) = (std::fs::read(user.local_bin().join(b)).unwrap(), std::fs::read(user.vendor_dir().join(b)).unwrap());
+        assert!(ours == packaged && ours.ends_with(b"courier upgrade\n"), "{b} is not the upgraded package's");
+    }
+    assert_eq!(user.rig.snapshot(&files), before, "the upgrade changed hooks.json or config.toml:\n{out}");
+    assert_eq!(trusted(user.env()), 6, "{:#?}", statuses(user.env()));
+    let hint = user.broker(&["--version"], false);
+    assert!(!text(&hint.stderr).contains("broker install"), "{}", text(&hint.stderr));
+    let pid = user.rig.wait_running();
+    assert_eq!(pid_exe(pid), user.local_bin().join("broker"));
+    user.deliver_one(&model, &hold_after, "NPM_UPGRADED", true);
+
+    let [platform, launcher_tgz] = [&v1[0], &v1[1]];
+    println!(
+        "package sizes (debug binaries): platform {:.1} MB, launcher {:.3} MB; npm install to first delivery {:.1} s",
+        size_mb(platform),
+        size_mb(launcher_tgz),
+        to_first_delivery.as_secs_f64()
+    );
+}
+
+/// A package whose binary does not match its SHA256SUMS (an upgrade half done, a damaged
+/// download) is refused whole: nothing of it is installed and the error says what to run.
+#[test]
+fn a_packaged_binary_that_does_not_match_its_sums_is_not_installed() {
+    let model = ScriptedModel::start_with(|_| courier_tests::Reply::message("done"));
+    let user = NpmUser::new(&model);
+    let root = user.env().root.clone();
+    user.npm_install(&user.pack(&stage_bins(&root.join("bins"), None), "0.1.0"));
+    let client = user.vendor_dir().join("hook-client");
+    let mut bytes = std::fs::read(&client).unwrap();
+    bytes.extend_from_slice(b"\0not what the package listed\n");
+    std::fs::write(&client, bytes).unwrap();
+    let out = user.broker(&["install", "--start", "none"], false);
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{}\n{err}", text(&out.stdout));
+    assert!(err.contains("does not match its package's SHA256SUMS") && err.contains("npm install -g"), "{err}");
+    assert!(!user.local_bin().join("hook-client").exists() && !user.local_bin().join("broker").exists(), "{err}");
+    assert!(!user.env().hooks_json_path().exists(), "{err}");
+}
