@@ -13,7 +13,10 @@ pub mod broker;
 pub mod codex;
 pub mod hooks;
 pub mod model;
+pub mod rng;
 pub mod rollout;
+pub mod serve;
+pub mod standin;
 pub mod tmux;
 pub mod util;
 
@@ -22,3 +25,5 @@ pub use codex::{codex_bin, CodexEnv, ExecChild, ExecOutput};
 pub use hooks::{hook_trust_hash, snake_event, Hook};
 pub use model::{Hold, Reply, Request, ScriptedModel};
 pub use rollout::Rollout;
+pub use serve::Serve;
+pub use standin::{HookCall, Standin, Stepped};
