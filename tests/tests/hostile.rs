@@ -343,10 +343,10 @@ fn stalled_clients_after_the_lease_do_not_hold_workers() {
         |i: usize| json!({"tool_name": "Bash", "tool_input": {"command": "true"}, "tool_response": "", "tool_use_id": format!("call_{i}")});
 
     let t0 = Instant::now();
-    for i in 0..STALLED {
+    for (i, thread) in threads[..STALLED].iter().enumerate() {
         // Stalled before its ack, its stderr to `stall-<i>.err`.
         let err = out_dir.join(format!("stall-{i}.err"));
-        codex.hook_start(&threads[i], "PostToolUse", turn, post(i), &[("COURIER_HOOK_TEST_STALL", "before_ack")], Some(&err));
+        codex.hook_start(thread, "PostToolUse", turn, post(i), &[("COURIER_HOOK_TEST_STALL", "before_ack")], Some(&err));
     }
     // Stalled clients print their lease and park before the ack. Once 16 do (as many as the
     // broker has workers), the honest call comes.
