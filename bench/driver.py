@@ -3,7 +3,7 @@
 
 Starts a real `broker serve` (release build) in a private root, a stand-in Codex (a copy of python3
 trusted by digest, holding rollouts O_APPEND and thread-writer flocks: the one stand-in script,
-broker/src/standin/codex_standin.py, in its `commands` mode) and
+broker/src/codex/standin/codex_standin.py, in its `commands` mode) and
 times real `hook-client` processes spawned by that stand-in, interleaved with `/bin/true` spawned the
 same way. Every figure is a ratio against a reference measured in the same run, interleaved
 (A, B, B, A, ...), because the machine is shared and noisy.
@@ -23,7 +23,7 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 # The stand-in Codex script the gate tests and the end-to-end kit run too.
-STANDIN = os.path.join(REPO, "broker/src/standin/codex_standin.py")
+STANDIN = os.path.join(REPO, "broker/src/codex/standin/codex_standin.py")
 
 # The PostToolUse payload Codex 0.171.0 wrote to a hook's stdin (codex-reference/payloads/
 # r04-context.jsonl, line 4); session_id, turn_id and transcript_path are replaced per thread.

@@ -245,7 +245,7 @@ pub async fn threads(conn: &Conn, host: &str, all: bool, limit: Option<u64>, jso
         anyhow::bail!("host {host}: {}", v["message"].as_str().unwrap_or("the bridge could not list threads"));
     }
     let text = if json_out {
-        broker::inspect::terminal_safe_json(&serde_json::to_string_pretty(&json!({"host": host, "threads": v["threads"]}))?) + "\n"
+        broker::terminal::terminal_safe_json(&serde_json::to_string_pretty(&json!({"host": host, "threads": v["threads"]}))?) + "\n"
     } else {
         let list: Vec<broker::producer::threads::ThreadInfo> =
             serde_json::from_value(v["threads"].clone()).context("the thread list does not parse")?;

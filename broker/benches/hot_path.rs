@@ -4,7 +4,7 @@
 //! in the same run, interleaved block by block, which a dozen lines do; criterion would add ~40
 //! crates to build on a shared 2-core machine). Prints ns/op (median over blocks) and ratios.
 //!
-//! - `Gate::verify` against the stand-in Codex (`broker::standin`: a copy of python3 with unique
+//! - `Gate::verify` against the stand-in Codex (`broker::codex::standin`: a copy of python3 with unique
 //!   bytes appended, trusted by digest, holding the rollout O_APPEND and the thread-writer flock) whose child (the real
 //!   python3, registered as the installed client) is connected to a socket: 1 thread vs 100 threads
 //!   held, 1 MB vs 1 GB rollout.
@@ -13,9 +13,9 @@
 //!
 //! Env: `COURIER_BENCH_BIG_MB` (size of the big rollout, default 1024), `COURIER_BENCH_ROUNDS`.
 
+use broker::codex::rollout::{RolloutIdentity, RolloutTracker};
+use broker::codex::standin::{self, Standin};
 use broker::gate::{self, Gate, GateConfig, HookRequest, Peer};
-use broker::rollout::{RolloutIdentity, RolloutTracker};
-use broker::standin::{self, Standin};
 use broker::store::{Channel, HandOff, Store};
 use courier_shared::auth;
 use courier_shared::hook::HookEvent;

@@ -18,9 +18,34 @@ pub struct Opt {
     pub help: &'static str,
 }
 
+/// Every subcommand: the closed set `main.rs` dispatches on (a match with no fallback arm, so a
+/// command declared here and not dispatched does not compile).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cmd {
+    Serve,
+    Stop,
+    Start,
+    Restart,
+    Send,
+    Status,
+    Show,
+    Wait,
+    Mcp,
+    Threads,
+    Effort,
+    Inspect,
+    Cancel,
+    TrustCodex,
+    Install,
+    Uninstall,
+    SocketPath,
+    Doctor,
+}
+
 /// One subcommand.
 #[derive(Debug)]
 pub struct Command {
+    pub id: Cmd,
     pub name: &'static str,
     /// Positional arguments as shown in the usage line (`"<TEXT | ->"`), empty for none.
     pub args: &'static str,
@@ -49,6 +74,7 @@ pub const DURATION_HELP: &str =
 
 pub const COMMANDS: &[Command] = &[
     Command {
+        id: Cmd::Serve,
         name: "serve",
         args: "",
         positionals: (0, 0),
@@ -66,6 +92,7 @@ pub const COMMANDS: &[Command] = &[
         ],
     },
     Command {
+        id: Cmd::Stop,
         name: "stop",
         args: "",
         positionals: (0, 0),
@@ -74,6 +101,7 @@ pub const COMMANDS: &[Command] = &[
         opts: &[],
     },
     Command {
+        id: Cmd::Start,
         name: "start",
         args: "",
         positionals: (0, 0),
@@ -82,6 +110,7 @@ pub const COMMANDS: &[Command] = &[
         opts: &[],
     },
     Command {
+        id: Cmd::Restart,
         name: "restart",
         args: "",
         positionals: (0, 0),
@@ -90,6 +119,7 @@ pub const COMMANDS: &[Command] = &[
         opts: &[],
     },
     Command {
+        id: Cmd::Send,
         name: "send",
         args: "<TEXT | ->",
         positionals: (1, 1),
@@ -110,6 +140,7 @@ pub const COMMANDS: &[Command] = &[
         ],
     },
     Command {
+        id: Cmd::Status,
         name: "status",
         args: "<MESSAGE-ID>",
         positionals: (1, 1),
@@ -118,6 +149,7 @@ pub const COMMANDS: &[Command] = &[
         opts: &[flag("json", "print the message record (docs/producers.md)")],
     },
     Command {
+        id: Cmd::Show,
         name: "show",
         args: "<MESSAGE-ID>",
         positionals: (1, 1),
@@ -126,6 +158,7 @@ pub const COMMANDS: &[Command] = &[
         opts: &[flag("json", "print {\"id\",\"thread\",\"state\",\"from\",\"text\"} instead")],
     },
     Command {
+        id: Cmd::Wait,
         name: "wait",
         args: "<MESSAGE-ID>...",
         positionals: (1, 256),
@@ -138,6 +171,7 @@ pub const COMMANDS: &[Command] = &[
         ],
     },
     Command {
+        id: Cmd::Mcp,
         name: "mcp",
         args: "",
         positionals: (0, 0),
@@ -146,6 +180,7 @@ pub const COMMANDS: &[Command] = &[
         opts: &[],
     },
     Command {
+        id: Cmd::Threads,
         name: "threads",
         args: "",
         positionals: (0, 0),
@@ -158,6 +193,7 @@ pub const COMMANDS: &[Command] = &[
         ],
     },
     Command {
+        id: Cmd::Effort,
         name: "effort",
         args: "<none|minimal|low|medium|high|xhigh>",
         positionals: (1, 1),
@@ -170,6 +206,7 @@ pub const COMMANDS: &[Command] = &[
         ],
     },
     Command {
+        id: Cmd::Inspect,
         name: "inspect",
         args: "",
         positionals: (0, 0),
@@ -187,6 +224,7 @@ pub const COMMANDS: &[Command] = &[
         ],
     },
     Command {
+        id: Cmd::Cancel,
         name: "cancel",
         args: "<MESSAGE-ID>",
         positionals: (1, 1),
@@ -195,6 +233,7 @@ pub const COMMANDS: &[Command] = &[
         opts: &[],
     },
     Command {
+        id: Cmd::TrustCodex,
         name: "trust-codex",
         args: "[PATH]",
         positionals: (0, 1),
@@ -203,6 +242,7 @@ pub const COMMANDS: &[Command] = &[
         opts: &[],
     },
     Command {
+        id: Cmd::Install,
         name: "install",
         args: "",
         positionals: (0, 0),
@@ -225,6 +265,7 @@ pub const COMMANDS: &[Command] = &[
         ],
     },
     Command {
+        id: Cmd::Uninstall,
         name: "uninstall",
         args: "",
         positionals: (0, 0),
@@ -233,6 +274,7 @@ pub const COMMANDS: &[Command] = &[
         opts: &[flag("purge", "also remove the state directory (queue, log, lock) and the runtime directory's secret, socket and lock")],
     },
     Command {
+        id: Cmd::SocketPath,
         name: "socket-path",
         args: "",
         positionals: (0, 0),
@@ -241,6 +283,7 @@ pub const COMMANDS: &[Command] = &[
         opts: &[],
     },
     Command {
+        id: Cmd::Doctor,
         name: "doctor",
         args: "",
         positionals: (0, 0),

@@ -6,7 +6,7 @@ use anyhow::Result;
 use courier_shared::wire::StatusReply;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::{json, Value};
-use std::borrow::Cow;
+
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 use std::path::Path;
@@ -16,49 +16,7 @@ use std::path::Path;
 const TABLE_STATES: [State; 10] = State::ALL;
 const ALWAYS_SHOWN: usize = 7;
 
-/// A character a terminal may act on rather than show: C0 and C1 controls and DEL (ESC starts
-/// every escape sequence, OSC 52 writes the clipboard), and the invisible format characters
-/// that reorder or hide text (bidirectional overrides, zero-width marks).
-fn unsafe_for_terminal(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
-}
-
-/// `s` with every character a terminal could act on written as `\u{1b}`: labels, payload
-/// fields and refusal details are anyone's text.
-pub fn escape(s: &str) -> Cow<'_, str> {
-    if !s.chars().any(unsafe_for_terminal) {
-        return Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        if unsafe_for_terminal(c) {
-            let _ = write!(out, "\\u{{{:x}}}", c as u32);
-        } else {
-            out.push(c);
-        }
-    }
-    Cow::Owned(out)
-}
-
-/// A message's text for the terminal: as [`escape`], but its line breaks and tabs kept.
-pub fn escape_text(s: &str) -> String {
-    s.split('\n').map(|line| line.split('\t').map(escape).collect::<Vec<_>>().join("\t")).collect::<Vec<_>>().join("\n")
-}
-
-/// JSON text made safe for a terminal too: serde_json escapes C0 controls but writes DEL, C1
-/// controls and format characters raw; those are only ever inside strings, so `\uXXXX` keeps
-/// the document equal.
-pub fn terminal_safe_json(json: &str) -> String {
-    let mut out = String::with_capacity(json.len());
-    for c in json.chars() {
-        if unsafe_for_terminal(c) && c as u32 >= 0x20 {
-            let _ = write!(out, "\\u{:04x}", c as u32);
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
+use crate::terminal::escape;
 
 const REFUSALS_SHOWN: i64 = 50;
 const ALARMS_SHOWN: i64 = 200;
@@ -186,8 +144,25 @@ impl Report {
         out
     }
 
+    /// The report as `broker inspect` prints it: the broker's line, the per-thread counts, the
+    /// messages, then alarms and recent refusals when there are any.
     pub fn render_table(&self) -> String {
         let mut out = String::new();
+        self.write_broker_line(&mut out);
+        out.push('\n');
+        if self.messages.is_empty() {
+            out.push_str("no messages\n");
+        } else {
+            self.write_thread_counts(&mut out);
+            out.push('\n');
+            self.write_messages(&mut out);
+        }
+        self.write_alarms(&mut out);
+        self.write_refusals(&mut out);
+        out
+    }
+
+    fn write_broker_line(&self, out: &mut String) {
         match &self.status {
             Some(s) => {
                 let _ = writeln!(
@@ -202,94 +177,104 @@ impl Report {
             }
             None => out.push_str("broker: NOT RUNNING (messages stay queued; start it with `broker serve`)\n"),
         }
-        out.push('\n');
-        if self.messages.is_empty() {
-            out.push_str("no messages\n");
-        } else {
-            // Every row is counted: the message states, then the effort states seen.
-            let per_thread = self.per_thread();
-            let seen: std::collections::BTreeSet<State> = self.messages.iter().map(|m| m.state).collect();
-            let states: Vec<&str> =
-                TABLE_STATES.iter().enumerate().filter(|(i, s)| *i < ALWAYS_SHOWN || seen.contains(s)).map(|(_, s)| s.as_str()).collect();
-            let _ = writeln!(out, "{:<36}  {}", "THREAD", states.iter().map(|s| format!("{:>9}", escape(s))).collect::<Vec<_>>().join(" "));
-            for (thread, counts) in per_thread {
-                let cols: Vec<String> = states.iter().map(|s| format!("{:>9}", counts.get(*s).copied().unwrap_or(0))).collect();
-                let _ = writeln!(out, "{:<36}  {}", escape(&thread), cols.join(" "));
-            }
-            out.push('\n');
+    }
+
+    /// Every row is counted: the message states, then the effort states seen.
+    fn write_thread_counts(&self, out: &mut String) {
+        let seen: std::collections::BTreeSet<State> = self.messages.iter().map(|m| m.state).collect();
+        let states: Vec<&str> =
+            TABLE_STATES.iter().enumerate().filter(|(i, s)| *i < ALWAYS_SHOWN || seen.contains(s)).map(|(_, s)| s.as_str()).collect();
+        let _ = writeln!(out, "{:<36}  {}", "THREAD", states.iter().map(|s| format!("{:>9}", escape(s))).collect::<Vec<_>>().join(" "));
+        for (thread, counts) in self.per_thread() {
+            let cols: Vec<String> = states.iter().map(|s| format!("{:>9}", counts.get(*s).copied().unwrap_or(0))).collect();
+            let _ = writeln!(out, "{:<36}  {}", escape(&thread), cols.join(" "));
+        }
+    }
+
+    fn write_messages(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "{:<18} {:<13} {:<10} {:>6}  {:<FROM_WIDTH$} {:<12} {:<30} REASON",
+            "MESSAGE", "THREAD", "STATE", "AGE", "FROM", "ORIGIN", "TAKEN BY (EVENT TURN)"
+        );
+        for m in &self.messages {
+            let taken = match (&m.event, &m.turn_id) {
+                (Some(e), Some(t)) => format!("{} {}", e, escape(&short(t))),
+                (Some(e), None) => e.to_string(),
+                _ => "-".into(),
+            };
+            let kind = match m.kind {
+                Kind::Message => String::new(),
+                Kind::Effort => {
+                    let scope = self.effort.get(&m.id).and_then(|d| d.0.clone()).unwrap_or_else(|| "turn".into());
+                    format!(" [effort {} {}]", escape(&m.body), escape(&scope))
+                }
+            };
             let _ = writeln!(
                 out,
-                "{:<18} {:<13} {:<10} {:>6}  {:<FROM_WIDTH$} {:<12} {:<30} REASON",
-                "MESSAGE", "THREAD", "STATE", "AGE", "FROM", "ORIGIN", "TAKEN BY (EVENT TURN)"
+                "{:<18} {:<13} {:<10} {:>6}  {:<FROM_WIDTH$} {:<12} {:<30} {}{}",
+                escape(&m.id),
+                escape(&short(&m.thread)),
+                escape(m.state.as_str()),
+                age(self.now - m.created_at),
+                from_cell(m.from.as_deref().unwrap_or("-")),
+                escape(&origin_of(&self.bridged, &m.id)),
+                taken,
+                reason_cell(m),
+                kind
             );
-            for m in &self.messages {
-                let taken = match (&m.event, &m.turn_id) {
-                    (Some(e), Some(t)) => format!("{} {}", e, escape(&short(t))),
-                    (Some(e), None) => e.to_string(),
-                    _ => "-".into(),
-                };
-                let kind = match m.kind {
-                    Kind::Message => String::new(),
-                    Kind::Effort => {
-                        let scope = self.effort.get(&m.id).and_then(|d| d.0.clone()).unwrap_or_else(|| "turn".into());
-                        format!(" [effort {} {}]", escape(&m.body), escape(&scope))
-                    }
-                };
-                let _ = writeln!(
-                    out,
-                    "{:<18} {:<13} {:<10} {:>6}  {:<FROM_WIDTH$} {:<12} {:<30} {}{}",
-                    escape(&m.id),
-                    escape(&short(&m.thread)),
-                    escape(m.state.as_str()),
-                    age(self.now - m.created_at),
-                    from_cell(m.from.as_deref().unwrap_or("-")),
-                    escape(&origin_of(&self.bridged, &m.id)),
-                    taken,
-                    {
-                        let mut reason = escape(m.reason.as_deref().unwrap_or("")).into_owned();
-                        // A stored sender the broker would not show (delivery/seal.rs): the model read "unverified".
-                        if let Some(check) = m.sender_check.filter(|c| c.refused()) {
-                            reason = format!("SENDER NOT SHOWN ({}) {reason}", check.as_str());
-                        }
-                        if m.alarms.is_empty() {
-                            reason
-                        } else {
-                            format!("ALARM {} {reason}", escape(&m.alarms.join(",")))
-                        }
-                    },
-                    kind
-                );
-            }
         }
-        if !self.alarms.is_empty() {
-            let _ = writeln!(out, "\nALARMS (newest first): two hook calls followed one Codex action; one was not Codex's");
-            for a in &self.alarms {
-                let _ = writeln!(
-                    out,
-                    "  {:>6} ago  {:<12} {:<13} {:<18} {}",
-                    age(self.now - a.at),
-                    escape(&a.kind),
-                    escape(&short(&a.thread)),
-                    escape(a.message.as_deref().unwrap_or("-")),
-                    escape(&a.detail)
-                );
-            }
+    }
+
+    fn write_alarms(&self, out: &mut String) {
+        if self.alarms.is_empty() {
+            return;
         }
-        if !self.refusals.is_empty() {
-            let _ = writeln!(out, "\nrecent refusals (newest first):");
-            for r in &self.refusals {
-                let _ = writeln!(
-                    out,
-                    "  {:>6} ago  {:<22} {:<13} {:<16} {}",
-                    age(self.now - r.at),
-                    escape(&r.reason),
-                    escape(&r.thread.as_deref().map(short).unwrap_or("-".into())),
-                    escape(r.event.as_deref().unwrap_or("-")),
-                    escape(&r.detail)
-                );
-            }
+        let _ = writeln!(out, "\nALARMS (newest first): two hook calls followed one Codex action; one was not Codex's");
+        for a in &self.alarms {
+            let _ = writeln!(
+                out,
+                "  {:>6} ago  {:<12} {:<13} {:<18} {}",
+                age(self.now - a.at),
+                escape(&a.kind),
+                escape(&short(&a.thread)),
+                escape(a.message.as_deref().unwrap_or("-")),
+                escape(&a.detail)
+            );
         }
-        out
+    }
+
+    fn write_refusals(&self, out: &mut String) {
+        if self.refusals.is_empty() {
+            return;
+        }
+        let _ = writeln!(out, "\nrecent refusals (newest first):");
+        for r in &self.refusals {
+            let _ = writeln!(
+                out,
+                "  {:>6} ago  {:<22} {:<13} {:<16} {}",
+                age(self.now - r.at),
+                escape(&r.reason),
+                escape(&r.thread.as_deref().map(short).unwrap_or("-".into())),
+                escape(r.event.as_deref().unwrap_or("-")),
+                escape(&r.detail)
+            );
+        }
+    }
+}
+
+/// A message's REASON cell: its reason, after what a person must notice first (a sender the
+/// broker would not show, an alarm).
+fn reason_cell(m: &Message) -> String {
+    let mut reason = escape(m.reason.as_deref().unwrap_or("")).into_owned();
+    // A stored sender the broker would not show (envelope/seal.rs): the model read "unverified".
+    if let Some(check) = m.sender_check.filter(|c| c.refused()) {
+        reason = format!("SENDER NOT SHOWN ({}) {reason}", check.as_str());
+    }
+    if m.alarms.is_empty() {
+        reason
+    } else {
+        format!("ALARM {} {reason}", escape(&m.alarms.join(",")))
     }
 }
 
@@ -355,6 +340,7 @@ pub fn date_time(ms: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::terminal::{terminal_safe_json, unsafe_for_terminal};
 
     /// A verified sender (`thread:<uuid>`) or a long label keeps the columns after FROM aligned.
     #[test]

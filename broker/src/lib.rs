@@ -2,7 +2,6 @@
 //! messages queued for it, exactly once; plus the CLI (`send`, `inspect`, ...) that drives it.
 //! ARCHITECTURE.md at the repository root maps these modules to the path of one hook request.
 
-pub mod appserver;
 pub mod cli;
 pub mod client;
 pub mod codex;
@@ -11,20 +10,18 @@ pub mod delivery;
 pub mod dirs;
 pub mod doctor;
 pub mod effort;
+pub mod envelope;
+pub mod exe;
 pub mod failpoint;
 pub mod gate;
 pub mod inspect;
 pub mod install;
-pub mod label;
 pub mod logging;
 pub mod os;
 pub mod producer;
 pub mod refusal;
-pub mod rollout;
 pub mod server;
-/// Test fixtures (the stand-in Codex), for the lib's tests and `--features standin` users only.
-#[cfg(any(test, feature = "standin"))]
-pub mod standin;
 pub mod store;
+pub mod terminal;
 pub mod tickets;
 pub mod wake;

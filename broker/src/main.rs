@@ -2,9 +2,9 @@
 //! and show its state. See README.md and docs/ for usage and ARCHITECTURE.md for the code map.
 
 use anyhow::{Context, Result};
-use broker::cli::{self, Args, Parsed, UsageError};
+use broker::cli::{self, Args, Cmd, Parsed, UsageError};
 use broker::store::Store;
-use broker::{client, codex, config, delivery, dirs, doctor, effort, inspect, install, logging, server};
+use broker::{client, codex, config, delivery, dirs, doctor, effort, inspect, install, logging, server, terminal};
 use courier_shared::paths;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -84,30 +84,29 @@ fn run() -> Result<ExitCode> {
         }
         Parsed::Args(a) => a,
     };
-    match name.as_str() {
-        "serve" => serve(args),
-        "send" => broker::producer::cli::send(args),
-        "status" => broker::producer::cli::status(args),
-        "show" => broker::producer::cli::show(args),
-        "stop" => lifecycle(install::Lifecycle::Stop),
-        "start" => lifecycle(install::Lifecycle::Start),
-        "restart" => lifecycle(install::Lifecycle::Restart),
-        "wait" => broker::producer::cli::wait(args),
-        "threads" => broker::producer::cli::threads(args),
-        "mcp" => broker::producer::cli::mcp(args),
-        "effort" => effort(args),
-        "inspect" => inspect_cmd(args),
-        "cancel" => cancel(args),
-        "trust-codex" => trust_codex(args),
-        "install" => install_cmd(args),
-        "uninstall" => uninstall_cmd(args),
-        "doctor" => doctor_cmd(args),
-        "socket-path" => {
+    match command.id {
+        Cmd::Serve => serve(args),
+        Cmd::Send => broker::producer::cli::send(args),
+        Cmd::Status => broker::producer::cli::status(args),
+        Cmd::Show => broker::producer::cli::show(args),
+        Cmd::Stop => lifecycle(install::Lifecycle::Stop),
+        Cmd::Start => lifecycle(install::Lifecycle::Start),
+        Cmd::Restart => lifecycle(install::Lifecycle::Restart),
+        Cmd::Wait => broker::producer::cli::wait(args),
+        Cmd::Threads => broker::producer::cli::threads(args),
+        Cmd::Mcp => broker::producer::cli::mcp(args),
+        Cmd::Effort => effort(args),
+        Cmd::Inspect => inspect_cmd(args),
+        Cmd::Cancel => cancel(args),
+        Cmd::TrustCodex => trust_codex(args),
+        Cmd::Install => install_cmd(args),
+        Cmd::Uninstall => uninstall_cmd(args),
+        Cmd::Doctor => doctor_cmd(args),
+        Cmd::SocketPath => {
             // The one rule for where it is (shared/src/paths.rs), for producers in any language.
             println!("{}", paths::socket_path(&paths::runtime_dir()).display());
             Ok(ExitCode::SUCCESS)
         }
-        other => unreachable!("command {other} is declared in cli::COMMANDS but not dispatched"),
     }
 }
 
@@ -253,19 +252,23 @@ fn require_thread(thread: Option<String>) -> Result<String> {
 
 fn effort(args: Args) -> Result<ExitCode> {
     let thread = require_thread(args.value("thread")?)?;
-    let scope = args.value("scope")?.unwrap_or_else(|| "turn".into());
+    let scope = args
+        .value("scope")?
+        .map(|s| config::EffortScope::parse(&s).map_err(|e| UsageError(format!("broker effort: --{e}"))))
+        .transpose()?;
+    let scope = scope.unwrap_or_default();
     let json = args.flag("json");
     let level = args.positional(0)?;
     let level = level.context("an effort level is required (none, minimal, low, medium, high or xhigh)")?;
-    let cfg = effort::config::EffortConfig::load(&paths::config_path())?;
+    let cfg = config::EffortConfig::load(&paths::config_path())?;
     let from = std::env::var("USER").unwrap_or_else(|_| "cli".into());
     let mut store = open_store()?;
-    let (id, superseded) = effort::enqueue(&mut store, &cfg, &thread, &level, &scope, &from)?;
+    let (id, superseded) = effort::enqueue(&mut store, &cfg, &thread, &level, scope, &from)?;
     for old in &superseded {
         eprintln!("broker: {old} superseded (cancelled)");
     }
     if json {
-        println!("{}", serde_json::json!({"id": id, "thread": thread, "effort": level, "scope": scope, "superseded": superseded}));
+        println!("{}", serde_json::json!({"id": id, "thread": thread, "effort": level, "scope": scope.as_str(), "superseded": superseded}));
     } else {
         println!("{id}");
     }
@@ -291,8 +294,8 @@ fn inspect_cmd(args: Args) -> Result<ExitCode> {
         if last_shown.as_ref() != Some(&fingerprint) {
             let text = match (json, follow) {
                 // --follow --json: one compact object per line, for tools.
-                (true, true) => inspect::terminal_safe_json(&serde_json::to_string(&report.to_json())?) + "\n",
-                (true, false) => inspect::terminal_safe_json(&serde_json::to_string_pretty(&report.to_json())?) + "\n",
+                (true, true) => terminal::terminal_safe_json(&serde_json::to_string(&report.to_json())?) + "\n",
+                (true, false) => terminal::terminal_safe_json(&serde_json::to_string_pretty(&report.to_json())?) + "\n",
                 // A terminal gets a redrawn screen; a pipe gets each changed snapshot, stamped.
                 (false, true) if tty => format!("\x1b[H\x1b[2J{}", report.render_table()),
                 (false, true) => format!("--- {}\n{}", inspect::clock(report.now), report.render_table()),

@@ -1,6 +1,6 @@
 //! JSON-RPC clients for `codex app-server`: over stdio ([`AppServer`], one JSON object per line)
 //! and over its `--listen unix://` socket ([`WsAppServer`], the broker's own WebSocket client,
-//! `broker::appserver::WsClient`). The JSON-RPC bookkeeping (ids, responses, notifications kept in
+//! `broker::codex::appserver::WsClient`). The JSON-RPC bookkeeping (ids, responses, notifications kept in
 //! order) is written once, in [`Rpc`]; server-to-client requests are refused so nothing blocks.
 //! Every wait is bounded.
 
@@ -12,7 +12,7 @@ use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use broker_lib::appserver::WsClient;
+use broker_lib::codex::appserver::WsClient;
 use serde_json::{json, Value};
 
 /// One way of carrying JSON-RPC messages to and from an app-server.

@@ -493,12 +493,12 @@ fn sixty_messages_stay_within_codex_hook_budget_and_all_confirm() {
     let last = reqs.last().unwrap();
     let carriers: Vec<String> = last.developer_messages().into_iter().filter(|d| d.contains("<courier-message")).collect();
     for d in &carriers {
-        assert!(d.len() <= broker_lib::delivery::MAX_OUTPUT_BYTES, "a hook output of {} bytes", d.len());
+        assert!(d.len() <= broker_lib::envelope::MAX_OUTPUT_BYTES, "a hook output of {} bytes", d.len());
         assert!(!d.contains("truncated"), "Codex cut a hook output: {d}");
     }
     assert!(carriers.len() >= 2, "60 messages need several hooks: {} outputs", carriers.len());
     for (id, body) in &sent {
-        let whole = broker_lib::delivery::wrap_message(id, "e2e", body);
+        let whole = broker_lib::envelope::wrap_message(id, "e2e", body);
         let holding: Vec<&String> = carriers.iter().filter(|d| d.contains(&whole)).collect();
         assert_eq!(holding.len(), 1, "{id} whole in exactly one hook output:\n{}", model.dump());
         let m = broker.wait_state(id, "confirmed", Duration::from_secs(10));

@@ -19,7 +19,7 @@ use install_rig::Rig;
 const T: Duration = Duration::from_secs(60);
 
 /// The limit install writes, and the largest output Courier renders.
-use broker_lib::delivery::{MAX_OUTPUT_BYTES, STOP_OUTPUT_BYTES};
+use broker_lib::envelope::{MAX_OUTPUT_BYTES, STOP_OUTPUT_BYTES};
 use broker_lib::install::HOOK_CONTEXT_LIMIT;
 
 /// A text of exactly `n` bytes, distinct along its length (a cut anywhere shows).
@@ -185,7 +185,7 @@ fn deliver_mid_turn(body: &str) -> (ScriptedModel, String, String, Took) {
 fn sixty_kib_message_mid_turn_reaches_the_model_whole_once() {
     let body = big_body(&marker("BIG"), 60 * 1024);
     let (model, id, thread, big_took) = deliver_mid_turn(&body);
-    let whole = broker_lib::delivery::wrap_message(&id, "size", &body);
+    let whole = broker_lib::envelope::wrap_message(&id, "size", &body);
     assert!(whole.len() > 60 * 1024);
     let reqs = model.requests();
     assert_eq!(reqs.len(), 2, "{}", model.dump());
@@ -239,7 +239,7 @@ fn large_message_skips_stop_and_is_woken_whole() {
     client.wait_turn_completed(&turn, T);
     let m = broker.wait_state(&id, "confirmed", Duration::from_secs(20));
     assert_eq!(str_field(&m, "event"), "wake", "not by Stop: {m}");
-    let whole = broker_lib::delivery::wrap_message(&id, "size", &body);
+    let whole = broker_lib::envelope::wrap_message(&id, "size", &body);
     // `confirmed` reads the woken turn's user message in the rollout, which Codex writes before
     // it sends the request: wait for the request itself.
     model.wait_for(T, "the woken turn's request", |r| !r.user_messages_containing(&whole).is_empty());
@@ -338,7 +338,7 @@ fn install_upgrade_keeps_every_hook_trusted_and_lets_large_messages_through() {
     hold.release();
     child.wait(T).assert_success();
     cli.wait_state(&id, "confirmed", Duration::from_secs(15));
-    let whole = broker_lib::delivery::wrap_message(&id, "size", &body);
+    let whole = broker_lib::envelope::wrap_message(&id, "size", &body);
     assert_eq!(model.requests()[1].developer_messages_containing(&id), vec![whole]);
     assert!(!spilled(&thread));
 }
@@ -414,8 +414,8 @@ fn session_started_before_the_upgrade_never_gets_a_message_it_would_cut() {
     for id in [&big, &small] {
         broker.wait_state(id, "confirmed", Duration::from_secs(15));
     }
-    let whole = broker_lib::delivery::wrap_message(&big, "size", &body);
-    let both = format!("{whole}\n{}", broker_lib::delivery::wrap_message(&small, "size", "small one"));
+    let whole = broker_lib::envelope::wrap_message(&big, "size", &body);
+    let both = format!("{whole}\n{}", broker_lib::envelope::wrap_message(&small, "size", "small one"));
     assert!(model.requests().iter().any(|r| r.developer_messages_containing(&big) == vec![both.clone()]), "{}", model.dump());
     assert!(!spilled(&thread));
 }

@@ -1,110 +1,38 @@
-//! Which Codex binaries Courier trusts, and how it finds them.
+//! The Codex wing: everything Courier knows about Codex as a host agent, behind the few names
+//! re-exported here. The gate, delivery, confirmation, wake, install and doctor use this wing; only
+//! it knows Codex's rollout format, its app-server protocol, its binaries and their layouts.
 //!
+//! - `trust.rs`: which binaries are trusted (hashing, the supported version range);
 //! - `resolve.rs`: the native binary behind the `codex` a user runs (every npm/pnpm/yarn/bun
 //!   layout, a standalone binary, managed-daemon copies);
 //! - `follow.rs`: the broker's thread that watches those places and trusts the new binary when the
 //!   user's own `codex` is upgraded;
 //! - `native.rs`: what a native file is (its version, whether it is whole), read without running
 //!   it: the broker never executes a candidate binary;
-//! - here: hashing a file, the supported version range, and the record of a trusted binary.
+//! - `rollout/`: reading a thread's rollout (its identity, open turn, actions, hook output);
+//! - `appserver/`: the app-server as a client (endpoints, the WebSocket client) for wake and
+//!   effort;
+//! - `standin.rs`: a stand-in Codex for tests (feature `standin`).
 //!
-//! Trusted digests live in the queue database, so a running broker sees a new one at its next hook
-//! call, without a restart. The gate hashes nothing itself (`gate/digest.rs`).
+//! Still outside the wing (see ARCHITECTURE.md, "Adding a host"): the hook payload types and
+//! per-event rules (`courier_shared::hook`, linked into hook-client), the full-line rollout
+//! classifier the confirmation scan uses (`courier_shared::rollout`), the gate's Codex-specific
+//! steps (`gate/binding.rs`, `gate/holder.rs`, `gate/turn.rs`, `gate/ticket.rs`), and what install
+//! writes into Codex's config (`install/hooks.rs`, `config_toml.rs`, `mcp.rs`).
 
+pub mod appserver;
 pub mod follow;
 pub mod native;
 pub mod resolve;
-
-use anyhow::{Context, Result};
-use std::fs::File;
-use std::path::Path;
+pub mod rollout;
+/// Test fixtures (the stand-in Codex), for the lib's tests and `--features standin` users only.
+#[cfg(any(test, feature = "standin"))]
+pub mod standin;
+mod trust;
 
 pub use crate::store::{TrustHow, TrustedCodex};
+
+/// Environment variables Codex sets only for commands the model runs (never for its hooks).
+pub const TOOL_COMMAND_MARKERS: [&str; 4] = ["CODEX_TOOL_CALL_ID", "CODEX_THREAD_ID", "CODEX_SESSION_ID", "CODEX_CI"];
 pub use resolve::{discover, resolve, Discovery, Layout, Resolved};
-
-pub fn sha256_file(path: &Path) -> Result<String> {
-    let mut file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    Ok(crate::gate::digest::hash_reader(&mut file)?)
-}
-
-/// Hashes `path` and records the file's identity with its digest in `store`, so a broker never
-/// hashes this file again (`codex_files`). The identity is taken before and after: a file that
-/// changed while hashed is an error.
-pub fn hash_and_note(store: &mut crate::store::Store, path: &Path) -> Result<String> {
-    use crate::gate::digest::ExeKey;
-    let mut file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let before = ExeKey::of(&file)?;
-    let digest = crate::gate::digest::hash_reader(&mut file)?;
-    if ExeKey::of(&file)? != before {
-        anyhow::bail!("{} changed while it was hashed", path.display());
-    }
-    store.note_codex_file(&before, &digest)?;
-    Ok(digest)
-}
-
-/// The oldest and newest Codex releases Courier's end-to-end tests run on (install/codex.sha256).
-pub const OLDEST_SUPPORTED: (u32, u32, u32) = (0, 160, 0);
-pub const NEWEST_SUPPORTED: (u32, u32, u32) = (0, 171, 0);
-
-pub fn supported_range() -> String {
-    let f = |v: (u32, u32, u32)| format!("{}.{}.{}", v.0, v.1, v.2);
-    format!("{}-{}", f(OLDEST_SUPPORTED), f(NEWEST_SUPPORTED))
-}
-
-/// `0.171.0` from `codex-cli 0.171.0` (or a bare version); pre-release suffixes are ignored.
-pub fn parse_version(text: &str) -> Option<(u32, u32, u32)> {
-    let word = text.split_whitespace().last()?;
-    let core = word.split(['-', '+']).next()?;
-    let mut it = core.split('.').map(|p| p.parse::<u32>().ok());
-    let v = (it.next()??, it.next()??, it.next()??);
-    it.next().is_none().then_some(v)
-}
-
-/// Where a version stands against the tested range.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Support {
-    Tested,
-    Older,
-    Newer,
-}
-
-pub fn support(v: (u32, u32, u32)) -> Support {
-    if v < OLDEST_SUPPORTED {
-        Support::Older
-    } else if v > NEWEST_SUPPORTED {
-        Support::Newer
-    } else {
-        Support::Tested
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn versions_parse_and_compare_against_the_tested_range() {
-        assert_eq!(parse_version("codex-cli 0.171.0"), Some((0, 171, 0)));
-        assert_eq!(parse_version("0.172.0-alpha.3"), Some((0, 172, 0)));
-        assert_eq!(parse_version("codex-cli"), None);
-        assert_eq!(parse_version("1.2"), None);
-        assert_eq!(support((0, 160, 0)), Support::Tested);
-        assert_eq!(support((0, 165, 2)), Support::Tested);
-        assert_eq!(support((0, 159, 9)), Support::Older);
-        assert_eq!(support((0, 172, 0)), Support::Newer);
-    }
-
-    #[test]
-    fn the_range_is_the_one_the_tests_pin() {
-        // install/codex.sha256 lists the versions the e2e tests fetch: its newest and oldest
-        // lines must be the range doctor reports.
-        let sums = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../install/codex.sha256")).unwrap();
-        let versions: Vec<(u32, u32, u32)> = sums
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-            .filter_map(|l| parse_version(l.split_whitespace().nth(1)?))
-            .collect();
-        assert_eq!(versions.iter().max(), Some(&NEWEST_SUPPORTED));
-        assert_eq!(versions.iter().min(), Some(&OLDEST_SUPPORTED));
-    }
-}
+pub use trust::{hash_and_note, parse_version, sha256_file, support, supported_range, Support, NEWEST_SUPPORTED, OLDEST_SUPPORTED};

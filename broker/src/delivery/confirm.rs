@@ -3,9 +3,9 @@
 //! where the last scan stopped) for the message's marker in a hook-injected message: found ->
 //! `confirmed`; its turn closed without it -> `uncertain` (never silently re-offered).
 
+use crate::codex::rollout::lines::{WholeLines, CHUNK as SCAN_CHUNK};
 use crate::delivery::render::wrap;
 use crate::os::ProcessKey;
-use crate::rollout::lines::{WholeLines, CHUNK as SCAN_CHUNK};
 use crate::store::{Channel, Message, State, Store};
 use crate::wake::WakeReason;
 use anyhow::Result;

@@ -6,23 +6,20 @@
 //!
 //! Confirmation (`confirm.rs`): [`reconcile`] scans each handed message's rollout forward from
 //! where it was handed for the message's marker: `confirmed`, or `uncertain` when its turn closed
-//! without it. Rendering (`render.rs`) and one message's wrapper with the output budget (`wrapper.rs`) are shared with the
-//! store (which checks the budget at `send` and at lease) and the wake channel.
+//! without it. Rendering (`render.rs`) builds the hook output from the wrappers of
+//! `crate::envelope`.
 
 mod confirm;
 mod render;
-pub mod seal;
-pub mod wrapper;
 
 pub use confirm::{reconcile, set_scan_budget, settle_line, SERVE_SCAN_BUDGET};
 pub use render::{receipt, render, sender_check, wrap};
-pub use wrapper::{output_budget, verified_thread, wrapped_len, MAX_OUTPUT_BYTES, STOP_OUTPUT_BYTES};
 
 use crate::config::Receipts;
+use crate::envelope::output_budget;
 use crate::gate::Verified;
 use crate::store::{Channel, Store};
 use anyhow::Result;
-pub use courier_shared::hook::wrap_message;
 /// How long a client has to print a lease and ack it before it returns to `pending`.
 pub const LEASE_MS: i64 = 3_000;
 /// Stop blocks Courier causes per turn at most: Codex itself has no loop guard.

@@ -2,9 +2,9 @@
 //! the wrapped messages put into the event's hook output (`additionalContext`, or a Stop block
 //! reason), with a one-line receipt for the person at the screen (`systemMessage`).
 
-use super::seal::SenderCheck;
-use super::wrapper::{shown_label, verified_thread, wrapped};
 use crate::config::Receipts;
+use crate::envelope::seal::SenderCheck;
+use crate::envelope::{shown_label, verified_thread, wrapped};
 use crate::store::Message;
 use courier_shared::hook::{delivery_output, HookEvent};
 
@@ -45,11 +45,11 @@ pub fn receipt(messages: &[Message]) -> String {
             senders.push(from);
         }
     }
-    let mut from: Vec<String> = senders.iter().take(RECEIPT_SENDERS).map(|s| crate::inspect::escape(s).into_owned()).collect();
+    let mut from: Vec<String> = senders.iter().take(RECEIPT_SENDERS).map(|s| crate::terminal::escape(s).into_owned()).collect();
     if senders.len() > RECEIPT_SENDERS {
         from.push(format!("{} more", senders.len() - RECEIPT_SENDERS));
     }
-    let mut ids: Vec<String> = messages.iter().take(RECEIPT_IDS).map(|m| crate::inspect::escape(&m.id).into_owned()).collect();
+    let mut ids: Vec<String> = messages.iter().take(RECEIPT_IDS).map(|m| crate::terminal::escape(&m.id).into_owned()).collect();
     if messages.len() > RECEIPT_IDS {
         ids.push(format!("+{}", messages.len() - RECEIPT_IDS));
     }

@@ -1,5 +1,6 @@
 use super::confirm::{holds_whole, scan_rollout, scan_rollout_within};
 use super::*;
+use crate::envelope::{seal, MAX_OUTPUT_BYTES, STOP_OUTPUT_BYTES};
 use crate::store::{Kind, Message, State};
 use courier_shared::hook::HookEvent;
 use courier_shared::rollout::marker_ids;

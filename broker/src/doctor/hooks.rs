@@ -78,7 +78,7 @@ pub fn codex_hooks_list(codex: &Path, cwd: &Path, timeout: Duration) -> Result<V
 fn runs_trusted_codex(codex: &Path, state_dir: &Path) -> Result<(), String> {
     let native = crate::codex::resolve(codex).map_err(|e| format!("{e:#}"))?.native;
     let store = crate::store::Store::open(state_dir).map_err(|e| format!("{e:#}"))?;
-    let key = crate::gate::digest::ExeKey::of_path(&native).map_err(|e| format!("{}: {e}", native.display()))?;
+    let key = crate::exe::ExeKey::of_path(&native).map_err(|e| format!("{}: {e}", native.display()))?;
     let digest = match store.codex_file_digest(&key).ok().flatten() {
         Some(d) => d,
         None if key.size <= crate::gate::digest::MAX_HASH_BYTES => crate::codex::sha256_file(&native).map_err(|e| format!("{e:#}"))?,

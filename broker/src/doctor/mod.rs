@@ -60,8 +60,49 @@ pub fn run(opts: &Options) -> Vec<Check> {
     let codex_home = paths::codex_home();
     let mut checks = Vec::new();
 
-    // Config file.
-    let cfg = match config::load() {
+    let cfg = check_config(&mut checks);
+    check_dirs_and_secret(&runtime_dir, &state_dir, &mut checks);
+
+    let manifest = install::load_manifest(&state_dir).ok().flatten();
+    let exe = std::env::current_exe().ok();
+    let expected_client = manifest
+        .as_ref()
+        .map(|m| m.prefix.join("hook-client"))
+        .or_else(|| exe.as_ref().and_then(|e| e.parent()).map(|d| d.join("hook-client")));
+    let expected_command =
+        manifest.as_ref().map(|m| m.hook_command.clone()).or_else(|| expected_client.as_deref().map(install::hook_command));
+
+    let stopped = install::stopped_on_purpose(&state_dir);
+    checks.extend(check_broker(&runtime_dir, &state_dir, manifest.as_ref(), stopped, expected_client.as_deref(), &cfg));
+
+    // Hooks registered and trusted, as Codex sees them.
+    let codex = opts.codex.clone().or_else(|| codex::resolve::codex_on_path(std::env::var_os("PATH").as_deref()));
+    match &expected_command {
+        Some(cmd) => checks.extend(check_hooks(codex.as_deref(), &codex_home, &state_dir, &opts.cwd, cmd)),
+        None => checks.push(Check::fail("cannot tell which hook-client should be registered", "run `broker install`")),
+    }
+
+    // Codex binaries trusted, and their version.
+    checks.extend(check_codex(codex.as_deref(), &codex_home, &state_dir));
+
+    checks.push(start::check_start(manifest.as_ref(), stopped));
+
+    // Recent refusals, and alarms (tickets.rs).
+    if let Some(c) = check_refusals(&state_dir) {
+        checks.push(c);
+    }
+    if let Some(b) = &cfg.bridge {
+        checks.push(check_bridge(b));
+    }
+    if let Some(c) = check_alarms(&state_dir) {
+        checks.push(c);
+    }
+    checks
+}
+
+/// The config file: read, or the defaults when it is wrong (reported; `serve` refuses it).
+fn check_config(checks: &mut Vec<Check>) -> config::Config {
+    match config::load() {
         Ok(l) => {
             let name = l
                 .path
@@ -88,10 +129,12 @@ pub fn run(opts: &Options) -> Vec<Check> {
             ));
             config::Config::default()
         }
-    };
+    }
+}
 
-    // Directories and the secret.
-    for (name, dir) in [("runtime directory", &runtime_dir), ("state directory", &state_dir)] {
+/// The runtime and state directories are private, and so is the per-login secret.
+fn check_dirs_and_secret(runtime_dir: &Path, state_dir: &Path, checks: &mut Vec<Check>) {
+    for (name, dir) in [("runtime directory", runtime_dir), ("state directory", state_dir)] {
         checks.push(match std::fs::symlink_metadata(dir) {
             Err(_) => Check::warn(
                 format!("{name} {} does not exist yet", dir.display()),
@@ -103,7 +146,7 @@ pub fn run(opts: &Options) -> Vec<Check> {
             },
         });
     }
-    let secret = paths::secret_path(&runtime_dir);
+    let secret = paths::secret_path(runtime_dir);
     if let Ok(meta) = std::fs::symlink_metadata(&secret) {
         if meta.uid() != paths::uid() || meta.mode() & 0o077 != 0 || !meta.is_file() {
             checks.push(Check::fail(
@@ -112,61 +155,34 @@ pub fn run(opts: &Options) -> Vec<Check> {
             ));
         }
     }
+}
 
-    let manifest = install::load_manifest(&state_dir).ok().flatten();
-    let exe = std::env::current_exe().ok();
-    let expected_client = manifest
-        .as_ref()
-        .map(|m| m.prefix.join("hook-client"))
-        .or_else(|| exe.as_ref().and_then(|e| e.parent()).map(|d| d.join("hook-client")));
-    let expected_command =
-        manifest.as_ref().map(|m| m.hook_command.clone()).or_else(|| expected_client.as_deref().map(install::hook_command));
-
-    // Broker reachable, and accepting the hook-client the hooks run.
-    let stopped = install::stopped_on_purpose(&state_dir);
-    let status = client::query_status(&runtime_dir);
-    match &status {
-        Some(st) => {
-            let pid = st.pid;
-            checks.push(Check::ok(format!(
-                "broker answers on {} (pid {pid}, version {}, up {} s)",
-                paths::socket_path(&runtime_dir).display(),
-                st.version,
-                st.uptime_ms / 1000
-            )));
-            if let Some(client) = &expected_client {
-                checks.push(check_broker_accepts(pid as i32, client, &cfg.hook_clients));
-            }
-        }
-        None => checks.push(match stopped {
+/// The broker answers (or is stopped on purpose); when it answers, whether it accepts the
+/// hook-client the hooks run.
+fn check_broker(
+    runtime_dir: &Path,
+    state_dir: &Path,
+    manifest: Option<&install::Manifest>,
+    stopped: Option<i64>,
+    expected_client: Option<&Path>,
+    cfg: &config::Config,
+) -> Vec<Check> {
+    let Some(st) = client::query_status(runtime_dir) else {
+        return vec![match stopped {
             // Not a fault: the user asked for it. Messages stay queued meanwhile.
             Some(at) => Check::warn(format!("the broker is {} (messages stay queued)", install::describe_stop(at)), None),
-            None => not_answering(&runtime_dir, manifest.as_ref(), &state_dir),
-        }),
-    }
-
-    // Hooks registered and trusted, as Codex sees them.
-    let codex = opts.codex.clone().or_else(|| codex::resolve::codex_on_path(std::env::var_os("PATH").as_deref()));
-    match &expected_command {
-        Some(cmd) => checks.extend(check_hooks(codex.as_deref(), &codex_home, &state_dir, &opts.cwd, cmd)),
-        None => checks.push(Check::fail("cannot tell which hook-client should be registered", "run `broker install`")),
-    }
-
-    // Codex binaries trusted, and their version.
-    checks.extend(check_codex(codex.as_deref(), &codex_home, &state_dir));
-
-    // Start at login.
-    checks.push(start::check_start(manifest.as_ref(), stopped));
-
-    // Recent refusals, and alarms (tickets.rs).
-    if let Some(c) = check_refusals(&state_dir) {
-        checks.push(c);
-    }
-    if let Some(b) = &cfg.bridge {
-        checks.push(check_bridge(b));
-    }
-    if let Some(c) = check_alarms(&state_dir) {
-        checks.push(c);
+            None => not_answering(runtime_dir, manifest, state_dir),
+        }];
+    };
+    let pid = st.pid;
+    let mut checks = vec![Check::ok(format!(
+        "broker answers on {} (pid {pid}, version {}, up {} s)",
+        paths::socket_path(runtime_dir).display(),
+        st.version,
+        st.uptime_ms / 1000
+    ))];
+    if let Some(client) = expected_client {
+        checks.push(check_broker_accepts(pid as i32, client, &cfg.hook_clients));
     }
     checks
 }
@@ -388,7 +404,7 @@ pub fn render(checks: &[Check]) -> String {
             Status::Fail => "FAIL",
         };
         // Paths, config keys and refusal codes come from files anyone may have written.
-        let esc = crate::inspect::escape;
+        let esc = crate::terminal::escape;
         s.push_str(&format!("{tag} {}\n", esc(&c.title)));
         for d in &c.detail {
             s.push_str(&format!("       {}\n", esc(d)));

@@ -10,16 +10,15 @@
 //! past the client's deadline. Outcomes: `applied`; `failed` (target unavailable, JSON-RPC error);
 //! `uncertain` (no answer in time, or the broker stopped mid-exchange): never sent again.
 
-pub mod config;
 pub mod policy;
 
-use crate::appserver::{self, endpoint, Endpoint};
+use crate::codex::appserver::{self, endpoint, Endpoint};
+use crate::codex::rollout::lines::WholeLines;
 use crate::config::ConfigCache;
+use crate::config::{EffortConfig, EffortScope};
 use crate::gate::Verified;
-use crate::rollout::lines::WholeLines;
 use crate::store::{State, Store};
 use anyhow::Result;
-use config::EffortConfig;
 use courier_shared::hook::HookEvent;
 use serde_json::{json, Value};
 use std::ops::ControlFlow;
@@ -90,8 +89,9 @@ impl Service {
         self.store.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Called for every verified hook. Cheap when the thread has no effort work.
-    pub fn on_hook(self: &Arc<Self>, v: &Verified, raw_payload: &str) -> Pending {
+    /// Called for every verified hook; `pending`: whether the thread has effort changes queued
+    /// (the hook's one read of the queue, `Store::thread_work`). Cheap when it has no effort work.
+    pub fn on_hook(self: &Arc<Self>, v: &Verified, raw_payload: &str, pending: bool) -> Pending {
         let cfg = self.config.get();
         let tool = match (v.event, &v.payload.tool_name) {
             (HookEvent::PostToolUse, Some(t)) if cfg.policy.enabled && cfg.policy.rules.iter().any(|r| &r.tool == t) => {
@@ -99,7 +99,6 @@ impl Service {
             }
             _ => None,
         };
-        let pending = self.store().effort_has_pending(&v.thread_id).unwrap_or(false);
         if tool.is_none() && !pending {
             return Pending(None);
         }
@@ -168,7 +167,7 @@ impl Service {
             "effort {} {} (scope {}) for thread {} at {}: {outcome:?} in {} ms",
             claim.id,
             claim.level,
-            claim.scope,
+            claim.scope.as_str(),
             job.thread,
             job.event.as_str(),
             started.elapsed().as_millis()
@@ -183,7 +182,11 @@ impl Service {
         if !settled {
             crate::log_warn!("effort {} was settled by someone else (outcome {outcome:?})", claim.id);
         }
-        Ok((settled && outcome == Outcome::Applied && claim.scope == "thread").then_some((claim.id, claim.level, job.rollout_len)))
+        Ok((settled && outcome == Outcome::Applied && claim.scope == EffortScope::Thread).then_some((
+            claim.id,
+            claim.level,
+            job.rollout_len,
+        )))
     }
 
     /// Watches the rollout (bounded) for `thread_settings_applied` carrying `level`.
@@ -261,7 +264,7 @@ fn apply(endpoints: &[Endpoint], job: &Job, claim: &crate::store::Claim, deadlin
     if deadline.saturating_duration_since(Instant::now()) < MIN_SEND_BUDGET {
         return Outcome::NotSent("deadline_before_send".into());
     }
-    let (method, params) = if claim.scope == "thread" {
+    let (method, params) = if claim.scope == EffortScope::Thread {
         ("thread/settings/update", json!({"threadId": job.thread, "effort": claim.level}))
     } else {
         ("turn/settings/update", json!({"threadId": job.thread, "turnId": job.turn_id, "effort": claim.level}))
@@ -271,12 +274,12 @@ fn apply(endpoints: &[Endpoint], job: &Job, claim: &crate::store::Claim, deadlin
     match answer {
         Err(e) if e.timed_out => Outcome::Uncertain("no_answer_before_deadline".into()),
         Err(e) => Outcome::Uncertain(format!("connection_lost_after_send: {e}")),
-        Ok(r) => judge(&claim.scope, &r),
+        Ok(r) => judge(claim.scope, &r),
     }
 }
 
 /// Reads an update's response.
-pub fn judge(scope: &str, response: &Value) -> Outcome {
+pub fn judge(scope: EffortScope, response: &Value) -> Outcome {
     if let Some(e) = response.get("error") {
         let code = e.get("code").and_then(Value::as_i64).unwrap_or(0);
         let msg = e.get("message").and_then(Value::as_str).unwrap_or("");
@@ -285,7 +288,7 @@ pub fn judge(scope: &str, response: &Value) -> Outcome {
     let Some(result) = response.get("result") else {
         return Outcome::Uncertain("malformed_response".into());
     };
-    if scope == "thread" {
+    if scope == EffortScope::Thread {
         return if result.is_object() { Outcome::Applied } else { Outcome::Uncertain("malformed_response".into()) };
     }
     match result.get("status").and_then(Value::as_str) {
@@ -297,11 +300,15 @@ pub fn judge(scope: &str, response: &Value) -> Outcome {
 }
 
 /// `broker effort`: checks the level against the allowlist and queues it.
-pub fn enqueue(store: &mut Store, cfg: &EffortConfig, thread: &str, level: &str, scope: &str, from: &str) -> Result<(String, Vec<String>)> {
+pub fn enqueue(
+    store: &mut Store,
+    cfg: &EffortConfig,
+    thread: &str,
+    level: &str,
+    scope: EffortScope,
+    from: &str,
+) -> Result<(String, Vec<String>)> {
     cfg.check_level(level)?;
-    if !config::SCOPES.contains(&scope) {
-        anyhow::bail!("--scope {scope:?} is not turn or thread");
-    }
     store.effort_enqueue(thread, level, scope, from)
 }
 
@@ -312,13 +319,13 @@ mod tests {
     #[test]
     fn responses_are_judged_by_scope() {
         let applied = json!({"id": 3, "result": {"status": "applied"}});
-        assert_eq!(judge("turn", &applied), Outcome::Applied);
+        assert_eq!(judge(EffortScope::Turn, &applied), Outcome::Applied);
         let gone = json!({"id": 3, "result": {"status": "targetUnavailable"}});
-        assert_eq!(judge("turn", &gone), Outcome::Failed("target_unavailable".into()));
+        assert_eq!(judge(EffortScope::Turn, &gone), Outcome::Failed("target_unavailable".into()));
         let err = json!({"id": 3, "error": {"code": -32600, "message": "no"}});
-        assert!(matches!(judge("turn", &err), Outcome::Failed(r) if r.contains("-32600")));
-        assert_eq!(judge("thread", &json!({"id": 3, "result": {}})), Outcome::Applied);
-        assert!(matches!(judge("turn", &json!({"id": 3, "result": {}})), Outcome::Uncertain(_)));
+        assert!(matches!(judge(EffortScope::Turn, &err), Outcome::Failed(r) if r.contains("-32600")));
+        assert_eq!(judge(EffortScope::Thread, &json!({"id": 3, "result": {}})), Outcome::Applied);
+        assert!(matches!(judge(EffortScope::Turn, &json!({"id": 3, "result": {}})), Outcome::Uncertain(_)));
     }
 
     #[test]
@@ -394,7 +401,8 @@ mod exchange_tests {
             }
             let head = String::from_utf8(head).unwrap();
             let key = head.lines().find_map(|l| l.strip_prefix("Sec-WebSocket-Key: ")).unwrap().trim().to_string();
-            let accept = crate::appserver::ws::base64(&Sha1::digest(format!("{key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11").as_bytes()));
+            let accept =
+                crate::codex::appserver::ws::base64(&Sha1::digest(format!("{key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11").as_bytes()));
             write!(
                 s,
                 "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
@@ -422,8 +430,8 @@ mod exchange_tests {
         })
     }
 
-    fn run_once(name: &str, scope: &str, mode: Mode, deadline_ms: u64) -> (Value, Vec<String>, Arc<Service>, PathBuf) {
-        let _one = crate::appserver::LISTENER_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+    fn run_once(name: &str, scope: EffortScope, mode: Mode, deadline_ms: u64) -> (Value, Vec<String>, Arc<Service>, PathBuf) {
+        let _one = crate::codex::appserver::LISTENER_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         let dir = std::env::temp_dir().join(format!("courier-exchange-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -457,7 +465,7 @@ mod exchange_tests {
 
     #[test]
     fn applied_answer_is_recorded() {
-        let (row, methods, _s, dir) = run_once("applied", "turn", Mode::Answer(r#"{"result":{"status":"applied"}}"#), 2000);
+        let (row, methods, _s, dir) = run_once("applied", EffortScope::Turn, Mode::Answer(r#"{"result":{"status":"applied"}}"#), 2000);
         assert_eq!(row["state"], "applied");
         assert_eq!(methods, ["initialize", "initialized", "turn/settings/update"]);
         std::fs::remove_dir_all(dir).unwrap();
@@ -465,11 +473,13 @@ mod exchange_tests {
 
     #[test]
     fn target_unavailable_and_rpc_errors_fail_once() {
-        let (row, methods, _s, dir) = run_once("gone", "turn", Mode::Answer(r#"{"result":{"status":"targetUnavailable"}}"#), 2000);
+        let (row, methods, _s, dir) =
+            run_once("gone", EffortScope::Turn, Mode::Answer(r#"{"result":{"status":"targetUnavailable"}}"#), 2000);
         assert_eq!((row["state"].as_str(), row["reason"].as_str()), (Some("failed"), Some("target_unavailable")));
         assert_eq!(updates(&methods), 1);
         std::fs::remove_dir_all(dir).unwrap();
-        let (row, methods, _s, dir) = run_once("rpcerr", "thread", Mode::Answer(r#"{"error":{"code":-32600,"message":"nope"}}"#), 2000);
+        let (row, methods, _s, dir) =
+            run_once("rpcerr", EffortScope::Thread, Mode::Answer(r#"{"error":{"code":-32600,"message":"nope"}}"#), 2000);
         assert_eq!(row["state"], "failed");
         assert!(row["reason"].as_str().unwrap().contains("-32600"), "{row}");
         assert_eq!(methods.last().map(String::as_str), Some("thread/settings/update"));
@@ -480,13 +490,13 @@ mod exchange_tests {
     #[test]
     fn no_answer_is_uncertain_within_the_deadline_and_never_resent() {
         let started = Instant::now();
-        let (row, methods, _s, dir) = run_once("silent", "turn", Mode::Silent, 300);
+        let (row, methods, _s, dir) = run_once("silent", EffortScope::Turn, Mode::Silent, 300);
         assert_eq!((row["state"].as_str(), row["reason"].as_str()), (Some("uncertain"), Some("no_answer_before_deadline")));
         assert!(started.elapsed() < Duration::from_secs(2), "bounded by the deadline: {:?}", started.elapsed());
         assert_eq!(updates(&methods), 1);
         assert_eq!(row["attempts"], 1);
         std::fs::remove_dir_all(dir).unwrap();
-        let (row, methods, _s, dir) = run_once("closed", "turn", Mode::CloseAfterUpdate, 2000);
+        let (row, methods, _s, dir) = run_once("closed", EffortScope::Turn, Mode::CloseAfterUpdate, 2000);
         assert_eq!(row["state"], "uncertain");
         assert_eq!(updates(&methods), 1);
         std::fs::remove_dir_all(dir).unwrap();
@@ -498,7 +508,7 @@ mod exchange_tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let mut store = Store::open(&dir).unwrap();
-        let (id, _) = store.effort_enqueue(THREAD, "high", "turn", "t").unwrap();
+        let (id, _) = store.effort_enqueue(THREAD, "high", EffortScope::Turn, "t").unwrap();
         let c = store.effort_claim(THREAD, "PreToolUse", Some("t1"), ("/r", 0), "x").unwrap().unwrap();
         assert!(store.effort_claim(THREAD, "PostToolUse", Some("t1"), ("/r", 0), "x").unwrap().is_none());
         let stale = crate::store::Claim { token: c.token - 1, ..c.clone() };
@@ -521,10 +531,10 @@ mod exchange_tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let mut store = Store::open(&dir).unwrap();
-        store.effort_enqueue(THREAD, "high", "turn", "t").unwrap();
+        store.effort_enqueue(THREAD, "high", EffortScope::Turn, "t").unwrap();
         assert!(store.effort_claim(THREAD, "SessionStart", None, ("/r", 0), "x").unwrap().is_none());
         assert_eq!(store.messages(None).unwrap()[0].reason.as_deref(), Some("waiting_for_turn"));
-        store.effort_enqueue(THREAD, "low", "thread", "t").unwrap();
+        store.effort_enqueue(THREAD, "low", EffortScope::Thread, "t").unwrap();
         assert!(store.effort_claim(THREAD, "SessionStart", None, ("/r", 0), "x").unwrap().is_some());
         drop(store);
         std::fs::remove_dir_all(dir).unwrap();

@@ -1,7 +1,7 @@
 //! The effort policy: declarative rules over PostToolUse outcomes (see config.rs). A rule's
 //! change is queued like `broker effort` and only counts as adopted once Codex reports it applied.
 
-use super::config::EffortConfig;
+use crate::config::EffortConfig;
 use crate::store::Store;
 use anyhow::Result;
 use serde_json::Value;
@@ -31,7 +31,7 @@ pub fn exit_code(raw_payload: &str, rollout: &Path, verified_len: u64) -> Option
     }
     let call = payload.get("tool_use_id")?.as_str()?;
     let f = File::open(rollout).ok()?;
-    let buf = crate::rollout::lines::tail(&f, verified_len, TAIL_WINDOW).ok()?;
+    let buf = crate::codex::rollout::lines::tail(&f, verified_len, TAIL_WINDOW).ok()?;
     let needle = format!("\"id\":{}", Value::from(call));
     for line in buf.split(|b| *b == b'\n').rev() {
         let text = String::from_utf8_lossy(line);
@@ -115,7 +115,7 @@ mod tests {
         assert_eq!(evaluate(&c, &s, T, "Bash", false).unwrap(), None, "one failure is not two");
         assert_eq!(evaluate(&c, &s, T, "apply_patch", false).unwrap(), None, "other tools have no rule");
         assert_eq!(evaluate(&c, &s, T, "Bash", false).unwrap().as_deref(), Some("high"));
-        s.effort_enqueue(T, "high", "turn", "policy").unwrap();
+        s.effort_enqueue(T, "high", crate::config::EffortScope::Turn, "policy").unwrap();
         assert_eq!(evaluate(&c, &s, T, "Bash", false).unwrap(), None, "high is already on its way");
         apply_newest(&mut s);
         assert_eq!(s.effort_adopted(T).unwrap().as_deref(), Some("high"));

@@ -90,7 +90,7 @@ impl Gate {
                 waited_for.set(waited_for.get() | e);
                 e
             };
-            let known = |k: &digest::ExeKey| trust.known_digest(k);
+            let known = |k: &crate::exe::ExeKey| trust.known_digest(k);
             let digest = match self.digests.lookup(ppid, &known, &expected, digest_deadline) {
                 Ok(digest::Lookup::Digest(d)) => Some(d),
                 Ok(digest::Lookup::Pending) => {

@@ -7,8 +7,8 @@
 use super::ancestry::Member;
 use super::holder::{self, ScanFor};
 use super::{Gate, Refusal, RefusalCode};
+use crate::codex::rollout::{SessionMeta, Snapshot};
 use crate::os;
-use crate::rollout::{SessionMeta, Snapshot};
 use courier_shared::hook::{HookEvent, HookPayload};
 use courier_shared::rollout::thread_id_from_path;
 use std::path::{Path, PathBuf};

@@ -5,13 +5,11 @@
 
 use super::ancestry::Ancestry;
 use super::{Peer, Refusal, RefusalCode};
+use crate::codex::TOOL_COMMAND_MARKERS;
 use crate::os::{self, ProcessKey};
 use courier_shared::paths::environ_get;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-
-/// Environment variables Codex sets only for commands the model runs.
-pub const TOOL_COMMAND_MARKERS: [&str; 4] = ["CODEX_TOOL_CALL_ID", "CODEX_THREAD_ID", "CODEX_SESSION_ID", "CODEX_CI"];
 
 /// What codex's own environment sets each marker to.
 type Markers = [Option<Vec<u8>>; TOOL_COMMAND_MARKERS.len()];

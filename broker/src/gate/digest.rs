@@ -25,44 +25,16 @@
 //! `broker trust-codex` and `broker uninstall` take effect at once. ctime is in the key as well as
 //! mtime because an owner can reset mtime after rewriting a file, but not ctime.
 
-use sha2::{Digest, Sha256};
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
-use std::io::{self, Read};
-use std::os::unix::fs::MetadataExt;
+use std::io;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Instant;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ExeKey {
-    pub dev: u64,
-    pub ino: u64,
-    pub size: u64,
-    pub mtime_ns: i128,
-    pub ctime_ns: i128,
-}
-
-impl ExeKey {
-    pub fn of(file: &File) -> io::Result<ExeKey> {
-        Ok(ExeKey::from_metadata(&file.metadata()?))
-    }
-
-    pub fn of_path(path: &Path) -> io::Result<ExeKey> {
-        Ok(ExeKey::from_metadata(&std::fs::metadata(path)?))
-    }
-
-    fn from_metadata(m: &std::fs::Metadata) -> ExeKey {
-        ExeKey {
-            dev: m.dev(),
-            ino: m.ino(),
-            size: m.size(),
-            mtime_ns: m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128,
-            ctime_ns: m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128,
-        }
-    }
-}
+use crate::exe::{hash_reader, ExeKey};
 
 /// Entries kept before the cache is cleared (executables of ancestors seen; small in practice).
 const MAX_ENTRIES: usize = 4096;
@@ -387,21 +359,6 @@ impl DigestCache {
             _ => None,
         }
     }
-}
-
-pub fn hash_reader(r: &mut impl Read) -> io::Result<String> {
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = match r.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        hasher.update(&buf[..n]);
-    }
-    Ok(courier_shared::auth::hex(&hasher.finalize()))
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@
 //!    uid, start times consistent) reach a process whose executable's SHA-256 is trusted: "codex"
 //!    (`digest.rs` hashes, never on the hook path).
 //! 4. `caller.rs`: the caller is a hook, not a model-run command: no tool-command environment
-//!    markers ([`TOOL_COMMAND_MARKERS`]) that codex's own environment lacks, on the peer or any
+//!    markers (`codex::TOOL_COMMAND_MARKERS`) that codex's own environment lacks, on the peer or any
 //!    process between it and codex; none of them more confined (NoNewPrivs, seccomp) than codex.
 //! 5. `binding.rs`: thread binding: `transcript_path` (SubagentStop: `agent_transcript_path`) is
 //!    canonical, under `$CODEX_HOME/sessions/`, names the thread UUID; the rollout read (6) is
@@ -60,8 +60,8 @@ mod tests;
 pub mod ticket;
 mod turn;
 
+use crate::codex::rollout::RolloutTracker;
 pub use crate::refusal::RefusalCode;
-use crate::rollout::RolloutTracker;
 use courier_shared::auth::Secret;
 use courier_shared::hook::{HookEvent, HookPayload};
 use std::os::fd::OwnedFd;
@@ -69,7 +69,6 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use ancestry::MAX_ANCESTRY;
-pub use caller::TOOL_COMMAND_MARKERS;
 pub use client::installed_client_ids;
 pub use digest::DigestCache;
 pub use peer::identify;
@@ -118,7 +117,7 @@ pub struct Verified {
     /// `$CODEX_HOME/thread-writer-locks`: where [`Verified::sole_thread`] counts.
     pub writer_lock_dir: PathBuf,
     /// What the open turn's records say Codex is doing: the state [`ticket::bind`] checks.
-    pub actions: crate::rollout::Actions,
+    pub actions: crate::codex::rollout::Actions,
 }
 
 impl Verified {
@@ -164,7 +163,7 @@ pub trait CodexTrust {
     fn is_expected(&self, path: &Path, size: u64) -> bool;
     /// A digest recorded for a file of exactly this identity (by a trust command, install or
     /// the follower), so it need not be hashed at all.
-    fn known_digest(&self, _key: &digest::ExeKey) -> Option<String> {
+    fn known_digest(&self, _key: &crate::exe::ExeKey) -> Option<String> {
         None
     }
 }

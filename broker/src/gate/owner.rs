@@ -12,8 +12,8 @@
 //! The start time is read before and after: a pid reused meanwhile is refused.
 
 use super::{digest, holder, CodexTrust, Gate};
+use crate::codex::rollout::{find_rollout, RolloutIdentity};
 use crate::os;
-use crate::rollout::{find_rollout, RolloutIdentity};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -79,7 +79,7 @@ impl Gate {
         if !status.all_uids_are(self.uid) {
             return Err(NoOwner::Untrusted(format!("holder {pid} runs as uids {:?}", status.uids)));
         }
-        let known = |k: &digest::ExeKey| trust.known_digest(k);
+        let known = |k: &crate::exe::ExeKey| trust.known_digest(k);
         let expected = |p: &Path, size: u64| trust.is_expected(p, size);
         let until = Instant::now() + Duration::from_secs(2);
         match self.digests.lookup(pid, &known, &expected, until) {

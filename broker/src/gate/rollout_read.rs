@@ -1,11 +1,11 @@
 //! Step 6: rollout identity. The transcript is opened with no symlink on the way, and its
 //! identity (device, inode, birth time) and canonical path are the same before and after the
-//! incremental read (`crate::rollout::RolloutTracker`): a file replaced or moved during the read
+//! incremental read (`crate::codex::rollout::RolloutTracker`): a file replaced or moved during the read
 //! is refused, and a replaced file is re-read from its start, never trusted from the cache.
 
 use super::{Gate, Refusal, RefusalCode};
+use crate::codex::rollout::{RolloutIdentity, Snapshot};
 use crate::os;
-use crate::rollout::{RolloutIdentity, Snapshot};
 use std::os::fd::AsRawFd;
 use std::path::Path;
 

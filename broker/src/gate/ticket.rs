@@ -20,8 +20,8 @@
 //! docs/security.md (residual risks).
 
 use super::{Refusal, Verified};
+use crate::codex::rollout::Actions;
 use crate::refusal::RefusalCode;
-use crate::rollout::Actions;
 use courier_shared::hook::HookEvent;
 
 /// The Codex action a verified hook follows, accepted at most once.
@@ -100,7 +100,7 @@ pub fn ticket_key(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rollout::{RolloutIdentity, RolloutTracker};
+    use crate::codex::rollout::{RolloutIdentity, RolloutTracker};
     use serde_json::Value;
     use std::collections::HashMap;
     use std::io::Write;
@@ -167,7 +167,7 @@ mod tests {
                 self.written = len;
             }
         }
-        fn read(&self, tracker: &RolloutTracker) -> crate::rollout::Snapshot {
+        fn read(&self, tracker: &RolloutTracker) -> crate::codex::rollout::Snapshot {
             let r = std::fs::File::open(&self.path).unwrap();
             let m = r.metadata().unwrap();
             let id = RolloutIdentity { dev: m.dev(), ino: m.ino(), btime_sec: 0, btime_nsec: 0 };
@@ -175,7 +175,7 @@ mod tests {
         }
     }
 
-    fn key_of(snap: &crate::rollout::Snapshot, hook: &Value) -> Result<Option<String>, String> {
+    fn key_of(snap: &crate::codex::rollout::Snapshot, hook: &Value) -> Result<Option<String>, String> {
         let event = HookEvent::parse(hook["hook_event_name"].as_str().unwrap());
         ticket_key(event, hook["tool_use_id"].as_str(), snap.open_turn.as_deref(), &snap.actions)
     }

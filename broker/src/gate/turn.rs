@@ -2,7 +2,7 @@
 //! has none (whether it may deliver is the caller's decision, from `Verified::sole_thread`).
 
 use super::{Refusal, RefusalCode};
-use crate::rollout::Snapshot;
+use crate::codex::rollout::Snapshot;
 use courier_shared::hook::{HookEvent, HookPayload};
 
 /// The verified turn id (`None` only for SessionStart).

@@ -135,7 +135,7 @@ fn open_log() -> Result<(PathBuf, fs::File)> {
 /// broker.log, every other fd closed, cwd `/`), and that child does the checking and starting
 /// and notes in broker.log what it found. A stop on purpose (`broker stop`) starts nothing.
 pub fn login_start(exe: &Path) -> Result<()> {
-    if super::lifecycle::stopped_on_purpose(&paths::state_dir()).is_some() {
+    if super::instance::stopped_on_purpose(&paths::state_dir()).is_some() {
         return Ok(());
     }
     let (_, logf) = open_log()?;
@@ -179,7 +179,7 @@ fn login_check(exe: &Path) {
         return;
     }
     let socket_is = if socket.exists() { "present" } else { "missing" };
-    if let Some(pid) = super::lifecycle::instance_holder(&runtime) {
+    if let Some(pid) = super::instance::instance_holder(&runtime) {
         // A broker still starting answers within moments: give it that before calling it hung.
         let deadline = Instant::now() + LOGIN_PATIENCE;
         while Instant::now() < deadline {
@@ -192,7 +192,7 @@ fn login_check(exe: &Path) {
         crate::log_warn!(
             "login: the broker (pid {pid}, {state}) holds {} but has not answered on {} (socket {socket_is}) for {} s; \
              not starting another. `broker restart` replaces it",
-            super::lifecycle::lock_path(&runtime).display(),
+            super::instance::lock_path(&runtime).display(),
             socket.display(),
             LOGIN_PATIENCE.as_secs()
         );

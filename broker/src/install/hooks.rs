@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 // command, timeout, matcher, status message, additional-context limit); `hook_trust_hash`
 // computes it the same way.
 
-pub use crate::delivery::wrapper::CODEX_DEFAULT_CONTEXT_LIMIT;
+pub use crate::envelope::CODEX_DEFAULT_CONTEXT_LIMIT;
 
 /// Whether Codex reads a handler's `additionalContextLimit` for `event` (PascalCase): only for
 /// events whose output has `additionalContext`. For Stop (and SubagentStop) it ignores the key,

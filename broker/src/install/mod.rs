@@ -48,7 +48,8 @@ pub use hooks::{
     canonical_json, courier_context_limit, courier_trust_hash, hook_command, hook_trust_hash, hooks_source, merge_hooks, parse_hooks_list,
     shell_quote, snake_event, takes_context_limit, trust_key, unmerge_hooks, ListedHook, CODEX_DEFAULT_CONTEXT_LIMIT,
 };
-pub use lifecycle::{clear_stop, describe_stop, instance_holder, lock_path, run as lifecycle, stopped_on_purpose, Lifecycle, STOP_MARKER};
+pub use instance::{clear_stop, describe_stop, instance_holder, lock_path, stopped_on_purpose, STOP_MARKER};
+pub use lifecycle::{run as lifecycle, Lifecycle};
 pub use manifest::{load_manifest, manifest_path, BridgeSetup, FileEdit, Manifest, ProfileEdit, StartSetup};
 pub use start::{profile_block, StartMode};
 pub use systemd::{render_units, systemctl_user, unit_dir, user_manager_runs};
@@ -68,10 +69,10 @@ pub const EVENTS: [&str; 6] = {
 pub const HOOK_TIMEOUT_SECS: u64 = 5;
 /// `additionalContextLimit` written to hooks.json, in Codex's tokens (bytes / 4, rounded up): over
 /// it Codex shows the model a head-and-tail preview and spills the text to a world-readable file.
-/// A third over the largest output Courier renders ([`crate::delivery::MAX_OUTPUT_BYTES`]). Part
+/// A third over the largest output Courier renders ([`crate::envelope::MAX_OUTPUT_BYTES`]). Part
 /// of the trust hash: never change it casually (install moves an older install over).
 pub const HOOK_CONTEXT_LIMIT: u64 = 32_768;
-const _: () = assert!(HOOK_CONTEXT_LIMIT * 4 >= crate::delivery::MAX_OUTPUT_BYTES as u64 * 4 / 3);
+const _: () = assert!(HOOK_CONTEXT_LIMIT * 4 >= crate::envelope::MAX_OUTPUT_BYTES as u64 * 4 / 3);
 pub const MANIFEST_NAME: &str = "install-manifest.json";
 pub const SOCKET_UNIT: &str = "courier-broker.socket";
 pub const SERVICE_UNIT: &str = "courier-broker.service";
@@ -80,6 +81,7 @@ mod config_toml;
 mod daemon;
 mod files;
 mod hooks;
+mod instance;
 mod journal;
 mod lifecycle;
 mod manifest;
@@ -421,7 +423,7 @@ fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Installed> {
         }
     }
     save_manifest(&state_dir, &m)?; // before starting anything: uninstall must find it
-    if lifecycle::clear_stop(&state_dir)? {
+    if instance::clear_stop(&state_dir)? {
         report.push("cleared the stop mark `broker stop` left: the broker starts at login again".into());
     }
     let start = match mode {

@@ -29,7 +29,7 @@ pub(super) fn state_files() -> Vec<String> {
         DAEMON_LOG.into(),
         format!("{DAEMON_LOG}.1"),
         "broker.lock".into(),
-        super::lifecycle::STOP_MARKER.into(),
+        super::instance::STOP_MARKER.into(),
         MANIFEST_NAME.into(),
     ]
 }
@@ -129,7 +129,7 @@ fn open_codex_sessions() -> Vec<String> {
     let mut by_pid: std::collections::BTreeMap<i32, Vec<String>> = Default::default();
     for t in threads.iter().filter(|t| t.parent.is_none()) {
         let Some(p) = &t.process else { continue };
-        let cwd = t.cwd.as_deref().map(|c| format!(" in {}", crate::inspect::escape(c))).unwrap_or_default();
+        let cwd = t.cwd.as_deref().map(|c| format!(" in {}", crate::terminal::escape(c))).unwrap_or_default();
         by_pid.entry(p.pid).or_default().push(format!("{}{cwd}", t.id));
     }
     by_pid.into_iter().map(|(pid, ts)| format!("codex pid {pid}: thread {}", ts.join(", thread "))).collect()

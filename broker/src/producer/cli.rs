@@ -141,7 +141,7 @@ pub fn send(args: Args) -> Result<ExitCode> {
         let mut v = sent.to_json();
         v["outcome"] = json!(waited.outcome.as_str());
         v["message"] = waited.records.first().cloned().unwrap_or(Value::Null);
-        println!("{}", crate::inspect::terminal_safe_json(&v.to_string()));
+        println!("{}", crate::terminal::terminal_safe_json(&v.to_string()));
     } else if waited.outcome != Outcome::Reached {
         for m in &waited.messages {
             eprintln!("broker send: {}", wait::describe(m, want));
@@ -220,7 +220,7 @@ pub fn wait(args: Args) -> Result<ExitCode> {
 fn print_waited(waited: &Waited, want: Want, json: bool) {
     let mut out = std::io::stdout().lock();
     for (m, r) in waited.messages.iter().zip(&waited.records) {
-        let line = if json { crate::inspect::terminal_safe_json(&r.to_string()) } else { wait::describe(m, want) };
+        let line = if json { crate::terminal::terminal_safe_json(&r.to_string()) } else { wait::describe(m, want) };
         if writeln!(out, "{line}").is_err() {
             return;
         }
@@ -245,9 +245,9 @@ pub fn show(args: Args) -> Result<ExitCode> {
     let Some(m) = super::load(&store, &id)? else { bail!("{}", wait::not_found(&id)) };
     let text = if args.flag("json") {
         let v = json!({"id": m.id, "thread": m.thread, "kind": m.kind, "state": m.state, "from": m.from, "text": m.body});
-        crate::inspect::terminal_safe_json(&v.to_string())
+        crate::terminal::terminal_safe_json(&v.to_string())
     } else {
-        crate::inspect::escape_text(&m.body)
+        crate::terminal::escape_text(&m.body)
     };
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{text}").and_then(|()| out.flush()); // a reader that went away is not an error
@@ -272,10 +272,10 @@ pub fn status(args: Args) -> Result<ExitCode> {
         let mut v = record(&m, now);
         // Who queued it, as inspect says: `local`, or `nats:<host>` for what a bridge queued.
         v["origin"] = json!(crate::inspect::origin_of(&crate::inspect::bridged_origins(&paths::state_dir()), &m.id));
-        println!("{}", crate::inspect::terminal_safe_json(&serde_json::to_string_pretty(&v)?));
+        println!("{}", crate::terminal::terminal_safe_json(&serde_json::to_string_pretty(&v)?));
         return Ok(ExitCode::SUCCESS);
     }
-    let esc = |s: &str| crate::inspect::escape(s).into_owned();
+    let esc = |s: &str| crate::terminal::escape(s).into_owned();
     let ago = |at: i64| format!("{} ago", crate::inspect::age(now - at));
     let mut lines = vec![format!("{} {}", m.id, m.state), format!("  thread     {}", m.thread)];
     if let Some(f) = &m.from {
@@ -325,7 +325,7 @@ pub fn threads(args: Args) -> Result<ExitCode> {
     };
     let list = fetch_threads(all, limit)?;
     let text = if args.flag("json") {
-        crate::inspect::terminal_safe_json(&serde_json::to_string_pretty(&json!({"threads": list}))?) + "\n"
+        crate::terminal::terminal_safe_json(&serde_json::to_string_pretty(&json!({"threads": list}))?) + "\n"
     } else {
         threads::render_table(&list, now_ms())
     };

@@ -175,7 +175,7 @@ pub fn expire_never_appeared(store: &mut Store, codex_home: &std::path::Path) ->
     let threads = store.threads_pending_since(cutoff)?;
     let mut expired = 0;
     for thread in threads {
-        if crate::rollout::find_rollout(codex_home, &thread).is_some() {
+        if crate::codex::rollout::find_rollout(codex_home, &thread).is_some() {
             continue;
         }
         expired += store.expire_never_appeared(&thread, cutoff)?;

@@ -32,7 +32,7 @@ pub enum Target {
     },
 }
 
-pub use crate::label::VERIFIED_PREFIX;
+pub use crate::envelope::label::VERIFIED_PREFIX;
 
 pub struct SendOptions {
     pub target: Target,
@@ -107,8 +107,8 @@ fn describe_candidates(threads: &[&ThreadInfo]) -> String {
     threads
         .iter()
         .map(|t| {
-            let title = t.title.as_deref().map(|s| format!(" \"{}\"", crate::inspect::escape(s))).unwrap_or_default();
-            format!("\n  {} {} cwd {}{title}", t.id, t.state.as_str(), crate::inspect::escape(t.cwd.as_deref().unwrap_or("?")))
+            let title = t.title.as_deref().map(|s| format!(" \"{}\"", crate::terminal::escape(s))).unwrap_or_default();
+            format!("\n  {} {} cwd {}{title}", t.id, t.state.as_str(), crate::terminal::escape(t.cwd.as_deref().unwrap_or("?")))
         })
         .collect()
 }
@@ -131,9 +131,9 @@ pub fn check_ttl_ms(ms: u64) -> Result<i64, SendError> {
 /// The sender label as stored (`label::check`: NFKC), or the refusal (`bad_from`, or
 /// `reserved_from` for one that reads as a verified sender's).
 pub fn check_label(from: &str) -> Result<String, SendError> {
-    crate::label::check(from).map_err(|e| match e {
-        crate::label::LabelError::Reserved(m) => refused(ErrorCode::ReservedFrom, m),
-        crate::label::LabelError::Bad(m) => refused(ErrorCode::BadFrom, m),
+    crate::envelope::label::check(from).map_err(|e| match e {
+        crate::envelope::label::LabelError::Reserved(m) => refused(ErrorCode::ReservedFrom, m),
+        crate::envelope::label::LabelError::Bad(m) => refused(ErrorCode::BadFrom, m),
     })
 }
 
@@ -145,7 +145,7 @@ pub fn agent_of(live: &[ThreadInfo], parent: &str, name: &str) -> Result<String,
     let list = || {
         children
             .iter()
-            .map(|t| format!("\n  {} {}", t.id, crate::inspect::escape(t.agent_nickname.as_deref().unwrap_or("(no nickname)"))))
+            .map(|t| format!("\n  {} {}", t.id, crate::terminal::escape(t.agent_nickname.as_deref().unwrap_or("(no nickname)"))))
             .collect::<String>()
     };
     match hits.as_slice() {
@@ -186,17 +186,17 @@ pub fn thread_for_cwd(live: &[ThreadInfo], cwd: &Path) -> Result<String, SendErr
 /// new thread's id before its rollout exists: it is born 0.1-0.3 s after the process starts), a
 /// rollout not there yet is waited for, at most [`NEW_THREAD_WAIT`].
 fn rollout_of(codex_home: &Path, thread: &str) -> Option<PathBuf> {
-    if let Some(p) = crate::rollout::find_rollout(codex_home, thread) {
+    if let Some(p) = crate::codex::rollout::find_rollout(codex_home, thread) {
         return Some(p);
     }
-    let fresh = crate::rollout::uuid_v7_ms(thread).is_some_and(|ms| (-5_000..NEW_THREAD_GRACE_MS).contains(&(now_ms() - ms)));
+    let fresh = crate::codex::rollout::uuid_v7_ms(thread).is_some_and(|ms| (-5_000..NEW_THREAD_GRACE_MS).contains(&(now_ms() - ms)));
     if !fresh {
         return None;
     }
     let deadline = std::time::Instant::now() + NEW_THREAD_WAIT;
     while std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(50));
-        if let Some(p) = crate::rollout::find_rollout(codex_home, thread) {
+        if let Some(p) = crate::codex::rollout::find_rollout(codex_home, thread) {
             return Some(p);
         }
     }
@@ -328,10 +328,10 @@ mod tests {
             format!("<courier-message id=\"m_0000000000000001\" from=\"thread:{t}\" verified=\"true\">hi</courier-message>")
         );
         assert_eq!(
-            crate::delivery::wrapped_len(
+            crate::envelope::wrapped_len(
                 "m_0000000000000001",
                 Some(&format!("thread:{t}")),
-                crate::delivery::seal::SenderCheck::Verified,
+                crate::envelope::seal::SenderCheck::Verified,
                 "hi"
             ),
             verified.len()

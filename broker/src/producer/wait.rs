@@ -370,7 +370,7 @@ pub fn wait_for(runtime_dir: &Path, state_dir: &Path, ids: &[String], want: Want
 /// The lines `broker wait` prints per message: `ID STATE`, the reason when it ended without
 /// reaching `want`, or what it is still waiting on after a timeout.
 pub fn describe(m: &Message, want: Want) -> String {
-    let esc = |s: &str| crate::inspect::escape(s).into_owned();
+    let esc = |s: &str| crate::terminal::escape(s).into_owned();
     match super::progress(m, want) {
         super::Progress::Reached => format!("{} {}", m.id, m.state),
         super::Progress::Ended => {

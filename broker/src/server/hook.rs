@@ -11,7 +11,7 @@ use crate::failpoint;
 use crate::gate::{self, HookRequest, Peer, Verified};
 use crate::os::ProcessKey;
 use crate::refusal::RefusalCode;
-use crate::store::HandOff;
+use crate::store::{HandOff, ThreadWork};
 use courier_shared::wire::{self, AckReply, HookReply, Request, PROTOCOL_VERSION};
 use std::io::Write;
 use std::os::unix::net::UnixStream;
@@ -98,7 +98,7 @@ impl Broker {
             }
         };
         // One ticket per Codex action (gate/ticket.rs, tickets.rs): before anything is claimed.
-        let ticket = match crate::tickets::take(&self.store, &verified, peer.pid) {
+        let ticket = match crate::tickets::take(&self.store, &self.tickets, &verified, peer.pid) {
             Ok(t) => t,
             Err(r) => {
                 let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
@@ -110,16 +110,20 @@ impl Broker {
             // A turn the wake channel did not start ends a run of wakes (wake/bound.rs).
             self.wake_bound.saw_turn(&verified.thread_id, turn);
         }
+        // One read says what the call has to do; an idle call does nothing more with the queue.
+        let work = self.store.lock().unwrap_or_else(|e| e.into_inner()).thread_work(&verified.thread_id).unwrap_or(ThreadWork::ALL);
         // Effort changes go through the app-server on their own thread; waited for below, bounded.
-        let effort = self.effort.on_hook(&verified, request.payload);
-        let (offer, settled) = {
+        let effort = self.effort.on_hook(&verified, request.payload, work.effort);
+        let (offer, settled) = if !work.handed && !work.pending {
+            (Ok(Offer::Nothing), 0)
+        } else {
             let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
             // Settle earlier hand-offs first, so inspect and the Stop guard see current states.
-            let settled = delivery::reconcile(&mut store, Some(&verified.thread_id)).unwrap_or(0);
+            let settled = if work.handed { delivery::reconcile(&mut store, Some(&verified.thread_id)).unwrap_or(0) } else { 0 };
             let offer = delivery::offer(&mut store, &verified, context_limit, self.receipts);
             if let (Some(t), Ok(Offer::Lease { token, .. })) = (&ticket, &offer) {
                 if let Err(e) = crate::tickets::attach(&mut store, t, *token) {
-                    crate::log_error!("recording the hand-off of ticket {}: {e:#}", t.key);
+                    crate::log_error!("recording the hand-off of ticket {}: {e:#}", t.ticket.key);
                 }
             }
             (offer, settled)
@@ -234,7 +238,7 @@ impl gate::CodexTrust for TrustView<'_> {
                 store.is_trusted_codex_path(&path.to_string_lossy()).unwrap_or(false)
             }
     }
-    fn known_digest(&self, key: &gate::digest::ExeKey) -> Option<String> {
+    fn known_digest(&self, key: &crate::exe::ExeKey) -> Option<String> {
         let store = self.0.store.lock().unwrap_or_else(|e| e.into_inner());
         store.codex_file_digest(key).ok().flatten()
     }

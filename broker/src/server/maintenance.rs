@@ -47,7 +47,11 @@ impl Broker {
     /// socket (if it bound it) so no hook connects to a dead broker, logs the stop and exits 0.
     /// A lease not yet acked is never handed (its client withdraws the output), as after a crash.
     pub(super) fn stop(&self, why: &str) -> ! {
-        let _store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
+        let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = tickets.flush(&mut store) {
+            crate::log_error!("moving journaled tickets into the queue database: {e:#} (the next start replays them)");
+        }
         if let Some(b) = BOUND.get() {
             b.stopped(why);
         }
@@ -55,6 +59,7 @@ impl Broker {
     }
 
     pub(super) fn maintain(&self) {
+        self.tickets.lock().unwrap_or_else(|e| e.into_inner()).maintain(&self.store);
         let queued = std::mem::take(&mut *self.queued_refusals.lock().unwrap_or_else(|e| e.into_inner()));
         let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
         for (code, detail, pid) in queued {

@@ -41,7 +41,7 @@ use crate::effort;
 use crate::failpoint;
 use crate::gate::{self, Gate, GateConfig};
 use crate::refusal::RefusalCode;
-use crate::store::{Channel, Store};
+use crate::store::{Channel, Store, TicketLog};
 use crate::wake::WakeReason;
 use anyhow::{Context, Result};
 use listener::{block_stop_signals, raise_fd_limit};
@@ -76,11 +76,13 @@ pub struct ServeOptions {
     /// Whether hook deliveries show the person a line in the TUI (read at start).
     pub receipts: crate::config::Receipts,
     /// `[wake]`: how often a thread may be woken.
-    pub wake: crate::wake::WakeConfig,
+    pub wake: crate::config::WakeConfig,
 }
 
 struct Broker {
     store: Mutex<Store>,
+    /// Used tickets (store/ticket_log.rs); locked before `store` when both are.
+    tickets: Mutex<TicketLog>,
     gate: Gate,
     effort: Arc<effort::Service>,
     counters: Counters,
@@ -105,14 +107,16 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     dirs::ensure_private_dir(&opts.state_dir)?;
     let _lock = lock_instance(&opts.runtime_dir, &opts.state_dir)?;
     let secret = dirs::ensure_secret(&opts.runtime_dir)?;
-    // The key that seals verified senders: this process's memory only (delivery/seal.rs).
-    delivery::seal::start();
+    // The key that seals verified senders: this process's memory only (envelope/seal.rs).
+    crate::envelope::seal::start();
     let mut store = Store::open(&opts.state_dir)?;
     store.defer_checkpoints()?; // the maintenance thread checkpoints (store/checkpoint.rs)
     let released = store.release_expired_leases()?;
     // No pass of a dead broker's wake can still run, and none sent anything before its hand-off
     // record: its leases go back at once (wake/mod.rs).
     let interrupted = store.release_leases_of(Channel::Wake, WakeReason::Interrupted.as_str())?;
+    // Tickets a killed broker only journaled are in the table before any hook is answered.
+    let tickets = TicketLog::open(&opts.state_dir, &mut store)?;
     let exe = std::env::current_exe().context("locating the broker executable")?;
     let installed_clients = gate::installed_client_ids(&exe, &opts.extra_hook_clients);
     if installed_clients.is_empty() {
@@ -135,6 +139,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     let producer = crate::producer::proto::Service::start(&opts.state_dir, opts.codex_home.clone(), lister)?;
     let broker = Arc::new(Broker {
         store: Mutex::new(store),
+        tickets: Mutex::new(tickets),
         gate,
         effort,
         counters: Counters::default(),

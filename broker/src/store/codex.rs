@@ -3,7 +3,7 @@
 //! (`codex_commands`).
 
 use super::{now_ms, Store};
-use crate::gate::digest::ExeKey;
+use crate::exe::ExeKey;
 use anyhow::Result;
 use rusqlite::{params, OptionalExtension};
 

@@ -5,6 +5,7 @@
 //! to `pending` once the request may have been sent.
 
 use super::{new_message_id, next_fencing_token, now_ms, State, Store};
+use crate::config::EffortScope;
 use anyhow::Result;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use std::collections::HashMap;
@@ -31,7 +32,7 @@ pub struct Claim {
     pub id: String,
     pub token: i64,
     pub level: String,
-    pub scope: String,
+    pub scope: EffortScope,
 }
 
 /// `id -> (scope, detail)` of effort rows, for inspect.
@@ -40,7 +41,7 @@ pub type Details = HashMap<String, (Option<String>, Option<String>)>;
 impl Store {
     /// Queues `level` for `thread`; older unapplied requests of the thread become `cancelled`
     /// (`superseded`). Returns the new id and the ids it superseded.
-    pub fn effort_enqueue(&mut self, thread: &str, level: &str, scope: &str, from: &str) -> Result<(String, Vec<String>)> {
+    pub fn effort_enqueue(&mut self, thread: &str, level: &str, scope: EffortScope, from: &str) -> Result<(String, Vec<String>)> {
         let now = now_ms();
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let superseded: Vec<String> = tx
@@ -56,7 +57,7 @@ impl Store {
         tx.execute(
             "INSERT INTO messages (id, thread, kind, body, sender, state, created_at, updated_at, scope)
              VALUES (?1, ?2, 'effort', ?3, ?4, 'pending', ?5, ?5, ?6)",
-            params![id, thread, level, from, now, scope],
+            params![id, thread, level, from, now, scope.as_str()],
         )?;
         tx.commit()?;
         Ok((id, superseded))
@@ -103,8 +104,10 @@ impl Store {
         let Some((id, level, scope)) = row else {
             return Ok(None);
         };
-        let scope = scope.unwrap_or_else(|| "turn".into());
-        if scope == "turn" && turn_id.is_none() {
+        // A row written before scopes existed is a turn change; an unknown scope is read as one
+        // too (it then waits for a hook with a turn, the safer of the two).
+        let scope = scope.as_deref().map_or(EffortScope::Turn, |s| EffortScope::parse(s).unwrap_or(EffortScope::Turn));
+        if scope == EffortScope::Turn && turn_id.is_none() {
             tx.execute("UPDATE messages SET reason = 'waiting_for_turn' WHERE id = ?1 AND reason IS NOT 'waiting_for_turn'", [&id])?;
             tx.commit()?;
             return Ok(None);

@@ -1,9 +1,9 @@
 //! Queueing a message: its checks (size, sender label, rendered size), the seal of a verified
-//! sender (`delivery/seal.rs`) and the idempotency key.
+//! sender (`envelope/seal.rs`) and the idempotency key.
 
 use super::{body_too_long, invalid, new_message_id, now_ms, Kind, Store, MAX_BODY_BYTES};
-use crate::delivery::seal::{self, SenderCheck};
-use crate::delivery::wrapper::{verified_thread, wrapped_len, MAX_OUTPUT_BYTES};
+use crate::envelope::seal::{self, SenderCheck};
+use crate::envelope::{verified_thread, wrapped_len, MAX_OUTPUT_BYTES};
 use anyhow::{bail, Context, Result};
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
 
@@ -14,7 +14,7 @@ pub struct NewMessage<'a> {
     /// The label shown to the model (normalised by `label::check`), or a verified sender's
     /// `thread:<uuid>` when `verified`.
     pub sender: Option<&'a str>,
-    /// `sender` is a thread the broker verified: the row is sealed (`delivery/seal.rs`), which only
+    /// `sender` is a thread the broker verified: the row is sealed (`envelope/seal.rs`), which only
     /// a running broker can do.
     pub verified: bool,
     pub key: Option<&'a str>,
@@ -50,7 +50,7 @@ impl Store {
                 }
                 SenderCheck::Verified
             }
-            Some(from) => match crate::label::check(from) {
+            Some(from) => match crate::envelope::label::check(from) {
                 Ok(l) if l == from => SenderCheck::Label,
                 Ok(l) => return invalid(format!("the sender label {from:?} is not normalised (NFKC: {l:?})")),
                 Err(e) => return invalid(e.to_string()),

@@ -3,8 +3,8 @@
 //! reach Codex, and taking a lease or a hand-off back when Codex provably got nothing.
 
 use super::{next_fencing_token, now_ms, row_to_message, Channel, Message, State, Store, MESSAGE_COLUMNS};
-use crate::delivery::seal::{self, SenderCheck};
-use crate::delivery::wrapper::{wrapped_len, MAX_OUTPUT_BYTES};
+use crate::envelope::seal::{self, SenderCheck};
+use crate::envelope::{wrapped_len, MAX_OUTPUT_BYTES};
 use crate::os::ProcessKey;
 use anyhow::Result;
 use rusqlite::{params, TransactionBehavior};
@@ -39,7 +39,7 @@ impl<'a> HandOff<'a> {
     }
 }
 
-/// `m` with its sender checked (`delivery/seal.rs`: the seal of a `thread:` sender, the label
+/// `m` with its sender checked (`envelope/seal.rs`: the seal of a `thread:` sender, the label
 /// rules for any other), in the lease's transaction: it is shown as checked, and the check is
 /// recorded with the lease (`sender_check`).
 fn sender_checked(mut m: Message, seal: Option<String>) -> Message {

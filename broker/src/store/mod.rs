@@ -21,6 +21,7 @@ mod refusals;
 #[cfg(test)]
 mod sample;
 mod state;
+mod ticket_log;
 mod tickets;
 mod upkeep;
 mod wake;
@@ -32,9 +33,10 @@ pub use enqueue::{Enqueued, NewMessage};
 pub use handoff::{HandOff, Lease};
 pub use refusals::Refusal;
 pub use state::{Channel, Kind, State};
-pub use tickets::{Alarm, TicketClaim};
+pub use ticket_log::TicketLog;
+pub use tickets::{Alarm, Taken, TicketClaim};
 
-use crate::delivery::seal::SenderCheck;
+use crate::envelope::seal::SenderCheck;
 use anyhow::{bail, Context, Result};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
@@ -47,7 +49,7 @@ pub const DB_NAME: &str = "queue.sqlite";
 /// a body (every `<` is 4 bytes).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Longest `--from` label, in characters.
-pub const MAX_FROM_CHARS: usize = crate::label::MAX_CHARS;
+pub const MAX_FROM_CHARS: usize = crate::envelope::label::MAX_CHARS;
 
 /// A request that is wrong in itself (a label, a size, a reused key): the caller must change it,
 /// retrying cannot help. The CLI exits 2 on it (a usage error) wherever the input came from (an
@@ -83,6 +85,22 @@ pub struct Store {
     /// Signalled by every commit of this connection that makes messages pending (queued, or
     /// returned from a lease): what wakes the wake channel at once.
     pending: std::sync::Arc<PendingSignal>,
+}
+
+/// What a hook call of a thread may have to do ([`Store::thread_work`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ThreadWork {
+    /// Handed messages to settle from the rollout (`delivery::reconcile`).
+    pub handed: bool,
+    /// Pending messages to offer (`delivery::offer`).
+    pub pending: bool,
+    /// Pending effort changes (`effort::Service::on_hook`).
+    pub effort: bool,
+}
+
+impl ThreadWork {
+    /// When the answer is unknown (a failed read): everything is looked at, as each step would.
+    pub const ALL: ThreadWork = ThreadWork { handed: true, pending: true, effort: true };
 }
 
 /// Counts the commits that made messages pending, and wakes whoever waits for the next one.
@@ -138,7 +156,7 @@ pub struct Message {
     pub alarms: Vec<String>,
     /// Handed: when the rollout must show it by, else it is `uncertain` ([`HandOff::shown_by`]).
     pub shown_by: Option<i64>,
-    /// How its sender is shown, decided by the broker when it leased it (`delivery/seal.rs`);
+    /// How its sender is shown, decided by the broker when it leased it (`envelope/seal.rs`);
     /// `None` until then.
     pub sender_check: Option<SenderCheck>,
 }
@@ -240,7 +258,7 @@ fn migrate_messages(conn: &Connection) -> rusqlite::Result<()> {
     add_column(conn, "messages", "wake", "TEXT NOT NULL DEFAULT 'auto'")?;
     // A hand-off the rollout must show by a deadline (a wake's `turn/start`: `HandOff::shown_by`).
     add_column(conn, "messages", "shown_by", "INTEGER")?;
-    // A verified sender's seal (`delivery/seal.rs`), and how the lease showed the sender.
+    // A verified sender's seal (`envelope/seal.rs`), and how the lease showed the sender.
     add_column(conn, "messages", "sender_seal", "TEXT")?;
     add_column(conn, "messages", "sender_check", "TEXT")
 }
@@ -374,6 +392,19 @@ impl Store {
         let out = out?;
         restored?;
         Ok(out)
+    }
+
+    /// What a verified hook call of `thread` may have to do, in one statement (one WAL read lock,
+    /// where asking each apart took four): most calls have nothing to do.
+    pub fn thread_work(&self, thread: &str) -> Result<ThreadWork> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'handed'),
+                    EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = ?2),
+                    EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = ?3)",
+        )?;
+        Ok(stmt.query_row(params![thread, Kind::Message, Kind::Effort], |r| {
+            Ok(ThreadWork { handed: r.get(0)?, pending: r.get(1)?, effort: r.get(2)? })
+        })?)
     }
 
     /// Cheap read-only test used before taking a write lock: most hook calls have nothing to take.

@@ -130,7 +130,7 @@ fn batch_budget_counts_the_rendered_messages() {
     assert!(s.lease(T, Channel::Hook(HookEvent::Stop), Some("t"), 1000, 2000).unwrap().is_none(), "does not fit alone: nothing leased");
     let pending: Vec<Message> = s.messages(Some(T)).unwrap().into_iter().filter(|m| m.state == State::Pending).collect();
     assert_eq!(pending.len(), 2, "both wait: {pending:?}");
-    let lease = s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("t"), 1000, crate::delivery::MAX_OUTPUT_BYTES).unwrap().unwrap();
+    let lease = s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("t"), 1000, crate::envelope::MAX_OUTPUT_BYTES).unwrap().unwrap();
     assert_eq!(lease.messages.iter().map(|m| m.body.len()).collect::<Vec<_>>(), [600, 5], "a tool hook carries both, in order");
 }
 
@@ -157,12 +157,12 @@ fn from_is_short_and_printable_and_the_rendered_message_fits() {
     // The longest plain body with the longest --from fits; one byte more is refused.
     let longest_from = "f".repeat(64);
     assert!(
-        crate::delivery::wrapped_len(
+        crate::envelope::wrapped_len(
             "m_0123456789abcdef",
             Some(&longest_from),
-            crate::delivery::seal::SenderCheck::Label,
+            crate::envelope::seal::SenderCheck::Label,
             &"y".repeat(MAX_BODY_BYTES)
-        ) <= crate::delivery::MAX_OUTPUT_BYTES
+        ) <= crate::envelope::MAX_OUTPUT_BYTES
     );
     s.enqueue(T, &"y".repeat(MAX_BODY_BYTES), Some(&longest_from), None, None).unwrap();
     assert!(s.enqueue(T, &"y".repeat(MAX_BODY_BYTES + 1), Some("me"), None, None).is_err());
@@ -396,4 +396,29 @@ fn wake_hand_off_is_never_offered_again() {
     assert_eq!(s.withdraw(lease.token, "wake_refused").unwrap(), 1);
     let m = &s.messages(Some(T)).unwrap()[0];
     assert_eq!((m.state, m.reason.as_deref(), m.shown_by, m.event), (State::Pending, Some("wake_refused"), None, Some(Channel::Wake)));
+}
+
+/// A hook call's one read of the queue (`thread_work`) seeks its thread, whatever is queued for
+/// other threads, and says what the call has to do.
+#[test]
+fn thread_work_seeks_the_thread_and_answers() {
+    let (mut s, _d) = store("work");
+    let sql =
+        include_str!("mod.rs").split("\"SELECT EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'handed'),").nth(1).unwrap();
+    let sql =
+        format!("SELECT EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'handed'),{}", sql.split("\",\n").next().unwrap());
+    let sql = sql.replace("?1", "'T'").replace("?2", "'message'").replace("?3", "'effort'");
+    let mut st = s.conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+    let plan: Vec<String> = st.query_map([], |r| r.get::<_, String>(3)).unwrap().map(|r| r.unwrap()).collect();
+    drop(st);
+    assert!(plan.iter().all(|p| !p.contains("SCAN messages")), "{plan:?}");
+    assert_eq!(plan.iter().filter(|p| p.contains("SEARCH messages")).count(), 3, "{plan:?}");
+    let none = ThreadWork { handed: false, pending: false, effort: false };
+    assert_eq!(s.thread_work(T).unwrap(), none);
+    s.enqueue(T, "hello", None, None, None).unwrap();
+    assert_eq!(s.thread_work(T).unwrap(), ThreadWork { pending: true, ..none });
+    assert_eq!(s.thread_work(U).unwrap(), none, "another thread's message is not this one's");
+    let lease = s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("turn"), 3000, 8000).unwrap().unwrap();
+    assert!(s.hand_off(lease.token, &handed_to("/r", 10, 1, 2)).unwrap());
+    assert_eq!(s.thread_work(T).unwrap(), ThreadWork { handed: true, ..none });
 }

@@ -51,6 +51,14 @@ pub struct Alarm {
     pub detail: String,
 }
 
+/// A ticket taken by the hook call of `pid` at `at` (ms).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Taken {
+    pub ticket: Ticket,
+    pub at: i64,
+    pub pid: i32,
+}
+
 /// What [`Store::claim_ticket`] found.
 #[derive(Debug, PartialEq)]
 pub enum TicketClaim {
@@ -68,10 +76,35 @@ impl Store {
         self.unsynced(|s| claim_inner(&mut s.conn, ticket, pid))
     }
 
-    /// Records that the hook holding `ticket` was leased `token`'s messages; marks them if another
-    /// hook has presented the ticket meanwhile.
-    pub fn attach_ticket(&mut self, ticket: &Ticket, token: i64) -> Result<()> {
-        self.unsynced(|s| attach_inner(&mut s.conn, ticket, token))
+    /// Records that the hook holding `taken` was leased `token`'s messages (its row written now
+    /// if the journal still holds it: `store/ticket_log.rs`); marks them if another hook has
+    /// presented the ticket meanwhile.
+    pub fn attach_ticket(&mut self, taken: &Taken, token: i64) -> Result<()> {
+        self.unsynced(|s| attach_inner(&mut s.conn, taken, token))
+    }
+
+    /// Writes journaled tickets into the table (fsynced; one already there is kept as it is).
+    pub fn record_tickets(&mut self, taken: &[Taken]) -> Result<()> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        {
+            let mut stmt =
+                tx.prepare_cached("INSERT INTO tickets (thread, key, at, event, pid) VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING")?;
+            for t in taken {
+                stmt.execute(params![t.ticket.thread, t.ticket.key, t.at, t.ticket.event.as_str(), t.pid])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Calls `f` with (thread, key, at) of every ticket taken since `since` (ms).
+    pub fn for_each_ticket(&self, since: i64, mut f: impl FnMut(&str, &str, i64)) -> Result<()> {
+        let mut stmt = self.conn.prepare_cached("SELECT thread, key, at FROM tickets WHERE at >= ?1")?;
+        let mut rows = stmt.query([since])?;
+        while let Some(r) = rows.next()? {
+            f(r.get_ref(0)?.as_str()?, r.get_ref(1)?.as_str()?, r.get(2)?);
+        }
+        Ok(())
     }
 
     /// Alarms, newest first (of one thread, or all), at most `limit`.
@@ -116,7 +149,8 @@ fn claim_inner(conn: &mut Connection, ticket: &Ticket, pid: i32) -> Result<Ticke
     Ok(TicketClaim::Used { at, pid: earlier_pid, handed })
 }
 
-fn attach_inner(conn: &mut Connection, ticket: &Ticket, token: i64) -> Result<()> {
+fn attach_inner(conn: &mut Connection, taken: &Taken, token: i64) -> Result<()> {
+    let ticket = &taken.ticket;
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let ids: Vec<String> = {
         let mut stmt = tx.prepare_cached("SELECT id FROM messages WHERE lease_token = ?1 ORDER BY seq")?;
@@ -124,8 +158,9 @@ fn attach_inner(conn: &mut Connection, ticket: &Ticket, token: i64) -> Result<()
         rows.collect::<rusqlite::Result<_>>()?
     };
     tx.execute(
-        "UPDATE tickets SET lease = ?3, messages = ?4 WHERE thread = ?1 AND key = ?2",
-        params![ticket.thread, ticket.key, token, ids.join(",")],
+        "INSERT INTO tickets (thread, key, at, event, pid, lease, messages) VALUES (?1, ?2, ?5, ?6, ?7, ?3, ?4)
+         ON CONFLICT (thread, key) DO UPDATE SET lease = excluded.lease, messages = excluded.messages",
+        params![ticket.thread, ticket.key, token, ids.join(","), taken.at, ticket.event.as_str(), taken.pid],
     )?;
     let reused: Option<i64> = tx
         .query_row("SELECT reused FROM tickets WHERE thread = ?1 AND key = ?2", params![ticket.thread, ticket.key], |r| r.get(0))
@@ -182,7 +217,7 @@ mod tests {
             e => panic!("{e:?}"),
         };
         let lease = s.lease("T", Channel::Hook(HookEvent::PostToolUse), Some("turn"), 3000, 8000).unwrap().unwrap();
-        s.attach_ticket(&t, lease.token).unwrap();
+        s.attach_ticket(&Taken { ticket: t.clone(), at: now_ms(), pid: 10 }, lease.token).unwrap();
         assert!(s.alarms(None, 10).unwrap().is_empty());
         // The same action presented again: refused, and the message the first call got is marked.
         match s.claim_ticket(&t, 11).unwrap() {
@@ -212,7 +247,7 @@ mod tests {
         assert!(matches!(s.claim_ticket(&t, 11).unwrap(), TicketClaim::Used { handed, .. } if handed.is_empty()));
         s.enqueue("T", "hello", None, None, None).unwrap();
         let lease = s.lease("T", Channel::Hook(HookEvent::Stop), Some("turn"), 3000, 8000).unwrap().unwrap();
-        s.attach_ticket(&t, lease.token).unwrap();
+        s.attach_ticket(&Taken { ticket: t.clone(), at: now_ms(), pid: 10 }, lease.token).unwrap();
         let a = s.alarms(None, 10).unwrap();
         assert_eq!(a.len(), 2, "{a:?}");
         assert_eq!(a[0].message.as_deref(), Some(lease.messages[0].id.as_str()));

@@ -18,8 +18,7 @@
 //! ```
 
 use super::WakeReason;
-use anyhow::{bail, Result};
-use serde::Deserialize;
+use crate::config::WakeConfig;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -29,39 +28,6 @@ const WINDOW: Duration = Duration::from_secs(60);
 const MAX_THREADS: usize = 4096;
 /// Turn ids the hooks reported that are kept per thread until the next wake looks at them.
 const MAX_SEEN: usize = 16;
-
-/// `[wake]` of Courier's config file.
-#[derive(Deserialize, Debug, Clone, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct WakeConfig {
-    #[serde(default = "default_per_minute")]
-    pub max_per_minute: u32,
-    #[serde(default = "default_in_a_row")]
-    pub max_in_a_row: u32,
-}
-
-fn default_per_minute() -> u32 {
-    6
-}
-
-fn default_in_a_row() -> u32 {
-    5
-}
-
-impl Default for WakeConfig {
-    fn default() -> Self {
-        WakeConfig { max_per_minute: default_per_minute(), max_in_a_row: default_in_a_row() }
-    }
-}
-
-impl WakeConfig {
-    pub(crate) fn validate(&self) -> Result<()> {
-        if self.max_per_minute == 0 || self.max_in_a_row == 0 {
-            bail!("[wake] max_per_minute and max_in_a_row must be at least 1 (to never wake a thread, send with --wake never)");
-        }
-        Ok(())
-    }
-}
 
 /// One thread's recent wakes.
 #[derive(Default)]

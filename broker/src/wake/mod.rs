@@ -39,11 +39,12 @@
 mod bound;
 mod reason;
 
-pub use bound::{Bound, WakeConfig};
+pub use bound::Bound;
 pub use reason::WakeReason;
 
-use crate::appserver::{self, endpoint, Endpoint};
-use crate::delivery::{self, MAX_OUTPUT_BYTES};
+use crate::codex::appserver::{self, endpoint, Endpoint};
+use crate::delivery;
+use crate::envelope::MAX_OUTPUT_BYTES;
 use crate::gate::owner::{NoOwner, Owner};
 use crate::gate::{CodexTrust, Gate};
 use crate::os::ProcessKey;

@@ -1,7 +1,7 @@
 //! The stand-in Codex of the end-to-end tests that need a Codex process without the real CLI
-//! (crash, hostile, follow, rollouts): the broker's (`broker::standin`: a copy of the system
+//! (crash, hostile, follow, rollouts): the broker's (`broker::codex::standin`: a copy of the system
 //! python3 with unique bytes appended, so its SHA-256 is this run's own; `broker trust-codex`
-//! trusts it and nothing else), running the one stand-in script (`broker::standin::SCRIPT`).
+//! trusts it and nothing else), running the one stand-in script (`broker::codex::standin::SCRIPT`).
 //!
 //! Like Codex it writes a rollout under `$CODEX_HOME/sessions/` (opened O_APPEND), holds the
 //! thread's writer flock, opens and closes turns, and runs the real `target/debug/hook-client` as
@@ -28,10 +28,10 @@ use std::process::{Child, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-/// The stand-in Codex executable: the broker's (`broker::standin`), a python3 copy unique to this
+/// The stand-in Codex executable: the broker's (`broker::codex::standin`), a python3 copy unique to this
 /// test process.
 pub fn standin_codex() -> &'static PathBuf {
-    &broker_lib::standin::bins().codex
+    &broker_lib::codex::standin::bins().codex
 }
 
 /// A private world (HOME, CODEX_HOME, COURIER_* dirs) with no model: the stand-in needs none.
@@ -82,7 +82,7 @@ struct Running {
 fn spawn(env: &CodexEnv, mode: &str, thread: &str, extra_env: &[(&str, &str)], own_args: &[&OsStr]) -> Running {
     let extra: serde_json::Map<String, Value> = extra_env.iter().map(|(k, v)| (k.to_string(), Value::String(v.to_string()))).collect();
     let mut cmd = env.command(standin_codex());
-    cmd.args(["-c", broker_lib::standin::SCRIPT, mode])
+    cmd.args(["-c", broker_lib::codex::standin::SCRIPT, mode])
         .arg(&env.codex_home)
         .arg(thread)
         .arg(hook_client_bin())

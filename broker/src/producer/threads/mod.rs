@@ -22,10 +22,11 @@ use facts::{find_title, first_line};
 pub use facts::{one_line, SessionInfo};
 pub use tree::{order, render_table};
 
-use crate::gate::digest::{DigestCache, ExeKey, Lookup};
+use crate::codex::rollout::{RolloutIdentity, RolloutTracker};
+use crate::exe::ExeKey;
+use crate::gate::digest::{DigestCache, Lookup};
 use crate::gate::holder;
 use crate::os;
-use crate::rollout::{RolloutIdentity, RolloutTracker};
 use crate::store::Store;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -341,7 +342,7 @@ impl Lister {
             let mut ended = 0;
             // Most recently active first: a resumed thread appends to its old rollout (in its
             // old day directory), so the modification time decides, not the file name.
-            let mut paths: Vec<(i64, PathBuf)> = crate::rollout::rollouts_newest_first(&self.sessions())
+            let mut paths: Vec<(i64, PathBuf)> = crate::codex::rollout::rollouts_newest_first(&self.sessions())
                 .filter_map(|p| {
                     let m = std::fs::metadata(&p).ok()?;
                     Some((m.mtime() * 1_000_000_000 + m.mtime_nsec(), p))

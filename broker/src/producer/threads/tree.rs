@@ -67,7 +67,7 @@ pub fn render_table(threads: &[ThreadInfo], now: i64) -> String {
     if threads.is_empty() {
         return "no live Codex threads Courier can reach (`broker threads --all` adds ended ones)\n".into();
     }
-    let esc = |s: &str| crate::inspect::escape(s).into_owned();
+    let esc = |s: &str| crate::terminal::escape(s).into_owned();
     let mut rows: Vec<[String; 7]> = vec![["THREAD", "STATE", "PROCESS", "QUEUED", "LAST", "CWD", "TITLE"].map(String::from)];
     for t in threads {
         let process = t.process.as_ref().map_or("-".to_string(), |p| format!("{} {}", p.kind.as_str(), p.pid));

@@ -121,8 +121,8 @@ impl SenderCheck {
 
 /// Checks a row's sender: its seal for a `thread:` sender, the label rules for any other.
 pub fn classify(f: &Fields<'_>, seal: Option<&str>) -> SenderCheck {
-    if super::wrapper::verified_thread(Some(f.sender)).is_none() {
-        return match crate::label::check(f.sender) {
+    if super::label::verified_thread(Some(f.sender)).is_none() {
+        return match crate::envelope::label::check(f.sender) {
             Ok(l) if l == f.sender => SenderCheck::Label,
             _ => SenderCheck::BadLabel,
         };

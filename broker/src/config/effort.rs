@@ -24,7 +24,34 @@ use anyhow::{bail, Result};
 use serde::Deserialize;
 
 pub const LEVELS: [&str; 6] = ["none", "minimal", "low", "medium", "high", "xhigh"];
-pub const SCOPES: [&str; 2] = ["turn", "thread"];
+
+/// How an effort change applies: to the thread's current turn (`turn/settings/update`, needs a
+/// hook with a turn), or to the thread from now on (`thread/settings/update`).
+#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum EffortScope {
+    #[default]
+    Turn,
+    Thread,
+}
+
+impl EffortScope {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            EffortScope::Turn => "turn",
+            EffortScope::Thread => "thread",
+        }
+    }
+
+    /// `turn` or `thread`, as `--scope` and the queue's `scope` column spell it.
+    pub fn parse(s: &str) -> Result<EffortScope> {
+        match s {
+            "turn" => Ok(EffortScope::Turn),
+            "thread" => Ok(EffortScope::Thread),
+            _ => bail!("scope {s:?} is not turn or thread"),
+        }
+    }
+}
 
 #[derive(Deserialize, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -43,7 +70,7 @@ pub struct Policy {
     #[serde(default)]
     pub enabled: bool,
     #[serde(default)]
-    pub scope: Option<String>,
+    pub scope: Option<EffortScope>,
     #[serde(default)]
     pub rules: Vec<Rule>,
 }
@@ -84,11 +111,6 @@ impl EffortConfig {
         if !(100..=60_000).contains(&self.deadline_ms) {
             bail!("[effort] deadline_ms must be between 100 and 60000");
         }
-        if let Some(s) = &self.policy.scope {
-            if !SCOPES.contains(&s.as_str()) {
-                bail!("[effort.policy] scope: {s:?} is not turn or thread");
-            }
-        }
         for (i, r) in self.policy.rules.iter().enumerate() {
             match (r.after_failures, r.after_successes) {
                 (Some(n), None) | (None, Some(n)) if n >= 1 => {}
@@ -112,8 +134,8 @@ impl EffortConfig {
         Ok(())
     }
 
-    pub fn policy_scope(&self) -> &str {
-        self.policy.scope.as_deref().unwrap_or("turn")
+    pub fn policy_scope(&self) -> EffortScope {
+        self.policy.scope.unwrap_or_default()
     }
 }
 

@@ -29,6 +29,12 @@ pub const VERIFIED_PREFIX: &str = "thread:";
 /// The word of the broker's attribute; no self-declared label may contain it.
 const VERIFIED_WORD: &str = "verified";
 
+/// The thread named by a `from` of the form `thread:<uuid>`, the form of a verified sender. Only
+/// its seal (`seal.rs`) proves it: any process of this uid can write such a row.
+pub fn verified_thread(from: Option<&str>) -> Option<&str> {
+    from?.strip_prefix(VERIFIED_PREFIX).filter(|t| courier_shared::rollout::is_uuid(t))
+}
+
 /// Why a label was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LabelError {

@@ -4,13 +4,16 @@
 //! Unknown top-level keys are not errors (a newer Courier may add some) but are reported as
 //! warnings by `broker serve` and `broker doctor`, so typos do not go unnoticed.
 
-use crate::effort::config::EffortConfig;
-use crate::wake::WakeConfig;
+mod effort;
+mod wake;
+
 use anyhow::{bail, Context, Result};
+pub use effort::{EffortConfig, EffortScope, Policy, Rule, LEVELS};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::SystemTime;
+pub use wake::WakeConfig;
 
 /// Top-level keys this version knows (others only warn). `effort` belongs to the effort feature.
 pub const KNOWN_KEYS: [&str; 7] = ["hook_clients", "log_level", "retention_days", "receipts", "effort", "wake", "bridge"];

@@ -1,11 +1,11 @@
 """The stand-in Codex: the one script every test and bench runs when it needs a Codex process the
 broker's gate accepts without the real CLI.
 
-It runs on `broker::standin`'s executable, a copy of the system python3 with bytes unique to the
+It runs on `broker::codex::standin`'s executable, a copy of the system python3 with bytes unique to the
 test process appended, named `codex` and trusted by digest (`broker trust-codex`), so the gate
 sees a trusted Codex binary exactly as with the real CLI:
 
-    codex -c "$SCRIPT" MODE ARGS...           Rust (`broker::standin::SCRIPT`, include_str!)
+    codex -c "$SCRIPT" MODE ARGS...           Rust (`broker::codex::standin::SCRIPT`, include_str!)
     codex path/to/codex_standin.py MODE ...   bench/driver.py (stdlib Python, no Rust build)
 
 Like Codex it writes each thread's rollout under $CODEX_HOME/sessions/ (opened O_APPEND, compact

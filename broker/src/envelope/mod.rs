@@ -1,8 +1,13 @@
-//! One message's wrapper, as the model sees it, and the hook output budget it must fit in. No
-//! queue types here: the store checks a message's rendered size at `send` and at lease with these
-//! functions, and `render.rs` builds the hook output from them.
+//! A message as the model sees it: its wrapper (here), its sender's label (`label.rs`) and the
+//! seal that lets only the running broker show a sender as verified (`seal.rs`), and the hook
+//! output budget a wrapper must fit in. Below the store and delivery, which both use it: the store
+//! checks a message's rendered size at `send` and at lease, `delivery/render.rs` and the wake
+//! channel build their output from it. No queue types here.
 
-use courier_shared::hook::{wrap_message, Delivery, HookEvent};
+pub mod label;
+pub mod seal;
+
+use courier_shared::hook::{Delivery, HookEvent};
 
 /// Bytes of rendered text (wrappers, escaped bodies, labels, newlines) one hook call hands out.
 /// Codex counts a hook's `additionalContext` at ceil(bytes / 4) tokens against the handler's
@@ -36,19 +41,14 @@ pub fn output_budget(event: HookEvent, context_limit: Option<u64>) -> usize {
     }
 }
 
-use super::seal::SenderCheck;
-pub use crate::label::VERIFIED_PREFIX;
+pub use courier_shared::hook::wrap_message;
+pub use label::{verified_thread, VERIFIED_PREFIX};
+use seal::SenderCheck;
 
 /// What the model reads as the sender of a row whose stored sender could not be shown (a
 /// `thread:` claim without a valid seal, a label the rules refuse): no label can be it, since
 /// labels may not contain `verified`.
 pub const UNVERIFIED_LABEL: &str = "unverified";
-
-/// The thread named by a `from` of the form `thread:<uuid>`, the form of a verified sender. Only
-/// its seal (`seal.rs`) proves it: any process of this uid can write such a row.
-pub fn verified_thread(from: Option<&str>) -> Option<&str> {
-    from?.strip_prefix(VERIFIED_PREFIX).filter(|t| courier_shared::rollout::is_uuid(t))
-}
 
 /// The sender label shown for a stored sender as `check` decided: [`UNVERIFIED_LABEL`] for one
 /// that could not be shown, `unknown` for none.

@@ -1,5 +1,5 @@
 use super::*;
-use crate::standin::{completed, started};
+use crate::codex::standin::{completed, started};
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 

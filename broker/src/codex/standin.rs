@@ -11,7 +11,7 @@
 //! session, its own environment plus whatever the test adds). [`PEER_SCRIPT`] is such a peer: it
 //! connects to a socket and waits.
 
-use crate::gate::{digest, TOOL_COMMAND_MARKERS};
+use super::TOOL_COMMAND_MARKERS;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -81,7 +81,7 @@ pub fn bins() -> &'static Bins {
         let helper = dir.join("helper");
         let _ = std::fs::remove_file(&helper);
         std::fs::hard_link(&codex, &helper).unwrap();
-        let digest = digest::hash_reader(&mut std::fs::File::open(&codex).unwrap()).unwrap();
+        let digest = crate::exe::hash_reader(&mut std::fs::File::open(&codex).unwrap()).unwrap();
         Bins { codex, helper, digest }
     })
 }

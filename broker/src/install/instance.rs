@@ -1,0 +1,47 @@
+//! Whether a broker runs, or should: the instance lock a running broker holds (whether or not it
+//! answers) and the stop marker `broker stop` leaves. Read by the login line (`daemon.rs`),
+//! `broker stop|start|restart` (`lifecycle.rs`), `doctor` and `status`.
+
+use crate::os;
+use anyhow::Result;
+use courier_shared::paths;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// The file whose presence means "stopped on purpose"; it holds the time of the stop (ms).
+pub const STOP_MARKER: &str = "broker.stopped";
+
+/// When the broker was stopped on purpose (Unix ms), if it is.
+pub fn stopped_on_purpose(state_dir: &Path) -> Option<i64> {
+    let text = fs::read_to_string(state_dir.join(STOP_MARKER)).ok()?;
+    Some(text.trim().parse().unwrap_or(0))
+}
+
+/// Removes the stop marker; true if there was one.
+pub fn clear_stop(state_dir: &Path) -> Result<bool> {
+    super::files::remove_file(&state_dir.join(STOP_MARKER))
+}
+
+pub(super) fn mark_stopped(state_dir: &Path) -> Result<()> {
+    crate::dirs::ensure_private_dir(state_dir)?;
+    super::files::write_atomic(&state_dir.join(STOP_MARKER), crate::store::now_ms().to_string().as_bytes(), 0o600)
+}
+
+/// The broker instance of `runtime_dir`: the process holding its `broker.lock` (whether or not it
+/// answers: hung, stopped, half-started or with its socket gone), if it is ours.
+pub fn instance_holder(runtime_dir: &Path) -> Option<i32> {
+    use std::os::unix::fs::MetadataExt;
+    let lock = fs::metadata(lock_path(runtime_dir)).ok()?;
+    let locks = fs::read_to_string("/proc/locks").ok()?;
+    let holders = crate::gate::owner::lock_holders(&locks, lock.dev(), lock.ino());
+    holders.into_iter().find(|&pid| os::read_status(pid).is_ok_and(|s| s.all_uids_are(paths::uid())))
+}
+
+pub fn lock_path(runtime_dir: &Path) -> PathBuf {
+    runtime_dir.join("broker.lock")
+}
+
+/// Says why a stop is on record, for doctor and status.
+pub fn describe_stop(at_ms: i64) -> String {
+    format!("stopped on purpose by `broker stop` at {}; `broker start` starts it again", crate::inspect::date_time(at_ms))
+}
