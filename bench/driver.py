@@ -2,7 +2,8 @@
 """Whole-process benchmark of Courier's hook path (see bench/README.md; run via bench/run.sh).
 
 Starts a real `broker serve` (release build) in a private root, a stand-in Codex (a copy of python3
-trusted by digest, holding rollouts O_APPEND and thread-writer flocks: bench/codex_standin.py) and
+trusted by digest, holding rollouts O_APPEND and thread-writer flocks: the one stand-in script,
+broker/src/codex/standin/codex_standin.py, in its `commands` mode) and
 times real `hook-client` processes spawned by that stand-in, interleaved with `/bin/true` spawned the
 same way. Every figure is a ratio against a reference measured in the same run, interleaved
 (A, B, B, A, ...), because the machine is shared and noisy.
@@ -21,6 +22,8 @@ import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
+# The stand-in Codex script the gate tests and the end-to-end kit run too.
+STANDIN = os.path.join(REPO, "broker/src/codex/standin/codex_standin.py")
 
 # The PostToolUse payload Codex 0.171.0 wrote to a hook's stdin (codex-reference/payloads/
 # r04-context.jsonl, line 4); session_id, turn_id and transcript_path are replaced per thread.
@@ -218,7 +221,7 @@ def recv_exact(s, n):
 class Standin:
     def __init__(self, world, threads):
         self.world = world
-        self.p = subprocess.Popen([world.codex, os.path.join(HERE, "codex_standin.py")], env=world.env,
+        self.p = subprocess.Popen([world.codex, STANDIN, "commands"], env=world.env,
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.threads = list(threads)
         for t in threads:

@@ -268,6 +268,11 @@ pub fn messages(inspect: &Value) -> Vec<Value> {
     inspect.get("messages").and_then(Value::as_array).cloned().unwrap_or_default()
 }
 
+/// Every message of an inspect document by id.
+pub fn messages_by_id(inspect: &Value) -> std::collections::HashMap<String, Value> {
+    messages(inspect).into_iter().map(|m| (m["id"].as_str().unwrap_or("").to_string(), m)).collect()
+}
+
 /// `refusals[]` of an inspect document.
 pub fn refusals(inspect: &Value) -> Vec<Value> {
     inspect.get("refusals").and_then(Value::as_array).cloned().unwrap_or_default()
@@ -283,7 +288,22 @@ pub fn refusal_codes(inspect: &Value, thread: Option<&str>) -> Vec<String> {
         .collect()
 }
 
-/// Run a command with piped output, killing it after `timeout`.
+/// Run hook-client by hand with `payload` on stdin (no trailing newline, then EOF, as Codex does)
+/// and `extra` environment; its output and how long it took.
+pub fn run_hook_client(env: &CodexEnv, payload: &str, extra: &[(&str, &str)]) -> (Output, Duration) {
+    use std::io::Write;
+    let mut cmd = env.command(hook_client_bin());
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    for (k, v) in extra {
+        cmd.env(k, v);
+    }
+    let start = Instant::now();
+    let mut child = cmd.spawn().expect("spawn hook-client");
+    child.stdin.take().unwrap().write_all(payload.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (out, start.elapsed())
+}
+
 /// One request line on the broker socket (the producer protocol), its one reply line parsed.
 pub fn line_request(sock: &std::path::Path, req: &str) -> Value {
     use std::io::{BufRead, Write};
@@ -295,6 +315,7 @@ pub fn line_request(sock: &std::path::Path, req: &str) -> Value {
     serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
 }
 
+/// Run a command with piped output, killing it after `timeout`.
 pub fn run_bounded(cmd: &mut Command, timeout: Duration) -> Output {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {:?}: {e}", cmd.get_program()));

@@ -9,11 +9,15 @@
 //! description of what it waited for.
 
 pub mod appserver;
+pub mod bridge;
 pub mod broker;
 pub mod codex;
 pub mod hooks;
 pub mod model;
+pub mod rng;
 pub mod rollout;
+pub mod serve;
+pub mod standin;
 pub mod tmux;
 pub mod util;
 
@@ -22,3 +26,5 @@ pub use codex::{codex_bin, CodexEnv, ExecChild, ExecOutput};
 pub use hooks::{hook_trust_hash, snake_event, Hook};
 pub use model::{Hold, Reply, Request, ScriptedModel};
 pub use rollout::Rollout;
+pub use serve::Serve;
+pub use standin::{HookCall, Standin, Stepped};

@@ -48,6 +48,42 @@ pub fn read_records(path: &Path) -> Vec<Value> {
     text.lines().filter(|l| !l.trim().is_empty()).filter_map(|l| serde_json::from_str(l).ok()).collect()
 }
 
+/// The ids of the `<courier-message id="...">` markers in `text`, in order.
+pub fn marker_ids_in(text: &str) -> Vec<String> {
+    const OPEN: &str = "<courier-message id=\"";
+    text.match_indices(OPEN)
+        .filter_map(|(at, _)| {
+            let rest = &text[at + OPEN.len()..];
+            rest.find('"').map(|end| rest[..end].to_string())
+        })
+        .collect()
+}
+
+/// Marker ids in every hook-injected line of a rollout, as Codex recorded them (Stop prompts
+/// unescaped once).
+pub fn hook_marker_ids(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut ids = Vec::new();
+    for line in text.lines() {
+        let Ok(v) = serde_json::from_str::<Value>(line) else { continue };
+        let p = &v["payload"];
+        if p["type"] != "message" {
+            continue;
+        }
+        let t: String = p["content"].as_array().into_iter().flatten().filter_map(|c| c["text"].as_str()).collect();
+        let hooky = (p["role"] == "developer"
+            && p["internal_chat_message_metadata_passthrough"]["content_item_kinds"]
+                .as_array()
+                .is_some_and(|k| k.iter().any(|x| x == "hooks.additional_context")))
+            || (p["role"] == "user" && t.starts_with("<hook_prompt"));
+        if hooky {
+            let t = t.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&apos;", "'").replace("&amp;", "&");
+            ids.extend(marker_ids_in(&t));
+        }
+    }
+    ids
+}
+
 /// A parsed rollout.
 #[derive(Clone, Debug)]
 pub struct Rollout {

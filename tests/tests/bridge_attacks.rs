@@ -3,9 +3,7 @@
 //! while the queue database is busy. On a real `nats-server -js` with per-user permissions and
 //! the real Codex.
 
-mod bridge_rig;
-
-use bridge_rig::*;
+use courier_tests::bridge::*;
 use courier_tests::broker::run_bounded;
 use courier_tests::util::{marker, poll_until, wait_until};
 use courier_tests::{Broker, CodexEnv};

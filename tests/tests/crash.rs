@@ -1,21 +1,21 @@
 //! Crash safety: nothing lost, nothing doubled, whatever dies when.
 //!
 //! The fault rounds drive the real broker with the real hook-client, whose parent is a stand-in
-//! Codex the gate accepts (see common/mod.rs), so hundreds of kill -9 rounds fit in seconds; the
+//! Codex the gate accepts (the kit's `standin`), so hundreds of kill -9 rounds fit in seconds; the
 //! stand-in's rollout is the ground truth of what "the model" saw. A few tests use the real Codex.
 //!
 //! Knobs (long forms by hand): `COURIER_CRASH_ROUNDS` (default 200), `COURIER_CRASH_SEED`.
 
-mod common;
-
-use common::*;
-use courier_tests::broker::hook_command;
+use broker_lib::client::query_status;
+use courier_tests::broker::{hook_command, messages_by_id};
 use courier_tests::model::exec_held_then_done;
+use courier_tests::rng::Rng;
+use courier_tests::rollout::{hook_marker_ids, marker_ids_in};
+use courier_tests::standin::{standin_codex, world, HookCall, Standin};
 use courier_tests::util::{fake_uuid_v7, marker, poll_until, str_field, wait_until};
-use courier_tests::{Broker, CodexEnv, Hold, Reply, ScriptedModel};
+use courier_tests::{Broker, CodexEnv, Hold, Reply, ScriptedModel, Serve};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -40,12 +40,12 @@ fn rounds() -> usize {
 }
 
 /// Waits until the broker answers status or exits (a failpoint can fire before the first answer).
-fn wait_up(serve: &mut Serve, sock: &Path) {
+fn wait_up(serve: &mut Serve, env: &CodexEnv) {
     let up = poll_until(Duration::from_secs(15), || {
         if serve.child.try_wait().ok().flatten().is_some() {
             return Some(());
         }
-        status(sock).map(|_| ())
+        query_status(&env.runtime_dir).map(|_| ())
     });
     assert!(up.is_some(), "broker neither answered nor exited: {}", std::fs::read_to_string(&serve.log).unwrap_or_default());
 }
@@ -88,7 +88,7 @@ fn check_invariants(
     // Marker occurrences per rollout.
     let mut in_rollout: HashMap<String, Vec<String>> = HashMap::new();
     for (thread, path) in rollouts {
-        for id in rollout_marker_ids(path) {
+        for id in hook_marker_ids(path) {
             in_rollout.entry(id).or_default().push(thread.clone());
         }
     }
@@ -96,9 +96,8 @@ fn check_invariants(
     let mut shown: HashMap<String, usize> = HashMap::new();
     for c in calls {
         if let Some(text) = &c.shown {
-            for (at, _) in text.match_indices("<courier-message id=\"") {
-                let rest = &text[at + 21..];
-                *shown.entry(rest[..rest.find('"').unwrap()].to_string()).or_default() += 1;
+            for id in marker_ids_in(text) {
+                *shown.entry(id).or_default() += 1;
             }
         }
     }
@@ -138,10 +137,9 @@ fn check_invariants(
 #[test]
 fn kill9_rounds_lose_nothing_and_double_nothing() {
     let env = world();
-    let sock = env.runtime_dir.join("broker.sock");
     let mut rng = Rng::from_env();
     let mut serve = Serve::start(&env, &[]);
-    broker_ok(&env, &["trust-codex", &standin_codex().display().to_string()]);
+    Broker::cli_only(&env).trust_codex(standin_codex());
     let threads: Vec<String> = (0..3).map(|_| fake_uuid_v7()).collect();
     let standins: Vec<Standin> = threads.iter().map(|t| Standin::start(&env, t, 3, &[])).collect();
     let rollouts: HashMap<String, std::path::PathBuf> = standins.iter().map(|s| (s.thread.clone(), s.rollout.clone())).collect();
@@ -180,7 +178,7 @@ fn kill9_rounds_lose_nothing_and_double_nothing() {
         if r % 3 == 0 {
             let fp = FAILPOINTS[(r / 3) % FAILPOINTS.len()];
             serve = Serve::spawn(&env, &[("COURIER_FAILPOINTS", fp)]);
-            wait_up(&mut serve, &sock);
+            wait_up(&mut serve, &env);
             // Let it run until the failpoint kills it (bounded: some need a rare path).
             let died = poll_until(Duration::from_millis(1500), || serve.child.try_wait().ok().flatten());
             if died.is_some() {
@@ -188,7 +186,7 @@ fn kill9_rounds_lose_nothing_and_double_nothing() {
             }
         } else {
             serve = Serve::spawn(&env, &[]);
-            wait_up(&mut serve, &sock);
+            wait_up(&mut serve, &env);
             std::thread::sleep(Duration::from_millis(rng.below(120)));
             random_kills += 1;
         }
@@ -203,14 +201,14 @@ fn kill9_rounds_lose_nothing_and_double_nothing() {
     let sent = sent.lock().unwrap().clone();
     let mut last = Value::Null;
     let drained = poll_until(Duration::from_secs(60), || {
-        last = inspect(&env);
+        last = Broker::cli_only(&env).inspect_json();
         let by_id = messages_by_id(&last);
         sent.iter()
             .all(|(id, _)| by_id.get(id).is_some_and(|m| matches!(m["state"].as_str(), Some("confirmed" | "uncertain"))))
             .then_some(())
     });
     let calls: Vec<HookCall> = standins.into_iter().flat_map(|s| s.finish(Duration::from_secs(60))).collect();
-    let final_inspect = inspect(&env);
+    let final_inspect = Broker::cli_only(&env).inspect_json();
     let log = std::fs::read_to_string(env.root.join("broker.log")).unwrap_or_default();
     assert!(drained.is_some(), "not drained within 60 s: {last:#}");
     let (confirmed, uncertain, other) = check_invariants(&sent, &final_inspect, &rollouts, &calls);
@@ -262,32 +260,33 @@ fn hook_client_killed_before_or_after_ack() {
         // Before the ack, the broker also dies right after returning the lease to pending.
         let fp = if point == "before_ack" { "after_release_commit" } else { "" };
         let mut serve = Serve::start(&env, &[("COURIER_FAILPOINTS", fp)]);
-        broker_ok(&env, &["trust-codex", &standin_codex().display().to_string()]);
+        Broker::cli_only(&env).trust_codex(standin_codex());
         let thread = fake_uuid_v7();
         let once = env.root.join("stalled-once");
         let stall = format!("{point}:{}", once.display());
         let standin = Standin::start(&env, &thread, 2, &[("COURIER_HOOK_TEST_STALL", &stall)]);
         let text = marker("KILLED_CLIENT");
-        let id = broker_ok(&env, &["send", "--thread", &thread, &text]).trim().to_string();
+        let id = Broker::cli_only(&env).run_ok(&["send", "--thread", &thread, &text]).trim().to_string();
         let hc = wait_until(Duration::from_secs(20), "a stalled hook-client", || {
             once.exists().then(|| hook_client_child(standin.pid)).flatten()
         });
-        let state = messages_by_id(&inspect(&env))[&id]["state"].as_str().unwrap().to_string();
+        let state = messages_by_id(&Broker::cli_only(&env).inspect_json())[&id]["state"].as_str().unwrap().to_string();
         assert_eq!(state, if point == "before_ack" { "leased" } else { "handed" }, "{point}");
         kill9(hc);
         if point == "before_ack" {
             let died = poll_until(Duration::from_secs(10), || serve.child.try_wait().ok().flatten());
             assert!(died.is_some(), "broker reached after_release_commit");
-            assert_eq!(messages_by_id(&inspect(&env))[&id]["state"], "pending", "released before the crash");
+            assert_eq!(messages_by_id(&Broker::cli_only(&env).inspect_json())[&id]["state"], "pending", "released before the crash");
             serve = Serve::start(&env, &[]);
         }
         let m = wait_until(Duration::from_secs(30), &format!("{id} confirmed"), || {
-            messages_by_id(&inspect(&env)).remove(&id).filter(|m| m["state"] == "confirmed")
+            messages_by_id(&Broker::cli_only(&env).inspect_json()).remove(&id).filter(|m| m["state"] == "confirmed")
         });
         // Keep the session going a few more turns: a confirmed message must not come back.
         std::thread::sleep(Duration::from_millis(300));
+        let rollout = standin.rollout.clone();
         let calls = standin.finish(Duration::from_secs(30));
-        let ro = rollout_marker_ids(&Standin::rollout_of(&env, &thread));
+        let ro = hook_marker_ids(&rollout);
         let n = ro.iter().filter(|x| **x == id).count();
         let killed = calls.iter().filter(|c| c.rc == -9).count();
         drop(serve);
@@ -308,29 +307,23 @@ fn hook_client_killed_before_or_after_ack() {
 fn codex_killed_after_hand_off_is_uncertain_codex_exited() {
     let env = world();
     let _serve = Serve::start(&env, &[]);
-    broker_ok(&env, &["trust-codex", &standin_codex().display().to_string()]);
+    Broker::cli_only(&env).trust_codex(standin_codex());
     let thread = fake_uuid_v7();
     let once = env.root.join("stalled-once");
     let stall = format!("after_ack:{}", once.display());
     let mut standin = Standin::start(&env, &thread, 2, &[("COURIER_HOOK_TEST_STALL", &stall)]);
-    let id = broker_ok(&env, &["send", "--thread", &thread, "for a codex that dies"]).trim().to_string();
+    let id = Broker::cli_only(&env).run_ok(&["send", "--thread", &thread, "for a codex that dies"]).trim().to_string();
     let hc = wait_until(Duration::from_secs(20), "hook-client stalled after ack", || {
         once.exists().then(|| hook_client_child(standin.pid)).flatten()
     });
     standin.kill();
     kill9(hc);
     let m = wait_until(Duration::from_secs(10), "uncertain codex_exited", || {
-        messages_by_id(&inspect(&env)).remove(&id).filter(|m| m["state"] == "uncertain")
+        messages_by_id(&Broker::cli_only(&env).inspect_json()).remove(&id).filter(|m| m["state"] == "uncertain")
     });
     assert_eq!(m["reason"], "codex_exited", "{m}");
-    let text = broker_ok(&env, &["inspect"]);
+    let text = Broker::cli_only(&env).run_ok(&["inspect"]);
     assert!(text.contains("codex_exited"), "inspect table says why:\n{text}");
-}
-
-impl Standin {
-    fn rollout_of(env: &CodexEnv, thread: &str) -> std::path::PathBuf {
-        env.codex_home.join(format!("sessions/2026/11/29/rollout-2026-11-29T08-08-52-{thread}.jsonl"))
-    }
 }
 
 // ---- Real Codex ----
@@ -434,7 +427,7 @@ fn real_codex_killed_mid_turn_after_hand_off() {
     let m = broker.wait_state(&id, "uncertain", Duration::from_secs(10));
     assert_eq!(m["reason"], "codex_exited", "{m}");
     assert!(broker.inspect_text().contains("codex_exited"), "inspect says why");
-    let in_rollout = env.rollout_path(&thread).map(|p| rollout_marker_ids(&p).len()).unwrap_or(0);
+    let in_rollout = env.rollout_path(&thread).map(|p| hook_marker_ids(&p).len()).unwrap_or(0);
     assert_eq!(in_rollout, 0, "it never reached the model");
     assert_eq!(model.requests_mentioning(&text), 0);
 }

@@ -5,14 +5,11 @@
 //! The wake path's failpoints are `crash.rs`'s `real_codex_wake_crash_never_doubles`.
 //! Needs `cargo build --workspace` and the pinned Codex.
 
-mod common;
-
-use common::*;
 use courier_tests::appserver::ListeningAppServer;
-use courier_tests::broker::{broker_bin, hook_command};
+use courier_tests::broker::{broker_bin, hook_command, messages_by_id};
 use courier_tests::model::exec_held_then_done;
 use courier_tests::util::{marker, poll_until, wait_until};
-use courier_tests::{Broker, CodexEnv, Hold, ScriptedModel};
+use courier_tests::{Broker, CodexEnv, Hold, ScriptedModel, Serve};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -57,7 +54,7 @@ fn crash_round(fp: &str) {
         .spawn()
         .expect("broker send --wait");
     let id = wait_until(T, "the message queued", || {
-        messages_by_id(&inspect(&env)).into_iter().find(|(_, m)| m["thread"] == thread.as_str()).map(|(id, _)| id)
+        messages_by_id(&Broker::cli_only(&env).inspect_json()).into_iter().find(|(_, m)| m["thread"] == thread.as_str()).map(|(id, _)| id)
     });
     hold.release();
     let died = poll_until(T, || serve.child.try_wait().ok().flatten());

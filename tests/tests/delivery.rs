@@ -3,18 +3,16 @@
 //! parallel. Needs `cargo build --workspace` (target/debug/broker and hook-client) and the pinned
 //! Codex (`install/fetch-codex.sh`).
 
-use std::io::Write;
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use courier_tests::broker::{hook_command, messages, refusals};
+use courier_tests::broker::{hook_command, messages, refusals, run_hook_client};
 use courier_tests::hooks::{Hook, COURIER_EVENTS};
 use courier_tests::model::Request;
 use courier_tests::model::{exec_held_then_done, parent_of_subagent};
 use courier_tests::util::{fake_uuid_v7, marker, str_field};
-use courier_tests::{hook_client_bin, Broker, CodexEnv, Hold, Reply, ScriptedModel};
+use courier_tests::{Broker, CodexEnv, Hold, Reply, ScriptedModel};
 use serde_json::Value;
 
 const T: Duration = Duration::from_secs(60);
@@ -259,17 +257,6 @@ fn captured_payload(env: &CodexEnv) -> String {
     .to_string()
 }
 
-/// Run hook-client with `payload` on stdin (no trailing newline, then EOF, as Codex does).
-fn run_hook_client(env: &CodexEnv, payload: &str) -> (std::process::Output, Duration) {
-    let mut cmd = env.command(hook_client_bin());
-    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let start = Instant::now();
-    let mut child = cmd.spawn().expect("spawn hook-client");
-    child.stdin.take().unwrap().write_all(payload.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    (out, start.elapsed())
-}
-
 fn assert_fail_open(out: &std::process::Output, took: Duration, what: &str) {
     eprintln!("hook-client ({what}) returned in {took:?}");
     assert!(out.status.success(), "{what}: exit {} stderr {}", out.status, String::from_utf8_lossy(&out.stderr));
@@ -285,7 +272,7 @@ fn hook_client_without_broker_fails_open_fast() {
     let env = CodexEnv::new(&model);
     let payload = captured_payload(&env);
     for _ in 0..3 {
-        let (out, took) = run_hook_client(&env, &payload);
+        let (out, took) = run_hook_client(&env, &payload, &[]);
         assert_fail_open(&out, took, "no broker");
     }
 }
@@ -314,7 +301,7 @@ fn hook_client_with_stalled_broker_respects_deadline() {
         }
         conns
     });
-    let (out, took) = run_hook_client(&env, &captured_payload(&env));
+    let (out, took) = run_hook_client(&env, &captured_payload(&env), &[]);
     assert!(rx.try_recv().is_ok(), "hook-client never connected to the stalled broker (took {took:?})");
     assert_fail_open(&out, took, "stalled broker");
     drop(rx);

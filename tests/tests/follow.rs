@@ -10,11 +10,10 @@
 //!
 //! Knobs: `COURIER_FLOOD_SECS` (default 4), `COURIER_FLOOD_AT_ONCE` (forgers at once, default 24).
 
-mod common;
-
-use common::*;
+use broker_lib::client::query_status;
+use courier_tests::standin::{standin_codex, world, HookCall, Standin};
 use courier_tests::util::{fake_uuid_v7, wait_until};
-use courier_tests::{hook_client_bin, CodexEnv};
+use courier_tests::{hook_client_bin, Broker, CodexEnv, Serve};
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -75,7 +74,7 @@ fn upgrade_and_wait(env: &CodexEnv, command: &Path, tag: &str, within: Duration)
 }
 
 fn trusted(env: &CodexEnv) -> Vec<Value> {
-    inspect(env)["trusted_codex"].as_array().cloned().unwrap_or_default()
+    Broker::cli_only(env).inspect_json()["trusted_codex"].as_array().cloned().unwrap_or_default()
 }
 
 /// CPU seconds the process has used (utime + stime).
@@ -171,7 +170,7 @@ fn a_release_flood_costs_honest_hooks_nothing() {
     let (secs, at_once) = (knob("COURIER_FLOOD_SECS", 4), knob("COURIER_FLOOD_AT_ONCE", 24) as usize);
     let env = world();
     let serve = Serve::start(&env, &[]);
-    broker_ok(&env, &["trust-codex", &standin_codex().display().to_string()]);
+    Broker::cli_only(&env).trust_codex(standin_codex());
     let thread = fake_uuid_v7();
     // The honest client waits 2 s, not 500 ms: on a loaded 2-core machine scheduling alone can
     // pass 500 ms; what is measured is whether the broker answers honest hooks during the flood.
@@ -190,13 +189,12 @@ fn a_release_flood_costs_honest_hooks_nothing() {
     // Each forger calls several times: a file still queued makes every call of an expected one wait.
     let script = format!("for i in 1 2 3 4 5 6; do {} < {}; done; true", hook_client_bin().display(), payload_file.display());
     let (attack_from, until) = (now(), Instant::now() + Duration::from_secs(secs));
-    let sock = env.runtime_dir.join("broker.sock");
     let (mut running, mut forged, mut max_fds, mut max_queued): (Vec<std::process::Child>, usize, usize, Option<u64>) =
         (Vec::new(), 0, base_fds, Some(0));
     let mut sample = |max_fds: &mut usize| {
         *max_fds = (*max_fds).max(fd_count(serve.pid()));
         // A broker without the counter cannot show its queue is bounded.
-        let queued = status(&sock).and_then(|s| s["digests_queued"].as_u64());
+        let queued = query_status(&env.runtime_dir).map(|s| s.digests_queued);
         max_queued = max_queued.zip(queued).map(|(a, b)| a.max(b));
     };
     while Instant::now() < until {

@@ -1,15 +1,17 @@
 //! Hostile input, fail-open and hostile filesystems. Legitimate hook calls come from
-//! the stand-in Codex (common/mod.rs) running the real hook-client with `COURIER_DEBUG=1`, so a
+//! the stand-in Codex (the kit's `standin`) running the real hook-client with `COURIER_DEBUG=1`, so a
 //! call the broker did not answer shows up as a fail-open message on its stderr.
 //!
 //! Knobs: `COURIER_FLOOD_CONNECTIONS` (default 10000), `COURIER_FLOOD_SECS` (default 4).
 
-mod common;
-
-use common::*;
-use courier_tests::broker::{hook_command, refusals};
+use broker_lib::client::query_status;
+use courier_shared::wire;
+use courier_tests::broker::{hook_command, messages_by_id, refusals, run_bounded, run_hook_client};
+use courier_tests::rollout::hook_marker_ids;
+use courier_tests::standin::{records, standin_codex, world, HookCall, Standin, Stepped};
 use courier_tests::util::{fake_uuid_v7, wait_until};
-use courier_tests::{hook_client_bin, CodexEnv, ScriptedModel};
+use courier_tests::{hook_client_bin, Broker, CodexEnv, ScriptedModel, Serve};
+use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -33,7 +35,7 @@ fn set_mode(p: &Path, mode: u32) {
 }
 
 fn refusal_codes(env: &CodexEnv) -> Vec<String> {
-    refusals(&inspect(env)).iter().filter_map(|r| r["reason"].as_str().map(String::from)).collect()
+    refusals(&Broker::cli_only(env).inspect_json()).iter().filter_map(|r| r["reason"].as_str().map(String::from)).collect()
 }
 
 /// A fresh connection to the broker, with a read timeout.
@@ -41,6 +43,11 @@ fn conn(sock: &Path) -> UnixStream {
     let s = UnixStream::connect(sock).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     s
+}
+
+/// The broker's one reply frame (an error frame or a hook reply), as JSON.
+fn read_reply(s: &mut UnixStream) -> std::io::Result<Value> {
+    wire::read_json(s, wire::MAX_FRAME)
 }
 
 fn proc_status(pid: u32, key: &str) -> u64 {
@@ -60,35 +67,35 @@ fn malformed_frames_get_error_codes_and_hooks_keep_working() {
     let env = world();
     let serve = Serve::start(&env, &[]);
     let sock = env.runtime_dir.join("broker.sock");
-    broker_ok(&env, &["trust-codex", &standin_codex().display().to_string()]);
+    Broker::cli_only(&env).trust_codex(standin_codex());
     let thread = fake_uuid_v7();
     let standin = Standin::start(&env, &thread, 2, &[("COURIER_DEBUG", "1")]);
 
     // Oversized: a length prefix of 4 GiB is refused before any allocation.
     let mut s = conn(&sock);
     s.write_all(&u32::MAX.to_be_bytes()).unwrap();
-    assert_eq!(read_frame(&mut s).unwrap()["error"], "frame_too_large");
+    assert_eq!(read_reply(&mut s).unwrap()["error"], "frame_too_large");
     // Just over the limit, with a body trickling in.
     let mut s = conn(&sock);
     s.write_all(&((4u32 << 20) + 1).to_be_bytes()).unwrap();
-    assert_eq!(read_frame(&mut s).unwrap()["error"], "frame_too_large");
+    assert_eq!(read_reply(&mut s).unwrap()["error"], "frame_too_large");
     // Malformed JSON.
     let mut s = conn(&sock);
-    s.write_all(&frame(b"{\"op\":\"hook\",\"v\":1,")).unwrap();
-    assert_eq!(read_frame(&mut s).unwrap()["error"], "bad_request");
+    wire::write_frame(&mut s, b"{\"op\":\"hook\",\"v\":1,").unwrap();
+    assert_eq!(read_reply(&mut s).unwrap()["error"], "bad_request");
     // Valid JSON, not a request.
     let mut s = conn(&sock);
-    s.write_all(&frame(b"[1,2,3]")).unwrap();
-    assert_eq!(read_frame(&mut s).unwrap()["error"], "bad_request");
+    wire::write_frame(&mut s, b"[1,2,3]").unwrap();
+    assert_eq!(read_reply(&mut s).unwrap()["error"], "bad_request");
     // Wrong protocol version: an empty reply in the broker's version.
     let mut s = conn(&sock);
-    s.write_all(&frame(br#"{"op":"hook","v":99,"pid":1,"ts_ms":0,"payload":"{}","mac":"00"}"#)).unwrap();
-    let r = read_frame(&mut s).unwrap();
+    wire::write_frame(&mut s, br#"{"op":"hook","v":99,"pid":1,"ts_ms":0,"payload":"{}","mac":"00"}"#).unwrap();
+    let r = read_reply(&mut s).unwrap();
     assert_eq!((r["v"].as_u64(), r["output"].as_str()), (Some(1), Some("")), "{r}");
     // An ack with no lease.
     let mut s = conn(&sock);
-    s.write_all(&frame(br#"{"op":"ack","v":1,"lease":7}"#)).unwrap();
-    assert_eq!(read_frame(&mut s).unwrap()["error"], "unexpected_ack");
+    wire::write_frame(&mut s, br#"{"op":"ack","v":1,"lease":7}"#).unwrap();
+    assert_eq!(read_reply(&mut s).unwrap()["error"], "unexpected_ack");
     // Truncated: a header for 100 bytes, 10 sent, then the write side closed.
     let mut s = conn(&sock);
     s.write_all(&100u32.to_be_bytes()).unwrap();
@@ -99,13 +106,13 @@ fn malformed_frames_get_error_codes_and_hooks_keep_working() {
     // Connects and says nothing: closed at the request timeout with an error frame.
     let started = Instant::now();
     let mut silent = conn(&sock);
-    assert_eq!(read_frame(&mut silent).unwrap()["error"], "request_timeout");
+    assert_eq!(read_reply(&mut silent).unwrap()["error"], "request_timeout");
     let waited = started.elapsed();
     assert!(waited >= Duration::from_millis(1900) && waited < Duration::from_secs(4), "timeout after {waited:?}");
 
-    let id = broker_ok(&env, &["send", "--thread", &thread, "still delivered"]).trim().to_string();
+    let id = Broker::cli_only(&env).run_ok(&["send", "--thread", &thread, "still delivered"]).trim().to_string();
     wait_until(Duration::from_secs(20), "delivery after the garbage", || {
-        (messages_by_id(&inspect(&env))[&id]["state"] == "confirmed").then_some(())
+        (messages_by_id(&Broker::cli_only(&env).inspect_json())[&id]["state"] == "confirmed").then_some(())
     });
     let codes = wait_until(Duration::from_secs(5), "refusals recorded", || {
         let c = refusal_codes(&env);
@@ -167,7 +174,7 @@ fn ten_thousand_idle_connections_do_not_starve_hooks() {
     let serve = Serve::start(&env, &[]);
     let bpid = serve.pid();
     let sock = env.runtime_dir.join("broker.sock");
-    broker_ok(&env, &["trust-codex", &standin_codex().display().to_string()]);
+    Broker::cli_only(&env).trust_codex(standin_codex());
     let thread = fake_uuid_v7();
     let standin = Standin::start(&env, &thread, 4, &[("COURIER_DEBUG", "1")]);
     // Calm baseline.
@@ -192,7 +199,7 @@ fn ten_thousand_idle_connections_do_not_starve_hooks() {
         max_threads = max_threads.max(proc_status(bpid, "Threads:"));
         max_rss = max_rss.max(proc_status(bpid, "VmRSS:"));
         if Instant::now() >= next_send {
-            ids.push(broker_ok(&env, &["send", "--thread", &thread, "during the flood"]).trim().to_string());
+            ids.push(Broker::cli_only(&env).run_ok(&["send", "--thread", &thread, "during the flood"]).trim().to_string());
             next_send += Duration::from_millis(700);
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -201,10 +208,10 @@ fn ten_thousand_idle_connections_do_not_starve_hooks() {
     flood.stdout.take().unwrap().read_to_string(&mut line).unwrap();
     flood.wait().unwrap();
     let t1 = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
-    let st = status(&sock).expect("broker alive after the flood");
+    let st = query_status(&env.runtime_dir).expect("broker alive after the flood");
     for id in &ids {
         let m = wait_until(Duration::from_secs(10), "delivery of messages sent during the flood", || {
-            messages_by_id(&inspect(&env)).remove(id).filter(|m| m["state"] == "confirmed")
+            messages_by_id(&Broker::cli_only(&env).inspect_json()).remove(id).filter(|m| m["state"] == "confirmed")
         });
         let lag = m["handed_at"].as_i64().unwrap() - m["created_at"].as_i64().unwrap();
         assert!(lag < 2000, "{id} waited {lag} ms for a hook: {m}");
@@ -217,7 +224,7 @@ fn ten_thousand_idle_connections_do_not_starve_hooks() {
     let pct = |p: f64| ms.get(((ms.len() as f64 - 1.0) * p) as usize).copied().unwrap_or(0.0);
     eprintln!(
         "flood: {} (connections opened, refused at connect) over {secs}s from {procs} processes; broker max fds {max_fds}, \
-         threads {max_threads} (calm {base_threads}), VmRSS {max_rss} kB; status {st}; legitimate calls during flood {}: \
+         threads {max_threads} (calm {base_threads}), VmRSS {max_rss} kB; status {st:?}; legitimate calls during flood {}: \
          p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms, unanswered {}",
         line.trim(),
         during.len(),
@@ -271,15 +278,15 @@ fn parked_complete_frames_count_against_the_buffer_budget() {
     std::io::BufRead::read_line(&mut std::io::BufReader::new(locker.stdout.take().unwrap()), &mut line).unwrap();
     assert_eq!(line.trim(), "locked");
 
-    let big = frame(&vec![b'x'; 4 << 20]); // complete, the largest allowed, not a request
+    let big = vec![b'x'; 4 << 20]; // a complete frame's body,, the largest allowed, not a request
     let (mut held, mut limited, mut other) = (Vec::new(), 0, Vec::new());
     for _ in 0..128 {
         let mut s = UnixStream::connect(&sock).unwrap();
         s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        match s.write_all(&big) {
+        match wire::write_frame(&mut s, &big) {
             Ok(()) => held.push(s),
-            Err(_) => match read_frame(&mut s) {
+            Err(_) => match read_reply(&mut s) {
                 Ok(v) if v["error"] == "buffer_limit" => limited += 1,
                 r => other.push(format!("{r:?}")),
             },
@@ -293,74 +300,13 @@ fn parked_complete_frames_count_against_the_buffer_budget() {
     assert!(other.is_empty(), "closed without the buffer_limit error: {other:?}");
     assert!(held.len() <= 16 && limited >= 112, "{} frames held, {limited} refused", held.len());
     assert!(grew_mib < 64.0 + 32.0, "broker peak RSS grew {grew_mib:.0} MiB (budget 64 MiB)");
-    let st = wait_until(Duration::from_secs(60), "the broker answers again", || status(&sock));
+    let st = wait_until(Duration::from_secs(60), "the broker answers again", || query_status(&env.runtime_dir));
     let after = wait_until(Duration::from_secs(30), "the held frames are let go", || {
-        status(&sock).filter(|st| st["buffered_bytes"].as_u64().is_some_and(|b| b < 4096))
+        query_status(&env.runtime_dir).filter(|st| st.buffered_bytes < 4096)
     });
-    eprintln!("status after: {st}; then {after}");
+    eprintln!("status after: {st:?}; then {after:?}");
     drop(serve);
 }
-
-/// A stand-in Codex running many threads at once (rollout O_APPEND and writer flock for each, one
-/// open turn), which starts hook-client calls on command: `{"spawn": i, "stall": bool}` starts a
-/// PostToolUse call for thread i (with `COURIER_HOOK_TEST_STALL=before_ack` when `stall`, its
-/// stderr to `<dir>/stall-<i>.err`); `{"wait": i}` waits for it and reports rc, stdout and ms.
-const MULTI_STANDIN: &str = r#"
-import sys, os, json, fcntl, subprocess, time
-home, hc, out_dir = sys.argv[1:4]
-threads = sys.argv[4].split(",")
-d = os.path.join(home, "sessions/2026/11/29")
-os.makedirs(d, exist_ok=True)
-os.makedirs(os.path.join(home, "thread-writer-locks"), exist_ok=True)
-keep, paths, procs = [], [], {}
-turn = "01a22659-8b4d-7ed0-830a-00efbf9cc079"
-for t in threads:
-    lock = os.open(os.path.join(home, "thread-writer-locks", t + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
-    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    path = os.path.join(d, "rollout-2026-11-29T08-08-52-%s.jsonl" % t)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    # Each thread's PostToolUse follows its own tool call, completed (gate/ticket.rs).
-    call = "call_%d" % len(paths)
-    for kind, p in [("session_meta", {"id": t, "session_id": t, "cwd": "/", "originator": "standin"}),
-                    ("event_msg", {"type": "task_started", "turn_id": turn}),
-                    ("response_item", {"type": "function_call", "name": "exec_command", "arguments": "{}", "call_id": call,
-                                       "internal_chat_message_metadata_passthrough": {"turn_id": turn}}),
-                    ("event_msg", {"type": "item_completed", "thread_id": t, "turn_id": turn, "item": {"type": "CommandExecution", "id": call}})]:
-        os.write(fd, (json.dumps({"timestamp": "t", "type": kind, "payload": p}) + "\n").encode())
-    keep += [lock, fd]; paths.append(path)
-env = dict(os.environ)
-for k in ["CODEX_TOOL_CALL_ID", "CODEX_THREAD_ID", "CODEX_SESSION_ID", "CODEX_CI"]:
-    env.pop(k, None)
-def say(o):
-    sys.stdout.write(json.dumps(o) + "\n"); sys.stdout.flush()
-say({"ready": True})
-for line in sys.stdin:
-    c = json.loads(line)
-    if "spawn" in c:
-        i = c["spawn"]
-        p = {"session_id": threads[i], "turn_id": turn, "transcript_path": paths[i], "cwd": "/",
-             "hook_event_name": "PostToolUse", "model": "m", "permission_mode": "bypassPermissions",
-             "tool_name": "Bash", "tool_input": {"command": "true"}, "tool_response": "", "tool_use_id": "call_%d" % i}
-        e = dict(env)
-        err = subprocess.DEVNULL
-        if c.get("stall"):
-            e["COURIER_HOOK_TEST_STALL"] = "before_ack"
-            err = open(os.path.join(out_dir, "stall-%d.err" % i), "w")
-        t0 = time.monotonic()
-        pr = subprocess.Popen([hc], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=e, start_new_session=True)
-        pr.stdin.write(json.dumps(p).encode()); pr.stdin.close()
-        procs[i] = (pr, t0)
-        say({"spawned": i})
-    elif "wait" in c:
-        pr, t0 = procs[c["wait"]]
-        out = pr.stdout.read()
-        pr.wait(timeout=30)
-        say({"rc": pr.returncode, "out": out.decode(), "ms": (time.monotonic() - t0) * 1000.0})
-    elif "kill" in c:
-        for pr, _ in procs.values():
-            if pr.poll() is None: pr.kill(); pr.wait()
-        say({"killed": True})
-"#;
 
 /// Hook clients that stall after their lease do not hold broker workers.
 /// 24 verified calls of 24 threads (more than the 16 workers) take their leases and never ack;
@@ -372,40 +318,35 @@ fn stalled_clients_after_the_lease_do_not_hold_workers() {
     const STALLED: usize = 24;
     let env = world();
     let _serve = Serve::start(&env, &[]);
-    broker_ok(&env, &["trust-codex", &standin_codex().display().to_string()]);
+    Broker::cli_only(&env).trust_codex(standin_codex());
     let threads: Vec<String> = (0..=STALLED).map(|_| fake_uuid_v7()).collect();
     let ids: Vec<String> = threads
         .iter()
-        .map(|t| broker_ok(&env, &["send", "--thread", t, "--future-thread", &format!("for {t}")]).trim().to_string())
+        .map(|t| Broker::cli_only(&env).run_ok(&["send", "--thread", t, "--future-thread", &format!("for {t}")]).trim().to_string())
         .collect();
     let out_dir = env.root.join("multi");
     std::fs::create_dir_all(&out_dir).unwrap();
-    let mut standin = env.command(standin_codex());
-    standin
-        .args(["-c", MULTI_STANDIN])
-        .arg(&env.codex_home)
-        .arg(hook_client_bin())
-        .arg(&out_dir)
-        .arg(threads.join(","))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped());
-    let mut child = standin.spawn().unwrap();
-    let mut tell = child.stdin.take().unwrap();
-    let mut hear = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut ready = String::new();
-    std::io::BufRead::read_line(&mut hear, &mut ready).unwrap();
-    assert!(ready.contains("ready"), "{ready}");
-    let mut ask = |cmd: serde_json::Value| -> serde_json::Value {
-        writeln!(tell, "{cmd}").unwrap();
-        tell.flush().unwrap();
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut hear, &mut line).unwrap();
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("stand-in said {line:?}: {e}"))
-    };
+    // One stand-in codex holding every thread (rollout O_APPEND, writer flock, one open turn);
+    // each thread's PostToolUse follows its own tool call, completed (gate/ticket.rs).
+    let turn = "01a22659-8b4d-7ed0-830a-00efbf9cc079";
+    let mut codex = Stepped::start(&env, &threads[0]);
+    for (i, t) in threads.iter().enumerate() {
+        if i > 0 {
+            codex.add_thread(t);
+        }
+        let call = format!("call_{i}");
+        codex.write_to(t, records::task_started(turn));
+        codex.write_to(t, records::function_call(&call, turn, "true"));
+        codex.write_to(t, records::exec_completed(t, turn, &call));
+    }
+    let post =
+        |i: usize| json!({"tool_name": "Bash", "tool_input": {"command": "true"}, "tool_response": "", "tool_use_id": format!("call_{i}")});
 
     let t0 = Instant::now();
-    for i in 0..STALLED {
-        ask(serde_json::json!({"spawn": i, "stall": true}));
+    for (i, thread) in threads[..STALLED].iter().enumerate() {
+        // Stalled before its ack, its stderr to `stall-<i>.err`.
+        let err = out_dir.join(format!("stall-{i}.err"));
+        codex.hook_start(thread, "PostToolUse", turn, post(i), &[("COURIER_HOOK_TEST_STALL", "before_ack")], Some(&err));
     }
     // Stalled clients print their lease and park before the ack. Once 16 do (as many as the
     // broker has workers), the honest call comes.
@@ -416,12 +357,12 @@ fn stalled_clients_after_the_lease_do_not_hold_workers() {
     };
     wait_until(Duration::from_secs(20), "16 stalled clients to hold their leases", || (stalled() >= 16).then_some(()));
     let stalled_after = t0.elapsed();
-    ask(serde_json::json!({"spawn": STALLED, "stall": false}));
-    let honest = ask(serde_json::json!({"wait": STALLED}));
-    let ms = honest["ms"].as_f64().unwrap();
-    eprintln!("{STALLED} clients stalled after their leases (16 leased after {stalled_after:?}); honest call: {ms:.1} ms, {honest}");
-    assert_eq!(honest["rc"], 0, "{honest}");
-    assert!(honest["out"].as_str().unwrap().contains(&ids[STALLED]), "the honest call was not delivered: {honest}");
+    let honest = codex.hook_start(&threads[STALLED], "PostToolUse", turn, post(STALLED), &[], None);
+    let honest = codex.hook_wait(honest);
+    let ms = honest.ms;
+    eprintln!("{STALLED} clients stalled after their leases (16 leased after {stalled_after:?}); honest call: {ms:.1} ms, {honest:?}");
+    assert_eq!(honest.rc, 0, "{honest:?}");
+    assert!(honest.out.contains(&ids[STALLED]), "the honest call was not delivered: {honest:?}");
     assert!(ms < 500.0, "the honest call took {ms:.1} ms (hook-client deadline 500 ms)");
     assert!(t0.elapsed() < Duration::from_millis(delivery_lease_ms()), "measured while the stalled leases were live");
     // More clients than workers held their leases at once (some may fail open under load).
@@ -429,18 +370,17 @@ fn stalled_clients_after_the_lease_do_not_hold_workers() {
 
     // The stalled leases end: back to pending, never handed.
     let by_id = wait_until(Duration::from_secs(10), "stalled leases to be released", || {
-        let m = messages_by_id(&inspect(&env));
+        let m = messages_by_id(&Broker::cli_only(&env).inspect_json());
         ids[..STALLED].iter().all(|id| m[id]["state"] == "pending").then_some(m)
     });
-    assert_eq!(by_id[&ids[STALLED]]["state"], "handed");
+    // Handed (confirmed once the stand-in's rollout shows it, as Codex's would).
+    assert!(matches!(by_id[&ids[STALLED]]["state"].as_str(), Some("handed" | "confirmed")), "{}", by_id[&ids[STALLED]]);
     for id in &ids[..STALLED] {
         // Released by the poll thread's deadline, or by maintenance once the lease ran out.
         let reason = by_id[id]["reason"].as_str().unwrap_or("");
         assert!(matches!(reason, "not_acked" | "lease_expired" | ""), "{}", by_id[id]);
     }
-    ask(serde_json::json!({"kill": true}));
-    let _ = child.kill();
-    let _ = child.wait();
+    codex.hook_kill();
 }
 
 /// `delivery::LEASE_MS`, the time a client has to ack a lease.
@@ -488,7 +428,7 @@ fn hook_client_fails_open_on_stopped_stale_and_forbidden_brokers() {
     let pid = serve.pid() as i32;
     assert!(Command::new("kill").args(["-STOP", &pid.to_string()]).status().unwrap().success());
     for _ in 0..3 {
-        let (out, took) = spawn_hook_client(&env, &p, &extra);
+        let (out, took) = run_hook_client(&env, &p, &extra);
         worst = worst.max(assert_fail_open("broker SIGSTOPped", &out, took));
     }
     // A real session with hooks on the stopped broker.
@@ -506,7 +446,7 @@ fn hook_client_fails_open_on_stopped_stale_and_forbidden_brokers() {
     // Killed: the socket file stays behind, nobody listens (ECONNREFUSED).
     serve.kill9();
     assert!(env.runtime_dir.join("broker.sock").exists());
-    let (out, took) = spawn_hook_client(&env, &p, &extra);
+    let (out, took) = run_hook_client(&env, &p, &extra);
     worst = worst.max(assert_fail_open("stale socket file", &out, took));
 
     // Permission denied: the client runs as nobody; the 0700 runtime dir is root's.
@@ -586,7 +526,7 @@ fn foreign_sockets_and_foreign_clients_are_refused() {
     let planted = UnixListener::bind(&sock).unwrap();
     planted.set_nonblocking(true).unwrap();
     chown(&sock, NOBODY);
-    let (out, took) = spawn_hook_client(&env, &payload(&env), &[("COURIER_DEBUG", "1")]);
+    let (out, took) = run_hook_client(&env, &payload(&env), &[("COURIER_DEBUG", "1")]);
     assert!(out.status.success() && out.stdout.is_empty(), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("owned by another user"), "{out:?}");
     assert!(planted.accept().is_err(), "the client connected to a socket it does not own");
@@ -611,13 +551,17 @@ try:
 except (ConnectionResetError, BrokenPipeError):
     print("closed")
 "#;
-    let out = cmd_output(Command::new("/usr/bin/python3").args(["-c", script]).arg(&sock).uid(NOBODY).gid(NOBODY).current_dir("/"));
+    let out = run_bounded(
+        Command::new("/usr/bin/python3").args(["-c", script]).arg(&sock).uid(NOBODY).gid(NOBODY).current_dir("/"),
+        Duration::from_secs(30),
+    );
     set_mode(&env.runtime_dir, 0o700);
     set_mode(&env.root, 0o700);
     assert!(out.status.success(), "nobody could not even connect: {out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "connected\nclosed", "connected, then closed unanswered");
-    let r =
-        wait_until(Duration::from_secs(5), "peer_uid refusal", || refusals(&inspect(&env)).into_iter().find(|r| r["reason"] == "peer_uid"));
+    let r = wait_until(Duration::from_secs(5), "peer_uid refusal", || {
+        refusals(&Broker::cli_only(&env).inspect_json()).into_iter().find(|r| r["reason"] == "peer_uid")
+    });
     assert!(r["detail"].as_str().unwrap().contains("65534"), "{r}");
 }
 
@@ -637,10 +581,11 @@ fn disk_full_keeps_queue_consistent_and_hooks_answered() {
     }
     let _unmount = Unmount(env.state_dir.clone());
     let serve = Serve::start(&env, &[]);
-    broker_ok(&env, &["trust-codex", &standin_codex().display().to_string()]);
+    Broker::cli_only(&env).trust_codex(standin_codex());
     let thread = fake_uuid_v7();
     // No stand-in yet: messages queue up.
-    let mut queued = vec![broker_ok(&env, &["send", "--thread", &thread, "--future-thread", "before the disk filled"]).trim().to_string()];
+    let mut queued =
+        vec![Broker::cli_only(&env).run_ok(&["send", "--thread", &thread, "--future-thread", "before the disk filled"]).trim().to_string()];
     let filler = env.state_dir.join("filler");
     let mut f = std::fs::File::create(&filler).unwrap();
     let chunk = vec![0u8; 4096];
@@ -650,7 +595,7 @@ fn disk_full_keeps_queue_consistent_and_hooks_answered() {
     let body = "x".repeat(4000);
     let mut error = None;
     for i in 0..200 {
-        let out = broker_cli(&env, &["send", "--thread", &thread, "--future-thread", "--key", &format!("full{i}"), &body]);
+        let out = Broker::cli_only(&env).run(&["send", "--thread", &thread, "--future-thread", "--key", &format!("full{i}"), &body]);
         if out.status.success() {
             queued.push(String::from_utf8_lossy(&out.stdout).trim().to_string());
         } else {
@@ -662,22 +607,23 @@ fn disk_full_keeps_queue_consistent_and_hooks_answered() {
     eprintln!("send on a full disk: {}", error.trim());
     assert!(error.contains("full") && error.contains("nothing was queued"), "unclear error: {error}");
     // What was queued is still on record, unchanged, while the disk is full.
-    let on_record = messages_by_id(&inspect(&env));
+    let on_record = messages_by_id(&Broker::cli_only(&env).inspect_json());
     for id in &queued {
         assert_eq!(on_record[id]["state"], "pending", "{id}");
     }
     // Hooks are still answered (quickly, exit 0), with the disk full.
     let standin = Standin::start(&env, &thread, 2, &[("COURIER_DEBUG", "1")]);
     std::thread::sleep(Duration::from_millis(500));
-    assert!(status(&env.runtime_dir.join("broker.sock")).is_some(), "broker alive");
+    assert!(query_status(&env.runtime_dir).is_some(), "broker alive");
     std::fs::remove_file(&filler).unwrap();
     for id in &queued {
         wait_until(Duration::from_secs(20), "delivery after space returned", || {
-            (messages_by_id(&inspect(&env))[id]["state"] == "confirmed").then_some(())
+            (messages_by_id(&Broker::cli_only(&env).inspect_json())[id]["state"] == "confirmed").then_some(())
         });
     }
+    let rollout = standin.rollout.clone();
     let calls = standin.finish(Duration::from_secs(30));
-    let ro = rollout_marker_ids(&standin_rollout(&env, &thread));
+    let ro = hook_marker_ids(&rollout);
     for id in &queued {
         assert_eq!(ro.iter().filter(|x| *x == id).count(), 1, "{id} once in the rollout");
     }
@@ -693,10 +639,6 @@ fn disk_full_keeps_queue_consistent_and_hooks_answered() {
     drop(serve);
 }
 
-fn standin_rollout(env: &CodexEnv, thread: &str) -> std::path::PathBuf {
-    env.codex_home.join(format!("sessions/2026/11/29/rollout-2026-11-29T08-08-52-{thread}.jsonl"))
-}
-
 /// Fresh 1 GiB executables named `codex` that run hook-client (any same-uid process can make
 /// them) cost honest hooks nothing: the broker never hashes on a worker,
 /// unknown files go to one low-priority background thread, one at a time. On the old broker each
@@ -708,7 +650,7 @@ fn fresh_codex_binaries_do_not_slow_honest_hooks() {
     const AT_ONCE: usize = 8;
     let env = world();
     let serve = Serve::start(&env, &[]);
-    broker_ok(&env, &["trust-codex", &standin_codex().display().to_string()]);
+    Broker::cli_only(&env).trust_codex(standin_codex());
     let thread = fake_uuid_v7();
     let standin = Standin::start(&env, &thread, 4, &[("COURIER_DEBUG", "1")]);
     let now = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
@@ -743,7 +685,7 @@ fn fresh_codex_binaries_do_not_slow_honest_hooks() {
     // Keep measuring while the broker works through what the forgers left it.
     std::thread::sleep(Duration::from_millis(1500));
     let attack_to = now();
-    let st = status(&env.runtime_dir.join("broker.sock")).map(|s| s.to_string()).unwrap_or_else(|| "not answering".into());
+    let st = query_status(&env.runtime_dir).map(|s| format!("{s:?}")).unwrap_or_else(|| "not answering".into());
     let calls = standin.finish(Duration::from_secs(30));
     let window = |a: f64, b: f64| -> Vec<&HookCall> { calls.iter().filter(|c| c.t >= a && c.t <= b).collect() };
     let median = |v: &[&HookCall]| {

@@ -1,12 +1,12 @@
 //! Rollout shapes the gate must read correctly with a real `broker serve` and the real
-//! hook-client, driven by the step-by-step stand-in Codex (tests/tests/common/mod.rs `Stepped`).
+//! hook-client, driven by the step-by-step stand-in Codex (the kit's `standin::Stepped`).
 
-mod common;
-
-use common::records::*;
-use common::{broker_ok, inspect, standin_codex, status, world, Serve, Stepped};
+use broker_lib::client::query_status;
 use courier_tests::broker::refusal_codes;
+use courier_tests::standin::records::*;
+use courier_tests::standin::{standin_codex, world, Stepped};
 use courier_tests::util::{fake_uuid_v7, marker};
+use courier_tests::{Broker, Serve};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -23,9 +23,8 @@ fn far_mib() -> usize {
 #[test]
 fn turn_opened_far_back_is_found_after_a_broker_restart() {
     let env = world();
-    let sock = env.runtime_dir.join("broker.sock");
     let mut serve = Serve::start(&env, &[]);
-    broker_ok(&env, &["trust-codex", &standin_codex().display().to_string()]);
+    Broker::cli_only(&env).trust_codex(standin_codex());
     let (thread, turn) = (fake_uuid_v7(), fake_uuid_v7());
     let mut codex = Stepped::start(&env, &thread);
     codex.write(task_started(&turn));
@@ -52,10 +51,10 @@ fn turn_opened_far_back_is_found_after_a_broker_restart() {
     // The broker restarts (kill -9): it has never read this rollout.
     serve.kill9();
     let mut serve = Serve::start(&env, &[]);
-    let read_before = status(&sock).unwrap()["rollout_bytes_read"].as_u64().unwrap();
+    let read_before = query_status(&env.runtime_dir).unwrap().rollout_bytes_read;
     let text = marker("FAR_TURN");
     // --wake never: no wake attempt reads the rollout first; the hook below is its first sight.
-    let id = broker_ok(&env, &["send", "--thread", &thread, "--wake", "never", "--from", "e2e", &text]).trim().to_string();
+    let id = Broker::cli_only(&env).run_ok(&["send", "--thread", &thread, "--wake", "never", "--from", "e2e", &text]).trim().to_string();
 
     // The next tool call of the same turn: its PreToolUse is the broker's first sight of the rollout.
     codex.write(function_call("call_next", &turn, "echo next"));
@@ -65,14 +64,14 @@ fn turn_opened_far_back_is_found_after_a_broker_restart() {
         Some(&turn),
         json!({"tool_name": "Bash", "tool_input": {"command": "echo next"}, "tool_use_id": "call_next"}),
     );
-    let read = status(&sock).unwrap()["rollout_bytes_read"].as_u64().unwrap() - read_before;
+    let read = query_status(&env.runtime_dir).unwrap().rollout_bytes_read - read_before;
     eprintln!(
         "first hook call after the restart on a {} MiB rollout: {:.1} ms (hook-client wall time), {} KiB of the rollout read",
         size >> 20,
         pre.ms,
         read >> 10
     );
-    let doc = inspect(&env);
+    let doc = Broker::cli_only(&env).inspect_json();
     assert!(
         pre.shown.as_deref().is_some_and(|s| s.contains(&text)),
         "the honest hook was not given the message: {pre:?}\nrefusals: {:?}",
@@ -97,7 +96,7 @@ fn turn_opened_far_back_is_found_after_a_broker_restart() {
     codex.write(task_complete(&turn));
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let doc = inspect(&env);
+        let doc = Broker::cli_only(&env).inspect_json();
         let m = courier_tests::broker::messages(&doc).into_iter().find(|m| m["id"] == id.as_str()).unwrap();
         if m["state"] == "confirmed" {
             break;
@@ -105,6 +104,6 @@ fn turn_opened_far_back_is_found_after_a_broker_restart() {
         assert!(Instant::now() < deadline, "not confirmed: {m}");
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(refusal_codes(&inspect(&env), Some(&thread)).is_empty());
+    assert!(refusal_codes(&Broker::cli_only(&env).inspect_json(), Some(&thread)).is_empty());
     serve.kill9();
 }

@@ -4,13 +4,12 @@
 //!
 //! The executable is a copy of the system python3 with bytes unique to this test process
 //! appended, named `codex` (so its SHA-256 is this run's own and trusting it trusts nothing else),
-//! plus a hard link to it named `helper` (same file, another name). [`Standin`] runs it on
-//! [`COMMAND_LOOP`]: JSON commands on stdin, one JSON answer each, to open the rollout O_APPEND,
-//! take the thread's writer `flock`, append rollout lines and spawn hook peers the way Codex does
-//! (own session, its own environment plus whatever the test adds). [`PEER_SCRIPT`] is such a
-//! peer: it connects to a socket and waits. (The end-to-end kit runs its own script on the same
-//! executable, a loop of whole turns that runs the real hook-client; `bench/codex_standin.py` is
-//! the Python bench's, which needs no Rust build.)
+//! plus a hard link to it named `helper` (same file, another name). It runs [`SCRIPT`], the one
+//! stand-in script of the gate tests, the benches and the end-to-end kit. [`Standin`] drives its
+//! command loop: JSON commands on stdin, one JSON answer each, to open the rollout O_APPEND, take
+//! the thread's writer `flock`, append rollout lines and spawn hook peers the way Codex does (own
+//! session, its own environment plus whatever the test adds). [`PEER_SCRIPT`] is such a peer: it
+//! connects to a socket and waits.
 
 use super::TOOL_COMMAND_MARKERS;
 use serde_json::Value;
@@ -21,57 +20,10 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-/// The stand-in's commands: `open_rollout {path, append?, inheritable?}`, `lock {path,
-/// inheritable?}`, `set_inheritable {what, value}`, `close {what}` (`what`: rollouts | locks),
-/// `append {data}` (to the last rollout opened), `spawn {argv, env?, unset?}` -> `{pid}`,
-/// `wait {pid}`. Anything else, or a failure, answers `{error}`.
-pub const COMMAND_LOOP: &str = r#"
-import sys, os, json, fcntl, subprocess
-fds = {}
-procs = {}
-def reply(o):
-    sys.stdout.write(json.dumps(o) + "\n"); sys.stdout.flush()
-for line in sys.stdin:
-    c = json.loads(line); op = c["op"]
-    try:
-        if op == "open_rollout":
-            flags = (os.O_WRONLY | os.O_APPEND) if c.get("append", True) else os.O_RDONLY
-            fd = os.open(c["path"], flags)
-            # Python opens fds O_CLOEXEC; "inheritable" clears it, as on an fd inherited across exec.
-            os.set_inheritable(fd, c.get("inheritable", False))
-            fds.setdefault("rollouts", []).append(fd)
-            reply({"ok": True})
-        elif op == "lock":
-            fd = os.open(c["path"], os.O_RDWR | os.O_CREAT, 0o644)
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            os.set_inheritable(fd, c.get("inheritable", False))
-            fds.setdefault("locks", []).append(fd)
-            reply({"ok": True})
-        elif op == "set_inheritable":
-            for fd in fds.get(c["what"], []):
-                os.set_inheritable(fd, c["value"])
-            reply({"ok": True})
-        elif op == "close":
-            for fd in fds.pop(c["what"], []):
-                os.close(fd)
-            reply({"ok": True})
-        elif op == "append":
-            os.write(fds["rollouts"][-1], c["data"].encode())
-            reply({"ok": True})
-        elif op == "spawn":
-            env = dict(os.environ); env.update(c.get("env", {}))
-            for k in c.get("unset", []): env.pop(k, None)
-            p = subprocess.Popen(c["argv"], env=env, start_new_session=True, stdin=subprocess.DEVNULL)
-            procs[p.pid] = p
-            reply({"pid": p.pid})
-        elif op == "wait":
-            procs[c["pid"]].wait()
-            reply({"ok": True})
-        else:
-            reply({"error": "unknown op"})
-    except Exception as e:
-        reply({"error": repr(e)})
-"#;
+/// The one stand-in Codex script (`standin/codex_standin.py`; its modes and commands are in its
+/// docstring). [`Standin`] runs its `commands` mode; the end-to-end kit its `turns` and `stepped`
+/// modes; `bench/driver.py` runs the file itself.
+pub const SCRIPT: &str = include_str!("standin/codex_standin.py");
 
 /// A hook peer: `python3 -c PEER_SCRIPT SOCKET [nnp]` connects to SOCKET and waits for a byte
 /// (`nnp`: after setting NoNewPrivs, as a sandboxed tool command would have).
@@ -134,7 +86,7 @@ pub fn bins() -> &'static Bins {
     })
 }
 
-/// A running stand-in on [`COMMAND_LOOP`]; killed on drop.
+/// A running stand-in in [`SCRIPT`]'s `commands` mode; killed on drop.
 pub struct Standin {
     child: Child,
     stdin: ChildStdin,
@@ -147,7 +99,7 @@ impl Standin {
     /// (a real codex's own environment lacks them) and `env` added.
     pub fn start(exe: &Path, env: &[(&str, &str)]) -> Standin {
         let mut cmd = Command::new(exe);
-        cmd.args(["-c", COMMAND_LOOP]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+        cmd.args(["-c", SCRIPT, "commands"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
         for k in TOOL_COMMAND_MARKERS {
             cmd.env_remove(k);
         }

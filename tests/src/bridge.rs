@@ -1,16 +1,15 @@
-//! The rig of the bridge tests (`bridge.rs`, `bridge_attacks.rs`): a real `nats-server -js`,
+//! The rig of the bridge tests (`bridge*.rs`): a real `nats-server -js`,
 //! `courier-bridge serve` per host, network namespaces, the producer's command line, and the
 //! least-privilege server configuration.
-#![allow(dead_code)]
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use courier_tests::broker::{run_bounded, target_bin_dir};
-use courier_tests::util::{poll_until, wait_until};
-use courier_tests::{Broker, CodexEnv, ExecChild};
+use crate::broker::{run_bounded, target_bin_dir};
+use crate::util::{poll_until, wait_until};
+use crate::{Broker, CodexEnv, ExecChild};
 use serde_json::{json, Value};
 
 pub const T: Duration = Duration::from_secs(60);
@@ -56,7 +55,7 @@ impl Nats {
 
     /// Listening on `addr`, with `conf` (nats-server.conf text: accounts, pings, TLS) if given.
     pub fn start_with(under: &Path, addr: &str, conf: Option<&str>) -> Nats {
-        let dir = under.join(format!("nats-{}", courier_tests::util::unique_token()));
+        let dir = under.join(format!("nats-{}", crate::util::unique_token()));
         std::fs::create_dir_all(&dir).unwrap();
         if let Some(c) = conf {
             std::fs::write(dir.join("server.conf"), c).unwrap();
@@ -230,7 +229,7 @@ impl Bridge {
 
     /// As [`Bridge::start_in`], without waiting for it to get ready (a bridge that never may).
     pub fn spawn(env: &CodexEnv, ns: Option<&NetNs>, url: &str, host: &str, failpoints: Option<&str>, extra: &[&str]) -> Bridge {
-        let log = env.root.join(format!("bridge-{}.log", courier_tests::util::unique_token()));
+        let log = env.root.join(format!("bridge-{}.log", crate::util::unique_token()));
         let f = std::fs::File::create(&log).unwrap();
         let mut cmd = match ns {
             Some(ns) => ns.command(env, &bridge_bin()),
