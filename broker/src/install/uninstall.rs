@@ -18,14 +18,15 @@ use std::path::Path;
 
 // uninstall
 
-/// Courier's files in the state directory (queue, log, lock, manifest) and the runtime directory
-/// (socket, secret, lock): what `--purge` removes, and nothing else.
+/// Courier's files in the state directory (queue, ticket journal, log, lock, manifest) and the
+/// runtime directory (socket, secret, lock): what `--purge` removes, and nothing else.
 pub(super) fn state_files() -> Vec<String> {
     let db = crate::store::DB_NAME;
     vec![
         db.into(),
         format!("{db}-wal"),
         format!("{db}-shm"),
+        crate::store::TICKET_JOURNAL_NAME.into(),
         DAEMON_LOG.into(),
         format!("{DAEMON_LOG}.1"),
         "broker.lock".into(),

@@ -33,7 +33,7 @@ pub use enqueue::{Enqueued, NewMessage};
 pub use handoff::{HandOff, Lease, MAX_REOFFERS};
 pub use refusals::Refusal;
 pub use state::{Channel, Kind, State};
-pub use ticket_log::TicketLog;
+pub use ticket_log::{TicketLog, JOURNAL_NAME as TICKET_JOURNAL_NAME};
 pub use tickets::{Alarm, Taken, TicketClaim};
 
 use crate::envelope::seal::SenderCheck;
