@@ -233,7 +233,7 @@ impl gate::CodexTrust for TrustView<'_> {
         // Asked only for a binary the digest cache has not seen; a path trusted by hand counts
         // at once, before the follower's next pass lists it.
         self.0.follower.is_expected(path, size)
-            || size <= gate::digest::MAX_HASH_BYTES && {
+            || size <= crate::exe::digest::MAX_HASH_BYTES && {
                 let store = self.0.store.lock().unwrap_or_else(|e| e.into_inner());
                 store.is_trusted_codex_path(&path.to_string_lossy()).unwrap_or(false)
             }

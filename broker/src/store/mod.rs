@@ -34,7 +34,7 @@ pub use handoff::{HandOff, Lease, MAX_REOFFERS};
 pub use refusals::Refusal;
 pub use state::{Channel, Kind, State};
 pub use ticket_log::{TicketLog, JOURNAL_NAME as TICKET_JOURNAL_NAME};
-pub use tickets::{Alarm, Taken, TicketClaim};
+pub use tickets::{Alarm, Taken, Ticket, TicketClaim};
 
 use crate::envelope::seal::SenderCheck;
 use anyhow::{bail, Context, Result};
