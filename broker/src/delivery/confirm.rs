@@ -5,7 +5,6 @@
 //! never saw it (`unseen.rs`), else `uncertain`.
 
 use crate::codex::rollout::lines::{WholeLines, CHUNK as SCAN_CHUNK};
-use crate::delivery::render::wrap;
 use crate::delivery::unseen::{self, Doubt};
 use crate::os::ProcessKey;
 use crate::store::{Channel, Message, State, Store};
@@ -205,7 +204,7 @@ fn after(m: &Message, line_start: u64) -> bool {
 /// normalised: Codex 0.160.0 records a Stop block reason's `HookPrompt` item with CR LF turned
 /// into LF (its user message keeps them); nothing else may differ.
 pub(super) fn holds_whole(text: &str, m: &Message) -> bool {
-    let wrapped = wrap(m);
+    let wrapped = m.wrapped();
     if text.contains(&wrapped) {
         return true;
     }

@@ -14,7 +14,7 @@ mod render;
 pub mod unseen;
 
 pub use confirm::{reconcile, set_scan_budget, settle_line, Scan, SERVE_SCAN_BUDGET};
-pub use render::{receipt, render, sender_check, wrap};
+pub use render::{receipt, render};
 
 use crate::config::Receipts;
 use crate::envelope::output_budget;

@@ -61,7 +61,7 @@ fn sender_checked(mut m: Message, seal: Option<String>) -> Message {
 
 impl Store {
     /// Leases the oldest pending messages of `thread` to `channel` under a new fencing token: as
-    /// many as fit, rendered (`crate::delivery::wrap`, one newline between them), in `max_bytes`.
+    /// many as fit, rendered (`envelope::wrapped`, one newline between them), in `max_bytes`.
     /// One lease for every channel, so a message is never offered to two. Expired messages are
     /// retired first and never leased; so is one that does not fit even alone (`cancelled`,
     /// `too_large_for_hook_output`: `send` refuses those, older queues may hold one). The wake

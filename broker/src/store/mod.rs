@@ -161,6 +161,24 @@ pub struct Message {
     pub sender_check: Option<SenderCheck>,
 }
 
+impl Message {
+    /// The message as the model sees it: wrapped with its id and its sender, shown as the broker
+    /// decided when it leased it ([`Message::shown_sender`]).
+    pub fn wrapped(&self) -> String {
+        crate::envelope::wrapped(&self.id, self.from.as_deref(), self.shown_sender(), &self.body)
+    }
+
+    /// How its sender is shown: as its lease decided (`envelope/seal.rs`); a row handed before
+    /// senders were sealed shows as it was then (a `thread:` sender verified, any other a label).
+    pub fn shown_sender(&self) -> SenderCheck {
+        self.sender_check.unwrap_or(if crate::envelope::verified_thread(self.from.as_deref()).is_some() {
+            SenderCheck::Verified
+        } else {
+            SenderCheck::Label
+        })
+    }
+}
+
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS messages (
     seq          INTEGER PRIMARY KEY AUTOINCREMENT,

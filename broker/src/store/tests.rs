@@ -117,7 +117,7 @@ fn batch_budget_counts_the_rendered_messages() {
     for _ in 0..3 {
         s.enqueue(T, &"x".repeat(600), None, None, None).unwrap();
     }
-    let one = crate::delivery::wrap(&s.messages(Some(T)).unwrap()[0]).len();
+    let one = s.messages(Some(T)).unwrap()[0].wrapped().len();
     assert!(one > 600, "the wrapper counts");
     let lease = s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("t"), 1000, 2 * one).unwrap().unwrap();
     assert_eq!(lease.messages.len(), 1, "two need a newline between them: {} bytes", 2 * one + 1);

@@ -44,7 +44,6 @@ pub use bound::Bound;
 pub use reason::WakeReason;
 
 use crate::codex::appserver::{self, endpoint, Endpoint};
-use crate::delivery;
 use crate::envelope::MAX_OUTPUT_BYTES;
 use crate::gate::owner::{NoOwner, Owner};
 use crate::gate::{CodexTrust, Gate};
@@ -227,7 +226,7 @@ impl Exchange<'_> {
             return self.give_back(Step::Leased, WakeReason::Unreachable);
         }
         crate::failpoint::hit("wake_before_turn_start");
-        let text = self.lease.messages.iter().map(delivery::wrap).collect::<Vec<_>>().join("\n");
+        let text = self.lease.messages.iter().map(crate::store::Message::wrapped).collect::<Vec<_>>().join("\n");
         let client_id = &self.lease.messages[0].id;
         let params = json!({
             "threadId": thread,
