@@ -1,6 +1,7 @@
 use super::confirm::{holds_whole, scan_rollout, scan_rollout_within};
 use super::*;
 use crate::envelope::{seal, MAX_OUTPUT_BYTES, STOP_OUTPUT_BYTES};
+use crate::reason::{DeliveryReason, Doubt, Reason, WakeReason};
 use crate::store::{Kind, Message, State};
 use courier_shared::hook::HookEvent;
 use courier_shared::rollout::marker_ids;
@@ -114,14 +115,14 @@ fn truncated_output_confirms_only_whole_messages() {
         std::fs::write(&path, if stop { stop_prompt(&text) } else { hook_context(&text) }).unwrap();
         let mut got = scan_rollout_within(path.to_str().unwrap(), &ms, u64::MAX);
         got.sort_by(|a, b| a.0.cmp(&b.0));
-        let states: Vec<(Option<State>, Option<&str>)> = got.iter().map(|g| (g.1, g.2)).collect();
+        let states: Vec<(Option<State>, Option<Reason>)> = got.iter().map(|g| (g.1, g.2)).collect();
         assert_eq!(
             states,
             [
                 (Some(State::Confirmed), None),
-                (Some(State::Uncertain), Some("shown_truncated")),
-                (Some(State::Pending), Some("cut_by_codex")),
-                (Some(State::Uncertain), Some("shown_truncated")),
+                (Some(State::Uncertain), Some(DeliveryReason::ShownTruncated.into())),
+                (Some(State::Pending), Some(DeliveryReason::CutByCodex.into())),
+                (Some(State::Uncertain), Some(DeliveryReason::ShownTruncated.into())),
                 (Some(State::Confirmed), None),
             ],
             "stop: {stop}"
@@ -137,14 +138,17 @@ fn truncated_output_confirms_only_whole_messages() {
     std::fs::write(&path, hook_context(&ms[0].wrapped())).unwrap();
     let mut got = scan_rollout_within(path.to_str().unwrap(), &ms, u64::MAX);
     got.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!((got[0].1, got[1].1, got[1].2), (Some(State::Confirmed), Some(State::Uncertain), Some("marker_missing")));
+    assert_eq!(
+        (got[0].1, got[1].1, got[1].2),
+        (Some(State::Confirmed), Some(State::Uncertain), Some(DeliveryReason::MarkerMissing.into()))
+    );
     // Whole text with another `from` or body: not this message.
     let other = Message { lease: Some(9), ..msg("m_c", "the real body", Some("e2e")) };
     let forged = Message { from: Some("boss".into()), ..other.clone() };
     let path = dir.join("rollout-forged.jsonl");
     std::fs::write(&path, hook_context(&forged.wrapped())).unwrap();
     let got = scan_rollout_within(path.to_str().unwrap(), &[other], u64::MAX);
-    assert_eq!((got[0].1, got[0].2), (Some(State::Uncertain), Some("shown_truncated")));
+    assert_eq!((got[0].1, got[0].2), (Some(State::Uncertain), Some(DeliveryReason::ShownTruncated.into())));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -201,7 +205,7 @@ fn scan_confirms_marked_and_flags_unmarked_at_turn_close() {
     assert_eq!(got[0].0, "m_1");
     assert_eq!(got[0].1, Some(State::Confirmed));
     // Its turn completed with nothing of it: never seen, offered again (`unseen.rs`).
-    assert_eq!(got[1], ("m_2".into(), Some(State::Pending), Some("turn_closed_unseen"), complete));
+    assert_eq!(got[1], ("m_2".into(), Some(State::Pending), Some(DeliveryReason::TurnClosedUnseen.into()), complete));
     assert_eq!(got[2].0, "m_early");
     assert_eq!(got[2].1, Some(State::Pending), "what stands before its hand-off is not it");
     std::fs::remove_dir_all(&dir).unwrap();
@@ -228,7 +232,7 @@ fn largest_message_is_confirmed_only_whole() {
     let path = dir.join("changed.jsonl");
     std::fs::write(&path, hook_context(&changed)).unwrap();
     let got = scan_rollout_within(path.to_str().unwrap(), &[m], u64::MAX);
-    assert_eq!((got[0].1, got[0].2), (Some(State::Uncertain), Some("shown_truncated")));
+    assert_eq!((got[0].1, got[0].2), (Some(State::Uncertain), Some(DeliveryReason::ShownTruncated.into())));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -322,7 +326,7 @@ fn wake_hand_off_is_settled_by_its_user_message_or_its_deadline() {
     reconcile(&mut store, None).unwrap();
     let m = store.messages(None).unwrap();
     assert_eq!((m[0].id.as_str(), m[0].state), (ids[0].as_str(), State::Handed), "within its time it waits");
-    assert_eq!((m[1].state, m[1].reason.as_deref()), (State::Uncertain, Some("wake_unanswered")), "past it: {:?}", m[1]);
+    assert_eq!((m[1].state, m[1].reason.as_deref()), (State::Uncertain, Some(WakeReason::Unanswered.as_str())), "past it: {:?}", m[1]);
     drop(store);
     let _ = std::fs::remove_dir_all(&sdir);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -333,7 +337,7 @@ fn complete(turn: &str) -> String {
 }
 
 /// What the rollout holds after a hand-off, its turn, and how the hand-off settles.
-type Case = (&'static str, String, Option<&'static str>, (Option<State>, Option<&'static str>));
+type Case = (&'static str, String, Option<&'static str>, (Option<State>, Option<Reason>));
 
 /// A hand-off whose turn closed without it goes back to `pending` only on conclusive evidence:
 /// its own turn ran to `task_complete` and the rollout since the hand-off holds nothing the model
@@ -347,27 +351,32 @@ fn turn_closed_unseen_is_offered_again_only_on_conclusive_evidence() {
     let long = line("response_item", serde_json::json!({"type": "function_call_output", "output": "x".repeat(2 << 20)}));
     let compacted = line("compacted", serde_json::json!({"message": "summary", "replacement_history": []}));
     let aborted = line("event_msg", serde_json::json!({"type": "turn_aborted", "turn_id": "T1", "reason": "interrupted"}));
-    let unseen = (Some(State::Pending), Some("turn_closed_unseen"));
+    let unseen = (Some(State::Pending), Some(DeliveryReason::TurnClosedUnseen.into()));
     let cases: [Case; 9] = [
         ("completed, nothing in it", complete("T1"), Some("T1"), unseen),
         ("another lease's whole output", hook_context(&other.wrapped()) + &complete("T1"), Some("T1"), unseen),
         ("another turn closed", complete("T0"), Some("T1"), (None, None)),
-        ("its turn unknown (SessionStart)", complete("T1"), None, (Some(State::Uncertain), Some("turn_closed_without_marker"))),
-        ("aborted", aborted, Some("T1"), (Some(State::Uncertain), Some("turn_aborted_without_marker"))),
-        ("compacted", compacted + &complete("T1"), Some("T1"), (Some(State::Uncertain), Some("compacted_without_marker"))),
+        (
+            "its turn unknown (SessionStart)",
+            complete("T1"),
+            None,
+            (Some(State::Uncertain), Some(DeliveryReason::TurnClosedWithoutMarker.into())),
+        ),
+        ("aborted", aborted, Some("T1"), (Some(State::Uncertain), Some(Doubt::Aborted.into()))),
+        ("compacted", compacted + &complete("T1"), Some("T1"), (Some(State::Uncertain), Some(Doubt::Compacted.into()))),
         (
             "another hook's output",
             hook_context("lint: 3 warnings") + &complete("T1"),
             Some("T1"),
-            (Some(State::Uncertain), Some("unaccounted_hook_output")),
+            (Some(State::Uncertain), Some(Doubt::UnaccountedHookOutput.into())),
         ),
         (
             "an output Codex cut to no marker",
             hook_context("Warning: truncated output (2 tokens cut)…") + &complete("T1"),
             Some("T1"),
-            (Some(State::Uncertain), Some("unaccounted_hook_output")),
+            (Some(State::Uncertain), Some(Doubt::UnaccountedHookOutput.into())),
         ),
-        ("a line too long to read", long + &complete("T1"), Some("T1"), (Some(State::Uncertain), Some("unread_rollout_line"))),
+        ("a line too long to read", long + &complete("T1"), Some("T1"), (Some(State::Uncertain), Some(Doubt::UnreadLine.into()))),
     ];
     for (i, (what, data, turn, want)) in cases.into_iter().enumerate() {
         let path = dir.join(format!("r{i}.jsonl"));
@@ -399,12 +408,12 @@ fn doubt_outlives_the_scan_that_saw_it() {
     std::fs::write(&path, &data).unwrap();
     let mut m = Message { lease: Some(1), ..msg("m_1", "mine", None) };
     let got = scan_rollout_within(p, std::slice::from_ref(&m), u64::MAX);
-    assert_eq!((got[0].1, got[0].2), (None, Some("compacted_without_marker")), "still open, with its doubt: {got:?}");
-    (m.reason, m.scan_offset) = (got[0].2.map(Into::into), Some(got[0].3 as i64));
+    assert_eq!((got[0].1, got[0].2), (None, Some(Doubt::Compacted.into())), "still open, with its doubt: {got:?}");
+    (m.reason, m.scan_offset) = (got[0].2.map(|r| r.as_str().to_string()), Some(got[0].3 as i64));
     data += &complete("T1");
     std::fs::write(&path, &data).unwrap();
     let got = scan_rollout_within(p, &[m], u64::MAX);
-    assert_eq!((got[0].1, got[0].2), (Some(State::Uncertain), Some("compacted_without_marker")), "{got:?}");
+    assert_eq!((got[0].1, got[0].2), (Some(State::Uncertain), Some(Doubt::Compacted.into())), "{got:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -10,6 +10,7 @@ use crate::effort;
 use crate::failpoint;
 use crate::gate::{self, HookRequest, Peer, Verified};
 use crate::os::ProcessKey;
+use crate::reason::DeliveryReason;
 use crate::refusal::RefusalCode;
 use crate::store::{HandOff, ThreadWork};
 use courier_shared::wire::{self, AckReply, HookReply, Request, PROTOCOL_VERSION};
@@ -186,7 +187,7 @@ impl Broker {
         let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
         if !acked {
             self.counters.unacked.fetch_add(1, Ordering::Relaxed);
-            if let Err(e) = store.release(token, "not_acked") {
+            if let Err(e) = store.release(token, DeliveryReason::NotAcked) {
                 crate::log_error!("releasing lease {token}: {e:#}");
             }
             return;
