@@ -226,12 +226,10 @@ impl WsClient {
     }
 
     /// The next JSON message that is a response or a notification: a request from the server is
-    /// refused on the way (so it never waits on us), text that is not JSON skipped. Public for the
-    /// test kit, which keeps the notifications.
+    /// refused on the way (so it never waits on us), text that is not JSON skipped.
     pub fn recv_message(&mut self) -> Result<Value, RpcError> {
         loop {
-            let text = self.recv_text()?;
-            let Ok(msg) = serde_json::from_str::<Value>(&text) else { continue };
+            let msg = self.recv_any()?;
             match (msg.get("id"), msg.get("method")) {
                 (Some(server_id), Some(_)) => {
                     let reply = json!({"jsonrpc": "2.0", "id": server_id,
@@ -241,6 +239,22 @@ impl WsClient {
                 _ => return Ok(msg),
             }
         }
+    }
+
+    /// The next JSON message, whatever it is (a server request is left for the caller to answer,
+    /// or not: the approvals answer them, the test kit keeps them); text that is not JSON skipped.
+    pub fn recv_any(&mut self) -> Result<Value, RpcError> {
+        loop {
+            let text = self.recv_text()?;
+            if let Ok(msg) = serde_json::from_str::<Value>(&text) {
+                return Ok(msg);
+            }
+        }
+    }
+
+    /// Answers the server's request `id` with `result`.
+    pub fn respond(&mut self, id: &Value, result: Value) -> Result<(), RpcError> {
+        self.send_text(&json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string())
     }
 
     /// Moves the one deadline every later read and write is bounded by (the test kit bounds each
