@@ -3,12 +3,12 @@
 //! through the owning app-server (`broker approve|deny`), and only by a person.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use courier_tests::appserver::{ListeningAppServer, WsAppServer};
 use courier_tests::hooks::Hook;
-use courier_tests::util::{marker, str_field};
-use courier_tests::{CodexEnv, Reply, ScriptedModel};
+use courier_tests::util::{marker, str_field, wait_until};
+use courier_tests::{hook_command, Broker, CodexEnv, Reply, ScriptedModel};
 use serde_json::{json, Value};
 
 const T: Duration = Duration::from_secs(20);
@@ -98,4 +98,57 @@ fn app_server_approval_facts() {
     eprintln!("exec results: {ran:?}");
     let last = model.requests().last().unwrap().exec_results();
     assert!(last[0].1.as_deref().unwrap_or("").contains("APPROVED_RAN"), "the first answer (accept) won: {last:?}");
+}
+
+/// `broker approvals --json`'s list.
+fn approvals(broker: &Broker, all: bool) -> Vec<Value> {
+    let mut args = vec!["approvals", "--json"];
+    if all {
+        args.push("--all");
+    }
+    let out: Value = serde_json::from_str(&broker.run_ok(&args)).expect("approvals --json");
+    out["approvals"].as_array().cloned().unwrap_or_default()
+}
+
+/// Waits (bounded) until `broker approvals` lists one for `thread`; returns it and how long it took.
+fn wait_listed(broker: &Broker, thread: &str, since: Instant) -> (Value, Duration) {
+    let a = wait_until(T, "the approval listed", || approvals(broker, false).into_iter().find(|a| a["thread"] == thread));
+    (a, since.elapsed())
+}
+
+/// A Courier-hooked app-server thread whose model asks to run `cmd` escalated: the approval is
+/// listed (with its command, the model's reason, the call id) before the request reaches the
+/// client, `broker threads` shows the thread waiting on it; the person's own answer through the
+/// app-server resolves it.
+#[test]
+fn a_pending_approval_is_listed_with_its_command() {
+    let cmd = format!("echo {}", marker("LISTED"));
+    let model = ScriptedModel::start_with(escalated_then_done(&cmd, "to list it"));
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    let broker = Broker::start_trusted(&env);
+    let (_server, mut client, thread) = approving_thread(&env);
+    let t0 = Instant::now();
+    let turn = client.start_turn(&thread, "run it", T);
+    let req = client.wait_server_request(REQUEST_APPROVAL, T, |p| p["threadId"] == thread.as_str());
+    let at_request = t0.elapsed();
+    let (a, listed) = wait_listed(&broker, &thread, t0);
+    eprintln!("turn/start -> requestApproval {at_request:?}; turn/start -> listed {listed:?}");
+    assert!(listed <= at_request + Duration::from_secs(1), "listed within a second of the request: {listed:?} vs {at_request:?}");
+    assert_eq!(a["command"], cmd.as_str(), "{a}");
+    assert_eq!(a["reason"], "to list it");
+    assert_eq!(a["call_id"], req["params"]["itemId"], "{a}");
+    assert_eq!(a["turn"], turn.as_str());
+    assert_eq!(a["state"], "pending");
+    let threads: Value = serde_json::from_str(&broker.run_ok(&["threads", "--json"])).unwrap();
+    let t = threads["threads"].as_array().unwrap().iter().find(|t| t["id"] == thread.as_str()).cloned().unwrap();
+    assert_eq!(t["waiting_on_approval"][0]["id"], a["id"], "{t}");
+    assert!(broker.run_ok(&["threads"]).contains(&format!("approval {}", str_field(&a, "id"))));
+
+    // The person answers at the app-server: the command runs, the approval is resolved.
+    client.respond(&req["id"], json!({"decision": "accept"}));
+    client.wait_turn_completed(&turn, T);
+    wait_until(T, "the approval resolved", || approvals(&broker, false).is_empty().then_some(()));
+    let all = approvals(&broker, true);
+    assert_eq!(all.len(), 1, "one approval for one request: {all:?}");
+    assert_eq!(all[0]["state"], "resolved");
 }

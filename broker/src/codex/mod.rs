@@ -12,6 +12,8 @@
 //! - `rollout/`: reading a thread's rollout (its identity, open turn, actions, hook output);
 //! - `appserver/`: the app-server as a client (endpoints, the WebSocket client) for wake and
 //!   effort;
+//! - `approval.rs`: the PermissionRequest hook's fields, and answering the app-server's
+//!   approval request once;
 //! - `standin.rs`: a stand-in Codex for tests (feature `standin`).
 //!
 //! Still outside the wing (see ARCHITECTURE.md, "Adding a host"): the hook payload types and
@@ -21,6 +23,7 @@
 //! writes into Codex's config (`install/hooks.rs`, `config_toml.rs`, `mcp.rs`).
 
 pub mod appserver;
+pub mod approval;
 pub mod follow;
 pub mod native;
 pub mod resolve;

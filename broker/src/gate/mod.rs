@@ -53,6 +53,7 @@ pub mod digest;
 pub(crate) mod holder;
 pub mod owner;
 pub mod peer;
+pub mod person;
 mod rollout_read;
 pub mod sender;
 #[cfg(test)]

@@ -59,8 +59,8 @@ pub use systemd::{render_units, systemctl_user, unit_dir, user_manager_runs};
 pub use uninstall::uninstall;
 
 /// The events Courier's hook-client is registered for (PascalCase, as in hooks.json).
-pub const EVENTS: [&str; 6] = {
-    let mut names = [""; 6];
+pub const EVENTS: [&str; HookEvent::REGISTERED.len()] = {
+    let mut names = [""; HookEvent::REGISTERED.len()];
     let mut i = 0;
     while i < names.len() {
         names[i] = HookEvent::REGISTERED[i].as_str();

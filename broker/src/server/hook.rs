@@ -12,6 +12,7 @@ use crate::gate::{self, HookRequest, Peer, Verified};
 use crate::os::ProcessKey;
 use crate::refusal::RefusalCode;
 use crate::store::{HandOff, ThreadWork};
+use courier_shared::hook::HookEvent;
 use courier_shared::wire::{self, AckReply, HookReply, Request, PROTOCOL_VERSION};
 use std::io::Write;
 use std::os::unix::net::UnixStream;
@@ -106,6 +107,15 @@ impl Broker {
                 return None;
             }
         };
+        if verified.event == HookEvent::PermissionRequest {
+            // Recorded, and no decision: the person's prompt appears as usual (approvals.rs).
+            if let Some(t) = &ticket {
+                self.record_approval(&verified, &t.ticket);
+            }
+            let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
+            return None;
+        }
+        self.resolve_approvals(&verified);
         if let Some(turn) = &verified.turn_id {
             // A turn the wake channel did not start ends a run of wakes (wake/bound.rs).
             self.wake_bound.saw_turn(&verified.thread_id, turn);

@@ -26,6 +26,7 @@
 //!
 //! The client side of `Request::Status` is `crate::client`: CLI commands import nothing from here.
 
+mod approvals;
 mod hook;
 mod listener;
 mod maintenance;
@@ -96,6 +97,8 @@ struct Broker {
     receipts: crate::config::Receipts,
     /// How often threads may be woken; the hooks report the turns they see (wake/bound.rs).
     wake_bound: Arc<crate::wake::Bound>,
+    /// Pending approvals' threads, and where to answer them (approvals.rs).
+    approvals: approvals::Approvals,
 }
 
 pub fn serve(opts: ServeOptions) -> Result<()> {
@@ -137,7 +140,9 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         Duration::from_secs(2),
     );
     let producer = crate::producer::proto::Service::start(&opts.state_dir, opts.codex_home.clone(), lister)?;
+    let approvals = approvals::Approvals::open(&store, opts.codex_home.clone())?;
     let broker = Arc::new(Broker {
+        approvals,
         store: Mutex::new(store),
         tickets: Mutex::new(tickets),
         gate,

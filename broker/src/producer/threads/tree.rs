@@ -77,9 +77,13 @@ pub fn render_table(threads: &[ThreadInfo], now: i64) -> String {
             (Some(_), None) => format!("↳ {}", esc(t.title.as_deref().unwrap_or(""))),
             _ => esc(t.title.as_deref().unwrap_or("")),
         };
+        let state = match t.waiting_on_approval.first() {
+            Some(a) => format!("{} (approval {}: {})", t.state.as_str(), a.id, esc(&a.command)),
+            None => t.state.as_str().into(),
+        };
         rows.push([
             t.id.clone(),
-            t.state.as_str().into(),
+            state,
             process,
             queued,
             short_age(now, t.last_activity_at),
