@@ -152,3 +152,110 @@ fn a_pending_approval_is_listed_with_its_command() {
     assert_eq!(all.len(), 1, "one approval for one request: {all:?}");
     assert_eq!(all[0]["state"], "resolved");
 }
+
+/// A thread waiting on `cmd`'s approval (the client holds the request and does not answer):
+/// the broker, the client, the thread, the turn, the request and the listed approval.
+struct Waiting<'a> {
+    broker: Broker<'a>,
+    _server: ListeningAppServer,
+    client: WsAppServer,
+    thread: String,
+    turn: String,
+    request: Value,
+    approval: Value,
+}
+
+fn waiting_on<'a>(env: &'a CodexEnv) -> Waiting<'a> {
+    let broker = Broker::start_trusted(env);
+    let (server, mut client, thread) = approving_thread(env);
+    let turn = client.start_turn(&thread, "run it", T);
+    let request = client.wait_server_request(REQUEST_APPROVAL, T, |p| p["threadId"] == thread.as_str());
+    let (approval, _) = wait_listed(&broker, &thread, Instant::now());
+    Waiting { broker, _server: server, client, thread, turn, request, approval }
+}
+
+impl Waiting<'_> {
+    fn id(&self) -> &str {
+        str_field(&self.approval, "id")
+    }
+}
+
+/// Runs the command, writing the time it ran (ns) to `ran`, then prints the marker.
+fn timed_command(env: &CodexEnv, name: &str) -> (String, std::path::PathBuf, String) {
+    let ran = env.root.join(format!("{name}.ran"));
+    let mark = marker(name);
+    (format!("date +%s%N >> {}; echo {mark}", ran.display()), ran, mark)
+}
+
+/// `broker approve` answers the request once through the owning app-server: `won`, the command
+/// runs once, every client sees the request resolved; a second approve (or a deny) is refused.
+#[test]
+fn approve_runs_the_command_once() {
+    let model = ScriptedModel::start_with(escalated_then_done("true", "placeholder"));
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    let (cmd, ran, mark) = timed_command(&env, "APPROVED");
+    model.set_script(escalated_then_done(&cmd, "to run it"));
+    let mut w = waiting_on(&env);
+    let t0 = Instant::now();
+    let out = w.broker.run(&["approve", w.id()]);
+    let answered = t0.elapsed();
+    assert!(out.status.success(), "approve: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("won"), "{}", String::from_utf8_lossy(&out.stdout));
+    wait_until(T, "the command ran", || ran.exists().then_some(()));
+    eprintln!("broker approve -> answered {answered:?}; -> command ran {:?}", t0.elapsed());
+    let resolved = w.client.wait_notification("serverRequest/resolved", T, |p| p["threadId"] == w.thread.as_str());
+    assert_eq!(resolved["requestId"], w.request["id"]);
+    w.client.wait_turn_completed(&w.turn, T);
+    assert_eq!(std::fs::read_to_string(&ran).unwrap().lines().count(), 1, "the command ran once");
+    let outputs = model.requests().last().unwrap().exec_results();
+    assert!(outputs[0].1.as_deref().unwrap_or("").contains(&mark), "{outputs:?}");
+
+    let again = w.broker.run(&["approve", w.id()]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("not_pending"), "{}", String::from_utf8_lossy(&again.stderr));
+    assert!(!w.broker.run(&["deny", w.id()]).status.success());
+    let a = approvals(&w.broker, true).into_iter().find(|a| a["id"] == w.id()).unwrap();
+    assert_eq!((a["state"].as_str(), a["answer"]["outcome"].as_str()), (Some("answered"), Some("won")), "{a}");
+    assert_eq!(a["answer"]["decision"], "approve");
+    assert!(str_field(&a["answer"], "by").starts_with("uid "), "{a}");
+}
+
+/// `broker deny --message`: the command does not run, the model reads the refusal and, through
+/// the next hook, the message.
+#[test]
+fn deny_message_reaches_the_model() {
+    let model = ScriptedModel::start_with(escalated_then_done("true", "placeholder"));
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    let (cmd, ran, _) = timed_command(&env, "DENIED");
+    model.set_script(escalated_then_done(&cmd, "to run it"));
+    let mut w = waiting_on(&env);
+    let why = marker("USE_STAGING_INSTEAD");
+    let out = w.broker.run(&["deny", w.id(), "--message", &why]);
+    assert!(out.status.success(), "deny: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let seen = model.wait_for(T, "the deny message", |r| r.items_containing(&why) > 0);
+    w.client.wait_turn_completed(&w.turn, T);
+    assert!(!ran.exists(), "a denied command never runs");
+    let outputs = seen.exec_results();
+    eprintln!("the model's tool output after deny: {outputs:?}");
+    model.assert_received_once(&why, T);
+    let a = approvals(&w.broker, true).into_iter().find(|a| a["id"] == w.id()).unwrap();
+    assert_eq!((a["state"].as_str(), a["answer"]["decision"].as_str()), (Some("answered"), Some("deny")), "{a}");
+}
+
+/// The person at the app-server answers first: Courier's later approve reports `lost`, sends
+/// nothing, and the command ran once (the person's answer).
+#[test]
+fn the_person_answering_first_wins() {
+    let model = ScriptedModel::start_with(escalated_then_done("true", "placeholder"));
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    let (cmd, ran, _) = timed_command(&env, "PERSON");
+    model.set_script(escalated_then_done(&cmd, "to run it"));
+    let mut w = waiting_on(&env);
+    w.client.respond(&w.request["id"], json!({"decision": "accept"}));
+    w.client.wait_notification("serverRequest/resolved", T, |p| p["threadId"] == w.thread.as_str());
+    let out = w.broker.run(&["approve", w.id()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success() && stdout.contains("lost"), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    w.client.wait_turn_completed(&w.turn, T);
+    assert_eq!(std::fs::read_to_string(&ran).unwrap().lines().count(), 1, "the command ran once");
+}
