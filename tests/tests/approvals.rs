@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use courier_tests::appserver::{ListeningAppServer, WsAppServer};
 use courier_tests::hooks::Hook;
-use courier_tests::util::{marker, str_field, wait_until};
 use courier_tests::rollout::find_rollout;
+use courier_tests::util::{marker, str_field, wait_until};
 use courier_tests::{hook_command, Broker, CodexEnv, Reply, Request, ScriptedModel};
 use serde_json::{json, Value};
 

@@ -111,11 +111,7 @@ pub fn answer(endpoints: &[Endpoint], pid: i32, start: u64, a: &Approval, decisi
     }
     ws.set_deadline(deadline);
     if let Err(e) = ws.respond(&id, json!({"decision": wire_decision(decision)})) {
-        return if e.timed_out {
-            Answered::Sent(AnswerOutcome::Unknown)
-        } else {
-            Answered::Failed(format!("writing the answer: {e}"))
-        };
+        return if e.timed_out { Answered::Sent(AnswerOutcome::Unknown) } else { Answered::Failed(format!("writing the answer: {e}")) };
     }
     match resolved_within(&mut ws, &id, deadline) {
         Some(true) => Answered::Sent(AnswerOutcome::Won),
@@ -126,7 +122,8 @@ pub fn answer(endpoints: &[Endpoint], pid: i32, start: u64, a: &Approval, decisi
 /// `thread/resume`, then the request the app-server replays for it, or why there is none.
 fn replayed_request(ws: &mut WsClient, a: &Approval) -> Result<Value, Answered> {
     let gone = |why: &str| Answered::NotSent(why.to_string());
-    let rid = ws.send_request("thread/resume", json!({"threadId": a.thread})).map_err(|e| Answered::Failed(format!("thread/resume: {e}")))?;
+    let rid =
+        ws.send_request("thread/resume", json!({"threadId": a.thread})).map_err(|e| Answered::Failed(format!("thread/resume: {e}")))?;
     let mut waiting: Option<bool> = None;
     let mut found: Vec<Value> = Vec::new();
     loop {

@@ -22,8 +22,8 @@
 //! steps (`gate/binding.rs`, `gate/holder.rs`, `gate/turn.rs`, `gate/ticket.rs`), and what install
 //! writes into Codex's config (`install/hooks.rs`, `config_toml.rs`, `mcp.rs`).
 
-pub mod appserver;
 pub mod approval;
+pub mod appserver;
 pub mod follow;
 pub mod native;
 pub mod resolve;

@@ -311,7 +311,12 @@ mod tests {
                 let turn = pre["turn_id"].as_str().unwrap();
                 assert_eq!(genuine, format!("PreToolUse:{turn}:{call}"));
                 for event in ["PostToolUse", "Stop", "UserPromptSubmit", "SessionStart"] {
-                    let r = ticket_key(HookEvent::parse(event), Subject { tool_use_id: Some(call), command: None }, snap.open_turn.as_deref(), &snap.actions);
+                    let r = ticket_key(
+                        HookEvent::parse(event),
+                        Subject { tool_use_id: Some(call), command: None },
+                        snap.open_turn.as_deref(),
+                        &snap.actions,
+                    );
                     assert!(r.is_err(), "{version}: {event} forged inside {call} got {r:?}");
                 }
                 checked += 1;

@@ -2,7 +2,7 @@
 //! back out.
 //!
 //! Install copies `broker` and `hook-client` into a prefix, registers the hook-client for Courier's
-//! six hook events in `$CODEX_HOME/hooks.json` (appended after the user's own groups, so the
+//! seven hook events in `$CODEX_HOME/hooks.json` (appended after the user's own groups, so the
 //! user's trust keys, which name group indices, do not move), trusts exactly those handlers in the
 //! user `config.toml` the way Codex itself does (format-preserving edit), records the Codex binaries
 //! it finds as trusted, and arranges for the broker to start at login (systemd user units with

@@ -11,8 +11,8 @@
 use super::hook::TrustView;
 use super::Broker;
 use crate::approval::{AnswerOutcome, AnswerRecord, AnswerVia, Approval, Decision, NewApproval, Refused};
-use crate::codex::appserver::endpoint;
 use crate::codex::approval::{self as codex_approval, Answered};
+use crate::codex::appserver::endpoint;
 use crate::gate::{self, ticket::Ticket, Verified};
 use crate::producer::line::{error, write_line, ErrorCode};
 use crate::store::{now_ms, Enqueued, NewMessage, Store};
@@ -136,9 +136,10 @@ impl Broker {
         let by = self.gate.verify_person(&peer, &TrustView(self)).map_err(|why| (ErrorCode::NotAPerson, why))?;
         let listed = self.store.lock().unwrap_or_else(|e| e.into_inner()).approval(&id).map_err(failed)?;
         let listed = listed.ok_or_else(|| (ErrorCode::NotFound, format!("no approval {id}")))?;
-        let owner = self.gate.thread_owner(&listed.thread, &TrustView(self)).map_err(|why| {
-            (ErrorCode::Failed, format!("thread {}: no live Codex process proven to hold it ({why:?})", listed.thread))
-        })?;
+        let owner = self
+            .gate
+            .thread_owner(&listed.thread, &TrustView(self))
+            .map_err(|why| (ErrorCode::Failed, format!("thread {}: no live Codex process proven to hold it ({why:?})", listed.thread)))?;
         let endpoints = endpoint::discover(&self.approvals.codex_home, owner.pid, owner.starttime);
         if endpoints.is_empty() {
             return Err((ErrorCode::Failed, format!("the Codex process {} of thread {} serves no app-server", owner.pid, listed.thread)));
@@ -150,8 +151,7 @@ impl Broker {
             r @ Refused::NotPending(_) => (ErrorCode::NotPending, r.to_string()),
         })?;
         let steering = message.as_deref().map(|m| self.queue_deny_message(&approval, m)).transpose()?;
-        let answered =
-            codex_approval::answer(&endpoints, owner.pid, owner.starttime, &approval, decision, Instant::now() + EXCHANGE);
+        let answered = codex_approval::answer(&endpoints, owner.pid, owner.starttime, &approval, decision, Instant::now() + EXCHANGE);
         let (outcome, detail) = match answered {
             Answered::Sent(o) => (o, String::new()),
             Answered::NotSent(why) => (AnswerOutcome::Lost, why),
@@ -175,8 +175,15 @@ impl Broker {
     fn queue_deny_message(&self, a: &Approval, message: &str) -> Result<String, (ErrorCode, String)> {
         let text = format!("Your request to run `{}` was denied: {message}", a.command);
         let key = format!("approval:{}", a.id);
-        let new =
-            NewMessage { thread: &a.thread, body: &text, sender: Some(DENY_FROM), verified: false, key: Some(&key), ttl_ms: None, wake: true };
+        let new = NewMessage {
+            thread: &a.thread,
+            body: &text,
+            sender: Some(DENY_FROM),
+            verified: false,
+            key: Some(&key),
+            ttl_ms: None,
+            wake: true,
+        };
         let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
         match store.enqueue_message(&new) {
             Ok(Enqueued::New(id) | Enqueued::Existing(id)) => Ok(id),
