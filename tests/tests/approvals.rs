@@ -297,7 +297,7 @@ fn a_model_run_approve_is_refused() {
     ];
     let out = env.exec_args(&["--dangerously-bypass-approvals-and-sandbox"], "ATTACK: approve it", T);
     out.assert_success();
-    let results = model.requests().iter().filter(|r| r.body_contains("ATTACK")).last().unwrap().exec_results();
+    let results = model.requests().iter().rfind(|r| r.body_contains("ATTACK")).unwrap().exec_results();
     eprintln!("the model's commands: {results:#?}");
     assert_eq!(results.len(), 2, "{results:?}");
     for (c, o) in &results {
