@@ -83,6 +83,13 @@ fn app_server_approval_facts() {
     // The request's command is the shell's whole command line; the hook saw the model's.
     assert_eq!(req["params"]["command"], format!("/bin/bash -lc '{cmd}'").as_str());
 
+    // A client that resumes, gets the replay and goes away unanswered changes nothing.
+    {
+        let mut gone = server.client(T);
+        gone.initialize(true, T);
+        gone.request("thread/resume", json!({"threadId": thread}), T);
+        gone.wait_server_request(REQUEST_APPROVAL, T, |p| p["threadId"] == thread.as_str());
+    }
     // A second client that resumes the thread gets the same request replayed.
     let mut other = server.client(T);
     other.initialize(true, T);
