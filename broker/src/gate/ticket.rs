@@ -23,16 +23,8 @@
 use super::{Refusal, Verified};
 use crate::codex::rollout::Actions;
 use crate::refusal::RefusalCode;
+use crate::store::Ticket;
 use courier_shared::hook::HookEvent;
-
-/// The Codex action a verified hook follows, accepted at most once.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ticket {
-    pub thread: String,
-    /// `<event>:<turn>:<call id | answer offset>` (opening events: `<event>:<turn>`).
-    pub key: String,
-    pub event: HookEvent,
-}
 
 /// The ticket of a verified hook call, `None` for events that deliver nothing (SubagentStop), or
 /// the refusal `no_ticket` when the rollout does not show the state the hook follows.

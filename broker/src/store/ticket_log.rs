@@ -16,8 +16,8 @@
 //! ([`Store::claim_ticket`], exactly the earlier path), after a flush.
 
 use super::tickets::{Taken, TICKET_KEEP_MS};
+use super::Ticket;
 use super::{now_ms, Store, TicketClaim};
-use crate::gate::ticket::Ticket;
 use anyhow::{Context, Result};
 use courier_shared::hook::HookEvent;
 use serde::{Deserialize, Serialize};
