@@ -347,3 +347,61 @@ fn a_forged_permission_request_is_refused() {
     eprintln!("refused: {refused:#?}");
     assert!(approvals(&broker, true).is_empty(), "no approval recorded");
 }
+
+/// The Codex TUI (under tmux) blocked on an approval: listed with its command, `broker approve`
+/// answers through the TUI's managed app-server daemon, the popup closes and the command runs
+/// once.
+#[test]
+fn a_tui_approval_is_answered_from_another_terminal() {
+    let model = ScriptedModel::start_with(escalated_then_done("true", "placeholder"));
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    let (cmd, ran, mark) = timed_command(&env, "TUI_APPROVED");
+    model.set_script(escalated_then_done(&cmd, "to run it from the TUI"));
+    env.set_extra_config(&format!(
+        "[projects.{}]\ntrust_level = \"trusted\"\n",
+        courier_tests::hooks::toml_str(&env.work.display().to_string())
+    ));
+    let broker = Broker::start_trusted(&env);
+    let argv: Vec<String> =
+        [env.codex.display().to_string(), "-a".into(), "on-request".into(), "-s".into(), "read-only".into(), "run it".into()].into();
+    let mut tui = courier_tests::tmux::Tmux::start(&argv, &env.env_vars(), &env.work);
+    let mut stop = env.codex_command();
+    stop.args(["app-server", "daemon", "stop"]);
+    tui.stop_on_drop(stop);
+    // Both looked at in one loop: when the popup shows, and when `broker approvals` lists it.
+    let (mut listed, mut shown): (Option<(Value, Instant)>, Option<Instant>) = (None, None);
+    wait_until(T, "the TUI's approval listed and shown", || {
+        let screen = tui.screen();
+        if screen.contains("Use existing model") {
+            tui.send_keys(&["Down", "Enter"]);
+        }
+        if shown.is_none() && screen.contains("Yes, proceed") {
+            shown = Some(Instant::now());
+        }
+        if listed.is_none() {
+            listed = approvals(&broker, false).into_iter().next().map(|a| (a, Instant::now()));
+        }
+        (listed.is_some() && shown.is_some()).then_some(())
+    });
+    let ((a, listed_at), shown_at) = (listed.unwrap(), shown.unwrap());
+    let (late, early) = (listed_at.saturating_duration_since(shown_at), shown_at.saturating_duration_since(listed_at));
+    eprintln!("TUI: listed {late:?} after the popup showed ({early:?} before it; one poll is a capture and a CLI run)");
+    assert!(listed_at <= shown_at + Duration::from_secs(1), "listed within a second of the popup");
+    assert_eq!(a["command"], cmd.as_str(), "{a}");
+    assert_eq!(a["reason"], "to run it from the TUI");
+    let t1 = Instant::now();
+    let out = broker.run(&["approve", str_field(&a, "id")]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("won"),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_until(T, "the command ran", || ran.exists().then_some(()));
+    eprintln!("TUI: broker approve -> command ran {:?}", t1.elapsed());
+    model.wait_for(T, "the command's output", |r| r.exec_results().iter().any(|(_, o)| o.as_deref().is_some_and(|o| o.contains(&mark))));
+    let after = tui.wait_for("done", T);
+    eprintln!("--- TUI after\n{after}");
+    assert!(!after.contains("Yes, proceed"), "the popup closed:\n{after}");
+    assert_eq!(std::fs::read_to_string(&ran).unwrap().lines().count(), 1, "the command ran once");
+}
