@@ -198,6 +198,7 @@ fn timed_command(env: &CodexEnv, name: &str) -> (String, std::path::PathBuf, Str
 
 /// `broker approve` answers the request once through the owning app-server: `won`, the command
 /// runs once, every client sees the request resolved; a second approve (or a deny) is refused.
+/// A message queued while the thread waits shows why and is delivered after the answer.
 #[test]
 fn approve_runs_the_command_once() {
     let model = ScriptedModel::start_with(escalated_then_done("true", "placeholder"));
@@ -205,6 +206,13 @@ fn approve_runs_the_command_once() {
     let (cmd, ran, mark) = timed_command(&env, "APPROVED");
     model.set_script(escalated_then_done(&cmd, "to run it"));
     let mut w = waiting_on(&env);
+    // A message for the waiting thread waits with that reason; the next hook after the answer
+    // delivers it.
+    let queued = w.broker.send_opts(&w.thread, &marker("WHILE_WAITING"), None, Some("coordinator"));
+    wait_until(T, "the message noted waiting_on_approval", || {
+        w.broker.message(&queued).filter(|m| m["reason"] == "waiting_on_approval").map(|_| ())
+    });
+    assert_eq!(w.broker.message_state(&queued), "pending");
     let t0 = Instant::now();
     let out = w.broker.run(&["approve", w.id()]);
     let answered = t0.elapsed();
@@ -219,6 +227,7 @@ fn approve_runs_the_command_once() {
     let outputs = model.requests().last().unwrap().exec_results();
     assert!(outputs[0].1.as_deref().unwrap_or("").contains(&mark), "{outputs:?}");
 
+    w.broker.wait_state(&queued, "confirmed", T);
     let again = w.broker.run(&["approve", w.id()]);
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("not_pending"), "{}", String::from_utf8_lossy(&again.stderr));

@@ -15,6 +15,7 @@ use crate::codex::approval::{self as codex_approval, Answered};
 use crate::codex::appserver::endpoint;
 use crate::gate::{self, Verified};
 use crate::producer::line::{error, write_line, ErrorCode};
+use crate::reason::DeliveryReason;
 use crate::store::{now_ms, Enqueued, NewMessage, Store, Ticket};
 use courier_shared::hook::HookEvent;
 use serde::Deserialize;
@@ -86,7 +87,13 @@ impl Broker {
             cwd: v.payload.cwd.clone(),
             ticket: ticket.key.clone(),
         };
-        let recorded = self.store.lock().unwrap_or_else(|e| e.into_inner()).record_approval(&new);
+        let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        let recorded = store.record_approval(&new);
+        // No hook runs until it is answered: the thread's messages say why they wait.
+        if let Err(e) = store.note_deferral(&new.thread, DeliveryReason::WaitingOnApproval) {
+            crate::log_error!("noting waiting_on_approval on thread {}: {e:#}", new.thread);
+        }
+        drop(store);
         match recorded {
             Ok(id) => {
                 self.approvals.waiting.lock().unwrap_or_else(|e| e.into_inner()).insert(new.thread.clone());

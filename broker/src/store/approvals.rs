@@ -122,6 +122,15 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
+    /// Whether `thread` has an approval still waiting.
+    pub fn thread_waits_on_approval(&self, thread: &str) -> Result<bool> {
+        Ok(self.conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM approvals WHERE thread = ?1 AND state IN ('pending', 'answering'))",
+            [thread],
+            |r| r.get(0),
+        )?)
+    }
+
     /// Takes approval `id` for one answer: `pending -> answering` with the answer record, or why
     /// not. Only one caller ever gets `Ok` for an approval.
     pub fn claim_approval(&mut self, id: &str, answer: &AnswerRecord) -> Result<std::result::Result<Approval, Refused>> {
