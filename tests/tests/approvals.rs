@@ -196,15 +196,29 @@ fn timed_command(env: &CodexEnv, name: &str) -> (String, std::path::PathBuf, Str
     (format!("date +%s%N >> {}; echo {mark}", ran.display()), ran, mark)
 }
 
+/// A model that asks once to run a timed command named `name` escalated (see [`timed_command`]),
+/// and an environment with Courier's hooks: the model, the env, the command, its `ran` file and
+/// the marker it prints.
+fn escalating(name: &str, reason: &str) -> (ScriptedModel, CodexEnv, String, std::path::PathBuf, String) {
+    let model = ScriptedModel::start_with(escalated_then_done("true", "placeholder"));
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    let (cmd, ran, mark) = timed_command(&env, name);
+    model.set_script(escalated_then_done(&cmd, reason));
+    (model, env, cmd, ran, mark)
+}
+
+/// `broker ARGS`: whether it exited 0, and what it printed (stdout, then stderr).
+fn answer(broker: &Broker, args: &[&str]) -> (bool, String) {
+    let out = broker.run(args);
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
 /// `broker approve` answers the request once through the owning app-server: `won`, the command
 /// runs once, every client sees the request resolved; a second approve (or a deny) is refused.
 /// A message queued while the thread waits shows why and is delivered after the answer.
 #[test]
 fn approve_runs_the_command_once() {
-    let model = ScriptedModel::start_with(escalated_then_done("true", "placeholder"));
-    let env = CodexEnv::with_hook_command(&model, &hook_command());
-    let (cmd, ran, mark) = timed_command(&env, "APPROVED");
-    model.set_script(escalated_then_done(&cmd, "to run it"));
+    let (model, env, _, ran, mark) = escalating("APPROVED", "to run it");
     let mut w = waiting_on(&env);
     // A message for the waiting thread waits with that reason; the next hook after the answer
     // delivers it.
@@ -214,10 +228,9 @@ fn approve_runs_the_command_once() {
     });
     assert_eq!(w.broker.message_state(&queued), "pending");
     let t0 = Instant::now();
-    let out = w.broker.run(&["approve", w.id()]);
+    let (ok, said) = answer(&w.broker, &["approve", w.id()]);
     let answered = t0.elapsed();
-    assert!(out.status.success(), "approve: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("won"), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(ok && said.contains("won"), "approve: {said}");
     wait_until(T, "the command ran", || ran.exists().then_some(()));
     eprintln!("broker approve -> answered {answered:?}; -> command ran {:?}", t0.elapsed());
     let resolved = w.client.wait_notification("serverRequest/resolved", T, |p| p["threadId"] == w.thread.as_str());
@@ -228,9 +241,8 @@ fn approve_runs_the_command_once() {
     assert!(outputs[0].1.as_deref().unwrap_or("").contains(&mark), "{outputs:?}");
 
     w.broker.wait_state(&queued, "confirmed", T);
-    let again = w.broker.run(&["approve", w.id()]);
-    assert!(!again.status.success());
-    assert!(String::from_utf8_lossy(&again.stderr).contains("not_pending"), "{}", String::from_utf8_lossy(&again.stderr));
+    let (ok, said) = answer(&w.broker, &["approve", w.id()]);
+    assert!(!ok && said.contains("not_pending"), "{said}");
     assert!(!w.broker.run(&["deny", w.id()]).status.success());
     let a = approvals(&w.broker, true).into_iter().find(|a| a["id"] == w.id()).unwrap();
     assert_eq!((a["state"].as_str(), a["answer"]["outcome"].as_str()), (Some("answered"), Some("won")), "{a}");
@@ -242,14 +254,11 @@ fn approve_runs_the_command_once() {
 /// the next hook, the message.
 #[test]
 fn deny_message_reaches_the_model() {
-    let model = ScriptedModel::start_with(escalated_then_done("true", "placeholder"));
-    let env = CodexEnv::with_hook_command(&model, &hook_command());
-    let (cmd, ran, _) = timed_command(&env, "DENIED");
-    model.set_script(escalated_then_done(&cmd, "to run it"));
+    let (model, env, _, ran, _) = escalating("DENIED", "to run it");
     let mut w = waiting_on(&env);
     let why = marker("USE_STAGING_INSTEAD");
-    let out = w.broker.run(&["deny", w.id(), "--message", &why]);
-    assert!(out.status.success(), "deny: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let (ok, said) = answer(&w.broker, &["deny", w.id(), "--message", &why]);
+    assert!(ok && said.contains("won"), "deny: {said}");
     let seen = model.wait_for(T, "the deny message", |r| r.items_containing(&why) > 0);
     w.client.wait_turn_completed(&w.turn, T);
     assert!(!ran.exists(), "a denied command never runs");
@@ -264,16 +273,12 @@ fn deny_message_reaches_the_model() {
 /// nothing, and the command ran once (the person's answer).
 #[test]
 fn the_person_answering_first_wins() {
-    let model = ScriptedModel::start_with(escalated_then_done("true", "placeholder"));
-    let env = CodexEnv::with_hook_command(&model, &hook_command());
-    let (cmd, ran, _) = timed_command(&env, "PERSON");
-    model.set_script(escalated_then_done(&cmd, "to run it"));
+    let (model, env, _, ran, _) = escalating("PERSON", "to run it");
     let mut w = waiting_on(&env);
     w.client.respond(&w.request["id"], json!({"decision": "accept"}));
     w.client.wait_notification("serverRequest/resolved", T, |p| p["threadId"] == w.thread.as_str());
-    let out = w.broker.run(&["approve", w.id()]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(!out.status.success() && stdout.contains("lost"), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let (ok, said) = answer(&w.broker, &["approve", w.id()]);
+    assert!(!ok && said.contains("lost"), "{said}");
     w.client.wait_turn_completed(&w.turn, T);
     assert_eq!(std::fs::read_to_string(&ran).unwrap().lines().count(), 1, "the command ran once");
 }
@@ -323,8 +328,8 @@ fn a_model_run_approve_is_refused() {
     let a = approvals(&w.broker, false).into_iter().find(|a| a["id"] == w.id()).expect("still pending");
     assert_eq!(a["state"], "pending", "{a}");
     assert!(!ran.exists(), "the command did not run");
-    let person = w.broker.run(&["approve", w.id()]);
-    assert!(String::from_utf8_lossy(&person.stdout).contains("won"), "{}", String::from_utf8_lossy(&person.stderr));
+    let (ok, said) = answer(&w.broker, &["approve", w.id()]);
+    assert!(ok && said.contains("won"), "a person's approve: {said}");
 }
 
 /// A PermissionRequest forged by a model's command (hook-client fed a payload naming its own
@@ -362,10 +367,7 @@ fn a_forged_permission_request_is_refused() {
 /// once.
 #[test]
 fn a_tui_approval_is_answered_from_another_terminal() {
-    let model = ScriptedModel::start_with(escalated_then_done("true", "placeholder"));
-    let env = CodexEnv::with_hook_command(&model, &hook_command());
-    let (cmd, ran, mark) = timed_command(&env, "TUI_APPROVED");
-    model.set_script(escalated_then_done(&cmd, "to run it from the TUI"));
+    let (model, env, cmd, ran, mark) = escalating("TUI_APPROVED", "to run it from the TUI");
     env.set_extra_config(&format!(
         "[projects.{}]\ntrust_level = \"trusted\"\n",
         courier_tests::hooks::toml_str(&env.work.display().to_string())
@@ -399,13 +401,8 @@ fn a_tui_approval_is_answered_from_another_terminal() {
     assert_eq!(a["command"], cmd.as_str(), "{a}");
     assert_eq!(a["reason"], "to run it from the TUI");
     let t1 = Instant::now();
-    let out = broker.run(&["approve", str_field(&a, "id")]);
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("won"),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (ok, said) = answer(&broker, &["approve", str_field(&a, "id")]);
+    assert!(ok && said.contains("won"), "{said}");
     wait_until(T, "the command ran", || ran.exists().then_some(()));
     eprintln!("TUI: broker approve -> command ran {:?}", t1.elapsed());
     model.wait_for(T, "the command's output", |r| r.exec_results().iter().any(|(_, o)| o.as_deref().is_some_and(|o| o.contains(&mark))));
