@@ -60,11 +60,11 @@ mod tests;
 pub mod ticket;
 mod turn;
 
+use crate::codex::hook::{HookEvent, HookPayload};
 use crate::codex::rollout::RolloutTracker;
 use crate::exe::digest::DigestCache;
 pub use crate::refusal::RefusalCode;
 use courier_shared::auth::Secret;
-use courier_shared::hook::{HookEvent, HookPayload};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};

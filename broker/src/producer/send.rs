@@ -221,7 +221,7 @@ pub fn send(
     let ttl_ms = opts.ttl_ms.map(check_ttl_ms).transpose()?;
     let thread = match &opts.target {
         Target::Thread(t) => {
-            if !courier_shared::rollout::is_uuid(t) {
+            if !courier_shared::ids::is_uuid(t) {
                 return Err(refused(
                     ErrorCode::BadThread,
                     format!("--thread {t:?} is not a thread id (a lowercase UUID, as in the rollout file name)"),

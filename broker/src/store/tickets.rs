@@ -2,8 +2,8 @@
 //! hook follows, in `gate/ticket.rs`).
 
 use super::{now_ms, Store};
+use crate::codex::hook::HookEvent;
 use anyhow::Result;
-use courier_shared::hook::HookEvent;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
 
