@@ -273,7 +273,7 @@ fn deny_message_reaches_the_model() {
 /// nothing, and the command ran once (the person's answer).
 #[test]
 fn the_person_answering_first_wins() {
-    let (model, env, _, ran, _) = escalating("PERSON", "to run it");
+    let (_model, env, _, ran, _) = escalating("PERSON", "to run it");
     let mut w = waiting_on(&env);
     w.client.respond(&w.request["id"], json!({"decision": "accept"}));
     w.client.wait_notification("serverRequest/resolved", T, |p| p["threadId"] == w.thread.as_str());

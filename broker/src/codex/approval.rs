@@ -10,8 +10,8 @@
 //! (`/bin/bash -lc '<the model's command>'`).
 
 use super::appserver::{self, Endpoint, WsClient};
+use super::hook::HookPayload;
 use crate::approval::{AnswerOutcome, Approval, Decision};
-use courier_shared::hook::HookPayload;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 

@@ -5,6 +5,7 @@ use super::{
     poller::{error_frame, AwaitAck},
     Broker, QUEUED_REFUSALS_MAX, REQUEST_TIMEOUT,
 };
+use crate::codex::hook::HookEvent;
 use crate::delivery::{self, Offer};
 use crate::effort;
 use crate::failpoint;
@@ -13,7 +14,6 @@ use crate::os::ProcessKey;
 use crate::reason::DeliveryReason;
 use crate::refusal::RefusalCode;
 use crate::store::{HandOff, ThreadWork};
-use courier_shared::hook::HookEvent;
 use courier_shared::wire::{self, AckReply, HookReply, Request, PROTOCOL_VERSION};
 use std::io::Write;
 use std::os::unix::net::UnixStream;
