@@ -35,6 +35,9 @@ pub enum Cmd {
     Effort,
     Inspect,
     Cancel,
+    Approvals,
+    Approve,
+    Deny,
     TrustCodex,
     Install,
     Uninstall,
@@ -231,6 +234,36 @@ pub const COMMANDS: &[Command] = &[
         required: &[],
         about: "cancel a message that was not handed to Codex yet",
         opts: &[],
+    },
+    Command {
+        id: Cmd::Approvals,
+        name: "approvals",
+        args: "",
+        positionals: (0, 0),
+        required: &[],
+        about: "list the approvals Codex threads are waiting on (docs/approvals.md)",
+        opts: &[
+            flag("all", "also the answered and resolved ones, with their answers"),
+            flag("json", "one JSON object {\"approvals\":[...]}"),
+        ],
+    },
+    Command {
+        id: Cmd::Approve,
+        name: "approve",
+        args: "<APPROVAL-ID>",
+        positionals: (1, 1),
+        required: &[],
+        about: "approve a pending approval once, through the app-server that owns its thread",
+        opts: &[],
+    },
+    Command {
+        id: Cmd::Deny,
+        name: "deny",
+        args: "<APPROVAL-ID>",
+        positionals: (1, 1),
+        required: &[],
+        about: "deny a pending approval once; --message is queued for the model to read",
+        opts: &[opt("message", "TEXT", "why (the model reads it)")],
     },
     Command {
         id: Cmd::TrustCodex,
@@ -432,6 +465,11 @@ pub fn parse(c: &'static Command, mut parser: lexopt::Parser) -> Result<Parsed> 
 }
 
 impl Args {
+    /// The subcommand these arguments are for.
+    pub fn command(&self) -> &'static Command {
+        self.cmd
+    }
+
     fn declared(&self, long: &str) -> &Opt {
         self.cmd.opts.iter().find(|o| o.long == long).unwrap_or_else(|| panic!("--{long} is not declared for {}", self.cmd.name))
     }

@@ -2,6 +2,7 @@
 //! messages queued for it, exactly once; plus the CLI (`send`, `inspect`, ...) that drives it.
 //! ARCHITECTURE.md at the repository root maps these modules to the path of one hook request.
 
+pub mod approval;
 pub mod cli;
 pub mod client;
 pub mod codex;

@@ -98,6 +98,8 @@ fn run() -> Result<ExitCode> {
         Cmd::Effort => effort(args),
         Cmd::Inspect => inspect_cmd(args),
         Cmd::Cancel => cancel(args),
+        Cmd::Approvals => approvals(args),
+        Cmd::Approve | Cmd::Deny => answer_approval(args),
         Cmd::TrustCodex => trust_codex(args),
         Cmd::Install => install_cmd(args),
         Cmd::Uninstall => uninstall_cmd(args),
@@ -320,6 +322,38 @@ fn cancel(args: Args) -> Result<ExitCode> {
     let was = store.cancel(&id)?;
     println!("cancelled {id} (was {was})");
     Ok(ExitCode::SUCCESS)
+}
+
+fn approvals(args: Args) -> Result<ExitCode> {
+    let list = open_store()?.approvals(args.flag("all"))?;
+    if args.flag("json") {
+        println!("{}", terminal::terminal_safe_json(&serde_json::json!({ "approvals": list }).to_string()));
+    } else {
+        print!("{}", broker::approval::render(&list, broker::store::now_ms()));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `approve|deny ID`: the running broker answers (it alone proves the caller and reaches the
+/// app-server). Exit 0 when Courier's answer won; 1 when it lost, is unknown or failed.
+fn answer_approval(args: Args) -> Result<ExitCode> {
+    let id = args.positional(0)?.context("an approval id is required")?;
+    let mut request = serde_json::json!({"op": args.command().name, "id": id});
+    if args.command().id == Cmd::Deny {
+        if let Some(m) = args.value("message")? {
+            request["message"] = m.into();
+        }
+    }
+    let socket = paths::socket_path(&paths::runtime_dir());
+    let reply = broker::producer::line::call(&socket, &request, Some(std::time::Duration::from_secs(30)))?
+        .context("no broker is running: approvals are answered through it (broker start)")?;
+    if reply["ok"] != true {
+        anyhow::bail!("{}: {}", reply["error"].as_str().unwrap_or("failed"), terminal::escape(reply["message"].as_str().unwrap_or("")));
+    }
+    let outcome = reply["outcome"].as_str().unwrap_or("unknown");
+    let detail = reply["detail"].as_str().filter(|d| !d.is_empty()).map(|d| format!(" ({})", terminal::escape(d))).unwrap_or_default();
+    println!("{id}: {outcome}{detail}");
+    Ok(if outcome == "won" { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
 fn trust_codex(args: Args) -> Result<ExitCode> {

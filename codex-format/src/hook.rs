@@ -17,6 +17,9 @@ pub enum HookEvent {
     Stop,
     SubagentStart,
     SubagentStop,
+    /// Codex is about to ask the person to approve a tool call (after PreToolUse, before the
+    /// prompt). Courier records it as a pending approval and answers with no decision.
+    PermissionRequest,
     /// Any event Courier does not handle (refused: `unsupported_event`).
     Other,
 }
@@ -34,13 +37,14 @@ pub enum Delivery {
 
 impl HookEvent {
     /// The events `broker install` registers the hook-client for, in hooks.json order.
-    pub const REGISTERED: [HookEvent; 6] = [
+    pub const REGISTERED: [HookEvent; 7] = [
         HookEvent::SessionStart,
         HookEvent::UserPromptSubmit,
         HookEvent::PreToolUse,
         HookEvent::PostToolUse,
         HookEvent::Stop,
         HookEvent::SubagentStart,
+        HookEvent::PermissionRequest,
     ];
 
     pub fn parse(name: &str) -> HookEvent {
@@ -52,6 +56,7 @@ impl HookEvent {
             "Stop" => HookEvent::Stop,
             "SubagentStart" => HookEvent::SubagentStart,
             "SubagentStop" => HookEvent::SubagentStop,
+            "PermissionRequest" => HookEvent::PermissionRequest,
             _ => HookEvent::Other,
         }
     }
@@ -65,6 +70,7 @@ impl HookEvent {
             HookEvent::Stop => "Stop",
             HookEvent::SubagentStart => "SubagentStart",
             HookEvent::SubagentStop => "SubagentStop",
+            HookEvent::PermissionRequest => "PermissionRequest",
             HookEvent::Other => "Other",
         }
     }
@@ -95,7 +101,7 @@ impl HookEvent {
     pub const fn delivery(self) -> Delivery {
         match self {
             HookEvent::Stop => Delivery::StopBlock,
-            HookEvent::SubagentStop | HookEvent::Other => Delivery::None,
+            HookEvent::SubagentStop | HookEvent::PermissionRequest | HookEvent::Other => Delivery::None,
             _ => Delivery::Context,
         }
     }
@@ -133,6 +139,11 @@ pub struct HookPayload {
     /// PreToolUse / PostToolUse: the tool call's id (its `call_id` in the rollout).
     #[serde(default)]
     pub tool_use_id: Option<String>,
+    /// The tool's input (PermissionRequest: `{command, description}`, the model's reason).
+    #[serde(default)]
+    pub tool_input: Option<serde_json::Value>,
+    #[serde(default)]
+    pub cwd: Option<String>,
 }
 
 impl HookPayload {

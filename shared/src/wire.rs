@@ -123,6 +123,10 @@ pub enum ErrorCode {
     NotFound,
     Busy,
     Failed,
+    /// `approve`/`deny` from a process that may be a model's command (gate/person.rs).
+    NotAPerson,
+    /// `approve`/`deny` of an approval already answered, resolved or being answered.
+    NotPending,
     /// A code this side does not know (a newer broker's).
     #[serde(other)]
     Unknown,
@@ -130,7 +134,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code a broker sends.
-    pub const ALL: [ErrorCode; 16] = [
+    pub const ALL: [ErrorCode; 18] = [
         ErrorCode::BadRequest,
         ErrorCode::NoSuchAgent,
         ErrorCode::SeveralAgents,
@@ -147,6 +151,8 @@ impl ErrorCode {
         ErrorCode::NotFound,
         ErrorCode::Busy,
         ErrorCode::Failed,
+        ErrorCode::NotAPerson,
+        ErrorCode::NotPending,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -167,6 +173,8 @@ impl ErrorCode {
             ErrorCode::NotFound => "not_found",
             ErrorCode::Busy => "busy",
             ErrorCode::Failed => "failed",
+            ErrorCode::NotAPerson => "not_a_person",
+            ErrorCode::NotPending => "not_pending",
             ErrorCode::Unknown => "unknown",
         }
     }
@@ -177,7 +185,7 @@ impl ErrorCode {
         match self {
             BadRequest | NoSuchAgent | SeveralAgents | ReservedFrom | BadFrom | BadTtl | NoSuchThread | BadThread | NoThreadForCwd
             | SeveralThreadsForCwd | BadCwd | EmptyMessage => true,
-            SenderNotVerified | NotFound | Busy | Failed | Unknown => false,
+            SenderNotVerified | NotFound | Busy | Failed | NotAPerson | NotPending | Unknown => false,
         }
     }
 

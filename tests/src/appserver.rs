@@ -1,7 +1,7 @@
 //! JSON-RPC clients for `codex app-server`: over stdio ([`AppServer`], one JSON object per line)
 //! and over its `--listen unix://` socket ([`WsAppServer`], the broker's own WebSocket client,
 //! `broker::codex::appserver::WsClient`). The JSON-RPC bookkeeping (ids, responses, notifications kept in
-//! order) is written once, in [`Rpc`]; server-to-client requests are refused so nothing blocks.
+//! order) is written once, in [`Rpc`]; server-to-client requests are refused on stdio so nothing blocks, and kept on the socket (`wait_server_request`, `respond`).
 //! Every wait is bounded.
 
 use std::io::{BufRead, BufReader, Write};
@@ -18,8 +18,9 @@ use serde_json::{json, Value};
 /// One way of carrying JSON-RPC messages to and from an app-server.
 pub trait Transport {
     fn send(&mut self, msg: &Value);
-    /// The next response or notification (requests from the server are refused on the way), by
-    /// `deadline`; panics naming `what` it was waiting for when the server is silent or gone.
+    /// The next response, notification or (on the socket) server request, by `deadline`; panics
+    /// naming `what` it was waiting for when the server is silent or gone. On stdio, requests
+    /// from the server are refused on the way; on the socket they are kept for the test.
     fn recv(&mut self, deadline: Instant, what: &str) -> Value;
 }
 
@@ -29,6 +30,8 @@ pub struct Rpc<T> {
     next_id: u64,
     /// Notifications received so far (in order).
     pub notifications: Vec<Value>,
+    /// Requests from the server received so far (on the socket: left unanswered for the test).
+    pub server_requests: Vec<Value>,
 }
 
 /// `codex app-server` on stdio.
@@ -38,7 +41,7 @@ pub type WsAppServer = Rpc<Ws>;
 
 impl<T: Transport> Rpc<T> {
     fn new(transport: T) -> Rpc<T> {
-        Rpc { transport, next_id: 1, notifications: Vec::new() }
+        Rpc { transport, next_id: 1, notifications: Vec::new(), server_requests: Vec::new() }
     }
 
     /// Send a request and wait (bounded) for its response; returns the whole response object
@@ -53,9 +56,7 @@ impl<T: Transport> Rpc<T> {
             if msg.get("method").is_none() && msg.get("id").and_then(Value::as_u64) == Some(id) {
                 return msg;
             }
-            if msg.get("id").is_none() {
-                self.notifications.push(msg);
-            }
+            self.keep(msg);
         }
     }
 
@@ -109,6 +110,34 @@ impl<T: Transport> Rpc<T> {
         turn
     }
 
+    /// Keeps a notification or a server request for later waits.
+    fn keep(&mut self, msg: Value) {
+        match (msg.get("id").is_some(), msg.get("method").is_some()) {
+            (false, _) => self.notifications.push(msg),
+            (true, true) => self.server_requests.push(msg),
+            (true, false) => {}
+        }
+    }
+
+    /// Wait (bounded) for a server request `method` whose params satisfy `pred` (earlier ones
+    /// count); returns the whole request (its `id` and `params`).
+    pub fn wait_server_request(&mut self, method: &str, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Value {
+        let hit = |m: &Value| m.get("method").and_then(Value::as_str) == Some(method) && pred(&m["params"]);
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(m) = self.server_requests.iter().find(|m| hit(m)) {
+                return m.clone();
+            }
+            let msg = self.transport.recv(deadline, method);
+            self.keep(msg);
+        }
+    }
+
+    /// Answers a server request `id` with `result`.
+    pub fn respond(&mut self, id: &Value, result: Value) {
+        self.transport.send(&json!({"jsonrpc": "2.0", "id": id, "result": result}));
+    }
+
     /// Wait (bounded) for a notification `method` whose params satisfy `pred` (earlier ones count).
     pub fn wait_notification(&mut self, method: &str, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Value {
         let hit = |m: &Value| m.get("method").and_then(Value::as_str) == Some(method) && pred(&m["params"]);
@@ -118,14 +147,12 @@ impl<T: Transport> Rpc<T> {
         let deadline = Instant::now() + timeout;
         loop {
             let msg = self.transport.recv(deadline, method);
-            if msg.get("id").is_none() {
-                let found = hit(&msg);
+            if msg.get("id").is_none() && hit(&msg) {
                 let params = msg["params"].clone();
                 self.notifications.push(msg);
-                if found {
-                    return params;
-                }
+                return params;
             }
+            self.keep(msg);
         }
     }
 }
@@ -331,7 +358,7 @@ impl Transport for Ws {
 
     fn recv(&mut self, deadline: Instant, what: &str) -> Value {
         self.0.set_deadline(deadline);
-        self.0.recv_message().unwrap_or_else(|e| panic!("app-server, waiting for {what}: {e}"))
+        self.0.recv_any().unwrap_or_else(|e| panic!("app-server, waiting for {what}: {e}"))
     }
 }
 

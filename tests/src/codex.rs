@@ -111,7 +111,7 @@ impl CodexEnv {
         env
     }
 
-    /// A fresh environment whose six Courier events all run `command` (trusted).
+    /// A fresh environment whose seven Courier events all run `command` (trusted).
     pub fn with_hook_command(model: &ScriptedModel, command: &str) -> CodexEnv {
         let env = CodexEnv::new(model);
         env.install_hooks(&Hook::courier_set(command));
@@ -120,7 +120,7 @@ impl CodexEnv {
 
     /// A model whose first request of every session is held until released (the turn stays open,
     /// about to run `echo hello`), then `done`; and a fresh environment wired to it running the
-    /// test hook-client ([`crate::hook_command`]) for Courier's six events.
+    /// test hook-client ([`crate::hook_command`]) for Courier's seven events.
     pub fn with_held_turn() -> (ScriptedModel, CodexEnv, Hold) {
         let hold = Hold::new();
         let model = ScriptedModel::start_with(crate::model::exec_held_then_done("echo hello", &hold));

@@ -4,7 +4,7 @@
 
 use serde_json::{json, Map, Value};
 
-/// The six events Courier's hook-client is registered for.
+/// The seven events Courier's hook-client is registered for.
 pub use broker_lib::install::EVENTS as COURIER_EVENTS;
 
 /// One command hook: one group with one handler in `hooks.json`.

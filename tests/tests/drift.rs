@@ -1,8 +1,8 @@
 //! Drift check: does this Codex still send and write what Courier depends on? Runs one real
 //! session on every supported Codex it is given (`COURIER_CODEX_BIN`, and
 //! `COURIER_CODEX_BIN_OLDEST` when set; point either at a new release to vet it) with a recording
-//! hook on Courier's six events, then checks, with a message naming the field and the version:
-//! - the hook payload fields the gate and delivery read (`shared/src/hook.rs`), with their types;
+//! hook on Courier's seven events, then checks, with a message naming the field and the version:
+//! - the hook payload fields the gate and delivery read (`codex-format/src/hook.rs`), with their types;
 //! - the rollout records they rely on (`shared/src/rollout.rs`): `session_meta` naming the
 //!   thread, a turn opened and closed under the payload's `turn_id`, and hook output
 //!   (`additionalContext` and a Stop block reason) recognised as hook-injected, in full.

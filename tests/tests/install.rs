@@ -31,7 +31,7 @@ fn exe_of(pid: u32) -> PathBuf {
     std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default()
 }
 
-/// Install into a home with the user's own hooks: Codex trusts Courier's six handlers and leaves
+/// Install into a home with the user's own hooks: Codex trusts Courier's seven handlers and leaves
 /// the user's as they were; installing twice changes nothing; a real `codex exec` (no bypass flag)
 /// runs the installed hook-client and a `broker send` message is delivered and confirmed; the
 /// user's own hook still runs; uninstall restores every file byte-for-byte.
@@ -243,7 +243,7 @@ fn doctor_reports_each_problem() {
     assert!(good.status.success(), "doctor on a good install:\n{}{}", text(&good.stdout), text(&good.stderr));
     let good = text(&good.stdout);
     eprintln!("--- doctor, good install\n{good}");
-    assert!(good.contains("for all 6 events, trusted"), "asked Codex itself:\n{good}");
+    assert!(good.contains("for all 7 events, trusted"), "asked Codex itself:\n{good}");
     assert!(!good.contains("FAIL"), "{good}");
     // Counted and dated for a person: "1 trusted Codex binary", "at 2026-...", no Unix ms.
     assert!(good.contains("ok   1 trusted Codex binary\n"), "{good}");
@@ -276,7 +276,7 @@ fn doctor_reports_each_problem() {
     assert_eq!(bad.status.code(), Some(1), "{report}{}", text(&bad.stderr));
     assert!(report.contains("FAIL no broker answers"), "{report}");
     assert!(report.contains("serve --daemonize"), "fix for the stopped broker:\n{report}");
-    assert!(report.contains("Courier's hook for 1 of 6 events") && report.contains("Stop: modified"), "{report}");
+    assert!(report.contains("Courier's hook for 1 of 7 events") && report.contains("Stop: modified"), "{report}");
     assert!(report.contains(&format!("chmod 700 {}", rig.env.runtime_dir.display())), "{report}");
     assert!(report.contains(&format!("FAIL Codex binary {} is not trusted", daemon.display())), "{report}");
     assert!(report.contains(&format!("broker trust-codex {}", daemon.display())), "{report}");

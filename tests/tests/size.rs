@@ -327,7 +327,7 @@ fn install_upgrade_keeps_every_hook_trusted_and_lets_large_messages_through() {
     assert_eq!(user_after, user_before, "the user's hooks as they were");
     let doctor = rig.run(&rig.installed_broker(), &["doctor"]);
     let report = install_rig::text(&doctor.stdout);
-    assert!(report.contains("for all 6 events, trusted") && !report.contains("Codex hashes the handler as"), "{report}");
+    assert!(report.contains("for all 7 events, trusted") && !report.contains("Codex hashes the handler as"), "{report}");
 
     let cli = rig.cli();
     let child = env.spawn_exec("please run a command");

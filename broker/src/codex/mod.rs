@@ -16,12 +16,15 @@
 //! (`rollout`), pure functions of bytes that the store and the envelope use too.
 //! - `appserver/`: the app-server as a client (endpoints, the WebSocket client) for wake and
 //!   effort;
+//! - `approval.rs`: the PermissionRequest hook's fields, and answering the app-server's
+//!   approval request once;
 //! - `standin.rs`: a stand-in Codex for tests (feature `standin`).
 //!
 //! Still outside the wing (see ARCHITECTURE.md, "To add a host agent"): the gate's
 //! Codex-specific steps (`gate/binding.rs`, `gate/holder.rs`, `gate/turn.rs`, `gate/ticket.rs`),
 //! and what install writes into Codex's config (`install/hooks.rs`, `config_toml.rs`, `mcp.rs`).
 
+pub mod approval;
 pub mod appserver;
 pub mod follow;
 pub mod native;

@@ -52,6 +52,7 @@ mod client;
 pub(crate) mod holder;
 pub mod owner;
 pub mod peer;
+pub mod person;
 mod rollout_read;
 pub mod sender;
 #[cfg(test)]

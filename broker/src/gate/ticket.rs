@@ -12,6 +12,7 @@
 //! | PostToolUse(C) | `item_completed` C (the tool finished), no output of C yet (Codex writes it after the hook) | (thread, turn, C) |
 //! | Stop | model output (the answer) after the turn's last tool call, and every call of the turn answered | (thread, turn, that answer) |
 //! | UserPromptSubmit, SessionStart, SubagentStart | no model output yet in the turn | (thread, turn, event) |
+//! | PermissionRequest(cmd) | a tool call not completed (the one asking; the payload names no call) | (thread, turn, open calls, digest of cmd) |
 //!
 //! A command the model runs is inside a tool call whose `item_completed` does not exist yet, so
 //! it cannot present PostToolUse of its own call or Stop (its call is unanswered), nor the
@@ -28,7 +29,9 @@ use codex_format::hook::HookEvent;
 /// The ticket of a verified hook call, `None` for events that deliver nothing (SubagentStop), or
 /// the refusal `no_ticket` when the rollout does not show the state the hook follows.
 pub fn bind(v: &Verified) -> Result<Option<Ticket>, Refusal> {
-    let key = ticket_key(v.event, v.payload.tool_use_id.as_deref(), v.open_turn.as_deref(), &v.actions).map_err(|detail| {
+    let command = crate::codex::approval::hook_command(&v.payload);
+    let subject = Subject { tool_use_id: v.payload.tool_use_id.as_deref(), command: command.as_deref() };
+    let key = ticket_key(v.event, subject, v.open_turn.as_deref(), &v.actions).map_err(|detail| {
         let mut r = Refusal::new(RefusalCode::NoTicket, detail);
         r.thread = Some(v.thread_id.clone());
         r.event = Some(v.event.as_str().to_string());
@@ -37,17 +40,24 @@ pub fn bind(v: &Verified) -> Result<Option<Ticket>, Refusal> {
     Ok(key.map(|key| Ticket { thread: v.thread_id.clone(), key, event: v.event }))
 }
 
-/// The ticket key for `event` (its payload's `tool_use_id`) in a rollout whose open turn is
+/// What a hook's payload says it is about: the tool call (PreToolUse, PostToolUse) or the
+/// command asked for (PermissionRequest).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Subject<'a> {
+    pub tool_use_id: Option<&'a str>,
+    pub command: Option<&'a str>,
+}
+
+/// The ticket key for `event` (its payload's [`Subject`]) in a rollout whose open turn is
 /// `open_turn` with `actions`, or why the rollout shows no such state.
-pub fn ticket_key(
-    event: HookEvent,
-    tool_use_id: Option<&str>,
-    open_turn: Option<&str>,
-    actions: &Actions,
-) -> Result<Option<String>, String> {
+pub fn ticket_key(event: HookEvent, subject: Subject<'_>, open_turn: Option<&str>, actions: &Actions) -> Result<Option<String>, String> {
+    if event == HookEvent::PermissionRequest {
+        return permission_key(subject.command, open_turn, actions).map(Some);
+    }
     if !event.can_deliver() {
         return Ok(None);
     }
+    let tool_use_id = subject.tool_use_id;
     let turn = open_turn.ok_or("no turn is open")?;
     let ev = event.as_str();
     let call = |id: Option<&str>| -> Result<(String, bool), String> {
@@ -85,8 +95,22 @@ pub fn ticket_key(
                 Ok(Some(format!("{ev}:{turn}")))
             }
         }
-        HookEvent::SubagentStop | HookEvent::Other => Ok(None),
+        HookEvent::SubagentStop | HookEvent::PermissionRequest | HookEvent::Other => Ok(None),
     }
+}
+
+/// PermissionRequest names no call: Codex asks for the command of a call it has not run yet.
+/// The key is the open turn, the calls not completed yet and the command's digest, so a second
+/// hook asking the same for the same calls is a reuse.
+fn permission_key(command: Option<&str>, open_turn: Option<&str>, actions: &Actions) -> Result<String, String> {
+    let turn = open_turn.ok_or("no turn is open")?;
+    let command = command.ok_or("PermissionRequest without a command")?;
+    let waiting: Vec<&str> = actions.calls.iter().filter(|(_, completed)| !completed).map(|(id, _)| id.as_str()).collect();
+    if waiting.is_empty() {
+        return Err("no tool call of the open turn is waiting to run".into());
+    }
+    let digest = crate::approval::command_digest(command);
+    Ok(format!("{}:{turn}:{}:{digest}", HookEvent::PermissionRequest.as_str(), waiting.join(",")))
 }
 
 #[cfg(test)]
@@ -169,7 +193,8 @@ mod tests {
 
     fn key_of(snap: &crate::codex::rollout::Snapshot, hook: &Value) -> Result<Option<String>, String> {
         let event = HookEvent::parse(hook["hook_event_name"].as_str().unwrap());
-        ticket_key(event, hook["tool_use_id"].as_str(), snap.open_turn.as_deref(), &snap.actions)
+        let subject = Subject { tool_use_id: hook["tool_use_id"].as_str(), command: hook["tool_input"]["command"].as_str() };
+        ticket_key(event, subject, snap.open_turn.as_deref(), &snap.actions)
     }
 
     /// Every hook of real Codex sessions (0.171.0 and 0.160.0: parallel tool calls, an
@@ -278,7 +303,12 @@ mod tests {
                 let turn = pre["turn_id"].as_str().unwrap();
                 assert_eq!(genuine, format!("PreToolUse:{turn}:{call}"));
                 for event in ["PostToolUse", "Stop", "UserPromptSubmit", "SessionStart"] {
-                    let r = ticket_key(HookEvent::parse(event), Some(call), snap.open_turn.as_deref(), &snap.actions);
+                    let r = ticket_key(
+                        HookEvent::parse(event),
+                        Subject { tool_use_id: Some(call), command: None },
+                        snap.open_turn.as_deref(),
+                        &snap.actions,
+                    );
                     assert!(r.is_err(), "{version}: {event} forged inside {call} got {r:?}");
                 }
                 checked += 1;

@@ -18,9 +18,10 @@ pub use crate::envelope::CODEX_DEFAULT_CONTEXT_LIMIT;
 
 /// Whether Codex reads a handler's `additionalContextLimit` for `event` (PascalCase): only for
 /// events whose output has `additionalContext`. For Stop (and SubagentStop) it ignores the key,
-/// in the hash too (`hooks/list` shows `null`, probed on 0.171.0).
+/// in the hash too (`hooks/list` shows `null`, probed on 0.171.0). PermissionRequest's output is
+/// a decision, never context: Courier writes no limit for it.
 pub fn takes_context_limit(event: &str) -> bool {
-    !matches!(event, "Stop" | "SubagentStop")
+    !matches!(event, "Stop" | "SubagentStop" | "PermissionRequest")
 }
 
 /// `PostToolUse` -> `post_tool_use`.

@@ -2,7 +2,7 @@
 //! back out.
 //!
 //! Install copies `broker` and `hook-client` into a prefix, registers the hook-client for Courier's
-//! six hook events in `$CODEX_HOME/hooks.json` (appended after the user's own groups, so the
+//! seven hook events in `$CODEX_HOME/hooks.json` (appended after the user's own groups, so the
 //! user's trust keys, which name group indices, do not move), trusts exactly those handlers in the
 //! user `config.toml` the way Codex itself does (format-preserving edit), records the Codex binaries
 //! it finds as trusted, and arranges for the broker to start at login (systemd user units with
@@ -59,8 +59,8 @@ pub use systemd::{render_units, systemctl_user, unit_dir, user_manager_runs};
 pub use uninstall::uninstall;
 
 /// The events Courier's hook-client is registered for (PascalCase, as in hooks.json).
-pub const EVENTS: [&str; 6] = {
-    let mut names = [""; 6];
+pub const EVENTS: [&str; HookEvent::REGISTERED.len()] = {
+    let mut names = [""; HookEvent::REGISTERED.len()];
     let mut i = 0;
     while i < names.len() {
         names[i] = HookEvent::REGISTERED[i].as_str();

@@ -304,6 +304,7 @@ mod tests {
             pending: 0,
             undelivered: 0,
             messages: BTreeMap::new(),
+            waiting_on_approval: Vec::new(),
         }
     }
 

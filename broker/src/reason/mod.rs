@@ -15,6 +15,7 @@
 //! |---|---|---|
 //! | `deferred_session_start_shared_process` | pending | a SessionStart hook in a process that runs other threads too: left for the thread's next hook |
 //! | `deferred_stop_block_limit` | pending | this turn was already continued `MAX_STOP_BLOCKS_PER_TURN` times at Stop: left for the next turn |
+//! | `waiting_on_approval` | pending | its thread waits on a person to approve a command (`broker approvals`): no hook runs until it is answered |
 //! | `not_acked` | pending | offered to a hook client that did not acknowledge it: never shown, offered again |
 //! | `lease_expired` | pending | its lease ran out with no acknowledgement: never shown, offered again |
 //! | `cut_by_codex` | pending | handed, but Codex cut its hook output and the rollout shows none of it: never shown, offered again |
@@ -78,6 +79,7 @@ reasons! {
     DeliveryReason {
         DeferredSessionStartSharedProcess = "deferred_session_start_shared_process",
         DeferredStopBlockLimit = "deferred_stop_block_limit",
+        WaitingOnApproval = "waiting_on_approval",
         NotAcked = "not_acked",
         LeaseExpired = "lease_expired",
         CutByCodex = "cut_by_codex",

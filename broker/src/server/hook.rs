@@ -3,6 +3,7 @@
 
 use super::{
     poller::{error_frame, AwaitAck},
+    trust::TrustView,
     Broker, QUEUED_REFUSALS_MAX, REQUEST_TIMEOUT,
 };
 use crate::delivery::{self, Offer};
@@ -13,10 +14,10 @@ use crate::os::ProcessKey;
 use crate::reason::DeliveryReason;
 use crate::refusal::RefusalCode;
 use crate::store::{HandOff, ThreadWork};
+use codex_format::hook::HookEvent;
 use courier_shared::wire::{self, AckReply, HookReply, Request, PROTOCOL_VERSION};
 use std::io::Write;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -107,6 +108,15 @@ impl Broker {
                 return None;
             }
         };
+        if verified.event == HookEvent::PermissionRequest {
+            // Recorded, and no decision: the person's prompt appears as usual (approvals.rs).
+            if let Some(t) = &ticket {
+                self.record_approval(&verified, &t.ticket);
+            }
+            let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
+            return None;
+        }
+        self.resolve_approvals(&verified);
         if let Some(turn) = &verified.turn_id {
             // A turn the wake channel did not start ends a run of wakes (wake/bound.rs).
             self.wake_bound.saw_turn(&verified.thread_id, turn);
@@ -219,28 +229,5 @@ impl Broker {
     pub(super) fn verify_sender(&self, stream: &UnixStream, claims: Option<(&str, &str)>) -> Result<gate::sender::ToolSender, String> {
         let peer = gate::peer::identify(stream).map_err(|r| format!("{}: {}", r.code, r.detail))?;
         self.gate.verify_tool_sender(&peer, &TrustView(self), claims)
-    }
-}
-
-/// The gate's view of Codex trust: digests from the store, expected paths from the follower.
-pub(super) struct TrustView<'a>(pub(super) &'a Broker);
-
-impl gate::CodexTrust for TrustView<'_> {
-    fn is_trusted(&self, sha256: &str) -> bool {
-        let store = self.0.store.lock().unwrap_or_else(|e| e.into_inner());
-        store.is_trusted_codex(sha256).unwrap_or(false)
-    }
-    fn is_expected(&self, path: &Path, size: u64) -> bool {
-        // Asked only for a binary the digest cache has not seen; a path trusted by hand counts
-        // at once, before the follower's next pass lists it.
-        self.0.follower.is_expected(path, size)
-            || size <= crate::exe::digest::MAX_HASH_BYTES && {
-                let store = self.0.store.lock().unwrap_or_else(|e| e.into_inner());
-                store.is_trusted_codex_path(&path.to_string_lossy()).unwrap_or(false)
-            }
-    }
-    fn known_digest(&self, key: &crate::exe::ExeKey) -> Option<String> {
-        let store = self.0.store.lock().unwrap_or_else(|e| e.into_inner());
-        store.codex_file_digest(key).ok().flatten()
     }
 }

@@ -26,11 +26,13 @@
 //!
 //! The client side of `Request::Status` is `crate::client`: CLI commands import nothing from here.
 
+mod approvals;
 mod hook;
 mod listener;
 mod maintenance;
 mod poller;
 mod status;
+mod trust;
 
 pub use listener::{lock_instance, stopped_after_error, InstanceLock};
 
@@ -96,6 +98,8 @@ struct Broker {
     receipts: crate::config::Receipts,
     /// How often threads may be woken; the hooks report the turns they see (wake/bound.rs).
     wake_bound: Arc<crate::wake::Bound>,
+    /// Pending approvals' threads, and where to answer them (approvals.rs).
+    approvals: approvals::Approvals,
 }
 
 pub fn serve(opts: ServeOptions) -> Result<()> {
@@ -137,7 +141,9 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         Duration::from_secs(2),
     );
     let producer = crate::producer::proto::Service::start(&opts.state_dir, opts.codex_home.clone(), lister)?;
+    let approvals = approvals::Approvals::open(&store, opts.codex_home.clone())?;
     let broker = Arc::new(Broker {
+        approvals,
         store: Mutex::new(store),
         tickets: Mutex::new(tickets),
         gate,
@@ -179,7 +185,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         let signal = waking.store.lock().unwrap_or_else(|e| e.into_inner()).pending_signal();
         waker.run(&signal, || {
             let b = &*waking;
-            for (thread, outcome) in waker.pass(&b.store, &b.gate, &hook::TrustView(b), &codex_home) {
+            for (thread, outcome) in waker.pass(&b.store, &b.gate, &trust::TrustView(b), &codex_home) {
                 crate::log_debug!("wake {thread}: {outcome:?}");
                 // Handed through the app-server: counted with the hooks' hand-offs (`inspect`).
                 if let crate::wake::Outcome::Woken { count, .. } = outcome {

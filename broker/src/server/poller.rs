@@ -129,7 +129,11 @@ pub(super) fn worker(broker: &Broker, jobs: &JobQueue, handback: &Handback) {
             Job::Request { stream, frame } => {
                 // A first byte `{` is a producer's JSON line (producer/proto.rs), not a frame.
                 let pending = if frame.first() == Some(&b'{') {
-                    broker.producer.serve(stream, &frame, &|s, claims| broker.verify_sender(s, claims));
+                    if super::approvals::is_answer(&frame) {
+                        broker.answer_approval(stream, &frame);
+                    } else {
+                        broker.producer.serve(stream, &frame, &|s, claims| broker.verify_sender(s, claims));
+                    }
                     None
                 } else {
                     broker.handle(stream, &frame[4..])

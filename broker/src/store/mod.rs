@@ -8,9 +8,10 @@
 //! and `busy_timeout` serialise them.
 //!
 //! The store owns its schema and every query: no connection leaves it. Besides the messages
-//! (this file; their lease and hand-off in `handoff.rs`), it keeps effort rows (`effort.rs`), refusals (`refusals.rs`) and the Codex trust
-//! tables (`codex.rs`).
+//! (this file; their lease and hand-off in `handoff.rs`), it keeps effort rows (`effort.rs`), refusals (`refusals.rs`), the Codex trust
+//! tables (`codex.rs`) and approvals (`approvals.rs`).
 
+mod approvals;
 mod checkpoint;
 mod codex;
 mod effort;
@@ -387,6 +388,7 @@ impl Store {
         migrate_trusted_codex(&conn).context("adding the trusted_codex columns")?;
         migrate_messages(&conn).context("adding the messages columns")?;
         tickets::migrate(&conn).context("creating the tickets tables")?;
+        approvals::migrate(&conn).context("creating the approvals table")?;
         conn.execute_batch(PENDING_INDEXES).context("creating the pending-message indexes")?;
         Ok(Store { conn, pending: Default::default() })
     }

@@ -47,6 +47,7 @@ use crate::envelope::MAX_OUTPUT_BYTES;
 use crate::gate::owner::{NoOwner, Owner};
 use crate::gate::{CodexTrust, Gate};
 use crate::os::ProcessKey;
+use crate::reason::DeliveryReason;
 use crate::store::{Channel, HandOff, Lease, PendingSignal, Store};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -148,6 +149,10 @@ impl Waker {
                 note(store, thread, why);
                 return Outcome::NotWoken(why);
             }
+            Err(Outcome::Busy) => {
+                note_waiting_on_approval(store, thread);
+                return Outcome::Busy;
+            }
             Err(other) => return other,
         };
         if let Err((why, until)) = self.bound.check(thread, Instant::now()) {
@@ -205,6 +210,17 @@ fn note(store: &Mutex<Store>, thread: &str, reason: WakeReason) {
     let mut s = store.lock().unwrap_or_else(|e| e.into_inner());
     if let Err(e) = s.note_deferral(thread, reason) {
         crate::log_error!("wake: noting {reason} on {thread}: {e:#}");
+    }
+}
+
+/// A busy thread is left to its hooks; while it waits on a person's approval none will run:
+/// its messages say so (`broker approvals`).
+fn note_waiting_on_approval(store: &Mutex<Store>, thread: &str) {
+    let mut s = store.lock().unwrap_or_else(|e| e.into_inner());
+    if s.thread_waits_on_approval(thread).unwrap_or(false) {
+        if let Err(e) = s.note_deferral(thread, DeliveryReason::WaitingOnApproval) {
+            crate::log_error!("wake: noting waiting_on_approval on {thread}: {e:#}");
+        }
     }
 }
 

@@ -169,6 +169,16 @@ pub struct ThreadInfo {
     pub undelivered: u64,
     /// Context messages per state, as `inspect --json`'s `threads` map.
     pub messages: BTreeMap<String, u64>,
+    /// Approvals the thread waits on a person for (`broker approvals`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting_on_approval: Vec<WaitingApproval>,
+}
+
+/// An approval a listed thread waits on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WaitingApproval {
+    pub id: String,
+    pub command: String,
 }
 /// What a rollout says, cached per file identity (titles and `session_meta` never change).
 #[derive(Clone)]
@@ -330,6 +340,7 @@ impl Lister {
             pending: 0,
             undelivered: 0,
             messages: BTreeMap::new(),
+            waiting_on_approval: Vec::new(),
         })
     }
 
@@ -366,7 +377,13 @@ impl Lister {
             }
         }
         let counts = super::counts_by_thread(store)?;
+        let approvals = store.approvals(false)?;
         for t in &mut threads {
+            t.waiting_on_approval = approvals
+                .iter()
+                .filter(|a| a.thread == t.id)
+                .map(|a| WaitingApproval { id: a.id.clone(), command: a.command.clone() })
+                .collect();
             if let Some(c) = counts.get(&t.id) {
                 let n = |s: &str| c.get(s).copied().unwrap_or(0);
                 t.pending = n("pending") + n("leased");

@@ -52,6 +52,7 @@ fn info(id: &str, parent: Option<&str>, state: ThreadState, at: i64) -> ThreadIn
         pending: 0,
         undelivered: 0,
         messages: BTreeMap::new(),
+        waiting_on_approval: Vec::new(),
     }
 }
 

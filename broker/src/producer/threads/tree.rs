@@ -77,15 +77,11 @@ pub fn render_table(threads: &[ThreadInfo], now: i64) -> String {
             (Some(_), None) => format!("↳ {}", esc(t.title.as_deref().unwrap_or(""))),
             _ => esc(t.title.as_deref().unwrap_or("")),
         };
-        rows.push([
-            t.id.clone(),
-            t.state.as_str().into(),
-            process,
-            queued,
-            short_age(now, t.last_activity_at),
-            esc(t.cwd.as_deref().unwrap_or("-")),
-            title,
-        ]);
+        let state = match t.waiting_on_approval.first() {
+            Some(a) => format!("{} (approval {}: {})", t.state.as_str(), a.id, esc(&a.command)),
+            None => t.state.as_str().into(),
+        };
+        rows.push([t.id.clone(), state, process, queued, short_age(now, t.last_activity_at), esc(t.cwd.as_deref().unwrap_or("-")), title]);
     }
     let widths: Vec<usize> = (0..6).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
     let mut out = String::new();

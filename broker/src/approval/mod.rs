@@ -1,0 +1,247 @@
+//! Approvals: a host agent blocked on a person (it asked to run a command and waits for a yes or
+//! a no). What one is, where it stands, and the rules of answering it, whatever the host: the
+//! Codex specifics (its hook payload, its app-server request) live in `codex/approval.rs`, the
+//! table in `store/approvals.rs`, the answer service in `server/approvals.rs`.
+//!
+//! An approval is `pending` from the hook that saw it until it is answered or goes away. An
+//! answer is taken once (`pending -> answering`, one conditional update), sent once, never
+//! retried, and settled as what was seen: `answered` (ours was applied), `resolved` (someone
+//! else's answer, or the request was gone), `unknown` (sent, no acknowledgement in time).
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+/// Where an approval stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalState {
+    /// The host waits for a person's answer.
+    Pending,
+    /// One `approve`/`deny` took it and is sending its answer.
+    Answering,
+    /// Courier's answer was applied (the host acknowledged it).
+    Answered,
+    /// Answered by someone else (the person at the screen, another client), or gone (the turn
+    /// ended, the command ran) before Courier answered.
+    Resolved,
+    /// Courier's answer was sent and not acknowledged in time: it may or may not have been
+    /// applied. Never retried.
+    Unknown,
+}
+
+impl ApprovalState {
+    pub const ALL: [ApprovalState; 5] =
+        [ApprovalState::Pending, ApprovalState::Answering, ApprovalState::Answered, ApprovalState::Resolved, ApprovalState::Unknown];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ApprovalState::Pending => "pending",
+            ApprovalState::Answering => "answering",
+            ApprovalState::Answered => "answered",
+            ApprovalState::Resolved => "resolved",
+            ApprovalState::Unknown => "unknown",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ApprovalState> {
+        ApprovalState::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+}
+
+/// A person's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    Approve,
+    Deny,
+}
+
+impl Decision {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Decision::Approve => "approve",
+            Decision::Deny => "deny",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Decision> {
+        [Decision::Approve, Decision::Deny].into_iter().find(|d| d.as_str() == s)
+    }
+}
+
+/// What became of an answer Courier sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AnswerOutcome {
+    /// It was applied: the host resolved the request after it, and no one before it.
+    Won,
+    /// Someone answered first (or the request was gone): ours was not sent, or was ignored.
+    Lost,
+    /// Sent; no acknowledgement in time. Never retried.
+    Unknown,
+}
+
+impl AnswerOutcome {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AnswerOutcome::Won => "won",
+            AnswerOutcome::Lost => "lost",
+            AnswerOutcome::Unknown => "unknown",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<AnswerOutcome> {
+        [AnswerOutcome::Won, AnswerOutcome::Lost, AnswerOutcome::Unknown].into_iter().find(|o| o.as_str() == s)
+    }
+
+    /// The approval's state once this outcome is known.
+    pub const fn state(self) -> ApprovalState {
+        match self {
+            AnswerOutcome::Won => ApprovalState::Answered,
+            AnswerOutcome::Lost => ApprovalState::Resolved,
+            AnswerOutcome::Unknown => ApprovalState::Unknown,
+        }
+    }
+}
+
+/// How an answer reached Courier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AnswerVia {
+    /// `broker approve|deny` on this host.
+    Cli,
+}
+
+impl AnswerVia {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AnswerVia::Cli => "cli",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<AnswerVia> {
+        [AnswerVia::Cli].into_iter().find(|v| v.as_str() == s)
+    }
+}
+
+/// An approval as the hook saw it, before it has an id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewApproval {
+    pub thread: String,
+    pub turn: String,
+    /// The tool call asking, when the host named it or only one call was waiting.
+    pub call_id: Option<String>,
+    pub tool: String,
+    pub command: String,
+    /// The model's stated reason.
+    pub reason: Option<String>,
+    pub cwd: Option<String>,
+    /// The hook's ticket key: the same request seen twice is one approval.
+    pub ticket: String,
+}
+
+/// The answer record: who, how, when, what, and what became of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AnswerRecord {
+    pub decision: Decision,
+    pub message: Option<String>,
+    /// The answering process as the broker saw it (`uid N pid P (comm)`).
+    pub by: String,
+    pub via: AnswerVia,
+    pub at: i64,
+    /// `None` while it is being sent.
+    pub outcome: Option<AnswerOutcome>,
+}
+
+/// One approval (`broker approvals --json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Approval {
+    pub id: String,
+    pub thread: String,
+    pub turn: String,
+    pub call_id: Option<String>,
+    pub tool: String,
+    pub command: String,
+    pub command_digest: String,
+    pub reason: Option<String>,
+    pub cwd: Option<String>,
+    /// When the hook saw it (ms since the epoch).
+    pub since: i64,
+    pub state: ApprovalState,
+    pub answer: Option<AnswerRecord>,
+}
+
+/// Why an answer cannot be taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    NotFound,
+    /// Already answered, resolved, or being answered: an approval is answered at most once.
+    NotPending(ApprovalState),
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refused::NotFound => f.write_str("no such approval"),
+            Refused::NotPending(s) => write!(f, "the approval is {s} already; an approval is answered at most once", s = s.as_str()),
+        }
+    }
+}
+
+/// `sha256:<hex>` of a command: what an answer is bound to, with the call id.
+pub fn command_digest(command: &str) -> String {
+    format!("sha256:{}", courier_shared::auth::hex(&Sha256::digest(command.as_bytes())))
+}
+
+/// A new approval id: `apr-` and 12 random hex digits.
+pub fn new_id() -> String {
+    let mut b = [0u8; 6];
+    rand::fill(&mut b);
+    format!("apr-{}", courier_shared::auth::hex(&b))
+}
+
+/// The table `broker approvals` prints: id, age, thread, command, reason.
+pub fn render(list: &[Approval], now_ms: i64) -> String {
+    if list.is_empty() {
+        return "no pending approvals\n".into();
+    }
+    let mut out = String::from("ID                WAITING  THREAD                                TOOL   COMMAND  (REASON)\n");
+    for a in list {
+        let secs = (now_ms - a.since).max(0) / 1000;
+        let reason = a.reason.as_deref().map(|r| format!("  ({})", crate::terminal::escape(r))).unwrap_or_default();
+        out.push_str(&format!(
+            "{:<17} {:>6}s  {:<37} {:<6} {}{}\n",
+            a.id,
+            secs,
+            a.thread,
+            crate::terminal::escape(&a.tool),
+            crate::terminal::escape(&a.command),
+            reason
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn closed_sets_round_trip() {
+        for s in ApprovalState::ALL {
+            assert_eq!(ApprovalState::parse(s.as_str()), Some(s));
+        }
+        for o in [AnswerOutcome::Won, AnswerOutcome::Lost, AnswerOutcome::Unknown] {
+            assert_eq!(AnswerOutcome::parse(o.as_str()), Some(o));
+        }
+        assert_eq!(Decision::parse("deny"), Some(Decision::Deny));
+        assert_eq!(Decision::parse("maybe"), None);
+    }
+
+    #[test]
+    fn digest_binds_the_exact_command() {
+        assert_eq!(command_digest("rm -rf x"), command_digest("rm -rf x"));
+        assert_ne!(command_digest("rm -rf x"), command_digest("rm -rf y"));
+        assert!(command_digest("").starts_with("sha256:"));
+    }
+}

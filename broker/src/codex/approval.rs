@@ -1,0 +1,217 @@
+//! Codex's approvals: what its PermissionRequest hook says (`tool_input.command`, the model's
+//! `description`; no call id), and answering its app-server's
+//! `item/commandExecution/requestApproval` (probed on 0.160.0 and 0.171.0; tests/tests/approvals.rs).
+//!
+//! The app-server sends the request to every client subscribed to the thread, with one JSON-RPC
+//! id; the first answer wins, every client gets `serverRequest/resolved`, a later answer is
+//! ignored without an error. A client that resumes the thread while it waits
+//! (`activeFlags: ["waitingOnApproval"]`) gets the request replayed: that is how Courier finds
+//! it. The request's `itemId` is the call id, its `command` the shell's whole command line
+//! (`/bin/bash -lc '<the model's command>'`).
+
+use super::appserver::{self, Endpoint, WsClient};
+use crate::approval::{AnswerOutcome, Approval, Decision};
+use codex_format::hook::HookPayload;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+const REQUEST_APPROVAL: &str = "item/commandExecution/requestApproval";
+const RESOLVED: &str = "serverRequest/resolved";
+/// How long a request already answered has to show its `serverRequest/resolved` before ours
+/// is written (it was queued on our connection before the replay was read).
+const SETTLE: Duration = Duration::from_millis(20);
+
+/// The command a PermissionRequest asks to run (`tool_input.command`).
+pub fn hook_command(p: &HookPayload) -> Option<String> {
+    p.tool_input.as_ref()?.get("command")?.as_str().map(str::to_string)
+}
+
+/// The model's stated reason (`tool_input.description`).
+pub fn hook_reason(p: &HookPayload) -> Option<String> {
+    p.tool_input.as_ref()?.get("description")?.as_str().map(str::to_string)
+}
+
+/// What answering through the app-server came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answered {
+    /// Sent; `Won` once the app-server resolved it after ours, `Unknown` without an ack.
+    Sent(AnswerOutcome),
+    /// Not sent: the request was answered before ours, or is gone (nothing is waiting).
+    NotSent(String),
+    /// Not sent: no session, or the request found is not the one listed (call or command).
+    Failed(String),
+}
+
+/// The decision as the app-server spells it.
+fn wire_decision(d: Decision) -> &'static str {
+    match d {
+        Decision::Approve => "accept",
+        Decision::Deny => "decline",
+    }
+}
+
+/// The model's command inside the shell's command line `<shell> -lc '<cmd>'` (or `-c`), or the
+/// line itself when it is not one.
+pub fn unwrap_shell(line: &str) -> String {
+    let rest = ["-lc ", "-c "].iter().find_map(|flag| line.split_once(flag).map(|(_, r)| r));
+    let Some(rest) = rest else { return line.to_string() };
+    let mut out = String::new();
+    let mut chars = rest.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                for q in chars.by_ref() {
+                    if q == '\'' {
+                        break;
+                    }
+                    out.push(q);
+                }
+            }
+            '"' => {
+                while let Some(q) = chars.next() {
+                    match q {
+                        '"' => break,
+                        '\\' if matches!(chars.peek(), Some('"' | '\\' | '$' | '`')) => out.extend(chars.next()),
+                        _ => out.push(q),
+                    }
+                }
+            }
+            '\\' => out.extend(chars.next()),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// The request is the one this approval lists: its thread, turn, call (when known) and command.
+pub fn is_request_of(params: &Value, a: &Approval) -> bool {
+    let command = params["command"].as_str().unwrap_or_default();
+    params["threadId"] == a.thread.as_str()
+        && params["turnId"] == a.turn.as_str()
+        && a.call_id.as_deref().is_none_or(|c| params["itemId"] == c)
+        && (command == a.command || unwrap_shell(command) == a.command)
+}
+
+/// Answers approval `a` with `decision` through the app-server the Codex process `pid` (started
+/// at `start`) serves: resume the thread to get the request replayed, check it is this one, and
+/// answer it once unless it was answered already. Never retried.
+pub fn answer(endpoints: &[Endpoint], pid: i32, start: u64, a: &Approval, decision: Decision, deadline: Instant) -> Answered {
+    let mut ws = match appserver::open_session(endpoints, pid, start, deadline) {
+        Ok(ws) => ws,
+        Err(why) => return Answered::Failed(format!("no app-server session: {why}")),
+    };
+    let request = match replayed_request(&mut ws, a) {
+        Ok(r) => r,
+        Err(done) => return done,
+    };
+    let id = request["id"].clone();
+    // An answer already on its way to us (the person was first) shows before we write ours.
+    if resolved_within(&mut ws, &id, Instant::now() + SETTLE) == Some(true) {
+        return Answered::NotSent("answered by someone else first".into());
+    }
+    ws.set_deadline(deadline);
+    if let Err(e) = ws.respond(&id, json!({"decision": wire_decision(decision)})) {
+        return if e.timed_out { Answered::Sent(AnswerOutcome::Unknown) } else { Answered::Failed(format!("writing the answer: {e}")) };
+    }
+    match resolved_within(&mut ws, &id, deadline) {
+        Some(true) => Answered::Sent(AnswerOutcome::Won),
+        _ => Answered::Sent(AnswerOutcome::Unknown),
+    }
+}
+
+/// `thread/resume`, then the request the app-server replays for it, or why there is none.
+fn replayed_request(ws: &mut WsClient, a: &Approval) -> Result<Value, Answered> {
+    let gone = |why: &str| Answered::NotSent(why.to_string());
+    let rid =
+        ws.send_request("thread/resume", json!({"threadId": a.thread})).map_err(|e| Answered::Failed(format!("thread/resume: {e}")))?;
+    let mut waiting: Option<bool> = None;
+    let mut found: Vec<Value> = Vec::new();
+    loop {
+        // After the resume's answer a waiting thread's replay follows at once.
+        if waiting.is_some() {
+            ws.set_deadline(Instant::now() + Duration::from_millis(500));
+        }
+        let msg = match ws.recv_any() {
+            Ok(m) => m,
+            Err(_) if waiting.is_some() => break,
+            Err(e) => return Err(Answered::Failed(format!("thread/resume: {e}"))),
+        };
+        if msg.get("method").is_none() && msg["id"] == json!(rid) {
+            if let Some(err) = msg.get("error") {
+                return Err(Answered::Failed(format!("thread/resume refused: {err}")));
+            }
+            let flags = msg.pointer("/result/thread/status/activeFlags").cloned().unwrap_or(Value::Null);
+            let w = flags.as_array().is_some_and(|f| f.iter().any(|x| x == "waitingOnApproval"));
+            if !w {
+                return Err(gone("the thread is not waiting on an approval"));
+            }
+            waiting = Some(w);
+            if !found.is_empty() {
+                break;
+            }
+        } else if msg["method"] == REQUEST_APPROVAL && msg["params"]["threadId"] == a.thread.as_str() {
+            found.push(msg);
+            if waiting.is_some() {
+                break;
+            }
+        }
+    }
+    match found.iter().position(|r| is_request_of(&r["params"], a)) {
+        Some(i) => Ok(found.swap_remove(i)),
+        None if found.is_empty() => Err(gone("the thread waits on no command approval")),
+        None => Err(Answered::Failed(format!(
+            "the thread waits on another request (call {}, command {:?}), not this approval's",
+            found[0]["params"]["itemId"], found[0]["params"]["command"]
+        ))),
+    }
+}
+
+/// Reads until `serverRequest/resolved` for `id` (`Some(true)`), or the deadline (`None`).
+fn resolved_within(ws: &mut WsClient, id: &Value, until: Instant) -> Option<bool> {
+    ws.set_deadline(until);
+    loop {
+        let msg = ws.recv_any().ok()?;
+        if msg["method"] == RESOLVED && msg["params"]["requestId"] == *id {
+            return Some(true);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shell_line_unwraps_to_the_model_command() {
+        assert_eq!(unwrap_shell("/bin/bash -lc 'echo hi'"), "echo hi");
+        assert_eq!(unwrap_shell(r#"/bin/bash -lc 'echo '"'"'x'"'"''"#), "echo 'x'");
+        assert_eq!(unwrap_shell(r"/bin/bash -lc 'a'\''b'"), "a'b");
+        assert_eq!(unwrap_shell("ls"), "ls");
+    }
+
+    #[test]
+    fn a_request_is_bound_to_call_and_command() {
+        let a = Approval {
+            id: "apr-1".into(),
+            thread: "t".into(),
+            turn: "u".into(),
+            call_id: Some("call_1".into()),
+            tool: "Bash".into(),
+            command: "echo hi".into(),
+            command_digest: crate::approval::command_digest("echo hi"),
+            reason: None,
+            cwd: None,
+            since: 0,
+            state: crate::approval::ApprovalState::Pending,
+            answer: None,
+        };
+        let p = json!({"threadId": "t", "turnId": "u", "itemId": "call_1", "command": "/bin/bash -lc 'echo hi'"});
+        assert!(is_request_of(&p, &a));
+        let other_call = json!({"threadId": "t", "turnId": "u", "itemId": "call_2", "command": "/bin/bash -lc 'echo hi'"});
+        assert!(!is_request_of(&other_call, &a));
+        let other_cmd = json!({"threadId": "t", "turnId": "u", "itemId": "call_1", "command": "/bin/bash -lc 'echo ho'"});
+        assert!(!is_request_of(&other_cmd, &a));
+        let other_turn = json!({"threadId": "t", "turnId": "v", "itemId": "call_1", "command": "/bin/bash -lc 'echo hi'"});
+        assert!(!is_request_of(&other_turn, &a));
+    }
+}

@@ -1,0 +1,244 @@
+//! The approvals table (the record and its rules are `crate::approval`): what a host waits on a
+//! person for, and the one answer Courier gave to each. Every change is one conditional UPDATE,
+//! so an approval is answered at most once whatever runs at the same time.
+
+use super::{now_ms, Store};
+use crate::approval::{AnswerOutcome, AnswerRecord, AnswerVia, Approval, ApprovalState, Decision, NewApproval, Refused};
+use anyhow::Result;
+use rusqlite::{params, Connection, OptionalExtension, Row};
+
+/// Creates the table (called by `Store::open`).
+pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS approvals (
+            id             TEXT PRIMARY KEY,
+            thread         TEXT NOT NULL,
+            turn           TEXT NOT NULL,
+            call_id        TEXT,
+            tool           TEXT NOT NULL,
+            command        TEXT NOT NULL,
+            command_digest TEXT NOT NULL,
+            reason         TEXT,
+            cwd            TEXT,
+            since          INTEGER NOT NULL,
+            state          TEXT NOT NULL,
+            -- the hook's ticket: one approval per request seen
+            ticket         TEXT NOT NULL UNIQUE,
+            -- the answer record
+            decision       TEXT,
+            message        TEXT,
+            answered_by    TEXT,
+            answered_via   TEXT,
+            answered_at    INTEGER,
+            outcome        TEXT,
+            settled_at     INTEGER
+        );
+        CREATE INDEX IF NOT EXISTS approvals_open ON approvals(thread) WHERE state IN ('pending', 'answering');",
+    )
+}
+
+const COLUMNS: &str = "id, thread, turn, call_id, tool, command, command_digest, reason, cwd, since, state,
+     decision, message, answered_by, answered_via, answered_at, outcome";
+
+fn text_enum<T>(v: Option<String>, parse: fn(&str) -> Option<T>, col: usize) -> rusqlite::Result<Option<T>> {
+    match v {
+        None => Ok(None),
+        Some(s) => parse(&s).map(Some).ok_or_else(|| {
+            rusqlite::Error::FromSqlConversionFailure(col, rusqlite::types::Type::Text, format!("unknown value {s:?}").into())
+        }),
+    }
+}
+
+fn row(r: &Row) -> rusqlite::Result<Approval> {
+    let state = text_enum(Some(r.get(10)?), ApprovalState::parse, 10)?.unwrap_or(ApprovalState::Pending);
+    let decision = text_enum(r.get(11)?, Decision::parse, 11)?;
+    let answer = match decision {
+        None => None,
+        Some(decision) => Some(AnswerRecord {
+            decision,
+            message: r.get(12)?,
+            by: r.get::<_, Option<String>>(13)?.unwrap_or_default(),
+            via: text_enum(r.get(14)?, AnswerVia::parse, 14)?.unwrap_or(AnswerVia::Cli),
+            at: r.get::<_, Option<i64>>(15)?.unwrap_or(0),
+            outcome: text_enum(r.get(16)?, AnswerOutcome::parse, 16)?,
+        }),
+    };
+    Ok(Approval {
+        id: r.get(0)?,
+        thread: r.get(1)?,
+        turn: r.get(2)?,
+        call_id: r.get(3)?,
+        tool: r.get(4)?,
+        command: r.get(5)?,
+        command_digest: r.get(6)?,
+        reason: r.get(7)?,
+        cwd: r.get(8)?,
+        since: r.get(9)?,
+        state,
+        answer,
+    })
+}
+
+impl Store {
+    /// Records a pending approval; the same ticket seen again returns the first one's id.
+    pub fn record_approval(&mut self, a: &NewApproval) -> Result<String> {
+        let id = crate::approval::new_id();
+        self.conn.execute(
+            "INSERT INTO approvals (id, thread, turn, call_id, tool, command, command_digest, reason, cwd, since, state, ticket)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11) ON CONFLICT(ticket) DO NOTHING",
+            params![
+                id,
+                a.thread,
+                a.turn,
+                a.call_id,
+                a.tool,
+                a.command,
+                crate::approval::command_digest(&a.command),
+                a.reason,
+                a.cwd,
+                now_ms(),
+                a.ticket
+            ],
+        )?;
+        Ok(self.conn.query_row("SELECT id FROM approvals WHERE ticket = ?1", [&a.ticket], |r| r.get(0))?)
+    }
+
+    /// Approvals still waiting (pending or being answered), oldest first; with `all`, every one.
+    pub fn approvals(&self, all: bool) -> Result<Vec<Approval>> {
+        let filter = if all { "" } else { "WHERE state IN ('pending', 'answering')" };
+        let mut st = self.conn.prepare(&format!("SELECT {COLUMNS} FROM approvals {filter} ORDER BY since, id"))?;
+        let rows = st.query_map([], row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    pub fn approval(&self, id: &str) -> Result<Option<Approval>> {
+        Ok(self.conn.query_row(&format!("SELECT {COLUMNS} FROM approvals WHERE id = ?1"), [id], row).optional()?)
+    }
+
+    /// Threads with an approval still waiting.
+    pub fn threads_waiting_on_approval(&self) -> Result<Vec<String>> {
+        let mut st = self.conn.prepare("SELECT DISTINCT thread FROM approvals WHERE state IN ('pending', 'answering')")?;
+        let rows = st.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Whether `thread` has an approval still waiting.
+    pub fn thread_waits_on_approval(&self, thread: &str) -> Result<bool> {
+        Ok(self.conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM approvals WHERE thread = ?1 AND state IN ('pending', 'answering'))",
+            [thread],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// Takes approval `id` for one answer: `pending -> answering` with the answer record, or why
+    /// not. Only one caller ever gets `Ok` for an approval.
+    pub fn claim_approval(&mut self, id: &str, answer: &AnswerRecord) -> Result<std::result::Result<Approval, Refused>> {
+        let n = self.conn.execute(
+            "UPDATE approvals SET state = 'answering', decision = ?2, message = ?3, answered_by = ?4, answered_via = ?5, answered_at = ?6
+             WHERE id = ?1 AND state = 'pending'",
+            params![id, answer.decision.as_str(), answer.message, answer.by, answer.via.as_str(), answer.at],
+        )?;
+        Ok(match (n, self.approval(id)?) {
+            (_, None) => Err(Refused::NotFound),
+            (1, Some(a)) => Ok(a),
+            (_, Some(a)) => Err(Refused::NotPending(a.state)),
+        })
+    }
+
+    /// Settles an answer being sent (`answering` only): its outcome and the approval's state.
+    pub fn settle_approval(&mut self, id: &str, outcome: AnswerOutcome) -> Result<bool> {
+        let n = self.conn.execute(
+            "UPDATE approvals SET state = ?2, outcome = ?3, settled_at = ?4 WHERE id = ?1 AND state = 'answering'",
+            params![id, outcome.state().as_str(), outcome.as_str(), now_ms()],
+        )?;
+        Ok(n == 1)
+    }
+
+    /// An answer that never left (no session, not the request listed): `answering -> pending`,
+    /// the answer record cleared.
+    pub fn unclaim_approval(&mut self, id: &str) -> Result<bool> {
+        let n = self.conn.execute(
+            "UPDATE approvals SET state = 'pending', decision = NULL, message = NULL, answered_by = NULL, answered_via = NULL,
+             answered_at = NULL WHERE id = ?1 AND state = 'answering'",
+            [id],
+        )?;
+        Ok(n == 1)
+    }
+
+    /// A later hook of `thread` shows its pending approvals are over: those of `call` (its
+    /// PostToolUse: the command ran), or all of them (`None`: the turn ended or a new one began).
+    pub fn resolve_approvals(&mut self, thread: &str, call: Option<&str>) -> Result<usize> {
+        Ok(self.conn.execute(
+            "UPDATE approvals SET state = 'resolved', settled_at = ?3
+             WHERE thread = ?1 AND state = 'pending' AND (?2 IS NULL OR call_id = ?2)",
+            params![thread, call, now_ms()],
+        )?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::approval::AnswerVia;
+
+    fn store() -> (Store, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("courier-approvals-{}-{}", std::process::id(), crate::approval::new_id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        (Store::open(&dir).unwrap(), dir)
+    }
+
+    fn new(ticket: &str) -> NewApproval {
+        NewApproval {
+            thread: "t1".into(),
+            turn: "u1".into(),
+            call_id: Some("call_1".into()),
+            tool: "Bash".into(),
+            command: "rm -rf build".into(),
+            reason: Some("clean".into()),
+            cwd: None,
+            ticket: ticket.into(),
+        }
+    }
+
+    fn answer(decision: Decision) -> AnswerRecord {
+        AnswerRecord { decision, message: None, by: "uid 0 pid 1 (test)".into(), via: AnswerVia::Cli, at: now_ms(), outcome: None }
+    }
+
+    /// The same request seen twice is one approval; it is taken for an answer once, and a second
+    /// answer (either decision) is refused with the state it is in.
+    #[test]
+    fn an_approval_is_answered_at_most_once() {
+        let (mut s, dir) = store();
+        let id = s.record_approval(&new("k1")).unwrap();
+        assert_eq!(s.record_approval(&new("k1")).unwrap(), id);
+        assert_eq!(s.approvals(false).unwrap().len(), 1);
+        let taken = s.claim_approval(&id, &answer(Decision::Approve)).unwrap().unwrap();
+        assert_eq!(taken.state, ApprovalState::Answering);
+        assert_eq!(taken.command_digest, crate::approval::command_digest("rm -rf build"));
+        assert_eq!(s.claim_approval(&id, &answer(Decision::Deny)).unwrap(), Err(Refused::NotPending(ApprovalState::Answering)));
+        assert!(s.settle_approval(&id, AnswerOutcome::Unknown).unwrap());
+        assert!(!s.settle_approval(&id, AnswerOutcome::Won).unwrap(), "settled once");
+        let a = s.approval(&id).unwrap().unwrap();
+        assert_eq!((a.state, a.answer.unwrap().outcome), (ApprovalState::Unknown, Some(AnswerOutcome::Unknown)));
+        assert_eq!(s.claim_approval("apr-none", &answer(Decision::Approve)).unwrap(), Err(Refused::NotFound));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A later hook resolves the call's approvals, or the thread's; an answer in flight stays.
+    #[test]
+    fn later_hooks_resolve_pending_approvals() {
+        let (mut s, dir) = store();
+        let a = s.record_approval(&new("k1")).unwrap();
+        let b = s.record_approval(&NewApproval { call_id: Some("call_2".into()), ..new("k2") }).unwrap();
+        let c = s.record_approval(&NewApproval { call_id: Some("call_3".into()), ..new("k3") }).unwrap();
+        s.claim_approval(&c, &answer(Decision::Approve)).unwrap().unwrap();
+        assert_eq!(s.resolve_approvals("t1", Some("call_1")).unwrap(), 1);
+        assert_eq!(s.approval(&a).unwrap().unwrap().state, ApprovalState::Resolved);
+        assert_eq!(s.approval(&b).unwrap().unwrap().state, ApprovalState::Pending);
+        assert_eq!(s.threads_waiting_on_approval().unwrap(), ["t1"]);
+        assert_eq!(s.resolve_approvals("t1", None).unwrap(), 1);
+        assert_eq!(s.approval(&c).unwrap().unwrap().state, ApprovalState::Answering);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
