@@ -176,7 +176,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     let codex_home = opts.codex_home.clone();
     std::thread::Builder::new().name("wake".into()).spawn(move || {
         let waker = crate::wake::Waker::new(Arc::clone(&waking.wake_bound));
-        let signal = waking.store.lock().unwrap_or_else(|e| e.into_inner()).pending_signal();
+        let signal = crate::store::lock(&waking.store).pending_signal();
         waker.run(&signal, || {
             let b = &*waking;
             for (thread, outcome) in waker.pass(&b.store, &b.gate, &hook::TrustView(b), &codex_home) {

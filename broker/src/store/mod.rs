@@ -16,6 +16,7 @@ mod codex;
 mod effort;
 mod enqueue;
 mod handoff;
+mod lock;
 mod producer;
 mod refusals;
 #[cfg(test)]
@@ -31,6 +32,7 @@ pub use codex::{TrustHow, TrustedCodex};
 pub use effort::{Claim, Details};
 pub use enqueue::{Enqueued, NewMessage};
 pub use handoff::{HandOff, Lease, MAX_REOFFERS};
+pub use lock::{lock, Locked, SLOW_HOLD};
 pub use refusals::Refusal;
 pub use state::{Channel, Kind, State};
 pub use ticket_log::{TicketLog, JOURNAL_NAME as TICKET_JOURNAL_NAME};
