@@ -120,9 +120,10 @@ impl Broker {
         let (offer, settled) = if !work.handed && !work.pending {
             (Ok(Offer::Nothing), 0)
         } else {
+            // Settle earlier hand-offs first, so inspect and the Stop guard see current states
+            // (their rollouts read without the store lock).
+            let settled = if work.handed { delivery::reconcile_shared(&self.store, Some(&verified.thread_id)).unwrap_or(0) } else { 0 };
             let mut store = crate::store::lock(&self.store);
-            // Settle earlier hand-offs first, so inspect and the Stop guard see current states.
-            let settled = if work.handed { delivery::reconcile(&mut store, Some(&verified.thread_id)).unwrap_or(0) } else { 0 };
             let offer = delivery::offer(&mut store, &verified, context_limit, self.receipts);
             if let (Some(t), Ok(Offer::Lease { token, .. })) = (&ticket, &offer) {
                 if let Err(e) = crate::tickets::attach(&mut store, t, *token) {

@@ -72,10 +72,14 @@ impl Broker {
             Ok(n) => crate::log_info!("expired {n} message(s) whose --ttl ran out"),
             Err(e) => crate::log_error!("expiring messages: {e:#}"),
         }
-        if let Err(e) = store.release_expired_leases().and_then(|_| delivery::reconcile(&mut store, None)) {
+        if let Err(e) = store.release_expired_leases() {
             crate::log_error!("maintenance: {e:#}");
         }
         drop(store);
+        // Every handed thread's rollout is read here: without the store lock the hooks need.
+        if let Err(e) = delivery::reconcile_shared(&self.store, None) {
+            crate::log_error!("maintenance: {e:#}");
+        }
         self.effort.maintain();
         self.producer.maintain();
     }

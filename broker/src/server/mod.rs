@@ -101,7 +101,7 @@ struct Broker {
 pub fn serve(opts: ServeOptions) -> Result<()> {
     let stop_signals = block_stop_signals()?;
     failpoint::init().map_err(anyhow::Error::msg)?;
-    // Reconcile runs under the store lock, on the hook path too: bound what one call reads.
+    // Reconcile runs on the hook path too: bound what one call reads from a rollout.
     delivery::set_scan_budget(delivery::SERVE_SCAN_BUDGET);
     dirs::ensure_private_dir(&opts.runtime_dir)?;
     dirs::ensure_private_dir(&opts.state_dir)?;
