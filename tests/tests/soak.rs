@@ -136,16 +136,22 @@ fn send_and_kill(
     (sent, times)
 }
 
-/// What the model received of `s`: per thread, whether it ever held it and the most copies any
+/// Each request's thread and the texts of its developer and user messages (where hook output
+/// and Stop reasons reach the model), read once.
+fn shown(requests: &[Request]) -> Vec<(String, Vec<String>)> {
+    requests.iter().map(|r| (r.thread_id().unwrap_or_default(), [r.messages("developer"), r.messages("user")].concat())).collect()
+}
+
+/// What the model received of `s`: the threads whose requests held it, and the most copies any
 /// one request held (Codex resends the whole conversation: a second delivery would sit beside
 /// the first in every later request).
-fn received(requests: &[Request], s: &Sent) -> (BTreeMap<String, usize>, usize) {
+fn received(shown: &[(String, Vec<String>)], s: &Sent) -> (BTreeMap<String, usize>, usize) {
     let mut threads: BTreeMap<String, usize> = BTreeMap::new();
     let mut most = 0;
-    for r in requests {
-        let n = r.items_containing(&s.text);
+    for (thread, texts) in shown {
+        let n = texts.iter().filter(|t| t.contains(&s.text)).count();
         if n > 0 {
-            *threads.entry(r.thread_id().unwrap_or_default()).or_default() += 1;
+            *threads.entry(thread.clone()).or_default() += 1;
             most = most.max(n);
         }
     }
@@ -155,7 +161,7 @@ fn received(requests: &[Request], s: &Sent) -> (BTreeMap<String, usize>, usize) 
 /// Checks every message against the model's requests, the rollouts and the final inspect;
 /// returns the final state counts and each uncertain message with its reason.
 fn check(env: &CodexEnv, model: &ScriptedModel, sent: &[Sent]) -> (BTreeMap<String, usize>, Vec<String>) {
-    let requests = model.requests();
+    let shown = shown(&model.requests());
     let inspect = messages_by_id(&Broker::cli_only(env).inspect_json());
     let mut states: BTreeMap<String, usize> = BTreeMap::new();
     let mut uncertain = Vec::new();
@@ -164,7 +170,7 @@ fn check(env: &CodexEnv, model: &ScriptedModel, sent: &[Sent]) -> (BTreeMap<Stri
         let m = &inspect[&s.id];
         let (state, reason) = (m["state"].as_str().unwrap_or(""), m["reason"].as_str().unwrap_or(""));
         *states.entry(state.to_string()).or_default() += 1;
-        let (threads, most) = received(&requests, s);
+        let (threads, most) = received(&shown, s);
         assert!(threads.keys().all(|t| *t == s.thread), "{} ({}) reached another thread: {threads:?}", s.id, s.text);
         assert!(most <= 1, "{} ({}) doubled: {most} copies in one request\n{}", s.id, s.text, model.dump());
         let in_rollout = |ro: &courier_tests::Rollout| -> usize {
@@ -198,8 +204,9 @@ fn log_figures(log: &str) -> String {
     let late = ms.iter().filter(|m| **m >= 400).count();
     let gone = log.matches("refused peer_gone").count();
     let slow: Vec<&str> = log.lines().filter(|l| l.contains("store lock held")).collect();
+    let waits = log.matches("store lock waited").count();
     format!(
-        "hooks answered: {} (p50 {} ms, p99 {} ms, max {} ms, {late} at >= 400 ms); peer_gone {gone}; slow store-lock holds {}{}",
+        "hooks answered: {} (p50 {} ms, p99 {} ms, max {} ms, {late} at >= 400 ms); peer_gone {gone}; store-lock waits over 50 ms {waits}; slow store-lock holds {}{}",
         ms.len(),
         pct(50),
         pct(99),

@@ -166,8 +166,10 @@ pub(super) fn scan_rollout_within(path: &str, messages: &[Message], budget: u64)
         return all(Some(State::Uncertain), Some("rollout_rewritten"), start);
     }
     let born = meta.created().ok();
-    let mut states = scan_states().lock().unwrap_or_else(|e| e.into_inner());
-    let mut st = match states.remove(path) {
+    // Taken out while this scan reads, so scans of other rollouts never wait for it (a scan of
+    // the same rollout meanwhile starts from the database's offset: settling is fenced).
+    let prior = scan_states().lock().unwrap_or_else(|e| e.into_inner()).remove(path);
+    let mut st = match prior {
         Some(s)
             if (s.dev, s.ino, s.born) == (meta.dev(), meta.ino(), born)
                 && s.lines.cursor.line_start == start
@@ -193,6 +195,7 @@ pub(super) fn scan_rollout_within(path: &str, messages: &[Message], budget: u64)
         SCAN_BYTES_READ.fetch_add(read.unwrap_or(0), Ordering::Relaxed);
     }
     let boundary = st.lines.cursor.line_start;
+    let mut states = scan_states().lock().unwrap_or_else(|e| e.into_inner());
     if states.len() >= 4096 {
         states.clear();
     }

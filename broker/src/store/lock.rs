@@ -1,7 +1,8 @@
 //! The broker's store connection is shared behind one mutex by the hook workers, maintenance,
 //! wake, effort, the follower and the producer service. [`lock`] is the one way to take it: a
 //! hold long enough to make hook clients wait (over [`SLOW_HOLD`]) is logged with where it was
-//! taken, when, and how long the taker itself had waited, so a stall names its holder.
+//! taken, when, and how long the taker itself had waited, so a stall names its holder (a long wait
+//! is logged at debug: the stall's victims).
 
 use super::Store;
 use std::ops::{Deref, DerefMut};
@@ -46,6 +47,9 @@ impl DerefMut for Locked<'_> {
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
         let held = self.taken.elapsed();
+        if self.waited > SLOW_HOLD {
+            crate::log_debug!("store lock waited for {} ms at {}:{}", self.waited.as_millis(), self.at.file(), self.at.line());
+        }
         if held > SLOW_HOLD {
             let since = super::now_ms() - held.as_millis() as i64;
             crate::log_warn!(
