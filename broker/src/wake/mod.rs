@@ -96,7 +96,7 @@ impl Waker {
     /// One pass over every thread with messages that may be woken.
     pub fn pass(&self, store: &Mutex<Store>, gate: &Gate, trust: &dyn CodexTrust, codex_home: &Path) -> Vec<(String, Outcome)> {
         let threads = {
-            let s = crate::store::lock(&store);
+            let s = crate::store::lock(store);
             match s.wake_candidates() {
                 Ok(t) => t,
                 Err(e) => {
@@ -157,7 +157,7 @@ impl Waker {
             return Outcome::Bounded(why, until);
         }
         let lease = {
-            let mut s = crate::store::lock(&store);
+            let mut s = crate::store::lock(store);
             match s.lease(thread, Channel::Wake, None, WAKE_LEASE_MS, MAX_OUTPUT_BYTES) {
                 Ok(Some(l)) => l,
                 Ok(None) => return Outcome::Nothing,
@@ -195,7 +195,7 @@ fn idle_owner(gate: &Gate, trust: &dyn CodexTrust, codex_home: &Path, thread: &s
 }
 
 fn note(store: &Mutex<Store>, thread: &str, reason: WakeReason) {
-    let mut s = crate::store::lock(&store);
+    let mut s = crate::store::lock(store);
     if let Err(e) = s.note_deferral(thread, reason.as_str()) {
         crate::log_error!("wake: noting {reason} on {thread}: {e:#}");
     }
@@ -277,7 +277,7 @@ impl Exchange<'_> {
         let codex = ProcessKey { pid: self.owner.pid, starttime: self.owner.starttime };
         let record =
             HandOff { shown_by: Some(crate::store::now_ms() + WAKE_LEASE_MS), ..HandOff::at(&path, self.owner.rollout_len, codex) };
-        let mut s = crate::store::lock(&self.store);
+        let mut s = crate::store::lock(self.store);
         match s.hand_off(self.lease.token, &record) {
             Ok(true) => true,
             Ok(false) => {
@@ -293,7 +293,7 @@ impl Exchange<'_> {
 
     fn record_turn(&self, turn: &str) {
         self.bound.started(self.thread, turn);
-        let mut s = crate::store::lock(&self.store);
+        let mut s = crate::store::lock(self.store);
         if let Err(e) = s.set_lease_turn(self.lease.token, turn) {
             crate::log_error!("wake: recording turn {turn} of lease {}: {e:#}", self.lease.token);
         }
@@ -301,7 +301,7 @@ impl Exchange<'_> {
 
     /// Codex provably got nothing: the messages go back to `pending` with `why`.
     fn give_back(&self, step: Step, why: WakeReason) -> Outcome {
-        let mut s = crate::store::lock(&self.store);
+        let mut s = crate::store::lock(self.store);
         let done = match step {
             Step::Leased => s.release(self.lease.token, why.as_str()),
             Step::Handed => s.withdraw(self.lease.token, why.as_str()),
