@@ -10,6 +10,7 @@ use crate::effort;
 use crate::failpoint;
 use crate::gate::{self, HookRequest, Peer, Verified};
 use crate::os::ProcessKey;
+use crate::reason::DeliveryReason;
 use crate::refusal::RefusalCode;
 use crate::store::{HandOff, ThreadWork};
 use courier_shared::wire::{self, AckReply, HookReply, Request, PROTOCOL_VERSION};
@@ -190,7 +191,7 @@ impl Broker {
         let mut store = crate::store::lock(&self.store);
         if !acked {
             self.counters.unacked.fetch_add(1, Ordering::Relaxed);
-            if let Err(e) = store.release(token, "not_acked") {
+            if let Err(e) = store.release(token, DeliveryReason::NotAcked) {
                 crate::log_error!("releasing lease {token}: {e:#}");
             }
             return;
@@ -237,7 +238,7 @@ impl gate::CodexTrust for TrustView<'_> {
         // Asked only for a binary the digest cache has not seen; a path trusted by hand counts
         // at once, before the follower's next pass lists it.
         self.0.follower.is_expected(path, size)
-            || size <= gate::digest::MAX_HASH_BYTES && {
+            || size <= crate::exe::digest::MAX_HASH_BYTES && {
                 let store = crate::store::lock(&self.0.store);
                 store.is_trusted_codex_path(&path.to_string_lossy()).unwrap_or(false)
             }
