@@ -9,8 +9,9 @@
 //! this version, so an old producer's publish fails instead of waiting there unread.
 
 use crate::local::Source;
+use crate::log::log;
 use crate::nats;
-use crate::serve::{handle, log, Ctx};
+use crate::request::{handle, Ctx};
 use async_nats::jetstream::consumer::PullConsumer;
 use futures_util::StreamExt;
 use std::sync::Arc;

@@ -9,9 +9,11 @@
 
 mod legacy;
 mod local;
+mod log;
 mod nats;
 mod produce;
 mod receipts;
+mod request;
 mod serve;
 mod track;
 

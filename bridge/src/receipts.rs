@@ -9,6 +9,7 @@
 //! Each pass first looks up the requests the bridge took but whose message it never learned
 //! (killed while the local `send` waited): the queue has it under its local key, or not yet.
 
+use crate::log::log;
 use crate::track::{OpenRow, Taken, Track};
 use async_nats::jetstream;
 use broker::store::{now_ms, Message, Store};
@@ -22,10 +23,6 @@ use tokio::sync::mpsc;
 /// Receipt states, in the order a message passes them (`leased` is not one: it is internal
 /// and may go back to `pending`).
 const RECEIPT_STATES: [&str; 6] = ["pending", "handed", "confirmed", "uncertain", "expired", "cancelled"];
-
-fn log(msg: impl std::fmt::Display) {
-    eprintln!("courier-bridge: {msg}");
-}
 
 /// One receipt to publish.
 #[derive(Debug)]

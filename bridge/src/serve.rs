@@ -20,16 +20,18 @@
 //! The bridge is a producer of the local broker like `broker send`: it never reaches the hook
 //! path, and the sender it shows the model is `nats:<publisher>/<label>`.
 
-use crate::local::{self, Local, Source};
+use crate::legacy;
+use crate::local::Source;
+use crate::log::log;
 use crate::nats::{self, Conn, SendLimits};
 use crate::receipts::{self, Receipt};
+use crate::request::{handle, Ctx};
 use crate::track::Track;
 use anyhow::{Context, Result};
-use async_nats::jetstream::{self, AckKind};
+use async_nats::jetstream;
 use courier_shared::paths;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
-use std::path::PathBuf;
 use std::sync::mpsc as smpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -42,36 +44,6 @@ pub struct ServeOptions {
     pub ack_wait: Duration,
     /// The host stream's limits, when given (else an existing stream keeps its own).
     pub limits: Option<SendLimits>,
-}
-
-fn failpoint(name: &str) {
-    if std::env::var("COURIER_BRIDGE_FAILPOINTS").is_ok_and(|v| v.split(',').any(|p| p.trim() == name)) {
-        eprintln!("courier-bridge: failpoint {name}: killing myself");
-        let _ = nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::Signal::SIGKILL);
-    }
-}
-
-pub fn log(msg: impl std::fmt::Display) {
-    eprintln!("courier-bridge: {msg}");
-}
-
-/// What handling a request needs.
-pub struct Ctx {
-    pub host: String,
-    pub js: jetstream::Context,
-    socket: PathBuf,
-    state_dir: PathBuf,
-    codex_home: PathBuf,
-    track: Arc<Mutex<Track>>,
-    poke: smpsc::Sender<()>,
-}
-
-impl Ctx {
-    /// Runs `f` on the bridge's record, off the async thread.
-    async fn on_track<T: Send + 'static>(&self, f: impl FnOnce(&mut Track) -> Result<T> + Send + 'static) -> Result<T> {
-        let track = Arc::clone(&self.track);
-        tokio::task::spawn_blocking(move || f(&mut track.lock().unwrap_or_else(|e| e.into_inner()))).await.map_err(anyhow::Error::from)?
-    }
 }
 
 /// The bridge's lock (`bridge-NAME.lock`, which names its pid: `broker uninstall` stops the
@@ -178,7 +150,7 @@ pub async fn serve(o: ServeOptions) -> Result<()> {
     });
     let _watcher = start_receipts(&ctx, poke_rx)?;
     start_threads(&client, &o.host).await?;
-    tokio::spawn(crate::legacy::drain(Arc::clone(&ctx)));
+    tokio::spawn(legacy::drain(Arc::clone(&ctx)));
     consume(&ctx, &stream, o.ack_wait).await
 }
 
@@ -228,59 +200,6 @@ async fn consume(ctx: &Arc<Ctx>, stream: &jetstream::stream::Stream, ack_wait: D
             }
         }
         tokio::time::sleep(pause).await;
-    }
-}
-
-/// One request: written down, queued locally, recorded, acked (see the module docs).
-pub async fn handle(ctx: &Arc<Ctx>, m: jetstream::Message, source: Source) {
-    let seq = m.info().map(|i| i.stream_sequence).unwrap_or(0);
-    let header = |k: &str| m.headers.as_ref().and_then(|h| h.get(k)).map(|v| v.as_str().to_string());
-    let t = local::taken_of(&ctx.host, source, m.subject.as_str(), header, &m.payload, seq);
-    let local = match local::local_request(&m.payload, &t) {
-        Err((code, message)) => Local::Refused { code, message },
-        Ok(req) => {
-            let taken = t.clone();
-            if let Err(e) = ctx.on_track(move |tr| tr.take(&taken)).await {
-                log(format!("recording request {seq} failed ({e:#}); NATS will redeliver it"));
-                let _ = m.ack_with(AckKind::Nak(Some(Duration::from_secs(1)))).await;
-                return;
-            }
-            let (socket, state_dir, codex_home) = (ctx.socket.clone(), ctx.state_dir.clone(), ctx.codex_home.clone());
-            tokio::task::spawn_blocking(move || local::enqueue(&socket, &state_dir, &codex_home, req))
-                .await
-                .unwrap_or_else(|e| Local::Retry(e.to_string()))
-        }
-    };
-    let key = &t.key;
-    match local {
-        Local::Queued { id, thread, duplicate } => {
-            let (taken, mid) = (t.clone(), id.clone());
-            if let Err(e) = ctx.on_track(move |tr| tr.note(&mid, &thread, &taken)).await {
-                log(format!("recording {id} (key {key:?}) failed ({e:#}); NATS will redeliver it"));
-                let _ = m.ack_with(AckKind::Nak(Some(Duration::from_secs(1)))).await;
-                return;
-            }
-            let _ = ctx.poke.send(());
-            failpoint("after_enqueue");
-            if let Err(e) = m.double_ack().await {
-                log(format!("ack of {key:?} (message {id}) failed: {e}; a redelivery finds the same message"));
-            }
-            if duplicate {
-                log(format!("{key:?} from {} was queued before as {id}", t.origin));
-            }
-        }
-        Local::Refused { code, message } => {
-            log(format!("refused {key:?} from {}: {code}: {message}", t.origin));
-            receipts::publish(&ctx.js, &receipts::refusal(&ctx.host, &t, &code, &message)).await;
-            let _ = ctx.on_track(move |tr| tr.forget(seq)).await;
-            if let Err(e) = m.double_ack().await {
-                log(format!("ack of refused {key:?} failed: {e}"));
-            }
-        }
-        Local::Retry(why) => {
-            log(format!("could not queue {key:?} ({why}); NATS redelivers it in 1 s"));
-            let _ = m.ack_with(AckKind::Nak(Some(Duration::from_secs(1)))).await;
-        }
     }
 }
 

@@ -13,11 +13,11 @@
 //!
 //! Env: `COURIER_BENCH_BIG_MB` (size of the big rollout, default 1024), `COURIER_BENCH_ROUNDS`.
 
-use broker::codex::hook::HookEvent;
 use broker::codex::rollout::{RolloutIdentity, RolloutTracker};
 use broker::codex::standin::{self, Standin};
 use broker::gate::{self, Gate, GateConfig, HookRequest, Peer};
 use broker::store::{Channel, HandOff, Store};
+use codex_format::hook::HookEvent;
 use courier_shared::auth;
 use std::fs::File;
 use std::io::Write;

@@ -3,9 +3,9 @@
 //! names. None may panic, and none may allocate much more than the input it was given. Long run
 //! by hand: `PROPTEST_CASES=200000 cargo test -p broker --release --test parsers_prop`.
 
-use broker::codex::hook::HookPayload;
-use broker::codex::rollout::{classify_line, thread_id_from_path, xml_unescape, RolloutEvent};
-use broker::envelope::{marker_ids, MARKER_PREFIX};
+use codex_format::hook::HookPayload;
+use codex_format::rollout::{classify_line, thread_id_from_path, xml_unescape, RolloutEvent};
+use codex_format::rollout::{marker_ids, MARKER_PREFIX};
 use courier_shared::ids::is_uuid;
 use proptest::prelude::*;
 

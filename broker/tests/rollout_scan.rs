@@ -3,10 +3,10 @@
 //! again from its start on every pass. Its own test binary, so the tracking allocator and the
 //! process's read counter (`/proc/self/io` `rchar`) see only this test.
 
-use broker::codex::hook::HookEvent;
 use broker::delivery::reconcile;
 use broker::os::ProcessKey;
 use broker::store::{Channel, HandOff, Store};
+use codex_format::hook::HookEvent;
 use std::io::Write;
 use std::time::Instant;
 

@@ -9,10 +9,11 @@
 //!   user's own `codex` is upgraded;
 //! - `native.rs`: what a native file is (its version, whether it is whole), read without running
 //!   it: the broker never executes a candidate binary;
-//! - `hook.rs`: what Codex hands a command hook (the payload), the rules Courier applies per
-//!   event, and the output Codex reads back;
-//! - `rollout/`: reading a thread's rollout (its identity, open turn, actions, hook output), with
-//!   the one classifier of rollout lines (`rollout/classify.rs`);
+//! - `rollout/`: reading a thread's rollout incrementally (its identity, open turn, actions);
+//!
+//! and below the broker, the crate `codex_format` (`codex-format/`): what Codex hands a command
+//! hook and the rules Courier applies per event (`hook`), and the one classifier of rollout lines
+//! (`rollout`), pure functions of bytes that the store and the envelope use too.
 //! - `appserver/`: the app-server as a client (endpoints, the WebSocket client) for wake and
 //!   effort;
 //! - `standin.rs`: a stand-in Codex for tests (feature `standin`).
@@ -23,7 +24,6 @@
 
 pub mod appserver;
 pub mod follow;
-pub mod hook;
 pub mod native;
 pub mod resolve;
 pub mod rollout;

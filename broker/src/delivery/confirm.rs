@@ -5,13 +5,13 @@
 //! never saw it (`unseen.rs`), else `uncertain`.
 
 use crate::codex::rollout::lines::{WholeLines, CHUNK as SCAN_CHUNK};
-use crate::codex::rollout::{classify_line, RolloutEvent};
 use crate::delivery::unseen;
-use crate::envelope::marker_ids;
 use crate::os::ProcessKey;
 use crate::reason::{DeliveryReason, Doubt, Reason, WakeReason};
 use crate::store::{Channel, Message, State, Store};
 use anyhow::Result;
+use codex_format::rollout::marker_ids;
+use codex_format::rollout::{classify_line, RolloutEvent};
 use std::collections::HashMap;
 use std::fs::File;
 use std::ops::ControlFlow;

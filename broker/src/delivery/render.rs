@@ -2,10 +2,10 @@
 //! the wrapped messages put into the event's hook output (`additionalContext`, or a Stop block
 //! reason), with a one-line receipt for the person at the screen (`systemMessage`).
 
-use crate::codex::hook::{delivery_output, HookEvent};
 use crate::config::Receipts;
 use crate::envelope::shown_label;
 use crate::store::Message;
+use codex_format::hook::{delivery_output, HookEvent};
 
 pub fn render(event: HookEvent, messages: &[Message], receipts: Receipts) -> String {
     let text = messages.iter().map(Message::wrapped).collect::<Vec<_>>().join("\n");

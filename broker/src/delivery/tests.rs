@@ -1,10 +1,10 @@
 use super::confirm::{holds_whole, scan_rollout, scan_rollout_within};
 use super::*;
-use crate::codex::hook::HookEvent;
-use crate::envelope::marker_ids;
 use crate::envelope::{seal, MAX_OUTPUT_BYTES, STOP_OUTPUT_BYTES};
 use crate::reason::{DeliveryReason, Doubt, Reason, WakeReason};
 use crate::store::{Kind, Message, State};
+use codex_format::hook::HookEvent;
+use codex_format::rollout::marker_ids;
 
 fn msg(id: &str, body: &str, from: Option<&str>) -> Message {
     Message {

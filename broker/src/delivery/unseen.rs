@@ -21,10 +21,10 @@
 //!   never became known (`wake_unanswered`: a `turn/start` that may have left may still start
 //!   one).
 
-use crate::codex::rollout::TurnEnd;
-use crate::envelope::marker_ids;
 use crate::reason::{DeliveryReason, Doubt, Reason};
 use crate::store::{Channel, Message, State};
+use codex_format::rollout::marker_ids;
+use codex_format::rollout::TurnEnd;
 
 /// Hook output `text` (after a hand-off, not settling any of its messages) casts doubt on the
 /// hand-offs still open when it names no Courier message: a cut one may have kept none.

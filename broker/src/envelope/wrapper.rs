@@ -1,9 +1,6 @@
 //! The wrapper: how one message reads to the model (`<courier-message id=.. from=..>body</..>`),
-//! escaped so no body or sender can open, close or forge one, and how its marker is found again
-//! in text the rollout holds.
-
-/// How a delivered message is marked in the text the model sees; the rollout is searched for it.
-pub const MARKER_PREFIX: &str = "<courier-message id=\"";
+//! escaped so no body or sender can open, close or forge one (its marker is found again in what
+//! Codex recorded by `codex_format::rollout::marker_ids`).
 
 /// Characters that read as `<` to a model (Unicode confusables of U+003C, fullwidth and small
 /// forms, angle brackets): a body could open a look-alike tag with any of them.
@@ -61,18 +58,10 @@ pub fn wrap_message(id: &str, from: &str, body: &str) -> String {
     format!("<courier-message id=\"{id}\" from=\"{}\">{}</courier-message>", escape_attr(from), escape_text(body))
 }
 
-/// The ids of the Courier messages marked in `text`.
-pub fn marker_ids(text: &str) -> impl Iterator<Item = &str> {
-    text.match_indices(MARKER_PREFIX).filter_map(move |(at, _)| {
-        let rest = &text[at + MARKER_PREFIX.len()..];
-        let end = rest.find('"')?;
-        Some(&rest[..end])
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use codex_format::rollout::marker_ids;
 
     /// Every way a body could spell a second wrapper: case, spaces and
     /// tabs, zero-width and format characters, fullwidth and look-alike `<`, closing tags, and

@@ -3,8 +3,8 @@
 //! fresh, and a hook payload of an event Courier registers.
 
 use super::{now_ms, GateConfig, HookRequest, Peer, Refusal, RefusalCode};
-use crate::codex::hook::{HookEvent, HookPayload};
 use crate::os::{self, FileKey};
+use codex_format::hook::{HookEvent, HookPayload};
 use courier_shared::auth::{self, MAX_CLOCK_SKEW_MS};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};

@@ -394,7 +394,7 @@ pub fn held_threads(pid: i32, sessions: &Path, writer_lock_dir: &Path) -> io::Re
         }
         let Ok(target) = std::fs::read_link(&link) else { continue };
         if target.starts_with(sessions) {
-            let Some(thread) = target.to_str().and_then(crate::codex::rollout::thread_id_from_path) else { continue };
+            let Some(thread) = target.to_str().and_then(codex_format::rollout::thread_id_from_path) else { continue };
             let thread = thread.to_string();
             let flags = read_fdinfo(pid, fd, &mut info).and_then(|()| fdinfo_flags(std::str::from_utf8(&info).ok()?));
             if flags.is_some_and(|f| writable_append(f) && cloexec(f)) {

@@ -59,10 +59,10 @@ mod tests;
 pub mod ticket;
 mod turn;
 
-use crate::codex::hook::{HookEvent, HookPayload};
 use crate::codex::rollout::RolloutTracker;
 use crate::exe::digest::DigestCache;
 pub use crate::refusal::RefusalCode;
+use codex_format::hook::{HookEvent, HookPayload};
 use courier_shared::auth::Secret;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};

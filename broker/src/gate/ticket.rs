@@ -20,10 +20,10 @@
 //! docs/security.md (residual risks).
 
 use super::{Refusal, Verified};
-use crate::codex::hook::HookEvent;
 use crate::codex::rollout::Actions;
 use crate::refusal::RefusalCode;
 use crate::store::Ticket;
+use codex_format::hook::HookEvent;
 
 /// The ticket of a verified hook call, `None` for events that deliver nothing (SubagentStop), or
 /// the refusal `no_ticket` when the rollout does not show the state the hook follows.

@@ -9,7 +9,7 @@
 //!
 //! The hook gate's refusals are another set, `crate::refusal::RefusalCode`: a refusal is about a
 //! hook call, not a message. Effort changes record their outcome with the app-server's detail
-//! (`crate::effort::Outcome`, docs/effort.md).
+//! (`effort::Outcome`, docs/effort.md).
 //!
 //! | code | the message is | meaning |
 //! |---|---|---|

@@ -155,7 +155,7 @@ pub struct Message {
     pub attempts: i64,
     pub rollout_path: Option<String>,
     pub scan_offset: Option<i64>,
-    /// Alarm kinds raised on this message (`ticket_used`: see `crate::tickets`), each once.
+    /// Alarm kinds raised on this message (`ticket_used`: see `tickets.rs`), each once.
     pub alarms: Vec<String>,
     /// Handed: when the rollout must show it by, else it is `uncertain` ([`HandOff::shown_by`]).
     pub shown_by: Option<i64>,

@@ -5,7 +5,7 @@
 //! Context messages: `pending -> leased -> handed -> confirmed`, or `uncertain`, `expired`,
 //! `cancelled`. Effort rows: `pending -> applying -> applied | failed | uncertain`, or `cancelled`.
 
-use crate::codex::hook::HookEvent;
+use codex_format::hook::HookEvent;
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
 use serde::Serialize;
 

@@ -1,7 +1,7 @@
 use super::*;
-use crate::codex::hook::HookEvent;
 use crate::os::ProcessKey;
 use crate::reason::{DeliveryReason, WakeReason};
+use codex_format::hook::HookEvent;
 
 /// A hand-off record as a hook channel writes it (to codex `pid`, started at `starttime`).
 fn handed_to(path: &str, offset: u64, pid: i32, starttime: u64) -> HandOff<'_> {

@@ -18,8 +18,8 @@
 use super::tickets::{Taken, TICKET_KEEP_MS};
 use super::Ticket;
 use super::{now_ms, Store, TicketClaim};
-use crate::codex::hook::HookEvent;
 use anyhow::{Context, Result};
+use codex_format::hook::HookEvent;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};

@@ -1,9 +1,9 @@
-//! Used tickets and the alarms they raise (the policy is in `crate::tickets`; which state each
+//! Used tickets and the alarms they raise (the policy is in `broker/src/tickets.rs`; which state each
 //! hook follows, in `gate/ticket.rs`).
 
 use super::{now_ms, Store};
-use crate::codex::hook::HookEvent;
 use anyhow::Result;
+use codex_format::hook::HookEvent;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
 

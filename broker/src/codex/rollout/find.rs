@@ -95,17 +95,6 @@ pub fn find_rollout(codex_home: &Path, thread: &str) -> Option<PathBuf> {
     rollouts_newest_first(&sessions).find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(&suffix)))
 }
 
-/// The thread id a rollout file name ends with: `rollout-<timestamp>-<uuid>.jsonl`.
-pub fn thread_id_from_path(path: &str) -> Option<&str> {
-    let name = path.rsplit('/').next()?.strip_suffix(".jsonl")?;
-    if !name.starts_with("rollout-") || name.len() < 36 {
-        return None;
-    }
-    // `get`, not indexing: the cut may fall inside a multi-byte character (then it is no uuid).
-    let id = name.get(name.len() - 36..)?;
-    courier_shared::ids::is_uuid(id).then_some(id)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,6 @@
 use super::*;
 use crate::codex::standin::{completed, started};
+use codex_format::rollout::{classify, Rec};
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 

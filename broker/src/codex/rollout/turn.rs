@@ -1,6 +1,6 @@
 //! What is known of a rollout's open turn, and what its records say Codex is doing in it.
 
-use super::classify::Rec;
+use codex_format::rollout::Rec;
 
 /// What is known about the open turn.
 #[derive(Debug, Clone, PartialEq, Eq)]

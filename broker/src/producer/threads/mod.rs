@@ -353,7 +353,7 @@ impl Lister {
                 if ended >= limit {
                     break;
                 }
-                let Some(id) = path.to_str().and_then(crate::codex::rollout::thread_id_from_path) else { continue };
+                let Some(id) = path.to_str().and_then(codex_format::rollout::thread_id_from_path) else { continue };
                 if live.contains(id) {
                     continue;
                 }

@@ -1,8 +1,7 @@
-//! The whole-line classifier ([`super::classify_line`]) on hand-made lines and on real rollouts of
+//! The whole-line classifier ([`crate::rollout::classify_line`]) on hand-made lines and on real rollouts of
 //! every supported Codex version (`shared/testdata`).
 
-use super::*;
-use crate::envelope::marker_ids;
+use crate::rollout::*;
 
 #[test]
 fn classifies_turn_records() {

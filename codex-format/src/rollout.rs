@@ -1,7 +1,7 @@
 //! The one rollout classifier: which record a Codex rollout line is. Two readings of the same
 //! records, for two needs:
-//! - [`classify`], from a line's first and last bytes only (see the module docs of `rollout`,
-//!   "Reading lines"), for the tracker that follows every hook's open turn and actions through
+//! - [`classify`], from a line's first and last bytes only (see the module docs of the broker's
+//!   `codex/rollout/mod.rs`, "Reading lines"), for the tracker that follows every hook's open turn and actions through
 //!   lines of any length;
 //! - [`classify_line`], from a whole line, for what needs the full text: who the thread is
 //!   (`session_meta`), turn ends and compactions, and where hook output landed (developer
@@ -96,7 +96,7 @@ pub enum Rec {
 impl Rec {
     /// The turn of a record Codex writes only while that turn is open: `turn_context`,
     /// `token_usage_record`, and model output with its passthrough turn id.
-    pub(super) fn in_turn(&self) -> Option<&str> {
+    pub fn in_turn(&self) -> Option<&str> {
         match self {
             Rec::Context(t) | Rec::Usage(t) => Some(t),
             Rec::Call { turn, .. } | Rec::Said(turn) => turn.as_deref(),
@@ -106,15 +106,15 @@ impl Rec {
 }
 
 /// The record and payload types of a line (`("event_msg", Some("task_started"))`).
-pub(super) fn kinds(head: &[u8]) -> Option<(&str, Option<&str>)> {
+pub fn kinds(head: &[u8]) -> Option<(&str, Option<&str>)> {
     let head = &head[..head.len().min(KIND_HEAD)];
     let top = value(head, "type", false)?;
     let payload = member(head, "payload", false).and_then(|i| first_member(head, i, "type")).and_then(|i| string_at(head, i));
     Some((top, payload))
 }
 
-/// Classifies one complete line from its first bytes (`head`, up to [`HEAD_KEEP`](super::HEAD_KEEP)) and its last
-/// (`tail`, up to [`TAIL_KEEP`](super::TAIL_KEEP); the same bytes for a short line).
+/// Classifies one complete line from its first bytes (`head`, up to `HEAD_KEEP`) and its last
+/// (`tail`, up to `TAIL_KEEP`; the same bytes for a short line).
 pub fn classify(head: &[u8], tail: &[u8]) -> Option<Rec> {
     let (top, payload) = kinds(head)?;
     let turn_id = || value(head, "turn_id", false).map(str::to_string);
@@ -358,4 +358,27 @@ pub fn xml_unescape(text: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// How a delivered message is marked in the text the model sees; the rollout is searched for it.
+pub const MARKER_PREFIX: &str = "<courier-message id=\"";
+
+/// The ids of the Courier messages marked in `text`.
+pub fn marker_ids(text: &str) -> impl Iterator<Item = &str> {
+    text.match_indices(MARKER_PREFIX).filter_map(move |(at, _)| {
+        let rest = &text[at + MARKER_PREFIX.len()..];
+        let end = rest.find('"')?;
+        Some(&rest[..end])
+    })
+}
+
+/// The thread id a rollout file name ends with: `rollout-<timestamp>-<uuid>.jsonl`.
+pub fn thread_id_from_path(path: &str) -> Option<&str> {
+    let name = path.rsplit('/').next()?.strip_suffix(".jsonl")?;
+    if !name.starts_with("rollout-") || name.len() < 36 {
+        return None;
+    }
+    // `get`, not indexing: the cut may fall inside a multi-byte character (then it is no uuid).
+    let id = name.get(name.len() - 36..)?;
+    courier_shared::ids::is_uuid(id).then_some(id)
 }
