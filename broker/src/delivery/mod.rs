@@ -13,7 +13,7 @@ mod confirm;
 mod render;
 pub mod unseen;
 
-pub use confirm::{reconcile, set_scan_budget, settle_line, Scan, SERVE_SCAN_BUDGET};
+pub use confirm::{reconcile, reconcile_shared, set_scan_budget, settle_line, Scan, SERVE_SCAN_BUDGET};
 pub use render::{receipt, render};
 
 use crate::config::Receipts;

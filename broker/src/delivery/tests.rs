@@ -449,3 +449,44 @@ fn reoffers_are_bounded() {
     drop(store);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The broker's reconcile reads rollouts without the store lock every hook worker needs (a
+/// maintenance pass reads up to 16 MiB of each handed thread's rollout): while a scan is stopped
+/// inside its rollout read, the store can be taken; then the scan settles the message.
+#[test]
+fn the_store_lock_is_free_while_a_rollout_is_read() {
+    let dir = std::env::temp_dir().join(format!("courier-unlocked-scan-{}", std::process::id()));
+    let sdir = dir.join("state");
+    std::fs::create_dir_all(&sdir).unwrap();
+    let path = dir.join("rollout.jsonl");
+    let p = path.to_str().unwrap();
+    let mut store = crate::store::Store::open(&sdir).unwrap();
+    let thread = "01a22652-96c4-7652-bf64-6f7bc9883ce2";
+    let crate::store::Enqueued::New(id) = store.enqueue(thread, "read me", None, None, None).unwrap() else { panic!() };
+    let lease =
+        store.lease(thread, crate::store::Channel::Hook(HookEvent::PostToolUse), Some("T1"), 30_000, MAX_OUTPUT_BYTES).unwrap().unwrap();
+    let me = crate::os::ProcessKey::of(std::process::id() as i32).unwrap();
+    assert!(store.hand_off(lease.token, &crate::store::HandOff::at(p, 0, me)).unwrap());
+    std::fs::write(&path, hook_context(&store.message(&id).unwrap().unwrap().wrapped())).unwrap();
+    let store = std::sync::Mutex::new(store);
+    // Held here, so the scan stops inside its read: after it opened the rollout.
+    let scans = super::confirm::scan_states().lock().unwrap();
+    let settled = std::thread::scope(|s| {
+        let scan = s.spawn(|| reconcile_shared(&store, None));
+        let reading = (0..2_000).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            std::fs::read_dir("/proc/self/fd").unwrap().flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == path))
+        });
+        assert!(reading, "the scan never opened the rollout");
+        let free = store.try_lock().is_ok();
+        drop(scans);
+        let settled = scan.join().unwrap().unwrap();
+        assert!(free, "the store lock is held across a rollout read");
+        settled
+    });
+    assert_eq!(settled, 1);
+    let m = store.lock().unwrap().message(&id).unwrap().unwrap();
+    assert_eq!(m.state, State::Confirmed, "{m:?}");
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

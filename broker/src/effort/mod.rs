@@ -85,8 +85,8 @@ impl Service {
         Ok(Arc::new(Service { store: Mutex::new(store), codex_home: codex_home.to_path_buf(), config: ConfigCache::new(config_path) }))
     }
 
-    fn store(&self) -> std::sync::MutexGuard<'_, Store> {
-        self.store.lock().unwrap_or_else(|e| e.into_inner())
+    fn store(&self) -> crate::store::Locked<'_> {
+        crate::store::lock(&self.store)
     }
 
     /// Called for every verified hook; `pending`: whether the thread has effort changes queued
