@@ -8,7 +8,7 @@ use crate::codex::rollout::lines::{WholeLines, CHUNK as SCAN_CHUNK};
 use crate::delivery::unseen;
 use crate::os::ProcessKey;
 use crate::reason::{DeliveryReason, Doubt, Reason, WakeReason};
-use crate::store::{Channel, Message, State, Store};
+use crate::store::{Channel, LeaseToken, Message, State, Store};
 use anyhow::Result;
 use codex_format::rollout::marker_ids;
 use codex_format::rollout::{classify_line, RolloutEvent};
@@ -38,12 +38,12 @@ pub fn reconcile_shared(store: &Mutex<Store>, thread: Option<&str>) -> Result<us
 /// The hand-offs to settle, by rollout, with the codex each went to.
 struct Handed {
     by_rollout: HashMap<String, Vec<Message>>,
-    codex: HashMap<i64, ProcessKey>,
+    codex: HashMap<LeaseToken, ProcessKey>,
 }
 
 /// A settlement found by a scan, for the hand-off (lease) it was found for.
 struct Found {
-    lease: Option<i64>,
+    lease: Option<LeaseToken>,
     settlement: Settlement,
 }
 
@@ -52,8 +52,10 @@ impl Handed {
         let mut by_rollout: HashMap<String, Vec<Message>> = HashMap::new();
         let mut codex = HashMap::new();
         for m in store.handed(thread)? {
-            if let Some((pid, starttime)) = m.lease.map(|t| store.codex_of(t)).transpose()?.flatten() {
-                codex.insert(m.lease.unwrap_or_default(), ProcessKey { pid, starttime });
+            if let Some(lease) = m.lease {
+                if let Some((pid, starttime)) = store.codex_of(lease)? {
+                    codex.insert(lease, ProcessKey { pid, starttime });
+                }
             }
             if let Some(path) = m.rollout_path.clone() {
                 by_rollout.entry(path).or_default().push(m);
@@ -307,7 +309,7 @@ fn settle_hook_text(text: &str, line_start: u64, next: u64, scan: &mut Scan) {
     let present: std::collections::HashSet<&str> = marker_ids(text).collect();
     let open = &scan.open;
     let shown = |m: &Message| open.contains_key(m.id.as_str()) && after(m, line_start) && present.contains(m.id.as_str());
-    let leases: Vec<i64> = scan.messages.iter().filter(|m| shown(m)).filter_map(|m| m.lease).collect();
+    let leases: Vec<LeaseToken> = scan.messages.iter().filter(|m| shown(m)).filter_map(|m| m.lease).collect();
     let truncated = cut_by_codex(text);
     // The messages of the hand-offs this output belongs to, in the order they were rendered.
     let batch: Vec<&Message> = scan

@@ -32,7 +32,7 @@ pub enum Offer {
     /// Messages are waiting but this call may not take them; the reason is noted on them.
     Deferred,
     Lease {
-        token: i64,
+        token: crate::store::LeaseToken,
         output: String,
         count: usize,
     },

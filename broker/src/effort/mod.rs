@@ -511,7 +511,7 @@ mod exchange_tests {
         let (id, _) = store.effort_enqueue(THREAD, "high", EffortScope::Turn, "t").unwrap();
         let c = store.effort_claim(THREAD, "PreToolUse", Some("t1"), ("/r", 0), "x").unwrap().unwrap();
         assert!(store.effort_claim(THREAD, "PostToolUse", Some("t1"), ("/r", 0), "x").unwrap().is_none());
-        let stale = crate::store::Claim { token: c.token - 1, ..c.clone() };
+        let stale = crate::store::Claim { token: c.token.plus(-1), ..c.clone() };
         assert!(!store.effort_settle(&stale, State::Applied, None).unwrap(), "a stale token settles nothing");
         drop(store);
         // The broker stops here. The next one must not send it again.

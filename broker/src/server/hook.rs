@@ -171,13 +171,13 @@ impl Broker {
         &self,
         mut stream: UnixStream,
         verified: Verified,
-        token: i64,
+        token: crate::store::LeaseToken,
         output: String,
         count: usize,
         deadline: Instant,
     ) -> Option<AwaitAck> {
         self.counters.leases.fetch_add(1, Ordering::Relaxed);
-        let reply = HookReply { v: PROTOCOL_VERSION, output, lease: Some(token as u64) };
+        let reply = HookReply { v: PROTOCOL_VERSION, output, lease: Some(token.to_wire()) };
         let written = wire::write_json(&mut stream, &reply).is_ok();
         let pending = AwaitAck { stream, token, count, verified: Box::new(verified), deadline };
         if !written {
@@ -194,7 +194,7 @@ impl Broker {
         let v = &*verified;
         let acked = frame
             .and_then(|f| serde_json::from_slice::<Request>(f).ok())
-            .is_some_and(|r| matches!(r, Request::Ack { lease, .. } if lease == token as u64));
+            .is_some_and(|r| matches!(r, Request::Ack { lease, .. } if token.acked_by(lease)));
         if acked {
             failpoint::hit("after_ack_read");
         }

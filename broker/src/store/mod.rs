@@ -35,7 +35,7 @@ pub use enqueue::{Enqueued, NewMessage};
 pub use handoff::{HandOff, Lease, MAX_REOFFERS};
 pub use lock::{lock, Locked, SLOW_HOLD};
 pub use refusals::Refusal;
-pub use state::{Channel, Kind, State};
+pub use state::{Channel, Kind, LeaseToken, State};
 pub use ticket_log::{TicketLog, JOURNAL_NAME as TICKET_JOURNAL_NAME};
 pub use tickets::{Alarm, Taken, Ticket, TicketClaim};
 
@@ -149,7 +149,7 @@ pub struct Message {
     /// The channel and turn that took it (set when leased).
     pub event: Option<Channel>,
     pub turn_id: Option<String>,
-    pub lease: Option<i64>,
+    pub lease: Option<LeaseToken>,
     pub handed_at: Option<i64>,
     pub confirmed_at: Option<i64>,
     pub reason: Option<String>,
@@ -349,7 +349,7 @@ fn row_to_message(row: &rusqlite::Row) -> rusqlite::Result<Message> {
 
 /// The next fencing token: one counter for message leases and effort claims, so a token names
 /// exactly one claim ever.
-pub(crate) fn next_fencing_token(conn: &Connection) -> rusqlite::Result<i64> {
+pub(crate) fn next_fencing_token(conn: &Connection) -> rusqlite::Result<LeaseToken> {
     conn.query_row(
         "INSERT INTO counters (name, value) VALUES ('lease_token', 1)
          ON CONFLICT(name) DO UPDATE SET value = value + 1 RETURNING value",
@@ -442,7 +442,7 @@ impl Store {
     }
 
     /// The codex process a message's lease was handed to (see [`Store::hand_off`]).
-    pub fn codex_of(&self, lease_token: i64) -> Result<Option<(i32, u64)>> {
+    pub fn codex_of(&self, lease_token: LeaseToken) -> Result<Option<(i32, u64)>> {
         let mut stmt = self.conn.prepare_cached("SELECT codex_pid, codex_starttime FROM handed_to WHERE lease_token = ?1")?;
         Ok(stmt.query_row([lease_token], |r| Ok((r.get::<_, i32>(0)?, r.get::<_, i64>(1)? as u64))).optional()?)
     }
@@ -461,14 +461,21 @@ impl Store {
     /// (the rollout shows Codex never showed it), or just advances its scan offset when `state`
     /// is None; only while it is still the hand-off of `lease` (the scan ran without the store
     /// lock: the message may have been settled, offered again and handed anew since).
-    pub fn settle(&mut self, id: &str, lease: Option<i64>, state: Option<State>, reason: Option<Reason>, scan_offset: u64) -> Result<bool> {
+    pub fn settle(
+        &mut self,
+        id: &str,
+        lease: Option<LeaseToken>,
+        state: Option<State>,
+        reason: Option<Reason>,
+        scan_offset: u64,
+    ) -> Result<bool> {
         self.unsynced(|s| s.settle_inner(id, lease, state, reason, scan_offset))
     }
 
     fn settle_inner(
         &mut self,
         id: &str,
-        lease: Option<i64>,
+        lease: Option<LeaseToken>,
         state: Option<State>,
         reason: Option<Reason>,
         scan_offset: u64,

@@ -45,7 +45,7 @@ fn lease_is_per_thread_and_fenced() {
         "leased messages are not offered twice"
     );
     // A stale token cannot ack.
-    assert!(!s.hand_off(lease.token + 1, &handed_to("/r", 0, 1, 2)).unwrap());
+    assert!(!s.hand_off(lease.token.plus(1), &handed_to("/r", 0, 1, 2)).unwrap());
     assert!(s.hand_off(lease.token, &handed_to("/r", 10, 1, 2)).unwrap());
     assert!(!s.hand_off(lease.token, &handed_to("/r", 10, 1, 2)).unwrap(), "an ack applies once");
     let m = &s.messages(Some(T)).unwrap()[0];
@@ -389,7 +389,7 @@ fn wake_hand_off_is_never_offered_again() {
     assert_eq!(s.release_leases_of(Channel::Wake, WakeReason::Interrupted).unwrap(), 0, "a recorded hand-off is not a lease");
     assert!(!s.has_pending(T).unwrap(), "never offered again");
     assert_eq!(s.codex_of(lease.token).unwrap(), Some((1, 2)), "recorded with its codex");
-    assert_eq!(s.withdraw(lease.token + 1000, WakeReason::Refused).unwrap(), 0);
+    assert_eq!(s.withdraw(lease.token.plus(1000), WakeReason::Refused).unwrap(), 0);
     assert_eq!(s.withdraw(lease.token, WakeReason::Refused).unwrap(), 1);
     let m = &s.messages(Some(T)).unwrap()[0];
     assert_eq!((m.state, m.reason.as_deref(), m.shown_by, m.event), (State::Pending, Some("wake_refused"), None, Some(Channel::Wake)));
