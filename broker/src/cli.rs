@@ -45,11 +45,39 @@ pub enum Cmd {
     Doctor,
 }
 
+impl Cmd {
+    /// The subcommand's name on the command line.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Cmd::Serve => "serve",
+            Cmd::Stop => "stop",
+            Cmd::Start => "start",
+            Cmd::Restart => "restart",
+            Cmd::Send => "send",
+            Cmd::Status => "status",
+            Cmd::Show => "show",
+            Cmd::Wait => "wait",
+            Cmd::Mcp => "mcp",
+            Cmd::Threads => "threads",
+            Cmd::Effort => "effort",
+            Cmd::Inspect => "inspect",
+            Cmd::Cancel => "cancel",
+            Cmd::Approvals => "approvals",
+            Cmd::Approve => "approve",
+            Cmd::Deny => "deny",
+            Cmd::TrustCodex => "trust-codex",
+            Cmd::Install => "install",
+            Cmd::Uninstall => "uninstall",
+            Cmd::SocketPath => "socket-path",
+            Cmd::Doctor => "doctor",
+        }
+    }
+}
+
 /// One subcommand.
 #[derive(Debug)]
 pub struct Command {
     pub id: Cmd,
-    pub name: &'static str,
     /// Positional arguments as shown in the usage line (`"<TEXT | ->"`), empty for none.
     pub args: &'static str,
     /// Fewest and most positional arguments.
@@ -78,7 +106,6 @@ pub const DURATION_HELP: &str =
 pub const COMMANDS: &[Command] = &[
     Command {
         id: Cmd::Serve,
-        name: "serve",
         args: "",
         positionals: (0, 0),
         required: &[],
@@ -96,7 +123,6 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         id: Cmd::Stop,
-        name: "stop",
         args: "",
         positionals: (0, 0),
         required: &[],
@@ -105,7 +131,6 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         id: Cmd::Start,
-        name: "start",
         args: "",
         positionals: (0, 0),
         required: &[],
@@ -114,7 +139,6 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         id: Cmd::Restart,
-        name: "restart",
         args: "",
         positionals: (0, 0),
         required: &[],
@@ -123,7 +147,6 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         id: Cmd::Send,
-        name: "send",
         args: "<TEXT | ->",
         positionals: (1, 1),
         required: &[],
@@ -144,7 +167,6 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         id: Cmd::Status,
-        name: "status",
         args: "<MESSAGE-ID>",
         positionals: (1, 1),
         required: &[],
@@ -153,7 +175,6 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         id: Cmd::Show,
-        name: "show",
         args: "<MESSAGE-ID>",
         positionals: (1, 1),
         required: &[],
@@ -162,7 +183,6 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         id: Cmd::Wait,
-        name: "wait",
         args: "<MESSAGE-ID>...",
         positionals: (1, 256),
         required: &[],
@@ -175,7 +195,6 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         id: Cmd::Mcp,
-        name: "mcp",
         args: "",
         positionals: (0, 0),
         required: &[],
@@ -184,7 +203,6 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         id: Cmd::Threads,
-        name: "threads",
         args: "",
         positionals: (0, 0),
         required: &[],
@@ -197,7 +215,6 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         id: Cmd::Effort,
-        name: "effort",
         args: "<none|minimal|low|medium|high|xhigh>",
         positionals: (1, 1),
         required: &["thread"],
@@ -210,7 +227,6 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         id: Cmd::Inspect,
-        name: "inspect",
         args: "",
         positionals: (0, 0),
         required: &[],
@@ -228,7 +244,6 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         id: Cmd::Cancel,
-        name: "cancel",
         args: "<MESSAGE-ID>",
         positionals: (1, 1),
         required: &[],
@@ -237,7 +252,6 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         id: Cmd::Approvals,
-        name: "approvals",
         args: "",
         positionals: (0, 0),
         required: &[],
@@ -249,7 +263,6 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         id: Cmd::Approve,
-        name: "approve",
         args: "<APPROVAL-ID>",
         positionals: (1, 1),
         required: &[],
@@ -258,7 +271,6 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         id: Cmd::Deny,
-        name: "deny",
         args: "<APPROVAL-ID>",
         positionals: (1, 1),
         required: &[],
@@ -267,7 +279,6 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         id: Cmd::TrustCodex,
-        name: "trust-codex",
         args: "[PATH]",
         positionals: (0, 1),
         required: &[],
@@ -276,7 +287,6 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         id: Cmd::Install,
-        name: "install",
         args: "",
         positionals: (0, 0),
         required: &[],
@@ -299,7 +309,6 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         id: Cmd::Uninstall,
-        name: "uninstall",
         args: "",
         positionals: (0, 0),
         required: &[],
@@ -308,7 +317,6 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         id: Cmd::SocketPath,
-        name: "socket-path",
         args: "",
         positionals: (0, 0),
         required: &[],
@@ -317,7 +325,6 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         id: Cmd::Doctor,
-        name: "doctor",
         args: "",
         positionals: (0, 0),
         required: &[],
@@ -329,7 +336,7 @@ pub const COMMANDS: &[Command] = &[
 const HELP_OPT: Opt = Opt { long: "help", short: Some('h'), value: None, help: "print this help" };
 
 pub fn command(name: &str) -> Option<&'static Command> {
-    COMMANDS.iter().find(|c| c.name == name)
+    COMMANDS.iter().find(|c| c.id.name() == name)
 }
 
 fn opt_usage(o: &Opt) -> String {
@@ -345,7 +352,7 @@ fn opt_usage(o: &Opt) -> String {
 
 /// `send --thread <UUID> [options] <TEXT | ->`
 pub fn synopsis(c: &Command) -> String {
-    let mut s = c.name.to_string();
+    let mut s = c.id.name().to_string();
     for r in c.required {
         if let Some(o) = c.opts.iter().find(|o| o.long == *r) {
             let _ = write!(s, " {}", opt_usage(o));
@@ -362,7 +369,7 @@ pub fn synopsis(c: &Command) -> String {
 
 /// `broker <command> --help`: usage, then each option on one line.
 pub fn help(c: &Command) -> String {
-    let mut out = format!("broker {}: {}\n\nusage: broker {}\n\noptions:\n", c.name, c.about, synopsis(c));
+    let mut out = format!("broker {}: {}\n\nusage: broker {}\n\noptions:\n", c.id.name(), c.about, synopsis(c));
     let rows: Vec<(String, &str)> = c.opts.iter().chain([&HELP_OPT]).map(|o| (opt_usage(o), o.help)).collect();
     let width = rows.iter().map(|(u, _)| u.len()).max().unwrap_or(0);
     for (u, h) in rows {
@@ -378,7 +385,7 @@ pub fn help(c: &Command) -> String {
 pub fn usage() -> String {
     let mut out = String::from("usage: broker <command> [options]    (broker <command> --help: its options)\n\ncommands:\n");
     for c in COMMANDS {
-        let _ = writeln!(out, "  {:<13} {}", c.name, c.about);
+        let _ = writeln!(out, "  {:<13} {}", c.id.name(), c.about);
     }
     out.push_str(
         "\n  broker bridge --nats URL --host NAME    this host's NATS bridge (courier-bridge serve; docs/many-hosts.md)\n\
@@ -406,7 +413,7 @@ impl std::fmt::Display for UsageError {
 impl std::error::Error for UsageError {}
 
 fn usage_error(c: &Command, what: impl std::fmt::Display) -> anyhow::Error {
-    UsageError(format!("broker {}: {what}\nusage: broker {} (see `broker {} --help`)", c.name, synopsis(c), c.name)).into()
+    UsageError(format!("broker {}: {what}\nusage: broker {} (see `broker {} --help`)", c.id.name(), synopsis(c), c.id.name())).into()
 }
 
 /// What a command line says, checked against its [`Command`].
@@ -471,7 +478,7 @@ impl Args {
     }
 
     fn declared(&self, long: &str) -> &Opt {
-        self.cmd.opts.iter().find(|o| o.long == long).unwrap_or_else(|| panic!("--{long} is not declared for {}", self.cmd.name))
+        self.cmd.opts.iter().find(|o| o.long == long).unwrap_or_else(|| panic!("--{long} is not declared for {}", self.cmd.id.name()))
     }
 
     pub fn flag(&self, long: &str) -> bool {
@@ -569,17 +576,26 @@ mod tests {
         }
     }
 
+    /// Each command is declared once, and its name finds it.
+    #[test]
+    fn each_cmd_is_declared_once_under_its_name() {
+        for c in COMMANDS {
+            assert_eq!(command(c.id.name()).map(|d| d.id), Some(c.id));
+            assert_eq!(COMMANDS.iter().filter(|d| d.id == c.id).count(), 1, "{:?}", c.id);
+        }
+    }
+
     #[test]
     fn every_command_has_help_with_one_line_per_option() {
         for c in COMMANDS {
             let h = help(c);
             for o in c.opts.iter().chain([&HELP_OPT]) {
                 let lines: Vec<&str> = h.lines().filter(|l| l.trim_start().starts_with(&opt_usage(o))).collect();
-                assert_eq!(lines.len(), 1, "{}: --{}\n{h}", c.name, o.long);
-                assert!(lines[0].ends_with(o.help), "{}: --{}\n{h}", c.name, o.long);
+                assert_eq!(lines.len(), 1, "{}: --{}\n{h}", c.id.name(), o.long);
+                assert!(lines[0].ends_with(o.help), "{}: --{}\n{h}", c.id.name(), o.long);
             }
             assert_eq!(h.contains(DURATION_HELP), c.opts.iter().any(|o| o.value == Some(DURATION)), "{h}");
-            assert!(usage().contains(&format!("  {:<13} {}", c.name, c.about)));
+            assert!(usage().contains(&format!("  {:<13} {}", c.id.name(), c.about)));
         }
     }
 

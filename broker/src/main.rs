@@ -338,7 +338,7 @@ fn approvals(args: Args) -> Result<ExitCode> {
 /// app-server). Exit 0 when Courier's answer won; 1 when it lost, is unknown or failed.
 fn answer_approval(args: Args) -> Result<ExitCode> {
     let id = args.positional(0)?.context("an approval id is required")?;
-    let mut request = serde_json::json!({"op": args.command().name, "id": id});
+    let mut request = serde_json::json!({"op": args.command().id.name(), "id": id});
     if args.command().id == Cmd::Deny {
         if let Some(m) = args.value("message")? {
             request["message"] = m.into();

@@ -39,20 +39,20 @@ fn run(cmd: &mut Command) -> Output {
 fn every_broker_subcommand_answers_help() {
     for c in cli::COMMANDS {
         for flag in ["--help", "-h"] {
-            let out = run(Command::new(broker_bin()).args([c.name, flag]));
+            let out = run(Command::new(broker_bin()).args([c.id.name(), flag]));
             let stdout = text(&out.stdout);
-            assert!(out.status.success(), "broker {} {flag}: {}\n{}{}", c.name, out.status, stdout, text(&out.stderr));
-            assert!(stdout.starts_with(&format!("broker {}: {}", c.name, c.about)), "{stdout}");
+            assert!(out.status.success(), "broker {} {flag}: {}\n{}{}", c.id.name(), out.status, stdout, text(&out.stderr));
+            assert!(stdout.starts_with(&format!("broker {}: {}", c.id.name(), c.about)), "{stdout}");
             for o in c.opts {
                 let lines: Vec<&str> = stdout.lines().filter(|l| names_option(l, o.long)).collect();
-                assert_eq!(lines.len(), 1, "broker {} --help: --{} on one line:\n{stdout}", c.name, o.long);
+                assert_eq!(lines.len(), 1, "broker {} --help: --{} on one line:\n{stdout}", c.id.name(), o.long);
                 assert!(lines[0].ends_with(o.help), "{}", lines[0]);
             }
             let takes_duration = c.opts.iter().any(|o| o.value == Some(cli::DURATION));
-            assert_eq!(stdout.contains("durations (D): "), takes_duration, "broker {} --help:\n{stdout}", c.name);
+            assert_eq!(stdout.contains("durations (D): "), takes_duration, "broker {} --help:\n{stdout}", c.id.name());
         }
-        let out = run(Command::new(broker_bin()).args(["help", c.name]));
-        assert!(out.status.success() && text(&out.stdout) == cli::help(c), "broker help {}", c.name);
+        let out = run(Command::new(broker_bin()).args(["help", c.id.name()]));
+        assert!(out.status.success() && text(&out.stdout) == cli::help(c), "broker help {}", c.id.name());
     }
     let send = run(Command::new(broker_bin()).args(["send", "--help"]));
     assert!(text(&send.stdout).contains("30s, 10m, 2h, 7d"), "{}", text(&send.stdout));
@@ -65,7 +65,7 @@ fn every_broker_subcommand_answers_help() {
     let top = run(Command::new(broker_bin()).arg("--help"));
     assert!(top.status.success());
     for c in cli::COMMANDS {
-        assert!(text(&top.stdout).contains(&format!("  {:<13} {}", c.name, c.about)), "{}", text(&top.stdout));
+        assert!(text(&top.stdout).contains(&format!("  {:<13} {}", c.id.name(), c.about)), "{}", text(&top.stdout));
     }
     // A wrong option is a usage error (2) that points at the help.
     let bad = run(Command::new(broker_bin()).args(["uninstall", "--everything"]));
