@@ -113,14 +113,55 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     let secret = dirs::ensure_secret(&opts.runtime_dir)?;
     // The key that seals verified senders: this process's memory only (envelope/seal.rs).
     crate::envelope::seal::start();
-    let mut store = Store::open(&opts.state_dir)?;
-    store.defer_checkpoints()?; // the maintenance thread checkpoints (store/checkpoint.rs)
-    let released = store.release_expired_leases()?;
-    // No pass of a dead broker's wake can still run, and none sent anything before its hand-off
-    // record: its leases go back at once (wake/mod.rs).
-    let interrupted = store.release_leases_of(Channel::Wake, WakeReason::Interrupted)?;
-    // Tickets a killed broker only journaled are in the table before any hook is answered.
-    let tickets = TicketLog::open(&opts.state_dir, &mut store)?;
+    let recovered = Recovered::open(&opts.state_dir)?;
+    let (released, interrupted) = (recovered.released, recovered.interrupted);
+    let (broker, follower) = assemble(&opts, recovered, secret)?;
+    let socket = courier_shared::paths::socket_path(&opts.runtime_dir);
+    let (listener, how) = listener::listen(&socket)?;
+    stop_on_signals(stop_signals, &broker)?;
+    crate::log_info!(
+        "broker {} started: pid {} serving {} ({how}; state {}, CODEX_HOME {}); released {released} stale leases, {interrupted} interrupted wakes",
+        env!("CARGO_PKG_VERSION"),
+        std::process::id(),
+        socket.display(),
+        opts.state_dir.display(),
+        opts.codex_home.display()
+    );
+    // Resolve and hash the Codex binaries now (~1 s each for ~300 MB), not inside the first hook
+    // call, whose client would give up at its 500 ms deadline; then follow upgrades.
+    std::thread::Builder::new().name("codex-follower".into()).spawn(move || follower.run())?;
+    spawn_wake(&broker, opts.codex_home.clone())?;
+    maintenance::spawn(Arc::clone(&broker), &opts.state_dir, opts.retention)?;
+    serve_connections(broker, listener)
+}
+
+/// The queue as a killed broker left it, made consistent before any hook is answered.
+struct Recovered {
+    store: Store,
+    tickets: TicketLog,
+    /// Leases whose time ran out (their clients never acked).
+    released: usize,
+    /// Wake leases a dead pass held.
+    interrupted: usize,
+}
+
+impl Recovered {
+    fn open(state_dir: &std::path::Path) -> Result<Recovered> {
+        let mut store = Store::open(state_dir)?;
+        store.defer_checkpoints()?; // the maintenance thread checkpoints (store/checkpoint.rs)
+        let released = store.release_expired_leases()?;
+        // No pass of a dead broker's wake can still run, and none sent anything before its
+        // hand-off record: its leases go back at once (wake/mod.rs).
+        let interrupted = store.release_leases_of(Channel::Wake, WakeReason::Interrupted)?;
+        // Tickets a killed broker only journaled are in the table before any hook is answered.
+        let tickets = TicketLog::open(state_dir, &mut store)?;
+        Ok(Recovered { store, tickets, released, interrupted })
+    }
+}
+
+/// The broker's services around the recovered queue: the gate (with the installed hook clients
+/// and the per-login secret), the Codex follower, effort, the producers' service, approvals.
+fn assemble(opts: &ServeOptions, recovered: Recovered, secret: courier_shared::auth::Secret) -> Result<(Arc<Broker>, Arc<Follower>)> {
     let exe = std::env::current_exe().context("locating the broker executable")?;
     let installed_clients = gate::installed_client_ids(&exe, &opts.extra_hook_clients);
     if installed_clients.is_empty() {
@@ -141,11 +182,11 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         Duration::from_secs(2),
     );
     let producer = crate::producer::proto::Service::start(&opts.state_dir, opts.codex_home.clone(), lister)?;
-    let approvals = approvals::Approvals::open(&store, opts.codex_home.clone())?;
+    let approvals = approvals::Approvals::open(&recovered.store, opts.codex_home.clone())?;
     let broker = Arc::new(Broker {
         approvals,
-        store: Mutex::new(store),
-        tickets: Mutex::new(tickets),
+        store: Mutex::new(recovered.store),
+        tickets: Mutex::new(recovered.tickets),
         gate,
         effort,
         counters: Counters::default(),
@@ -154,32 +195,25 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         follower: Arc::clone(&follower),
         producer,
         receipts: opts.receipts,
-        wake_bound: Arc::new(crate::wake::Bound::new(opts.wake)),
+        wake_bound: Arc::new(crate::wake::Bound::new(opts.wake.clone())),
     });
-    let socket = courier_shared::paths::socket_path(&opts.runtime_dir);
-    let (listener, how) = listener::listen(&socket)?;
-    let stopper = Arc::clone(&broker);
+    Ok((broker, follower))
+}
+
+/// SIGTERM, SIGINT and SIGHUP stop the broker (blocked in every thread, waited for in one).
+fn stop_on_signals(stop_signals: nix::sys::signal::SigSet, broker: &Arc<Broker>) -> Result<()> {
+    let stopper = Arc::clone(broker);
     std::thread::Builder::new().name("signals".into()).spawn(move || loop {
         if let Ok(sig) = stop_signals.wait() {
             stopper.stop(&format!("on {sig:?}"));
         }
     })?;
-    crate::log_info!(
-        "broker {} started: pid {} serving {} ({how}; state {}, CODEX_HOME {}); released {released} stale leases, {interrupted} interrupted wakes",
-        env!("CARGO_PKG_VERSION"),
-        std::process::id(),
-        socket.display(),
-        opts.state_dir.display(),
-        opts.codex_home.display()
-    );
+    Ok(())
+}
 
-    // Resolve and hash the Codex binaries now (~1 s each for ~300 MB), not inside the first hook
-    // call, whose client would give up at its 500 ms deadline; then follow upgrades.
-    std::thread::Builder::new().name("codex-follower".into()).spawn(move || follower.run())?;
-
-    // Waiting threads: a turn started through the app-server that owns them (wake.rs).
-    let waking = Arc::clone(&broker);
-    let codex_home = opts.codex_home.clone();
+/// Waiting threads: a turn started through the app-server that owns them (wake.rs).
+fn spawn_wake(broker: &Arc<Broker>, codex_home: PathBuf) -> Result<()> {
+    let waking = Arc::clone(broker);
     std::thread::Builder::new().name("wake".into()).spawn(move || {
         let waker = crate::wake::Waker::new(Arc::clone(&waking.wake_bound));
         let signal = crate::store::lock(&waking.store).pending_signal();
@@ -195,9 +229,11 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
             b.producer.changed();
         })
     })?;
+    Ok(())
+}
 
-    maintenance::spawn(Arc::clone(&broker), &opts.state_dir, opts.retention)?;
-
+/// The workers and the poller that feeds them connections: runs until the broker stops.
+fn serve_connections(broker: Arc<Broker>, listener: std::os::unix::net::UnixListener) -> Result<()> {
     let jobs = Arc::new(JobQueue::default());
     let handback = Arc::new(Handback::new()?);
     for i in 0..WORKERS {
@@ -205,7 +241,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         let (rx, hb) = (Arc::clone(&jobs), Arc::clone(&handback));
         std::thread::Builder::new().name(format!("worker-{i}")).spawn(move || worker(&broker, &rx, &hb))?;
     }
-    Poller::new(listener, Arc::clone(&broker), jobs, handback)?.run()
+    Poller::new(listener, broker, jobs, handback)?.run()
 }
 
 #[cfg(test)]
