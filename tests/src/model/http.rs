@@ -1,8 +1,10 @@
 //! The provider's HTTP/1.1 side: reading requests, recording and scripting them, writing replies.
+//! The plain HTTP pieces (accept loop, request reader, response writer) also serve the scripted
+//! Messages API (`crate::messages`).
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::sync::atomic::Ordering;
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -11,11 +13,58 @@ use serde_json::{json, Value};
 use super::reply::{sse_stream, Body};
 use super::{Reply, Request, Shared, MAX_HOLD};
 
-struct RawRequest {
-    method: String,
-    path: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
+/// One HTTP request as read off the wire (header names lowercased).
+pub(crate) struct RawRequest {
+    pub method: String,
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl RawRequest {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    /// The path without its query string or a trailing slash.
+    pub fn path_only(&self) -> &str {
+        self.path.split('?').next().unwrap_or("").trim_end_matches('/')
+    }
+}
+
+/// Accept connections on `listener` until `stop` is set, serving each on its own thread: every
+/// request read off a keep-alive connection goes to `handle` with the writing half (an `Err`
+/// closes the connection). The owner wakes the loop after setting `stop` by connecting once.
+pub(crate) fn spawn_accept_loop(
+    name: &str,
+    listener: TcpListener,
+    stop: Arc<AtomicBool>,
+    handle: impl Fn(&mut TcpStream, RawRequest) -> std::io::Result<()> + Send + Sync + 'static,
+) {
+    let handle = Arc::new(handle);
+    let conn_name = format!("{name}-conn");
+    std::thread::Builder::new()
+        .name(format!("{name}-accept"))
+        .spawn(move || {
+            for conn in listener.incoming() {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(conn) = conn else { continue };
+                let (stop, handle) = (stop.clone(), handle.clone());
+                let _ = std::thread::Builder::new().name(conn_name.clone()).spawn(move || {
+                    let _ = conn.set_nodelay(true);
+                    let Ok(mut w) = conn.try_clone() else { return };
+                    let mut r = BufReader::new(conn);
+                    while let Ok(Some(req)) = read_request(&mut r) {
+                        if stop.load(Ordering::SeqCst) || handle(&mut w, req).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        })
+        .expect("spawn accept thread");
 }
 
 fn read_request(r: &mut BufReader<TcpStream>) -> std::io::Result<Option<RawRequest>> {
@@ -77,7 +126,7 @@ fn read_request(r: &mut BufReader<TcpStream>) -> std::io::Result<Option<RawReque
     Ok(Some(RawRequest { method, path, headers, body }))
 }
 
-fn write_response(w: &mut TcpStream, status: u16, ctype: &str, body: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_response(w: &mut TcpStream, status: u16, ctype: &str, body: &[u8]) -> std::io::Result<()> {
     let reason = match status {
         200 => "OK",
         400 => "Bad Request",
@@ -93,22 +142,8 @@ fn write_response(w: &mut TcpStream, status: u16, ctype: &str, body: &[u8]) -> s
     w.flush()
 }
 
-pub(super) fn serve_connection(conn: TcpStream, shared: Arc<Shared>) {
-    let _ = conn.set_nodelay(true);
-    let Ok(mut w) = conn.try_clone() else { return };
-    let mut r = BufReader::new(conn);
-    while let Ok(Some(req)) = read_request(&mut r) {
-        if shared.stop.load(Ordering::SeqCst) {
-            return;
-        }
-        if handle(&mut w, req, &shared).is_err() {
-            return;
-        }
-    }
-}
-
-fn handle(w: &mut TcpStream, req: RawRequest, shared: &Arc<Shared>) -> std::io::Result<()> {
-    let path_only = req.path.split('?').next().unwrap_or("").trim_end_matches('/').to_string();
+pub(super) fn handle(w: &mut TcpStream, req: RawRequest, shared: &Arc<Shared>) -> std::io::Result<()> {
+    let path_only = req.path_only().to_string();
     if req.method == "GET" {
         shared.state.lock().unwrap().other.push((req.method.clone(), req.path.clone()));
         shared.cond.notify_all();
@@ -118,7 +153,7 @@ fn handle(w: &mut TcpStream, req: RawRequest, shared: &Arc<Shared>) -> std::io::
         }
         return write_response(w, 404, "application/json", br#"{"error":"not found"}"#);
     }
-    let enc = req.headers.iter().find(|(k, _)| k == "content-encoding").map(|(_, v)| v.to_ascii_lowercase());
+    let enc = req.header("content-encoding").map(str::to_ascii_lowercase);
     let parsed: Option<Value> = match enc.as_deref() {
         None | Some("identity") => serde_json::from_slice(&req.body).ok(),
         Some(other) => {

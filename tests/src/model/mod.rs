@@ -25,15 +25,13 @@ use std::time::{Duration, Instant};
 pub const MAX_HOLD: Duration = Duration::from_secs(90);
 
 mod hold;
-mod http;
+pub(crate) mod http;
 mod reply;
 mod request;
 
 pub use hold::Hold;
 pub use reply::Reply;
 pub use request::{item_text, Request};
-
-use http::serve_connection;
 
 type Script = Box<dyn FnMut(&Request) -> Reply + Send>;
 
@@ -42,7 +40,6 @@ struct Shared {
     cond: Condvar,
     script: Mutex<Script>,
     ids: AtomicU64,
-    stop: AtomicBool,
 }
 
 #[derive(Default)]
@@ -59,6 +56,7 @@ struct State {
 /// The scripted provider. Dropping it stops accepting connections.
 pub struct ScriptedModel {
     shared: Arc<Shared>,
+    stop: Arc<AtomicBool>,
     addr: SocketAddr,
 }
 
@@ -73,28 +71,16 @@ impl ScriptedModel {
     pub fn start_with(script: impl FnMut(&Request) -> Reply + Send + 'static) -> ScriptedModel {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             cond: Condvar::new(),
             script: Mutex::new(Box::new(script)),
             ids: AtomicU64::new(0),
-            stop: AtomicBool::new(false),
         });
         let s2 = shared.clone();
-        std::thread::Builder::new()
-            .name("scripted-model-accept".into())
-            .spawn(move || {
-                for conn in listener.incoming() {
-                    if s2.stop.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    let Ok(conn) = conn else { continue };
-                    let s3 = s2.clone();
-                    let _ = std::thread::Builder::new().name("scripted-model-conn".into()).spawn(move || serve_connection(conn, s3));
-                }
-            })
-            .expect("spawn accept thread");
-        ScriptedModel { shared, addr }
+        http::spawn_accept_loop("scripted-model", listener, stop.clone(), move |w, req| http::handle(w, req, &s2));
+        ScriptedModel { shared, stop, addr }
     }
 
     /// Reply from a queue, in order; once it is empty, answer `fallback` (e.g. `Reply::message("done")`).
@@ -232,7 +218,7 @@ impl ScriptedModel {
 
 impl Drop for ScriptedModel {
     fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::SeqCst);
+        self.stop.store(true, Ordering::SeqCst);
         // Wake the accept loop.
         let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
     }
