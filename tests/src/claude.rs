@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::codex::{kill_processes_running_from, set_mode, ExecChild, ExecOutput};
+use crate::codex::{remove_test_root, set_mode, ExecChild, ExecOutput};
 use crate::messages::ScriptedMessages;
 use crate::util::unique_token;
 
@@ -127,12 +127,7 @@ impl ClaudeEnv {
 
 impl Drop for ClaudeEnv {
     fn drop(&mut self) {
-        kill_processes_running_from(&self.root);
-        if std::env::var_os("COURIER_KEEP_TEST_DIRS").is_some() {
-            eprintln!("courier-tests: keeping {}", self.root.display());
-            return;
-        }
-        let _ = std::fs::remove_dir_all(&self.root);
+        remove_test_root(&self.root);
     }
 }
 

@@ -11,14 +11,15 @@
 //! Files: `turn.rs` (turns and their SSE stream), `request.rs` (recorded requests).
 
 use std::collections::VecDeque;
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::net::TcpStream;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::model::http::{spawn_accept_loop, write_response, RawRequest};
+use crate::model::http::{write_response, AcceptLoop, RawRequest};
+use crate::util::wait_on;
 
 mod request;
 mod turn;
@@ -45,16 +46,12 @@ struct State {
 /// The scripted Messages API. Dropping it stops accepting connections.
 pub struct ScriptedMessages {
     shared: Arc<Shared>,
-    stop: Arc<AtomicBool>,
-    addr: SocketAddr,
+    server: AcceptLoop,
 }
 
 impl ScriptedMessages {
     /// Script every turn with a closure that sees the recorded request.
     pub fn start_with(script: impl FnMut(&MessagesRequest) -> Turn + Send + 'static) -> ScriptedMessages {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-        let addr = listener.local_addr().expect("local addr");
-        let stop = Arc::new(AtomicBool::new(false));
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             cond: Condvar::new(),
@@ -62,8 +59,8 @@ impl ScriptedMessages {
             ids: AtomicU64::new(0),
         });
         let s2 = shared.clone();
-        spawn_accept_loop("scripted-messages", listener, stop.clone(), move |w, req| handle(w, req, &s2));
-        ScriptedMessages { shared, stop, addr }
+        let server = AcceptLoop::start("scripted-messages", move |w, req| handle(w, req, &s2));
+        ScriptedMessages { shared, server }
     }
 
     /// Answer the streamed requests from a queue, in order, then `fallback`. A request that is
@@ -78,7 +75,7 @@ impl ScriptedMessages {
 
     /// `http://127.0.0.1:PORT`, for `ANTHROPIC_BASE_URL` (Claude Code appends `/v1/messages`).
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("http://{}", self.server.addr)
     }
 
     /// Every `/v1/messages` request so far, in arrival order.
@@ -93,32 +90,15 @@ impl ScriptedMessages {
 
     /// Wait for the first request (past or future) satisfying `pred`.
     pub fn wait_for(&self, timeout: Duration, what: &str, pred: impl Fn(&MessagesRequest) -> bool) -> MessagesRequest {
-        let deadline = Instant::now() + timeout;
-        let mut g = self.shared.state.lock().unwrap();
-        loop {
-            if let Some(r) = g.requests.iter().find(|r| pred(r)) {
-                return r.clone();
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                let summary: Vec<String> = g.requests.iter().map(MessagesRequest::summary).collect();
-                panic!("timed out after {timeout:?} waiting for {what}; requests so far:\n  {}", summary.join("\n  "));
-            }
-            g = self.shared.cond.wait_timeout(g, deadline - now).unwrap().0;
-        }
+        wait_on(&self.shared.state, &self.shared.cond, timeout, |st| st.requests.iter().find(|r| pred(r)).cloned()).unwrap_or_else(|g| {
+            let summary: Vec<String> = g.requests.iter().map(MessagesRequest::summary).collect();
+            panic!("timed out after {timeout:?} waiting for {what}; requests so far:\n  {}", summary.join("\n  "))
+        })
     }
 
     /// All request summaries, one per line (for assertion messages).
     pub fn dump(&self) -> String {
         self.requests().iter().map(MessagesRequest::summary).collect::<Vec<_>>().join("\n")
-    }
-}
-
-impl Drop for ScriptedMessages {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        // Wake the accept loop.
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
     }
 }
 

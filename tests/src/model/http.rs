@@ -3,10 +3,10 @@
 //! Messages API (`crate::messages`).
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -32,39 +32,55 @@ impl RawRequest {
     }
 }
 
-/// Accept connections on `listener` until `stop` is set, serving each on its own thread: every
-/// request read off a keep-alive connection goes to `handle` with the writing half (an `Err`
-/// closes the connection). The owner wakes the loop after setting `stop` by connecting once.
-pub(crate) fn spawn_accept_loop(
-    name: &str,
-    listener: TcpListener,
+/// A loopback server's accept loop: it serves every connection on its own thread, each request
+/// read off a keep-alive connection going to the handler with the writing half (an `Err` closes
+/// the connection). Dropping it stops accepting.
+pub(crate) struct AcceptLoop {
     stop: Arc<AtomicBool>,
-    handle: impl Fn(&mut TcpStream, RawRequest) -> std::io::Result<()> + Send + Sync + 'static,
-) {
-    let handle = Arc::new(handle);
-    let conn_name = format!("{name}-conn");
-    std::thread::Builder::new()
-        .name(format!("{name}-accept"))
-        .spawn(move || {
-            for conn in listener.incoming() {
-                if stop.load(Ordering::SeqCst) {
-                    break;
-                }
-                let Ok(conn) = conn else { continue };
-                let (stop, handle) = (stop.clone(), handle.clone());
-                let _ = std::thread::Builder::new().name(conn_name.clone()).spawn(move || {
-                    let _ = conn.set_nodelay(true);
-                    let Ok(mut w) = conn.try_clone() else { return };
-                    let mut r = BufReader::new(conn);
-                    while let Ok(Some(req)) = read_request(&mut r) {
-                        if stop.load(Ordering::SeqCst) || handle(&mut w, req).is_err() {
-                            return;
-                        }
+    pub addr: SocketAddr,
+}
+
+impl AcceptLoop {
+    /// Bind `127.0.0.1:0` and serve it with `handle`.
+    pub fn start(name: &str, handle: impl Fn(&mut TcpStream, RawRequest) -> std::io::Result<()> + Send + Sync + 'static) -> AcceptLoop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local addr");
+        let stop = Arc::new(AtomicBool::new(false));
+        let (stop2, handle, conn_name) = (stop.clone(), Arc::new(handle), format!("{name}-conn"));
+        std::thread::Builder::new()
+            .name(format!("{name}-accept"))
+            .spawn(move || {
+                for conn in listener.incoming() {
+                    if stop2.load(Ordering::SeqCst) {
+                        break;
                     }
-                });
-            }
-        })
-        .expect("spawn accept thread");
+                    let Ok(conn) = conn else { continue };
+                    let (stop, handle) = (stop2.clone(), handle.clone());
+                    let _ = std::thread::Builder::new().name(conn_name.clone()).spawn(move || serve(conn, &stop, &*handle));
+                }
+            })
+            .expect("spawn accept thread");
+        AcceptLoop { stop, addr }
+    }
+}
+
+impl Drop for AcceptLoop {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
+    }
+}
+
+fn serve(conn: TcpStream, stop: &AtomicBool, handle: &dyn Fn(&mut TcpStream, RawRequest) -> std::io::Result<()>) {
+    let _ = conn.set_nodelay(true);
+    let Ok(mut w) = conn.try_clone() else { return };
+    let mut r = BufReader::new(conn);
+    while let Ok(Some(req)) = read_request(&mut r) {
+        if stop.load(Ordering::SeqCst) || handle(&mut w, req).is_err() {
+            return;
+        }
+    }
 }
 
 fn read_request(r: &mut BufReader<TcpStream>) -> std::io::Result<Option<RawRequest>> {

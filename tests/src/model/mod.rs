@@ -15,10 +15,12 @@
 //! `http.rs` (the connection side); this file is the server and its ready-made scripts.
 
 use std::collections::VecDeque;
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::util::wait_on;
 
 /// How long a held reply waits for [`Hold::release`] before the server gives up and answers
 /// anyway (so a failed test never wedges a Codex process forever).
@@ -56,8 +58,7 @@ struct State {
 /// The scripted provider. Dropping it stops accepting connections.
 pub struct ScriptedModel {
     shared: Arc<Shared>,
-    stop: Arc<AtomicBool>,
-    addr: SocketAddr,
+    server: http::AcceptLoop,
 }
 
 impl ScriptedModel {
@@ -69,9 +70,6 @@ impl ScriptedModel {
 
     /// Script every reply with a closure that sees the recorded request.
     pub fn start_with(script: impl FnMut(&Request) -> Reply + Send + 'static) -> ScriptedModel {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-        let addr = listener.local_addr().unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             cond: Condvar::new(),
@@ -79,8 +77,8 @@ impl ScriptedModel {
             ids: AtomicU64::new(0),
         });
         let s2 = shared.clone();
-        http::spawn_accept_loop("scripted-model", listener, stop.clone(), move |w, req| http::handle(w, req, &s2));
-        ScriptedModel { shared, stop, addr }
+        let server = http::AcceptLoop::start("scripted-model", move |w, req| http::handle(w, req, &s2));
+        ScriptedModel { shared, server }
     }
 
     /// Reply from a queue, in order; once it is empty, answer `fallback` (e.g. `Reply::message("done")`).
@@ -96,11 +94,11 @@ impl ScriptedModel {
 
     /// `http://127.0.0.1:PORT/v1`, the provider `base_url`.
     pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.addr)
+        format!("http://{}/v1", self.server.addr)
     }
 
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.server.addr
     }
 
     /// Every `/responses` request so far, in arrival order.
@@ -160,24 +158,11 @@ impl ScriptedModel {
         self.wait_state(timeout, &format!("{n} model replies written"), |st| (st.answered >= n).then_some(()))
     }
 
-    fn wait_state<T>(&self, timeout: Duration, what: &str, mut f: impl FnMut(&State) -> Option<T>) -> T {
-        let deadline = Instant::now() + timeout;
-        let mut g = self.shared.state.lock().unwrap();
-        loop {
-            if let Some(v) = f(&g) {
-                return v;
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                let summary: Vec<String> = g.requests.iter().map(Request::summary).collect();
-                panic!(
-                    "timed out after {timeout:?} waiting for {what}; requests so far:\n  {}\nerrors: {:?}",
-                    summary.join("\n  "),
-                    g.errors
-                );
-            }
-            g = self.shared.cond.wait_timeout(g, deadline - now).unwrap().0;
-        }
+    fn wait_state<T>(&self, timeout: Duration, what: &str, f: impl FnMut(&State) -> Option<T>) -> T {
+        wait_on(&self.shared.state, &self.shared.cond, timeout, f).unwrap_or_else(|g| {
+            let summary: Vec<String> = g.requests.iter().map(Request::summary).collect();
+            panic!("timed out after {timeout:?} waiting for {what}; requests so far:\n  {}\nerrors: {:?}", summary.join("\n  "), g.errors)
+        })
     }
 
     /// Total number of `role` messages containing `needle`, summed over every recorded request.
@@ -213,14 +198,6 @@ impl ScriptedModel {
     /// All request summaries, one per line (for assertion messages).
     pub fn dump(&self) -> String {
         self.requests().iter().map(Request::summary).collect::<Vec<_>>().join("\n")
-    }
-}
-
-impl Drop for ScriptedModel {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        // Wake the accept loop.
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
     }
 }
 
