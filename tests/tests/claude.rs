@@ -92,10 +92,16 @@ fn print_mode_runs_bash_and_a_post_tool_use_hook_whose_context_reaches_the_model
     assert_eq!(str_field(a, "toolUseID"), tool_use_id, "{a}");
     assert_eq!(str_field(a, "hookEvent"), "PostToolUse", "{a}");
     assert!(a["content"].to_string().contains(&context), "{a}");
-    let blob = records.iter().find(|r| str_field(r, "type") == "api-request-blob" && r.to_string().contains(&want));
-    assert!(
-        blob.is_some(),
-        "an api-request-blob holds the text sent: {:?}",
-        records.iter().map(|r| str_field(r, "type")).collect::<Vec<_>>()
-    );
+    // The blob holding the exact text sent, named by hash in the `tail` of the request record after it.
+    let types: Vec<&str> = records.iter().map(|r| str_field(r, "type")).collect();
+    let at = records
+        .iter()
+        .position(|r| {
+            str_field(r, "type") == "api-request-blob" && r.pointer("/message/content/0/text").and_then(Value::as_str) == Some(&want)
+        })
+        .unwrap_or_else(|| panic!("no api-request-blob holds {want:?}: {types:?}"));
+    let hash = str_field(&records[at], "hash");
+    let request = records[at..].iter().find(|r| str_field(r, "type") == "api-request").expect("an api-request after the blob");
+    let tail: Vec<&str> = request["tail"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    assert!(tail.contains(&hash), "the request's tail {tail:?} names the blob {hash}");
 }
