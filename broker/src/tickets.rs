@@ -56,6 +56,6 @@ pub fn take(store: &Mutex<Store>, log: &Mutex<TicketLog>, verified: &Verified, p
 }
 
 /// Records that the hook holding `taken` was leased `token`'s messages ([`Store::attach_ticket`]).
-pub fn attach(store: &mut Store, taken: &Taken, token: i64) -> anyhow::Result<()> {
+pub fn attach(store: &mut Store, taken: &Taken, token: crate::store::LeaseToken) -> anyhow::Result<()> {
     store.attach_ticket(taken, token)
 }

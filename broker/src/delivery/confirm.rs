@@ -8,7 +8,7 @@ use crate::codex::rollout::lines::{WholeLines, CHUNK as SCAN_CHUNK};
 use crate::delivery::unseen;
 use crate::os::ProcessKey;
 use crate::reason::{DeliveryReason, Doubt, Reason, WakeReason};
-use crate::store::{Channel, Message, State, Store};
+use crate::store::{Channel, LeaseToken, Message, State, Store};
 use anyhow::Result;
 use codex_format::rollout::marker_ids;
 use codex_format::rollout::{classify_line, RolloutEvent};
@@ -18,45 +18,90 @@ use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-/// Settles `handed` messages (of one thread, or all) against their rollouts. Returns how many
-/// reached a final state.
+/// Settles `handed` messages (of one thread, or all) against their rollouts, on a store of the
+/// caller's own (the CLI's `inspect`, `send --wait`). Returns how many reached a final state.
 pub fn reconcile(store: &mut Store, thread: Option<&str>) -> Result<usize> {
-    let handed = store.handed(thread)?;
-    let mut by_rollout: HashMap<String, Vec<Message>> = HashMap::new();
-    for m in handed {
-        if let Some(path) = m.rollout_path.clone() {
-            by_rollout.entry(path).or_default().push(m);
-        }
-    }
-    let mut settled = 0;
-    for (path, messages) in by_rollout {
-        // Whose codex is gone, and whose time to show up is over, is decided before the scan:
-        // then the scan saw what the rollout will ever hold of them.
-        let mut dead = std::collections::HashSet::new();
-        for m in &messages {
-            if let Some((pid, start)) = m.lease.map(|t| store.codex_of(t)).transpose()?.flatten() {
-                if !(ProcessKey { pid, starttime: start }).is_alive() {
-                    dead.insert(m.id.clone());
+    let handed = Handed::read(store, thread)?;
+    apply(store, handed.scan())
+}
+
+/// [`reconcile`] on the broker's shared store: the lock is held to read the hand-offs and to
+/// settle what the scan found, never across a rollout read (up to [`SERVE_SCAN_BUDGET`] per
+/// rollout), which every hook worker would otherwise wait behind. What changed in between is
+/// fenced by the settle itself (the hand-off's lease token).
+pub fn reconcile_shared(store: &Mutex<Store>, thread: Option<&str>) -> Result<usize> {
+    let handed = Handed::read(&crate::store::lock(store), thread)?;
+    let found = handed.scan();
+    apply(&mut crate::store::lock(store), found)
+}
+
+/// The hand-offs to settle, by rollout, with the codex each went to.
+struct Handed {
+    by_rollout: HashMap<String, Vec<Message>>,
+    codex: HashMap<LeaseToken, ProcessKey>,
+}
+
+/// A settlement found by a scan, for the hand-off (lease) it was found for.
+struct Found {
+    lease: Option<LeaseToken>,
+    settlement: Settlement,
+}
+
+impl Handed {
+    fn read(store: &Store, thread: Option<&str>) -> Result<Handed> {
+        let mut by_rollout: HashMap<String, Vec<Message>> = HashMap::new();
+        let mut codex = HashMap::new();
+        for m in store.handed(thread)? {
+            if let Some(lease) = m.lease {
+                if let Some((pid, starttime)) = store.codex_of(lease)? {
+                    codex.insert(lease, ProcessKey { pid, starttime });
                 }
             }
+            if let Some(path) = m.rollout_path.clone() {
+                by_rollout.entry(path).or_default().push(m);
+            }
         }
-        let now = crate::store::now_ms();
-        let overdue: std::collections::HashSet<String> =
-            messages.iter().filter(|m| m.shown_by.is_some_and(|t| t <= now) && m.turn_id.is_none()).map(|m| m.id.clone()).collect();
-        let len = std::fs::metadata(&path).map_or(0, |m| m.len());
-        for (id, mut state, mut reason, offset) in scan_rollout(&path, &messages) {
-            if state.is_none() && dead.contains(&id) {
-                (state, reason) = (Some(State::Uncertain), Some(DeliveryReason::CodexExited.into()));
+        Ok(Handed { by_rollout, codex })
+    }
+
+    /// Reads each rollout (no store needed). Whose codex is gone, and whose time to show up is
+    /// over, is decided before its scan: then the scan saw what the rollout will ever hold of them.
+    fn scan(self) -> Vec<Found> {
+        let mut found = Vec::new();
+        for (path, messages) in self.by_rollout {
+            let dead: std::collections::HashSet<&str> = messages
+                .iter()
+                .filter(|m| m.lease.and_then(|t| self.codex.get(&t)).is_some_and(|k| !k.is_alive()))
+                .map(|m| m.id.as_str())
+                .collect();
+            let now = crate::store::now_ms();
+            let overdue: std::collections::HashSet<&str> =
+                messages.iter().filter(|m| m.shown_by.is_some_and(|t| t <= now) && m.turn_id.is_none()).map(|m| m.id.as_str()).collect();
+            let len = std::fs::metadata(&path).map_or(0, |m| m.len());
+            for (id, mut state, mut reason, offset) in scan_rollout(&path, &messages) {
+                if state.is_none() && dead.contains(id.as_str()) {
+                    (state, reason) = (Some(State::Uncertain), Some(DeliveryReason::CodexExited.into()));
+                }
+                // Read to the end and not there: a `turn/start` that may have left was never seen.
+                if state.is_none() && overdue.contains(id.as_str()) && offset >= len {
+                    (state, reason) = (Some(State::Uncertain), Some(WakeReason::Unanswered.into()));
+                }
+                let lease = messages.iter().find(|m| m.id == id).and_then(|m| m.lease);
+                found.push(Found { lease, settlement: (id, state, reason, offset) });
             }
-            // Read to the end and not there: a `turn/start` that may have left was never seen.
-            if state.is_none() && overdue.contains(&id) && offset >= len {
-                (state, reason) = (Some(State::Uncertain), Some(WakeReason::Unanswered.into()));
-            }
-            crate::failpoint::hit("reconcile_before_settle");
-            if store.settle(&id, state, reason, offset)? && state.is_some() {
-                settled += 1;
-                crate::failpoint::hit("reconcile_after_settle");
-            }
+        }
+        found
+    }
+}
+
+/// Records what the scans found; a hand-off settled or replaced since it was read is left alone.
+fn apply(store: &mut Store, found: Vec<Found>) -> Result<usize> {
+    let mut settled = 0;
+    for Found { lease, settlement: (id, state, reason, offset) } in found {
+        crate::failpoint::hit("reconcile_before_settle");
+        if store.settle(&id, lease, state, reason, offset)? && state.is_some() {
+            settled += 1;
+            crate::failpoint::hit("reconcile_after_settle");
         }
     }
     Ok(settled)
@@ -72,7 +117,7 @@ const MAX_SCAN_LINE: usize = 1 << 20;
 
 /// Bytes one [`reconcile`] call reads from one rollout at most; the rest waits for the next call
 /// (where the scan stopped is remembered, [`ScanState`]). Unbounded by default (the CLI's
-/// `inspect`); `broker serve` bounds it, since reconcile runs under the store lock on the hook path.
+/// `inspect`); `broker serve` bounds it, so one pass over many rollouts stays short.
 static SCAN_BUDGET: AtomicU64 = AtomicU64::new(u64::MAX);
 
 /// The per-rollout read budget `broker serve` sets: a few ms of reading.
@@ -89,7 +134,7 @@ pub fn set_scan_budget(bytes: u64) {
 /// Where the last scan of a rollout stopped, possibly inside a line: so a line still being
 /// written (or one too long to look at) is never read again from its start. The database keeps
 /// only line boundaries (`scan_offset`); this in-memory state resumes from there when it matches.
-struct ScanState {
+pub(super) struct ScanState {
     dev: u64,
     ino: u64,
     /// Birth time: a deleted rollout's inode number can be reused by a new file.
@@ -99,7 +144,7 @@ struct ScanState {
     lines: WholeLines,
 }
 
-fn scan_states() -> &'static Mutex<HashMap<String, ScanState>> {
+pub(super) fn scan_states() -> &'static Mutex<HashMap<String, ScanState>> {
     static STATES: OnceLock<Mutex<HashMap<String, ScanState>>> = OnceLock::new();
     STATES.get_or_init(Default::default)
 }
@@ -123,8 +168,10 @@ pub(super) fn scan_rollout_within(path: &str, messages: &[Message], budget: u64)
         return all(Some(State::Uncertain), Some(DeliveryReason::RolloutRewritten.into()), start);
     }
     let born = meta.created().ok();
-    let mut states = scan_states().lock().unwrap_or_else(|e| e.into_inner());
-    let mut st = match states.remove(path) {
+    // Taken out while this scan reads, so scans of other rollouts never wait for it (a scan of
+    // the same rollout meanwhile starts from the database's offset: settling is fenced).
+    let prior = scan_states().lock().unwrap_or_else(|e| e.into_inner()).remove(path);
+    let mut st = match prior {
         Some(s)
             if (s.dev, s.ino, s.born) == (meta.dev(), meta.ino(), born)
                 && s.lines.cursor.line_start == start
@@ -150,6 +197,7 @@ pub(super) fn scan_rollout_within(path: &str, messages: &[Message], budget: u64)
         SCAN_BYTES_READ.fetch_add(read.unwrap_or(0), Ordering::Relaxed);
     }
     let boundary = st.lines.cursor.line_start;
+    let mut states = scan_states().lock().unwrap_or_else(|e| e.into_inner());
     if states.len() >= 4096 {
         states.clear();
     }
@@ -261,7 +309,7 @@ fn settle_hook_text(text: &str, line_start: u64, next: u64, scan: &mut Scan) {
     let present: std::collections::HashSet<&str> = marker_ids(text).collect();
     let open = &scan.open;
     let shown = |m: &Message| open.contains_key(m.id.as_str()) && after(m, line_start) && present.contains(m.id.as_str());
-    let leases: Vec<i64> = scan.messages.iter().filter(|m| shown(m)).filter_map(|m| m.lease).collect();
+    let leases: Vec<LeaseToken> = scan.messages.iter().filter(|m| shown(m)).filter_map(|m| m.lease).collect();
     let truncated = cut_by_codex(text);
     // The messages of the hand-offs this output belongs to, in the order they were rendered.
     let batch: Vec<&Message> = scan

@@ -13,7 +13,7 @@ mod confirm;
 mod render;
 pub mod unseen;
 
-pub use confirm::{reconcile, set_scan_budget, settle_line, Scan, SERVE_SCAN_BUDGET};
+pub use confirm::{reconcile, reconcile_shared, set_scan_budget, settle_line, Scan, SERVE_SCAN_BUDGET};
 pub use render::{receipt, render};
 
 use crate::config::Receipts;
@@ -32,7 +32,7 @@ pub enum Offer {
     /// Messages are waiting but this call may not take them; the reason is noted on them.
     Deferred,
     Lease {
-        token: i64,
+        token: crate::store::LeaseToken,
         output: String,
         count: usize,
     },

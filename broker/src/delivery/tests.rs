@@ -2,7 +2,7 @@ use super::confirm::{holds_whole, scan_rollout, scan_rollout_within};
 use super::*;
 use crate::envelope::{seal, MAX_OUTPUT_BYTES, STOP_OUTPUT_BYTES};
 use crate::reason::{DeliveryReason, Doubt, Reason, WakeReason};
-use crate::store::{Kind, Message, State};
+use crate::store::{Kind, LeaseToken, Message, State};
 use codex_format::hook::HookEvent;
 use codex_format::rollout::marker_ids;
 
@@ -105,7 +105,10 @@ fn truncated_output_confirms_only_whole_messages() {
     for (n, stop) in [(0, false), (1, true)] {
         let path = dir.join(format!("rollout-{n}.jsonl"));
         let ms: Vec<Message> = (1..=5)
-            .map(|i| Message { lease: Some(7), ..msg(&format!("m_{i}"), &format!("body {i} {}", "z".repeat(300)), Some("e2e")) })
+            .map(|i| Message {
+                lease: Some(LeaseToken::for_test(7)),
+                ..msg(&format!("m_{i}"), &format!("body {i} {}", "z".repeat(300)), Some("e2e"))
+            })
             .collect();
         let full = ms.iter().map(Message::wrapped).collect::<Vec<_>>().join("\n");
         let w: Vec<usize> = ms.iter().map(|m| m.wrapped().len() + 1).collect();
@@ -132,7 +135,7 @@ fn truncated_output_confirms_only_whole_messages() {
     // cannot fake the notice (the text starts with Courier's wrapper).
     let ms: Vec<Message> = ["m_a", "m_b"]
         .iter()
-        .map(|id| Message { lease: Some(8), ..msg(id, "Warning: truncated output (original token count: 9)", None) })
+        .map(|id| Message { lease: Some(LeaseToken::for_test(8)), ..msg(id, "Warning: truncated output (original token count: 9)", None) })
         .collect();
     let path = dir.join("rollout-missing.jsonl");
     std::fs::write(&path, hook_context(&ms[0].wrapped())).unwrap();
@@ -143,7 +146,7 @@ fn truncated_output_confirms_only_whole_messages() {
         (Some(State::Confirmed), Some(State::Uncertain), Some(DeliveryReason::MarkerMissing.into()))
     );
     // Whole text with another `from` or body: not this message.
-    let other = Message { lease: Some(9), ..msg("m_c", "the real body", Some("e2e")) };
+    let other = Message { lease: Some(LeaseToken::for_test(9)), ..msg("m_c", "the real body", Some("e2e")) };
     let forged = Message { from: Some("boss".into()), ..other.clone() };
     let path = dir.join("rollout-forged.jsonl");
     std::fs::write(&path, hook_context(&forged.wrapped())).unwrap();
@@ -219,7 +222,7 @@ fn largest_message_is_confirmed_only_whole() {
     let dir = std::env::temp_dir().join(format!("courier-scan-big-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let body: String = "\"\u{1}".repeat(crate::store::MAX_BODY_BYTES / 2);
-    let m = Message { lease: Some(3), ..msg("m_big", &body, Some("e2e")) };
+    let m = Message { lease: Some(LeaseToken::for_test(3)), ..msg("m_big", &body, Some("e2e")) };
     let whole = m.wrapped();
     let path = dir.join("whole.jsonl");
     std::fs::write(&path, hook_context(&whole)).unwrap();
@@ -292,6 +295,7 @@ fn wake_hand_off_is_settled_by_its_user_message_or_its_deadline() {
     let path = dir.join("rollout.jsonl");
     let p = path.to_str().unwrap();
     let wake = |id: &str, lease: i64| {
+        let lease = LeaseToken::for_test(lease);
         let mut m = msg(id, "hello", Some("w"));
         (m.event, m.turn_id, m.lease, m.rollout_path) = (Some(crate::store::Channel::Wake), None, Some(lease), Some(p.into()));
         m
@@ -347,7 +351,7 @@ type Case = (&'static str, String, Option<&'static str>, (Option<State>, Option<
 fn turn_closed_unseen_is_offered_again_only_on_conclusive_evidence() {
     let dir = std::env::temp_dir().join(format!("courier-unseen-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let other = Message { lease: Some(9), ..msg("m_other", "theirs", None) };
+    let other = Message { lease: Some(LeaseToken::for_test(9)), ..msg("m_other", "theirs", None) };
     let long = line("response_item", serde_json::json!({"type": "function_call_output", "output": "x".repeat(2 << 20)}));
     let compacted = line("compacted", serde_json::json!({"message": "summary", "replacement_history": []}));
     let aborted = line("event_msg", serde_json::json!({"type": "turn_aborted", "turn_id": "T1", "reason": "interrupted"}));
@@ -381,7 +385,7 @@ fn turn_closed_unseen_is_offered_again_only_on_conclusive_evidence() {
     for (i, (what, data, turn, want)) in cases.into_iter().enumerate() {
         let path = dir.join(format!("r{i}.jsonl"));
         std::fs::write(&path, &data).unwrap();
-        let m = Message { lease: Some(1), turn_id: turn.map(Into::into), ..msg("m_1", "mine", None) };
+        let m = Message { lease: Some(LeaseToken::for_test(1)), turn_id: turn.map(Into::into), ..msg("m_1", "mine", None) };
         let got = scan_rollout_within(path.to_str().unwrap(), &[m, other.clone()], u64::MAX);
         let mine = got.iter().find(|g| g.0 == "m_1").unwrap();
         assert_eq!((mine.1, mine.2), want, "{what}: {got:?}");
@@ -389,7 +393,12 @@ fn turn_closed_unseen_is_offered_again_only_on_conclusive_evidence() {
     // A woken turn that closed without its user message: never seen either.
     let path = dir.join("wake.jsonl");
     std::fs::write(&path, complete("W1")).unwrap();
-    let woken = Message { event: Some(crate::store::Channel::Wake), turn_id: Some("W1".into()), lease: Some(2), ..msg("m_w", "x", None) };
+    let woken = Message {
+        event: Some(crate::store::Channel::Wake),
+        turn_id: Some("W1".into()),
+        lease: Some(LeaseToken::for_test(2)),
+        ..msg("m_w", "x", None)
+    };
     let got = scan_rollout_within(path.to_str().unwrap(), &[woken], u64::MAX);
     assert_eq!((got[0].1, got[0].2), unseen, "{got:?}");
     std::fs::remove_dir_all(&dir).unwrap();
@@ -406,7 +415,7 @@ fn doubt_outlives_the_scan_that_saw_it() {
     let p = path.to_str().unwrap();
     let mut data = line("compacted", serde_json::json!({"message": "summary", "replacement_history": []}));
     std::fs::write(&path, &data).unwrap();
-    let mut m = Message { lease: Some(1), ..msg("m_1", "mine", None) };
+    let mut m = Message { lease: Some(LeaseToken::for_test(1)), ..msg("m_1", "mine", None) };
     let got = scan_rollout_within(p, std::slice::from_ref(&m), u64::MAX);
     assert_eq!((got[0].1, got[0].2), (None, Some(Doubt::Compacted.into())), "still open, with its doubt: {got:?}");
     (m.reason, m.scan_offset) = (got[0].2.map(|r| r.as_str().to_string()), Some(got[0].3 as i64));
@@ -446,6 +455,47 @@ fn reoffers_are_bounded() {
         assert_eq!((m.state, m.reason.as_deref().unwrap_or("")), want, "round {round}: {m:?}");
         assert_eq!(m.attempts, i64::from(round) + 1);
     }
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The broker's reconcile reads rollouts without the store lock every hook worker needs (a
+/// maintenance pass reads up to 16 MiB of each handed thread's rollout): while a scan is stopped
+/// inside its rollout read, the store can be taken; then the scan settles the message.
+#[test]
+fn the_store_lock_is_free_while_a_rollout_is_read() {
+    let dir = std::env::temp_dir().join(format!("courier-unlocked-scan-{}", std::process::id()));
+    let sdir = dir.join("state");
+    std::fs::create_dir_all(&sdir).unwrap();
+    let path = dir.join("rollout.jsonl");
+    let p = path.to_str().unwrap();
+    let mut store = crate::store::Store::open(&sdir).unwrap();
+    let thread = "01a22652-96c4-7652-bf64-6f7bc9883ce2";
+    let crate::store::Enqueued::New(id) = store.enqueue(thread, "read me", None, None, None).unwrap() else { panic!() };
+    let lease =
+        store.lease(thread, crate::store::Channel::Hook(HookEvent::PostToolUse), Some("T1"), 30_000, MAX_OUTPUT_BYTES).unwrap().unwrap();
+    let me = crate::os::ProcessKey::of(std::process::id() as i32).unwrap();
+    assert!(store.hand_off(lease.token, &crate::store::HandOff::at(p, 0, me)).unwrap());
+    std::fs::write(&path, hook_context(&store.message(&id).unwrap().unwrap().wrapped())).unwrap();
+    let store = std::sync::Mutex::new(store);
+    // Held here, so the scan stops inside its read: after it opened the rollout.
+    let scans = super::confirm::scan_states().lock().unwrap();
+    let settled = std::thread::scope(|s| {
+        let scan = s.spawn(|| reconcile_shared(&store, None));
+        let reading = (0..2_000).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            std::fs::read_dir("/proc/self/fd").unwrap().flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == path))
+        });
+        assert!(reading, "the scan never opened the rollout");
+        let free = store.try_lock().is_ok();
+        drop(scans);
+        let settled = scan.join().unwrap().unwrap();
+        assert!(free, "the store lock is held across a rollout read");
+        settled
+    });
+    assert_eq!(settled, 1);
+    let m = store.lock().unwrap().message(&id).unwrap().unwrap();
+    assert_eq!(m.state, State::Confirmed, "{m:?}");
     drop(store);
     std::fs::remove_dir_all(&dir).unwrap();
 }

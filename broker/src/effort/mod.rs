@@ -85,8 +85,8 @@ impl Service {
         Ok(Arc::new(Service { store: Mutex::new(store), codex_home: codex_home.to_path_buf(), config: ConfigCache::new(config_path) }))
     }
 
-    fn store(&self) -> std::sync::MutexGuard<'_, Store> {
-        self.store.lock().unwrap_or_else(|e| e.into_inner())
+    fn store(&self) -> crate::store::Locked<'_> {
+        crate::store::lock(&self.store)
     }
 
     /// Called for every verified hook; `pending`: whether the thread has effort changes queued
@@ -511,7 +511,7 @@ mod exchange_tests {
         let (id, _) = store.effort_enqueue(THREAD, "high", EffortScope::Turn, "t").unwrap();
         let c = store.effort_claim(THREAD, "PreToolUse", Some("t1"), ("/r", 0), "x").unwrap().unwrap();
         assert!(store.effort_claim(THREAD, "PostToolUse", Some("t1"), ("/r", 0), "x").unwrap().is_none());
-        let stale = crate::store::Claim { token: c.token - 1, ..c.clone() };
+        let stale = crate::store::Claim { token: c.token.plus(-1), ..c.clone() };
         assert!(!store.effort_settle(&stale, State::Applied, None).unwrap(), "a stale token settles nothing");
         drop(store);
         // The broker stops here. The next one must not send it again.

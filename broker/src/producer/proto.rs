@@ -164,7 +164,7 @@ impl Service {
             due
         };
         if due {
-            let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+            let mut store = crate::store::lock(&self.store);
             match super::expire_never_appeared(&mut store, &self.codex_home) {
                 Ok(0) => {}
                 Ok(n) => crate::log_info!("expired {n} message(s) whose thread never appeared under $CODEX_HOME/sessions"),
@@ -183,7 +183,7 @@ impl Service {
     }
 
     fn threads(&self, all: bool, limit: usize) -> Result<Vec<ThreadInfo>> {
-        let store = self.lister_store.lock().unwrap_or_else(|e| e.into_inner());
+        let store = crate::store::lock(&self.lister_store);
         self.lister.list(&store, all, limit)
     }
 
@@ -195,7 +195,7 @@ impl Service {
         let reply = match parse(line) {
             Err(reply) => reply,
             Ok(Op::Status { id }) => {
-                let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+                let store = crate::store::lock(&self.store);
                 match super::load(&store, &id) {
                     Ok(Some(m)) => json!({"ok": true, "message": super::record(&m, now_ms())}),
                     Ok(None) => error(ErrorCode::NotFound, &super::wait::not_found(&id)),
@@ -240,7 +240,7 @@ impl Service {
                 };
                 let opts = SendOptions { target, text, key, ttl_ms, from, verified_sender, future_thread, wake };
                 let sent = {
-                    let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut store = crate::store::lock(&self.store);
                     send::send(&mut store, &self.codex_home, &|| self.threads(false, 0), &opts)
                 };
                 match sent {

@@ -87,7 +87,7 @@ impl Broker {
             cwd: v.payload.cwd.clone(),
             ticket: ticket.key.clone(),
         };
-        let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        let mut store = crate::store::lock(&self.store);
         let recorded = store.record_approval(&new);
         // No hook runs until it is answered: the thread's messages say why they wait.
         if let Err(e) = store.note_deferral(&new.thread, DeliveryReason::WaitingOnApproval) {
@@ -114,7 +114,7 @@ impl Broker {
             HookEvent::Stop | HookEvent::UserPromptSubmit | HookEvent::SessionStart => None,
             _ => return,
         };
-        let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        let mut store = crate::store::lock(&self.store);
         if let Err(e) = store.resolve_approvals(&v.thread_id, call) {
             crate::log_error!("resolving the approvals of thread {}: {e:#}", v.thread_id);
         }
@@ -141,7 +141,7 @@ impl Broker {
         // Only a person answers: never a process a model's command may be.
         let peer = gate::peer::identify(stream).map_err(|r| (ErrorCode::NotAPerson, format!("{}: {}", r.code, r.detail)))?;
         let by = self.gate.verify_person(&peer, &TrustView(self)).map_err(|why| (ErrorCode::NotAPerson, why))?;
-        let listed = self.store.lock().unwrap_or_else(|e| e.into_inner()).approval(&id).map_err(failed)?;
+        let listed = crate::store::lock(&self.store).approval(&id).map_err(failed)?;
         let listed = listed.ok_or_else(|| (ErrorCode::NotFound, format!("no approval {id}")))?;
         let owner = self
             .gate
@@ -152,7 +152,7 @@ impl Broker {
             return Err((ErrorCode::Failed, format!("the Codex process {} of thread {} serves no app-server", owner.pid, listed.thread)));
         }
         let record = AnswerRecord { decision, message: message.clone(), by, via: AnswerVia::Cli, at: now_ms(), outcome: None };
-        let taken = self.store.lock().unwrap_or_else(|e| e.into_inner()).claim_approval(&id, &record).map_err(failed)?;
+        let taken = crate::store::lock(&self.store).claim_approval(&id, &record).map_err(failed)?;
         let approval = taken.map_err(|r| match r {
             Refused::NotFound => (ErrorCode::NotFound, format!("no approval {id}")),
             r @ Refused::NotPending(_) => (ErrorCode::NotPending, r.to_string()),
@@ -171,7 +171,7 @@ impl Broker {
         if outcome == AnswerOutcome::Lost {
             self.cancel_steering(steering.as_deref());
         }
-        let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        let mut store = crate::store::lock(&self.store);
         store.settle_approval(&id, outcome).map_err(failed)?;
         crate::log_info!("approval {id}: {} -> {}{}", decision.as_str(), outcome.as_str(), if detail.is_empty() { "" } else { ": " });
         Ok(json!({"ok": true, "id": id, "outcome": outcome, "detail": detail}))
@@ -191,7 +191,7 @@ impl Broker {
             ttl_ms: None,
             wake: true,
         };
-        let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        let mut store = crate::store::lock(&self.store);
         match store.enqueue_message(&new) {
             Ok(Enqueued::New(id) | Enqueued::Existing(id)) => Ok(id),
             Err(e) => Err((ErrorCode::Failed, format!("queueing the deny message: {e:#}"))),
@@ -200,7 +200,7 @@ impl Broker {
 
     fn cancel_steering(&self, message: Option<&str>) {
         if let Some(m) = message {
-            if let Err(e) = self.store.lock().unwrap_or_else(|e| e.into_inner()).cancel(m) {
+            if let Err(e) = crate::store::lock(&self.store).cancel(m) {
                 crate::log_warn!("cancelling deny message {m}: {e:#}");
             }
         }
@@ -208,7 +208,7 @@ impl Broker {
 
     fn undo_claim(&self, a: &Approval, steering: Option<&str>) {
         self.cancel_steering(steering);
-        if let Err(e) = self.store.lock().unwrap_or_else(|e| e.into_inner()).unclaim_approval(&a.id) {
+        if let Err(e) = crate::store::lock(&self.store).unclaim_approval(&a.id) {
             crate::log_error!("returning approval {} to pending: {e:#}", a.id);
         }
     }

@@ -25,7 +25,7 @@ impl Broker {
     pub(super) fn refuse(&self, code: RefusalCode, detail: &str, thread: Option<&str>, event: Option<&str>, pid: Option<i32>) {
         self.counters.refusals.fetch_add(1, Ordering::Relaxed);
         crate::log_debug!("refused {code} (pid {pid:?}, thread {thread:?}, event {event:?}): {detail}");
-        let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        let mut store = crate::store::lock(&self.store);
         if let Err(e) = store.record_refusal(code, detail, thread, event, pid.map(i64::from)) {
             crate::log_error!("recording refusal {code}: {e:#}");
         }
@@ -79,7 +79,10 @@ impl Broker {
                     return None;
                 }
                 let request = HookRequest { pid, ts_ms, payload: &payload, mac: &mac };
-                return self.hook(stream, &peer, &request, context_limit);
+                let answered = self.hook(stream, &peer, &request, context_limit);
+                // The client gives up at its deadline (500 ms from its start): how close this came.
+                crate::log_debug!("hook of pid {pid} answered {} ms after its client sent it", crate::store::now_ms() - ts_ms as i64);
+                return answered;
             }
             Request::Ack { .. } => {
                 let _ = stream.write_all(&error_frame(RefusalCode::UnexpectedAck.as_str(), "ack without a lease"));
@@ -122,15 +125,16 @@ impl Broker {
             self.wake_bound.saw_turn(&verified.thread_id, turn);
         }
         // One read says what the call has to do; an idle call does nothing more with the queue.
-        let work = self.store.lock().unwrap_or_else(|e| e.into_inner()).thread_work(&verified.thread_id).unwrap_or(ThreadWork::ALL);
+        let work = crate::store::lock(&self.store).thread_work(&verified.thread_id).unwrap_or(ThreadWork::ALL);
         // Effort changes go through the app-server on their own thread; waited for below, bounded.
         let effort = self.effort.on_hook(&verified, request.payload, work.effort);
         let (offer, settled) = if !work.handed && !work.pending {
             (Ok(Offer::Nothing), 0)
         } else {
-            let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
-            // Settle earlier hand-offs first, so inspect and the Stop guard see current states.
-            let settled = if work.handed { delivery::reconcile(&mut store, Some(&verified.thread_id)).unwrap_or(0) } else { 0 };
+            // Settle earlier hand-offs first, so inspect and the Stop guard see current states
+            // (their rollouts read without the store lock).
+            let settled = if work.handed { delivery::reconcile_shared(&self.store, Some(&verified.thread_id)).unwrap_or(0) } else { 0 };
+            let mut store = crate::store::lock(&self.store);
             let offer = delivery::offer(&mut store, &verified, context_limit, self.receipts);
             if let (Some(t), Ok(Offer::Lease { token, .. })) = (&ticket, &offer) {
                 if let Err(e) = crate::tickets::attach(&mut store, t, *token) {
@@ -167,13 +171,13 @@ impl Broker {
         &self,
         mut stream: UnixStream,
         verified: Verified,
-        token: i64,
+        token: crate::store::LeaseToken,
         output: String,
         count: usize,
         deadline: Instant,
     ) -> Option<AwaitAck> {
         self.counters.leases.fetch_add(1, Ordering::Relaxed);
-        let reply = HookReply { v: PROTOCOL_VERSION, output, lease: Some(token as u64) };
+        let reply = HookReply { v: PROTOCOL_VERSION, output, lease: Some(token.to_wire()) };
         let written = wire::write_json(&mut stream, &reply).is_ok();
         let pending = AwaitAck { stream, token, count, verified: Box::new(verified), deadline };
         if !written {
@@ -190,11 +194,11 @@ impl Broker {
         let v = &*verified;
         let acked = frame
             .and_then(|f| serde_json::from_slice::<Request>(f).ok())
-            .is_some_and(|r| matches!(r, Request::Ack { lease, .. } if lease == token as u64));
+            .is_some_and(|r| matches!(r, Request::Ack { lease, .. } if token.acked_by(lease)));
         if acked {
             failpoint::hit("after_ack_read");
         }
-        let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        let mut store = crate::store::lock(&self.store);
         if !acked {
             self.counters.unacked.fetch_add(1, Ordering::Relaxed);
             if let Err(e) = store.release(token, DeliveryReason::NotAcked) {

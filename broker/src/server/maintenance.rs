@@ -48,7 +48,7 @@ impl Broker {
     /// A lease not yet acked is never handed (its client withdraws the output), as after a crash.
     pub(super) fn stop(&self, why: &str) -> ! {
         let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
-        let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        let mut store = crate::store::lock(&self.store);
         if let Err(e) = tickets.flush(&mut store) {
             crate::log_error!("moving journaled tickets into the queue database: {e:#} (the next start replays them)");
         }
@@ -61,7 +61,7 @@ impl Broker {
     pub(super) fn maintain(&self) {
         self.tickets.lock().unwrap_or_else(|e| e.into_inner()).maintain(&self.store);
         let queued = std::mem::take(&mut *self.queued_refusals.lock().unwrap_or_else(|e| e.into_inner()));
-        let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        let mut store = crate::store::lock(&self.store);
         for (code, detail, pid) in queued {
             if let Err(e) = store.record_refusal(code, &detail, None, None, Some(i64::from(pid))) {
                 crate::log_error!("recording refusal {code}: {e:#}");
@@ -72,16 +72,20 @@ impl Broker {
             Ok(n) => crate::log_info!("expired {n} message(s) whose --ttl ran out"),
             Err(e) => crate::log_error!("expiring messages: {e:#}"),
         }
-        if let Err(e) = store.release_expired_leases().and_then(|_| delivery::reconcile(&mut store, None)) {
+        if let Err(e) = store.release_expired_leases() {
             crate::log_error!("maintenance: {e:#}");
         }
         drop(store);
+        // Every handed thread's rollout is read here: without the store lock the hooks need.
+        if let Err(e) = delivery::reconcile_shared(&self.store, None) {
+            crate::log_error!("maintenance: {e:#}");
+        }
         self.effort.maintain();
         self.producer.maintain();
     }
 
     pub(super) fn prune(&self, keep: Duration) {
-        let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        let mut store = crate::store::lock(&self.store);
         match store.prune(keep.as_millis() as i64) {
             Ok(0) => {}
             Ok(n) => crate::log_info!("pruned {n} messages older than {} days", keep.as_secs() / 86_400),

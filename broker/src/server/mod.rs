@@ -105,7 +105,7 @@ struct Broker {
 pub fn serve(opts: ServeOptions) -> Result<()> {
     let stop_signals = block_stop_signals()?;
     failpoint::init().map_err(anyhow::Error::msg)?;
-    // Reconcile runs under the store lock, on the hook path too: bound what one call reads.
+    // Reconcile runs on the hook path too: bound what one call reads from a rollout.
     delivery::set_scan_budget(delivery::SERVE_SCAN_BUDGET);
     dirs::ensure_private_dir(&opts.runtime_dir)?;
     dirs::ensure_private_dir(&opts.state_dir)?;
@@ -182,7 +182,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     let codex_home = opts.codex_home.clone();
     std::thread::Builder::new().name("wake".into()).spawn(move || {
         let waker = crate::wake::Waker::new(Arc::clone(&waking.wake_bound));
-        let signal = waking.store.lock().unwrap_or_else(|e| e.into_inner()).pending_signal();
+        let signal = crate::store::lock(&waking.store).pending_signal();
         waker.run(&signal, || {
             let b = &*waking;
             for (thread, outcome) in waker.pass(&b.store, &b.gate, &trust::TrustView(b), &codex_home) {

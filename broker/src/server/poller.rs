@@ -32,7 +32,7 @@ pub(super) const MAX_ACK_FRAME: usize = 1024;
 /// A hand-off whose client has been sent the leased output and owes its ack.
 pub(super) struct AwaitAck {
     pub(super) stream: UnixStream,
-    pub(super) token: i64,
+    pub(super) token: crate::store::LeaseToken,
     pub(super) count: usize,
     pub(super) verified: Box<Verified>,
     /// When the lease ends (`LEASE_MS` after it was taken): no ack by then -> released.

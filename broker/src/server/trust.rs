@@ -10,7 +10,7 @@ pub(super) struct TrustView<'a>(pub(super) &'a Broker);
 
 impl gate::CodexTrust for TrustView<'_> {
     fn is_trusted(&self, sha256: &str) -> bool {
-        let store = self.0.store.lock().unwrap_or_else(|e| e.into_inner());
+        let store = crate::store::lock(&self.0.store);
         store.is_trusted_codex(sha256).unwrap_or(false)
     }
     fn is_expected(&self, path: &Path, size: u64) -> bool {
@@ -18,12 +18,12 @@ impl gate::CodexTrust for TrustView<'_> {
         // at once, before the follower's next pass lists it.
         self.0.follower.is_expected(path, size)
             || size <= crate::exe::digest::MAX_HASH_BYTES && {
-                let store = self.0.store.lock().unwrap_or_else(|e| e.into_inner());
+                let store = crate::store::lock(&self.0.store);
                 store.is_trusted_codex_path(&path.to_string_lossy()).unwrap_or(false)
             }
     }
     fn known_digest(&self, key: &crate::exe::ExeKey) -> Option<String> {
-        let store = self.0.store.lock().unwrap_or_else(|e| e.into_inner());
+        let store = crate::store::lock(&self.0.store);
         store.codex_file_digest(key).ok().flatten()
     }
 }

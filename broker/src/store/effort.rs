@@ -4,7 +4,7 @@
 //! user). `applying` is a fenced claim: exactly one hook call wins it, and it is never returned
 //! to `pending` once the request may have been sent.
 
-use super::{new_message_id, next_fencing_token, now_ms, State, Store};
+use super::{new_message_id, next_fencing_token, now_ms, LeaseToken, State, Store};
 use crate::config::EffortScope;
 use anyhow::Result;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
@@ -30,7 +30,7 @@ pub(super) fn migrate(conn: &Connection) -> Result<()> {
 #[derive(Debug, Clone)]
 pub struct Claim {
     pub id: String,
-    pub token: i64,
+    pub token: LeaseToken,
     pub level: String,
     pub scope: EffortScope,
 }

@@ -2,7 +2,7 @@
 //! never offered to two), the one hand-off record every channel writes before anything of it can
 //! reach Codex, and taking a lease or a hand-off back when Codex provably got nothing.
 
-use super::{next_fencing_token, now_ms, row_to_message, Channel, Message, State, Store, MESSAGE_COLUMNS};
+use super::{next_fencing_token, now_ms, row_to_message, Channel, LeaseToken, Message, State, Store, MESSAGE_COLUMNS};
 use crate::envelope::seal::{self, SenderCheck};
 use crate::envelope::{wrapped_len, MAX_OUTPUT_BYTES};
 use crate::os::ProcessKey;
@@ -18,7 +18,7 @@ pub const MAX_REOFFERS: u32 = 3;
 /// Messages leased to one channel under one fencing token.
 #[derive(Debug)]
 pub struct Lease {
-    pub token: i64,
+    pub token: LeaseToken,
     pub messages: Vec<Message>,
 }
 
@@ -145,7 +145,7 @@ impl Store {
     /// about to send `turn/start`): its messages become `handed`, with the codex process they go
     /// to, in one fsynced transaction. Returns false when the lease is no longer live (expired,
     /// released): then nothing may be handed (a hook's client withdraws its output).
-    pub fn hand_off(&mut self, token: i64, h: &HandOff) -> Result<bool> {
+    pub fn hand_off(&mut self, token: LeaseToken, h: &HandOff) -> Result<bool> {
         let now = now_ms();
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         // Before the hand-off itself: a hand-off is never on record without the codex it went to.
@@ -177,7 +177,7 @@ impl Store {
 
     /// Takes back a hand-off that provably never reached Codex (the wake's `turn/start` was
     /// refused, or never written): its messages return to `pending` with `reason`.
-    pub fn withdraw(&mut self, token: i64, reason: impl Into<Reason>) -> Result<usize> {
+    pub fn withdraw(&mut self, token: LeaseToken, reason: impl Into<Reason>) -> Result<usize> {
         let n = self.conn.execute(
             "UPDATE messages SET state = 'pending', reason = ?2, updated_at = ?3, lease_token = NULL,
              lease_expires_at = NULL, handed_at = NULL, rollout_path = NULL, scan_offset = NULL, shown_by = NULL
@@ -189,7 +189,7 @@ impl Store {
     }
 
     /// Returns an unacknowledged lease's messages to `pending` (the client never showed them).
-    pub fn release(&mut self, token: i64, reason: impl Into<Reason>) -> Result<usize> {
+    pub fn release(&mut self, token: LeaseToken, reason: impl Into<Reason>) -> Result<usize> {
         let n = self.conn.execute(
             "UPDATE messages SET state = 'pending', lease_token = NULL, lease_expires_at = NULL,
              reason = ?2, updated_at = ?3 WHERE lease_token = ?1 AND state = 'leased'",

@@ -17,6 +17,7 @@ mod codex;
 mod effort;
 mod enqueue;
 mod handoff;
+mod lock;
 mod producer;
 mod refusals;
 #[cfg(test)]
@@ -32,8 +33,9 @@ pub use codex::{TrustHow, TrustedCodex};
 pub use effort::{Claim, Details};
 pub use enqueue::{Enqueued, NewMessage};
 pub use handoff::{HandOff, Lease, MAX_REOFFERS};
+pub use lock::{lock, Locked, SLOW_HOLD};
 pub use refusals::Refusal;
-pub use state::{Channel, Kind, State};
+pub use state::{Channel, Kind, LeaseToken, State};
 pub use ticket_log::{TicketLog, JOURNAL_NAME as TICKET_JOURNAL_NAME};
 pub use tickets::{Alarm, Taken, Ticket, TicketClaim};
 
@@ -147,7 +149,7 @@ pub struct Message {
     /// The channel and turn that took it (set when leased).
     pub event: Option<Channel>,
     pub turn_id: Option<String>,
-    pub lease: Option<i64>,
+    pub lease: Option<LeaseToken>,
     pub handed_at: Option<i64>,
     pub confirmed_at: Option<i64>,
     pub reason: Option<String>,
@@ -347,7 +349,7 @@ fn row_to_message(row: &rusqlite::Row) -> rusqlite::Result<Message> {
 
 /// The next fencing token: one counter for message leases and effort claims, so a token names
 /// exactly one claim ever.
-pub(crate) fn next_fencing_token(conn: &Connection) -> rusqlite::Result<i64> {
+pub(crate) fn next_fencing_token(conn: &Connection) -> rusqlite::Result<LeaseToken> {
     conn.query_row(
         "INSERT INTO counters (name, value) VALUES ('lease_token', 1)
          ON CONFLICT(name) DO UPDATE SET value = value + 1 RETURNING value",
@@ -440,7 +442,7 @@ impl Store {
     }
 
     /// The codex process a message's lease was handed to (see [`Store::hand_off`]).
-    pub fn codex_of(&self, lease_token: i64) -> Result<Option<(i32, u64)>> {
+    pub fn codex_of(&self, lease_token: LeaseToken) -> Result<Option<(i32, u64)>> {
         let mut stmt = self.conn.prepare_cached("SELECT codex_pid, codex_starttime FROM handed_to WHERE lease_token = ?1")?;
         Ok(stmt.query_row([lease_token], |r| Ok((r.get::<_, i32>(0)?, r.get::<_, i64>(1)? as u64))).optional()?)
     }
@@ -450,19 +452,34 @@ impl Store {
         Ok(stmt.query_row([thread, turn_id], |r| r.get(0)).optional()?.unwrap_or(0))
     }
 
-    /// Moves a handed message to its final state (`confirmed` or `uncertain`), back to `pending`
-    /// (the rollout shows Codex cut all of it out), or just advances its scan offset when `state`
-    /// is None.
     /// What this connection signals when it makes messages pending (the wake channel waits on it).
     pub fn pending_signal(&self) -> std::sync::Arc<PendingSignal> {
         std::sync::Arc::clone(&self.pending)
     }
 
-    pub fn settle(&mut self, id: &str, state: Option<State>, reason: Option<Reason>, scan_offset: u64) -> Result<bool> {
-        self.unsynced(|s| s.settle_inner(id, state, reason, scan_offset))
+    /// Moves a handed message to its final state (`confirmed` or `uncertain`), back to `pending`
+    /// (the rollout shows Codex never showed it), or just advances its scan offset when `state`
+    /// is None; only while it is still the hand-off of `lease` (the scan ran without the store
+    /// lock: the message may have been settled, offered again and handed anew since).
+    pub fn settle(
+        &mut self,
+        id: &str,
+        lease: Option<LeaseToken>,
+        state: Option<State>,
+        reason: Option<Reason>,
+        scan_offset: u64,
+    ) -> Result<bool> {
+        self.unsynced(|s| s.settle_inner(id, lease, state, reason, scan_offset))
     }
 
-    fn settle_inner(&mut self, id: &str, state: Option<State>, reason: Option<Reason>, scan_offset: u64) -> Result<bool> {
+    fn settle_inner(
+        &mut self,
+        id: &str,
+        lease: Option<LeaseToken>,
+        state: Option<State>,
+        reason: Option<Reason>,
+        scan_offset: u64,
+    ) -> Result<bool> {
         let now = now_ms();
         let reason = reason.map(Reason::as_str);
         let n = match state {
@@ -473,11 +490,11 @@ impl Store {
                     "UPDATE messages SET state = 'pending', reason = ?2, updated_at = ?3, lease_token = NULL,
                      lease_expires_at = NULL, handed_at = NULL, rollout_path = NULL, scan_offset = NULL, shown_by = NULL,
                      reoffers = reoffers + 1
-                     WHERE id = ?1 AND state = 'handed' AND reoffers < ?4",
-                    params![id, reason, now, MAX_REOFFERS],
+                     WHERE id = ?1 AND state = 'handed' AND lease_token IS ?5 AND reoffers < ?4",
+                    params![id, reason, now, MAX_REOFFERS, lease],
                 )?;
                 if n == 0 {
-                    return self.settle_inner(id, Some(State::Uncertain), Some(DeliveryReason::ReofferLimit.into()), scan_offset);
+                    return self.settle_inner(id, lease, Some(State::Uncertain), Some(DeliveryReason::ReofferLimit.into()), scan_offset);
                 }
                 self.pending.bump(n);
                 n
@@ -485,14 +502,15 @@ impl Store {
             Some(state) => self.conn.execute(
                 "UPDATE messages SET state = ?2, reason = ?3, scan_offset = ?4, updated_at = ?5,
                  confirmed_at = CASE WHEN ?2 = 'confirmed' THEN ?5 ELSE confirmed_at END
-                 WHERE id = ?1 AND state = 'handed'",
-                params![id, state, reason, scan_offset as i64, now],
+                 WHERE id = ?1 AND state = 'handed' AND lease_token IS ?6",
+                params![id, state, reason, scan_offset as i64, now, lease],
             )?,
             // Still open: where the scan stands, and the first doubt found on the way
             // (`crate::reason::Doubt`), kept until its turn closes.
             None => self.conn.execute(
-                "UPDATE messages SET scan_offset = ?2, reason = COALESCE(reason, ?3) WHERE id = ?1 AND state = 'handed'",
-                params![id, scan_offset as i64, reason],
+                "UPDATE messages SET scan_offset = ?2, reason = COALESCE(reason, ?3)
+                 WHERE id = ?1 AND state = 'handed' AND lease_token IS ?4",
+                params![id, scan_offset as i64, reason, lease],
             )?,
         };
         Ok(n > 0)

@@ -187,3 +187,53 @@ mod tests {
         }
     }
 }
+
+/// A lease's fencing token: taken from the queue's own counter (`next_fencing_token`), so no two
+/// leases ever share one, across channels and broker restarts. Every write that ends a lease names
+/// it, and a token that no longer holds the row changes nothing. The hook client echoes it in its
+/// ack (the wire's `u64`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct LeaseToken(i64);
+
+impl LeaseToken {
+    /// The token as the wire carries it (tokens count up from 1).
+    pub fn to_wire(self) -> u64 {
+        self.0 as u64
+    }
+
+    /// Whether an ack naming `lease` acknowledges this token.
+    pub fn acked_by(self, lease: u64) -> bool {
+        self.to_wire() == lease
+    }
+
+    /// A token made up by a test (production tokens come only from the queue's counter).
+    #[cfg(any(test, feature = "standin"))]
+    pub const fn for_test(n: i64) -> LeaseToken {
+        LeaseToken(n)
+    }
+
+    /// Another token `n` away (a test's stale or future token).
+    #[cfg(test)]
+    pub(crate) const fn plus(self, n: i64) -> LeaseToken {
+        LeaseToken(self.0 + n)
+    }
+}
+
+impl std::fmt::Display for LeaseToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl FromSql for LeaseToken {
+    fn column_result(v: ValueRef<'_>) -> FromSqlResult<Self> {
+        i64::column_result(v).map(LeaseToken)
+    }
+}
+
+impl ToSql for LeaseToken {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        self.0.to_sql()
+    }
+}

@@ -45,7 +45,7 @@ fn lease_is_per_thread_and_fenced() {
         "leased messages are not offered twice"
     );
     // A stale token cannot ack.
-    assert!(!s.hand_off(lease.token + 1, &handed_to("/r", 0, 1, 2)).unwrap());
+    assert!(!s.hand_off(lease.token.plus(1), &handed_to("/r", 0, 1, 2)).unwrap());
     assert!(s.hand_off(lease.token, &handed_to("/r", 10, 1, 2)).unwrap());
     assert!(!s.hand_off(lease.token, &handed_to("/r", 10, 1, 2)).unwrap(), "an ack applies once");
     let m = &s.messages(Some(T)).unwrap()[0];
@@ -63,7 +63,7 @@ fn only_lease_note_and_settle_skip_fsync() {
     assert_eq!(sync(&s), 2, "the ack after a lease must be fsynced");
     s.hand_off(lease.token, &handed_to("/r", 0, 1, 2)).unwrap();
     let id = s.messages(None).unwrap()[0].id.clone();
-    assert!(s.settle(&id, Some(State::Confirmed), None, 5).unwrap());
+    assert!(s.settle(&id, Some(lease.token), Some(State::Confirmed), None, 5).unwrap());
     assert_eq!(sync(&s), 2);
     assert!(s.lease(U, Channel::Hook(HookEvent::Stop), None, 10, 10).unwrap().is_none());
     assert_eq!(sync(&s), 2);
@@ -201,7 +201,7 @@ fn prune_forgets_only_old_final_messages() {
     let Enqueued::New(done) = s.enqueue(T, "a", None, Some("k-done"), None).unwrap() else { panic!() };
     let lease = s.lease(T, Channel::Hook(HookEvent::Stop), Some("t"), 10_000, 1000).unwrap().unwrap();
     assert!(s.hand_off(lease.token, &handed_to("/r", 0, 1, 2)).unwrap());
-    assert!(s.settle(&done, Some(State::Confirmed), None, 1).unwrap());
+    assert!(s.settle(&done, Some(lease.token), Some(State::Confirmed), None, 1).unwrap());
     let Enqueued::New(waiting) = s.enqueue(T, "b", None, None, None).unwrap() else { panic!() };
     let Enqueued::New(handed) = s.enqueue(U, "c", None, None, None).unwrap() else { panic!() };
     let lease_u = s.lease(U, Channel::Hook(HookEvent::Stop), Some("t"), 10_000, 1000).unwrap().unwrap();
@@ -389,7 +389,7 @@ fn wake_hand_off_is_never_offered_again() {
     assert_eq!(s.release_leases_of(Channel::Wake, WakeReason::Interrupted).unwrap(), 0, "a recorded hand-off is not a lease");
     assert!(!s.has_pending(T).unwrap(), "never offered again");
     assert_eq!(s.codex_of(lease.token).unwrap(), Some((1, 2)), "recorded with its codex");
-    assert_eq!(s.withdraw(lease.token + 1000, WakeReason::Refused).unwrap(), 0);
+    assert_eq!(s.withdraw(lease.token.plus(1000), WakeReason::Refused).unwrap(), 0);
     assert_eq!(s.withdraw(lease.token, WakeReason::Refused).unwrap(), 1);
     let m = &s.messages(Some(T)).unwrap()[0];
     assert_eq!((m.state, m.reason.as_deref(), m.shown_by, m.event), (State::Pending, Some("wake_refused"), None, Some(Channel::Wake)));
@@ -414,4 +414,25 @@ fn thread_work_seeks_the_thread_and_answers() {
     let lease = s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("turn"), 3000, 8000).unwrap().unwrap();
     assert!(s.hand_off(lease.token, &handed_to("/r", 10, 1, 2)).unwrap());
     assert_eq!(s.thread_work(T).unwrap(), ThreadWork { handed: true, ..none });
+}
+
+/// A settlement found for one hand-off never moves the message once it was handed anew: a
+/// scan that read the rollout without the store lock may apply what it found after the message
+/// was offered again and handed under a new lease.
+#[test]
+fn settle_is_fenced_by_the_hand_off_lease() {
+    let (mut s, _d) = store("fenced");
+    let Enqueued::New(id) = s.enqueue(T, "x", None, None, None).unwrap() else { panic!() };
+    let first = s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("t1"), 10_000, 1000).unwrap().unwrap();
+    assert!(s.hand_off(first.token, &handed_to("/r", 0, 1, 2)).unwrap());
+    assert!(s.settle(&id, Some(first.token), Some(State::Pending), Some(DeliveryReason::TurnClosedUnseen.into()), 10).unwrap());
+    let second = s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("t2"), 10_000, 1000).unwrap().unwrap();
+    assert!(s.hand_off(second.token, &handed_to("/r", 10, 1, 2)).unwrap());
+    // The first hand-off's scan, applied late: nothing moves, not even its scan offset.
+    for state in [Some(State::Pending), Some(State::Confirmed), Some(State::Uncertain), None] {
+        assert!(!s.settle(&id, Some(first.token), state, Some(DeliveryReason::TurnClosedUnseen.into()), 99).unwrap(), "{state:?}");
+    }
+    let m = s.message(&id).unwrap().unwrap();
+    assert_eq!((m.state, m.lease, m.scan_offset, m.attempts), (State::Handed, Some(second.token), Some(10), 2), "{m:?}");
+    assert!(s.settle(&id, Some(second.token), Some(State::Confirmed), None, 20).unwrap());
 }

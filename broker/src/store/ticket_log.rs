@@ -90,7 +90,7 @@ impl TicketLog {
         let taken = Taken { ticket: ticket.clone(), at: now_ms(), pid };
         let hash = self.hasher.hash_one((ticket.thread.as_str(), ticket.key.as_str()));
         if self.seen.contains_key(&hash) {
-            let mut store = store.lock().unwrap_or_else(|e| e.into_inner());
+            let mut store = crate::store::lock(store);
             self.flush(&mut store)?;
             let claim = store.claim_ticket(ticket, pid)?;
             return Ok((claim, taken));
@@ -130,7 +130,7 @@ impl TicketLog {
         let due = self.unflushed.len() >= FLUSH_EVERY
             || self.unflushed.first().is_some_and(|t| now_ms() - t.at >= FLUSH_AFTER.as_millis() as i64);
         if due {
-            let mut store = store.lock().unwrap_or_else(|e| e.into_inner());
+            let mut store = crate::store::lock(store);
             if let Err(e) = self.flush(&mut store) {
                 crate::log_error!("moving journaled tickets into the queue database: {e:#}");
             }

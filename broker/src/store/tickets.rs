@@ -1,7 +1,7 @@
 //! Used tickets and the alarms they raise (the policy is in `broker/src/tickets.rs`; which state each
 //! hook follows, in `gate/ticket.rs`).
 
-use super::{now_ms, Store};
+use super::{now_ms, LeaseToken, Store};
 use anyhow::Result;
 use codex_format::hook::HookEvent;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
@@ -88,7 +88,7 @@ impl Store {
     /// Records that the hook holding `taken` was leased `token`'s messages (its row written now
     /// if the journal still holds it: `store/ticket_log.rs`); marks them if another hook has
     /// presented the ticket meanwhile.
-    pub fn attach_ticket(&mut self, taken: &Taken, token: i64) -> Result<()> {
+    pub fn attach_ticket(&mut self, taken: &Taken, token: LeaseToken) -> Result<()> {
         self.unsynced(|s| attach_inner(&mut s.conn, taken, token))
     }
 
@@ -158,7 +158,7 @@ fn claim_inner(conn: &mut Connection, ticket: &Ticket, pid: i32) -> Result<Ticke
     Ok(TicketClaim::Used { at, pid: earlier_pid, handed })
 }
 
-fn attach_inner(conn: &mut Connection, taken: &Taken, token: i64) -> Result<()> {
+fn attach_inner(conn: &mut Connection, taken: &Taken, token: LeaseToken) -> Result<()> {
     let ticket = &taken.ticket;
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let ids: Vec<String> = {

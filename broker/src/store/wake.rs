@@ -2,7 +2,7 @@
 //! which threads have messages it may deliver, its leases a dead broker left, and the turn its
 //! `turn/start` opened.
 
-use super::{now_ms, Channel, Store};
+use super::{now_ms, Channel, LeaseToken, Store};
 use crate::reason::Reason;
 use anyhow::Result;
 use rusqlite::params;
@@ -42,7 +42,7 @@ impl Store {
     }
 
     /// Records the turn a wake's `turn/start` opened on the messages of lease `token`.
-    pub fn set_lease_turn(&mut self, token: i64, turn_id: &str) -> Result<()> {
+    pub fn set_lease_turn(&mut self, token: LeaseToken, turn_id: &str) -> Result<()> {
         self.conn.execute(
             "UPDATE messages SET turn_id = ?2 WHERE lease_token = ?1 AND state IN ('leased', 'handed')",
             params![token, turn_id],

@@ -95,7 +95,7 @@ impl Waker {
     /// One pass over every thread with messages that may be woken.
     pub fn pass(&self, store: &Mutex<Store>, gate: &Gate, trust: &dyn CodexTrust, codex_home: &Path) -> Vec<(String, Outcome)> {
         let threads = {
-            let s = store.lock().unwrap_or_else(|e| e.into_inner());
+            let s = crate::store::lock(store);
             match s.wake_candidates() {
                 Ok(t) => t,
                 Err(e) => {
@@ -160,7 +160,7 @@ impl Waker {
             return Outcome::Bounded(why, until);
         }
         let lease = {
-            let mut s = store.lock().unwrap_or_else(|e| e.into_inner());
+            let mut s = crate::store::lock(store);
             match s.lease(thread, Channel::Wake, None, WAKE_LEASE_MS, MAX_OUTPUT_BYTES) {
                 Ok(Some(l)) => l,
                 Ok(None) => return Outcome::Nothing,
@@ -207,7 +207,7 @@ fn wake_reason(why: &NoOwner) -> WakeReason {
 }
 
 fn note(store: &Mutex<Store>, thread: &str, reason: WakeReason) {
-    let mut s = store.lock().unwrap_or_else(|e| e.into_inner());
+    let mut s = crate::store::lock(store);
     if let Err(e) = s.note_deferral(thread, reason) {
         crate::log_error!("wake: noting {reason} on {thread}: {e:#}");
     }
@@ -216,7 +216,7 @@ fn note(store: &Mutex<Store>, thread: &str, reason: WakeReason) {
 /// A busy thread is left to its hooks; while it waits on a person's approval none will run:
 /// its messages say so (`broker approvals`).
 fn note_waiting_on_approval(store: &Mutex<Store>, thread: &str) {
-    let mut s = store.lock().unwrap_or_else(|e| e.into_inner());
+    let mut s = crate::store::lock(store);
     if s.thread_waits_on_approval(thread).unwrap_or(false) {
         if let Err(e) = s.note_deferral(thread, DeliveryReason::WaitingOnApproval) {
             crate::log_error!("wake: noting waiting_on_approval on {thread}: {e:#}");
@@ -300,7 +300,7 @@ impl Exchange<'_> {
         let codex = ProcessKey { pid: self.owner.pid, starttime: self.owner.starttime };
         let record =
             HandOff { shown_by: Some(crate::store::now_ms() + WAKE_LEASE_MS), ..HandOff::at(&path, self.owner.rollout_len, codex) };
-        let mut s = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = crate::store::lock(self.store);
         match s.hand_off(self.lease.token, &record) {
             Ok(true) => true,
             Ok(false) => {
@@ -316,7 +316,7 @@ impl Exchange<'_> {
 
     fn record_turn(&self, turn: &str) {
         self.bound.started(self.thread, turn);
-        let mut s = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = crate::store::lock(self.store);
         if let Err(e) = s.set_lease_turn(self.lease.token, turn) {
             crate::log_error!("wake: recording turn {turn} of lease {}: {e:#}", self.lease.token);
         }
@@ -324,7 +324,7 @@ impl Exchange<'_> {
 
     /// Codex provably got nothing: the messages go back to `pending` with `why`.
     fn give_back(&self, step: Step, why: WakeReason) -> Outcome {
-        let mut s = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = crate::store::lock(self.store);
         let done = match step {
             Step::Leased => s.release(self.lease.token, why),
             Step::Handed => s.withdraw(self.lease.token, why),
