@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it: fetch the pinned Codex (checked by SHA-256), build, test.
+# The whole test suite, as CI runs it: fetch the pinned Codex and Claude Code (checked by SHA-256),
+# build, test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The install tests verify the systemd units (systemd-analyze, systemd-socket-activate).
@@ -17,6 +18,9 @@ fi
 codex_bin=$(install/fetch-codex.sh newest | tail -n 1)
 codex_oldest=$(install/fetch-codex.sh oldest | tail -n 1)
 export COURIER_CODEX_BIN="$codex_bin" COURIER_CODEX_BIN_OLDEST="$codex_oldest"
+# The Claude Code tests (tests/tests/claude.rs) run the pinned Claude Code (install/claude.sha256).
+COURIER_CLAUDE_BIN=$(install/fetch-claude.sh newest | tail -n 1)
+export COURIER_CLAUDE_BIN
 # Tidy checks first: formatting (rustfmt.toml) and clippy, every warning an error.
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

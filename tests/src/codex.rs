@@ -292,13 +292,19 @@ impl Drop for CodexEnv {
         // The TUI's managed app-server daemon (and its `pid-update-loop` helper) outlive `daemon
         // stop` and the test; left running they hold the test run's output pipe open, and CI
         // would wait on them. Every process running an executable from this env's tree goes.
-        kill_processes_running_from(&self.root);
-        if std::env::var_os("COURIER_KEEP_TEST_DIRS").is_some() {
-            eprintln!("courier-tests: keeping {}", self.root.display());
-            return;
-        }
-        let _ = std::fs::remove_dir_all(&self.root);
+        remove_test_root(&self.root);
     }
+}
+
+/// Stop every process running an executable from a test's private `root`, then remove it, unless
+/// `COURIER_KEEP_TEST_DIRS` asks to keep it.
+pub fn remove_test_root(root: &Path) {
+    kill_processes_running_from(root);
+    if std::env::var_os("COURIER_KEEP_TEST_DIRS").is_some() {
+        eprintln!("courier-tests: keeping {}", root.display());
+        return;
+    }
+    let _ = std::fs::remove_dir_all(root);
 }
 
 /// SIGKILLs every process whose executable lies under `dir` (a deleted one's link still names it).

@@ -11,8 +11,10 @@
 pub mod appserver;
 pub mod bridge;
 pub mod broker;
+pub mod claude;
 pub mod codex;
 pub mod hooks;
+pub mod messages;
 pub mod model;
 pub mod rng;
 pub mod rollout;

@@ -1,6 +1,7 @@
 //! Small shared helpers: bounded polling, shell quoting, unique ids.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Poll `f` until it returns `Some`, at most until `timeout` elapses; panics naming `what`.
@@ -27,6 +28,28 @@ pub fn poll_until<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Opt
         }
         std::thread::sleep(step.min(deadline - now));
         step = (step * 2).min(Duration::from_millis(50));
+    }
+}
+
+/// Wait on `cond` until `f` finds what it looks for in the state behind `m`, at most `timeout`.
+/// On timeout the locked state comes back as the error, for the caller's diagnostics.
+pub fn wait_on<'a, S, T>(
+    m: &'a Mutex<S>,
+    cond: &Condvar,
+    timeout: Duration,
+    mut f: impl FnMut(&S) -> Option<T>,
+) -> Result<T, MutexGuard<'a, S>> {
+    let deadline = Instant::now() + timeout;
+    let mut g = m.lock().unwrap();
+    loop {
+        if let Some(v) = f(&g) {
+            return Ok(v);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(g);
+        }
+        g = cond.wait_timeout(g, deadline - now).unwrap().0;
     }
 }
 

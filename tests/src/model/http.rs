@@ -1,21 +1,86 @@
 //! The provider's HTTP/1.1 side: reading requests, recording and scripting them, writing replies.
+//! The plain HTTP pieces (accept loop, request reader, response writer) also serve the scripted
+//! Messages API (`crate::messages`).
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::sync::atomic::Ordering;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use super::reply::{sse_stream, Body};
 use super::{Reply, Request, Shared, MAX_HOLD};
 
-struct RawRequest {
-    method: String,
-    path: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
+/// One HTTP request as read off the wire (header names lowercased).
+pub(crate) struct RawRequest {
+    pub method: String,
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl RawRequest {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    /// The path without its query string or a trailing slash.
+    pub fn path_only(&self) -> &str {
+        self.path.split('?').next().unwrap_or("").trim_end_matches('/')
+    }
+}
+
+/// A loopback server's accept loop: it serves every connection on its own thread, each request
+/// read off a keep-alive connection going to the handler with the writing half (an `Err` closes
+/// the connection). Dropping it stops accepting.
+pub(crate) struct AcceptLoop {
+    stop: Arc<AtomicBool>,
+    pub addr: SocketAddr,
+}
+
+impl AcceptLoop {
+    /// Bind `127.0.0.1:0` and serve it with `handle`.
+    pub fn start(name: &str, handle: impl Fn(&mut TcpStream, RawRequest) -> std::io::Result<()> + Send + Sync + 'static) -> AcceptLoop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local addr");
+        let stop = Arc::new(AtomicBool::new(false));
+        let (stop2, handle, conn_name) = (stop.clone(), Arc::new(handle), format!("{name}-conn"));
+        std::thread::Builder::new()
+            .name(format!("{name}-accept"))
+            .spawn(move || {
+                for conn in listener.incoming() {
+                    if stop2.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let Ok(conn) = conn else { continue };
+                    let (stop, handle) = (stop2.clone(), handle.clone());
+                    let _ = std::thread::Builder::new().name(conn_name.clone()).spawn(move || serve(conn, &stop, &*handle));
+                }
+            })
+            .expect("spawn accept thread");
+        AcceptLoop { stop, addr }
+    }
+}
+
+impl Drop for AcceptLoop {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
+    }
+}
+
+fn serve(conn: TcpStream, stop: &AtomicBool, handle: &dyn Fn(&mut TcpStream, RawRequest) -> std::io::Result<()>) {
+    let _ = conn.set_nodelay(true);
+    let Ok(mut w) = conn.try_clone() else { return };
+    let mut r = BufReader::new(conn);
+    while let Ok(Some(req)) = read_request(&mut r) {
+        if stop.load(Ordering::SeqCst) || handle(&mut w, req).is_err() {
+            return;
+        }
+    }
 }
 
 fn read_request(r: &mut BufReader<TcpStream>) -> std::io::Result<Option<RawRequest>> {
@@ -77,7 +142,7 @@ fn read_request(r: &mut BufReader<TcpStream>) -> std::io::Result<Option<RawReque
     Ok(Some(RawRequest { method, path, headers, body }))
 }
 
-fn write_response(w: &mut TcpStream, status: u16, ctype: &str, body: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_response(w: &mut TcpStream, status: u16, ctype: &str, body: &[u8]) -> std::io::Result<()> {
     let reason = match status {
         200 => "OK",
         400 => "Bad Request",
@@ -93,22 +158,8 @@ fn write_response(w: &mut TcpStream, status: u16, ctype: &str, body: &[u8]) -> s
     w.flush()
 }
 
-pub(super) fn serve_connection(conn: TcpStream, shared: Arc<Shared>) {
-    let _ = conn.set_nodelay(true);
-    let Ok(mut w) = conn.try_clone() else { return };
-    let mut r = BufReader::new(conn);
-    while let Ok(Some(req)) = read_request(&mut r) {
-        if shared.stop.load(Ordering::SeqCst) {
-            return;
-        }
-        if handle(&mut w, req, &shared).is_err() {
-            return;
-        }
-    }
-}
-
-fn handle(w: &mut TcpStream, req: RawRequest, shared: &Arc<Shared>) -> std::io::Result<()> {
-    let path_only = req.path.split('?').next().unwrap_or("").trim_end_matches('/').to_string();
+pub(super) fn handle(w: &mut TcpStream, req: RawRequest, shared: &Arc<Shared>) -> std::io::Result<()> {
+    let path_only = req.path_only().to_string();
     if req.method == "GET" {
         shared.state.lock().unwrap().other.push((req.method.clone(), req.path.clone()));
         shared.cond.notify_all();
@@ -118,7 +169,7 @@ fn handle(w: &mut TcpStream, req: RawRequest, shared: &Arc<Shared>) -> std::io::
         }
         return write_response(w, 404, "application/json", br#"{"error":"not found"}"#);
     }
-    let enc = req.headers.iter().find(|(k, _)| k == "content-encoding").map(|(_, v)| v.to_ascii_lowercase());
+    let enc = req.header("content-encoding").map(str::to_ascii_lowercase);
     let parsed: Option<Value> = match enc.as_deref() {
         None | Some("identity") => serde_json::from_slice(&req.body).ok(),
         Some(other) => {

@@ -15,25 +15,25 @@
 //! `http.rs` (the connection side); this file is the server and its ready-made scripts.
 
 use std::collections::VecDeque;
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::util::wait_on;
 
 /// How long a held reply waits for [`Hold::release`] before the server gives up and answers
 /// anyway (so a failed test never wedges a Codex process forever).
 pub const MAX_HOLD: Duration = Duration::from_secs(90);
 
 mod hold;
-mod http;
+pub(crate) mod http;
 mod reply;
 mod request;
 
 pub use hold::Hold;
 pub use reply::Reply;
 pub use request::{item_text, Request};
-
-use http::serve_connection;
 
 type Script = Box<dyn FnMut(&Request) -> Reply + Send>;
 
@@ -42,7 +42,6 @@ struct Shared {
     cond: Condvar,
     script: Mutex<Script>,
     ids: AtomicU64,
-    stop: AtomicBool,
 }
 
 #[derive(Default)]
@@ -59,7 +58,7 @@ struct State {
 /// The scripted provider. Dropping it stops accepting connections.
 pub struct ScriptedModel {
     shared: Arc<Shared>,
-    addr: SocketAddr,
+    server: http::AcceptLoop,
 }
 
 impl ScriptedModel {
@@ -71,30 +70,15 @@ impl ScriptedModel {
 
     /// Script every reply with a closure that sees the recorded request.
     pub fn start_with(script: impl FnMut(&Request) -> Reply + Send + 'static) -> ScriptedModel {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-        let addr = listener.local_addr().unwrap();
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             cond: Condvar::new(),
             script: Mutex::new(Box::new(script)),
             ids: AtomicU64::new(0),
-            stop: AtomicBool::new(false),
         });
         let s2 = shared.clone();
-        std::thread::Builder::new()
-            .name("scripted-model-accept".into())
-            .spawn(move || {
-                for conn in listener.incoming() {
-                    if s2.stop.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    let Ok(conn) = conn else { continue };
-                    let s3 = s2.clone();
-                    let _ = std::thread::Builder::new().name("scripted-model-conn".into()).spawn(move || serve_connection(conn, s3));
-                }
-            })
-            .expect("spawn accept thread");
-        ScriptedModel { shared, addr }
+        let server = http::AcceptLoop::start("scripted-model", move |w, req| http::handle(w, req, &s2));
+        ScriptedModel { shared, server }
     }
 
     /// Reply from a queue, in order; once it is empty, answer `fallback` (e.g. `Reply::message("done")`).
@@ -110,11 +94,11 @@ impl ScriptedModel {
 
     /// `http://127.0.0.1:PORT/v1`, the provider `base_url`.
     pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.addr)
+        format!("http://{}/v1", self.server.addr)
     }
 
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.server.addr
     }
 
     /// Every `/responses` request so far, in arrival order.
@@ -174,24 +158,11 @@ impl ScriptedModel {
         self.wait_state(timeout, &format!("{n} model replies written"), |st| (st.answered >= n).then_some(()))
     }
 
-    fn wait_state<T>(&self, timeout: Duration, what: &str, mut f: impl FnMut(&State) -> Option<T>) -> T {
-        let deadline = Instant::now() + timeout;
-        let mut g = self.shared.state.lock().unwrap();
-        loop {
-            if let Some(v) = f(&g) {
-                return v;
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                let summary: Vec<String> = g.requests.iter().map(Request::summary).collect();
-                panic!(
-                    "timed out after {timeout:?} waiting for {what}; requests so far:\n  {}\nerrors: {:?}",
-                    summary.join("\n  "),
-                    g.errors
-                );
-            }
-            g = self.shared.cond.wait_timeout(g, deadline - now).unwrap().0;
-        }
+    fn wait_state<T>(&self, timeout: Duration, what: &str, f: impl FnMut(&State) -> Option<T>) -> T {
+        wait_on(&self.shared.state, &self.shared.cond, timeout, f).unwrap_or_else(|g| {
+            let summary: Vec<String> = g.requests.iter().map(Request::summary).collect();
+            panic!("timed out after {timeout:?} waiting for {what}; requests so far:\n  {}\nerrors: {:?}", summary.join("\n  "), g.errors)
+        })
     }
 
     /// Total number of `role` messages containing `needle`, summed over every recorded request.
@@ -227,14 +198,6 @@ impl ScriptedModel {
     /// All request summaries, one per line (for assertion messages).
     pub fn dump(&self) -> String {
         self.requests().iter().map(Request::summary).collect::<Vec<_>>().join("\n")
-    }
-}
-
-impl Drop for ScriptedModel {
-    fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::SeqCst);
-        // Wake the accept loop.
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
     }
 }
 

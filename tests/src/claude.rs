@@ -1,0 +1,146 @@
+//! The real Claude Code binary and a private home to run it in, offline against the scripted
+//! Messages API ([`ScriptedMessages`]).
+//!
+//! Claude Code tests run only where `COURIER_CLAUDE_BIN` names the pinned binary
+//! (`install/fetch-claude.sh`, which `install/test.sh` runs): [`claude_bin`] returns `None` when it
+//! is unset, and the test says it skipped. A set but missing path panics.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::codex::{remove_test_root, set_mode, ExecChild, ExecOutput};
+use crate::messages::ScriptedMessages;
+use crate::util::unique_token;
+
+pub const CLAUDE_VERSION: &str = "2.1.332";
+
+/// The API key the private home approves (Claude Code asks about a custom key otherwise).
+const API_KEY: &str = "sk-ant-courier-test-0123456789abcdefghij";
+
+/// Default bound for one `claude -p` run.
+pub const PRINT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The pinned Claude Code binary from `$COURIER_CLAUDE_BIN`, or `None` when it is unset (the
+/// caller skips and says so). Panics when it is set to a path that is not a file.
+pub fn claude_bin() -> Option<PathBuf> {
+    let p = PathBuf::from(std::env::var_os("COURIER_CLAUDE_BIN").filter(|v| !v.is_empty())?);
+    if !p.is_file() {
+        panic!(
+            "COURIER_CLAUDE_BIN={} does not exist. Run `install/fetch-claude.sh` and point \
+             COURIER_CLAUDE_BIN at the path it prints (or unset it to skip the Claude Code tests).",
+            p.display()
+        );
+    }
+    Some(p)
+}
+
+/// One command hook in `settings.json`: `hooks.<event>[] = {matcher, hooks: [{command}]}`.
+#[derive(Clone, Debug)]
+pub struct ClaudeHook {
+    pub event: &'static str,
+    pub matcher: &'static str,
+    pub command: String,
+}
+
+/// A private root with HOME (`~/.claude.json`, `~/.claude/settings.json`) and a work dir, wired
+/// to a scripted Messages API. Removed on drop unless `COURIER_KEEP_TEST_DIRS` is set.
+pub struct ClaudeEnv {
+    pub root: PathBuf,
+    pub home: PathBuf,
+    pub work: PathBuf,
+    pub claude: PathBuf,
+    base_url: String,
+}
+
+impl ClaudeEnv {
+    /// A fresh home for `api` with Bash allowed and no hooks; `None` when `COURIER_CLAUDE_BIN`
+    /// is unset.
+    pub fn new(api: &ScriptedMessages) -> Option<ClaudeEnv> {
+        let claude = claude_bin()?;
+        let base = std::env::var_os("COURIER_TEST_TMPDIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
+        let root = base.join(format!("courier-claude-{}", unique_token()));
+        std::fs::create_dir_all(&root).unwrap_or_else(|e| panic!("create {}: {e}", root.display()));
+        set_mode(&root, 0o700);
+        let (home, work) = (root.join("home"), root.join("work"));
+        for d in [&home.join(".claude"), &work] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let env = ClaudeEnv { root, home, work, claude, base_url: api.base_url() };
+        env.write_state();
+        env.set_hooks(&[]);
+        Some(env)
+    }
+
+    /// `~/.claude.json` answering every first-run screen (onboarding, this key, trust of the work
+    /// dir).
+    fn write_state(&self) {
+        let key_tail = &API_KEY[API_KEY.len() - 20..];
+        let state = json!({
+            "hasCompletedOnboarding": true, "lastOnboardingVersion": CLAUDE_VERSION, "theme": "dark",
+            "hasSeenAutoDefaultNudge": true,
+            "customApiKeyResponses": {"approved": [key_tail], "rejected": []},
+            "projects": {self.work.display().to_string(): {"hasTrustDialogAccepted": true}},
+        });
+        write_json(&self.home.join(".claude.json"), &state);
+    }
+
+    /// `~/.claude/settings.json` allowing Bash and registering exactly `hooks`.
+    pub fn set_hooks(&self, hooks: &[ClaudeHook]) {
+        let mut by_event = serde_json::Map::new();
+        for h in hooks {
+            let entry = json!({"matcher": h.matcher, "hooks": [{"type": "command", "command": h.command}]});
+            by_event.entry(h.event).or_insert_with(|| json!([])).as_array_mut().unwrap().push(entry);
+        }
+        let settings = json!({"permissions": {"allow": ["Bash"]}, "hooks": by_event});
+        write_json(&self.home.join(".claude/settings.json"), &settings);
+    }
+
+    /// `claude` in the work dir with only the environment it needs: the private HOME, the
+    /// scripted API, and every switch that keeps it offline (no telemetry, updates, reports).
+    pub fn command(&self) -> Command {
+        let mut c = Command::new(&self.claude);
+        c.current_dir(&self.work).env_clear();
+        c.envs([
+            ("HOME", self.home.display().to_string()),
+            ("PATH", "/usr/local/bin:/usr/bin:/bin".into()),
+            ("SHELL", "/bin/bash".into()),
+            ("ANTHROPIC_BASE_URL", self.base_url.clone()),
+            ("ANTHROPIC_API_KEY", API_KEY.into()),
+            ("DISABLE_TELEMETRY", "1".into()),
+            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
+            ("DISABLE_AUTOUPDATER", "1".into()),
+            ("DISABLE_ERROR_REPORTING", "1".into()),
+        ]);
+        c
+    }
+
+    /// `claude -p <prompt> --output-format stream-json --verbose`, bounded by [`PRINT_TIMEOUT`].
+    pub fn print(&self, prompt: &str) -> ExecOutput {
+        let mut c = self.command();
+        c.args(["-p", prompt, "--output-format", "stream-json", "--verbose"]);
+        ExecChild::spawn(c).wait(PRINT_TIMEOUT)
+    }
+}
+
+impl Drop for ClaudeEnv {
+    fn drop(&mut self) {
+        remove_test_root(&self.root);
+    }
+}
+
+fn write_json(path: &Path, v: &Value) {
+    std::fs::write(path, serde_json::to_vec_pretty(v).unwrap()).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+}
+
+/// The records of a Claude Code transcript (`~/.claude/projects/<slug>/<session>.jsonl`), one
+/// JSON value per line; a line that does not parse panics naming it.
+pub fn transcript_records(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read transcript {}: {e}", path.display()));
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("transcript line {l:?}: {e}")))
+        .collect()
+}
