@@ -207,6 +207,8 @@ fn npm_package_installs_delivers_and_upgrades_in_place() {
     let out = user.broker_ok(&["install", "--start", "profile"], false);
     let client = user.local_bin().join("hook-client");
     assert!(out.contains(&format!("installed {}", client.display())), "{out}");
+    // ~/.local/bin is not on this PATH, yet `broker` is found: the note says which one runs.
+    assert!(out.contains(&format!("note: `broker` on your PATH is {}", launcher.display())) && !out.contains("will not be found"), "{out}");
     let manifest: Value = serde_json::from_slice(&std::fs::read(user.env().state_dir.join("install-manifest.json")).unwrap()).unwrap();
     assert_eq!(manifest["package"].as_str().map(PathBuf::from), Some(user.vendor_dir()), "{manifest:#}");
     let command = broker_lib::install::hook_command(&client);
