@@ -304,15 +304,21 @@ fn cargo_install_in_the_docs_names_every_binary() {
     // test kit's (`publish = false`: never installed).
     let mut with_bins = std::collections::BTreeMap::new();
     for p in meta["packages"].as_array().unwrap().iter().filter(|p| p["publish"] != serde_json::json!([])) {
-        let bins: Vec<String> =
-            p["targets"].as_array().unwrap().iter().filter(|t| t["kind"].as_array().is_some_and(|k| k.iter().any(|k| k == "bin"))).map(|t| t["name"].as_str().unwrap().to_string()).collect();
+        let bins: Vec<String> = p["targets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["kind"].as_array().is_some_and(|k| k.iter().any(|k| k == "bin")))
+            .map(|t| t["name"].as_str().unwrap().to_string())
+            .collect();
         if !bins.is_empty() {
             let dir = Path::new(p["manifest_path"].as_str().unwrap()).parent().unwrap().file_name().unwrap().to_string_lossy().into_owned();
             with_bins.insert(p["name"].as_str().unwrap().to_string(), (dir, bins));
         }
     }
     let doc = std::fs::read_to_string(root.join("docs/install.md")).unwrap();
-    let line = |start: &str| doc.lines().find(|l| l.starts_with(start)).unwrap_or_else(|| panic!("no `{start}` in docs/install.md")).to_string();
+    let line =
+        |start: &str| doc.lines().find(|l| l.starts_with(start)).unwrap_or_else(|| panic!("no `{start}` in docs/install.md")).to_string();
     let mut git: Vec<String> = line("cargo install --locked --git").split_whitespace().skip(5).map(String::from).collect();
     git.sort();
     assert_eq!(git, with_bins.keys().cloned().collect::<Vec<_>>(), "the --git command names every package with a binary");
