@@ -13,12 +13,12 @@
 //!
 //! Env: `COURIER_BENCH_BIG_MB` (size of the big rollout, default 1024), `COURIER_BENCH_ROUNDS`.
 
+use broker::codex::hook::HookEvent;
 use broker::codex::rollout::{RolloutIdentity, RolloutTracker};
 use broker::codex::standin::{self, Standin};
 use broker::gate::{self, Gate, GateConfig, HookRequest, Peer};
 use broker::store::{Channel, HandOff, Store};
 use courier_shared::auth;
-use courier_shared::hook::HookEvent;
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;

@@ -19,6 +19,7 @@ pub mod install;
 pub mod logging;
 pub mod os;
 pub mod producer;
+pub mod reason;
 pub mod refusal;
 pub mod server;
 pub mod store;

@@ -244,7 +244,7 @@ fn doctor_cmd(args: Args) -> Result<ExitCode> {
 
 fn require_thread(thread: Option<String>) -> Result<String> {
     let thread = thread.context("--thread <UUID> is required")?;
-    if !courier_shared::rollout::is_uuid(&thread) {
+    if !courier_shared::ids::is_uuid(&thread) {
         return Err(UsageError(format!("--thread {thread:?} is not a thread id (a lowercase UUID, as in the rollout file name)")).into());
     }
     Ok(thread)

@@ -3,10 +3,10 @@
 //! again from its start on every pass. Its own test binary, so the tracking allocator and the
 //! process's read counter (`/proc/self/io` `rchar`) see only this test.
 
-use broker::delivery::{reconcile, wrap};
+use broker::codex::hook::HookEvent;
+use broker::delivery::reconcile;
 use broker::os::ProcessKey;
 use broker::store::{Channel, HandOff, Store};
-use courier_shared::hook::HookEvent;
 use std::io::Write;
 use std::time::Instant;
 
@@ -80,7 +80,7 @@ fn a_100_mib_line_is_streamed_past_and_a_partial_line_is_not_reread() {
     // The line ends; the hook message after it confirms the delivery.
     w.write_all(b"\"}}\n").unwrap();
     let m = &lease.messages[0];
-    w.write_all(hook_context(&wrap(m)).as_bytes()).unwrap();
+    w.write_all(hook_context(&m.wrapped()).as_bytes()).unwrap();
     let read0 = rchar();
     let (r, largest) = courier_shared::alloc_probe::largest_alloc(|| reconcile(&mut store, None));
     r.unwrap();

@@ -5,7 +5,7 @@
 
 #![no_main]
 
-use courier_shared::hook::{delivery_output, HookEvent, HookPayload};
+use broker::codex::hook::{delivery_output, HookEvent, HookPayload};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 

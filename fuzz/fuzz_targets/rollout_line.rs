@@ -5,15 +5,16 @@
 //! unescaping never grows text and inverts escaping; a thread id is a well-formed uuid that ends
 //! the rollout file name.
 //! Round trip on the input as message text: messages wrapped the way the broker wraps them
-//! (`courier_shared::hook::wrap_message`) yield exactly their own ids, in order:
+//! (`broker::envelope::wrap_message`) yield exactly their own ids, in order:
 //! in the wrapped text, in a hook `additionalContext` developer line, and in a Stop `<hook_prompt>`
 //! user line after Codex's XML escaping and `classify_line`'s one unescape. The same text said by
 //! the model is no delivery.
 
 #![no_main]
 
-use courier_shared::hook::wrap_message;
-use courier_shared::rollout::{classify_line, is_uuid, marker_ids, thread_id_from_path, xml_unescape, RolloutEvent, MARKER_PREFIX};
+use broker::envelope::{marker_ids, wrap_message, MARKER_PREFIX};
+use broker::codex::rollout::{classify_line, thread_id_from_path, xml_unescape, RolloutEvent};
+use courier_shared::ids::is_uuid;
 use libfuzzer_sys::fuzz_target;
 use serde_json::json;
 

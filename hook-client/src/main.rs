@@ -60,7 +60,7 @@ enum Call {
 fn parse_call(argc: libc::c_int, argv: *const *const libc::c_char) -> Call {
     // SAFETY: argv holds argc valid C strings (the C runtime's contract for main).
     let arg = |i: usize| unsafe { std::ffi::CStr::from_ptr(*argv.add(i)) }.to_string_lossy();
-    if argc == 3 && arg(1) == courier_shared::hook::CONTEXT_LIMIT_FLAG {
+    if argc == 3 && arg(1) == courier_shared::wire::CONTEXT_LIMIT_FLAG {
         if let Ok(n) = arg(2).parse::<u64>() {
             return match operator_call(1, argv) {
                 Some(code) => Call::Answered(code),

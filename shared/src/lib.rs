@@ -1,6 +1,6 @@
 //! Code shared by `hook-client` and `broker`: where things live ([`paths`]), how they talk
-//! ([`wire`]), how a request proves it comes from this login ([`auth`]), and what Codex hands a hook
-//! and writes to its rollout ([`hook`], [`rollout`]).
+//! ([`wire`]), how a request proves it comes from this login ([`auth`]), and what a thread id looks
+//! like ([`ids`]). What Codex hands a hook and writes to its rollout is the broker's Codex wing.
 //!
 //! This crate is linked into the hook-client, which Codex starts on every tool call: keep it free
 //! of heavy dependencies and of work at start-up.
@@ -8,7 +8,6 @@
 #[doc(hidden)]
 pub mod alloc_probe;
 pub mod auth;
-pub mod hook;
+pub mod ids;
 pub mod paths;
-pub mod rollout;
 pub mod wire;

@@ -10,6 +10,13 @@
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
 
+/// The hook command's flag that names its handler's `additionalContextLimit` (Codex's tokens):
+/// `hook-client --context-limit N`. hook-client passes it on, so the broker hands a hook no more
+/// than its handler lets Codex pass whole. Codex reads a session's handlers when it starts: a
+/// session started before `broker install` raised the limit still runs the old command, without
+/// the flag, and gets the default budget.
+pub const CONTEXT_LIMIT_FLAG: &str = "--context-limit";
+
 pub const PROTOCOL_VERSION: u32 = 1;
 /// Largest frame either side accepts. Hook payloads larger than [`MAX_PAYLOAD`] are not forwarded.
 pub const MAX_FRAME: usize = 4 << 20;
@@ -30,7 +37,7 @@ pub enum Request {
         /// Hex HMAC-SHA256 over (pid, ts_ms, payload) under the per-login secret.
         mac: String,
         /// The handler's `additionalContextLimit`, from the hook command's `--context-limit`
-        /// (`hook::CONTEXT_LIMIT_FLAG`); `None`: a handler without one (Codex's default).
+        /// ([`CONTEXT_LIMIT_FLAG`]); `None`: a handler without one (Codex's default).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         context_limit: Option<u64>,
     },

@@ -9,7 +9,8 @@
 
 use std::path::PathBuf;
 
-use courier_shared::rollout::{classify_line, marker_ids, RolloutEvent};
+use broker_lib::codex::rollout::{classify_line, RolloutEvent};
+use broker_lib::envelope::marker_ids;
 use courier_tests::{CodexEnv, Reply, ScriptedModel};
 use serde_json::Value;
 
@@ -85,7 +86,7 @@ fn drift(codex: PathBuf) -> Vec<String> {
         drift.push(format!("{version}: no payload names its rollout"));
         return drift;
     };
-    let thread = courier_shared::rollout::thread_id_from_path(&path.to_string_lossy()).map(str::to_string);
+    let thread = broker_lib::codex::rollout::thread_id_from_path(&path.to_string_lossy()).map(str::to_string);
     let text = std::fs::read_to_string(&path).unwrap_or_default();
     let events: Vec<RolloutEvent> = text.lines().filter_map(|l| classify_line(l.as_bytes())).collect();
     match events.first() {

@@ -33,8 +33,8 @@
 use super::native::{is_complete_elf, version_beside};
 use super::resolve::{self, Layout, Resolved};
 use super::{TrustHow, TrustedCodex};
+use crate::exe::digest::{DigestCache, MAX_HASH_BYTES};
 use crate::exe::ExeKey;
-use crate::gate::digest::{DigestCache, MAX_HASH_BYTES};
 use crate::store::{now_ms, Store};
 use anyhow::{bail, Result};
 use std::collections::HashSet;

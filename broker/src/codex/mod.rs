@@ -9,19 +9,21 @@
 //!   user's own `codex` is upgraded;
 //! - `native.rs`: what a native file is (its version, whether it is whole), read without running
 //!   it: the broker never executes a candidate binary;
-//! - `rollout/`: reading a thread's rollout (its identity, open turn, actions, hook output);
+//! - `hook.rs`: what Codex hands a command hook (the payload), the rules Courier applies per
+//!   event, and the output Codex reads back;
+//! - `rollout/`: reading a thread's rollout (its identity, open turn, actions, hook output), with
+//!   the one classifier of rollout lines (`rollout/classify.rs`);
 //! - `appserver/`: the app-server as a client (endpoints, the WebSocket client) for wake and
 //!   effort;
 //! - `standin.rs`: a stand-in Codex for tests (feature `standin`).
 //!
-//! Still outside the wing (see ARCHITECTURE.md, "Adding a host"): the hook payload types and
-//! per-event rules (`courier_shared::hook`, linked into hook-client), the full-line rollout
-//! classifier the confirmation scan uses (`courier_shared::rollout`), the gate's Codex-specific
-//! steps (`gate/binding.rs`, `gate/holder.rs`, `gate/turn.rs`, `gate/ticket.rs`), and what install
-//! writes into Codex's config (`install/hooks.rs`, `config_toml.rs`, `mcp.rs`).
+//! Still outside the wing (see ARCHITECTURE.md, "To add a host agent"): the gate's
+//! Codex-specific steps (`gate/binding.rs`, `gate/holder.rs`, `gate/turn.rs`, `gate/ticket.rs`),
+//! and what install writes into Codex's config (`install/hooks.rs`, `config_toml.rs`, `mcp.rs`).
 
 pub mod appserver;
 pub mod follow;
+pub mod hook;
 pub mod native;
 pub mod resolve;
 pub mod rollout;

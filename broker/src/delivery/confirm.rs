@@ -5,13 +5,13 @@
 //! never saw it (`unseen.rs`), else `uncertain`.
 
 use crate::codex::rollout::lines::{WholeLines, CHUNK as SCAN_CHUNK};
-use crate::delivery::render::wrap;
-use crate::delivery::unseen::{self, Doubt};
+use crate::codex::rollout::{classify_line, RolloutEvent};
+use crate::delivery::unseen;
+use crate::envelope::marker_ids;
 use crate::os::ProcessKey;
+use crate::reason::{DeliveryReason, Doubt, Reason, WakeReason};
 use crate::store::{Channel, Message, State, Store};
-use crate::wake::WakeReason;
 use anyhow::Result;
-use courier_shared::rollout::{classify_line, marker_ids, RolloutEvent};
 use std::collections::HashMap;
 use std::fs::File;
 use std::ops::ControlFlow;
@@ -46,11 +46,11 @@ pub fn reconcile(store: &mut Store, thread: Option<&str>) -> Result<usize> {
         let len = std::fs::metadata(&path).map_or(0, |m| m.len());
         for (id, mut state, mut reason, offset) in scan_rollout(&path, &messages) {
             if state.is_none() && dead.contains(&id) {
-                (state, reason) = (Some(State::Uncertain), Some("codex_exited"));
+                (state, reason) = (Some(State::Uncertain), Some(DeliveryReason::CodexExited.into()));
             }
             // Read to the end and not there: a `turn/start` that may have left was never seen.
             if state.is_none() && overdue.contains(&id) && offset >= len {
-                (state, reason) = (Some(State::Uncertain), Some(WakeReason::Unanswered.as_str()));
+                (state, reason) = (Some(State::Uncertain), Some(WakeReason::Unanswered.into()));
             }
             crate::failpoint::hit("reconcile_before_settle");
             if store.settle(&id, state, reason, offset)? && state.is_some() {
@@ -62,7 +62,7 @@ pub fn reconcile(store: &mut Store, thread: Option<&str>) -> Result<usize> {
     Ok(settled)
 }
 
-type Settlement = (String, Option<State>, Option<&'static str>, u64);
+type Settlement = (String, Option<State>, Option<Reason>, u64);
 
 /// Longest rollout line the confirmation scan looks at (whole: every byte of a message is
 /// compared). A hook message carrying Courier's output is far shorter: at most 96 KiB of text
@@ -115,12 +115,12 @@ pub(super) fn scan_rollout_within(path: &str, messages: &[Message], budget: u64)
     let start = messages.iter().map(|m| m.scan_offset.unwrap_or(0).max(0) as u64).min().unwrap_or(0);
     let all = |state, reason, offset| -> Vec<Settlement> { messages.iter().map(|m| (m.id.clone(), state, reason, offset)).collect() };
     let Ok(file) = File::open(path) else {
-        return all(Some(State::Uncertain), Some("rollout_missing"), start);
+        return all(Some(State::Uncertain), Some(DeliveryReason::RolloutMissing.into()), start);
     };
     let Ok(meta) = file.metadata() else { return Vec::new() };
     let len = meta.len();
     if len < start {
-        return all(Some(State::Uncertain), Some("rollout_rewritten"), start);
+        return all(Some(State::Uncertain), Some(DeliveryReason::RolloutRewritten.into()), start);
     }
     let born = meta.created().ok();
     let mut states = scan_states().lock().unwrap_or_else(|e| e.into_inner());
@@ -173,7 +173,7 @@ impl<'a> Scan<'a> {
         Scan { messages, open: messages.iter().map(|m| (m.id.as_str(), m)).collect(), doubts: HashMap::new(), out: Vec::new() }
     }
 
-    fn settle(&mut self, id: &str, state: Option<State>, reason: Option<&'static str>, next: u64) {
+    fn settle(&mut self, id: &str, state: Option<State>, reason: Option<Reason>, next: u64) {
         self.out.push((id.to_string(), state, reason, next));
         self.open.remove(id);
     }
@@ -189,7 +189,7 @@ impl<'a> Scan<'a> {
     /// the doubt found, which the store keeps.
     pub fn finish(mut self, boundary: u64) -> Vec<Settlement> {
         for m in self.open.values() {
-            let doubt = self.doubts.get(m.id.as_str()).map(|d| d.as_str());
+            let doubt = self.doubts.get(m.id.as_str()).map(|d| Reason::Doubt(*d));
             self.out.push((m.id.clone(), None, doubt, boundary.max(m.scan_offset.unwrap_or(0) as u64)));
         }
         self.out
@@ -205,7 +205,7 @@ fn after(m: &Message, line_start: u64) -> bool {
 /// normalised: Codex 0.160.0 records a Stop block reason's `HookPrompt` item with CR LF turned
 /// into LF (its user message keeps them); nothing else may differ.
 pub(super) fn holds_whole(text: &str, m: &Message) -> bool {
-    let wrapped = wrap(m);
+    let wrapped = m.wrapped();
     if text.contains(&wrapped) {
         return true;
     }
@@ -274,14 +274,14 @@ fn settle_hook_text(text: &str, line_start: u64, next: u64, scan: &mut Scan) {
             if holds_whole(text, m) {
                 (State::Confirmed, None)
             } else {
-                (State::Uncertain, Some("shown_truncated"))
+                (State::Uncertain, Some(DeliveryReason::ShownTruncated.into()))
             }
         } else {
             let next_missing = batch.get(i + 1).is_some_and(|n| n.lease == m.lease && !present.contains(n.id.as_str()));
             match (truncated, next_missing) {
-                (true, true) => (State::Pending, Some("cut_by_codex")),
-                (true, false) => (State::Uncertain, Some("shown_truncated")),
-                (false, _) => (State::Uncertain, Some("marker_missing")),
+                (true, true) => (State::Pending, Some(DeliveryReason::CutByCodex.into())),
+                (true, false) => (State::Uncertain, Some(DeliveryReason::ShownTruncated.into())),
+                (false, _) => (State::Uncertain, Some(DeliveryReason::MarkerMissing.into())),
             }
         };
         scan.settle(&m.id, Some(state), reason, next);
@@ -305,7 +305,8 @@ fn settle_woken(client_id: &str, text: &str, line_start: u64, next: u64, scan: &
         })
         .collect();
     for m in woken {
-        let (state, reason) = if holds_whole(text, m) { (State::Confirmed, None) } else { (State::Uncertain, Some("shown_truncated")) };
+        let (state, reason) =
+            if holds_whole(text, m) { (State::Confirmed, None) } else { (State::Uncertain, Some(DeliveryReason::ShownTruncated.into())) };
         scan.settle(&m.id, Some(state), reason, next);
     }
 }

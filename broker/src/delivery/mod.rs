@@ -14,11 +14,12 @@ mod render;
 pub mod unseen;
 
 pub use confirm::{reconcile, set_scan_budget, settle_line, Scan, SERVE_SCAN_BUDGET};
-pub use render::{receipt, render, sender_check, wrap};
+pub use render::{receipt, render};
 
 use crate::config::Receipts;
 use crate::envelope::output_budget;
 use crate::gate::Verified;
+use crate::reason::DeliveryReason;
 use crate::store::{Channel, Store};
 use anyhow::Result;
 /// How long a client has to print a lease and ack it before it returns to `pending`.
@@ -47,13 +48,13 @@ pub fn offer(store: &mut Store, v: &Verified, context_limit: Option<u64>, receip
     }
     if v.event.needs_sole_thread() && !v.sole_thread() {
         // No turn id to bind to, and the process runs other threads too: wait for a hook that has one.
-        store.note_deferral(&v.thread_id, "deferred_session_start_shared_process")?;
+        store.note_deferral(&v.thread_id, DeliveryReason::DeferredSessionStartSharedProcess)?;
         return Ok(Offer::Deferred);
     }
     if v.event.continues_turn() {
         if let Some(turn) = &v.turn_id {
             if store.stop_blocks(&v.thread_id, turn)? >= MAX_STOP_BLOCKS_PER_TURN {
-                store.note_deferral(&v.thread_id, "deferred_stop_block_limit")?;
+                store.note_deferral(&v.thread_id, DeliveryReason::DeferredStopBlockLimit)?;
                 return Ok(Offer::Deferred);
             }
         }

@@ -2,26 +2,13 @@
 //! the wrapped messages put into the event's hook output (`additionalContext`, or a Stop block
 //! reason), with a one-line receipt for the person at the screen (`systemMessage`).
 
+use crate::codex::hook::{delivery_output, HookEvent};
 use crate::config::Receipts;
-use crate::envelope::seal::SenderCheck;
-use crate::envelope::{shown_label, verified_thread, wrapped};
+use crate::envelope::shown_label;
 use crate::store::Message;
-use courier_shared::hook::{delivery_output, HookEvent};
-
-/// Wraps a message so the model can tell who sent it and which message it is ([`wrapped`]),
-/// its sender shown as the broker decided when it leased it ([`sender_check`]).
-pub fn wrap(m: &Message) -> String {
-    wrapped(&m.id, m.from.as_deref(), sender_check(m), &m.body)
-}
-
-/// How `m`'s sender is shown: as its lease decided (`seal::classify`); a row handed before
-/// senders were sealed shows as it was then (a `thread:` sender verified, any other a label).
-pub fn sender_check(m: &Message) -> SenderCheck {
-    m.sender_check.unwrap_or(if verified_thread(m.from.as_deref()).is_some() { SenderCheck::Verified } else { SenderCheck::Label })
-}
 
 pub fn render(event: HookEvent, messages: &[Message], receipts: Receipts) -> String {
-    let text = messages.iter().map(wrap).collect::<Vec<_>>().join("\n");
+    let text = messages.iter().map(Message::wrapped).collect::<Vec<_>>().join("\n");
     let line = match receipts {
         Receipts::Line => Some(receipt(messages)),
         Receipts::Off => None,
@@ -40,7 +27,7 @@ pub fn receipt(messages: &[Message]) -> String {
     let mut senders: Vec<&str> = Vec::new();
     for m in messages {
         // The sender as the model was shown it: a forged `thread:` row reads `unverified` here too.
-        let from = shown_label(m.from.as_deref(), sender_check(m));
+        let from = shown_label(m.from.as_deref(), m.shown_sender());
         if !senders.contains(&from) {
             senders.push(from);
         }

@@ -8,7 +8,7 @@
 //! again (`turn_closed_unseen`), at most [`crate::store::MAX_REOFFERS`] times. The same holds for
 //! a wake whose turn is known: a turn's user message is written as it starts.
 //!
-//! Not evidence, so `uncertain` as before (each named, a [`Doubt`]):
+//! Not evidence, so `uncertain` as before (each named, a [`Doubt`] or a [`DeliveryReason`]):
 //! - a codex that exited before its turn closed (`codex_exited`): its rollout just stops;
 //! - a turn that was aborted (`turn_aborted_without_marker`): an interrupted turn's pending
 //!   input may be carried into the next one;
@@ -21,45 +21,10 @@
 //!   never became known (`wake_unanswered`: a `turn/start` that may have left may still start
 //!   one).
 
+use crate::codex::rollout::TurnEnd;
+use crate::envelope::marker_ids;
+use crate::reason::{DeliveryReason, Doubt, Reason};
 use crate::store::{Channel, Message, State};
-use courier_shared::rollout::{marker_ids, TurnEnd};
-
-/// Why a hand-off whose turn closed without it may still have been seen. Found while its turn
-/// runs, kept (in the handed message's `reason`) until the turn closes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Doubt {
-    /// The turn was aborted, not completed.
-    Aborted,
-    /// Codex compacted the context after the hand-off.
-    Compacted,
-    /// Hook output after the hand-off that names none of Courier's messages.
-    UnaccountedHookOutput,
-    /// A line after the hand-off too long to read.
-    UnreadLine,
-}
-
-impl Doubt {
-    pub const ALL: [Doubt; 4] = [Doubt::Aborted, Doubt::Compacted, Doubt::UnaccountedHookOutput, Doubt::UnreadLine];
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Doubt::Aborted => "turn_aborted_without_marker",
-            Doubt::Compacted => "compacted_without_marker",
-            Doubt::UnaccountedHookOutput => "unaccounted_hook_output",
-            Doubt::UnreadLine => "unread_rollout_line",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Doubt> {
-        Doubt::ALL.into_iter().find(|d| d.as_str() == s)
-    }
-}
-
-/// The reason of a hand-off offered again because its turn closed without it.
-pub const UNSEEN: &str = "turn_closed_unseen";
-
-/// The reason of a hand-off whose turn closed without it and whose turn is not known.
-pub const NO_TURN: &str = "turn_closed_without_marker";
 
 /// Hook output `text` (after a hand-off, not settling any of its messages) casts doubt on the
 /// hand-offs still open when it names no Courier message: a cut one may have kept none.
@@ -69,19 +34,19 @@ pub fn doubt_of_hook_text(text: &str) -> Option<Doubt> {
 
 /// How `m`, still open, settles when turn `turn_id` closes (`end`), given what cast doubt on it
 /// so far (this scan's, or an earlier one's in its `reason`). `None`: not its turn.
-pub fn settle_at_close(m: &Message, turn_id: &str, end: TurnEnd, doubt: Option<Doubt>) -> Option<(State, &'static str)> {
+pub fn settle_at_close(m: &Message, turn_id: &str, end: TurnEnd, doubt: Option<Doubt>) -> Option<(State, Reason)> {
     // A wake whose turn is not known yet is not judged by another turn's end (a person's turn
     // may close before `turn/start` is read): its user message, or its time running out, is.
     if m.event == Some(Channel::Wake) && m.turn_id.is_none() {
         return None;
     }
-    let Some(own) = m.turn_id.as_deref() else { return Some((State::Uncertain, NO_TURN)) };
+    let Some(own) = m.turn_id.as_deref() else { return Some((State::Uncertain, DeliveryReason::TurnClosedWithoutMarker.into())) };
     if own != turn_id {
         return None;
     }
     let doubt = if end == TurnEnd::Aborted { Some(Doubt::Aborted) } else { doubt.or(m.reason.as_deref().and_then(Doubt::parse)) };
     Some(match doubt {
-        Some(d) => (State::Uncertain, d.as_str()),
-        None => (State::Pending, UNSEEN),
+        Some(d) => (State::Uncertain, d.into()),
+        None => (State::Pending, DeliveryReason::TurnClosedUnseen.into()),
     })
 }

@@ -81,7 +81,7 @@ fn runs_trusted_codex(codex: &Path, state_dir: &Path) -> Result<(), String> {
     let key = crate::exe::ExeKey::of_path(&native).map_err(|e| format!("{}: {e}", native.display()))?;
     let digest = match store.codex_file_digest(&key).ok().flatten() {
         Some(d) => d,
-        None if key.size <= crate::gate::digest::MAX_HASH_BYTES => crate::codex::sha256_file(&native).map_err(|e| format!("{e:#}"))?,
+        None if key.size <= crate::exe::digest::MAX_HASH_BYTES => crate::codex::sha256_file(&native).map_err(|e| format!("{e:#}"))?,
         None => return Err(format!("{} is too large to check", native.display())),
     };
     match store.is_trusted_codex(&digest) {

@@ -300,7 +300,7 @@ fn check_codex(codex: Option<&Path>, codex_home: &Path, state_dir: &Path) -> Vec
         let native = r.native.display();
         let via = if r.command == r.native { String::new() } else { format!(", run by {}", r.command.display()) };
         let size = std::fs::metadata(&r.native).map(|m| m.len()).unwrap_or(0);
-        if size > crate::gate::digest::MAX_HASH_BYTES {
+        if size > crate::exe::digest::MAX_HASH_BYTES {
             out.push(Check::warn(format!("{native} is {size} bytes, over what the broker hashes; not checked"), None));
             continue;
         }

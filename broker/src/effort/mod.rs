@@ -13,13 +13,13 @@
 pub mod policy;
 
 use crate::codex::appserver::{self, endpoint, Endpoint};
+use crate::codex::hook::HookEvent;
 use crate::codex::rollout::lines::WholeLines;
 use crate::config::ConfigCache;
 use crate::config::{EffortConfig, EffortScope};
 use crate::gate::Verified;
 use crate::store::{State, Store};
 use anyhow::Result;
-use courier_shared::hook::HookEvent;
 use serde_json::{json, Value};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};

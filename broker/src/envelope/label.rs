@@ -32,7 +32,7 @@ const VERIFIED_WORD: &str = "verified";
 /// The thread named by a `from` of the form `thread:<uuid>`, the form of a verified sender. Only
 /// its seal (`seal.rs`) proves it: any process of this uid can write such a row.
 pub fn verified_thread(from: Option<&str>) -> Option<&str> {
-    from?.strip_prefix(VERIFIED_PREFIX).filter(|t| courier_shared::rollout::is_uuid(t))
+    from?.strip_prefix(VERIFIED_PREFIX).filter(|t| courier_shared::ids::is_uuid(t))
 }
 
 /// Why a label was refused.
@@ -126,7 +126,7 @@ fn forbidden(c: char) -> Option<&'static str> {
         Some("a quotation mark")
     } else if c != ':' && is_colon_like(c) {
         Some("a look-alike of ':'")
-    } else if c == '<' || c == '>' || courier_shared::hook::is_lt_lookalike(c) {
+    } else if c == '<' || c == '>' || super::is_lt_lookalike(c) {
         Some("an angle bracket")
     } else {
         None

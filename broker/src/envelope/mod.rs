@@ -6,8 +6,9 @@
 
 pub mod label;
 pub mod seal;
+mod wrapper;
 
-use courier_shared::hook::{Delivery, HookEvent};
+use crate::codex::hook::{Delivery, HookEvent};
 
 /// Bytes of rendered text (wrappers, escaped bodies, labels, newlines) one hook call hands out.
 /// Codex counts a hook's `additionalContext` at ceil(bytes / 4) tokens against the handler's
@@ -41,9 +42,9 @@ pub fn output_budget(event: HookEvent, context_limit: Option<u64>) -> usize {
     }
 }
 
-pub use courier_shared::hook::wrap_message;
 pub use label::{verified_thread, VERIFIED_PREFIX};
 use seal::SenderCheck;
+pub use wrapper::{escape_attr, escape_text, is_lt_lookalike, marker_ids, wrap_message, MARKER_PREFIX};
 
 /// What the model reads as the sender of a row whose stored sender could not be shown (a
 /// `thread:` claim without a valid seal, a label the rules refuse): no label can be it, since

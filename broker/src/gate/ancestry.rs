@@ -3,7 +3,8 @@
 //! trusted: "codex". And, last of all checks, [`recheck`]: every process of that chain is still
 //! the one that was checked.
 
-use super::{digest, now_ms, CodexTrust, Gate, HookRequest, Peer, Refusal, RefusalCode, DIGEST_WAIT_MS};
+use super::{now_ms, CodexTrust, Gate, HookRequest, Peer, Refusal, RefusalCode, DIGEST_WAIT_MS};
+use crate::exe::digest;
 use crate::os;
 use std::path::Path;
 

@@ -7,10 +7,10 @@
 use super::ancestry::Member;
 use super::holder::{self, ScanFor};
 use super::{Gate, Refusal, RefusalCode};
+use crate::codex::hook::{HookEvent, HookPayload};
+use crate::codex::rollout::thread_id_from_path;
 use crate::codex::rollout::{SessionMeta, Snapshot};
 use crate::os;
-use courier_shared::hook::{HookEvent, HookPayload};
-use courier_shared::rollout::thread_id_from_path;
 use std::path::{Path, PathBuf};
 
 /// The transcript path the event names, and the thread UUID of its file name.

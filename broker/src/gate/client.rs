@@ -3,9 +3,9 @@
 //! fresh, and a hook payload of an event Courier registers.
 
 use super::{now_ms, GateConfig, HookRequest, Peer, Refusal, RefusalCode};
+use crate::codex::hook::{HookEvent, HookPayload};
 use crate::os::{self, FileKey};
 use courier_shared::auth::{self, MAX_CLOCK_SKEW_MS};
-use courier_shared::hook::{HookEvent, HookPayload};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 

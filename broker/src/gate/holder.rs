@@ -363,7 +363,7 @@ fn thread_lock_name<'a>(target: &'a Path, unlinked: bool, dir: &Path) -> Option<
         return None;
     }
     let name = path.file_name()?.as_bytes().strip_suffix(b".lock")?;
-    std::str::from_utf8(name).ok().filter(|s| courier_shared::rollout::is_uuid(s))
+    std::str::from_utf8(name).ok().filter(|s| courier_shared::ids::is_uuid(s))
 }
 
 /// What one trusted codex process holds for one thread: the thread's rollout (open for append)
@@ -394,7 +394,7 @@ pub fn held_threads(pid: i32, sessions: &Path, writer_lock_dir: &Path) -> io::Re
         }
         let Ok(target) = std::fs::read_link(&link) else { continue };
         if target.starts_with(sessions) {
-            let Some(thread) = target.to_str().and_then(courier_shared::rollout::thread_id_from_path) else { continue };
+            let Some(thread) = target.to_str().and_then(crate::codex::rollout::thread_id_from_path) else { continue };
             let thread = thread.to_string();
             let flags = read_fdinfo(pid, fd, &mut info).and_then(|()| fdinfo_flags(std::str::from_utf8(&info).ok()?));
             if flags.is_some_and(|f| writable_append(f) && cloexec(f)) {

@@ -49,7 +49,6 @@ mod ancestry;
 mod binding;
 mod caller;
 mod client;
-pub mod digest;
 pub(crate) mod holder;
 pub mod owner;
 pub mod peer;
@@ -60,17 +59,17 @@ mod tests;
 pub mod ticket;
 mod turn;
 
+use crate::codex::hook::{HookEvent, HookPayload};
 use crate::codex::rollout::RolloutTracker;
+use crate::exe::digest::DigestCache;
 pub use crate::refusal::RefusalCode;
 use courier_shared::auth::Secret;
-use courier_shared::hook::{HookEvent, HookPayload};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use ancestry::MAX_ANCESTRY;
 pub use client::installed_client_ids;
-pub use digest::DigestCache;
 pub use peer::identify;
 
 /// The connecting process, identified at accept time.

@@ -11,8 +11,9 @@
 //!
 //! The start time is read before and after: a pid reused meanwhile is refused.
 
-use super::{digest, holder, CodexTrust, Gate};
+use super::{holder, CodexTrust, Gate};
 use crate::codex::rollout::{find_rollout, RolloutIdentity};
+use crate::exe::digest;
 use crate::os;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

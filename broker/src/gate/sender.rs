@@ -142,7 +142,7 @@ impl Gate {
             Some((t, c)) => (t.to_string(), c.to_string()),
             None => (claim("CODEX_THREAD_ID")?, claim("CODEX_TOOL_CALL_ID")?),
         };
-        if !courier_shared::rollout::is_uuid(&thread) || call_id.is_empty() || call_id.contains('"') || call_id.contains('\\') {
+        if !courier_shared::ids::is_uuid(&thread) || call_id.is_empty() || call_id.contains('"') || call_id.contains('\\') {
             return Err("CODEX_THREAD_ID or CODEX_TOOL_CALL_ID is malformed".into());
         }
         let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());

@@ -20,18 +20,10 @@
 //! docs/security.md (residual risks).
 
 use super::{Refusal, Verified};
+use crate::codex::hook::HookEvent;
 use crate::codex::rollout::Actions;
 use crate::refusal::RefusalCode;
-use courier_shared::hook::HookEvent;
-
-/// The Codex action a verified hook follows, accepted at most once.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ticket {
-    pub thread: String,
-    /// `<event>:<turn>:<call id | answer offset>` (opening events: `<event>:<turn>`).
-    pub key: String,
-    pub event: HookEvent,
-}
+use crate::store::Ticket;
 
 /// The ticket of a verified hook call, `None` for events that deliver nothing (SubagentStop), or
 /// the refusal `no_ticket` when the rollout does not show the state the hook follows.

@@ -2,8 +2,8 @@
 //! has none (whether it may deliver is the caller's decision, from `Verified::sole_thread`).
 
 use super::{Refusal, RefusalCode};
+use crate::codex::hook::{HookEvent, HookPayload};
 use crate::codex::rollout::Snapshot;
-use courier_shared::hook::{HookEvent, HookPayload};
 
 /// The verified turn id (`None` only for SessionStart).
 pub(super) fn check(event: HookEvent, payload: &HookPayload, snap: &Snapshot) -> Result<Option<String>, Refusal> {

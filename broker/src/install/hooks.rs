@@ -3,7 +3,7 @@
 
 use super::{manifest::Manifest, EVENTS, HOOK_CONTEXT_LIMIT, HOOK_TIMEOUT_SECS};
 use anyhow::{Context, Result};
-use courier_shared::hook::CONTEXT_LIMIT_FLAG;
+use courier_shared::wire::CONTEXT_LIMIT_FLAG;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::fs;

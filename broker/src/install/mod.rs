@@ -26,9 +26,9 @@
 //!   (`broker stop|start|restart` and the stop mark);
 //! - `uninstall.rs`: `broker uninstall [--purge]`.
 
+use crate::codex::hook::HookEvent;
 use crate::{codex, dirs, store::Store};
 use anyhow::{bail, Context, Result};
-use courier_shared::hook::HookEvent;
 use courier_shared::paths;
 use serde_json::{json, Value};
 use std::fs;

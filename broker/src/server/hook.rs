@@ -10,6 +10,7 @@ use crate::effort;
 use crate::failpoint;
 use crate::gate::{self, HookRequest, Peer, Verified};
 use crate::os::ProcessKey;
+use crate::reason::DeliveryReason;
 use crate::refusal::RefusalCode;
 use crate::store::{HandOff, ThreadWork};
 use courier_shared::wire::{self, AckReply, HookReply, Request, PROTOCOL_VERSION};
@@ -186,7 +187,7 @@ impl Broker {
         let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
         if !acked {
             self.counters.unacked.fetch_add(1, Ordering::Relaxed);
-            if let Err(e) = store.release(token, "not_acked") {
+            if let Err(e) = store.release(token, DeliveryReason::NotAcked) {
                 crate::log_error!("releasing lease {token}: {e:#}");
             }
             return;
@@ -233,7 +234,7 @@ impl gate::CodexTrust for TrustView<'_> {
         // Asked only for a binary the digest cache has not seen; a path trusted by hand counts
         // at once, before the follower's next pass lists it.
         self.0.follower.is_expected(path, size)
-            || size <= gate::digest::MAX_HASH_BYTES && {
+            || size <= crate::exe::digest::MAX_HASH_BYTES && {
                 let store = self.0.store.lock().unwrap_or_else(|e| e.into_inner());
                 store.is_trusted_codex_path(&path.to_string_lossy()).unwrap_or(false)
             }

@@ -40,9 +40,9 @@ use crate::dirs;
 use crate::effort;
 use crate::failpoint;
 use crate::gate::{self, Gate, GateConfig};
+use crate::reason::WakeReason;
 use crate::refusal::RefusalCode;
 use crate::store::{Channel, Store, TicketLog};
-use crate::wake::WakeReason;
 use anyhow::{Context, Result};
 use listener::{block_stop_signals, raise_fd_limit};
 use poller::{worker, Handback, JobQueue, Poller};
@@ -114,7 +114,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     let released = store.release_expired_leases()?;
     // No pass of a dead broker's wake can still run, and none sent anything before its hand-off
     // record: its leases go back at once (wake/mod.rs).
-    let interrupted = store.release_leases_of(Channel::Wake, WakeReason::Interrupted.as_str())?;
+    let interrupted = store.release_leases_of(Channel::Wake, WakeReason::Interrupted)?;
     // Tickets a killed broker only journaled are in the table before any hook is answered.
     let tickets = TicketLog::open(&opts.state_dir, &mut store)?;
     let exe = std::env::current_exe().context("locating the broker executable")?;

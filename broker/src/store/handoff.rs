@@ -6,6 +6,7 @@ use super::{next_fencing_token, now_ms, row_to_message, Channel, Message, State,
 use crate::envelope::seal::{self, SenderCheck};
 use crate::envelope::{wrapped_len, MAX_OUTPUT_BYTES};
 use crate::os::ProcessKey;
+use crate::reason::{DeliveryReason, Reason};
 use anyhow::Result;
 use rusqlite::{params, TransactionBehavior};
 
@@ -13,9 +14,6 @@ use rusqlite::{params, TransactionBehavior};
 /// (`turn_closed_unseen`, `cut_by_codex`); once more leaves it `uncertain` (`reoffer_limit`): a
 /// message Codex drops every time must not loop.
 pub const MAX_REOFFERS: u32 = 3;
-
-/// The reason of a hand-off that would be offered again once more than [`MAX_REOFFERS`] allow.
-pub const REOFFER_LIMIT: &str = "reoffer_limit";
 
 /// Messages leased to one channel under one fencing token.
 #[derive(Debug)]
@@ -61,7 +59,7 @@ fn sender_checked(mut m: Message, seal: Option<String>) -> Message {
 
 impl Store {
     /// Leases the oldest pending messages of `thread` to `channel` under a new fencing token: as
-    /// many as fit, rendered (`crate::delivery::wrap`, one newline between them), in `max_bytes`.
+    /// many as fit, rendered (`envelope::wrapped`, one newline between them), in `max_bytes`.
     /// One lease for every channel, so a message is never offered to two. Expired messages are
     /// retired first and never leased; so is one that does not fit even alone (`cancelled`,
     /// `too_large_for_hook_output`: `send` refuses those, older queues may hold one). The wake
@@ -81,9 +79,9 @@ impl Store {
             let now = now_ms();
             let tx = s.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             tx.execute(
-                "UPDATE messages SET state = 'expired', reason = 'ttl_elapsed', updated_at = ?2
+                "UPDATE messages SET state = 'expired', reason = ?3, updated_at = ?2
                  WHERE thread = ?1 AND state = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?2",
-                params![thread, now],
+                params![thread, now, DeliveryReason::TtlElapsed.as_str()],
             )?;
             let candidates: Vec<Message> = {
                 let mut stmt = tx.prepare_cached(&format!(
@@ -102,9 +100,9 @@ impl Store {
                     // one that fits a larger hook waits for it, and so does every message behind it.
                     if taken.is_empty() && len > MAX_OUTPUT_BYTES {
                         tx.execute(
-                            "UPDATE messages SET state = 'cancelled', reason = 'too_large_for_hook_output', updated_at = ?2
+                            "UPDATE messages SET state = 'cancelled', reason = ?3, updated_at = ?2
                              WHERE id = ?1 AND state = 'pending'",
-                            params![m.id, now],
+                            params![m.id, now, DeliveryReason::TooLargeForHookOutput.as_str()],
                         )?;
                         continue;
                     }
@@ -179,23 +177,23 @@ impl Store {
 
     /// Takes back a hand-off that provably never reached Codex (the wake's `turn/start` was
     /// refused, or never written): its messages return to `pending` with `reason`.
-    pub fn withdraw(&mut self, token: i64, reason: &str) -> Result<usize> {
+    pub fn withdraw(&mut self, token: i64, reason: impl Into<Reason>) -> Result<usize> {
         let n = self.conn.execute(
             "UPDATE messages SET state = 'pending', reason = ?2, updated_at = ?3, lease_token = NULL,
              lease_expires_at = NULL, handed_at = NULL, rollout_path = NULL, scan_offset = NULL, shown_by = NULL
              WHERE lease_token = ?1 AND state = 'handed'",
-            params![token, reason, now_ms()],
+            params![token, reason.into().as_str(), now_ms()],
         )?;
         self.pending.bump(n);
         Ok(n)
     }
 
     /// Returns an unacknowledged lease's messages to `pending` (the client never showed them).
-    pub fn release(&mut self, token: i64, reason: &str) -> Result<usize> {
+    pub fn release(&mut self, token: i64, reason: impl Into<Reason>) -> Result<usize> {
         let n = self.conn.execute(
             "UPDATE messages SET state = 'pending', lease_token = NULL, lease_expires_at = NULL,
              reason = ?2, updated_at = ?3 WHERE lease_token = ?1 AND state = 'leased'",
-            params![token, reason, now_ms()],
+            params![token, reason.into().as_str(), now_ms()],
         )?;
         crate::failpoint::hit("after_release_commit");
         self.pending.bump(n);

@@ -34,9 +34,10 @@ pub use handoff::{HandOff, Lease, MAX_REOFFERS};
 pub use refusals::Refusal;
 pub use state::{Channel, Kind, State};
 pub use ticket_log::{TicketLog, JOURNAL_NAME as TICKET_JOURNAL_NAME};
-pub use tickets::{Alarm, Taken, TicketClaim};
+pub use tickets::{Alarm, Taken, Ticket, TicketClaim};
 
 use crate::envelope::seal::SenderCheck;
+use crate::reason::{DeliveryReason, Reason};
 use anyhow::{bail, Context, Result};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
@@ -160,6 +161,29 @@ pub struct Message {
     /// `None` until then.
     pub sender_check: Option<SenderCheck>,
 }
+
+impl Message {
+    /// The message as the model sees it: wrapped with its id and its sender, shown as the broker
+    /// decided when it leased it ([`Message::shown_sender`]).
+    pub fn wrapped(&self) -> String {
+        crate::envelope::wrapped(&self.id, self.from.as_deref(), self.shown_sender(), &self.body)
+    }
+
+    /// How its sender is shown: as its lease decided (`envelope/seal.rs`); a row handed before
+    /// senders were sealed shows as it was then (a `thread:` sender verified, any other a label).
+    pub fn shown_sender(&self) -> SenderCheck {
+        self.sender_check.unwrap_or(if crate::envelope::verified_thread(self.from.as_deref()).is_some() {
+            SenderCheck::Verified
+        } else {
+            SenderCheck::Label
+        })
+    }
+}
+
+/// [`Store::thread_work`]'s one statement: three seeks of the thread (a plan test holds it).
+pub(crate) const THREAD_WORK: &str = "SELECT EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'handed'),
+            EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = ?2),
+            EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = ?3)";
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS messages (
@@ -369,7 +393,8 @@ impl Store {
 
     /// Says on the thread's pending messages why a verified hook did not take them (shown by
     /// `inspect`). Writes only when the reason changes.
-    pub fn note_deferral(&mut self, thread: &str, reason: &str) -> Result<()> {
+    pub fn note_deferral(&mut self, thread: &str, reason: impl Into<Reason>) -> Result<()> {
+        let reason = reason.into().as_str();
         // Not fsynced: a reason is what inspect shows, and the next pass notes it again; the wake
         // channel notes hundreds of threads in one pass, and each fsync held the store's lock.
         self.unsynced(|s| {
@@ -399,11 +424,7 @@ impl Store {
     /// What a verified hook call of `thread` may have to do, in one statement (one WAL read lock,
     /// where asking each apart took four): most calls have nothing to do.
     pub fn thread_work(&self, thread: &str) -> Result<ThreadWork> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'handed'),
-                    EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = ?2),
-                    EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = ?3)",
-        )?;
+        let mut stmt = self.conn.prepare_cached(THREAD_WORK)?;
         Ok(stmt.query_row(params![thread, Kind::Message, Kind::Effort], |r| {
             Ok(ThreadWork { handed: r.get(0)?, pending: r.get(1)?, effort: r.get(2)? })
         })?)
@@ -435,12 +456,13 @@ impl Store {
         std::sync::Arc::clone(&self.pending)
     }
 
-    pub fn settle(&mut self, id: &str, state: Option<State>, reason: Option<&str>, scan_offset: u64) -> Result<bool> {
+    pub fn settle(&mut self, id: &str, state: Option<State>, reason: Option<Reason>, scan_offset: u64) -> Result<bool> {
         self.unsynced(|s| s.settle_inner(id, state, reason, scan_offset))
     }
 
-    fn settle_inner(&mut self, id: &str, state: Option<State>, reason: Option<&str>, scan_offset: u64) -> Result<bool> {
+    fn settle_inner(&mut self, id: &str, state: Option<State>, reason: Option<Reason>, scan_offset: u64) -> Result<bool> {
         let now = now_ms();
+        let reason = reason.map(Reason::as_str);
         let n = match state {
             // Handed, but the rollout proves the model never saw any of it: offered again, a
             // bounded number of times.
@@ -453,7 +475,7 @@ impl Store {
                     params![id, reason, now, MAX_REOFFERS],
                 )?;
                 if n == 0 {
-                    return self.settle_inner(id, Some(State::Uncertain), Some(handoff::REOFFER_LIMIT), scan_offset);
+                    return self.settle_inner(id, Some(State::Uncertain), Some(DeliveryReason::ReofferLimit.into()), scan_offset);
                 }
                 self.pending.bump(n);
                 n
@@ -465,7 +487,7 @@ impl Store {
                 params![id, state, reason, scan_offset as i64, now],
             )?,
             // Still open: where the scan stands, and the first doubt found on the way
-            // (`delivery::unseen::Doubt`), kept until its turn closes.
+            // (`crate::reason::Doubt`), kept until its turn closes.
             None => self.conn.execute(
                 "UPDATE messages SET scan_offset = ?2, reason = COALESCE(reason, ?3) WHERE id = ?1 AND state = 'handed'",
                 params![id, scan_offset as i64, reason],
@@ -484,9 +506,9 @@ impl Store {
             bail!("message {id} is {state}; only pending messages can be cancelled");
         }
         tx.execute(
-            "UPDATE messages SET state = 'cancelled', reason = 'cancelled_by_user', lease_token = NULL,
+            "UPDATE messages SET state = 'cancelled', reason = ?3, lease_token = NULL,
              updated_at = ?2 WHERE id = ?1 AND state IN ('pending', 'leased')",
-            params![id, now],
+            params![id, now, DeliveryReason::CancelledByUser.as_str()],
         )?;
         tx.commit()?;
         Ok(state)

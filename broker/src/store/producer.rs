@@ -3,9 +3,24 @@
 //! whose thread never appeared.
 
 use super::{now_ms, row_to_message, Message, Store, MESSAGE_COLUMNS};
+use crate::reason::DeliveryReason;
 use anyhow::Result;
 use rusqlite::{params, OptionalExtension};
 use std::collections::BTreeMap;
+
+/// Threads with pending messages with no `--ttl` queued before `?1`: one index seek per thread,
+/// not a pass over every pending message (INDEXED BY: the planner would take messages_state; a
+/// plan test holds it).
+pub(crate) const PENDING_SINCE: &str = "WITH RECURSIVE t(thread) AS (
+         SELECT MIN(thread) FROM messages INDEXED BY messages_pending_no_ttl WHERE state = 'pending' AND expires_at IS NULL
+         UNION ALL
+         SELECT (SELECT MIN(thread) FROM messages INDEXED BY messages_pending_no_ttl
+         WHERE state = 'pending' AND expires_at IS NULL AND thread > t.thread)
+         FROM t WHERE t.thread IS NOT NULL
+     )
+     SELECT thread FROM t WHERE thread IS NOT NULL
+       AND EXISTS (SELECT 1 FROM messages m INDEXED BY messages_pending_no_ttl WHERE m.thread = t.thread AND m.state = 'pending'
+           AND m.expires_at IS NULL AND m.created_at < ?1)";
 
 impl Store {
     /// The message with this id, if the queue has it.
@@ -40,20 +55,7 @@ impl Store {
 
     /// Threads with pending messages that have no `--ttl` and were queued before `cutoff`.
     pub fn threads_pending_since(&self, cutoff: i64) -> Result<Vec<String>> {
-        // One index seek per thread, not a pass over every pending message (INDEXED BY: the planner
-        // would take messages_state).
-        let mut stmt = self.conn.prepare_cached(
-            "WITH RECURSIVE t(thread) AS (
-                 SELECT MIN(thread) FROM messages INDEXED BY messages_pending_no_ttl WHERE state = 'pending' AND expires_at IS NULL
-                 UNION ALL
-                 SELECT (SELECT MIN(thread) FROM messages INDEXED BY messages_pending_no_ttl
-                         WHERE state = 'pending' AND expires_at IS NULL AND thread > t.thread)
-                 FROM t WHERE t.thread IS NOT NULL
-             )
-             SELECT thread FROM t WHERE thread IS NOT NULL
-               AND EXISTS (SELECT 1 FROM messages m INDEXED BY messages_pending_no_ttl WHERE m.thread = t.thread AND m.state = 'pending'
-                           AND m.expires_at IS NULL AND m.created_at < ?1)",
-        )?;
+        let mut stmt = self.conn.prepare_cached(PENDING_SINCE)?;
         let rows = stmt.query_map([cutoff], |r| r.get(0))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
@@ -62,9 +64,9 @@ impl Store {
     /// never appeared (`thread_never_appeared`). Returns how many.
     pub fn expire_never_appeared(&mut self, thread: &str, cutoff: i64) -> Result<usize> {
         Ok(self.conn.execute(
-            "UPDATE messages SET state = 'expired', reason = 'thread_never_appeared', updated_at = ?3
+            "UPDATE messages SET state = 'expired', reason = ?4, updated_at = ?3
              WHERE thread = ?1 AND state = 'pending' AND expires_at IS NULL AND created_at < ?2",
-            params![thread, cutoff, now_ms()],
+            params![thread, cutoff, now_ms(), DeliveryReason::ThreadNeverAppeared.as_str()],
         )?)
     }
 

@@ -5,7 +5,7 @@
 //! Context messages: `pending -> leased -> handed -> confirmed`, or `uncertain`, `expired`,
 //! `cancelled`. Effort rows: `pending -> applying -> applied | failed | uncertain`, or `cancelled`.
 
-use courier_shared::hook::HookEvent;
+use crate::codex::hook::HookEvent;
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
 use serde::Serialize;
 

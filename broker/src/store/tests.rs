@@ -1,6 +1,7 @@
 use super::*;
+use crate::codex::hook::HookEvent;
 use crate::os::ProcessKey;
-use courier_shared::hook::HookEvent;
+use crate::reason::{DeliveryReason, WakeReason};
 
 /// A hand-off record as a hook channel writes it (to codex `pid`, started at `starttime`).
 fn handed_to(path: &str, offset: u64, pid: i32, starttime: u64) -> HandOff<'_> {
@@ -73,7 +74,7 @@ fn released_lease_returns_to_pending_and_late_ack_fails() {
     let (mut s, _d) = store("release");
     s.enqueue(T, "x", None, None, None).unwrap();
     let lease = s.lease(T, Channel::Hook(HookEvent::Stop), Some("turn"), 10_000, 1000).unwrap().unwrap();
-    assert_eq!(s.release(lease.token, "no_ack").unwrap(), 1);
+    assert_eq!(s.release(lease.token, DeliveryReason::NotAcked).unwrap(), 1);
     assert!(!s.hand_off(lease.token, &handed_to("/r", 0, 1, 2)).unwrap());
     let again = s.lease(T, Channel::Hook(HookEvent::Stop), Some("turn"), 10_000, 1000).unwrap().unwrap();
     assert!(again.token > lease.token, "fencing tokens increase");
@@ -117,7 +118,7 @@ fn batch_budget_counts_the_rendered_messages() {
     for _ in 0..3 {
         s.enqueue(T, &"x".repeat(600), None, None, None).unwrap();
     }
-    let one = crate::delivery::wrap(&s.messages(Some(T)).unwrap()[0]).len();
+    let one = s.messages(Some(T)).unwrap()[0].wrapped().len();
     assert!(one > 600, "the wrapper counts");
     let lease = s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("t"), 1000, 2 * one).unwrap().unwrap();
     assert_eq!(lease.messages.len(), 1, "two need a newline between them: {} bytes", 2 * one + 1);
@@ -187,7 +188,7 @@ fn deferral_reason_is_noted_on_pending_and_cleared_by_a_lease() {
     let (mut s, _d) = store("defer");
     s.enqueue(T, "x", None, None, None).unwrap();
     s.enqueue(U, "y", None, None, None).unwrap();
-    s.note_deferral(T, "deferred_stop_block_limit").unwrap();
+    s.note_deferral(T, DeliveryReason::DeferredStopBlockLimit).unwrap();
     assert_eq!(s.messages(Some(T)).unwrap()[0].reason.as_deref(), Some("deferred_stop_block_limit"));
     assert_eq!(s.messages(Some(U)).unwrap()[0].reason, None, "only the hook's own thread");
     s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("t"), 1000, 1000).unwrap().unwrap();
@@ -264,23 +265,19 @@ fn periodic_passes_seek_pending_indexes() {
         let rows = st.query_map([], |r| r.get::<_, String>(3)).unwrap();
         rows.map(|r| r.unwrap()).collect::<Vec<_>>().join("; ")
     };
-    let expire_sql = include_str!("upkeep.rs");
-    let expire_sql = expire_sql.split("\"UPDATE messages INDEXED BY").nth(1).unwrap().split("\",\n").next().unwrap();
-    let expire = plan(&format!("UPDATE messages INDEXED BY{}", expire_sql.replace("?1", "5")));
+    let bind = |sql: &str| (1..=9).rev().fold(sql.to_string(), |q, i| q.replace(&format!("?{i}"), "5"));
+    let expire = plan(&bind(upkeep::EXPIRE_DUE));
     assert!(expire.contains("messages_pending_expiry") && !expire.contains("SCAN messages"), "{expire}");
-    let wake_sql = include_str!("wake.rs");
-    let wake_sql = wake_sql.split("prepare_cached(\n            \"").nth(1).unwrap().split("\",\n").next().unwrap();
-    let wake = plan(wake_sql);
+    let wake = plan(wake::WAKE_CANDIDATES);
     assert!(wake.contains("messages_wake_candidates") && !wake.contains("SCAN messages"), "{wake}");
-    let sweep_sql = include_str!("producer.rs");
-    let sweep_sql = sweep_sql.split("WITH RECURSIVE").nth(1).unwrap().split("\",\n").next().unwrap();
-    let sweep = plan(&format!("WITH RECURSIVE{}", sweep_sql.replace("?1", "5")));
+    let sweep = plan(&bind(producer::PENDING_SINCE));
     assert!(sweep.contains("messages_pending_no_ttl") && !sweep.contains("SCAN messages"), "{sweep}");
-    // Every statement that names a lease token seeks it (a delivering hook call runs several).
+    // Every statement that names a lease token seeks it (a delivering hook call runs several):
+    // read from the sources, so a new one is held to it too.
     let sources = [include_str!("mod.rs"), include_str!("tickets.rs"), include_str!("wake.rs"), include_str!("effort.rs")].concat();
     let mut by_token = 0;
     for stmt in sources.split('"').filter(|s| s.contains("lease_token = ?") && (s.starts_with("SELECT") || s.starts_with("UPDATE"))) {
-        let sql = (1..=9).rev().fold(stmt.to_string(), |q, i| q.replace(&format!("?{i}"), "5"));
+        let sql = bind(stmt);
         let p = plan(&sql);
         assert!(!p.contains("SCAN messages"), "{sql}: {p}");
         by_token += 1;
@@ -381,7 +378,7 @@ fn wake_hand_off_is_never_offered_again() {
     assert_eq!(lease.messages.iter().map(|m| m.body.as_str()).collect::<Vec<_>>(), ["wake me"]);
     assert!(s.lease(T, Channel::Wake, None, 30_000, 8000).unwrap().is_none());
     let hook = s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("t"), 30_000, 8000).unwrap().unwrap();
-    assert_eq!(s.release_leases_of(Channel::Wake, "wake_interrupted").unwrap(), 1);
+    assert_eq!(s.release_leases_of(Channel::Wake, WakeReason::Interrupted).unwrap(), 1);
     let m = s.messages(Some(T)).unwrap();
     assert_eq!((m[0].state, m[0].reason.as_deref(), m[1].state), (State::Pending, Some("wake_interrupted"), State::Leased));
     assert_eq!(m[1].lease, Some(hook.token), "a hook's lease is left to its client");
@@ -389,11 +386,11 @@ fn wake_hand_off_is_never_offered_again() {
     let lease = s.lease(T, Channel::Wake, None, 30_000, 8000).unwrap().unwrap();
     let record = HandOff { shown_by: Some(now_ms() + 30_000), ..handed_to("/r", 5, 1, 2) };
     assert!(s.hand_off(lease.token, &record).unwrap());
-    assert_eq!(s.release_leases_of(Channel::Wake, "x").unwrap(), 0, "a recorded hand-off is not a lease");
+    assert_eq!(s.release_leases_of(Channel::Wake, WakeReason::Interrupted).unwrap(), 0, "a recorded hand-off is not a lease");
     assert!(!s.has_pending(T).unwrap(), "never offered again");
     assert_eq!(s.codex_of(lease.token).unwrap(), Some((1, 2)), "recorded with its codex");
-    assert_eq!(s.withdraw(lease.token + 1000, "wake_refused").unwrap(), 0);
-    assert_eq!(s.withdraw(lease.token, "wake_refused").unwrap(), 1);
+    assert_eq!(s.withdraw(lease.token + 1000, WakeReason::Refused).unwrap(), 0);
+    assert_eq!(s.withdraw(lease.token, WakeReason::Refused).unwrap(), 1);
     let m = &s.messages(Some(T)).unwrap()[0];
     assert_eq!((m.state, m.reason.as_deref(), m.shown_by, m.event), (State::Pending, Some("wake_refused"), None, Some(Channel::Wake)));
 }
@@ -403,11 +400,7 @@ fn wake_hand_off_is_never_offered_again() {
 #[test]
 fn thread_work_seeks_the_thread_and_answers() {
     let (mut s, _d) = store("work");
-    let sql =
-        include_str!("mod.rs").split("\"SELECT EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'handed'),").nth(1).unwrap();
-    let sql =
-        format!("SELECT EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'handed'),{}", sql.split("\",\n").next().unwrap());
-    let sql = sql.replace("?1", "'T'").replace("?2", "'message'").replace("?3", "'effort'");
+    let sql = THREAD_WORK.replace("?1", "'T'").replace("?2", "'message'").replace("?3", "'effort'");
     let mut st = s.conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
     let plan: Vec<String> = st.query_map([], |r| r.get::<_, String>(3)).unwrap().map(|r| r.unwrap()).collect();
     drop(st);

@@ -16,10 +16,10 @@
 //! ([`Store::claim_ticket`], exactly the earlier path), after a flush.
 
 use super::tickets::{Taken, TICKET_KEEP_MS};
+use super::Ticket;
 use super::{now_ms, Store, TicketClaim};
-use crate::gate::ticket::Ticket;
+use crate::codex::hook::HookEvent;
 use anyhow::{Context, Result};
-use courier_shared::hook::HookEvent;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};

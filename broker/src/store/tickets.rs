@@ -2,10 +2,19 @@
 //! hook follows, in `gate/ticket.rs`).
 
 use super::{now_ms, Store};
-use crate::gate::ticket::Ticket;
+use crate::codex::hook::HookEvent;
 use anyhow::Result;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
+
+/// The Codex action a verified hook follows, accepted at most once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ticket {
+    pub thread: String,
+    /// `<event>:<turn>:<call id | answer offset>` (opening events: `<event>:<turn>`).
+    pub key: String,
+    pub event: HookEvent,
+}
 
 /// Creates the tables (called by `Store::open`).
 pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
@@ -199,7 +208,6 @@ pub(super) fn prune(tx: &rusqlite::Transaction, alarm_cutoff: i64) -> rusqlite::
 mod tests {
     use super::*;
     use crate::store::Channel;
-    use courier_shared::hook::HookEvent;
 
     fn store() -> (Store, std::path::PathBuf) {
         let dir = std::env::temp_dir().join(format!("courier-tickets-{}-{}", std::process::id(), rand::random::<u32>()));

@@ -2,7 +2,14 @@
 //! whose time is up, and forgetting what no longer matters.
 
 use super::{now_ms, Store};
+use crate::reason::DeliveryReason;
 use anyhow::Result;
+use rusqlite::params;
+
+/// Expires every pending message whose `--ttl` ran out. INDEXED BY: the planner would take
+/// messages_state and visit every pending message (a plan test holds it).
+pub(crate) const EXPIRE_DUE: &str = "UPDATE messages INDEXED BY messages_pending_expiry SET state = 'expired', reason = ?2, updated_at = ?1
+     WHERE state = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?1";
 
 impl Store {
     /// Forgets what no longer matters: messages in a final state not touched for `retention_ms`
@@ -31,12 +38,7 @@ impl Store {
     /// message expires on time whether or not a hook of its thread ever fires). Returns how many.
     pub fn expire_due(&mut self) -> Result<usize> {
         let now = now_ms();
-        Ok(self.conn.execute(
-            // INDEXED BY: the planner would take messages_state and visit every pending message.
-            "UPDATE messages INDEXED BY messages_pending_expiry SET state = 'expired', reason = 'ttl_elapsed', updated_at = ?1
-             WHERE state = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?1",
-            [now],
-        )?)
+        Ok(self.conn.execute(EXPIRE_DUE, params![now, DeliveryReason::TtlElapsed.as_str()])?)
     }
 
     /// Releases every lease whose time is up (after a broker crash, or a client that vanished).
@@ -44,8 +46,8 @@ impl Store {
         let now = now_ms();
         let n = self.conn.execute(
             "UPDATE messages SET state = 'pending', lease_token = NULL, lease_expires_at = NULL,
-             reason = 'lease_expired', updated_at = ?1 WHERE state = 'leased' AND lease_expires_at <= ?1",
-            [now],
+             reason = ?2, updated_at = ?1 WHERE state = 'leased' AND lease_expires_at <= ?1",
+            params![now, DeliveryReason::LeaseExpired.as_str()],
         )?;
         self.pending.bump(n);
         Ok(n)

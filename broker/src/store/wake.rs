@@ -3,18 +3,32 @@
 //! `turn/start` opened.
 
 use super::{now_ms, Channel, Store};
+use crate::reason::Reason;
 use anyhow::Result;
 use rusqlite::params;
+
+/// Threads with messages the wake channel may deliver: one index seek per thread, not a pass
+/// over every pending message (INDEXED BY: the planner would take messages_state; a plan test
+/// holds it).
+pub(crate) const WAKE_CANDIDATES: &str = "WITH RECURSIVE t(thread) AS (
+         SELECT MIN(thread) FROM messages INDEXED BY messages_wake_candidates
+         WHERE state = 'pending' AND kind = 'message' AND wake != 'never'
+         UNION ALL
+         SELECT (SELECT MIN(thread) FROM messages INDEXED BY messages_wake_candidates
+         WHERE state = 'pending' AND kind = 'message' AND wake != 'never' AND thread > t.thread)
+         FROM t WHERE t.thread IS NOT NULL
+     )
+     SELECT thread FROM t WHERE thread IS NOT NULL LIMIT 256";
 
 impl Store {
     /// Returns every lease of `channel` to `pending` at once, live or not: at start-up, for the
     /// wake channel, whose leases only a dead broker's pass can hold. A wake sends nothing before
     /// its hand-off record, so a message still `leased` never reached Codex.
-    pub fn release_leases_of(&mut self, channel: Channel, reason: &str) -> Result<usize> {
+    pub fn release_leases_of(&mut self, channel: Channel, reason: impl Into<Reason>) -> Result<usize> {
         let n = self.conn.execute(
             "UPDATE messages SET state = 'pending', lease_token = NULL, lease_expires_at = NULL,
              reason = ?2, updated_at = ?3 WHERE state = 'leased' AND event = ?1",
-            params![channel, reason, now_ms()],
+            params![channel, reason.into().as_str(), now_ms()],
         )?;
         self.pending.bump(n);
         Ok(n)
@@ -22,19 +36,7 @@ impl Store {
 
     /// Threads with messages the wake channel may deliver (pending, `--wake auto`).
     pub fn wake_candidates(&self) -> Result<Vec<String>> {
-        // One index seek per thread, not a pass over every pending message (INDEXED BY: the planner
-        // would take messages_state).
-        let mut stmt = self.conn.prepare_cached(
-            "WITH RECURSIVE t(thread) AS (
-                 SELECT MIN(thread) FROM messages INDEXED BY messages_wake_candidates
-                 WHERE state = 'pending' AND kind = 'message' AND wake != 'never'
-                 UNION ALL
-                 SELECT (SELECT MIN(thread) FROM messages INDEXED BY messages_wake_candidates
-                         WHERE state = 'pending' AND kind = 'message' AND wake != 'never' AND thread > t.thread)
-                 FROM t WHERE t.thread IS NOT NULL
-             )
-             SELECT thread FROM t WHERE thread IS NOT NULL LIMIT 256",
-        )?;
+        let mut stmt = self.conn.prepare_cached(WAKE_CANDIDATES)?;
         let rows = stmt.query_map([], |r| r.get(0))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }

@@ -17,8 +17,8 @@
 //! max_in_a_row = 5     # wakes of one thread with no other turn in between
 //! ```
 
-use super::WakeReason;
 use crate::config::WakeConfig;
+use crate::reason::WakeReason;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

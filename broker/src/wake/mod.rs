@@ -38,13 +38,11 @@
 //! to the database by another process while no broker ran).
 
 mod bound;
-mod reason;
 
+pub use crate::reason::WakeReason;
 pub use bound::Bound;
-pub use reason::WakeReason;
 
 use crate::codex::appserver::{self, endpoint, Endpoint};
-use crate::delivery;
 use crate::envelope::MAX_OUTPUT_BYTES;
 use crate::gate::owner::{NoOwner, Owner};
 use crate::gate::{CodexTrust, Gate};
@@ -176,9 +174,9 @@ impl Waker {
 fn idle_owner(gate: &Gate, trust: &dyn CodexTrust, codex_home: &Path, thread: &str) -> Result<(Owner, Vec<Endpoint>), Outcome> {
     let owner = gate.thread_owner(thread, trust).map_err(|why| {
         if let NoOwner::Untrusted(d) | NoOwner::NotProven(d) = &why {
-            crate::log_debug!("wake {thread}: {}: {d}", WakeReason::from(&why));
+            crate::log_debug!("wake {thread}: {}: {d}", wake_reason(&why));
         }
-        Outcome::NotWoken(WakeReason::from(&why))
+        Outcome::NotWoken(wake_reason(&why))
     })?;
     if owner.open_turn.is_some() {
         return Err(Outcome::Busy);
@@ -194,9 +192,18 @@ fn idle_owner(gate: &Gate, trust: &dyn CodexTrust, codex_home: &Path, thread: &s
     Ok((owner, endpoints))
 }
 
+/// Why a thread whose owner could not be proven is not woken.
+fn wake_reason(why: &NoOwner) -> WakeReason {
+    match why {
+        NoOwner::NotLoaded => WakeReason::ThreadNotLoaded,
+        NoOwner::Untrusted(_) => WakeReason::OwnerUntrusted,
+        NoOwner::NotProven(_) => WakeReason::OwnerNotProven,
+    }
+}
+
 fn note(store: &Mutex<Store>, thread: &str, reason: WakeReason) {
     let mut s = store.lock().unwrap_or_else(|e| e.into_inner());
-    if let Err(e) = s.note_deferral(thread, reason.as_str()) {
+    if let Err(e) = s.note_deferral(thread, reason) {
         crate::log_error!("wake: noting {reason} on {thread}: {e:#}");
     }
 }
@@ -227,7 +234,7 @@ impl Exchange<'_> {
             return self.give_back(Step::Leased, WakeReason::Unreachable);
         }
         crate::failpoint::hit("wake_before_turn_start");
-        let text = self.lease.messages.iter().map(delivery::wrap).collect::<Vec<_>>().join("\n");
+        let text = self.lease.messages.iter().map(crate::store::Message::wrapped).collect::<Vec<_>>().join("\n");
         let client_id = &self.lease.messages[0].id;
         let params = json!({
             "threadId": thread,
@@ -303,8 +310,8 @@ impl Exchange<'_> {
     fn give_back(&self, step: Step, why: WakeReason) -> Outcome {
         let mut s = self.store.lock().unwrap_or_else(|e| e.into_inner());
         let done = match step {
-            Step::Leased => s.release(self.lease.token, why.as_str()),
-            Step::Handed => s.withdraw(self.lease.token, why.as_str()),
+            Step::Leased => s.release(self.lease.token, why),
+            Step::Handed => s.withdraw(self.lease.token, why),
         };
         if let Err(e) = done {
             crate::log_error!("wake: giving back lease {}: {e:#}", self.lease.token);

@@ -46,7 +46,7 @@ pub fn rollouts_newest_first(sessions: &Path) -> impl Iterator<Item = PathBuf> {
 
 /// The Unix ms a UUIDv7 was made at (its first 48 bits), if it is one.
 pub fn uuid_v7_ms(id: &str) -> Option<i64> {
-    if !courier_shared::rollout::is_uuid(id) || id.as_bytes().get(14) != Some(&b'7') {
+    if !courier_shared::ids::is_uuid(id) || id.as_bytes().get(14) != Some(&b'7') {
         return None;
     }
     let hex: String = id[..13].chars().filter(|c| *c != '-').collect();
@@ -78,7 +78,7 @@ fn rollout_in(dir: &Path, thread: &str) -> Option<PathBuf> {
 /// The rollout of `thread` under `$CODEX_HOME/sessions`, if any: first in the day directories
 /// its UUIDv7 time names (the day before and after too, for time zones), then anywhere there.
 pub fn find_rollout(codex_home: &Path, thread: &str) -> Option<PathBuf> {
-    if !courier_shared::rollout::is_uuid(thread) {
+    if !courier_shared::ids::is_uuid(thread) {
         return None;
     }
     let sessions = codex_home.join("sessions");
@@ -93,6 +93,17 @@ pub fn find_rollout(codex_home: &Path, thread: &str) -> Option<PathBuf> {
     }
     let suffix = format!("-{thread}.jsonl");
     rollouts_newest_first(&sessions).find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(&suffix)))
+}
+
+/// The thread id a rollout file name ends with: `rollout-<timestamp>-<uuid>.jsonl`.
+pub fn thread_id_from_path(path: &str) -> Option<&str> {
+    let name = path.rsplit('/').next()?.strip_suffix(".jsonl")?;
+    if !name.starts_with("rollout-") || name.len() < 36 {
+        return None;
+    }
+    // `get`, not indexing: the cut may fall inside a multi-byte character (then it is no uuid).
+    let id = name.get(name.len() - 36..)?;
+    courier_shared::ids::is_uuid(id).then_some(id)
 }
 
 #[cfg(test)]

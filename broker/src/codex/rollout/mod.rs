@@ -40,12 +40,14 @@
 
 mod classify;
 mod find;
+#[cfg(test)]
+mod line_tests;
 pub mod lines;
 mod state;
 mod turn;
 
-pub use classify::{classify, Rec};
-pub use find::{find_rollout, rollouts_newest_first, uuid_v7_ms};
+pub use classify::{classify, classify_line, xml_unescape, Rec, RolloutEvent, TurnEnd};
+pub use find::{find_rollout, rollouts_newest_first, thread_id_from_path, uuid_v7_ms};
 pub use turn::{Actions, MAX_OPEN_CALLS};
 
 use state::State;

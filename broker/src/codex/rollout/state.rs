@@ -2,10 +2,10 @@
 //! sight of a large one, backwards from its end (see the module docs of `rollout`).
 
 use super::classify::{classify, kinds, Rec};
+use super::classify::{classify_line, RolloutEvent};
 use super::lines::{first_line, memrchr_newline, read_exact_at_retry, FirstLine, LineCursor, Seg, CHUNK};
 use super::turn::{Actions, Turn};
 use super::{RolloutIdentity, SessionMeta, HEAD_KEEP, MAX_BACKSCAN, TAIL_KEEP};
-use courier_shared::rollout::{classify_line, RolloutEvent};
 use std::fs::File;
 use std::io;
 use std::ops::ControlFlow;

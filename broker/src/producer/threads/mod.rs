@@ -23,8 +23,8 @@ pub use facts::{one_line, SessionInfo};
 pub use tree::{order, render_table};
 
 use crate::codex::rollout::{RolloutIdentity, RolloutTracker};
+use crate::exe::digest::{DigestCache, Lookup};
 use crate::exe::ExeKey;
-use crate::gate::digest::{DigestCache, Lookup};
 use crate::gate::holder;
 use crate::os;
 use crate::store::Store;
@@ -188,7 +188,7 @@ pub struct Lister {
     facts: Mutex<HashMap<(u64, u64), RolloutFacts>>,
     /// Whether a codex executable not hashed yet may be hashed while the caller waits (the
     /// broker: only binaries it expects to be Codex; the CLI: any, it is the caller's time).
-    expected: Box<crate::gate::digest::SharedExpected>,
+    expected: Box<crate::exe::digest::SharedExpected>,
     digest_wait: Duration,
 }
 
@@ -196,7 +196,7 @@ impl Lister {
     pub fn new(
         codex_home: PathBuf,
         digests: DigestCache,
-        expected: Box<crate::gate::digest::SharedExpected>,
+        expected: Box<crate::exe::digest::SharedExpected>,
         digest_wait: Duration,
     ) -> Lister {
         Lister { codex_home, tracker: RolloutTracker::new(), digests, facts: Mutex::new(HashMap::new()), expected, digest_wait }
@@ -353,7 +353,7 @@ impl Lister {
                 if ended >= limit {
                     break;
                 }
-                let Some(id) = path.to_str().and_then(courier_shared::rollout::thread_id_from_path) else { continue };
+                let Some(id) = path.to_str().and_then(crate::codex::rollout::thread_id_from_path) else { continue };
                 if live.contains(id) {
                     continue;
                 }

@@ -2,6 +2,8 @@
 //! digest and its use) and its SHA-256. Below the gate, the store and the Codex wing, which all
 //! key trusted binaries by them.
 
+pub mod digest;
+
 use sha2::{Digest, Sha256};
 use std::fs::File;
 use std::io::{self, Read};
