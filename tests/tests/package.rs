@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use codex_format::hook::HookEvent;
 use courier_tests::broker::{run_bounded, target_bin_dir};
 use courier_tests::codex::ExecChild;
 use courier_tests::model::exec_held_per_session;
@@ -229,7 +230,7 @@ fn npm_package_installs_delivers_and_upgrades_in_place() {
     assert_eq!(manifest["package"].as_str().map(PathBuf::from), Some(user.vendor_dir()), "{manifest:#}");
     let command = broker_lib::install::hook_command(&client);
     let trusted = |env: &CodexEnv| statuses(env).into_values().filter(|(c, s)| *c == command && s == "trusted").count();
-    assert_eq!(trusted(user.env()), 6, "{:#?}", statuses(user.env()));
+    assert_eq!(trusted(user.env()), HookEvent::REGISTERED.len(), "{:#?}", statuses(user.env()));
     let pid = user.rig.wait_running();
     assert_eq!(pid_exe(pid), user.local_bin().join("broker"), "the broker started is the installed native copy");
     let first = user.deliver_one(&model, &hold, "NPM_FIRST", false);
@@ -249,7 +250,7 @@ fn npm_package_installs_delivers_and_upgrades_in_place() {
         assert!(ours == packaged && ours.ends_with(b"courier upgrade\n"), "{b} is not the upgraded package's");
     }
     assert_eq!(user.rig.snapshot(&files), before, "the upgrade changed hooks.json or config.toml:\n{out}");
-    assert_eq!(trusted(user.env()), 6, "{:#?}", statuses(user.env()));
+    assert_eq!(trusted(user.env()), HookEvent::REGISTERED.len(), "{:#?}", statuses(user.env()));
     let hint = user.broker(&["--version"], false);
     assert!(!text(&hint.stderr).contains("broker install"), "{}", text(&hint.stderr));
     let pid = user.rig.wait_running();
