@@ -23,7 +23,53 @@
 use anyhow::{bail, Result};
 use serde::Deserialize;
 
-pub const LEVELS: [&str; 6] = ["none", "minimal", "low", "medium", "high", "xhigh"];
+/// A reasoning-effort level, as Codex names them (`--effort`, `turn/settings/update`).
+#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum EffortLevel {
+    None,
+    Minimal,
+    Low,
+    Medium,
+    High,
+    Xhigh,
+}
+
+impl EffortLevel {
+    pub const ALL: [EffortLevel; 6] =
+        [EffortLevel::None, EffortLevel::Minimal, EffortLevel::Low, EffortLevel::Medium, EffortLevel::High, EffortLevel::Xhigh];
+
+    /// The level as Codex, the queue and the command line spell it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            EffortLevel::None => "none",
+            EffortLevel::Minimal => "minimal",
+            EffortLevel::Low => "low",
+            EffortLevel::Medium => "medium",
+            EffortLevel::High => "high",
+            EffortLevel::Xhigh => "xhigh",
+        }
+    }
+
+    /// A level by name, or an error that lists them.
+    pub fn parse(s: &str) -> Result<EffortLevel> {
+        match EffortLevel::ALL.into_iter().find(|l| l.as_str() == s) {
+            Some(l) => Ok(l),
+            None => bail!("effort {s:?} is not one of {}", names(&EffortLevel::ALL)),
+        }
+    }
+}
+
+impl std::fmt::Display for EffortLevel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `low, medium, high`.
+fn names(levels: &[EffortLevel]) -> String {
+    levels.iter().map(|l| l.as_str()).collect::<Vec<_>>().join(", ")
+}
 
 /// How an effort change applies: to the thread's current turn (`turn/settings/update`, needs a
 /// hook with a turn), or to the thread from now on (`thread/settings/update`).
@@ -57,7 +103,7 @@ impl EffortScope {
 #[serde(deny_unknown_fields)]
 pub struct EffortConfig {
     #[serde(default = "all_levels")]
-    pub allow: Vec<String>,
+    pub allow: Vec<EffortLevel>,
     #[serde(default = "default_deadline")]
     pub deadline_ms: u64,
     #[serde(default)]
@@ -84,11 +130,11 @@ pub struct Rule {
     pub after_failures: Option<u32>,
     #[serde(default)]
     pub after_successes: Option<u32>,
-    pub set: String,
+    pub set: EffortLevel,
 }
 
-fn all_levels() -> Vec<String> {
-    LEVELS.iter().map(|s| s.to_string()).collect()
+fn all_levels() -> Vec<EffortLevel> {
+    EffortLevel::ALL.to_vec()
 }
 
 fn default_deadline() -> u64 {
@@ -103,11 +149,6 @@ impl Default for EffortConfig {
 
 impl EffortConfig {
     pub(crate) fn validate(&self) -> Result<()> {
-        for l in &self.allow {
-            if !LEVELS.contains(&l.as_str()) {
-                bail!("[effort] allow: {l:?} is not one of {}", LEVELS.join(", "));
-            }
-        }
         if !(100..=60_000).contains(&self.deadline_ms) {
             bail!("[effort] deadline_ms must be between 100 and 60000");
         }
@@ -123,15 +164,13 @@ impl EffortConfig {
         Ok(())
     }
 
-    /// Checks a requested level against the allowlist, with an error that says what is allowed.
-    pub fn check_level(&self, level: &str) -> Result<()> {
-        if !LEVELS.contains(&level) {
-            bail!("effort {level:?} is not one of {}", LEVELS.join(", "));
+    /// A requested level, checked against the allowlist, with an error that says what is allowed.
+    pub fn check_level(&self, level: &str) -> Result<EffortLevel> {
+        let parsed = EffortLevel::parse(level)?;
+        if !self.allow.contains(&parsed) {
+            bail!("effort {level:?} is not allowed by the config ([effort] allow = [{}])", names(&self.allow));
         }
-        if !self.allow.iter().any(|a| a == level) {
-            bail!("effort {level:?} is not allowed by the config ([effort] allow = [{}])", self.allow.join(", "));
-        }
-        Ok(())
+        Ok(parsed)
     }
 
     pub fn policy_scope(&self) -> EffortScope {

@@ -8,7 +8,7 @@ mod effort;
 mod wake;
 
 use anyhow::{bail, Context, Result};
-pub use effort::{EffortConfig, EffortScope, Policy, Rule, LEVELS};
+pub use effort::{EffortConfig, EffortLevel, EffortScope, Policy, Rule};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -197,7 +197,7 @@ mod tests {
         let (c, w) =
             parse("# mine\nhook_clients = [\"/opt/courier/hook-client\"]\nlog_level = \"debug\"\nlogg = 1\n[effort]\nallow = [\"low\"]\n")
                 .unwrap();
-        assert_eq!(c.effort.allow, ["low"]);
+        assert_eq!(c.effort.allow, [crate::config::EffortLevel::Low]);
         assert_eq!(c.hook_clients, [PathBuf::from("/opt/courier/hook-client")]);
         assert_eq!(c.log_level.as_deref(), Some("debug"));
         assert_eq!(c.receipts, Receipts::Line, "on by default");

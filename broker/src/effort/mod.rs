@@ -15,7 +15,7 @@ pub mod policy;
 use crate::codex::appserver::{self, endpoint, Endpoint};
 use crate::codex::rollout::lines::WholeLines;
 use crate::config::ConfigCache;
-use crate::config::{EffortConfig, EffortScope};
+use crate::config::{EffortConfig, EffortLevel, EffortScope};
 use crate::gate::Verified;
 use crate::store::{State, Store};
 use anyhow::Result;
@@ -121,7 +121,7 @@ impl Service {
             });
             let _ = tx.send(());
             if let Some((id, level, offset)) = confirm {
-                me.confirm_thread_scope(&id, &job.rollout, offset, &level);
+                me.confirm_thread_scope(&id, &job.rollout, offset, level);
             }
         });
         match spawned {
@@ -131,12 +131,12 @@ impl Service {
     }
 
     /// Returns a thread-scope change to look for in the rollout: (id, level, offset).
-    fn run(&self, job: &Job, cfg: &EffortConfig) -> Result<Option<(String, String, u64)>> {
+    fn run(&self, job: &Job, cfg: &EffortConfig) -> Result<Option<(String, EffortLevel, u64)>> {
         if let Some((tool, raw)) = &job.tool {
             if let Some(code) = policy::exit_code(raw, &job.rollout, job.rollout_len) {
                 let mut store = self.store();
                 if let Some(level) = policy::evaluate(cfg, &store, &job.thread, tool, code == 0)? {
-                    let (id, _) = store.effort_enqueue(&job.thread, &level, cfg.policy_scope(), "policy")?;
+                    let (id, _) = store.effort_enqueue(&job.thread, level, cfg.policy_scope(), "policy")?;
                     crate::log_info!("effort policy: {tool} exit {code} in {} -> {level} ({id})", job.thread);
                 }
             }
@@ -190,7 +190,7 @@ impl Service {
     }
 
     /// Watches the rollout (bounded) for `thread_settings_applied` carrying `level`.
-    fn confirm_thread_scope(&self, id: &str, rollout: &Path, offset: u64, level: &str) {
+    fn confirm_thread_scope(&self, id: &str, rollout: &Path, offset: u64, level: EffortLevel) {
         let end = Instant::now() + CONFIRM_WAIT;
         let mut pos = offset;
         loop {
@@ -219,12 +219,12 @@ impl Service {
 
 /// Looks from `from` for a complete line recording `level` as the thread's effort; returns
 /// whether found and the offset scanned to.
-fn scan_for_effort(path: &Path, from: u64, level: &str) -> (bool, u64) {
+fn scan_for_effort(path: &Path, from: u64, level: EffortLevel) -> (bool, u64) {
     let Ok(f) = std::fs::File::open(path) else { return (false, from) };
     let mut lines = WholeLines::at(from, MAX_EFFORT_LINE);
     let mut found = false;
     let _ = lines.read(&f, u64::MAX, |line, _, _| {
-        found = line.and_then(effort_record).as_deref() == Some(level);
+        found = line.and_then(effort_record).as_deref() == Some(level.as_str());
         if found {
             ControlFlow::Break(())
         } else {
@@ -265,9 +265,9 @@ fn apply(endpoints: &[Endpoint], job: &Job, claim: &crate::store::Claim, deadlin
         return Outcome::NotSent("deadline_before_send".into());
     }
     let (method, params) = if claim.scope == EffortScope::Thread {
-        ("thread/settings/update", json!({"threadId": job.thread, "effort": claim.level}))
+        ("thread/settings/update", json!({"threadId": job.thread, "effort": claim.level.as_str()}))
     } else {
-        ("turn/settings/update", json!({"threadId": job.thread, "turnId": job.turn_id, "effort": claim.level}))
+        ("turn/settings/update", json!({"threadId": job.thread, "turnId": job.turn_id, "effort": claim.level.as_str()}))
     };
     // From here on the request may have reached Codex: never NotSent.
     let answer = ws.send_request(method, params).and_then(|id| ws.wait_response(id));
@@ -308,7 +308,7 @@ pub fn enqueue(
     scope: EffortScope,
     from: &str,
 ) -> Result<(String, Vec<String>)> {
-    cfg.check_level(level)?;
+    let level = cfg.check_level(level)?;
     store.effort_enqueue(thread, level, scope, from)
 }
 
@@ -508,7 +508,7 @@ mod exchange_tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let mut store = Store::open(&dir).unwrap();
-        let (id, _) = store.effort_enqueue(THREAD, "high", EffortScope::Turn, "t").unwrap();
+        let (id, _) = store.effort_enqueue(THREAD, EffortLevel::High, EffortScope::Turn, "t").unwrap();
         let c = store.effort_claim(THREAD, "PreToolUse", Some("t1"), ("/r", 0), "x").unwrap().unwrap();
         assert!(store.effort_claim(THREAD, "PostToolUse", Some("t1"), ("/r", 0), "x").unwrap().is_none());
         let stale = crate::store::Claim { token: c.token.plus(-1), ..c.clone() };
@@ -531,10 +531,10 @@ mod exchange_tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let mut store = Store::open(&dir).unwrap();
-        store.effort_enqueue(THREAD, "high", EffortScope::Turn, "t").unwrap();
+        store.effort_enqueue(THREAD, EffortLevel::High, EffortScope::Turn, "t").unwrap();
         assert!(store.effort_claim(THREAD, "SessionStart", None, ("/r", 0), "x").unwrap().is_none());
         assert_eq!(store.messages(None).unwrap()[0].reason.as_deref(), Some("waiting_for_turn"));
-        store.effort_enqueue(THREAD, "low", EffortScope::Thread, "t").unwrap();
+        store.effort_enqueue(THREAD, EffortLevel::Low, EffortScope::Thread, "t").unwrap();
         assert!(store.effort_claim(THREAD, "SessionStart", None, ("/r", 0), "x").unwrap().is_some());
         drop(store);
         std::fs::remove_dir_all(dir).unwrap();

@@ -1,7 +1,7 @@
 //! The effort policy: declarative rules over PostToolUse outcomes (see config.rs). A rule's
 //! change is queued like `broker effort` and only counts as adopted once Codex reports it applied.
 
-use crate::config::EffortConfig;
+use crate::config::{EffortConfig, EffortLevel};
 use crate::store::Store;
 use anyhow::Result;
 use serde_json::Value;
@@ -48,7 +48,7 @@ pub fn exit_code(raw_payload: &str, rollout: &Path, verified_len: u64) -> Option
 }
 
 /// Records one outcome of `tool` and returns the level a rule wants queued, if any.
-pub fn evaluate(cfg: &EffortConfig, store: &Store, thread: &str, tool: &str, success: bool) -> Result<Option<String>> {
+pub fn evaluate(cfg: &EffortConfig, store: &Store, thread: &str, tool: &str, success: bool) -> Result<Option<EffortLevel>> {
     if !cfg.policy.enabled || !cfg.policy.rules.iter().any(|r| r.tool == tool) {
         return Ok(None);
     }
@@ -69,10 +69,10 @@ pub fn evaluate(cfg: &EffortConfig, store: &Store, thread: &str, tool: &str, suc
             return Ok(None);
         }
         let current = in_flight.or(adopted);
-        if current.as_deref() == Some(rule.set.as_str()) {
+        if current == Some(rule.set) {
             return Ok(None);
         }
-        return Ok(Some(rule.set.clone()));
+        return Ok(Some(rule.set));
     }
     Ok(None)
 }
@@ -114,13 +114,13 @@ mod tests {
         assert_eq!(evaluate(&c, &s, T, "Bash", true).unwrap(), None, "nothing to set back yet");
         assert_eq!(evaluate(&c, &s, T, "Bash", false).unwrap(), None, "one failure is not two");
         assert_eq!(evaluate(&c, &s, T, "apply_patch", false).unwrap(), None, "other tools have no rule");
-        assert_eq!(evaluate(&c, &s, T, "Bash", false).unwrap().as_deref(), Some("high"));
-        s.effort_enqueue(T, "high", crate::config::EffortScope::Turn, "policy").unwrap();
+        assert_eq!(evaluate(&c, &s, T, "Bash", false).unwrap(), Some(EffortLevel::High));
+        s.effort_enqueue(T, EffortLevel::High, crate::config::EffortScope::Turn, "policy").unwrap();
         assert_eq!(evaluate(&c, &s, T, "Bash", false).unwrap(), None, "high is already on its way");
         apply_newest(&mut s);
-        assert_eq!(s.effort_adopted(T).unwrap().as_deref(), Some("high"));
+        assert_eq!(s.effort_adopted(T).unwrap(), Some(EffortLevel::High));
         assert_eq!(evaluate(&c, &s, T, "Bash", false).unwrap(), None, "high is in effect");
-        assert_eq!(evaluate(&c, &s, T, "Bash", true).unwrap().as_deref(), Some("medium"));
+        assert_eq!(evaluate(&c, &s, T, "Bash", true).unwrap(), Some(EffortLevel::Medium));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! to `pending` once the request may have been sent.
 
 use super::{new_message_id, next_fencing_token, now_ms, LeaseToken, State, Store};
-use crate::config::EffortScope;
+use crate::config::{EffortLevel, EffortScope};
 use anyhow::Result;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use std::collections::HashMap;
@@ -31,7 +31,7 @@ pub(super) fn migrate(conn: &Connection) -> Result<()> {
 pub struct Claim {
     pub id: String,
     pub token: LeaseToken,
-    pub level: String,
+    pub level: EffortLevel,
     pub scope: EffortScope,
 }
 
@@ -41,7 +41,7 @@ pub type Details = HashMap<String, (Option<String>, Option<String>)>;
 impl Store {
     /// Queues `level` for `thread`; older unapplied requests of the thread become `cancelled`
     /// (`superseded`). Returns the new id and the ids it superseded.
-    pub fn effort_enqueue(&mut self, thread: &str, level: &str, scope: EffortScope, from: &str) -> Result<(String, Vec<String>)> {
+    pub fn effort_enqueue(&mut self, thread: &str, level: EffortLevel, scope: EffortScope, from: &str) -> Result<(String, Vec<String>)> {
         let now = now_ms();
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let superseded: Vec<String> = tx
@@ -57,7 +57,7 @@ impl Store {
         tx.execute(
             "INSERT INTO messages (id, thread, kind, body, sender, state, created_at, updated_at, scope)
              VALUES (?1, ?2, 'effort', ?3, ?4, 'pending', ?5, ?5, ?6)",
-            params![id, thread, level, from, now, scope.as_str()],
+            params![id, thread, level.as_str(), from, now, scope.as_str()],
         )?;
         tx.commit()?;
         Ok((id, superseded))
@@ -102,6 +102,12 @@ impl Store {
             )
             .optional()?;
         let Some((id, level, scope)) = row else {
+            return Ok(None);
+        };
+        // Only `effort_enqueue` writes these rows; a body that is no level is not applied.
+        let Ok(level) = EffortLevel::parse(&level) else {
+            tx.execute("UPDATE messages SET state = 'cancelled', reason = 'not_allowed', updated_at = ?2 WHERE id = ?1", params![id, now])?;
+            tx.commit()?;
             return Ok(None);
         };
         // A row written before scopes existed is a turn change; an unknown scope is read as one
@@ -174,29 +180,31 @@ impl Store {
     }
 
     /// The effort Codex last reported applied for `thread` (what the policy has adopted).
-    pub fn effort_adopted(&self, thread: &str) -> Result<Option<String>> {
+    pub fn effort_adopted(&self, thread: &str) -> Result<Option<EffortLevel>> {
         Ok(self
             .conn
             .query_row(
                 "SELECT body FROM messages WHERE thread = ?1 AND kind = 'effort' AND state = 'applied'
                  ORDER BY updated_at DESC, seq DESC LIMIT 1",
                 [thread],
-                |r| r.get(0),
+                |r| r.get::<_, String>(0),
             )
-            .optional()?)
+            .optional()?
+            .and_then(|l| EffortLevel::parse(&l).ok()))
     }
 
     /// The newest request of `thread` not settled yet.
-    pub fn effort_in_flight(&self, thread: &str) -> Result<Option<String>> {
+    pub fn effort_in_flight(&self, thread: &str) -> Result<Option<EffortLevel>> {
         Ok(self
             .conn
             .query_row(
                 "SELECT body FROM messages WHERE thread = ?1 AND kind = 'effort' AND state IN ('pending', 'applying')
                  ORDER BY seq DESC LIMIT 1",
                 [thread],
-                |r| r.get(0),
+                |r| r.get::<_, String>(0),
             )
-            .optional()?)
+            .optional()?
+            .and_then(|l| EffortLevel::parse(&l).ok()))
     }
 
     /// Updates the consecutive-outcome streaks of `tool` in `thread`; returns (failures, successes).
