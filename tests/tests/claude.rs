@@ -309,3 +309,68 @@ fn a_model_command_can_borrow_bashs_stdin_socketpair_and_look_like_a_hook() {
     assert_eq!(model.fds[1], model.fds[2], "{:?}", model.fds);
     assert_ne!(hook.fds[1], hook.fds[2], "{:?}", hook.fds);
 }
+
+/// The pids holding the client end of a TCP connection to 127.0.0.1 from `client_port` to
+/// `server_port` (`/proc/net/tcp` for the socket inode, then every `/proc/<pid>/fd`).
+fn tcp_client_holders(client_port: u16, server_port: u16) -> Vec<u32> {
+    let (local, remote) = (format!("0100007F:{client_port:04X}"), format!("0100007F:{server_port:04X}"));
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let Some(inode) = table
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|t| t.len() > 9 && t[1] == local && t[2] == remote)
+        .map(|t| t[9].to_string())
+    else {
+        return vec![];
+    };
+    let want = format!("socket:[{inode}]");
+    let mut pids = Vec::new();
+    for proc_dir in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = proc_dir.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let fds = std::fs::read_dir(proc_dir.path().join("fd")).into_iter().flatten().flatten();
+        if fds.filter_map(|fd| std::fs::read_link(fd.path()).ok()).any(|l| l.to_string_lossy() == want) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// An HTTP hook is claude speaking for itself: the TCP connection that carries the PostToolUse
+/// payload is held by the claude process alone (no shell, no child a model command could stand
+/// in for), and the JSON answer reaches the model as a command hook's stdout would.
+#[test]
+fn an_http_hooks_connection_is_held_by_claude_alone_and_its_answer_reaches_the_model() {
+    let context = marker("HTTP_HOOK_CONTEXT");
+    let api = ScriptedMessages::start_with(move |r| match r.tool_results().is_empty() {
+        true => Turn::bash("echo hi"),
+        false => Turn::text("done"),
+    });
+    // (holder pids, body) per hook request, taken while claude waits for the answer.
+    let seen: std::sync::Arc<std::sync::Mutex<Vec<(Vec<u32>, Value)>>> = Default::default();
+    let (log, answer) = (seen.clone(), json!({"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": context}}));
+    let server = courier_tests::model::http::AcceptLoop::start("http-hook", move |w, req| {
+        let (client, server) = (w.peer_addr()?.port(), w.local_addr()?.port());
+        let body = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
+        log.lock().unwrap().push((tcp_client_holders(client, server), body));
+        courier_tests::model::http::write_response(w, 200, "application/json", answer.to_string().as_bytes())
+    });
+    let Some(env) = ClaudeEnv::new(&api) else {
+        eprintln!("skipped: COURIER_CLAUDE_BIN is unset (install/fetch-claude.sh prints the path; install/test.sh sets it)");
+        return;
+    };
+    let url = format!("http://{}/hook", server.addr);
+    env.set_hook_entries(&[("PostToolUse", "Bash", json!({"type": "http", "url": url}))]);
+    let child = env.spawn_print("run the command");
+    let claude = child.pid();
+    let out = child.wait(courier_tests::claude::PRINT_TIMEOUT);
+    assert!(out.status.success(), "claude -p failed: {:?}\n{}\n{}", out.status, out.stderr, api.dump());
+
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "one PostToolUse POST: {seen:?}");
+    let (holders, body) = &seen[0];
+    assert_eq!(holders, &vec![claude], "the hook connection is held by claude {claude} alone");
+    assert_eq!(str_field(body, "hook_event_name"), "PostToolUse", "{body}");
+    let after = api.wait_for(Duration::from_secs(5), "a request with the tool result", |r| !r.tool_results().is_empty());
+    let want = format!("PostToolUse:Bash hook additional context: {context}");
+    assert_eq!(after.texts("system").iter().filter(|t| t.contains(&want)).count(), 1, "{}", after.body);
+}
