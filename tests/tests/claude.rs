@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use courier_tests::claude::{transcript_records, ClaudeEnv, ClaudeHook};
 use courier_tests::messages::{ScriptedMessages, Turn};
+use courier_tests::model::http::{write_response, AcceptLoop};
 use courier_tests::util::{marker, shell_quote, str_field};
 use serde_json::{json, Value};
 
@@ -335,41 +336,58 @@ fn tcp_client_holders(client_port: u16, server_port: u16) -> Vec<u32> {
     pids
 }
 
-/// An HTTP hook is claude speaking for itself: the TCP connection that carries the PostToolUse
-/// payload is held by the claude process alone (no shell, no child a model command could stand
-/// in for), and the JSON answer reaches the model as a command hook's stdout would.
+/// An HTTP hook is claude speaking for itself: the TCP connection that carries the payload is
+/// held by the claude process alone (no shell, no child a model command could stand in for), and
+/// the JSON answer to PostToolUse reaches the model as a command hook's stdout would. SessionStart
+/// takes no HTTP hook (registered, never called; a command hook for it runs), so a gate built on
+/// HTTP hooks first hears of a session at its first UserPromptSubmit.
 #[test]
 fn an_http_hooks_connection_is_held_by_claude_alone_and_its_answer_reaches_the_model() {
     let context = marker("HTTP_HOOK_CONTEXT");
+    let answer_context = context.clone();
     let api = ScriptedMessages::start_with(move |r| match r.tool_results().is_empty() {
         true => Turn::bash("echo hi"),
         false => Turn::text("done"),
     });
     // (holder pids, body) per hook request, taken while claude waits for the answer.
     let seen: std::sync::Arc<std::sync::Mutex<Vec<(Vec<u32>, Value)>>> = Default::default();
-    let (log, answer) = (seen.clone(), json!({"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": context}}));
-    let server = courier_tests::model::http::AcceptLoop::start("http-hook", move |w, req| {
+    let log = seen.clone();
+    let server = AcceptLoop::start("http-hook", move |w, req| {
         let (client, server) = (w.peer_addr()?.port(), w.local_addr()?.port());
-        let body = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
+        let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
+        let answer = match str_field(&body, "hook_event_name") {
+            "PostToolUse" => json!({"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": answer_context}}),
+            _ => json!({}),
+        };
         log.lock().unwrap().push((tcp_client_holders(client, server), body));
-        courier_tests::model::http::write_response(w, 200, "application/json", answer.to_string().as_bytes())
+        write_response(w, 200, "application/json", answer.to_string().as_bytes())
     });
     let Some(env) = ClaudeEnv::new(&api) else {
         eprintln!("skipped: COURIER_CLAUDE_BIN is unset (install/fetch-claude.sh prints the path; install/test.sh sets it)");
         return;
     };
-    let url = format!("http://{}/hook", server.addr);
-    env.set_hook_entries(&[("PostToolUse", "Bash", json!({"type": "http", "url": url}))]);
+    let http = json!({"type": "http", "url": format!("http://{}/hook", server.addr)});
+    let session_start = env.root.join("session-start.json");
+    let command = json!({"type": "command", "command": format!("cat > {}", shell_quote(&session_start.display().to_string()))});
+    env.set_hook_entries(&[
+        ("SessionStart", "", http.clone()),
+        ("SessionStart", "", command),
+        ("UserPromptSubmit", "", http.clone()),
+        ("PostToolUse", "Bash", http),
+    ]);
     let child = env.spawn_print("run the command");
     let claude = child.pid();
     let out = child.wait(courier_tests::claude::PRINT_TIMEOUT);
     assert!(out.status.success(), "claude -p failed: {:?}\n{}\n{}", out.status, out.stderr, api.dump());
 
     let seen = seen.lock().unwrap().clone();
-    assert_eq!(seen.len(), 1, "one PostToolUse POST: {seen:?}");
-    let (holders, body) = &seen[0];
-    assert_eq!(holders, &vec![claude], "the hook connection is held by claude {claude} alone");
-    assert_eq!(str_field(body, "hook_event_name"), "PostToolUse", "{body}");
+    let events: Vec<&str> = seen.iter().map(|(_, b)| str_field(b, "hook_event_name")).collect();
+    assert_eq!(events, ["UserPromptSubmit", "PostToolUse"], "{seen:?}");
+    for (holders, body) in &seen {
+        assert_eq!(holders, &vec![claude], "the connection carrying {body} is held by claude {claude} alone");
+    }
+    let started = std::fs::read_to_string(&session_start).expect("the SessionStart command hook ran");
+    assert!(started.contains("\"SessionStart\""), "{started}");
     let after = api.wait_for(Duration::from_secs(5), "a request with the tool result", |r| !r.tool_results().is_empty());
     let want = format!("PostToolUse:Bash hook additional context: {context}");
     assert_eq!(after.texts("system").iter().filter(|t| t.contains(&want)).count(), 1, "{}", after.body);
