@@ -14,6 +14,15 @@ use courier_tests::model::http::{write_response, AcceptLoop};
 use courier_tests::util::{marker, shell_quote, str_field};
 use serde_json::{json, Value};
 
+/// A private home for `api`, or `None` (saying the test skipped) when `COURIER_CLAUDE_BIN` is unset.
+fn env_or_skip(api: &ScriptedMessages) -> Option<ClaudeEnv> {
+    let env = ClaudeEnv::new(api);
+    if env.is_none() {
+        eprintln!("skipped: COURIER_CLAUDE_BIN is unset (install/fetch-claude.sh prints the path; install/test.sh sets it)");
+    }
+    env
+}
+
 /// A PostToolUse hook script that saves its stdin payload under `dir` and prints `context` as the
 /// hook's `additionalContext`.
 fn context_hook(root: &Path, dir: &Path, context: &str) -> String {
@@ -48,10 +57,7 @@ fn print_mode_runs_bash_and_a_post_tool_use_hook_whose_context_reaches_the_model
         true => Turn::bash(&cmd),
         false => Turn::text("done"),
     });
-    let Some(env) = ClaudeEnv::new(&api) else {
-        eprintln!("skipped: COURIER_CLAUDE_BIN is unset (install/fetch-claude.sh prints the path; install/test.sh sets it)");
-        return;
-    };
+    let Some(env) = env_or_skip(&api) else { return };
     let payloads = env.root.join("payloads");
     std::fs::create_dir(&payloads).unwrap();
     env.set_hooks(&[ClaudeHook { event: "PostToolUse", matcher: "Bash", command: context_hook(&env.root, &payloads, &context) }]);
@@ -221,10 +227,7 @@ fn probe_run(model_command: impl Fn(&str, &str) -> String) -> Option<ProbeRun> {
         true => Turn::bash(&turn_cmd.lock().unwrap()),
         false => Turn::text("done"),
     });
-    let Some(env) = ClaudeEnv::new(&api) else {
-        eprintln!("skipped: COURIER_CLAUDE_BIN is unset (install/fetch-claude.sh prints the path; install/test.sh sets it)");
-        return None;
-    };
+    let env = env_or_skip(&api)?;
     let records = env.root.join("records");
     std::fs::create_dir(&records).unwrap();
     let probe = shell_quote(&caller_probe(&env.root).display().to_string());
@@ -336,6 +339,9 @@ fn tcp_client_holders(client_port: u16, server_port: u16) -> Vec<u32> {
     pids
 }
 
+/// (holder pids, body) per HTTP hook request, taken while claude waits for the answer.
+type HookRequests = std::sync::Arc<std::sync::Mutex<Vec<(Vec<u32>, Value)>>>;
+
 /// An HTTP hook is claude speaking for itself: the TCP connection that carries the payload is
 /// held by the claude process alone (no shell, no child a model command could stand in for), and
 /// the JSON answer to PostToolUse reaches the model as a command hook's stdout would. SessionStart
@@ -349,8 +355,7 @@ fn an_http_hooks_connection_is_held_by_claude_alone_and_its_answer_reaches_the_m
         true => Turn::bash("echo hi"),
         false => Turn::text("done"),
     });
-    // (holder pids, body) per hook request, taken while claude waits for the answer.
-    let seen: std::sync::Arc<std::sync::Mutex<Vec<(Vec<u32>, Value)>>> = Default::default();
+    let seen: HookRequests = Default::default();
     let log = seen.clone();
     let server = AcceptLoop::start("http-hook", move |w, req| {
         let (client, server) = (w.peer_addr()?.port(), w.local_addr()?.port());
@@ -362,10 +367,7 @@ fn an_http_hooks_connection_is_held_by_claude_alone_and_its_answer_reaches_the_m
         log.lock().unwrap().push((tcp_client_holders(client, server), body));
         write_response(w, 200, "application/json", answer.to_string().as_bytes())
     });
-    let Some(env) = ClaudeEnv::new(&api) else {
-        eprintln!("skipped: COURIER_CLAUDE_BIN is unset (install/fetch-claude.sh prints the path; install/test.sh sets it)");
-        return;
-    };
+    let Some(env) = env_or_skip(&api) else { return };
     let http = json!({"type": "http", "url": format!("http://{}/hook", server.addr)});
     let session_start = env.root.join("session-start.json");
     let command = json!({"type": "command", "command": format!("cat > {}", shell_quote(&session_start.display().to_string()))});
