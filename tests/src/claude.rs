@@ -89,10 +89,18 @@ impl ClaudeEnv {
 
     /// `~/.claude/settings.json` allowing Bash and registering exactly `hooks`.
     pub fn set_hooks(&self, hooks: &[ClaudeHook]) {
+        let entries: Vec<(&str, &str, Value)> =
+            hooks.iter().map(|h| (h.event, h.matcher, json!({"type": "command", "command": h.command}))).collect();
+        self.set_hook_entries(&entries);
+    }
+
+    /// `~/.claude/settings.json` allowing Bash and registering exactly these (event, matcher,
+    /// hook) entries, any hook type (`{"type": "http", "url": ...}`).
+    pub fn set_hook_entries(&self, hooks: &[(&str, &str, Value)]) {
         let mut by_event = serde_json::Map::new();
-        for h in hooks {
-            let entry = json!({"matcher": h.matcher, "hooks": [{"type": "command", "command": h.command}]});
-            by_event.entry(h.event).or_insert_with(|| json!([])).as_array_mut().unwrap().push(entry);
+        for (event, matcher, hook) in hooks {
+            let entry = json!({"matcher": matcher, "hooks": [hook]});
+            by_event.entry(*event).or_insert_with(|| json!([])).as_array_mut().unwrap().push(entry);
         }
         let settings = json!({"permissions": {"allow": ["Bash"]}, "hooks": by_event});
         write_json(&self.home.join(".claude/settings.json"), &settings);
@@ -119,9 +127,14 @@ impl ClaudeEnv {
 
     /// `claude -p <prompt> --output-format stream-json --verbose`, bounded by [`PRINT_TIMEOUT`].
     pub fn print(&self, prompt: &str) -> ExecOutput {
+        self.spawn_print(prompt).wait(PRINT_TIMEOUT)
+    }
+
+    /// [`ClaudeEnv::print`] without waiting (the test needs claude's pid while it runs).
+    pub fn spawn_print(&self, prompt: &str) -> ExecChild {
         let mut c = self.command();
         c.args(["-p", prompt, "--output-format", "stream-json", "--verbose"]);
-        ExecChild::spawn(c).wait(PRINT_TIMEOUT)
+        ExecChild::spawn(c)
     }
 }
 

@@ -14,7 +14,7 @@ use super::reply::{sse_stream, Body};
 use super::{Reply, Request, Shared, MAX_HOLD};
 
 /// One HTTP request as read off the wire (header names lowercased).
-pub(crate) struct RawRequest {
+pub struct RawRequest {
     pub method: String,
     pub path: String,
     pub headers: Vec<(String, String)>,
@@ -35,7 +35,7 @@ impl RawRequest {
 /// A loopback server's accept loop: it serves every connection on its own thread, each request
 /// read off a keep-alive connection going to the handler with the writing half (an `Err` closes
 /// the connection). Dropping it stops accepting.
-pub(crate) struct AcceptLoop {
+pub struct AcceptLoop {
     stop: Arc<AtomicBool>,
     pub addr: SocketAddr,
 }
@@ -142,7 +142,7 @@ fn read_request(r: &mut BufReader<TcpStream>) -> std::io::Result<Option<RawReque
     Ok(Some(RawRequest { method, path, headers, body }))
 }
 
-pub(crate) fn write_response(w: &mut TcpStream, status: u16, ctype: &str, body: &[u8]) -> std::io::Result<()> {
+pub fn write_response(w: &mut TcpStream, status: u16, ctype: &str, body: &[u8]) -> std::io::Result<()> {
     let reason = match status {
         200 => "OK",
         400 => "Bad Request",

@@ -27,7 +27,7 @@ use crate::util::wait_on;
 pub const MAX_HOLD: Duration = Duration::from_secs(90);
 
 mod hold;
-pub(crate) mod http;
+pub mod http;
 mod reply;
 mod request;
 
