@@ -61,68 +61,90 @@ fn want_of(cmd: &str, v: Option<String>) -> Result<Option<Want>> {
 }
 
 pub fn send(args: Args) -> Result<ExitCode> {
-    let target = match (args.value("thread")?, args.os_value("cwd"), args.value("agent")?) {
-        (Some(t), None, None) => Target::Thread(t),
-        (Some(parent), None, Some(name)) => Target::Agent { parent, name },
-        (None, Some(c), None) => Target::Cwd(c.into()),
-        (None, None, _) => return Err(usage("send", "--thread <UUID> or --cwd <PATH> is required")),
-        (Some(_), Some(_), _) => return Err(usage("send", "give --thread or --cwd, not both")),
-        (None, Some(_), Some(_)) => return Err(usage("send", "--agent names a sub-agent of --thread, not of --cwd")),
-    };
-    let future_thread = args.flag("future-thread");
-    if future_thread && !matches!(target, Target::Thread(_)) {
-        return Err(usage("send", "--future-thread goes with --thread alone (--cwd and --agent name live threads)"));
+    let cmd = SendCommand::parse(&args)?;
+    let sent = queue(cmd.opts, cmd.explicit_from)?;
+    if let Some(note) = &sent.note {
+        eprintln!("broker send: note: {note}");
     }
-    let want = want_of("send", args.value("wait")?)?;
-    let timeout = args.duration("timeout")?;
-    if timeout.is_some() && want.is_none() {
-        return Err(usage("send", "--timeout needs --wait"));
+    report_send(&sent, cmd.want, cmd.timeout, cmd.json)
+}
+
+/// `broker send`'s command line, checked as a whole: what goes where, and how to wait for it.
+struct SendCommand {
+    opts: SendOptions,
+    /// `--from` was given (a tool command's sender is then not verified: it chose a name).
+    explicit_from: bool,
+    want: Option<Want>,
+    timeout: Option<Duration>,
+    json: bool,
+}
+
+impl SendCommand {
+    fn parse(args: &Args) -> Result<SendCommand> {
+        let target = match (args.value("thread")?, args.os_value("cwd"), args.value("agent")?) {
+            (Some(t), None, None) => Target::Thread(t),
+            (Some(parent), None, Some(name)) => Target::Agent { parent, name },
+            (None, Some(c), None) => Target::Cwd(c.into()),
+            (None, None, _) => return Err(usage("send", "--thread <UUID> or --cwd <PATH> is required")),
+            (Some(_), Some(_), _) => return Err(usage("send", "give --thread or --cwd, not both")),
+            (None, Some(_), Some(_)) => return Err(usage("send", "--agent names a sub-agent of --thread, not of --cwd")),
+        };
+        let future_thread = args.flag("future-thread");
+        if future_thread && !matches!(target, Target::Thread(_)) {
+            return Err(usage("send", "--future-thread goes with --thread alone (--cwd and --agent name live threads)"));
+        }
+        let want = want_of("send", args.value("wait")?)?;
+        let timeout = args.duration("timeout")?;
+        if timeout.is_some() && want.is_none() {
+            return Err(usage("send", "--timeout needs --wait"));
+        }
+        let mut text = args.positional(0)?.context("the message text (or - for stdin) is required")?;
+        if text == "-" {
+            text = read_stdin_body()?;
+        }
+        let explicit_from = args.value("from")?;
+        let from = explicit_from.clone().or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "cli".into());
+        let ttl_ms = args.duration("ttl")?.map(|d| d.as_millis() as u64);
+        let wake = match args.value("wake")?.as_deref() {
+            None | Some("auto") => true,
+            Some("never") => false,
+            Some(other) => return Err(usage("send", format!("--wake takes auto or never, not {other:?}"))),
+        };
+        let opts =
+            SendOptions { target, text, key: args.value("key")?, ttl_ms, from: Some(from), verified_sender: false, future_thread, wake };
+        Ok(SendCommand { opts, explicit_from: explicit_from.is_some(), want, timeout, json: args.flag("json") })
     }
-    let json = args.flag("json");
-    let mut text = args.positional(0)?.context("the message text (or - for stdin) is required")?;
-    if text == "-" {
-        text = read_stdin_body()?;
-    }
-    let explicit_from = args.value("from")?;
-    let from = explicit_from.clone().or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "cli".into());
-    let ttl_ms = args.duration("ttl")?.map(|d| d.as_millis() as u64);
-    let wake = match args.value("wake")?.as_deref() {
-        None | Some("auto") => true,
-        Some("never") => false,
-        Some(other) => return Err(usage("send", format!("--wake takes auto or never, not {other:?}"))),
-    };
-    let mut opts =
-        SendOptions { target, text, key: args.value("key")?, ttl_ms, from: Some(from), verified_sender: false, future_thread, wake };
+}
+
+/// Queues the message: through the broker with a verified sender when run by a Codex tool
+/// command with no `--from`, else (or when that cannot be proven) directly in the queue.
+fn queue(mut opts: SendOptions, explicit_from: bool) -> Result<send::Sent> {
     // Run by a Codex tool command (the model's `exec_command`) with no --from: let the broker
     // prove which thread that is and name the sender after it.
     let in_tool_command = std::env::var_os("CODEX_TOOL_CALL_ID").is_some() && std::env::var_os("CODEX_THREAD_ID").is_some();
-    let mut sent = None;
-    if in_tool_command && explicit_from.is_none() {
+    if in_tool_command && !explicit_from {
         match verified_send(&opts)? {
-            Verified::Sent(s) => sent = Some(s),
+            Verified::Sent(s) => return Ok(s),
             Verified::Not(why) => {
                 eprintln!("broker send: note: the sender is not verified ({why}); it is sent as {:?}", opts.from.as_deref().unwrap_or(""));
             }
         }
     }
-    let sent = match sent {
-        Some(s) => s,
-        None => {
-            opts.verified_sender = false;
-            let sent = {
-                let mut store = open_store()?;
-                send::send(&mut store, &paths::codex_home(), &|| fetch_threads(false, 0), &opts)
-            };
-            match sent {
-                Ok(s) => s,
-                Err(SendError::Refused { message, .. }) => return Err(UsageError(format!("broker send: {message}")).into()),
-                Err(SendError::Failed(e)) => return Err(e.context(format!("queueing the message in {}", paths::state_dir().display()))),
-            }
-        }
+    opts.verified_sender = false;
+    let sent = {
+        let mut store = open_store()?;
+        send::send(&mut store, &paths::codex_home(), &|| fetch_threads(false, 0), &opts)
     };
-    if let Some(note) = &sent.note {
-        eprintln!("broker send: note: {note}");
+    match sent {
+        Ok(s) => Ok(s),
+        Err(SendError::Refused { message, .. }) => Err(UsageError(format!("broker send: {message}")).into()),
+        Err(SendError::Failed(e)) => Err(e.context(format!("queueing the message in {}", paths::state_dir().display()))),
     }
+}
+
+/// Prints the id (or the JSON record) and, with `--wait`, waits for the wanted state: the exit
+/// code says how the wait ended.
+fn report_send(sent: &send::Sent, want: Option<Want>, timeout: Option<Duration>, json: bool) -> Result<ExitCode> {
     let Some(want) = want else {
         if json {
             println!("{}", sent.to_json());
