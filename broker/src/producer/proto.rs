@@ -20,6 +20,9 @@
 //! - `{"op":"wait","ids":[ID...],"for"?:"handed"|"confirmed","timeout_ms"?}` ->
 //!   `{"ok":true,"outcome":"reached"|"timed_out"|"ended","for","messages":[RECORD...]}`.
 //! - `{"op":"threads","all"?:bool,"limit"?:N}` -> `{"ok":true,"threads":[THREAD...]}`.
+//! - `{"op":"approvals","all"?:bool}` -> `{"ok":true,"approvals":[APPROVAL...]}`: the approvals
+//!   still waiting on a person (with `all`, every one), as `broker approvals --json` lists them.
+//!   Read-only: answering is `server/approvals.rs`'s own request, from a person's process only.
 //!
 //! Errors: `{"ok":false,"error":CODE,"message":TEXT}`; `CODE` is stable (docs/producers.md).
 
@@ -83,6 +86,10 @@ enum Op {
         all: bool,
         #[serde(default)]
         limit: Option<usize>,
+    },
+    Approvals {
+        #[serde(default)]
+        all: bool,
     },
 }
 
@@ -213,6 +220,10 @@ impl Service {
                 Ok(threads) => json!({"ok": true, "threads": threads}),
                 Err(e) => error(ErrorCode::Failed, &format!("{e:#}")),
             },
+            Ok(Op::Approvals { all }) => match crate::store::lock(&self.store).approvals(all) {
+                Ok(list) => json!({"ok": true, "approvals": list}),
+                Err(e) => error(ErrorCode::Failed, &format!("{e:#}")),
+            },
             Ok(Op::Send { thread, cwd, agent, text, key, ttl_ms, from, future_thread, verify_sender, sender, wake, wait, timeout_ms }) => {
                 let target = match (thread, cwd) {
                     (Some(parent), None) if agent.is_some() => Target::Agent { parent, name: agent.unwrap_or_default() },
@@ -288,6 +299,7 @@ mod tests {
             Ok(Op::Wait { want: Want::Handed, timeout_ms: Some(5), .. })
         ));
         assert!(matches!(parse(br#"{"op":"threads"}"#), Ok(Op::Threads { all: false, limit: None })));
+        assert!(matches!(parse(br#"{"op":"approvals","all":true}"#), Ok(Op::Approvals { all: true })));
         assert!(matches!(
             parse(br#"{"op":"send","cwd":"/w","text":"hi","wait":"confirmed"}"#),
             Ok(Op::Send { wait: Some(Want::Confirmed), .. })
