@@ -539,8 +539,8 @@ mod tests {
         let r = Report::gather(&store, Some(T), None).unwrap();
         let v = r.to_json();
         let ids = |k: &str| v["approvals"][k].as_array().unwrap().iter().map(|a| a["id"].as_str().unwrap().to_string()).collect::<Vec<_>>();
-        assert_eq!(ids("pending"), [waiting.clone()], "{v}");
-        assert_eq!(ids("answers"), [answered.clone()], "{v}");
+        assert_eq!(ids("pending"), std::slice::from_ref(&waiting), "{v}");
+        assert_eq!(ids("answers"), std::slice::from_ref(&answered), "{v}");
         let answer = &v["approvals"]["answers"][0]["answer"];
         assert_eq!(
             (answer["decision"].as_str(), answer["outcome"].as_str(), answer["via"].as_str()),

@@ -532,7 +532,7 @@ mod tests {
         let old = approval("apr-old", now - APPROVAL_STALE_MS - 1000, ApprovalState::Pending, None);
         let won = approval("apr-won", now - 1000, ApprovalState::Answered, Some(AnswerOutcome::Won));
         let unknown = approval("apr-unk", now - 1000, ApprovalState::Unknown, Some(AnswerOutcome::Unknown));
-        let quiet = check_approvals(&[fresh.clone()], &[won.clone()], now);
+        let quiet = check_approvals(std::slice::from_ref(&fresh), std::slice::from_ref(&won), now);
         assert_eq!(quiet.iter().map(|c| c.status).collect::<Vec<_>>(), [Status::Ok]);
         let loud = check_approvals(&[fresh, old], &[won, unknown], now);
         assert_eq!(loud.iter().map(|c| c.status).collect::<Vec<_>>(), [Status::Warn, Status::Warn]);
