@@ -66,11 +66,6 @@ pub fn bridged_origins(state_dir: &Path) -> HashMap<String, String> {
     out
 }
 
-/// The approvals of `thread`, or all of them.
-fn of_thread(list: Vec<Approval>, thread: Option<&str>) -> Vec<Approval> {
-    list.into_iter().filter(|a| thread.is_none_or(|t| a.thread == t)).collect()
-}
-
 /// Where a message came from: `nats:<publisher host>` for one a bridge queued, else `local`.
 pub fn origin_of(bridged: &HashMap<String, String>, id: &str) -> String {
     bridged.get(id).map_or_else(|| "local".to_string(), |o| format!("nats:{o}"))
@@ -87,8 +82,8 @@ impl Report {
             trusted_codex: store.trusted_codex()?,
             alarms: store.alarms(thread, ALARMS_SHOWN)?,
             bridged: HashMap::new(),
-            approvals: of_thread(store.approvals(false)?, thread),
-            answers: of_thread(store.approval_answers(ANSWERS_SHOWN)?, thread),
+            approvals: crate::approval::of_thread(store.approvals(false)?, thread),
+            answers: crate::approval::of_thread(store.approval_answers(ANSWERS_SHOWN)?, thread),
         })
     }
 

@@ -333,12 +333,9 @@ fn approvals(args: Args) -> Result<ExitCode> {
         return Err(UsageError("broker approvals: --timeout needs --wait, and --wait lists pending ones only (no --all)".into()).into());
     }
     let store = open_store()?;
-    let of_thread = |list: Vec<broker::approval::Approval>| -> Vec<_> {
-        list.into_iter().filter(|a| thread.as_deref().is_none_or(|t| a.thread == t)).collect()
-    };
     let deadline = timeout.map(|d| std::time::Instant::now() + d);
     let list = loop {
-        let list = of_thread(store.approvals(args.flag("all"))?);
+        let list = broker::approval::of_thread(store.approvals(args.flag("all"))?, thread.as_deref());
         if !wait || !list.is_empty() {
             break list;
         }
