@@ -27,7 +27,8 @@ cd "$root" # options name paths relative to where the script was started: resolv
 bins=(broker hook-client courier-mcp courier-bridge)
 if [ -z "$bin_dir" ]; then
   cargo build --release --locked -p broker -p hook-client -p courier-mcp -p courier-bridge
-  bin_dir=$root/target/release
+  # cargo honours CARGO_TARGET_DIR (a separate release target, a CI cache): look where it built.
+  bin_dir=$(realpath -m "${CARGO_TARGET_DIR:-$root/target}")/release
 fi
 min_glibc=2.34
 command -v objdump >/dev/null || { echo "package.sh: needs objdump (binutils) to check the glibc each binary needs" >&2; exit 1; }

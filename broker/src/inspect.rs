@@ -2,7 +2,7 @@
 //! The JSON field names are a stable interface (docs/inspect.md).
 
 use crate::approval::Approval;
-use crate::store::{now_ms, Kind, Message, Refusal, State, Store};
+use crate::store::{now_ms, Kind, Message, Refusal, State, StateCounts, Store};
 use anyhow::Result;
 use courier_shared::wire::StatusReply;
 use rusqlite::{Connection, OpenFlags};
@@ -150,10 +150,10 @@ impl Report {
                "alarms": self.alarms, "approvals": approvals})
     }
 
-    fn per_thread(&self) -> BTreeMap<String, BTreeMap<String, u64>> {
-        let mut out: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    fn per_thread(&self) -> BTreeMap<String, StateCounts> {
+        let mut out: BTreeMap<String, StateCounts> = BTreeMap::new();
         for m in &self.messages {
-            *out.entry(m.thread.clone()).or_default().entry(m.state.as_str().to_string()).or_default() += 1;
+            *out.entry(m.thread.clone()).or_default().entry(m.state).or_default() += 1;
         }
         out
     }
@@ -233,11 +233,11 @@ impl Report {
     /// Every row is counted: the message states, then the effort states seen.
     fn write_thread_counts(&self, out: &mut String) {
         let seen: std::collections::BTreeSet<State> = self.messages.iter().map(|m| m.state).collect();
-        let states: Vec<&str> =
-            TABLE_STATES.iter().enumerate().filter(|(i, s)| *i < ALWAYS_SHOWN || seen.contains(s)).map(|(_, s)| s.as_str()).collect();
-        let _ = writeln!(out, "{:<36}  {}", "THREAD", states.iter().map(|s| format!("{:>9}", escape(s))).collect::<Vec<_>>().join(" "));
+        let states: Vec<State> =
+            TABLE_STATES.iter().enumerate().filter(|(i, s)| *i < ALWAYS_SHOWN || seen.contains(s)).map(|(_, s)| *s).collect();
+        let _ = writeln!(out, "{:<36}  {}", "THREAD", states.iter().map(|s| format!("{:>9}", s.as_str())).collect::<Vec<_>>().join(" "));
         for (thread, counts) in self.per_thread() {
-            let cols: Vec<String> = states.iter().map(|s| format!("{:>9}", counts.get(*s).copied().unwrap_or(0))).collect();
+            let cols: Vec<String> = states.iter().map(|s| format!("{:>9}", counts.get(s).copied().unwrap_or(0))).collect();
             let _ = writeln!(out, "{:<36}  {}", escape(&thread), cols.join(" "));
         }
     }

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use codex_format::hook::HookEvent;
 use courier_tests::broker::{run_bounded, target_bin_dir};
 use courier_tests::codex::ExecChild;
 use courier_tests::model::exec_held_per_session;
@@ -100,6 +101,17 @@ impl NpmUser {
             .map(|p| out_dir.join("npm").join(format!("{p}-{version}.tgz")))
             .into_iter()
             .inspect(|t| assert!(t.is_file(), "{} missing: {}", t.display(), text(&out.stdout)))
+            .collect()
+    }
+
+    /// The npm tarballs `install/package.sh` already made in `dir` (its `--out`), the platform
+    /// package first: `COURIER_PACKAGE_DIR` runs this test on a release's own packages.
+    fn packed(&self, dir: &Path) -> Vec<PathBuf> {
+        let version = env!("CARGO_PKG_VERSION");
+        ["courier-codex-courier-linux-x64", "courier-codex-courier"]
+            .map(|p| dir.join("npm").join(format!("{p}-{version}.tgz")))
+            .into_iter()
+            .inspect(|t| assert!(t.is_file(), "{} missing (COURIER_PACKAGE_DIR)", t.display()))
             .collect()
     }
 
@@ -196,7 +208,12 @@ fn npm_package_installs_delivers_and_upgrades_in_place() {
     let model = ScriptedModel::start_with(exec_held_per_session("echo hello", &[hold.clone(), hold_after.clone()]));
     let user = NpmUser::new(&model);
     let root = user.env().root.clone();
-    let v1 = user.pack(&stage_bins(&root.join("bins-v1"), None), "0.1.0");
+    // A release's packages when given (COURIER_BIN_DIR then names its binaries, for the upgrade).
+    let release = std::env::var_os("COURIER_PACKAGE_DIR").map(PathBuf::from);
+    let v1 = match &release {
+        Some(dir) => user.packed(dir),
+        None => user.pack(&stage_bins(&root.join("bins-v1"), None), env!("CARGO_PKG_VERSION")),
+    };
     let v2 = user.pack(&stage_bins(&root.join("bins-v2"), Some(b"\0courier upgrade\n")), "0.1.1");
 
     // Install from nothing: npm, then `broker install` through the launcher npm put on PATH.
@@ -207,11 +224,13 @@ fn npm_package_installs_delivers_and_upgrades_in_place() {
     let out = user.broker_ok(&["install", "--start", "profile"], false);
     let client = user.local_bin().join("hook-client");
     assert!(out.contains(&format!("installed {}", client.display())), "{out}");
+    // ~/.local/bin is not on this PATH, yet `broker` is found: the note says which one runs.
+    assert!(out.contains(&format!("note: `broker` on your PATH is {}", launcher.display())) && !out.contains("will not be found"), "{out}");
     let manifest: Value = serde_json::from_slice(&std::fs::read(user.env().state_dir.join("install-manifest.json")).unwrap()).unwrap();
     assert_eq!(manifest["package"].as_str().map(PathBuf::from), Some(user.vendor_dir()), "{manifest:#}");
     let command = broker_lib::install::hook_command(&client);
     let trusted = |env: &CodexEnv| statuses(env).into_values().filter(|(c, s)| *c == command && s == "trusted").count();
-    assert_eq!(trusted(user.env()), 6, "{:#?}", statuses(user.env()));
+    assert_eq!(trusted(user.env()), HookEvent::REGISTERED.len(), "{:#?}", statuses(user.env()));
     let pid = user.rig.wait_running();
     assert_eq!(pid_exe(pid), user.local_bin().join("broker"), "the broker started is the installed native copy");
     let first = user.deliver_one(&model, &hold, "NPM_FIRST", false);
@@ -231,7 +250,7 @@ fn npm_package_installs_delivers_and_upgrades_in_place() {
         assert!(ours == packaged && ours.ends_with(b"courier upgrade\n"), "{b} is not the upgraded package's");
     }
     assert_eq!(user.rig.snapshot(&files), before, "the upgrade changed hooks.json or config.toml:\n{out}");
-    assert_eq!(trusted(user.env()), 6, "{:#?}", statuses(user.env()));
+    assert_eq!(trusted(user.env()), HookEvent::REGISTERED.len(), "{:#?}", statuses(user.env()));
     let hint = user.broker(&["--version"], false);
     assert!(!text(&hint.stderr).contains("broker install"), "{}", text(&hint.stderr));
     let pid = user.rig.wait_running();
@@ -240,7 +259,8 @@ fn npm_package_installs_delivers_and_upgrades_in_place() {
 
     let [platform, launcher_tgz] = [&v1[0], &v1[1]];
     println!(
-        "package sizes (debug binaries): platform {:.1} MB, launcher {:.3} MB; npm install to first delivery {:.1} s",
+        "package sizes ({} binaries): platform {:.1} MB, launcher {:.3} MB; npm install to first delivery {:.1} s",
+        if release.is_some() { "release" } else { "debug" },
         size_mb(platform),
         size_mb(launcher_tgz),
         to_first_delivery.as_secs_f64()
@@ -265,4 +285,57 @@ fn a_packaged_binary_that_does_not_match_its_sums_is_not_installed() {
     assert!(err.contains("does not match its package's SHA256SUMS") && err.contains("npm install -g"), "{err}");
     assert!(!user.local_bin().join("hook-client").exists() && !user.local_bin().join("broker").exists(), "{err}");
     assert!(!user.env().hooks_json_path().exists(), "{err}");
+}
+
+/// `cargo install --locked` installs every binary a release ships: the commands docs/install.md
+/// gives (`--git URL PACKAGES...`, and `--path DIR` once per package from a clone) name exactly
+/// the workspace packages that have a binary, each binary is one install/package.sh packs, and
+/// the lock file is current (`--locked`). Building each package on its own, as `cargo install`
+/// does, costs minutes here (a feature set of its own per package); that was run by hand.
+#[test]
+fn cargo_install_in_the_docs_names_every_binary() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut c = Command::new(cargo);
+    c.current_dir(&root).args(["metadata", "--locked", "--offline", "--no-deps", "--format-version", "1"]);
+    let out = run_bounded(&mut c, T);
+    assert!(out.status.success(), "cargo metadata --locked: {}", text(&out.stderr));
+    let meta: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Package name -> (its directory, its binaries), for every member with a binary but the
+    // test kit's (`publish = false`: never installed).
+    let mut with_bins = std::collections::BTreeMap::new();
+    for p in meta["packages"].as_array().unwrap().iter().filter(|p| p["publish"] != serde_json::json!([])) {
+        let bins: Vec<String> = p["targets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["kind"].as_array().is_some_and(|k| k.iter().any(|k| k == "bin")))
+            .map(|t| t["name"].as_str().unwrap().to_string())
+            .collect();
+        if !bins.is_empty() {
+            let dir = Path::new(p["manifest_path"].as_str().unwrap()).parent().unwrap().file_name().unwrap().to_string_lossy().into_owned();
+            with_bins.insert(p["name"].as_str().unwrap().to_string(), (dir, bins));
+        }
+    }
+    let doc = std::fs::read_to_string(root.join("docs/install.md")).unwrap();
+    let line =
+        |start: &str| doc.lines().find(|l| l.starts_with(start)).unwrap_or_else(|| panic!("no `{start}` in docs/install.md")).to_string();
+    let mut git: Vec<String> = line("cargo install --locked --git").split_whitespace().skip(5).map(String::from).collect();
+    git.sort();
+    assert_eq!(git, with_bins.keys().cloned().collect::<Vec<_>>(), "the --git command names every package with a binary");
+    let for_line = line("for p in ");
+    let dirs: Vec<&str> = for_line.trim_start_matches("for p in ").split(';').next().unwrap().split_whitespace().collect();
+    assert!(for_line.contains("cargo install --locked --path \"$p\""), "{for_line}");
+    let mut want_dirs: Vec<&str> = with_bins.values().map(|(d, _)| d.as_str()).collect();
+    let mut got_dirs = dirs.clone();
+    want_dirs.sort();
+    got_dirs.sort();
+    assert_eq!(got_dirs, want_dirs, "the --path loop names every package's directory");
+    let script = std::fs::read_to_string(root.join("install/package.sh")).unwrap();
+    let packed = script.lines().find_map(|l| l.strip_prefix("bins=(")).expect("bins=( in package.sh").trim_end_matches(')').to_string();
+    let mut packed: Vec<&str> = packed.split_whitespace().collect();
+    let mut bins: Vec<&str> = with_bins.values().flat_map(|(_, b)| b.iter().map(String::as_str)).collect();
+    packed.sort();
+    bins.sort();
+    assert_eq!(packed, bins, "package.sh packs every binary cargo install installs");
 }

@@ -231,8 +231,12 @@ fn dedup(v: &mut Vec<PathBuf>) {
 
 /// `codex` in the directories of `path_var` (a PATH value), first match.
 pub fn codex_on_path(path_var: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
-    let path_var = path_var?;
-    std::env::split_paths(path_var).map(|d| d.join("codex")).find(|p| p.is_file() && p.is_absolute())
+    on_path(path_var, "codex")
+}
+
+/// `name` in the directories of `path_var` (a PATH value), first match: what a shell runs.
+pub fn on_path(path_var: Option<&std::ffi::OsStr>, name: &str) -> Option<PathBuf> {
+    std::env::split_paths(path_var?).map(|d| d.join(name)).find(|p| p.is_file() && p.is_absolute())
 }
 
 /// The managed daemon's release directory under `codex_home`.

@@ -7,6 +7,7 @@ use super::{
 };
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -85,6 +86,11 @@ pub struct Manifest {
     /// run from the installed copy updates from it. `None` after an install from a build tree.
     #[serde(default)]
     pub package: Option<PathBuf>,
+    /// That package's `SHA256SUMS` when install copied from it (name -> SHA-256): npm's launcher
+    /// compares it with the package's own list to say an upgrade awaits `broker install`, without
+    /// hashing a binary on every command.
+    #[serde(default)]
+    pub package_sums: BTreeMap<String, String>,
 }
 
 pub fn manifest_path(state_dir: &Path) -> PathBuf {

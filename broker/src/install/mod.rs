@@ -217,7 +217,9 @@ fn untrust_added(state_dir: &Path, before: &[String], followed_before: &[String]
     Ok(lines)
 }
 
-/// How to reach the installed `broker` when its directory is not on PATH.
+/// How `broker` is reached when the prefix is not on PATH: through another `broker` on PATH
+/// (npm's launcher, `cargo install`'s copy), or by adding the prefix to the login profile. Nothing
+/// else needs the prefix on PATH: the hook command and the login start name it in full.
 fn path_hint(prefix: &Path) -> Option<String> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     if std::env::split_paths(&path).any(|d| d == prefix || same_file(&d, prefix)) {
@@ -230,6 +232,13 @@ fn path_hint(prefix: &Path) -> Option<String> {
         return None;
     }
     let p = prefix.display();
+    if let Some(other) = codex::resolve::on_path(Some(&path), "broker") {
+        let o = other.display();
+        return Some(format!(
+            "note: `broker` on your PATH is {o}; Codex's hooks and the broker started at login use the copies in {p}, \
+             which `broker install` updates: run it again after upgrading {o}."
+        ));
+    }
     Some(format!(
         "note: {p} is not on your PATH, so `broker` alone will not be found. Add it to your login profile:\n  \
          echo 'export PATH=\"{p}:$PATH\"' >> ~/.profile    # then log in again\n\
@@ -262,6 +271,7 @@ fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Installed> {
     }
     m.prefix = prefix.clone();
     m.package = source.package();
+    m.package_sums = source.sums();
     // `broker mcp` runs the courier-mcp beside the installed broker; optional (a build without it).
     let src_mcp = source.dir.join("courier-mcp");
     let with_mcp = opts.mcp && src_mcp.is_file();

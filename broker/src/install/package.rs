@@ -55,6 +55,11 @@ impl Source {
     pub(super) fn package(&self) -> Option<PathBuf> {
         self.sums.is_some().then(|| self.dir.clone())
     }
+
+    /// The package's `SHA256SUMS`, to record in the manifest (empty for a build tree).
+    pub(super) fn sums(&self) -> BTreeMap<String, String> {
+        self.sums.clone().unwrap_or_default()
+    }
 }
 
 /// `sha256sum` output: `<64 hex>  <name>` per line (`*<name>` in binary mode).

@@ -159,7 +159,7 @@ pub fn load_all(store: &Store, ids: &[String]) -> Result<Vec<Option<Message>>> {
 }
 
 /// Per thread, how many context messages are in each state.
-pub fn counts_by_thread(store: &Store) -> Result<BTreeMap<String, BTreeMap<String, u64>>> {
+pub fn counts_by_thread(store: &Store) -> Result<BTreeMap<String, crate::store::StateCounts>> {
     store.counts_by_thread()
 }
 
@@ -245,7 +245,7 @@ mod tests {
         assert!(is_message_id(&m.id));
         assert_eq!(load(&store, &m.id).unwrap().as_ref(), Some(m));
         assert_eq!(load(&store, "m_0000000000000000").unwrap(), None);
-        assert_eq!(counts_by_thread(&store).unwrap()[&m.thread]["pending"], 1);
+        assert_eq!(counts_by_thread(&store).unwrap()[&m.thread][&crate::store::State::Pending], 1);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

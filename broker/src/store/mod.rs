@@ -35,7 +35,7 @@ pub use enqueue::{Enqueued, NewMessage};
 pub use handoff::{HandOff, Lease, MAX_REOFFERS};
 pub use lock::{lock, Locked, SLOW_HOLD};
 pub use refusals::Refusal;
-pub use state::{Channel, Kind, LeaseToken, State};
+pub use state::{Channel, Kind, LeaseToken, State, StateCounts};
 pub use ticket_log::{TicketLog, JOURNAL_NAME as TICKET_JOURNAL_NAME};
 pub use tickets::{Alarm, Taken, Ticket, TicketClaim};
 

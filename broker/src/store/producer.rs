@@ -2,7 +2,7 @@
 //! message by id, the per-thread counts, whether anything changed, and the expiry of messages
 //! whose thread never appeared.
 
-use super::{now_ms, row_to_message, Message, Store, MESSAGE_COLUMNS};
+use super::{now_ms, row_to_message, Message, State, StateCounts, Store, MESSAGE_COLUMNS};
 use crate::reason::DeliveryReason;
 use anyhow::Result;
 use rusqlite::{params, OptionalExtension};
@@ -36,11 +36,11 @@ impl Store {
     }
 
     /// Per thread, how many context messages are in each state.
-    pub fn counts_by_thread(&self) -> Result<BTreeMap<String, BTreeMap<String, u64>>> {
+    pub fn counts_by_thread(&self) -> Result<BTreeMap<String, StateCounts>> {
         let mut stmt =
             self.conn.prepare_cached("SELECT thread, state, COUNT(*) FROM messages WHERE kind = 'message' GROUP BY thread, state")?;
-        let mut out: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
-        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)))?;
+        let mut out: BTreeMap<String, StateCounts> = BTreeMap::new();
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, State>(1)?, r.get::<_, i64>(2)?)))?;
         for row in rows {
             let (thread, state, n) = row?;
             out.entry(thread).or_default().insert(state, n as u64);

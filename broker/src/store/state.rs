@@ -7,10 +7,10 @@
 
 use codex_format::hook::HookEvent;
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Where a queued row stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum State {
     /// Queued, waiting for a verified hook of its thread (or the wake channel).
@@ -187,6 +187,10 @@ mod tests {
         }
     }
 }
+
+/// How many rows are in each state (shown by state name: `inspect --json`'s `threads` map,
+/// `threads --json`'s `messages`).
+pub type StateCounts = std::collections::BTreeMap<State, u64>;
 
 /// A lease's fencing token: taken from the queue's own counter (`next_fencing_token`), so no two
 /// leases ever share one, across channels and broker restarts. Every write that ends a lease names

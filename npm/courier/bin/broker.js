@@ -6,7 +6,6 @@
 // cannot change or break them.
 "use strict";
 const { spawn } = require("child_process");
-const crypto = require("crypto");
 const fs = require("fs");
 const os = require("os");
 const path = require("path");
@@ -43,22 +42,31 @@ function manifestPath() {
   return path.join(state, "install-manifest.json");
 }
 
-function digest(file) {
-  return crypto.createHash("sha256").update(fs.readFileSync(file)).digest("hex");
+// The package's own SHA256SUMS (name -> digest), written by install/package.sh beside the binaries.
+function packageSums(dir) {
+  const sums = {};
+  for (const line of fs.readFileSync(path.join(dir, "SHA256SUMS"), "utf8").split("\n")) {
+    const m = /^([0-9a-f]{64}) [ *]?(\S+)$/.exec(line.trim());
+    if (m) sums[m[2]] = m[1];
+  }
+  return sums;
 }
 
 // After a package upgrade the installed copies are the old ones until `broker install` runs again.
+// `broker install` records the SHA256SUMS it installed from: comparing the two lists costs two
+// small reads, where hashing the binaries cost more than the command itself.
 function upgradeHint(dir) {
   try {
-    const prefix = JSON.parse(fs.readFileSync(manifestPath(), "utf8")).prefix;
-    const stale = ["broker", "hook-client"].some((b) => {
-      const [ours, installed] = [path.join(dir, b), path.join(prefix, b)];
-      return fs.statSync(ours).size !== fs.statSync(installed).size || digest(ours) !== digest(installed);
-    });
+    const manifest = JSON.parse(fs.readFileSync(manifestPath(), "utf8"));
+    const installed = manifest.package_sums || {};
+    const ours = packageSums(dir);
+    const stale = Object.keys(ours).some(
+      (b) => manifest.binaries.includes(path.join(manifest.prefix, b)) && installed[b] !== ours[b],
+    );
     if (stale) {
       const version = require("../package.json").version;
       process.stderr.write(
-        `broker: the Courier in ${prefix} is not this package's (${version}): run \`broker install\` to update it ` +
+        `broker: the Courier in ${manifest.prefix} is not this package's (${version}): run \`broker install\` to update it ` +
           `(hooks stay trusted)\n`,
       );
     }

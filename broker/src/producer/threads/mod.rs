@@ -27,7 +27,7 @@ use crate::exe::digest::{DigestCache, Lookup};
 use crate::exe::ExeKey;
 use crate::gate::holder;
 use crate::os;
-use crate::store::Store;
+use crate::store::{State, Store};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
@@ -168,7 +168,7 @@ pub struct ThreadInfo {
     /// Messages that ended without reaching the model (`uncertain` + `expired`).
     pub undelivered: u64,
     /// Context messages per state, as `inspect --json`'s `threads` map.
-    pub messages: BTreeMap<String, u64>,
+    pub messages: crate::store::StateCounts,
     /// Approvals the thread waits on a person for (`broker approvals`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub waiting_on_approval: Vec<WaitingApproval>,
@@ -385,9 +385,9 @@ impl Lister {
                 .map(|a| WaitingApproval { id: a.id.clone(), command: a.command.clone() })
                 .collect();
             if let Some(c) = counts.get(&t.id) {
-                let n = |s: &str| c.get(s).copied().unwrap_or(0);
-                t.pending = n("pending") + n("leased");
-                t.undelivered = n("uncertain") + n("expired");
+                let n = |s: State| c.get(&s).copied().unwrap_or(0);
+                t.pending = n(State::Pending) + n(State::Leased);
+                t.undelivered = n(State::Uncertain) + n(State::Expired);
                 t.messages = c.clone();
             }
         }
