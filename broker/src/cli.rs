@@ -255,10 +255,13 @@ pub const COMMANDS: &[Command] = &[
         args: "",
         positionals: (0, 0),
         required: &[],
-        about: "list the approvals Codex threads are waiting on (docs/approvals.md)",
+        about: "list the approvals Codex threads are waiting on; --wait: exit 0 once one is pending, 3 timed out",
         opts: &[
             flag("all", "also the answered and resolved ones, with their answers"),
             flag("json", "one JSON object {\"approvals\":[...]}"),
+            opt("thread", "UUID", "only this thread"),
+            flag("wait", "block until an approval is pending (of --thread, or any), then list the pending ones"),
+            opt("timeout", DURATION, "with --wait: give up after D, exit 3 (default: wait as long as it takes)"),
         ],
     },
     Command {

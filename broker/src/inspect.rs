@@ -1,6 +1,7 @@
 //! `broker inspect`: the queue, recent refusals and broker health, as a table or as JSON.
 //! The JSON field names are a stable interface (docs/inspect.md).
 
+use crate::approval::Approval;
 use crate::store::{now_ms, Kind, Message, Refusal, State, StateCounts, Store};
 use anyhow::Result;
 use courier_shared::wire::StatusReply;
@@ -20,6 +21,8 @@ use crate::terminal::escape;
 
 const REFUSALS_SHOWN: i64 = 50;
 const ALARMS_SHOWN: i64 = 200;
+/// Answers to approvals `inspect` shows (newest first); `broker approvals --all` lists every one.
+const ANSWERS_SHOWN: i64 = 20;
 
 pub struct Report {
     pub messages: Vec<Message>,
@@ -35,6 +38,10 @@ pub struct Report {
     /// Messages a NATS bridge of this login queued: id -> the publisher's host as the bridge
     /// recorded it ([`bridged_origins`]). Every other message is `local`.
     pub bridged: HashMap<String, String>,
+    /// Approvals a host still waits on a person for (pending, or an answer being sent).
+    pub approvals: Vec<Approval>,
+    /// The most recent answers Courier took, with who, how, when and the outcome.
+    pub answers: Vec<Approval>,
 }
 
 /// What `courier-bridge serve` recorded in its own tables (`bridge-NAME.sqlite` in the state
@@ -75,6 +82,8 @@ impl Report {
             trusted_codex: store.trusted_codex()?,
             alarms: store.alarms(thread, ALARMS_SHOWN)?,
             bridged: HashMap::new(),
+            approvals: crate::approval::of_thread(store.approvals(false)?, thread),
+            answers: crate::approval::of_thread(store.approval_answers(ANSWERS_SHOWN)?, thread),
         })
     }
 
@@ -93,6 +102,9 @@ impl Report {
         }
         let _ = write!(f, "|{:?}|{}|{}", self.refusals.first().map(|r| r.at), self.refusals.len(), self.alarms.len());
         let _ = write!(f, "|{:?}", self.status.as_ref().map(|s| (s.pid, s.hook_calls)));
+        for a in self.approvals.iter().chain(&self.answers) {
+            let _ = write!(f, "|{}:{}", a.id, a.state.as_str());
+        }
         f
     }
 
@@ -133,7 +145,9 @@ impl Report {
             .iter()
             .map(|t| json!({"sha256": t.sha256, "path": t.path, "version": t.version, "how": t.how.as_str(), "source": t.source, "added_at": t.added_at}))
             .collect();
-        json!({"messages": messages, "refusals": refusals, "threads": self.per_thread(), "broker": broker, "trusted_codex": codex, "alarms": self.alarms})
+        let approvals = json!({"pending": self.approvals, "answers": self.answers});
+        json!({"messages": messages, "refusals": refusals, "threads": self.per_thread(), "broker": broker, "trusted_codex": codex,
+               "alarms": self.alarms, "approvals": approvals})
     }
 
     fn per_thread(&self) -> BTreeMap<String, StateCounts> {
@@ -157,9 +171,46 @@ impl Report {
             out.push('\n');
             self.write_messages(&mut out);
         }
+        self.write_approvals(&mut out);
         self.write_alarms(&mut out);
         self.write_refusals(&mut out);
         out
+    }
+
+    /// Approvals still waiting on a person, then the recent answers (who, how, when, outcome).
+    fn write_approvals(&self, out: &mut String) {
+        if !self.approvals.is_empty() {
+            let _ = writeln!(out, "\nAPPROVALS waiting on a person (answer: broker approve ID | broker deny ID):");
+            for a in &self.approvals {
+                let _ = writeln!(
+                    out,
+                    "  {:<17} {:>6}  {:<9} {:<13} {}",
+                    escape(&a.id),
+                    age(self.now - a.since),
+                    a.state.as_str(),
+                    escape(&short(&a.thread)),
+                    escape(&a.command)
+                );
+            }
+        }
+        if self.answers.is_empty() {
+            return;
+        }
+        let _ = writeln!(out, "\nrecent approval answers (newest first):");
+        for a in &self.answers {
+            let Some(r) = &a.answer else { continue };
+            let _ = writeln!(
+                out,
+                "  {:<17} {:>6} ago  {:<7} {:<9} {:<4} {:<28} {}",
+                escape(&a.id),
+                age(self.now - r.at),
+                r.decision.as_str(),
+                r.outcome.map_or("sending", |o| o.as_str()),
+                r.via.as_str(),
+                escape(&r.by),
+                escape(&a.command)
+            );
+        }
     }
 
     fn write_broker_line(&self, out: &mut String) {
@@ -387,6 +438,8 @@ mod tests {
             trusted_codex: Vec::new(),
             alarms: Vec::new(),
             bridged: HashMap::new(),
+            approvals: Vec::new(),
+            answers: Vec::new(),
         }
     }
 
@@ -449,5 +502,53 @@ mod tests {
         assert!(json.chars().all(|c| c == '\n' || !unsafe_for_terminal(c)), "{json}");
         let back: Value = serde_json::from_str(&json).unwrap();
         assert_eq!(back, r.to_json(), "escaping keeps the JSON document equal");
+    }
+
+    /// Pending approvals and the recorded answers (who, how, when, outcome) are in both the
+    /// table and the JSON, and `--thread` keeps only that thread's.
+    #[test]
+    fn approvals_section_shows_pending_ones_and_answers() {
+        use crate::approval::{AnswerOutcome, AnswerRecord, AnswerVia, Decision, NewApproval};
+        let dir = std::env::temp_dir().join(format!("courier-inspect-{}-{}", std::process::id(), crate::approval::new_id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut store = Store::open(&dir).unwrap();
+        let new = |thread: &str, ticket: &str, command: &str| NewApproval {
+            thread: thread.into(),
+            turn: "u1".into(),
+            call_id: Some(format!("call_{ticket}")),
+            tool: "Bash".into(),
+            command: command.into(),
+            reason: None,
+            cwd: None,
+            ticket: ticket.into(),
+        };
+        let waiting = store.record_approval(&new(T, "k1", "rm -rf build")).unwrap();
+        let answered = store.record_approval(&new(T, "k2", "make \x1b[2Jinstall")).unwrap();
+        let other = store.record_approval(&new("other-thread", "k3", "ls")).unwrap();
+        let by = "uid 1000 pid 42 (broker)";
+        let record =
+            AnswerRecord { decision: Decision::Deny, message: None, by: by.into(), via: AnswerVia::Cli, at: now_ms(), outcome: None };
+        store.claim_approval(&answered, &record).unwrap().unwrap();
+        store.settle_approval(&answered, AnswerOutcome::Unknown).unwrap();
+
+        let r = Report::gather(&store, Some(T), None).unwrap();
+        let v = r.to_json();
+        let ids = |k: &str| v["approvals"][k].as_array().unwrap().iter().map(|a| a["id"].as_str().unwrap().to_string()).collect::<Vec<_>>();
+        assert_eq!(ids("pending"), std::slice::from_ref(&waiting), "{v}");
+        assert_eq!(ids("answers"), std::slice::from_ref(&answered), "{v}");
+        let answer = &v["approvals"]["answers"][0]["answer"];
+        assert_eq!(
+            (answer["decision"].as_str(), answer["outcome"].as_str(), answer["via"].as_str()),
+            (Some("deny"), Some("unknown"), Some("cli"))
+        );
+        assert_eq!(answer["by"], by);
+        assert!(answer["at"].as_i64().unwrap() > 0);
+        let table = r.render_table();
+        let line = |id: &str| table.lines().find(|l| l.contains(id)).unwrap_or_else(|| panic!("no {id}:\n{table}")).to_string();
+        assert!(line(&waiting).contains("pending") && line(&waiting).contains("rm -rf build"), "{table}");
+        assert!(line(&answered).contains("deny") && line(&answered).contains("unknown") && line(&answered).contains(by), "{table}");
+        assert!(!table.contains(&other) && !table.contains('\x1b'), "{table}");
+        assert!(Report::gather(&store, None, None).unwrap().render_table().contains(&other));
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -324,15 +324,39 @@ fn cancel(args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `approvals [--thread T] [--wait [--timeout D]]`: exit 0; with `--wait`, 3 when the timeout
+/// ran out with nothing pending (as `broker wait`).
 fn approvals(args: Args) -> Result<ExitCode> {
-    let list = open_store()?.approvals(args.flag("all"))?;
+    let thread = args.value("thread")?;
+    let (wait, timeout) = (args.flag("wait"), args.duration("timeout")?);
+    if (timeout.is_some() && !wait) || (wait && args.flag("all")) {
+        return Err(UsageError("broker approvals: --timeout needs --wait, and --wait lists pending ones only (no --all)".into()).into());
+    }
+    let store = open_store()?;
+    let deadline = timeout.map(|d| std::time::Instant::now() + d);
+    let list = loop {
+        let list = broker::approval::of_thread(store.approvals(args.flag("all"))?, thread.as_deref());
+        if !wait || !list.is_empty() {
+            break list;
+        }
+        if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+            eprintln!("broker approvals: timed out with no pending approval");
+            break list;
+        }
+        // A store read is cheap; a person waits on the listing, not the other way round.
+        std::thread::sleep(APPROVALS_POLL);
+    };
+    let code = if wait && list.is_empty() { ExitCode::from(3) } else { ExitCode::SUCCESS };
     if args.flag("json") {
         println!("{}", terminal::terminal_safe_json(&serde_json::json!({ "approvals": list }).to_string()));
     } else {
         print!("{}", broker::approval::render(&list, broker::store::now_ms()));
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(code)
 }
+
+/// How often `approvals --wait` reads the store.
+const APPROVALS_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// `approve|deny ID`: the running broker answers (it alone proves the caller and reaches the
 /// app-server). Exit 0 when Courier's answer won; 1 when it lost, is unknown or failed.

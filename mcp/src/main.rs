@@ -1,6 +1,7 @@
 //! `courier-mcp` (run as `broker mcp`): an MCP server on stdio, so agents in Codex can message
 //! other Codex threads and read receipts. Tools: `send_message`, `list_threads`,
-//! `message_status`. Each call is one request of the broker's JSON-lines socket protocol
+//! `message_status`, `list_approvals` (read-only: an approval is answered only by a person, never
+//! through this server, which runs under Codex). Each call is one request of the broker's JSON-lines socket protocol
 //! (docs/producers.md): this process holds no queue state and needs a running broker.
 //!
 //! The calling thread: Codex puts the thread id and the tool call id in each `tools/call`
@@ -68,6 +69,14 @@ struct ListThreads {
 struct MessageStatus {
     /// The message id `send_message` returned (m_ and 16 hex digits).
     id: String,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+struct ListApprovals {
+    /// Also approvals already answered or over (with who answered, how, when and the outcome).
+    #[serde(default)]
+    all: bool,
 }
 
 #[derive(Clone)]
@@ -286,6 +295,16 @@ impl Courier {
             Err(e) => error_result(e),
         })
     }
+
+    #[tool(description = "List the commands Codex threads on this machine wait on a person to approve: id, thread, \
+        tool, command, the model's reason, since when (ms since the epoch), state. all=true adds answered ones with the \
+        answer record. Read-only: only a person answers an approval, at the Codex prompt or with `broker approve|deny`.")]
+    async fn list_approvals(&self, Parameters(p): Parameters<ListApprovals>) -> Result<CallToolResult, ErrorData> {
+        Ok(match self.call(json!({"op": "approvals", "all": p.all})).await {
+            Ok(reply) => text_result(&json!({"approvals": reply["approvals"]})),
+            Err(e) => error_result(e),
+        })
+    }
 }
 
 #[tool_handler]
@@ -296,7 +315,8 @@ impl ServerHandler for Courier {
             .with_instructions(
                 "Courier delivers messages between Codex threads exactly once, with receipts. list_threads finds \
                  threads; send_message sends (to a thread id, a cwd, or your parent/child); message_status tells \
-                 whether it arrived. A message you send is shown to the other model as from=\"thread:<your id>\" \
+                 whether it arrived; list_approvals shows the commands threads wait on a person to approve \
+                 (read-only). A message you send is shown to the other model as from=\"thread:<your id>\" \
                  verified=\"true\" when the broker could verify it came from your thread.",
             )
     }
@@ -312,7 +332,7 @@ fn main() {
         }
         Some(_) => {
             println!(
-                "broker mcp: an MCP server on stdio (tools send_message, list_threads, message_status).\n\
+                "broker mcp: an MCP server on stdio (tools send_message, list_threads, message_status, list_approvals).\n\
                  Register it in Codex: [mcp_servers.courier] command = \"broker\", args = [\"mcp\"]"
             );
             return;

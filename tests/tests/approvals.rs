@@ -162,6 +162,50 @@ fn a_pending_approval_is_listed_with_its_command() {
     assert_eq!(all[0]["state"], "resolved");
 }
 
+/// `broker approvals --wait --thread T` blocks while T has no pending approval (exit 3 once its
+/// timeout runs out, as `broker wait`), and returns (exit 0, listing it) once T's model asks for
+/// approval; another thread's wait is not woken by it.
+#[test]
+fn approvals_wait_returns_once_one_is_pending() {
+    let cmd = format!("echo {}", marker("WAITED"));
+    let model = ScriptedModel::start_with(escalated_then_done(&cmd, "to wait for it"));
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    let broker = Broker::start_trusted(&env);
+    let (_server, mut client, thread) = approving_thread(&env);
+    let timed_out = broker.run(&["approvals", "--wait", "--thread", &thread, "--timeout", "1s", "--json"]);
+    assert_eq!(timed_out.status.code(), Some(3), "{timed_out:?}");
+    let spawn = |thread: &str| {
+        env.command(courier_tests::broker_bin())
+            .args(["approvals", "--wait", "--thread", thread, "--timeout", "60s", "--json"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut waiter = spawn(&thread);
+    let mut other = spawn("01a234e3-6132-7900-91d8-43a5034bdb61");
+    assert!(waiter.try_wait().unwrap().is_none(), "returned with nothing pending");
+    let turn = client.start_turn(&thread, "run it", T);
+    let req = client.wait_server_request(REQUEST_APPROVAL, T, |p| p["threadId"] == thread.as_str());
+    let t0 = Instant::now();
+    let status = wait_until(T, "approvals --wait returned", || waiter.try_wait().unwrap());
+    eprintln!("requestApproval -> approvals --wait returned: {:?}", t0.elapsed());
+    assert_eq!(status.code(), Some(0));
+    let mut out = String::new();
+    std::io::Read::read_to_string(waiter.stdout.as_mut().unwrap(), &mut out).unwrap();
+    let listed: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    let a = &listed["approvals"][0];
+    assert_eq!(
+        (a["thread"].as_str(), a["command"].as_str(), a["state"].as_str()),
+        (Some(thread.as_str()), Some(cmd.as_str()), Some("pending")),
+        "{listed}"
+    );
+    assert!(other.try_wait().unwrap().is_none(), "another thread's wait returned");
+    let _ = other.kill();
+    let _ = other.wait();
+    client.respond(&req["id"], json!({"decision": "accept"}));
+    client.wait_turn_completed(&turn, T);
+}
+
 /// A thread waiting on `cmd`'s approval (the client holds the request and does not answer):
 /// the broker, the client, the thread, the turn, the request and the listed approval.
 struct Waiting<'a> {

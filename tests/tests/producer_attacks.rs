@@ -145,6 +145,55 @@ fn ttl_overflows_are_refused_on_the_socket_and_over_mcp() {
     assert_ne!(result["isError"], true, "{result}");
 }
 
+/// The MCP server (run under Codex, where the model calls its tools) lists approvals and offers
+/// no way to answer one: no tool approves, denies or answers, `list_approvals` takes nothing but
+/// `all`, and the socket op behind it refuses an answer smuggled in as an extra field.
+#[test]
+fn mcp_lists_approvals_and_never_answers_them() {
+    use broker_lib::approval::{ApprovalState, NewApproval};
+    let env = CodexEnv::with_base_url("http://127.0.0.1:9");
+    let broker = Broker::start(&env);
+    // What a verified PermissionRequest hook records, written to the broker's own queue.
+    let mut store = broker_lib::store::Store::open(&env.state_dir).unwrap();
+    let new = NewApproval {
+        thread: "01a234e3-6132-7900-91d8-43a5034bdb61".into(),
+        turn: "u1".into(),
+        call_id: Some("call_1".into()),
+        tool: "Bash".into(),
+        command: "rm -rf build".into(),
+        reason: Some("clean the build".into()),
+        cwd: None,
+        ticket: "k1".into(),
+    };
+    let id = store.record_approval(&new).unwrap();
+    let mut mcp = Mcp::start(&env);
+    let tools = mcp.request("tools/list", json!({}))["result"]["tools"].clone();
+    let names: Vec<&str> = tools.as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
+    assert!(names.contains(&"list_approvals"), "{names:?}");
+    let answering: Vec<&&str> =
+        names.iter().filter(|n| **n != "list_approvals" && ["approv", "deny", "answer", "decide"].iter().any(|w| n.contains(w))).collect();
+    assert!(answering.is_empty(), "an MCP tool can answer approvals: {answering:?}");
+    let list = tools.as_array().unwrap().iter().find(|t| t["name"] == "list_approvals").unwrap();
+    let params: Vec<&String> = list["inputSchema"]["properties"].as_object().map(|o| o.keys().collect()).unwrap_or_default();
+    assert_eq!(params, ["all"], "{list}");
+
+    let result = mcp.call("list_approvals", json!({}));
+    assert_ne!(result["isError"], true, "{result}");
+    let listed: Value = serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+    let a = &listed["approvals"][0];
+    assert_eq!(
+        (a["id"].as_str(), a["command"].as_str(), a["state"].as_str()),
+        (Some(id.as_str()), Some("rm -rf build"), Some("pending")),
+        "{listed}"
+    );
+    assert_eq!(listed["approvals"].as_array().unwrap().len(), 1, "{listed}");
+
+    let smuggled = json!({"op": "approvals", "id": id, "decision": "approve"}).to_string();
+    let reply = line_request(&broker.socket_path(), &smuggled);
+    assert_eq!((reply["ok"].as_bool(), reply["error"].as_str()), (Some(false), Some("bad_request")), "{reply}");
+    assert_eq!(store.approval(&id).unwrap().unwrap().state, ApprovalState::Pending, "listing changed nothing");
+}
+
 /// `broker mcp` spoken to on stdio (JSON-RPC lines), as Codex does.
 struct Mcp {
     child: std::process::Child,

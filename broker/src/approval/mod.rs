@@ -200,6 +200,11 @@ pub fn new_id() -> String {
     format!("apr-{}", courier_shared::auth::hex(&b))
 }
 
+/// The approvals of `thread`, or all of them.
+pub fn of_thread(list: Vec<Approval>, thread: Option<&str>) -> Vec<Approval> {
+    list.into_iter().filter(|a| thread.is_none_or(|t| a.thread == t)).collect()
+}
+
 /// The table `broker approvals` prints: id, age, thread, command, reason.
 pub fn render(list: &[Approval], now_ms: i64) -> String {
     if list.is_empty() {

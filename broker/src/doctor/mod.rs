@@ -5,6 +5,7 @@
 mod hooks;
 mod start;
 
+use crate::approval::{AnswerOutcome, Approval};
 use crate::install;
 use crate::refusal::RefusalCode;
 use crate::store::{now_ms, Store};
@@ -96,6 +97,11 @@ pub fn run(opts: &Options) -> Vec<Check> {
     }
     if let Some(c) = check_alarms(&state_dir) {
         checks.push(c);
+    }
+    if let Ok(store) = Store::open(&state_dir) {
+        if let (Ok(pending), Ok(answers)) = (store.approvals(false), store.approval_answers(1000)) {
+            checks.extend(check_approvals(&pending, &answers, now_ms()));
+        }
     }
     checks
 }
@@ -395,6 +401,47 @@ fn check_alarms(state_dir: &Path) -> Option<Check> {
     Some(c)
 }
 
+/// A pending approval older than this is worth a look: a person usually answers within minutes.
+const APPROVAL_STALE_MS: i64 = 5 * 60 * 1000;
+/// How far back an `unknown` answer is reported.
+const UNKNOWN_ANSWERS_MS: i64 = 7 * 24 * 3600 * 1000;
+
+/// Approvals waiting on a person for long, and answers whose outcome is `unknown` (sent, never
+/// acknowledged, never resent): both need a person to look at the thread.
+fn check_approvals(pending: &[Approval], answers: &[Approval], now: i64) -> Vec<Check> {
+    let mut out = Vec::new();
+    let stale: Vec<&Approval> = pending.iter().filter(|a| now - a.since > APPROVAL_STALE_MS).collect();
+    if !stale.is_empty() {
+        let mut c = Check::warn(
+            format!("{} approval(s) waiting on a person for over {} minutes", stale.len(), APPROVAL_STALE_MS / 60_000),
+            Some("answer at the Codex prompt or with `broker approve ID` / `broker deny ID`; one whose turn was interrupted or whose Codex exited stays listed until the thread's next hook (`broker approve` then reports lost)".into()),
+        );
+        for a in stale.iter().take(10) {
+            c = c.detail(format!("{} thread {} for {}: {}", a.id, a.thread, crate::inspect::age(now - a.since), a.command));
+        }
+        out.push(c);
+    }
+    let unknown: Vec<&Approval> = answers
+        .iter()
+        .filter(|a| a.answer.as_ref().is_some_and(|r| r.outcome == Some(AnswerOutcome::Unknown) && now - r.at <= UNKNOWN_ANSWERS_MS))
+        .collect();
+    if !unknown.is_empty() {
+        let mut c = Check::warn(
+            format!("{} approval answer(s) in the last 7 days have outcome unknown: sent, never acknowledged", unknown.len()),
+            Some("Courier never resends them: look at the thread in Codex; if the command still waits, answer it at the Codex prompt (details: broker approvals --all --json)".into()),
+        );
+        for a in unknown.iter().take(10) {
+            let decision = a.answer.as_ref().map_or("?", |r| r.decision.as_str());
+            c = c.detail(format!("{} thread {}: {decision} {}", a.id, a.thread, a.command));
+        }
+        out.push(c);
+    }
+    if out.is_empty() {
+        out.push(Check::ok("no approval waits long, no answer of unknown outcome"));
+    }
+    out
+}
+
 pub fn render(checks: &[Check]) -> String {
     let mut s = String::new();
     for c in checks {
@@ -427,6 +474,7 @@ pub fn render(checks: &[Check]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use crate::approval::AnswerOutcome;
     use crate::refusal::RefusalCode;
 
     /// doctor points at "Refusal reason codes" in docs/troubleshooting.md: its table lists exactly
@@ -451,5 +499,46 @@ mod tests {
             let hint = c.doctor_hint();
             assert!(!hint.contains("docs/") && !hint.contains("README"), "{c}: a hint says what the code means, not where to read it");
         }
+    }
+
+    /// A pending approval is a warning only once it is old; an `unknown` answer always is.
+    #[test]
+    fn stale_approvals_and_unknown_answers_are_warnings() {
+        use super::{check_approvals, Status, APPROVAL_STALE_MS};
+        use crate::approval::{AnswerRecord, AnswerVia, Approval, ApprovalState, Decision};
+        let now = 10_000_000_000;
+        let approval = |id: &str, since: i64, state: ApprovalState, outcome: Option<AnswerOutcome>| Approval {
+            id: id.into(),
+            thread: "t1".into(),
+            turn: "u1".into(),
+            call_id: None,
+            tool: "Bash".into(),
+            command: "rm -rf build".into(),
+            command_digest: crate::approval::command_digest("rm -rf build"),
+            reason: None,
+            cwd: None,
+            since,
+            state,
+            answer: outcome.map(|o| AnswerRecord {
+                decision: Decision::Approve,
+                message: None,
+                by: "me".into(),
+                via: AnswerVia::Cli,
+                at: since,
+                outcome: Some(o),
+            }),
+        };
+        let fresh = approval("apr-fresh", now - 1000, ApprovalState::Pending, None);
+        let old = approval("apr-old", now - APPROVAL_STALE_MS - 1000, ApprovalState::Pending, None);
+        let won = approval("apr-won", now - 1000, ApprovalState::Answered, Some(AnswerOutcome::Won));
+        let unknown = approval("apr-unk", now - 1000, ApprovalState::Unknown, Some(AnswerOutcome::Unknown));
+        let quiet = check_approvals(std::slice::from_ref(&fresh), std::slice::from_ref(&won), now);
+        assert_eq!(quiet.iter().map(|c| c.status).collect::<Vec<_>>(), [Status::Ok]);
+        let loud = check_approvals(&[fresh, old], &[won, unknown], now);
+        assert_eq!(loud.iter().map(|c| c.status).collect::<Vec<_>>(), [Status::Warn, Status::Warn]);
+        let text = super::render(&loud);
+        assert!(text.contains("apr-old") && !text.contains("apr-fresh"), "{text}");
+        assert!(text.contains("apr-unk") && !text.contains("apr-won"), "{text}");
+        assert!(loud.iter().all(|c| c.fix.is_some()), "each warning says what to do");
     }
 }

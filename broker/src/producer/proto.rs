@@ -20,6 +20,9 @@
 //! - `{"op":"wait","ids":[ID...],"for"?:"handed"|"confirmed","timeout_ms"?}` ->
 //!   `{"ok":true,"outcome":"reached"|"timed_out"|"ended","for","messages":[RECORD...]}`.
 //! - `{"op":"threads","all"?:bool,"limit"?:N}` -> `{"ok":true,"threads":[THREAD...]}`.
+//! - `{"op":"approvals","all"?:bool}` -> `{"ok":true,"approvals":[APPROVAL...]}`: the approvals
+//!   still waiting on a person (with `all`, every one), as `broker approvals --json` lists them.
+//!   Read-only: answering is `server/approvals.rs`'s own request, from a person's process only.
 //!
 //! Errors: `{"ok":false,"error":CODE,"message":TEXT}`; `CODE` is stable (docs/producers.md).
 
@@ -83,6 +86,10 @@ enum Op {
         all: bool,
         #[serde(default)]
         limit: Option<usize>,
+    },
+    Approvals {
+        #[serde(default)]
+        all: bool,
     },
 }
 
@@ -213,6 +220,10 @@ impl Service {
                 Ok(threads) => json!({"ok": true, "threads": threads}),
                 Err(e) => error(ErrorCode::Failed, &format!("{e:#}")),
             },
+            Ok(Op::Approvals { all }) => match crate::store::lock(&self.store).approvals(all) {
+                Ok(list) => json!({"ok": true, "approvals": list}),
+                Err(e) => error(ErrorCode::Failed, &format!("{e:#}")),
+            },
             Ok(Op::Send { thread, cwd, agent, text, key, ttl_ms, from, future_thread, verify_sender, sender, wake, wait, timeout_ms }) => {
                 let target = match (thread, cwd) {
                     (Some(parent), None) if agent.is_some() => Target::Agent { parent, name: agent.unwrap_or_default() },
@@ -224,19 +235,9 @@ impl Service {
                     return reply_to(&mut stream, &error(ErrorCode::BadRequest, "timeout_ms needs wait"));
                 }
                 let wake = wake != Some(WakeMode::Never);
-                let (from, verified_sender) = if verify_sender || sender.is_some() {
-                    if from.is_some() || (verify_sender && sender.is_some()) {
-                        return reply_to(
-                            &mut stream,
-                            &error(ErrorCode::BadRequest, "verify_sender or sender names the sender: no from, and not both"),
-                        );
-                    }
-                    match verify(&stream, sender.as_ref().map(|s| (s.thread.as_str(), s.call_id.as_str()))) {
-                        Ok(s) => (Some(format!("{}{}", send::VERIFIED_PREFIX, s.thread)), true),
-                        Err(why) => return reply_to(&mut stream, &error(ErrorCode::SenderNotVerified, &why)),
-                    }
-                } else {
-                    (from, false)
+                let (from, verified_sender) = match sender_of(&stream, from, verify_sender, sender, verify) {
+                    Ok(named) => named,
+                    Err(refused) => return reply_to(&mut stream, &refused),
                 };
                 let opts = SendOptions { target, text, key, ttl_ms, from, verified_sender, future_thread, wake };
                 let sent = {
@@ -270,6 +271,28 @@ impl Service {
     }
 }
 
+/// Who a `send` names as its sender: `from` as given, or (`verify_sender`, or a `sender` claim
+/// from a tool command) the thread the broker proves is on the other end, or the refusal to
+/// answer with.
+fn sender_of(
+    stream: &UnixStream,
+    from: Option<String>,
+    verify_sender: bool,
+    sender: Option<SenderClaim>,
+    verify: &Verify<'_>,
+) -> Result<(Option<String>, bool), Value> {
+    if !verify_sender && sender.is_none() {
+        return Ok((from, false));
+    }
+    if from.is_some() || (verify_sender && sender.is_some()) {
+        return Err(error(ErrorCode::BadRequest, "verify_sender or sender names the sender: no from, and not both"));
+    }
+    match verify(stream, sender.as_ref().map(|s| (s.thread.as_str(), s.call_id.as_str()))) {
+        Ok(s) => Ok((Some(format!("{}{}", send::VERIFIED_PREFIX, s.thread)), true)),
+        Err(why) => Err(error(ErrorCode::SenderNotVerified, &why)),
+    }
+}
+
 fn reply_to(stream: &mut UnixStream, reply: &Value) {
     let _ = write_line(stream, reply);
 }
@@ -288,6 +311,7 @@ mod tests {
             Ok(Op::Wait { want: Want::Handed, timeout_ms: Some(5), .. })
         ));
         assert!(matches!(parse(br#"{"op":"threads"}"#), Ok(Op::Threads { all: false, limit: None })));
+        assert!(matches!(parse(br#"{"op":"approvals","all":true}"#), Ok(Op::Approvals { all: true })));
         assert!(matches!(
             parse(br#"{"op":"send","cwd":"/w","text":"hi","wait":"confirmed"}"#),
             Ok(Op::Send { wait: Some(Want::Confirmed), .. })

@@ -111,6 +111,15 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
+    /// The `limit` most recent answers Courier took (any outcome, or still being sent), newest first.
+    pub fn approval_answers(&self, limit: i64) -> Result<Vec<Approval>> {
+        let mut st = self
+            .conn
+            .prepare(&format!("SELECT {COLUMNS} FROM approvals WHERE decision IS NOT NULL ORDER BY answered_at DESC, id LIMIT ?1"))?;
+        let rows = st.query_map([limit], row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
     pub fn approval(&self, id: &str) -> Result<Option<Approval>> {
         Ok(self.conn.query_row(&format!("SELECT {COLUMNS} FROM approvals WHERE id = ?1"), [id], row).optional()?)
     }
