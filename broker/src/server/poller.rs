@@ -430,51 +430,35 @@ impl Poller {
         }
     }
 
+    /// A whole frame arrived: the connection goes, blocking again, to a worker (or, all of them
+    /// busy and the queue full, gets `overloaded`).
+    fn hand_to_worker(&mut self, fd: RawFd) {
+        let Some(Conn { stream, buf, .. }) = self.remove(fd) else { return };
+        if stream.set_nonblocking(false).is_err() {
+            return;
+        }
+        self.broker.counters.connections.fetch_add(1, Ordering::SeqCst);
+        // The frame moves to the job queue's share of the budget, uncopied.
+        let held = buf.capacity();
+        self.broker.counters.frames_held.fetch_add(held, Ordering::SeqCst);
+        if let Err(Job::Request { stream, .. }) = self.jobs.push(Job::Request { stream, frame: buf }) {
+            self.broker.counters.frames_held.fetch_sub(held, Ordering::SeqCst);
+            self.broker.counters.connections.fetch_sub(1, Ordering::SeqCst);
+            self.broker.counters.rejected.fetch_add(1, Ordering::Relaxed);
+            let _ = (&stream).write(&error_frame("overloaded", "all workers busy"));
+        }
+    }
+
     fn read_conn(&mut self, fd: RawFd) {
         loop {
             let Some(conn) = self.conns.get_mut(&fd) else { return };
-            // Read exactly up to the end of the frame: the header first, then the body. A
-            // producer's JSON line (first byte `{`) ends at its newline.
-            let frame_end = if conn.buf.first() == Some(&b'{') {
-                match conn.buf.iter().position(|b| *b == b'\n') {
-                    Some(nl) => {
-                        conn.buf.truncate(nl + 1);
-                        nl + 1
-                    }
-                    None if conn.buf.len() >= crate::producer::line::MAX_LINE => {
-                        let detail = format!("request line longer than {} bytes", crate::producer::line::MAX_LINE);
-                        return self.close_with(fd, RefusalCode::FrameTooLarge, detail);
-                    }
-                    None => crate::producer::line::MAX_LINE,
-                }
-            } else if conn.buf.len() < 4 {
-                4
-            } else {
-                let len = u32::from_be_bytes(conn.buf[..4].try_into().unwrap()) as usize;
-                if len > wire::MAX_FRAME {
-                    let detail = format!("frame of {len} bytes exceeds limit {}", wire::MAX_FRAME);
-                    return self.close_with(fd, RefusalCode::FrameTooLarge, detail);
-                }
-                4 + len
+            let frame_end = match frame_end(&mut conn.buf) {
+                Ok(end) => end,
+                Err(detail) => return self.close_with(fd, RefusalCode::FrameTooLarge, detail),
             };
             let want = frame_end - conn.buf.len();
             if want == 0 {
-                let conn = self.remove(fd).expect("present");
-                let Conn { stream, buf, .. } = conn;
-                if stream.set_nonblocking(false).is_err() {
-                    return;
-                }
-                self.broker.counters.connections.fetch_add(1, Ordering::SeqCst);
-                // The frame moves to the job queue's share of the budget, uncopied.
-                let held = buf.capacity();
-                self.broker.counters.frames_held.fetch_add(held, Ordering::SeqCst);
-                if let Err(Job::Request { stream, .. }) = self.jobs.push(Job::Request { stream, frame: buf }) {
-                    self.broker.counters.frames_held.fetch_sub(held, Ordering::SeqCst);
-                    self.broker.counters.connections.fetch_sub(1, Ordering::SeqCst);
-                    self.broker.counters.rejected.fetch_add(1, Ordering::Relaxed);
-                    let _ = (&stream).write(&error_frame("overloaded", "all workers busy"));
-                }
-                return;
+                return self.hand_to_worker(fd);
             }
             let chunk = want.min(64 * 1024);
             let old = conn.buf.len();
@@ -517,6 +501,32 @@ impl Poller {
             }
         }
     }
+}
+
+/// Where the frame being read ends, so a read takes exactly up to it: the header first, then the
+/// body; a producer's JSON line (first byte `{`) ends at its newline (what follows it is dropped).
+/// `Err`: the frame announces more than the limit.
+fn frame_end(buf: &mut Vec<u8>) -> Result<usize, String> {
+    if buf.first() == Some(&b'{') {
+        return match buf.iter().position(|b| *b == b'\n') {
+            Some(nl) => {
+                buf.truncate(nl + 1);
+                Ok(nl + 1)
+            }
+            None if buf.len() >= crate::producer::line::MAX_LINE => {
+                Err(format!("request line longer than {} bytes", crate::producer::line::MAX_LINE))
+            }
+            None => Ok(crate::producer::line::MAX_LINE),
+        };
+    }
+    if buf.len() < 4 {
+        return Ok(4);
+    }
+    let len = u32::from_be_bytes(buf[..4].try_into().unwrap()) as usize;
+    if len > wire::MAX_FRAME {
+        return Err(format!("frame of {len} bytes exceeds limit {}", wire::MAX_FRAME));
+    }
+    Ok(4 + len)
 }
 
 #[cfg(test)]
