@@ -20,6 +20,7 @@ use futures_util::StreamExt;
 use serde_json::{json, Value};
 use std::io::Write;
 use std::time::{Duration, Instant};
+use tokio::sync::mpsc::UnboundedReceiver;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Want {
@@ -65,36 +66,77 @@ pub fn verdict(state: &str, want: Want) -> Verdict {
     }
 }
 
-async fn receipts(stream: &jetstream::stream::Stream, subject: &str, start_sequence: u64) -> Result<consumer::pull::Ordered> {
-    let policy = consumer::DeliverPolicy::ByStartSequence { start_sequence };
-    let c = stream
-        .create_consumer(consumer::pull::OrderedConfig {
-            filter_subject: subject.to_string(),
-            deliver_policy: policy,
-            ..Default::default()
-        })
-        .await
-        .context("reading receipts (an ordered consumer on COURIER_RECEIPTS)")?;
-    c.messages().await.context("reading receipts")
+/// How a `send --wait` ended: its exit code (as a local `broker send --wait`) and the JSON
+/// `outcome` both come from here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The wanted state (or one past it) was reported: exit 0.
+    Reached,
+    /// The host refused the request (a usage error there): exit 2.
+    Refused,
+    /// The timeout ran out with the message still on its way, or no receipt yet: exit 3.
+    TimedOut,
+    /// The message ended without reaching the wanted state: exit 4.
+    Ended,
+}
+
+impl Outcome {
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Outcome::Reached => 0,
+            Outcome::Refused => 2,
+            Outcome::TimedOut => 3,
+            Outcome::Ended => 4,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Reached => "reached",
+            Outcome::Refused => "refused",
+            Outcome::TimedOut => "timed_out",
+            Outcome::Ended => "ended",
+        }
+    }
+}
+
+/// The end of a wait: its outcome, the line for stderr, and the last receipt of this publish.
+struct Ended {
+    outcome: Outcome,
+    line: Option<String>,
+    last: Option<Value>,
 }
 
 pub async fn send(a: SendArgs) -> Result<u8> {
     nats::check_host(&a.host)?;
     let key = a.key.clone().unwrap_or_else(new_key);
-    let (re_tx, mut reconnected) = tokio::sync::mpsc::unbounded_channel();
+    let (re_tx, reconnected) = tokio::sync::mpsc::unbounded_channel();
     let client = a.conn.connect_with_events(&format!("courier-bridge send from {}", a.origin), false, Some(re_tx), false).await?;
     let js = jetstream::new(client);
-    let (subject, receipt_subject) = (nats::send_subject(&a.host, &a.origin), nats::receipt_subject(&a.host, &a.origin));
-    // Receipts are read from the sequence the stream had before the publish, so none can slip
-    // past; after an error (the server restarted: the ordered consumer was in its memory) the
-    // feed is made again from the sequence after the last receipt seen.
-    let mut rstream = None;
-    let mut next_seq = 1;
-    if a.want.is_some() {
-        let mut s = nats::ensure_stream(&js, nats::receipt_stream_config()).await?;
-        next_seq = s.info().await.context("reading the receipt stream")?.state.last_sequence + 1;
-        rstream = Some(s);
+    // Receipts are read from the sequence the stream had before the publish, so none can slip past.
+    let feed = match a.want {
+        Some(_) => Some(Feed::before_publish(&js, nats::receipt_subject(&a.host, &a.origin)).await?),
+        None => None,
+    };
+    let seq = publish(&js, &a, &key).await?;
+    if !a.json {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{key}").and_then(|()| out.flush());
     }
+    let (Some(want), Some(feed)) = (a.want, feed) else {
+        if a.json {
+            println!("{}", json!({"key": key, "host": a.host, "seq": seq}));
+        }
+        return Ok(0);
+    };
+    let wait = Wait { key: &key, host: &a.host, seq, want, deadline: a.timeout.map(|t| Instant::now() + t) };
+    let end = wait.run(feed, reconnected).await?;
+    Ok(report(&a, &key, end))
+}
+
+/// Publishes the request with its key; the stream sequence of the publish.
+async fn publish(js: &jetstream::Context, a: &SendArgs, key: &str) -> Result<u64> {
+    let subject = nats::send_subject(&a.host, &a.origin);
     let mut body = a.request.clone();
     body.insert("key".into(), json!(key));
     let ack = js
@@ -114,42 +156,68 @@ pub async fn send(a: SendArgs) -> Result<u8> {
         // not in the stream, and whatever answers for it is not this producer's.
         anyhow::bail!("JetStream dropped this publish as a duplicate of sequence {}: nothing was sent", ack.sequence);
     }
-    if !a.json {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{key}").and_then(|()| out.flush());
+    Ok(ack.sequence)
+}
+
+/// Prints how the wait ended (the JSON line with `--json`, the reason on stderr); the exit code.
+fn report(a: &SendArgs, key: &str, end: Ended) -> u8 {
+    if a.json {
+        let mut v = end.last.unwrap_or(json!({"key": key, "state": null}));
+        v["outcome"] = json!(end.outcome.as_str());
+        println!("{v}");
     }
-    let Some(want) = a.want else {
-        if a.json {
-            println!("{}", json!({"key": key, "host": a.host, "seq": ack.sequence}));
-        }
-        return Ok(0);
-    };
-    let rstream = rstream.expect("receipt stream");
-    let mut feed = receipts(&rstream, &receipt_subject, next_seq).await?;
-    let deadline = a.timeout.map(|t| Instant::now() + t);
-    let mut last: Option<Value> = None;
-    let finish = |code: u8, line: Option<String>, last: &Option<Value>| {
-        if a.json {
-            let mut v = last.clone().unwrap_or(json!({"key": key, "state": null}));
-            v["outcome"] = json!(match code {
-                0 => "reached",
-                3 => "timed_out",
-                2 => "refused",
-                _ => "ended",
-            });
-            println!("{v}");
-        }
-        if let Some(l) = line {
-            eprintln!("courier-bridge send: {l}");
-        }
-        Ok(code)
-    };
-    // The first connection's event is no news.
-    while reconnected.try_recv().is_ok() {}
-    loop {
+    if let Some(l) = end.line {
+        eprintln!("courier-bridge send: {l}");
+    }
+    end.outcome.exit_code()
+}
+
+/// This publisher's receipts: an ordered consumer on `COURIER_RECEIPTS`, made again after an
+/// error (the server restarted: the ordered consumer was in its memory) from the sequence after
+/// the last receipt seen.
+struct Feed {
+    stream: jetstream::stream::Stream,
+    subject: String,
+    next_seq: u64,
+    messages: Option<consumer::pull::Ordered>,
+}
+
+/// What the feed gave.
+enum Got {
+    Receipt(Box<jetstream::Message>),
+    /// The feed broke (or the connection came back): make it again.
+    Broken,
+    /// The deadline passed.
+    TimedOut,
+}
+
+impl Feed {
+    /// Notes where the receipt stream is before the publish; the consumer is made after it.
+    async fn before_publish(js: &jetstream::Context, subject: String) -> Result<Feed> {
+        let mut stream = nats::ensure_stream(js, nats::receipt_stream_config()).await?;
+        let next_seq = stream.info().await.context("reading the receipt stream")?.state.last_sequence + 1;
+        Ok(Feed { stream, subject, next_seq, messages: None })
+    }
+
+    async fn open(&self) -> Result<consumer::pull::Ordered> {
+        let c = self
+            .stream
+            .create_consumer(consumer::pull::OrderedConfig {
+                filter_subject: self.subject.clone(),
+                deliver_policy: consumer::DeliverPolicy::ByStartSequence { start_sequence: self.next_seq },
+                ..Default::default()
+            })
+            .await
+            .context("reading receipts (an ordered consumer on COURIER_RECEIPTS)")?;
+        c.messages().await.context("reading receipts")
+    }
+
+    /// The next receipt, or why there is none; a connection that came back breaks the feed.
+    async fn next(&mut self, deadline: Option<Instant>, reconnected: &mut UnboundedReceiver<()>) -> Result<Got> {
+        let messages = self.messages.as_mut().expect("the feed is open");
         let step = async {
             tokio::select! {
-                n = feed.next() => Some(n),
+                n = messages.next() => Some(n),
                 _ = reconnected.recv() => None,
             }
         };
@@ -157,71 +225,106 @@ pub async fn send(a: SendArgs) -> Result<u8> {
             None => step.await,
             Some(d) => match tokio::time::timeout(d.saturating_duration_since(Instant::now()), step).await {
                 Ok(n) => n,
-                Err(_) => {
-                    let line = match &last {
-                        None => format!(
-                            "{key}: no receipt from host {} yet (timed out; is its bridge running? the message waits in stream {} and is delivered once when it is)",
-                            a.host,
-                            nats::send_stream(&a.host)
-                        ),
-                        Some(r) => format!("{} still {} (timed out)", r["id"].as_str().unwrap_or(&key), r["state"].as_str().unwrap_or("?")),
-                    };
-                    return finish(3, Some(line), &last);
-                }
+                Err(_) => return Ok(Got::TimedOut),
             },
         };
-        // Reconnected (the server restarted: the ordered consumer lived in its memory): the
-        // feed is made again from the sequence after the last receipt seen.
-        let next = next.unwrap_or(Some(Err(async_nats::jetstream::consumer::pull::OrderedError::new(
-            async_nats::jetstream::consumer::pull::OrderedErrorKind::Other,
-        ))));
-        let m = match next {
-            None => anyhow::bail!("the receipt feed ended"),
-            Some(Err(_)) => {
-                // Made again from where it stopped (bounded by the deadline above: a timeout
-                // while NATS is away is still exit 3).
-                let again = loop {
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
-                        break None;
-                    }
-                    match receipts(&rstream, &receipt_subject, next_seq).await {
-                        Ok(f) => break Some(f),
-                        Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
-                    }
-                };
-                if let Some(f) = again {
-                    feed = f;
+        match next {
+            Some(None) => anyhow::bail!("the receipt feed ended"),
+            Some(Some(Ok(m))) => {
+                if let Ok(info) = m.info() {
+                    self.next_seq = info.stream_sequence + 1;
                 }
+                Ok(Got::Receipt(Box::new(m)))
+            }
+            None | Some(Some(Err(_))) => Ok(Got::Broken),
+        }
+    }
+
+    /// Made again from where it stopped, until it works or the deadline passes (a timeout while
+    /// NATS is away is still exit 3).
+    async fn reopen(&mut self, deadline: Option<Instant>) {
+        while deadline.is_none_or(|d| Instant::now() < d) {
+            match self.open().await {
+                Ok(f) => {
+                    self.messages = Some(f);
+                    return;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+            }
+        }
+    }
+}
+
+/// One publish's wait for its receipts.
+struct Wait<'a> {
+    key: &'a str,
+    host: &'a str,
+    /// The stream sequence of the publish.
+    seq: u64,
+    want: Want,
+    deadline: Option<Instant>,
+}
+
+impl Wait<'_> {
+    async fn run(&self, mut feed: Feed, mut reconnected: UnboundedReceiver<()>) -> Result<Ended> {
+        feed.messages = Some(feed.open().await?);
+        let mut last: Option<Value> = None;
+        // The first connection's event is no news.
+        while reconnected.try_recv().is_ok() {}
+        loop {
+            let m = match feed.next(self.deadline, &mut reconnected).await? {
+                Got::Receipt(m) => m,
+                Got::Broken => {
+                    feed.reopen(self.deadline).await;
+                    continue;
+                }
+                Got::TimedOut => return Ok(Ended { outcome: Outcome::TimedOut, line: Some(self.timed_out(&last)), last }),
+            };
+            let Ok(r) = serde_json::from_slice::<Value>(&m.payload) else { continue };
+            if !self.is_mine(&r) {
                 continue;
             }
-            Some(Ok(m)) => m,
-        };
-        if let Ok(info) = m.info() {
-            next_seq = info.stream_sequence + 1;
-        }
-        let Ok(r) = serde_json::from_slice::<Value>(&m.payload) else { continue };
-        // Only this publish's receipts: its key (the subject is this publisher's own), reported
-        // for its stream sequence or a later publish of the same key (the same message).
-        if r["key"].as_str() != Some(key.as_str()) || r["seq"].as_u64().is_none_or(|s| s < ack.sequence) {
-            continue;
-        }
-        let state = r["state"].as_str().unwrap_or_default().to_string();
-        let id = r["id"].as_str().unwrap_or(&key).to_string();
-        let reason = r["reason"].as_str().unwrap_or("no reason recorded").to_string();
-        match verdict(&state, want) {
-            Verdict::InFlight => {
-                last = Some(r);
+            match self.judge(&r) {
+                None => last = Some(r),
+                Some((outcome, line)) => return Ok(Ended { outcome, line, last: Some(r) }),
             }
-            Verdict::Reached => return finish(0, None, &Some(r)),
+        }
+    }
+
+    /// Only this publish's receipts: its key (the subject is this publisher's own), reported for
+    /// its stream sequence or a later publish of the same key (the same message).
+    fn is_mine(&self, r: &Value) -> bool {
+        r["key"].as_str() == Some(self.key) && r["seq"].as_u64().is_some_and(|s| s >= self.seq)
+    }
+
+    /// What a receipt of this publish ends the wait with, if anything (`None`: still on its way).
+    fn judge(&self, r: &Value) -> Option<(Outcome, Option<String>)> {
+        let state = r["state"].as_str().unwrap_or_default();
+        let id = r["id"].as_str().unwrap_or(self.key);
+        let reason = r["reason"].as_str().unwrap_or("no reason recorded");
+        match verdict(state, self.want) {
+            Verdict::InFlight => None,
+            Verdict::Reached => Some((Outcome::Reached, None)),
             Verdict::Ended => {
-                let line =
-                    format!("{id} {state} without reaching {} ({reason})", if want == Want::Handed { "handed" } else { "confirmed" });
-                return finish(4, Some(line), &Some(r));
+                let wanted = if self.want == Want::Handed { "handed" } else { "confirmed" };
+                Some((Outcome::Ended, Some(format!("{id} {state} without reaching {wanted} ({reason})"))))
             }
             Verdict::Refused => {
-                let line = format!("host {} refused {key}: {reason}: {}", a.host, r["message"].as_str().unwrap_or_default());
-                return finish(2, Some(line), &Some(r));
+                let message = r["message"].as_str().unwrap_or_default();
+                Some((Outcome::Refused, Some(format!("host {} refused {}: {reason}: {message}", self.host, self.key))))
             }
+        }
+    }
+
+    fn timed_out(&self, last: &Option<Value>) -> String {
+        match last {
+            None => format!(
+                "{}: no receipt from host {} yet (timed out; is its bridge running? the message waits in stream {} and is delivered once when it is)",
+                self.key,
+                self.host,
+                nats::send_stream(self.host)
+            ),
+            Some(r) => format!("{} still {} (timed out)", r["id"].as_str().unwrap_or(self.key), r["state"].as_str().unwrap_or("?")),
         }
     }
 }
@@ -276,5 +379,7 @@ mod tests {
             assert_eq!(verdict(state, Want::Confirmed), confirmed, "{state}");
         }
         assert_ne!(new_key(), new_key());
+        let codes: Vec<u8> = [Outcome::Reached, Outcome::Refused, Outcome::TimedOut, Outcome::Ended].map(Outcome::exit_code).into();
+        assert_eq!(codes, [0, 2, 3, 4], "the exit codes of a local `broker send --wait`");
     }
 }
