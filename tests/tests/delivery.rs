@@ -26,7 +26,7 @@ fn wrapped(id: &str, from: &str, text: &str) -> String {
     format!("<courier-message id=\"{id}\" from=\"{from}\">{text}</courier-message>")
 }
 
-/// A model, a Codex home whose six Courier events run target/debug/hook-client.
+/// A model, a Codex home whose Courier events run target/debug/hook-client.
 fn rig(script: impl FnMut(&Request) -> Reply + Send + 'static) -> (ScriptedModel, CodexEnv) {
     let model = ScriptedModel::start_with(script);
     let env = CodexEnv::with_hook_command(&model, &hook_command());
