@@ -37,7 +37,7 @@ fn jsonish() -> impl Strategy<Value = String> {
         ":",
         "\"",
         "\\",
-        "\"type\"",
+        "\"op\"",
         "\"v\"",
         "\"pid\"",
         "\"ts_ms\"",
