@@ -88,7 +88,7 @@ pub struct StatusReply {
     pub refusals_unrecorded: u64,
     pub rollout_bytes_read: u64,
     pub parked_waits: u64,
-    /// Executables waiting for a hashing lane (`gate/digest.rs`: each holds an fd; capped).
+    /// Executables waiting for a hashing lane (`exe/digest.rs`: each holds an fd; capped).
     pub digests_queued: u64,
     #[serde(flatten)]
     pub other: serde_json::Map<String, serde_json::Value>,

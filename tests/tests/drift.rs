@@ -3,7 +3,7 @@
 //! `COURIER_CODEX_BIN_OLDEST` when set; point either at a new release to vet it) with a recording
 //! hook on Courier's seven events, then checks, with a message naming the field and the version:
 //! - the hook payload fields the gate and delivery read (`codex-format/src/hook.rs`), with their types;
-//! - the rollout records they rely on (`shared/src/rollout.rs`): `session_meta` naming the
+//! - the rollout records they rely on (`codex-format/src/rollout.rs`): `session_meta` naming the
 //!   thread, a turn opened and closed under the payload's `turn_id`, and hook output
 //!   (`additionalContext` and a Stop block reason) recognised as hook-injected, in full.
 
@@ -107,7 +107,7 @@ fn drift(codex: PathBuf) -> Vec<String> {
         });
         if !whole {
             drift.push(format!(
-                "{version}: {what} is not recognised as hook output in the rollout (delivery would read uncertain); see shared/src/rollout.rs"
+                "{version}: {what} is not recognised as hook output in the rollout (delivery would read uncertain); see codex-format/src/rollout.rs"
             ));
         }
     }

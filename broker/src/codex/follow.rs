@@ -26,7 +26,7 @@
 //!   runs. Its version is read from the package files beside it, a label only.
 //!
 //! The follower also keeps the set of files the gate treats as *expected* Codex binaries: a hook
-//! whose codex is one of them waits for its hash instead of being refused (`gate/digest.rs`);
+//! whose codex is one of them waits for its hash instead of being refused (`exe/digest.rs`);
 //! when the gate's expected lane hashes such a file first, [`Follower::consider_hashed`] trusts it
 //! in time for the waiting hook if a followed command resolves to it.
 

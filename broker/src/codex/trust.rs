@@ -1,7 +1,7 @@
 //! Which Codex binaries Courier trusts: hashing a file (and noting its identity so it is never
 //! hashed again), the supported version range, and the record of a trusted binary. Trusted
 //! digests live in the queue database, so a running broker sees a new one at its next hook call,
-//! without a restart. The gate hashes nothing itself (`gate/digest.rs`).
+//! without a restart. The gate hashes nothing itself (`exe/digest.rs`).
 
 use anyhow::{Context, Result};
 use std::fs::File;

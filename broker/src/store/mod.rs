@@ -240,7 +240,7 @@ CREATE TABLE IF NOT EXISTS trusted_codex (
     path     TEXT NOT NULL,
     added_at INTEGER NOT NULL
 );
--- Files known to hold a digest, by identity (gate/digest.rs ExeKey): recorded when a trust command,
+-- Files known to hold a digest, by identity (exe/ ExeKey): recorded when a trust command,
 -- install or the follower hashes a file, so the broker never hashes it again (not after a restart
 -- either). Equal identity means equal content: any write changes ctime, which no owner can set back.
 CREATE TABLE IF NOT EXISTS codex_files (
