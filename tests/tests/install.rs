@@ -137,6 +137,9 @@ fn profile_line_starts_the_broker_once() {
     let pid = rig.wait_running();
     let _ = Command::new("kill").arg(pid.to_string()).status();
     wait_until(Duration::from_secs(10), "the broker to stop", || rig.running_pid().is_none().then_some(()));
+    // Its socket goes first; the process (and its lock) only once its threads have ended. A login
+    // line that finds the lock still held reports the broker, it does not start a second one.
+    wait_until(Duration::from_secs(20), "the broker process to exit", || (!pid_alive(pid)).then_some(()));
 
     // Broker down: hook-client fails open within its deadline.
     let mut hc = rig.command(&rig.prefix.join("hook-client"), &[]);
