@@ -82,7 +82,7 @@ fn run() -> Result<ExitCode> {
             print!("{}", cli::help(command));
             Ok(ExitCode::SUCCESS)
         }
-        Parsed::Given(given) => dispatch(command.id, given),
+        Parsed::Given(given) => dispatch(command.id, *given),
     }
 }
 

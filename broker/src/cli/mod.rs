@@ -215,7 +215,7 @@ impl std::error::Error for UsageError {}
 /// Parsed arguments, or a request for the command's help.
 pub enum Parsed {
     Help,
-    Given(Given),
+    Given(Box<Given>),
 }
 
 /// Parses the rest of a command line (after the subcommand name) against `c`.
@@ -264,7 +264,7 @@ pub fn parse(c: &'static Command, mut parser: lexopt::Parser) -> Result<Parsed> 
     if given.positionals.len() < c.positionals.0 {
         return Err(usage_error(c, format!("missing {}", c.args)));
     }
-    Ok(Parsed::Given(given))
+    Ok(Parsed::Given(Box::new(given)))
 }
 
 /// `500ms`, `30s`, `10m`, `2h`, `7d` or bare seconds; more than zero and at most [`MAX_DURATION`].
