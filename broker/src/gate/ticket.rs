@@ -131,7 +131,7 @@ mod tests {
     }
 
     fn recording(version: &str) -> Recording {
-        let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/testdata")).join(format!("hooks-{version}"));
+        let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../codex-format/testdata")).join(format!("hooks-{version}"));
         let hooks = std::fs::read_to_string(dir.join("hooklog.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         let mut rollouts = HashMap::new();
         for e in std::fs::read_dir(&dir).unwrap() {
