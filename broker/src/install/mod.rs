@@ -14,7 +14,7 @@
 //!
 //! # Rooms
 //! - `mod.rs`: the install run as one transaction, and its rollback when a step fails;
-//!   `run.rs`: the run as a plan of named steps;
+//!   `run.rs`: the run as a plan of named steps, `carry.rs` what it carries from step to step;
 //! - `agent/`: the table of host agents (`HostAgent`), one row a file: what install edits in
 //!   each agent's config, how it registers and trusts Courier's hooks there, which of its
 //!   binaries it trusts, what uninstall takes back (`agent/codex.rs`);
@@ -84,6 +84,7 @@ pub const SOCKET_UNIT: &str = "courier-broker.socket";
 pub const SERVICE_UNIT: &str = "courier-broker.service";
 mod agent;
 mod bridge;
+mod carry;
 mod config_toml;
 mod daemon;
 mod files;

@@ -5,26 +5,8 @@
 //! `install` (mod.rs) journals and undoes them as one.
 
 use super::agent::HostAgent;
+use super::carry::{Binaries, Run};
 use super::*;
-
-/// What one install run carries from step to step (and to each host agent's row).
-pub(super) struct Run<'a> {
-    pub(super) opts: &'a InstallOptions,
-    pub(super) state_dir: PathBuf,
-    pub(super) codex_home: PathBuf,
-    pub(super) m: Manifest,
-    pub(super) report: Report,
-}
-
-/// The binaries in place (step 1).
-pub(super) struct Binaries {
-    pub(super) broker: PathBuf,
-    pub(super) client: PathBuf,
-    /// A binary the broker runs was replaced: a running broker must restart.
-    pub(super) replaced: bool,
-    pub(super) with_mcp: bool,
-    pub(super) with_bridge: bool,
-}
 
 pub(super) fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Installed> {
     let mut m = load_manifest(state_dir)?.unwrap_or_default();

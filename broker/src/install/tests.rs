@@ -154,8 +154,8 @@ fn each_agent_row_edits_only_the_config_files_it_names() {
         bridge: None,
     };
     let mut run =
-        run::Run { opts: &opts, state_dir: state.clone(), codex_home: home.clone(), m: Manifest::default(), report: Report::new() };
-    let bins = run::Binaries {
+        carry::Run { opts: &opts, state_dir: state.clone(), codex_home: home.clone(), m: Manifest::default(), report: Report::new() };
+    let bins = carry::Binaries {
         broker: dir.join("prefix/broker"),
         client: dir.join("prefix/hook-client"),
         replaced: false,

@@ -6,7 +6,7 @@ use super::super::config_toml::{add_trust, remove_trust};
 use super::super::files::{create_dirs, read_opt, write_atomic};
 use super::super::hooks::{courier_trust_hash, hook_command, hooks_source, json_text, merge_hooks, trust_key, unmerge_hooks};
 use super::super::manifest::{save_manifest, track_edit, unedit, Manifest};
-use super::super::run::{Binaries, Run};
+use super::super::carry::{Binaries, Run};
 use super::super::{mcp, user_codex, Report, EVENTS};
 use crate::{codex, store::Store};
 use anyhow::{Context, Result};

@@ -11,7 +11,7 @@
 mod codex;
 
 use super::manifest::Manifest;
-use super::run::{Binaries, Run};
+use super::carry::{Binaries, Run};
 use super::Report;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
