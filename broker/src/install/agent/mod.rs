@@ -10,8 +10,8 @@
 
 mod codex;
 
-use super::manifest::Manifest;
 use super::carry::{Binaries, Run};
+use super::manifest::Manifest;
 use super::Report;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
