@@ -2,9 +2,9 @@
 //! (`codex app-server`, `hooks/list`), or, without a Codex to ask, as `hooks.json` and the trust
 //! entries say; then the Codex binaries found, whether each is trusted and in the tested range.
 
-use super::super::Check;
 use super::Context;
 use crate::codex;
+use crate::doctor::Check;
 use crate::install::{self, EVENTS};
 use crate::store::Store;
 use serde_json::{json, Value};
