@@ -14,18 +14,18 @@
 //!   thread it names, the rollout read intact, the codex process holding the rollout and the
 //!   thread's writer lock, the open turn) and which rollout records prove which Codex action
 //!   (`proof::ticket`);
-//!
-//! and below the broker, the crate `codex_format` (`codex-format/`): what Codex hands a command
-//! hook and the rules Courier applies per event (`hook`), and the one classifier of rollout lines
-//! (`rollout`), pure functions of bytes that the store and the envelope use too.
 //! - `appserver/`: the app-server as a client (endpoints, the WebSocket client) for wake and
 //!   effort;
 //! - `approval.rs`: the PermissionRequest hook's fields, and answering the app-server's
 //!   approval request once;
-//! - `standin.rs`: a stand-in Codex for tests (feature `standin`).
+//! - `standin.rs`: a stand-in Codex for tests (feature `standin`);
+//!
+//! and below the broker, the crate `codex_format` (`codex-format/`): what Codex hands a command
+//! hook and the rules Courier applies per event (`hook`), and the one classifier of rollout lines
+//! (`rollout`), pure functions of bytes that the store and the envelope use too.
 //!
 //! What install and doctor write into and check in Codex's config is the `Codex` row of their
-//! table of host agents (`install/agent.rs`, `doctor/agent.rs`).
+//! table of host agents (`install/agent/codex.rs`, `doctor/agent/codex.rs`).
 
 pub mod approval;
 pub mod appserver;
