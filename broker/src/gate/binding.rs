@@ -11,15 +11,16 @@ use crate::codex::rollout::{SessionMeta, Snapshot};
 use crate::os;
 use codex_format::hook::{HookEvent, HookPayload};
 use codex_format::rollout::thread_id_from_path;
+use courier_shared::ids::ThreadId;
 use std::path::{Path, PathBuf};
 
 /// The transcript path the event names, and the thread UUID of its file name.
-pub(super) fn transcript(event: HookEvent, payload: &HookPayload) -> Result<(&str, String), Refusal> {
+pub(super) fn transcript(event: HookEvent, payload: &HookPayload) -> Result<(&str, ThreadId), Refusal> {
     let path_str =
         event.transcript_path(payload).ok_or_else(|| Refusal::new(RefusalCode::TranscriptPath, "no transcript path in payload"))?;
     let thread_id = thread_id_from_path(path_str)
-        .ok_or_else(|| Refusal::new(RefusalCode::TranscriptPath, format!("{path_str:?} is not rollout-*-<uuid>.jsonl")))?
-        .to_string();
+        .and_then(|id| ThreadId::parse(id).ok())
+        .ok_or_else(|| Refusal::new(RefusalCode::TranscriptPath, format!("{path_str:?} is not rollout-*-<uuid>.jsonl")))?;
     Ok((path_str, thread_id))
 }
 

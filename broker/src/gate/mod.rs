@@ -65,6 +65,7 @@ use crate::exe::digest::DigestCache;
 pub use crate::refusal::RefusalCode;
 use codex_format::hook::{HookEvent, HookPayload};
 use courier_shared::auth::Secret;
+use courier_shared::ids::ThreadId;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -101,7 +102,7 @@ pub struct GateConfig {
 pub struct Verified {
     pub payload: HookPayload,
     pub event: HookEvent,
-    pub thread_id: String,
+    pub thread_id: ThreadId,
     /// The payload's turn id, equal to the rollout's open turn. `None` only for SessionStart.
     pub turn_id: Option<String>,
     pub codex_pid: i32,
@@ -270,11 +271,11 @@ impl Gate {
         let ancestry = self.trusted_ancestry(peer, req, trust)?; // 3
         caller::check(peer, &ancestry, &self.codex_markers)?; // 4
         let (path_str, thread_id) = binding::transcript(event, &payload)?; // 5
-        ctx.thread = Some(thread_id.clone());
+        ctx.thread = Some(thread_id.to_string());
         let path = binding::check_path(&self.config.codex_home, path_str)?;
         let (snap, file) = self.read_rollout(path, path_str)?; // 6
         let codex = &ancestry.codex;
-        let binding = self.bind_thread(codex, &payload, path_str, &thread_id, &snap, (file.dev, file.ino))?; // 5
+        let binding = self.bind_thread(codex, &payload, path_str, thread_id.as_str(), &snap, (file.dev, file.ino))?; // 5
         let turn_id = turn::check(event, &payload, &snap)?; // 7
         ancestry::recheck(peer, &ancestry, &self.proc_files)?;
         Ok(Verified {

@@ -33,7 +33,7 @@ pub fn bind(v: &Verified) -> Result<Option<Ticket>, Refusal> {
     let subject = Subject { tool_use_id: v.payload.tool_use_id.as_deref(), command: command.as_deref() };
     let key = ticket_key(v.event, subject, v.open_turn.as_deref(), &v.actions).map_err(|detail| {
         let mut r = Refusal::new(RefusalCode::NoTicket, detail);
-        r.thread = Some(v.thread_id.clone());
+        r.thread = Some(v.thread_id.to_string());
         r.event = Some(v.event.as_str().to_string());
         r
     })?;
