@@ -5,6 +5,7 @@ use anyhow::{Context, Result};
 use broker::cli::{self, Cmd, Format, Given, Parsed, UsageError};
 use broker::store::Store;
 use broker::{client, codex, config, delivery, dirs, doctor, effort, inspect, install, logging, server, terminal};
+use courier_shared::ids::ThreadId;
 use courier_shared::paths;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -286,18 +287,13 @@ fn doctor_cmd(codex: Option<PathBuf>) -> Result<ExitCode> {
 }
 
 /// `--thread`, when given, checked: a thread id.
-fn thread_of(g: &Given) -> Result<Option<String>> {
-    match &g.thread {
-        Some(t) if !courier_shared::ids::is_uuid(t) => {
-            Err(g.usage_error(format!("--thread {t:?} is not a thread id (a lowercase UUID, as in the rollout file name)")))
-        }
-        t => Ok(t.clone()),
-    }
+fn thread_of(g: &Given) -> Result<Option<ThreadId>> {
+    g.thread.as_deref().map(ThreadId::parse).transpose().map_err(|e| g.usage_error(format!("--thread {e}")))
 }
 
 /// `broker effort`'s command line.
 struct EffortCommand {
-    thread: String,
+    thread: ThreadId,
     level: config::EffortLevel,
     scope: config::EffortScope,
     format: Format,
@@ -334,7 +330,7 @@ fn effort(cmd: EffortCommand) -> Result<ExitCode> {
 
 /// `broker inspect`'s command line.
 struct InspectCommand {
-    thread: Option<String>,
+    thread: Option<ThreadId>,
     format: Format,
     watch: Watch,
 }
@@ -362,12 +358,12 @@ fn inspect_cmd(cmd: InspectCommand) -> Result<ExitCode> {
     let mut last_shown = None;
     loop {
         // Settle hand-offs against their rollouts first, so an ended session still reads `confirmed`.
-        if let Err(e) = delivery::reconcile(&mut store, thread.as_deref()) {
+        if let Err(e) = delivery::reconcile(&mut store, thread.as_ref()) {
             // Still show what is on record (e.g. the disk is full and settling cannot be written).
             eprintln!("broker: warning: could not settle hand-offs ({e:#}); states may lag");
         }
         let status = client::query_status(&paths::runtime_dir());
-        let report = inspect::Report::gather(&store, thread.as_deref(), status)?.with_origins(&paths::state_dir());
+        let report = inspect::Report::gather(&store, thread.as_ref(), status)?.with_origins(&paths::state_dir());
         let fingerprint = report.fingerprint();
         if last_shown.as_ref() != Some(&fingerprint) {
             let text = match (format, watch) {
@@ -401,7 +397,7 @@ fn cancel(id: &str) -> Result<ExitCode> {
 
 /// `broker approvals`'s command line.
 struct ApprovalsCommand {
-    thread: Option<String>,
+    thread: Option<ThreadId>,
     listing: Listing,
     format: Format,
 }
@@ -426,7 +422,7 @@ impl ApprovalsCommand {
             (false, true, timeout) => Listing::WaitForPending { timeout },
             _ => return Err(g.usage_error("--timeout needs --wait, and --wait lists pending ones only (no --all)")),
         };
-        Ok(ApprovalsCommand { thread: g.thread, listing, format: g.format })
+        Ok(ApprovalsCommand { thread: thread_of(&g)?, listing, format: g.format })
     }
 }
 
@@ -441,7 +437,7 @@ fn approvals(cmd: ApprovalsCommand) -> Result<ExitCode> {
     let store = open_store()?;
     let deadline = timeout.map(|d| std::time::Instant::now() + d);
     let list = loop {
-        let list = broker::approval::of_thread(store.approvals(listing == Listing::All)?, thread.as_deref());
+        let list = broker::approval::of_thread(store.approvals(listing == Listing::All)?, thread.as_ref());
         if !wait || !list.is_empty() {
             break list;
         }

@@ -1,11 +1,24 @@
 //! Thread ids as every Courier binary checks them: a lowercase UUID.
 
-pub fn is_uuid(s: &str) -> bool {
-    s.len() == 36
-        && s.bytes().enumerate().all(|(i, b)| match i {
-            8 | 13 | 18 | 23 => b == b'-',
-            _ => b.is_ascii_hexdigit() && !b.is_ascii_uppercase(),
-        })
+use std::borrow::Cow;
+
+pub const fn is_uuid(s: &str) -> bool {
+    let b = s.as_bytes();
+    if b.len() != 36 {
+        return false;
+    }
+    let mut i = 0;
+    while i < 36 {
+        let ok = match i {
+            8 | 13 | 18 | 23 => b[i] == b'-',
+            _ => b[i].is_ascii_digit() || matches!(b[i], b'a'..=b'f'),
+        };
+        if !ok {
+            return false;
+        }
+        i += 1;
+    }
+    true
 }
 
 /// A Codex thread id, checked once where it enters (the command line, the socket, MCP, the
@@ -13,7 +26,7 @@ pub fn is_uuid(s: &str) -> bool {
 /// string, so an unchecked id cannot reach the queue or a delivery.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(try_from = "String", into = "String")]
-pub struct ThreadId(String);
+pub struct ThreadId(Cow<'static, str>);
 
 /// Text that is not a thread id.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +45,12 @@ impl ThreadId {
         ThreadId::try_from(s.to_string())
     }
 
+    /// A thread id written in the source (tests, fixtures), checked when it compiles.
+    pub const fn from_static(s: &'static str) -> ThreadId {
+        assert!(is_uuid(s), "not a thread id");
+        ThreadId(Cow::Borrowed(s))
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -41,7 +60,7 @@ impl TryFrom<String> for ThreadId {
     type Error = NotAThreadId;
     fn try_from(s: String) -> Result<ThreadId, NotAThreadId> {
         if is_uuid(&s) {
-            Ok(ThreadId(s))
+            Ok(ThreadId(Cow::Owned(s)))
         } else {
             Err(NotAThreadId(s))
         }
@@ -57,7 +76,7 @@ impl std::str::FromStr for ThreadId {
 
 impl From<ThreadId> for String {
     fn from(t: ThreadId) -> String {
-        t.0
+        t.0.into_owned()
     }
 }
 

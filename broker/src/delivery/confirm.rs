@@ -12,6 +12,7 @@ use crate::store::{Channel, LeaseToken, Message, State, Store};
 use anyhow::Result;
 use codex_format::rollout::marker_ids;
 use codex_format::rollout::{classify_line, RolloutEvent};
+use courier_shared::ids::ThreadId;
 use std::collections::HashMap;
 use std::fs::File;
 use std::ops::ControlFlow;
@@ -20,7 +21,7 @@ use std::sync::{Mutex, OnceLock};
 
 /// Settles `handed` messages (of one thread, or all) against their rollouts, on a store of the
 /// caller's own (the CLI's `inspect`, `send --wait`). Returns how many reached a final state.
-pub fn reconcile(store: &mut Store, thread: Option<&str>) -> Result<usize> {
+pub fn reconcile(store: &mut Store, thread: Option<&ThreadId>) -> Result<usize> {
     let handed = Handed::read(store, thread)?;
     apply(store, handed.scan())
 }
@@ -29,7 +30,7 @@ pub fn reconcile(store: &mut Store, thread: Option<&str>) -> Result<usize> {
 /// settle what the scan found, never across a rollout read (up to [`SERVE_SCAN_BUDGET`] per
 /// rollout), which every hook worker would otherwise wait behind. What changed in between is
 /// fenced by the settle itself (the hand-off's lease token).
-pub fn reconcile_shared(store: &Mutex<Store>, thread: Option<&str>) -> Result<usize> {
+pub fn reconcile_shared(store: &Mutex<Store>, thread: Option<&ThreadId>) -> Result<usize> {
     let handed = Handed::read(&crate::store::lock(store), thread)?;
     let found = handed.scan();
     apply(&mut crate::store::lock(store), found)
@@ -48,7 +49,7 @@ struct Found {
 }
 
 impl Handed {
-    fn read(store: &Store, thread: Option<&str>) -> Result<Handed> {
+    fn read(store: &Store, thread: Option<&ThreadId>) -> Result<Handed> {
         let mut by_rollout: HashMap<String, Vec<Message>> = HashMap::new();
         let mut codex = HashMap::new();
         for m in store.handed(thread)? {

@@ -3,6 +3,7 @@
 use super::{now_ms, Store};
 use crate::refusal::RefusalCode;
 use anyhow::Result;
+use courier_shared::ids::ThreadId;
 use rusqlite::params;
 use serde::Serialize;
 
@@ -25,7 +26,8 @@ impl Store {
         Ok(())
     }
 
-    pub fn refusals(&self, thread: Option<&str>, limit: i64) -> Result<Vec<Refusal>> {
+    pub fn refusals(&self, thread: Option<&ThreadId>, limit: i64) -> Result<Vec<Refusal>> {
+        let thread = thread.map(ThreadId::as_str);
         let mut stmt = self.conn.prepare_cached(
             "SELECT at, reason, detail, thread, event, pid FROM refusals
              WHERE (?1 IS NULL OR thread = ?1) ORDER BY seq DESC LIMIT ?2",

@@ -15,8 +15,8 @@ fn store(name: &str) -> (Store, std::path::PathBuf) {
     (Store::open(&dir).unwrap(), dir)
 }
 
-const T: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce2";
-const U: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce3";
+const T: &ThreadId = &ThreadId::from_static("01a22652-96c4-7652-bf64-6f7bc9883ce2");
+const U: &ThreadId = &ThreadId::from_static("01a22652-96c4-7652-bf64-6f7bc9883ce3");
 
 #[test]
 fn idempotency_key_makes_one_message() {
@@ -236,7 +236,7 @@ fn checkpoints_run_off_the_commit_path() {
     let c = Checkpointer::open(&d).unwrap();
     c.passive().unwrap();
     for i in 0..600 {
-        s.enqueue(&format!("01a22652-96c4-7652-bf64-{i:012}"), "x", None, None, None).unwrap();
+        s.enqueue(&ThreadId::parse(&format!("01a22652-96c4-7652-bf64-{i:012}")).unwrap(), "x", None, None, None).unwrap();
     }
     let done = c.passive().unwrap();
     assert!(done.wal_frames > 1_100, "every commit still in the WAL ({done:?}): no checkpoint ran inside a commit");
@@ -246,7 +246,7 @@ fn checkpoints_run_off_the_commit_path() {
     // stays near its 1,000-page threshold.
     let (mut t, d2) = store("checkpoint-default");
     for i in 0..600 {
-        t.enqueue(&format!("01a22652-96c4-7652-bf64-{i:012}"), "x", None, None, None).unwrap();
+        t.enqueue(&ThreadId::parse(&format!("01a22652-96c4-7652-bf64-{i:012}")).unwrap(), "x", None, None, None).unwrap();
     }
     let wal2 = d2.join(format!("{DB_NAME}-wal"));
     let default_frames = Checkpointer::open(&d2).unwrap().passive().unwrap().wal_frames;
@@ -289,8 +289,8 @@ fn periodic_passes_seek_pending_indexes() {
 #[test]
 fn pending_thread_lists_by_index_seek() {
     let (mut s, _d) = store("seek");
-    const V: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce4";
-    const W: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce5";
+    const V: &ThreadId = &ThreadId::from_static("01a22652-96c4-7652-bf64-6f7bc9883ce4");
+    const W: &ThreadId = &ThreadId::from_static("01a22652-96c4-7652-bf64-6f7bc9883ce5");
     for _ in 0..3 {
         s.enqueue_message(&NewMessage {
             thread: T,
@@ -334,8 +334,8 @@ fn pending_thread_lists_by_index_seek() {
     })
     .unwrap();
     assert!(s.lease(V, Channel::Hook(HookEvent::Stop), Some("turn"), 10_000, 1000).unwrap().is_some()); // no longer pending
-    assert_eq!(s.wake_candidates().unwrap(), vec![T.to_string()]);
-    assert_eq!(s.threads_pending_since(now_ms() + 1).unwrap(), vec![T.to_string(), W.to_string()]);
+    assert_eq!(s.wake_candidates().unwrap(), vec![T.clone()]);
+    assert_eq!(s.threads_pending_since(now_ms() + 1).unwrap(), vec![T.clone(), W.clone()]);
     assert!(s.threads_pending_since(now_ms() - 60_000).unwrap().is_empty(), "queued since the cutoff");
 }
 

@@ -49,6 +49,7 @@ use crate::gate::{CodexTrust, Gate};
 use crate::os::ProcessKey;
 use crate::reason::DeliveryReason;
 use crate::store::{Channel, HandOff, Lease, PendingSignal, Store};
+use courier_shared::ids::ThreadId;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::Path;
@@ -83,7 +84,7 @@ pub enum Outcome {
 
 /// The wake channel's memory between passes.
 pub struct Waker {
-    not_before: Mutex<HashMap<String, Instant>>,
+    not_before: Mutex<HashMap<ThreadId, Instant>>,
     bound: Arc<Bound>,
 }
 
@@ -93,7 +94,7 @@ impl Waker {
     }
 
     /// One pass over every thread with messages that may be woken.
-    pub fn pass(&self, store: &Mutex<Store>, gate: &Gate, trust: &dyn CodexTrust, codex_home: &Path) -> Vec<(String, Outcome)> {
+    pub fn pass(&self, store: &Mutex<Store>, gate: &Gate, trust: &dyn CodexTrust, codex_home: &Path) -> Vec<(ThreadId, Outcome)> {
         let threads = {
             let s = crate::store::lock(store);
             match s.wake_candidates() {
@@ -142,7 +143,7 @@ impl Waker {
     }
 
     /// One thread: its idle, proven owner and app-server; the bound; the lease; the exchange.
-    fn wake_thread(&self, store: &Mutex<Store>, gate: &Gate, trust: &dyn CodexTrust, codex_home: &Path, thread: &str) -> Outcome {
+    fn wake_thread(&self, store: &Mutex<Store>, gate: &Gate, trust: &dyn CodexTrust, codex_home: &Path, thread: &ThreadId) -> Outcome {
         let (owner, endpoints) = match idle_owner(gate, trust, codex_home, thread) {
             Ok(found) => found,
             Err(Outcome::NotWoken(why)) => {
@@ -176,7 +177,7 @@ impl Waker {
 }
 
 /// The process that holds `thread`, proven, with no open turn, and the app-server it serves.
-fn idle_owner(gate: &Gate, trust: &dyn CodexTrust, codex_home: &Path, thread: &str) -> Result<(Owner, Vec<Endpoint>), Outcome> {
+fn idle_owner(gate: &Gate, trust: &dyn CodexTrust, codex_home: &Path, thread: &ThreadId) -> Result<(Owner, Vec<Endpoint>), Outcome> {
     let owner = gate.thread_owner(thread, trust).map_err(|why| {
         if let NoOwner::Untrusted(d) | NoOwner::NotProven(d) = &why {
             crate::log_debug!("wake {thread}: {}: {d}", wake_reason(&why));
@@ -206,7 +207,7 @@ fn wake_reason(why: &NoOwner) -> WakeReason {
     }
 }
 
-fn note(store: &Mutex<Store>, thread: &str, reason: WakeReason) {
+fn note(store: &Mutex<Store>, thread: &ThreadId, reason: WakeReason) {
     let mut s = crate::store::lock(store);
     if let Err(e) = s.note_deferral(thread, reason) {
         crate::log_error!("wake: noting {reason} on {thread}: {e:#}");
@@ -215,7 +216,7 @@ fn note(store: &Mutex<Store>, thread: &str, reason: WakeReason) {
 
 /// A busy thread is left to its hooks; while it waits on a person's approval none will run:
 /// its messages say so (`broker approvals`).
-fn note_waiting_on_approval(store: &Mutex<Store>, thread: &str) {
+fn note_waiting_on_approval(store: &Mutex<Store>, thread: &ThreadId) {
     let mut s = crate::store::lock(store);
     if s.thread_waits_on_approval(thread).unwrap_or(false) {
         if let Err(e) = s.note_deferral(thread, DeliveryReason::WaitingOnApproval) {
@@ -228,7 +229,7 @@ fn note_waiting_on_approval(store: &Mutex<Store>, thread: &str) {
 struct Exchange<'a> {
     store: &'a Mutex<Store>,
     bound: &'a Bound,
-    thread: &'a str,
+    thread: &'a ThreadId,
     owner: &'a Owner,
     lease: &'a Lease,
 }
