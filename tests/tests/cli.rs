@@ -92,6 +92,8 @@ fn conflicting_options_are_a_usage_error_before_anything_runs() {
         (&["send", "--cwd", "/", "--future-thread", "x"], "--future-thread goes with --thread alone"),
         (&["send", "--thread", &thread, "--wake", "sometimes", "x"], "--wake takes auto or never"),
         (&["effort", "--thread", "not-a-uuid", "low"], "is not a thread id"),
+        (&["inspect", "--thread", "01A22652-96C4-7652-BF64-6F7BC9883CE2"], "is not a thread id"),
+        (&["approvals", "--thread", "../x"], "is not a thread id"),
         (&["effort", "--thread", &thread, "turbo"], "not one of"),
         (&["install", "--host", "a"], "go with --bridge"),
         (&["wait", "m_1"], "is not a message id"),
