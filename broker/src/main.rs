@@ -101,6 +101,7 @@ fn run() -> Result<ExitCode> {
         Cmd::Approvals => approvals(args),
         Cmd::Approve | Cmd::Deny => answer_approval(args),
         Cmd::TrustCodex => trust_codex(args),
+        Cmd::TrustClaude => trust_claude(args),
         Cmd::Install => install_cmd(args),
         Cmd::Uninstall => uninstall_cmd(args),
         Cmd::Doctor => doctor_cmd(args),
@@ -407,6 +408,14 @@ fn trust_codex(args: Args) -> Result<ExitCode> {
     if follow && store.follow_codex_command(&path.to_string_lossy())? {
         println!("following {} across Codex upgrades", path.display());
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn trust_claude(args: Args) -> Result<ExitCode> {
+    let path = std::path::absolute(PathBuf::from(&args.positionals[0]))?;
+    let mut store = open_store()?;
+    let (record, new) = broker::claude::trust::trust_path(&mut store, &path, broker::store::TrustHow::Manual)?;
+    println!("{} sha256:{} {}", if new { "trusted" } else { "already trusted" }, record.sha256, record.path);
     Ok(ExitCode::SUCCESS)
 }
 
