@@ -178,17 +178,10 @@ fn installer_version(real: &Path) -> Option<String> {
 /// The version the layout names: the installer's directory entry, or the `package.json` of the
 /// npm package around the binary.
 fn version_of(native: &Path, layout: Layout) -> Option<String> {
-    if layout == Layout::NativeInstaller {
-        return installer_version(native);
+    match layout {
+        Layout::NativeInstaller => installer_version(native),
+        _ => super::trust::version_beside(native),
     }
-    let dir = native.parent()?;
-    let dirs = [dir.to_path_buf(), dir.parent()?.to_path_buf()];
-    dirs.iter().find_map(|d| {
-        let v = crate::codex::native::read_json(&d.join("package.json"))?;
-        v["name"].as_str().filter(|n| n.starts_with(NPM_PACKAGE))?;
-        let (a, b, c) = crate::codex::parse_version(v["version"].as_str()?)?;
-        Some(format!("{a}.{b}.{c}"))
-    })
 }
 
 /// What `install` and `doctor` find: the user's `claude` command(s) resolved, with a note for

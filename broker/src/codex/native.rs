@@ -32,7 +32,7 @@ pub fn version_beside(native: &Path) -> Option<String> {
     Some(format!("{}.{}.{}", v.0, v.1, v.2))
 }
 
-pub(crate) fn read_json(path: &Path) -> Option<serde_json::Value> {
+fn read_json(path: &Path) -> Option<serde_json::Value> {
     let mut text = Vec::new();
     File::open(path).ok()?.take(MAX_JSON_BYTES).read_to_end(&mut text).ok()?;
     serde_json::from_slice(&text).ok()

@@ -1,7 +1,8 @@
 //! `broker install` as a plan of named steps, each writing the manifest ahead of what it puts in
 //! place (so `broker uninstall` finds it even after a kill) and saying what it did in the report:
 //! [`Run::binaries`], [`Run::hooks_json`], [`Run::trust_handlers`], [`Run::trust_user_codex`],
-//! [`Run::start_at_login`], [`Run::bridge`]. `install` (mod.rs) journals and undoes them as one.
+//! `claude::install_claude` (Claude Code's hooks, port and binaries), [`Run::start_at_login`],
+//! [`Run::bridge`]. `install` (mod.rs) journals and undoes them as one.
 
 use super::*;
 
@@ -29,10 +30,12 @@ pub(super) fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Ins
     m.version = 1;
     let codex_home = absolute(&opts.codex_home)?;
     let mut run = Run { opts, state_dir: state_dir.to_path_buf(), codex_home, m, report: Report::new() };
-    let bins = run.binaries()?;
+    let mut bins = run.binaries()?;
     let (command, groups) = run.hooks_json(&bins.client)?;
     run.trust_handlers(&command, &groups, &bins)?;
     let codex_problem = run.trust_user_codex()?;
+    // A new hook port is served only by a broker started after it was written.
+    bins.replaced |= claude::install_claude(&mut run.m, &run.state_dir, opts.claude, &mut run.report)?;
     let mode = run.start_at_login(&bins)?;
     run.bridge(&bins, mode)?;
     Ok(Installed { report: run.report, codex_problem })

@@ -161,6 +161,9 @@ pub(super) fn uninstall_manifest(m: &Manifest, state_dir: &Path, report: &mut Re
         };
         unedit(edit, "trust entries", strip, report)?;
     }
+    if let Some(setup) = &m.claude {
+        super::claude::uninstall(setup, state_dir, report)?;
+    }
     if !m.codex_trusted.is_empty() || !m.codex_followed.is_empty() {
         let mut store = Store::open(state_dir)?;
         for (digest, path) in &m.codex_trusted {
