@@ -2,6 +2,7 @@
 //! can, it asks Codex itself (`codex app-server`, `hooks/list`) rather than re-deriving Codex's
 //! rules, so a Codex that changed its trust rules shows up here as untrusted hooks.
 
+mod claude;
 mod hooks;
 mod start;
 
@@ -85,6 +86,8 @@ pub fn run(opts: &Options) -> Vec<Check> {
 
     // Codex binaries trusted, and their version.
     checks.extend(check_codex(codex.as_deref(), &codex_home, &state_dir));
+    let broker = client::query_status(&runtime_dir).map(|s| s.pid as i32);
+    checks.extend(claude::check_claude(&state_dir, cfg.claude.hook_port, manifest.as_ref(), broker));
 
     checks.push(start::check_start(manifest.as_ref(), stopped));
 
