@@ -145,7 +145,8 @@ fn doctor_reports_a_removed_claude_hook_and_an_untrusted_binary() {
     let (_, good) = broker(&rig, &home, &["doctor"]);
     eprintln!("--- doctor, good install\n{good}");
     assert!(good.contains(&format!("ok   Courier's Claude Code hooks for all 4 events post to 127.0.0.1:{port}")), "{good}");
-    assert!(good.contains(&format!("binary {} is trusted", native.display())), "{good}");
+    let trusted = format!("ok   Claude Code 2.1.332 binary {}, run by {} is trusted", native.display(), rig.path_dir.join("claude").display());
+    assert!(good.contains(&trusted), "{good}");
     assert!(good.contains(&format!("no broker runs to serve Claude Code's hooks on 127.0.0.1:{port}")), "{good}");
 
     // The user takes Courier's Stop hook out, and the digest is forgotten.
@@ -157,7 +158,8 @@ fn doctor_reports_a_removed_claude_hook_and_an_untrusted_binary() {
     eprintln!("--- doctor, broken install\n{bad}");
     assert!(!ok, "{bad}");
     assert!(bad.contains("FAIL Courier's Claude Code hook for 1 of 4 events is not registered") && bad.contains("Stop: no HTTP hook"), "{bad}");
-    assert!(bad.contains(&format!("binary {} is not trusted", native.display())) && bad.contains("broker trust-claude"), "{bad}");
+    let untrusted = format!("FAIL Claude Code 2.1.332 binary {}, run by", native.display());
+    assert!(bad.contains(&untrusted) && bad.contains("is not trusted") && bad.contains("broker trust-claude"), "{bad}");
 
     // Install had created settings.json: uninstall removes what is left of it (only Courier's).
     let (ok, out) = broker(&rig, &home, &["uninstall"]);
@@ -263,4 +265,35 @@ fn claude_config_dir_is_where_install_registers_and_claude_reads() {
     assert!(run.status.success(), "claude -p failed: {:?}\n{}\n{}", run.status, run.stderr, api.dump());
     let events: Vec<String> = seen.lock().unwrap().iter().map(|(_, e)| e.clone()).collect();
     assert_eq!(events, EVENTS, "the hooks in $CLAUDE_CONFIG_DIR/settings.json ran");
+}
+
+/// A port that accepts and never answers (a hung broker) holds each hook for its `timeout` (5 s)
+/// and no longer: claude then carries on without the answer (fail open). Four hooks fire in one
+/// `claude -p` run, so the run is bounded by the served run plus four timeouts.
+#[test]
+fn a_hook_port_that_never_answers_costs_at_most_the_timeout_per_hook() {
+    let api = one_bash_call();
+    let Some(env) = ClaudeEnv::new(&api) else {
+        eprintln!("skipped: COURIER_CLAUDE_BIN is unset (install/fetch-claude.sh prints the path)");
+        return;
+    };
+    let rig = rig();
+    let seen: Seen = Default::default();
+    let log = seen.clone();
+    let silent = AcceptLoop::start("silent-hook", move |_w, req| {
+        log.lock().unwrap().push((req.path_only().to_string(), String::new()));
+        std::thread::sleep(Duration::from_secs(8)); // past the hook's 5 s timeout; never answers
+        Ok(())
+    });
+    std::fs::write(&rig.env.courier_config, format!("[claude]\nhook_port = {}\n", silent.addr.port())).unwrap();
+    install(&rig, &env.home, &["--claude"]);
+    let t = Instant::now();
+    let run = env.print("run the command");
+    let took = t.elapsed();
+    assert!(run.status.success(), "claude -p with a silent hook port: {:?}\n{}", run.status, run.stderr);
+    let calls = seen.lock().unwrap().len();
+    eprintln!("claude -p with a silent hook port: {took:?} for {calls} hook calls");
+    assert_eq!(calls, EVENTS.len(), "each hook was tried once (no retry)");
+    assert!(took >= Duration::from_secs(4 * 5), "each hook waited for its timeout: {took:?}");
+    assert!(took < Duration::from_secs(4 * 5 + 30), "a silent port must cost a hook its timeout, no more: {took:?}");
 }
