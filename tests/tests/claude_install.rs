@@ -107,7 +107,10 @@ fn install_adds_claude_hooks_beside_the_users_and_uninstall_restores_the_bytes()
         assert_eq!(doc["hooks"][ev], json!([courier_group(port, ev)]), "{ev}");
     }
     let written = std::fs::read_to_string(&settings).unwrap();
-    assert!(!written.ends_with('\n') && written.starts_with("{\n    \"model\": \"opus\",\n    \"permissions\": {\n        \"allow\""), "{written}");
+    assert!(
+        !written.ends_with('\n') && written.starts_with("{\n    \"model\": \"opus\",\n    \"permissions\": {\n        \"allow\""),
+        "{written}"
+    );
     if let Some(native) = &native {
         assert!(out.contains(&format!("trusted Claude Code binary {}", native.display())), "{out}");
     }
@@ -145,7 +148,8 @@ fn doctor_reports_a_removed_claude_hook_and_an_untrusted_binary() {
     let (_, good) = broker(&rig, &home, &["doctor"]);
     eprintln!("--- doctor, good install\n{good}");
     assert!(good.contains(&format!("ok   Courier's Claude Code hooks for all 4 events post to 127.0.0.1:{port}")), "{good}");
-    let trusted = format!("ok   Claude Code 2.1.332 binary {}, run by {} is trusted", native.display(), rig.path_dir.join("claude").display());
+    let trusted =
+        format!("ok   Claude Code 2.1.332 binary {}, run by {} is trusted", native.display(), rig.path_dir.join("claude").display());
     assert!(good.contains(&trusted), "{good}");
     assert!(good.contains(&format!("no broker runs to serve Claude Code's hooks on 127.0.0.1:{port}")), "{good}");
 
@@ -157,7 +161,10 @@ fn doctor_reports_a_removed_claude_hook_and_an_untrusted_binary() {
     let (ok, bad) = broker(&rig, &home, &["doctor"]);
     eprintln!("--- doctor, broken install\n{bad}");
     assert!(!ok, "{bad}");
-    assert!(bad.contains("FAIL Courier's Claude Code hook for 1 of 4 events is not registered") && bad.contains("Stop: no HTTP hook"), "{bad}");
+    assert!(
+        bad.contains("FAIL Courier's Claude Code hook for 1 of 4 events is not registered") && bad.contains("Stop: no HTTP hook"),
+        "{bad}"
+    );
     let untrusted = format!("FAIL Claude Code 2.1.332 binary {}, run by", native.display());
     assert!(bad.contains(&untrusted) && bad.contains("is not trusted") && bad.contains("broker trust-claude"), "{bad}");
 
@@ -296,4 +303,39 @@ fn a_hook_port_that_never_answers_costs_at_most_the_timeout_per_hook() {
     assert_eq!(calls, EVENTS.len(), "each hook was tried once (no retry)");
     assert!(took >= Duration::from_secs(4 * 5), "each hook waited for its timeout: {took:?}");
     assert!(took < Duration::from_secs(4 * 5 + 30), "a silent port must cost a hook its timeout, no more: {took:?}");
+}
+
+/// A `hook_port` the user changed moves Courier's hooks on the next install (the old port's are
+/// taken out, the user's hooks stay); a settings.json the user edited after install gets only
+/// Courier's groups taken out by uninstall (their edit kept); `--no-claude` takes an earlier
+/// registration out.
+#[test]
+fn a_new_port_replaces_the_old_hooks_and_uninstall_keeps_the_users_later_edit() {
+    let rig = rig();
+    let home = rig.env.home.clone();
+    let settings = home.join(".claude/settings.json");
+    std::fs::create_dir_all(settings.parent().unwrap()).unwrap();
+    std::fs::write(&settings, USER_SETTINGS).unwrap();
+    install(&rig, &home, &["--claude"]);
+    let first = configured_port(&rig);
+    let second = if first == 40_000 { 40_001 } else { 40_000 };
+    let config = std::fs::read_to_string(&rig.env.courier_config).unwrap();
+    std::fs::write(&rig.env.courier_config, config.replace(&format!("hook_port = {first}"), &format!("hook_port = {second}"))).unwrap();
+    install(&rig, &home, &[]);
+    let doc = read_json(&settings);
+    let user: Value = serde_json::from_str(USER_SETTINGS).unwrap();
+    assert_eq!(doc["hooks"]["PostToolUse"], json!([user["hooks"]["PostToolUse"][0], courier_group(second, "PostToolUse")]));
+    assert_eq!(doc["hooks"]["Stop"], json!([courier_group(second, "Stop")]), "the old port's hook is gone");
+
+    // The user edits the file after install: uninstall keeps the edit, drops only Courier's groups.
+    let mut edited = doc.clone();
+    edited["theme"] = json!("light");
+    std::fs::write(&settings, serde_json::to_string_pretty(&edited).unwrap()).unwrap();
+    let out = install(&rig, &home, &["--no-claude"]);
+    let mut want = user.clone();
+    want["theme"] = json!("light");
+    assert_eq!(read_json(&settings), want, "--no-claude took out only Courier's groups:\n{out}");
+    // The port the user chose stays theirs: only a port install wrote is taken out.
+    let config = std::fs::read_to_string(&rig.env.courier_config).unwrap_or_else(|e| panic!("{e}:\n{out}"));
+    assert!(config.contains(&format!("hook_port = {second}")), "{config}");
 }

@@ -45,7 +45,8 @@ fn check_hooks(port: u16) -> Check {
         Ok(d) => d,
         Err(e) => return Check::fail(format!("{e:#}"), format!("fix {} by hand, then `broker install --claude`", path.display())),
     };
-    let missing: Vec<&str> = settings::EVENTS.into_iter().filter(|ev| !settings::http_urls(&doc, ev).contains(&settings::hook_url(port, ev))).collect();
+    let missing: Vec<&str> =
+        settings::EVENTS.into_iter().filter(|ev| !settings::http_urls(&doc, ev).contains(&settings::hook_url(port, ev))).collect();
     if missing.is_empty() {
         let n = settings::EVENTS.len();
         return Check::ok(format!("Courier's Claude Code hooks for all {n} events post to 127.0.0.1:{port} ({})", path.display()));
@@ -120,7 +121,10 @@ fn check_binaries(state_dir: &Path, found: &resolve::Discovery) -> Vec<Check> {
         ));
     }
     if !found.any() {
-        out.push(Check::warn("no claude found (on PATH, ~/.local/bin, ~/.claude/local)", Some("`broker trust-claude PATH` trusts the one you run".into())));
+        out.push(Check::warn(
+            "no claude found (on PATH, ~/.local/bin, ~/.claude/local)",
+            Some("`broker trust-claude PATH` trusts the one you run".into()),
+        ));
     }
     let store = Store::open(state_dir).ok();
     for r in &found.found {

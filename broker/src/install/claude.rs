@@ -46,6 +46,9 @@ pub struct ClaudeSetup {
     pub port: u16,
     /// The edit of Courier's config when install chose the port (`[claude] hook_port`).
     pub config: Option<FileEdit>,
+    /// The port install wrote there (uninstall takes out only that value, never the user's).
+    #[serde(default)]
+    pub written_port: Option<u16>,
     /// Claude Code digests install trusted (digest, path).
     pub trusted: Vec<(String, String)>,
 }
@@ -122,6 +125,7 @@ fn port_edit(setup: &mut ClaudeSetup, port: u16) -> Result<Write> {
     let text = doc.to_string();
     crate::config::parse(&text).with_context(|| format!("the [claude] table for {}", path.display()))?;
     track_edit(&mut setup.config, &path, current.as_deref(), &text);
+    setup.written_port = Some(port);
     let said = format!("chose port {port} for Claude Code's hooks: wrote [claude] hook_port = {port} to {}", path.display());
     Ok(Write { path, text, said })
 }
@@ -137,7 +141,8 @@ fn hooks_edit(setup: &mut ClaudeSetup, port: u16) -> Result<Option<Write>> {
     let mut doc = before.clone();
     let old = setup.urls.clone();
     let ours = |u: &str| old.iter().any(|o| o == u) || settings::EVENTS.iter().any(|e| u == settings::hook_url(port, e));
-    let is_old = |h: &Value| h.get("type").and_then(Value::as_str) == Some("http") && h.get("url").and_then(Value::as_str).is_some_and(ours);
+    let is_old =
+        |h: &Value| h.get("type").and_then(Value::as_str) == Some("http") && h.get("url").and_then(Value::as_str).is_some_and(ours);
     let created = Created { hooks_key: &mut setup.created_hooks_key, events: &mut setup.created_events };
     merge_groups(&mut doc, &path.display().to_string(), &settings::EVENTS, &|ev| settings::group(port, ev), &is_old, created)?;
     for url in settings::EVENTS.map(|ev| settings::hook_url(port, ev)) {
@@ -194,7 +199,7 @@ pub(super) fn uninstall(setup: &ClaudeSetup, state_dir: &Path, report: &mut Repo
     if let Some(edit) = &setup.config {
         let strip = |text: &str| -> Result<String> {
             let mut doc: toml_edit::DocumentMut = text.parse().with_context(|| format!("{} is not valid TOML", edit.path.display()))?;
-            strip_port(&mut doc, setup.port);
+            strip_port(&mut doc, setup.written_port);
             Ok(doc.to_string())
         };
         unedit(edit, "[claude] hook_port", strip, report)?;
@@ -211,9 +216,9 @@ pub(super) fn uninstall(setup: &ClaudeSetup, state_dir: &Path, report: &mut Repo
 }
 
 /// `hook_port` taken out of `[claude]` while it is the port install wrote; the table too once empty.
-fn strip_port(doc: &mut toml_edit::DocumentMut, port: u16) {
+fn strip_port(doc: &mut toml_edit::DocumentMut, written: Option<u16>) {
     let Some(t) = doc.get_mut("claude").and_then(|i| i.as_table_like_mut()) else { return };
-    if t.get("hook_port").and_then(|v| v.as_integer()) == Some(i64::from(port)) {
+    if written.is_some_and(|p| t.get("hook_port").and_then(|v| v.as_integer()) == Some(i64::from(p))) {
         t.remove("hook_port");
     }
     if t.is_empty() {

@@ -250,7 +250,13 @@ pub fn unmerge_hooks(doc: &mut Value, m: &Manifest) {
 
 /// Structural inverse of [`merge_groups`]: handlers `is_ours` says are Courier's removed, and the
 /// events and `hooks` key the merge created removed once empty.
-pub(super) fn unmerge_groups(doc: &mut Value, events: &[&str], is_ours: &dyn Fn(&Value) -> bool, hooks_key: bool, created_events: &[String]) {
+pub(super) fn unmerge_groups(
+    doc: &mut Value,
+    events: &[&str],
+    is_ours: &dyn Fn(&Value) -> bool,
+    hooks_key: bool,
+    created_events: &[String],
+) {
     let Some(root) = doc.as_object_mut() else { return };
     if let Some(hooks) = root.get_mut("hooks").and_then(Value::as_object_mut) {
         for ev in events.iter().copied() {
