@@ -355,7 +355,7 @@ mod tests {
         write(&other, b"#!/bin/sh\necho hi\n", 0o755);
         assert!(format!("{:#}", resolve(&other).unwrap_err()).contains("runs no Claude Code binary"));
         assert!(resolve(Path::new("relative/claude")).is_err());
-        let d = discover(&[other.clone()]);
+        let d = discover(std::slice::from_ref(&other));
         assert!(d.any() && d.found.is_empty() && d.problems[0].0 == other, "{d:?}");
     }
 
