@@ -339,3 +339,33 @@ fn a_new_port_replaces_the_old_hooks_and_uninstall_keeps_the_users_later_edit() 
     let config = std::fs::read_to_string(&rig.env.courier_config).unwrap_or_else(|e| panic!("{e}:\n{out}"));
     assert!(config.contains(&format!("hook_port = {second}")), "{config}");
 }
+
+/// Install is one transaction, Claude Code's step too: a run that fails after it (`--start
+/// systemd` where `systemctl --user` reaches no bus) puts settings.json back byte for byte,
+/// removes the config it created and forgets the Claude Code digest it trusted.
+#[test]
+fn a_failed_install_undoes_the_claude_step() {
+    let rig = rig();
+    let home = rig.env.home.clone();
+    let Some(native) = claude_on_path(&rig) else {
+        eprintln!("skipped: COURIER_CLAUDE_BIN is unset (install/fetch-claude.sh prints the path)");
+        return;
+    };
+    let systemctl = rig.path_dir.join("systemctl");
+    std::fs::write(&systemctl, "#!/bin/sh\necho 'Failed to connect to bus: No medium found' >&2\nexit 1\n").unwrap();
+    courier_tests::codex::set_mode(&systemctl, 0o755);
+    let settings = home.join(".claude/settings.json");
+    std::fs::create_dir_all(settings.parent().unwrap()).unwrap();
+    std::fs::write(&settings, USER_SETTINGS).unwrap();
+    let watched = [settings.clone(), rig.env.courier_config.clone()];
+    let before = rig.snapshot(&watched);
+    let (prefix, codex_home) = (rig.prefix.display().to_string(), rig.env.codex_home.display().to_string());
+    let (ok, out) = broker(&rig, &home, &["install", "--prefix", &prefix, "--codex-home", &codex_home, "--start", "systemd"]);
+    assert!(!ok && out.contains("install failed"), "{out}");
+    for line in [format!("restored {}", settings.display()), format!("no longer trusting {}", native.display())] {
+        assert!(out.contains(&line), "{line:?} not in:\n{out}");
+    }
+    assert_eq!(rig.snapshot(&watched), before, "{out}");
+    let (ok, out) = broker(&rig, &home, &["trust-claude", &native.display().to_string()]);
+    assert!(ok && out.starts_with("trusted "), "the failed run's digest is forgotten: {out}");
+}
