@@ -239,8 +239,8 @@ fn a_real_claude_posts_each_hook_to_the_url_install_registered() {
 }
 
 /// `CLAUDE_CONFIG_DIR` moves Claude Code's settings (probed: claude reads `settings.json` and
-/// `.claude.json` there): install writes the hooks into that directory, and a claude started with
-/// it posts to them.
+/// `.claude.json` there): install writes the hooks into that directory, a claude started with it
+/// posts to them, and doctor, run without it, checks the file install wrote.
 #[test]
 fn claude_config_dir_is_where_install_registers_and_claude_reads() {
     let api = one_bash_call();
@@ -265,6 +265,11 @@ fn claude_config_dir_is_where_install_registers_and_claude_reads() {
     assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
     assert_eq!(std::fs::read(env.home.join(".claude/settings.json")).unwrap(), home_settings, "~/.claude is not the config dir now");
     assert_eq!(read_json(&config_dir.join("settings.json"))["hooks"]["Stop"], json!([courier_group(server.addr.port(), "Stop")]));
+    // Doctor run without CLAUDE_CONFIG_DIR checks the file install wrote.
+    let (_, doctor) = broker(&rig, &env.home, &["doctor"]);
+    let where_ = config_dir.canonicalize().unwrap().join("settings.json");
+    let ok = format!("ok   Courier's Claude Code hooks for all 4 events post to 127.0.0.1:{} ({})", server.addr.port(), where_.display());
+    assert!(doctor.contains(&ok), "{doctor}");
 
     let mut c = env.command();
     c.env("CLAUDE_CONFIG_DIR", &config_dir).args(["-p", "run the command", "--output-format", "stream-json", "--verbose"]);

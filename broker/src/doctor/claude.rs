@@ -29,14 +29,16 @@ pub(super) fn check_claude(state_dir: &Path, port: Option<u16>, manifest: Option
             "broker install --claude (it chooses a port and registers the hooks on it)",
         )];
     };
-    let mut out = vec![check_hooks(port), check_port(port, broker)];
+    // Where install registered them (its environment's CLAUDE_CONFIG_DIR), else where this one says.
+    let installed = manifest.and_then(|m| m.claude.as_ref()?.settings.as_ref()).map(|e| e.path.clone());
+    let mut out = vec![check_hooks(installed.or_else(settings::user_settings_path), port), check_port(port, broker)];
     out.extend(check_binaries(state_dir, &found));
     out
 }
 
-/// Courier's handler for every event in settings.json, on `port`.
-fn check_hooks(port: u16) -> Check {
-    let Some(path) = settings::user_settings_path() else { return Check::fail("HOME is not set", "run doctor from your login") };
+/// Courier's handler for every event in the settings file `path`, on `port`.
+fn check_hooks(path: Option<PathBuf>, port: u16) -> Check {
+    let Some(path) = path else { return Check::fail("HOME is not set", "run doctor from your login") };
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) => return Check::fail(format!("cannot read Claude Code's settings {}: {e}", path.display()), "broker install --claude"),
