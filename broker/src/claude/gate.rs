@@ -170,7 +170,8 @@ fn environ(h: &Holder) -> Result<Vec<u8>, String> {
 
 /// `transcript`: the payload's transcript is `<config dir>/projects/<one dir>/<session_id>.jsonl`
 /// under the holder's own Claude config directory (`$CLAUDE_CONFIG_DIR`, else `$HOME/.claude`,
-/// from its environment), with no symbolic link on the way, and a regular file if it exists.
+/// from its environment). What exists of `projects/<dir>/<file>` is no symbolic link, the file a
+/// regular one (at a session's first prompt none of it need exist yet).
 fn transcript(h: &Holder, p: &Payload) -> Result<(), String> {
     let env = environ(h)?;
     let var = |name: &str| {
@@ -180,18 +181,22 @@ fn transcript(h: &Holder, p: &Payload) -> Result<(), String> {
         })
     };
     let config = var("CLAUDE_CONFIG_DIR").or_else(|| var("HOME").map(|h| h.join(".claude"))).ok_or("no HOME in claude's environment")?;
-    let t = &p.transcript_path;
+    let (t, projects) = (&p.transcript_path, config.join("projects"));
     let want_name = format!("{}.jsonl", p.session_id);
-    let slug = t.parent().filter(|d| d.parent() == Some(&config.join("projects")));
-    if !t.is_absolute() || slug.is_none() || t.file_name().and_then(|n| n.to_str()) != Some(&want_name) {
-        return Err(format!("{} is not {}/projects/<project>/{want_name}", t.display(), config.display()));
+    let slug = t.parent().filter(|d| d.parent() == Some(projects.as_path()) && d.file_name().is_some_and(|n| n != ".."));
+    let (Some(slug), true) = (slug, t.file_name().and_then(|n| n.to_str()) == Some(&want_name)) else {
+        return Err(format!("{} is not {}/<project>/{want_name}", t.display(), projects.display()));
+    };
+    for (path, dir) in [(projects.as_path(), true), (slug, true), (t.as_path(), false)] {
+        match std::fs::symlink_metadata(path) {
+            Ok(m) if m.file_type().is_symlink() => return Err(format!("{} is a symbolic link", path.display())),
+            Ok(m) if dir != m.is_dir() || !dir && !m.file_type().is_file() => {
+                return Err(format!("{} is not a {}", path.display(), if dir { "directory" } else { "regular file" }))
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        }
     }
-    let canonical = std::fs::canonicalize(slug.unwrap()).map_err(|e| format!("{}: {e}", t.display()))?;
-    if canonical != slug.unwrap() {
-        return Err(format!("{} is reached through a symbolic link ({})", t.display(), canonical.display()));
-    }
-    match std::fs::symlink_metadata(t) {
-        Ok(m) if !m.file_type().is_file() => Err(format!("{} is not a regular file", t.display())),
-        _ => Ok(()),
-    }
+    Ok(())
 }
