@@ -44,7 +44,8 @@
 //! | `untrusted_claude` | claude:trusted_claude | the holder's executable is not a trusted Claude Code binary (`broker trust-claude`), or is not hashed yet |
 //! | `claude_loader_env` | claude:clean_start | the claude process was started with a variable that loads other code into it (`BUN_OPTIONS`, `LD_PRELOAD`, ...: `claude::gate::LOADER_VARS`) |
 //! | `claude_transcript` | claude:transcript | `transcript_path` is not `<claude config dir>/projects/<project>/<session_id>.jsonl` of the holder's own environment, goes through a symbolic link, or is not a regular file |
-//! | `session_owned` | claude:session_owner | another live claude process owns the session (pinned at its first proven hook) |
+//! | `session_owned` | claude:session_owner | another live claude process owns the session (pinned at its first proven hook), or a hook of a session no turn opened while the broker ran |
+//! | `claude_turn` | claude:session_owner | a main-conversation tool hook whose `prompt_id` is not the turn the owner's last UserPromptSubmit opened |
 //!
 //! The steps are the gate's (`gate/mod.rs`, "Checks, in order"; step 8 runs after `verify`,
 //! `gate/ticket.rs`); `connection` codes come from
@@ -106,6 +107,7 @@ refusal_codes! {
     ClaudeLoaderEnv,
     ClaudeTranscript,
     SessionOwned,
+    ClaudeTurn,
 }
 
 use RefusalCode::*;
@@ -153,6 +155,7 @@ impl RefusalCode {
             ClaudeLoaderEnv => "claude_loader_env",
             ClaudeTranscript => "claude_transcript",
             SessionOwned => "session_owned",
+            ClaudeTurn => "claude_turn",
         }
     }
 
@@ -183,7 +186,7 @@ impl RefusalCode {
             UntrustedClaude => "claude:trusted_claude",
             ClaudeLoaderEnv => "claude:clean_start",
             ClaudeTranscript => "claude:transcript",
-            SessionOwned => "claude:session_owner",
+            SessionOwned | ClaudeTurn => "claude:session_owner",
         }
     }
 
@@ -222,7 +225,8 @@ impl RefusalCode {
             UntrustedClaude => "a Claude Code binary that is not trusted sent the hook: `broker trust-claude PATH` (after an upgrade too)",
             ClaudeLoaderEnv => "a claude started with BUN_OPTIONS, LD_PRELOAD or a like variable sent the hook: unset it where claude starts (a forged hook otherwise)",
             ClaudeTranscript => "the hook named a transcript that is not its claude's own: a forged payload, or CLAUDE_CONFIG_DIR changed under the session",
-            SessionOwned => "two live claude processes on one session (`--resume` of a running session); the first one keeps its messages",
+            SessionOwned => "two live claude processes on one session (`--resume` of a running session; the first one keeps its messages), or the broker started mid-turn",
+            ClaudeTurn => "a Claude Code tool hook of a turn the session's last prompt did not open: a replayed or forged payload",
         }
     }
 }

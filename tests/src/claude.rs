@@ -101,10 +101,8 @@ impl ClaudeEnv {
     /// PreToolUse, PostToolUse and Stop, each with a `timeout` of 5 s) and nothing else.
     pub fn set_courier_hooks(&self, port: u16) {
         let hook = |event: &str| json!({"type": "http", "url": format!("http://127.0.0.1:{port}/hook/{event}"), "timeout": 5});
-        let entries: Vec<(&str, &str, Value)> = COURIER_EVENTS
-            .iter()
-            .map(|e| (*e, if e.ends_with("ToolUse") { "*" } else { "" }, hook(e)))
-            .collect();
+        let entries: Vec<(&str, &str, Value)> =
+            COURIER_EVENTS.iter().map(|e| (*e, if e.ends_with("ToolUse") { "*" } else { "" }, hook(e))).collect();
         self.set_hook_entries(&entries);
     }
 

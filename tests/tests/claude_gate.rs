@@ -301,3 +301,64 @@ fn a_claude_started_with_a_preload_script_is_refused() {
     let claudes: std::collections::BTreeSet<u32> = proven.iter().map(|(_, _, pid)| *pid).collect();
     assert_eq!(claudes.len(), 2, "only the two sessions' own claude processes are proven: {proven:?}");
 }
+
+/// `turn_ticket`: a tool hook is answered once. Claude Code itself presents PostToolUse twice
+/// here (registered at two URLs); the second presentation of the same (session, turn, call,
+/// event) is refused `ticket_used`, so no message could be handed twice for one call.
+#[test]
+fn a_hook_presented_twice_is_refused_ticket_used() {
+    let api = one_bash_call();
+    let Some(env) = env_or_skip(&api) else { return };
+    let cb = ClaudeBroker::new();
+    let broker = cb.start(&env.claude);
+    let url = |e: &str| json!({"type": "http", "url": format!("http://127.0.0.1:{}/hook/{e}", cb.port), "timeout": 5});
+    let again = json!({"type": "http", "url": format!("http://127.0.0.1:{}/hook/PostToolUse?again", cb.port), "timeout": 5});
+    env.set_hook_entries(&[
+        ("UserPromptSubmit", "", url("UserPromptSubmit")),
+        ("PostToolUse", "*", url("PostToolUse")),
+        ("PostToolUse", "*", again),
+    ]);
+    let out = env.print("run the command");
+    assert!(out.status.success(), "{:?}\n{}\n{}", out.status, out.stderr, api.dump());
+    let refused = poll_until(Duration::from_secs(10), || Some(claude_refusals(&broker)).filter(|r| !r.is_empty())).unwrap_or_default();
+    assert_eq!(refused.len(), 1, "{refused:?}\n{}", broker.log_text());
+    assert_eq!(refused[0].0, "ticket_used", "{refused:?}");
+    assert!(refused[0].1.contains("claude:PostToolUse:"), "{refused:?}");
+    let proven = wait_proven(&broker, 2);
+    let events: Vec<&str> = proven.iter().map(|(e, _, _)| e.as_str()).collect();
+    assert_eq!(events, ["UserPromptSubmit", "PostToolUse"], "{proven:?}");
+}
+
+/// `session_owner`: while a claude runs a turn in a session, a second claude resuming the same
+/// session (a genuine binary, every kernel step passes) is refused `session_owned` at its
+/// prompt and at its tool hooks: the session stays the first one's.
+#[test]
+fn a_second_live_claude_on_the_session_is_refused_session_owned() {
+    let first = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let api = ScriptedMessages::start_with(move |r| match (r.tool_results().is_empty(), r.is_stream()) {
+        (true, true) if first.swap(false, std::sync::atomic::Ordering::SeqCst) => Turn::bash("sleep 8"),
+        (true, true) => Turn::bash("echo second"),
+        _ => Turn::text("done"),
+    });
+    let Some(env) = env_or_skip(&api) else { return };
+    let cb = ClaudeBroker::new();
+    let broker = cb.start(&env.claude);
+    env.set_courier_hooks(cb.port);
+    let owner = env.spawn_print("sleep a while");
+    let proven = wait_proven(&broker, 2); // its prompt, and the PreToolUse of its sleep
+    let sid = proven[0].1.clone();
+    let mut second = env.command();
+    second.args(["-p", "me too", "--resume", &sid, "--output-format", "stream-json", "--verbose"]);
+    let out = courier_tests::ExecChild::spawn(second).wait(courier_tests::claude::PRINT_TIMEOUT);
+    assert!(out.status.success(), "{:?}\n{}", out.status, out.stderr);
+    let first_out = owner.wait(courier_tests::claude::PRINT_TIMEOUT);
+    assert!(first_out.status.success(), "{:?}\n{}", first_out.status, first_out.stderr);
+
+    let refused = claude_refusals(&broker);
+    assert!(refused.len() >= 2, "the second claude's prompt and tool hooks: {refused:?}\n{}", broker.log_text());
+    assert!(refused.iter().all(|(code, _)| code == "session_owned"), "{refused:?}");
+    let proven = proven_hooks(&broker.log_text());
+    let pids: std::collections::BTreeSet<u32> = proven.iter().map(|(_, _, pid)| *pid).collect();
+    assert_eq!(pids.len(), 1, "only the owner's hooks are proven: {proven:?}");
+    assert!(proven.iter().all(|(_, s, _)| *s == sid), "{proven:?}");
+}

@@ -52,7 +52,9 @@ pub struct Payload {
     pub event: Event,
     pub session_id: String,
     pub transcript_path: PathBuf,
-    pub prompt_id: Option<String>,
+    /// The turn (every served event carries it).
+    pub prompt_id: String,
+    /// The tool call (PreToolUse and PostToolUse carry it).
     pub tool_use_id: Option<String>,
     /// Set on a sub-agent's hooks (which carry the parent's session and transcript).
     pub agent_id: Option<String>,
@@ -119,14 +121,12 @@ pub fn payload(event: &str, body: &[u8]) -> Result<Payload, Refusal> {
     }
     let session_id = field("session_id").filter(|s| is_uuid(s)).ok_or_else(|| bad("no session_id UUID".into()))?;
     let transcript_path = field("transcript_path").map(PathBuf::from).ok_or_else(|| bad("no transcript_path".into()))?;
-    Ok(Payload {
-        event,
-        session_id,
-        transcript_path,
-        prompt_id: field("prompt_id"),
-        tool_use_id: field("tool_use_id"),
-        agent_id: field("agent_id"),
-    })
+    let prompt_id = field("prompt_id").ok_or_else(|| bad("no prompt_id".into()))?;
+    let tool_use_id = field("tool_use_id");
+    if matches!(event, Event::PreToolUse | Event::PostToolUse) && tool_use_id.is_none() {
+        return Err(bad(format!("a {} payload without tool_use_id", event.as_str())));
+    }
+    Ok(Payload { event, session_id, transcript_path, prompt_id, tool_use_id, agent_id: field("agent_id") })
 }
 
 fn is_uuid(s: &str) -> bool {
@@ -143,7 +143,9 @@ fn trusted_claude(h: &Holder, digests: &DigestCache, trust: &dyn ClaudeTrust, un
     let exe = || std::fs::read_link(format!("/proc/{pid}/exe")).map(|p| p.display().to_string()).unwrap_or_default();
     match digests.lookup(pid, &known, &expected, until) {
         Ok(Lookup::Digest(d)) if trust.is_trusted(&d) && h.is_alive() => Ok(()),
-        Ok(Lookup::Digest(d)) => Err((RefusalCode::UntrustedClaude, format!("pid {pid} runs {} (sha256 {d}), not a trusted Claude Code", exe()))),
+        Ok(Lookup::Digest(d)) => {
+            Err((RefusalCode::UntrustedClaude, format!("pid {pid} runs {} (sha256 {d}), not a trusted Claude Code", exe())))
+        }
         Ok(Lookup::Pending) => Err((RefusalCode::UntrustedClaude, format!("pid {pid} runs {}, not hashed yet", exe()))),
         Ok(Lookup::Unhashable) => Err((RefusalCode::UntrustedClaude, format!("pid {pid} runs {}, which cannot be hashed", exe()))),
         Err(e) => Err((RefusalCode::ClaudeHolder, format!("pid {pid}'s executable: {e}"))),

@@ -61,7 +61,9 @@ fn parse_head(head: &str) -> Result<(String, usize), BadRequest> {
     if method != Some("POST") || !matches!(version, Some("HTTP/1.1" | "HTTP/1.0")) || parts.next().is_some() {
         return Err(BadRequest(format!("not a POST request line: {:?}", truncate(line))));
     }
+    // A query string is ignored (two registrations of one event may differ only by it).
     let event = target
+        .and_then(|t| t.split('?').next())
         .and_then(|t| t.strip_prefix("/hook/"))
         .filter(|e| !e.is_empty() && e.len() <= 64 && e.bytes().all(|b| b.is_ascii_alphanumeric()))
         .ok_or_else(|| BadRequest(format!("not a /hook/<Event> path: {:?}", truncate(target.unwrap_or("")))))?;
@@ -134,6 +136,8 @@ mod tests {
     fn reads_the_event_and_length_and_refuses_the_rest() {
         let ok = parse_head("POST /hook/PostToolUse HTTP/1.1\r\nHost: x\r\ncontent-length: 12").unwrap();
         assert_eq!(ok, ("PostToolUse".to_string(), 12));
+        let query = parse_head("POST /hook/Stop?again HTTP/1.1\r\nContent-Length: 2").unwrap();
+        assert_eq!(query, ("Stop".to_string(), 2));
         for bad in [
             "GET /hook/Stop HTTP/1.1\r\nContent-Length: 0",
             "POST /other HTTP/1.1\r\nContent-Length: 0",

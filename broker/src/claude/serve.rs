@@ -86,7 +86,11 @@ impl Endpoint {
         let addrs = conn.peer_addr().and_then(|c| Ok((c, conn.local_addr()?)));
         let (client, server) = addrs.map_err(|e| bad(http::BadRequest(e.to_string())))?;
         let proven = gate::verify(&req.event, &req.body, client, server, &self.digests, &StoreTrust(&self.store), deadline)?;
-        super::session::session_owner(&mut crate::store::lock(&self.store), &proven)?;
+        {
+            let mut store = crate::store::lock(&self.store);
+            super::session::session_owner(&mut store, &proven)?;
+            super::session::turn_ticket(&mut store, &proven)?;
+        }
         crate::log_debug!(
             "claude hook {} of session {} from pid {}: proven",
             proven.payload.event.as_str(),
