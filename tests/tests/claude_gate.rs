@@ -362,3 +362,55 @@ fn a_second_live_claude_on_the_session_is_refused_session_owned() {
     assert_eq!(pids.len(), 1, "only the owner's hooks are proven: {proven:?}");
     assert!(proven.iter().all(|(_, s, _)| *s == sid), "{proven:?}");
 }
+
+/// Delivery mid-turn, end to end: `broker send --wait confirmed` to a live `claude -p` session
+/// while its Bash call runs. The session's PostToolUse hands the message over (recorded before
+/// the answer), the model's next request carries it exactly once as Claude Code's hook-context
+/// system message, and the transcript's request records confirm it: the receipt is `confirmed`.
+#[test]
+fn a_message_sent_to_a_live_claude_session_reaches_its_model_once_and_is_confirmed() {
+    let api = ScriptedMessages::start_with(|r| match r.tool_results().is_empty() {
+        true => Turn::bash("sleep 4; echo slept"),
+        false => Turn::text("done"),
+    });
+    let Some(env) = env_or_skip(&api) else { return };
+    let cb = ClaudeBroker::new();
+    let broker = cb.start(&env.claude);
+    env.set_courier_hooks(cb.port);
+    let child = env.spawn_print("run the command");
+    let sid = wait_proven(&broker, 1)[0].1.clone();
+    let text = courier_tests::util::marker("CLAUDE_DELIVERY");
+    let sent = broker.run(&["send", "--thread", &sid, "--from", "ci-bot", "--wait", "confirmed", "--timeout", "60s", "--json", &text]);
+    let out = child.wait(courier_tests::claude::PRINT_TIMEOUT);
+    assert!(out.status.success(), "{:?}\n{}\n{}", out.status, out.stderr, api.dump());
+    let report = String::from_utf8_lossy(&sent.stdout).to_string();
+    assert!(
+        sent.status.success(),
+        "send --wait confirmed: {:?}\n{report}\n{}\n{}",
+        sent.status,
+        String::from_utf8_lossy(&sent.stderr),
+        broker.log_text()
+    );
+    let receipt: Value = serde_json::from_str(report.trim().lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {report}"));
+    assert_eq!(
+        (receipt["outcome"].as_str(), receipt.pointer("/message/state").and_then(Value::as_str)),
+        (Some("reached"), Some("confirmed")),
+        "{receipt}"
+    );
+    assert_eq!(receipt.pointer("/message/event").and_then(Value::as_str), Some("claude"), "{receipt}");
+    let id = str_field(&receipt, "id").to_string();
+    assert_eq!(broker.message_state(&id), "confirmed");
+
+    // The model's request after the tool result carries the message once, as hook context.
+    let after = api.wait_for(Duration::from_secs(5), "the tool result", |r| !r.tool_results().is_empty());
+    assert_eq!(after.body.to_string().matches(&text).count(), 1, "exactly once in the request: {}", after.body);
+    let system = after.texts("system");
+    let carrying: Vec<&String> = system.iter().filter(|t| t.contains(&text)).collect();
+    assert_eq!(carrying.len(), 1, "{system:?}");
+    assert!(carrying[0].starts_with("PostToolUse:Bash hook additional context: "), "{}", carrying[0]);
+    assert!(carrying[0].contains(&format!("<courier-message id={id}")) || carrying[0].contains(&id), "{}", carrying[0]);
+    // No request before the tool result had it, and none after the one that did.
+    let with: Vec<usize> = api.requests().iter().filter(|r| r.body.to_string().contains(&text)).map(|r| r.index).collect();
+    assert_eq!(with.len(), api.requests().len() - with.first().copied().unwrap_or(0), "{with:?}");
+    assert!(claude_refusals(&broker).is_empty(), "{:?}", claude_refusals(&broker));
+}

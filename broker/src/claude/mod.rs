@@ -9,9 +9,14 @@
 //! - `peer.rs`: the kernel's view of a connection (`peer_socket`, `sole_holder`);
 //! - `gate.rs`: the kernel steps of the gate (payload, holder, trusted binary, clean start,
 //!   transcript), store-free;
-//! - `session.rs`: the steps that need the store (`session_owner`);
-//! - `serve.rs`: the endpoint's thread in `broker serve`: accept, verify, record, answer.
+//! - `session.rs`: the steps that need the store (`session_owner`, `turn_ticket`);
+//! - `deliver.rs`: what a proven hook is handed (PostToolUse `additionalContext`; `agent_scope`);
+//! - `confirm.rs`: hand-offs settled from the transcript's request records;
+//! - `serve.rs`: the endpoint's threads in `broker serve`: accept, verify, record, answer, and
+//!   the confirmation pass.
 
+pub mod confirm;
+pub mod deliver;
 pub mod gate;
 pub mod http;
 pub mod peer;

@@ -22,8 +22,9 @@ use std::time::{Duration, Instant};
 pub const MAX_CONNECTIONS: usize = 16;
 /// How long a connection has to send its request; the whole answer is due by twice that.
 pub const READ_DEADLINE: Duration = Duration::from_secs(2);
-/// The answer that changes nothing in the session.
-const NOTHING: &str = "{}";
+/// How often the confirmation pass reads the transcripts of open hand-offs.
+const CONFIRM_EVERY: Duration = Duration::from_millis(500);
+use super::deliver::NOTHING;
 
 /// What every connection thread shares.
 struct Endpoint {
@@ -40,6 +41,13 @@ pub fn spawn(port: u16, state_dir: &Path, digests: DigestCache) -> Result<Socket
     let addr = listener.local_addr()?;
     let store = Store::open(state_dir)?;
     let endpoint = Arc::new(Endpoint { store: Mutex::new(store), digests, active: AtomicUsize::new(0) });
+    let confirming = Arc::clone(&endpoint);
+    std::thread::Builder::new().name("claude-confirm".into()).spawn(move || loop {
+        if let Err(e) = super::confirm::reconcile(&confirming.store, None) {
+            crate::log_warn!("claude: confirmation pass: {e:#}");
+        }
+        std::thread::sleep(CONFIRM_EVERY);
+    })?;
     std::thread::Builder::new().name("claude-hooks".into()).spawn(move || accept_loop(&listener, &endpoint))?;
     Ok(addr)
 }
@@ -97,7 +105,15 @@ impl Endpoint {
             proven.payload.session_id,
             proven.key().pid
         );
-        Ok(NOTHING.to_string())
+        // What the session's earlier hand-offs became, before anything new is handed.
+        if let Err(e) = super::confirm::reconcile(&self.store, Some(&proven.payload.session_id)) {
+            crate::log_warn!("claude: confirmation of session {}: {e:#}", proven.payload.session_id);
+        }
+        let offered = super::deliver::offer(&mut crate::store::lock(&self.store), &proven);
+        Ok(offered.unwrap_or_else(|e| {
+            crate::log_error!("claude: delivery to session {}: {e:#}", proven.payload.session_id);
+            NOTHING.to_string()
+        }))
     }
 
     fn record(&self, r: &Refusal) {

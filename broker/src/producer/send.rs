@@ -242,6 +242,15 @@ pub fn send(
             );
             (ThreadStatus::Ended, Some(note))
         }
+    } else if let Some(pin) = store.claude_session_pin(&thread).map_err(SendError::Failed)? {
+        // A Claude Code session the broker has proven (claude/): its hooks deliver.
+        match pin.owner.is_alive() {
+            true => (ThreadStatus::Live, None),
+            false => (
+                ThreadStatus::Ended,
+                Some(format!("Claude Code session {thread} has ended; the message waits until it is resumed (`claude --resume {thread}`)")),
+            ),
+        }
     } else {
         if !opts.future_thread {
             return Err(refused(
