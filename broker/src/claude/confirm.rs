@@ -120,3 +120,61 @@ fn shown(records: &[Record], offset: u64, text: &str) -> bool {
         _ => false,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{HandOff, NewMessage};
+    use std::io::Write;
+
+    /// A store in a fresh directory with one message handed to `owner` through the Claude
+    /// channel at the start of `transcript`; returns the store, the message and its rendering.
+    fn handed(owner: ProcessKey) -> (Mutex<Store>, std::path::PathBuf, String, String) {
+        let dir = std::env::temp_dir().join(format!("courier-claude-confirm-{}-{}", std::process::id(), crate::store::now_ms()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut store = Store::open(&dir).unwrap();
+        let sid = "0c6b4b3e-8f2a-4b7e-9d1a-2f3c4d5e6f70";
+        let new =
+            NewMessage { thread: sid, body: "hello claude", sender: Some("ci"), verified: false, key: None, ttl_ms: None, wake: true };
+        let crate::store::Enqueued::New(id) = store.enqueue_message(&new).unwrap() else { panic!("a new message") };
+        let lease = store.lease(sid, Channel::Claude, Some("p1"), 10_000, 8_000).unwrap().unwrap();
+        let transcript = dir.join("t.jsonl");
+        std::fs::write(&transcript, "").unwrap();
+        assert!(store.hand_off(lease.token, &HandOff::at(&transcript.to_string_lossy(), 0, owner)).unwrap());
+        let text = lease.messages[0].wrapped();
+        (Mutex::new(store), transcript, id, text)
+    }
+
+    fn append(path: &std::path::Path, v: serde_json::Value) {
+        let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+        writeln!(f, "{v}").unwrap();
+    }
+
+    fn state(store: &Mutex<Store>, id: &str) -> (String, Option<String>) {
+        let m = crate::store::lock(store).message(id).unwrap().unwrap();
+        (m.state.to_string(), m.reason)
+    }
+
+    #[test]
+    fn confirmed_only_by_a_blob_holding_the_text_and_a_request_naming_it() {
+        let (store, transcript, id, text) = handed(ProcessKey::of(std::process::id() as i32).unwrap());
+        let blob = |hash: &str, t: &str| serde_json::json!({"type": "api-request-blob", "hash": hash, "message": {"content": [{"type": "text", "text": t}]}});
+        // Part of the text, a blob no request names, a request naming another blob: not shown.
+        append(&transcript, blob("h1", &format!("PostToolUse:Bash hook additional context: {}", &text[..text.len() - 3])));
+        append(&transcript, blob("h2", &format!("PostToolUse:Bash hook additional context: {text}")));
+        append(&transcript, serde_json::json!({"type": "api-request", "tail": ["h1"]}));
+        assert_eq!(reconcile(&store, None).unwrap(), 0);
+        assert_eq!(state(&store, &id).0, "handed", "a live claude keeps it handed");
+        append(&transcript, serde_json::json!({"type": "api-request", "tail": ["h0", "h2"]}));
+        assert_eq!(reconcile(&store, None).unwrap(), 1);
+        assert_eq!(state(&store, &id), ("confirmed".into(), None));
+    }
+
+    #[test]
+    fn a_dead_claude_with_no_request_carrying_it_is_uncertain_claude_exited() {
+        // Pid 1's start time is never 1: a process that is not alive.
+        let (store, _transcript, id, _) = handed(ProcessKey { pid: 1, starttime: 1 });
+        assert_eq!(reconcile(&store, None).unwrap(), 1);
+        assert_eq!(state(&store, &id), ("uncertain".into(), Some("claude_exited".into())));
+    }
+}
