@@ -181,7 +181,7 @@ mod tests {
         assert!(!s.trust_claude(&t).unwrap(), "a second trust changes nothing");
         assert!(s.is_trusted_claude(&t.sha256).unwrap());
         assert!(!s.is_trusted_codex(&t.sha256).unwrap(), "a Claude digest is not a Codex one");
-        assert_eq!(s.trusted_claude().unwrap(), [t.clone()]);
+        assert_eq!(s.trusted_claude().unwrap(), std::slice::from_ref(&t));
         assert!(s.untrust_claude(&t.sha256).unwrap());
         assert!(!s.is_trusted_claude(&t.sha256).unwrap());
     }
