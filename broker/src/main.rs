@@ -157,6 +157,7 @@ fn serve(args: Args) -> Result<ExitCode> {
             retention: loaded.config.retention(),
             receipts: loaded.config.receipts,
             wake: loaded.config.wake,
+            claude_hook_port: loaded.config.claude.hook_port,
             extra_hook_clients: loaded.config.hook_clients,
         })
     });

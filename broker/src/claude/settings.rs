@@ -12,8 +12,17 @@ use anyhow::{Context, Result};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
-/// The events Courier registers an HTTP hook for (PascalCase, as settings.json names them).
-pub const EVENTS: [&str; 4] = ["UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop"];
+/// The names of the events Courier registers an HTTP hook for ([`super::Event`], PascalCase as
+/// settings.json and the hook URLs name them).
+pub const EVENTS: [&str; super::Event::ALL.len()] = {
+    let mut names = [""; super::Event::ALL.len()];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = super::Event::ALL[i].as_str();
+        i += 1;
+    }
+    names
+};
 
 /// `timeout` of Courier's handlers, in seconds: the broker answers at once or not at all, and a
 /// refused or silent port must never hold a session up for long (claude carries on without the

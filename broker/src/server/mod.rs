@@ -79,6 +79,8 @@ pub struct ServeOptions {
     pub receipts: crate::config::Receipts,
     /// `[wake]`: how often a thread may be woken.
     pub wake: crate::config::WakeConfig,
+    /// `[claude] hook_port`: serve Claude Code's HTTP hooks on this loopback port (`claude/`).
+    pub claude_hook_port: Option<u16>,
 }
 
 struct Broker {
@@ -131,6 +133,13 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     // call, whose client would give up at its 500 ms deadline; then follow upgrades.
     std::thread::Builder::new().name("codex-follower".into()).spawn(move || follower.run())?;
     spawn_wake(&broker, opts.codex_home.clone())?;
+    if let Some(port) = opts.claude_hook_port {
+        // Fail open: a port taken by another program costs Claude Code its deliveries, not Codex.
+        match crate::claude::serve::spawn(port, &opts.state_dir, broker.gate.digests().clone()) {
+            Ok(addr) => crate::log_info!("serving Claude Code hooks on http://{addr}/hook/<Event>"),
+            Err(e) => crate::log_error!("Claude Code hooks not served: {e:#}"),
+        }
+    }
     maintenance::spawn(Arc::clone(&broker), &opts.state_dir, opts.retention)?;
     serve_connections(broker, listener)
 }

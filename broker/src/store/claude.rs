@@ -25,7 +25,9 @@ pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
             pid             INTEGER NOT NULL,
             starttime       INTEGER NOT NULL,
             transcript_path TEXT NOT NULL,
-            pinned_at       INTEGER NOT NULL
+            pinned_at       INTEGER NOT NULL,
+            -- the turn the owner's last proven UserPromptSubmit opened
+            prompt_id       TEXT
         );",
     )
 }
@@ -48,6 +50,8 @@ pub struct SessionPin {
     pub owner: ProcessKey,
     pub transcript_path: String,
     pub pinned_at: i64,
+    /// The turn the owner's last proven UserPromptSubmit opened.
+    pub prompt_id: Option<String>,
 }
 
 /// What [`Store::pin_claude_session`] found.
@@ -98,26 +102,30 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    /// Pins `session_id` to `owner` unless another process that `alive` says still runs owns it
-    /// (a dead owner's pin passes to `owner`). One transaction, so two claudes racing for one
-    /// session cannot both win.
+    /// Pins `session_id` to `owner`, its open turn to `prompt_id`, unless another process that
+    /// `alive` says still runs owns it (a dead owner's pin passes to `owner`). One transaction, so
+    /// two claudes racing for one session cannot both win.
     pub fn pin_claude_session(
         &mut self,
         session_id: &str,
         owner: ProcessKey,
         transcript_path: &str,
+        prompt_id: &str,
         alive: impl Fn(ProcessKey) -> bool,
     ) -> Result<Pinned> {
         let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let current = claude_pin(&tx, session_id)?;
         let outcome = match current {
-            Some(pin) if pin.owner == owner => Pinned::Same,
-            Some(pin) if alive(pin.owner) => Pinned::Other(pin),
+            Some(pin) if pin.owner != owner && alive(pin.owner) => Pinned::Other(pin),
+            Some(pin) if pin.owner == owner => {
+                tx.execute("UPDATE claude_sessions SET prompt_id = ?2 WHERE session_id = ?1", params![session_id, prompt_id])?;
+                Pinned::Same
+            }
             _ => {
                 tx.execute(
-                    "INSERT INTO claude_sessions (session_id, pid, starttime, transcript_path, pinned_at) VALUES (?1, ?2, ?3, ?4, ?5)
-                     ON CONFLICT(session_id) DO UPDATE SET pid = ?2, starttime = ?3, transcript_path = ?4, pinned_at = ?5",
-                    params![session_id, owner.pid, owner.starttime as i64, transcript_path, now_ms()],
+                    "INSERT INTO claude_sessions (session_id, pid, starttime, transcript_path, pinned_at, prompt_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                     ON CONFLICT(session_id) DO UPDATE SET pid = ?2, starttime = ?3, transcript_path = ?4, pinned_at = ?5, prompt_id = ?6",
+                    params![session_id, owner.pid, owner.starttime as i64, transcript_path, now_ms(), prompt_id],
                 )?;
                 Pinned::New
             }
@@ -133,7 +141,8 @@ impl Store {
 }
 
 fn claude_pin(conn: &Connection, session_id: &str) -> Result<Option<SessionPin>> {
-    let mut stmt = conn.prepare_cached("SELECT pid, starttime, transcript_path, pinned_at FROM claude_sessions WHERE session_id = ?1")?;
+    let mut stmt =
+        conn.prepare_cached("SELECT pid, starttime, transcript_path, pinned_at, prompt_id FROM claude_sessions WHERE session_id = ?1")?;
     Ok(stmt
         .query_row([session_id], |r| {
             Ok(SessionPin {
@@ -141,6 +150,7 @@ fn claude_pin(conn: &Connection, session_id: &str) -> Result<Option<SessionPin>>
                 owner: ProcessKey { pid: r.get(0)?, starttime: r.get::<_, i64>(1)? as u64 },
                 transcript_path: r.get(2)?,
                 pinned_at: r.get(3)?,
+                prompt_id: r.get(4)?,
             })
         })
         .optional()?)
@@ -181,14 +191,15 @@ mod tests {
         let (mut s, _dir) = store();
         let a = ProcessKey { pid: 10, starttime: 100 };
         let b = ProcessKey { pid: 11, starttime: 101 };
-        assert_eq!(s.pin_claude_session("s1", a, "/t", |_| true).unwrap(), Pinned::New);
-        assert_eq!(s.pin_claude_session("s1", a, "/t", |_| true).unwrap(), Pinned::Same);
-        match s.pin_claude_session("s1", b, "/t", |k| k == a).unwrap() {
-            Pinned::Other(pin) => assert_eq!(pin.owner, a),
+        assert_eq!(s.pin_claude_session("s1", a, "/t", "p1", |_| true).unwrap(), Pinned::New);
+        assert_eq!(s.pin_claude_session("s1", a, "/t", "p2", |_| true).unwrap(), Pinned::Same);
+        assert_eq!(s.claude_session_pin("s1").unwrap().unwrap().prompt_id.as_deref(), Some("p2"), "the owner's next turn");
+        match s.pin_claude_session("s1", b, "/t", "p3", |k| k == a).unwrap() {
+            Pinned::Other(pin) => assert_eq!((pin.owner, pin.prompt_id.as_deref()), (a, Some("p2"))),
             other => panic!("{other:?}"),
         }
-        assert_eq!(s.pin_claude_session("s1", b, "/t2", |_| false).unwrap(), Pinned::New, "a dead owner's pin passes on");
+        assert_eq!(s.pin_claude_session("s1", b, "/t2", "p4", |_| false).unwrap(), Pinned::New, "a dead owner's pin passes on");
         let pin = s.claude_session_pin("s1").unwrap().unwrap();
-        assert_eq!((pin.owner, pin.transcript_path.as_str()), (b, "/t2"));
+        assert_eq!((pin.owner, pin.transcript_path.as_str(), pin.prompt_id.as_deref()), (b, "/t2", Some("p4")));
     }
 }
