@@ -374,3 +374,41 @@ fn a_failed_install_undoes_the_claude_step() {
     let (ok, out) = broker(&rig, &home, &["trust-claude", &native.display().to_string()]);
     assert!(ok && out.starts_with("trusted "), "the failed run's digest is forgotten: {out}");
 }
+
+/// With the broker install started (login profile), doctor finds the configured hook port held
+/// by that broker, and a real `claude -p` in the installed home reaches that broker's gate and
+/// passes it: the session is pinned to that claude process and nothing is refused (install's
+/// port, hooks and trusted digest are the ones the gate checks).
+#[test]
+fn the_installed_broker_serves_the_hook_port_and_its_gate_passes_the_installed_hooks() {
+    let api = one_bash_call();
+    let Some(env) = ClaudeEnv::new(&api) else {
+        eprintln!("skipped: COURIER_CLAUDE_BIN is unset (install/fetch-claude.sh prints the path)");
+        return;
+    };
+    let rig = rig();
+    claude_on_path(&rig);
+    let (prefix, codex_home) = (rig.prefix.display().to_string(), rig.env.codex_home.display().to_string());
+    let (ok, out) = broker(&rig, &env.home, &["install", "--prefix", &prefix, "--codex-home", &codex_home, "--start", "profile"]);
+    assert!(ok, "{out}");
+    let port = configured_port(&rig);
+    let pid = rig.wait_running();
+    let served = format!("ok   the broker (pid {pid}) serves Claude Code's hooks on 127.0.0.1:{port}");
+    // The endpoint's thread binds the port as the broker starts: wait for doctor to see it.
+    courier_tests::util::wait_until(Duration::from_secs(20), "doctor to see the hook port served", || {
+        let (_, d) = broker(&rig, &env.home, &["doctor"]);
+        d.contains(&served).then_some(d)
+    });
+
+    let child = env.spawn_print("run the command");
+    let claude = child.pid();
+    let run = child.wait(PRINT_TIMEOUT);
+    assert!(run.status.success(), "claude -p failed: {:?}\n{}\n{}", run.status, run.stderr, api.dump());
+    let session = run.stdout.lines().find_map(|l| serde_json::from_str::<Value>(l).ok()?.get("session_id")?.as_str().map(String::from));
+    let session = session.unwrap_or_else(|| panic!("no session_id in\n{}", run.stdout));
+    let store = broker_lib::store::Store::open(&rig.env.state_dir).unwrap();
+    let pin = store.claude_session_pin(&session).unwrap().unwrap_or_else(|| panic!("session {session} was not proven"));
+    assert_eq!(pin.owner.pid as u32, claude, "pinned to the claude that ran the hooks");
+    let refused = courier_tests::broker::refusals(&rig.cli().inspect_json());
+    assert!(refused.is_empty(), "hook calls refused: {refused:#?}");
+}
