@@ -108,6 +108,7 @@ fn dispatch(cmd: Cmd, g: Given) -> Result<ExitCode> {
         Cmd::Approvals => approvals(ApprovalsCommand::parse(g)?),
         Cmd::Approve | Cmd::Deny => answer_approval(Answer::parse(g)?),
         Cmd::TrustCodex => trust_codex(g.positionals.first().map(PathBuf::from)),
+        Cmd::TrustClaude => trust_claude(g.positionals.first().map(PathBuf::from).unwrap_or_default()),
         Cmd::Install => install_cmd(InstallCommand::parse(g)?),
         Cmd::Uninstall => uninstall_cmd(g.purge),
         Cmd::Doctor => doctor_cmd(g.codex),
@@ -184,6 +185,7 @@ fn serve(mode: ServeMode) -> Result<ExitCode> {
             retention: loaded.config.retention(),
             receipts: loaded.config.receipts,
             wake: loaded.config.wake,
+            claude_hook_port: loaded.config.claude.hook_port,
             extra_hook_clients: loaded.config.hook_clients,
         })
     });
@@ -230,6 +232,7 @@ struct InstallCommand {
     no_enable: bool,
     mcp: bool,
     bridge: Option<install::BridgeOptions>,
+    claude: install::ClaudeChoice,
 }
 
 impl InstallCommand {
@@ -245,7 +248,13 @@ impl InstallCommand {
             (false, None, None) if creds.is_none() => None,
             (false, ..) => return Err(g.usage_error("--nats, --host and --creds go with --bridge")),
         };
-        Ok(InstallCommand { prefix: g.prefix, codex_home: g.codex_home, start, no_enable: g.no_enable, mcp: !g.no_mcp, bridge })
+        let claude = match (g.claude, g.no_claude) {
+            (true, true) => return Err(g.usage_error("--claude and --no-claude exclude each other")),
+            (true, false) => install::ClaudeChoice::Register,
+            (false, true) => install::ClaudeChoice::Skip,
+            (false, false) => install::ClaudeChoice::Auto,
+        };
+        Ok(InstallCommand { prefix: g.prefix, codex_home: g.codex_home, start, no_enable: g.no_enable, mcp: !g.no_mcp, bridge, claude })
     }
 }
 
@@ -255,8 +264,8 @@ fn install_cmd(cmd: InstallCommand) -> Result<ExitCode> {
     let codex_home = cmd.codex_home.unwrap_or_else(paths::codex_home);
     let exe = std::env::current_exe().context("locating the broker executable")?;
     let source_dir = exe.parent().context("broker executable has no directory")?.to_path_buf();
-    let InstallCommand { start, no_enable, mcp, bridge, .. } = cmd;
-    let done = install::install(&install::InstallOptions { prefix, codex_home, start, source_dir, no_enable, mcp, bridge })?;
+    let InstallCommand { start, no_enable, mcp, bridge, claude, .. } = cmd;
+    let done = install::install(&install::InstallOptions { prefix, codex_home, start, source_dir, no_enable, mcp, bridge, claude })?;
     let report = done.report;
     for line in report.iter().filter(|l| !l.is_empty()) {
         println!("{line}");
@@ -532,6 +541,14 @@ fn trust_codex(path: Option<PathBuf>) -> Result<ExitCode> {
     if follow && store.follow_codex_command(&path.to_string_lossy())? {
         println!("following {} across Codex upgrades", path.display());
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn trust_claude(path: PathBuf) -> Result<ExitCode> {
+    let path = std::path::absolute(path)?;
+    let mut store = open_store()?;
+    let (record, new) = broker::claude::trust::trust_path(&mut store, &path, broker::store::TrustHow::Manual)?;
+    println!("{} sha256:{} {}", if new { "trusted" } else { "already trusted" }, record.sha256, record.path);
     Ok(ExitCode::SUCCESS)
 }
 

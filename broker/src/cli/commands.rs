@@ -218,6 +218,14 @@ pub const COMMANDS: &[Command] = &[
         opts: &[],
     },
     Command {
+        id: Cmd::TrustClaude,
+        args: "<PATH>",
+        positionals: (1, 1),
+        required: &[],
+        about: "record a Claude Code native binary's SHA-256 as trusted (its HTTP hooks are then served)",
+        opts: &[],
+    },
+    Command {
         id: Cmd::Install,
         args: "",
         positionals: (0, 0),
@@ -235,6 +243,10 @@ pub const COMMANDS: &[Command] = &[
                 |g, v| g.start = Some(v),
             ),
             flag("no-enable", "systemd: write the units without calling systemctl", |g| g.no_enable = true),
+            flag("claude", "register Courier's HTTP hooks in Claude Code's settings.json even when no claude is found yet", |g| {
+                g.claude = true
+            }),
+            flag("no-claude", "do not register with Claude Code (and take out an earlier install's hooks)", |g| g.no_claude = true),
             flag("no-mcp", "do not install courier-mcp nor register `broker mcp` as Codex's MCP server \"courier\"", |g| g.no_mcp = true),
             flag(
                 "bridge",
