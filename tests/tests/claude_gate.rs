@@ -459,3 +459,42 @@ fn a_sub_agents_hooks_get_nothing_addressed_to_the_session() {
     assert_eq!(broker.message_state(&id), "pending");
     assert!(claude_refusals(&broker).is_empty(), "{:?}", claude_refusals(&broker));
 }
+
+/// A broker killed between a hand-off record and the hook's answer doubles nothing: claude gets
+/// no answer (the connection closes) and carries on; the restarted broker serves the session's
+/// next PostToolUse (the pin survives) but never offers the handed message again; when claude
+/// exits with no request carrying it, it is `uncertain` (`claude_exited`).
+#[test]
+fn a_broker_killed_after_a_claude_hand_off_never_doubles_it() {
+    let api = ScriptedMessages::start_with(|r| match r.tool_results().len() {
+        0 => Turn::bash("sleep 3; echo one"),
+        1 => Turn::bash("sleep 3; echo two"),
+        _ => Turn::text("done"),
+    });
+    let Some(env) = env_or_skip(&api) else { return };
+    let cb = ClaudeBroker::new();
+    let cli = Broker::cli_only(&cb.env);
+    cli.run_ok(&["trust-claude", &env.claude.display().to_string()]);
+    let mut serve = courier_tests::Serve::start(&cb.env, &[("COURIER_FAILPOINTS", "claude_after_hand_off")]);
+    env.set_courier_hooks(cb.port);
+    let child = env.spawn_print("run the commands");
+    let sid = poll_until(Duration::from_secs(30), || proven_hooks(&serve.log_text()).first().map(|p| p.1.clone()))
+        .unwrap_or_else(|| panic!("no proven prompt: {}", serve.log_text()));
+    let text = courier_tests::util::marker("CLAUDE_CRASH");
+    let id = cli.send(&sid, &text, None);
+    let died = poll_until(Duration::from_secs(30), || serve.child.try_wait().ok().flatten());
+    assert!(died.is_some(), "the failpoint killed the broker at the hand-off: {}", serve.log_text());
+    assert_eq!(cli.message_state(&id), "handed", "the hand-off was on record before the answer");
+    serve = courier_tests::Serve::start(&cb.env, &[]);
+    let out = child.wait(courier_tests::claude::PRINT_TIMEOUT);
+    assert!(out.status.success(), "{:?}\n{}\n{}", out.status, out.stderr, api.dump());
+
+    let m = cli.wait_state(&id, "uncertain", Duration::from_secs(15));
+    assert_eq!(m["reason"], "claude_exited", "{m}");
+    assert_eq!(m["attempts"], 1, "offered once: {m}");
+    let carrying: Vec<usize> = api.requests().iter().filter(|r| r.body_contains(&text)).map(|r| r.index).collect();
+    assert!(carrying.is_empty(), "requests {carrying:?} carried it although no answer was written:\n{}", api.dump());
+    let posts = proven_hooks(&serve.log_text()).into_iter().filter(|(e, s, _)| e == "PostToolUse" && *s == sid).count();
+    assert!(posts >= 2, "the restarted broker served the session's next PostToolUse: {}", serve.log_text());
+    drop(serve);
+}
