@@ -5,6 +5,7 @@
 //! `broker inspect`. Nothing here can stall a session: each connection has [`READ_DEADLINE`] to
 //! send its request and the answer is written under the same bound.
 
+use super::deliver::NOTHING;
 use super::gate::{self, ClaudeTrust};
 use super::http;
 use crate::exe::digest::DigestCache;
@@ -27,7 +28,6 @@ pub const READ_DEADLINE: Duration = Duration::from_secs(2);
 const REFUSALS_PER_SECOND: usize = 16;
 /// How often the confirmation pass reads the transcripts of open hand-offs.
 const CONFIRM_EVERY: Duration = Duration::from_millis(500);
-use super::deliver::NOTHING;
 
 /// What every connection thread shares.
 struct Endpoint {
@@ -63,7 +63,8 @@ fn accept_loop(listener: &TcpListener, endpoint: &Arc<Endpoint>) {
         let Ok(conn) = conn else { continue };
         if endpoint.active.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
             endpoint.active.fetch_sub(1, Ordering::AcqRel);
-            crate::log_warn!("claude hooks: {MAX_CONNECTIONS} connections open, one closed unread");
+            // Debug only: a flood of connections must not flood the log either.
+            crate::log_debug!("claude hooks: {MAX_CONNECTIONS} connections open, one closed unread");
             continue;
         }
         let ep = Arc::clone(endpoint);
