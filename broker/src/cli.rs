@@ -313,6 +313,8 @@ pub const COMMANDS: &[Command] = &[
                 "how the broker starts at login (default: auto = systemd when it answers, else profile)",
             ),
             flag("no-enable", "systemd: write the units without calling systemctl"),
+            flag("claude", "register Courier's HTTP hooks in Claude Code's settings.json even when no claude is found yet"),
+            flag("no-claude", "do not register with Claude Code (and take out an earlier install's hooks)"),
             flag("no-mcp", "do not install courier-mcp nor register `broker mcp` as Codex's MCP server \"courier\""),
             flag("bridge", "also install courier-bridge and start this host's NATS bridge at login (docs/many-hosts.md)"),
             opt("nats", "URL", "--bridge: the NATS server (written to the [bridge] table of Courier's config)"),

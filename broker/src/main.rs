@@ -215,7 +215,13 @@ fn install_cmd(args: Args) -> Result<ExitCode> {
         (false, None, None) if creds.is_none() => None,
         (false, ..) => return Err(UsageError("broker install: --nats, --host and --creds go with --bridge".into()).into()),
     };
-    let done = install::install(&install::InstallOptions { prefix, codex_home, start, source_dir, no_enable, mcp, bridge })?;
+    let claude = match (args.flag("claude"), args.flag("no-claude")) {
+        (true, true) => return Err(UsageError("broker install: --claude and --no-claude exclude each other".into()).into()),
+        (true, false) => install::ClaudeChoice::Register,
+        (false, true) => install::ClaudeChoice::Skip,
+        (false, false) => install::ClaudeChoice::Auto,
+    };
+    let done = install::install(&install::InstallOptions { prefix, codex_home, start, source_dir, no_enable, mcp, bridge, claude })?;
     let report = done.report;
     for line in report.iter().filter(|l| !l.is_empty()) {
         println!("{line}");

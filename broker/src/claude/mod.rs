@@ -5,6 +5,10 @@
 //!
 //! # Rooms
 //! - `trust.rs`: trusting a Claude Code native binary by digest (`broker trust-claude`);
+//! - `resolve.rs`: the native binary behind the `claude` a user runs (npm, pnpm, the native
+//!   installer, the local install), found without running it (`broker install`, `doctor`);
+//! - `settings.rs`: Courier's HTTP hooks in Claude Code's `settings.json` (where, what, the
+//!   user's own style kept);
 //! - `http.rs`: the bounded HTTP/1.1 of one hook request and its answer;
 //! - `peer.rs`: the kernel's view of a connection (`peer_socket`, `sole_holder`);
 //! - `gate.rs`: the kernel steps of the gate (payload, holder, trusted binary, clean start,
@@ -20,8 +24,10 @@ pub mod deliver;
 pub mod gate;
 pub mod http;
 pub mod peer;
+pub mod resolve;
 pub mod serve;
 pub mod session;
+pub mod settings;
 pub mod trust;
 
 /// The Claude Code hook events the broker serves (the ones that take HTTP hooks and that Courier
