@@ -33,7 +33,7 @@ pub fn session_owner(store: &mut Store, p: &Proven) -> Result<(), Refusal> {
     if pay.event != Event::UserPromptSubmit {
         // Only a turn's opening may take a pin: a later hook of a session nobody pinned yet (the
         // broker started mid-turn) is refused, and its next turn pins it.
-        let pin = store.claude_session_pin(pay.session_id.as_str()).map_err(store_err)?;
+        let pin = store.claude_session_pin(&pay.session_id).map_err(store_err)?;
         return match pin {
             Some(pin) if pin.owner != key => Err(refuse(format!("pid {} presents a session pinned to pid {}", key.pid, pin.owner.pid))),
             Some(pin) if pay.agent_id.is_none() && pin.prompt_id.as_deref() != Some(&pay.prompt_id) => {
@@ -44,10 +44,7 @@ pub fn session_owner(store: &mut Store, p: &Proven) -> Result<(), Refusal> {
         };
     }
     let transcript = pay.transcript_path.to_string_lossy();
-    match store
-        .pin_claude_session(pay.session_id.as_str(), key, &transcript, &pay.prompt_id, |owner| owner.is_alive())
-        .map_err(store_err)?
-    {
+    match store.pin_claude_session(&pay.session_id, key, &transcript, &pay.prompt_id, |owner| owner.is_alive()).map_err(store_err)? {
         Pinned::New | Pinned::Same => Ok(()),
         Pinned::Other(pin) => Err(refuse(format!("pid {} opens a turn in a session pid {} (alive) owns", key.pid, pin.owner.pid))),
     }

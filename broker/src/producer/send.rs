@@ -211,9 +211,14 @@ fn listed(id: String) -> Result<ThreadId, SendError> {
 
 /// Where the target thread stands: a Codex rollout (live or ended), a proven Claude Code
 /// session, or nothing yet (refused unless `--future-thread`).
-fn thread_status(store: &Store, codex_home: &Path, thread: &str, opts: &SendOptions) -> Result<(ThreadStatus, Option<String>), SendError> {
-    Ok(if rollout_of(codex_home, thread).is_some() {
-        if threads::lock_held(codex_home, thread) {
+fn thread_status(
+    store: &Store,
+    codex_home: &Path,
+    thread: &ThreadId,
+    opts: &SendOptions,
+) -> Result<(ThreadStatus, Option<String>), SendError> {
+    Ok(if rollout_of(codex_home, thread.as_str()).is_some() {
+        if threads::lock_held(codex_home, thread.as_str()) {
             (ThreadStatus::Live, None)
         } else {
             let note = format!(
@@ -271,7 +276,7 @@ pub fn send(
         Target::Cwd(c) => listed(thread_for_cwd(&live().map_err(SendError::Failed)?, c)?)?,
         Target::Agent { parent, name } => listed(agent_of(&live().map_err(SendError::Failed)?, parent, name)?)?,
     };
-    let (status, note) = thread_status(store, codex_home, thread.as_str(), opts)?;
+    let (status, note) = thread_status(store, codex_home, &thread, opts)?;
     let new = NewMessage {
         thread: &thread,
         body: &opts.text,
