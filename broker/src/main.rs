@@ -5,10 +5,13 @@ use anyhow::{Context, Result};
 use broker::cli::{self, Cmd, Format, Given, Parsed, UsageError};
 use broker::store::Store;
 use broker::{client, codex, config, delivery, dirs, doctor, effort, inspect, install, logging, server, terminal};
-use courier_shared::ids::ThreadId;
 use courier_shared::paths;
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+mod options;
+
+use options::{Answer, ApprovalsCommand, EffortCommand, InspectCommand, InstallCommand, Listing, ServeMode, Verdict, Watch};
 
 fn main() -> ExitCode {
     match run() {
@@ -133,28 +136,6 @@ fn lifecycle(action: install::Lifecycle) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// How `broker serve` runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ServeMode {
-    /// The broker itself, in this process.
-    Foreground,
-    /// `--daemonize`: start one in the background unless one answers.
-    Daemonize,
-    /// `--login`: what the login-profile line runs.
-    Login,
-}
-
-impl ServeMode {
-    fn parse(g: &Given) -> Result<ServeMode> {
-        Ok(match (g.daemonize, g.login) {
-            (false, false) => ServeMode::Foreground,
-            (true, false) => ServeMode::Daemonize,
-            (false, true) => ServeMode::Login,
-            (true, true) => return Err(g.usage_error("give --daemonize or --login, not both")),
-        })
-    }
-}
-
 fn serve(mode: ServeMode) -> Result<ExitCode> {
     if mode == ServeMode::Login {
         let exe = std::env::current_exe().context("locating the broker executable")?;
@@ -224,40 +205,6 @@ fn absolute_path_env() -> Result<()> {
     Ok(())
 }
 
-/// `broker install`'s command line; where a path is not given, the default is found at run time.
-struct InstallCommand {
-    prefix: Option<PathBuf>,
-    codex_home: Option<PathBuf>,
-    start: install::StartMode,
-    no_enable: bool,
-    mcp: bool,
-    bridge: Option<install::BridgeOptions>,
-    claude: install::ClaudeChoice,
-}
-
-impl InstallCommand {
-    fn parse(g: Given) -> Result<InstallCommand> {
-        let start = match &g.start {
-            Some(s) => install::StartMode::parse(s).map_err(|e| g.usage_error(format!("{e:#}")))?,
-            None => install::StartMode::Auto,
-        };
-        let creds = g.creds.as_ref().map(|c| std::path::absolute(c).unwrap_or_else(|_| c.clone()));
-        let bridge = match (g.bridge, &g.nats, &g.host) {
-            (true, Some(nats), Some(host)) => Some(install::BridgeOptions { nats: nats.clone(), host: host.clone(), creds }),
-            (true, _, _) => return Err(g.usage_error("--bridge needs --nats URL and --host NAME")),
-            (false, None, None) if creds.is_none() => None,
-            (false, ..) => return Err(g.usage_error("--nats, --host and --creds go with --bridge")),
-        };
-        let claude = match (g.claude, g.no_claude) {
-            (true, true) => return Err(g.usage_error("--claude and --no-claude exclude each other")),
-            (true, false) => install::ClaudeChoice::Register,
-            (false, true) => install::ClaudeChoice::Skip,
-            (false, false) => install::ClaudeChoice::Auto,
-        };
-        Ok(InstallCommand { prefix: g.prefix, codex_home: g.codex_home, start, no_enable: g.no_enable, mcp: !g.no_mcp, bridge, claude })
-    }
-}
-
 fn install_cmd(cmd: InstallCommand) -> Result<ExitCode> {
     let home = PathBuf::from(std::env::var_os("HOME").context("HOME is not set")?);
     let prefix = cmd.prefix.unwrap_or_else(|| home.join(".local/bin"));
@@ -295,28 +242,6 @@ fn doctor_cmd(codex: Option<PathBuf>) -> Result<ExitCode> {
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
-/// `--thread`, when given, checked: a thread id.
-fn thread_of(g: &Given) -> Result<Option<ThreadId>> {
-    g.thread.as_deref().map(ThreadId::parse).transpose().map_err(|e| g.usage_error(format!("--thread {e}")))
-}
-
-/// `broker effort`'s command line.
-struct EffortCommand {
-    thread: ThreadId,
-    level: config::EffortLevel,
-    scope: config::EffortScope,
-    format: Format,
-}
-
-impl EffortCommand {
-    fn parse(g: Given) -> Result<EffortCommand> {
-        let thread = thread_of(&g)?.context("--thread <UUID> is required")?;
-        let scope = g.scope.as_deref().map(config::EffortScope::parse).transpose().map_err(|e| g.usage_error(format!("--{e}")))?;
-        let level = config::EffortLevel::parse(&g.text()?).map_err(|e| g.usage_error(format!("{e:#}")))?;
-        Ok(EffortCommand { thread, level, scope: scope.unwrap_or_default(), format: g.format })
-    }
-}
-
 fn effort(cmd: EffortCommand) -> Result<ExitCode> {
     let EffortCommand { thread, level, scope, format } = cmd;
     let cfg = config::EffortConfig::load(&paths::config_path())?;
@@ -335,28 +260,6 @@ fn effort(cmd: EffortCommand) -> Result<ExitCode> {
         println!("{id}");
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `broker inspect`'s command line.
-struct InspectCommand {
-    thread: Option<ThreadId>,
-    format: Format,
-    watch: Watch,
-}
-
-/// Whether `inspect` shows one snapshot or keeps watching.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Watch {
-    Once,
-    /// `--follow`: show each change.
-    Follow,
-}
-
-impl InspectCommand {
-    fn parse(g: Given) -> Result<InspectCommand> {
-        let watch = if g.follow { Watch::Follow } else { Watch::Once };
-        Ok(InspectCommand { thread: thread_of(&g)?, format: g.format, watch })
-    }
 }
 
 fn inspect_cmd(cmd: InspectCommand) -> Result<ExitCode> {
@@ -404,37 +307,6 @@ fn cancel(id: &str) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `broker approvals`'s command line.
-struct ApprovalsCommand {
-    thread: Option<ThreadId>,
-    listing: Listing,
-    format: Format,
-}
-
-/// Which approvals `broker approvals` lists, and whether it waits for one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Listing {
-    Pending,
-    /// `--all`: also the answered and resolved ones.
-    All,
-    /// `--wait [--timeout D]`: the pending ones, once there is one.
-    WaitForPending {
-        timeout: Option<std::time::Duration>,
-    },
-}
-
-impl ApprovalsCommand {
-    fn parse(g: Given) -> Result<ApprovalsCommand> {
-        let listing = match (g.all, g.wait_pending, g.timeout) {
-            (false, false, None) => Listing::Pending,
-            (true, false, None) => Listing::All,
-            (false, true, timeout) => Listing::WaitForPending { timeout },
-            _ => return Err(g.usage_error("--timeout needs --wait, and --wait lists pending ones only (no --all)")),
-        };
-        Ok(ApprovalsCommand { thread: thread_of(&g)?, listing, format: g.format })
-    }
-}
-
 /// `approvals [--thread T] [--wait [--timeout D]]`: exit 0; with `--wait`, 3 when the timeout
 /// ran out with nothing pending (as `broker wait`).
 fn approvals(cmd: ApprovalsCommand) -> Result<ExitCode> {
@@ -468,30 +340,6 @@ fn approvals(cmd: ApprovalsCommand) -> Result<ExitCode> {
 
 /// How often `approvals --wait` reads the store.
 const APPROVALS_POLL: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// `broker approve|deny`'s command line.
-struct Answer {
-    id: String,
-    verdict: Verdict,
-}
-
-enum Verdict {
-    Approve,
-    /// With `--message`, why (queued for the model).
-    Deny {
-        message: Option<String>,
-    },
-}
-
-impl Answer {
-    fn parse(g: Given) -> Result<Answer> {
-        let verdict = match g.command().id {
-            Cmd::Deny => Verdict::Deny { message: g.message.clone() },
-            _ => Verdict::Approve,
-        };
-        Ok(Answer { id: g.text()?, verdict })
-    }
-}
 
 /// `approve|deny ID`: the running broker answers (it alone proves the caller and reaches the
 /// app-server). Exit 0 when Courier's answer won; 1 when it lost, is unknown or failed.
