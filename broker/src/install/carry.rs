@@ -1,6 +1,7 @@
 //! What an install run carries from step to step: the plan (`run.rs`) and each host agent's row
 //! (`agent/`) work on the same [`Run`], and the rows get the [`Binaries`] step 1 put in place.
 
+use super::agent::AgentEnv;
 use super::manifest::Manifest;
 use super::{InstallOptions, Report};
 use std::path::PathBuf;
@@ -9,7 +10,8 @@ use std::path::PathBuf;
 pub(super) struct Run<'a> {
     pub(super) opts: &'a InstallOptions,
     pub(super) state_dir: PathBuf,
-    pub(super) codex_home: PathBuf,
+    /// The environment naming the agents' files (Codex's home as install was given it).
+    pub(super) env: AgentEnv,
     pub(super) m: Manifest,
     pub(super) report: Report,
 }
