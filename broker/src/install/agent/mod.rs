@@ -13,11 +13,11 @@
 mod claude;
 mod codex;
 
+pub use super::carry::AgentEnv;
 use super::carry::{Binaries, Run};
 use super::manifest::Manifest;
 use super::Report;
 use anyhow::Result;
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 pub use claude::ClaudeChoice;
@@ -29,35 +29,6 @@ pub enum HostAgent {
     Codex,
     /// Claude Code: HTTP hooks in its `settings.json`, the port they post to in Courier's config.
     ClaudeCode,
-}
-
-/// The environment that names the agents' files and commands, read once from the process (or
-/// given by a test): rows never read the process environment themselves.
-#[derive(Debug, Clone)]
-pub struct AgentEnv {
-    /// `HOME`.
-    pub home: Option<PathBuf>,
-    /// Codex's home: `--codex-home`, else `$CODEX_HOME`, else `~/.codex`.
-    pub codex_home: PathBuf,
-    /// `CLAUDE_CONFIG_DIR` (Claude Code's config directory when set).
-    pub claude_config_dir: Option<OsString>,
-    /// Courier's own config file (`COURIER_CONFIG`, else the XDG default).
-    pub courier_config: PathBuf,
-    /// `PATH`, where the agents' commands are looked up.
-    pub path_var: Option<OsString>,
-}
-
-impl AgentEnv {
-    /// This process's environment, with Codex's home as given.
-    pub fn from_process(codex_home: PathBuf) -> AgentEnv {
-        AgentEnv {
-            home: std::env::var_os("HOME").map(PathBuf::from),
-            codex_home,
-            claude_config_dir: std::env::var_os("CLAUDE_CONFIG_DIR"),
-            courier_config: courier_shared::paths::config_path(),
-            path_var: std::env::var_os("PATH"),
-        }
-    }
 }
 
 /// Whether this install run puts a row's hooks in place, from the options, Courier's config,
