@@ -60,12 +60,12 @@ fn configured_port(env: &AgentEnv) -> Result<Option<u16>> {
 pub(super) fn wanted(run: &Run) -> Result<Wanted> {
     let found = discover(&run.env)?;
     let configured = configured_port(&run.env)?;
-    let wanted = match run.opts.claude {
-        ClaudeChoice::Skip => false,
-        ClaudeChoice::Register => true,
-        ClaudeChoice::Auto => found.any() || configured.is_some() || run.m.claude.is_some(),
-    };
-    Ok(if wanted { Wanted::Install } else { Wanted::TakeOut })
+    Ok(match run.opts.claude {
+        ClaudeChoice::Skip => Wanted::TakeOut,
+        ClaudeChoice::Register => Wanted::Install,
+        ClaudeChoice::Auto if found.any() || configured.is_some() || run.m.claude.is_some() => Wanted::Install,
+        ClaudeChoice::Auto => Wanted::TakeOut,
+    })
 }
 
 /// An earlier install's hooks, port and trust taken out (`--no-claude`).
