@@ -18,6 +18,7 @@ pub mod messages;
 pub mod model;
 pub mod rng;
 pub mod rollout;
+pub mod scripted;
 pub mod serve;
 pub mod standin;
 pub mod tmux;
