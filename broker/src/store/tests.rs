@@ -63,7 +63,9 @@ fn only_lease_note_and_settle_skip_fsync() {
     assert_eq!(sync(&s), 2, "the ack after a lease must be fsynced");
     s.hand_off(lease.token, &handed_to("/r", 0, 1, 2)).unwrap();
     let id = s.messages(None).unwrap()[0].id.clone();
-    assert!(s.settle(&id, Some(lease.token), Some(State::Confirmed), None, 5).unwrap());
+    assert!(s
+        .settle(&Settlement { id: id.clone(), lease: Some(lease.token), state: Some(State::Confirmed), reason: None, scan_offset: 5 })
+        .unwrap());
     assert_eq!(sync(&s), 2);
     assert!(s.lease(U, Channel::Hook(HookEvent::Stop), None, 10, 10).unwrap().is_none());
     assert_eq!(sync(&s), 2);
@@ -201,7 +203,9 @@ fn prune_forgets_only_old_final_messages() {
     let Enqueued::New(done) = s.enqueue(T, "a", None, Some("k-done"), None).unwrap() else { panic!() };
     let lease = s.lease(T, Channel::Hook(HookEvent::Stop), Some("t"), 10_000, 1000).unwrap().unwrap();
     assert!(s.hand_off(lease.token, &handed_to("/r", 0, 1, 2)).unwrap());
-    assert!(s.settle(&done, Some(lease.token), Some(State::Confirmed), None, 1).unwrap());
+    assert!(s
+        .settle(&Settlement { id: done.clone(), lease: Some(lease.token), state: Some(State::Confirmed), reason: None, scan_offset: 1 })
+        .unwrap());
     let Enqueued::New(waiting) = s.enqueue(T, "b", None, None, None).unwrap() else { panic!() };
     let Enqueued::New(handed) = s.enqueue(U, "c", None, None, None).unwrap() else { panic!() };
     let lease_u = s.lease(U, Channel::Hook(HookEvent::Stop), Some("t"), 10_000, 1000).unwrap().unwrap();
@@ -425,14 +429,34 @@ fn settle_is_fenced_by_the_hand_off_lease() {
     let Enqueued::New(id) = s.enqueue(T, "x", None, None, None).unwrap() else { panic!() };
     let first = s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("t1"), 10_000, 1000).unwrap().unwrap();
     assert!(s.hand_off(first.token, &handed_to("/r", 0, 1, 2)).unwrap());
-    assert!(s.settle(&id, Some(first.token), Some(State::Pending), Some(DeliveryReason::TurnClosedUnseen.into()), 10).unwrap());
+    assert!(s
+        .settle(&Settlement {
+            id: id.clone(),
+            lease: Some(first.token),
+            state: Some(State::Pending),
+            reason: Some(DeliveryReason::TurnClosedUnseen.into()),
+            scan_offset: 10
+        })
+        .unwrap());
     let second = s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("t2"), 10_000, 1000).unwrap().unwrap();
     assert!(s.hand_off(second.token, &handed_to("/r", 10, 1, 2)).unwrap());
     // The first hand-off's scan, applied late: nothing moves, not even its scan offset.
     for state in [Some(State::Pending), Some(State::Confirmed), Some(State::Uncertain), None] {
-        assert!(!s.settle(&id, Some(first.token), state, Some(DeliveryReason::TurnClosedUnseen.into()), 99).unwrap(), "{state:?}");
+        assert!(
+            !s.settle(&Settlement {
+                id: id.clone(),
+                lease: Some(first.token),
+                state,
+                reason: Some(DeliveryReason::TurnClosedUnseen.into()),
+                scan_offset: 99
+            })
+            .unwrap(),
+            "{state:?}"
+        );
     }
     let m = s.message(&id).unwrap().unwrap();
     assert_eq!((m.state, m.lease, m.scan_offset, m.attempts), (State::Handed, Some(second.token), Some(10), 2), "{m:?}");
-    assert!(s.settle(&id, Some(second.token), Some(State::Confirmed), None, 20).unwrap());
+    assert!(s
+        .settle(&Settlement { id: id.clone(), lease: Some(second.token), state: Some(State::Confirmed), reason: None, scan_offset: 20 })
+        .unwrap());
 }
