@@ -460,3 +460,19 @@ fn settle_is_fenced_by_the_hand_off_lease() {
         .settle(&Settlement { id: id.clone(), lease: Some(second.token), state: Some(State::Confirmed), reason: None, scan_offset: 20 })
         .unwrap());
 }
+
+/// A pending effort change whose body is no level (only `effort_enqueue` writes these rows, so
+/// this is a damaged or foreign row) is never applied: the claim cancels it as `not_allowed`,
+/// hands out no token, and a later claim finds nothing.
+#[test]
+fn an_effort_change_whose_body_is_no_level_is_cancelled_not_allowed_and_never_claimed() {
+    use crate::config::{EffortLevel, EffortScope};
+    let (mut s, _d) = store("effort-no-level");
+    let (id, _) = s.effort_enqueue(T, EffortLevel::High, EffortScope::Thread, "t").unwrap();
+    assert_eq!(s.conn.execute("UPDATE messages SET body = 'warp-speed' WHERE id = ?1", [&id]).unwrap(), 1);
+    assert!(s.effort_claim(T, "PreToolUse", Some("t1"), ("/r", 0), "x").unwrap().is_none());
+    let row = s.message(&id).unwrap().unwrap();
+    assert_eq!((row.state, row.reason.as_deref(), row.lease), (State::Cancelled, Some("not_allowed"), None));
+    assert!(!s.effort_has_pending(T).unwrap());
+    assert!(s.effort_claim(T, "PreToolUse", Some("t1"), ("/r", 0), "x").unwrap().is_none(), "nothing left to claim");
+}
