@@ -9,6 +9,7 @@
 //! description of what it waited for.
 
 pub mod appserver;
+pub mod attack;
 pub mod bridge;
 pub mod broker;
 pub mod claude;
