@@ -62,10 +62,8 @@ impl Broker {
         self.tickets.lock().unwrap_or_else(|e| e.into_inner()).maintain(&self.store);
         let queued = std::mem::take(&mut *self.queued_refusals.lock().unwrap_or_else(|e| e.into_inner()));
         let mut store = crate::store::lock(&self.store);
-        for (code, detail, pid) in queued {
-            if let Err(e) = store.record_refusal(code, &detail, None, None, Some(i64::from(pid))) {
-                crate::log_error!("recording refusal {code}: {e:#}");
-            }
+        if let Err(e) = store.record_refusals_at_accept(&queued) {
+            crate::log_error!("recording {} refusal(s): {e:#}", queued.len());
         }
         match store.expire_due() {
             Ok(0) => {}

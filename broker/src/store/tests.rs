@@ -1,6 +1,7 @@
 use super::*;
 use crate::os::ProcessKey;
 use crate::reason::{DeliveryReason, WakeReason};
+use crate::refusal::RefusalCode;
 use codex_format::hook::HookEvent;
 
 /// A hand-off record as a hook channel writes it (to codex `pid`, started at `starttime`).
@@ -475,4 +476,23 @@ fn an_effort_change_whose_body_is_no_level_is_cancelled_not_allowed_and_never_cl
     assert_eq!((row.state, row.reason.as_deref(), row.lease), (State::Cancelled, Some("not_allowed"), None));
     assert!(!s.effort_has_pending(T).unwrap());
     assert!(s.effort_claim(T, "PreToolUse", Some("t1"), ("/r", 0), "x").unwrap().is_none(), "nothing left to claim");
+}
+
+/// Refusals queued at accept (a connection flood makes up to 64 a maintenance pass) are recorded
+/// in one commit: the WAL grows by the few pages they touch, not by a commit's pages per refusal,
+/// and each commit's fsync is one the hooks would wait for behind the store lock.
+#[test]
+fn refusals_at_accept_are_recorded_in_one_commit() {
+    let (mut s, dir) = store("refusals-batch");
+    s.record_refusal(RefusalCode::PeerUid, "warm up the table", None, None, Some(1)).unwrap();
+    let wal = || std::fs::metadata(dir.join("queue.sqlite-wal")).map_or(0, |m| m.len());
+    let before = wal();
+    let batch: Vec<_> = (0..64).map(|i| (RefusalCode::TooManyConnections, format!("pid {i} holds 16"), i)).collect();
+    s.record_refusals_at_accept(&batch).unwrap();
+    let grew = wal() - before;
+    assert!(grew < 16 * 4096, "the WAL grew {grew} bytes for one batch of 64");
+    let kept = s.refusals(None, 100).unwrap();
+    assert_eq!(kept.len(), 65);
+    assert_eq!((kept[0].reason.as_str(), kept[0].detail.as_str(), kept[0].pid), ("too_many_connections", "pid 63 holds 16", Some(63)));
+    assert_eq!((kept[0].thread.as_deref(), kept[0].event.as_deref()), (None, None));
 }
