@@ -429,7 +429,8 @@ impl Store {
     /// crash loses nothing; only an OS crash can), then restores FULL. Only for state changes that
     /// may roll back safely: a lost lease never reached the model (the client exits 0 only after
     /// the ack, whose fsync also makes every earlier WAL frame durable), and a lost settlement is
-    /// redone from the rollout. A delivering hook call then waits for one fsync, not four.
+    /// redone from the rollout, and a lost refusal is a lost diagnostic line. A delivering hook
+    /// call then waits for one fsync, not four.
     pub(crate) fn unsynced<T>(&mut self, f: impl FnOnce(&mut Store) -> Result<T>) -> Result<T> {
         self.conn.pragma_update(None, "synchronous", "NORMAL")?;
         let out = f(self);
