@@ -38,9 +38,12 @@ fn sandboxed_command_reads_courier_state_unless_a_permission_profile_denies_it()
     let pending = marker("PENDING_ELSEWHERE");
     broker.send_future(&other, &pending, None, Some("e2e"));
     let db = env.state_dir.join("queue.sqlite");
+    // One line per question, all on stdout: Codex reads stdout and stderr apart and interleaves
+    // them as they come, so a message on stderr may land before an earlier line. (A failed `<`
+    // is the shell's message, written before any `2>&1` after it applies: hence the subshell.)
     let probe = format!(
         "cat {db} {db}-wal 2>/dev/null | grep -c {pending}; cat {db} >/dev/null 2>&1 && echo db-readable || echo db-denied; \
-         wc -c < {secret} 2>&1; \
+         (wc -c < {secret}) 2>&1; \
          python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])' {sock} 2>&1 | tail -n1; \
          grep NoNewPrivs /proc/self/status # PROBE",
         db = shell_quote(&db.display().to_string()),
