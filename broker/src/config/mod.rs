@@ -4,10 +4,12 @@
 //! Unknown top-level keys are not errors (a newer Courier may add some) but are reported as
 //! warnings by `broker serve` and `broker doctor`, so typos do not go unnoticed.
 
+mod claude;
 mod effort;
 mod wake;
 
 use anyhow::{bail, Context, Result};
+pub use claude::ClaudeConfig;
 pub use effort::{EffortConfig, EffortLevel, EffortScope, Policy, Rule};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -16,7 +18,7 @@ use std::time::SystemTime;
 pub use wake::WakeConfig;
 
 /// Top-level keys this version knows (others only warn). `effort` belongs to the effort feature.
-pub const KNOWN_KEYS: [&str; 7] = ["hook_clients", "log_level", "retention_days", "receipts", "effort", "wake", "bridge"];
+pub const KNOWN_KEYS: [&str; 8] = ["hook_clients", "log_level", "retention_days", "receipts", "effort", "wake", "bridge", "claude"];
 
 /// Days a message in a final state is kept when `retention_days` is not set.
 pub const DEFAULT_RETENTION_DAYS: u64 = 30;
@@ -40,6 +42,8 @@ pub struct Config {
     pub wake: WakeConfig,
     /// `[bridge]`: this host's NATS bridge (`courier-bridge serve`), for `broker doctor` to check.
     pub bridge: Option<BridgeConfig>,
+    /// `[claude]`: the loopback port of Claude Code's HTTP hooks (`claude/`); none: Claude Code off.
+    pub claude: ClaudeConfig,
 }
 
 /// `receipts`: each hook that delivers also shows the person one line in the Codex TUI (`↳ Hook ·
@@ -124,6 +128,7 @@ pub fn parse(text: &str) -> Result<(Config, Vec<String>)> {
     }
     config.effort.validate()?;
     config.wake.validate()?;
+    config.claude.validate()?;
     if let Some(b) = &config.bridge {
         check_bridge_host(&b.host).context("[bridge] host")?;
     }
@@ -222,5 +227,15 @@ mod tests {
         assert_eq!((c.wake.max_per_minute, c.wake.max_in_a_row, w.len()), (2, 3, 0));
         assert!(parse("[wake]\nmax_per_minute = 0\n").unwrap_err().to_string().contains("at least 1"));
         assert!(parse("[wake]\nmax_per_minut = 2\n").is_err(), "unknown keys in [wake] are errors");
+    }
+
+    #[test]
+    fn claude_hook_port_is_off_by_default_and_never_0() {
+        assert_eq!(parse("").unwrap().0.claude.hook_port, None);
+        let (c, w) = parse("[claude]\nhook_port = 47120\n").unwrap();
+        assert_eq!((c.claude.hook_port, w.len()), (Some(47120), 0));
+        assert!(parse("[claude]\nhook_port = 0\n").unwrap_err().to_string().contains("hook_port"));
+        assert!(parse("[claude]\nhook_port = 70000\n").is_err());
+        assert!(parse("[claude]\nhookport = 1\n").is_err(), "unknown keys in [claude] are errors");
     }
 }

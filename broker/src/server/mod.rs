@@ -79,6 +79,8 @@ pub struct ServeOptions {
     pub receipts: crate::config::Receipts,
     /// `[wake]`: how often a thread may be woken.
     pub wake: crate::config::WakeConfig,
+    /// `[claude] hook_port`: serve Claude Code's HTTP hooks on this loopback port (`claude/`).
+    pub claude_hook_port: Option<u16>,
 }
 
 struct Broker {
@@ -130,7 +132,14 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     // Resolve and hash the Codex binaries now (~1 s each for ~300 MB), not inside the first hook
     // call, whose client would give up at its 500 ms deadline; then follow upgrades.
     std::thread::Builder::new().name("codex-follower".into()).spawn(move || follower.run())?;
-    spawn_wake(&broker, opts.codex_home.clone())?;
+    spawn_wake(&broker, opts.codex_home.clone(), maintenance::open_watch(&opts.state_dir, "wake"))?;
+    if let Some(port) = opts.claude_hook_port {
+        // Fail open: a port taken by another program costs Claude Code its deliveries, not Codex.
+        match crate::claude::serve::spawn(port, &opts.state_dir, broker.gate.digests().clone()) {
+            Ok(addr) => crate::log_info!("serving Claude Code hooks on http://{addr}/hook/<Event>"),
+            Err(e) => crate::log_error!("Claude Code hooks not served: {e:#}"),
+        }
+    }
     maintenance::spawn(Arc::clone(&broker), &opts.state_dir, opts.retention)?;
     serve_connections(broker, listener)
 }
@@ -212,14 +221,16 @@ fn stop_on_signals(stop_signals: nix::sys::signal::SigSet, broker: &Arc<Broker>)
 }
 
 /// Waiting threads: a turn started through the app-server that owns them (wake.rs).
-fn spawn_wake(broker: &Arc<Broker>, codex_home: PathBuf) -> Result<()> {
+fn spawn_wake(broker: &Arc<Broker>, codex_home: PathBuf, watch: Option<crate::store::Watch>) -> Result<()> {
     let waking = Arc::clone(broker);
     std::thread::Builder::new().name("wake".into()).spawn(move || {
-        let waker = crate::wake::Waker::new(Arc::clone(&waking.wake_bound));
+        let waker = crate::wake::Waker::new(Arc::clone(&waking.wake_bound), watch);
         let signal = crate::store::lock(&waking.store).pending_signal();
         waker.run(&signal, || {
             let b = &*waking;
-            for (thread, outcome) in waker.pass(&b.store, &b.gate, &trust::TrustView(b), &codex_home) {
+            let Some(outcomes) = waker.pass(&b.store, &b.gate, &trust::TrustView(b), &codex_home) else { return };
+            b.counters.wake_looks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            for (thread, outcome) in outcomes {
                 crate::log_debug!("wake {thread}: {outcome:?}");
                 // Handed through the app-server: counted with the hooks' hand-offs (`inspect`).
                 if let crate::wake::Outcome::Woken { count, .. } = outcome {

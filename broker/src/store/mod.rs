@@ -13,6 +13,7 @@
 
 mod approvals;
 mod checkpoint;
+mod claude;
 mod codex;
 mod effort;
 mod enqueue;
@@ -27,8 +28,10 @@ mod ticket_log;
 mod tickets;
 mod upkeep;
 mod wake;
+mod watch;
 
 pub use checkpoint::{Checkpointed, Checkpointer, SAFETY_NET_PAGES};
+pub use claude::{Pinned, SessionPin, TrustedClaude};
 pub use codex::{TrustHow, TrustedCodex};
 pub use effort::{Claim, Details};
 pub use enqueue::{Enqueued, NewMessage};
@@ -38,6 +41,7 @@ pub use refusals::Refusal;
 pub use state::{Channel, Kind, LeaseToken, State, StateCounts};
 pub use ticket_log::{TicketLog, JOURNAL_NAME as TICKET_JOURNAL_NAME};
 pub use tickets::{Alarm, Taken, Ticket, TicketClaim};
+pub use watch::Watch;
 
 use crate::envelope::seal::SenderCheck;
 use crate::reason::{DeliveryReason, Reason};
@@ -405,6 +409,7 @@ impl Store {
         migrate_messages(&conn).context("adding the messages columns")?;
         tickets::migrate(&conn).context("creating the tickets tables")?;
         approvals::migrate(&conn).context("creating the approvals table")?;
+        claude::migrate(&conn).context("creating the Claude Code tables")?;
         conn.execute_batch(PENDING_INDEXES).context("creating the pending-message indexes")?;
         Ok(Store { conn, pending: Default::default() })
     }
