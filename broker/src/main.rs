@@ -156,6 +156,7 @@ fn serve(args: Args) -> Result<ExitCode> {
             retention: loaded.config.retention(),
             receipts: loaded.config.receipts,
             wake: loaded.config.wake,
+            approvals: loaded.config.approvals,
             extra_hook_clients: loaded.config.hook_clients,
         })
     });

@@ -92,10 +92,20 @@ pub fn is_request_of(params: &Value, a: &Approval) -> bool {
         && (command == a.command || unwrap_shell(command) == a.command)
 }
 
+/// How long answering may take.
+#[derive(Debug, Clone, Copy)]
+pub struct Within {
+    /// The whole exchange (connect, resume, answer).
+    pub exchange: Instant,
+    /// After the answer is written, the wait for its acknowledgement (then `Unknown`).
+    pub ack: Duration,
+}
+
 /// Answers approval `a` with `decision` through the app-server the Codex process `pid` (started
 /// at `start`) serves: resume the thread to get the request replayed, check it is this one, and
 /// answer it once unless it was answered already. Never retried.
-pub fn answer(endpoints: &[Endpoint], pid: i32, start: u64, a: &Approval, decision: Decision, deadline: Instant) -> Answered {
+pub fn answer(endpoints: &[Endpoint], pid: i32, start: u64, a: &Approval, decision: Decision, within: Within) -> Answered {
+    let deadline = within.exchange;
     let mut ws = match appserver::open_session(endpoints, pid, start, deadline) {
         Ok(ws) => ws,
         Err(why) => return Answered::Failed(format!("no app-server session: {why}")),
@@ -113,7 +123,7 @@ pub fn answer(endpoints: &[Endpoint], pid: i32, start: u64, a: &Approval, decisi
     if let Err(e) = ws.respond(&id, json!({"decision": wire_decision(decision)})) {
         return if e.timed_out { Answered::Sent(AnswerOutcome::Unknown) } else { Answered::Failed(format!("writing the answer: {e}")) };
     }
-    match resolved_within(&mut ws, &id, deadline) {
+    match resolved_within(&mut ws, &id, Instant::now() + within.ack) {
         Some(true) => Answered::Sent(AnswerOutcome::Won),
         _ => Answered::Sent(AnswerOutcome::Unknown),
     }
@@ -204,6 +214,7 @@ mod tests {
             since: 0,
             state: crate::approval::ApprovalState::Pending,
             answer: None,
+            detail: None,
         };
         let p = json!({"threadId": "t", "turnId": "u", "itemId": "call_1", "command": "/bin/bash -lc 'echo hi'"});
         assert!(is_request_of(&p, &a));

@@ -34,14 +34,15 @@ const DENY_FROM: &str = "approval";
 /// What the broker keeps of approvals between requests.
 pub(super) struct Approvals {
     codex_home: PathBuf,
+    config: crate::config::ApprovalsConfig,
     /// Threads with an approval still pending: only their hooks look at the table.
     waiting: Mutex<HashSet<String>>,
 }
 
 impl Approvals {
-    pub(super) fn open(store: &Store, codex_home: PathBuf) -> anyhow::Result<Approvals> {
+    pub(super) fn open(store: &Store, codex_home: PathBuf, config: crate::config::ApprovalsConfig) -> anyhow::Result<Approvals> {
         let waiting = store.threads_waiting_on_approval()?.into_iter().collect();
-        Ok(Approvals { codex_home, waiting: Mutex::new(waiting) })
+        Ok(Approvals { codex_home, config, waiting: Mutex::new(waiting) })
     }
 }
 
@@ -109,13 +110,14 @@ impl Broker {
         if !self.approvals.waiting.lock().unwrap_or_else(|e| e.into_inner()).contains(&v.thread_id) {
             return;
         }
-        let call = match v.event {
-            HookEvent::PostToolUse => v.payload.tool_use_id.as_deref(),
-            HookEvent::Stop | HookEvent::UserPromptSubmit | HookEvent::SessionStart => None,
+        let (call, why) = match v.event {
+            HookEvent::PostToolUse => (v.payload.tool_use_id.as_deref(), "the command ran (its PostToolUse hook)"),
+            HookEvent::Stop => (None, "the turn ended (its Stop hook)"),
+            HookEvent::UserPromptSubmit | HookEvent::SessionStart => (None, "a new turn began"),
             _ => return,
         };
         let mut store = crate::store::lock(&self.store);
-        if let Err(e) = store.resolve_approvals(&v.thread_id, call) {
+        if let Err(e) = store.resolve_approvals(&v.thread_id, call, why) {
             crate::log_error!("resolving the approvals of thread {}: {e:#}", v.thread_id);
         }
         if store.threads_waiting_on_approval().is_ok_and(|t| !t.contains(&v.thread_id)) {
@@ -155,10 +157,13 @@ impl Broker {
         let taken = crate::store::lock(&self.store).claim_approval(&id, &record).map_err(failed)?;
         let approval = taken.map_err(|r| match r {
             Refused::NotFound => (ErrorCode::NotFound, format!("no approval {id}")),
-            r @ Refused::NotPending(_) => (ErrorCode::NotPending, r.to_string()),
+            r @ Refused::NotPending(..) => (ErrorCode::NotPending, r.to_string()),
         })?;
+        crate::failpoint::hit("approval_after_claim");
         let steering = message.as_deref().map(|m| self.queue_deny_message(&approval, m)).transpose()?;
-        let answered = codex_approval::answer(&endpoints, owner.pid, owner.starttime, &approval, decision, Instant::now() + EXCHANGE);
+        let within = codex_approval::Within { exchange: Instant::now() + EXCHANGE, ack: self.approvals.config.ack_timeout() };
+        let answered = codex_approval::answer(&endpoints, owner.pid, owner.starttime, &approval, decision, within);
+        crate::failpoint::hit("approval_after_answer");
         let (outcome, detail) = match answered {
             Answered::Sent(o) => (o, String::new()),
             Answered::NotSent(why) => (AnswerOutcome::Lost, why),
@@ -172,7 +177,7 @@ impl Broker {
             self.cancel_steering(steering.as_deref());
         }
         let mut store = crate::store::lock(&self.store);
-        store.settle_approval(&id, outcome).map_err(failed)?;
+        store.settle_approval(&id, outcome, Some(&detail).filter(|d| !d.is_empty()).map(String::as_str)).map_err(failed)?;
         crate::log_info!("approval {id}: {} -> {}{}", decision.as_str(), outcome.as_str(), if detail.is_empty() { "" } else { ": " });
         Ok(json!({"ok": true, "id": id, "outcome": outcome, "detail": detail}))
     }
