@@ -84,20 +84,26 @@ fn killed_after_the_answer_it_is_unknown_and_ran_once() {
     assert_eq!(runs.lines().count(), 1, "the command ran once");
 }
 
-/// No acknowledgement within `[approvals] ack_timeout_ms` (forced to 1 ms): the outcome is
-/// `unknown`, said so, and never retried: a second approve is refused, the command ran once.
+/// Codex's acknowledgement never reaches the broker (failpoint `approval_ack_lost` drops it):
+/// the outcome is `unknown`, said so, and never retried: a second approve is refused, and the
+/// command (Codex did apply the answer) ran once.
 #[test]
 fn an_ack_timeout_is_unknown_and_never_retried() {
     let (_model, env, _, ran, _) = escalating("ACK_TIMEOUT", "to time out");
-    std::fs::write(&env.courier_config, "[approvals]\nack_timeout_ms = 1\n").unwrap();
-    let mut w = waiting_on(&env);
+    std::fs::write(&env.courier_config, "[approvals]\nack_timeout_ms = 300\n").unwrap();
+    let cli = Broker::cli_only(&env);
+    cli.trust_codex(&env.codex);
+    let serve = Serve::start(&env, &[("COURIER_FAILPOINTS", "approval_ack_lost")]);
+    let mut w = waiting_with(cli, &env);
+    let t0 = std::time::Instant::now();
     let (ok, said) = answer(&w.broker, &["approve", w.id()]);
     assert!(!ok && said.contains("unknown"), "approve: {said}");
+    assert!(t0.elapsed() >= Duration::from_millis(300), "it waited ack_timeout_ms for the ack: {:?}", t0.elapsed());
     let a = approval(&w.broker, w.id());
     assert_eq!((a["state"].as_str(), a["answer"]["outcome"].as_str()), (Some("unknown"), Some("unknown")), "{a}");
     let (ok, said) = answer(&w.broker, &["approve", w.id()]);
     assert!(!ok && said.contains("not_pending"), "never retried: {said}");
     w.client.wait_turn_completed(&w.turn, T);
     assert_eq!(std::fs::read_to_string(&ran).unwrap().lines().count(), 1, "the (late-acknowledged) answer ran it once");
-    assert!(w.broker.log_text().contains("-> unknown"), "{}", w.broker.log_text());
+    assert!(serve.log_text().contains("-> unknown"), "{}", serve.log_text());
 }

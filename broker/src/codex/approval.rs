@@ -123,7 +123,9 @@ pub fn answer(endpoints: &[Endpoint], pid: i32, start: u64, a: &Approval, decisi
     if let Err(e) = ws.respond(&id, json!({"decision": wire_decision(decision)})) {
         return if e.timed_out { Answered::Sent(AnswerOutcome::Unknown) } else { Answered::Failed(format!("writing the answer: {e}")) };
     }
-    match resolved_within(&mut ws, &id, Instant::now() + within.ack) {
+    // A lost acknowledgement (crash tests) is waited for like any other that never comes.
+    let ack_of = if crate::failpoint::armed("approval_ack_lost") { Value::Null } else { id };
+    match resolved_within(&mut ws, &ack_of, Instant::now() + within.ack) {
         Some(true) => Answered::Sent(AnswerOutcome::Won),
         _ => Answered::Sent(AnswerOutcome::Unknown),
     }

@@ -165,6 +165,7 @@ impl Broker {
         let answered = codex_approval::answer(&endpoints, owner.pid, owner.starttime, &approval, decision, within);
         crate::failpoint::hit("approval_after_answer");
         let (outcome, detail) = match answered {
+            Answered::Sent(AnswerOutcome::Unknown) => (AnswerOutcome::Unknown, no_ack(self.approvals.config.ack_timeout())),
             Answered::Sent(o) => (o, String::new()),
             Answered::NotSent(why) => (AnswerOutcome::Lost, why),
             Answered::Failed(why) => {
@@ -217,6 +218,11 @@ impl Broker {
             crate::log_error!("returning approval {} to pending: {e:#}", a.id);
         }
     }
+}
+
+/// Why an answer sent without an acknowledgement is `unknown`.
+fn no_ack(waited: Duration) -> String {
+    format!("sent, and Codex did not acknowledge it within {} ms: it may or may not have been applied, and it is never sent again", waited.as_millis())
 }
 
 fn failed(e: anyhow::Error) -> (ErrorCode, String) {

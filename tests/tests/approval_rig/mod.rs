@@ -72,7 +72,11 @@ pub struct Waiting<'a> {
 }
 
 pub fn waiting_on<'a>(env: &'a CodexEnv) -> Waiting<'a> {
-    let broker = Broker::start_trusted(env);
+    waiting_with(Broker::start_trusted(env), env)
+}
+
+/// [`waiting_on`] with a broker handle of the caller's (one started with failpoints, say).
+pub fn waiting_with<'a>(broker: Broker<'a>, env: &'a CodexEnv) -> Waiting<'a> {
     let (server, mut client, thread) = approving_thread(env);
     let turn = client.start_turn(&thread, "run it", T);
     let request = client.wait_server_request(REQUEST_APPROVAL, T, |p| p["threadId"] == thread.as_str());
