@@ -6,11 +6,11 @@
 
 mod approval_rig;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use approval_rig::*;
 use courier_tests::util::{poll_until, str_field, wait_until};
-use courier_tests::{Broker, Serve};
+use courier_tests::{Broker, Hold, Reply, Serve};
 use serde_json::{json, Value};
 
 /// Approval `id` from `broker approvals --all --json`.
@@ -36,7 +36,7 @@ fn killed_while_answering(fp: &str) -> (courier_tests::ScriptedModel, courier_te
         let (_server, mut client, thread) = approving_thread(&env);
         let turn = client.start_turn(&thread, "run it", T);
         let request = client.wait_server_request(REQUEST_APPROVAL, T, |p| p["threadId"] == thread.as_str());
-        let (a, _) = wait_listed(&cli, &thread, std::time::Instant::now());
+        let (a, _) = wait_listed(&cli, &thread, Instant::now());
         let id = str_field(&a, "id").to_string();
         let (ok, said) = answer(&cli, &["approve", &id]);
         assert!(!ok, "the broker died mid-answer, approve cannot have succeeded: {said}");
@@ -95,7 +95,7 @@ fn an_ack_timeout_is_unknown_and_never_retried() {
     cli.trust_codex(&env.codex);
     let serve = Serve::start(&env, &[("COURIER_FAILPOINTS", "approval_ack_lost")]);
     let mut w = waiting_with(cli, &env);
-    let t0 = std::time::Instant::now();
+    let t0 = Instant::now();
     let (ok, said) = answer(&w.broker, &["approve", w.id()]);
     assert!(!ok && said.contains("unknown"), "approve: {said}");
     assert!(t0.elapsed() >= Duration::from_millis(300), "it waited ack_timeout_ms for the ack: {:?}", t0.elapsed());
@@ -106,4 +106,58 @@ fn an_ack_timeout_is_unknown_and_never_retried() {
     w.client.wait_turn_completed(&w.turn, T);
     assert_eq!(std::fs::read_to_string(&ran).unwrap().lines().count(), 1, "the (late-acknowledged) answer ran it once");
     assert!(serve.log_text().contains("-> unknown"), "{}", serve.log_text());
+}
+
+/// How long a pending approval Codex no longer waits on may stay listed (the broker looks every
+/// second, past a grace for the request to reach the app-server).
+const GONE_WITHIN: Duration = Duration::from_secs(8);
+
+/// A thread waiting on an approval whose model, once the approval is over, holds its next reply
+/// (so no Stop hook comes to resolve it): after `end_it` the approval must leave the list on its
+/// own, with why, and `broker approve` must then say so and send nothing.
+fn goes_away(name: &str, end_it: impl FnOnce(&mut Waiting), why: &str) {
+    let (model, env, cmd, ran, _) = escalating(name, "to go away");
+    let hold = Hold::new();
+    let (mut ask, h) = (escalated_then_done(&cmd, "to go away"), hold.clone());
+    model.set_script(move |r| if r.function_calls().is_empty() { ask(r) } else { Reply::message("done").held(&h) });
+    let mut w = waiting_on(&env);
+    let id = w.id().to_string();
+    let t0 = Instant::now();
+    end_it(&mut w);
+    let gone = wait_until(GONE_WITHIN, "the approval no longer listed", || {
+        approvals(&w.broker, false).iter().all(|a| a["id"] != id.as_str()).then(|| t0.elapsed())
+    });
+    let a = approval(&w.broker, &id);
+    eprintln!("{name}: left the list {gone:?} after it ended: {a}");
+    assert_eq!(a["state"], "resolved", "{a}");
+    assert!(str_field(&a, "detail").contains(why), "says why ({why}): {a}");
+    assert!(a["answer"].is_null(), "no answer recorded: {a}");
+    let (ok, said) = answer(&w.broker, &["approve", &id]);
+    assert!(!ok && said.contains("not_pending") && said.contains(why), "approve says it is over: {said}");
+    hold.release();
+    assert!(!ran.exists(), "nothing Courier did ran the command");
+}
+
+/// The person declines at the app-server (no hook follows: the model's next reply is held).
+#[test]
+fn answered_at_the_app_server_it_leaves_the_list() {
+    goes_away("PERSON_DECLINED", |w| w.client.respond(&w.request["id"].clone(), json!({"decision": "decline"})), "no longer waits");
+}
+
+/// The turn is interrupted while the approval waits (the app-server's Esc).
+#[test]
+fn an_interrupted_turn_leaves_the_list() {
+    goes_away(
+        "INTERRUPTED",
+        |w| {
+            w.client.request("turn/interrupt", json!({"threadId": w.thread, "turnId": w.turn}), T);
+        },
+        "no longer waits",
+    );
+}
+
+/// The Codex process serving the thread exits while the approval waits.
+#[test]
+fn codex_exiting_leaves_the_list() {
+    goes_away("CODEX_EXITED", |w| w.kill_codex(), "exited");
 }

@@ -131,6 +131,32 @@ pub fn answer(endpoints: &[Endpoint], pid: i32, start: u64, a: &Approval, decisi
     }
 }
 
+/// Whether Codex still waits on an approval, as the app-server that serves its thread says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Waits {
+    Yes,
+    /// It waits on nothing of this approval's any more: why.
+    No(String),
+    /// Could not tell (no session, another request waits): why.
+    Unsure(String),
+}
+
+/// Asks the app-server of the Codex process `pid` whether approval `a`'s request still waits:
+/// the thread is resumed and the request replayed, exactly as [`answer`] finds it, and nothing
+/// is answered.
+pub fn still_waiting(endpoints: &[Endpoint], pid: i32, start: u64, a: &Approval, deadline: Instant) -> Waits {
+    let mut ws = match appserver::open_session(endpoints, pid, start, deadline) {
+        Ok(ws) => ws,
+        Err(why) => return Waits::Unsure(format!("no app-server session: {why}")),
+    };
+    match replayed_request(&mut ws, a) {
+        Ok(_) => Waits::Yes,
+        Err(Answered::NotSent(why)) => Waits::No(why),
+        Err(Answered::Failed(why)) => Waits::Unsure(why),
+        Err(Answered::Sent(o)) => Waits::Unsure(format!("unexpected {o:?}")),
+    }
+}
+
 /// `thread/resume`, then the request the app-server replays for it, or why there is none.
 fn replayed_request(ws: &mut WsClient, a: &Approval) -> Result<Value, Answered> {
     let gone = |why: &str| Answered::NotSent(why.to_string());

@@ -10,7 +10,7 @@
 
 use super::trust::TrustView;
 use super::Broker;
-use crate::approval::{AnswerOutcome, AnswerRecord, AnswerVia, Approval, Decision, NewApproval, Refused};
+use crate::approval::{AnswerOutcome, AnswerRecord, AnswerVia, Approval, ApprovalState, Decision, NewApproval, Refused};
 use crate::codex::approval::{self as codex_approval, Answered};
 use crate::codex::appserver::endpoint;
 use crate::gate::{self, Verified};
@@ -33,7 +33,7 @@ const DENY_FROM: &str = "approval";
 
 /// What the broker keeps of approvals between requests.
 pub(super) struct Approvals {
-    codex_home: PathBuf,
+    pub(super) codex_home: PathBuf,
     config: crate::config::ApprovalsConfig,
     /// Threads with an approval still pending: only their hooks look at the table.
     waiting: Mutex<HashSet<String>>,
@@ -43,6 +43,22 @@ impl Approvals {
     pub(super) fn open(store: &Store, codex_home: PathBuf, config: crate::config::ApprovalsConfig) -> anyhow::Result<Approvals> {
         let waiting = store.threads_waiting_on_approval()?.into_iter().collect();
         Ok(Approvals { codex_home, config, waiting: Mutex::new(waiting) })
+    }
+
+    pub(super) fn any_waiting(&self) -> bool {
+        !self.waiting.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+    }
+
+    /// Whether a hook holds approval `id` for a remote answer (Codex has not seen it yet).
+    pub(super) fn is_held(&self, _id: &str) -> bool {
+        false
+    }
+
+    /// Stops looking at `thread`'s hooks once none of its approvals is still waiting.
+    pub(super) fn forget_if_settled(&self, store: &Store, thread: &str) {
+        if store.threads_waiting_on_approval().is_ok_and(|t| !t.iter().any(|w| w == thread)) {
+            self.waiting.lock().unwrap_or_else(|e| e.into_inner()).remove(thread);
+        }
     }
 }
 
@@ -120,9 +136,7 @@ impl Broker {
         if let Err(e) = store.resolve_approvals(&v.thread_id, call, why) {
             crate::log_error!("resolving the approvals of thread {}: {e:#}", v.thread_id);
         }
-        if store.threads_waiting_on_approval().is_ok_and(|t| !t.contains(&v.thread_id)) {
-            self.approvals.waiting.lock().unwrap_or_else(|e| e.into_inner()).remove(&v.thread_id);
-        }
+        self.approvals.forget_if_settled(&store, &v.thread_id);
     }
 
     /// Serves one `approve`/`deny` line.
@@ -145,6 +159,10 @@ impl Broker {
         let by = self.gate.verify_person(&peer, &TrustView(self)).map_err(|why| (ErrorCode::NotAPerson, why))?;
         let listed = crate::store::lock(&self.store).approval(&id).map_err(failed)?;
         let listed = listed.ok_or_else(|| (ErrorCode::NotFound, format!("no approval {id}")))?;
+        // Over already (answered, or gone from Codex): say so before looking for its Codex.
+        if listed.state != ApprovalState::Pending {
+            return Err((ErrorCode::NotPending, Refused::NotPending(listed.state, listed.detail).to_string()));
+        }
         let owner = self
             .gate
             .thread_owner(&listed.thread, &TrustView(self))

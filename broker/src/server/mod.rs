@@ -26,6 +26,7 @@
 //!
 //! The client side of `Request::Status` is `crate::client`: CLI commands import nothing from here.
 
+mod approval_sweep;
 mod approvals;
 mod hook;
 mod listener;
@@ -134,6 +135,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     std::thread::Builder::new().name("codex-follower".into()).spawn(move || follower.run())?;
     spawn_wake(&broker, opts.codex_home.clone())?;
     maintenance::spawn(Arc::clone(&broker), &opts.state_dir, opts.retention)?;
+    approval_sweep::spawn(Arc::clone(&broker))?;
     serve_connections(broker, listener)
 }
 

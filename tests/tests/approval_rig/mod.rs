@@ -85,6 +85,12 @@ pub fn waiting_with<'a>(broker: Broker<'a>, env: &'a CodexEnv) -> Waiting<'a> {
 }
 
 impl Waiting<'_> {
+    /// kill -9 the Codex app-server that holds the thread.
+    pub fn kill_codex(&mut self) {
+        let st = std::process::Command::new("kill").args(["-9", &self._server.pid().to_string()]).status().unwrap();
+        assert!(st.success(), "kill -9 the app-server");
+    }
+
     pub fn id(&self) -> &str {
         str_field(&self.approval, "id")
     }
