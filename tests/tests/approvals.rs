@@ -315,17 +315,8 @@ fn a_forged_permission_request_is_refused() {
 #[test]
 fn a_tui_approval_is_answered_from_another_terminal() {
     let (model, env, cmd, ran, mark) = escalating("TUI_APPROVED", "to run it from the TUI");
-    env.set_extra_config(&format!(
-        "[projects.{}]\ntrust_level = \"trusted\"\n",
-        courier_tests::hooks::toml_str(&env.work.display().to_string())
-    ));
     let broker = Broker::start_trusted(&env);
-    let argv: Vec<String> =
-        [env.codex.display().to_string(), "-a".into(), "on-request".into(), "-s".into(), "read-only".into(), "run it".into()].into();
-    let mut tui = courier_tests::tmux::Tmux::start(&argv, &env.env_vars(), &env.work);
-    let mut stop = env.codex_command();
-    stop.args(["app-server", "daemon", "stop"]);
-    tui.stop_on_drop(stop);
+    let mut tui = tui_asking(&env);
     // Both looked at in one loop: when the popup shows, and when `broker approvals` lists it.
     let (mut listed, mut shown): (Option<(Value, Instant)>, Option<Instant>) = (None, None);
     wait_until(T, "the TUI's approval listed and shown", || {

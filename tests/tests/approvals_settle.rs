@@ -161,3 +161,31 @@ fn an_interrupted_turn_leaves_the_list() {
 fn codex_exiting_leaves_the_list() {
     goes_away("CODEX_EXITED", |w| w.kill_codex(), "exited");
 }
+
+/// The person at the TUI (under tmux) presses Esc at the approval popup: no hook follows, and
+/// the approval leaves the list on its own; `broker approve` then says so and sends nothing.
+#[test]
+fn esc_at_the_tui_leaves_the_list() {
+    let (_model, env, _, ran, _) = escalating("TUI_ESC", "to press Esc");
+    let broker = Broker::start_trusted(&env);
+    let tui = tui_asking(&env);
+    let a = wait_until(T, "the TUI's approval shown and listed", || {
+        let screen = tui.screen();
+        if screen.contains("Use existing model") {
+            tui.send_keys(&["Down", "Enter"]);
+        }
+        screen.contains("Yes, proceed").then(|| approvals(&broker, false).into_iter().next()).flatten()
+    });
+    let id = str_field(&a, "id").to_string();
+    let t0 = Instant::now();
+    tui.send_keys(&["Escape"]);
+    let gone = wait_until(GONE_WITHIN, "the approval no longer listed", || {
+        approvals(&broker, false).iter().all(|p| p["id"] != id.as_str()).then(|| t0.elapsed())
+    });
+    let a = approval(&broker, &id);
+    eprintln!("TUI Esc: left the list {gone:?} after Esc: {a}\n--- screen\n{}", tui.screen());
+    assert_eq!(a["state"], "resolved", "{a}");
+    let (ok, said) = answer(&broker, &["approve", &id]);
+    assert!(!ok && said.contains("not_pending") && said.contains("resolved"), "approve says it is over: {said}");
+    assert!(!ran.exists(), "the command never ran");
+}

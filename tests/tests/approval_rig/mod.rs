@@ -120,3 +120,19 @@ pub fn answer(broker: &Broker, args: &[&str]) -> (bool, String) {
     (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
 }
 
+
+/// The Codex TUI under tmux in a trusted project, on-request and read-only, told to "run it" (its
+/// managed app-server daemon stopped on drop). The screen may first ask which model to use.
+pub fn tui_asking(env: &CodexEnv) -> courier_tests::tmux::Tmux {
+    env.set_extra_config(&format!(
+        "[projects.{}]\ntrust_level = \"trusted\"\n",
+        courier_tests::hooks::toml_str(&env.work.display().to_string())
+    ));
+    let argv: Vec<String> =
+        [env.codex.display().to_string(), "-a".into(), "on-request".into(), "-s".into(), "read-only".into(), "run it".into()].into();
+    let mut tui = courier_tests::tmux::Tmux::start(&argv, &env.env_vars(), &env.work);
+    let mut stop = env.codex_command();
+    stop.args(["app-server", "daemon", "stop"]);
+    tui.stop_on_drop(stop);
+    tui
+}
