@@ -31,6 +31,16 @@ pub fn hook_reason(p: &HookPayload) -> Option<String> {
     p.tool_input.as_ref()?.get("description")?.as_str().map(str::to_string)
 }
 
+/// The PermissionRequest hook's output that decides: `allow`, or `deny` with the message the
+/// model reads in its tool failure.
+pub fn hook_decision(decision: Decision, message: Option<&str>) -> String {
+    let d = match decision {
+        Decision::Approve => json!({"behavior": "allow"}),
+        Decision::Deny => json!({"behavior": "deny", "message": message.unwrap_or("denied by a person (through Courier)")}),
+    };
+    json!({"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": d}}).to_string()
+}
+
 /// What answering through the app-server came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answered {

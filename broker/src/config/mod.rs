@@ -9,7 +9,7 @@ mod effort;
 mod wake;
 
 use anyhow::{bail, Context, Result};
-pub use approvals::ApprovalsConfig;
+pub use approvals::{ApprovalsConfig, Hold};
 pub use effort::{EffortConfig, EffortLevel, EffortScope, Policy, Rule};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -231,5 +231,9 @@ mod tests {
         assert_eq!(parse("[approvals]\nack_timeout_ms = 5\n").unwrap().0.approvals.ack_timeout_ms, 5);
         assert!(parse("[approvals]\nack_timeout_ms = 0\n").is_err());
         assert!(parse("[approvals]\nack_timeout = 5\n").is_err(), "unknown keys in [approvals] are errors");
+        assert_eq!(parse("").unwrap().0.approvals.hold, Hold::Off, "the hook returns at once by default");
+        assert_eq!(parse("[approvals]\nhold = \"exec\"\n").unwrap().0.approvals.hold, Hold::Exec);
+        assert!(parse("[approvals]\nhold = \"always\"\n").is_err());
+        assert!(parse("[approvals]\nhold_secs = 301\n").is_err());
     }
 }

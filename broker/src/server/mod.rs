@@ -26,6 +26,7 @@
 //!
 //! The client side of `Request::Status` is `crate::client`: CLI commands import nothing from here.
 
+mod approval_hold;
 mod approval_sweep;
 mod approvals;
 mod hook;
