@@ -22,8 +22,9 @@ fn spawn_exec(env: &CodexEnv) -> ExecChild {
     env.spawn_exec_args(&["--approve-for-me"], "run it")
 }
 
-/// Hold on: the approval is listed while the hook waits; `broker approve` is given as the hook's
-/// decision (`won`), the command runs once and the session ends normally.
+/// Hold on: the approval is listed while the hook waits; `broker approve`, 6 s later (longer than
+/// Courier's other hooks may run), is given as the hook's decision (`won`), the command runs once
+/// and the session ends normally.
 #[test]
 fn a_held_hook_returns_the_approval() {
     let (_model, env, ran) = held_exec("HELD_APPROVED", "hold = \"exec\"\nhold_secs = 60\n");
@@ -33,6 +34,8 @@ fn a_held_hook_returns_the_approval() {
     let thread = child.wait_thread_id(T);
     let (a, listed) = wait_listed(&broker, &thread, t0);
     eprintln!("exec start -> listed {listed:?}");
+    // Past the 5 s Courier's other hooks have: Codex's timeout of this one covers the hold.
+    std::thread::sleep(Duration::from_secs(6));
     let t1 = Instant::now();
     let (ok, said) = answer(&broker, &["approve", str_field(&a, "id")]);
     assert!(ok && said.contains("won"), "approve: {said}");

@@ -9,7 +9,7 @@ mod effort;
 mod wake;
 
 use anyhow::{bail, Context, Result};
-pub use approvals::{ApprovalsConfig, Hold};
+pub use approvals::{ApprovalsConfig, Hold, MAX_HOLD_SECS};
 pub use effort::{EffortConfig, EffortLevel, EffortScope, Policy, Rule};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
