@@ -19,12 +19,14 @@ use std::collections::HashMap;
 use std::os::unix::net::UnixStream;
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Holds at once at most: each keeps a broker worker.
 const MAX_HOLDS: usize = 4;
 /// A hold that ran out just as an answer took it waits this long more for that answer.
 const TAKEN_GRACE: Duration = Duration::from_secs(2);
+/// How long after its hold ended an approval is still left alone by the sweep.
+const JUST_ENDED: Duration = Duration::from_secs(5);
 /// How long an answer waits for the held hook to say whether the decision was written.
 const WRITTEN_WITHIN: Duration = Duration::from_secs(5);
 
@@ -35,32 +37,54 @@ pub(super) struct HeldAnswer {
     pub written: Sender<bool>,
 }
 
-/// The hooks held now, by approval id.
+/// A hook held now, or one whose hold ended a moment ago.
+enum Held {
+    Waiting(Sender<HeldAnswer>),
+    /// Its request reaches the app-server only now: the sweep leaves it alone a while.
+    Ended(Instant),
+}
+
+/// The hooks held, by approval id.
 #[derive(Default)]
-pub(super) struct Holds(Mutex<HashMap<String, Sender<HeldAnswer>>>);
+pub(super) struct Holds(Mutex<HashMap<String, Held>>);
 
 impl Holds {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Held>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether approval `id`'s hook is held, or was a moment ago (Codex may not have shown it
+    /// to anyone yet).
     pub(super) fn is_held(&self, id: &str) -> bool {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).contains_key(id)
+        match self.lock().get(id) {
+            Some(Held::Waiting(_)) => true,
+            Some(Held::Ended(at)) => at.elapsed() < JUST_ENDED,
+            None => false,
+        }
     }
 
     /// Records an approval (`record`) and holds it, under the holds' lock: an answer that sees
     /// the approval sees its hold. `None`: not recorded, or too many held (it returns at once).
     pub(super) fn register(&self, record: impl FnOnce() -> Option<String>) -> Option<(String, Receiver<HeldAnswer>)> {
-        let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut held = self.lock();
         let id = record()?;
-        if held.len() >= MAX_HOLDS {
+        held.retain(|_, h| !matches!(h, Held::Ended(at) if at.elapsed() >= JUST_ENDED));
+        if held.values().filter(|h| matches!(h, Held::Waiting(_))).count() >= MAX_HOLDS {
             crate::log_warn!("approval {id}: {MAX_HOLDS} hooks held already; this one returns at once");
             return None;
         }
         let (tx, rx) = channel();
-        held.insert(id.clone(), tx);
+        held.insert(id.clone(), Held::Waiting(tx));
         Some((id, rx))
     }
 
     /// Takes the hold of `id` for one answer (`None`: not held, or its hold ended).
     pub(super) fn take(&self, id: &str) -> Option<Sender<HeldAnswer>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(id)
+        let mut held = self.lock();
+        match held.insert(id.to_string(), Held::Ended(Instant::now())) {
+            Some(Held::Waiting(tx)) => Some(tx),
+            _ => None,
+        }
     }
 }
 
@@ -119,5 +143,25 @@ impl Broker {
             }
             None => crate::log_info!("approval {id}: the hold ended with no answer; Codex decides as without Courier"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A hold is taken by one answer; a hold that ended is not taken, and is still left alone
+    /// by the sweep a moment; no more than MAX_HOLDS wait at once.
+    #[test]
+    fn a_hold_is_taken_once() {
+        let holds = Holds::default();
+        let (id, _rx) = holds.register(|| Some("apr-1".into())).unwrap();
+        assert!(holds.is_held(&id));
+        assert!(holds.take(&id).is_some());
+        assert!(holds.take(&id).is_none(), "taken once");
+        assert!(holds.is_held(&id), "just ended: not yet shown to anyone");
+        assert!(holds.register(|| None).is_none(), "nothing recorded, nothing held");
+        let _waiting: Vec<_> = (0..MAX_HOLDS).map(|i| holds.register(|| Some(format!("apr-w{i}"))).unwrap()).collect();
+        assert!(holds.register(|| Some("apr-over".into())).is_none(), "at most {MAX_HOLDS} held");
     }
 }
