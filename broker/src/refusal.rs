@@ -199,6 +199,28 @@ impl std::fmt::Display for RefusalCode {
     }
 }
 
+/// A refused hook call: its code, what was found, and the thread and event it named (when known).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    /// Stable reason code, shown by `broker inspect` (see docs/troubleshooting.md, "Refusal reason codes").
+    pub code: RefusalCode,
+    pub detail: String,
+    pub thread: Option<String>,
+    pub event: Option<String>,
+}
+
+impl Refusal {
+    pub fn new(code: RefusalCode, detail: impl Into<String>) -> Refusal {
+        Refusal { code, detail: detail.into(), thread: None, event: None }
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.detail)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,5 @@
 //! The whole-line classifier ([`crate::rollout::classify_line`]) on hand-made lines and on real rollouts of
-//! every supported Codex version (`shared/testdata`).
+//! every supported Codex version (`codex-format/testdata`).
 
 use crate::rollout::*;
 
@@ -66,7 +66,7 @@ fn text_typed_by_the_user_is_not_hook_output() {
 }
 
 fn testdata(name: &str) -> String {
-    std::fs::read_to_string(format!("{}/../shared/testdata/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+    std::fs::read_to_string(format!("{}/testdata/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
 }
 
 fn marked_ids(rollout: &str) -> Vec<String> {
@@ -169,7 +169,7 @@ fn thread_id_of_a_non_ascii_name_is_none_not_a_panic() {
 
 #[test]
 fn real_rollout_is_understood() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/testdata/rollout-context.jsonl");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/rollout-context.jsonl");
     // The probe's hooks wrote plain markers; mark them the way Courier does.
     let data = std::fs::read_to_string(path)
         .unwrap()

@@ -7,7 +7,7 @@
 //! inconclusive set for a message the model did see (each one reported).
 //!
 //! Size: 3 sessions, 40 messages, 2 kills by default (CI); `COURIER_SOAK_SCALE=full` runs the
-//! issue's 6 sessions, 150 messages, 5 kills. `COURIER_CRASH_SEED` repeats a run. The figures
+//! 6 sessions, 150 messages, 5 kills. `COURIER_CRASH_SEED` repeats a run. The figures
 //! (hook latency from the broker's debug log, `peer_gone` refusals, slow store-lock holds, send
 //! times) are printed at the end.
 //! Needs `cargo build --workspace` and the pinned Codex.

@@ -10,24 +10,28 @@
 //! - `native.rs`: what a native file is (its version, whether it is whole), read without running
 //!   it: the broker never executes a candidate binary;
 //! - `rollout/`: reading a thread's rollout incrementally (its identity, open turn, actions);
-//!
-//! and below the broker, the crate `codex_format` (`codex-format/`): what Codex hands a command
-//! hook and the rules Courier applies per event (`hook`), and the one classifier of rollout lines
-//! (`rollout`), pure functions of bytes that the store and the envelope use too.
+//! - `proof/`: the hook gate's Codex steps behind `proof::Prover` (the transcript path and the
+//!   thread it names, the rollout read intact, the codex process holding the rollout and the
+//!   thread's writer lock, the open turn) and which rollout records prove which Codex action
+//!   (`proof::ticket`);
 //! - `appserver/`: the app-server as a client (endpoints, the WebSocket client) for wake and
 //!   effort;
 //! - `approval.rs`: the PermissionRequest hook's fields, and answering the app-server's
 //!   approval request once;
-//! - `standin.rs`: a stand-in Codex for tests (feature `standin`).
+//! - `standin.rs`: a stand-in Codex for tests (feature `standin`);
 //!
-//! Still outside the wing (see ARCHITECTURE.md, "To add a host agent"): the gate's
-//! Codex-specific steps (`gate/binding.rs`, `gate/holder.rs`, `gate/turn.rs`, `gate/ticket.rs`),
-//! and what install writes into Codex's config (`install/hooks.rs`, `config_toml.rs`, `mcp.rs`).
+//! and below the broker, the crate `codex_format` (`codex-format/`): what Codex hands a command
+//! hook and the rules Courier applies per event (`hook`), and the one classifier of rollout lines
+//! (`rollout`), pure functions of bytes that the store and the envelope use too.
+//!
+//! What install and doctor write into and check in Codex's config is the `Codex` row of their
+//! table of host agents (`install/agent/codex.rs`, `doctor/agent/codex.rs`).
 
 pub mod approval;
 pub mod appserver;
 pub mod follow;
 pub mod native;
+pub mod proof;
 pub mod resolve;
 pub mod rollout;
 /// Test fixtures (the stand-in Codex), for the lib's tests and `--features standin` users only.

@@ -2,16 +2,15 @@
 //! can, it asks Codex itself (`codex app-server`, `hooks/list`) rather than re-deriving Codex's
 //! rules, so a Codex that changed its trust rules shows up here as untrusted hooks.
 
-mod hooks;
+mod agent;
 mod start;
 
 use crate::approval::{AnswerOutcome, Approval};
 use crate::install;
 use crate::refusal::RefusalCode;
 use crate::store::{now_ms, Store};
-use crate::{client, codex, config, dirs};
+use crate::{client, config, dirs};
 use courier_shared::paths;
-use hooks::check_hooks;
 use start::not_answering;
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
@@ -58,7 +57,6 @@ pub struct Options {
 pub fn run(opts: &Options) -> Vec<Check> {
     let runtime_dir = paths::runtime_dir();
     let state_dir = paths::state_dir();
-    let codex_home = paths::codex_home();
     let mut checks = Vec::new();
 
     let cfg = check_config(&mut checks);
@@ -76,15 +74,11 @@ pub fn run(opts: &Options) -> Vec<Check> {
     let stopped = install::stopped_on_purpose(&state_dir);
     checks.extend(check_broker(&runtime_dir, &state_dir, manifest.as_ref(), stopped, expected_client.as_deref(), &cfg));
 
-    // Hooks registered and trusted, as Codex sees them.
-    let codex = opts.codex.clone().or_else(|| codex::resolve::codex_on_path(std::env::var_os("PATH").as_deref()));
-    match &expected_command {
-        Some(cmd) => checks.extend(check_hooks(codex.as_deref(), &codex_home, &state_dir, &opts.cwd, cmd)),
-        None => checks.push(Check::fail("cannot tell which hook-client should be registered", "run `broker install`")),
+    // Each host agent's row: Courier's hooks as the agent sees them, its binaries trusted.
+    let ctx = agent::Context { opts, state_dir: &state_dir, expected_command: expected_command.as_deref() };
+    for host in install::HostAgent::ALL {
+        checks.extend(host.doctor_checks(&ctx));
     }
-
-    // Codex binaries trusted, and their version.
-    checks.extend(check_codex(codex.as_deref(), &codex_home, &state_dir));
 
     checks.push(start::check_start(manifest.as_ref(), stopped));
 
@@ -278,87 +272,6 @@ fn check_broker_accepts(pid: i32, client: &Path, extra: &[PathBuf]) -> Check {
         )
     }
 }
-fn check_codex(codex: Option<&Path>, codex_home: &Path, state_dir: &Path) -> Vec<Check> {
-    let mut out = Vec::new();
-    let commands: Vec<PathBuf> = codex.map(Path::to_path_buf).into_iter().collect();
-    let found = codex::discover(&commands, codex_home);
-    for (cmd, why) in &found.problems {
-        out.push(Check::fail(
-            format!("the codex at {} cannot be trusted: {why}", cmd.display()),
-            format!("reinstall Codex (npm install -g @openai/codex), or `broker trust-codex <its native binary>`; then `broker doctor --codex {}`", install::shell_quote(&cmd.to_string_lossy())),
-        ));
-    }
-    if found.found.is_empty() {
-        if found.problems.is_empty() {
-            out.push(Check::warn(
-                format!(
-                    "no Codex binary found: no codex on PATH and no managed-daemon release under {}",
-                    codex::resolve::releases_dir(codex_home).display()
-                ),
-                Some("`broker doctor --codex PATH` names the Codex you run; `broker trust-codex PATH` trusts it".into()),
-            ));
-        }
-        return out;
-    }
-    let store = Store::open(state_dir).ok();
-    let trusted = store.as_ref().and_then(|s| s.trusted_codex().ok()).unwrap_or_default();
-    for r in &found.found {
-        let native = r.native.display();
-        let via = if r.command == r.native { String::new() } else { format!(", run by {}", r.command.display()) };
-        let size = std::fs::metadata(&r.native).map(|m| m.len()).unwrap_or(0);
-        if size > crate::exe::digest::MAX_HASH_BYTES {
-            out.push(Check::warn(format!("{native} is {size} bytes, over what the broker hashes; not checked"), None));
-            continue;
-        }
-        let digest = match codex::sha256_file(&r.native) {
-            Ok(d) => d,
-            Err(e) => {
-                out.push(Check::warn(format!("could not hash {native}: {e:#}"), None));
-                continue;
-            }
-        };
-        out.push(match trusted.iter().find(|t| t.sha256 == digest) {
-            Some(t) => Check::ok(format!("Codex binary {native}{via} is trusted (sha256:{}, {})", &digest[..12], t.how.as_str())),
-            None => Check::fail(
-                format!(
-                    "Codex binary {native}{via} is not trusted (sha256:{}): hook calls from it are refused (untrusted_codex)",
-                    &digest[..12]
-                ),
-                format!("broker trust-codex {}", install::shell_quote(&r.native.to_string_lossy())),
-            ),
-        });
-        // Read from the package beside it: doctor runs no candidate binary (codex/native.rs).
-        let version = codex::native::version_beside(&r.native);
-        out.push(match version.as_deref().and_then(codex::parse_version) {
-            Some(v) if codex::support(v) == codex::Support::Tested => {
-                Check::ok(format!("Codex {} at {native} is in the tested range {}", version.as_deref().unwrap_or(""), codex::supported_range()))
-            }
-            Some(_) => Check::warn(
-                format!("Codex {} at {native} is outside the tested range {}", version.as_deref().unwrap_or(""), codex::supported_range()),
-                Some("delivery may work but receipts may read `uncertain`; run the end-to-end tests against it (tests/README.md) or use a tested release".into()),
-            ),
-            None => Check::warn(format!("the version of {native} is unknown (no Codex package file beside it)"), None),
-        });
-    }
-    if !trusted.is_empty() {
-        let n = trusted.len();
-        let mut c = Check::ok(format!("{n} trusted Codex {}", if n == 1 { "binary" } else { "binaries" }));
-        for t in &trusted {
-            c = c.detail(format!(
-                "{} {} sha256:{} {}{} at {}",
-                t.version.as_deref().unwrap_or("?"),
-                t.path,
-                &t.sha256[..12],
-                t.how.as_str(),
-                t.source.as_deref().map(|s| format!(" (from {s})")).unwrap_or_default(),
-                crate::inspect::date_time(t.added_at)
-            ));
-        }
-        out.push(c);
-    }
-    out
-}
-
 /// What a refusal reason usually means for an installation.
 fn refusal_hint(reason: &str) -> &'static str {
     RefusalCode::parse(reason).map_or("a code this broker does not know: recorded by another Courier version", RefusalCode::doctor_hint)

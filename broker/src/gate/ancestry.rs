@@ -20,6 +20,13 @@ pub(super) struct Member {
     pub(super) status: os::ProcStatus,
 }
 
+impl Member {
+    /// The pid and start time that name this process.
+    pub(super) fn key(&self) -> os::ProcessKey {
+        os::ProcessKey { pid: self.pid, starttime: self.starttime }
+    }
+}
+
 /// The peer, the processes between it and codex (nearest first), and codex.
 pub(super) struct Ancestry {
     pub(super) peer_stat: os::ProcStat,
@@ -57,85 +64,117 @@ impl Gate {
         digest_deadline: std::time::Instant,
     ) -> Result<(Vec<Member>, Member), Refusal> {
         let mut chain = Vec::new();
-        let mut child_start = peer_stat.starttime;
-        let mut ppid = peer_stat.ppid;
-        let mut codexish_seen: Option<String> = None;
-        let mut pending: Option<String> = None;
+        let mut passed = Passed::default();
+        let (mut child_start, mut ppid) = (peer_stat.starttime, peer_stat.ppid);
         for _ in 0..MAX_ANCESTRY {
             if ppid <= 0 {
                 break;
             }
-            let gone = |e: std::io::Error| Refusal::new(RefusalCode::AncestryChanged, format!("ancestor {ppid}: {e}"));
-            let st = self.proc_files.stat(ppid).map_err(gone)?;
-            if st.starttime > child_start {
-                return Err(Refusal::new(RefusalCode::AncestryChanged, format!("ancestor {ppid} started after its child: pid reused")));
-            }
-            let status = self.proc_files.status(ppid).map_err(gone)?;
-            if !status.all_uids_are(self.uid) {
-                return Err(Refusal::new(
-                    RefusalCode::ForeignAncestor,
-                    format!("ancestor {ppid} ({}) runs as uids {:?}", st.comm, status.uids),
-                ));
-            }
-            // Hashing is never done here (digest.rs): an expected Codex binary not hashed yet is
-            // waited for until the deadline, anything else is queued and passed over for now.
-            let exe_name = || {
-                std::fs::read_link(format!("/proc/{ppid}/exe"))
-                    .ok()
-                    .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-                    .unwrap_or_default()
-            };
-            let waited_for = std::cell::Cell::new(false);
-            let expected = |p: &Path, size: u64| {
-                let e = trust.is_expected(p, size);
-                waited_for.set(waited_for.get() | e);
-                e
-            };
-            let known = |k: &crate::exe::ExeKey| trust.known_digest(k);
-            let digest = match self.digests.lookup(ppid, &known, &expected, digest_deadline) {
-                Ok(digest::Lookup::Digest(d)) => Some(d),
-                Ok(digest::Lookup::Pending) => {
-                    if waited_for.get() && pending.is_none() {
-                        pending = Some(format!("{ppid} ({})", exe_name()));
-                    }
-                    None
-                }
-                Ok(digest::Lookup::Unhashable) | Err(_) => None,
-            };
-            // The pid must still name the process whose stat we read.
-            match self.proc_files.stat(ppid) {
-                Ok(again) if again.starttime == st.starttime => {}
-                Ok(_) => return Err(Refusal::new(RefusalCode::AncestryChanged, format!("ancestor {ppid} replaced while checked"))),
-                Err(e) => return Err(gone(e)),
-            }
-            let member = Member { pid: ppid, ppid: st.ppid, starttime: st.starttime, status };
+            let (member, comm) = self.ancestor(ppid, child_start)?;
+            let digest = self.ancestor_digest(ppid, trust, digest_deadline, &mut passed);
+            self.unchanged(&member)?;
             if digest.as_deref().is_some_and(|d| trust.is_trusted(d)) {
                 // Codex lives as long as its session: read its /proc files through open fds from now on.
-                self.proc_files.keep(os::ProcessKey { pid: member.pid, starttime: member.starttime });
+                self.proc_files.keep(member.key());
                 return Ok((chain, member));
             }
-            let exe_name = exe_name(); // only for what a refusal says
-            if codexish_seen.is_none() && (codexish(&st.comm) || codexish(&exe_name)) {
-                codexish_seen = Some(format!(
-                    "{ppid} ({}, sha256 {})",
-                    if exe_name.is_empty() { &st.comm } else { &exe_name },
-                    digest.as_deref().unwrap_or("unreadable")
-                ));
-            }
+            passed.note_codexish(ppid, &comm, digest.as_deref());
+            child_start = member.starttime;
+            ppid = member.ppid;
             chain.push(member);
-            child_start = st.starttime;
-            ppid = st.ppid;
         }
-        if let Some(who) = pending {
-            return Err(Refusal::new(
+        Err(passed.refusal())
+    }
+
+    /// The parent `pid` of a process started at `child_start`: not younger than its child, and
+    /// of the broker's uid. Returns it and its `comm`.
+    fn ancestor(&self, pid: i32, child_start: u64) -> Result<(Member, String), Refusal> {
+        let gone = |e: std::io::Error| Refusal::new(RefusalCode::AncestryChanged, format!("ancestor {pid}: {e}"));
+        let st = self.proc_files.stat(pid).map_err(gone)?;
+        if st.starttime > child_start {
+            return Err(Refusal::new(RefusalCode::AncestryChanged, format!("ancestor {pid} started after its child: pid reused")));
+        }
+        let status = self.proc_files.status(pid).map_err(gone)?;
+        if !status.all_uids_are(self.uid) {
+            return Err(Refusal::new(RefusalCode::ForeignAncestor, format!("ancestor {pid} ({}) runs as uids {:?}", st.comm, status.uids)));
+        }
+        Ok((Member { pid, ppid: st.ppid, starttime: st.starttime, status }, st.comm))
+    }
+
+    /// The digest of `pid`'s executable if known by the deadline. Hashing is never done here
+    /// (digest.rs): an expected Codex binary not hashed yet is waited for until the deadline (and
+    /// noted in `passed` if it is still pending), anything else is queued and passed over for now.
+    fn ancestor_digest(&self, pid: i32, trust: &dyn CodexTrust, deadline: std::time::Instant, passed: &mut Passed) -> Option<String> {
+        let waited_for = std::cell::Cell::new(false);
+        let expected = |p: &Path, size: u64| {
+            let e = trust.is_expected(p, size);
+            waited_for.set(waited_for.get() | e);
+            e
+        };
+        let known = |k: &crate::exe::ExeKey| trust.known_digest(k);
+        match self.digests.lookup(pid, &known, &expected, deadline) {
+            Ok(digest::Lookup::Digest(d)) => Some(d),
+            Ok(digest::Lookup::Pending) => {
+                if waited_for.get() && passed.pending.is_none() {
+                    passed.pending = Some(format!("{pid} ({})", exe_name(pid)));
+                }
+                None
+            }
+            Ok(digest::Lookup::Unhashable) | Err(_) => None,
+        }
+    }
+
+    /// The pid still names the process whose stat was read.
+    fn unchanged(&self, m: &Member) -> Result<(), Refusal> {
+        match self.proc_files.stat(m.pid) {
+            Ok(again) if again.starttime == m.starttime => Ok(()),
+            Ok(_) => Err(Refusal::new(RefusalCode::AncestryChanged, format!("ancestor {} replaced while checked", m.pid))),
+            Err(e) => Err(Refusal::new(RefusalCode::AncestryChanged, format!("ancestor {}: {e}", m.pid))),
+        }
+    }
+}
+
+/// The file name of `pid`'s executable, for what a refusal says ("" when unreadable).
+fn exe_name(pid: i32) -> String {
+    std::fs::read_link(format!("/proc/{pid}/exe"))
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_default()
+}
+
+/// What the walk passed over that a refusal names when it finds no trusted ancestor.
+#[derive(Default)]
+struct Passed {
+    /// The first codex-named ancestor that is not trusted.
+    codexish: Option<String>,
+    /// The first expected Codex binary that was still being hashed.
+    pending: Option<String>,
+}
+
+impl Passed {
+    fn note_codexish(&mut self, pid: i32, comm: &str, digest: Option<&str>) {
+        if self.codexish.is_some() {
+            return;
+        }
+        let exe_name = exe_name(pid);
+        if codexish(comm) || codexish(&exe_name) {
+            let name = if exe_name.is_empty() { comm } else { &exe_name };
+            self.codexish = Some(format!("{pid} ({name}, sha256 {})", digest.unwrap_or("unreadable")));
+        }
+    }
+
+    /// Why no trusted Codex was found: one still being hashed, an untrusted codex, or none.
+    fn refusal(self) -> Refusal {
+        if let Some(who) = self.pending {
+            return Refusal::new(
                 RefusalCode::DigestPending,
                 format!("Codex binary of ancestor {who} is new and was still being hashed; later calls will be verified"),
-            ));
+            );
         }
-        Err(match codexish_seen {
+        match self.codexish {
             Some(who) => Refusal::new(RefusalCode::UntrustedCodex, format!("codex-named ancestor {who} is not trusted")),
             None => Refusal::new(RefusalCode::NoCodexAncestor, format!("no trusted Codex executable within {MAX_ANCESTRY} parents")),
-        })
+        }
     }
 }
 

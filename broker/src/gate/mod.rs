@@ -21,23 +21,27 @@
 //! 4. `caller.rs`: the caller is a hook, not a model-run command: no tool-command environment
 //!    markers (`codex::TOOL_COMMAND_MARKERS`) that codex's own environment lacks, on the peer or any
 //!    process between it and codex; none of them more confined (NoNewPrivs, seccomp) than codex.
-//! 5. `binding.rs`: thread binding: `transcript_path` (SubagentStop: `agent_transcript_path`) is
-//!    canonical, under `$CODEX_HOME/sessions/`, names the thread UUID; the rollout read (6) is
-//!    intact and its `session_meta` id is that UUID; codex holds it open for append and holds
-//!    `thread-writer-locks/<thread>.lock` (its fd's fdinfo `lock:` line), both through fds it
-//!    opened itself (`O_CLOEXEC`, see `holder.rs`); `agent_id`, `session_id` agree.
-//! 6. `rollout_read.rs`: rollout identity (device, inode, birth time, canonical path) equal
+//!
+//! Steps 5 to 7 are the Codex wing's (`codex::proof`, one file each there), asked through its
+//! [`Prover`]; the gate holds one:
+//! 5. `Prover::transcript`, `Prover::bind_thread`: thread binding: `transcript_path`
+//!    (SubagentStop: `agent_transcript_path`) is canonical, under `$CODEX_HOME/sessions/`, names
+//!    the thread UUID; the rollout read (6) is intact and its `session_meta` id is that UUID;
+//!    codex holds it open for append and holds `thread-writer-locks/<thread>.lock` (its fd's
+//!    fdinfo `lock:` line), both through fds it opened itself (`O_CLOEXEC`, see
+//!    `codex::proof::holder`); `agent_id`, `session_id` agree.
+//! 6. `Prover::read_rollout`: rollout identity (device, inode, birth time, canonical path) equal
 //!    before and after reading.
-//! 7. `turn.rs`: turn affinity: payload `turn_id` = the rollout's open turn (SessionStart: none
-//!    needed; [`Verified::sole_thread`], asked only when there is something to deliver, tells
-//!    the caller whether it may).
+//! 7. `proof::check_turn`: turn affinity: payload `turn_id` = the rollout's open turn
+//!    (SessionStart: none needed; [`Verified::sole_thread`], asked only when there is something
+//!    to deliver, tells the caller whether it may).
 //!
 //! Finally (`ancestry::recheck`) the start times of every process in the chain are re-read: a
 //! pid that now names a different process refuses the request.
 //!
 //! Step 8, one ticket per Codex action, follows `verify` (the caller runs it, before anything is
-//! claimed): `ticket.rs` names the Codex action a verified hook follows, `crate::tickets` takes
-//! each once.
+//! claimed): `ticket.rs` turns the Codex action the wing finds (`codex::proof::ticket`) into a
+//! ticket, `crate::tickets` takes each once.
 //!
 //! The gate reads `/proc` and the rollout, never the queue: what it asks about trust goes
 //! through [`CodexTrust`].
@@ -46,23 +50,20 @@
 //! Every refusal carries a [`RefusalCode`]; `crate::refusal` documents each with its step.
 
 mod ancestry;
-mod binding;
 mod caller;
 mod client;
-pub(crate) mod holder;
 pub mod owner;
 pub mod peer;
 pub mod person;
-mod rollout_read;
 pub mod sender;
 #[cfg(test)]
 mod tests;
 pub mod ticket;
-mod turn;
 
+use crate::codex::proof::{self, Prover};
 use crate::codex::rollout::RolloutTracker;
 use crate::exe::digest::DigestCache;
-pub use crate::refusal::RefusalCode;
+pub use crate::refusal::{Refusal, RefusalCode};
 use codex_format::hook::{HookEvent, HookPayload};
 use courier_shared::auth::Secret;
 use std::os::fd::OwnedFd;
@@ -125,29 +126,7 @@ impl Verified {
     /// a SessionStart has something to deliver: it scans every fd of the codex process, which a
     /// hook with nothing to deliver (nearly all of them) should not pay for.
     pub fn sole_thread(&self) -> bool {
-        let dir = std::fs::canonicalize(&self.writer_lock_dir).unwrap_or_else(|_| self.writer_lock_dir.clone());
-        holder::thread_locks(self.codex_pid, self.codex_starttime, &dir) == Some(1)
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Refusal {
-    /// Stable reason code, shown by `broker inspect` (see docs/troubleshooting.md, \"Refusal reason codes\").
-    pub code: RefusalCode,
-    pub detail: String,
-    pub thread: Option<String>,
-    pub event: Option<String>,
-}
-
-impl Refusal {
-    pub fn new(code: RefusalCode, detail: impl Into<String>) -> Refusal {
-        Refusal { code, detail: detail.into(), thread: None, event: None }
-    }
-}
-
-impl std::fmt::Display for Refusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.code, self.detail)
+        proof::sole_thread(crate::os::ProcessKey { pid: self.codex_pid, starttime: self.codex_starttime }, &self.writer_lock_dir)
     }
 }
 
@@ -194,12 +173,10 @@ pub struct Gate {
     config: GateConfig,
     uid: u32,
     digests: DigestCache,
-    tracker: RolloutTracker,
-    fd_hints: holder::FdHints,
+    /// The Codex wing's steps (5 to 7) and their caches.
+    prover: Prover,
     codex_markers: caller::CodexMarkers,
     proc_files: crate::os::ProcFiles,
-    #[cfg(test)]
-    test_hook: std::sync::Mutex<Option<TestHook>>,
 }
 
 #[cfg(test)]
@@ -212,21 +189,18 @@ fn now_ms() -> u64 {
 impl Gate {
     pub fn new(config: GateConfig) -> Gate {
         Gate {
+            prover: Prover::new(config.codex_home.clone()),
             config,
             uid: courier_shared::paths::uid(),
             digests: DigestCache::default(),
-            tracker: RolloutTracker::new(),
-            fd_hints: holder::FdHints::default(),
             codex_markers: caller::CodexMarkers::default(),
             proc_files: crate::os::ProcFiles::default(),
-            #[cfg(test)]
-            test_hook: std::sync::Mutex::new(None),
         }
     }
 
     /// The incremental rollout reader (its byte counters are diagnostics).
     pub fn tracker(&self) -> &RolloutTracker {
-        &self.tracker
+        self.prover.tracker()
     }
 
     pub fn digests(&self) -> &DigestCache {
@@ -235,14 +209,7 @@ impl Gate {
 
     #[cfg(test)]
     pub(crate) fn set_test_hook(&self, hook: Option<TestHook>) {
-        *self.test_hook.lock().unwrap() = hook;
-    }
-
-    #[cfg(test)]
-    fn stage(&self, s: Stage) {
-        if let Some(h) = self.test_hook.lock().unwrap().as_ref() {
-            h(s)
-        }
+        self.prover.set_after_read(hook.map(|h| -> proof::AfterRead { Box::new(move || h(Stage::AfterRolloutRead)) }));
     }
 
     /// Runs every check of the gate, in order (module documentation). `is_trusted` answers
@@ -269,25 +236,25 @@ impl Gate {
         let event = client::event(&payload)?;
         let ancestry = self.trusted_ancestry(peer, req, trust)?; // 3
         caller::check(peer, &ancestry, &self.codex_markers)?; // 4
-        let (path_str, thread_id) = binding::transcript(event, &payload)?; // 5
-        ctx.thread = Some(thread_id.clone());
-        let path = binding::check_path(&self.config.codex_home, path_str)?;
-        let (snap, file) = self.read_rollout(path, path_str)?; // 6
-        let codex = &ancestry.codex;
-        let binding = self.bind_thread(codex, &payload, path_str, &thread_id, &snap, (file.dev, file.ino))?; // 5
-        let turn_id = turn::check(event, &payload, &snap)?; // 7
+        let transcript = self.prover.transcript(event, &payload)?; // 5: the thread the path names
+        ctx.thread = Some(transcript.thread_id.clone());
+        let read = self.prover.read_rollout(&transcript)?; // 5, 6: canonical, read intact
+        let codex = ancestry.codex.key();
+        let binding = self.prover.bind_thread(codex, &payload, &transcript, &read)?; // 5
+        let turn_id = proof::check_turn(event, &payload, &read.snapshot)?; // 7
         ancestry::recheck(peer, &ancestry, &self.proc_files)?;
+        let snap = read.snapshot;
         Ok(Verified {
             event,
-            thread_id,
+            rollout_path: transcript.path().to_path_buf(),
+            thread_id: transcript.thread_id,
             turn_id,
             codex_pid: codex.pid,
-            rollout_path: path.to_path_buf(),
             rollout_offset: snap.offset,
             open_turn: snap.open_turn,
             root_thread_id: binding.meta.session_id,
             codex_starttime: codex.starttime,
-            writer_lock_dir: self.config.codex_home.join("thread-writer-locks"),
+            writer_lock_dir: self.prover.writer_lock_dir(),
             actions: snap.actions,
             payload,
         })

@@ -6,12 +6,13 @@
 //!    (`/proc/locks`), of the broker's uid;
 //! 2. whose executable is a trusted Codex binary (the shared digest cache);
 //! 3. which holds that lock and the thread's rollout (opened `O_APPEND`) through fds it opened
-//!    itself (`O_CLOEXEC`: `holder.rs`);
+//!    itself (`O_CLOEXEC`: `codex::proof::holder`);
 //! 4. and the rollout's `session_meta` names the thread; its open turn says busy or idle.
 //!
 //! The start time is read before and after: a pid reused meanwhile is refused.
 
-use super::{holder, CodexTrust, Gate};
+use super::{CodexTrust, Gate};
+use crate::codex::proof::holder;
 use crate::codex::rollout::{find_rollout, RolloutIdentity};
 use crate::exe::digest;
 use crate::os;
@@ -101,7 +102,7 @@ impl Gate {
         }
         let len = file.metadata().map(|m| m.len()).map_err(|e| NoOwner::NotProven(format!("rollout: {e}")))?;
         let identity = RolloutIdentity { dev: id.dev, ino: id.ino, btime_sec: id.btime_sec, btime_nsec: id.btime_nsec };
-        let snap = self.tracker.update(&rollout, &file, identity, len).map_err(|e| NoOwner::NotProven(format!("rollout read: {e}")))?;
+        let snap = self.tracker().update(&rollout, &file, identity, len).map_err(|e| NoOwner::NotProven(format!("rollout read: {e}")))?;
         if snap.session_meta.as_ref().map(|m| m.id.as_str()) != Some(thread) {
             return Err(NoOwner::NotProven("the rollout's session_meta is not this thread".into()));
         }

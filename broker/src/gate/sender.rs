@@ -20,7 +20,8 @@
 //! any other process cannot be claimed. [`ToolSender::threads_in_process`] says how many threads
 //! the process runs (1: the attribution is exact).
 
-use super::{holder, CodexTrust, Gate, Peer};
+use super::{CodexTrust, Gate, Peer};
+use crate::codex::proof::holder;
 use crate::os;
 use courier_shared::paths::environ_get;
 use std::fs::File;

@@ -13,7 +13,11 @@
 //! original bytes and what install wrote), and otherwise removes only Courier's entries.
 //!
 //! # Rooms
-//! - `mod.rs`: the install run itself, step by step, and its rollback when a step fails;
+//! - `mod.rs`: the install run as one transaction, and its rollback when a step fails;
+//!   `run.rs`: the run as a plan of named steps, `carry.rs` what it carries from step to step;
+//! - `agent/`: the table of host agents (`HostAgent`), one row a file: what install edits in
+//!   each agent's config, how it registers and trusts Courier's hooks there, which of its
+//!   binaries it trusts, what uninstall takes back (`agent/codex.rs`);
 //! - `hooks.rs`: Codex's hook trust hash, the hook command line, the `hooks.json` merge;
 //! - `config_toml.rs`: the trust entries in Codex's `config.toml` (format-preserving);
 //! - `manifest.rs`: what install added, read by uninstall and doctor;
@@ -27,23 +31,22 @@
 //! - `uninstall.rs`: `broker uninstall [--purge]`.
 
 use crate::{codex, dirs, store::Store};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use codex_format::hook::HookEvent;
 use courier_shared::paths;
-use serde_json::{json, Value};
 use std::fs;
 use std::path::{Path, PathBuf};
 use {
-    files::{absolute, create_dirs, install_binary, read_opt, same_file, write_atomic},
-    hooks::json_text,
+    files::{absolute, create_dirs, install_binary, same_file},
     journal::{begin_journal, end_journal},
-    manifest::{save_manifest, track_edit},
+    manifest::save_manifest,
     package::Source,
     start::{setup_profile, setup_systemd, teardown_start},
     undo::{commit, undo},
     uninstall::{purge_dir, state_files},
 };
 
+pub use agent::HostAgent;
 pub use bridge::{BridgeOptions, BRIDGE_UNIT};
 pub use config_toml::{add_trust, remove_trust};
 pub use daemon::{daemon_env, daemonize, login_start, stop_broker_running, DAEMON_ENV, DAEMON_ENV_PREFIXES};
@@ -79,7 +82,9 @@ const _: () = assert!(HOOK_CONTEXT_LIMIT * 4 >= crate::envelope::MAX_OUTPUT_BYTE
 pub const MANIFEST_NAME: &str = "install-manifest.json";
 pub const SOCKET_UNIT: &str = "courier-broker.socket";
 pub const SERVICE_UNIT: &str = "courier-broker.service";
+mod agent;
 mod bridge;
+mod carry;
 mod config_toml;
 mod daemon;
 mod files;

@@ -1,5 +1,6 @@
 use super::systemd::unit_quote;
 use super::*;
+use serde_json::{json, Value};
 
 #[test]
 fn trust_hash_matches_python_port() {
@@ -115,4 +116,67 @@ fn hooks_list_parse_reads_every_handler_and_defaults_missing_fields() {
     assert_eq!((got[1].command.as_str(), got[1].trust_status.as_str(), got[1].enabled), ("", "", true));
     assert_eq!(got[2].raw, serde_json::json!({"key": "k3"}));
     assert!(parse_hooks_list(&serde_json::json!({"data": "nope"})).is_empty());
+}
+
+/// Every file under `dir` but those under `except`, with its bytes.
+fn files_under(dir: &Path, except: &Path, out: &mut std::collections::BTreeMap<PathBuf, Vec<u8>>) {
+    for e in fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.starts_with(except) {
+            continue;
+        }
+        if p.is_dir() {
+            files_under(&p, except, out);
+        } else {
+            out.insert(p.clone(), fs::read(&p).unwrap());
+        }
+    }
+}
+
+/// Each host agent's row edits exactly the config files it names (`HostAgent::config_files`),
+/// and its uninstall gives them back byte for byte.
+#[test]
+fn each_agent_row_edits_only_the_config_files_it_names() {
+    let dir = std::env::temp_dir().join(format!("courier-agent-rows-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    let (home, state) = (dir.join("home"), dir.join("state"));
+    fs::create_dir_all(&home).unwrap();
+    fs::create_dir_all(&state).unwrap();
+    fs::write(home.join("config.toml"), "model = \"m\" # the user's\n").unwrap();
+    fs::write(home.join("other.json"), "{}").unwrap();
+    let opts = InstallOptions {
+        prefix: dir.join("prefix"),
+        codex_home: home.clone(),
+        start: StartMode::None,
+        source_dir: dir.clone(),
+        no_enable: true,
+        mcp: false,
+        bridge: None,
+    };
+    let mut run =
+        carry::Run { opts: &opts, state_dir: state.clone(), codex_home: home.clone(), m: Manifest::default(), report: Report::new() };
+    let bins = carry::Binaries {
+        broker: dir.join("prefix/broker"),
+        client: dir.join("prefix/hook-client"),
+        replaced: false,
+        with_mcp: false,
+        with_bridge: false,
+    };
+    for agent in HostAgent::ALL {
+        let mut before = Default::default();
+        files_under(&dir, &state, &mut before);
+        agent.register_hooks(&mut run, &bins).unwrap();
+        let mut after = Default::default();
+        files_under(&dir, &state, &mut after);
+        let mut changed: Vec<PathBuf> = after.iter().filter(|(p, bytes)| before.get(*p) != Some(*bytes)).map(|(p, _)| p.clone()).collect();
+        changed.sort();
+        let mut named = agent.config_files(&home);
+        named.sort();
+        assert_eq!(changed, named, "{}", agent.name());
+        agent.uninstall(&run.m, &state, &mut Report::new()).unwrap();
+        let mut restored = Default::default();
+        files_under(&dir, &state, &mut restored);
+        assert_eq!(restored, before, "{}: uninstall gives the files back", agent.name());
+    }
+    let _ = fs::remove_dir_all(&dir);
 }

@@ -1,18 +1,16 @@
 //! `broker uninstall [--purge]`: takes back exactly what the manifest says install added.
 
 use super::{
-    config_toml::remove_trust,
+    agent::HostAgent,
     daemon::DAEMON_LOG,
     files::remove_file,
-    hooks::{json_text, unmerge_hooks},
-    manifest::{load_manifest, manifest_path, unedit, Manifest, StartSetup},
+    manifest::{load_manifest, manifest_path, Manifest, StartSetup},
     start::{remove_units, teardown_start},
     Report, MANIFEST_NAME,
 };
-use crate::{client, codex, store::Store};
+use crate::client;
 use anyhow::{bail, Context, Result};
 use courier_shared::paths;
-use serde_json::Value;
 use std::fs;
 use std::path::Path;
 
@@ -144,42 +142,8 @@ pub(super) fn uninstall_manifest(m: &Manifest, state_dir: &Path, report: &mut Re
     // Unit files written by an install whose systemd step failed are not in `start`.
     remove_units(&m.unit_files, report)?;
 
-    if let Some(edit) = &m.hooks_json {
-        let strip = |text: &str| -> Result<String> {
-            let mut doc: Value = serde_json::from_str(text).with_context(|| format!("{} is not valid JSON", edit.path.display()))?;
-            unmerge_hooks(&mut doc, m);
-            Ok(if doc.as_object().is_some_and(|o| o.is_empty()) { String::new() } else { json_text(&doc) })
-        };
-        unedit(edit, "hooks", strip, report)?;
-    }
-    if let Some(edit) = &m.config_toml {
-        let strip = |text: &str| -> Result<String> {
-            let mut doc: toml_edit::DocumentMut = text.parse().with_context(|| format!("{} is not valid TOML", edit.path.display()))?;
-            remove_trust(&mut doc, m);
-            super::mcp::remove_mcp(&mut doc, m);
-            Ok(doc.to_string())
-        };
-        unedit(edit, "trust entries", strip, report)?;
-    }
-    if !m.codex_trusted.is_empty() || !m.codex_followed.is_empty() {
-        let mut store = Store::open(state_dir)?;
-        for (digest, path) in &m.codex_trusted {
-            if store.untrust_codex(digest)? {
-                report.push(format!("no longer trusting {path} (sha256:{digest})"));
-            }
-        }
-        // And what the broker trusted by following the commands install registered.
-        for t in store.trusted_codex()? {
-            let followed = t.how == codex::TrustHow::Followed && t.source.as_ref().is_some_and(|s| m.codex_followed.contains(s));
-            if followed && store.untrust_codex(&t.sha256)? {
-                report.push(format!("no longer trusting {} (sha256:{}, followed)", t.path, t.sha256));
-            }
-        }
-        for cmd in &m.codex_followed {
-            if store.unfollow_codex_command(cmd)? {
-                report.push(format!("no longer following {cmd}"));
-            }
-        }
+    for agent in HostAgent::ALL {
+        agent.uninstall(m, state_dir, report)?;
     }
     for b in &m.binaries {
         if remove_file(b)? {

@@ -1,5 +1,5 @@
 //! Rollout records as codex-cli 0.171.0 writes them (fields in its order; see
-//! shared/testdata/rollout-0.171.0-*.jsonl), for [`super::Stepped::write`].
+//! codex-format/testdata/rollout-0.171.0-*.jsonl), for [`super::Stepped::write`].
 
 use serde_json::{json, Value};
 

@@ -247,7 +247,7 @@ fn spaced(v: &serde_json::Value) -> String {
 /// with spaces after every `:` and `,`.
 #[test]
 fn classification_agrees_with_a_json_parse_on_real_rollouts() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/testdata");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../codex-format/testdata");
     let mut seen = std::collections::HashSet::new();
     for e in std::fs::read_dir(dir).unwrap() {
         let path = e.unwrap().path();
@@ -275,7 +275,7 @@ fn classification_agrees_with_a_json_parse_on_real_rollouts() {
 /// Any first and last bytes of a line (cut anywhere, or garbage) are classified without a panic.
 #[test]
 fn classify_takes_any_cut_of_a_line() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/testdata/hooks-0.171.0");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../codex-format/testdata/hooks-0.171.0");
     let mut lines: Vec<Vec<u8>> = Vec::new();
     for e in std::fs::read_dir(dir).unwrap() {
         let text = std::fs::read(e.unwrap().path()).unwrap();

@@ -4,7 +4,7 @@
 //! A thread is **live** when a trusted codex process (its executable's SHA-256 is in the trusted
 //! set, the same digests the gate uses) holds both its rollout open for append and its
 //! `thread-writer-locks/<thread>.lock` flock, through fds it opened itself: the gate's step-5
-//! evidence (`gate/holder.rs`). Candidates come from `/proc/locks` (who holds an flock on a file
+//! evidence (`codex/proof/holder.rs`). Candidates come from `/proc/locks` (who holds an flock on a file
 //! in the lock directory), so only those few processes' fds are read. For each live thread the
 //! rollout's `session_meta` gives parent, cwd and originator, the rollout tracker
 //! (`rollout/`) the open turn (`busy` with it, else `idle`), and the first user prompt becomes
@@ -22,10 +22,10 @@ use facts::{find_title, first_line};
 pub use facts::{one_line, SessionInfo};
 pub use tree::{order, render_table};
 
+use crate::codex::proof::holder;
 use crate::codex::rollout::{RolloutIdentity, RolloutTracker};
 use crate::exe::digest::{DigestCache, Lookup};
 use crate::exe::ExeKey;
-use crate::gate::holder;
 use crate::os;
 use crate::store::{State, Store};
 use serde::{Deserialize, Serialize};

@@ -1,11 +1,15 @@
-//! Doctor's hook checks: Courier's hooks as Codex itself lists them (`codex app-server`,
-//! `hooks/list`), or, without a Codex to ask, as `hooks.json` and the trust entries say.
+//! The Codex row of doctor's host-agent table: Courier's hooks as Codex itself lists them
+//! (`codex app-server`, `hooks/list`), or, without a Codex to ask, as `hooks.json` and the trust
+//! entries say; then the Codex binaries found, whether each is trusted and in the tested range.
 
-use super::Check;
+use super::Context;
+use crate::codex;
+use crate::doctor::Check;
 use crate::install::{self, EVENTS};
+use crate::store::Store;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -97,7 +101,19 @@ fn camel_event(ev: &str) -> String {
 
 const TRUST_FIX: &str = "run `broker install` again (it rewrites Courier's trust entries), or review and trust the hooks in Codex (/hooks)";
 
-pub(super) fn check_hooks(codex: Option<&Path>, codex_home: &Path, state_dir: &Path, cwd: &Path, command: &str) -> Vec<Check> {
+/// Codex's checks, in order: the hooks (with the command install registers), the binaries.
+pub(super) fn checks(ctx: &Context) -> Vec<Check> {
+    let codex_home = courier_shared::paths::codex_home();
+    let codex = ctx.opts.codex.clone().or_else(|| codex::resolve::codex_on_path(std::env::var_os("PATH").as_deref()));
+    let mut checks = match ctx.expected_command {
+        Some(cmd) => check_hooks(codex.as_deref(), &codex_home, ctx.state_dir, &ctx.opts.cwd, cmd),
+        None => vec![Check::fail("cannot tell which hook-client should be registered", "run `broker install`")],
+    };
+    checks.extend(check_codex(codex.as_deref(), &codex_home, ctx.state_dir));
+    checks
+}
+
+fn check_hooks(codex: Option<&Path>, codex_home: &Path, state_dir: &Path, cwd: &Path, command: &str) -> Vec<Check> {
     let listed = match codex {
         Some(c) => runs_trusted_codex(c, state_dir).and_then(|()| codex_hooks_list(c, cwd, Duration::from_secs(30))),
         None => Err("no codex on PATH (pass --codex PATH)".into()),
@@ -178,4 +194,87 @@ fn check_hooks_offline(codex_home: &Path, command: &str) -> Vec<Check> {
         }
         vec![c]
     }
+}
+
+/// The Codex binaries found (the one given or on PATH, the managed-daemon releases): trusted, and
+/// in the tested range.
+fn check_codex(codex: Option<&Path>, codex_home: &Path, state_dir: &Path) -> Vec<Check> {
+    let mut out = Vec::new();
+    let commands: Vec<PathBuf> = codex.map(Path::to_path_buf).into_iter().collect();
+    let found = codex::discover(&commands, codex_home);
+    for (cmd, why) in &found.problems {
+        out.push(Check::fail(
+            format!("the codex at {} cannot be trusted: {why}", cmd.display()),
+            format!("reinstall Codex (npm install -g @openai/codex), or `broker trust-codex <its native binary>`; then `broker doctor --codex {}`", install::shell_quote(&cmd.to_string_lossy())),
+        ));
+    }
+    if found.found.is_empty() {
+        if found.problems.is_empty() {
+            out.push(Check::warn(
+                format!(
+                    "no Codex binary found: no codex on PATH and no managed-daemon release under {}",
+                    codex::resolve::releases_dir(codex_home).display()
+                ),
+                Some("`broker doctor --codex PATH` names the Codex you run; `broker trust-codex PATH` trusts it".into()),
+            ));
+        }
+        return out;
+    }
+    let store = Store::open(state_dir).ok();
+    let trusted = store.as_ref().and_then(|s| s.trusted_codex().ok()).unwrap_or_default();
+    for r in &found.found {
+        let native = r.native.display();
+        let via = if r.command == r.native { String::new() } else { format!(", run by {}", r.command.display()) };
+        let size = std::fs::metadata(&r.native).map(|m| m.len()).unwrap_or(0);
+        if size > crate::exe::digest::MAX_HASH_BYTES {
+            out.push(Check::warn(format!("{native} is {size} bytes, over what the broker hashes; not checked"), None));
+            continue;
+        }
+        let digest = match codex::sha256_file(&r.native) {
+            Ok(d) => d,
+            Err(e) => {
+                out.push(Check::warn(format!("could not hash {native}: {e:#}"), None));
+                continue;
+            }
+        };
+        out.push(match trusted.iter().find(|t| t.sha256 == digest) {
+            Some(t) => Check::ok(format!("Codex binary {native}{via} is trusted (sha256:{}, {})", &digest[..12], t.how.as_str())),
+            None => Check::fail(
+                format!(
+                    "Codex binary {native}{via} is not trusted (sha256:{}): hook calls from it are refused (untrusted_codex)",
+                    &digest[..12]
+                ),
+                format!("broker trust-codex {}", install::shell_quote(&r.native.to_string_lossy())),
+            ),
+        });
+        // Read from the package beside it: doctor runs no candidate binary (codex/native.rs).
+        let version = codex::native::version_beside(&r.native);
+        out.push(match version.as_deref().and_then(codex::parse_version) {
+            Some(v) if codex::support(v) == codex::Support::Tested => {
+                Check::ok(format!("Codex {} at {native} is in the tested range {}", version.as_deref().unwrap_or(""), codex::supported_range()))
+            }
+            Some(_) => Check::warn(
+                format!("Codex {} at {native} is outside the tested range {}", version.as_deref().unwrap_or(""), codex::supported_range()),
+                Some("delivery may work but receipts may read `uncertain`; run the end-to-end tests against it (tests/README.md) or use a tested release".into()),
+            ),
+            None => Check::warn(format!("the version of {native} is unknown (no Codex package file beside it)"), None),
+        });
+    }
+    if !trusted.is_empty() {
+        let n = trusted.len();
+        let mut c = Check::ok(format!("{n} trusted Codex {}", if n == 1 { "binary" } else { "binaries" }));
+        for t in &trusted {
+            c = c.detail(format!(
+                "{} {} sha256:{} {}{} at {}",
+                t.version.as_deref().unwrap_or("?"),
+                t.path,
+                &t.sha256[..12],
+                t.how.as_str(),
+                t.source.as_deref().map(|s| format!(" (from {s})")).unwrap_or_default(),
+                crate::inspect::date_time(t.added_at)
+            ));
+        }
+        out.push(c);
+    }
+    out
 }

@@ -1,17 +1,25 @@
-//! Step 6: rollout identity. The transcript is opened with no symlink on the way, and its
+//! Gate step 6, rollout identity. The transcript is opened with no symlink on the way, and its
 //! identity (device, inode, birth time) and canonical path are the same before and after the
 //! incremental read (`crate::codex::rollout::RolloutTracker`): a file replaced or moved during the read
 //! is refused, and a replaced file is re-read from its start, never trusted from the cache.
 
-use super::{Gate, Refusal, RefusalCode};
-use crate::codex::rollout::{RolloutIdentity, Snapshot};
+use super::{binding, Prover, RolloutRead, Transcript};
+use crate::codex::rollout::RolloutIdentity;
 use crate::os;
+use crate::refusal::{Refusal, RefusalCode};
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
-impl Gate {
+impl Prover {
+    /// Reads the rollout at a canonical transcript path incrementally, its identity unchanged
+    /// around the read.
+    pub fn read_rollout(&self, transcript: &Transcript) -> Result<RolloutRead, Refusal> {
+        let path = binding::check_path(&self.codex_home, transcript.text)?;
+        self.read(path, transcript.text)
+    }
+
     /// Reads the rollout at `path` incrementally; returns what is known of it and its identity.
-    pub(super) fn read_rollout(&self, path: &Path, path_str: &str) -> Result<(Snapshot, os::FileId), Refusal> {
+    fn read(&self, path: &Path, path_str: &str) -> Result<RolloutRead, Refusal> {
         let file = match os::open_no_symlinks(path) {
             Ok(Some(file)) => file,
             Err(e) if os::errno(&e) == nix::libc::ELOOP => {
@@ -59,9 +67,11 @@ impl Gate {
             .update(path, &file, identity(&before), before.size)
             .map_err(|e| Refusal::new(RefusalCode::RolloutChanged, format!("reading {path_str:?}: {e}")))?;
         #[cfg(test)]
-        self.stage(super::Stage::AfterRolloutRead);
+        if let Some(hook) = self.after_read.lock().unwrap().as_ref() {
+            hook()
+        }
         // Also proves the path still canonical: the opened file's own path (/proc/self/fd) is it.
         check_identity("after read")?;
-        Ok((snap, before))
+        Ok(RolloutRead { snapshot: snap, file: before })
     }
 }

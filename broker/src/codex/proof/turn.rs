@@ -1,12 +1,13 @@
-//! Step 7: turn affinity. The payload's `turn_id` must be the rollout's open turn; SessionStart
-//! has none (whether it may deliver is the caller's decision, from `Verified::sole_thread`).
+//! Gate step 7, turn affinity. The payload's `turn_id` must be the rollout's open turn;
+//! SessionStart has none (whether it may deliver is the caller's decision, from
+//! `Verified::sole_thread`).
 
-use super::{Refusal, RefusalCode};
 use crate::codex::rollout::Snapshot;
+use crate::refusal::{Refusal, RefusalCode};
 use codex_format::hook::{HookEvent, HookPayload};
 
 /// The verified turn id (`None` only for SessionStart).
-pub(super) fn check(event: HookEvent, payload: &HookPayload, snap: &Snapshot) -> Result<Option<String>, Refusal> {
+pub fn check_turn(event: HookEvent, payload: &HookPayload, snap: &Snapshot) -> Result<Option<String>, Refusal> {
     let open = snap.open_turn.as_deref();
     match (event, payload.turn_id.as_deref()) {
         (e, None) if !e.needs_turn() => Ok(None),
