@@ -316,7 +316,7 @@ fn a_forged_permission_request_is_refused() {
 fn a_tui_approval_is_answered_from_another_terminal() {
     let (model, env, cmd, ran, mark) = escalating("TUI_APPROVED", "to run it from the TUI");
     let broker = Broker::start_trusted(&env);
-    let mut tui = tui_asking(&env);
+    let tui = tui_asking(&env);
     // Both looked at in one loop: when the popup shows, and when `broker approvals` lists it.
     let (mut listed, mut shown): (Option<(Value, Instant)>, Option<Instant>) = (None, None);
     wait_until(T, "the TUI's approval listed and shown", || {

@@ -10,8 +10,8 @@
 
 use super::Broker;
 use crate::approval::Decision;
-use crate::codex::appserver::endpoint;
 use crate::codex::approval as codex_approval;
+use crate::codex::appserver::endpoint;
 use crate::config::Hold;
 use crate::gate::Verified;
 use courier_shared::wire::{self, HookReply, PROTOCOL_VERSION};

@@ -7,8 +7,8 @@
 use super::trust::TrustView;
 use super::Broker;
 use crate::approval::{Approval, ApprovalState};
-use crate::codex::appserver::endpoint;
 use crate::codex::approval::{self as codex_approval, Waits};
+use crate::codex::appserver::endpoint;
 use crate::gate::owner::NoOwner;
 use crate::store::now_ms;
 use std::sync::Arc;

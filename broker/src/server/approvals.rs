@@ -11,7 +11,6 @@
 use super::approval_hold::{self, Given, Holds};
 use super::trust::TrustView;
 use super::Broker;
-use courier_shared::wire::{HookReply, PROTOCOL_VERSION};
 use crate::approval::{AnswerOutcome, AnswerRecord, AnswerVia, Approval, ApprovalState, Decision, NewApproval, Refused};
 use crate::codex::approval::{self as codex_approval, Answered};
 use crate::codex::appserver::endpoint;
@@ -20,6 +19,7 @@ use crate::producer::line::{error, write_line, ErrorCode};
 use crate::reason::DeliveryReason;
 use crate::store::{now_ms, Enqueued, NewMessage, Store, Ticket};
 use codex_format::hook::HookEvent;
+use courier_shared::wire::{HookReply, PROTOCOL_VERSION};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::HashSet;
@@ -223,7 +223,7 @@ impl Broker {
             self.cancel_steering(steering.as_deref());
         }
         let mut store = crate::store::lock(&self.store);
-        store.settle_approval(&id, outcome, Some(&detail).filter(|d| !d.is_empty()).map(String::as_str)).map_err(failed)?;
+        store.settle_approval(id, outcome, Some(&detail).filter(|d| !d.is_empty()).map(String::as_str)).map_err(failed)?;
         crate::log_info!("approval {id}: {} -> {} {detail}", decision.as_str(), outcome.as_str());
         Ok(json!({"ok": true, "id": id, "outcome": outcome, "detail": detail}))
     }
@@ -248,7 +248,9 @@ impl Broker {
         };
         let (outcome, detail) = match approval_hold::give(hold, record.decision, record.message.clone()) {
             Given::Written => (AnswerOutcome::Won, "given as the PermissionRequest hook's decision"),
-            Given::HookGone => (AnswerOutcome::Lost, "the held hook had gone (Codex's hook timeout, or Codex exited): nothing reached Codex"),
+            Given::HookGone => {
+                (AnswerOutcome::Lost, "the held hook had gone (Codex's hook timeout, or Codex exited): nothing reached Codex")
+            }
         };
         crate::failpoint::hit("approval_after_answer");
         crate::store::lock(&self.store).settle_approval(id, outcome, Some(detail)).map_err(failed)?;
@@ -295,7 +297,10 @@ impl Broker {
 
 /// Why an answer sent without an acknowledgement is `unknown`.
 fn no_ack(waited: Duration) -> String {
-    format!("sent, and Codex did not acknowledge it within {} ms: it may or may not have been applied, and it is never sent again", waited.as_millis())
+    format!(
+        "sent, and Codex did not acknowledge it within {} ms: it may or may not have been applied, and it is never sent again",
+        waited.as_millis()
+    )
 }
 
 fn failed(e: anyhow::Error) -> (ErrorCode, String) {

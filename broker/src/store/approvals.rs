@@ -293,7 +293,10 @@ mod tests {
         let a = s.approval(&id).unwrap().unwrap();
         assert_eq!((a.state, a.answer.unwrap().outcome), (ApprovalState::Unknown, Some(AnswerOutcome::Unknown)));
         assert_eq!(a.detail.as_deref(), Some(INTERRUPTED));
-        assert_eq!(s.claim_approval(&id, &answer(Decision::Deny)).unwrap(), Err(Refused::NotPending(ApprovalState::Unknown, Some(INTERRUPTED.into()))));
+        assert_eq!(
+            s.claim_approval(&id, &answer(Decision::Deny)).unwrap(),
+            Err(Refused::NotPending(ApprovalState::Unknown, Some(INTERRUPTED.into())))
+        );
         assert_eq!(s.approval(&other).unwrap().unwrap().state, ApprovalState::Pending, "a pending one stays");
         let _ = std::fs::remove_dir_all(dir);
     }

@@ -41,7 +41,6 @@ pub fn approving_thread(env: &CodexEnv) -> (ListeningAppServer, WsAppServer, Str
     (server, client, thread)
 }
 
-
 /// `broker approvals --json`'s list.
 pub fn approvals(broker: &Broker, all: bool) -> Vec<Value> {
     let mut args = vec!["approvals", "--json"];
@@ -57,7 +56,6 @@ pub fn wait_listed(broker: &Broker, thread: &str, since: Instant) -> (Value, Dur
     let a = wait_until(T, "the approval listed", || approvals(broker, false).into_iter().find(|a| a["thread"] == thread));
     (a, since.elapsed())
 }
-
 
 /// A thread waiting on `cmd`'s approval (the client holds the request and does not answer):
 /// the broker, the client, the thread, the turn, the request and the listed approval.
@@ -119,7 +117,6 @@ pub fn answer(broker: &Broker, args: &[&str]) -> (bool, String) {
     let out = broker.run(args);
     (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
 }
-
 
 /// The Codex TUI under tmux in a trusted project, on-request and read-only, told to "run it" (its
 /// managed app-server daemon stopped on drop). The screen may first ask which model to use.
