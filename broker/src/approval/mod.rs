@@ -110,17 +110,20 @@ impl AnswerOutcome {
 pub enum AnswerVia {
     /// `broker approve|deny` on this host.
     Cli,
+    /// The host's NATS bridge, for a NATS user granted the approver permission for this host.
+    Nats,
 }
 
 impl AnswerVia {
     pub const fn as_str(self) -> &'static str {
         match self {
             AnswerVia::Cli => "cli",
+            AnswerVia::Nats => "nats",
         }
     }
 
     pub fn parse(s: &str) -> Option<AnswerVia> {
-        [AnswerVia::Cli].into_iter().find(|v| v.as_str() == s)
+        [AnswerVia::Cli, AnswerVia::Nats].into_iter().find(|v| v.as_str() == s)
     }
 }
 

@@ -71,11 +71,16 @@ impl Approvals {
 enum AnswerOp {
     Approve {
         id: String,
+        /// Set by the NATS bridge: the approver it answers for (recorded, not proven here).
+        #[serde(default)]
+        nats_user: Option<String>,
     },
     Deny {
         id: String,
         #[serde(default)]
         message: Option<String>,
+        #[serde(default)]
+        nats_user: Option<String>,
     },
 }
 
@@ -173,9 +178,9 @@ impl Broker {
     }
 
     fn answer(&self, stream: &UnixStream, op: AnswerOp) -> Result<Value, (ErrorCode, String)> {
-        let (id, decision, message) = match op {
-            AnswerOp::Approve { id } => (id, Decision::Approve, None),
-            AnswerOp::Deny { id, message } => (id, Decision::Deny, message.filter(|m| !m.trim().is_empty())),
+        let (id, decision, message, nats_user) = match op {
+            AnswerOp::Approve { id, nats_user } => (id, Decision::Approve, None, nats_user),
+            AnswerOp::Deny { id, message, nats_user } => (id, Decision::Deny, message.filter(|m| !m.trim().is_empty()), nats_user),
         };
         // Only a person answers: never a process a model's command may be.
         let peer = gate::peer::identify(stream).map_err(|r| (ErrorCode::NotAPerson, format!("{}: {}", r.code, r.detail)))?;
@@ -186,7 +191,11 @@ impl Broker {
         if listed.state != ApprovalState::Pending {
             return Err((ErrorCode::NotPending, Refused::NotPending(listed.state, listed.detail).to_string()));
         }
-        let record = AnswerRecord { decision, message, by, via: AnswerVia::Cli, at: now_ms(), outcome: None };
+        let (by, via) = match nats_user {
+            Some(user) => (format!("NATS user {user}, through {by}"), AnswerVia::Nats),
+            None => (by, AnswerVia::Cli),
+        };
+        let record = AnswerRecord { decision, message, by, via, at: now_ms(), outcome: None };
         if self.approvals.holds.is_held(&id) {
             return self.answer_held(&id, &record);
         }
