@@ -83,7 +83,9 @@ async fn publish(client: async_nats::Client, subject: String, socket: PathBuf) {
     loop {
         tokio::time::sleep(PUBLISH_EVERY).await;
         let s = socket.clone();
-        let listed = tokio::task::spawn_blocking(move || broker::producer::line::call(&s, &json!({"op": "approvals"}), Some(Duration::from_secs(5))));
+        let listed = tokio::task::spawn_blocking(move || {
+            broker::producer::line::call(&s, &json!({"op": "approvals"}), Some(Duration::from_secs(5)))
+        });
         let Ok(Ok(Some(reply))) = listed.await else { continue };
         let pending = reply["approvals"].as_array().cloned().unwrap_or_default();
         for a in pending.into_iter().filter(|a| a["state"] == "pending") {

@@ -26,7 +26,9 @@ fn approvers_conf() -> String {
 }
 
 fn ask(nats: &mut RawNats, user: &str, body: Value) -> Value {
-    nats.request(&format!("courier.approve.hosta.{user}"), &[], body.to_string().as_bytes()).unwrap_or_else(|e| panic!("{user}: {e}")).json()
+    nats.request(&format!("courier.approve.hosta.{user}"), &[], body.to_string().as_bytes())
+        .unwrap_or_else(|e| panic!("{user}: {e}"))
+        .json()
 }
 
 /// The bridge (`--approvers alice`) publishes the pending approval on `courier.approvals.hosta`;
