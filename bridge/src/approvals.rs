@@ -38,11 +38,11 @@ pub async fn start(client: &async_nats::Client, host: &str, approvers: Vec<Strin
         while let Some(m) = sub.next().await {
             let Some(reply) = m.reply.clone() else { continue };
             let user = m.subject.rsplit('.').next().unwrap_or_default().to_string();
-            let answer = if approvers.iter().any(|a| *a == user) {
+            let answer = if approvers.contains(&user) {
                 let (socket, body) = (s.clone(), m.payload.to_vec());
                 tokio::task::spawn_blocking(move || answer(&socket, &user, &body)).await.unwrap_or_else(|e| failed(&e.to_string()))
             } else {
-                log(&format!("approvals: refused an answer from NATS user {user:?}: not an approver for host {h}"));
+                log(format!("approvals: refused an answer from NATS user {user:?}: not an approver for host {h}"));
                 json!({"ok": false, "error": "not_an_approver", "message": format!("NATS user {user:?} may not answer approvals of host {h}")})
             };
             let _ = c.publish(reply, answer.to_string().into()).await;
@@ -65,7 +65,7 @@ fn answer(socket: &std::path::Path, user: &str, body: &[u8]) -> Value {
     if let (Some(m), "deny") = (ask["message"].as_str(), op) {
         request["message"] = json!(m);
     }
-    log(&format!("approvals: {op} {id} for NATS user {user}"));
+    log(format!("approvals: {op} {id} for NATS user {user}"));
     match broker::producer::line::call(socket, &request, Some(ANSWER_WITHIN)) {
         Ok(Some(reply)) => reply,
         Ok(None) => failed("no broker is running on this host"),
