@@ -94,6 +94,13 @@ pub struct StatusReply {
     pub parked_waits: u64,
     /// Executables waiting for a hashing lane (`exe/digest.rs`: each holds an fd; capped).
     pub digests_queued: u64,
+    /// Maintenance passes (every 500 ms) since the broker started, and how many of them looked at
+    /// the queue: one that can prove nothing changed and no row can move skips it.
+    pub maintenance_passes: u64,
+    pub maintenance_looks: u64,
+    /// Wake-channel passes that listed threads to wake (skipped while nothing changed since one
+    /// found none).
+    pub wake_looks: u64,
     #[serde(flatten)]
     pub other: serde_json::Map<String, serde_json::Value>,
 }

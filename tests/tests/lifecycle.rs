@@ -343,3 +343,52 @@ fn restart_replaces_a_hung_broker() {
     assert_ne!(new, pid);
     signal(new, "TERM");
 }
+
+/// CPU time the broker's `maintenance` thread has used so far (schedstat, ns).
+fn maintenance_cpu_ns(pid: u32) -> u64 {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        if std::fs::read_to_string(task.path().join("comm")).unwrap_or_default().trim() == "maintenance" {
+            let stat = std::fs::read_to_string(task.path().join("schedstat")).unwrap();
+            return stat.split_whitespace().next().unwrap().parse().unwrap();
+        }
+    }
+    panic!("broker {pid} has no maintenance thread")
+}
+
+/// `passes` more maintenance passes (500 ms each): the passes that looked at the queue and the
+/// wake passes that listed threads meanwhile, and the maintenance thread's CPU per pass.
+fn over_passes(env: &CodexEnv, pid: u32, passes: u64) -> (u64, u64, f64) {
+    let st = |what: &str| wait_until(T, what, || broker_lib::client::query_status(&env.runtime_dir));
+    let (s0, cpu0) = (st("status"), maintenance_cpu_ns(pid));
+    let s1 = wait_until(T, "maintenance passes", || {
+        broker_lib::client::query_status(&env.runtime_dir).filter(|s| s.maintenance_passes >= s0.maintenance_passes + passes)
+    });
+    let cpu = (maintenance_cpu_ns(pid) - cpu0) as f64 / (s1.maintenance_passes - s0.maintenance_passes) as f64;
+    (s1.maintenance_looks - s0.maintenance_looks, s1.wake_looks - s0.wake_looks, cpu)
+}
+
+/// An idle broker does no queue work: with no message that can still move and nothing committed,
+/// its periodic passes skip their statements (counted, and its maintenance thread's CPU per pass
+/// is a fraction of what it is while one message waits, measured in the same run). A pending
+/// message makes every pass look again; once it is cancelled, the passes stop looking.
+#[test]
+fn idle_broker_passes_skip_the_queue_until_something_is_committed() {
+    let env = env();
+    let broker = courier_tests::Broker::start(&env);
+    let pid = broker.pid().unwrap();
+    over_passes(&env, pid, 2); // the first pass checkpoints the schema's creation
+    let (looks, wakes, idle_cpu) = over_passes(&env, pid, 8);
+    assert_eq!((looks, wakes), (0, 0), "an empty queue: maintenance and wake passes looked at it");
+    let id = broker.send_future(&courier_tests::util::fake_uuid_v7(), "waits for a thread", None, None);
+    let (looks, _, live_cpu) = over_passes(&env, pid, 8);
+    assert!(looks >= 7, "a pending message: only {looks} of 8 maintenance passes looked at the queue");
+    broker.run_ok(&["cancel", &id]);
+    over_passes(&env, pid, 2); // the look that finds the cancelled message final
+    let (looks, wakes, quiet_cpu) = over_passes(&env, pid, 8);
+    assert_eq!((looks, wakes), (0, 0), "nothing can move and nothing was committed, yet the passes looked");
+    eprintln!("maintenance CPU per pass: idle {idle_cpu:.0} ns, one pending {live_cpu:.0} ns, after the cancel {quiet_cpu:.0} ns");
+    assert!(
+        idle_cpu.max(quiet_cpu) * 2.0 < live_cpu,
+        "an idle pass costs {idle_cpu:.0}/{quiet_cpu:.0} ns, a pass with work {live_cpu:.0} ns"
+    );
+}

@@ -3,11 +3,16 @@
 //! and the WAL is checkpointed on a connection of its own (never inside a hook call's commit:
 //! `store/checkpoint.rs`); every 10 minutes old final messages are pruned. Also the clean stop
 //! on a signal.
+//!
+//! The queue's steps (expiry to effort) work only on rows that can still move; when none is and
+//! nothing was committed since the last look (`store/watch.rs`), the pass skips them: an idle
+//! broker's pass is one `PRAGMA data_version`, not a dozen statements.
 
 use super::{listener::BOUND, Broker};
 use crate::delivery::{self};
-use crate::store::{Checkpointer, SAFETY_NET_PAGES};
+use crate::store::{Checkpointer, Watch, SAFETY_NET_PAGES};
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,11 +28,12 @@ pub(super) fn spawn(broker: Arc<Broker>, state_dir: &Path, retention: Option<Dur
             None
         }
     };
+    let mut watch = open_watch(state_dir, "maintenance");
     std::thread::Builder::new().name("maintenance".into()).spawn(move || {
         let mut last_prune: Option<Instant> = None;
         loop {
             std::thread::sleep(MAINTENANCE_INTERVAL);
-            broker.maintain();
+            broker.maintain(watch.as_mut());
             if let Some(c) = &checkpointer {
                 if let Err(e) = c.passive() {
                     crate::log_error!("checkpointing the queue: {e:#}");
@@ -40,6 +46,13 @@ pub(super) fn spawn(broker: Arc<Broker>, state_dir: &Path, retention: Option<Dur
         }
     })?;
     Ok(())
+}
+
+/// The queue watch of a periodic pass; without one (an error, logged) the pass looks every time.
+pub(super) fn open_watch(state_dir: &Path, pass: &str) -> Option<Watch> {
+    Watch::open(state_dir)
+        .map_err(|e| crate::log_error!("no queue watch for the {pass} pass ({e:#}); it looks at the queue every time"))
+        .ok()
 }
 
 impl Broker {
@@ -58,15 +71,39 @@ impl Broker {
         std::process::exit(0)
     }
 
-    pub(super) fn maintain(&self) {
+    /// One pass: the in-memory journals first (tickets, refusals), then the queue's steps unless
+    /// `watch` proves no row can move ([`Watch::nothing_live`]).
+    pub(super) fn maintain(&self, watch: Option<&mut Watch>) {
+        self.counters.maintenance_passes.fetch_add(1, Ordering::Relaxed);
         self.tickets.lock().unwrap_or_else(|e| e.into_inner()).maintain(&self.store);
+        self.record_queued_refusals();
+        let idle = watch.map(|w| w.nothing_live()).transpose().unwrap_or_else(|e| {
+            crate::log_error!("maintenance: watching the queue: {e:#}");
+            None
+        });
+        if idle != Some(true) {
+            self.counters.maintenance_looks.fetch_add(1, Ordering::Relaxed);
+            self.maintain_queue();
+        }
+    }
+
+    fn record_queued_refusals(&self) {
         let queued = std::mem::take(&mut *self.queued_refusals.lock().unwrap_or_else(|e| e.into_inner()));
+        if queued.is_empty() {
+            return;
+        }
         let mut store = crate::store::lock(&self.store);
         for (code, detail, pid) in queued {
             if let Err(e) = store.record_refusal(code, &detail, None, None, Some(i64::from(pid))) {
                 crate::log_error!("recording refusal {code}: {e:#}");
             }
         }
+    }
+
+    /// The steps on rows that can still move: `--ttl`s, lapsed leases, hand-offs, effort claims,
+    /// parked waits and threads that never appeared.
+    fn maintain_queue(&self) {
+        let mut store = crate::store::lock(&self.store);
         match store.expire_due() {
             Ok(0) => {}
             Ok(n) => crate::log_info!("expired {n} message(s) whose --ttl ran out"),

@@ -134,7 +134,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     // Resolve and hash the Codex binaries now (~1 s each for ~300 MB), not inside the first hook
     // call, whose client would give up at its 500 ms deadline; then follow upgrades.
     std::thread::Builder::new().name("codex-follower".into()).spawn(move || follower.run())?;
-    spawn_wake(&broker, opts.codex_home.clone())?;
+    spawn_wake(&broker, opts.codex_home.clone(), maintenance::open_watch(&opts.state_dir, "wake"))?;
     maintenance::spawn(Arc::clone(&broker), &opts.state_dir, opts.retention)?;
     approval_sweep::spawn(Arc::clone(&broker))?;
     serve_connections(broker, listener)
@@ -223,14 +223,16 @@ fn stop_on_signals(stop_signals: nix::sys::signal::SigSet, broker: &Arc<Broker>)
 }
 
 /// Waiting threads: a turn started through the app-server that owns them (wake.rs).
-fn spawn_wake(broker: &Arc<Broker>, codex_home: PathBuf) -> Result<()> {
+fn spawn_wake(broker: &Arc<Broker>, codex_home: PathBuf, watch: Option<crate::store::Watch>) -> Result<()> {
     let waking = Arc::clone(broker);
     std::thread::Builder::new().name("wake".into()).spawn(move || {
-        let waker = crate::wake::Waker::new(Arc::clone(&waking.wake_bound));
+        let waker = crate::wake::Waker::new(Arc::clone(&waking.wake_bound), watch);
         let signal = crate::store::lock(&waking.store).pending_signal();
         waker.run(&signal, || {
             let b = &*waking;
-            for (thread, outcome) in waker.pass(&b.store, &b.gate, &trust::TrustView(b), &codex_home) {
+            let Some(outcomes) = waker.pass(&b.store, &b.gate, &trust::TrustView(b), &codex_home) else { return };
+            b.counters.wake_looks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            for (thread, outcome) in outcomes {
                 crate::log_debug!("wake {thread}: {outcome:?}");
                 // Handed through the app-server: counted with the hooks' hand-offs (`inspect`).
                 if let crate::wake::Outcome::Woken { count, .. } = outcome {

@@ -28,6 +28,9 @@ impl Broker {
             rollout_bytes_read: n(&self.gate.tracker().total_bytes_read),
             parked_waits: self.producer.parked_waits() as u64,
             digests_queued: self.gate.digests().queued() as u64,
+            maintenance_passes: n(&c.maintenance_passes),
+            maintenance_looks: n(&c.maintenance_looks),
+            wake_looks: n(&c.wake_looks),
             other: Default::default(),
         }
     }
@@ -53,4 +56,9 @@ pub(super) struct Counters {
     /// Bytes allocated for complete frames queued for a worker or held by one (until it is done
     /// with them): they count against [`MAX_BUFFERED`] like unfinished ones.
     pub(super) frames_held: AtomicUsize,
+    pub(super) maintenance_passes: AtomicU64,
+    /// Maintenance passes that ran the queue's steps (`maintenance.rs`).
+    pub(super) maintenance_looks: AtomicU64,
+    /// Wake passes that listed the threads to wake (`mod.rs`, `spawn_wake`).
+    pub(super) wake_looks: AtomicU64,
 }

@@ -27,6 +27,7 @@ mod ticket_log;
 mod tickets;
 mod upkeep;
 mod wake;
+mod watch;
 
 pub use checkpoint::{Checkpointed, Checkpointer, SAFETY_NET_PAGES};
 pub use codex::{TrustHow, TrustedCodex};
@@ -38,6 +39,7 @@ pub use refusals::Refusal;
 pub use state::{Channel, Kind, LeaseToken, State, StateCounts};
 pub use ticket_log::{TicketLog, JOURNAL_NAME as TICKET_JOURNAL_NAME};
 pub use tickets::{Alarm, Taken, Ticket, TicketClaim};
+pub use watch::Watch;
 
 use crate::envelope::seal::SenderCheck;
 use crate::reason::{DeliveryReason, Reason};

@@ -35,7 +35,8 @@
 //! The pass runs in its own thread, at once when the broker makes a message pending (queued
 //! through it: `broker send`, the MCP server and the bridge all queue through the running broker),
 //! and at least every [`RECHECK`] (a thread that went idle after its last hook; a message written
-//! to the database by another process while no broker ran).
+//! to the database by another process while no broker ran). A pass that found no thread to wake
+//! is not repeated until something commits (`store/watch.rs`): only a commit makes one.
 
 mod bound;
 
@@ -48,7 +49,7 @@ use crate::gate::owner::{NoOwner, Owner};
 use crate::gate::{CodexTrust, Gate};
 use crate::os::ProcessKey;
 use crate::reason::DeliveryReason;
-use crate::store::{Channel, HandOff, Lease, PendingSignal, Store};
+use crate::store::{Channel, HandOff, Lease, PendingSignal, Store, Watch};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::Path;
@@ -85,25 +86,36 @@ pub enum Outcome {
 pub struct Waker {
     not_before: Mutex<HashMap<String, Instant>>,
     bound: Arc<Bound>,
+    /// Whether the queue changed since a pass found no thread (`None`: every pass looks).
+    watch: Mutex<Option<Watch>>,
 }
 
 impl Waker {
-    pub fn new(bound: Arc<Bound>) -> Waker {
-        Waker { not_before: Mutex::default(), bound }
+    pub fn new(bound: Arc<Bound>, watch: Option<Watch>) -> Waker {
+        Waker { not_before: Mutex::default(), bound, watch: Mutex::new(watch) }
     }
 
-    /// One pass over every thread with messages that may be woken.
-    pub fn pass(&self, store: &Mutex<Store>, gate: &Gate, trust: &dyn CodexTrust, codex_home: &Path) -> Vec<(String, Outcome)> {
-        let threads = {
-            let s = crate::store::lock(store);
-            match s.wake_candidates() {
-                Ok(t) => t,
-                Err(e) => {
-                    crate::log_error!("wake: listing threads: {e:#}");
-                    return Vec::new();
-                }
+    /// One pass over every thread with messages that may be woken; `None` when it was skipped:
+    /// nothing was committed since a pass found none.
+    pub fn pass(&self, store: &Mutex<Store>, gate: &Gate, trust: &dyn CodexTrust, codex_home: &Path) -> Option<Vec<(String, Outcome)>> {
+        let mut watch = self.watch.lock().unwrap_or_else(|e| e.into_inner());
+        match watch.as_mut().map(Watch::unchanged_since_idle) {
+            Some(Ok(true)) => return None,
+            Some(Err(e)) => crate::log_error!("wake: watching the queue: {e:#}"),
+            Some(Ok(false)) | None => {}
+        }
+        let listed = crate::store::lock(store).wake_candidates();
+        let threads = match listed {
+            Ok(t) => t,
+            Err(e) => {
+                crate::log_error!("wake: listing threads: {e:#}");
+                return Some(Vec::new());
             }
         };
+        if let Some(w) = watch.as_mut() {
+            w.found(threads.is_empty());
+        }
+        drop(watch);
         let now = Instant::now();
         let mut out = Vec::new();
         for thread in threads {
@@ -125,7 +137,7 @@ impl Waker {
             }
             out.push((thread, outcome));
         }
-        out
+        Some(out)
     }
 
     /// The wake thread: a pass as soon as this broker makes messages pending (queued through it,
