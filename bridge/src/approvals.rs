@@ -30,8 +30,12 @@ pub fn approve_subject(host: &str, user: &str) -> String {
     format!("courier.approve.{host}.{user}")
 }
 
-/// Starts publishing `host`'s pending approvals and taking its approvers' answers.
+/// Starts publishing `host`'s pending approvals and taking its approvers' answers; with no
+/// approvers, nothing (a bridge then needs no rights on these subjects).
 pub async fn start(client: &async_nats::Client, host: &str, approvers: Vec<String>, socket: PathBuf) -> Result<()> {
+    if approvers.is_empty() {
+        return Ok(());
+    }
     let mut sub = client.subscribe(approve_subject(host, "*")).await?;
     let (c, h, s) = (client.clone(), host.to_string(), socket.clone());
     tokio::spawn(async move {
