@@ -3,6 +3,7 @@
 //! ARCHITECTURE.md at the repository root maps these modules to the path of one hook request.
 
 pub mod approval;
+pub mod claude;
 pub mod cli;
 pub mod client;
 pub mod codex;

@@ -101,6 +101,7 @@ fn run() -> Result<ExitCode> {
         Cmd::Approvals => approvals(args),
         Cmd::Approve | Cmd::Deny => answer_approval(args),
         Cmd::TrustCodex => trust_codex(args),
+        Cmd::TrustClaude => trust_claude(args),
         Cmd::Install => install_cmd(args),
         Cmd::Uninstall => uninstall_cmd(args),
         Cmd::Doctor => doctor_cmd(args),
@@ -157,6 +158,7 @@ fn serve(args: Args) -> Result<ExitCode> {
             receipts: loaded.config.receipts,
             wake: loaded.config.wake,
             approvals: loaded.config.approvals,
+            claude_hook_port: loaded.config.claude.hook_port,
             extra_hook_clients: loaded.config.hook_clients,
         })
     });
@@ -214,7 +216,13 @@ fn install_cmd(args: Args) -> Result<ExitCode> {
         (false, None, None) if creds.is_none() => None,
         (false, ..) => return Err(UsageError("broker install: --nats, --host and --creds go with --bridge".into()).into()),
     };
-    let done = install::install(&install::InstallOptions { prefix, codex_home, start, source_dir, no_enable, mcp, bridge })?;
+    let claude = match (args.flag("claude"), args.flag("no-claude")) {
+        (true, true) => return Err(UsageError("broker install: --claude and --no-claude exclude each other".into()).into()),
+        (true, false) => install::ClaudeChoice::Register,
+        (false, true) => install::ClaudeChoice::Skip,
+        (false, false) => install::ClaudeChoice::Auto,
+    };
+    let done = install::install(&install::InstallOptions { prefix, codex_home, start, source_dir, no_enable, mcp, bridge, claude })?;
     let report = done.report;
     for line in report.iter().filter(|l| !l.is_empty()) {
         println!("{line}");
@@ -408,6 +416,14 @@ fn trust_codex(args: Args) -> Result<ExitCode> {
     if follow && store.follow_codex_command(&path.to_string_lossy())? {
         println!("following {} across Codex upgrades", path.display());
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn trust_claude(args: Args) -> Result<ExitCode> {
+    let path = std::path::absolute(PathBuf::from(&args.positionals[0]))?;
+    let mut store = open_store()?;
+    let (record, new) = broker::claude::trust::trust_path(&mut store, &path, broker::store::TrustHow::Manual)?;
+    println!("{} sha256:{} {}", if new { "trusted" } else { "already trusted" }, record.sha256, record.path);
     Ok(ExitCode::SUCCESS)
 }
 

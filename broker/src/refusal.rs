@@ -38,6 +38,14 @@
 //! | `bad_request` | connection | a complete frame that is not a request |
 //! | `protocol_version` | connection | the request speaks another protocol version |
 //! | `unexpected_ack` | connection | an ack frame with no lease to acknowledge |
+//! | `claude_request` | claude:payload | a Claude Code hook request that is not one bounded `POST /hook/<Event>` (an event Courier serves) with a JSON payload naming that event, a `session_id` UUID and a `transcript_path`, within the read deadline |
+//! | `claude_peer` | claude:peer_socket | the connection's client socket is not in `/proc/net/tcp` by its exact 4-tuple, or belongs to another uid |
+//! | `claude_holder` | claude:sole_holder | no process, or more than one fd, holds the client socket, or its holder exited during the check |
+//! | `untrusted_claude` | claude:trusted_claude | the holder's executable is not a trusted Claude Code binary (`broker trust-claude`), or is not hashed yet |
+//! | `claude_loader_env` | claude:clean_start | the claude process was started with a variable that loads other code into it (`BUN_OPTIONS`, `LD_PRELOAD`, ...: `claude::gate::LOADER_VARS`) |
+//! | `claude_transcript` | claude:transcript | `transcript_path` is not `<claude config dir>/projects/<project>/<session_id>.jsonl` of the holder's own environment, goes through a symbolic link, or is not a regular file |
+//! | `session_owned` | claude:session_owner | another live claude process owns the session (pinned at its first proven hook), or a hook of a session no turn opened while the broker ran |
+//! | `claude_turn` | claude:session_owner | a main-conversation tool hook whose `prompt_id` is not the turn the owner's last UserPromptSubmit opened |
 //!
 //! The steps are the gate's (`gate/mod.rs`, "Checks, in order"; step 8 runs after `verify`,
 //! `gate/ticket.rs`); `connection` codes come from
@@ -92,6 +100,14 @@ refusal_codes! {
     BadRequest,
     ProtocolVersion,
     UnexpectedAck,
+    ClaudeRequest,
+    ClaudePeer,
+    ClaudeHolder,
+    UntrustedClaude,
+    ClaudeLoaderEnv,
+    ClaudeTranscript,
+    SessionOwned,
+    ClaudeTurn,
 }
 
 use RefusalCode::*;
@@ -132,6 +148,14 @@ impl RefusalCode {
             BadRequest => "bad_request",
             ProtocolVersion => "protocol_version",
             UnexpectedAck => "unexpected_ack",
+            ClaudeRequest => "claude_request",
+            ClaudePeer => "claude_peer",
+            ClaudeHolder => "claude_holder",
+            UntrustedClaude => "untrusted_claude",
+            ClaudeLoaderEnv => "claude_loader_env",
+            ClaudeTranscript => "claude_transcript",
+            SessionOwned => "session_owned",
+            ClaudeTurn => "claude_turn",
         }
     }
 
@@ -156,6 +180,13 @@ impl RefusalCode {
             NoTicket | TicketUsed => "8",
             TooManyConnections | RequestTimeout | FrameTooLarge | TruncatedFrame | BufferLimit | BadRequest | ProtocolVersion
             | UnexpectedAck => "connection",
+            ClaudeRequest => "claude:payload",
+            ClaudePeer => "claude:peer_socket",
+            ClaudeHolder => "claude:sole_holder",
+            UntrustedClaude => "claude:trusted_claude",
+            ClaudeLoaderEnv => "claude:clean_start",
+            ClaudeTranscript => "claude:transcript",
+            SessionOwned | ClaudeTurn => "claude:session_owner",
         }
     }
 
@@ -189,6 +220,13 @@ impl RefusalCode {
                 "something other than hook-client wrote to the broker's socket, or a client died mid-request"
             }
             ProtocolVersion => "a hook-client of another Courier version: restart the broker after upgrading (`broker restart`)",
+            ClaudeRequest => "something other than Claude Code's HTTP hook posted to the broker's Claude port, or a Claude Code version that sends other payloads",
+            ClaudePeer | ClaudeHolder => "a process other than one claude connected to the Claude hook port (a script or curl posing as a hook: refused by design)",
+            UntrustedClaude => "a Claude Code binary that is not trusted sent the hook: `broker trust-claude PATH` (after an upgrade too)",
+            ClaudeLoaderEnv => "a claude started with BUN_OPTIONS, LD_PRELOAD or a like variable sent the hook: unset it where claude starts (a forged hook otherwise)",
+            ClaudeTranscript => "the hook named a transcript that is not its claude's own: a forged payload, or CLAUDE_CONFIG_DIR changed under the session",
+            SessionOwned => "two live claude processes on one session (`--resume` of a running session; the first one keeps its messages), or the broker started mid-turn",
+            ClaudeTurn => "a Claude Code tool hook of a turn the session's last prompt did not open: a replayed or forged payload",
         }
     }
 }

@@ -20,6 +20,9 @@ pub const CLAUDE_VERSION: &str = "2.1.332";
 /// The API key the private home approves (Claude Code asks about a custom key otherwise).
 const API_KEY: &str = "sk-ant-courier-test-0123456789abcdefghij";
 
+/// The hook events Courier serves over HTTP.
+pub const COURIER_EVENTS: [&str; 4] = ["UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop"];
+
 /// Default bound for one `claude -p` run.
 pub const PRINT_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -91,6 +94,15 @@ impl ClaudeEnv {
     pub fn set_hooks(&self, hooks: &[ClaudeHook]) {
         let entries: Vec<(&str, &str, Value)> =
             hooks.iter().map(|h| (h.event, h.matcher, json!({"type": "command", "command": h.command}))).collect();
+        self.set_hook_entries(&entries);
+    }
+
+    /// Courier's HTTP hooks (`http://127.0.0.1:PORT/hook/<Event>` for UserPromptSubmit,
+    /// PreToolUse, PostToolUse and Stop, each with a `timeout` of 5 s) and nothing else.
+    pub fn set_courier_hooks(&self, port: u16) {
+        let hook = |event: &str| json!({"type": "http", "url": format!("http://127.0.0.1:{port}/hook/{event}"), "timeout": 5});
+        let entries: Vec<(&str, &str, Value)> =
+            COURIER_EVENTS.iter().map(|e| (*e, if e.ends_with("ToolUse") { "*" } else { "" }, hook(e))).collect();
         self.set_hook_entries(&entries);
     }
 

@@ -65,13 +65,14 @@ pub fn platform() -> (&'static str, &'static str) {
     }
 }
 
-fn head(path: &Path) -> Vec<u8> {
+/// The first 64 KiB of `path` (empty when unreadable): what a resolver reads, never runs.
+pub(crate) fn head(path: &Path) -> Vec<u8> {
     let mut buf = Vec::with_capacity(4096);
     let _ = File::open(path).and_then(|f| f.take(64 * 1024).read_to_end(&mut buf));
     buf
 }
 
-fn is_elf(bytes: &[u8]) -> bool {
+pub(crate) fn is_elf(bytes: &[u8]) -> bool {
     bytes.starts_with(b"\x7fELF")
 }
 
@@ -107,7 +108,7 @@ fn resolve_depth(command: &Path, depth: usize) -> Result<Resolved> {
     let text = String::from_utf8_lossy(&bytes);
     let dir = real.parent().unwrap_or(Path::new("/"));
     let mut tried = Vec::new();
-    for target in shim_targets(&text, dir) {
+    for target in shim_targets(&text, dir, &["/codex.js", "/bin/codex"]) {
         match resolve_depth(&target, depth + 1) {
             Ok(mut r) => {
                 r.command = command.to_path_buf();
@@ -167,14 +168,14 @@ fn native_of_launcher(launcher: &Path, watch: &mut Vec<PathBuf>) -> Result<PathB
     )
 }
 
-/// Paths a shell shim runs: every word ending in `/codex.js` or `/bin/codex`, with `$basedir`
-/// (npm's and pnpm's shims) and `$(dirname "$0")` forms taken as the shim's directory.
-fn shim_targets(text: &str, dir: &Path) -> Vec<PathBuf> {
+/// Paths a shell shim runs: every word ending in one of `ends` (`/codex.js`, `/bin/codex`), with
+/// `$basedir` (npm's and pnpm's shims) and `$(dirname "$0")` forms taken as the shim's directory.
+pub(crate) fn shim_targets(text: &str, dir: &Path, ends: &[&str]) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let d = dir.to_string_lossy();
     for raw in text.split(|c: char| c.is_whitespace() || c == '"' || c == '\'' || c == ';' || c == '(' || c == ')') {
         let word = raw.trim_matches('`');
-        if !(word.ends_with("/codex.js") || word.ends_with("/bin/codex")) {
+        if !ends.iter().any(|e| word.ends_with(e)) {
             continue;
         }
         let expanded = word.replace("${basedir}", &d).replace("$basedir", &d);
@@ -187,7 +188,7 @@ fn shim_targets(text: &str, dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
+pub(crate) fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
 

@@ -5,11 +5,13 @@
 //! warnings by `broker serve` and `broker doctor`, so typos do not go unnoticed.
 
 mod approvals;
+mod claude;
 mod effort;
 mod wake;
 
 use anyhow::{bail, Context, Result};
 pub use approvals::{ApprovalsConfig, Hold, MAX_HOLD_SECS};
+pub use claude::ClaudeConfig;
 pub use effort::{EffortConfig, EffortLevel, EffortScope, Policy, Rule};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -18,7 +20,8 @@ use std::time::SystemTime;
 pub use wake::WakeConfig;
 
 /// Top-level keys this version knows (others only warn). `effort` belongs to the effort feature.
-pub const KNOWN_KEYS: [&str; 8] = ["hook_clients", "log_level", "retention_days", "receipts", "effort", "wake", "bridge", "approvals"];
+pub const KNOWN_KEYS: [&str; 9] =
+    ["hook_clients", "log_level", "retention_days", "receipts", "effort", "wake", "bridge", "approvals", "claude"];
 
 /// Days a message in a final state is kept when `retention_days` is not set.
 pub const DEFAULT_RETENTION_DAYS: u64 = 30;
@@ -44,6 +47,8 @@ pub struct Config {
     pub approvals: ApprovalsConfig,
     /// `[bridge]`: this host's NATS bridge (`courier-bridge serve`), for `broker doctor` to check.
     pub bridge: Option<BridgeConfig>,
+    /// `[claude]`: the loopback port of Claude Code's HTTP hooks (`claude/`); none: Claude Code off.
+    pub claude: ClaudeConfig,
 }
 
 /// `receipts`: each hook that delivers also shows the person one line in the Codex TUI (`↳ Hook ·
@@ -129,6 +134,7 @@ pub fn parse(text: &str) -> Result<(Config, Vec<String>)> {
     config.effort.validate()?;
     config.wake.validate()?;
     config.approvals.validate()?;
+    config.claude.validate()?;
     if let Some(b) = &config.bridge {
         check_bridge_host(&b.host).context("[bridge] host")?;
     }
@@ -235,5 +241,15 @@ mod tests {
         assert_eq!(parse("[approvals]\nhold = \"exec\"\n").unwrap().0.approvals.hold, Hold::Exec);
         assert!(parse("[approvals]\nhold = \"always\"\n").is_err());
         assert!(parse("[approvals]\nhold_secs = 301\n").is_err());
+    }
+
+    #[test]
+    fn claude_hook_port_is_off_by_default_and_never_0() {
+        assert_eq!(parse("").unwrap().0.claude.hook_port, None);
+        let (c, w) = parse("[claude]\nhook_port = 47120\n").unwrap();
+        assert_eq!((c.claude.hook_port, w.len()), (Some(47120), 0));
+        assert!(parse("[claude]\nhook_port = 0\n").unwrap_err().to_string().contains("hook_port"));
+        assert!(parse("[claude]\nhook_port = 70000\n").is_err());
+        assert!(parse("[claude]\nhookport = 1\n").is_err(), "unknown keys in [claude] are errors");
     }
 }

@@ -51,7 +51,8 @@ impl Handed {
     fn read(store: &Store, thread: Option<&str>) -> Result<Handed> {
         let mut by_rollout: HashMap<String, Vec<Message>> = HashMap::new();
         let mut codex = HashMap::new();
-        for m in store.handed(thread)? {
+        // A Claude Code hand-off is settled from its transcript by `claude/confirm.rs`.
+        for m in store.handed(thread)?.into_iter().filter(|m| m.event != Some(Channel::Claude)) {
             if let Some(lease) = m.lease {
                 if let Some((pid, starttime)) = store.codex_of(lease)? {
                     codex.insert(lease, ProcessKey { pid, starttime });

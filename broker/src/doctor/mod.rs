@@ -3,6 +3,7 @@
 //! rules, so a Codex that changed its trust rules shows up here as untrusted hooks.
 
 mod agent;
+mod claude;
 mod start;
 
 use crate::approval::{AnswerOutcome, Approval};
@@ -79,6 +80,10 @@ pub fn run(opts: &Options) -> Vec<Check> {
     for host in install::HostAgent::ALL {
         checks.extend(host.doctor_checks(&ctx));
     }
+
+    // Claude Code (not a row of the table yet): its hooks, port and binaries.
+    let broker = client::query_status(&runtime_dir).map(|s| s.pid as i32);
+    checks.extend(claude::check_claude(&state_dir, cfg.claude.hook_port, manifest.as_ref(), broker));
 
     checks.push(start::check_start(manifest.as_ref(), stopped));
 

@@ -196,33 +196,54 @@ pub fn parse_hooks_list(result: &Value) -> Vec<ListedHook> {
 /// otherwise removes handlers running any of `old_commands` and appends Courier's group. Returns
 /// each event's group index (for the trust key).
 pub fn merge_hooks(doc: &mut Value, command: &str, old_commands: &[String], m: &mut Manifest) -> Result<Vec<(String, usize)>> {
-    let root = doc.as_object_mut().context("hooks.json is not a JSON object")?;
+    let is_old = |h: &Value| h.get("command").and_then(Value::as_str).is_some_and(|c| c == command || old_commands.iter().any(|o| o == c));
+    let created = Created { hooks_key: &mut m.created_hooks_key, events: &mut m.created_events };
+    merge_groups(doc, "hooks.json", &EVENTS, &|ev| json!({"hooks": [handler(ev, command)]}), &is_old, created)
+}
+
+/// What a merge created, for its inverse: the `hooks` key, and the events it added.
+pub(super) struct Created<'a> {
+    pub(super) hooks_key: &'a mut bool,
+    pub(super) events: &'a mut Vec<String>,
+}
+
+/// Puts group `ours(event)` into `hooks.<event>` of `doc` (the `{"hooks": {"<Event>": [{"hooks":
+/// [...]}]}}` shape Codex's hooks.json and Claude Code's settings.json share) for each of
+/// `events`: a group equal to it stays where it is; otherwise handlers `is_old` says are
+/// Courier's earlier ones are removed and `ours` is appended after the user's groups. `file`
+/// names the file in errors. Returns each event's group index.
+pub(super) fn merge_groups(
+    doc: &mut Value,
+    file: &str,
+    events: &[&str],
+    ours: &dyn Fn(&str) -> Value,
+    is_old: &dyn Fn(&Value) -> bool,
+    created: Created<'_>,
+) -> Result<Vec<(String, usize)>> {
+    let root = doc.as_object_mut().with_context(|| format!("{file} is not a JSON object"))?;
     if !root.contains_key("hooks") {
         root.insert("hooks".into(), json!({}));
-        m.created_hooks_key = true;
+        *created.hooks_key = true;
     }
-    let hooks = root.get_mut("hooks").and_then(Value::as_object_mut).context("\"hooks\" in hooks.json is not an object")?;
-
-    let is_old = |h: &Value| h.get("command").and_then(Value::as_str).is_some_and(|c| c == command || old_commands.iter().any(|o| o == c));
+    let hooks = root.get_mut("hooks").and_then(Value::as_object_mut).with_context(|| format!("\"hooks\" in {file} is not an object"))?;
     let mut out = Vec::new();
-    for ev in EVENTS {
-        let ours = json!({"hooks": [handler(ev, command)]});
+    for ev in events.iter().copied() {
+        let ours = ours(ev);
         if !hooks.contains_key(ev) {
             hooks.insert(ev.into(), json!([]));
-            if !m.created_events.iter().any(|e| e == ev) {
-                m.created_events.push(ev.into());
+            if !created.events.iter().any(|e| e == ev) {
+                created.events.push(ev.into());
             }
         }
-        let groups =
-            hooks.get_mut(ev).and_then(Value::as_array_mut).with_context(|| format!("hooks.{ev} in hooks.json is not an array"))?;
+        let groups = hooks.get_mut(ev).and_then(Value::as_array_mut).with_context(|| format!("hooks.{ev} in {file} is not an array"))?;
         if let Some(i) = groups.iter().position(|g| *g == ours) {
-            let stale = groups.iter().enumerate().any(|(j, g)| j != i && group_has(g, &is_old));
+            let stale = groups.iter().enumerate().any(|(j, g)| j != i && group_has(g, is_old));
             if !stale {
                 out.push((ev.to_string(), i));
                 continue;
             }
         }
-        strip_handlers(groups, &is_old);
+        strip_handlers(groups, is_old);
         groups.push(ours);
         out.push((ev.to_string(), groups.len() - 1));
     }
@@ -246,17 +267,29 @@ pub(super) fn strip_handlers(groups: &mut Vec<Value>, pred: &dyn Fn(&Value) -> b
 /// Structural inverse of [`merge_hooks`].
 pub fn unmerge_hooks(doc: &mut Value, m: &Manifest) {
     let is_ours = |h: &Value| h.get("command").and_then(Value::as_str).is_some_and(|c| m.commands.iter().any(|o| o == c));
+    unmerge_groups(doc, &EVENTS, &is_ours, m.created_hooks_key, &m.created_events);
+}
+
+/// Structural inverse of [`merge_groups`]: handlers `is_ours` says are Courier's removed, and the
+/// events and `hooks` key the merge created removed once empty.
+pub(super) fn unmerge_groups(
+    doc: &mut Value,
+    events: &[&str],
+    is_ours: &dyn Fn(&Value) -> bool,
+    hooks_key: bool,
+    created_events: &[String],
+) {
     let Some(root) = doc.as_object_mut() else { return };
     if let Some(hooks) = root.get_mut("hooks").and_then(Value::as_object_mut) {
-        for ev in EVENTS {
+        for ev in events.iter().copied() {
             if let Some(groups) = hooks.get_mut(ev).and_then(Value::as_array_mut) {
-                strip_handlers(groups, &is_ours);
-                if groups.is_empty() && m.created_events.iter().any(|e| e == ev) {
+                strip_handlers(groups, is_ours);
+                if groups.is_empty() && created_events.iter().any(|e| e == ev) {
                     hooks.remove(ev);
                 }
             }
         }
-        if hooks.is_empty() && m.created_hooks_key {
+        if hooks.is_empty() && hooks_key {
             root.remove("hooks");
         }
     }

@@ -91,6 +91,9 @@ pub struct Manifest {
     /// hashing a binary on every command.
     #[serde(default)]
     pub package_sums: BTreeMap<String, String>,
+    /// Claude Code's hooks, port and trusted binaries (`claude.rs`).
+    #[serde(default)]
+    pub claude: Option<super::claude::ClaudeSetup>,
 }
 
 pub fn manifest_path(state_dir: &Path) -> PathBuf {

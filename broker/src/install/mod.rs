@@ -48,6 +48,7 @@ use {
 
 pub use agent::HostAgent;
 pub use bridge::{BridgeOptions, BRIDGE_UNIT};
+pub use claude::{ClaudeChoice, ClaudeSetup};
 pub use config_toml::{add_trust, remove_trust};
 pub use daemon::{daemon_env, daemonize, login_start, stop_broker_running, DAEMON_ENV, DAEMON_ENV_PREFIXES};
 pub use hooks::{
@@ -86,6 +87,7 @@ pub const SERVICE_UNIT: &str = "courier-broker.service";
 mod agent;
 mod bridge;
 mod carry;
+mod claude;
 mod config_toml;
 mod daemon;
 mod files;
@@ -121,6 +123,9 @@ pub struct InstallOptions {
     /// `--bridge --nats URL --host NAME [--creds FILE]`: install `courier-bridge`, write the
     /// `[bridge]` table and start the bridge at login beside the broker.
     pub bridge: Option<BridgeOptions>,
+    /// Courier's hooks in Claude Code's settings.json (`--claude`, `--no-claude`; default: when a
+    /// `claude` is found).
+    pub claude: ClaudeChoice,
 }
 
 /// Human-readable lines describing what happened.
@@ -202,8 +207,11 @@ pub fn install(opts: &InstallOptions) -> Result<Installed> {
     Err(anyhow::anyhow!(msg))
 }
 
+/// The trusted Codex and Claude Code digests.
 fn trusted_digests(state_dir: &Path) -> Result<Vec<String>> {
-    Ok(Store::open(state_dir)?.trusted_codex()?.into_iter().map(|t| t.sha256).collect())
+    let store = Store::open(state_dir)?;
+    let claude = store.trusted_claude()?.into_iter().map(|t| t.sha256);
+    Ok(store.trusted_codex()?.into_iter().map(|t| t.sha256).chain(claude).collect())
 }
 
 /// Forgets the Codex digests trusted and the commands followed since `before` (by this failed run).
@@ -219,6 +227,11 @@ fn untrust_added(state_dir: &Path, before: &[String], followed_before: &[String]
         let (digest, path) = (t.sha256, t.path);
         if !before.contains(&digest) && store.untrust_codex(&digest)? {
             lines.push(format!("no longer trusting {path} (sha256:{digest})"));
+        }
+    }
+    for t in store.trusted_claude()? {
+        if !before.contains(&t.sha256) && store.untrust_claude(&t.sha256)? {
+            lines.push(format!("no longer trusting {} (sha256:{})", t.path, t.sha256));
         }
     }
     Ok(lines)

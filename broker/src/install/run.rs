@@ -1,7 +1,8 @@
 //! `broker install` as a plan of named steps, each writing the manifest ahead of what it puts in
 //! place (so `broker uninstall` finds it even after a kill) and saying what it did in the report:
 //! [`Run::binaries`], [`Run::host_agents`] (each host agent's row, `agent/`: its hooks registered
-//! and trusted in its config, its binary trusted), [`Run::start_at_login`], [`Run::bridge`].
+//! and trusted in its config, its binary trusted), `claude::install_claude` (Claude Code's hooks,
+//! port and binaries), [`Run::start_at_login`], [`Run::bridge`].
 //! `install` (mod.rs) journals and undoes them as one.
 
 use super::agent::HostAgent;
@@ -13,8 +14,10 @@ pub(super) fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Ins
     m.version = 1;
     let codex_home = absolute(&opts.codex_home)?;
     let mut run = Run { opts, state_dir: state_dir.to_path_buf(), codex_home, m, report: Report::new() };
-    let bins = run.binaries()?;
+    let mut bins = run.binaries()?;
     let codex_problem = run.host_agents(&bins)?;
+    // A new hook port is served only by a broker started after it was written.
+    bins.replaced |= claude::install_claude(&mut run.m, &run.state_dir, opts.claude, &mut run.report)?;
     let mode = run.start_at_login(&bins)?;
     run.bridge(&bins, mode)?;
     Ok(Installed { report: run.report, codex_problem })

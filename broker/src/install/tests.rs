@@ -152,6 +152,7 @@ fn each_agent_row_edits_only_the_config_files_it_names() {
         no_enable: true,
         mcp: false,
         bridge: None,
+        claude: ClaudeChoice::Skip,
     };
     let mut run =
         carry::Run { opts: &opts, state_dir: state.clone(), codex_home: home.clone(), m: Manifest::default(), report: Report::new() };

@@ -169,13 +169,15 @@ pub fn counts_by_thread(store: &Store) -> Result<BTreeMap<String, crate::store::
 pub const FUTURE_THREAD_WAIT_MS: i64 = 24 * 3_600_000;
 
 /// Expires pending messages (no `--ttl`, queued more than [`FUTURE_THREAD_WAIT_MS`] ago) whose
-/// thread still has no rollout under `$CODEX_HOME/sessions`. The broker runs it with its prune.
+/// thread still has no rollout under `$CODEX_HOME/sessions` (nor is a proven Claude Code session).
+/// The broker runs it with its prune.
 pub fn expire_never_appeared(store: &mut Store, codex_home: &std::path::Path) -> Result<usize> {
     let cutoff = crate::store::now_ms() - FUTURE_THREAD_WAIT_MS;
     let threads = store.threads_pending_since(cutoff)?;
     let mut expired = 0;
     for thread in threads {
-        if crate::codex::rollout::find_rollout(codex_home, &thread).is_some() {
+        // A Claude Code session the broker has proven has no rollout: it appeared all the same.
+        if crate::codex::rollout::find_rollout(codex_home, &thread).is_some() || store.claude_session_pin(&thread)?.is_some() {
             continue;
         }
         expired += store.expire_never_appeared(&thread, cutoff)?;

@@ -203,6 +203,47 @@ fn rollout_of(codex_home: &Path, thread: &str) -> Option<PathBuf> {
     None
 }
 
+/// Where the target thread stands: a Codex rollout (live or ended), a proven Claude Code
+/// session, or nothing yet (refused unless `--future-thread`).
+fn thread_status(store: &Store, codex_home: &Path, thread: &str, opts: &SendOptions) -> Result<(ThreadStatus, Option<String>), SendError> {
+    Ok(if rollout_of(codex_home, thread).is_some() {
+        if threads::lock_held(codex_home, thread) {
+            (ThreadStatus::Live, None)
+        } else {
+            let note = format!(
+                "thread {thread} has ended (no Codex process runs it now); the message waits until the thread is resumed \
+                 (`codex resume {thread}`, or `codex exec resume {thread} ...`)"
+            );
+            (ThreadStatus::Ended, Some(note))
+        }
+    } else if let Some(pin) = store.claude_session_pin(thread).map_err(SendError::Failed)? {
+        // A Claude Code session the broker has proven (claude/): its hooks deliver.
+        match pin.owner.is_alive() {
+            true => (ThreadStatus::Live, None),
+            false => (
+                ThreadStatus::Ended,
+                Some(format!("Claude Code session {thread} has ended; the message waits until it is resumed (`claude --resume {thread}`)")),
+            ),
+        }
+    } else {
+        if !opts.future_thread {
+            return Err(refused(
+                ErrorCode::NoSuchThread,
+                format!(
+                    "no rollout under {} has thread {thread}: nothing was queued (a typo? `broker threads --all` lists the threads there; \
+                     --future-thread queues for a thread that does not exist yet)",
+                    codex_home.join("sessions").display()
+                ),
+            ));
+        }
+        let limit = match opts.ttl_ms {
+            Some(_) => "until its --ttl".to_string(),
+            None => format!("at most {} h (then it expires: thread_never_appeared)", super::FUTURE_THREAD_WAIT_MS / 3_600_000),
+        };
+        (ThreadStatus::NotStarted, Some(format!("no rollout has thread {thread} yet; the message waits for it to appear, {limit}")))
+    })
+}
+
 /// Resolves the target, checks it, and queues the message.
 pub fn send(
     store: &mut Store,
@@ -232,33 +273,7 @@ pub fn send(
         Target::Cwd(c) => thread_for_cwd(&live().map_err(SendError::Failed)?, c)?,
         Target::Agent { parent, name } => agent_of(&live().map_err(SendError::Failed)?, parent, name)?,
     };
-    let (status, note) = if rollout_of(codex_home, &thread).is_some() {
-        if threads::lock_held(codex_home, &thread) {
-            (ThreadStatus::Live, None)
-        } else {
-            let note = format!(
-                "thread {thread} has ended (no Codex process runs it now); the message waits until the thread is resumed \
-                 (`codex resume {thread}`, or `codex exec resume {thread} ...`)"
-            );
-            (ThreadStatus::Ended, Some(note))
-        }
-    } else {
-        if !opts.future_thread {
-            return Err(refused(
-                ErrorCode::NoSuchThread,
-                format!(
-                    "no rollout under {} has thread {thread}: nothing was queued (a typo? `broker threads --all` lists the threads there; \
-                     --future-thread queues for a thread that does not exist yet)",
-                    codex_home.join("sessions").display()
-                ),
-            ));
-        }
-        let limit = match opts.ttl_ms {
-            Some(_) => "until its --ttl".to_string(),
-            None => format!("at most {} h (then it expires: thread_never_appeared)", super::FUTURE_THREAD_WAIT_MS / 3_600_000),
-        };
-        (ThreadStatus::NotStarted, Some(format!("no rollout has thread {thread} yet; the message waits for it to appear, {limit}")))
-    };
+    let (status, note) = thread_status(store, codex_home, &thread, opts)?;
     let new = NewMessage {
         thread: &thread,
         body: &opts.text,

@@ -23,6 +23,7 @@
 //! | `shown_truncated` | uncertain | the model saw part of it (Codex cut the output inside it) |
 //! | `marker_missing` | uncertain | its hand-off's output is in the rollout without it, and without Codex's truncation notice |
 //! | `codex_exited` | uncertain | its codex exited before the rollout showed it |
+//! | `claude_exited` | uncertain | handed to a Claude Code hook, and its claude exited before the transcript showed a request carrying it |
 //! | `rollout_missing` | uncertain | its rollout could not be opened any more |
 //! | `rollout_rewritten` | uncertain | its rollout is now shorter than where the scan stood: rewritten, not appended to |
 //! | `turn_closed_without_marker` | uncertain | handed with no turn id (SessionStart), and a turn closed without it |
@@ -87,6 +88,7 @@ reasons! {
         ShownTruncated = "shown_truncated",
         MarkerMissing = "marker_missing",
         CodexExited = "codex_exited",
+        ClaudeExited = "claude_exited",
         RolloutMissing = "rollout_missing",
         RolloutRewritten = "rollout_rewritten",
         TurnClosedWithoutMarker = "turn_closed_without_marker",

@@ -83,6 +83,8 @@ pub struct ServeOptions {
     pub wake: crate::config::WakeConfig,
     /// `[approvals]`: how answering waits for Codex.
     pub approvals: crate::config::ApprovalsConfig,
+    /// `[claude] hook_port`: serve Claude Code's HTTP hooks on this loopback port (`claude/`).
+    pub claude_hook_port: Option<u16>,
 }
 
 struct Broker {
@@ -135,6 +137,13 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     // call, whose client would give up at its 500 ms deadline; then follow upgrades.
     std::thread::Builder::new().name("codex-follower".into()).spawn(move || follower.run())?;
     spawn_wake(&broker, opts.codex_home.clone(), maintenance::open_watch(&opts.state_dir, "wake"))?;
+    if let Some(port) = opts.claude_hook_port {
+        // Fail open: a port taken by another program costs Claude Code its deliveries, not Codex.
+        match crate::claude::serve::spawn(port, &opts.state_dir, broker.gate.digests().clone()) {
+            Ok(addr) => crate::log_info!("serving Claude Code hooks on http://{addr}/hook/<Event>"),
+            Err(e) => crate::log_error!("Claude Code hooks not served: {e:#}"),
+        }
+    }
     maintenance::spawn(Arc::clone(&broker), &opts.state_dir, opts.retention)?;
     approval_sweep::spawn(Arc::clone(&broker))?;
     serve_connections(broker, listener)

@@ -13,6 +13,7 @@
 
 mod approvals;
 mod checkpoint;
+mod claude;
 mod codex;
 mod effort;
 mod enqueue;
@@ -30,6 +31,7 @@ mod wake;
 mod watch;
 
 pub use checkpoint::{Checkpointed, Checkpointer, SAFETY_NET_PAGES};
+pub use claude::{Pinned, SessionPin, TrustedClaude};
 pub use codex::{TrustHow, TrustedCodex};
 pub use effort::{Claim, Details};
 pub use enqueue::{Enqueued, NewMessage};
@@ -393,6 +395,7 @@ impl Store {
         migrate_messages(&conn).context("adding the messages columns")?;
         tickets::migrate(&conn).context("creating the tickets tables")?;
         approvals::migrate(&conn).context("creating the approvals table")?;
+        claude::migrate(&conn).context("creating the Claude Code tables")?;
         conn.execute_batch(PENDING_INDEXES).context("creating the pending-message indexes")?;
         Ok(Store { conn, pending: Default::default() })
     }

@@ -107,6 +107,9 @@ pub enum Channel {
     Hook(HookEvent),
     /// A turn started in an idle thread through its app-server (`wake/`).
     Wake,
+    /// A proven Claude Code hook (`claude/deliver.rs`): its own confirmation reads the Claude
+    /// Code transcript (`claude/confirm.rs`), never the Codex scan.
+    Claude,
 }
 
 impl Channel {
@@ -114,11 +117,16 @@ impl Channel {
         match self {
             Channel::Hook(e) => e.as_str(),
             Channel::Wake => "wake",
+            Channel::Claude => "claude",
         }
     }
 
     pub fn parse(s: &str) -> Option<Channel> {
-        Some(if s == Channel::Wake.as_str() { Channel::Wake } else { Channel::Hook(HookEvent::parse(s)) })
+        Some(match s {
+            "wake" => Channel::Wake,
+            "claude" => Channel::Claude,
+            _ => Channel::Hook(HookEvent::parse(s)),
+        })
     }
 
     /// Only messages sent with `--wake auto` may start a turn; the hooks take any.

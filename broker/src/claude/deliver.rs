@@ -1,0 +1,46 @@
+//! Delivery mid-turn to a proven Claude Code hook: at a main-conversation PostToolUse the
+//! session's oldest pending messages go out as the answer's `additionalContext`, which Claude
+//! Code sends to the model with its next request (`PostToolUse:<tool> hook additional context:
+//! <text>`). The hand-off is recorded (fsynced, with the claude process it went to) before the
+//! answer exists, as every channel's is, so a broker crash can never double a message: what
+//! happens after is settled from the transcript (`claude/confirm.rs`).
+//!
+//! `agent_scope`: a sub-agent's hooks carry the parent's session and an `agent_id`; what they
+//! inject reaches only the sub-agent (probed on 2.1.332), so they are handed nothing.
+
+use super::gate::Proven;
+use super::Event;
+use crate::store::{Channel, HandOff, Message, Store};
+use anyhow::Result;
+use serde_json::json;
+
+/// Most bytes of one `additionalContext`: Claude Code hands up to 10,000 characters whole and
+/// replaces more with a 2 KB preview (probed on 2.1.332); a message that does not fit stays
+/// pending (and the ones behind it), never previewed.
+pub const MAX_CONTEXT_BYTES: usize = 8_000;
+/// How long a lease lives before its hand-off must be recorded (the same call records it).
+const LEASE_MS: i64 = 10_000;
+/// The answer that changes nothing in the session.
+pub const NOTHING: &str = "{}";
+
+/// What a proven hook is answered: [`NOTHING`], or at a main-conversation PostToolUse the
+/// session's oldest pending messages, already recorded as handed.
+pub fn offer(store: &mut Store, p: &Proven) -> Result<String> {
+    let pay = &p.payload;
+    if pay.event != Event::PostToolUse || pay.agent_id.is_some() {
+        return Ok(NOTHING.to_string());
+    }
+    let Some(lease) = store.lease(&pay.session_id, Channel::Claude, Some(&pay.prompt_id), LEASE_MS, MAX_CONTEXT_BYTES)? else {
+        return Ok(NOTHING.to_string());
+    };
+    let text = lease.messages.iter().map(Message::wrapped).collect::<Vec<_>>().join("\n");
+    // Confirmation reads the transcript from here: the request carrying the text comes after.
+    let offset = std::fs::metadata(&pay.transcript_path).map_or(0, |m| m.len());
+    let transcript = pay.transcript_path.to_string_lossy();
+    if !store.hand_off(lease.token, &HandOff::at(&transcript, offset, p.key()))? {
+        return Ok(NOTHING.to_string()); // the lease lapsed: its messages are pending again
+    }
+    let ids: Vec<&str> = lease.messages.iter().map(|m| m.id.as_str()).collect();
+    crate::log_info!("claude: handed {} to session {} (pid {}) at PostToolUse", ids.join(", "), pay.session_id, p.key().pid);
+    Ok(json!({"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": text}}).to_string())
+}

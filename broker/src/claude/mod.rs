@@ -1,0 +1,59 @@
+//! The Claude Code wing: everything Courier knows about Claude Code as a host agent. Claude Code
+//! calls the broker's loopback HTTP endpoint for its hooks (`[claude] hook_port`); no Courier
+//! process runs under claude, so there is no process a model's command could stand in for.
+//! docs/claude-code.md has the design and the probes each step rests on.
+//!
+//! # Rooms
+//! - `trust.rs`: trusting a Claude Code native binary by digest (`broker trust-claude`);
+//! - `resolve.rs`: the native binary behind the `claude` a user runs (npm, pnpm, the native
+//!   installer, the local install), found without running it (`broker install`, `doctor`);
+//! - `settings.rs`: Courier's HTTP hooks in Claude Code's `settings.json` (where, what, the
+//!   user's own style kept);
+//! - `http.rs`: the bounded HTTP/1.1 of one hook request and its answer;
+//! - `peer.rs`: the kernel's view of a connection (`peer_socket`, `sole_holder`);
+//! - `gate.rs`: the kernel steps of the gate (payload, holder, trusted binary, clean start,
+//!   transcript), store-free;
+//! - `session.rs`: the steps that need the store (`session_owner`, `turn_ticket`);
+//! - `deliver.rs`: what a proven hook is handed (PostToolUse `additionalContext`; `agent_scope`);
+//! - `confirm.rs`: hand-offs settled from the transcript's request records;
+//! - `serve.rs`: the endpoint's threads in `broker serve`: accept, verify, record, answer, and
+//!   the confirmation pass.
+
+pub mod confirm;
+pub mod deliver;
+pub mod gate;
+pub mod http;
+pub mod peer;
+pub mod resolve;
+pub mod serve;
+pub mod session;
+pub mod settings;
+pub mod trust;
+
+/// The Claude Code hook events the broker serves (the ones that take HTTP hooks and that Courier
+/// registers; SessionStart takes none, probed on 2.1.332).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Event {
+    UserPromptSubmit,
+    PreToolUse,
+    PostToolUse,
+    Stop,
+}
+
+impl Event {
+    pub const ALL: [Event; 4] = [Event::UserPromptSubmit, Event::PreToolUse, Event::PostToolUse, Event::Stop];
+
+    /// The name in the hook's URL (`/hook/<name>`) and in the payload's `hook_event_name`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Event::UserPromptSubmit => "UserPromptSubmit",
+            Event::PreToolUse => "PreToolUse",
+            Event::PostToolUse => "PostToolUse",
+            Event::Stop => "Stop",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Event> {
+        Event::ALL.into_iter().find(|e| e.as_str() == s)
+    }
+}

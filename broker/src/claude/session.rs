@@ -1,0 +1,80 @@
+//! The gate's steps that need the store.
+//!
+//! `session_owner`: Claude Code takes no writer lock on a transcript, and two processes resuming
+//! one session both run genuine hooks (probed on 2.1.332). So the broker pins each session to the
+//! claude process `(pid, start time)` of its first proven UserPromptSubmit (SessionStart takes no
+//! HTTP hook), and refuses any other live claude presenting it. A dead owner's pin passes to the
+//! next claude that opens a turn in the session (`claude --resume` after the first one quit).
+//! The pin also holds the turn the owner's last UserPromptSubmit opened (`prompt_id`): a tool
+//! hook of the main conversation must name it.
+//!
+//! `turn_ticket`: one ticket per (session, `prompt_id`, `tool_use_id`, event) for the tool hooks,
+//! one per (session, `prompt_id`) for UserPromptSubmit, taken durably before the hook is
+//! answered (`Store::claim_ticket`, the table Codex's tickets go to); a second presentation is
+//! refused `ticket_used` and raises the alarm on what the first was handed. Stop takes none:
+//! nothing is delivered at Stop yet.
+
+use super::gate::{Payload, Proven};
+use super::Event;
+use crate::gate::Refusal;
+use crate::refusal::RefusalCode;
+use crate::store::{Pinned, Store, Ticket, TicketClaim};
+use codex_format::hook::HookEvent;
+
+fn refusal(p: &Payload, code: RefusalCode, detail: String) -> Refusal {
+    Refusal { code, detail, thread: Some(p.session_id.clone()), event: Some(p.event.as_str().to_string()) }
+}
+
+/// Checks (and, at a UserPromptSubmit, takes) the session's pin for the proven claude.
+pub fn session_owner(store: &mut Store, p: &Proven) -> Result<(), Refusal> {
+    let (key, pay) = (p.key(), &p.payload);
+    let refuse = |detail: String| refusal(pay, RefusalCode::SessionOwned, detail);
+    let store_err = |e: anyhow::Error| refuse(format!("the session pin could not be read: {e:#}"));
+    if pay.event != Event::UserPromptSubmit {
+        // Only a turn's opening may take a pin: a later hook of a session nobody pinned yet (the
+        // broker started mid-turn) is refused, and its next turn pins it.
+        let pin = store.claude_session_pin(&pay.session_id).map_err(store_err)?;
+        return match pin {
+            Some(pin) if pin.owner != key => Err(refuse(format!("pid {} presents a session pinned to pid {}", key.pid, pin.owner.pid))),
+            Some(pin) if pay.agent_id.is_none() && pin.prompt_id.as_deref() != Some(&pay.prompt_id) => {
+                Err(refusal(pay, RefusalCode::ClaudeTurn, format!("prompt_id {} is not the open turn {:?}", pay.prompt_id, pin.prompt_id)))
+            }
+            Some(_) => Ok(()),
+            None => Err(refuse(format!("pid {} presents a session no turn has opened since the broker knew it", key.pid))),
+        };
+    }
+    let transcript = pay.transcript_path.to_string_lossy();
+    match store.pin_claude_session(&pay.session_id, key, &transcript, &pay.prompt_id, |owner| owner.is_alive()).map_err(store_err)? {
+        Pinned::New | Pinned::Same => Ok(()),
+        Pinned::Other(pin) => Err(refuse(format!("pid {} opens a turn in a session pid {} (alive) owns", key.pid, pin.owner.pid))),
+    }
+}
+
+/// The ticket a payload takes, if its event takes one.
+pub fn ticket(p: &Payload) -> Option<Ticket> {
+    let key = match (p.event, &p.tool_use_id) {
+        (Event::UserPromptSubmit, _) => format!("claude:{}:{}", p.event.as_str(), p.prompt_id),
+        (Event::PreToolUse | Event::PostToolUse, Some(call)) => format!("claude:{}:{}:{call}", p.event.as_str(), p.prompt_id),
+        _ => return None,
+    };
+    Some(Ticket { thread: p.session_id.clone(), key, event: HookEvent::parse(p.event.as_str()) })
+}
+
+/// `turn_ticket`: takes the payload's ticket once for the proven claude.
+pub fn turn_ticket(store: &mut Store, p: &Proven) -> Result<(), Refusal> {
+    let Some(ticket) = ticket(&p.payload) else { return Ok(()) };
+    match store.claim_ticket(&ticket, p.key().pid) {
+        Ok(TicketClaim::New) => Ok(()),
+        Ok(TicketClaim::Used { at, pid, handed }) => {
+            crate::log_warn!(
+                "ALARM: {} presented twice (pid {pid:?}, then pid {}); messages it was handed: {handed:?}",
+                ticket.key,
+                p.key().pid
+            );
+            let detail =
+                format!("{} was accepted at {at} from pid {pid:?}; the messages it was handed ({handed:?}) are marked", ticket.key);
+            Err(refusal(&p.payload, RefusalCode::TicketUsed, detail))
+        }
+        Err(e) => Err(refusal(&p.payload, RefusalCode::NoTicket, format!("ticket {} could not be recorded: {e:#}", ticket.key))),
+    }
+}

@@ -1,0 +1,205 @@
+//! The Claude Code tables: trusted native binaries (`trusted_claude`, as `trusted_codex` for
+//! Codex) and the session pins (`claude_sessions`: which claude process owns a session, since
+//! Claude Code takes no writer lock on its transcript; `claude/` pins on a session's first proven
+//! hook). A trusted file's identity goes to `codex_files` (`Store::note_codex_file`): that table
+//! maps a file identity to its digest whatever the binary is, and the digest cache reads it.
+
+use super::TrustHow;
+use super::{now_ms, Store};
+use crate::os::ProcessKey;
+use anyhow::Result;
+use rusqlite::{params, Connection, OptionalExtension};
+
+pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS trusted_claude (
+            sha256   TEXT PRIMARY KEY,
+            path     TEXT NOT NULL,
+            added_at INTEGER NOT NULL,
+            version  TEXT,
+            how      TEXT NOT NULL DEFAULT 'manual'
+        );
+        -- The claude process that owns a session: its first proven UserPromptSubmit pins it.
+        CREATE TABLE IF NOT EXISTS claude_sessions (
+            session_id      TEXT PRIMARY KEY,
+            pid             INTEGER NOT NULL,
+            starttime       INTEGER NOT NULL,
+            transcript_path TEXT NOT NULL,
+            pinned_at       INTEGER NOT NULL,
+            -- the turn the owner's last proven UserPromptSubmit opened
+            prompt_id       TEXT
+        );",
+    )
+}
+
+/// One trusted Claude Code native binary.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrustedClaude {
+    pub sha256: String,
+    /// The native binary's path when it was trusted.
+    pub path: String,
+    pub version: Option<String>,
+    pub how: TrustHow,
+    pub added_at: i64,
+}
+
+/// Who owns a Claude Code session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionPin {
+    pub session_id: String,
+    pub owner: ProcessKey,
+    pub transcript_path: String,
+    pub pinned_at: i64,
+    /// The turn the owner's last proven UserPromptSubmit opened.
+    pub prompt_id: Option<String>,
+}
+
+/// What [`Store::pin_claude_session`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pinned {
+    /// The session had no live owner: it is this process's now.
+    New,
+    /// This process owned it already.
+    Same,
+    /// Another live process owns it.
+    Other(SessionPin),
+}
+
+impl Store {
+    /// Records a trusted Claude Code binary; false (and nothing changed) if its digest was trusted already.
+    pub fn trust_claude(&mut self, t: &TrustedClaude) -> Result<bool> {
+        let n = self.conn.execute(
+            "INSERT INTO trusted_claude (sha256, path, added_at, version, how) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT(sha256) DO NOTHING",
+            params![t.sha256, t.path, t.added_at, t.version, t.how.as_str()],
+        )?;
+        Ok(n > 0)
+    }
+
+    /// Forgets a trusted Claude Code digest (`broker uninstall`); true if it was trusted.
+    pub fn untrust_claude(&mut self, sha256: &str) -> Result<bool> {
+        Ok(self.conn.execute("DELETE FROM trusted_claude WHERE sha256 = ?1", [sha256])? > 0)
+    }
+
+    pub fn is_trusted_claude(&self, sha256: &str) -> Result<bool> {
+        let mut stmt = self.conn.prepare_cached("SELECT EXISTS(SELECT 1 FROM trusted_claude WHERE sha256 = ?1)")?;
+        Ok(stmt.query_row([sha256], |r| r.get(0))?)
+    }
+
+    /// Every trusted Claude Code binary, oldest first.
+    pub fn trusted_claude(&self) -> Result<Vec<TrustedClaude>> {
+        let mut stmt =
+            self.conn.prepare_cached("SELECT sha256, path, added_at, version, how FROM trusted_claude ORDER BY added_at, sha256")?;
+        let rows = stmt.query_map([], |r| {
+            Ok(TrustedClaude {
+                sha256: r.get(0)?,
+                path: r.get(1)?,
+                added_at: r.get(2)?,
+                version: r.get(3)?,
+                how: TrustHow::parse(&r.get::<_, String>(4)?),
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Pins `session_id` to `owner`, its open turn to `prompt_id`, unless another process that
+    /// `alive` says still runs owns it (a dead owner's pin passes to `owner`). One transaction, so
+    /// two claudes racing for one session cannot both win.
+    pub fn pin_claude_session(
+        &mut self,
+        session_id: &str,
+        owner: ProcessKey,
+        transcript_path: &str,
+        prompt_id: &str,
+        alive: impl Fn(ProcessKey) -> bool,
+    ) -> Result<Pinned> {
+        let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let current = claude_pin(&tx, session_id)?;
+        let outcome = match current {
+            Some(pin) if pin.owner != owner && alive(pin.owner) => Pinned::Other(pin),
+            Some(pin) if pin.owner == owner => {
+                tx.execute("UPDATE claude_sessions SET prompt_id = ?2 WHERE session_id = ?1", params![session_id, prompt_id])?;
+                Pinned::Same
+            }
+            _ => {
+                tx.execute(
+                    "INSERT INTO claude_sessions (session_id, pid, starttime, transcript_path, pinned_at, prompt_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                     ON CONFLICT(session_id) DO UPDATE SET pid = ?2, starttime = ?3, transcript_path = ?4, pinned_at = ?5, prompt_id = ?6",
+                    params![session_id, owner.pid, owner.starttime as i64, transcript_path, now_ms(), prompt_id],
+                )?;
+                Pinned::New
+            }
+        };
+        tx.commit()?;
+        Ok(outcome)
+    }
+
+    /// Who owns `session_id`, if any process was ever pinned to it.
+    pub fn claude_session_pin(&self, session_id: &str) -> Result<Option<SessionPin>> {
+        claude_pin(&self.conn, session_id)
+    }
+}
+
+fn claude_pin(conn: &Connection, session_id: &str) -> Result<Option<SessionPin>> {
+    let mut stmt =
+        conn.prepare_cached("SELECT pid, starttime, transcript_path, pinned_at, prompt_id FROM claude_sessions WHERE session_id = ?1")?;
+    Ok(stmt
+        .query_row([session_id], |r| {
+            Ok(SessionPin {
+                session_id: session_id.to_string(),
+                owner: ProcessKey { pid: r.get(0)?, starttime: r.get::<_, i64>(1)? as u64 },
+                transcript_path: r.get(2)?,
+                pinned_at: r.get(3)?,
+                prompt_id: r.get(4)?,
+            })
+        })
+        .optional()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (Store, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("courier-claude-store-{}-{}", std::process::id(), now_ms()));
+        std::fs::create_dir_all(&dir).unwrap();
+        (Store::open(&dir).unwrap(), dir)
+    }
+
+    #[test]
+    fn trusts_a_claude_digest_once_and_forgets_it() {
+        let (mut s, _dir) = store();
+        let t = TrustedClaude {
+            sha256: "ab".repeat(32),
+            path: "/x/claude".into(),
+            version: Some("2.1.332".into()),
+            how: TrustHow::Manual,
+            added_at: 1,
+        };
+        assert!(!s.is_trusted_claude(&t.sha256).unwrap());
+        assert!(s.trust_claude(&t).unwrap());
+        assert!(!s.trust_claude(&t).unwrap(), "a second trust changes nothing");
+        assert!(s.is_trusted_claude(&t.sha256).unwrap());
+        assert!(!s.is_trusted_codex(&t.sha256).unwrap(), "a Claude digest is not a Codex one");
+        assert_eq!(s.trusted_claude().unwrap(), std::slice::from_ref(&t));
+        assert!(s.untrust_claude(&t.sha256).unwrap());
+        assert!(!s.is_trusted_claude(&t.sha256).unwrap());
+    }
+
+    #[test]
+    fn a_session_pin_holds_while_its_owner_lives_and_passes_on_after() {
+        let (mut s, _dir) = store();
+        let a = ProcessKey { pid: 10, starttime: 100 };
+        let b = ProcessKey { pid: 11, starttime: 101 };
+        assert_eq!(s.pin_claude_session("s1", a, "/t", "p1", |_| true).unwrap(), Pinned::New);
+        assert_eq!(s.pin_claude_session("s1", a, "/t", "p2", |_| true).unwrap(), Pinned::Same);
+        assert_eq!(s.claude_session_pin("s1").unwrap().unwrap().prompt_id.as_deref(), Some("p2"), "the owner's next turn");
+        match s.pin_claude_session("s1", b, "/t", "p3", |k| k == a).unwrap() {
+            Pinned::Other(pin) => assert_eq!((pin.owner, pin.prompt_id.as_deref()), (a, Some("p2"))),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(s.pin_claude_session("s1", b, "/t2", "p4", |_| false).unwrap(), Pinned::New, "a dead owner's pin passes on");
+        let pin = s.claude_session_pin("s1").unwrap().unwrap();
+        assert_eq!((pin.owner, pin.transcript_path.as_str(), pin.prompt_id.as_deref()), (b, "/t2", Some("p4")));
+    }
+}

@@ -1,0 +1,416 @@
+//! The Claude Code gate on the real pinned binary (`COURIER_CLAUDE_BIN`): the broker serves
+//! Claude Code's HTTP hooks on a loopback port (`[claude] hook_port`), proves each caller is the
+//! digest-trusted claude process holding the connection, and refuses anything else with `{}` (the
+//! session carries on). docs/claude-code.md "Gate design".
+//!
+//! Skips (and says so) only when COURIER_CLAUDE_BIN is unset; `install/test.sh` sets it.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use courier_tests::broker::refusals;
+use courier_tests::claude::ClaudeEnv;
+use courier_tests::messages::{ScriptedMessages, Turn};
+use courier_tests::util::{poll_until, shell_quote, str_field};
+use courier_tests::{Broker, CodexEnv};
+use serde_json::{json, Value};
+
+/// A private home for `api`, or `None` (saying the test skipped) when `COURIER_CLAUDE_BIN` is unset.
+fn env_or_skip(api: &ScriptedMessages) -> Option<ClaudeEnv> {
+    let env = ClaudeEnv::new(api);
+    if env.is_none() {
+        eprintln!("skipped: COURIER_CLAUDE_BIN is unset (install/fetch-claude.sh prints the path; install/test.sh sets it)");
+    }
+    env
+}
+
+/// One Bash call, then "done".
+fn one_bash_call() -> ScriptedMessages {
+    ScriptedMessages::start_with(|r| match r.tool_results().is_empty() {
+        true => Turn::bash("echo hi"),
+        false => Turn::text("done"),
+    })
+}
+
+/// The four HTTP hooks Courier registers, pointed at `url` with `timeout` seconds.
+fn http_hooks(url: &str, timeout: Option<f64>) -> Vec<(&'static str, &'static str, Value)> {
+    let mut hook = json!({"type": "http", "url": url});
+    if let Some(t) = timeout {
+        hook["timeout"] = json!(t);
+    }
+    ["UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop"]
+        .into_iter()
+        .map(|e| (e, if e.ends_with("ToolUse") { "*" } else { "" }, hook.clone()))
+        .collect()
+}
+
+/// Fail open on availability: a hook URL whose port refuses the connection, or a server that
+/// accepts and never answers, does not stall or break the session. Claude Code runs the turn to
+/// the end either way; a hung hook costs its `timeout` (seconds, a fraction allowed) per call,
+/// so install writes a short one.
+#[test]
+fn a_refused_or_hung_hook_url_does_not_stall_the_session() {
+    // Refused: a port that was bound, then closed.
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let api = one_bash_call();
+    let Some(env) = env_or_skip(&api) else { return };
+    env.set_hook_entries(&http_hooks(&format!("http://{closed}/hook/x"), None));
+    let out = env.print("run the command");
+    assert!(out.status.success(), "{:?}\n{}\n{}", out.status, out.stderr, api.dump());
+    assert!(out.stdout.contains("\"result\":\"done\""), "{}", out.stdout);
+    eprintln!("refused: claude -p took {:?} for 5 hook calls", out.duration);
+    assert!(out.duration < Duration::from_secs(30), "{:?}", out.duration);
+
+    // Hung: accepted (the backlog holds it), never answered; a 1 s timeout per hook.
+    let hung = TcpListener::bind("127.0.0.1:0").unwrap();
+    let api = one_bash_call();
+    let env = ClaudeEnv::new(&api).unwrap();
+    env.set_hook_entries(&http_hooks(&format!("http://{}/hook/x", hung.local_addr().unwrap()), Some(1.0)));
+    let out = env.print("run the command");
+    assert!(out.status.success(), "{:?}\n{}\n{}", out.status, out.stderr, api.dump());
+    assert!(out.stdout.contains("\"result\":\"done\""), "{}", out.stdout);
+    eprintln!("hung, timeout 1: claude -p took {:?} for 5 hook calls", out.duration);
+    assert!(out.duration < Duration::from_secs(30), "{:?}", out.duration);
+    drop(hung);
+}
+
+/// A broker serving Claude Code's hooks on a free loopback port, with the pinned Claude Code
+/// trusted, and its logs at debug (a proven hook is logged there).
+struct ClaudeBroker {
+    env: CodexEnv,
+    port: u16,
+}
+
+impl ClaudeBroker {
+    fn new() -> ClaudeBroker {
+        let env = CodexEnv::with_base_url("http://127.0.0.1:9/v1");
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        std::fs::write(&env.courier_config, format!("log_level = \"debug\"\n[claude]\nhook_port = {port}\n")).unwrap();
+        ClaudeBroker { env, port }
+    }
+
+    fn start(&self, claude: &std::path::Path) -> Broker<'_> {
+        let broker = Broker::start(&self.env);
+        broker.run_ok(&["trust-claude", &claude.display().to_string()]);
+        broker
+    }
+}
+
+/// The lines of the broker log saying a Claude Code hook was proven: (event, session, pid).
+fn proven_hooks(log: &str) -> Vec<(String, String, u32)> {
+    log.lines()
+        .filter_map(|l| {
+            let rest = l.split("claude hook ").nth(1)?.strip_suffix(": proven")?;
+            let t: Vec<&str> = rest.split(' ').collect();
+            match t.as_slice() {
+                [event, "of", "session", sid, "from", "pid", pid] => Some((event.to_string(), sid.to_string(), pid.parse().ok()?)),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// The refusals of the Claude Code gate in `inspect --json` (code, detail).
+fn claude_refusals(broker: &Broker) -> Vec<(String, String)> {
+    refusals(&broker.inspect_json())
+        .iter()
+        .map(|r| (str_field(r, "reason").to_string(), str_field(r, "detail").to_string()))
+        .filter(|(code, _)| CLAUDE_CODES.contains(&code.as_str()))
+        .collect()
+}
+
+const CLAUDE_CODES: [&str; 8] = [
+    "claude_request",
+    "claude_peer",
+    "claude_holder",
+    "untrusted_claude",
+    "claude_loader_env",
+    "claude_transcript",
+    "session_owned",
+    "ticket_used",
+];
+
+/// Waits (bounded) until the broker log shows `n` proven hooks.
+fn wait_proven(broker: &Broker, n: usize) -> Vec<(String, String, u32)> {
+    poll_until(Duration::from_secs(10), || Some(proven_hooks(&broker.log_text())).filter(|p| p.len() >= n))
+        .unwrap_or_else(|| panic!("fewer than {n} proven hooks; log:\n{}", broker.log_text()))
+}
+
+/// The genuine session: every hook of a `claude -p` turn with one Bash call reaches the broker
+/// and passes every step, from the claude process itself; nothing is refused.
+#[test]
+fn a_genuine_claude_sessions_hooks_pass_every_step() {
+    let api = one_bash_call();
+    let Some(env) = env_or_skip(&api) else { return };
+    let cb = ClaudeBroker::new();
+    let broker = cb.start(&env.claude);
+    env.set_courier_hooks(cb.port);
+    let child = env.spawn_print("run the command");
+    let claude = child.pid();
+    let out = child.wait(courier_tests::claude::PRINT_TIMEOUT);
+    assert!(out.status.success(), "{:?}\n{}\n{}", out.status, out.stderr, api.dump());
+    let proven = wait_proven(&broker, 4);
+    let events: Vec<&str> = proven.iter().map(|(e, _, _)| e.as_str()).collect();
+    assert_eq!(events, ["UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop"], "{proven:?}");
+    assert!(proven.iter().all(|(_, _, pid)| *pid == claude), "every hook from claude {claude}: {proven:?}");
+    assert!(claude_refusals(&broker).is_empty(), "{:?}", claude_refusals(&broker));
+}
+
+/// A scripted model whose first answer in a turn runs `command` once it is set (else answers
+/// "done" at once), then "done".
+fn settable_bash() -> (ScriptedMessages, Arc<Mutex<Option<String>>>) {
+    let command: Arc<Mutex<Option<String>>> = Default::default();
+    let script = command.clone();
+    let api = ScriptedMessages::start_with(move |r| match (r.tool_results().is_empty(), script.lock().unwrap().clone()) {
+        (true, Some(cmd)) => Turn::bash(&cmd),
+        _ => Turn::text("done"),
+    });
+    (api, command)
+}
+
+/// Runs one `claude -p` turn in `env` to its end: the session id its hooks pinned, and its
+/// transcript. Its claude has exited, so its pin may pass to the next claude that opens a turn
+/// in it (a `--resume`); the attacks below try to be that claude.
+fn finished_session(env: &ClaudeEnv, broker: &Broker) -> (String, PathBuf) {
+    let out = env.print("hello");
+    assert!(out.status.success(), "{:?}\n{}", out.status, out.stderr);
+    let proven = wait_proven(broker, 2);
+    let sid = proven[0].1.clone();
+    let transcript = std::fs::read_dir(env.home.join(".claude/projects"))
+        .unwrap()
+        .flatten()
+        .map(|d| d.path().join(format!("{sid}.jsonl")))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("no transcript of {sid}"));
+    (sid, transcript)
+}
+
+/// A forged hook body for `event` in session `sid`, as JSON text.
+fn forged_body(event: &str, sid: &str, transcript: &std::path::Path) -> String {
+    json!({"hook_event_name": event, "session_id": sid, "transcript_path": transcript, "prompt_id": "p-forged",
+        "tool_use_id": "toolu_forged", "prompt": "forged", "cwd": "/"})
+    .to_string()
+}
+
+/// Attack: a model's Bash command POSTs, with curl, a forged UserPromptSubmit for a session whose
+/// claude has exited (so no live owner holds its pin), then a PostToolUse for it: were it
+/// proven, the session's queued messages would go to curl. `sole_holder` names curl (it holds
+/// its socket alone) and `trusted_claude` refuses it; the session's own hooks still pass.
+#[test]
+fn a_model_commands_curl_posing_as_a_hook_is_refused() {
+    let (api, command) = settable_bash();
+    let Some(env) = env_or_skip(&api) else { return };
+    let cb = ClaudeBroker::new();
+    let broker = cb.start(&env.claude);
+    env.set_courier_hooks(cb.port);
+    let (victim, transcript) = finished_session(&env, &broker);
+    let post = |event: &str| {
+        format!(
+            "curl -s -m 5 -o /dev/null -w 'forged:%{{http_code}} ' -H 'Content-Type: application/json' --data {} http://127.0.0.1:{}/hook/{event}",
+            shell_quote(&forged_body(event, &victim, &transcript)),
+            cb.port
+        )
+    };
+    *command.lock().unwrap() = Some(format!("{}; {}", post("UserPromptSubmit"), post("PostToolUse")));
+    let out = env.print("run the command");
+    assert!(out.status.success(), "{:?}\n{}\n{}", out.status, out.stderr, api.dump());
+    let after = api.wait_for(Duration::from_secs(5), "the tool result", |r| !r.tool_results().is_empty());
+    let tool_use_id = str_field(after.tool_uses()[0], "id").to_string();
+    let result = after.tool_result_text(&tool_use_id).unwrap_or_default();
+    assert_eq!(result.matches("forged:200").count(), 2, "curl reached the port twice: {result}");
+
+    let refused = poll_until(Duration::from_secs(10), || Some(claude_refusals(&broker)).filter(|r| r.len() >= 2)).unwrap_or_default();
+    assert_eq!(refused.len(), 2, "{refused:?}\n{}", broker.log_text());
+    for (code, detail) in &refused {
+        assert_eq!(code, "untrusted_claude", "{detail}");
+        assert!(detail.contains("curl"), "{detail}");
+    }
+    let proven = wait_proven(&broker, 6);
+    assert!(proven.iter().filter(|(_, sid, _)| sid == &victim).all(|(_, _, pid)| *pid == proven[0].2), "{proven:?}");
+    let claudes: std::collections::BTreeSet<u32> = proven.iter().map(|(_, _, pid)| *pid).collect();
+    assert_eq!(claudes.len(), 2, "only the two sessions' own claude processes are proven: {proven:?}");
+}
+
+/// Attack: a copy of Claude Code with one byte changed (it still runs) is not the trusted
+/// binary: its hooks are refused `untrusted_claude`, none is proven.
+#[test]
+fn a_patched_copy_of_claude_is_refused() {
+    let api = one_bash_call();
+    let Some(mut env) = env_or_skip(&api) else { return };
+    let cb = ClaudeBroker::new();
+    let broker = cb.start(&env.claude);
+    let patched = env.root.join("claude");
+    std::fs::copy(&env.claude, &patched).unwrap();
+    let mut bytes = std::fs::read(&patched).unwrap();
+    let at = bytes.windows(13).position(|w| w == b"Not logged in").expect("a help string to patch");
+    bytes[at..at + 3].copy_from_slice(b"NOT");
+    std::fs::write(&patched, bytes).unwrap();
+    env.claude = patched;
+    env.set_courier_hooks(cb.port);
+    let out = env.print("run the command");
+    assert!(out.status.success(), "the patched copy runs: {:?}\n{}\n{}", out.status, out.stderr, api.dump());
+    let refused = poll_until(Duration::from_secs(10), || Some(claude_refusals(&broker)).filter(|r| r.len() >= 4)).unwrap_or_default();
+    assert_eq!(refused.len(), 4, "{refused:?}\n{}", broker.log_text());
+    assert!(refused.iter().all(|(code, _)| code == "untrusted_claude"), "{refused:?}");
+    assert!(proven_hooks(&broker.log_text()).is_empty(), "{}", broker.log_text());
+}
+
+/// Attack: the genuine binary running someone else's code. `BUN_OPTIONS=--preload=forge.js`
+/// makes a trusted claude run any script before its own (probed on 2.1.332), so a model's Bash
+/// command can start one that POSTs a forged UserPromptSubmit and PostToolUse for a session whose
+/// claude has exited: every kernel proof names a trusted claude, the sole holder of its socket.
+/// `clean_start` refuses a claude started with such a variable.
+#[test]
+fn a_claude_started_with_a_preload_script_is_refused() {
+    let (api, command) = settable_bash();
+    let Some(env) = env_or_skip(&api) else { return };
+    let cb = ClaudeBroker::new();
+    let broker = cb.start(&env.claude);
+    env.set_courier_hooks(cb.port);
+    let (victim, transcript) = finished_session(&env, &broker);
+    let forge = env.root.join("forge.js");
+    let post = |event: &str| {
+        format!(
+            "{{ const r = await fetch('http://127.0.0.1:{}/hook/{event}', {{method: 'POST', headers: {{'Content-Type': 'application/json'}}, body: {}}}); console.log('forged:' + r.status); }}\n",
+            cb.port,
+            serde_json::to_string(&forged_body(event, &victim, &transcript)).unwrap()
+        )
+    };
+    std::fs::write(&forge, format!("{}{}", post("UserPromptSubmit"), post("PostToolUse"))).unwrap();
+    *command.lock().unwrap() = Some(format!(
+        "BUN_OPTIONS=--preload={} {} --version",
+        shell_quote(&forge.display().to_string()),
+        shell_quote(&env.claude.display().to_string())
+    ));
+    let out = env.print("run the command");
+    assert!(out.status.success(), "{:?}\n{}\n{}", out.status, out.stderr, api.dump());
+    let after = api.wait_for(Duration::from_secs(5), "the tool result", |r| !r.tool_results().is_empty());
+    let tool_use_id = str_field(after.tool_uses()[0], "id").to_string();
+    let result = after.tool_result_text(&tool_use_id).unwrap_or_default();
+    assert_eq!(result.matches("forged:200").count(), 2, "the preloaded claude reached the port twice: {result}");
+
+    let refused = poll_until(Duration::from_secs(10), || Some(claude_refusals(&broker)).filter(|r| r.len() >= 2)).unwrap_or_default();
+    assert_eq!(refused.len(), 2, "{refused:?}\n{}", broker.log_text());
+    for (code, detail) in &refused {
+        assert_eq!(code, "claude_loader_env", "{detail}");
+        assert!(detail.contains("BUN_OPTIONS"), "{detail}");
+    }
+    let proven = wait_proven(&broker, 6);
+    let claudes: std::collections::BTreeSet<u32> = proven.iter().map(|(_, _, pid)| *pid).collect();
+    assert_eq!(claudes.len(), 2, "only the two sessions' own claude processes are proven: {proven:?}");
+}
+
+/// `turn_ticket`: a tool hook is answered once. Claude Code itself presents PostToolUse twice
+/// here (registered at two URLs); the second presentation of the same (session, turn, call,
+/// event) is refused `ticket_used`, so no message could be handed twice for one call.
+#[test]
+fn a_hook_presented_twice_is_refused_ticket_used() {
+    let api = one_bash_call();
+    let Some(env) = env_or_skip(&api) else { return };
+    let cb = ClaudeBroker::new();
+    let broker = cb.start(&env.claude);
+    let url = |e: &str| json!({"type": "http", "url": format!("http://127.0.0.1:{}/hook/{e}", cb.port), "timeout": 5});
+    let again = json!({"type": "http", "url": format!("http://127.0.0.1:{}/hook/PostToolUse?again", cb.port), "timeout": 5});
+    env.set_hook_entries(&[
+        ("UserPromptSubmit", "", url("UserPromptSubmit")),
+        ("PostToolUse", "*", url("PostToolUse")),
+        ("PostToolUse", "*", again),
+    ]);
+    let out = env.print("run the command");
+    assert!(out.status.success(), "{:?}\n{}\n{}", out.status, out.stderr, api.dump());
+    let refused = poll_until(Duration::from_secs(10), || Some(claude_refusals(&broker)).filter(|r| !r.is_empty())).unwrap_or_default();
+    assert_eq!(refused.len(), 1, "{refused:?}\n{}", broker.log_text());
+    assert_eq!(refused[0].0, "ticket_used", "{refused:?}");
+    assert!(refused[0].1.contains("claude:PostToolUse:"), "{refused:?}");
+    let proven = wait_proven(&broker, 2);
+    let events: Vec<&str> = proven.iter().map(|(e, _, _)| e.as_str()).collect();
+    assert_eq!(events, ["UserPromptSubmit", "PostToolUse"], "{proven:?}");
+}
+
+/// `session_owner`: while a claude runs a turn in a session, a second claude resuming the same
+/// session (a genuine binary, every kernel step passes) is refused `session_owned` at its
+/// prompt and at its tool hooks: the session stays the first one's.
+#[test]
+fn a_second_live_claude_on_the_session_is_refused_session_owned() {
+    let first = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let api = ScriptedMessages::start_with(move |r| match (r.tool_results().is_empty(), r.is_stream()) {
+        (true, true) if first.swap(false, std::sync::atomic::Ordering::SeqCst) => Turn::bash("sleep 8"),
+        (true, true) => Turn::bash("echo second"),
+        _ => Turn::text("done"),
+    });
+    let Some(env) = env_or_skip(&api) else { return };
+    let cb = ClaudeBroker::new();
+    let broker = cb.start(&env.claude);
+    env.set_courier_hooks(cb.port);
+    let owner = env.spawn_print("sleep a while");
+    let proven = wait_proven(&broker, 2); // its prompt, and the PreToolUse of its sleep
+    let sid = proven[0].1.clone();
+    let mut second = env.command();
+    second.args(["-p", "me too", "--resume", &sid, "--output-format", "stream-json", "--verbose"]);
+    let out = courier_tests::ExecChild::spawn(second).wait(courier_tests::claude::PRINT_TIMEOUT);
+    assert!(out.status.success(), "{:?}\n{}", out.status, out.stderr);
+    let first_out = owner.wait(courier_tests::claude::PRINT_TIMEOUT);
+    assert!(first_out.status.success(), "{:?}\n{}", first_out.status, first_out.stderr);
+
+    let refused = claude_refusals(&broker);
+    assert!(refused.len() >= 2, "the second claude's prompt and tool hooks: {refused:?}\n{}", broker.log_text());
+    assert!(refused.iter().all(|(code, _)| code == "session_owned"), "{refused:?}");
+    let proven = proven_hooks(&broker.log_text());
+    let pids: std::collections::BTreeSet<u32> = proven.iter().map(|(_, _, pid)| *pid).collect();
+    assert_eq!(pids.len(), 1, "only the owner's hooks are proven: {proven:?}");
+    assert!(proven.iter().all(|(_, s, _)| *s == sid), "{proven:?}");
+}
+
+/// Delivery mid-turn, end to end: `broker send --wait confirmed` to a live `claude -p` session
+/// while its Bash call runs. The session's PostToolUse hands the message over (recorded before
+/// the answer), the model's next request carries it exactly once as Claude Code's hook-context
+/// system message, and the transcript's request records confirm it: the receipt is `confirmed`.
+#[test]
+fn a_message_sent_to_a_live_claude_session_reaches_its_model_once_and_is_confirmed() {
+    let api = ScriptedMessages::start_with(|r| match r.tool_results().is_empty() {
+        true => Turn::bash("sleep 4; echo slept"),
+        false => Turn::text("done"),
+    });
+    let Some(env) = env_or_skip(&api) else { return };
+    let cb = ClaudeBroker::new();
+    let broker = cb.start(&env.claude);
+    env.set_courier_hooks(cb.port);
+    let child = env.spawn_print("run the command");
+    let sid = wait_proven(&broker, 1)[0].1.clone();
+    let text = courier_tests::util::marker("CLAUDE_DELIVERY");
+    let sent = broker.run(&["send", "--thread", &sid, "--from", "ci-bot", "--wait", "confirmed", "--timeout", "60s", "--json", &text]);
+    let out = child.wait(courier_tests::claude::PRINT_TIMEOUT);
+    assert!(out.status.success(), "{:?}\n{}\n{}", out.status, out.stderr, api.dump());
+    let report = String::from_utf8_lossy(&sent.stdout).to_string();
+    assert!(
+        sent.status.success(),
+        "send --wait confirmed: {:?}\n{report}\n{}\n{}",
+        sent.status,
+        String::from_utf8_lossy(&sent.stderr),
+        broker.log_text()
+    );
+    let receipt: Value = serde_json::from_str(report.trim().lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {report}"));
+    assert_eq!(
+        (receipt["outcome"].as_str(), receipt.pointer("/message/state").and_then(Value::as_str)),
+        (Some("reached"), Some("confirmed")),
+        "{receipt}"
+    );
+    assert_eq!(receipt.pointer("/message/event").and_then(Value::as_str), Some("claude"), "{receipt}");
+    let id = str_field(&receipt, "id").to_string();
+    assert_eq!(broker.message_state(&id), "confirmed");
+
+    // The model's request after the tool result carries the message once, as hook context.
+    let after = api.wait_for(Duration::from_secs(5), "the tool result", |r| !r.tool_results().is_empty());
+    assert_eq!(after.body.to_string().matches(&text).count(), 1, "exactly once in the request: {}", after.body);
+    let system = after.texts("system");
+    let carrying: Vec<&String> = system.iter().filter(|t| t.contains(&text)).collect();
+    assert_eq!(carrying.len(), 1, "{system:?}");
+    assert!(carrying[0].starts_with("PostToolUse:Bash hook additional context: "), "{}", carrying[0]);
+    assert!(carrying[0].contains(&format!("<courier-message id={id}")) || carrying[0].contains(&id), "{}", carrying[0]);
+    // No request before the tool result had it, and none after the one that did.
+    let with: Vec<usize> = api.requests().iter().filter(|r| r.body.to_string().contains(&text)).map(|r| r.index).collect();
+    assert_eq!(with.len(), api.requests().len() - with.first().copied().unwrap_or(0), "{with:?}");
+    assert!(claude_refusals(&broker).is_empty(), "{:?}", claude_refusals(&broker));
+}
