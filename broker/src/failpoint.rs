@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 /// Every failpoint the broker has, in the order a delivery passes them.
-pub const NAMES: [&str; 17] = [
+pub const NAMES: [&str; 18] = [
     "after_lease_commit",      // store: lease committed, reply not yet written
     "after_reply_before_ack",  // server: reply with output written, ack not read
     "after_ack_read",          // server: client's ack read, ack not yet committed
@@ -26,6 +26,7 @@ pub const NAMES: [&str; 17] = [
     "approval_after_claim",    // approvals: answer taken (`answering`), nothing sent to Codex
     "approval_after_answer",   // approvals: answer sent and acknowledged, outcome not recorded
     "approval_ack_lost",       // approvals: Codex's acknowledgement of an answer is dropped (armed)
+    "claude_after_hand_off",   // claude: hand-off recorded, the hook's answer not yet written
 ];
 
 static ENABLED: AtomicBool = AtomicBool::new(false);

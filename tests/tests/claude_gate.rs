@@ -414,3 +414,87 @@ fn a_message_sent_to_a_live_claude_session_reaches_its_model_once_and_is_confirm
     assert_eq!(with.len(), api.requests().len() - with.first().copied().unwrap_or(0), "{with:?}");
     assert!(claude_refusals(&broker).is_empty(), "{:?}", claude_refusals(&broker));
 }
+
+/// `agent_scope`: a sub-agent's hooks carry the parent's session and an `agent_id`, and what they
+/// inject reaches only the sub-agent. On 2.1.332 the Agent tool runs the sub-agent in the
+/// background (the main conversation's PostToolUse of the Agent call comes at once); a message
+/// queued while the sub-agent's Bash call runs is not handed at the sub-agent's PostToolUse: no
+/// request carries it, and it stays `pending` for the main conversation's next tool call.
+#[test]
+fn a_sub_agents_hooks_get_nothing_addressed_to_the_session() {
+    const TASK: &str = "SUBAGENT_TASK run the command";
+    let api = ScriptedMessages::start_with(|r| {
+        let sub = r.texts("user").first().is_some_and(|t| t.contains(TASK));
+        match (sub, r.tool_results().is_empty(), r.is_stream()) {
+            (_, _, false) => Turn::text("ok"),
+            (true, true, _) => Turn::bash("sleep 4; echo sub"),
+            (true, false, _) => Turn::text("sub done"),
+            (false, true, _) if !r.body_contains("SUBAGENT_TASK") => {
+                Turn::tool_use("Agent", json!({"description": "run it", "prompt": TASK, "subagent_type": "general-purpose"}))
+            }
+            (false, _, _) => Turn::text("done"),
+        }
+    });
+    let Some(env) = env_or_skip(&api) else { return };
+    let cb = ClaudeBroker::new();
+    let broker = cb.start(&env.claude);
+    env.set_courier_hooks(cb.port);
+    let child = env.spawn_print("delegate it");
+    // The Agent call's PreToolUse and PostToolUse, then the sub-agent's Bash PreToolUse: its sleep runs.
+    let pres = |p: &Vec<(String, String, u32)>| p.iter().filter(|(e, _, _)| e == "PreToolUse").count();
+    let proven = poll_until(Duration::from_secs(30), || Some(proven_hooks(&broker.log_text())).filter(|p| pres(p) >= 2))
+        .unwrap_or_else(|| panic!("no sub-agent PreToolUse; log:\n{}\n{}", broker.log_text(), api.dump()));
+    let text = courier_tests::util::marker("CLAUDE_MAIN_ONLY");
+    let id = broker.send(&proven[0].1, &text, None);
+    let out = child.wait(courier_tests::claude::PRINT_TIMEOUT);
+    assert!(out.status.success(), "{:?}\n{}\n{}", out.status, out.stderr, api.dump());
+
+    let requests = api.requests();
+    let sub_answered = requests.iter().any(|r| r.texts("user").first().is_some_and(|t| t.contains(TASK)) && !r.tool_results().is_empty());
+    assert!(sub_answered, "the sub-agent's Bash result went to the model:\n{}", api.dump());
+    let posts = proven_hooks(&broker.log_text()).iter().filter(|(e, _, _)| e == "PostToolUse").count();
+    assert!(posts >= 2, "the main and the sub-agent's PostToolUse were proven:\n{}", broker.log_text());
+    let carrying: Vec<usize> = requests.iter().filter(|r| r.body_contains(&text)).map(|r| r.index).collect();
+    assert!(carrying.is_empty(), "requests {carrying:?} carried a message the sub-agent's hook must not get:\n{}", api.dump());
+    assert_eq!(broker.message_state(&id), "pending");
+    assert!(claude_refusals(&broker).is_empty(), "{:?}", claude_refusals(&broker));
+}
+
+/// A broker killed between a hand-off record and the hook's answer doubles nothing: claude gets
+/// no answer (the connection closes) and carries on; the restarted broker serves the session's
+/// next PostToolUse (the pin survives) but never offers the handed message again; when claude
+/// exits with no request carrying it, it is `uncertain` (`claude_exited`).
+#[test]
+fn a_broker_killed_after_a_claude_hand_off_never_doubles_it() {
+    let api = ScriptedMessages::start_with(|r| match r.tool_results().len() {
+        0 => Turn::bash("sleep 3; echo one"),
+        1 => Turn::bash("sleep 3; echo two"),
+        _ => Turn::text("done"),
+    });
+    let Some(env) = env_or_skip(&api) else { return };
+    let cb = ClaudeBroker::new();
+    let cli = Broker::cli_only(&cb.env);
+    cli.run_ok(&["trust-claude", &env.claude.display().to_string()]);
+    let mut serve = courier_tests::Serve::start(&cb.env, &[("COURIER_FAILPOINTS", "claude_after_hand_off")]);
+    env.set_courier_hooks(cb.port);
+    let child = env.spawn_print("run the commands");
+    let sid = poll_until(Duration::from_secs(30), || proven_hooks(&serve.log_text()).first().map(|p| p.1.clone()))
+        .unwrap_or_else(|| panic!("no proven prompt: {}", serve.log_text()));
+    let text = courier_tests::util::marker("CLAUDE_CRASH");
+    let id = cli.send(&sid, &text, None);
+    let died = poll_until(Duration::from_secs(30), || serve.child.try_wait().ok().flatten());
+    assert!(died.is_some(), "the failpoint killed the broker at the hand-off: {}", serve.log_text());
+    assert_eq!(cli.message_state(&id), "handed", "the hand-off was on record before the answer");
+    serve = courier_tests::Serve::start(&cb.env, &[]);
+    let out = child.wait(courier_tests::claude::PRINT_TIMEOUT);
+    assert!(out.status.success(), "{:?}\n{}\n{}", out.status, out.stderr, api.dump());
+
+    let m = cli.wait_state(&id, "uncertain", Duration::from_secs(15));
+    assert_eq!(m["reason"], "claude_exited", "{m}");
+    assert_eq!(m["attempts"], 1, "offered once: {m}");
+    let carrying: Vec<usize> = api.requests().iter().filter(|r| r.body_contains(&text)).map(|r| r.index).collect();
+    assert!(carrying.is_empty(), "requests {carrying:?} carried it although no answer was written:\n{}", api.dump());
+    let posts = proven_hooks(&serve.log_text()).into_iter().filter(|(e, s, _)| e == "PostToolUse" && *s == sid).count();
+    assert!(posts >= 2, "the restarted broker served the session's next PostToolUse: {}", serve.log_text());
+    drop(serve);
+}

@@ -40,6 +40,7 @@ pub fn offer(store: &mut Store, p: &Proven) -> Result<String> {
     if !store.hand_off(lease.token, &HandOff::at(&transcript, offset, p.key()))? {
         return Ok(NOTHING.to_string()); // the lease lapsed: its messages are pending again
     }
+    crate::failpoint::hit("claude_after_hand_off");
     let ids: Vec<&str> = lease.messages.iter().map(|m| m.id.as_str()).collect();
     crate::log_info!("claude: handed {} to session {} (pid {}) at PostToolUse", ids.join(", "), pay.session_id, p.key().pid);
     Ok(json!({"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": text}}).to_string())

@@ -5,6 +5,7 @@
 //! `broker inspect`. Nothing here can stall a session: each connection has [`READ_DEADLINE`] to
 //! send its request and the answer is written under the same bound.
 
+use super::deliver::NOTHING;
 use super::gate::{self, ClaudeTrust};
 use super::http;
 use crate::exe::digest::DigestCache;
@@ -22,9 +23,11 @@ use std::time::{Duration, Instant};
 pub const MAX_CONNECTIONS: usize = 16;
 /// How long a connection has to send its request; the whole answer is due by twice that.
 pub const READ_DEADLINE: Duration = Duration::from_secs(2);
+/// Refusals written to the queue per second at most; more are logged only (a flood of forged
+/// connections must not become a flood of database writes).
+const REFUSALS_PER_SECOND: usize = 16;
 /// How often the confirmation pass reads the transcripts of open hand-offs.
 const CONFIRM_EVERY: Duration = Duration::from_millis(500);
-use super::deliver::NOTHING;
 
 /// What every connection thread shares.
 struct Endpoint {
@@ -32,6 +35,8 @@ struct Endpoint {
     store: Mutex<Store>,
     digests: DigestCache,
     active: AtomicUsize,
+    /// The current one-second window of recorded refusals: its start and count.
+    recorded: Mutex<(Instant, usize)>,
 }
 
 /// Binds the port and starts the accept thread. A port that cannot be bound is logged and
@@ -40,7 +45,8 @@ pub fn spawn(port: u16, state_dir: &Path, digests: DigestCache) -> Result<Socket
     let listener = TcpListener::bind(("127.0.0.1", port)).with_context(|| format!("binding 127.0.0.1:{port} for Claude Code hooks"))?;
     let addr = listener.local_addr()?;
     let store = Store::open(state_dir)?;
-    let endpoint = Arc::new(Endpoint { store: Mutex::new(store), digests, active: AtomicUsize::new(0) });
+    let endpoint =
+        Arc::new(Endpoint { store: Mutex::new(store), digests, active: AtomicUsize::new(0), recorded: Mutex::new((Instant::now(), 0)) });
     let confirming = Arc::clone(&endpoint);
     std::thread::Builder::new().name("claude-confirm".into()).spawn(move || loop {
         if let Err(e) = super::confirm::reconcile(&confirming.store, None) {
@@ -57,7 +63,8 @@ fn accept_loop(listener: &TcpListener, endpoint: &Arc<Endpoint>) {
         let Ok(conn) = conn else { continue };
         if endpoint.active.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
             endpoint.active.fetch_sub(1, Ordering::AcqRel);
-            crate::log_warn!("claude hooks: {MAX_CONNECTIONS} connections open, one closed unread");
+            // Debug only: a flood of connections must not flood the log either.
+            crate::log_debug!("claude hooks: {MAX_CONNECTIONS} connections open, one closed unread");
             continue;
         }
         let ep = Arc::clone(endpoint);
@@ -74,16 +81,16 @@ fn accept_loop(listener: &TcpListener, endpoint: &Arc<Endpoint>) {
 impl Endpoint {
     fn handle(&self, mut conn: TcpStream) {
         let start = Instant::now();
-        let answer = match self.answer(&mut conn, start + READ_DEADLINE) {
-            Ok(answer) => answer,
-            Err(refusal) => {
-                crate::log_info!("claude hook refused: {} {}", refusal.code, refusal.detail);
-                self.record(&refusal);
-                NOTHING.to_string()
-            }
+        let (answer, refused) = match self.answer(&mut conn, start + READ_DEADLINE) {
+            Ok(answer) => (answer, None),
+            Err(refusal) => (NOTHING.to_string(), Some(refusal)),
         };
         if let Err(e) = http::write_answer(&mut conn, &answer, start + 2 * READ_DEADLINE) {
             crate::log_debug!("claude hook: answer not written: {e}");
+        }
+        // After the answer: claude never waits for a refusal's write.
+        if let Some(refusal) = refused {
+            self.record(&refusal);
         }
     }
 
@@ -117,6 +124,18 @@ impl Endpoint {
     }
 
     fn record(&self, r: &Refusal) {
+        {
+            let mut window = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
+            if window.0.elapsed() >= Duration::from_secs(1) {
+                *window = (Instant::now(), 0);
+            }
+            window.1 += 1;
+            if window.1 > REFUSALS_PER_SECOND {
+                crate::log_debug!("claude hook refused (not recorded: over {REFUSALS_PER_SECOND}/s): {} {}", r.code, r.detail);
+                return;
+            }
+        }
+        crate::log_info!("claude hook refused: {} {}", r.code, r.detail);
         let mut store = crate::store::lock(&self.store);
         if let Err(e) = store.record_refusal(r.code, &r.detail, r.thread.as_deref(), r.event.as_deref(), None) {
             crate::log_warn!("claude hook: refusal not recorded: {e:#}");

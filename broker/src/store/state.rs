@@ -99,7 +99,7 @@ impl Kind {
 }
 
 /// The delivery channel that took a message (the `event` column; `inspect` shows its name): a
-/// hook event's call, or the wake channel's `turn/start`. Both lease through the same store call,
+/// Codex hook event's call, the wake channel's `turn/start`, or a Claude Code hook. All lease through the same store call,
 /// so a message is never offered to two channels; a new channel is a variant here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Channel {
