@@ -1,7 +1,7 @@
 //! Crash-test failpoints: `COURIER_FAILPOINTS=name[,name=prob,...]` makes the broker kill itself
 //! (SIGKILL, as `kill -9` would) when it reaches a named state transition ([`hit`]), or, for the
-//! few that stand for a fault outside the broker, act it out ([`armed`]: a lost reply). Read once by [`init`];
-//! when unset, [`hit`] is one relaxed atomic load. Names are listed in [`NAMES`]; an unknown name
+//! few that stand for a fault outside the broker, act it out ([`armed`]: a lost reply). Read
+//! once by [`init`]; when unset, [`hit`] is one relaxed atomic load. Names are listed in [`NAMES`]; an unknown name
 //! is an error at start, so a typo cannot make a crash test silently test nothing.
 
 use std::sync::atomic::{AtomicBool, Ordering};
