@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use courier_tests::claude::{ClaudeEnv, PRINT_TIMEOUT};
 use courier_tests::messages::{ScriptedMessages, Turn};
-use courier_tests::model::http::{write_response, AcceptLoop};
+use courier_tests::scripted::http::{write_response, AcceptLoop};
 use courier_tests::util::str_field;
 use courier_tests::{broker_bin, CodexEnv};
 use serde_json::{json, Value};

@@ -7,7 +7,7 @@
 
 use crate::os::ProcessKey;
 use crate::reason::DeliveryReason;
-use crate::store::{Channel, Message, State, Store};
+use crate::store::{Channel, Message, Settlement, State, Store};
 use anyhow::Result;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -41,13 +41,14 @@ pub fn reconcile(store: &Mutex<Store>, session: Option<&str>) -> Result<usize> {
         let records = read_records(&path, from);
         for ((m, _), dead) in handed.iter().zip(dead) {
             let offset = m.scan_offset.unwrap_or(0) as u64;
-            let state = match (shown(&records, offset, &m.wrapped()), dead) {
+            let (state, reason) = match (shown(&records, offset, &m.wrapped()), dead) {
                 (true, _) => (State::Confirmed, None),
                 (false, true) => (State::Uncertain, Some(DeliveryReason::ClaudeExited.into())),
                 (false, false) => continue,
             };
-            if crate::store::lock(store).settle(&m.id, m.lease, Some(state.0), state.1, offset)? {
-                crate::log_info!("claude: {} {} in session {}", m.id, state.0, m.thread);
+            let settlement = Settlement { id: m.id.clone(), lease: m.lease, state: Some(state), reason, scan_offset: offset };
+            if crate::store::lock(store).settle(&settlement)? {
+                crate::log_info!("claude: {} {state} in session {}", m.id, m.thread);
                 settled += 1;
             }
         }

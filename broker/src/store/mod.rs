@@ -111,6 +111,20 @@ impl ThreadWork {
     pub const ALL: ThreadWork = ThreadWork { handed: true, pending: true, effort: true };
 }
 
+/// What a confirmation scan found for one handed message ([`Store::settle`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settlement {
+    pub id: String,
+    /// The hand-off it was found for: it applies only while the message is still handed under it.
+    pub lease: Option<LeaseToken>,
+    /// `confirmed` or `uncertain`; `pending` when the rollout proves the model never saw it; None
+    /// to note only where the scan stands (and the first doubt found on the way).
+    pub state: Option<State>,
+    pub reason: Option<Reason>,
+    /// Where the scan of its rollout stands.
+    pub scan_offset: u64,
+}
+
 /// Counts the commits that made messages pending, and wakes whoever waits for the next one.
 #[derive(Default)]
 pub struct PendingSignal {
@@ -420,7 +434,8 @@ impl Store {
     /// crash loses nothing; only an OS crash can), then restores FULL. Only for state changes that
     /// may roll back safely: a lost lease never reached the model (the client exits 0 only after
     /// the ack, whose fsync also makes every earlier WAL frame durable), and a lost settlement is
-    /// redone from the rollout. A delivering hook call then waits for one fsync, not four.
+    /// redone from the rollout, and a lost refusal is a lost diagnostic line. A delivering hook
+    /// call then waits for one fsync, not four.
     pub(crate) fn unsynced<T>(&mut self, f: impl FnOnce(&mut Store) -> Result<T>) -> Result<T> {
         self.conn.pragma_update(None, "synchronous", "NORMAL")?;
         let out = f(self);
@@ -466,25 +481,12 @@ impl Store {
     /// (the rollout shows Codex never showed it), or just advances its scan offset when `state`
     /// is None; only while it is still the hand-off of `lease` (the scan ran without the store
     /// lock: the message may have been settled, offered again and handed anew since).
-    pub fn settle(
-        &mut self,
-        id: &str,
-        lease: Option<LeaseToken>,
-        state: Option<State>,
-        reason: Option<Reason>,
-        scan_offset: u64,
-    ) -> Result<bool> {
-        self.unsynced(|s| s.settle_inner(id, lease, state, reason, scan_offset))
+    pub fn settle(&mut self, settlement: &Settlement) -> Result<bool> {
+        self.unsynced(|s| s.settle_inner(settlement))
     }
 
-    fn settle_inner(
-        &mut self,
-        id: &str,
-        lease: Option<LeaseToken>,
-        state: Option<State>,
-        reason: Option<Reason>,
-        scan_offset: u64,
-    ) -> Result<bool> {
+    fn settle_inner(&mut self, settlement: &Settlement) -> Result<bool> {
+        let Settlement { ref id, lease, state, reason, scan_offset } = *settlement;
         let now = now_ms();
         let reason = reason.map(Reason::as_str);
         let n = match state {
@@ -499,7 +501,12 @@ impl Store {
                     params![id, reason, now, MAX_REOFFERS, lease],
                 )?;
                 if n == 0 {
-                    return self.settle_inner(id, lease, Some(State::Uncertain), Some(DeliveryReason::ReofferLimit.into()), scan_offset);
+                    let limit = Settlement {
+                        state: Some(State::Uncertain),
+                        reason: Some(DeliveryReason::ReofferLimit.into()),
+                        ..settlement.clone()
+                    };
+                    return self.settle_inner(&limit);
                 }
                 self.pending.bump(n);
                 n
