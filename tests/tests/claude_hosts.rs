@@ -204,7 +204,8 @@ fn a_codex_agent_and_a_claude_code_agent_message_each_other_with_receipts() {
     let codex = env.spawn_exec("CODEX talk to claude");
     hold.wait_held(1, T);
     let thread = codex.wait_thread_id(T);
-    let claude_cmd = format!("{} send --thread {thread} --wait confirmed --timeout 60s '{to_codex}'; echo rc=$?; sleep 1", broker_in_claude(&env));
+    let claude_cmd =
+        format!("{} send --thread {thread} --wait confirmed --timeout 60s '{to_codex}'; echo rc=$?; sleep 1", broker_in_claude(&env));
     let api = ScriptedMessages::start_with(move |r| match r.tool_results().is_empty() {
         true => Turn::bash(&claude_cmd),
         false => Turn::text("done"),
@@ -234,7 +235,8 @@ fn a_codex_agent_and_a_claude_code_agent_message_each_other_with_receipts() {
     assert_eq!((codex_got["state"].as_str(), codex_got["from"].as_str()), (Some("confirmed"), Some(format!("thread:{sid}").as_str())));
     assert_eq!((claude_got["state"].as_str(), claude_got["from"].as_str()), (Some("confirmed"), Some(format!("thread:{thread}").as_str())));
     // Each model saw the other's message once, from the other's verified sender.
-    let codex_saw: Vec<String> = model.requests_for_thread(&thread).iter().flat_map(|r| r.developer_messages_containing(&to_codex)).collect();
+    let codex_saw: Vec<String> =
+        model.requests_for_thread(&thread).iter().flat_map(|r| r.developer_messages_containing(&to_codex)).collect();
     assert!(!codex_saw.is_empty(), "{}", model.dump());
     assert!(codex_saw.iter().all(|m| m.contains(&format!("from=\"thread:{sid}\" verified=\"true\""))), "{codex_saw:?}");
     let last = model.requests_for_thread(&thread).last().cloned().expect("codex requests");

@@ -81,7 +81,16 @@ pub fn render_table(threads: &[ThreadInfo], now: i64) -> String {
             Some(a) => format!("{} (approval {}: {})", t.state.as_str(), a.id, esc(&a.command)),
             None => t.state.as_str().into(),
         };
-        rows.push([t.id.clone(), t.host.as_str().into(), state, process, queued, short_age(now, t.last_activity_at), esc(t.cwd.as_deref().unwrap_or("-")), title]);
+        rows.push([
+            t.id.clone(),
+            t.host.as_str().into(),
+            state,
+            process,
+            queued,
+            short_age(now, t.last_activity_at),
+            esc(t.cwd.as_deref().unwrap_or("-")),
+            title,
+        ]);
     }
     let widths: Vec<usize> = (0..7).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
     let mut out = String::new();
