@@ -309,10 +309,9 @@ fn send_args(a: &Args, conn: nats::Conn, host: String) -> Result<produce::SendAr
     let mut req = Map::new();
     match (a.get("thread"), a.get("cwd")) {
         (Some(t), None) => {
-            if !courier_shared::ids::is_uuid(&t) {
-                return Err(usage(format!("--thread {t:?} is not a thread id (a lowercase UUID)")));
-            }
-            req.insert("thread".into(), json!(t));
+            let thread = courier_shared::ids::ThreadId::parse(&t)
+                .map_err(|_| usage(format!("--thread {t:?} is not a thread id (a lowercase UUID)")))?;
+            req.insert("thread".into(), json!(thread));
         }
         (None, Some(c)) => {
             req.insert("cwd".into(), json!(c));

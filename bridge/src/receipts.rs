@@ -129,7 +129,7 @@ fn resolve_taken(store: &Store, track: &mut Track) {
     for t in taken {
         match store.message_by_key(&t.local_key) {
             Ok(Some(m)) => {
-                if let Err(e) = track.note(&m.id, &m.thread, &t) {
+                if let Err(e) = track.note(&m.id, m.thread.as_str(), &t) {
                     log(format!("recording {} (key {:?}): {e:#}", m.id, t.key));
                 }
             }
@@ -219,7 +219,7 @@ mod tests {
     fn msg(state: &str, handed: bool) -> Message {
         Message {
             id: "m_1".into(),
-            thread: "t".into(),
+            thread: courier_shared::ids::ThreadId::from_static("01a22652-96c4-7652-bf64-6f7bc9883ce2"),
             kind: broker::store::Kind::parse("message").unwrap(),
             state: broker::store::State::parse(state).unwrap(),
             body: String::new(),

@@ -36,6 +36,10 @@ fn uuid(n: u64) -> String {
     format!("01a22659-8b33-7382-a4b5-{n:012x}")
 }
 
+fn thread_id(n: u64) -> courier_shared::ids::ThreadId {
+    courier_shared::ids::ThreadId::parse(&uuid(n)).unwrap()
+}
+
 struct Thread {
     id: String,
     turn: String,
@@ -279,16 +283,16 @@ fn main() {
         let dir = w.dir.join("state");
         std::fs::create_dir_all(&dir).unwrap();
         let mut store = Store::open(&dir).unwrap();
-        let t = uuid(0xabc);
+        let t = thread_id(0xabc);
         // Other threads' backlog, so the indexes matter.
         for i in 0..2000 {
-            store.enqueue(&uuid(0x100000 + i % 100), "backlog", None, None, None).unwrap();
+            store.enqueue(&thread_id(0x100000 + i % 100), "backlog", None, None, None).unwrap();
         }
         for _ in 0..10 * rounds {
             store.enqueue(&t, "hello from the bench", None, None, None).unwrap();
         }
         let store = std::cell::RefCell::new(store);
-        let idle = uuid(0xdef);
+        let idle = thread_id(0xdef);
         interleaved(
             rounds,
             &mut [

@@ -4,6 +4,7 @@
 use crate::approval::Approval;
 use crate::store::{now_ms, Kind, Message, Refusal, State, StateCounts, Store};
 use anyhow::Result;
+use courier_shared::ids::ThreadId;
 use courier_shared::wire::StatusReply;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::{json, Value};
@@ -72,7 +73,7 @@ pub fn origin_of(bridged: &HashMap<String, String>, id: &str) -> String {
 }
 
 impl Report {
-    pub fn gather(store: &Store, thread: Option<&str>, status: Option<StatusReply>) -> Result<Report> {
+    pub fn gather(store: &Store, thread: Option<&ThreadId>, status: Option<StatusReply>) -> Result<Report> {
         Ok(Report {
             messages: store.messages(thread)?,
             refusals: store.refusals(thread, REFUSALS_SHOWN)?,
@@ -150,8 +151,8 @@ impl Report {
                "alarms": self.alarms, "approvals": approvals})
     }
 
-    fn per_thread(&self) -> BTreeMap<String, StateCounts> {
-        let mut out: BTreeMap<String, StateCounts> = BTreeMap::new();
+    fn per_thread(&self) -> BTreeMap<ThreadId, StateCounts> {
+        let mut out: BTreeMap<ThreadId, StateCounts> = BTreeMap::new();
         for m in &self.messages {
             *out.entry(m.thread.clone()).or_default().entry(m.state).or_default() += 1;
         }
@@ -188,7 +189,7 @@ impl Report {
                     escape(&a.id),
                     age(self.now - a.since),
                     a.state.as_str(),
-                    escape(&short(&a.thread)),
+                    escape(&short(a.thread.as_str())),
                     escape(&a.command)
                 );
             }
@@ -238,7 +239,7 @@ impl Report {
         let _ = writeln!(out, "{:<36}  {}", "THREAD", states.iter().map(|s| format!("{:>9}", s.as_str())).collect::<Vec<_>>().join(" "));
         for (thread, counts) in self.per_thread() {
             let cols: Vec<String> = states.iter().map(|s| format!("{:>9}", counts.get(s).copied().unwrap_or(0))).collect();
-            let _ = writeln!(out, "{:<36}  {}", escape(&thread), cols.join(" "));
+            let _ = writeln!(out, "{:<36}  {}", escape(thread.as_str()), cols.join(" "));
         }
     }
 
@@ -265,7 +266,7 @@ impl Report {
                 out,
                 "{:<18} {:<13} {:<10} {:>6}  {:<FROM_WIDTH$} {:<12} {:<30} {}{}",
                 escape(&m.id),
-                escape(&short(&m.thread)),
+                escape(&short(m.thread.as_str())),
                 escape(m.state.as_str()),
                 age(self.now - m.created_at),
                 from_cell(m.from.as_deref().unwrap_or("-")),
@@ -288,7 +289,7 @@ impl Report {
                 "  {:>6} ago  {:<12} {:<13} {:<18} {}",
                 age(self.now - a.at),
                 escape(&a.kind),
-                escape(&short(&a.thread)),
+                escape(&short(a.thread.as_str())),
                 escape(a.message.as_deref().unwrap_or("-")),
                 escape(&a.detail)
             );
@@ -420,7 +421,7 @@ mod tests {
         assert_eq!(date_time(951_782_400_000), "2000-02-29 00:00:00 UTC");
     }
 
-    fn row(id: &str, thread: &str, kind: &str, state: &str, from: &str) -> Message {
+    fn row(id: &str, thread: &ThreadId, kind: &str, state: &str, from: &str) -> Message {
         Message {
             body: if kind == "effort" { "high".into() } else { "text".into() },
             from: Some(from.into()),
@@ -443,7 +444,7 @@ mod tests {
         }
     }
 
-    const T: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce2";
+    const T: &ThreadId = &ThreadId::from_static("01a22652-96c4-7652-bf64-6f7bc9883ce2");
 
     #[test]
     fn thread_table_counts_every_kind_of_row() {
@@ -459,7 +460,7 @@ mod tests {
         );
         let table = r.render_table();
         let header = table.lines().find(|l| l.starts_with("THREAD")).unwrap();
-        let line = table.lines().find(|l| l.starts_with(T)).unwrap();
+        let line = table.lines().find(|l| l.starts_with(T.as_str())).unwrap();
         let heads: Vec<&str> = header.split_whitespace().skip(1).collect();
         let counts: Vec<u64> = line.split_whitespace().skip(1).map(|c| c.parse().unwrap()).collect();
         assert_eq!(heads.len(), counts.len(), "{table}");
@@ -512,8 +513,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("courier-inspect-{}-{}", std::process::id(), crate::approval::new_id()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut store = Store::open(&dir).unwrap();
-        let new = |thread: &str, ticket: &str, command: &str| NewApproval {
-            thread: thread.into(),
+        let new = |thread: &ThreadId, ticket: &str, command: &str| NewApproval {
+            thread: thread.clone(),
             turn: "u1".into(),
             call_id: Some(format!("call_{ticket}")),
             tool: "Bash".into(),
@@ -524,7 +525,7 @@ mod tests {
         };
         let waiting = store.record_approval(&new(T, "k1", "rm -rf build")).unwrap();
         let answered = store.record_approval(&new(T, "k2", "make \x1b[2Jinstall")).unwrap();
-        let other = store.record_approval(&new("other-thread", "k3", "ls")).unwrap();
+        let other = store.record_approval(&new(crate::store::sample::T2, "k3", "ls")).unwrap();
         let by = "uid 1000 pid 42 (broker)";
         let record =
             AnswerRecord { decision: Decision::Deny, message: None, by: by.into(), via: AnswerVia::Cli, at: now_ms(), outcome: None };

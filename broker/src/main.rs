@@ -2,12 +2,16 @@
 //! and show its state. See README.md and docs/ for usage and ARCHITECTURE.md for the code map.
 
 use anyhow::{Context, Result};
-use broker::cli::{self, Args, Cmd, Parsed, UsageError};
+use broker::cli::{self, Cmd, Format, Given, Parsed, UsageError};
 use broker::store::Store;
 use broker::{client, codex, config, delivery, dirs, doctor, effort, inspect, install, logging, server, terminal};
 use courier_shared::paths;
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+mod options;
+
+use options::{Answer, ApprovalsCommand, EffortCommand, InspectCommand, InstallCommand, Listing, ServeMode, Verdict, Watch};
 
 fn main() -> ExitCode {
     match run() {
@@ -77,34 +81,40 @@ fn run() -> Result<ExitCode> {
     let Some(command) = cli::command(&name) else {
         return Err(UsageError(format!("broker: unknown command {name:?}\n{}", cli::usage())).into());
     };
-    let args = match cli::parse(command, parser)? {
+    match cli::parse(command, parser)? {
         Parsed::Help => {
             print!("{}", cli::help(command));
-            return Ok(ExitCode::SUCCESS);
+            Ok(ExitCode::SUCCESS)
         }
-        Parsed::Args(a) => a,
-    };
-    match command.id {
-        Cmd::Serve => serve(args),
-        Cmd::Send => broker::producer::cli::send(args),
-        Cmd::Status => broker::producer::cli::status(args),
-        Cmd::Show => broker::producer::cli::show(args),
+        Parsed::Given(given) => dispatch(command.id, *given),
+    }
+}
+
+/// Turns what was given into the command's own options (checked as a whole, so a line that does
+/// not fit fails before anything runs), then runs the command.
+fn dispatch(cmd: Cmd, g: Given) -> Result<ExitCode> {
+    use broker::producer::cli as producer;
+    match cmd {
+        Cmd::Serve => serve(ServeMode::parse(&g)?),
+        Cmd::Send => producer::send(producer::SendCommand::parse(g)?),
+        Cmd::Status => producer::status(producer::MessageCommand::parse(g)?),
+        Cmd::Show => producer::show(producer::MessageCommand::parse(g)?),
         Cmd::Stop => lifecycle(install::Lifecycle::Stop),
         Cmd::Start => lifecycle(install::Lifecycle::Start),
         Cmd::Restart => lifecycle(install::Lifecycle::Restart),
-        Cmd::Wait => broker::producer::cli::wait(args),
-        Cmd::Threads => broker::producer::cli::threads(args),
-        Cmd::Mcp => broker::producer::cli::mcp(args),
-        Cmd::Effort => effort(args),
-        Cmd::Inspect => inspect_cmd(args),
-        Cmd::Cancel => cancel(args),
-        Cmd::Approvals => approvals(args),
-        Cmd::Approve | Cmd::Deny => answer_approval(args),
-        Cmd::TrustCodex => trust_codex(args),
-        Cmd::TrustClaude => trust_claude(args),
-        Cmd::Install => install_cmd(args),
-        Cmd::Uninstall => uninstall_cmd(args),
-        Cmd::Doctor => doctor_cmd(args),
+        Cmd::Wait => producer::wait(producer::WaitCommand::parse(g)?),
+        Cmd::Threads => producer::threads(producer::ThreadsCommand::parse(g)?),
+        Cmd::Mcp => producer::mcp(),
+        Cmd::Effort => effort(EffortCommand::parse(g)?),
+        Cmd::Inspect => inspect_cmd(InspectCommand::parse(g)?),
+        Cmd::Cancel => cancel(&g.text()?),
+        Cmd::Approvals => approvals(ApprovalsCommand::parse(g)?),
+        Cmd::Approve | Cmd::Deny => answer_approval(Answer::parse(g)?),
+        Cmd::TrustCodex => trust_codex(g.positionals.first().map(PathBuf::from)),
+        Cmd::TrustClaude => trust_claude(g.positionals.first().map(PathBuf::from).unwrap_or_default()),
+        Cmd::Install => install_cmd(InstallCommand::parse(g)?),
+        Cmd::Uninstall => uninstall_cmd(g.purge),
+        Cmd::Doctor => doctor_cmd(g.codex),
         Cmd::SocketPath => {
             // The one rule for where it is (shared/src/paths.rs), for producers in any language.
             println!("{}", paths::socket_path(&paths::runtime_dir()).display());
@@ -126,14 +136,13 @@ fn lifecycle(action: install::Lifecycle) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn serve(args: Args) -> Result<ExitCode> {
-    if args.flag("login") {
+fn serve(mode: ServeMode) -> Result<ExitCode> {
+    if mode == ServeMode::Login {
         let exe = std::env::current_exe().context("locating the broker executable")?;
         install::login_start(&exe)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let daemonize = args.flag("daemonize");
-    if daemonize {
+    if mode == ServeMode::Daemonize {
         let exe = std::env::current_exe().context("locating the broker executable")?;
         let (pid, started) = install::daemonize(&exe)?;
         println!("{} (pid {pid})", if started { "broker started" } else { "broker already running" });
@@ -196,31 +205,13 @@ fn absolute_path_env() -> Result<()> {
     Ok(())
 }
 
-fn install_cmd(args: Args) -> Result<ExitCode> {
+fn install_cmd(cmd: InstallCommand) -> Result<ExitCode> {
     let home = PathBuf::from(std::env::var_os("HOME").context("HOME is not set")?);
-    let prefix = args.os_value("prefix").map_or_else(|| home.join(".local/bin"), PathBuf::from);
-    let codex_home = args.os_value("codex-home").map_or_else(paths::codex_home, PathBuf::from);
-    let start = match args.value("start")? {
-        Some(s) => install::StartMode::parse(&s).map_err(|e| UsageError(format!("broker install: {e:#}")))?,
-        None => install::StartMode::Auto,
-    };
-    let no_enable = args.flag("no-enable");
+    let prefix = cmd.prefix.unwrap_or_else(|| home.join(".local/bin"));
+    let codex_home = cmd.codex_home.unwrap_or_else(paths::codex_home);
     let exe = std::env::current_exe().context("locating the broker executable")?;
     let source_dir = exe.parent().context("broker executable has no directory")?.to_path_buf();
-    let mcp = !args.flag("no-mcp");
-    let creds = args.os_value("creds").map(|c| std::path::absolute(c).unwrap_or_else(|_| PathBuf::from(c)));
-    let bridge = match (args.flag("bridge"), args.value("nats")?, args.value("host")?) {
-        (true, Some(nats), Some(host)) => Some(install::BridgeOptions { nats, host, creds }),
-        (true, _, _) => return Err(UsageError("broker install: --bridge needs --nats URL and --host NAME".into()).into()),
-        (false, None, None) if creds.is_none() => None,
-        (false, ..) => return Err(UsageError("broker install: --nats, --host and --creds go with --bridge".into()).into()),
-    };
-    let claude = match (args.flag("claude"), args.flag("no-claude")) {
-        (true, true) => return Err(UsageError("broker install: --claude and --no-claude exclude each other".into()).into()),
-        (true, false) => install::ClaudeChoice::Register,
-        (false, true) => install::ClaudeChoice::Skip,
-        (false, false) => install::ClaudeChoice::Auto,
-    };
+    let InstallCommand { start, no_enable, mcp, bridge, claude, .. } = cmd;
     let done = install::install(&install::InstallOptions { prefix, codex_home, start, source_dir, no_enable, mcp, bridge, claude })?;
     let report = done.report;
     for line in report.iter().filter(|l| !l.is_empty()) {
@@ -236,15 +227,14 @@ fn install_cmd(args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn uninstall_cmd(args: Args) -> Result<ExitCode> {
-    for line in install::uninstall(args.flag("purge"))? {
+fn uninstall_cmd(purge: bool) -> Result<ExitCode> {
+    for line in install::uninstall(purge)? {
         println!("{line}");
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn doctor_cmd(args: Args) -> Result<ExitCode> {
-    let codex = args.os_value("codex").map(PathBuf::from);
+fn doctor_cmd(codex: Option<PathBuf>) -> Result<ExitCode> {
     let cwd = std::env::current_dir().context("reading the current directory")?;
     let checks = doctor::run(&doctor::Options { codex, cwd });
     print!("{}", doctor::render(&checks));
@@ -252,64 +242,50 @@ fn doctor_cmd(args: Args) -> Result<ExitCode> {
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
-fn require_thread(thread: Option<String>) -> Result<String> {
-    let thread = thread.context("--thread <UUID> is required")?;
-    if !courier_shared::ids::is_uuid(&thread) {
-        return Err(UsageError(format!("--thread {thread:?} is not a thread id (a lowercase UUID, as in the rollout file name)")).into());
-    }
-    Ok(thread)
-}
-
-fn effort(args: Args) -> Result<ExitCode> {
-    let thread = require_thread(args.value("thread")?)?;
-    let scope = args
-        .value("scope")?
-        .map(|s| config::EffortScope::parse(&s).map_err(|e| UsageError(format!("broker effort: --{e}"))))
-        .transpose()?;
-    let scope = scope.unwrap_or_default();
-    let json = args.flag("json");
-    let level = args.positional(0)?;
-    let level = level.context("an effort level is required (none, minimal, low, medium, high or xhigh)")?;
+fn effort(cmd: EffortCommand) -> Result<ExitCode> {
+    let EffortCommand { thread, level, scope, format } = cmd;
     let cfg = config::EffortConfig::load(&paths::config_path())?;
     let from = std::env::var("USER").unwrap_or_else(|_| "cli".into());
     let mut store = open_store()?;
-    let (id, superseded) = effort::enqueue(&mut store, &cfg, &thread, &level, scope, &from)?;
+    let (id, superseded) = effort::enqueue(&mut store, &cfg, &thread, level.as_str(), scope, &from)?;
     for old in &superseded {
         eprintln!("broker: {old} superseded (cancelled)");
     }
-    if json {
-        println!("{}", serde_json::json!({"id": id, "thread": thread, "effort": level, "scope": scope.as_str(), "superseded": superseded}));
+    if format == Format::Json {
+        println!(
+            "{}",
+            serde_json::json!({"id": id, "thread": thread, "effort": level.as_str(), "scope": scope.as_str(), "superseded": superseded})
+        );
     } else {
         println!("{id}");
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn inspect_cmd(args: Args) -> Result<ExitCode> {
+fn inspect_cmd(cmd: InspectCommand) -> Result<ExitCode> {
     use std::io::{IsTerminal, Write};
-    let thread = args.value("thread")?.map(|t| require_thread(Some(t))).transpose()?;
-    let (json, follow) = (args.flag("json"), args.flag("follow"));
+    let InspectCommand { thread, format, watch } = cmd;
     let mut store = open_store()?;
     let tty = std::io::stdout().is_terminal();
     let mut last_shown = None;
     loop {
         // Settle hand-offs against their rollouts first, so an ended session still reads `confirmed`.
-        if let Err(e) = delivery::reconcile(&mut store, thread.as_deref()) {
+        if let Err(e) = delivery::reconcile(&mut store, thread.as_ref()) {
             // Still show what is on record (e.g. the disk is full and settling cannot be written).
             eprintln!("broker: warning: could not settle hand-offs ({e:#}); states may lag");
         }
         let status = client::query_status(&paths::runtime_dir());
-        let report = inspect::Report::gather(&store, thread.as_deref(), status)?.with_origins(&paths::state_dir());
+        let report = inspect::Report::gather(&store, thread.as_ref(), status)?.with_origins(&paths::state_dir());
         let fingerprint = report.fingerprint();
         if last_shown.as_ref() != Some(&fingerprint) {
-            let text = match (json, follow) {
+            let text = match (format, watch) {
                 // --follow --json: one compact object per line, for tools.
-                (true, true) => terminal::terminal_safe_json(&serde_json::to_string(&report.to_json())?) + "\n",
-                (true, false) => terminal::terminal_safe_json(&serde_json::to_string_pretty(&report.to_json())?) + "\n",
+                (Format::Json, Watch::Follow) => terminal::terminal_safe_json(&serde_json::to_string(&report.to_json())?) + "\n",
+                (Format::Json, Watch::Once) => terminal::terminal_safe_json(&serde_json::to_string_pretty(&report.to_json())?) + "\n",
                 // A terminal gets a redrawn screen; a pipe gets each changed snapshot, stamped.
-                (false, true) if tty => format!("\x1b[H\x1b[2J{}", report.render_table()),
-                (false, true) => format!("--- {}\n{}", inspect::clock(report.now), report.render_table()),
-                (false, false) => report.render_table(),
+                (Format::Text, Watch::Follow) if tty => format!("\x1b[H\x1b[2J{}", report.render_table()),
+                (Format::Text, Watch::Follow) => format!("--- {}\n{}", inspect::clock(report.now), report.render_table()),
+                (Format::Text, Watch::Once) => report.render_table(),
             };
             let mut out = std::io::stdout().lock();
             if out.write_all(text.as_bytes()).and_then(|()| out.flush()).is_err() {
@@ -317,33 +293,32 @@ fn inspect_cmd(args: Args) -> Result<ExitCode> {
             }
             last_shown = Some(fingerprint);
         }
-        if !follow {
+        if watch == Watch::Once {
             return Ok(ExitCode::SUCCESS);
         }
         std::thread::sleep(std::time::Duration::from_millis(500));
     }
 }
 
-fn cancel(args: Args) -> Result<ExitCode> {
-    let id = args.positional(0)?.context("a message id is required")?;
+fn cancel(id: &str) -> Result<ExitCode> {
     let mut store = open_store()?;
-    let was = store.cancel(&id)?;
+    let was = store.cancel(id)?;
     println!("cancelled {id} (was {was})");
     Ok(ExitCode::SUCCESS)
 }
 
 /// `approvals [--thread T] [--wait [--timeout D]]`: exit 0; with `--wait`, 3 when the timeout
 /// ran out with nothing pending (as `broker wait`).
-fn approvals(args: Args) -> Result<ExitCode> {
-    let thread = args.value("thread")?;
-    let (wait, timeout) = (args.flag("wait"), args.duration("timeout")?);
-    if (timeout.is_some() && !wait) || (wait && args.flag("all")) {
-        return Err(UsageError("broker approvals: --timeout needs --wait, and --wait lists pending ones only (no --all)".into()).into());
-    }
+fn approvals(cmd: ApprovalsCommand) -> Result<ExitCode> {
+    let ApprovalsCommand { thread, listing, format } = cmd;
+    let (wait, timeout) = match listing {
+        Listing::WaitForPending { timeout } => (true, timeout),
+        Listing::Pending | Listing::All => (false, None),
+    };
     let store = open_store()?;
     let deadline = timeout.map(|d| std::time::Instant::now() + d);
     let list = loop {
-        let list = broker::approval::of_thread(store.approvals(args.flag("all"))?, thread.as_deref());
+        let list = broker::approval::of_thread(store.approvals(listing == Listing::All)?, thread.as_ref());
         if !wait || !list.is_empty() {
             break list;
         }
@@ -355,7 +330,7 @@ fn approvals(args: Args) -> Result<ExitCode> {
         std::thread::sleep(APPROVALS_POLL);
     };
     let code = if wait && list.is_empty() { ExitCode::from(3) } else { ExitCode::SUCCESS };
-    if args.flag("json") {
+    if format == Format::Json {
         println!("{}", terminal::terminal_safe_json(&serde_json::json!({ "approvals": list }).to_string()));
     } else {
         print!("{}", broker::approval::render(&list, broker::store::now_ms()));
@@ -368,14 +343,13 @@ const APPROVALS_POLL: std::time::Duration = std::time::Duration::from_millis(100
 
 /// `approve|deny ID`: the running broker answers (it alone proves the caller and reaches the
 /// app-server). Exit 0 when Courier's answer won; 1 when it lost, is unknown or failed.
-fn answer_approval(args: Args) -> Result<ExitCode> {
-    let id = args.positional(0)?.context("an approval id is required")?;
-    let mut request = serde_json::json!({"op": args.command().id.name(), "id": id});
-    if args.command().id == Cmd::Deny {
-        if let Some(m) = args.value("message")? {
-            request["message"] = m.into();
-        }
-    }
+fn answer_approval(answer: Answer) -> Result<ExitCode> {
+    let id = answer.id;
+    let request = match answer.verdict {
+        Verdict::Approve => serde_json::json!({"op": Cmd::Approve.name(), "id": id}),
+        Verdict::Deny { message: None } => serde_json::json!({"op": Cmd::Deny.name(), "id": id}),
+        Verdict::Deny { message: Some(m) } => serde_json::json!({"op": Cmd::Deny.name(), "id": id, "message": m}),
+    };
     let socket = paths::socket_path(&paths::runtime_dir());
     let reply = broker::producer::line::call(&socket, &request, Some(std::time::Duration::from_secs(30)))?
         .context("no broker is running: approvals are answered through it (broker start)")?;
@@ -388,11 +362,11 @@ fn answer_approval(args: Args) -> Result<ExitCode> {
     Ok(if outcome == "won" { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
-fn trust_codex(args: Args) -> Result<ExitCode> {
+fn trust_codex(path: Option<PathBuf>) -> Result<ExitCode> {
     // No PATH: the `codex` on PATH, which the broker then also follows across upgrades. A PATH:
     // exactly the binary it resolves to, once.
-    let (path, follow) = match args.positionals.first() {
-        Some(p) => (std::path::absolute(PathBuf::from(p))?, false),
+    let (path, follow) = match path {
+        Some(p) => (std::path::absolute(p)?, false),
         None => {
             let p = codex::resolve::codex_on_path(std::env::var_os("PATH").as_deref())
                 .context("no codex on PATH; pass the path of the Codex binary")?;
@@ -418,8 +392,8 @@ fn trust_codex(args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn trust_claude(args: Args) -> Result<ExitCode> {
-    let path = std::path::absolute(PathBuf::from(&args.positionals[0]))?;
+fn trust_claude(path: PathBuf) -> Result<ExitCode> {
+    let path = std::path::absolute(path)?;
     let mut store = open_store()?;
     let (record, new) = broker::claude::trust::trust_path(&mut store, &path, broker::store::TrustHow::Manual)?;
     println!("{} sha256:{} {}", if new { "trusted" } else { "already trusted" }, record.sha256, record.path);

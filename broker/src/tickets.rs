@@ -26,7 +26,7 @@ pub fn take(store: &Mutex<Store>, log: &Mutex<TicketLog>, verified: &Verified, p
     let claimed = log.lock().unwrap_or_else(|e| e.into_inner()).take(store, &ticket, pid);
     let refusal = |code, detail: String| {
         let mut r = Refusal::new(code, detail);
-        r.thread = Some(verified.thread_id.clone());
+        r.thread = Some(verified.thread_id.to_string());
         r.event = Some(verified.event.as_str().to_string());
         r
     };

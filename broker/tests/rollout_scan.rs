@@ -13,7 +13,7 @@ use std::time::Instant;
 #[global_allocator]
 static GLOBAL: courier_shared::alloc_probe::Tracking = courier_shared::alloc_probe::Tracking;
 
-const T: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce2";
+const T: &courier_shared::ids::ThreadId = &courier_shared::ids::ThreadId::from_static("01a22652-96c4-7652-bf64-6f7bc9883ce2");
 const MIB: u64 = 1 << 20;
 
 /// Bytes this process has read with read(2)/pread(2) so far.

@@ -1,30 +1,28 @@
 //! Hook payloads as Codex writes them to the hook's stdin, and the outputs Courier answers with.
-//! Checks: parsing arbitrary bytes never panics; event names map back and forth; for every event
+//! Checks: parsing arbitrary bytes never panics; event names map back and forth; for every registered event
 //! and any text (the input itself, and each string field of a parsed payload), `delivery_output` is
 //! one line of JSON that hands exactly that text to the model in the field Codex reads.
 
 #![no_main]
 
-use broker::codex::hook::{delivery_output, HookEvent, HookPayload};
+use codex_format::hook::{delivery_output, HookEvent, HookPayload};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 
-const ALL: [HookEvent; 8] = [
-    HookEvent::SessionStart,
-    HookEvent::UserPromptSubmit,
-    HookEvent::PreToolUse,
-    HookEvent::PostToolUse,
-    HookEvent::Stop,
-    HookEvent::SubagentStart,
-    HookEvent::SubagentStop,
-    HookEvent::Other,
-];
-
+/// `delivery_output` for `event` hands exactly `text` to the model, with and without a notice
+/// line for the person (`systemMessage`, here `text` too).
 fn check_output(event: HookEvent, text: &str) {
-    let out = delivery_output(event, text);
+    check_output_with(event, text, None);
+    check_output_with(event, text, Some(text));
+}
+
+fn check_output_with(event: HookEvent, text: &str, notice: Option<&str>) {
+    let out = delivery_output(event, text, notice);
     // Codex reads the hook's stdout as one JSON document; control characters must be escaped.
     assert!(!out.contains('\n') && !out.contains('\r'), "raw newline in {out:?}");
-    let v: Value = serde_json::from_str(&out).expect("delivery output is JSON");
+    let mut v: Value = serde_json::from_str(&out).expect("delivery output is JSON");
+    let shown = v.as_object_mut().and_then(|o| o.remove("systemMessage"));
+    assert_eq!(shown.as_ref().and_then(Value::as_str), notice, "the notice, exactly, and only when given");
     match event {
         HookEvent::Stop => {
             assert_eq!(v.as_object().map(|o| o.len()), Some(2));
@@ -52,7 +50,8 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     if let Ok(text) = std::str::from_utf8(data) {
-        for event in ALL {
+        // Every event `broker install` registers (the hook-client sees no other).
+        for event in HookEvent::REGISTERED {
             assert_eq!(HookEvent::parse(event.as_str()), event);
             check_output(event, text);
         }

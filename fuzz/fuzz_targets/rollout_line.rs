@@ -12,8 +12,8 @@
 
 #![no_main]
 
-use broker::envelope::{marker_ids, wrap_message, MARKER_PREFIX};
-use broker::codex::rollout::{classify_line, thread_id_from_path, xml_unescape, RolloutEvent};
+use broker::envelope::wrap_message;
+use codex_format::rollout::{classify_line, marker_ids, thread_id_from_path, xml_unescape, RolloutEvent, MARKER_PREFIX};
 use courier_shared::ids::is_uuid;
 use libfuzzer_sys::fuzz_target;
 use serde_json::json;
@@ -66,7 +66,7 @@ fn hex_id(bytes: &[u8]) -> String {
 fuzz_target!(|data: &[u8]| {
     // Arbitrary bytes as a rollout line.
     match classify_line(data) {
-        Some(RolloutEvent::HookText { text, .. }) => check_markers(&text),
+        Some(RolloutEvent::HookText { text, .. } | RolloutEvent::UserInput { text, .. }) => check_markers(&text),
         Some(RolloutEvent::SessionMeta { .. } | RolloutEvent::TurnStarted { .. } | RolloutEvent::TurnClosed { .. } | RolloutEvent::Compacted) | None => {}
     }
     let text = String::from_utf8_lossy(data);

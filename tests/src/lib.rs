@@ -9,6 +9,7 @@
 //! description of what it waited for.
 
 pub mod appserver;
+pub mod attack;
 pub mod bridge;
 pub mod broker;
 pub mod claude;
@@ -18,6 +19,7 @@ pub mod messages;
 pub mod model;
 pub mod rng;
 pub mod rollout;
+pub mod scripted;
 pub mod serve;
 pub mod standin;
 pub mod tmux;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use courier_tests::claude::{transcript_records, ClaudeEnv, ClaudeHook};
 use courier_tests::messages::{ScriptedMessages, Turn};
-use courier_tests::model::http::{write_response, AcceptLoop};
+use courier_tests::scripted::http::{write_response, AcceptLoop};
 use courier_tests::util::{marker, shell_quote, str_field};
 use serde_json::{json, Value};
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use courier_tests::claude::{ClaudeEnv, PRINT_TIMEOUT};
 use courier_tests::messages::{ScriptedMessages, Turn};
-use courier_tests::model::http::{write_response, AcceptLoop};
+use courier_tests::scripted::http::{write_response, AcceptLoop};
 use courier_tests::util::str_field;
 use courier_tests::{broker_bin, CodexEnv};
 use serde_json::{json, Value};
@@ -407,7 +407,10 @@ fn the_installed_broker_serves_the_hook_port_and_its_gate_passes_the_installed_h
     let session = run.stdout.lines().find_map(|l| serde_json::from_str::<Value>(l).ok()?.get("session_id")?.as_str().map(String::from));
     let session = session.unwrap_or_else(|| panic!("no session_id in\n{}", run.stdout));
     let store = broker_lib::store::Store::open(&rig.env.state_dir).unwrap();
-    let pin = store.claude_session_pin(&session).unwrap().unwrap_or_else(|| panic!("session {session} was not proven"));
+    let pin = store
+        .claude_session_pin(&courier_shared::ids::ThreadId::parse(&session).unwrap())
+        .unwrap()
+        .unwrap_or_else(|| panic!("session {session} was not proven"));
     assert_eq!(pin.owner.pid as u32, claude, "pinned to the claude that ran the hooks");
     let refused = courier_tests::broker::refusals(&rig.cli().inspect_json());
     assert!(refused.is_empty(), "hook calls refused: {refused:#?}");

@@ -77,6 +77,35 @@ fn every_broker_subcommand_answers_help() {
     );
 }
 
+/// Options that do not fit together are refused as a whole (exit 2, naming them, with the usage
+/// line) before the command does anything: no broker, store or Codex home is needed to say so.
+#[test]
+fn conflicting_options_are_a_usage_error_before_anything_runs() {
+    let state = std::env::temp_dir().join(format!("courier-cli-conflicts-{}", std::process::id()));
+    let thread = fake_uuid_v7();
+    for (line, says) in [
+        (&["threads", "--limit", "5"][..], "--limit goes with --all"),
+        (&["approvals", "--timeout", "1s"], "--timeout needs --wait"),
+        (&["approvals", "--wait", "--all"], "no --all"),
+        (&["serve", "--daemonize", "--login"], "not both"),
+        (&["send", "--thread", &thread, "--cwd", "/", "x"], "not both"),
+        (&["send", "--cwd", "/", "--future-thread", "x"], "--future-thread goes with --thread alone"),
+        (&["send", "--thread", &thread, "--wake", "sometimes", "x"], "--wake takes auto or never"),
+        (&["effort", "--thread", "not-a-uuid", "low"], "is not a thread id"),
+        (&["inspect", "--thread", "01A22652-96C4-7652-BF64-6F7BC9883CE2"], "is not a thread id"),
+        (&["approvals", "--thread", "../x"], "is not a thread id"),
+        (&["effort", "--thread", &thread, "turbo"], "not one of"),
+        (&["install", "--host", "a"], "go with --bridge"),
+        (&["wait", "m_1"], "is not a message id"),
+    ] {
+        let out = run(Command::new(broker_bin()).args(line).env("COURIER_STATE_DIR", &state).env("COURIER_RUNTIME_DIR", &state));
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{line:?}: {out:?}");
+        assert!(err.contains(says) && err.contains(&format!("usage: broker {}", line[0])), "{line:?}: {err}");
+    }
+    assert!(!state.exists(), "a refused line created {}", state.display());
+}
+
 /// `hook-client --version`, `--help`, any other argument, or a terminal on stdin: it answers the
 /// person and contacts no broker (no hook call counted, no refusal recorded). A real hook call
 /// (payload piped, no argument) still reaches the broker and stays silent.

@@ -27,6 +27,19 @@ fn pid_alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
 }
 
+/// Live login children of `broker` (`serve --login` forks one that checks and may start a
+/// broker, up to 5 s later): Codex's login shells run the profile line of an install.
+fn login_children(broker: &Path) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
+            args.first() == Some(&broker.as_os_str().as_encoded_bytes()) && args.contains(&&b"--login"[..]) && pid_alive(*pid)
+        })
+        .collect()
+}
+
 fn exe_of(pid: u32) -> PathBuf {
     std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default()
 }
@@ -254,7 +267,9 @@ fn doctor_reports_each_problem() {
     let date = dated.rsplit(" at ").next().unwrap();
     assert!(date.len() == 23 && date.ends_with(" UTC") && date.as_bytes()[4] == b'-', "{dated}");
 
-    // Break it.
+    // Break it. A login line run by Codex's login shells (doctor asked Codex) may still be
+    // checking: it would start a broker once the one killed below is gone.
+    wait_until(Duration::from_secs(20), "login lines to finish", || login_children(&broker).is_empty().then_some(()));
     let pid = rig.wait_running();
     let _ = Command::new("kill").arg(pid.to_string()).status();
     wait_until(Duration::from_secs(10), "the broker to stop", || rig.running_pid().is_none().then_some(()));

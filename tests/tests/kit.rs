@@ -143,3 +143,40 @@ fn subagent_requests_are_attributed_to_the_child_thread() {
     assert_eq!(ro.session_id().as_deref(), Some(parent.as_str()));
     assert_eq!(env.rollouts().len(), 2);
 }
+
+/// One HTTP/1.1 request to `addr` on a fresh connection: (status, body).
+fn http(addr: std::net::SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    let req = format!("{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+    c.write_all(req.as_bytes()).unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut out = String::new();
+    c.read_to_string(&mut out).unwrap();
+    let status = out.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default())
+}
+
+/// The shared core under the Messages API: a side query (not streamed) gets the fallback and
+/// leaves the queue alone, streamed requests take the queue in order, another path is a 404 kept
+/// apart, and every request is recorded in order, numbered, its answer counted and awaited.
+#[test]
+fn the_scripted_core_queues_records_and_waits_for_the_messages_api() {
+    use courier_tests::messages::{ScriptedMessages, Turn};
+    let api = ScriptedMessages::start_queue(vec![Turn::bash("echo one"), Turn::text("two")], Turn::text("fallback"));
+    let ask = |stream: bool| format!(r#"{{"model":"m","stream":{stream},"messages":[{{"role":"user","content":"hi"}}]}}"#);
+    let (status, side) = http(api.addr(), "POST", "/v1/messages", &ask(false));
+    assert_eq!(status, 200);
+    assert!(side.contains("fallback"), "a side query takes nothing from the queue: {side}");
+    let (_, first) = http(api.addr(), "POST", "/v1/messages?beta=true", &ask(true));
+    assert!(first.contains("event: message_start") && first.contains("echo one"), "{first}");
+    let (_, second) = http(api.addr(), "POST", "/v1/messages", &ask(true));
+    assert!(second.contains("two") && !second.contains("echo one"), "{second}");
+    assert_eq!(http(api.addr(), "GET", "/v1/models", "").0, 404);
+    let all = api.wait_for_requests(3, T);
+    assert_eq!(all.iter().map(|r| r.index).collect::<Vec<_>>(), [0, 1, 2]);
+    assert_eq!(all.iter().map(|r| r.is_stream()).collect::<Vec<_>>(), [false, true, true]);
+    assert_eq!(api.other_requests(), [("GET".to_string(), "/v1/models".to_string())]);
+    api.wait_answered(3, T);
+    assert!(api.errors().is_empty(), "{:?}", api.errors());
+}

@@ -292,6 +292,54 @@ fn login_line_returns_at_once_whatever_the_broker_state() {
     assert_log_levelled(&logins.log());
 }
 
+/// A login line racing a broker killed with SIGKILL: once the killed broker's lock is free, the
+/// line's detached child starts one, within its patience (5 s), and the shell waits for none of
+/// it. First as it comes (kill -9, the line at once); then with the kill's tail stretched: a
+/// `flock` queued on the lock takes it the moment the killed broker lets go, as an exit that has
+/// not finished would hold it, and lets go once the child says it is waiting.
+#[test]
+fn a_login_line_racing_a_killed_broker_starts_one_once_its_lock_is_free() {
+    let logins = Logins::new(env());
+    let env = &logins.with_block;
+    logins.login(true);
+    let pid = wait_until(T, "the login line's broker", || answering(env));
+
+    signal(pid, "KILL");
+    logins.login(true);
+    let next = wait_until(T, "a broker after kill -9 and an immediate login", || answering(env).filter(|p| *p != pid));
+
+    let lock = env.runtime_dir.join("broker.lock");
+    let mut tail = Command::new("flock")
+        .arg("-o")
+        .arg(&lock)
+        .arg("cat")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    signal(next, "KILL");
+    let holder = tail.id() as i32;
+    wait_until(T, "the killed broker's lock to pass to flock", || {
+        (broker_lib::install::instance_holder(&env.runtime_dir) == Some(holder)).then_some(())
+    });
+    let took = logins.login(true);
+    // Released whether or not the child says so: a child that gave up starts nothing, below.
+    let said = format!("the broker (pid {holder}) holds");
+    let waiting = poll_until(T, || logins.log().contains(&said).then_some(()));
+    let freed = std::time::Instant::now();
+    drop(tail.stdin.take());
+    let _ = tail.wait();
+    let third = wait_until(T, "a broker once the lock is free", || answering(env).filter(|p| *p != next));
+    assert!(freed.elapsed() < Duration::from_secs(5), "started {:?} after the lock was freed", freed.elapsed());
+    assert!(took < Duration::from_secs(2), "the login shell took {took:?}");
+    assert!(waiting.is_some(), "{}", logins.log());
+    let logged = logins.log();
+    assert!(logged.contains(&format!("the broker (pid {holder}) has let")), "{logged}");
+    assert!(!logged.contains("has not answered"), "{logged}");
+    signal(third, "TERM");
+}
+
 /// `broker stop` lasts through the login shells of a real Codex session's tool commands (the
 /// profile block runs in each, and starts nothing); `broker start` undoes it and `restart`
 /// replaces the broker; doctor says it is stopped on purpose, not broken.

@@ -8,6 +8,7 @@
 //! retried, and settled as what was seen: `answered` (ours was applied), `resolved` (someone
 //! else's answer, or the request was gone), `unknown` (sent, no acknowledgement in time).
 
+use courier_shared::ids::ThreadId;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -127,7 +128,7 @@ impl AnswerVia {
 /// An approval as the hook saw it, before it has an id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewApproval {
-    pub thread: String,
+    pub thread: ThreadId,
     pub turn: String,
     /// The tool call asking, when the host named it or only one call was waiting.
     pub call_id: Option<String>,
@@ -157,7 +158,7 @@ pub struct AnswerRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Approval {
     pub id: String,
-    pub thread: String,
+    pub thread: ThreadId,
     pub turn: String,
     pub call_id: Option<String>,
     pub tool: String,
@@ -201,8 +202,8 @@ pub fn new_id() -> String {
 }
 
 /// The approvals of `thread`, or all of them.
-pub fn of_thread(list: Vec<Approval>, thread: Option<&str>) -> Vec<Approval> {
-    list.into_iter().filter(|a| thread.is_none_or(|t| a.thread == t)).collect()
+pub fn of_thread(list: Vec<Approval>, thread: Option<&ThreadId>) -> Vec<Approval> {
+    list.into_iter().filter(|a| thread.is_none_or(|t| a.thread == *t)).collect()
 }
 
 /// The table `broker approvals` prints: id, age, thread, command, reason.

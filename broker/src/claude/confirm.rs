@@ -7,8 +7,9 @@
 
 use crate::os::ProcessKey;
 use crate::reason::DeliveryReason;
-use crate::store::{Channel, Message, State, Store};
+use crate::store::{Channel, Message, Settlement, State, Store};
 use anyhow::Result;
+use courier_shared::ids::ThreadId;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
@@ -19,7 +20,7 @@ const MAX_READ: u64 = 16 << 20;
 
 /// Settles the Claude Code hand-offs of `session` (or all): the store is locked to list them and
 /// to settle, never across a transcript read. Returns how many reached a final state.
-pub fn reconcile(store: &Mutex<Store>, session: Option<&str>) -> Result<usize> {
+pub fn reconcile(store: &Mutex<Store>, session: Option<&ThreadId>) -> Result<usize> {
     let mut by_transcript: HashMap<String, Vec<(Message, Option<ProcessKey>)>> = HashMap::new();
     {
         let store = crate::store::lock(store);
@@ -41,13 +42,14 @@ pub fn reconcile(store: &Mutex<Store>, session: Option<&str>) -> Result<usize> {
         let records = read_records(&path, from);
         for ((m, _), dead) in handed.iter().zip(dead) {
             let offset = m.scan_offset.unwrap_or(0) as u64;
-            let state = match (shown(&records, offset, &m.wrapped()), dead) {
+            let (state, reason) = match (shown(&records, offset, &m.wrapped()), dead) {
                 (true, _) => (State::Confirmed, None),
                 (false, true) => (State::Uncertain, Some(DeliveryReason::ClaudeExited.into())),
                 (false, false) => continue,
             };
-            if crate::store::lock(store).settle(&m.id, m.lease, Some(state.0), state.1, offset)? {
-                crate::log_info!("claude: {} {} in session {}", m.id, state.0, m.thread);
+            let settlement = Settlement { id: m.id.clone(), lease: m.lease, state: Some(state), reason, scan_offset: offset };
+            if crate::store::lock(store).settle(&settlement)? {
+                crate::log_info!("claude: {} {state} in session {}", m.id, m.thread);
                 settled += 1;
             }
         }
@@ -133,7 +135,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("courier-claude-confirm-{}-{}", std::process::id(), crate::store::now_ms()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut store = Store::open(&dir).unwrap();
-        let sid = "0c6b4b3e-8f2a-4b7e-9d1a-2f3c4d5e6f70";
+        let sid = &ThreadId::from_static("0c6b4b3e-8f2a-4b7e-9d1a-2f3c4d5e6f70");
         let new =
             NewMessage { thread: sid, body: "hello claude", sender: Some("ci"), verified: false, key: None, ttl_ms: None, wake: true };
         let crate::store::Enqueued::New(id) = store.enqueue_message(&new).unwrap() else { panic!("a new message") };

@@ -15,6 +15,7 @@ use crate::exe::ExeKey;
 use crate::gate::Refusal;
 use crate::os::ProcessKey;
 use crate::refusal::RefusalCode;
+use courier_shared::ids::ThreadId;
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -50,7 +51,7 @@ pub const LOADER_VARS: [&str; 9] = [
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Payload {
     pub event: Event,
-    pub session_id: String,
+    pub session_id: ThreadId,
     pub transcript_path: PathBuf,
     /// The turn (every served event carries it).
     pub prompt_id: String,
@@ -107,7 +108,7 @@ pub fn verify(
 }
 
 fn refusal(code: RefusalCode, detail: String, p: &Payload) -> Refusal {
-    Refusal { code, detail, thread: Some(p.session_id.clone()), event: Some(p.event.as_str().to_string()) }
+    Refusal { code, detail, thread: Some(p.session_id.to_string()), event: Some(p.event.as_str().to_string()) }
 }
 
 /// `payload`: a JSON object naming the event of its path, a session id, a transcript path.
@@ -119,7 +120,7 @@ pub fn payload(event: &str, body: &[u8]) -> Result<Payload, Refusal> {
     if field("hook_event_name").as_deref() != Some(event.as_str()) {
         return Err(bad(format!("hook_event_name {:?} is not the path's {}", v.get("hook_event_name"), event.as_str())));
     }
-    let session_id = field("session_id").filter(|s| is_uuid(s)).ok_or_else(|| bad("no session_id UUID".into()))?;
+    let session_id = field("session_id").and_then(|s| ThreadId::try_from(s).ok()).ok_or_else(|| bad("no session_id UUID".into()))?;
     let transcript_path = field("transcript_path").map(PathBuf::from).ok_or_else(|| bad("no transcript_path".into()))?;
     let prompt_id = field("prompt_id").ok_or_else(|| bad("no prompt_id".into()))?;
     let tool_use_id = field("tool_use_id");
@@ -127,10 +128,6 @@ pub fn payload(event: &str, body: &[u8]) -> Result<Payload, Refusal> {
         return Err(bad(format!("a {} payload without tool_use_id", event.as_str())));
     }
     Ok(Payload { event, session_id, transcript_path, prompt_id, tool_use_id, agent_id: field("agent_id") })
-}
-
-fn is_uuid(s: &str) -> bool {
-    s.len() == 36 && s.bytes().enumerate().all(|(i, b)| if [8, 13, 18, 23].contains(&i) { b == b'-' } else { b.is_ascii_hexdigit() })
 }
 
 /// `trusted_claude`: the holder's executable (through `/proc/<pid>/exe`, the file actually

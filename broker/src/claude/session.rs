@@ -22,7 +22,7 @@ use crate::store::{Pinned, Store, Ticket, TicketClaim};
 use codex_format::hook::HookEvent;
 
 fn refusal(p: &Payload, code: RefusalCode, detail: String) -> Refusal {
-    Refusal { code, detail, thread: Some(p.session_id.clone()), event: Some(p.event.as_str().to_string()) }
+    Refusal { code, detail, thread: Some(p.session_id.to_string()), event: Some(p.event.as_str().to_string()) }
 }
 
 /// Checks (and, at a UserPromptSubmit, takes) the session's pin for the proven claude.

@@ -1,7 +1,7 @@
 //! Courier's hooks in Claude Code's user settings (`settings.json` in Claude Code's config
 //! directory): where that file is, what Courier's handlers look like, what is registered now, and
 //! writing the file back in the user's own style. The merge itself is install's
-//! (`install/claude.rs`); doctor reads what is registered from here.
+//! (`install/agent/claude.rs`); doctor reads what is registered from here.
 //!
 //! Courier registers HTTP hooks, not command hooks: claude itself POSTs each payload to the
 //! broker's loopback port, so no process runs under claude that a model's command could stand in
@@ -41,12 +41,6 @@ pub fn config_dir(home: &Path, claude_config_dir: Option<&std::ffi::OsStr>) -> P
 /// The user settings file in `config_dir`.
 pub fn settings_path(config_dir: &Path) -> PathBuf {
     config_dir.join("settings.json")
-}
-
-/// Claude Code's settings file for this environment (`HOME`, `CLAUDE_CONFIG_DIR`).
-pub fn user_settings_path() -> Option<PathBuf> {
-    let home = std::env::var_os("HOME").filter(|h| !h.is_empty())?;
-    Some(settings_path(&config_dir(Path::new(&home), std::env::var_os("CLAUDE_CONFIG_DIR").as_deref())))
 }
 
 /// The URL Courier's handler of `event` posts to.

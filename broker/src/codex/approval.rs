@@ -193,7 +193,7 @@ mod tests {
     fn a_request_is_bound_to_call_and_command() {
         let a = Approval {
             id: "apr-1".into(),
-            thread: "t".into(),
+            thread: crate::store::sample::T1.clone(),
             turn: "u".into(),
             call_id: Some("call_1".into()),
             tool: "Bash".into(),
@@ -205,11 +205,14 @@ mod tests {
             state: crate::approval::ApprovalState::Pending,
             answer: None,
         };
-        let p = json!({"threadId": "t", "turnId": "u", "itemId": "call_1", "command": "/bin/bash -lc 'echo hi'"});
+        let p =
+            json!({"threadId": crate::store::sample::T1.as_str(), "turnId": "u", "itemId": "call_1", "command": "/bin/bash -lc 'echo hi'"});
         assert!(is_request_of(&p, &a));
-        let other_call = json!({"threadId": "t", "turnId": "u", "itemId": "call_2", "command": "/bin/bash -lc 'echo hi'"});
+        let other_call =
+            json!({"threadId": crate::store::sample::T1.as_str(), "turnId": "u", "itemId": "call_2", "command": "/bin/bash -lc 'echo hi'"});
         assert!(!is_request_of(&other_call, &a));
-        let other_cmd = json!({"threadId": "t", "turnId": "u", "itemId": "call_1", "command": "/bin/bash -lc 'echo ho'"});
+        let other_cmd =
+            json!({"threadId": crate::store::sample::T1.as_str(), "turnId": "u", "itemId": "call_1", "command": "/bin/bash -lc 'echo ho'"});
         assert!(!is_request_of(&other_cmd, &a));
         let other_turn = json!({"threadId": "t", "turnId": "v", "itemId": "call_1", "command": "/bin/bash -lc 'echo hi'"});
         assert!(!is_request_of(&other_turn, &a));

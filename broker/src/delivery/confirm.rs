@@ -8,10 +8,11 @@ use crate::codex::rollout::lines::{WholeLines, CHUNK as SCAN_CHUNK};
 use crate::delivery::unseen;
 use crate::os::ProcessKey;
 use crate::reason::{DeliveryReason, Doubt, Reason, WakeReason};
-use crate::store::{Channel, LeaseToken, Message, State, Store};
+use crate::store::{Channel, LeaseToken, Message, Settlement, State, Store};
 use anyhow::Result;
 use codex_format::rollout::marker_ids;
 use codex_format::rollout::{classify_line, RolloutEvent};
+use courier_shared::ids::ThreadId;
 use std::collections::HashMap;
 use std::fs::File;
 use std::ops::ControlFlow;
@@ -20,7 +21,7 @@ use std::sync::{Mutex, OnceLock};
 
 /// Settles `handed` messages (of one thread, or all) against their rollouts, on a store of the
 /// caller's own (the CLI's `inspect`, `send --wait`). Returns how many reached a final state.
-pub fn reconcile(store: &mut Store, thread: Option<&str>) -> Result<usize> {
+pub fn reconcile(store: &mut Store, thread: Option<&ThreadId>) -> Result<usize> {
     let handed = Handed::read(store, thread)?;
     apply(store, handed.scan())
 }
@@ -29,7 +30,7 @@ pub fn reconcile(store: &mut Store, thread: Option<&str>) -> Result<usize> {
 /// settle what the scan found, never across a rollout read (up to [`SERVE_SCAN_BUDGET`] per
 /// rollout), which every hook worker would otherwise wait behind. What changed in between is
 /// fenced by the settle itself (the hand-off's lease token).
-pub fn reconcile_shared(store: &Mutex<Store>, thread: Option<&str>) -> Result<usize> {
+pub fn reconcile_shared(store: &Mutex<Store>, thread: Option<&ThreadId>) -> Result<usize> {
     let handed = Handed::read(&crate::store::lock(store), thread)?;
     let found = handed.scan();
     apply(&mut crate::store::lock(store), found)
@@ -41,14 +42,8 @@ struct Handed {
     codex: HashMap<LeaseToken, ProcessKey>,
 }
 
-/// A settlement found by a scan, for the hand-off (lease) it was found for.
-struct Found {
-    lease: Option<LeaseToken>,
-    settlement: Settlement,
-}
-
 impl Handed {
-    fn read(store: &Store, thread: Option<&str>) -> Result<Handed> {
+    fn read(store: &Store, thread: Option<&ThreadId>) -> Result<Handed> {
         let mut by_rollout: HashMap<String, Vec<Message>> = HashMap::new();
         let mut codex = HashMap::new();
         // A Claude Code hand-off is settled from its transcript by `claude/confirm.rs`.
@@ -67,7 +62,7 @@ impl Handed {
 
     /// Reads each rollout (no store needed). Whose codex is gone, and whose time to show up is
     /// over, is decided before its scan: then the scan saw what the rollout will ever hold of them.
-    fn scan(self) -> Vec<Found> {
+    fn scan(self) -> Vec<Settlement> {
         let mut found = Vec::new();
         for (path, messages) in self.by_rollout {
             let dead: std::collections::HashSet<&str> = messages
@@ -88,7 +83,7 @@ impl Handed {
                     (state, reason) = (Some(State::Uncertain), Some(WakeReason::Unanswered.into()));
                 }
                 let lease = messages.iter().find(|m| m.id == id).and_then(|m| m.lease);
-                found.push(Found { lease, settlement: (id, state, reason, offset) });
+                found.push(Settlement { id, lease, state, reason, scan_offset: offset });
             }
         }
         found
@@ -96,11 +91,11 @@ impl Handed {
 }
 
 /// Records what the scans found; a hand-off settled or replaced since it was read is left alone.
-fn apply(store: &mut Store, found: Vec<Found>) -> Result<usize> {
+fn apply(store: &mut Store, found: Vec<Settlement>) -> Result<usize> {
     let mut settled = 0;
-    for Found { lease, settlement: (id, state, reason, offset) } in found {
+    for settlement in found {
         crate::failpoint::hit("reconcile_before_settle");
-        if store.settle(&id, lease, state, reason, offset)? && state.is_some() {
+        if store.settle(&settlement)? && settlement.state.is_some() {
             settled += 1;
             crate::failpoint::hit("reconcile_after_settle");
         }
@@ -108,7 +103,9 @@ fn apply(store: &mut Store, found: Vec<Found>) -> Result<usize> {
     Ok(settled)
 }
 
-type Settlement = (String, Option<State>, Option<Reason>, u64);
+/// What a scan found for one message: (id, new state, reason, where the scan stands); its
+/// lease is added to make the [`Settlement`].
+type Finding = (String, Option<State>, Option<Reason>, u64);
 
 /// Longest rollout line the confirmation scan looks at (whole: every byte of a message is
 /// compared). A hook message carrying Courier's output is far shorter: at most 96 KiB of text
@@ -152,14 +149,14 @@ pub(super) fn scan_states() -> &'static Mutex<HashMap<String, ScanState>> {
 
 /// Scans `path` from the smallest scan offset of `messages` (or from where the last scan stopped
 /// inside a line) up to the end, or up to the read budget.
-pub(super) fn scan_rollout(path: &str, messages: &[Message]) -> Vec<Settlement> {
+pub(super) fn scan_rollout(path: &str, messages: &[Message]) -> Vec<Finding> {
     scan_rollout_within(path, messages, SCAN_BUDGET.load(Ordering::Relaxed))
 }
 
-pub(super) fn scan_rollout_within(path: &str, messages: &[Message], budget: u64) -> Vec<Settlement> {
+pub(super) fn scan_rollout_within(path: &str, messages: &[Message], budget: u64) -> Vec<Finding> {
     use std::os::unix::fs::MetadataExt;
     let start = messages.iter().map(|m| m.scan_offset.unwrap_or(0).max(0) as u64).min().unwrap_or(0);
-    let all = |state, reason, offset| -> Vec<Settlement> { messages.iter().map(|m| (m.id.clone(), state, reason, offset)).collect() };
+    let all = |state, reason, offset| -> Vec<Finding> { messages.iter().map(|m| (m.id.clone(), state, reason, offset)).collect() };
     let Ok(file) = File::open(path) else {
         return all(Some(State::Uncertain), Some(DeliveryReason::RolloutMissing.into()), start);
     };
@@ -214,7 +211,7 @@ pub struct Scan<'a> {
     open: HashMap<&'a str, &'a Message>,
     /// Found in this scan; an earlier scan's is in the message's `reason` (`unseen::Doubt`).
     doubts: HashMap<&'a str, Doubt>,
-    out: Vec<Settlement>,
+    out: Vec<Finding>,
 }
 
 impl<'a> Scan<'a> {
@@ -236,7 +233,7 @@ impl<'a> Scan<'a> {
 
     /// The settlements, and for each message still open where the scan stands (`boundary`) and
     /// the doubt found, which the store keeps.
-    pub fn finish(mut self, boundary: u64) -> Vec<Settlement> {
+    pub fn finish(mut self, boundary: u64) -> Vec<Finding> {
         for m in self.open.values() {
             let doubt = self.doubts.get(m.id.as_str()).map(|d| Reason::Doubt(*d));
             self.out.push((m.id.clone(), None, doubt, boundary.max(m.scan_offset.unwrap_or(0) as u64)));

@@ -9,7 +9,7 @@ use codex_format::rollout::marker_ids;
 fn msg(id: &str, body: &str, from: Option<&str>) -> Message {
     Message {
         id: id.into(),
-        thread: "t".into(),
+        thread: crate::store::sample::T1.clone(),
         kind: Kind::Message,
         state: State::Handed,
         body: body.into(),
@@ -320,7 +320,7 @@ fn wake_hand_off_is_settled_by_its_user_message_or_its_deadline() {
     };
     let me = crate::os::ProcessKey::of(std::process::id() as i32).unwrap();
     let mut ids = Vec::new();
-    for (thread, shown_by) in [("01a22652-96c4-7652-bf64-6f7bc9883ce2", 60_000), ("01a22652-96c4-7652-bf64-6f7bc9883ce3", -1)] {
+    for (thread, shown_by) in [(crate::store::sample::T1, 60_000), (crate::store::sample::T2, -1)] {
         let crate::store::Enqueued::New(id) = store.enqueue(thread, "late", None, None, None).unwrap() else { panic!() };
         let lease = store.lease(thread, crate::store::Channel::Wake, None, 30_000, MAX_OUTPUT_BYTES).unwrap().unwrap();
         let record = crate::store::HandOff { shown_by: Some(crate::store::now_ms() + shown_by), ..crate::store::HandOff::at(p, 0, me) };
@@ -438,7 +438,7 @@ fn reoffers_are_bounded() {
     std::fs::write(&path, "").unwrap();
     let mut store = crate::store::Store::open(&sdir).unwrap();
     let me = crate::os::ProcessKey::of(std::process::id() as i32).unwrap();
-    let thread = "01a22652-96c4-7652-bf64-6f7bc9883ce2";
+    let thread = crate::store::sample::T1;
     let crate::store::Enqueued::New(id) = store.enqueue(thread, "again", None, None, None).unwrap() else { panic!() };
     let channel = crate::store::Channel::Hook(HookEvent::PostToolUse);
     for round in 0..=crate::store::MAX_REOFFERS {
@@ -470,7 +470,7 @@ fn the_store_lock_is_free_while_a_rollout_is_read() {
     let path = dir.join("rollout.jsonl");
     let p = path.to_str().unwrap();
     let mut store = crate::store::Store::open(&sdir).unwrap();
-    let thread = "01a22652-96c4-7652-bf64-6f7bc9883ce2";
+    let thread = crate::store::sample::T1;
     let crate::store::Enqueued::New(id) = store.enqueue(thread, "read me", None, None, None).unwrap() else { panic!() };
     let lease =
         store.lease(thread, crate::store::Channel::Hook(HookEvent::PostToolUse), Some("T1"), 30_000, MAX_OUTPUT_BYTES).unwrap().unwrap();

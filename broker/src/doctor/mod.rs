@@ -3,7 +3,6 @@
 //! rules, so a Codex that changed its trust rules shows up here as untrusted hooks.
 
 mod agent;
-mod claude;
 mod start;
 
 use crate::approval::{AnswerOutcome, Approval};
@@ -76,14 +75,20 @@ pub fn run(opts: &Options) -> Vec<Check> {
     checks.extend(check_broker(&runtime_dir, &state_dir, manifest.as_ref(), stopped, expected_client.as_deref(), &cfg));
 
     // Each host agent's row: Courier's hooks as the agent sees them, its binaries trusted.
-    let ctx = agent::Context { opts, state_dir: &state_dir, expected_command: expected_command.as_deref() };
+    let env = install::AgentEnv::from_process(paths::codex_home());
+    let broker_pid = client::query_status(&runtime_dir).map(|s| s.pid as i32);
+    let ctx = agent::Context {
+        opts,
+        state_dir: &state_dir,
+        expected_command: expected_command.as_deref(),
+        env: &env,
+        config: &cfg,
+        manifest: manifest.as_ref(),
+        broker_pid,
+    };
     for host in install::HostAgent::ALL {
         checks.extend(host.doctor_checks(&ctx));
     }
-
-    // Claude Code (not a row of the table yet): its hooks, port and binaries.
-    let broker = client::query_status(&runtime_dir).map(|s| s.pid as i32);
-    checks.extend(claude::check_claude(&state_dir, cfg.claude.hook_port, manifest.as_ref(), broker));
 
     checks.push(start::check_start(manifest.as_ref(), stopped));
 
@@ -427,7 +432,7 @@ mod tests {
         let now = 10_000_000_000;
         let approval = |id: &str, since: i64, state: ApprovalState, outcome: Option<AnswerOutcome>| Approval {
             id: id.into(),
-            thread: "t1".into(),
+            thread: crate::store::sample::T1.clone(),
             turn: "u1".into(),
             call_id: None,
             tool: "Bash".into(),

@@ -20,6 +20,7 @@ use crate::gate::Verified;
 use crate::store::{State, Store};
 use anyhow::Result;
 use codex_format::hook::HookEvent;
+use courier_shared::ids::ThreadId;
 use serde_json::{json, Value};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -63,7 +64,7 @@ pub enum Outcome {
 }
 
 struct Job {
-    thread: String,
+    thread: ThreadId,
     turn_id: Option<String>,
     event: HookEvent,
     codex_pid: i32,
@@ -303,7 +304,7 @@ pub fn judge(scope: EffortScope, response: &Value) -> Outcome {
 pub fn enqueue(
     store: &mut Store,
     cfg: &EffortConfig,
-    thread: &str,
+    thread: &ThreadId,
     level: &str,
     scope: EffortScope,
     from: &str,
@@ -348,7 +349,7 @@ mod exchange_tests {
     use std::io::{Read, Write};
     use std::os::unix::net::UnixListener;
 
-    const THREAD: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce2";
+    const THREAD: &ThreadId = &ThreadId::from_static("01a22652-96c4-7652-bf64-6f7bc9883ce2");
 
     #[derive(Clone, Copy)]
     enum Mode {
@@ -442,7 +443,7 @@ mod exchange_tests {
         let id = enqueue(&mut svc.store(), &cfg, THREAD, "high", scope, "test").unwrap().0;
         let me = std::process::id() as i32;
         let job = Job {
-            thread: THREAD.into(),
+            thread: THREAD.clone(),
             turn_id: Some("turn-1".into()),
             event: HookEvent::PostToolUse,
             codex_pid: me,

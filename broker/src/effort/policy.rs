@@ -4,6 +4,7 @@
 use crate::config::{EffortConfig, EffortLevel};
 use crate::store::Store;
 use anyhow::Result;
+use courier_shared::ids::ThreadId;
 use serde_json::Value;
 use std::fs::File;
 use std::path::Path;
@@ -48,7 +49,7 @@ pub fn exit_code(raw_payload: &str, rollout: &Path, verified_len: u64) -> Option
 }
 
 /// Records one outcome of `tool` and returns the level a rule wants queued, if any.
-pub fn evaluate(cfg: &EffortConfig, store: &Store, thread: &str, tool: &str, success: bool) -> Result<Option<EffortLevel>> {
+pub fn evaluate(cfg: &EffortConfig, store: &Store, thread: &ThreadId, tool: &str, success: bool) -> Result<Option<EffortLevel>> {
     if !cfg.policy.enabled || !cfg.policy.rules.iter().any(|r| r.tool == tool) {
         return Ok(None);
     }
@@ -83,7 +84,7 @@ mod tests {
     use crate::store::State;
     use crate::store::Store;
 
-    const T: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce2";
+    const T: &ThreadId = &ThreadId::from_static("01a22652-96c4-7652-bf64-6f7bc9883ce2");
 
     fn store(name: &str) -> (Store, std::path::PathBuf) {
         let dir = std::env::temp_dir().join(format!("courier-policy-{}-{name}", std::process::id()));

@@ -67,6 +67,7 @@ use crate::exe::digest::DigestCache;
 pub use crate::refusal::{Refusal, RefusalCode};
 use codex_format::hook::{HookEvent, HookPayload};
 use courier_shared::auth::Secret;
+use courier_shared::ids::ThreadId;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -103,7 +104,7 @@ pub struct GateConfig {
 pub struct Verified {
     pub payload: HookPayload,
     pub event: HookEvent,
-    pub thread_id: String,
+    pub thread_id: ThreadId,
     /// The payload's turn id, equal to the rollout's open turn. `None` only for SessionStart.
     pub turn_id: Option<String>,
     pub codex_pid: i32,
@@ -238,7 +239,7 @@ impl Gate {
         let ancestry = self.trusted_ancestry(peer, req, trust)?; // 3
         caller::check(peer, &ancestry, &self.codex_markers)?; // 4
         let transcript = self.prover.transcript(event, &payload)?; // 5: the thread the path names
-        ctx.thread = Some(transcript.thread_id.clone());
+        ctx.thread = Some(transcript.thread_id.to_string());
         let read = self.prover.read_rollout(&transcript)?; // 5, 6: canonical, read intact
         let codex = ancestry.codex.key();
         let binding = self.prover.bind_thread(codex, &payload, &transcript, &read)?; // 5

@@ -16,6 +16,7 @@ use crate::codex::proof::holder;
 use crate::codex::rollout::{find_rollout, RolloutIdentity};
 use crate::exe::digest;
 use crate::os;
+use courier_shared::ids::ThreadId;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -62,7 +63,7 @@ pub(crate) fn lock_holders(text: &str, dev: u64, ino: u64) -> Vec<i32> {
 
 impl Gate {
     /// The trusted Codex process that owns `thread` now (see the module docs).
-    pub fn thread_owner(&self, thread: &str, trust: &dyn CodexTrust) -> Result<Owner, NoOwner> {
+    pub fn thread_owner(&self, thread: &ThreadId, trust: &dyn CodexTrust) -> Result<Owner, NoOwner> {
         use std::os::unix::fs::MetadataExt;
         let lock_dir = self.config.codex_home.join("thread-writer-locks");
         let lock_path = lock_dir.join(format!("{thread}.lock"));
@@ -89,11 +90,11 @@ impl Gate {
             Ok(digest::Lookup::Digest(d)) => return Err(NoOwner::Untrusted(format!("holder {pid} sha256 {} is not trusted", &d[..12]))),
             other => return Err(NoOwner::Untrusted(format!("holder {pid}: digest {other:?}"))),
         }
-        let rollout =
-            find_rollout(&self.config.codex_home, thread).ok_or_else(|| NoOwner::NotProven("no rollout under sessions/".into()))?;
+        let rollout = find_rollout(&self.config.codex_home, thread.as_str())
+            .ok_or_else(|| NoOwner::NotProven("no rollout under sessions/".into()))?;
         let file = os::open_nofollow(&rollout).map_err(|e| NoOwner::NotProven(format!("open rollout: {e}")))?;
         let id = os::statx_fd(&file).map_err(|e| NoOwner::NotProven(format!("statx rollout: {e}")))?;
-        let scan = holder::scan(pid, (id.dev, id.ino), Some((lock.dev(), lock.ino())), thread, &lock_dir, holder::ScanFor::Proof)
+        let scan = holder::scan(pid, (id.dev, id.ino), Some((lock.dev(), lock.ino())), thread.as_str(), &lock_dir, holder::ScanFor::Proof)
             .map_err(|_| NoOwner::NotLoaded)?;
         if !scan.holds_rollout_append || !scan.holds_thread_lock {
             return Err(NoOwner::NotProven(format!(
@@ -103,7 +104,7 @@ impl Gate {
         let len = file.metadata().map(|m| m.len()).map_err(|e| NoOwner::NotProven(format!("rollout: {e}")))?;
         let identity = RolloutIdentity { dev: id.dev, ino: id.ino, btime_sec: id.btime_sec, btime_nsec: id.btime_nsec };
         let snap = self.tracker().update(&rollout, &file, identity, len).map_err(|e| NoOwner::NotProven(format!("rollout read: {e}")))?;
-        if snap.session_meta.as_ref().map(|m| m.id.as_str()) != Some(thread) {
+        if snap.session_meta.as_ref().map(|m| m.id.as_str()) != Some(thread.as_str()) {
             return Err(NoOwner::NotProven("the rollout's session_meta is not this thread".into()));
         }
         match os::read_stat(pid) {

@@ -12,7 +12,7 @@ use crate::store::Ticket;
 pub fn bind(v: &Verified) -> Result<Option<Ticket>, Refusal> {
     let key = payload_ticket_key(v.event, &v.payload, v.open_turn.as_deref(), &v.actions).map_err(|detail| {
         let mut r = Refusal::new(RefusalCode::NoTicket, detail);
-        r.thread = Some(v.thread_id.clone());
+        r.thread = Some(v.thread_id.to_string());
         r.event = Some(v.event.as_str().to_string());
         r
     })?;

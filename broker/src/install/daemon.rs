@@ -33,9 +33,16 @@ pub fn daemonize(exe: &Path) -> Result<(u32, bool)> {
     loop {
         if let Some(st) = client::query_status(&runtime) {
             let answering = st.pid;
+            if answering != pid {
+                // Another start won (login lines racing): ours is still waiting for the lock,
+                // and must not take it over later, after a `broker stop` of the winner.
+                let _ = child.kill();
+                let _ = child.wait();
+                return Ok((answering, false));
+            }
             // Reap nothing: the child keeps running after we exit and is re-parented.
             std::mem::forget(child);
-            return Ok((answering, answering == pid));
+            return Ok((answering, true));
         }
         if let Ok(Some(status)) = child.try_wait() {
             if let Some(st) = client::query_status(&runtime) {
@@ -169,40 +176,78 @@ fn detach(null: &fs::File, log: &fs::File) {
 }
 
 /// The login child's check: a broker that answers needs nothing; one that holds the instance
-/// lock without answering (hung, stopped, still starting, its socket removed) is reported, not
-/// doubled; none at all is started.
+/// lock without answering is given [`LOGIN_PATIENCE`] to answer (still starting) or to let the
+/// lock go (killed, its exit not done yet: then one is started), and is reported, not doubled,
+/// if it does neither (hung, stopped); none at all is started. This child is detached: the
+/// login shell waits for none of it.
 fn login_check(exe: &Path) {
     let runtime = paths::runtime_dir();
     let socket = paths::socket_path(&runtime);
-    let answers = || client::query_status(&runtime).is_some();
-    if answers() {
+    if client::query_status(&runtime).is_some() {
         return;
     }
     let socket_is = if socket.exists() { "present" } else { "missing" };
-    if let Some(pid) = super::instance::instance_holder(&runtime) {
-        // A broker still starting answers within moments: give it that before calling it hung.
-        let deadline = Instant::now() + LOGIN_PATIENCE;
-        while Instant::now() < deadline {
-            if answers() {
-                return;
+    let lock = super::instance::lock_path(&runtime);
+    match super::instance::instance_holder(&runtime) {
+        None => crate::log_info!("login: no broker runs (socket {} {socket_is}); starting one", socket.display()),
+        Some(pid) => {
+            crate::log_info!(
+                "login: the broker (pid {pid}) holds {} and does not answer (socket {socket_is}); giving it {} s to answer or exit",
+                lock.display(),
+                LOGIN_PATIENCE.as_secs()
+            );
+            match await_holder(&runtime) {
+                Holder::Answers => return,
+                Holder::Exited => crate::log_info!("login: the broker (pid {pid}) has let {} go; starting one", lock.display()),
+                Holder::Silent => {
+                    let state = crate::os::read_stat(pid).map(|s| process_state(s.state)).unwrap_or("gone");
+                    crate::log_warn!(
+                        "login: the broker (pid {pid}, {state}) holds {} but has not answered on {} (socket {socket_is}) for {} s; \
+                         not starting another. `broker restart` replaces it",
+                        lock.display(),
+                        socket.display(),
+                        LOGIN_PATIENCE.as_secs()
+                    );
+                    return;
+                }
             }
-            std::thread::sleep(Duration::from_millis(100));
         }
-        let state = crate::os::read_stat(pid).map(|s| process_state(s.state)).unwrap_or("gone");
-        crate::log_warn!(
-            "login: the broker (pid {pid}, {state}) holds {} but has not answered on {} (socket {socket_is}) for {} s; \
-             not starting another. `broker restart` replaces it",
-            super::instance::lock_path(&runtime).display(),
-            socket.display(),
-            LOGIN_PATIENCE.as_secs()
-        );
+    }
+    // A wait above may have outlasted a `broker stop`.
+    if super::instance::stopped_on_purpose(&paths::state_dir()).is_some() {
         return;
     }
-    crate::log_info!("login: no broker runs (socket {} {socket_is}); starting one", socket.display());
     match daemonize(exe) {
         Ok((pid, true)) => crate::log_info!("login: broker started (pid {pid})"),
         Ok((pid, false)) => crate::log_info!("login: a broker started meanwhile answers (pid {pid})"),
         Err(e) => crate::log_error!("login: starting the broker failed: {e:#}"),
+    }
+}
+
+/// What a broker that held the instance lock without answering did within [`LOGIN_PATIENCE`].
+enum Holder {
+    /// It answers now (it was still starting).
+    Answers,
+    /// Nobody holds the lock any more (it was exiting).
+    Exited,
+    /// It still holds the lock and answers nothing (hung, stopped by a signal).
+    Silent,
+}
+
+/// Watches the lock holder for up to [`LOGIN_PATIENCE`], polling its socket and the lock table.
+fn await_holder(runtime: &Path) -> Holder {
+    let deadline = Instant::now() + LOGIN_PATIENCE;
+    loop {
+        if client::query_status(runtime).is_some() {
+            return Holder::Answers;
+        }
+        if super::instance::instance_holder(runtime).is_none() {
+            return Holder::Exited;
+        }
+        if Instant::now() >= deadline {
+            return Holder::Silent;
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -217,7 +262,8 @@ fn process_state(c: char) -> &'static str {
     }
 }
 
-/// How long the login child waits for a broker that holds its lock to answer.
+/// How long the login child waits for a broker that holds its lock to answer or to exit. The
+/// login shell waits for none of it (the child is detached).
 const LOGIN_PATIENCE: Duration = Duration::from_secs(5);
 
 pub(super) const DAEMON_LOG: &str = "broker.log";

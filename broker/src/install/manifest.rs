@@ -91,9 +91,9 @@ pub struct Manifest {
     /// hashing a binary on every command.
     #[serde(default)]
     pub package_sums: BTreeMap<String, String>,
-    /// Claude Code's hooks, port and trusted binaries (`claude.rs`).
+    /// Claude Code's hooks, port and trusted binaries (`agent/claude.rs`).
     #[serde(default)]
-    pub claude: Option<super::claude::ClaudeSetup>,
+    pub claude: Option<ClaudeSetup>,
 }
 
 pub fn manifest_path(state_dir: &Path) -> PathBuf {
@@ -137,6 +137,26 @@ pub(super) fn track_edit(edit: &mut Option<FileEdit>, path: &Path, current: Opti
             })
         }
     }
+}
+
+/// What install did for Claude Code (in the manifest; written by `agent/claude.rs`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct ClaudeSetup {
+    /// The edit of Claude Code's `settings.json`.
+    pub settings: Option<FileEdit>,
+    pub created_hooks_key: bool,
+    pub created_events: Vec<String>,
+    /// Every hook URL install registered (earlier ports too), for clean-up.
+    pub urls: Vec<String>,
+    /// The port the hooks post to now.
+    pub port: u16,
+    /// The edit of Courier's config when install chose the port (`[claude] hook_port`).
+    pub config: Option<FileEdit>,
+    /// The port install wrote there (uninstall takes out only that value, never the user's).
+    #[serde(default)]
+    pub written_port: Option<u16>,
+    /// Claude Code digests install trusted (digest, path).
+    pub trusted: Vec<(String, String)>,
 }
 
 /// What install did for the bridge (in the manifest).

@@ -15,9 +15,10 @@
 //! # Rooms
 //! - `mod.rs`: the install run as one transaction, and its rollback when a step fails;
 //!   `run.rs`: the run as a plan of named steps, `carry.rs` what it carries from step to step;
-//! - `agent/`: the table of host agents (`HostAgent`), one row a file: what install edits in
-//!   each agent's config, how it registers and trusts Courier's hooks there, which of its
-//!   binaries it trusts, what uninstall takes back (`agent/codex.rs`);
+//! - `agent/`: the table of host agents (`HostAgent`), one row a file: whether a run wants it,
+//!   what install edits in each agent's config, how it registers and trusts Courier's hooks
+//!   there, which of its binaries it trusts, what uninstall takes back (`agent/codex.rs`,
+//!   `agent/claude.rs`);
 //! - `hooks.rs`: Codex's hook trust hash, the hook command line, the `hooks.json` merge;
 //! - `config_toml.rs`: the trust entries in Codex's `config.toml` (format-preserving);
 //! - `manifest.rs`: what install added, read by uninstall and doctor;
@@ -46,9 +47,8 @@ use {
     uninstall::{purge_dir, state_files},
 };
 
-pub use agent::HostAgent;
+pub use agent::{AgentEnv, ClaudeChoice, HostAgent};
 pub use bridge::{BridgeOptions, BRIDGE_UNIT};
-pub use claude::{ClaudeChoice, ClaudeSetup};
 pub use config_toml::{add_trust, remove_trust};
 pub use daemon::{daemon_env, daemonize, login_start, stop_broker_running, DAEMON_ENV, DAEMON_ENV_PREFIXES};
 pub use hooks::{
@@ -57,7 +57,7 @@ pub use hooks::{
 };
 pub use instance::{clear_stop, describe_stop, instance_holder, lock_path, stopped_on_purpose, STOP_MARKER};
 pub use lifecycle::{run as lifecycle, Lifecycle};
-pub use manifest::{load_manifest, manifest_path, BridgeSetup, FileEdit, Manifest, ProfileEdit, StartSetup};
+pub use manifest::{load_manifest, manifest_path, BridgeSetup, ClaudeSetup, FileEdit, Manifest, ProfileEdit, StartSetup};
 pub use start::{profile_block, StartMode};
 pub use systemd::{render_units, systemctl_user, unit_dir, user_manager_runs};
 pub use uninstall::uninstall;
@@ -86,7 +86,6 @@ pub const SERVICE_UNIT: &str = "courier-broker.service";
 mod agent;
 mod bridge;
 mod carry;
-mod claude;
 mod config_toml;
 mod daemon;
 mod files;

@@ -1,11 +1,11 @@
 //! `broker install` as a plan of named steps, each writing the manifest ahead of what it puts in
 //! place (so `broker uninstall` finds it even after a kill) and saying what it did in the report:
-//! [`Run::binaries`], [`Run::host_agents`] (each host agent's row, `agent/`: its hooks registered
-//! and trusted in its config, its binary trusted), `claude::install_claude` (Claude Code's hooks,
-//! port and binaries), [`Run::start_at_login`], [`Run::bridge`].
+//! [`Run::binaries`], [`Run::host_agents`] (each host agent's row, `agent/`: wanted or taken
+//! out, its hooks registered and trusted in its config, its binaries trusted),
+//! [`Run::start_at_login`], [`Run::bridge`].
 //! `install` (mod.rs) journals and undoes them as one.
 
-use super::agent::HostAgent;
+use super::agent::{AgentEnv, HostAgent, Registered, Wanted};
 use super::carry::{Binaries, Run};
 use super::*;
 
@@ -13,11 +13,10 @@ pub(super) fn install_run(opts: &InstallOptions, state_dir: &Path) -> Result<Ins
     let mut m = load_manifest(state_dir)?.unwrap_or_default();
     m.version = 1;
     let codex_home = absolute(&opts.codex_home)?;
-    let mut run = Run { opts, state_dir: state_dir.to_path_buf(), codex_home, m, report: Report::new() };
+    let env = AgentEnv::from_process(codex_home);
+    let mut run = Run { opts, state_dir: state_dir.to_path_buf(), env, m, report: Report::new() };
     let mut bins = run.binaries()?;
-    let codex_problem = run.host_agents(&bins)?;
-    // A new hook port is served only by a broker started after it was written.
-    bins.replaced |= claude::install_claude(&mut run.m, &run.state_dir, opts.claude, &mut run.report)?;
+    let codex_problem = run.host_agents(&mut bins)?;
     let mode = run.start_at_login(&bins)?;
     run.bridge(&bins, mode)?;
     Ok(Installed { report: run.report, codex_problem })
@@ -95,13 +94,20 @@ impl Run<'_> {
         Ok(Binaries { broker: prefix.join("broker"), client: prefix.join("hook-client"), replaced, with_mcp, with_bridge })
     }
 
-    /// Steps 2 to 4, for each host agent of the table (`agent/`): Courier's hooks registered and
-    /// trusted in the agent's config, the agent binary the user runs trusted. Returns why that
-    /// binary cannot be trusted.
-    fn host_agents(&mut self, bins: &Binaries) -> Result<Option<String>> {
+    /// Steps 2 to 4, for each host agent of the table (`agent/`) this run wants: Courier's hooks
+    /// registered and trusted in the agent's config, the agent binary the user runs trusted (one
+    /// not wanted is taken out). Returns why that binary cannot be trusted.
+    fn host_agents(&mut self, bins: &mut Binaries) -> Result<Option<String>> {
         let mut problem = None;
         for agent in HostAgent::ALL {
-            agent.register_hooks(self, bins)?;
+            if agent.wanted(self)? == Wanted::TakeOut {
+                agent.take_out(self)?;
+                continue;
+            }
+            // Hooks on a new port are served only by a broker started after they were written.
+            if agent.register_hooks(self, bins)? == Registered::RestartBroker {
+                bins.replaced = true;
+            }
             let why = agent.trust_binaries(self)?;
             problem = problem.or(why);
         }
@@ -139,7 +145,7 @@ impl Run<'_> {
         if instance::clear_stop(&self.state_dir)? {
             self.report.push("cleared the stop mark `broker stop` left: the broker starts at login again".into());
         }
-        let (broker, codex_home, replaced, report) = (&bins.broker, &self.codex_home, bins.replaced, &mut self.report);
+        let (broker, codex_home, replaced, report) = (&bins.broker, &self.env.codex_home, bins.replaced, &mut self.report);
         let start = match mode {
             StartMode::Systemd => setup_systemd(broker, codex_home, replaced, self.opts.no_enable, &self.m.start, report)?,
             StartMode::Profile => setup_profile(broker, codex_home, replaced, &self.m.start, report)?,
@@ -160,7 +166,7 @@ impl Run<'_> {
         }
         if bins.with_bridge {
             let (m, report) = (&mut self.m, &mut self.report);
-            bridge::setup_start(m, &self.state_dir, mode, &bins.broker, &self.codex_home, bins.replaced, self.opts.no_enable, report)?;
+            bridge::setup_start(m, &self.state_dir, mode, &bins.broker, &self.env.codex_home, bins.replaced, self.opts.no_enable, report)?;
         }
         Ok(())
     }

@@ -134,28 +134,39 @@ fn files_under(dir: &Path, except: &Path, out: &mut std::collections::BTreeMap<P
 }
 
 /// Each host agent's row edits exactly the config files it names (`HostAgent::config_files`),
-/// and its uninstall gives them back byte for byte.
+/// and its uninstall gives them back byte for byte. The rows see a sandboxed HOME,
+/// CLAUDE_CONFIG_DIR and Courier config through the `AgentEnv` they are given, never this
+/// (multithreaded) test process's environment.
 #[test]
 fn each_agent_row_edits_only_the_config_files_it_names() {
     let dir = std::env::temp_dir().join(format!("courier-agent-rows-{}", std::process::id()));
     let _ = fs::remove_dir_all(&dir);
     let (home, state) = (dir.join("home"), dir.join("state"));
-    fs::create_dir_all(&home).unwrap();
-    fs::create_dir_all(&state).unwrap();
-    fs::write(home.join("config.toml"), "model = \"m\" # the user's\n").unwrap();
-    fs::write(home.join("other.json"), "{}").unwrap();
+    let env = AgentEnv {
+        home: Some(home.clone()),
+        codex_home: home.join(".codex"),
+        claude_config_dir: Some(dir.join("claude-config").into()),
+        courier_config: dir.join("courier/config.toml"),
+        path_var: None,
+    };
+    for d in [&env.codex_home, &dir.join("claude-config"), &dir.join("courier"), &state] {
+        fs::create_dir_all(d).unwrap();
+    }
+    fs::write(env.codex_home.join("config.toml"), "model = \"m\" # the user's\n").unwrap();
+    fs::write(env.codex_home.join("other.json"), "{}").unwrap();
+    fs::write(dir.join("claude-config/settings.json"), "{\n    \"model\": \"the user's\"\n}\n").unwrap();
+    fs::write(&env.courier_config, "# the user's\nlog_level = \"info\"\n").unwrap();
     let opts = InstallOptions {
         prefix: dir.join("prefix"),
-        codex_home: home.clone(),
+        codex_home: env.codex_home.clone(),
         start: StartMode::None,
         source_dir: dir.clone(),
         no_enable: true,
         mcp: false,
         bridge: None,
-        claude: ClaudeChoice::Skip,
+        claude: ClaudeChoice::Register,
     };
-    let mut run =
-        carry::Run { opts: &opts, state_dir: state.clone(), codex_home: home.clone(), m: Manifest::default(), report: Report::new() };
+    let mut run = carry::Run { opts: &opts, state_dir: state.clone(), env: env.clone(), m: Manifest::default(), report: Report::new() };
     let bins = carry::Binaries {
         broker: dir.join("prefix/broker"),
         client: dir.join("prefix/hook-client"),
@@ -164,6 +175,7 @@ fn each_agent_row_edits_only_the_config_files_it_names() {
         with_bridge: false,
     };
     for agent in HostAgent::ALL {
+        assert_eq!(agent.wanted(&run).unwrap(), agent::Wanted::Install, "{}", agent.name());
         let mut before = Default::default();
         files_under(&dir, &state, &mut before);
         agent.register_hooks(&mut run, &bins).unwrap();
@@ -171,7 +183,7 @@ fn each_agent_row_edits_only_the_config_files_it_names() {
         files_under(&dir, &state, &mut after);
         let mut changed: Vec<PathBuf> = after.iter().filter(|(p, bytes)| before.get(*p) != Some(*bytes)).map(|(p, _)| p.clone()).collect();
         changed.sort();
-        let mut named = agent.config_files(&home);
+        let mut named = agent.config_files(&env).unwrap();
         named.sort();
         assert_eq!(changed, named, "{}", agent.name());
         agent.uninstall(&run.m, &state, &mut Report::new()).unwrap();

@@ -145,9 +145,6 @@ pub(super) fn uninstall_manifest(m: &Manifest, state_dir: &Path, report: &mut Re
     for agent in HostAgent::ALL {
         agent.uninstall(m, state_dir, report)?;
     }
-    if let Some(setup) = &m.claude {
-        super::claude::uninstall(setup, state_dir, report)?;
-    }
     for b in &m.binaries {
         if remove_file(b)? {
             report.push(format!("removed {}", b.display()));

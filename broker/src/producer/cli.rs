@@ -11,7 +11,7 @@ use super::send::{self, SendError, SendOptions, Target};
 use super::threads::{self, Lister, ThreadInfo};
 use super::wait::{self, Waited};
 use super::{is_message_id, record, Outcome, Want};
-use crate::cli::{Args, UsageError};
+use crate::cli::{Format, Given, UsageError};
 use crate::store::{now_ms, State, Store, MAX_BODY_BYTES};
 use anyhow::{bail, Context, Result};
 use courier_shared::paths;
@@ -24,10 +24,6 @@ fn open_store() -> Result<Store> {
     let state_dir = paths::state_dir();
     crate::dirs::ensure_private_dir(&state_dir)?;
     Store::open(&state_dir)
-}
-
-fn usage(cmd: &str, what: impl std::fmt::Display) -> anyhow::Error {
-    UsageError(format!("broker {cmd}: {what} (see `broker {cmd} --help`)")).into()
 }
 
 /// The message body from stdin: at most the limit plus one byte is read, so an endless or huge
@@ -56,63 +52,71 @@ pub fn fetch_threads(all: bool, limit: usize) -> Result<Vec<ThreadInfo>> {
     Lister::for_cli(paths::codex_home()).list(&store, all, limit)
 }
 
-fn want_of(cmd: &str, v: Option<String>) -> Result<Option<Want>> {
-    v.map(|w| Want::parse(&w).ok_or_else(|| usage(cmd, format!("{w:?}: wait for handed or confirmed")))).transpose()
+/// `--wait`/`--for`: the state to wait for.
+fn want_of(g: &Given) -> Result<Option<Want>> {
+    let want = |w: &String| Want::parse(w).ok_or_else(|| g.usage_error(format!("{w:?}: wait for handed or confirmed")));
+    g.want.as_ref().map(want).transpose()
 }
 
-pub fn send(args: Args) -> Result<ExitCode> {
-    let cmd = SendCommand::parse(&args)?;
+pub fn send(cmd: SendCommand) -> Result<ExitCode> {
     let sent = queue(cmd.opts, cmd.explicit_from)?;
     if let Some(note) = &sent.note {
         eprintln!("broker send: note: {note}");
     }
-    report_send(&sent, cmd.want, cmd.timeout, cmd.json)
+    report_send(&sent, cmd.want, cmd.timeout, cmd.format)
 }
 
 /// `broker send`'s command line, checked as a whole: what goes where, and how to wait for it.
-struct SendCommand {
+pub struct SendCommand {
     opts: SendOptions,
     /// `--from` was given (a tool command's sender is then not verified: it chose a name).
     explicit_from: bool,
     want: Option<Want>,
     timeout: Option<Duration>,
-    json: bool,
+    format: Format,
 }
 
 impl SendCommand {
-    fn parse(args: &Args) -> Result<SendCommand> {
-        let target = match (args.value("thread")?, args.os_value("cwd"), args.value("agent")?) {
+    /// Checks the whole line first; only then reads the text from stdin (`-`).
+    pub fn parse(mut g: Given) -> Result<SendCommand> {
+        let target = match (g.thread.take(), g.cwd.take(), g.agent.take()) {
             (Some(t), None, None) => Target::Thread(t),
             (Some(parent), None, Some(name)) => Target::Agent { parent, name },
-            (None, Some(c), None) => Target::Cwd(c.into()),
-            (None, None, _) => return Err(usage("send", "--thread <UUID> or --cwd <PATH> is required")),
-            (Some(_), Some(_), _) => return Err(usage("send", "give --thread or --cwd, not both")),
-            (None, Some(_), Some(_)) => return Err(usage("send", "--agent names a sub-agent of --thread, not of --cwd")),
+            (None, Some(c), None) => Target::Cwd(c),
+            (None, None, _) => return Err(g.usage_error("--thread <UUID> or --cwd <PATH> is required")),
+            (Some(_), Some(_), _) => return Err(g.usage_error("give --thread or --cwd, not both")),
+            (None, Some(_), Some(_)) => return Err(g.usage_error("--agent names a sub-agent of --thread, not of --cwd")),
         };
-        let future_thread = args.flag("future-thread");
-        if future_thread && !matches!(target, Target::Thread(_)) {
-            return Err(usage("send", "--future-thread goes with --thread alone (--cwd and --agent name live threads)"));
+        if g.future_thread && !matches!(target, Target::Thread(_)) {
+            return Err(g.usage_error("--future-thread goes with --thread alone (--cwd and --agent name live threads)"));
         }
-        let want = want_of("send", args.value("wait")?)?;
-        let timeout = args.duration("timeout")?;
-        if timeout.is_some() && want.is_none() {
-            return Err(usage("send", "--timeout needs --wait"));
+        let want = want_of(&g)?;
+        if g.timeout.is_some() && want.is_none() {
+            return Err(g.usage_error("--timeout needs --wait"));
         }
-        let mut text = args.positional(0)?.context("the message text (or - for stdin) is required")?;
+        let wake = match g.wake.as_deref() {
+            None | Some("auto") => true,
+            Some("never") => false,
+            Some(other) => return Err(g.usage_error(format!("--wake takes auto or never, not {other:?}"))),
+        };
+        let mut text = g.text()?;
         if text == "-" {
             text = read_stdin_body()?;
         }
-        let explicit_from = args.value("from")?;
-        let from = explicit_from.clone().or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "cli".into());
-        let ttl_ms = args.duration("ttl")?.map(|d| d.as_millis() as u64);
-        let wake = match args.value("wake")?.as_deref() {
-            None | Some("auto") => true,
-            Some("never") => false,
-            Some(other) => return Err(usage("send", format!("--wake takes auto or never, not {other:?}"))),
+        let explicit_from = g.from.is_some();
+        let from = g.from.or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "cli".into());
+        let ttl_ms = g.ttl.map(|d| d.as_millis() as u64);
+        let opts = SendOptions {
+            target,
+            text,
+            key: g.key,
+            ttl_ms,
+            from: Some(from),
+            verified_sender: false,
+            future_thread: g.future_thread,
+            wake,
         };
-        let opts =
-            SendOptions { target, text, key: args.value("key")?, ttl_ms, from: Some(from), verified_sender: false, future_thread, wake };
-        Ok(SendCommand { opts, explicit_from: explicit_from.is_some(), want, timeout, json: args.flag("json") })
+        Ok(SendCommand { opts, explicit_from, want, timeout: g.timeout, format: g.format })
     }
 }
 
@@ -146,22 +150,22 @@ fn queue(mut opts: SendOptions, explicit_from: bool) -> Result<send::Sent> {
 
 /// Prints the id (or the JSON record) and, with `--wait`, waits for the wanted state: the exit
 /// code says how the wait ended.
-fn report_send(sent: &send::Sent, want: Option<Want>, timeout: Option<Duration>, json: bool) -> Result<ExitCode> {
+fn report_send(sent: &send::Sent, want: Option<Want>, timeout: Option<Duration>, format: Format) -> Result<ExitCode> {
     let Some(want) = want else {
-        if json {
+        if format == Format::Json {
             println!("{}", sent.to_json());
         } else {
             println!("{}", sent.id);
         }
         return Ok(ExitCode::SUCCESS);
     };
-    if !json {
+    if format == Format::Text {
         // The id at once, so a caller can note it before the wait ends.
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "{}", sent.id).and_then(|()| out.flush());
     }
     let waited = wait::wait_for(&paths::runtime_dir(), &paths::state_dir(), std::slice::from_ref(&sent.id), want, timeout)?;
-    if json {
+    if format == Format::Json {
         let mut v = sent.to_json();
         v["outcome"] = json!(waited.outcome.as_str());
         v["message"] = waited.records.first().cloned().unwrap_or(Value::Null);
@@ -229,22 +233,38 @@ fn verified_send(opts: &SendOptions) -> Result<Verified> {
     }))
 }
 
-pub fn wait(args: Args) -> Result<ExitCode> {
-    let ids: Vec<String> = (0..args.positionals.len()).map(|i| args.positional(i).map(Option::unwrap_or_default)).collect::<Result<_>>()?;
-    if let Some(bad) = ids.iter().find(|id| !is_message_id(id)) {
-        return Err(usage("wait", format!("{bad:?} is not a message id (m_ and 16 hex digits, as broker send prints)")));
+/// `broker wait`'s command line.
+pub struct WaitCommand {
+    ids: Vec<String>,
+    want: Want,
+    timeout: Option<Duration>,
+    format: Format,
+}
+
+impl WaitCommand {
+    pub fn parse(g: Given) -> Result<WaitCommand> {
+        let ids = g.texts()?;
+        if let Some(bad) = ids.iter().find(|id| !is_message_id(id)) {
+            return Err(g.usage_error(not_a_message_id(bad)));
+        }
+        Ok(WaitCommand { ids, want: want_of(&g)?.unwrap_or_default(), timeout: g.timeout, format: g.format })
     }
-    let want = want_of("wait", args.value("for")?)?.unwrap_or_default();
-    let timeout = args.duration("timeout")?;
-    let waited = wait::wait_for(&paths::runtime_dir(), &paths::state_dir(), &ids, want, timeout)?;
-    print_waited(&waited, want, args.flag("json"));
+}
+
+fn not_a_message_id(id: &str) -> String {
+    format!("{id:?} is not a message id (m_ and 16 hex digits, as broker send prints)")
+}
+
+pub fn wait(cmd: WaitCommand) -> Result<ExitCode> {
+    let waited = wait::wait_for(&paths::runtime_dir(), &paths::state_dir(), &cmd.ids, cmd.want, cmd.timeout)?;
+    print_waited(&waited, cmd.want, cmd.format);
     Ok(ExitCode::from(waited.outcome.exit_code()))
 }
 
-fn print_waited(waited: &Waited, want: Want, json: bool) {
+fn print_waited(waited: &Waited, want: Want, format: Format) {
     let mut out = std::io::stdout().lock();
     for (m, r) in waited.messages.iter().zip(&waited.records) {
-        let line = if json { crate::terminal::terminal_safe_json(&r.to_string()) } else { wait::describe(m, want) };
+        let line = if format == Format::Json { crate::terminal::terminal_safe_json(&r.to_string()) } else { wait::describe(m, want) };
         if writeln!(out, "{line}").is_err() {
             return;
         }
@@ -252,22 +272,29 @@ fn print_waited(waited: &Waited, want: Want, json: bool) {
     let _ = out.flush();
 }
 
-/// The `<MESSAGE-ID>` argument of `cmd`, checked.
-fn message_id_arg(cmd: &str, args: &Args) -> Result<String> {
-    let id = args.positional(0)?.unwrap_or_default();
-    if !is_message_id(&id) {
-        return Err(usage(cmd, format!("{id:?} is not a message id (m_ and 16 hex digits, as broker send prints)")));
+/// `broker status|show`'s command line: one message id, checked.
+pub struct MessageCommand {
+    id: String,
+    format: Format,
+}
+
+impl MessageCommand {
+    pub fn parse(g: Given) -> Result<MessageCommand> {
+        let id = g.text()?;
+        if !is_message_id(&id) {
+            return Err(g.usage_error(not_a_message_id(&id)));
+        }
+        Ok(MessageCommand { id, format: g.format })
     }
-    Ok(id)
 }
 
 /// `broker show ID`: one message's text. Anyone may have written it, so characters a terminal
 /// could act on are escaped as `inspect` escapes labels (line breaks and tabs kept).
-pub fn show(args: Args) -> Result<ExitCode> {
-    let id = message_id_arg("show", &args)?;
+pub fn show(cmd: MessageCommand) -> Result<ExitCode> {
+    let id = cmd.id;
     let store = open_store()?;
     let Some(m) = super::load(&store, &id)? else { bail!("{}", wait::not_found(&id)) };
-    let text = if args.flag("json") {
+    let text = if cmd.format == Format::Json {
         let v = json!({"id": m.id, "thread": m.thread, "kind": m.kind, "state": m.state, "from": m.from, "text": m.body});
         crate::terminal::terminal_safe_json(&v.to_string())
     } else {
@@ -278,8 +305,8 @@ pub fn show(args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn status(args: Args) -> Result<ExitCode> {
-    let id = message_id_arg("status", &args)?;
+pub fn status(cmd: MessageCommand) -> Result<ExitCode> {
+    let id = cmd.id;
     let mut store = open_store()?;
     let Some(mut m) = super::load(&store, &id)? else { bail!("{}", wait::not_found(&id)) };
     // What the broker would have done by now, so the answer holds with no broker running.
@@ -292,7 +319,7 @@ pub fn status(args: Args) -> Result<ExitCode> {
     }
     m = super::load(&store, &id)?.context("the message vanished")?;
     let now = now_ms();
-    if args.flag("json") {
+    if cmd.format == Format::Json {
         let mut v = record(&m, now);
         // Who queued it, as inspect says: `local`, or `nats:<host>` for what a bridge queued.
         v["origin"] = json!(crate::inspect::origin_of(&crate::inspect::bridged_origins(&paths::state_dir()), &m.id));
@@ -329,7 +356,7 @@ pub fn status(args: Args) -> Result<ExitCode> {
 
 /// `broker mcp`: runs the MCP server, `courier-mcp` beside this `broker` (its own crate and
 /// binary, so the async runtime the MCP SDK needs stays out of the broker).
-pub fn mcp(_args: Args) -> Result<ExitCode> {
+pub fn mcp() -> Result<ExitCode> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().context("locating the broker executable")?;
     let server = exe.with_file_name("courier-mcp");
@@ -337,18 +364,33 @@ pub fn mcp(_args: Args) -> Result<ExitCode> {
     bail!("cannot run {} ({err}); it is built with the broker (`cargo build -p courier-mcp`) and installed beside it", server.display())
 }
 
-pub fn threads(args: Args) -> Result<ExitCode> {
-    let all = args.flag("all");
-    let limit = match args.value("limit")? {
-        None => threads::DEFAULT_ENDED_LIMIT,
-        Some(n) => n
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=10_000).contains(n))
-            .ok_or_else(|| usage("threads", format!("--limit {n:?}: a number from 1 to 10000")))?,
-    };
-    let list = fetch_threads(all, limit)?;
-    let text = if args.flag("json") {
+/// `broker threads`'s command line.
+pub struct ThreadsCommand {
+    /// Also ended threads, at most this many (`--all [--limit N]`); `None`: live ones only.
+    ended: Option<usize>,
+    format: Format,
+}
+
+impl ThreadsCommand {
+    pub fn parse(g: Given) -> Result<ThreadsCommand> {
+        let limit = match &g.limit {
+            None => threads::DEFAULT_ENDED_LIMIT,
+            Some(n) => n
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=10_000).contains(n))
+                .ok_or_else(|| g.usage_error(format!("--limit {n:?}: a number from 1 to 10000")))?,
+        };
+        if g.limit.is_some() && !g.all {
+            return Err(g.usage_error("--limit goes with --all (it bounds the ended threads)"));
+        }
+        Ok(ThreadsCommand { ended: g.all.then_some(limit), format: g.format })
+    }
+}
+
+pub fn threads(cmd: ThreadsCommand) -> Result<ExitCode> {
+    let list = fetch_threads(cmd.ended.is_some(), cmd.ended.unwrap_or(threads::DEFAULT_ENDED_LIMIT))?;
+    let text = if cmd.format == Format::Json {
         crate::terminal::terminal_safe_json(&serde_json::to_string_pretty(&json!({"threads": list}))?) + "\n"
     } else {
         threads::render_table(&list, now_ms())

@@ -22,6 +22,7 @@ pub mod wait;
 
 use crate::store::{Kind, Message, State, Store};
 use anyhow::Result;
+use courier_shared::ids::ThreadId;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
@@ -159,7 +160,7 @@ pub fn load_all(store: &Store, ids: &[String]) -> Result<Vec<Option<Message>>> {
 }
 
 /// Per thread, how many context messages are in each state.
-pub fn counts_by_thread(store: &Store) -> Result<BTreeMap<String, crate::store::StateCounts>> {
+pub fn counts_by_thread(store: &Store) -> Result<BTreeMap<ThreadId, crate::store::StateCounts>> {
     store.counts_by_thread()
 }
 
@@ -177,7 +178,7 @@ pub fn expire_never_appeared(store: &mut Store, codex_home: &std::path::Path) ->
     let mut expired = 0;
     for thread in threads {
         // A Claude Code session the broker has proven has no rollout: it appeared all the same.
-        if crate::codex::rollout::find_rollout(codex_home, &thread).is_some() || store.claude_session_pin(&thread)?.is_some() {
+        if crate::codex::rollout::find_rollout(codex_home, thread.as_str()).is_some() || store.claude_session_pin(&thread)?.is_some() {
             continue;
         }
         expired += store.expire_never_appeared(&thread, cutoff)?;
@@ -190,7 +191,11 @@ mod tests {
     use super::*;
 
     fn msg(kind: &str, state: &str, handed: bool) -> Message {
-        Message { body: "x".into(), handed_at: handed.then_some(1), ..Message::sample("m_0000000000000001", "t", kind, state) }
+        Message {
+            body: "x".into(),
+            handed_at: handed.then_some(1),
+            ..Message::sample("m_0000000000000001", crate::store::sample::T1, kind, state)
+        }
     }
 
     #[test]
@@ -235,7 +240,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let mut store = Store::open(&dir).unwrap();
-        store.enqueue("01a22652-96c4-7652-bf64-6f7bc9883ce2", "hi", Some("me"), Some("k"), Some(60_000)).unwrap();
+        store.enqueue(crate::store::sample::T1, "hi", Some("me"), Some("k"), Some(60_000)).unwrap();
         let report = crate::inspect::Report::gather(&store, None, None).unwrap();
         let inspected = report.to_json()["messages"][0].clone();
         let m = &store.messages(None).unwrap()[0];

@@ -14,6 +14,7 @@
 use super::line::ErrorCode;
 use super::threads::{self, ThreadInfo, ThreadState};
 use crate::store::{now_ms, Enqueued, NewMessage, Store};
+use courier_shared::ids::ThreadId;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
@@ -203,11 +204,21 @@ fn rollout_of(codex_home: &Path, thread: &str) -> Option<PathBuf> {
     None
 }
 
+/// A thread the live list named (from a rollout's file name, so a thread id).
+fn listed(id: String) -> Result<ThreadId, SendError> {
+    ThreadId::try_from(id).map_err(|e| SendError::Failed(e.into()))
+}
+
 /// Where the target thread stands: a Codex rollout (live or ended), a proven Claude Code
 /// session, or nothing yet (refused unless `--future-thread`).
-fn thread_status(store: &Store, codex_home: &Path, thread: &str, opts: &SendOptions) -> Result<(ThreadStatus, Option<String>), SendError> {
-    Ok(if rollout_of(codex_home, thread).is_some() {
-        if threads::lock_held(codex_home, thread) {
+fn thread_status(
+    store: &Store,
+    codex_home: &Path,
+    thread: &ThreadId,
+    opts: &SendOptions,
+) -> Result<(ThreadStatus, Option<String>), SendError> {
+    Ok(if rollout_of(codex_home, thread.as_str()).is_some() {
+        if threads::lock_held(codex_home, thread.as_str()) {
             (ThreadStatus::Live, None)
         } else {
             let note = format!(
@@ -261,17 +272,9 @@ pub fn send(
     };
     let ttl_ms = opts.ttl_ms.map(check_ttl_ms).transpose()?;
     let thread = match &opts.target {
-        Target::Thread(t) => {
-            if !courier_shared::ids::is_uuid(t) {
-                return Err(refused(
-                    ErrorCode::BadThread,
-                    format!("--thread {t:?} is not a thread id (a lowercase UUID, as in the rollout file name)"),
-                ));
-            }
-            t.clone()
-        }
-        Target::Cwd(c) => thread_for_cwd(&live().map_err(SendError::Failed)?, c)?,
-        Target::Agent { parent, name } => agent_of(&live().map_err(SendError::Failed)?, parent, name)?,
+        Target::Thread(t) => ThreadId::parse(t).map_err(|e| refused(ErrorCode::BadThread, format!("--thread {e}")))?,
+        Target::Cwd(c) => listed(thread_for_cwd(&live().map_err(SendError::Failed)?, c)?)?,
+        Target::Agent { parent, name } => listed(agent_of(&live().map_err(SendError::Failed)?, parent, name)?)?,
     };
     let (status, note) = thread_status(store, codex_home, &thread, opts)?;
     let new = NewMessage {
@@ -292,7 +295,7 @@ pub fn send(
         Enqueued::New(id) => (id, false),
         Enqueued::Existing(id) => (id, true),
     };
-    Ok(Sent { id, thread, duplicate, from, sender_verified: opts.verified_sender, thread_status: status, note })
+    Ok(Sent { id, thread: thread.into(), duplicate, from, sender_verified: opts.verified_sender, thread_status: status, note })
 }
 
 #[cfg(test)]
@@ -337,7 +340,7 @@ mod tests {
         let mk = |from: &str| crate::store::Message {
             body: "hi".into(),
             from: Some(from.into()),
-            ..crate::store::Message::sample("m_0000000000000001", t, "message", "pending")
+            ..crate::store::Message::sample("m_0000000000000001", &ThreadId::parse(t).unwrap(), "message", "pending")
         };
         let verified = mk(&format!("thread:{t}")).wrapped();
         assert_eq!(
@@ -481,7 +484,7 @@ mod tests {
         let real = "01a22654-3b31-76f3-a48c-b65aa7d0db68";
         std::fs::write(home.join(format!("sessions/rollout-2026-11-29T08-03-04-{real}.jsonl")), "{}\n").unwrap();
         for (thread, ttl) in [(ghost, None), (ghost, Some(365 * 86_400_000)), (real, None)] {
-            store.enqueue(thread, "x", None, None, ttl).unwrap();
+            store.enqueue(&ThreadId::parse(thread).unwrap(), "x", None, None, ttl).unwrap();
         }
         assert_eq!(super::super::expire_never_appeared(&mut store, &home).unwrap(), 0, "nothing is a day old");
         store.backdate_messages(super::super::FUTURE_THREAD_WAIT_MS + 1);

@@ -24,6 +24,7 @@ use super::line::ErrorCode;
 use super::{load_all, record, Outcome, Want};
 use crate::store::{now_ms, Channel, Kind, Message, State, Store};
 use anyhow::{Context, Result};
+use courier_shared::ids::ThreadId;
 use serde_json::{json, Map, Value};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
@@ -278,7 +279,7 @@ fn message_of(v: &Value) -> Option<Message> {
     let i = |k: &str| v.get(k).and_then(Value::as_i64);
     Some(Message {
         id: s("id")?,
-        thread: s("thread")?,
+        thread: ThreadId::parse(&s("thread")?).ok()?,
         kind: Kind::parse(&s("kind")?)?,
         state: State::parse(&s("state")?)?,
         body: String::new(),
@@ -315,7 +316,7 @@ fn look_locally(state_dir: &Path, ids: &[String]) -> Result<Vec<Message>> {
     if let Some(i) = found.iter().position(Option::is_none) {
         anyhow::bail!("{}", not_found(&ids[i]));
     }
-    let mut threads: Vec<String> = found.iter().flatten().filter(|m| m.state == State::Handed).map(|m| m.thread.clone()).collect();
+    let mut threads: Vec<ThreadId> = found.iter().flatten().filter(|m| m.state == State::Handed).map(|m| m.thread.clone()).collect();
     threads.dedup();
     for t in threads {
         let _ = crate::delivery::reconcile(&mut store, Some(&t));

@@ -18,6 +18,7 @@ use crate::producer::line::{error, write_line, ErrorCode};
 use crate::reason::DeliveryReason;
 use crate::store::{now_ms, Enqueued, NewMessage, Store, Ticket};
 use codex_format::hook::HookEvent;
+use courier_shared::ids::ThreadId;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::HashSet;
@@ -35,7 +36,7 @@ const DENY_FROM: &str = "approval";
 pub(super) struct Approvals {
     codex_home: PathBuf,
     /// Threads with an approval still pending: only their hooks look at the table.
-    waiting: Mutex<HashSet<String>>,
+    waiting: Mutex<HashSet<ThreadId>>,
 }
 
 impl Approvals {

@@ -93,10 +93,8 @@ impl Broker {
             return;
         }
         let mut store = crate::store::lock(&self.store);
-        for (code, detail, pid) in queued {
-            if let Err(e) = store.record_refusal(code, &detail, None, None, Some(i64::from(pid))) {
-                crate::log_error!("recording refusal {code}: {e:#}");
-            }
+        if let Err(e) = store.record_refusals_at_accept(&queued) {
+            crate::log_error!("recording {} refusal(s): {e:#}", queued.len());
         }
     }
 

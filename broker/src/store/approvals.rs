@@ -5,6 +5,7 @@
 use super::{now_ms, Store};
 use crate::approval::{AnswerOutcome, AnswerRecord, AnswerVia, Approval, ApprovalState, Decision, NewApproval, Refused};
 use anyhow::Result;
+use courier_shared::ids::ThreadId;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 /// Creates the table (called by `Store::open`).
@@ -65,7 +66,7 @@ fn row(r: &Row) -> rusqlite::Result<Approval> {
     };
     Ok(Approval {
         id: r.get(0)?,
-        thread: r.get(1)?,
+        thread: super::thread_at(r, 1)?,
         turn: r.get(2)?,
         call_id: r.get(3)?,
         tool: r.get(4)?,
@@ -88,7 +89,7 @@ impl Store {
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11) ON CONFLICT(ticket) DO NOTHING",
             params![
                 id,
-                a.thread,
+                a.thread.as_str(),
                 a.turn,
                 a.call_id,
                 a.tool,
@@ -125,14 +126,15 @@ impl Store {
     }
 
     /// Threads with an approval still waiting.
-    pub fn threads_waiting_on_approval(&self) -> Result<Vec<String>> {
+    pub fn threads_waiting_on_approval(&self) -> Result<Vec<ThreadId>> {
         let mut st = self.conn.prepare("SELECT DISTINCT thread FROM approvals WHERE state IN ('pending', 'answering')")?;
-        let rows = st.query_map([], |r| r.get(0))?;
+        let rows = st.query_map([], |r| super::thread_at(r, 0))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
     /// Whether `thread` has an approval still waiting.
-    pub fn thread_waits_on_approval(&self, thread: &str) -> Result<bool> {
+    pub fn thread_waits_on_approval(&self, thread: &ThreadId) -> Result<bool> {
+        let thread = thread.as_str();
         Ok(self.conn.query_row(
             "SELECT EXISTS (SELECT 1 FROM approvals WHERE thread = ?1 AND state IN ('pending', 'answering'))",
             [thread],
@@ -177,7 +179,8 @@ impl Store {
 
     /// A later hook of `thread` shows its pending approvals are over: those of `call` (its
     /// PostToolUse: the command ran), or all of them (`None`: the turn ended or a new one began).
-    pub fn resolve_approvals(&mut self, thread: &str, call: Option<&str>) -> Result<usize> {
+    pub fn resolve_approvals(&mut self, thread: &ThreadId, call: Option<&str>) -> Result<usize> {
+        let thread = thread.as_str();
         Ok(self.conn.execute(
             "UPDATE approvals SET state = 'resolved', settled_at = ?3
              WHERE thread = ?1 AND state = 'pending' AND (?2 IS NULL OR call_id = ?2)",
@@ -199,7 +202,7 @@ mod tests {
 
     fn new(ticket: &str) -> NewApproval {
         NewApproval {
-            thread: "t1".into(),
+            thread: crate::store::sample::T1.clone(),
             turn: "u1".into(),
             call_id: Some("call_1".into()),
             tool: "Bash".into(),
@@ -242,11 +245,11 @@ mod tests {
         let b = s.record_approval(&NewApproval { call_id: Some("call_2".into()), ..new("k2") }).unwrap();
         let c = s.record_approval(&NewApproval { call_id: Some("call_3".into()), ..new("k3") }).unwrap();
         s.claim_approval(&c, &answer(Decision::Approve)).unwrap().unwrap();
-        assert_eq!(s.resolve_approvals("t1", Some("call_1")).unwrap(), 1);
+        assert_eq!(s.resolve_approvals(crate::store::sample::T1, Some("call_1")).unwrap(), 1);
         assert_eq!(s.approval(&a).unwrap().unwrap().state, ApprovalState::Resolved);
         assert_eq!(s.approval(&b).unwrap().unwrap().state, ApprovalState::Pending);
-        assert_eq!(s.threads_waiting_on_approval().unwrap(), ["t1"]);
-        assert_eq!(s.resolve_approvals("t1", None).unwrap(), 1);
+        assert_eq!(s.threads_waiting_on_approval().unwrap(), vec![crate::store::sample::T1.clone()]);
+        assert_eq!(s.resolve_approvals(crate::store::sample::T1, None).unwrap(), 1);
         assert_eq!(s.approval(&c).unwrap().unwrap().state, ApprovalState::Answering);
         let _ = std::fs::remove_dir_all(dir);
     }

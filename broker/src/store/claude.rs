@@ -8,6 +8,7 @@ use super::TrustHow;
 use super::{now_ms, Store};
 use crate::os::ProcessKey;
 use anyhow::Result;
+use courier_shared::ids::ThreadId;
 use rusqlite::{params, Connection, OptionalExtension};
 
 pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
@@ -107,12 +108,13 @@ impl Store {
     /// two claudes racing for one session cannot both win.
     pub fn pin_claude_session(
         &mut self,
-        session_id: &str,
+        session_id: &ThreadId,
         owner: ProcessKey,
         transcript_path: &str,
         prompt_id: &str,
         alive: impl Fn(ProcessKey) -> bool,
     ) -> Result<Pinned> {
+        let session_id = session_id.as_str();
         let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let current = claude_pin(&tx, session_id)?;
         let outcome = match current {
@@ -135,8 +137,8 @@ impl Store {
     }
 
     /// Who owns `session_id`, if any process was ever pinned to it.
-    pub fn claude_session_pin(&self, session_id: &str) -> Result<Option<SessionPin>> {
-        claude_pin(&self.conn, session_id)
+    pub fn claude_session_pin(&self, session_id: &ThreadId) -> Result<Option<SessionPin>> {
+        claude_pin(&self.conn, session_id.as_str())
     }
 
     /// Every session pin, most recently pinned first (`broker threads`).
@@ -201,15 +203,23 @@ mod tests {
         let (mut s, _dir) = store();
         let a = ProcessKey { pid: 10, starttime: 100 };
         let b = ProcessKey { pid: 11, starttime: 101 };
-        assert_eq!(s.pin_claude_session("s1", a, "/t", "p1", |_| true).unwrap(), Pinned::New);
-        assert_eq!(s.pin_claude_session("s1", a, "/t", "p2", |_| true).unwrap(), Pinned::Same);
-        assert_eq!(s.claude_session_pin("s1").unwrap().unwrap().prompt_id.as_deref(), Some("p2"), "the owner's next turn");
-        match s.pin_claude_session("s1", b, "/t", "p3", |k| k == a).unwrap() {
+        assert_eq!(s.pin_claude_session(crate::store::sample::T1, a, "/t", "p1", |_| true).unwrap(), Pinned::New);
+        assert_eq!(s.pin_claude_session(crate::store::sample::T1, a, "/t", "p2", |_| true).unwrap(), Pinned::Same);
+        assert_eq!(
+            s.claude_session_pin(crate::store::sample::T1).unwrap().unwrap().prompt_id.as_deref(),
+            Some("p2"),
+            "the owner's next turn"
+        );
+        match s.pin_claude_session(crate::store::sample::T1, b, "/t", "p3", |k| k == a).unwrap() {
             Pinned::Other(pin) => assert_eq!((pin.owner, pin.prompt_id.as_deref()), (a, Some("p2"))),
             other => panic!("{other:?}"),
         }
-        assert_eq!(s.pin_claude_session("s1", b, "/t2", "p4", |_| false).unwrap(), Pinned::New, "a dead owner's pin passes on");
-        let pin = s.claude_session_pin("s1").unwrap().unwrap();
+        assert_eq!(
+            s.pin_claude_session(crate::store::sample::T1, b, "/t2", "p4", |_| false).unwrap(),
+            Pinned::New,
+            "a dead owner's pin passes on"
+        );
+        let pin = s.claude_session_pin(crate::store::sample::T1).unwrap().unwrap();
         assert_eq!((pin.owner, pin.transcript_path.as_str(), pin.prompt_id.as_deref()), (b, "/t2", Some("p4")));
         s.pin_claude_session("s2", a, "/t3", "p5", |_| true).unwrap();
         let all: Vec<(String, ProcessKey)> = s.claude_session_pins().unwrap().into_iter().map(|p| (p.session_id, p.owner)).collect();

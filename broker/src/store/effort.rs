@@ -7,6 +7,7 @@
 use super::{new_message_id, next_fencing_token, now_ms, LeaseToken, State, Store};
 use crate::config::{EffortLevel, EffortScope};
 use anyhow::Result;
+use courier_shared::ids::ThreadId;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use std::collections::HashMap;
 
@@ -41,7 +42,14 @@ pub type Details = HashMap<String, (Option<String>, Option<String>)>;
 impl Store {
     /// Queues `level` for `thread`; older unapplied requests of the thread become `cancelled`
     /// (`superseded`). Returns the new id and the ids it superseded.
-    pub fn effort_enqueue(&mut self, thread: &str, level: EffortLevel, scope: EffortScope, from: &str) -> Result<(String, Vec<String>)> {
+    pub fn effort_enqueue(
+        &mut self,
+        thread: &ThreadId,
+        level: EffortLevel,
+        scope: EffortScope,
+        from: &str,
+    ) -> Result<(String, Vec<String>)> {
+        let thread = thread.as_str();
         let now = now_ms();
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let superseded: Vec<String> = tx
@@ -63,7 +71,8 @@ impl Store {
         Ok((id, superseded))
     }
 
-    pub fn effort_has_pending(&self, thread: &str) -> Result<bool> {
+    pub fn effort_has_pending(&self, thread: &ThreadId) -> Result<bool> {
+        let thread = thread.as_str();
         let mut stmt = self
             .conn
             .prepare_cached("SELECT EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND kind = 'effort' AND state = 'pending')")?;
@@ -71,7 +80,8 @@ impl Store {
     }
 
     /// Records why the pending request of `thread` still waits (only when the reason changes).
-    pub fn effort_mark_waiting(&self, thread: &str, reason: &str) -> Result<()> {
+    pub fn effort_mark_waiting(&self, thread: &ThreadId, reason: &str) -> Result<()> {
+        let thread = thread.as_str();
         self.conn.execute(
             "UPDATE messages SET reason = ?2, updated_at = ?3
              WHERE thread = ?1 AND kind = 'effort' AND state = 'pending' AND reason IS NOT ?2",
@@ -85,12 +95,13 @@ impl Store {
     /// waits for a hook with a turn (reason `waiting_for_turn`).
     pub fn effort_claim(
         &mut self,
-        thread: &str,
+        thread: &ThreadId,
         event: &str,
         turn_id: Option<&str>,
         rollout: (&str, u64),
         detail: &str,
     ) -> Result<Option<Claim>> {
+        let thread = thread.as_str();
         let now = now_ms();
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let row: Option<(String, String, Option<String>)> = tx
@@ -180,7 +191,8 @@ impl Store {
     }
 
     /// The effort Codex last reported applied for `thread` (what the policy has adopted).
-    pub fn effort_adopted(&self, thread: &str) -> Result<Option<EffortLevel>> {
+    pub fn effort_adopted(&self, thread: &ThreadId) -> Result<Option<EffortLevel>> {
+        let thread = thread.as_str();
         Ok(self
             .conn
             .query_row(
@@ -194,7 +206,8 @@ impl Store {
     }
 
     /// The newest request of `thread` not settled yet.
-    pub fn effort_in_flight(&self, thread: &str) -> Result<Option<EffortLevel>> {
+    pub fn effort_in_flight(&self, thread: &ThreadId) -> Result<Option<EffortLevel>> {
+        let thread = thread.as_str();
         Ok(self
             .conn
             .query_row(
@@ -208,7 +221,8 @@ impl Store {
     }
 
     /// Updates the consecutive-outcome streaks of `tool` in `thread`; returns (failures, successes).
-    pub fn effort_record_outcome(&self, thread: &str, tool: &str, success: bool) -> Result<(u32, u32)> {
+    pub fn effort_record_outcome(&self, thread: &ThreadId, tool: &str, success: bool) -> Result<(u32, u32)> {
+        let thread = thread.as_str();
         let (f, s) = if success { (0, 1) } else { (1, 0) };
         Ok(self.conn.query_row(
             "INSERT INTO effort_streaks (thread, tool, failures, successes) VALUES (?1, ?2, ?3, ?4)
@@ -222,7 +236,8 @@ impl Store {
     }
 
     /// `id -> (scope, detail)` of effort rows, for inspect.
-    pub fn effort_details(&self, thread: Option<&str>) -> Result<Details> {
+    pub fn effort_details(&self, thread: Option<&ThreadId>) -> Result<Details> {
+        let thread = thread.map(ThreadId::as_str);
         let mut stmt = self
             .conn
             .prepare_cached("SELECT id, scope, effort_detail FROM messages WHERE kind = 'effort' AND (?1 IS NULL OR thread = ?1)")?;

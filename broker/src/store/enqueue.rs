@@ -5,11 +5,12 @@ use super::{body_too_long, invalid, new_message_id, now_ms, Kind, Store, MAX_BOD
 use crate::envelope::seal::{self, SenderCheck};
 use crate::envelope::{verified_thread, wrapped_len, MAX_OUTPUT_BYTES};
 use anyhow::{bail, Context, Result};
+use courier_shared::ids::ThreadId;
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
 
 /// A message to queue ([`Store::enqueue_message`]).
 pub struct NewMessage<'a> {
-    pub thread: &'a str,
+    pub thread: &'a ThreadId,
     pub body: &'a str,
     /// The label shown to the model (normalised by `label::check`), or a verified sender's
     /// `thread:<uuid>` when `verified`.
@@ -32,7 +33,14 @@ pub enum Enqueued {
 }
 
 impl Store {
-    pub fn enqueue(&mut self, thread: &str, body: &str, sender: Option<&str>, key: Option<&str>, ttl_ms: Option<i64>) -> Result<Enqueued> {
+    pub fn enqueue(
+        &mut self,
+        thread: &ThreadId,
+        body: &str,
+        sender: Option<&str>,
+        key: Option<&str>,
+        ttl_ms: Option<i64>,
+    ) -> Result<Enqueued> {
         self.enqueue_message(&NewMessage { thread, body, sender, verified: false, key, ttl_ms, wake: true })
     }
 
@@ -40,6 +48,7 @@ impl Store {
     /// sender's row is sealed, which fails outside a running broker.
     pub fn enqueue_message(&mut self, m: &NewMessage<'_>) -> Result<Enqueued> {
         let NewMessage { thread, body, sender, verified, key, ttl_ms, wake } = *m;
+        let thread = thread.as_str();
         if body.len() > MAX_BODY_BYTES {
             return Err(body_too_long().into());
         }

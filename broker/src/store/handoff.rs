@@ -8,6 +8,7 @@ use crate::envelope::{wrapped_len, MAX_OUTPUT_BYTES};
 use crate::os::ProcessKey;
 use crate::reason::{DeliveryReason, Reason};
 use anyhow::Result;
+use courier_shared::ids::ThreadId;
 use rusqlite::{params, TransactionBehavior};
 
 /// How many times a handed message whose turn provably closed without it is offered again
@@ -50,7 +51,7 @@ impl<'a> HandOff<'a> {
 /// recorded with the lease (`sender_check`).
 fn sender_checked(mut m: Message, seal: Option<String>) -> Message {
     let check = match m.from.as_deref() {
-        Some(sender) => seal::classify(&seal::Fields { id: &m.id, thread: &m.thread, sender, body: &m.body }, seal.as_deref()),
+        Some(sender) => seal::classify(&seal::Fields { id: &m.id, thread: m.thread.as_str(), sender, body: &m.body }, seal.as_deref()),
         None => SenderCheck::Label,
     };
     m.sender_check = Some(check);
@@ -69,12 +70,13 @@ impl Store {
     /// ack, a wake sends nothing before its hand-off record; either fsync makes this frame durable).
     pub fn lease(
         &mut self,
-        thread: &str,
+        thread: &ThreadId,
         channel: Channel,
         turn_id: Option<&str>,
         lease_ms: i64,
         max_bytes: usize,
     ) -> Result<Option<Lease>> {
+        let thread = thread.as_str();
         self.unsynced(|s| {
             let now = now_ms();
             let tx = s.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;

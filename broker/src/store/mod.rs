@@ -22,7 +22,7 @@ mod lock;
 mod producer;
 mod refusals;
 #[cfg(test)]
-mod sample;
+pub(crate) mod sample;
 mod state;
 mod ticket_log;
 mod tickets;
@@ -46,6 +46,7 @@ pub use watch::Watch;
 use crate::envelope::seal::SenderCheck;
 use crate::reason::{DeliveryReason, Reason};
 use anyhow::{bail, Context, Result};
+use courier_shared::ids::ThreadId;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
 use std::path::Path;
@@ -111,6 +112,20 @@ impl ThreadWork {
     pub const ALL: ThreadWork = ThreadWork { handed: true, pending: true, effort: true };
 }
 
+/// What a confirmation scan found for one handed message ([`Store::settle`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settlement {
+    pub id: String,
+    /// The hand-off it was found for: it applies only while the message is still handed under it.
+    pub lease: Option<LeaseToken>,
+    /// `confirmed` or `uncertain`; `pending` when the rollout proves the model never saw it; None
+    /// to note only where the scan stands (and the first doubt found on the way).
+    pub state: Option<State>,
+    pub reason: Option<Reason>,
+    /// Where the scan of its rollout stands.
+    pub scan_offset: u64,
+}
+
 /// Counts the commits that made messages pending, and wakes whoever waits for the next one.
 #[derive(Default)]
 pub struct PendingSignal {
@@ -141,7 +156,7 @@ impl PendingSignal {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Message {
     pub id: String,
-    pub thread: String,
+    pub thread: ThreadId,
     pub kind: Kind,
     pub state: State,
     pub body: String,
@@ -324,10 +339,16 @@ const MESSAGE_COLUMNS: &str = "id, thread, kind, state, body, sender, idem_key, 
     (SELECT group_concat(kind) FROM (SELECT DISTINCT kind FROM alarms WHERE alarms.message = messages.id ORDER BY kind)), shown_by, \
     sender_check";
 
+/// A thread id read back from the queue (where only a checked [`ThreadId`] is written).
+pub(crate) fn thread_at(row: &rusqlite::Row, i: usize) -> rusqlite::Result<ThreadId> {
+    let text: String = row.get(i)?;
+    ThreadId::try_from(text).map_err(|e| rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, Box::new(e)))
+}
+
 fn row_to_message(row: &rusqlite::Row) -> rusqlite::Result<Message> {
     Ok(Message {
         id: row.get(0)?,
-        thread: row.get(1)?,
+        thread: thread_at(row, 1)?,
         kind: row.get(2)?,
         state: row.get(3)?,
         body: row.get(4)?,
@@ -402,7 +423,8 @@ impl Store {
 
     /// Says on the thread's pending messages why a verified hook did not take them (shown by
     /// `inspect`). Writes only when the reason changes.
-    pub fn note_deferral(&mut self, thread: &str, reason: impl Into<Reason>) -> Result<()> {
+    pub fn note_deferral(&mut self, thread: &ThreadId, reason: impl Into<Reason>) -> Result<()> {
+        let thread = thread.as_str();
         let reason = reason.into().as_str();
         // Not fsynced: a reason is what inspect shows, and the next pass notes it again; the wake
         // channel notes hundreds of threads in one pass, and each fsync held the store's lock.
@@ -420,7 +442,8 @@ impl Store {
     /// crash loses nothing; only an OS crash can), then restores FULL. Only for state changes that
     /// may roll back safely: a lost lease never reached the model (the client exits 0 only after
     /// the ack, whose fsync also makes every earlier WAL frame durable), and a lost settlement is
-    /// redone from the rollout. A delivering hook call then waits for one fsync, not four.
+    /// redone from the rollout, and a lost refusal is a lost diagnostic line. A delivering hook
+    /// call then waits for one fsync, not four.
     pub(crate) fn unsynced<T>(&mut self, f: impl FnOnce(&mut Store) -> Result<T>) -> Result<T> {
         self.conn.pragma_update(None, "synchronous", "NORMAL")?;
         let out = f(self);
@@ -432,7 +455,8 @@ impl Store {
 
     /// What a verified hook call of `thread` may have to do, in one statement (one WAL read lock,
     /// where asking each apart took four): most calls have nothing to do.
-    pub fn thread_work(&self, thread: &str) -> Result<ThreadWork> {
+    pub fn thread_work(&self, thread: &ThreadId) -> Result<ThreadWork> {
+        let thread = thread.as_str();
         let mut stmt = self.conn.prepare_cached(THREAD_WORK)?;
         Ok(stmt.query_row(params![thread, Kind::Message, Kind::Effort], |r| {
             Ok(ThreadWork { handed: r.get(0)?, pending: r.get(1)?, effort: r.get(2)? })
@@ -440,7 +464,8 @@ impl Store {
     }
 
     /// Cheap read-only test used before taking a write lock: most hook calls have nothing to take.
-    pub fn has_pending(&self, thread: &str) -> Result<bool> {
+    pub fn has_pending(&self, thread: &ThreadId) -> Result<bool> {
+        let thread = thread.as_str();
         let mut stmt =
             self.conn.prepare_cached("SELECT EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = ?2)")?;
         Ok(stmt.query_row(params![thread, Kind::Message], |r| r.get(0))?)
@@ -452,7 +477,8 @@ impl Store {
         Ok(stmt.query_row([lease_token], |r| Ok((r.get::<_, i32>(0)?, r.get::<_, i64>(1)? as u64))).optional()?)
     }
 
-    pub fn stop_blocks(&self, thread: &str, turn_id: &str) -> Result<i64> {
+    pub fn stop_blocks(&self, thread: &ThreadId, turn_id: &str) -> Result<i64> {
+        let thread = thread.as_str();
         let mut stmt = self.conn.prepare_cached("SELECT count FROM stop_blocks WHERE thread = ?1 AND turn_id = ?2")?;
         Ok(stmt.query_row([thread, turn_id], |r| r.get(0)).optional()?.unwrap_or(0))
     }
@@ -466,25 +492,12 @@ impl Store {
     /// (the rollout shows Codex never showed it), or just advances its scan offset when `state`
     /// is None; only while it is still the hand-off of `lease` (the scan ran without the store
     /// lock: the message may have been settled, offered again and handed anew since).
-    pub fn settle(
-        &mut self,
-        id: &str,
-        lease: Option<LeaseToken>,
-        state: Option<State>,
-        reason: Option<Reason>,
-        scan_offset: u64,
-    ) -> Result<bool> {
-        self.unsynced(|s| s.settle_inner(id, lease, state, reason, scan_offset))
+    pub fn settle(&mut self, settlement: &Settlement) -> Result<bool> {
+        self.unsynced(|s| s.settle_inner(settlement))
     }
 
-    fn settle_inner(
-        &mut self,
-        id: &str,
-        lease: Option<LeaseToken>,
-        state: Option<State>,
-        reason: Option<Reason>,
-        scan_offset: u64,
-    ) -> Result<bool> {
+    fn settle_inner(&mut self, settlement: &Settlement) -> Result<bool> {
+        let Settlement { ref id, lease, state, reason, scan_offset } = *settlement;
         let now = now_ms();
         let reason = reason.map(Reason::as_str);
         let n = match state {
@@ -499,7 +512,12 @@ impl Store {
                     params![id, reason, now, MAX_REOFFERS, lease],
                 )?;
                 if n == 0 {
-                    return self.settle_inner(id, lease, Some(State::Uncertain), Some(DeliveryReason::ReofferLimit.into()), scan_offset);
+                    let limit = Settlement {
+                        state: Some(State::Uncertain),
+                        reason: Some(DeliveryReason::ReofferLimit.into()),
+                        ..settlement.clone()
+                    };
+                    return self.settle_inner(&limit);
                 }
                 self.pending.bump(n);
                 n
@@ -539,14 +557,16 @@ impl Store {
         Ok(state)
     }
 
-    pub fn messages(&self, thread: Option<&str>) -> Result<Vec<Message>> {
+    pub fn messages(&self, thread: Option<&ThreadId>) -> Result<Vec<Message>> {
+        let thread = thread.map(ThreadId::as_str);
         let mut stmt =
             self.conn.prepare_cached(&format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE (?1 IS NULL OR thread = ?1) ORDER BY seq"))?;
         let rows = stmt.query_map([thread], row_to_message)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    pub fn handed(&self, thread: Option<&str>) -> Result<Vec<Message>> {
+    pub fn handed(&self, thread: Option<&ThreadId>) -> Result<Vec<Message>> {
+        let thread = thread.map(ThreadId::as_str);
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT {MESSAGE_COLUMNS} FROM messages WHERE state = 'handed' AND (?1 IS NULL OR thread = ?1) ORDER BY seq"
         ))?;

@@ -5,6 +5,7 @@
 use super::{now_ms, row_to_message, Message, State, StateCounts, Store, MESSAGE_COLUMNS};
 use crate::reason::DeliveryReason;
 use anyhow::Result;
+use courier_shared::ids::ThreadId;
 use rusqlite::{params, OptionalExtension};
 use std::collections::BTreeMap;
 
@@ -36,11 +37,11 @@ impl Store {
     }
 
     /// Per thread, how many context messages are in each state.
-    pub fn counts_by_thread(&self) -> Result<BTreeMap<String, StateCounts>> {
+    pub fn counts_by_thread(&self) -> Result<BTreeMap<ThreadId, StateCounts>> {
         let mut stmt =
             self.conn.prepare_cached("SELECT thread, state, COUNT(*) FROM messages WHERE kind = 'message' GROUP BY thread, state")?;
-        let mut out: BTreeMap<String, StateCounts> = BTreeMap::new();
-        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, State>(1)?, r.get::<_, i64>(2)?)))?;
+        let mut out: BTreeMap<ThreadId, StateCounts> = BTreeMap::new();
+        let rows = stmt.query_map([], |r| Ok((super::thread_at(r, 0)?, r.get::<_, State>(1)?, r.get::<_, i64>(2)?)))?;
         for row in rows {
             let (thread, state, n) = row?;
             out.entry(thread).or_default().insert(state, n as u64);
@@ -54,15 +55,16 @@ impl Store {
     }
 
     /// Threads with pending messages that have no `--ttl` and were queued before `cutoff`.
-    pub fn threads_pending_since(&self, cutoff: i64) -> Result<Vec<String>> {
+    pub fn threads_pending_since(&self, cutoff: i64) -> Result<Vec<ThreadId>> {
         let mut stmt = self.conn.prepare_cached(PENDING_SINCE)?;
-        let rows = stmt.query_map([cutoff], |r| r.get(0))?;
+        let rows = stmt.query_map([cutoff], |r| super::thread_at(r, 0))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
     /// Expires `thread`'s pending messages with no `--ttl` queued before `cutoff`: their thread
     /// never appeared (`thread_never_appeared`). Returns how many.
-    pub fn expire_never_appeared(&mut self, thread: &str, cutoff: i64) -> Result<usize> {
+    pub fn expire_never_appeared(&mut self, thread: &ThreadId, cutoff: i64) -> Result<usize> {
+        let thread = thread.as_str();
         Ok(self.conn.execute(
             "UPDATE messages SET state = 'expired', reason = ?4, updated_at = ?3
              WHERE thread = ?1 AND state = 'pending' AND expires_at IS NULL AND created_at < ?2",

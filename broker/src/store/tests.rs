@@ -1,6 +1,7 @@
 use super::*;
 use crate::os::ProcessKey;
 use crate::reason::{DeliveryReason, WakeReason};
+use crate::refusal::RefusalCode;
 use codex_format::hook::HookEvent;
 
 /// A hand-off record as a hook channel writes it (to codex `pid`, started at `starttime`).
@@ -15,8 +16,8 @@ fn store(name: &str) -> (Store, std::path::PathBuf) {
     (Store::open(&dir).unwrap(), dir)
 }
 
-const T: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce2";
-const U: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce3";
+const T: &ThreadId = &ThreadId::from_static("01a22652-96c4-7652-bf64-6f7bc9883ce2");
+const U: &ThreadId = &ThreadId::from_static("01a22652-96c4-7652-bf64-6f7bc9883ce3");
 
 #[test]
 fn idempotency_key_makes_one_message() {
@@ -63,7 +64,9 @@ fn only_lease_note_and_settle_skip_fsync() {
     assert_eq!(sync(&s), 2, "the ack after a lease must be fsynced");
     s.hand_off(lease.token, &handed_to("/r", 0, 1, 2)).unwrap();
     let id = s.messages(None).unwrap()[0].id.clone();
-    assert!(s.settle(&id, Some(lease.token), Some(State::Confirmed), None, 5).unwrap());
+    assert!(s
+        .settle(&Settlement { id: id.clone(), lease: Some(lease.token), state: Some(State::Confirmed), reason: None, scan_offset: 5 })
+        .unwrap());
     assert_eq!(sync(&s), 2);
     assert!(s.lease(U, Channel::Hook(HookEvent::Stop), None, 10, 10).unwrap().is_none());
     assert_eq!(sync(&s), 2);
@@ -201,7 +204,9 @@ fn prune_forgets_only_old_final_messages() {
     let Enqueued::New(done) = s.enqueue(T, "a", None, Some("k-done"), None).unwrap() else { panic!() };
     let lease = s.lease(T, Channel::Hook(HookEvent::Stop), Some("t"), 10_000, 1000).unwrap().unwrap();
     assert!(s.hand_off(lease.token, &handed_to("/r", 0, 1, 2)).unwrap());
-    assert!(s.settle(&done, Some(lease.token), Some(State::Confirmed), None, 1).unwrap());
+    assert!(s
+        .settle(&Settlement { id: done.clone(), lease: Some(lease.token), state: Some(State::Confirmed), reason: None, scan_offset: 1 })
+        .unwrap());
     let Enqueued::New(waiting) = s.enqueue(T, "b", None, None, None).unwrap() else { panic!() };
     let Enqueued::New(handed) = s.enqueue(U, "c", None, None, None).unwrap() else { panic!() };
     let lease_u = s.lease(U, Channel::Hook(HookEvent::Stop), Some("t"), 10_000, 1000).unwrap().unwrap();
@@ -236,7 +241,7 @@ fn checkpoints_run_off_the_commit_path() {
     let c = Checkpointer::open(&d).unwrap();
     c.passive().unwrap();
     for i in 0..600 {
-        s.enqueue(&format!("01a22652-96c4-7652-bf64-{i:012}"), "x", None, None, None).unwrap();
+        s.enqueue(&ThreadId::parse(&format!("01a22652-96c4-7652-bf64-{i:012}")).unwrap(), "x", None, None, None).unwrap();
     }
     let done = c.passive().unwrap();
     assert!(done.wal_frames > 1_100, "every commit still in the WAL ({done:?}): no checkpoint ran inside a commit");
@@ -246,7 +251,7 @@ fn checkpoints_run_off_the_commit_path() {
     // stays near its 1,000-page threshold.
     let (mut t, d2) = store("checkpoint-default");
     for i in 0..600 {
-        t.enqueue(&format!("01a22652-96c4-7652-bf64-{i:012}"), "x", None, None, None).unwrap();
+        t.enqueue(&ThreadId::parse(&format!("01a22652-96c4-7652-bf64-{i:012}")).unwrap(), "x", None, None, None).unwrap();
     }
     let wal2 = d2.join(format!("{DB_NAME}-wal"));
     let default_frames = Checkpointer::open(&d2).unwrap().passive().unwrap().wal_frames;
@@ -289,8 +294,8 @@ fn periodic_passes_seek_pending_indexes() {
 #[test]
 fn pending_thread_lists_by_index_seek() {
     let (mut s, _d) = store("seek");
-    const V: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce4";
-    const W: &str = "01a22652-96c4-7652-bf64-6f7bc9883ce5";
+    const V: &ThreadId = &ThreadId::from_static("01a22652-96c4-7652-bf64-6f7bc9883ce4");
+    const W: &ThreadId = &ThreadId::from_static("01a22652-96c4-7652-bf64-6f7bc9883ce5");
     for _ in 0..3 {
         s.enqueue_message(&NewMessage {
             thread: T,
@@ -334,8 +339,8 @@ fn pending_thread_lists_by_index_seek() {
     })
     .unwrap();
     assert!(s.lease(V, Channel::Hook(HookEvent::Stop), Some("turn"), 10_000, 1000).unwrap().is_some()); // no longer pending
-    assert_eq!(s.wake_candidates().unwrap(), vec![T.to_string()]);
-    assert_eq!(s.threads_pending_since(now_ms() + 1).unwrap(), vec![T.to_string(), W.to_string()]);
+    assert_eq!(s.wake_candidates().unwrap(), vec![T.clone()]);
+    assert_eq!(s.threads_pending_since(now_ms() + 1).unwrap(), vec![T.clone(), W.clone()]);
     assert!(s.threads_pending_since(now_ms() - 60_000).unwrap().is_empty(), "queued since the cutoff");
 }
 
@@ -425,14 +430,69 @@ fn settle_is_fenced_by_the_hand_off_lease() {
     let Enqueued::New(id) = s.enqueue(T, "x", None, None, None).unwrap() else { panic!() };
     let first = s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("t1"), 10_000, 1000).unwrap().unwrap();
     assert!(s.hand_off(first.token, &handed_to("/r", 0, 1, 2)).unwrap());
-    assert!(s.settle(&id, Some(first.token), Some(State::Pending), Some(DeliveryReason::TurnClosedUnseen.into()), 10).unwrap());
+    assert!(s
+        .settle(&Settlement {
+            id: id.clone(),
+            lease: Some(first.token),
+            state: Some(State::Pending),
+            reason: Some(DeliveryReason::TurnClosedUnseen.into()),
+            scan_offset: 10
+        })
+        .unwrap());
     let second = s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("t2"), 10_000, 1000).unwrap().unwrap();
     assert!(s.hand_off(second.token, &handed_to("/r", 10, 1, 2)).unwrap());
     // The first hand-off's scan, applied late: nothing moves, not even its scan offset.
     for state in [Some(State::Pending), Some(State::Confirmed), Some(State::Uncertain), None] {
-        assert!(!s.settle(&id, Some(first.token), state, Some(DeliveryReason::TurnClosedUnseen.into()), 99).unwrap(), "{state:?}");
+        assert!(
+            !s.settle(&Settlement {
+                id: id.clone(),
+                lease: Some(first.token),
+                state,
+                reason: Some(DeliveryReason::TurnClosedUnseen.into()),
+                scan_offset: 99
+            })
+            .unwrap(),
+            "{state:?}"
+        );
     }
     let m = s.message(&id).unwrap().unwrap();
     assert_eq!((m.state, m.lease, m.scan_offset, m.attempts), (State::Handed, Some(second.token), Some(10), 2), "{m:?}");
-    assert!(s.settle(&id, Some(second.token), Some(State::Confirmed), None, 20).unwrap());
+    assert!(s
+        .settle(&Settlement { id: id.clone(), lease: Some(second.token), state: Some(State::Confirmed), reason: None, scan_offset: 20 })
+        .unwrap());
+}
+
+/// A pending effort change whose body is no level (only `effort_enqueue` writes these rows, so
+/// this is a damaged or foreign row) is never applied: the claim cancels it as `not_allowed`,
+/// hands out no token, and a later claim finds nothing.
+#[test]
+fn an_effort_change_whose_body_is_no_level_is_cancelled_not_allowed_and_never_claimed() {
+    use crate::config::{EffortLevel, EffortScope};
+    let (mut s, _d) = store("effort-no-level");
+    let (id, _) = s.effort_enqueue(T, EffortLevel::High, EffortScope::Thread, "t").unwrap();
+    assert_eq!(s.conn.execute("UPDATE messages SET body = 'warp-speed' WHERE id = ?1", [&id]).unwrap(), 1);
+    assert!(s.effort_claim(T, "PreToolUse", Some("t1"), ("/r", 0), "x").unwrap().is_none());
+    let row = s.message(&id).unwrap().unwrap();
+    assert_eq!((row.state, row.reason.as_deref(), row.lease), (State::Cancelled, Some("not_allowed"), None));
+    assert!(!s.effort_has_pending(T).unwrap());
+    assert!(s.effort_claim(T, "PreToolUse", Some("t1"), ("/r", 0), "x").unwrap().is_none(), "nothing left to claim");
+}
+
+/// Refusals queued at accept (a connection flood makes up to 64 a maintenance pass) are recorded
+/// in one commit: the WAL grows by the few pages they touch, not by a commit's pages per refusal,
+/// and each commit's fsync is one the hooks would wait for behind the store lock.
+#[test]
+fn refusals_at_accept_are_recorded_in_one_commit() {
+    let (mut s, dir) = store("refusals-batch");
+    s.record_refusal(RefusalCode::PeerUid, "warm up the table", None, None, Some(1)).unwrap();
+    let wal = || std::fs::metadata(dir.join("queue.sqlite-wal")).map_or(0, |m| m.len());
+    let before = wal();
+    let batch: Vec<_> = (0..64).map(|i| (RefusalCode::TooManyConnections, format!("pid {i} holds 16"), i)).collect();
+    s.record_refusals_at_accept(&batch).unwrap();
+    let grew = wal() - before;
+    assert!(grew < 16 * 4096, "the WAL grew {grew} bytes for one batch of 64");
+    let kept = s.refusals(None, 100).unwrap();
+    assert_eq!(kept.len(), 65);
+    assert_eq!((kept[0].reason.as_str(), kept[0].detail.as_str(), kept[0].pid), ("too_many_connections", "pid 63 holds 16", Some(63)));
+    assert_eq!((kept[0].thread.as_deref(), kept[0].event.as_deref()), (None, None));
 }

@@ -20,6 +20,7 @@ use super::Ticket;
 use super::{now_ms, Store, TicketClaim};
 use anyhow::{Context, Result};
 use codex_format::hook::HookEvent;
+use courier_shared::ids::ThreadId;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -38,7 +39,7 @@ pub const FLUSH_AFTER: Duration = Duration::from_secs(60);
 /// One journal line.
 #[derive(Serialize, Deserialize)]
 struct Line {
-    thread: String,
+    thread: ThreadId,
     key: String,
     event: String,
     at: i64,
@@ -174,7 +175,7 @@ mod tests {
     }
 
     fn ticket(key: &str) -> Ticket {
-        Ticket { thread: "T".into(), key: key.into(), event: HookEvent::PreToolUse }
+        Ticket { thread: crate::store::sample::T1.clone(), key: key.into(), event: HookEvent::PreToolUse }
     }
 
     /// A broker killed after a hook took its ticket (journaled, never flushed): the next broker
@@ -197,7 +198,7 @@ mod tests {
             TicketClaim::Used { pid, .. } => assert_eq!(pid, Some(10)),
             c => panic!("{c:?}"),
         }
-        assert_eq!(store.lock().unwrap().alarms(Some("T"), 10).unwrap().len(), 1);
+        assert_eq!(store.lock().unwrap().alarms(Some(crate::store::sample::T1), 10).unwrap().len(), 1);
         // Another action is new, and a second use in the same broker is refused too.
         let other = ticket("PreToolUse:turn:call_2");
         assert_eq!(log.take(&store, &other, 12).unwrap().0, TicketClaim::New);
@@ -209,8 +210,13 @@ mod tests {
     #[test]
     fn a_torn_line_is_skipped_and_the_rest_replayed() {
         let dir = dir();
-        let line = |key: &str| format!("{{\"thread\":\"T\",\"key\":\"{key}\",\"event\":\"Stop\",\"at\":{},\"pid\":7}}\n", now_ms());
-        let text = format!("{}{{\"thread\":\"T\",\"ke\n{}", line("Stop:turn:1"), line("Stop:turn:2"));
+        let line = |key: &str| {
+            format!(
+                "{{\"thread\":\"01a22652-96c4-7652-bf64-6f7bc9883ce2\",\"key\":\"{key}\",\"event\":\"Stop\",\"at\":{},\"pid\":7}}\n",
+                now_ms()
+            )
+        };
+        let text = format!("{}{{\"thread\":\"01a22652-96c4-7652-bf64-6f7bc9883ce2\",\"ke\n{}", line("Stop:turn:1"), line("Stop:turn:2"));
         std::fs::write(dir.join(JOURNAL_NAME), text).unwrap();
         let store = Mutex::new(Store::open(&dir).unwrap());
         let mut log = TicketLog::open(&dir, &mut store.lock().unwrap()).unwrap();

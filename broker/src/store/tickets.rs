@@ -4,13 +4,14 @@
 use super::{now_ms, LeaseToken, Store};
 use anyhow::Result;
 use codex_format::hook::HookEvent;
+use courier_shared::ids::ThreadId;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
 
 /// The Codex action a verified hook follows, accepted at most once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ticket {
-    pub thread: String,
+    pub thread: ThreadId,
     /// `<event>:<turn>:<call id | answer offset>` (opening events: `<event>:<turn>`).
     pub key: String,
     pub event: HookEvent,
@@ -99,7 +100,7 @@ impl Store {
             let mut stmt =
                 tx.prepare_cached("INSERT INTO tickets (thread, key, at, event, pid) VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING")?;
             for t in taken {
-                stmt.execute(params![t.ticket.thread, t.ticket.key, t.at, t.ticket.event.as_str(), t.pid])?;
+                stmt.execute(params![t.ticket.thread.as_str(), t.ticket.key, t.at, t.ticket.event.as_str(), t.pid])?;
             }
         }
         tx.commit()?;
@@ -117,7 +118,8 @@ impl Store {
     }
 
     /// Alarms, newest first (of one thread, or all), at most `limit`.
-    pub fn alarms(&self, thread: Option<&str>, limit: i64) -> Result<Vec<Alarm>> {
+    pub fn alarms(&self, thread: Option<&ThreadId>, limit: i64) -> Result<Vec<Alarm>> {
+        let thread = thread.map(ThreadId::as_str);
         let mut stmt = self.conn.prepare_cached(
             "SELECT at, kind, thread, ticket, message, detail FROM alarms WHERE ?1 IS NULL OR thread = ?1 ORDER BY seq DESC LIMIT ?2",
         )?;
@@ -133,17 +135,18 @@ fn claim_inner(conn: &mut Connection, ticket: &Ticket, pid: i32) -> Result<Ticke
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let n = tx.execute(
         "INSERT INTO tickets (thread, key, at, event, pid) VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
-        params![ticket.thread, ticket.key, now, ticket.event.as_str(), pid],
+        params![ticket.thread.as_str(), ticket.key, now, ticket.event.as_str(), pid],
     )?;
     if n == 1 {
         tx.commit()?;
         return Ok(TicketClaim::New);
     }
-    tx.execute("UPDATE tickets SET reused = reused + 1 WHERE thread = ?1 AND key = ?2", params![ticket.thread, ticket.key])?;
-    let (at, earlier_pid, messages): (i64, Option<i64>, Option<String>) =
-        tx.query_row("SELECT at, pid, messages FROM tickets WHERE thread = ?1 AND key = ?2", params![ticket.thread, ticket.key], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-        })?;
+    tx.execute("UPDATE tickets SET reused = reused + 1 WHERE thread = ?1 AND key = ?2", params![ticket.thread.as_str(), ticket.key])?;
+    let (at, earlier_pid, messages): (i64, Option<i64>, Option<String>) = tx.query_row(
+        "SELECT at, pid, messages FROM tickets WHERE thread = ?1 AND key = ?2",
+        params![ticket.thread.as_str(), ticket.key],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )?;
     let handed: Vec<String> = messages.iter().flat_map(|m| m.split(',')).filter(|m| !m.is_empty()).map(String::from).collect();
     let detail = format!(
         "{} {} presented by pid {pid}, already accepted from pid {} {} ms earlier: one of the two was not Codex's hook",
@@ -169,10 +172,10 @@ fn attach_inner(conn: &mut Connection, taken: &Taken, token: LeaseToken) -> Resu
     tx.execute(
         "INSERT INTO tickets (thread, key, at, event, pid, lease, messages) VALUES (?1, ?2, ?5, ?6, ?7, ?3, ?4)
          ON CONFLICT (thread, key) DO UPDATE SET lease = excluded.lease, messages = excluded.messages",
-        params![ticket.thread, ticket.key, token, ids.join(","), taken.at, ticket.event.as_str(), taken.pid],
+        params![ticket.thread.as_str(), ticket.key, token, ids.join(","), taken.at, ticket.event.as_str(), taken.pid],
     )?;
     let reused: Option<i64> = tx
-        .query_row("SELECT reused FROM tickets WHERE thread = ?1 AND key = ?2", params![ticket.thread, ticket.key], |r| r.get(0))
+        .query_row("SELECT reused FROM tickets WHERE thread = ?1 AND key = ?2", params![ticket.thread.as_str(), ticket.key], |r| r.get(0))
         .optional()?;
     if reused.unwrap_or(0) > 0 {
         let detail = format!("{} {} was presented again while its hand-off was made", ticket.event.as_str(), ticket.key);
@@ -186,7 +189,7 @@ fn raise(tx: &rusqlite::Transaction, now: i64, ticket: &Ticket, messages: Vec<Op
     for m in messages {
         tx.execute(
             "INSERT INTO alarms (at, kind, thread, ticket, message, detail) VALUES (?1, 'ticket_used', ?2, ?3, ?4, ?5)",
-            params![now, ticket.thread, ticket.key, m, detail],
+            params![now, ticket.thread.as_str(), ticket.key, m, detail],
         )?;
     }
     Ok(())
@@ -218,13 +221,13 @@ mod tests {
     #[test]
     fn a_ticket_is_taken_once_and_a_second_use_marks_the_earlier_hand_off() {
         let (mut s, dir) = store();
-        let t = Ticket { thread: "T".into(), key: "PostToolUse:turn:call_1".into(), event: HookEvent::PostToolUse };
+        let t = Ticket { thread: crate::store::sample::T1.clone(), key: "PostToolUse:turn:call_1".into(), event: HookEvent::PostToolUse };
         assert_eq!(s.claim_ticket(&t, 10).unwrap(), TicketClaim::New);
-        let id = match s.enqueue("T", "hello", None, None, None).unwrap() {
+        let id = match s.enqueue(crate::store::sample::T1, "hello", None, None, None).unwrap() {
             crate::store::Enqueued::New(id) => id,
             e => panic!("{e:?}"),
         };
-        let lease = s.lease("T", Channel::Hook(HookEvent::PostToolUse), Some("turn"), 3000, 8000).unwrap().unwrap();
+        let lease = s.lease(crate::store::sample::T1, Channel::Hook(HookEvent::PostToolUse), Some("turn"), 3000, 8000).unwrap().unwrap();
         s.attach_ticket(&Taken { ticket: t.clone(), at: now_ms(), pid: 10 }, lease.token).unwrap();
         assert!(s.alarms(None, 10).unwrap().is_empty());
         // The same action presented again: refused, and the message the first call got is marked.
@@ -235,7 +238,7 @@ mod tests {
             }
             c => panic!("{c:?}"),
         }
-        let a = s.alarms(Some("T"), 10).unwrap();
+        let a = s.alarms(Some(crate::store::sample::T1), 10).unwrap();
         assert_eq!(a.len(), 1);
         assert_eq!((a[0].kind.as_str(), a[0].message.as_deref()), ("ticket_used", Some(id.as_str())));
         // Another action of the same thread is a new ticket; durable across a reopen.
@@ -250,11 +253,11 @@ mod tests {
     #[test]
     fn a_second_use_before_the_first_is_leased_marks_the_lease_when_it_comes() {
         let (mut s, dir) = store();
-        let t = Ticket { thread: "T".into(), key: "Stop:turn:99".into(), event: HookEvent::Stop };
+        let t = Ticket { thread: crate::store::sample::T1.clone(), key: "Stop:turn:99".into(), event: HookEvent::Stop };
         assert_eq!(s.claim_ticket(&t, 10).unwrap(), TicketClaim::New);
         assert!(matches!(s.claim_ticket(&t, 11).unwrap(), TicketClaim::Used { handed, .. } if handed.is_empty()));
-        s.enqueue("T", "hello", None, None, None).unwrap();
-        let lease = s.lease("T", Channel::Hook(HookEvent::Stop), Some("turn"), 3000, 8000).unwrap().unwrap();
+        s.enqueue(crate::store::sample::T1, "hello", None, None, None).unwrap();
+        let lease = s.lease(crate::store::sample::T1, Channel::Hook(HookEvent::Stop), Some("turn"), 3000, 8000).unwrap().unwrap();
         s.attach_ticket(&Taken { ticket: t.clone(), at: now_ms(), pid: 10 }, lease.token).unwrap();
         let a = s.alarms(None, 10).unwrap();
         assert_eq!(a.len(), 2, "{a:?}");

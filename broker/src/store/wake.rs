@@ -5,6 +5,7 @@
 use super::{now_ms, Channel, LeaseToken, Store};
 use crate::reason::Reason;
 use anyhow::Result;
+use courier_shared::ids::ThreadId;
 use rusqlite::params;
 
 /// Threads with messages the wake channel may deliver: one index seek per thread, not a pass
@@ -35,9 +36,9 @@ impl Store {
     }
 
     /// Threads with messages the wake channel may deliver (pending, `--wake auto`).
-    pub fn wake_candidates(&self) -> Result<Vec<String>> {
+    pub fn wake_candidates(&self) -> Result<Vec<ThreadId>> {
         let mut stmt = self.conn.prepare_cached(WAKE_CANDIDATES)?;
-        let rows = stmt.query_map([], |r| r.get(0))?;
+        let rows = stmt.query_map([], |r| super::thread_at(r, 0))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 

@@ -98,7 +98,7 @@ mod tests {
         let mut watch = Watch::open(&dir).unwrap();
         assert!(watch.nothing_live().unwrap(), "an empty queue");
         assert!(watch.unchanged_since_idle().unwrap(), "no commit since");
-        let Enqueued::New(id) = store.enqueue("T", "hello", None, None, None).unwrap() else { panic!("not new") };
+        let Enqueued::New(id) = store.enqueue(crate::store::sample::T1, "hello", None, None, None).unwrap() else { panic!("not new") };
         assert!(!watch.unchanged_since_idle().unwrap(), "a commit of the store's connection");
         watch.found(false);
         assert!(!watch.unchanged_since_idle().unwrap(), "a look that found work starts no skip");

@@ -19,6 +19,7 @@
 
 use crate::config::WakeConfig;
 use crate::reason::WakeReason;
+use courier_shared::ids::ThreadId;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -46,7 +47,7 @@ struct Wakes {
 /// The bound, shared by the wake thread and the hook path.
 pub struct Bound {
     config: WakeConfig,
-    threads: Mutex<HashMap<String, Wakes>>,
+    threads: Mutex<HashMap<ThreadId, Wakes>>,
 }
 
 impl Bound {
@@ -55,7 +56,7 @@ impl Bound {
     }
 
     /// May `thread` be woken now? Else why not, and when to look again.
-    pub fn check(&self, thread: &str, now: Instant) -> Result<(), (WakeReason, Instant)> {
+    pub fn check(&self, thread: &ThreadId, now: Instant) -> Result<(), (WakeReason, Instant)> {
         let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
         let Some(w) = threads.get_mut(thread) else { return Ok(()) };
         if w.seen.iter().any(|t| !w.woken.contains(t)) {
@@ -76,18 +77,18 @@ impl Bound {
     }
 
     /// A wake may have started a turn in `thread` (its hand-off is on record).
-    pub fn woke(&self, thread: &str, now: Instant) {
+    pub fn woke(&self, thread: &ThreadId, now: Instant) {
         let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
         if threads.len() >= MAX_THREADS && !threads.contains_key(thread) {
             threads.retain(|_, w| w.recent.back().is_some_and(|t| now.duration_since(*t) < WINDOW));
         }
-        let w = threads.entry(thread.to_string()).or_default();
+        let w = threads.entry(thread.clone()).or_default();
         w.recent.push_back(now);
         w.in_a_row += 1;
     }
 
     /// `turn/start` answered: `turn` is one the wake channel started.
-    pub fn started(&self, thread: &str, turn: &str) {
+    pub fn started(&self, thread: &ThreadId, turn: &str) {
         let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(w) = threads.get_mut(thread) {
             if w.woken.len() >= MAX_SEEN {
@@ -99,7 +100,7 @@ impl Bound {
 
     /// A verified hook of `thread` ran in `turn` (the hook path): a turn the wake did not start
     /// ends the run of wakes. Only threads the wake channel woke are remembered.
-    pub fn saw_turn(&self, thread: &str, turn: &str) {
+    pub fn saw_turn(&self, thread: &ThreadId, turn: &str) {
         let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(w) = threads.get_mut(thread) {
             if w.seen.len() < MAX_SEEN && !w.woken.iter().any(|t| t == turn) {
@@ -122,14 +123,14 @@ mod tests {
         let b = bound(2, 100);
         let t0 = Instant::now();
         for i in 0..2 {
-            assert!(b.check("T", t0).is_ok());
-            b.woke("T", t0 + Duration::from_secs(i));
-            b.started("T", &format!("turn{i}"));
+            assert!(b.check(crate::store::sample::T1, t0).is_ok());
+            b.woke(crate::store::sample::T1, t0 + Duration::from_secs(i));
+            b.started(crate::store::sample::T1, &format!("turn{i}"));
         }
-        let (why, retry) = b.check("T", t0 + Duration::from_secs(30)).unwrap_err();
+        let (why, retry) = b.check(crate::store::sample::T1, t0 + Duration::from_secs(30)).unwrap_err();
         assert_eq!((why, retry), (WakeReason::RateLimited, t0 + WINDOW));
-        assert!(b.check("U", t0).is_ok(), "per thread");
-        assert!(b.check("T", t0 + WINDOW).is_ok(), "the oldest wake left the window");
+        assert!(b.check(crate::store::sample::T2, t0).is_ok(), "per thread");
+        assert!(b.check(crate::store::sample::T1, t0 + WINDOW).is_ok(), "the oldest wake left the window");
     }
 
     #[test]
@@ -137,17 +138,17 @@ mod tests {
         let b = bound(100, 3);
         let t0 = Instant::now();
         for i in 0..3 {
-            assert!(b.check("T", t0).is_ok(), "wake {i}");
-            b.woke("T", t0);
+            assert!(b.check(crate::store::sample::T1, t0).is_ok(), "wake {i}");
+            b.woke(crate::store::sample::T1, t0);
             // The woken turn's hooks may report it before turn/start's answer names it.
-            b.saw_turn("T", &format!("woken{i}"));
-            b.started("T", &format!("woken{i}"));
+            b.saw_turn(crate::store::sample::T1, &format!("woken{i}"));
+            b.started(crate::store::sample::T1, &format!("woken{i}"));
         }
-        assert_eq!(b.check("T", t0).unwrap_err().0, WakeReason::LoopGuard);
-        b.saw_turn("T", "woken1");
-        assert_eq!(b.check("T", t0).unwrap_err().0, WakeReason::LoopGuard, "a woken turn's hook resets nothing");
-        b.saw_turn("T", "typed");
-        assert!(b.check("T", t0).is_ok(), "a turn someone else started ends the run");
+        assert_eq!(b.check(crate::store::sample::T1, t0).unwrap_err().0, WakeReason::LoopGuard);
+        b.saw_turn(crate::store::sample::T1, "woken1");
+        assert_eq!(b.check(crate::store::sample::T1, t0).unwrap_err().0, WakeReason::LoopGuard, "a woken turn's hook resets nothing");
+        b.saw_turn(crate::store::sample::T1, "typed");
+        assert!(b.check(crate::store::sample::T1, t0).is_ok(), "a turn someone else started ends the run");
     }
 
     #[test]

@@ -50,6 +50,7 @@ use crate::gate::{CodexTrust, Gate};
 use crate::os::ProcessKey;
 use crate::reason::DeliveryReason;
 use crate::store::{Channel, HandOff, Lease, PendingSignal, Store, Watch};
+use courier_shared::ids::ThreadId;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::Path;
@@ -84,7 +85,7 @@ pub enum Outcome {
 
 /// The wake channel's memory between passes.
 pub struct Waker {
-    not_before: Mutex<HashMap<String, Instant>>,
+    not_before: Mutex<HashMap<ThreadId, Instant>>,
     bound: Arc<Bound>,
     /// Whether the queue changed since a pass found no thread (`None`: every pass looks).
     watch: Mutex<Option<Watch>>,
@@ -97,7 +98,7 @@ impl Waker {
 
     /// One pass over every thread with messages that may be woken; `None` when it was skipped:
     /// nothing was committed since a pass found none.
-    pub fn pass(&self, store: &Mutex<Store>, gate: &Gate, trust: &dyn CodexTrust, codex_home: &Path) -> Option<Vec<(String, Outcome)>> {
+    pub fn pass(&self, store: &Mutex<Store>, gate: &Gate, trust: &dyn CodexTrust, codex_home: &Path) -> Option<Vec<(ThreadId, Outcome)>> {
         let mut watch = self.watch.lock().unwrap_or_else(|e| e.into_inner());
         match watch.as_mut().map(Watch::unchanged_since_idle) {
             Some(Ok(true)) => return None,
@@ -154,7 +155,7 @@ impl Waker {
     }
 
     /// One thread: its idle, proven owner and app-server; the bound; the lease; the exchange.
-    fn wake_thread(&self, store: &Mutex<Store>, gate: &Gate, trust: &dyn CodexTrust, codex_home: &Path, thread: &str) -> Outcome {
+    fn wake_thread(&self, store: &Mutex<Store>, gate: &Gate, trust: &dyn CodexTrust, codex_home: &Path, thread: &ThreadId) -> Outcome {
         let (owner, endpoints) = match idle_owner(gate, trust, codex_home, thread) {
             Ok(found) => found,
             Err(Outcome::NotWoken(why)) => {
@@ -188,7 +189,7 @@ impl Waker {
 }
 
 /// The process that holds `thread`, proven, with no open turn, and the app-server it serves.
-fn idle_owner(gate: &Gate, trust: &dyn CodexTrust, codex_home: &Path, thread: &str) -> Result<(Owner, Vec<Endpoint>), Outcome> {
+fn idle_owner(gate: &Gate, trust: &dyn CodexTrust, codex_home: &Path, thread: &ThreadId) -> Result<(Owner, Vec<Endpoint>), Outcome> {
     let owner = gate.thread_owner(thread, trust).map_err(|why| {
         if let NoOwner::Untrusted(d) | NoOwner::NotProven(d) = &why {
             crate::log_debug!("wake {thread}: {}: {d}", wake_reason(&why));
@@ -218,7 +219,7 @@ fn wake_reason(why: &NoOwner) -> WakeReason {
     }
 }
 
-fn note(store: &Mutex<Store>, thread: &str, reason: WakeReason) {
+fn note(store: &Mutex<Store>, thread: &ThreadId, reason: WakeReason) {
     let mut s = crate::store::lock(store);
     if let Err(e) = s.note_deferral(thread, reason) {
         crate::log_error!("wake: noting {reason} on {thread}: {e:#}");
@@ -227,7 +228,7 @@ fn note(store: &Mutex<Store>, thread: &str, reason: WakeReason) {
 
 /// A busy thread is left to its hooks; while it waits on a person's approval none will run:
 /// its messages say so (`broker approvals`).
-fn note_waiting_on_approval(store: &Mutex<Store>, thread: &str) {
+fn note_waiting_on_approval(store: &Mutex<Store>, thread: &ThreadId) {
     let mut s = crate::store::lock(store);
     if s.thread_waits_on_approval(thread).unwrap_or(false) {
         if let Err(e) = s.note_deferral(thread, DeliveryReason::WaitingOnApproval) {
@@ -240,7 +241,7 @@ fn note_waiting_on_approval(store: &Mutex<Store>, thread: &str) {
 struct Exchange<'a> {
     store: &'a Mutex<Store>,
     bound: &'a Bound,
-    thread: &'a str,
+    thread: &'a ThreadId,
     owner: &'a Owner,
     lease: &'a Lease,
 }

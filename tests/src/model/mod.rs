@@ -12,102 +12,46 @@
 //! recorded (parsed JSON body plus headers) and can be awaited without sleeping.
 //!
 //! Files: `reply.rs` (replies and their SSE stream), `hold.rs`, `request.rs` (recorded requests),
-//! `http.rs` (the connection side); this file is the server and its ready-made scripts.
+//! `wire.rs` (what goes over HTTP); the server, recorder and waits are the shared core's
+//! (`crate::scripted`); this file is the provider's queries and its ready-made scripts.
 
-use std::collections::VecDeque;
-use std::net::SocketAddr;
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use crate::util::wait_on;
+use crate::scripted::{self, Scripted};
 
 /// How long a held reply waits for [`Hold::release`] before the server gives up and answers
 /// anyway (so a failed test never wedges a Codex process forever).
 pub const MAX_HOLD: Duration = Duration::from_secs(90);
 
 mod hold;
-pub mod http;
 mod reply;
 mod request;
+mod wire;
 
 pub use hold::Hold;
 pub use reply::Reply;
 pub use request::{item_text, Request};
+pub use wire::Responses;
 
-type Script = Box<dyn FnMut(&Request) -> Reply + Send>;
+/// The scripted provider: the shared core ([`Scripted`]: requests, waits, script) speaking the
+/// Responses API. Dropping it stops accepting connections.
+pub type ScriptedModel = Scripted<Responses>;
 
-struct Shared {
-    state: Mutex<State>,
-    cond: Condvar,
-    script: Mutex<Script>,
-    ids: AtomicU64,
-}
-
-#[derive(Default)]
-struct State {
-    requests: Vec<Request>,
-    /// Requests the provider did not script (GETs, other paths): (method, path).
-    other: Vec<(String, String)>,
-    /// Protocol problems seen by the server (bad requests, compressed bodies, ...).
-    errors: Vec<String>,
-    /// Replies written out completely.
-    answered: usize,
-}
-
-/// The scripted provider. Dropping it stops accepting connections.
-pub struct ScriptedModel {
-    shared: Arc<Shared>,
-    server: http::AcceptLoop,
-}
-
-impl ScriptedModel {
+impl Scripted<Responses> {
     /// Default script: while the request carries no function call yet, call `exec_command` with
     /// `echo hello`; afterwards answer `done`. Stateless, so it serves any number of sessions.
     pub fn start() -> ScriptedModel {
         ScriptedModel::start_with(exec_then_done("echo hello"))
     }
 
-    /// Script every reply with a closure that sees the recorded request.
-    pub fn start_with(script: impl FnMut(&Request) -> Reply + Send + 'static) -> ScriptedModel {
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State::default()),
-            cond: Condvar::new(),
-            script: Mutex::new(Box::new(script)),
-            ids: AtomicU64::new(0),
-        });
-        let s2 = shared.clone();
-        let server = http::AcceptLoop::start("scripted-model", move |w, req| http::handle(w, req, &s2));
-        ScriptedModel { shared, server }
-    }
-
     /// Reply from a queue, in order; once it is empty, answer `fallback` (e.g. `Reply::message("done")`).
     pub fn start_queue(replies: Vec<Reply>, fallback: Reply) -> ScriptedModel {
-        let mut q: VecDeque<Reply> = replies.into();
-        ScriptedModel::start_with(move |_| q.pop_front().unwrap_or_else(|| fallback.clone()))
-    }
-
-    /// Replace the script (applies to requests that arrive afterwards).
-    pub fn set_script(&self, script: impl FnMut(&Request) -> Reply + Send + 'static) {
-        *self.shared.script.lock().unwrap() = Box::new(script);
+        ScriptedModel::start_with(scripted::queue(replies, fallback, |_: &Request| true))
     }
 
     /// `http://127.0.0.1:PORT/v1`, the provider `base_url`.
     pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.server.addr)
-    }
-
-    pub fn addr(&self) -> SocketAddr {
-        self.server.addr
-    }
-
-    /// Every `/responses` request so far, in arrival order.
-    pub fn requests(&self) -> Vec<Request> {
-        self.shared.state.lock().unwrap().requests.clone()
-    }
-
-    pub fn request_count(&self) -> usize {
-        self.shared.state.lock().unwrap().requests.len()
+        format!("http://{}/v1", self.addr())
     }
 
     /// Requests attributed to `thread` (see [`Request::thread_id`]).
@@ -126,43 +70,6 @@ impl ScriptedModel {
             }
         }
         out
-    }
-
-    /// Non-`/responses` requests seen (method, path).
-    pub fn other_requests(&self) -> Vec<(String, String)> {
-        self.shared.state.lock().unwrap().other.clone()
-    }
-
-    /// Protocol errors the server saw (should be empty).
-    pub fn errors(&self) -> Vec<String> {
-        self.shared.state.lock().unwrap().errors.clone()
-    }
-
-    /// Replies fully written to Codex.
-    pub fn answered(&self) -> usize {
-        self.shared.state.lock().unwrap().answered
-    }
-
-    /// Wait until at least `n` requests arrived; returns all of them.
-    pub fn wait_for_requests(&self, n: usize, timeout: Duration) -> Vec<Request> {
-        self.wait_state(timeout, &format!("{n} model requests"), |st| (st.requests.len() >= n).then(|| st.requests.clone()))
-    }
-
-    /// Wait for the first request (past or future) satisfying `pred`.
-    pub fn wait_for(&self, timeout: Duration, what: &str, pred: impl Fn(&Request) -> bool) -> Request {
-        self.wait_state(timeout, what, |st| st.requests.iter().find(|r| pred(r)).cloned())
-    }
-
-    /// Wait until `n` replies have been completely written.
-    pub fn wait_answered(&self, n: usize, timeout: Duration) {
-        self.wait_state(timeout, &format!("{n} model replies written"), |st| (st.answered >= n).then_some(()))
-    }
-
-    fn wait_state<T>(&self, timeout: Duration, what: &str, f: impl FnMut(&State) -> Option<T>) -> T {
-        wait_on(&self.shared.state, &self.shared.cond, timeout, f).unwrap_or_else(|g| {
-            let summary: Vec<String> = g.requests.iter().map(Request::summary).collect();
-            panic!("timed out after {timeout:?} waiting for {what}; requests so far:\n  {}\nerrors: {:?}", summary.join("\n  "), g.errors)
-        })
     }
 
     /// Total number of `role` messages containing `needle`, summed over every recorded request.
@@ -193,11 +100,6 @@ impl ScriptedModel {
         let first = counts.iter().position(|c| *c > 0).expect("delivered");
         assert_eq!(counts[first], 1, "once in its first request: {counts:?}\n{}", self.dump());
         assert!(counts.iter().all(|c| *c <= 1), "never twice in one request: {counts:?}\n{}", self.dump());
-    }
-
-    /// All request summaries, one per line (for assertion messages).
-    pub fn dump(&self) -> String {
-        self.requests().iter().map(Request::summary).collect::<Vec<_>>().join("\n")
     }
 }
 

@@ -10,6 +10,7 @@ use crate::os;
 use crate::refusal::{Refusal, RefusalCode};
 use codex_format::hook::{HookEvent, HookPayload};
 use codex_format::rollout::thread_id_from_path;
+use courier_shared::ids::ThreadId;
 use std::path::{Path, PathBuf};
 
 /// The transcript path is absolute, canonical and inside `$CODEX_HOME/sessions/` (symlinks on
@@ -39,8 +40,8 @@ impl Prover {
         let text =
             event.transcript_path(payload).ok_or_else(|| Refusal::new(RefusalCode::TranscriptPath, "no transcript path in payload"))?;
         let thread_id = thread_id_from_path(text)
-            .ok_or_else(|| Refusal::new(RefusalCode::TranscriptPath, format!("{text:?} is not rollout-*-<uuid>.jsonl")))?
-            .to_string();
+            .and_then(|id| ThreadId::parse(id).ok())
+            .ok_or_else(|| Refusal::new(RefusalCode::TranscriptPath, format!("{text:?} is not rollout-*-<uuid>.jsonl")))?;
         Ok(Transcript { text, thread_id })
     }
 
@@ -98,13 +99,14 @@ impl Prover {
         }
         let lock_dir = self.writer_lock_dir();
         let lock_dir = std::fs::canonicalize(&lock_dir).unwrap_or(lock_dir); // fd targets are canonical
-        let scan = holder::scan(codex.pid, rollout_file, lock_file, &transcript.thread_id, &lock_dir, ScanFor::Proof).map_err(|e| {
-            if os::is_gone(&e) {
-                Refusal::new(RefusalCode::AncestryChanged, format!("codex {} fds: {e}", codex.pid))
-            } else {
-                Refusal::new(RefusalCode::NotRolloutHolder, format!("codex {} fds: {e}", codex.pid))
-            }
-        })?;
+        let scan =
+            holder::scan(codex.pid, rollout_file, lock_file, transcript.thread_id.as_str(), &lock_dir, ScanFor::Proof).map_err(|e| {
+                if os::is_gone(&e) {
+                    Refusal::new(RefusalCode::AncestryChanged, format!("codex {} fds: {e}", codex.pid))
+                } else {
+                    Refusal::new(RefusalCode::NotRolloutHolder, format!("codex {} fds: {e}", codex.pid))
+                }
+            })?;
         refuse_unheld(&scan, codex.pid, transcript.text, &lock_path, lock_file.is_some())?;
         if let Some(lock) = lock_file {
             self.fd_hints.learn(codex.pid, codex.starttime, rollout_file, lock, &scan);

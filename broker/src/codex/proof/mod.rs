@@ -26,6 +26,7 @@ mod turn;
 
 use crate::codex::rollout::{RolloutTracker, SessionMeta, Snapshot};
 use crate::os;
+use courier_shared::ids::ThreadId;
 use std::path::{Path, PathBuf};
 
 pub use turn::check_turn;
@@ -48,7 +49,7 @@ pub(crate) type AfterRead = Box<dyn Fn() + Send + Sync>;
 pub struct Transcript<'p> {
     /// The path as the payload has it (what a refusal quotes).
     pub text: &'p str,
-    pub thread_id: String,
+    pub thread_id: ThreadId,
 }
 
 impl Transcript<'_> {

@@ -103,13 +103,13 @@ const TRUST_FIX: &str = "run `broker install` again (it rewrites Courier's trust
 
 /// Codex's checks, in order: the hooks (with the command install registers), the binaries.
 pub(super) fn checks(ctx: &Context) -> Vec<Check> {
-    let codex_home = courier_shared::paths::codex_home();
-    let codex = ctx.opts.codex.clone().or_else(|| codex::resolve::codex_on_path(std::env::var_os("PATH").as_deref()));
+    let codex_home = &ctx.env.codex_home;
+    let codex = ctx.opts.codex.clone().or_else(|| codex::resolve::codex_on_path(ctx.env.path_var.as_deref()));
     let mut checks = match ctx.expected_command {
-        Some(cmd) => check_hooks(codex.as_deref(), &codex_home, ctx.state_dir, &ctx.opts.cwd, cmd),
+        Some(cmd) => check_hooks(codex.as_deref(), codex_home, ctx.state_dir, &ctx.opts.cwd, cmd),
         None => vec![Check::fail("cannot tell which hook-client should be registered", "run `broker install`")],
     };
-    checks.extend(check_codex(codex.as_deref(), &codex_home, ctx.state_dir));
+    checks.extend(check_codex(codex.as_deref(), codex_home, ctx.state_dir));
     checks
 }
 

@@ -41,15 +41,16 @@ pub(super) fn register_hooks(run: &mut Run, bins: &Binaries) -> Result<()> {
 /// Courier commands replaced). Returns the hook command and its groups.
 fn hooks_json(run: &mut Run, client: &Path) -> Result<(String, Vec<(String, usize)>)> {
     let m = &mut run.m;
-    create_dirs(&run.codex_home)?;
-    m.codex_home = run.codex_home.clone();
+    let codex_home = &run.env.codex_home;
+    create_dirs(codex_home)?;
+    m.codex_home = codex_home.clone();
     let command = hook_command(client);
     let old_commands = m.commands.clone();
     if !m.commands.contains(&command) {
         m.commands.push(command.clone());
     }
     m.hook_command = command.clone();
-    let hooks_path = CodexConfig::at(&run.codex_home).hooks_json;
+    let hooks_path = CodexConfig::at(codex_home).hooks_json;
     let current = read_opt(&hooks_path)?;
     let mut doc: Value = match &current {
         Some(t) if !t.trim().is_empty() => {
@@ -75,10 +76,10 @@ fn hooks_json(run: &mut Run, client: &Path) -> Result<(String, Vec<(String, usiz
 /// Codex's trust entries for those handlers in `config.toml` (and the MCP server).
 fn trust_handlers(run: &mut Run, command: &str, groups: &[(String, usize)], bins: &Binaries) -> Result<()> {
     let m = &mut run.m;
-    let source = hooks_source(&run.codex_home);
+    let source = hooks_source(&run.env.codex_home);
     let entries: Vec<(String, String)> =
         groups.iter().map(|(ev, idx)| (trust_key(&source, ev, *idx), courier_trust_hash(ev, command))).collect();
-    let config_path = CodexConfig::at(&run.codex_home).config_toml;
+    let config_path = CodexConfig::at(&run.env.codex_home).config_toml;
     let current = read_opt(&config_path)?;
     let mut tdoc: toml_edit::DocumentMut =
         current.as_deref().unwrap_or("").parse().with_context(|| format!("{} is not valid TOML; fix it first", config_path.display()))?;
@@ -108,7 +109,7 @@ fn trust_handlers(run: &mut Run, command: &str, groups: &[(String, usize)], bins
 /// passes by its digest (codex/follow.rs). Returns why the user's `codex` cannot be trusted.
 pub(super) fn trust_user_codex(run: &mut Run) -> Result<Option<String>> {
     let (m, report) = (&mut run.m, &mut run.report);
-    let (on_path, found) = user_codex(&run.codex_home, std::env::var_os("PATH").as_deref());
+    let (on_path, found) = user_codex(&run.env.codex_home, run.env.path_var.as_deref());
     let mut store = Store::open(&run.state_dir)?;
     if let Some(cmd) = &on_path {
         let cmd = cmd.to_string_lossy().into_owned();

@@ -1,50 +1,89 @@
-//! The host agents Courier installs into, as one table: each row answers which of the agent's
-//! config files install edits (and uninstall restores), how Courier's hooks are registered and
-//! trusted there, which of the agent's binaries install trusts, and what uninstall takes back.
-//! `broker doctor` checks the same rows (`doctor/agent/`). The plan in `run.rs` walks
-//! [`HostAgent::ALL`]; nothing outside a row's own file knows an agent's config format.
+//! The host agents Courier installs into, as one table: each row answers whether install wants
+//! it this run ([`Wanted`]), which config files install edits (and uninstall restores), how
+//! Courier's hooks are registered and trusted there, which of the agent's binaries install
+//! trusts, and what uninstall takes back. `broker doctor` checks the same rows (`doctor/agent/`).
+//! The plan in `run.rs` and uninstall walk [`HostAgent::ALL`]; nothing outside a row's own file
+//! knows an agent's config format.
 //!
-//! One row today, [`HostAgent::Codex`] (`agent/codex.rs`). A second host agent (Claude Code) is a
-//! variant here and a file beside `codex.rs` answering the same questions; the compiler lists
-//! every `match` that must learn it (here, in `doctor/agent/mod.rs`).
+//! Rows read the environment only through [`AgentEnv`], given to them, so a test can hand a row
+//! a sandboxed home without touching the process's environment. A new row is a variant here and
+//! a file beside `codex.rs` answering the same questions; the compiler lists every `match` that
+//! must learn it (here, in `doctor/agent/mod.rs`).
 
+mod claude;
 mod codex;
 
+pub use super::carry::AgentEnv;
 use super::carry::{Binaries, Run};
 use super::manifest::Manifest;
 use super::Report;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 
+pub use claude::ClaudeChoice;
+
 /// A host agent whose hooks Courier installs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HostAgent {
     /// OpenAI Codex CLI: `hooks.json` and `config.toml` under `$CODEX_HOME`.
     Codex,
+    /// Claude Code: HTTP hooks in its `settings.json`, the port they post to in Courier's config.
+    ClaudeCode,
+}
+
+/// Whether this install run puts a row's hooks in place, from the options, Courier's config,
+/// what the agent's commands are and what the manifest says an earlier install did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wanted {
+    /// Registered (again: a re-install updates it) and its binaries trusted.
+    Install,
+    /// Not registered; what an earlier install put in is taken out.
+    TakeOut,
+}
+
+/// What registering a row's hooks asks of the rest of the plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Registered {
+    /// Nothing more: a running broker serves the hooks as they are.
+    AsServed,
+    /// A running broker must restart to serve them (the hooks' port changed).
+    RestartBroker,
 }
 
 impl HostAgent {
     /// Every host agent, in the order install and doctor visit them.
-    pub const ALL: [HostAgent; 1] = [HostAgent::Codex];
+    pub const ALL: [HostAgent; 2] = [HostAgent::Codex, HostAgent::ClaudeCode];
 
     /// The agent's name, as the report and doctor say it.
     pub fn name(self) -> &'static str {
         match self {
             HostAgent::Codex => "Codex",
+            HostAgent::ClaudeCode => "Claude Code",
         }
     }
 
-    /// The agent's config files install edits (uninstall restores them), under its `home`.
-    pub fn config_files(self, home: &Path) -> Vec<PathBuf> {
+    /// The config files install edits for this agent (uninstall restores them), as `env` names them.
+    pub fn config_files(self, env: &AgentEnv) -> Result<Vec<PathBuf>> {
         match self {
-            HostAgent::Codex => codex::CodexConfig::at(home).files(),
+            HostAgent::Codex => Ok(codex::CodexConfig::at(&env.codex_home).files()),
+            HostAgent::ClaudeCode => claude::config_files(env),
+        }
+    }
+
+    /// Whether this run installs the row or takes an earlier install of it out.
+    pub(super) fn wanted(self, run: &Run) -> Result<Wanted> {
+        match self {
+            // Codex is what Courier is for: always.
+            HostAgent::Codex => Ok(Wanted::Install),
+            HostAgent::ClaudeCode => claude::wanted(run),
         }
     }
 
     /// Courier's hooks registered in the agent's config, and trusted there as the agent does it.
-    pub(super) fn register_hooks(self, run: &mut Run, bins: &Binaries) -> Result<()> {
+    pub(super) fn register_hooks(self, run: &mut Run, bins: &Binaries) -> Result<Registered> {
         match self {
-            HostAgent::Codex => codex::register_hooks(run, bins),
+            HostAgent::Codex => codex::register_hooks(run, bins).map(|()| Registered::AsServed),
+            HostAgent::ClaudeCode => claude::register_hooks(run),
         }
     }
 
@@ -53,6 +92,17 @@ impl HostAgent {
     pub(super) fn trust_binaries(self, run: &mut Run) -> Result<Option<String>> {
         match self {
             HostAgent::Codex => codex::trust_user_codex(run),
+            HostAgent::ClaudeCode => claude::trust_binaries(run).map(|()| None),
+        }
+    }
+
+    /// What an earlier install of this row put in, taken out now that it is not wanted
+    /// ([`Wanted::TakeOut`]), and forgotten by the manifest.
+    pub(super) fn take_out(self, run: &mut Run) -> Result<()> {
+        match self {
+            // Never [`Wanted::TakeOut`]: uninstall is the way out of Codex.
+            HostAgent::Codex => Ok(()),
+            HostAgent::ClaudeCode => claude::take_out(run),
         }
     }
 
@@ -60,6 +110,7 @@ impl HostAgent {
     pub(super) fn uninstall(self, m: &Manifest, state_dir: &Path, report: &mut Report) -> Result<()> {
         match self {
             HostAgent::Codex => codex::uninstall(m, state_dir, report),
+            HostAgent::ClaudeCode => claude::uninstall(m, state_dir, report),
         }
     }
 }

@@ -22,6 +22,7 @@ mod claude;
 mod facts;
 mod tree;
 
+use courier_shared::ids::ThreadId;
 use facts::{find_title, first_line};
 pub use facts::{one_line, SessionInfo};
 pub use tree::{order, render_table};
@@ -417,10 +418,10 @@ impl Lister {
         for t in &mut threads {
             t.waiting_on_approval = approvals
                 .iter()
-                .filter(|a| a.thread == t.id)
+                .filter(|a| a.thread == t.id.as_str())
                 .map(|a| WaitingApproval { id: a.id.clone(), command: a.command.clone() })
                 .collect();
-            if let Some(c) = counts.get(&t.id) {
+            if let Some(c) = ThreadId::parse(&t.id).ok().and_then(|id| counts.get(&id)) {
                 let n = |s: State| c.get(&s).copied().unwrap_or(0);
                 t.pending = n(State::Pending) + n(State::Leased);
                 t.undelivered = n(State::Uncertain) + n(State::Expired);

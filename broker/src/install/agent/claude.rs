@@ -1,23 +1,21 @@
-//! `broker install`'s Claude Code step (docs/claude-code.md, "Install"): when Claude Code is
-//! present or asked for, the broker's loopback port for its hooks (`[claude] hook_port` in
-//! Courier's config, chosen and written when unset), Courier's HTTP hooks in Claude Code's
+//! The Claude Code row of the host-agent table (docs/claude-code.md, "Install"): when Claude
+//! Code is present or asked for, the broker's loopback port for its hooks (`[claude] hook_port`
+//! in Courier's config, chosen and written when unset), Courier's HTTP hooks in Claude Code's
 //! `settings.json` (the user's keys, order, hooks and indent kept; a second install changes
 //! nothing), and the native binaries the user's `claude` runs trusted by digest. Everything is
 //! listed in the manifest ahead of the write; `broker uninstall` puts `settings.json` and the
 //! config back byte for byte when nobody changed them since (else takes out only Courier's
 //! entries) and forgets the digests.
 
-use super::{
-    files::{read_opt, write_atomic},
-    hooks::{merge_groups, unmerge_groups, Created},
-    manifest::{save_manifest, track_edit, unedit, FileEdit, Manifest},
-    Report,
-};
+use super::{AgentEnv, Registered, Wanted};
 use crate::claude::{resolve, settings};
+use crate::install::carry::Run;
+use crate::install::files::{read_opt, write_atomic};
+use crate::install::hooks::{merge_groups, unmerge_groups, Created};
+use crate::install::manifest::{save_manifest, track_edit, unedit, ClaudeSetup, Manifest};
+use crate::install::Report;
 use crate::store::{Store, TrustHow};
 use anyhow::{Context, Result};
-use courier_shared::paths;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -33,63 +31,74 @@ pub enum ClaudeChoice {
     Skip,
 }
 
-/// What install did for Claude Code (in the manifest).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
-pub struct ClaudeSetup {
-    /// The edit of Claude Code's `settings.json`.
-    pub settings: Option<FileEdit>,
-    pub created_hooks_key: bool,
-    pub created_events: Vec<String>,
-    /// Every hook URL install registered (earlier ports too), for clean-up.
-    pub urls: Vec<String>,
-    /// The port the hooks post to now.
-    pub port: u16,
-    /// The edit of Courier's config when install chose the port (`[claude] hook_port`).
-    pub config: Option<FileEdit>,
-    /// The port install wrote there (uninstall takes out only that value, never the user's).
-    #[serde(default)]
-    pub written_port: Option<u16>,
-    /// Claude Code digests install trusted (digest, path).
-    pub trusted: Vec<(String, String)>,
+/// `settings.json` (where a link points) and Courier's config (where the port goes).
+pub(super) fn config_files(env: &AgentEnv) -> Result<Vec<PathBuf>> {
+    Ok(vec![settings_file(env)?, env.courier_config.clone()])
 }
 
-/// Step 5 of the run (`run.rs`): returns whether a running broker must restart (the port it
-/// should serve changed).
-pub(super) fn install_claude(m: &mut Manifest, state_dir: &Path, choice: ClaudeChoice, report: &mut Report) -> Result<bool> {
-    let home = PathBuf::from(std::env::var_os("HOME").context("HOME is not set")?);
-    let found = resolve::discover(&resolve::user_commands(&home, std::env::var_os("PATH").as_deref()));
-    let configured = crate::config::load()?.config.claude.hook_port;
-    let wanted = match choice {
-        ClaudeChoice::Skip => false,
-        ClaudeChoice::Register => true,
-        ClaudeChoice::Auto => found.any() || configured.is_some() || m.claude.is_some(),
-    };
-    if !wanted {
-        if let Some(setup) = m.claude.take() {
-            save_manifest(state_dir, m)?;
-            uninstall(&setup, state_dir, report)?;
-        }
-        return Ok(false);
+/// Claude Code's user settings file in `env`; a settings.json that is a link (a dotfiles
+/// repository) is edited where it points.
+fn settings_file(env: &AgentEnv) -> Result<PathBuf> {
+    let home = env.home.as_deref().filter(|h| !h.as_os_str().is_empty()).context("HOME is not set")?;
+    let path = settings::settings_path(&settings::config_dir(home, env.claude_config_dir.as_deref()));
+    Ok(std::fs::canonicalize(&path).unwrap_or(path))
+}
+
+/// The `claude` commands of `env` (on PATH, and the installer's places under HOME), resolved.
+fn discover(env: &AgentEnv) -> Result<resolve::Discovery> {
+    let home = env.home.as_deref().context("HOME is not set")?;
+    Ok(resolve::discover(&resolve::user_commands(home, env.path_var.as_deref())))
+}
+
+/// The port configured in Courier's config (`[claude] hook_port`).
+fn configured_port(env: &AgentEnv) -> Result<Option<u16>> {
+    Ok(crate::config::load_from(&env.courier_config)?.config.claude.hook_port)
+}
+
+/// `--claude` / `--no-claude`, else: when a `claude` is found, a port is configured, or an
+/// earlier install registered the hooks.
+pub(super) fn wanted(run: &Run) -> Result<Wanted> {
+    let found = discover(&run.env)?;
+    let configured = configured_port(&run.env)?;
+    Ok(match run.opts.claude {
+        ClaudeChoice::Skip => Wanted::TakeOut,
+        ClaudeChoice::Register => Wanted::Install,
+        ClaudeChoice::Auto if found.any() || configured.is_some() || run.m.claude.is_some() => Wanted::Install,
+        ClaudeChoice::Auto => Wanted::TakeOut,
+    })
+}
+
+/// An earlier install's hooks, port and trust taken out (`--no-claude`).
+pub(super) fn take_out(run: &mut Run) -> Result<()> {
+    if let Some(setup) = run.m.claude.take() {
+        save_manifest(&run.state_dir, &run.m)?;
+        uninstall_setup(&setup, &run.state_dir, &mut run.report)?;
     }
-    let mut setup = m.claude.take().unwrap_or_default();
+    Ok(())
+}
+
+/// The port (configured, else chosen and written to Courier's config) and Courier's hooks on it
+/// in settings.json. A running broker must restart when the port it should serve changed.
+pub(super) fn register_hooks(run: &mut Run) -> Result<Registered> {
+    let configured = configured_port(&run.env)?;
+    let mut setup = run.m.claude.take().unwrap_or_default();
     let before = setup.port;
     let (port, port_write) = match configured {
         Some(p) => (p, None),
         None => {
             let p = choose_port()?;
-            (p, Some(port_edit(&mut setup, p)?))
+            (p, Some(port_edit(&mut setup, &run.env.courier_config, p)?))
         }
     };
     setup.port = port;
-    let hooks_write = hooks_edit(&mut setup, port)?;
-    m.claude = Some(setup);
-    save_manifest(state_dir, m)?; // both edits listed before either file is written
+    let hooks_write = hooks_edit(&mut setup, settings_file(&run.env)?, port)?;
+    run.m.claude = Some(setup);
+    save_manifest(&run.state_dir, &run.m)?; // both edits listed before either file is written
     for w in [port_write, hooks_write].into_iter().flatten() {
         write_atomic(&w.path, w.text.as_bytes(), 0o600)?;
-        report.push(w.said);
+        run.report.push(w.said);
     }
-    trust_found(m, state_dir, &found, report)?;
-    Ok(before != port)
+    Ok(if before != port { Registered::RestartBroker } else { Registered::AsServed })
 }
 
 /// A file edit listed in the manifest, to be written once the manifest is saved.
@@ -115,8 +124,8 @@ fn choose_port() -> Result<u16> {
 }
 
 /// `[claude] hook_port = port` for Courier's config (format-preserving), listed in `setup`.
-fn port_edit(setup: &mut ClaudeSetup, port: u16) -> Result<Write> {
-    let path = paths::config_path();
+fn port_edit(setup: &mut ClaudeSetup, path: &Path, port: u16) -> Result<Write> {
+    let path = path.to_path_buf();
     let current = read_opt(&path)?;
     let mut doc: toml_edit::DocumentMut =
         current.as_deref().unwrap_or("").parse().with_context(|| format!("{} is not valid TOML; fix it first", path.display()))?;
@@ -132,10 +141,7 @@ fn port_edit(setup: &mut ClaudeSetup, port: u16) -> Result<Write> {
 
 /// Courier's HTTP hooks for `port` merged into Claude Code's settings.json, listed in `setup`;
 /// `None` when they are there already, exactly (the file is not touched).
-fn hooks_edit(setup: &mut ClaudeSetup, port: u16) -> Result<Option<Write>> {
-    let path = settings::user_settings_path().context("HOME is not set")?;
-    // A settings.json that is a link (a dotfiles repository) is edited where it points.
-    let path = std::fs::canonicalize(&path).unwrap_or(path);
+fn hooks_edit(setup: &mut ClaudeSetup, path: PathBuf, port: u16) -> Result<Option<Write>> {
     let current = read_opt(&path)?;
     let before = settings::parse(current.as_deref(), &path)?;
     let mut doc = before.clone();
@@ -161,9 +167,11 @@ fn hooks_edit(setup: &mut ClaudeSetup, port: u16) -> Result<Option<Write>> {
 
 /// The native binaries the user's `claude` commands run, trusted by digest (the gate's
 /// `trusted_claude` step); a `claude` that cannot be resolved is a note with its fix.
-fn trust_found(m: &mut Manifest, state_dir: &Path, found: &resolve::Discovery, report: &mut Report) -> Result<()> {
+pub(super) fn trust_binaries(run: &mut Run) -> Result<()> {
+    let found = discover(&run.env)?;
+    let (m, state_dir, report) = (&mut run.m, &run.state_dir, &mut run.report);
     let mut store = Store::open(state_dir)?;
-    let setup = m.claude.as_mut().expect("set by install_claude");
+    let setup = m.claude.as_mut().expect("register_hooks runs first");
     for r in &found.found {
         let (record, new) = crate::claude::trust::trust_path(&mut store, &r.native, TrustHow::Install)?;
         if new {
@@ -184,9 +192,16 @@ fn trust_found(m: &mut Manifest, state_dir: &Path, found: &resolve::Discovery, r
     save_manifest(state_dir, m)
 }
 
-/// Takes out what [`install_claude`] put in: settings.json and Courier's config back (byte for
+/// Takes out what install put in, when it did: settings.json and Courier's config back (byte for
 /// byte when unchanged since), the digests forgotten.
-pub(super) fn uninstall(setup: &ClaudeSetup, state_dir: &Path, report: &mut Report) -> Result<()> {
+pub(super) fn uninstall(m: &Manifest, state_dir: &Path, report: &mut Report) -> Result<()> {
+    match &m.claude {
+        Some(setup) => uninstall_setup(setup, state_dir, report),
+        None => Ok(()),
+    }
+}
+
+fn uninstall_setup(setup: &ClaudeSetup, state_dir: &Path, report: &mut Report) -> Result<()> {
     if let Some(edit) = &setup.settings {
         let strip = |text: &str| -> Result<String> {
             let mut doc = settings::parse(Some(text), &edit.path)?;

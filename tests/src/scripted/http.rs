@@ -1,17 +1,11 @@
-//! The provider's HTTP/1.1 side: reading requests, recording and scripting them, writing replies.
-//! The plain HTTP pieces (accept loop, request reader, response writer) also serve the scripted
-//! Messages API (`crate::messages`).
+//! The plain HTTP/1.1 side of the scripted APIs: the accept loop (a thread per keep-alive
+//! connection), the request reader (content-length or chunked bodies) and the response writer.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use serde_json::{json, Value};
-
-use super::reply::{sse_stream, Body};
-use super::{Reply, Request, Shared, MAX_HOLD};
+use std::time::Duration;
 
 /// One HTTP request as read off the wire (header names lowercased).
 pub struct RawRequest {
@@ -156,88 +150,4 @@ pub fn write_response(w: &mut TcpStream, status: u16, ctype: &str, body: &[u8]) 
     w.write_all(head.as_bytes())?;
     w.write_all(body)?;
     w.flush()
-}
-
-pub(super) fn handle(w: &mut TcpStream, req: RawRequest, shared: &Arc<Shared>) -> std::io::Result<()> {
-    let path_only = req.path_only().to_string();
-    if req.method == "GET" {
-        shared.state.lock().unwrap().other.push((req.method.clone(), req.path.clone()));
-        shared.cond.notify_all();
-        if path_only.ends_with("/models") {
-            let body = json!({"object": "list", "data": [], "models": []}).to_string();
-            return write_response(w, 200, "application/json", body.as_bytes());
-        }
-        return write_response(w, 404, "application/json", br#"{"error":"not found"}"#);
-    }
-    let enc = req.header("content-encoding").map(str::to_ascii_lowercase);
-    let parsed: Option<Value> = match enc.as_deref() {
-        None | Some("identity") => serde_json::from_slice(&req.body).ok(),
-        Some(other) => {
-            shared.state.lock().unwrap().errors.push(format!("compressed request body ({other}) not supported"));
-            None
-        }
-    };
-    let body = match parsed {
-        Some(b) if req.method == "POST" && path_only.ends_with("/responses") && b.get("input").is_some() => b,
-        _ => {
-            {
-                let mut st = shared.state.lock().unwrap();
-                st.other.push((req.method.clone(), req.path.clone()));
-            }
-            shared.cond.notify_all();
-            let msg = br#"{"error":{"message":"mock: unsupported","type":"invalid_request_error"}}"#;
-            return write_response(w, 400, "application/json", msg);
-        }
-    };
-
-    // Record first (so tests can see the request while its reply is held), then script.
-    let mut request = {
-        let st = shared.state.lock().unwrap();
-        Request {
-            index: st.requests.len(),
-            method: req.method,
-            path: req.path,
-            headers: req.headers,
-            body,
-            reply: String::new(),
-            received_at: Instant::now(),
-        }
-    };
-    let reply = {
-        let mut script = shared.script.lock().unwrap();
-        // A panicking script must not poison the model for the rest of the test.
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (script)(&request))) {
-            Ok(r) => r,
-            Err(_) => Reply::http_error(500, "script panicked"),
-        }
-    };
-    request.reply = reply.describe();
-    {
-        let mut st = shared.state.lock().unwrap();
-        request.index = st.requests.len();
-        st.requests.push(request);
-    }
-    shared.cond.notify_all();
-
-    if let Some(h) = &reply.hold {
-        if !h.park() {
-            shared.state.lock().unwrap().errors.push(format!("reply held longer than {MAX_HOLD:?}; sent anyway"));
-        }
-    }
-
-    let res = match &reply.body {
-        Body::HttpError(status, message) => {
-            let b = json!({"error": {"message": message, "type": "server_error"}}).to_string();
-            write_response(w, *status, "application/json", b.as_bytes())
-        }
-        Body::Items(items) => {
-            let payload = sse_stream(items, &shared.ids);
-            write_response(w, 200, "text/event-stream", payload.as_bytes())
-        }
-    };
-    if res.is_ok() {
-        shared.state.lock().unwrap().answered += 1;
-        shared.cond.notify_all();
-    }
-    res
 }

@@ -1,18 +1,20 @@
-//! `broker doctor`'s Claude Code checks: Courier's HTTP hooks registered in Claude Code's
+//! The Claude Code row of doctor's host-agent table: Courier's HTTP hooks registered in Claude Code's
 //! settings.json and pointing at the configured port, that port served by this login's broker,
 //! and the native binaries the user's `claude` runs trusted. Nothing is checked when Claude Code
 //! is neither set up nor found.
 
-use super::Check;
+use super::Context;
 use crate::claude::{resolve, settings};
-use crate::install::{shell_quote, Manifest};
+use crate::doctor::Check;
+use crate::install::shell_quote;
 use crate::store::Store;
 use std::path::{Path, PathBuf};
 
 /// The Claude Code checks, given the configured `[claude] hook_port` and the running broker's pid.
-pub(super) fn check_claude(state_dir: &Path, port: Option<u16>, manifest: Option<&Manifest>, broker: Option<i32>) -> Vec<Check> {
-    let home = PathBuf::from(std::env::var_os("HOME").unwrap_or_default());
-    let found = resolve::discover(&resolve::user_commands(&home, std::env::var_os("PATH").as_deref()));
+pub(super) fn checks(ctx: &Context) -> Vec<Check> {
+    let (env, state_dir, port, manifest) = (ctx.env, ctx.state_dir, ctx.config.claude.hook_port, ctx.manifest);
+    let home = env.home.clone().unwrap_or_default();
+    let found = resolve::discover(&resolve::user_commands(&home, env.path_var.as_deref()));
     let set_up = port.is_some() || manifest.is_some_and(|m| m.claude.is_some());
     if !set_up {
         return match found.any() {
@@ -31,7 +33,9 @@ pub(super) fn check_claude(state_dir: &Path, port: Option<u16>, manifest: Option
     };
     // Where install registered them (its environment's CLAUDE_CONFIG_DIR), else where this one says.
     let installed = manifest.and_then(|m| m.claude.as_ref()?.settings.as_ref()).map(|e| e.path.clone());
-    let mut out = vec![check_hooks(installed.or_else(settings::user_settings_path), port), check_port(port, broker)];
+    let here = env.home.as_deref().filter(|h| !h.as_os_str().is_empty());
+    let here = here.map(|h| settings::settings_path(&settings::config_dir(h, env.claude_config_dir.as_deref())));
+    let mut out = vec![check_hooks(installed.or(here), port), check_port(port, ctx.broker_pid)];
     out.extend(check_binaries(state_dir, &found));
     out
 }
