@@ -22,6 +22,7 @@ use crate::claude::gate::ClaudeTrust;
 use crate::exe::digest::Lookup;
 use crate::os;
 use crate::store::SessionPin;
+use courier_shared::ids::ThreadId;
 use courier_shared::paths::environ_get;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -56,7 +57,7 @@ impl Gate {
         peer: &Peer,
         codex: &dyn CodexTrust,
         claude: &dyn ClaudeTrust,
-        pin_of: &dyn Fn(&str) -> anyhow::Result<Option<SessionPin>>,
+        pin_of: &dyn Fn(&ThreadId) -> anyhow::Result<Option<SessionPin>>,
     ) -> Result<Option<ToolSender>, String> {
         if peer.uid != self.uid {
             return Err(format!("peer uid {} is not the broker's", peer.uid));
@@ -64,10 +65,8 @@ impl Gate {
         let mut env = Vec::with_capacity(8192);
         os::read_environ(peer.pid, &mut env).map_err(|e| format!("peer environ: {e}"))?;
         let Some(claim) = environ_get(&env, SESSION_VAR) else { return Ok(None) };
-        let session = String::from_utf8(claim.to_vec()).map_err(|_| format!("{SESSION_VAR} is not UTF-8"))?;
-        if !courier_shared::ids::is_uuid(&session) {
-            return Err(format!("{SESSION_VAR} is not a session id"));
-        }
+        let session = std::str::from_utf8(claim).ok().and_then(|s| ThreadId::parse(s).ok());
+        let session = session.ok_or_else(|| format!("{SESSION_VAR} is not a session id"))?;
         let stat = os::read_stat(peer.pid).map_err(|e| format!("peer stat: {e}"))?;
         let hosts = Hosts { codex, claude };
         let deadline = Instant::now() + Duration::from_secs(2);
@@ -87,6 +86,6 @@ impl Gate {
             None => return Err(format!("session {session} is not one the broker proved (no hook of it passed the gate)")),
         }
         self.unchanged_since(&chain, &host, peer, stat.starttime)?;
-        Ok(Some(ToolSender { thread: session, call_id: String::new(), codex_pid: host.pid, threads_in_process: 1 }))
+        Ok(Some(ToolSender { thread: session.as_str().to_string(), call_id: String::new(), codex_pid: host.pid, threads_in_process: 1 }))
     }
 }

@@ -237,7 +237,7 @@ impl Broker {
         let claude = match claims {
             Some(_) => Ok(None),
             None => {
-                let pin_of = |sid: &str| crate::store::lock(&self.store).claude_session_pin(sid);
+                let pin_of = |sid: &courier_shared::ids::ThreadId| crate::store::lock(&self.store).claude_session_pin(sid);
                 let trust = crate::claude::serve::StoreTrust(&self.store);
                 self.gate.verify_claude_sender(&peer, &TrustView(self), &trust, &pin_of)
             }
