@@ -221,9 +221,10 @@ mod tests {
         );
         let pin = s.claude_session_pin(crate::store::sample::T1).unwrap().unwrap();
         assert_eq!((pin.owner, pin.transcript_path.as_str(), pin.prompt_id.as_deref()), (b, "/t2", Some("p4")));
-        s.pin_claude_session("s2", a, "/t3", "p5", |_| true).unwrap();
+        s.pin_claude_session(crate::store::sample::T2, a, "/t3", "p5", |_| true).unwrap();
         let all: Vec<(String, ProcessKey)> = s.claude_session_pins().unwrap().into_iter().map(|p| (p.session_id, p.owner)).collect();
         assert_eq!(all.len(), 2, "{all:?}");
-        assert!(all.contains(&("s1".into(), b)) && all.contains(&("s2".into(), a)), "{all:?}");
+        let (t1, t2) = (crate::store::sample::T1.as_str().to_string(), crate::store::sample::T2.as_str().to_string());
+        assert!(all.contains(&(t1, b)) && all.contains(&(t2, a)), "{all:?}");
     }
 }
