@@ -59,6 +59,47 @@ fn threads_json(b: &Broker, all: bool) -> Vec<Value> {
     v["threads"].as_array().cloned().unwrap_or_default()
 }
 
+/// MCP `list_threads` of `broker mcp` on stdio, as a Codex would call it: the threads listed.
+fn mcp_list_threads(env: &CodexEnv) -> Vec<Value> {
+    use std::io::{BufRead, Write};
+    let mut child = env
+        .command(broker_bin())
+        .arg("mcp")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("broker mcp");
+    let mut stdin = child.stdin.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Ok(v) = serde_json::from_str(&line) {
+                let _ = tx.send(v);
+            }
+        }
+    });
+    let mut answer = |id: u64| loop {
+        let v = rx.recv_timeout(T).unwrap_or_else(|e| panic!("broker mcp answered no request {id}: {e}"));
+        if v["id"] == id {
+            break v;
+        }
+    };
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-03-26",
+        "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}});
+    writeln!(stdin, "{init}").unwrap();
+    answer(1);
+    writeln!(stdin, r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#).unwrap();
+    let call = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "list_threads", "arguments": {}}});
+    writeln!(stdin, "{call}").unwrap();
+    let reply = answer(2);
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = reply.pointer("/result/content/0/text").and_then(Value::as_str).unwrap_or_else(|| panic!("{reply}"));
+    let v: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    v["threads"].as_array().cloned().unwrap_or_default()
+}
+
 fn of_host<'a>(list: &'a [Value], host: &str) -> Vec<&'a Value> {
     list.iter().filter(|t| t["host"] == host).collect()
 }
@@ -105,6 +146,13 @@ fn threads_lists_a_live_claude_code_session_beside_a_codex_thread() {
     assert_eq!((codexes[0]["id"].as_str(), codexes[0]["state"].as_str()), (Some(thread.as_str()), Some("busy")), "{list:#?}");
     let table = broker.run_ok(&["threads"]);
     assert!(table.contains("claude-code") && table.contains(session["id"].as_str().unwrap()), "{table}");
+    let mcp = mcp_list_threads(&env);
+    let by_id = |id: &Value| mcp.iter().find(|t| t["id"] == *id).cloned().unwrap_or_else(|| panic!("MCP lists {id}: {mcp:#?}"));
+    let (m_claude, m_codex) = (by_id(&session["id"]), by_id(&Value::from(thread.as_str())));
+    assert_eq!((m_claude["host"].as_str(), m_claude["state"].as_str()), (Some("claude-code"), Some("live")), "{m_claude}");
+    assert_eq!(m_claude["process"], "claude", "{m_claude}");
+    assert!(m_claude["handed"].is_u64(), "{m_claude}");
+    assert_eq!(m_codex["host"], "codex", "{m_codex}");
 
     let out = claude.wait(PRINT_TIMEOUT);
     assert!(out.status.success(), "{:?}\n{}", out.status, out.stderr);
