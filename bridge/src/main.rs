@@ -7,6 +7,7 @@
 //!
 //! tokio and async-nats live only here: the broker and the hook-client never link them.
 
+mod approvals;
 mod legacy;
 mod local;
 mod log;
@@ -27,7 +28,8 @@ use std::process::ExitCode;
 const USAGE: &str = "courier-bridge: Courier across hosts over NATS JetStream
 
 usage:
-  courier-bridge serve   [--nats URL --host NAME] [--ack-wait D] [--max-bytes SIZE] [--max-per-producer N] [AUTH]
+  courier-bridge serve   [--nats URL --host NAME] [--ack-wait D] [--max-bytes SIZE] [--max-per-producer N]
+                         [--approvers USER,USER] [AUTH]
   courier-bridge send    --nats URL --host NAME (--thread UUID | --cwd PATH) [--key K] [--ttl D]
                          [--from LABEL] [--origin NAME] [--future-thread] [--wake auto|never]
                          [--wait handed|confirmed [--timeout D]] [--json] [AUTH] TEXT|-
@@ -89,7 +91,8 @@ fn usage(m: impl Into<String>) -> anyhow::Error {
 }
 
 const FLAGS: [&str; 5] = ["future-thread", "json", "all", "tls-required", "help"];
-const VALUES: [&str; 21] = [
+const VALUES: [&str; 22] = [
+    "approvers",
     "max-bytes",
     "max-per-producer",
     "nats",
@@ -214,7 +217,7 @@ fn run() -> Result<u8> {
         };
     }
     let allowed: &[&str] = match cmd.as_str() {
-        "serve" => &["ack-wait", "max-bytes", "max-per-producer"],
+        "serve" => &["ack-wait", "max-bytes", "max-per-producer", "approvers"],
         "send" => &["thread", "cwd", "key", "ttl", "from", "origin", "wake", "wait", "timeout", "future-thread", "json"],
         "threads" => &["all", "limit", "json"],
         "check" => &[],
@@ -239,7 +242,8 @@ fn run() -> Result<u8> {
             }
             let ack_wait = a.duration("ack-wait")?.unwrap_or(std::time::Duration::from_secs(30));
             let limits = send_limits(&a)?;
-            runtime()?.block_on(serve::serve(serve::ServeOptions { conn, host, ack_wait, limits }))?;
+            let approvers = approvers(&a)?;
+            runtime()?.block_on(serve::serve(serve::ServeOptions { conn, host, ack_wait, limits, approvers }))?;
             Ok(0)
         }
         "check" => {
@@ -269,6 +273,17 @@ fn send_limits(a: &Args) -> Result<Option<nats::SendLimits>> {
     }
     let d = nats::SendLimits::default();
     Ok(Some(nats::SendLimits { max_bytes: bytes.unwrap_or(d.max_bytes), max_per_publisher: per.unwrap_or(d.max_per_publisher) }))
+}
+
+/// `--approvers U1,U2`: the NATS users whose answers to this host's approvals are taken (none by
+/// default). Each is one subject token.
+fn approvers(a: &Args) -> Result<Vec<String>> {
+    let Some(list) = a.get("approvers") else { return Ok(Vec::new()) };
+    let users: Vec<String> = list.split(',').map(str::trim).filter(|u| !u.is_empty()).map(str::to_string).collect();
+    for u in &users {
+        nats::check_host(u).map_err(|e| usage(format!("--approvers {u:?}: {e}")))?;
+    }
+    Ok(users)
 }
 
 /// A byte size: a number, optionally with KiB, MiB or GiB (at least 64 KiB: one send).

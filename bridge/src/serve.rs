@@ -17,6 +17,8 @@
 //!
 //! **Threads.** Requests on `courier.threads.NAME` get the host's `broker threads` list.
 //!
+//! **Approvals.** Pending ones published, approvers' answers taken (`approvals.rs`).
+//!
 //! The bridge is a producer of the local broker like `broker send`: it never reaches the hook
 //! path, and the sender it shows the model is `nats:<publisher>/<label>`.
 
@@ -44,6 +46,8 @@ pub struct ServeOptions {
     pub ack_wait: Duration,
     /// The host stream's limits, when given (else an existing stream keeps its own).
     pub limits: Option<SendLimits>,
+    /// NATS users whose answers to this host's approvals are taken (approvals.rs).
+    pub approvers: Vec<String>,
 }
 
 /// The bridge's lock (`bridge-NAME.lock`, which names its pid: `broker uninstall` stops the
@@ -150,6 +154,7 @@ pub async fn serve(o: ServeOptions) -> Result<()> {
     });
     let _watcher = start_receipts(&ctx, poke_rx)?;
     start_threads(&client, &o.host).await?;
+    crate::approvals::start(&client, &o.host, o.approvers, ctx.socket.clone()).await?;
     tokio::spawn(legacy::drain(Arc::clone(&ctx)));
     consume(&ctx, &stream, o.ack_wait).await
 }

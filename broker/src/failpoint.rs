@@ -1,13 +1,14 @@
 //! Crash-test failpoints: `COURIER_FAILPOINTS=name[,name=prob,...]` makes the broker kill itself
-//! (SIGKILL, as `kill -9` would) when it reaches a named state transition. Read once by [`init`];
-//! when unset, [`hit`] is one relaxed atomic load. Names are listed in [`NAMES`]; an unknown name
+//! (SIGKILL, as `kill -9` would) when it reaches a named state transition ([`hit`]), or, for the
+//! few that stand for a fault outside the broker, act it out ([`armed`]: a lost reply). Read
+//! once by [`init`]; when unset, [`hit`] is one relaxed atomic load. Names are listed in [`NAMES`]; an unknown name
 //! is an error at start, so a typo cannot make a crash test silently test nothing.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 /// Every failpoint the broker has, in the order a delivery passes them.
-pub const NAMES: [&str; 15] = [
+pub const NAMES: [&str; 18] = [
     "after_lease_commit",      // store: lease committed, reply not yet written
     "after_reply_before_ack",  // server: reply with output written, ack not read
     "after_ack_read",          // server: client's ack read, ack not yet committed
@@ -22,6 +23,9 @@ pub const NAMES: [&str; 15] = [
     "wake_after_turn_start",   // wake: turn/start written, its answer not yet read
     "wake_after_answer",       // wake: turn/start answered, the turn not yet recorded
     "install_after_units",     // install: systemd units written, not yet enabled
+    "approval_after_claim",    // approvals: answer taken (`answering`), nothing sent to Codex
+    "approval_after_answer",   // approvals: answer sent and acknowledged, outcome not recorded
+    "approval_ack_lost",       // approvals: Codex's acknowledgement of an answer is dropped (armed)
     "claude_after_hand_off",   // claude: hand-off recorded, the hook's answer not yet written
 ];
 
@@ -61,12 +65,27 @@ pub fn hit(name: &'static str) {
     }
 }
 
+/// Whether failpoint `name` is armed (and its coin comes up): the caller acts the fault out.
+#[inline]
+pub fn armed(name: &'static str) -> bool {
+    let up = ENABLED.load(Ordering::Relaxed) && comes_up(name);
+    if up {
+        crate::log_error!("failpoint {name}: acting it out");
+    }
+    up
+}
+
+#[cold]
+fn comes_up(name: &'static str) -> bool {
+    debug_assert!(NAMES.contains(&name), "unlisted failpoint {name}");
+    let Some(points) = POINTS.get() else { return false };
+    let Some((_, prob)) = points.iter().find(|(n, _)| n == name) else { return false };
+    *prob >= 1.0 || rand::random::<f64>() < *prob
+}
+
 #[cold]
 fn hit_slow(name: &'static str) {
-    debug_assert!(NAMES.contains(&name), "unlisted failpoint {name}");
-    let Some(points) = POINTS.get() else { return };
-    let Some((_, prob)) = points.iter().find(|(n, _)| n == name) else { return };
-    if *prob >= 1.0 || rand::random::<f64>() < *prob {
+    if comes_up(name) {
         crate::log_error!("failpoint {name}: killing myself");
         let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
         std::process::abort();

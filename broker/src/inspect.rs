@@ -530,7 +530,7 @@ mod tests {
         let record =
             AnswerRecord { decision: Decision::Deny, message: None, by: by.into(), via: AnswerVia::Cli, at: now_ms(), outcome: None };
         store.claim_approval(&answered, &record).unwrap().unwrap();
-        store.settle_approval(&answered, AnswerOutcome::Unknown).unwrap();
+        store.settle_approval(&answered, AnswerOutcome::Unknown, None).unwrap();
 
         let r = Report::gather(&store, Some(T), None).unwrap();
         let v = r.to_json();

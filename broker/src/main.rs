@@ -166,6 +166,7 @@ fn serve(mode: ServeMode) -> Result<ExitCode> {
             retention: loaded.config.retention(),
             receipts: loaded.config.receipts,
             wake: loaded.config.wake,
+            approvals: loaded.config.approvals,
             claude_hook_port: loaded.config.claude.hook_port,
             extra_hook_clients: loaded.config.hook_clients,
         })

@@ -23,6 +23,10 @@ use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const DEFAULT_DEADLINE_MS: u64 = 500;
+/// The longest hold a broker may ask for (its `[approvals] hold_secs` is at most 300).
+const MAX_HOLD_MS: u64 = 300_000;
+/// Past the broker's hold, for its reply to arrive.
+const HOLD_MARGIN: Duration = Duration::from_secs(2);
 
 const SUCCESS: i32 = 0;
 const FAILURE: i32 = 1;
@@ -153,7 +157,14 @@ fn run(deadline: Instant, context_limit: Option<u64>) -> io::Result<i32> {
     let mut stream = connect_nonblocking(&socket_path, deadline)?;
     set_timeouts(&stream, deadline)?;
     wire::write_frame(&mut stream, &body)?;
-    let reply: wire::HookReply = wire::read_json(&mut stream, wire::MAX_FRAME)?;
+    let mut reply: wire::HookReply = wire::read_json(&mut stream, wire::MAX_FRAME)?;
+    if let Some(ms) = reply.hold_ms {
+        // Held for a person's answer: the broker bounded the wait, and said so at once (a
+        // broker that says nothing still fails open at the usual deadline).
+        let held = Instant::now() + Duration::from_millis(ms.min(MAX_HOLD_MS)) + HOLD_MARGIN;
+        set_timeouts(&stream, held)?;
+        reply = wire::read_json(&mut stream, wire::MAX_FRAME)?;
+    }
     if reply.output.is_empty() {
         return Ok(SUCCESS);
     }

@@ -55,6 +55,10 @@ pub struct HookReply {
     /// Fencing token of the lease that `output` carries, to be acked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<u64>,
+    /// The broker holds this call for a person's remote answer (a PermissionRequest, opt-in):
+    /// the real reply follows within this many ms, and the client waits that long for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -515,6 +515,31 @@ impl RawNats {
         }
     }
 
+    /// Subscribes to `subject` (sid 2).
+    pub fn subscribe(&mut self, subject: &str) {
+        use std::io::Write;
+        self.w.write_all(format!("SUB {subject} 2\r\nPING\r\n").as_bytes()).unwrap();
+        while self.line() != "PONG" {}
+    }
+
+    /// The payload of the next message on `subject` (subscribed with [`RawNats::subscribe`]).
+    pub fn next_on(&mut self, subject: &str) -> Vec<u8> {
+        use std::io::Read;
+        loop {
+            let l = self.line();
+            let words: Vec<&str> = l.split(' ').collect();
+            if words[0] != "MSG" {
+                continue;
+            }
+            let mut body = vec![0u8; words.last().unwrap().parse::<usize>().unwrap() + 2];
+            self.r.read_exact(&mut body).unwrap();
+            if words[1] == subject {
+                body.truncate(body.len() - 2);
+                return body;
+            }
+        }
+    }
+
     /// A JetStream API call (`$JS.API.` + `api`) with a JSON body; its JSON answer.
     pub fn js(&mut self, api: &str, body: &Value) -> Value {
         let r = self.request(&format!("$JS.API.{api}"), &[], body.to_string().as_bytes()).unwrap_or_else(|e| panic!("{api}: {e}"));

@@ -41,10 +41,17 @@ impl Hook {
         self
     }
 
-    /// `command` for every event in [`COURIER_EVENTS`], as `broker install` registers it (timeout
-    /// 5 s, Courier's context limit).
+    /// `command` for every event in [`COURIER_EVENTS`], as `broker install` registers it
+    /// (Courier's timeout, status message and context limit per event).
     pub fn courier_set(command: &str) -> Vec<Hook> {
-        COURIER_EVENTS.iter().map(|e| Hook::new(e, command).context_limit(broker_lib::install::courier_context_limit(e))).collect()
+        use broker_lib::install::{courier_context_limit, courier_status, courier_timeout};
+        COURIER_EVENTS
+            .iter()
+            .map(|e| {
+                let h = Hook::new(e, command).timeout(Some(courier_timeout(e))).context_limit(courier_context_limit(e));
+                Hook { status_message: courier_status(e).map(str::to_string), ..h }
+            })
+            .collect()
     }
 
     /// The trust hash Codex computes for this handler.

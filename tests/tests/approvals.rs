@@ -2,48 +2,18 @@
 //! Courier builds on), then Courier's pending approvals (`broker approvals`), answered once
 //! through the owning app-server (`broker approve|deny`), and only by a person.
 
+mod approval_rig;
+
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use courier_tests::appserver::{ListeningAppServer, WsAppServer};
+use approval_rig::*;
 use courier_tests::hooks::Hook;
 use courier_tests::rollout::find_rollout;
 use courier_tests::util::{marker, str_field, wait_until};
 use courier_tests::{hook_command, Broker, CodexEnv, Reply, Request, ScriptedModel};
 use serde_json::{json, Value};
-
-const T: Duration = Duration::from_secs(20);
-const REQUEST_APPROVAL: &str = "item/commandExecution/requestApproval";
-
-/// The model asks once to run `cmd` outside the sandbox (`require_escalated`, with `reason` as
-/// its justification), then answers `done`.
-fn escalated_then_done(cmd: &str, reason: &str) -> impl FnMut(&Request) -> Reply + Send + 'static {
-    let (cmd, reason) = (cmd.to_string(), reason.to_string());
-    move |r| {
-        if r.function_calls().is_empty() {
-            let args = json!({"cmd": cmd, "yield_time_ms": 2000, "sandbox_permissions": "require_escalated", "justification": reason});
-            Reply::call(None, "exec_command", args)
-        } else {
-            Reply::message("done")
-        }
-    }
-}
-
-/// A `codex app-server --listen unix://` and a client with a thread that asks for approvals
-/// (on-request, read-only sandbox).
-fn approving_thread(env: &CodexEnv) -> (ListeningAppServer, WsAppServer, String) {
-    let server = ListeningAppServer::start(env.codex_command(), env.root.join("as.sock"), &[], env.root.join("app-server.log"));
-    let mut client = server.client(T);
-    client.initialize(true, T);
-    let r = client.request(
-        "thread/start",
-        json!({"cwd": env.work.display().to_string(), "approvalPolicy": "on-request", "sandbox": "read-only"}),
-        T,
-    );
-    let thread = r.pointer("/thread/id").and_then(Value::as_str).expect("thread id").to_string();
-    (server, client, thread)
-}
 
 /// A hook that appends its stdin (one JSON payload) as a line to `log`.
 fn logging_hook(event: &str, log: &Path) -> Hook {
@@ -107,22 +77,6 @@ fn app_server_approval_facts() {
     eprintln!("exec results: {ran:?}");
     let last = model.requests().last().unwrap().exec_results();
     assert!(last[0].1.as_deref().unwrap_or("").contains("APPROVED_RAN"), "the first answer (accept) won: {last:?}");
-}
-
-/// `broker approvals --json`'s list.
-fn approvals(broker: &Broker, all: bool) -> Vec<Value> {
-    let mut args = vec!["approvals", "--json"];
-    if all {
-        args.push("--all");
-    }
-    let out: Value = serde_json::from_str(&broker.run_ok(&args)).expect("approvals --json");
-    out["approvals"].as_array().cloned().unwrap_or_default()
-}
-
-/// Waits (bounded) until `broker approvals` lists one for `thread`; returns it and how long it took.
-fn wait_listed(broker: &Broker, thread: &str, since: Instant) -> (Value, Duration) {
-    let a = wait_until(T, "the approval listed", || approvals(broker, false).into_iter().find(|a| a["thread"] == thread));
-    (a, since.elapsed())
 }
 
 /// A Courier-hooked app-server thread whose model asks to run `cmd` escalated: the approval is
@@ -204,57 +158,6 @@ fn approvals_wait_returns_once_one_is_pending() {
     let _ = other.wait();
     client.respond(&req["id"], json!({"decision": "accept"}));
     client.wait_turn_completed(&turn, T);
-}
-
-/// A thread waiting on `cmd`'s approval (the client holds the request and does not answer):
-/// the broker, the client, the thread, the turn, the request and the listed approval.
-struct Waiting<'a> {
-    broker: Broker<'a>,
-    _server: ListeningAppServer,
-    client: WsAppServer,
-    thread: String,
-    turn: String,
-    request: Value,
-    approval: Value,
-}
-
-fn waiting_on<'a>(env: &'a CodexEnv) -> Waiting<'a> {
-    let broker = Broker::start_trusted(env);
-    let (server, mut client, thread) = approving_thread(env);
-    let turn = client.start_turn(&thread, "run it", T);
-    let request = client.wait_server_request(REQUEST_APPROVAL, T, |p| p["threadId"] == thread.as_str());
-    let (approval, _) = wait_listed(&broker, &thread, Instant::now());
-    Waiting { broker, _server: server, client, thread, turn, request, approval }
-}
-
-impl Waiting<'_> {
-    fn id(&self) -> &str {
-        str_field(&self.approval, "id")
-    }
-}
-
-/// Runs the command, writing the time it ran (ns) to `ran`, then prints the marker.
-fn timed_command(env: &CodexEnv, name: &str) -> (String, std::path::PathBuf, String) {
-    let ran = env.root.join(format!("{name}.ran"));
-    let mark = marker(name);
-    (format!("date +%s%N >> {}; echo {mark}", ran.display()), ran, mark)
-}
-
-/// A model that asks once to run a timed command named `name` escalated (see [`timed_command`]),
-/// and an environment with Courier's hooks: the model, the env, the command, its `ran` file and
-/// the marker it prints.
-fn escalating(name: &str, reason: &str) -> (ScriptedModel, CodexEnv, String, std::path::PathBuf, String) {
-    let model = ScriptedModel::start_with(escalated_then_done("true", "placeholder"));
-    let env = CodexEnv::with_hook_command(&model, &hook_command());
-    let (cmd, ran, mark) = timed_command(&env, name);
-    model.set_script(escalated_then_done(&cmd, reason));
-    (model, env, cmd, ran, mark)
-}
-
-/// `broker ARGS`: whether it exited 0, and what it printed (stdout, then stderr).
-fn answer(broker: &Broker, args: &[&str]) -> (bool, String) {
-    let out = broker.run(args);
-    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
 }
 
 /// `broker approve` answers the request once through the owning app-server: `won`, the command
@@ -412,17 +315,8 @@ fn a_forged_permission_request_is_refused() {
 #[test]
 fn a_tui_approval_is_answered_from_another_terminal() {
     let (model, env, cmd, ran, mark) = escalating("TUI_APPROVED", "to run it from the TUI");
-    env.set_extra_config(&format!(
-        "[projects.{}]\ntrust_level = \"trusted\"\n",
-        courier_tests::hooks::toml_str(&env.work.display().to_string())
-    ));
     let broker = Broker::start_trusted(&env);
-    let argv: Vec<String> =
-        [env.codex.display().to_string(), "-a".into(), "on-request".into(), "-s".into(), "read-only".into(), "run it".into()].into();
-    let mut tui = courier_tests::tmux::Tmux::start(&argv, &env.env_vars(), &env.work);
-    let mut stop = env.codex_command();
-    stop.args(["app-server", "daemon", "stop"]);
-    tui.stop_on_drop(stop);
+    let tui = tui_asking(&env);
     // Both looked at in one loop: when the popup shows, and when `broker approvals` lists it.
     let (mut listed, mut shown): (Option<(Value, Instant)>, Option<Instant>) = (None, None);
     wait_until(T, "the TUI's approval listed and shown", || {

@@ -250,8 +250,9 @@ fn large_message_skips_stop_and_is_woken_whole() {
 }
 
 /// Turns the install in `rig` into what `broker install` wrote before handlers carried a context
-/// limit: Courier's handlers run the hook-client's path alone, without `additionalContextLimit`,
-/// trusted (config.toml and the manifest) with that shape's hash. Returns that command.
+/// limit: Courier's handlers run the hook-client's path alone, without `additionalContextLimit`
+/// (nor PermissionRequest's longer timeout and status message), trusted (config.toml and the
+/// manifest) with that shape's hash. Returns that command.
 fn downgrade_to_unlimited_handlers(rig: &Rig, command: &str) -> String {
     let env = &rig.env;
     let old_command = broker_lib::install::shell_quote(&rig.prefix.join("hook-client").display().to_string());
@@ -260,7 +261,10 @@ fn downgrade_to_unlimited_handlers(rig: &Rig, command: &str) -> String {
         for g in groups.as_array_mut().unwrap() {
             for h in g["hooks"].as_array_mut().unwrap() {
                 if h["command"] == command {
+                    // The old shape: no context limit, no status message, 5 s for every event.
                     h.as_object_mut().unwrap().remove("additionalContextLimit");
+                    h.as_object_mut().unwrap().remove("statusMessage");
+                    h["timeout"] = json!(5);
                     h["command"] = json!(old_command);
                 }
             }

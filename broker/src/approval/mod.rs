@@ -111,17 +111,20 @@ impl AnswerOutcome {
 pub enum AnswerVia {
     /// `broker approve|deny` on this host.
     Cli,
+    /// The host's NATS bridge, for a NATS user granted the approver permission for this host.
+    Nats,
 }
 
 impl AnswerVia {
     pub const fn as_str(self) -> &'static str {
         match self {
             AnswerVia::Cli => "cli",
+            AnswerVia::Nats => "nats",
         }
     }
 
     pub fn parse(s: &str) -> Option<AnswerVia> {
-        [AnswerVia::Cli].into_iter().find(|v| v.as_str() == s)
+        [AnswerVia::Cli, AnswerVia::Nats].into_iter().find(|v| v.as_str() == s)
     }
 }
 
@@ -170,6 +173,8 @@ pub struct Approval {
     pub since: i64,
     pub state: ApprovalState,
     pub answer: Option<AnswerRecord>,
+    /// Why it settled as it did (resolved: how it went away; unknown: why not known).
+    pub detail: Option<String>,
 }
 
 /// Why an answer cannot be taken.
@@ -177,14 +182,20 @@ pub struct Approval {
 pub enum Refused {
     NotFound,
     /// Already answered, resolved, or being answered: an approval is answered at most once.
-    NotPending(ApprovalState),
+    NotPending(ApprovalState, Option<String>),
 }
 
 impl std::fmt::Display for Refused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Refused::NotFound => f.write_str("no such approval"),
-            Refused::NotPending(s) => write!(f, "the approval is {s} already; an approval is answered at most once", s = s.as_str()),
+            Refused::NotPending(s, why) => {
+                write!(f, "the approval is {s} already", s = s.as_str())?;
+                if let Some(why) = why {
+                    write!(f, " ({why})")?;
+                }
+                f.write_str("; an approval is answered at most once, and nothing was sent")
+            }
         }
     }
 }

@@ -31,6 +31,16 @@ pub fn hook_reason(p: &HookPayload) -> Option<String> {
     p.tool_input.as_ref()?.get("description")?.as_str().map(str::to_string)
 }
 
+/// The PermissionRequest hook's output that decides: `allow`, or `deny` with the message the
+/// model reads in its tool failure.
+pub fn hook_decision(decision: Decision, message: Option<&str>) -> String {
+    let d = match decision {
+        Decision::Approve => json!({"behavior": "allow"}),
+        Decision::Deny => json!({"behavior": "deny", "message": message.unwrap_or("denied by a person (through Courier)")}),
+    };
+    json!({"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": d}}).to_string()
+}
+
 /// What answering through the app-server came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answered {
@@ -92,10 +102,20 @@ pub fn is_request_of(params: &Value, a: &Approval) -> bool {
         && (command == a.command || unwrap_shell(command) == a.command)
 }
 
+/// How long answering may take.
+#[derive(Debug, Clone, Copy)]
+pub struct Within {
+    /// The whole exchange (connect, resume, answer).
+    pub exchange: Instant,
+    /// After the answer is written, the wait for its acknowledgement (then `Unknown`).
+    pub ack: Duration,
+}
+
 /// Answers approval `a` with `decision` through the app-server the Codex process `pid` (started
 /// at `start`) serves: resume the thread to get the request replayed, check it is this one, and
 /// answer it once unless it was answered already. Never retried.
-pub fn answer(endpoints: &[Endpoint], pid: i32, start: u64, a: &Approval, decision: Decision, deadline: Instant) -> Answered {
+pub fn answer(endpoints: &[Endpoint], pid: i32, start: u64, a: &Approval, decision: Decision, within: Within) -> Answered {
+    let deadline = within.exchange;
     let mut ws = match appserver::open_session(endpoints, pid, start, deadline) {
         Ok(ws) => ws,
         Err(why) => return Answered::Failed(format!("no app-server session: {why}")),
@@ -113,9 +133,37 @@ pub fn answer(endpoints: &[Endpoint], pid: i32, start: u64, a: &Approval, decisi
     if let Err(e) = ws.respond(&id, json!({"decision": wire_decision(decision)})) {
         return if e.timed_out { Answered::Sent(AnswerOutcome::Unknown) } else { Answered::Failed(format!("writing the answer: {e}")) };
     }
-    match resolved_within(&mut ws, &id, deadline) {
+    // A lost acknowledgement (crash tests) is waited for like any other that never comes.
+    let ack_of = if crate::failpoint::armed("approval_ack_lost") { Value::Null } else { id };
+    match resolved_within(&mut ws, &ack_of, Instant::now() + within.ack) {
         Some(true) => Answered::Sent(AnswerOutcome::Won),
         _ => Answered::Sent(AnswerOutcome::Unknown),
+    }
+}
+
+/// Whether Codex still waits on an approval, as the app-server that serves its thread says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Waits {
+    Yes,
+    /// It waits on nothing of this approval's any more: why.
+    No(String),
+    /// Could not tell (no session, another request waits): why.
+    Unsure(String),
+}
+
+/// Asks the app-server of the Codex process `pid` whether approval `a`'s request still waits:
+/// the thread is resumed and the request replayed, exactly as [`answer`] finds it, and nothing
+/// is answered.
+pub fn still_waiting(endpoints: &[Endpoint], pid: i32, start: u64, a: &Approval, deadline: Instant) -> Waits {
+    let mut ws = match appserver::open_session(endpoints, pid, start, deadline) {
+        Ok(ws) => ws,
+        Err(why) => return Waits::Unsure(format!("no app-server session: {why}")),
+    };
+    match replayed_request(&mut ws, a) {
+        Ok(_) => Waits::Yes,
+        Err(Answered::NotSent(why)) => Waits::No(why),
+        Err(Answered::Failed(why)) => Waits::Unsure(why),
+        Err(Answered::Sent(o)) => Waits::Unsure(format!("unexpected {o:?}")),
     }
 }
 
@@ -204,6 +252,7 @@ mod tests {
             since: 0,
             state: crate::approval::ApprovalState::Pending,
             answer: None,
+            detail: None,
         };
         let p =
             json!({"threadId": crate::store::sample::T1.as_str(), "turnId": "u", "itemId": "call_1", "command": "/bin/bash -lc 'echo hi'"});

@@ -4,11 +4,13 @@
 //! Unknown top-level keys are not errors (a newer Courier may add some) but are reported as
 //! warnings by `broker serve` and `broker doctor`, so typos do not go unnoticed.
 
+mod approvals;
 mod claude;
 mod effort;
 mod wake;
 
 use anyhow::{bail, Context, Result};
+pub use approvals::{ApprovalsConfig, Hold, MAX_HOLD_SECS};
 pub use claude::ClaudeConfig;
 pub use effort::{EffortConfig, EffortLevel, EffortScope, Policy, Rule};
 use serde::Deserialize;
@@ -18,7 +20,8 @@ use std::time::SystemTime;
 pub use wake::WakeConfig;
 
 /// Top-level keys this version knows (others only warn). `effort` belongs to the effort feature.
-pub const KNOWN_KEYS: [&str; 8] = ["hook_clients", "log_level", "retention_days", "receipts", "effort", "wake", "bridge", "claude"];
+pub const KNOWN_KEYS: [&str; 9] =
+    ["hook_clients", "log_level", "retention_days", "receipts", "effort", "wake", "bridge", "approvals", "claude"];
 
 /// Days a message in a final state is kept when `retention_days` is not set.
 pub const DEFAULT_RETENTION_DAYS: u64 = 30;
@@ -40,6 +43,8 @@ pub struct Config {
     pub effort: EffortConfig,
     /// `[wake]`: how often the wake channel may start turns in one thread (`wake/bound.rs`).
     pub wake: WakeConfig,
+    /// `[approvals]`: how answering an approval waits for Codex (`server/approvals.rs`).
+    pub approvals: ApprovalsConfig,
     /// `[bridge]`: this host's NATS bridge (`courier-bridge serve`), for `broker doctor` to check.
     pub bridge: Option<BridgeConfig>,
     /// `[claude]`: the loopback port of Claude Code's HTTP hooks (`claude/`); none: Claude Code off.
@@ -128,6 +133,7 @@ pub fn parse(text: &str) -> Result<(Config, Vec<String>)> {
     }
     config.effort.validate()?;
     config.wake.validate()?;
+    config.approvals.validate()?;
     config.claude.validate()?;
     if let Some(b) = &config.bridge {
         check_bridge_host(&b.host).context("[bridge] host")?;
@@ -227,6 +233,14 @@ mod tests {
         assert_eq!((c.wake.max_per_minute, c.wake.max_in_a_row, w.len()), (2, 3, 0));
         assert!(parse("[wake]\nmax_per_minute = 0\n").unwrap_err().to_string().contains("at least 1"));
         assert!(parse("[wake]\nmax_per_minut = 2\n").is_err(), "unknown keys in [wake] are errors");
+        assert_eq!(parse("").unwrap().0.approvals.ack_timeout_ms, 10_000);
+        assert_eq!(parse("[approvals]\nack_timeout_ms = 5\n").unwrap().0.approvals.ack_timeout_ms, 5);
+        assert!(parse("[approvals]\nack_timeout_ms = 0\n").is_err());
+        assert!(parse("[approvals]\nack_timeout = 5\n").is_err(), "unknown keys in [approvals] are errors");
+        assert_eq!(parse("").unwrap().0.approvals.hold, Hold::Off, "the hook returns at once by default");
+        assert_eq!(parse("[approvals]\nhold = \"exec\"\n").unwrap().0.approvals.hold, Hold::Exec);
+        assert!(parse("[approvals]\nhold = \"always\"\n").is_err());
+        assert!(parse("[approvals]\nhold_secs = 301\n").is_err());
     }
 
     #[test]

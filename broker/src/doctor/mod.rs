@@ -450,6 +450,7 @@ mod tests {
                 at: since,
                 outcome: Some(o),
             }),
+            detail: None,
         };
         let fresh = approval("apr-fresh", now - 1000, ApprovalState::Pending, None);
         let old = approval("apr-old", now - APPROVAL_STALE_MS - 1000, ApprovalState::Pending, None);

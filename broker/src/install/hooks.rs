@@ -107,18 +107,40 @@ pub fn courier_context_limit(event: &str) -> Option<u64> {
     takes_context_limit(event).then_some(HOOK_CONTEXT_LIMIT)
 }
 
+/// Codex's timeout for Courier's handler of `event`. PermissionRequest's covers the longest hold
+/// for a remote answer (`[approvals] hold_secs`) and hook-client's margin: Codex would otherwise
+/// kill a held hook first. hook-client itself still gives up at its own 500 ms deadline unless
+/// the broker says it holds.
+pub fn courier_timeout(event: &str) -> u64 {
+    match event {
+        "PermissionRequest" => crate::config::MAX_HOLD_SECS + 30,
+        _ => HOOK_TIMEOUT_SECS,
+    }
+}
+
+/// What the person at the TUI sees while Courier's handler of `event` runs: a PermissionRequest
+/// may be held for a remote answer.
+pub fn courier_status(event: &str) -> Option<&'static str> {
+    (event == "PermissionRequest").then_some(PERMISSION_STATUS)
+}
+
+const PERMISSION_STATUS: &str = "Courier: this approval can be answered remotely (broker approve|deny)";
+
 /// Courier's handler of `event` as hooks.json holds it.
 pub(super) fn handler(event: &str, command: &str) -> Value {
-    let mut h = json!({"type": "command", "command": command, "timeout": HOOK_TIMEOUT_SECS});
+    let mut h = json!({"type": "command", "command": command, "timeout": courier_timeout(event)});
     if let Some(n) = courier_context_limit(event) {
         h["additionalContextLimit"] = json!(n);
+    }
+    if let Some(s) = courier_status(event) {
+        h["statusMessage"] = json!(s);
     }
     h
 }
 
 /// The trust hash Codex computes for Courier's handler of `event` as [`handler`] writes it.
 pub fn courier_trust_hash(event: &str, command: &str) -> String {
-    hook_trust_hash(event, command, HOOK_TIMEOUT_SECS, None, None, courier_context_limit(event))
+    hook_trust_hash(event, command, courier_timeout(event), None, courier_status(event), courier_context_limit(event))
 }
 
 /// The path Codex names hooks.json by in trust keys.

@@ -52,8 +52,9 @@ pub use bridge::{BridgeOptions, BRIDGE_UNIT};
 pub use config_toml::{add_trust, remove_trust};
 pub use daemon::{daemon_env, daemonize, login_start, stop_broker_running, DAEMON_ENV, DAEMON_ENV_PREFIXES};
 pub use hooks::{
-    canonical_json, courier_context_limit, courier_trust_hash, hook_command, hook_trust_hash, hooks_source, merge_hooks, parse_hooks_list,
-    shell_quote, snake_event, takes_context_limit, trust_key, unmerge_hooks, ListedHook, CODEX_DEFAULT_CONTEXT_LIMIT,
+    canonical_json, courier_context_limit, courier_status, courier_timeout, courier_trust_hash, hook_command, hook_trust_hash,
+    hooks_source, merge_hooks, parse_hooks_list, shell_quote, snake_event, takes_context_limit, trust_key, unmerge_hooks, ListedHook,
+    CODEX_DEFAULT_CONTEXT_LIMIT,
 };
 pub use instance::{clear_stop, describe_stop, instance_holder, lock_path, stopped_on_purpose, STOP_MARKER};
 pub use lifecycle::{run as lifecycle, Lifecycle};

@@ -8,9 +8,10 @@
 //! `{"ok":true,"id","outcome":"won"|"lost"|"unknown","detail"}`; errors as the producers'
 //! (`not_a_person`, `not_pending`, `not_found`, `failed`, `bad_request`).
 
+use super::approval_hold::{self, Given, Holds};
 use super::trust::TrustView;
 use super::Broker;
-use crate::approval::{AnswerOutcome, AnswerRecord, AnswerVia, Approval, Decision, NewApproval, Refused};
+use crate::approval::{AnswerOutcome, AnswerRecord, AnswerVia, Approval, ApprovalState, Decision, NewApproval, Refused};
 use crate::codex::approval::{self as codex_approval, Answered};
 use crate::codex::appserver::endpoint;
 use crate::gate::{self, Verified};
@@ -19,6 +20,7 @@ use crate::reason::DeliveryReason;
 use crate::store::{now_ms, Enqueued, NewMessage, Store, Ticket};
 use codex_format::hook::HookEvent;
 use courier_shared::ids::ThreadId;
+use courier_shared::wire::{HookReply, PROTOCOL_VERSION};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::HashSet;
@@ -34,15 +36,34 @@ const DENY_FROM: &str = "approval";
 
 /// What the broker keeps of approvals between requests.
 pub(super) struct Approvals {
-    codex_home: PathBuf,
+    pub(super) codex_home: PathBuf,
+    pub(super) config: crate::config::ApprovalsConfig,
+    /// Hooks held for a remote answer (approval_hold.rs).
+    pub(super) holds: Holds,
     /// Threads with an approval still pending: only their hooks look at the table.
     waiting: Mutex<HashSet<ThreadId>>,
 }
 
 impl Approvals {
-    pub(super) fn open(store: &Store, codex_home: PathBuf) -> anyhow::Result<Approvals> {
+    pub(super) fn open(store: &Store, codex_home: PathBuf, config: crate::config::ApprovalsConfig) -> anyhow::Result<Approvals> {
         let waiting = store.threads_waiting_on_approval()?.into_iter().collect();
-        Ok(Approvals { codex_home, waiting: Mutex::new(waiting) })
+        Ok(Approvals { codex_home, config, holds: Holds::default(), waiting: Mutex::new(waiting) })
+    }
+
+    pub(super) fn any_waiting(&self) -> bool {
+        !self.waiting.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+    }
+
+    /// Whether a hook holds approval `id` for a remote answer (Codex has not seen it yet).
+    pub(super) fn is_held(&self, id: &str) -> bool {
+        self.holds.is_held(id)
+    }
+
+    /// Stops looking at `thread`'s hooks once none of its approvals is still waiting.
+    pub(super) fn forget_if_settled(&self, store: &Store, thread: &ThreadId) {
+        if store.threads_waiting_on_approval().is_ok_and(|t| !t.iter().any(|w| w == thread)) {
+            self.waiting.lock().unwrap_or_else(|e| e.into_inner()).remove(thread);
+        }
     }
 }
 
@@ -51,11 +72,16 @@ impl Approvals {
 enum AnswerOp {
     Approve {
         id: String,
+        /// Set by the NATS bridge: the approver it answers for (recorded, not proven here).
+        #[serde(default)]
+        nats_user: Option<String>,
     },
     Deny {
         id: String,
         #[serde(default)]
         message: Option<String>,
+        #[serde(default)]
+        nats_user: Option<String>,
     },
 }
 
@@ -70,9 +96,9 @@ pub(super) fn is_answer(line: &[u8]) -> bool {
 }
 
 impl Broker {
-    /// A verified PermissionRequest: recorded as pending; the hook gets no decision.
-    pub(super) fn record_approval(&self, v: &Verified, ticket: &Ticket) {
-        let (Some(command), Some(turn)) = (codex_approval::hook_command(&v.payload), v.turn_id.clone()) else { return };
+    /// Records a verified PermissionRequest as pending; its id.
+    pub(super) fn record_approval(&self, v: &Verified, ticket: &Ticket) -> Option<String> {
+        let (Some(command), Some(turn)) = (codex_approval::hook_command(&v.payload), v.turn_id.clone()) else { return None };
         let mut waiting = v.actions.calls.iter().filter(|(_, done)| !done).map(|(id, _)| id.clone());
         let call_id = match (waiting.next(), waiting.next()) {
             (Some(only), None) => Some(only),
@@ -99,9 +125,28 @@ impl Broker {
             Ok(id) => {
                 self.approvals.waiting.lock().unwrap_or_else(|e| e.into_inner()).insert(new.thread.clone());
                 crate::log_info!("approval {id}: thread {} waits on a person for {:?}", new.thread, new.command);
+                Some(id)
             }
-            Err(e) => crate::log_error!("recording the approval of thread {}: {e:#}", new.thread),
+            Err(e) => {
+                crate::log_error!("recording the approval of thread {}: {e:#}", new.thread);
+                None
+            }
         }
+    }
+
+    /// A verified PermissionRequest: recorded, then answered with no decision (the person's
+    /// prompt appears as usual), or held for a remote answer where configured.
+    pub(super) fn permission_request(&self, mut stream: UnixStream, v: &Verified, ticket: Option<&Ticket>) {
+        let Some(ticket) = ticket else {
+            let _ = courier_shared::wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
+            return;
+        };
+        if !self.holds(v) {
+            self.record_approval(v, ticket);
+        } else if let Some((id, answers)) = self.approvals.holds.register(|| self.record_approval(v, ticket)) {
+            return self.hold(stream, &id, answers);
+        }
+        let _ = courier_shared::wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
     }
 
     /// A later hook of a thread with pending approvals: PostToolUse(C) shows C's command ran;
@@ -110,18 +155,17 @@ impl Broker {
         if !self.approvals.waiting.lock().unwrap_or_else(|e| e.into_inner()).contains(&v.thread_id) {
             return;
         }
-        let call = match v.event {
-            HookEvent::PostToolUse => v.payload.tool_use_id.as_deref(),
-            HookEvent::Stop | HookEvent::UserPromptSubmit | HookEvent::SessionStart => None,
+        let (call, why) = match v.event {
+            HookEvent::PostToolUse => (v.payload.tool_use_id.as_deref(), "the command ran (its PostToolUse hook)"),
+            HookEvent::Stop => (None, "the turn ended (its Stop hook)"),
+            HookEvent::UserPromptSubmit | HookEvent::SessionStart => (None, "a new turn began"),
             _ => return,
         };
         let mut store = crate::store::lock(&self.store);
-        if let Err(e) = store.resolve_approvals(&v.thread_id, call) {
+        if let Err(e) = store.resolve_approvals(&v.thread_id, call, why) {
             crate::log_error!("resolving the approvals of thread {}: {e:#}", v.thread_id);
         }
-        if store.threads_waiting_on_approval().is_ok_and(|t| !t.contains(&v.thread_id)) {
-            self.approvals.waiting.lock().unwrap_or_else(|e| e.into_inner()).remove(&v.thread_id);
-        }
+        self.approvals.forget_if_settled(&store, &v.thread_id);
     }
 
     /// Serves one `approve`/`deny` line.
@@ -135,15 +179,33 @@ impl Broker {
     }
 
     fn answer(&self, stream: &UnixStream, op: AnswerOp) -> Result<Value, (ErrorCode, String)> {
-        let (id, decision, message) = match op {
-            AnswerOp::Approve { id } => (id, Decision::Approve, None),
-            AnswerOp::Deny { id, message } => (id, Decision::Deny, message.filter(|m| !m.trim().is_empty())),
+        let (id, decision, message, nats_user) = match op {
+            AnswerOp::Approve { id, nats_user } => (id, Decision::Approve, None, nats_user),
+            AnswerOp::Deny { id, message, nats_user } => (id, Decision::Deny, message.filter(|m| !m.trim().is_empty()), nats_user),
         };
         // Only a person answers: never a process a model's command may be.
         let peer = gate::peer::identify(stream).map_err(|r| (ErrorCode::NotAPerson, format!("{}: {}", r.code, r.detail)))?;
         let by = self.gate.verify_person(&peer, &TrustView(self)).map_err(|why| (ErrorCode::NotAPerson, why))?;
         let listed = crate::store::lock(&self.store).approval(&id).map_err(failed)?;
         let listed = listed.ok_or_else(|| (ErrorCode::NotFound, format!("no approval {id}")))?;
+        // Over already (answered, or gone from Codex): say so before looking for its Codex.
+        if listed.state != ApprovalState::Pending {
+            return Err((ErrorCode::NotPending, Refused::NotPending(listed.state, listed.detail).to_string()));
+        }
+        let (by, via) = match nats_user {
+            Some(user) => (format!("NATS user {user}, through {by}"), AnswerVia::Nats),
+            None => (by, AnswerVia::Cli),
+        };
+        let record = AnswerRecord { decision, message, by, via, at: now_ms(), outcome: None };
+        if self.approvals.holds.is_held(&id) {
+            return self.answer_held(&id, &record);
+        }
+        self.answer_through_app_server(&listed, &record)
+    }
+
+    /// Answers through the app-server that owns the thread: the person's prompt there closes.
+    fn answer_through_app_server(&self, listed: &Approval, record: &AnswerRecord) -> Result<Value, (ErrorCode, String)> {
+        let (id, decision, message) = (&listed.id, record.decision, record.message.clone());
         let owner = self
             .gate
             .thread_owner(&listed.thread, &TrustView(self))
@@ -152,15 +214,13 @@ impl Broker {
         if endpoints.is_empty() {
             return Err((ErrorCode::Failed, format!("the Codex process {} of thread {} serves no app-server", owner.pid, listed.thread)));
         }
-        let record = AnswerRecord { decision, message: message.clone(), by, via: AnswerVia::Cli, at: now_ms(), outcome: None };
-        let taken = crate::store::lock(&self.store).claim_approval(&id, &record).map_err(failed)?;
-        let approval = taken.map_err(|r| match r {
-            Refused::NotFound => (ErrorCode::NotFound, format!("no approval {id}")),
-            r @ Refused::NotPending(_) => (ErrorCode::NotPending, r.to_string()),
-        })?;
+        let approval = self.claim(id, record)?;
         let steering = message.as_deref().map(|m| self.queue_deny_message(&approval, m)).transpose()?;
-        let answered = codex_approval::answer(&endpoints, owner.pid, owner.starttime, &approval, decision, Instant::now() + EXCHANGE);
+        let within = codex_approval::Within { exchange: Instant::now() + EXCHANGE, ack: self.approvals.config.ack_timeout() };
+        let answered = codex_approval::answer(&endpoints, owner.pid, owner.starttime, &approval, decision, within);
+        crate::failpoint::hit("approval_after_answer");
         let (outcome, detail) = match answered {
+            Answered::Sent(AnswerOutcome::Unknown) => (AnswerOutcome::Unknown, no_ack(self.approvals.config.ack_timeout())),
             Answered::Sent(o) => (o, String::new()),
             Answered::NotSent(why) => (AnswerOutcome::Lost, why),
             Answered::Failed(why) => {
@@ -173,8 +233,38 @@ impl Broker {
             self.cancel_steering(steering.as_deref());
         }
         let mut store = crate::store::lock(&self.store);
-        store.settle_approval(&id, outcome).map_err(failed)?;
-        crate::log_info!("approval {id}: {} -> {}{}", decision.as_str(), outcome.as_str(), if detail.is_empty() { "" } else { ": " });
+        store.settle_approval(id, outcome, Some(&detail).filter(|d| !d.is_empty()).map(String::as_str)).map_err(failed)?;
+        crate::log_info!("approval {id}: {} -> {} {detail}", decision.as_str(), outcome.as_str());
+        Ok(json!({"ok": true, "id": id, "outcome": outcome, "detail": detail}))
+    }
+
+    /// Takes approval `id` for `record`'s answer (`pending -> answering`), or why not.
+    fn claim(&self, id: &str, record: &AnswerRecord) -> Result<Approval, (ErrorCode, String)> {
+        let taken = crate::store::lock(&self.store).claim_approval(id, record).map_err(failed)?;
+        let approval = taken.map_err(|r| match r {
+            Refused::NotFound => (ErrorCode::NotFound, format!("no approval {id}")),
+            r @ Refused::NotPending(..) => (ErrorCode::NotPending, r.to_string()),
+        })?;
+        crate::failpoint::hit("approval_after_claim");
+        Ok(approval)
+    }
+
+    /// Answers a held hook: the decision is the hook's output (a deny's message with it).
+    fn answer_held(&self, id: &str, record: &AnswerRecord) -> Result<Value, (ErrorCode, String)> {
+        let approval = self.claim(id, record)?;
+        let Some(hold) = self.approvals.holds.take(id) else {
+            self.undo_claim(&approval, None);
+            return Err((ErrorCode::Failed, "the hook's hold ended before this answer; nothing was sent".into()));
+        };
+        let (outcome, detail) = match approval_hold::give(hold, record.decision, record.message.clone()) {
+            Given::Written => (AnswerOutcome::Won, "given as the PermissionRequest hook's decision"),
+            Given::HookGone => {
+                (AnswerOutcome::Lost, "the held hook had gone (Codex's hook timeout, or Codex exited): nothing reached Codex")
+            }
+        };
+        crate::failpoint::hit("approval_after_answer");
+        crate::store::lock(&self.store).settle_approval(id, outcome, Some(detail)).map_err(failed)?;
+        crate::log_info!("approval {id}: {} -> {} ({detail})", record.decision.as_str(), outcome.as_str());
         Ok(json!({"ok": true, "id": id, "outcome": outcome, "detail": detail}))
     }
 
@@ -213,6 +303,14 @@ impl Broker {
             crate::log_error!("returning approval {} to pending: {e:#}", a.id);
         }
     }
+}
+
+/// Why an answer sent without an acknowledgement is `unknown`.
+fn no_ack(waited: Duration) -> String {
+    format!(
+        "sent, and Codex did not acknowledge it within {} ms: it may or may not have been applied, and it is never sent again",
+        waited.as_millis()
+    )
 }
 
 fn failed(e: anyhow::Error) -> (ErrorCode, String) {

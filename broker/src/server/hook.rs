@@ -112,11 +112,8 @@ impl Broker {
             }
         };
         if verified.event == HookEvent::PermissionRequest {
-            // Recorded, and no decision: the person's prompt appears as usual (approvals.rs).
-            if let Some(t) = &ticket {
-                self.record_approval(&verified, &t.ticket);
-            }
-            let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
+            // Recorded; no decision, or a held one (approvals.rs, approval_hold.rs).
+            self.permission_request(stream, &verified, ticket.as_ref().map(|t| &t.ticket));
             return None;
         }
         self.resolve_approvals(&verified);
@@ -177,7 +174,7 @@ impl Broker {
         deadline: Instant,
     ) -> Option<AwaitAck> {
         self.counters.leases.fetch_add(1, Ordering::Relaxed);
-        let reply = HookReply { v: PROTOCOL_VERSION, output, lease: Some(token.to_wire()) };
+        let reply = HookReply { v: PROTOCOL_VERSION, output, lease: Some(token.to_wire()), hold_ms: None };
         let written = wire::write_json(&mut stream, &reply).is_ok();
         let pending = AwaitAck { stream, token, count, verified: Box::new(verified), deadline };
         if !written {

@@ -26,6 +26,8 @@
 //!
 //! The client side of `Request::Status` is `crate::client`: CLI commands import nothing from here.
 
+mod approval_hold;
+mod approval_sweep;
 mod approvals;
 mod hook;
 mod listener;
@@ -79,6 +81,8 @@ pub struct ServeOptions {
     pub receipts: crate::config::Receipts,
     /// `[wake]`: how often a thread may be woken.
     pub wake: crate::config::WakeConfig,
+    /// `[approvals]`: how answering waits for Codex.
+    pub approvals: crate::config::ApprovalsConfig,
     /// `[claude] hook_port`: serve Claude Code's HTTP hooks on this loopback port (`claude/`).
     pub claude_hook_port: Option<u16>,
 }
@@ -141,6 +145,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         }
     }
     maintenance::spawn(Arc::clone(&broker), &opts.state_dir, opts.retention)?;
+    approval_sweep::spawn(Arc::clone(&broker))?;
     serve_connections(broker, listener)
 }
 
@@ -162,6 +167,12 @@ impl Recovered {
         // No pass of a dead broker's wake can still run, and none sent anything before its
         // hand-off record: its leases go back at once (wake/mod.rs).
         let interrupted = store.release_leases_of(Channel::Wake, WakeReason::Interrupted)?;
+        // An answer a dead broker was sending may or may not have reached Codex: `unknown`,
+        // never sent again (store/approvals.rs).
+        let answers = store.interrupt_answers()?;
+        if answers > 0 {
+            crate::log_warn!("{answers} approval answer(s) interrupted by the last broker's death are now unknown");
+        }
         // Tickets a killed broker only journaled are in the table before any hook is answered.
         let tickets = TicketLog::open(state_dir, &mut store)?;
         Ok(Recovered { store, tickets, released, interrupted })
@@ -191,7 +202,7 @@ fn assemble(opts: &ServeOptions, recovered: Recovered, secret: courier_shared::a
         Duration::from_secs(2),
     );
     let producer = crate::producer::proto::Service::start(&opts.state_dir, opts.codex_home.clone(), lister)?;
-    let approvals = approvals::Approvals::open(&recovered.store, opts.codex_home.clone())?;
+    let approvals = approvals::Approvals::open(&recovered.store, opts.codex_home.clone(), opts.approvals.clone())?;
     let broker = Arc::new(Broker {
         approvals,
         store: Mutex::new(recovered.store),

@@ -8,6 +8,9 @@ use anyhow::Result;
 use courier_shared::ids::ThreadId;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
+/// Why an answer a killed broker was sending is `unknown`.
+pub const INTERRUPTED: &str = "the broker stopped while sending this answer; whether Codex got it is not known, and it is never sent again";
+
 /// Creates the table (called by `Store::open`).
 pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch(
@@ -35,11 +38,13 @@ pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
             settled_at     INTEGER
         );
         CREATE INDEX IF NOT EXISTS approvals_open ON approvals(thread) WHERE state IN ('pending', 'answering');",
-    )
+    )?;
+    // Why it settled as it did (added after the table first shipped).
+    super::add_column(conn, "approvals", "detail", "TEXT")
 }
 
 const COLUMNS: &str = "id, thread, turn, call_id, tool, command, command_digest, reason, cwd, since, state,
-     decision, message, answered_by, answered_via, answered_at, outcome";
+     decision, message, answered_by, answered_via, answered_at, outcome, detail";
 
 fn text_enum<T>(v: Option<String>, parse: fn(&str) -> Option<T>, col: usize) -> rusqlite::Result<Option<T>> {
     match v {
@@ -77,6 +82,7 @@ fn row(r: &Row) -> rusqlite::Result<Approval> {
         since: r.get(9)?,
         state,
         answer,
+        detail: r.get(17)?,
     })
 }
 
@@ -153,17 +159,27 @@ impl Store {
         Ok(match (n, self.approval(id)?) {
             (_, None) => Err(Refused::NotFound),
             (1, Some(a)) => Ok(a),
-            (_, Some(a)) => Err(Refused::NotPending(a.state)),
+            (_, Some(a)) => Err(Refused::NotPending(a.state, a.detail)),
         })
     }
 
-    /// Settles an answer being sent (`answering` only): its outcome and the approval's state.
-    pub fn settle_approval(&mut self, id: &str, outcome: AnswerOutcome) -> Result<bool> {
+    /// Settles an answer being sent (`answering` only): its outcome, the approval's state, and
+    /// why (when there is more to say than the outcome).
+    pub fn settle_approval(&mut self, id: &str, outcome: AnswerOutcome, detail: Option<&str>) -> Result<bool> {
         let n = self.conn.execute(
-            "UPDATE approvals SET state = ?2, outcome = ?3, settled_at = ?4 WHERE id = ?1 AND state = 'answering'",
-            params![id, outcome.state().as_str(), outcome.as_str(), now_ms()],
+            "UPDATE approvals SET state = ?2, outcome = ?3, settled_at = ?4, detail = ?5 WHERE id = ?1 AND state = 'answering'",
+            params![id, outcome.state().as_str(), outcome.as_str(), now_ms(), detail],
         )?;
         Ok(n == 1)
+    }
+
+    /// At start-up: answers a dead broker was sending. Nothing says whether Codex got them, so
+    /// each is `unknown` (never sent again), with why; returns how many.
+    pub fn interrupt_answers(&mut self) -> Result<usize> {
+        Ok(self.conn.execute(
+            "UPDATE approvals SET state = 'unknown', outcome = 'unknown', settled_at = ?1, detail = ?2 WHERE state = 'answering'",
+            params![now_ms(), INTERRUPTED],
+        )?)
     }
 
     /// An answer that never left (no session, not the request listed): `answering -> pending`,
@@ -179,13 +195,23 @@ impl Store {
 
     /// A later hook of `thread` shows its pending approvals are over: those of `call` (its
     /// PostToolUse: the command ran), or all of them (`None`: the turn ended or a new one began).
-    pub fn resolve_approvals(&mut self, thread: &ThreadId, call: Option<&str>) -> Result<usize> {
+    pub fn resolve_approvals(&mut self, thread: &ThreadId, call: Option<&str>, why: &str) -> Result<usize> {
         let thread = thread.as_str();
         Ok(self.conn.execute(
-            "UPDATE approvals SET state = 'resolved', settled_at = ?3
+            "UPDATE approvals SET state = 'resolved', settled_at = ?3, detail = ?4
              WHERE thread = ?1 AND state = 'pending' AND (?2 IS NULL OR call_id = ?2)",
-            params![thread, call, now_ms()],
+            params![thread, call, now_ms(), why],
         )?)
+    }
+
+    /// Approval `id`, still pending, is seen to be over (its request is gone from Codex):
+    /// `resolved`, with why. Returns whether it was still pending.
+    pub fn resolve_approval(&mut self, id: &str, why: &str) -> Result<bool> {
+        let n = self.conn.execute(
+            "UPDATE approvals SET state = 'resolved', settled_at = ?2, detail = ?3 WHERE id = ?1 AND state = 'pending'",
+            params![id, now_ms(), why],
+        )?;
+        Ok(n == 1)
     }
 }
 
@@ -228,9 +254,9 @@ mod tests {
         let taken = s.claim_approval(&id, &answer(Decision::Approve)).unwrap().unwrap();
         assert_eq!(taken.state, ApprovalState::Answering);
         assert_eq!(taken.command_digest, crate::approval::command_digest("rm -rf build"));
-        assert_eq!(s.claim_approval(&id, &answer(Decision::Deny)).unwrap(), Err(Refused::NotPending(ApprovalState::Answering)));
-        assert!(s.settle_approval(&id, AnswerOutcome::Unknown).unwrap());
-        assert!(!s.settle_approval(&id, AnswerOutcome::Won).unwrap(), "settled once");
+        assert_eq!(s.claim_approval(&id, &answer(Decision::Deny)).unwrap(), Err(Refused::NotPending(ApprovalState::Answering, None)));
+        assert!(s.settle_approval(&id, AnswerOutcome::Unknown, None).unwrap());
+        assert!(!s.settle_approval(&id, AnswerOutcome::Won, None).unwrap(), "settled once");
         let a = s.approval(&id).unwrap().unwrap();
         assert_eq!((a.state, a.answer.unwrap().outcome), (ApprovalState::Unknown, Some(AnswerOutcome::Unknown)));
         assert_eq!(s.claim_approval("apr-none", &answer(Decision::Approve)).unwrap(), Err(Refused::NotFound));
@@ -245,12 +271,36 @@ mod tests {
         let b = s.record_approval(&NewApproval { call_id: Some("call_2".into()), ..new("k2") }).unwrap();
         let c = s.record_approval(&NewApproval { call_id: Some("call_3".into()), ..new("k3") }).unwrap();
         s.claim_approval(&c, &answer(Decision::Approve)).unwrap().unwrap();
-        assert_eq!(s.resolve_approvals(crate::store::sample::T1, Some("call_1")).unwrap(), 1);
+        assert_eq!(s.resolve_approvals(crate::store::sample::T1, Some("call_1"), "the command ran").unwrap(), 1);
         assert_eq!(s.approval(&a).unwrap().unwrap().state, ApprovalState::Resolved);
         assert_eq!(s.approval(&b).unwrap().unwrap().state, ApprovalState::Pending);
         assert_eq!(s.threads_waiting_on_approval().unwrap(), vec![crate::store::sample::T1.clone()]);
-        assert_eq!(s.resolve_approvals(crate::store::sample::T1, None).unwrap(), 1);
+        assert_eq!(s.resolve_approvals(crate::store::sample::T1, None, "the turn ended").unwrap(), 1);
         assert_eq!(s.approval(&c).unwrap().unwrap().state, ApprovalState::Answering);
+        assert_eq!(s.approval(&b).unwrap().unwrap().detail.as_deref(), Some("the turn ended"));
+        assert!(!s.resolve_approval(&b, "gone").unwrap(), "resolved once");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A broker killed while answering leaves `answering`; the next start makes it `unknown`
+    /// with why, and it can never be taken again.
+    #[test]
+    fn an_interrupted_answer_is_unknown_and_never_taken_again() {
+        let (mut s, dir) = store();
+        let id = s.record_approval(&new("k1")).unwrap();
+        let other = s.record_approval(&new("k2")).unwrap();
+        s.claim_approval(&id, &answer(Decision::Approve)).unwrap().unwrap();
+        drop(s);
+        let mut s = Store::open(&dir).unwrap();
+        assert_eq!(s.interrupt_answers().unwrap(), 1);
+        let a = s.approval(&id).unwrap().unwrap();
+        assert_eq!((a.state, a.answer.unwrap().outcome), (ApprovalState::Unknown, Some(AnswerOutcome::Unknown)));
+        assert_eq!(a.detail.as_deref(), Some(INTERRUPTED));
+        assert_eq!(
+            s.claim_approval(&id, &answer(Decision::Deny)).unwrap(),
+            Err(Refused::NotPending(ApprovalState::Unknown, Some(INTERRUPTED.into())))
+        );
+        assert_eq!(s.approval(&other).unwrap().unwrap().state, ApprovalState::Pending, "a pending one stays");
         let _ = std::fs::remove_dir_all(dir);
     }
 }
