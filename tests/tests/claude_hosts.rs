@@ -79,7 +79,7 @@ fn mcp_list_threads(env: &CodexEnv) -> Vec<Value> {
             }
         }
     });
-    let mut answer = |id: u64| loop {
+    let answer = |id: u64| loop {
         let v = rx.recv_timeout(T).unwrap_or_else(|e| panic!("broker mcp answered no request {id}: {e}"));
         if v["id"] == id {
             break v;
