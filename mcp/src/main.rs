@@ -266,8 +266,9 @@ impl Courier {
         })
     }
 
-    #[tool(description = "List the live Codex threads on this machine that can receive messages: id, state (busy/idle), \
-        cwd, title (first prompt), parent and children, queued messages. all=true adds ended threads.")]
+    #[tool(description = "List the live Codex threads and Claude Code sessions on this machine that can receive messages: \
+        id, host (codex or claude-code), state (busy/idle for Codex, live for Claude Code), cwd, title (first prompt), \
+        parent and children, queued and handed messages. all=true adds ended ones.")]
     async fn list_threads(&self, Parameters(p): Parameters<ListThreads>) -> Result<CallToolResult, ErrorData> {
         Ok(match self.call(json!({"op": "threads", "all": p.all})).await {
             Ok(reply) => {
@@ -276,9 +277,9 @@ impl Courier {
                     .into_iter()
                     .flatten()
                     .map(|t| {
-                        json!({"id": t["id"], "state": t["state"], "cwd": t["cwd"], "title": t["title"], "parent": t["parent"],
+                        json!({"id": t["id"], "host": t["host"], "state": t["state"], "cwd": t["cwd"], "title": t["title"], "parent": t["parent"],
                                "children": t["children"], "agent_nickname": t["agent_nickname"], "pending": t["pending"],
-                               "process": t["process"]["kind"]})
+                               "handed": t["messages"]["handed"].as_u64().unwrap_or(0), "process": t["process"]["kind"]})
                     })
                     .collect();
                 text_result(&json!({"threads": brief}))

@@ -143,8 +143,8 @@ impl Endpoint {
     }
 }
 
-/// The gate's view of Claude Code trust, from the store.
-struct StoreTrust<'a>(&'a Mutex<Store>);
+/// The gate's view of Claude Code trust, from the store (also the sender check's, `gate/claude_sender.rs`).
+pub(crate) struct StoreTrust<'a>(pub(crate) &'a Mutex<Store>);
 
 impl ClaudeTrust for StoreTrust<'_> {
     fn is_trusted(&self, sha256: &str) -> bool {

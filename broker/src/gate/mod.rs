@@ -51,6 +51,7 @@
 
 mod ancestry;
 mod caller;
+pub mod claude_sender;
 mod client;
 pub mod owner;
 pub mod peer;

@@ -20,6 +20,7 @@
 //! any other process cannot be claimed. [`ToolSender::threads_in_process`] says how many threads
 //! the process runs (1: the attribution is exact).
 
+use super::ancestry::Member;
 use super::{CodexTrust, Gate, Peer};
 use crate::codex::proof::holder;
 use crate::os;
@@ -38,8 +39,11 @@ const MAX_LINE: usize = 4 << 20;
 /// A sender the broker verified.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolSender {
+    /// The Codex thread, or the Claude Code session (`claude_sender.rs`).
     pub thread: String,
+    /// The Codex tool call (empty for a Claude Code command: Claude Code names none).
     pub call_id: String,
+    /// The host process the sender runs under: codex, or the session's pinned claude.
     pub codex_pid: i32,
     /// Threads the codex process runs (1: no sibling could pose as this one).
     pub threads_in_process: usize,
@@ -158,16 +162,23 @@ impl Gate {
         if !open_turn_has_call(&file, len, &call_id) {
             return Err(format!("the open turn of thread {thread} has no tool call {call_id}"));
         }
-        for m in chain.iter().chain(std::iter::once(&codex)) {
+        self.unchanged_since(&chain, &codex, peer, stat.starttime)?;
+        Ok(ToolSender { thread, call_id, codex_pid: codex.pid, threads_in_process: held.len() })
+    }
+
+    /// Last step: every process from the peer to its host (`chain`, then `host`) is still the
+    /// one checked, and the peer (started at `peer_start`) still runs.
+    pub(super) fn unchanged_since(&self, chain: &[Member], host: &Member, peer: &Peer, peer_start: u64) -> Result<(), String> {
+        for m in chain.iter().chain(std::iter::once(host)) {
             match os::read_stat(m.pid) {
                 Ok(s) if s.starttime == m.starttime => {}
                 _ => return Err(format!("process {} changed while checked", m.pid)),
             }
         }
-        if !peer.is_alive() || !os::read_stat(peer.pid).is_ok_and(|s| s.starttime == stat.starttime) {
+        if !peer.is_alive() || !os::read_stat(peer.pid).is_ok_and(|s| s.starttime == peer_start) {
             return Err("the sender exited while checked".into());
         }
-        Ok(ToolSender { thread, call_id, codex_pid: codex.pid, threads_in_process: held.len() })
+        Ok(())
     }
 }
 

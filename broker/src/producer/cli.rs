@@ -121,11 +121,13 @@ impl SendCommand {
 }
 
 /// Queues the message: through the broker with a verified sender when run by a Codex tool
-/// command with no `--from`, else (or when that cannot be proven) directly in the queue.
+/// command or a Claude Code model's command with no `--from`, else (or when that cannot be
+/// proven) directly in the queue.
 fn queue(mut opts: SendOptions, explicit_from: bool) -> Result<send::Sent> {
-    // Run by a Codex tool command (the model's `exec_command`) with no --from: let the broker
-    // prove which thread that is and name the sender after it.
-    let in_tool_command = std::env::var_os("CODEX_TOOL_CALL_ID").is_some() && std::env::var_os("CODEX_THREAD_ID").is_some();
+    // Run by a model's command (Codex's `exec_command`, Claude Code's Bash) with no --from: let
+    // the broker prove which thread or session that is and name the sender after it.
+    let in_codex_command = std::env::var_os("CODEX_TOOL_CALL_ID").is_some() && std::env::var_os("CODEX_THREAD_ID").is_some();
+    let in_tool_command = in_codex_command || std::env::var_os(crate::gate::claude_sender::SESSION_VAR).is_some();
     if in_tool_command && !explicit_from {
         match verified_send(&opts)? {
             Verified::Sent(s) => return Ok(s),

@@ -306,6 +306,7 @@ mod tests {
     fn t(id: &str, cwd: &str, parent: Option<&str>) -> ThreadInfo {
         ThreadInfo {
             id: id.into(),
+            host: Default::default(),
             state: ThreadState::Idle,
             turn_id: None,
             parent: parent.map(Into::into),

@@ -225,10 +225,27 @@ impl Broker {
 }
 
 impl Broker {
-    /// The thread whose Codex tool command is on the other end of `stream` (a `broker send` the
-    /// model ran), proven as `gate/sender.rs` says, or why not.
+    /// The Codex thread or Claude Code session whose model's command is on the other end of
+    /// `stream` (a `broker send` the model ran), proven as `gate/sender.rs` and
+    /// `gate/claude_sender.rs` say, or why not. A command claiming a Claude Code session is
+    /// checked as one first; one the nearest host of which is a codex is then checked as Codex's.
     pub(super) fn verify_sender(&self, stream: &UnixStream, claims: Option<(&str, &str)>) -> Result<gate::sender::ToolSender, String> {
         let peer = gate::peer::identify(stream).map_err(|r| format!("{}: {}", r.code, r.detail))?;
-        self.gate.verify_tool_sender(&peer, &TrustView(self), claims)
+        let claude = match claims {
+            Some(_) => Ok(None),
+            None => {
+                let pin_of = |sid: &courier_shared::ids::ThreadId| crate::store::lock(&self.store).claude_session_pin(sid);
+                let trust = crate::claude::serve::StoreTrust(&self.store);
+                self.gate.verify_claude_sender(&peer, &TrustView(self), &trust, &pin_of)
+            }
+        };
+        match claude {
+            Ok(Some(sender)) => Ok(sender),
+            Ok(None) => self.gate.verify_tool_sender(&peer, &TrustView(self), claims),
+            Err(not_claude) => self
+                .gate
+                .verify_tool_sender(&peer, &TrustView(self), claims)
+                .map_err(|not_codex| format!("as a Claude Code command: {not_claude}; as a Codex tool command: {not_codex}")),
+        }
     }
 }

@@ -140,22 +140,32 @@ impl Store {
     pub fn claude_session_pin(&self, session_id: &ThreadId) -> Result<Option<SessionPin>> {
         claude_pin(&self.conn, session_id.as_str())
     }
+
+    /// Every session pin, most recently pinned first (`broker threads`).
+    pub fn claude_session_pins(&self) -> Result<Vec<SessionPin>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT session_id, pid, starttime, transcript_path, pinned_at, prompt_id FROM claude_sessions ORDER BY pinned_at DESC, session_id",
+        )?;
+        let rows = stmt.query_map([], pin_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
 }
 
 fn claude_pin(conn: &Connection, session_id: &str) -> Result<Option<SessionPin>> {
-    let mut stmt =
-        conn.prepare_cached("SELECT pid, starttime, transcript_path, pinned_at, prompt_id FROM claude_sessions WHERE session_id = ?1")?;
-    Ok(stmt
-        .query_row([session_id], |r| {
-            Ok(SessionPin {
-                session_id: session_id.to_string(),
-                owner: ProcessKey { pid: r.get(0)?, starttime: r.get::<_, i64>(1)? as u64 },
-                transcript_path: r.get(2)?,
-                pinned_at: r.get(3)?,
-                prompt_id: r.get(4)?,
-            })
-        })
-        .optional()?)
+    let mut stmt = conn.prepare_cached(
+        "SELECT session_id, pid, starttime, transcript_path, pinned_at, prompt_id FROM claude_sessions WHERE session_id = ?1",
+    )?;
+    Ok(stmt.query_row([session_id], pin_row).optional()?)
+}
+
+fn pin_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SessionPin> {
+    Ok(SessionPin {
+        session_id: r.get(0)?,
+        owner: ProcessKey { pid: r.get(1)?, starttime: r.get::<_, i64>(2)? as u64 },
+        transcript_path: r.get(3)?,
+        pinned_at: r.get(4)?,
+        prompt_id: r.get(5)?,
+    })
 }
 
 #[cfg(test)]
@@ -211,5 +221,10 @@ mod tests {
         );
         let pin = s.claude_session_pin(crate::store::sample::T1).unwrap().unwrap();
         assert_eq!((pin.owner, pin.transcript_path.as_str(), pin.prompt_id.as_deref()), (b, "/t2", Some("p4")));
+        s.pin_claude_session(crate::store::sample::T2, a, "/t3", "p5", |_| true).unwrap();
+        let all: Vec<(String, ProcessKey)> = s.claude_session_pins().unwrap().into_iter().map(|p| (p.session_id, p.owner)).collect();
+        assert_eq!(all.len(), 2, "{all:?}");
+        let (t1, t2) = (crate::store::sample::T1.as_str().to_string(), crate::store::sample::T2.as_str().to_string());
+        assert!(all.contains(&(t1, b)) && all.contains(&(t2, a)), "{all:?}");
     }
 }

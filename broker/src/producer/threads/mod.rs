@@ -12,9 +12,13 @@
 //!
 //! The JSON field names are a stable interface (docs/producers.md).
 //!
+//! Claude Code sessions are listed beside them (`host` `claude-code`, `claude.rs`): the sessions
+//! the Claude Code gate pinned to a proven claude process, live while that process runs.
+//!
 //! This file lists; `facts.rs` reads a rollout's `session_meta` and title; `tree.rs` orders the
 //! list as the sub-agent tree and renders the table.
 
+mod claude;
 mod facts;
 mod tree;
 
@@ -40,7 +44,27 @@ use std::time::{Duration, Instant};
 /// Ended threads `--all` lists at most by default (newest first).
 pub const DEFAULT_ENDED_LIMIT: usize = 50;
 
-/// Which kind of codex process runs a thread.
+/// Which agent runs a thread: the closed set of hosts Courier delivers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Host {
+    /// An OpenAI Codex thread (its id is the rollout's).
+    #[default]
+    Codex,
+    /// A Claude Code session (its id is the session id) the gate proved and pinned.
+    ClaudeCode,
+}
+
+impl Host {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Host::Codex => "codex",
+            Host::ClaudeCode => "claude-code",
+        }
+    }
+}
+
+/// Which kind of host process runs a thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ProcessKind {
@@ -52,6 +76,8 @@ pub enum ProcessKind {
     TuiDaemon,
     /// The TUI itself (`--no-daemon`), or a codex whose command line says nothing else.
     Tui,
+    /// Claude Code's native binary (`claude`, interactive or `-p`).
+    Claude,
 }
 
 impl ProcessKind {
@@ -105,6 +131,7 @@ impl ProcessKind {
             ProcessKind::AppServer => "app-server",
             ProcessKind::TuiDaemon => "tui-daemon",
             ProcessKind::Tui => "tui",
+            ProcessKind::Claude => "claude",
         }
     }
 }
@@ -124,6 +151,8 @@ pub enum ThreadState {
     Busy,
     /// Live, no turn open.
     Idle,
+    /// A Claude Code session whose pinned claude process runs (its turns are not tracked here).
+    Live,
     /// No trusted codex process holds it; a message for it waits until it is resumed.
     Ended,
 }
@@ -133,6 +162,7 @@ impl ThreadState {
         match self {
             ThreadState::Busy => "busy",
             ThreadState::Idle => "idle",
+            ThreadState::Live => "live",
             ThreadState::Ended => "ended",
         }
     }
@@ -142,6 +172,9 @@ impl ThreadState {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ThreadInfo {
     pub id: String,
+    /// Which agent runs it (absent in an older broker's answer: `codex`).
+    #[serde(default)]
+    pub host: Host,
     pub state: ThreadState,
     /// The open turn (busy threads).
     pub turn_id: Option<String>,
@@ -159,8 +192,9 @@ pub struct ThreadInfo {
     /// `session_meta.originator` (`codex_exec`, `codex_cli_rs`, ...).
     pub originator: Option<String>,
     pub cli_version: Option<String>,
-    /// The trusted codex process that holds it (live threads).
+    /// The trusted host process that holds it (live threads; a Claude Code session's pinned claude).
     pub process: Option<ProcessInfo>,
+    /// The rollout (a Claude Code session: its transcript).
     pub rollout: String,
     /// The rollout's last modification, Unix ms.
     pub last_activity_at: Option<i64>,
@@ -325,6 +359,7 @@ impl Lister {
         let info = facts.info;
         Some(ThreadInfo {
             id: info.id,
+            host: Host::Codex,
             state,
             turn_id,
             parent: info.parent,
@@ -349,6 +384,7 @@ impl Lister {
     /// rollouts first); with queue counts, children filled in, ordered for reading.
     pub fn list(&self, store: &Store, all: bool, limit: usize) -> anyhow::Result<Vec<ThreadInfo>> {
         let mut threads = self.live(store);
+        threads.extend(claude::sessions(store, all, limit)?);
         if all {
             let live: HashSet<String> = threads.iter().map(|t| t.id.clone()).collect();
             let mut ended = 0;

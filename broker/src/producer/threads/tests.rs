@@ -36,6 +36,7 @@ fn titles_come_from_user_prompts_only() {
 fn info(id: &str, parent: Option<&str>, state: ThreadState, at: i64) -> ThreadInfo {
     ThreadInfo {
         id: id.into(),
+        host: Default::default(),
         state,
         turn_id: None,
         parent: parent.map(Into::into),

@@ -65,10 +65,10 @@ fn short_age(now: i64, at: Option<i64>) -> String {
 pub fn render_table(threads: &[ThreadInfo], now: i64) -> String {
     use std::fmt::Write;
     if threads.is_empty() {
-        return "no live Codex threads Courier can reach (`broker threads --all` adds ended ones)\n".into();
+        return "no live Codex threads or Claude Code sessions Courier can reach (`broker threads --all` adds ended ones)\n".into();
     }
     let esc = |s: &str| crate::terminal::escape(s).into_owned();
-    let mut rows: Vec<[String; 7]> = vec![["THREAD", "STATE", "PROCESS", "QUEUED", "LAST", "CWD", "TITLE"].map(String::from)];
+    let mut rows: Vec<[String; 8]> = vec![["THREAD", "HOST", "STATE", "PROCESS", "QUEUED", "LAST", "CWD", "TITLE"].map(String::from)];
     for t in threads {
         let process = t.process.as_ref().map_or("-".to_string(), |p| format!("{} {}", p.kind.as_str(), p.pid));
         let queued = if t.undelivered > 0 { format!("{} ({} undelivered)", t.pending, t.undelivered) } else { t.pending.to_string() };
@@ -81,15 +81,24 @@ pub fn render_table(threads: &[ThreadInfo], now: i64) -> String {
             Some(a) => format!("{} (approval {}: {})", t.state.as_str(), a.id, esc(&a.command)),
             None => t.state.as_str().into(),
         };
-        rows.push([t.id.clone(), state, process, queued, short_age(now, t.last_activity_at), esc(t.cwd.as_deref().unwrap_or("-")), title]);
+        rows.push([
+            t.id.clone(),
+            t.host.as_str().into(),
+            state,
+            process,
+            queued,
+            short_age(now, t.last_activity_at),
+            esc(t.cwd.as_deref().unwrap_or("-")),
+            title,
+        ]);
     }
-    let widths: Vec<usize> = (0..6).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..7).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
     let mut out = String::new();
     for r in rows {
         for (i, w) in widths.iter().enumerate() {
             let _ = write!(out, "{:<w$}  ", r[i], w = *w);
         }
-        let _ = writeln!(out, "{}", r[6]);
+        let _ = writeln!(out, "{}", r[7]);
     }
     out
 }

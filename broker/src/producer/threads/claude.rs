@@ -1,0 +1,54 @@
+//! The Claude Code sessions of `broker threads`: the sessions the Claude Code gate pinned to a
+//! proven claude process (`claude_sessions`, `claude/session.rs`). Nothing a model can write
+//! makes one appear: a pin is taken only by a hook every kernel step proved. A session is live
+//! while its pinned claude (pid and start time) runs, else ended.
+
+use super::{Host, ProcessInfo, ProcessKind, ThreadInfo, ThreadState};
+use crate::store::{SessionPin, Store};
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+
+/// The live sessions and, with `all`, up to `limit` ended ones (most recently pinned first).
+pub fn sessions(store: &Store, all: bool, limit: usize) -> anyhow::Result<Vec<ThreadInfo>> {
+    let mut ended = 0;
+    let mut out = Vec::new();
+    for pin in store.claude_session_pins()? {
+        let live = pin.owner.is_alive();
+        if !live && (!all || ended >= limit) {
+            continue;
+        }
+        ended += usize::from(!live);
+        out.push(describe(&pin, live));
+    }
+    Ok(out)
+}
+
+fn describe(pin: &SessionPin, live: bool) -> ThreadInfo {
+    let pid = pin.owner.pid;
+    let proc_link = |what: &str| std::fs::read_link(format!("/proc/{pid}/{what}")).ok().map(|p| p.display().to_string());
+    // Read while the owner runs; checked again after, so a reused pid lends nothing.
+    let (cwd, exe) = if live { (proc_link("cwd"), proc_link("exe")) } else { (None, None) };
+    let live = live && pin.owner.is_alive();
+    let mtime = std::fs::metadata(&pin.transcript_path).ok().map(|m| m.mtime() * 1000 + m.mtime_nsec() / 1_000_000);
+    ThreadInfo {
+        id: pin.session_id.clone(),
+        host: Host::ClaudeCode,
+        state: if live { ThreadState::Live } else { ThreadState::Ended },
+        turn_id: None,
+        parent: None,
+        root: None,
+        children: Vec::new(),
+        cwd: cwd.filter(|_| live),
+        title: None,
+        agent_nickname: None,
+        originator: None,
+        cli_version: None,
+        process: live.then(|| ProcessInfo { pid, kind: ProcessKind::Claude, exe: exe.unwrap_or_default() }),
+        rollout: pin.transcript_path.clone(),
+        last_activity_at: mtime,
+        pending: 0,
+        undelivered: 0,
+        messages: BTreeMap::new(),
+        waiting_on_approval: Vec::new(),
+    }
+}
