@@ -81,11 +81,18 @@ fn a_message_reaches_the_interactive_tui_session_once_and_is_confirmed() {
     assert_eq!(carrying.len(), 1, "{system:?}");
     assert!(carrying[0].starts_with("PostToolUse:Bash hook additional context: "), "{}", carrying[0]);
 
-    // What the person sees of it: the turn, not the message, neither in the normal view nor in
-    // the detailed transcript (ctrl+o), which names the hook and not its context.
+    // The person's receipt line (`systemMessage`) is for the screen only: no model request has it.
+    let line = format!("Courier delivered 1 message from ci-bot ({id})");
+    let leaked: Vec<usize> = api.requests().iter().filter(|r| r.body_contains("Courier delivered")).map(|r| r.index).collect();
+    assert!(leaked.is_empty(), "the receipt line reached the model in requests {leaked:?}:\n{}", api.dump());
+
+    // What the person sees of it: the turn and the receipt line, not the message, neither in the
+    // normal view nor in the detailed transcript (ctrl+o), which names the hook and not its context.
     eprintln!("--- TUI\n{screen}");
     assert!(screen.contains(PROMPT) && screen.contains("Ran 1 shell command"), "{screen}");
     assert!(!screen.contains(&text) && !screen.contains("additional context"), "the TUI shows the hook's context:\n{screen}");
+    let shown = tui.wait_for(&line, Duration::from_secs(10));
+    assert!(shown.contains(&format!("says: {line}")), "the receipt line as Claude Code shows it:\n{shown}");
     tui.send_keys(&["C-o"]);
     let detail = tui.wait_for("Showing detailed transcript", Duration::from_secs(10));
     eprintln!("--- TUI, ctrl+o\n{detail}");

@@ -10,6 +10,7 @@
 
 use super::gate::Proven;
 use super::Event;
+use crate::config::Receipts;
 use crate::store::{Channel, HandOff, Message, Store};
 use anyhow::Result;
 use serde_json::json;
@@ -24,8 +25,9 @@ const LEASE_MS: i64 = 10_000;
 pub const NOTHING: &str = "{}";
 
 /// What a proven hook is answered: [`NOTHING`], or at a main-conversation PostToolUse the
-/// session's oldest pending messages, already recorded as handed.
-pub fn offer(store: &mut Store, p: &Proven) -> Result<String> {
+/// session's oldest pending messages, already recorded as handed, with the person's receipt line
+/// unless `receipts` is off.
+pub fn offer(store: &mut Store, p: &Proven, receipts: Receipts) -> Result<String> {
     let pay = &p.payload;
     if pay.event != Event::PostToolUse || pay.agent_id.is_some() {
         return Ok(NOTHING.to_string());
@@ -43,5 +45,11 @@ pub fn offer(store: &mut Store, p: &Proven) -> Result<String> {
     crate::failpoint::hit("claude_after_hand_off");
     let ids: Vec<&str> = lease.messages.iter().map(|m| m.id.as_str()).collect();
     crate::log_info!("claude: handed {} to session {} (pid {}) at PostToolUse", ids.join(", "), pay.session_id, p.key().pid);
-    Ok(json!({"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": text}}).to_string())
+    let mut answer = json!({"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": text}});
+    if receipts == Receipts::Line {
+        // Claude Code shows `systemMessage` to the person (`PostToolUse:<tool> says: ...`) and
+        // sends it to no model; without it the person sees nothing of a delivery.
+        answer["systemMessage"] = Message::receipt_line(&lease.messages).into();
+    }
+    Ok(answer.to_string())
 }

@@ -12,6 +12,7 @@ use super::peer::{self, Holder};
 use super::Event;
 use crate::exe::digest::{DigestCache, Lookup};
 use crate::exe::ExeKey;
+pub use crate::gate::ClaudeTrust;
 use crate::gate::Refusal;
 use crate::os::ProcessKey;
 use crate::refusal::RefusalCode;
@@ -20,16 +21,6 @@ use serde_json::Value;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-
-/// What the gate needs to know of trust (answered from the store by the hook service).
-pub trait ClaudeTrust {
-    /// Whether a hex SHA-256 is a trusted Claude Code binary.
-    fn is_trusted(&self, sha256: &str) -> bool;
-    /// Whether the file at `path` is worth waiting for its hash (a trusted binary's path).
-    fn is_expected(&self, path: &Path, size: u64) -> bool;
-    /// A digest recorded for a file of exactly this identity (`broker trust-claude`, install).
-    fn known_digest(&self, key: &ExeKey) -> Option<String>;
-}
 
 /// Environment variables that make a claude process run code that is not Claude Code's: Bun's
 /// preload and inspector, Bun-as-runtime, the dynamic loader's. `BUN_OPTIONS=--preload=x.js`

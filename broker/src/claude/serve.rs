@@ -8,6 +8,7 @@
 use super::deliver::NOTHING;
 use super::gate::{self, ClaudeTrust};
 use super::http;
+use crate::config::Receipts;
 use crate::exe::digest::DigestCache;
 use crate::exe::ExeKey;
 use crate::gate::Refusal;
@@ -34,6 +35,8 @@ struct Endpoint {
     /// Its own connection to the queue (as effort has): pins, trust and refusals.
     store: Mutex<Store>,
     digests: DigestCache,
+    /// Whether a delivery also shows the person a receipt line (`receipts` in the config).
+    receipts: Receipts,
     active: AtomicUsize,
     /// The current one-second window of recorded refusals: its start and count.
     recorded: Mutex<(Instant, usize)>,
@@ -41,12 +44,17 @@ struct Endpoint {
 
 /// Binds the port and starts the accept thread. A port that cannot be bound is logged and
 /// leaves Codex's side of the broker running.
-pub fn spawn(port: u16, state_dir: &Path, digests: DigestCache) -> Result<SocketAddr> {
+pub fn spawn(port: u16, state_dir: &Path, digests: DigestCache, receipts: Receipts) -> Result<SocketAddr> {
     let listener = TcpListener::bind(("127.0.0.1", port)).with_context(|| format!("binding 127.0.0.1:{port} for Claude Code hooks"))?;
     let addr = listener.local_addr()?;
     let store = Store::open(state_dir)?;
-    let endpoint =
-        Arc::new(Endpoint { store: Mutex::new(store), digests, active: AtomicUsize::new(0), recorded: Mutex::new((Instant::now(), 0)) });
+    let endpoint = Arc::new(Endpoint {
+        store: Mutex::new(store),
+        digests,
+        receipts,
+        active: AtomicUsize::new(0),
+        recorded: Mutex::new((Instant::now(), 0)),
+    });
     let confirming = Arc::clone(&endpoint);
     std::thread::Builder::new().name("claude-confirm".into()).spawn(move || loop {
         if let Err(e) = super::confirm::reconcile(&confirming.store, None) {
@@ -116,7 +124,7 @@ impl Endpoint {
         if let Err(e) = super::confirm::reconcile(&self.store, Some(&proven.payload.session_id)) {
             crate::log_warn!("claude: confirmation of session {}: {e:#}", proven.payload.session_id);
         }
-        let offered = super::deliver::offer(&mut crate::store::lock(&self.store), &proven);
+        let offered = super::deliver::offer(&mut crate::store::lock(&self.store), &proven, self.receipts);
         Ok(offered.unwrap_or_else(|e| {
             crate::log_error!("claude: delivery to session {}: {e:#}", proven.payload.session_id);
             NOTHING.to_string()

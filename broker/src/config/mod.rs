@@ -37,7 +37,7 @@ pub struct Config {
     /// Days to keep messages in a final state (confirmed, uncertain, expired, cancelled, applied,
     /// failed); 0 keeps them forever. Default [`DEFAULT_RETENTION_DAYS`].
     pub retention_days: Option<u64>,
-    /// What the person at the Codex TUI sees of a hook delivery: `"line"` (default) or `"off"`.
+    /// What the person at the Codex or Claude Code TUI sees of a hook delivery: `"line"` (default) or `"off"`.
     pub receipts: Receipts,
     /// `[effort]`: allowed levels, app-server deadline, the optional policy.
     pub effort: EffortConfig,

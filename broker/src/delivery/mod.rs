@@ -14,7 +14,7 @@ mod render;
 pub mod unseen;
 
 pub use confirm::{reconcile, reconcile_shared, set_scan_budget, settle_line, Scan, SERVE_SCAN_BUDGET};
-pub use render::{receipt, render};
+pub use render::render;
 
 use crate::config::Receipts;
 use crate::envelope::output_budget;

@@ -244,11 +244,11 @@ fn largest_message_is_confirmed_only_whole() {
 #[test]
 fn receipt_names_senders_and_ids_and_escapes_labels() {
     let one = [msg("m_1", "hi", Some("ci-bot"))];
-    assert_eq!(receipt(&one), "Courier delivered 1 message from ci-bot (m_1)");
+    assert_eq!(Message::receipt_line(&one), "Courier delivered 1 message from ci-bot (m_1)");
     let many: Vec<Message> = (1..=6).map(|i| msg(&format!("m_{i}"), "x", Some(["a", "b", "c", "d"][i % 4]))).collect();
-    assert_eq!(receipt(&many), "Courier delivered 6 messages from b, c, d, 1 more (m_1, m_2, m_3, m_4, +2)");
+    assert_eq!(Message::receipt_line(&many), "Courier delivered 6 messages from b, c, d, 1 more (m_1, m_2, m_3, m_4, +2)");
     let hostile = [msg("m_1", "x", Some("evil\u{1b}]52;c;AAAA\u{7}\u{202e}"))];
-    let r = receipt(&hostile);
+    let r = Message::receipt_line(&hostile);
     assert!(!r.chars().any(|c| c.is_control() || c == '\u{202e}'), "{r:?}");
     assert!(r.contains("evil\\u{1b}]52;c;AAAA\\u{7}\\u{202e}"), "{r}");
     let out: serde_json::Value = serde_json::from_str(&render(HookEvent::PostToolUse, &one, Receipts::Line)).unwrap();
@@ -258,7 +258,7 @@ fn receipt_names_senders_and_ids_and_escapes_labels() {
     assert_eq!(off, serde_json::json!({"decision": "block", "reason": one[0].wrapped()})); // A `thread:` sender whose seal did not check is named as the model saw it.
     let forged =
         Message { sender_check: Some(seal::SenderCheck::NoSeal), ..msg("m_1", "x", Some("thread:01a230ea-9c25-7f00-9aa4-f797ec10b8ef")) };
-    assert_eq!(receipt(std::slice::from_ref(&forged)), "Courier delivered 1 message from unverified (m_1)");
+    assert_eq!(Message::receipt_line(std::slice::from_ref(&forged)), "Courier delivered 1 message from unverified (m_1)");
     assert!(forged.wrapped().starts_with("<courier-message id=\"m_1\" from=\"unverified\">"), "{}", forged.wrapped());
 }
 

@@ -5,10 +5,12 @@
 //! channel build their output from it. No queue types here.
 
 pub mod label;
+mod receipt;
 pub mod seal;
 mod wrapper;
 
 use codex_format::hook::{Delivery, HookEvent};
+pub use receipt::receipt;
 
 /// Bytes of rendered text (wrappers, escaped bodies, labels, newlines) one hook call hands out.
 /// Codex counts a hook's `additionalContext` at ceil(bytes / 4) tokens against the handler's

@@ -17,8 +17,7 @@
 //! claude cannot be claimed.
 
 use super::sender::ToolSender;
-use super::{CodexTrust, Gate, Peer};
-use crate::claude::gate::ClaudeTrust;
+use super::{ClaudeTrust, CodexTrust, Gate, Peer};
 use crate::exe::digest::Lookup;
 use crate::os;
 use crate::store::SessionPin;

@@ -132,6 +132,18 @@ impl Verified {
     }
 }
 
+/// What the Claude Code gate (`claude/gate.rs`) and the Claude sender check (`claude_sender.rs`)
+/// ask about Claude Code binaries, answered from the store. Declared here, below the Claude wing,
+/// so the sender check needs nothing of the wing above it.
+pub trait ClaudeTrust {
+    /// Whether a hex SHA-256 is a trusted Claude Code binary.
+    fn is_trusted(&self, sha256: &str) -> bool;
+    /// Whether the file at `path` is worth waiting for its hash (a trusted binary's path).
+    fn is_expected(&self, path: &Path, size: u64) -> bool;
+    /// A digest recorded for a file of exactly this identity (`broker trust-claude`, install).
+    fn known_digest(&self, key: &crate::exe::ExeKey) -> Option<String>;
+}
+
 /// What the gate asks about Codex binaries. The server answers from the trusted set in the store
 /// and the upgrade follower's resolutions; a plain closure over digests serves tests.
 pub trait CodexTrust {

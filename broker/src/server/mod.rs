@@ -139,7 +139,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     spawn_wake(&broker, opts.codex_home.clone(), maintenance::open_watch(&opts.state_dir, "wake"))?;
     if let Some(port) = opts.claude_hook_port {
         // Fail open: a port taken by another program costs Claude Code its deliveries, not Codex.
-        match crate::claude::serve::spawn(port, &opts.state_dir, broker.gate.digests().clone()) {
+        match crate::claude::serve::spawn(port, &opts.state_dir, broker.gate.digests().clone(), opts.receipts) {
             Ok(addr) => crate::log_info!("serving Claude Code hooks on http://{addr}/hook/<Event>"),
             Err(e) => crate::log_error!("Claude Code hooks not served: {e:#}"),
         }

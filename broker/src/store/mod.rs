@@ -191,6 +191,14 @@ impl Message {
         crate::envelope::wrapped(&self.id, self.from.as_deref(), self.shown_sender(), &self.body)
     }
 
+    /// The line the person is shown for `messages` handed together (`envelope::receipt`): each
+    /// sender as the model was shown it, so a forged `thread:` row reads `unverified` here too.
+    pub fn receipt_line(messages: &[Message]) -> String {
+        let shown: Vec<(&str, &str)> =
+            messages.iter().map(|m| (m.id.as_str(), crate::envelope::shown_label(m.from.as_deref(), m.shown_sender()))).collect();
+        crate::envelope::receipt(&shown)
+    }
+
     /// How its sender is shown: as its lease decided (`envelope/seal.rs`); a row handed before
     /// senders were sealed shows as it was then (a `thread:` sender verified, any other a label).
     pub fn shown_sender(&self) -> SenderCheck {
