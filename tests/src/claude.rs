@@ -100,10 +100,18 @@ impl ClaudeEnv {
     /// Courier's HTTP hooks (`http://127.0.0.1:PORT/hook/<Event>` for UserPromptSubmit,
     /// PreToolUse, PostToolUse and Stop, each with a `timeout` of 5 s) and nothing else.
     pub fn set_courier_hooks(&self, port: u16) {
-        let hook = |event: &str| json!({"type": "http", "url": format!("http://127.0.0.1:{port}/hook/{event}"), "timeout": 5});
         let entries: Vec<(&str, &str, Value)> =
-            COURIER_EVENTS.iter().map(|e| (*e, if e.ends_with("ToolUse") { "*" } else { "" }, hook(e))).collect();
+            COURIER_EVENTS.iter().map(|e| (*e, if e.ends_with("ToolUse") { "*" } else { "" }, courier_hook(port, e))).collect();
         self.set_hook_entries(&entries);
+    }
+
+    /// Courier's HTTP hooks exactly as `broker install` writes them (one group per event, no
+    /// matcher: every tool), Bash allowed, nothing else.
+    pub fn set_installed_hooks(&self, port: u16) {
+        let by_event: serde_json::Map<String, Value> =
+            COURIER_EVENTS.iter().map(|e| (e.to_string(), json!([{"hooks": [courier_hook(port, e)]}]))).collect();
+        let settings = json!({"permissions": {"allow": ["Bash"]}, "hooks": by_event});
+        write_json(&self.home.join(".claude/settings.json"), &settings);
     }
 
     /// `~/.claude/settings.json` allowing Bash and registering exactly these (event, matcher,
@@ -122,8 +130,14 @@ impl ClaudeEnv {
     /// scripted API, and every switch that keeps it offline (no telemetry, updates, reports).
     pub fn command(&self) -> Command {
         let mut c = Command::new(&self.claude);
-        c.current_dir(&self.work).env_clear();
-        c.envs([
+        c.current_dir(&self.work).env_clear().envs(self.env_vars());
+        c
+    }
+
+    /// The whole environment [`ClaudeEnv::command`] gives claude, for a runner that takes it as
+    /// pairs (the TUI under tmux).
+    pub fn env_vars(&self) -> Vec<(String, String)> {
+        [
             ("HOME", self.home.display().to_string()),
             ("PATH", "/usr/local/bin:/usr/bin:/bin".into()),
             ("SHELL", "/bin/bash".into()),
@@ -133,8 +147,10 @@ impl ClaudeEnv {
             ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
             ("DISABLE_AUTOUPDATER", "1".into()),
             ("DISABLE_ERROR_REPORTING", "1".into()),
-        ]);
-        c
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
     }
 
     /// `claude -p <prompt> --output-format stream-json --verbose`, bounded by [`PRINT_TIMEOUT`].
@@ -154,6 +170,11 @@ impl Drop for ClaudeEnv {
     fn drop(&mut self) {
         remove_test_root(&self.root);
     }
+}
+
+/// One of Courier's HTTP hooks: `event` posted to the broker's port, with install's 5 s timeout.
+fn courier_hook(port: u16, event: &str) -> Value {
+    json!({"type": "http", "url": format!("http://127.0.0.1:{port}/hook/{event}"), "timeout": 5})
 }
 
 fn write_json(path: &Path, v: &Value) {

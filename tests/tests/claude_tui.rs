@@ -1,0 +1,94 @@
+//! The interactive Claude Code TUI (the real pinned binary, `COURIER_CLAUDE_BIN`) under tmux, as
+//! a person runs it: a private home, Courier's four HTTP hooks, a broker serving the hook port.
+//! The person types a prompt; a message queued with `send --wait confirmed` while the model's
+//! Bash call runs reaches the model once, the receipt is `confirmed`, and the pane shows what the
+//! person sees of it (docs/claude-code.md "In the TUI").
+//!
+//! Skips (and says so) only when COURIER_CLAUDE_BIN is unset; `install/test.sh` sets it.
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use courier_tests::claude::ClaudeEnv;
+use courier_tests::messages::{ScriptedMessages, Turn};
+use courier_tests::tmux::Tmux;
+use courier_tests::util::{marker, poll_until, str_field};
+use courier_tests::{Broker, CodexEnv};
+use serde_json::Value;
+
+const PROMPT: &str = "please run the command";
+const BOUND: Duration = Duration::from_secs(60);
+
+/// The session id of the first proven hook in the broker log (`claude hook <Event> of session
+/// <id> from pid <pid>: proven`).
+fn proven_session(broker: &Broker) -> String {
+    poll_until(BOUND, || {
+        broker.log_text().lines().find_map(|l| {
+            let rest = l.split("claude hook ").nth(1)?.strip_suffix(": proven")?;
+            Some(rest.split(' ').nth(3)?.to_string())
+        })
+    })
+    .unwrap_or_else(|| panic!("no proven hook; log:\n{}", broker.log_text()))
+}
+
+#[test]
+fn a_message_reaches_the_interactive_tui_session_once_and_is_confirmed() {
+    // The prompt's turn runs one Bash call long enough to queue a message, then ends; side
+    // queries (titles and the like, not streamed or not the prompt's) get plain text.
+    let api = ScriptedMessages::start_with(|r| match (r.is_stream() && r.body_contains(PROMPT), r.tool_results().is_empty()) {
+        (true, true) => Turn::bash("sleep 4; echo slept"),
+        (true, false) => Turn::text("all done"),
+        (false, _) => Turn::text("ok"),
+    });
+    let Some(env) = ClaudeEnv::new(&api) else {
+        eprintln!("skipped: COURIER_CLAUDE_BIN is unset (install/fetch-claude.sh prints the path; install/test.sh sets it)");
+        return;
+    };
+    let codex_env = CodexEnv::with_base_url("http://127.0.0.1:9/v1");
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    std::fs::write(&codex_env.courier_config, format!("log_level = \"debug\"\n[claude]\nhook_port = {port}\n")).unwrap();
+    let broker = Broker::start(&codex_env);
+    broker.run_ok(&["trust-claude", &env.claude.display().to_string()]);
+    env.set_installed_hooks(port);
+
+    // The TUI, and the person typing the prompt once it is ready for input.
+    let mut vars = env.env_vars();
+    vars.push(("TERM".into(), "xterm-256color".into()));
+    let tui = Tmux::start(&[env.claude.display().to_string()], &vars, &env.work);
+    tui.wait_for("shift+tab to cycle", BOUND);
+    tui.send_keys(&["-l", PROMPT]);
+    tui.send_keys(&["Enter"]);
+
+    // While the Bash call sleeps: queue a message for the session the hooks proved.
+    let sid = proven_session(&broker);
+    let text = marker("CLAUDE_TUI");
+    let sent = broker.run(&["send", "--thread", &sid, "--from", "ci-bot", "--wait", "confirmed", "--timeout", "60s", "--json", &text]);
+    let report = String::from_utf8_lossy(&sent.stdout).to_string();
+    assert!(sent.status.success(), "send: {:?}\n{report}\n{}\n{}", sent.status, String::from_utf8_lossy(&sent.stderr), broker.log_text());
+    let receipt: Value = serde_json::from_str(report.trim().lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {report}"));
+    assert_eq!(receipt.pointer("/message/state").and_then(Value::as_str), Some("confirmed"), "{receipt}");
+    let id = str_field(&receipt, "id").to_string();
+    assert_eq!(broker.message_state(&id), "confirmed");
+
+    // The model got it once: in the request after the tool result, as the hook's context.
+    let screen = tui.wait_for("all done", BOUND);
+    let after = api.wait_for(Duration::from_secs(5), "the tool result", |r| !r.tool_results().is_empty());
+    assert_eq!(after.body.to_string().matches(&text).count(), 1, "once in the request: {}", after.body);
+    let with: Vec<usize> = api.requests().iter().filter(|r| r.body_contains(&text)).map(|r| r.index).collect();
+    assert_eq!(with, [after.index], "only the request after the tool result carries it:\n{}", api.dump());
+    let system = after.texts("system");
+    let carrying: Vec<&String> = system.iter().filter(|t| t.contains(&text)).collect();
+    assert_eq!(carrying.len(), 1, "{system:?}");
+    assert!(carrying[0].starts_with("PostToolUse:Bash hook additional context: "), "{}", carrying[0]);
+
+    // What the person sees of it: the turn, not the message, neither in the normal view nor in
+    // the detailed transcript (ctrl+o), which names the hook and not its context.
+    eprintln!("--- TUI\n{screen}");
+    assert!(screen.contains(PROMPT) && screen.contains("Ran 1 shell command"), "{screen}");
+    assert!(!screen.contains(&text) && !screen.contains("additional context"), "the TUI shows the hook's context:\n{screen}");
+    tui.send_keys(&["C-o"]);
+    let detail = tui.wait_for("Showing detailed transcript", Duration::from_secs(10));
+    eprintln!("--- TUI, ctrl+o\n{detail}");
+    assert!(detail.contains("Bash(sleep 4; echo slept)") && detail.contains("1 PostToolUse hook ran"), "{detail}");
+    assert!(!detail.contains(&text) && !detail.contains("additional context"), "the transcript view shows the hook's context:\n{detail}");
+}
