@@ -1,7 +1,7 @@
 //! Step 3: trusted ancestry. Parents of the peer (at most [`MAX_ANCESTRY`] levels, all of the
 //! broker's uid, start times consistent) must reach a process whose executable's SHA-256 is
-//! trusted: "codex". And, last of all checks, [`recheck`]: every process of that chain is still
-//! the one that was checked.
+//! trusted: "codex" (for a command claiming a Claude Code session, either host's binary). And,
+//! last of all checks, [`recheck`]: every process of that chain is still the one that was checked.
 
 use super::{now_ms, CodexTrust, Gate, HookRequest, Peer, Refusal, RefusalCode, DIGEST_WAIT_MS};
 use crate::exe::digest;
