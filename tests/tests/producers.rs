@@ -263,7 +263,7 @@ fn threads_and_cwd_addressing() {
     let (_, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("no live Codex thread runs in") && stderr.contains(&ta) && stderr.contains(&tb),
+        stderr.contains("no live Codex thread or Claude Code session runs in") && stderr.contains(&ta) && stderr.contains(&tb),
         "lists the candidates: {stderr}"
     );
 

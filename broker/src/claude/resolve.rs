@@ -186,18 +186,7 @@ fn version_of(native: &Path, layout: Layout) -> Option<String> {
 
 /// What `install` and `doctor` find: the user's `claude` command(s) resolved, with a note for
 /// each that could not be.
-#[derive(Debug, Default)]
-pub struct Discovery {
-    pub found: Vec<Resolved>,
-    pub problems: Vec<(PathBuf, String)>,
-}
-
-impl Discovery {
-    /// Whether any `claude` command was seen, resolved or not.
-    pub fn any(&self) -> bool {
-        !self.found.is_empty() || !self.problems.is_empty()
-    }
-}
+pub type Discovery = crate::exe::discovery::Discovery<Resolved>;
 
 /// The `claude` commands a user may run: the one on PATH, then the native installer's and the
 /// local install's well-known places (a login shell may have them on PATH when this one does not).
@@ -213,39 +202,14 @@ pub fn user_commands(home: &Path, path_var: Option<&std::ffi::OsStr>) -> Vec<Pat
 
 /// Every command in `commands` resolved; one entry per (command, native).
 pub fn discover(commands: &[PathBuf]) -> Discovery {
-    let mut d = Discovery::default();
-    for c in commands {
-        match resolve(c) {
-            Ok(r) if !d.found.iter().any(|f| f.native == r.native && f.command == r.command) => d.found.push(r),
-            Ok(_) => {}
-            Err(e) => d.problems.push((c.clone(), format!("{e:#}"))),
-        }
-    }
-    d
+    Discovery::of(commands, resolve, |r| (&r.native, &r.command))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::{symlink, PermissionsExt};
-
-    /// A small real ELF to stand in for the native binary (the resolver reads only its head).
-    fn elf() -> Vec<u8> {
-        std::fs::read("/bin/true").unwrap()
-    }
-
-    fn root(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("courier-claude-resolve-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d.canonicalize().unwrap()
-    }
-
-    fn write(path: &Path, bytes: &[u8], mode: u32) {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, bytes).unwrap();
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
-    }
+    use crate::exe::discovery::testfs::{elf, root, write};
+    use std::os::unix::fs::symlink;
 
     /// The stub npm ships as `bin/claude.exe` until the postinstall replaces it (2.1.332's, cut).
     const STUB: &[u8] = b"echo \"Error: claude native binary not installed.\" >&2\nexit 1\n";
@@ -267,7 +231,7 @@ mod tests {
 
     #[test]
     fn npm_global_bin_symlink_reaches_the_binary_the_postinstall_placed() {
-        let r = root("npm");
+        let r = root("claude-npm");
         let nm = r.join("lib/node_modules");
         let (wrapper, _) = npm_layout(&nm, &nm, &elf());
         std::fs::create_dir_all(r.join("bin")).unwrap();
@@ -293,7 +257,7 @@ mod tests {
 
     #[test]
     fn a_stub_without_its_platform_package_says_how_to_fix_it() {
-        let r = root("stub-only");
+        let r = root("claude-stub-only");
         let wrapper = r.join("node_modules").join(NPM_PACKAGE).join("bin/claude.exe");
         write(&wrapper, STUB, 0o755);
         let e = format!("{:#}", resolve(&wrapper).unwrap_err());
@@ -302,7 +266,7 @@ mod tests {
 
     #[test]
     fn pnpm_shim_into_its_store() {
-        let r = root("pnpm");
+        let r = root("claude-pnpm");
         let store = r.join("global/5/.pnpm");
         let cc_nm = store.join("@anthropic-ai+claude-code@2.1.332/node_modules");
         let plat_nm = store.join("@anthropic-ai+claude-code-linux-x64@2.1.332/node_modules");
@@ -320,7 +284,7 @@ mod tests {
 
     #[test]
     fn native_installer_symlink_and_the_local_wrapper() {
-        let r = root("native");
+        let r = root("claude-native");
         let native = r.join("home/.local/share/claude/versions/2.1.332");
         write(&native, &elf(), 0o755);
         std::fs::create_dir_all(r.join("home/.local/bin")).unwrap();
@@ -346,7 +310,7 @@ mod tests {
 
     #[test]
     fn node_launchers_and_other_scripts_are_refused_with_a_reason() {
-        let r = root("refused");
+        let r = root("claude-refused");
         let cli = r.join("node_modules/@anthropic-ai/claude-code/cli.js");
         write(&cli, b"#!/usr/bin/env node\n// old Claude Code\n", 0o755);
         let e = format!("{:#}", resolve(&cli).unwrap_err());

@@ -272,11 +272,7 @@ pub fn managed_daemon_releases(codex_home: &Path) -> Vec<Resolved> {
 
 /// What `broker install`, `doctor` and the follower see: the user's `codex` command(s) resolved,
 /// then every managed-daemon release; with a note for each that could not be resolved.
-#[derive(Debug, Default)]
-pub struct Discovery {
-    pub found: Vec<Resolved>,
-    pub problems: Vec<(PathBuf, String)>,
-}
+pub type Discovery = crate::exe::discovery::Discovery<Resolved>;
 
 impl Discovery {
     pub fn natives(&self) -> impl Iterator<Item = &Path> {
@@ -292,42 +288,14 @@ pub fn discover(commands: &[PathBuf], codex_home: &Path) -> Discovery {
 
 /// The user's `codex` command(s) resolved, without the managed-daemon releases.
 pub fn discover_commands(commands: &[PathBuf]) -> Discovery {
-    let mut d = Discovery::default();
-    for c in commands {
-        match resolve(c) {
-            Ok(r) => {
-                if !d.found.iter().any(|f| f.native == r.native && f.command == r.command) {
-                    d.found.push(r);
-                }
-            }
-            Err(e) => d.problems.push((c.clone(), format!("{e:#}"))),
-        }
-    }
-    d
+    Discovery::of(commands, resolve, |r| (&r.native, &r.command))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::{symlink, PermissionsExt};
-
-    /// A small real ELF to stand in for the native binary (the resolver reads only its head).
-    fn elf() -> Vec<u8> {
-        std::fs::read("/bin/true").unwrap()
-    }
-
-    fn root(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("courier-resolve-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d.canonicalize().unwrap()
-    }
-
-    fn write(path: &Path, bytes: &[u8], mode: u32) {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, bytes).unwrap();
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
-    }
+    use crate::exe::discovery::testfs::{elf, root, write};
+    use std::os::unix::fs::symlink;
 
     const LAUNCHER: &[u8] = b"#!/usr/bin/env node\n// codex launcher\n";
 

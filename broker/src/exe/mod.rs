@@ -3,6 +3,7 @@
 //! key trusted binaries by them.
 
 pub mod digest;
+pub mod discovery;
 
 use sha2::{Digest, Sha256};
 use std::fs::File;

@@ -1,7 +1,7 @@
 //! Step 3: trusted ancestry. Parents of the peer (at most [`MAX_ANCESTRY`] levels, all of the
 //! broker's uid, start times consistent) must reach a process whose executable's SHA-256 is
-//! trusted: "codex". And, last of all checks, [`recheck`]: every process of that chain is still
-//! the one that was checked.
+//! trusted: "codex" (for a command claiming a Claude Code session, either host's binary). And,
+//! last of all checks, [`recheck`]: every process of that chain is still the one that was checked.
 
 use super::{now_ms, CodexTrust, Gate, HookRequest, Peer, Refusal, RefusalCode, DIGEST_WAIT_MS};
 use crate::exe::digest;
@@ -83,7 +83,7 @@ impl Gate {
             ppid = member.ppid;
             chain.push(member);
         }
-        Err(passed.refusal())
+        Err(passed.refusal(trust.host()))
     }
 
     /// The parent `pid` of a process started at `child_start`: not younger than its child, and
@@ -147,7 +147,7 @@ fn exe_name(pid: i32) -> String {
 struct Passed {
     /// The first codex-named ancestor that is not trusted.
     codexish: Option<String>,
-    /// The first expected Codex binary that was still being hashed.
+    /// The first expected host binary that was still being hashed.
     pending: Option<String>,
 }
 
@@ -163,17 +163,17 @@ impl Passed {
         }
     }
 
-    /// Why no trusted Codex was found: one still being hashed, an untrusted codex, or none.
-    fn refusal(self) -> Refusal {
+    /// Why no trusted `host` binary was found: one still being hashed, an untrusted codex, or none.
+    fn refusal(self, host: &str) -> Refusal {
         if let Some(who) = self.pending {
             return Refusal::new(
                 RefusalCode::DigestPending,
-                format!("Codex binary of ancestor {who} is new and was still being hashed; later calls will be verified"),
+                format!("{host} binary of ancestor {who} is new and was still being hashed; later calls will be verified"),
             );
         }
         match self.codexish {
             Some(who) => Refusal::new(RefusalCode::UntrustedCodex, format!("codex-named ancestor {who} is not trusted")),
-            None => Refusal::new(RefusalCode::NoCodexAncestor, format!("no trusted Codex executable within {MAX_ANCESTRY} parents")),
+            None => Refusal::new(RefusalCode::NoCodexAncestor, format!("no trusted {host} executable within {MAX_ANCESTRY} parents")),
         }
     }
 }

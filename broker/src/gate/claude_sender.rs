@@ -45,6 +45,9 @@ impl CodexTrust for Hosts<'_> {
     fn known_digest(&self, key: &crate::exe::ExeKey) -> Option<String> {
         self.claude.known_digest(key).or_else(|| self.codex.known_digest(key))
     }
+    fn host(&self) -> &'static str {
+        "Codex or Claude Code"
+    }
 }
 
 impl Gate {

@@ -159,6 +159,10 @@ pub trait CodexTrust {
     fn known_digest(&self, _key: &crate::exe::ExeKey) -> Option<String> {
         None
     }
+    /// The host(s) whose binaries this trusts, as a refusal names them.
+    fn host(&self) -> &'static str {
+        "Codex"
+    }
 }
 
 /// A closure over digests (tests, benches): an executable named `codex` is expected (waited

@@ -170,11 +170,11 @@ pub fn thread_for_cwd(live: &[ThreadInfo], cwd: &Path) -> Result<String, SendErr
         [one] => Ok(one.id.clone()),
         [] if top.is_empty() => Err(refused(
             ErrorCode::NoThreadForCwd,
-            format!("no live Codex thread runs in {} (none Courier can reach runs at all)", want.display()),
+            format!("no live Codex thread or Claude Code session runs in {} (none Courier can reach runs at all)", want.display()),
         )),
         [] => Err(refused(
             ErrorCode::NoThreadForCwd,
-            format!("no live Codex thread runs in {}; live threads:{}", want.display(), describe_candidates(&top)),
+            format!("no live Codex thread or Claude Code session runs in {}; live threads:{}", want.display(), describe_candidates(&top)),
         )),
         several => Err(refused(
             ErrorCode::SeveralThreadsForCwd,
