@@ -110,3 +110,22 @@ pub fn is_uuid(s: &str) -> bool {
             _ => c.is_ascii_hexdigit(),
         })
 }
+
+/// Whether `pid` runs: not gone, and not a zombie waiting for init to reap it.
+pub fn pid_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+}
+
+/// Live login children of `broker` (`serve --login` forks one that checks and may start a
+/// broker, up to 5 s later, once a silent lock holder exits): a test that needs no broker to
+/// appear behind its back waits for them.
+pub fn login_children(broker: &std::path::Path) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
+            args.first() == Some(&broker.as_os_str().as_encoded_bytes()) && args.contains(&&b"--login"[..]) && pid_alive(*pid)
+        })
+        .collect()
+}

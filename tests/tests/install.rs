@@ -17,28 +17,11 @@ use courier_tests::util::{marker, wait_until};
 use courier_tests::{broker_bin, CodexEnv, Hold, ScriptedModel};
 
 mod install_rig;
+use courier_tests::util::{login_children, pid_alive};
 use install_rig::{statuses, text, Rig};
 
 const T: Duration = Duration::from_secs(60);
 const EVENTS: [&str; 6] = ["sessionStart", "userPromptSubmit", "preToolUse", "postToolUse", "stop", "subagentStart"];
-
-fn pid_alive(pid: u32) -> bool {
-    // Gone, or a zombie waiting for init to reap it.
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
-}
-
-/// Live login children of `broker` (`serve --login` forks one that checks and may start a
-/// broker, up to 5 s later): Codex's login shells run the profile line of an install.
-fn login_children(broker: &Path) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
-            args.first() == Some(&broker.as_os_str().as_encoded_bytes()) && args.contains(&&b"--login"[..]) && pid_alive(*pid)
-        })
-        .collect()
-}
 
 fn exe_of(pid: u32) -> PathBuf {
     std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default()

@@ -256,6 +256,13 @@ fn login_line_returns_at_once_whatever_the_broker_state() {
     logins.wait_log("the socket-less broker noted", "(socket missing)");
     signal(pid, "TERM");
     wait_until(T, "the broker to exit", || gone(pid).then_some(()));
+    // The login children above were waiting on that broker; once it let its lock go they start
+    // one, as they should. Let them finish and stop what they started: the next phase needs none.
+    wait_until(T, "the earlier login lines to finish", || courier_tests::util::login_children(&broker_bin()).is_empty().then_some(()));
+    if let Some(started) = answering(env) {
+        signal(started, "TERM");
+        wait_until(T, "the broker they started to exit", || gone(started).then_some(()));
+    }
 
     // Half-started: the instance lock is held, no socket yet.
     // `-o`: the lock stays with flock itself (not inherited by `cat`), so flock's exit frees it;
