@@ -447,3 +447,36 @@ fn idle_broker_passes_skip_the_queue_until_something_is_committed() {
         "an idle pass costs {idle_cpu:.0}/{quiet_cpu:.0} ns, a pass with work {live_cpu:.0} ns"
     );
 }
+
+/// A start decided before a `broker stop` does not outlive it: a daemonized `serve` (as a login
+/// line or `broker start` spawns it) still waiting for the instance lock when the stop is
+/// recorded takes the lock, sees the mark, and exits without serving. Without this, a login line
+/// that found a silent lock holder and chose to start could start a broker right after the user
+/// stopped it.
+#[test]
+fn a_start_waiting_for_the_lock_yields_to_a_stop_recorded_meanwhile() {
+    let env = env();
+    std::fs::create_dir_all(&env.runtime_dir).unwrap();
+    // `-o`: the lock stays with flock itself, so closing `cat`'s stdin frees it.
+    let mut holder = Command::new("flock")
+        .arg("-o")
+        .arg(env.runtime_dir.join("broker.lock"))
+        .arg("cat")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until(T, "flock to hold the lock", || broker_lib::install::instance_holder(&env.runtime_dir).map(|_| ()));
+    let log = env.root.join("late-serve.log");
+    let mut serve = spawn_serve(&env, &log, &[(broker_lib::install::UNLESS_STOPPED_ENV, Path::new("1"))]);
+    // The serve waits (up to 3 s) for the lock; the stop is recorded meanwhile, then the lock goes.
+    broker_cmd(&env, &["stop"]);
+    drop(holder.stdin.take());
+    let _ = holder.wait();
+    let status = wait_exit(&mut serve);
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(status.success(), "{status}: {logged}");
+    assert!(logged.contains("not serving: `broker stop` came after this start was asked for"), "{logged}");
+    assert_eq!(answering(&env), None, "a broker serves after the stop");
+}

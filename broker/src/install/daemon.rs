@@ -9,6 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Set on a daemonized `serve`: once it holds the instance lock it serves only if no `broker stop`
+/// marker is there (a start decided before a stop must not outlive it).
+pub const UNLESS_STOPPED_ENV: &str = "COURIER_SERVE_UNLESS_STOPPED";
+
 /// Starts `exe serve` detached (own session, output to `$COURIER_STATE_DIR/broker.log`) unless a
 /// broker already answers; waits (bounded) until the new one answers. Returns its pid.
 pub fn daemonize(exe: &Path) -> Result<(u32, bool)> {
@@ -22,6 +26,9 @@ pub fn daemonize(exe: &Path) -> Result<(u32, bool)> {
     // The profile line runs in whatever login shell starts first, possibly one a Codex tool
     // command opened: the daemon keeps only what it needs, and no cwd.
     cmd.env_clear().envs(daemon_env(std::env::vars_os())).current_dir("/");
+    // Whoever asked for this start (a login line, `broker start` after clearing the marker) did
+    // so before this serve holds the lock; a `broker stop` in between must win.
+    cmd.env(UNLESS_STOPPED_ENV, "1");
     // SAFETY: setsid is async-signal-safe; it detaches the broker from the login's terminal.
     unsafe {
         use std::os::unix::process::CommandExt;
@@ -47,6 +54,9 @@ pub fn daemonize(exe: &Path) -> Result<(u32, bool)> {
         if let Ok(Some(status)) = child.try_wait() {
             if let Some(st) = client::query_status(&runtime) {
                 return Ok((st.pid, false));
+            }
+            if super::instance::stopped_on_purpose(&paths::state_dir()).is_some() {
+                bail!("`broker stop` came before this start took hold; nothing started (`broker start` starts it)");
             }
             let tail = fs::read_to_string(&log).unwrap_or_default();
             let tail: Vec<&str> = tail.lines().rev().take(5).collect();

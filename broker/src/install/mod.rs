@@ -50,7 +50,7 @@ use {
 pub use agent::{AgentEnv, ClaudeChoice, HostAgent};
 pub use bridge::{BridgeOptions, BRIDGE_UNIT};
 pub use config_toml::{add_trust, remove_trust};
-pub use daemon::{daemon_env, daemonize, login_start, stop_broker_running, DAEMON_ENV, DAEMON_ENV_PREFIXES};
+pub use daemon::{daemon_env, daemonize, login_start, stop_broker_running, DAEMON_ENV, DAEMON_ENV_PREFIXES, UNLESS_STOPPED_ENV};
 pub use hooks::{
     canonical_json, courier_context_limit, courier_status, courier_timeout, courier_trust_hash, hook_command, hook_trust_hash,
     hooks_source, merge_hooks, parse_hooks_list, shell_quote, snake_event, takes_context_limit, trust_key, unmerge_hooks, ListedHook,

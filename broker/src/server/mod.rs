@@ -116,6 +116,10 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     dirs::ensure_private_dir(&opts.runtime_dir)?;
     dirs::ensure_private_dir(&opts.state_dir)?;
     let _lock = lock_instance(&opts.runtime_dir, &opts.state_dir)?;
+    if std::env::var_os(crate::install::UNLESS_STOPPED_ENV).is_some() && crate::install::stopped_on_purpose(&opts.state_dir).is_some() {
+        crate::log_info!("not serving: `broker stop` came after this start was asked for (`broker start` starts it)");
+        return Ok(());
+    }
     let secret = dirs::ensure_secret(&opts.runtime_dir)?;
     // The key that seals verified senders: this process's memory only (envelope/seal.rs).
     crate::envelope::seal::start();
