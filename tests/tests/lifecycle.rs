@@ -222,6 +222,24 @@ fn broker_cmd(env: &CodexEnv, args: &[&str]) -> String {
     text(&out.stdout)
 }
 
+/// A process holding the instance lock (a broker half-started, or exiting) until its stdin
+/// closes. `-o`: the lock stays with flock itself (not inherited by `cat`), so flock's exit frees
+/// it; `cat` ends when its stdin (ours) closes, even if the test panics first, and holds none of
+/// the test run's output.
+fn hold_instance_lock(env: &CodexEnv) -> Child {
+    let holder = Command::new("flock")
+        .arg("-o")
+        .arg(env.runtime_dir.join("broker.lock"))
+        .arg("cat")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until(T, "flock to hold the lock", || broker_lib::install::instance_holder(&env.runtime_dir).map(|_| ()));
+    holder
+}
+
 fn gone(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
 }
@@ -265,19 +283,7 @@ fn login_line_returns_at_once_whatever_the_broker_state() {
     }
 
     // Half-started: the instance lock is held, no socket yet.
-    // `-o`: the lock stays with flock itself (not inherited by `cat`), so flock's exit frees it;
-    // `cat` ends when its stdin (ours) closes, even if this test panics first, and holds none of
-    // the test run's output.
-    let mut holder = Command::new("flock")
-        .arg("-o")
-        .arg(env.runtime_dir.join("broker.lock"))
-        .arg("cat")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_until(T, "flock to hold the lock", || broker_lib::install::instance_holder(&env.runtime_dir).map(|_| ()));
+    let mut holder = hold_instance_lock(env);
     let before = logins.log().matches("has not answered").count();
     logins.assert_quick("half-started (lock held, no socket)");
     wait_until(T, "the half-started broker noted", || (logins.log().matches("has not answered").count() > before).then_some(()));
@@ -457,17 +463,7 @@ fn idle_broker_passes_skip_the_queue_until_something_is_committed() {
 fn a_start_waiting_for_the_lock_yields_to_a_stop_recorded_meanwhile() {
     let env = env();
     std::fs::create_dir_all(&env.runtime_dir).unwrap();
-    // `-o`: the lock stays with flock itself, so closing `cat`'s stdin frees it.
-    let mut holder = Command::new("flock")
-        .arg("-o")
-        .arg(env.runtime_dir.join("broker.lock"))
-        .arg("cat")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_until(T, "flock to hold the lock", || broker_lib::install::instance_holder(&env.runtime_dir).map(|_| ()));
+    let mut holder = hold_instance_lock(&env);
     let log = env.root.join("late-serve.log");
     let mut serve = spawn_serve(&env, &log, &[(broker_lib::install::UNLESS_STOPPED_ENV, Path::new("1"))]);
     // The serve waits (up to 3 s) for the lock; the stop is recorded meanwhile, then the lock goes.
