@@ -111,9 +111,15 @@ pub fn is_uuid(s: &str) -> bool {
         })
 }
 
-/// Whether `pid` runs: not gone, and not a zombie waiting for init to reap it.
+/// Whether `pid` runs: any of its threads is neither gone nor a zombie. A process whose main
+/// thread has exited shows `Z` in `/proc/PID/stat` while its other threads still run and still
+/// hold its files (its instance lock among them); only when every thread is done is it gone.
 pub fn pid_alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok()).any(|stat| {
+        let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+        !(state.starts_with('Z') || state.starts_with('X'))
+    })
 }
 
 /// Live login children of `broker` (`serve --login` forks one that checks and may start a

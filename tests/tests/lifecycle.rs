@@ -241,7 +241,7 @@ fn hold_instance_lock(env: &CodexEnv) -> Child {
 }
 
 fn gone(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+    !courier_tests::util::pid_alive(pid)
 }
 
 /// The login-profile line never waits on the broker: with the broker missing, hung (SIGSTOP),
