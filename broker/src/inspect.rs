@@ -190,7 +190,7 @@ impl Report {
                     age(self.now - a.since),
                     a.state.as_str(),
                     escape(&short(a.thread.as_str())),
-                    escape(&a.command)
+                    escape(&a.summary())
                 );
             }
         }
@@ -209,7 +209,7 @@ impl Report {
                 r.outcome.map_or("sending", |o| o.as_str()),
                 r.via.as_str(),
                 escape(&r.by),
-                escape(&a.command)
+                escape(&a.summary())
             );
         }
     }
@@ -518,7 +518,9 @@ mod tests {
             turn: "u1".into(),
             call_id: Some(format!("call_{ticket}")),
             tool: "Bash".into(),
+            kind: crate::approval::ApprovalKind::Command,
             command: command.into(),
+            files: Vec::new(),
             reason: None,
             cwd: None,
             ticket: ticket.into(),

@@ -122,13 +122,18 @@ impl<T: Transport> Rpc<T> {
     /// Wait (bounded) for a server request `method` whose params satisfy `pred` (earlier ones
     /// count); returns the whole request (its `id` and `params`).
     pub fn wait_server_request(&mut self, method: &str, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Value {
-        let hit = |m: &Value| m.get("method").and_then(Value::as_str) == Some(method) && pred(&m["params"]);
+        self.wait_server_request_where(method, timeout, |m| m.get("method").and_then(Value::as_str) == Some(method) && pred(&m["params"]))
+    }
+
+    /// Wait (bounded) for a server request (the whole message) that satisfies `hit`, earlier
+    /// ones counting; `what` names it in the timeout's panic.
+    pub fn wait_server_request_where(&mut self, what: &str, timeout: Duration, hit: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(m) = self.server_requests.iter().find(|m| hit(m)) {
                 return m.clone();
             }
-            let msg = self.transport.recv(deadline, method);
+            let msg = self.transport.recv(deadline, what);
             self.keep(msg);
         }
     }

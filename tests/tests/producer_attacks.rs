@@ -150,7 +150,7 @@ fn ttl_overflows_are_refused_on_the_socket_and_over_mcp() {
 /// `all`, and the socket op behind it refuses an answer smuggled in as an extra field.
 #[test]
 fn mcp_lists_approvals_and_never_answers_them() {
-    use broker_lib::approval::{ApprovalState, NewApproval};
+    use broker_lib::approval::{ApprovalKind, ApprovalState, NewApproval};
     let env = CodexEnv::with_base_url("http://127.0.0.1:9");
     let broker = Broker::start(&env);
     // What a verified PermissionRequest hook records, written to the broker's own queue.
@@ -160,7 +160,9 @@ fn mcp_lists_approvals_and_never_answers_them() {
         turn: "u1".into(),
         call_id: Some("call_1".into()),
         tool: "Bash".into(),
+        kind: ApprovalKind::Command,
         command: "rm -rf build".into(),
+        files: Vec::new(),
         reason: Some("clean the build".into()),
         cwd: None,
         ticket: "k1".into(),

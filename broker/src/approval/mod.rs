@@ -1,5 +1,5 @@
-//! Approvals: a host agent blocked on a person (it asked to run a command and waits for a yes or
-//! a no). What one is, where it stands, and the rules of answering it, whatever the host: the
+//! Approvals: a host agent blocked on a person (it asked to run a command, or to change files,
+//! and waits for a yes or a no). What one is, where it stands, and the rules of answering it, whatever the host: the
 //! Codex specifics (its hook payload, its app-server request) live in `codex/approval.rs`, the
 //! table in `store/approvals.rs`, the answer service in `server/approvals.rs`.
 //!
@@ -46,6 +46,32 @@ impl ApprovalState {
 
     pub fn parse(s: &str) -> Option<ApprovalState> {
         ApprovalState::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+}
+
+/// What an approval asks for. An answer is bound to its kind: the answer to a command's approval
+/// never goes to a file change's request, nor the reverse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalKind {
+    /// Run a command (`command` is the command line the model gave).
+    Command,
+    /// Apply a patch (`command` is the patch, `files` the files it touches).
+    FileChange,
+}
+
+impl ApprovalKind {
+    pub const ALL: [ApprovalKind; 2] = [ApprovalKind::Command, ApprovalKind::FileChange];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ApprovalKind::Command => "command",
+            ApprovalKind::FileChange => "file_change",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ApprovalKind> {
+        ApprovalKind::ALL.into_iter().find(|k| k.as_str() == s)
     }
 }
 
@@ -136,7 +162,11 @@ pub struct NewApproval {
     /// The tool call asking, when the host named it or only one call was waiting.
     pub call_id: Option<String>,
     pub tool: String,
+    pub kind: ApprovalKind,
+    /// The command, or the patch.
     pub command: String,
+    /// The files a file change touches (none for a command).
+    pub files: Vec<String>,
     /// The model's stated reason.
     pub reason: Option<String>,
     pub cwd: Option<String>,
@@ -165,8 +195,13 @@ pub struct Approval {
     pub turn: String,
     pub call_id: Option<String>,
     pub tool: String,
+    pub kind: ApprovalKind,
+    /// The command, or the patch (`kind`).
     pub command: String,
+    /// The digest of `command`: of the patch, for a file change.
     pub command_digest: String,
+    /// The files a file change touches, as the host will name them (absolute paths).
+    pub files: Vec<String>,
     pub reason: Option<String>,
     pub cwd: Option<String>,
     /// When the hook saw it (ms since the epoch).
@@ -175,6 +210,19 @@ pub struct Approval {
     pub answer: Option<AnswerRecord>,
     /// Why it settled as it did (resolved: how it went away; unknown: why not known).
     pub detail: Option<String>,
+}
+
+impl Approval {
+    /// What it asks for, on one line: the command, or the files and the patch's digest.
+    pub fn summary(&self) -> String {
+        match self.kind {
+            ApprovalKind::Command => self.command.clone(),
+            ApprovalKind::FileChange => {
+                let digest = self.command_digest.get(..19).unwrap_or(&self.command_digest);
+                format!("file change: {} (patch {digest})", self.files.join(", "))
+            }
+        }
+    }
 }
 
 /// Why an answer cannot be taken.
@@ -217,7 +265,7 @@ pub fn of_thread(list: Vec<Approval>, thread: Option<&ThreadId>) -> Vec<Approval
     list.into_iter().filter(|a| thread.is_none_or(|t| a.thread == *t)).collect()
 }
 
-/// The table `broker approvals` prints: id, age, thread, command, reason.
+/// The table `broker approvals` prints: id, age, thread, what it asks for, reason.
 pub fn render(list: &[Approval], now_ms: i64) -> String {
     if list.is_empty() {
         return "no pending approvals\n".into();
@@ -232,7 +280,7 @@ pub fn render(list: &[Approval], now_ms: i64) -> String {
             secs,
             a.thread,
             crate::terminal::escape(&a.tool),
-            crate::terminal::escape(&a.command),
+            crate::terminal::escape(&a.summary()),
             reason
         ));
     }
@@ -253,6 +301,9 @@ mod tests {
         }
         assert_eq!(Decision::parse("deny"), Some(Decision::Deny));
         assert_eq!(Decision::parse("maybe"), None);
+        for k in ApprovalKind::ALL {
+            assert_eq!(ApprovalKind::parse(k.as_str()), Some(k));
+        }
     }
 
     #[test]

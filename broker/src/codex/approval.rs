@@ -1,6 +1,11 @@
 //! Codex's approvals: what its PermissionRequest hook says (`tool_input.command`, the model's
 //! `description`; no call id), and answering its app-server's
-//! `item/commandExecution/requestApproval` (probed on 0.160.0 and 0.171.0; tests/tests/approvals.rs).
+//! `item/commandExecution/requestApproval` and `item/fileChange/requestApproval` (probed on 0.160.0
+//! and 0.171.0; tests/tests/approvals.rs, tests/tests/approvals_files.rs).
+//!
+//! A patch (`tool_name` `apply_patch`) asks through the same hook: its `tool_input.command` is the
+//! patch text. Its request carries no changes, only the call (`itemId`); the files are in the
+//! thread's `fileChange` item of that id, which `thread/resume` returns with the turn.
 //!
 //! The app-server sends the request to every client subscribed to the thread, with one JSON-RPC
 //! id; the first answer wins, every client gets `serverRequest/resolved`, a later answer is
@@ -10,12 +15,20 @@
 //! (`/bin/bash -lc '<the model's command>'`).
 
 use super::appserver::{self, Endpoint, WsClient};
-use crate::approval::{AnswerOutcome, Approval, Decision};
+use crate::approval::{AnswerOutcome, Approval, ApprovalKind, Decision};
 use codex_format::hook::HookPayload;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
-const REQUEST_APPROVAL: &str = "item/commandExecution/requestApproval";
+/// The app-server's request for each kind of approval.
+fn request_method(kind: ApprovalKind) -> &'static str {
+    match kind {
+        ApprovalKind::Command => "item/commandExecution/requestApproval",
+        ApprovalKind::FileChange => "item/fileChange/requestApproval",
+    }
+}
+/// The tool whose PermissionRequest asks to change files.
+const PATCH_TOOL: &str = "apply_patch";
 const RESOLVED: &str = "serverRequest/resolved";
 /// How long a request already answered has to show its `serverRequest/resolved` before ours
 /// is written (it was queued on our connection before the replay was read).
@@ -24,6 +37,47 @@ const SETTLE: Duration = Duration::from_millis(20);
 /// The command a PermissionRequest asks to run (`tool_input.command`).
 pub fn hook_command(p: &HookPayload) -> Option<String> {
     p.tool_input.as_ref()?.get("command")?.as_str().map(str::to_string)
+}
+
+/// What a PermissionRequest asks for: a patch (`apply_patch`), or a command.
+pub fn hook_kind(p: &HookPayload) -> ApprovalKind {
+    match p.tool_name.as_deref() {
+        Some(PATCH_TOOL) => ApprovalKind::FileChange,
+        _ => ApprovalKind::Command,
+    }
+}
+
+/// The files a patch touches (added, deleted, updated, moved to), absolute as Codex names them:
+/// a relative path is under `cwd`. Sorted, each once.
+pub fn patch_files(patch: &str, cwd: Option<&str>) -> Vec<String> {
+    const HEADERS: [&str; 4] = ["*** Add File: ", "*** Delete File: ", "*** Update File: ", "*** Move to: "];
+    let mut files: Vec<String> = patch
+        .lines()
+        .filter_map(|l| HEADERS.iter().find_map(|h| l.strip_prefix(h)))
+        .map(|f| match (std::path::Path::new(f.trim()).is_absolute(), cwd) {
+            (false, Some(cwd)) => std::path::Path::new(cwd).join(f.trim()).display().to_string(),
+            _ => f.trim().to_string(),
+        })
+        .collect();
+    files.sort();
+    files.dedup();
+    files
+}
+
+/// The files of the `fileChange` item `item_id` in a `thread/resume` result (its paths and the
+/// paths moved to), sorted, each once; `None` when the thread shows no such item.
+fn item_files(resumed: &Value, item_id: &Value) -> Option<Vec<String>> {
+    let turns = resumed.pointer("/thread/turns")?.as_array()?;
+    let item =
+        turns.iter().rev().filter_map(|t| t["items"].as_array()).flatten().find(|i| i["type"] == "fileChange" && i["id"] == *item_id)?;
+    let mut files: Vec<String> = Vec::new();
+    for c in item["changes"].as_array()? {
+        files.extend(c["path"].as_str().map(str::to_string));
+        files.extend(c.pointer("/kind/move_path").and_then(Value::as_str).map(str::to_string));
+    }
+    files.sort();
+    files.dedup();
+    Some(files)
 }
 
 /// The model's stated reason (`tool_input.description`).
@@ -93,13 +147,22 @@ pub fn unwrap_shell(line: &str) -> String {
     out
 }
 
-/// The request is the one this approval lists: its thread, turn, call (when known) and command.
-pub fn is_request_of(params: &Value, a: &Approval) -> bool {
-    let command = params["command"].as_str().unwrap_or_default();
-    params["threadId"] == a.thread.as_str()
+/// The request (`method`, `params`) is the one this approval lists: its kind, thread, turn, call
+/// (when known), and what it asks for: the command, or (`files`: the files the thread's item of
+/// that call changes) the files.
+pub fn is_request_of(method: &str, params: &Value, files: Option<&[String]>, a: &Approval) -> bool {
+    let same_ask = match a.kind {
+        ApprovalKind::Command => {
+            let command = params["command"].as_str().unwrap_or_default();
+            command == a.command || unwrap_shell(command) == a.command
+        }
+        ApprovalKind::FileChange => !a.files.is_empty() && files == Some(a.files.as_slice()),
+    };
+    method == request_method(a.kind)
+        && params["threadId"] == a.thread.as_str()
         && params["turnId"] == a.turn.as_str()
         && a.call_id.as_deref().is_none_or(|c| params["itemId"] == c)
-        && (command == a.command || unwrap_shell(command) == a.command)
+        && same_ask
 }
 
 /// How long answering may take.
@@ -173,13 +236,14 @@ fn replayed_request(ws: &mut WsClient, a: &Approval) -> Result<Value, Answered> 
     let rid =
         ws.send_request("thread/resume", json!({"threadId": a.thread})).map_err(|e| Answered::Failed(format!("thread/resume: {e}")))?;
     let mut waiting: Option<bool> = None;
+    let mut resumed = Value::Null;
     let mut found: Vec<Value> = Vec::new();
     loop {
         // After the resume's answer a waiting thread's replay follows at once.
         if waiting.is_some() {
             ws.set_deadline(Instant::now() + Duration::from_millis(500));
         }
-        let msg = match ws.recv_any() {
+        let mut msg = match ws.recv_any() {
             Ok(m) => m,
             Err(_) if waiting.is_some() => break,
             Err(e) => return Err(Answered::Failed(format!("thread/resume: {e}"))),
@@ -194,24 +258,42 @@ fn replayed_request(ws: &mut WsClient, a: &Approval) -> Result<Value, Answered> 
                 return Err(gone("the thread is not waiting on an approval"));
             }
             waiting = Some(w);
+            resumed = msg["result"].take();
             if !found.is_empty() {
                 break;
             }
-        } else if msg["method"] == REQUEST_APPROVAL && msg["params"]["threadId"] == a.thread.as_str() {
+        } else if is_approval_request(&msg) && msg["params"]["threadId"] == a.thread.as_str() {
             found.push(msg);
             if waiting.is_some() {
                 break;
             }
         }
     }
-    match found.iter().position(|r| is_request_of(&r["params"], a)) {
+    let is_this = |r: &Value| {
+        let files = item_files(&resumed, &r["params"]["itemId"]);
+        is_request_of(r["method"].as_str().unwrap_or_default(), &r["params"], files.as_deref(), a)
+    };
+    let of_its_kind = |r: &Value| r["method"] == request_method(a.kind);
+    match found.iter().position(is_this) {
         Some(i) => Ok(found.swap_remove(i)),
-        None if found.is_empty() => Err(gone("the thread waits on no command approval")),
+        None if found.is_empty() => Err(gone("the thread waits on no command or file-change approval")),
+        // A request of the other kind is never this approval's: this one is over.
+        None if !found.iter().any(of_its_kind) => Err(gone(&format!(
+            "the thread waits on a request of another kind ({}, call {}), not this approval's",
+            found[0]["method"].as_str().unwrap_or_default(),
+            found[0]["params"]["itemId"]
+        ))),
         None => Err(Answered::Failed(format!(
-            "the thread waits on another request (call {}, command {:?}), not this approval's",
-            found[0]["params"]["itemId"], found[0]["params"]["command"]
+            "the thread waits on another request ({}, call {}), not this approval's: nothing was sent",
+            found[0]["method"].as_str().unwrap_or_default(),
+            found[0]["params"]["itemId"]
         ))),
     }
+}
+
+/// A request for a person's approval, of any kind Courier answers.
+fn is_approval_request(msg: &Value) -> bool {
+    ApprovalKind::ALL.iter().any(|k| msg["method"] == request_method(*k))
 }
 
 /// Reads until `serverRequest/resolved` for `id` (`Some(true)`), or the deadline (`None`).
@@ -245,8 +327,10 @@ mod tests {
             turn: "u".into(),
             call_id: Some("call_1".into()),
             tool: "Bash".into(),
+            kind: crate::approval::ApprovalKind::Command,
             command: "echo hi".into(),
             command_digest: crate::approval::command_digest("echo hi"),
+            files: Vec::new(),
             reason: None,
             cwd: None,
             since: 0,
@@ -256,14 +340,57 @@ mod tests {
         };
         let p =
             json!({"threadId": crate::store::sample::T1.as_str(), "turnId": "u", "itemId": "call_1", "command": "/bin/bash -lc 'echo hi'"});
-        assert!(is_request_of(&p, &a));
+        let cmd = request_method(ApprovalKind::Command);
+        assert!(is_request_of(cmd, &p, None, &a));
+        assert!(!is_request_of(request_method(ApprovalKind::FileChange), &p, None, &a), "a command's answer never goes to a file change");
         let other_call =
             json!({"threadId": crate::store::sample::T1.as_str(), "turnId": "u", "itemId": "call_2", "command": "/bin/bash -lc 'echo hi'"});
-        assert!(!is_request_of(&other_call, &a));
+        assert!(!is_request_of(cmd, &other_call, None, &a));
         let other_cmd =
             json!({"threadId": crate::store::sample::T1.as_str(), "turnId": "u", "itemId": "call_1", "command": "/bin/bash -lc 'echo ho'"});
-        assert!(!is_request_of(&other_cmd, &a));
+        assert!(!is_request_of(cmd, &other_cmd, None, &a));
         let other_turn = json!({"threadId": "t", "turnId": "v", "itemId": "call_1", "command": "/bin/bash -lc 'echo hi'"});
-        assert!(!is_request_of(&other_turn, &a));
+        assert!(!is_request_of(cmd, &other_turn, None, &a));
+    }
+
+    /// A file change is bound to its call and its files (as the thread's item lists them), and
+    /// never answered by a command request, nor a command's approval by a file-change request.
+    #[test]
+    fn a_file_change_is_bound_to_call_and_files() {
+        let patch =
+            "*** Begin Patch\n*** Add File: new.txt\n+hi\n*** Update File: /abs/a.rs\n*** Move to: /abs/b.rs\n@@\n-x\n+y\n*** End Patch";
+        let files = patch_files(patch, Some("/w"));
+        assert_eq!(files, ["/abs/a.rs", "/abs/b.rs", "/w/new.txt"]);
+        let a = Approval {
+            id: "apr-2".into(),
+            thread: crate::store::sample::T1.clone(),
+            turn: "u".into(),
+            call_id: Some("call_p".into()),
+            tool: "apply_patch".into(),
+            kind: ApprovalKind::FileChange,
+            command: patch.into(),
+            command_digest: crate::approval::command_digest(patch),
+            files: files.clone(),
+            reason: None,
+            cwd: Some("/w".into()),
+            since: 0,
+            state: crate::approval::ApprovalState::Pending,
+            answer: None,
+            detail: None,
+        };
+        let resumed = json!({"thread": {"turns": [{"items": [{"type": "fileChange", "id": "call_p", "changes": [
+            {"path": "/w/new.txt", "kind": {"type": "add"}, "diff": "hi\n"},
+            {"path": "/abs/a.rs", "kind": {"type": "update", "move_path": "/abs/b.rs"}, "diff": "@@"}]}]}]}});
+        let item = item_files(&resumed, &json!("call_p"));
+        assert_eq!(item.as_deref(), Some(files.as_slice()));
+        assert_eq!(item_files(&resumed, &json!("call_q")), None);
+        let p = json!({"threadId": crate::store::sample::T1.as_str(), "turnId": "u", "itemId": "call_p"});
+        let fc = request_method(ApprovalKind::FileChange);
+        assert!(is_request_of(fc, &p, item.as_deref(), &a));
+        assert!(!is_request_of(request_method(ApprovalKind::Command), &p, item.as_deref(), &a), "kind");
+        assert!(!is_request_of(fc, &p, Some(&files[..2]), &a), "other files");
+        assert!(!is_request_of(fc, &p, None, &a), "no item: nothing to bind to");
+        let other_call = json!({"threadId": crate::store::sample::T1.as_str(), "turnId": "u", "itemId": "call_q"});
+        assert!(!is_request_of(fc, &other_call, item.as_deref(), &a));
     }
 }

@@ -340,7 +340,7 @@ fn check_approvals(pending: &[Approval], answers: &[Approval], now: i64) -> Vec<
             Some("answer at the Codex prompt or with `broker approve ID` / `broker deny ID`; one whose turn was interrupted or whose Codex exited stays listed until the thread's next hook (`broker approve` then reports lost)".into()),
         );
         for a in stale.iter().take(10) {
-            c = c.detail(format!("{} thread {} for {}: {}", a.id, a.thread, crate::inspect::age(now - a.since), a.command));
+            c = c.detail(format!("{} thread {} for {}: {}", a.id, a.thread, crate::inspect::age(now - a.since), a.summary()));
         }
         out.push(c);
     }
@@ -355,7 +355,7 @@ fn check_approvals(pending: &[Approval], answers: &[Approval], now: i64) -> Vec<
         );
         for a in unknown.iter().take(10) {
             let decision = a.answer.as_ref().map_or("?", |r| r.decision.as_str());
-            c = c.detail(format!("{} thread {}: {decision} {}", a.id, a.thread, a.command));
+            c = c.detail(format!("{} thread {}: {decision} {}", a.id, a.thread, a.summary()));
         }
         out.push(c);
     }
@@ -436,8 +436,10 @@ mod tests {
             turn: "u1".into(),
             call_id: None,
             tool: "Bash".into(),
+            kind: crate::approval::ApprovalKind::Command,
             command: "rm -rf build".into(),
             command_digest: crate::approval::command_digest("rm -rf build"),
+            files: Vec::new(),
             reason: None,
             cwd: None,
             since,

@@ -11,7 +11,7 @@
 use super::approval_hold::{self, Given, Holds};
 use super::trust::TrustView;
 use super::Broker;
-use crate::approval::{AnswerOutcome, AnswerRecord, AnswerVia, Approval, ApprovalState, Decision, NewApproval, Refused};
+use crate::approval::{AnswerOutcome, AnswerRecord, AnswerVia, Approval, ApprovalKind, ApprovalState, Decision, NewApproval, Refused};
 use crate::codex::approval::{self as codex_approval, Answered};
 use crate::codex::appserver::endpoint;
 use crate::gate::{self, Verified};
@@ -104,12 +104,19 @@ impl Broker {
             (Some(only), None) => Some(only),
             _ => None,
         };
+        let kind = codex_approval::hook_kind(&v.payload);
+        let files = match kind {
+            ApprovalKind::Command => Vec::new(),
+            ApprovalKind::FileChange => codex_approval::patch_files(&command, v.payload.cwd.as_deref()),
+        };
         let new = NewApproval {
             thread: v.thread_id.clone(),
             turn,
             call_id,
             tool: v.payload.tool_name.clone().unwrap_or_default(),
+            kind,
             command,
+            files,
             reason: codex_approval::hook_reason(&v.payload),
             cwd: v.payload.cwd.clone(),
             ticket: ticket.key.clone(),
@@ -124,7 +131,7 @@ impl Broker {
         match recorded {
             Ok(id) => {
                 self.approvals.waiting.lock().unwrap_or_else(|e| e.into_inner()).insert(new.thread.clone());
-                crate::log_info!("approval {id}: thread {} waits on a person for {:?}", new.thread, new.command);
+                crate::log_info!("approval {id}: thread {} waits on a person for {} {:?}", new.thread, new.kind.as_str(), new.command);
                 Some(id)
             }
             Err(e) => {
@@ -271,7 +278,10 @@ impl Broker {
     /// The deny message, queued for the thread before the answer leaves so the next hook of the
     /// turn carries it to the model.
     fn queue_deny_message(&self, a: &Approval, message: &str) -> Result<String, (ErrorCode, String)> {
-        let text = format!("Your request to run `{}` was denied: {message}", a.command);
+        let text = match a.kind {
+            ApprovalKind::Command => format!("Your request to run `{}` was denied: {message}", a.command),
+            ApprovalKind::FileChange => format!("Your change to {} was denied: {message}", a.files.join(", ")),
+        };
         let key = format!("approval:{}", a.id);
         let new = NewMessage {
             thread: &a.thread,

@@ -3,7 +3,7 @@
 //! so an approval is answered at most once whatever runs at the same time.
 
 use super::{now_ms, Store};
-use crate::approval::{AnswerOutcome, AnswerRecord, AnswerVia, Approval, ApprovalState, Decision, NewApproval, Refused};
+use crate::approval::{AnswerOutcome, AnswerRecord, AnswerVia, Approval, ApprovalKind, ApprovalState, Decision, NewApproval, Refused};
 use anyhow::Result;
 use courier_shared::ids::ThreadId;
 use rusqlite::{params, Connection, OptionalExtension, Row};
@@ -39,12 +39,15 @@ pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
         );
         CREATE INDEX IF NOT EXISTS approvals_open ON approvals(thread) WHERE state IN ('pending', 'answering');",
     )?;
-    // Why it settled as it did (added after the table first shipped).
-    super::add_column(conn, "approvals", "detail", "TEXT")
+    // Added after the table first shipped: why it settled as it did; what it asks for (rows
+    // from before were all commands) and, for a file change, its files (a JSON array).
+    super::add_column(conn, "approvals", "detail", "TEXT")?;
+    super::add_column(conn, "approvals", "kind", "TEXT NOT NULL DEFAULT 'command'")?;
+    super::add_column(conn, "approvals", "files", "TEXT")
 }
 
 const COLUMNS: &str = "id, thread, turn, call_id, tool, command, command_digest, reason, cwd, since, state,
-     decision, message, answered_by, answered_via, answered_at, outcome, detail";
+     decision, message, answered_by, answered_via, answered_at, outcome, detail, kind, files";
 
 fn text_enum<T>(v: Option<String>, parse: fn(&str) -> Option<T>, col: usize) -> rusqlite::Result<Option<T>> {
     match v {
@@ -83,6 +86,8 @@ fn row(r: &Row) -> rusqlite::Result<Approval> {
         state,
         answer,
         detail: r.get(17)?,
+        kind: text_enum(Some(r.get(18)?), ApprovalKind::parse, 18)?.unwrap_or(ApprovalKind::Command),
+        files: r.get::<_, Option<String>>(19)?.and_then(|f| serde_json::from_str(&f).ok()).unwrap_or_default(),
     })
 }
 
@@ -91,8 +96,8 @@ impl Store {
     pub fn record_approval(&mut self, a: &NewApproval) -> Result<String> {
         let id = crate::approval::new_id();
         self.conn.execute(
-            "INSERT INTO approvals (id, thread, turn, call_id, tool, command, command_digest, reason, cwd, since, state, ticket)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11) ON CONFLICT(ticket) DO NOTHING",
+            "INSERT INTO approvals (id, thread, turn, call_id, tool, command, command_digest, reason, cwd, since, state, ticket, kind, files)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11, ?12, ?13) ON CONFLICT(ticket) DO NOTHING",
             params![
                 id,
                 a.thread.as_str(),
@@ -104,7 +109,9 @@ impl Store {
                 a.reason,
                 a.cwd,
                 now_ms(),
-                a.ticket
+                a.ticket,
+                a.kind.as_str(),
+                (a.kind == ApprovalKind::FileChange).then(|| serde_json::Value::from(a.files.clone()).to_string()),
             ],
         )?;
         Ok(self.conn.query_row("SELECT id FROM approvals WHERE ticket = ?1", [&a.ticket], |r| r.get(0))?)
@@ -232,7 +239,9 @@ mod tests {
             turn: "u1".into(),
             call_id: Some("call_1".into()),
             tool: "Bash".into(),
+            kind: ApprovalKind::Command,
             command: "rm -rf build".into(),
+            files: Vec::new(),
             reason: Some("clean".into()),
             cwd: None,
             ticket: ticket.into(),

@@ -213,6 +213,7 @@ pub struct ThreadInfo {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WaitingApproval {
     pub id: String,
+    /// What it asks for (`Approval::summary`: the command, or the files of a file change).
     pub command: String,
 }
 /// What a rollout says, cached per file identity (titles and `session_meta` never change).
@@ -419,7 +420,7 @@ impl Lister {
             t.waiting_on_approval = approvals
                 .iter()
                 .filter(|a| a.thread == t.id.as_str())
-                .map(|a| WaitingApproval { id: a.id.clone(), command: a.command.clone() })
+                .map(|a| WaitingApproval { id: a.id.clone(), command: a.summary() })
                 .collect();
             if let Some(c) = ThreadId::parse(&t.id).ok().and_then(|id| counts.get(&id)) {
                 let n = |s: State| c.get(&s).copied().unwrap_or(0);

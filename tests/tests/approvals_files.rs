@@ -1,0 +1,219 @@
+//! File-change approvals on the real Codex: the model's `apply_patch` needs a person's yes
+//! (on-request, read-only sandbox). What Codex does (the PermissionRequest hook fires with
+//! `tool_name` `apply_patch` and the patch as `tool_input.command`; the app-server sends
+//! `item/fileChange/requestApproval` with the call id and no changes), then Courier's side: the
+//! approval listed with its files, answered once, and an answer never crossing kinds.
+
+mod approval_rig;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use approval_rig::*;
+use courier_tests::appserver::{ListeningAppServer, WsAppServer};
+use courier_tests::hooks::Hook;
+use courier_tests::util::{marker, str_field, wait_until};
+use courier_tests::{hook_command, Broker, CodexEnv, Reply, Request, ScriptedModel};
+use serde_json::{json, Value};
+
+const FILE_CHANGE_APPROVAL: &str = "item/fileChange/requestApproval";
+
+/// An `apply_patch` call (a freeform tool: the patch is the call's whole input).
+fn patch_call(call_id: &str, patch: &str) -> Value {
+    json!({"type": "custom_tool_call", "name": "apply_patch", "call_id": call_id, "status": "completed", "input": patch})
+}
+
+/// A patch that adds `file` holding `line`.
+fn add_file(file: &Path, line: &str) -> String {
+    format!("*** Begin Patch\n*** Add File: {}\n+{line}\n*** End Patch\n", file.display())
+}
+
+/// The model patches once (`items` in one reply), then says `done`.
+fn calls_then_done(items: Vec<Value>) -> impl FnMut(&Request) -> Reply + Send + 'static {
+    move |r| if r.tool_outputs().is_empty() { Reply::raw_items(items.clone()) } else { Reply::message("done") }
+}
+
+/// The output the model got for call `call_id`, once it has one.
+fn tool_output(model: &ScriptedModel, call_id: &str) -> String {
+    wait_until(T, "the call's output reaches the model", || {
+        model
+            .requests()
+            .iter()
+            .flat_map(|r| r.tool_outputs().into_iter().cloned().collect::<Vec<_>>())
+            .find_map(|o| (o["call_id"] == call_id).then(|| o["output"].as_str().unwrap_or_default().to_string()))
+    })
+}
+
+/// A Courier-hooked environment whose model adds a file (`marker` named) with one patch, and an
+/// app-server thread asking for approvals: the file, its line, the broker, server, client, thread.
+struct Patching {
+    model: ScriptedModel,
+    env: CodexEnv,
+    file: PathBuf,
+    line: String,
+}
+
+fn patching(name: &str) -> Patching {
+    let model = ScriptedModel::start_with(calls_then_done(Vec::new()));
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    let file = env.work.join(format!("{name}.txt"));
+    let line = marker(name);
+    model.set_script(calls_then_done(vec![patch_call("call_patch", &add_file(&file, &line))]));
+    Patching { model, env, file, line }
+}
+
+/// The thread's turn started, its file-change request held by `client`, and the approval listed.
+fn asked(p: &Patching, broker: &Broker) -> (ListeningAppServer, WsAppServer, String, String, Value, Value) {
+    let (server, mut client, thread) = approving_thread(&p.env);
+    let turn = client.start_turn(&thread, "patch it", T);
+    let request = client.wait_server_request(FILE_CHANGE_APPROVAL, T, |r| r["threadId"] == thread.as_str());
+    let (approval, _) = wait_listed(broker, &thread, Instant::now());
+    (server, client, thread, turn, request, approval)
+}
+
+/// What Courier relies on: the PermissionRequest hook fires for `apply_patch` (after
+/// PreToolUse), `tool_input.command` is the patch (its last newline trimmed), with no reason and
+/// no call id; the request carries the call id as `itemId` and no changes; a client that resumes
+/// the thread finds the changes in the turn's `fileChange` item of that id and gets the request
+/// replayed. Declined: the model reads `patch rejected by user`, no PostToolUse runs.
+#[test]
+fn app_server_file_change_facts() {
+    let p = patching("FACTS");
+    let log = p.env.root.join("hooks.log");
+    let logging = |event: &str| Hook::new(event, &format!("cat >> '{0}'; echo >> '{0}'", log.display())).timeout(Some(10));
+    p.env.install_hooks(&[logging("PreToolUse"), logging("PermissionRequest"), logging("PostToolUse")]);
+    let (server, mut owner, thread) = approving_thread(&p.env);
+    let turn = owner.start_turn(&thread, "patch it", T);
+    let req = owner.wait_server_request(FILE_CHANGE_APPROVAL, T, |r| r["threadId"] == thread.as_str());
+    eprintln!("requestApproval: {req}");
+    assert_eq!(req["params"]["itemId"], "call_patch");
+    assert!(req["params"].get("changes").is_none(), "the request carries no changes: {req}");
+
+    let hooks: Vec<Value> = std::fs::read_to_string(&log).unwrap().lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let events: Vec<&str> = hooks.iter().map(|h| str_field(h, "hook_event_name")).collect();
+    assert_eq!(events, ["PreToolUse", "PermissionRequest"], "{hooks:?}");
+    let perm = &hooks[1];
+    eprintln!("PermissionRequest payload: {perm}");
+    assert_eq!(perm["tool_name"], "apply_patch");
+    assert_eq!(perm["tool_input"]["command"], add_file(&p.file, &p.line).trim_end(), "{perm}");
+    assert!(perm["tool_input"].get("description").is_none() && perm.get("tool_use_id").is_none(), "{perm}");
+
+    let mut other = server.client(T);
+    other.initialize(true, T);
+    let resumed = other.request("thread/resume", json!({"threadId": thread}), T);
+    let items = resumed.pointer("/thread/turns").and_then(Value::as_array).unwrap().iter().flat_map(|t| t["items"].as_array().unwrap());
+    let item = items.into_iter().find(|i| i["id"] == "call_patch").cloned().expect("the fileChange item");
+    assert_eq!(item["type"], "fileChange");
+    assert_eq!(item["changes"][0]["path"], p.file.display().to_string().as_str(), "{item}");
+    let replayed = other.wait_server_request(FILE_CHANGE_APPROVAL, T, |r| r["threadId"] == thread.as_str());
+    assert_eq!(replayed["id"], req["id"]);
+    other.respond(&replayed["id"], json!({"decision": "decline"}));
+    owner.wait_turn_completed(&turn, T);
+    assert_eq!(tool_output(&p.model, "call_patch"), "patch rejected by user");
+    assert!(!p.file.exists());
+    let after: Vec<String> = std::fs::read_to_string(&log).unwrap().lines().map(str::to_string).collect();
+    assert!(!after.iter().any(|l| l.contains("\"PostToolUse\"")), "no PostToolUse after a decline");
+}
+
+/// A file-change approval is listed as one: kind, tool, the files, the patch's digest; the table
+/// says which files.
+#[test]
+fn a_file_change_approval_is_listed_with_its_files() {
+    let p = patching("LISTED_FILE");
+    let broker = Broker::start_trusted(&p.env);
+    let (_server, mut client, _thread, turn, request, a) = asked(&p, &broker);
+    eprintln!("listed: {a}");
+    assert_eq!(a["kind"], "file_change", "{a}");
+    assert_eq!(a["tool"], "apply_patch");
+    assert_eq!(a["files"], json!([p.file.display().to_string()]), "{a}");
+    assert_eq!(a["call_id"], "call_patch");
+    assert!(str_field(&a, "command_digest").starts_with("sha256:"));
+    let table = broker.run_ok(&["approvals"]);
+    assert!(table.contains(&format!("file change: {} (patch sha256:", p.file.display())), "{table}");
+    assert!(!table.contains("*** Begin Patch"), "the table shows the files, not the patch: {table}");
+    client.respond(&request["id"], json!({"decision": "decline"}));
+    client.wait_turn_completed(&turn, T);
+}
+
+/// `broker approve` applies the patch once: `won`, the file written, the model told it
+/// succeeded; a second answer is refused and sends nothing.
+#[test]
+fn approve_applies_the_patch_once() {
+    let p = patching("APPROVED_PATCH");
+    let broker = Broker::start_trusted(&p.env);
+    let (_server, mut client, _thread, turn, _request, a) = asked(&p, &broker);
+    let id = str_field(&a, "id");
+    let t0 = Instant::now();
+    let (ok, out) = answer(&broker, &["approve", id]);
+    eprintln!("approve: {:?}: {out}", t0.elapsed());
+    assert!(ok && out.contains("won"), "{out}");
+    client.wait_turn_completed(&turn, T);
+    assert_eq!(std::fs::read_to_string(&p.file).unwrap(), format!("{}\n", p.line), "the patch applied once");
+    assert!(tool_output(&p.model, "call_patch").contains("Success"), "the model was told it applied");
+    let (again, out) = answer(&broker, &["approve", id]);
+    assert!(!again && out.contains("not_pending"), "{out}");
+    let listed = approvals(&broker, true);
+    assert_eq!(listed[0]["answer"]["outcome"], "won", "{listed:?}");
+}
+
+/// `broker deny --message` declines the patch (nothing written) and the model reads the message
+/// (a Courier message naming the files, delivered by the turn's next hook).
+#[test]
+fn deny_message_reaches_the_model() {
+    let p = patching("DENIED_PATCH");
+    let broker = Broker::start_trusted(&p.env);
+    let (_server, mut client, _thread, turn, _request, a) = asked(&p, &broker);
+    let why = marker("PUT_IT_IN_SRC");
+    let (ok, out) = answer(&broker, &["deny", str_field(&a, "id"), "--message", &why]);
+    assert!(ok && out.contains("won"), "{out}");
+    assert_eq!(tool_output(&p.model, "call_patch"), "patch rejected by user");
+    p.model.wait_for(T, "the deny message reaches the model", |r| r.body_contains(&why));
+    client.wait_turn_completed(&turn, T);
+    assert!(!p.file.exists(), "a denied patch writes nothing");
+    let r = p.model.requests().into_iter().find(|r| r.body_contains(&why)).unwrap();
+    assert!(r.body_contains(&format!("Your change to {} was denied", p.file.display())), "names the files");
+}
+
+/// An answer never crosses kinds. The model asks for a command (escalated) and a patch in one
+/// reply; the person declines the first request at the app-server, so its approval is still
+/// listed (no hook says it is over) while the second, of the other kind, waits. Answering the
+/// first sends nothing (`lost`) and leaves the second waiting; the second is then answered as
+/// itself. Run in both orders: a command's answer never reaches a file change, nor the reverse.
+#[test]
+fn an_answer_never_crosses_kinds() {
+    for patch_first in [false, true] {
+        let p = patching(if patch_first { "PATCH_FIRST" } else { "COMMAND_FIRST" });
+        let ran = p.env.root.join("ran");
+        let exec = json!({"type": "function_call", "call_id": "call_cmd", "name": "exec_command", "arguments": json!({
+            "cmd": format!("touch {}", ran.display()), "yield_time_ms": 2000,
+            "sandbox_permissions": "require_escalated", "justification": "to cross"}).to_string()});
+        let patch = patch_call("call_patch", &add_file(&p.file, &p.line));
+        let items = if patch_first { vec![patch, exec] } else { vec![exec, patch] };
+        p.model.set_script(calls_then_done(items));
+        let broker = Broker::start_trusted(&p.env);
+        let (_server, mut client, thread) = approving_thread(&p.env);
+        let turn = client.start_turn(&thread, "do both", T);
+        let is_approval = |m: &Value| m["method"] == REQUEST_APPROVAL || m["method"] == FILE_CHANGE_APPROVAL;
+        let first = client.wait_server_request_where("an approval request", T, is_approval);
+        let (stale, _) = wait_listed(&broker, &thread, Instant::now());
+        eprintln!("first request {first}; its approval {stale}");
+        client.respond(&first["id"], json!({"decision": "decline"}));
+        let second = client.wait_server_request_where("the second approval request", T, |m| is_approval(m) && m["id"] != first["id"]);
+        assert_ne!(first["method"], second["method"], "one request of each kind");
+        let fresh = wait_until(T, "the second approval listed", || {
+            approvals(&broker, false).into_iter().find(|x| x["id"] != stale["id"] && x["thread"] == thread.as_str())
+        });
+        assert_ne!(fresh["kind"], stale["kind"]);
+
+        let (ok, out) = answer(&broker, &["approve", str_field(&stale, "id")]);
+        eprintln!("approve the stale {} approval while a {} waits: {out}", stale["kind"], fresh["kind"]);
+        assert!(!ok, "the stale approval's answer is not sent: {out}");
+        assert!(!p.file.exists() && !ran.exists(), "nothing was approved");
+        assert!(!client.notifications.iter().any(|n| n["method"] == "serverRequest/resolved" && n["params"]["requestId"] == second["id"]));
+        let (ok, out) = answer(&broker, &["approve", str_field(&fresh, "id")]);
+        assert!(ok && out.contains("won"), "the waiting request is answered as itself: {out}");
+        client.wait_turn_completed(&turn, T);
+        let approved = if fresh["kind"] == "file_change" { p.file.exists() && !ran.exists() } else { ran.exists() && !p.file.exists() };
+        assert!(approved, "exactly the second one ran (patch first: {patch_first})");
+    }
+}
