@@ -4,12 +4,10 @@
 //! `item/fileChange/requestApproval` with the call id and no changes), then Courier's side: the
 //! approval listed with its files, answered once, and an answer never crossing kinds.
 
-mod approval_rig;
-
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use approval_rig::*;
+use courier_tests::approval_rig::*;
 use courier_tests::appserver::{ListeningAppServer, WsAppServer};
 use courier_tests::hooks::Hook;
 use courier_tests::util::{marker, str_field, wait_until};
