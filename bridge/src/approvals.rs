@@ -36,6 +36,7 @@ pub async fn start(client: &async_nats::Client, host: &str, approvers: Vec<Strin
     if approvers.is_empty() {
         return Ok(());
     }
+    log(format!("approvals: taking answers for host {host} from NATS users {}", approvers.join(", ")));
     let mut sub = client.subscribe(approve_subject(host, "*")).await?;
     let (c, h, s) = (client.clone(), host.to_string(), socket.clone());
     tokio::spawn(async move {

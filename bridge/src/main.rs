@@ -44,7 +44,8 @@ AUTH: --creds FILE (a .creds file: user JWT + NKey seed), --nkey FILE (an NKey s
       default is _INBOX.courier-bridge-NAME, send's and threads' _INBOX).
 Environment: COURIER_NATS_URL, COURIER_NATS_CREDS, COURIER_NATS_INBOX stand in for --nats, --creds
 and --inbox-prefix. Without --nats or COURIER_NATS_URL, the [bridge] table of Courier's config
-(nats, host, creds; `broker install --bridge` writes it) says where to connect.
+(nats, host, creds; `broker install --bridge` writes it) says where to connect. serve takes its
+approvers from --approvers, else from that table's `approvers = [USER, ...]`.
 
 serve creates the host's stream COURIER_TO_NAME when missing (256MiB, at most 1000 sends waiting per
 producer, both refusing new sends when full); --max-bytes (e.g. 64MiB) and --max-per-producer set
@@ -275,10 +276,19 @@ fn send_limits(a: &Args) -> Result<Option<nats::SendLimits>> {
     Ok(Some(nats::SendLimits { max_bytes: bytes.unwrap_or(d.max_bytes), max_per_publisher: per.unwrap_or(d.max_per_publisher) }))
 }
 
-/// `--approvers U1,U2`: the NATS users whose answers to this host's approvals are taken (none by
-/// default). Each is one subject token.
+/// `--approvers U1,U2`, else `[bridge] approvers` of Courier's config: the NATS users whose
+/// answers to this host's approvals are taken (none by default). Each is one subject token. A
+/// config that cannot be read grants no one (the bridge still serves messages, and says why).
 fn approvers(a: &Args) -> Result<Vec<String>> {
-    let Some(list) = a.get("approvers") else { return Ok(Vec::new()) };
+    let Some(list) = a.get("approvers") else {
+        return Ok(match broker::config::load() {
+            Ok(loaded) => loaded.config.bridge.map(|b| b.approvers).unwrap_or_default(),
+            Err(e) => {
+                log::log(format!("no approvers: Courier's config could not be read ({e:#}); --approvers would override it"));
+                Vec::new()
+            }
+        });
+    };
     let users: Vec<String> = list.split(',').map(str::trim).filter(|u| !u.is_empty()).map(str::to_string).collect();
     for u in &users {
         nats::check_host(u).map_err(|e| usage(format!("--approvers {u:?}: {e}")))?;

@@ -72,3 +72,26 @@ fn only_an_approver_answers_over_nats() {
     assert_eq!(std::fs::read_to_string(&ran).unwrap().lines().count(), 1, "the command ran once");
     assert!(bridge.log_text().contains("refused an answer from NATS user \"mallory\""), "{}", bridge.log_text());
 }
+
+/// The approvers as configuration: with `[bridge] approvers = ["alice"]` in Courier's config and
+/// no `--approvers` flag, the bridge takes alice's answer and refuses mallory's
+/// (`not_an_approver`: nothing sent, still pending).
+#[test]
+fn the_config_key_alone_names_the_approvers() {
+    let (_model, env, _, ran, _) = escalating("NATS_CONFIG_APPROVED", "to approve as configured");
+    let w = waiting_on(&env);
+    let nats = Nats::start_with(&env.root, "127.0.0.1", Some(&approvers_conf()));
+    let url = user_url(&nats, "admin");
+    std::fs::write(&env.courier_config, format!("[bridge]\nnats = {url:?}\nhost = \"hosta\"\napprovers = [\"alice\"]\n")).unwrap();
+    let bridge = Bridge::start_in(&env, None, &url, "hosta", None, &[]);
+    let mut mallory = RawNats::connect(&nats, Some("mallory"));
+    let refused = ask(&mut mallory, "mallory", json!({"id": w.id(), "decision": "approve"}));
+    assert_eq!(refused["error"], "not_an_approver", "{refused}");
+    let a = approvals(&w.broker, false).into_iter().find(|a| a["id"] == w.id()).expect("still pending");
+    assert!(a["answer"].is_null() && !ran.exists(), "nothing answered: {a}");
+    let mut alice = RawNats::connect(&nats, Some("alice"));
+    let won = ask(&mut alice, "alice", json!({"id": w.id(), "decision": "approve"}));
+    assert_eq!((won["ok"].as_bool(), won["outcome"].as_str()), (Some(true), Some("won")), "{won}");
+    wait_until(T, "the command ran", || ran.exists().then_some(()));
+    assert!(bridge.log_text().contains("taking answers for host hosta from NATS users alice"), "{}", bridge.log_text());
+}

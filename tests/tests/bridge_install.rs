@@ -113,9 +113,13 @@ fn install_bridge_starts_it_at_login_and_uninstall_removes_it() {
     sends_arrive("01a22654-3b31-76f3-a48c-b65aa7d0db72");
     let out = run_bounded(env_a.command(prefix.join("broker")).arg("doctor"), T);
     assert!(text(&out).0.contains("NATS bridge of host hosta: connected"), "{:?}", text(&out));
-    // Installing again changes nothing and keeps the running bridge.
+    // Installing again changes nothing and keeps the running bridge, and the approvers the
+    // person added to the table.
+    let with_approvers = format!("{config}approvers = [\"alice\"]\n");
+    std::fs::write(&env_a.courier_config, &with_approvers).unwrap();
     let again = install(&["--start", "profile"]);
     assert!(again.contains(&format!("runs already (pid {pid})")), "{again}");
+    assert_eq!(std::fs::read_to_string(&env_a.courier_config).unwrap(), with_approvers, "install kept [bridge] approvers");
 
     let said = uninstall(&[]);
     assert!(said.contains(&format!("stopped the bridge of host hosta (pid {pid})")), "{said}");

@@ -61,7 +61,7 @@ pub enum Receipts {
     Off,
 }
 
-/// `[bridge] nats = URL, host = NAME, creds = PATH?` (docs/many-hosts.md).
+/// `[bridge] nats = URL, host = NAME, creds = PATH?, approvers = [USER, ...]?` (docs/many-hosts.md).
 #[derive(Debug, Default, Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct BridgeConfig {
@@ -69,6 +69,10 @@ pub struct BridgeConfig {
     pub host: String,
     #[serde(default)]
     pub creds: Option<PathBuf>,
+    /// The NATS users whose answers to this host's approvals the bridge takes (none by default;
+    /// `courier-bridge serve --approvers` overrides). Each is one subject token.
+    #[serde(default)]
+    pub approvers: Vec<String>,
 }
 
 /// A bridge's host name is one NATS subject token and part of a consumer name: 1 to 64
@@ -137,6 +141,9 @@ pub fn parse(text: &str) -> Result<(Config, Vec<String>)> {
     config.claude.validate()?;
     if let Some(b) = &config.bridge {
         check_bridge_host(&b.host).context("[bridge] host")?;
+        for u in &b.approvers {
+            check_bridge_host(u).with_context(|| format!("[bridge] approvers: user {u:?}"))?;
+        }
     }
     Ok((config, warnings))
 }
@@ -193,6 +200,18 @@ mod tests {
     fn empty_is_default() {
         let (c, w) = parse("").unwrap();
         assert!(c.hook_clients.is_empty() && c.log_level.is_none() && w.is_empty());
+    }
+
+    /// `[bridge] approvers`: none by default; each one subject token (a dot or wildcard would
+    /// widen the answer subject it stands for).
+    #[test]
+    fn bridge_approvers_are_subject_tokens() {
+        let bridge = |extra: &str| parse(&format!("[bridge]\nnats = \"nats://h\"\nhost = \"a\"\n{extra}"));
+        assert!(bridge("").unwrap().0.bridge.unwrap().approvers.is_empty());
+        assert_eq!(bridge("approvers = [\"alice\", \"bob\"]").unwrap().0.bridge.unwrap().approvers, ["alice", "bob"]);
+        for bad in ["a.b", "*", ">", ""] {
+            assert!(bridge(&format!("approvers = [{bad:?}]")).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -61,6 +61,10 @@ pub(super) fn write_config(m: &mut Manifest, state_dir: &Path, o: &BridgeOptions
     if let Some(c) = &o.creds {
         t.insert("creds", toml_edit::value(c.to_string_lossy().as_ref()));
     }
+    // Who may answer approvals is the person's setting, which install never names: kept.
+    if let Some(approvers) = doc.get("bridge").and_then(|b| b.get("approvers")).cloned() {
+        t.insert("approvers", approvers);
+    }
     doc.insert("bridge", toml_edit::Item::Table(t));
     let new = doc.to_string();
     // Checked as the broker and the bridge will read it.
