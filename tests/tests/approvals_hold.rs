@@ -96,3 +96,32 @@ fn no_hold_by_default() {
     let _ = child.wait(T);
     assert!(!broker.log_text().contains("hook held"), "{}", broker.log_text());
 }
+
+/// Hold off (the default) and no app-server (`codex exec --approve-for-me`, its automatic review
+/// kept waiting at the model): `broker approve` sends nothing and says what would make such an
+/// approval answerable from here: `[approvals] hold = "exec"` in Courier's config.
+#[test]
+fn without_a_hold_approve_says_how_to_make_it_answerable() {
+    let (model, env, cmd, ran, _) = escalating("NOT_ANSWERABLE", "not held");
+    let review = courier_tests::Hold::new();
+    let mut first = Some(escalated_then_done(&cmd, "not held"));
+    let held = review.clone();
+    model.set_script(move |r| match first.take() {
+        Some(mut f) => f(r),
+        None => courier_tests::Reply::message("done").held(&held),
+    });
+    let broker = Broker::start_trusted(&env);
+    let child = spawn_exec(&env);
+    let thread = child.wait_thread_id(T);
+    let (a, _) = wait_listed(&broker, &thread, Instant::now());
+    review.wait_held(1, T);
+    let (ok, said) = answer(&broker, &["approve", str_field(&a, "id")]);
+    eprintln!("approve without an app-server or a hold: {said}");
+    assert!(!ok && said.contains("serves no app-server") && said.contains("nothing was sent"), "{said}");
+    assert!(said.contains("[approvals] hold = \"exec\"") && said.contains(&env.courier_config.display().to_string()), "{said}");
+    let listed = approvals(&broker, false).into_iter().find(|x| x["id"] == a["id"]).expect("still pending");
+    assert!(listed["answer"].is_null(), "nothing answered: {listed}");
+    review.release();
+    let _ = child.wait(T);
+    assert!(!ran.exists(), "the command never ran");
+}

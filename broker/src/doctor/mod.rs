@@ -337,7 +337,7 @@ fn check_approvals(pending: &[Approval], answers: &[Approval], now: i64) -> Vec<
     if !stale.is_empty() {
         let mut c = Check::warn(
             format!("{} approval(s) waiting on a person for over {} minutes", stale.len(), APPROVAL_STALE_MS / 60_000),
-            Some("answer at the Codex prompt or with `broker approve ID` / `broker deny ID`; one whose turn was interrupted or whose Codex exited stays listed until the thread's next hook (`broker approve` then reports lost)".into()),
+            Some("answer at the Codex prompt or with `broker approve ID` / `broker deny ID`; one whose turn was interrupted or whose Codex exited stays listed until the thread's next hook (`broker approve` then reports lost); one of a `codex exec` run (no app-server) is answerable from here only while its hook is held: set `[approvals] hold = \"exec\"` (docs/approvals.md)".into()),
         );
         for a in stale.iter().take(10) {
             c = c.detail(format!("{} thread {} for {}: {}", a.id, a.thread, crate::inspect::age(now - a.since), a.summary()));
@@ -466,5 +466,6 @@ mod tests {
         assert!(text.contains("apr-old") && !text.contains("apr-fresh"), "{text}");
         assert!(text.contains("apr-unk") && !text.contains("apr-won"), "{text}");
         assert!(loud.iter().all(|c| c.fix.is_some()), "each warning says what to do");
+        assert!(loud[0].fix.as_deref().is_some_and(|f| f.contains("hold = \"exec\"")), "how a `codex exec` approval becomes answerable");
     }
 }

@@ -22,7 +22,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Holds at once at most: each keeps a broker worker.
-const MAX_HOLDS: usize = 4;
+pub(super) const MAX_HOLDS: usize = 4;
 /// A hold that ran out just as an answer took it waits this long more for that answer.
 const TAKEN_GRACE: Duration = Duration::from_secs(2);
 /// How long after its hold ended an approval is still left alone by the sweep.

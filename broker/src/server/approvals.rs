@@ -8,12 +8,13 @@
 //! `{"ok":true,"id","outcome":"won"|"lost"|"unknown","detail"}`; errors as the producers'
 //! (`not_a_person`, `not_pending`, `not_found`, `failed`, `bad_request`).
 
-use super::approval_hold::{self, Given, Holds};
+use super::approval_hold::{self, Given, Holds, MAX_HOLDS as MAX_HELD};
 use super::trust::TrustView;
 use super::Broker;
 use crate::approval::{AnswerOutcome, AnswerRecord, AnswerVia, Approval, ApprovalKind, ApprovalState, Decision, NewApproval, Refused};
 use crate::codex::approval::{self as codex_approval, Answered};
 use crate::codex::appserver::endpoint;
+use crate::config::Hold;
 use crate::gate::{self, Verified};
 use crate::producer::line::{error, write_line, ErrorCode};
 use crate::reason::DeliveryReason;
@@ -219,7 +220,7 @@ impl Broker {
             .map_err(|why| (ErrorCode::Failed, format!("thread {}: no live Codex process proven to hold it ({why:?})", listed.thread)))?;
         let endpoints = endpoint::discover(&self.approvals.codex_home, owner.pid, owner.starttime);
         if endpoints.is_empty() {
-            return Err((ErrorCode::Failed, format!("the Codex process {} of thread {} serves no app-server", owner.pid, listed.thread)));
+            return Err((ErrorCode::Failed, no_app_server(owner.pid, &listed.thread, self.approvals.config.hold)));
         }
         let approval = self.claim(id, record)?;
         let steering = message.as_deref().map(|m| self.queue_deny_message(&approval, m)).transpose()?;
@@ -315,6 +316,26 @@ impl Broker {
     }
 }
 
+/// Why an approval of a thread no app-server serves (`codex exec`) and whose hook is not held
+/// cannot be answered, and what would make the next one answerable.
+fn no_app_server(pid: i32, thread: &ThreadId, hold: Hold) -> String {
+    let base = format!(
+        "the Codex process {pid} of thread {thread} serves no app-server (a `codex exec` run) and its PermissionRequest \
+         hook is not held, so Courier has nothing to answer through; nothing was sent"
+    );
+    match hold {
+        Hold::Off => format!(
+            "{base}. To answer such approvals with `broker approve|deny`, set `[approvals] hold = \"exec\"` in {} and restart \
+             the broker: the next one's hook then waits up to hold_secs for the answer (docs/approvals.md)",
+            courier_shared::paths::config_path().display()
+        ),
+        Hold::Exec | Hold::All => format!(
+            "{base}: its hold ended (`[approvals] hold_secs`), {MAX_HELD} hooks were held already, or it was recorded \
+             before the broker read the hold setting"
+        ),
+    }
+}
+
 /// Why an answer sent without an acknowledgement is `unknown`.
 fn no_ack(waited: Duration) -> String {
     format!(
@@ -325,4 +346,21 @@ fn no_ack(waited: Duration) -> String {
 
 fn failed(e: anyhow::Error) -> (ErrorCode, String) {
     (ErrorCode::Failed, format!("{e:#}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Refused for want of an app-server, the person learns what would make the next one
+    /// answerable (the hold), or why a configured hold did not apply.
+    #[test]
+    fn no_app_server_says_what_would_make_it_answerable() {
+        let t = &crate::store::sample::T1;
+        let off = no_app_server(42, t, Hold::Off);
+        assert!(off.contains("serves no app-server") && off.contains("nothing was sent"), "{off}");
+        assert!(off.contains("[approvals] hold = \"exec\"") && off.contains("restart the broker"), "{off}");
+        let on = no_app_server(42, t, Hold::Exec);
+        assert!(on.contains("its hold ended") && !on.contains("set `[approvals]"), "{on}");
+    }
 }
