@@ -215,3 +215,37 @@ fn an_answer_never_crosses_kinds() {
         assert!(approved, "exactly the second one ran (patch first: {patch_first})");
     }
 }
+
+/// Held (`[approvals] hold = "exec"`, `codex exec --approve-for-me`, no app-server): `broker
+/// approve` of a file change is the hook's `allow` and the patch applies once; `broker deny
+/// --message` is its `deny`, nothing is written and the model reads the message.
+#[test]
+fn a_held_file_change_is_answered_through_the_hook() {
+    for approve in [true, false] {
+        let mut p = patching(if approve { "HELD_PATCH_OK" } else { "HELD_PATCH_NO" });
+        // codex exec (workspace-write) writes its workspace and /tmp unasked: the patch goes
+        // outside the workspace, and /tmp is not writable.
+        p.env.set_extra_config("[sandbox_workspace_write]\nexclude_slash_tmp = true\nexclude_tmpdir_env_var = true\n");
+        p.file = p.env.root.join("outside.txt");
+        p.model.set_script(calls_then_done(vec![patch_call("call_patch", &add_file(&p.file, &p.line))]));
+        std::fs::write(&p.env.courier_config, "[approvals]\nhold = \"exec\"\nhold_secs = 60\n").unwrap();
+        let broker = Broker::start_trusted(&p.env);
+        let child = p.env.spawn_exec_args(&["--approve-for-me"], "patch it");
+        let thread = child.wait_thread_id(T);
+        let (a, _) = wait_listed(&broker, &thread, Instant::now());
+        assert_eq!(a["kind"], "file_change", "{a}");
+        let why = marker("NOT_THERE");
+        let args: Vec<&str> =
+            if approve { vec!["approve", str_field(&a, "id")] } else { vec!["deny", str_field(&a, "id"), "--message", &why] };
+        let (ok, said) = answer(&broker, &args);
+        assert!(ok && said.contains("won"), "{said}");
+        let out = tool_output(&p.model, "call_patch");
+        eprintln!("held {}: the model read {out:?}", args[0]);
+        child.wait(T).assert_success();
+        if approve {
+            assert_eq!(std::fs::read_to_string(&p.file).unwrap(), format!("{}\n", p.line), "applied once");
+        } else {
+            assert!(!p.file.exists() && out.contains(&why), "denied: nothing written, the model reads why: {out}");
+        }
+    }
+}
