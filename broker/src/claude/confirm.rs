@@ -29,9 +29,18 @@ use std::sync::Mutex;
 /// Most bytes of a transcript one pass reads (from the oldest open hand-off's offset).
 const MAX_READ: u64 = 16 << 20;
 
+/// What one pass of [`reconcile`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pass {
+    /// Hand-offs that reached a final state.
+    pub settled: usize,
+    /// Hand-offs still open: their transcripts are read again next pass.
+    pub open: usize,
+}
+
 /// Settles the Claude Code hand-offs of `session` (or all): the store is locked to list them and
-/// to settle, never across a transcript read. Returns how many reached a final state.
-pub fn reconcile(store: &Mutex<Store>, session: Option<&ThreadId>) -> Result<usize> {
+/// to settle, never across a transcript read.
+pub fn reconcile(store: &Mutex<Store>, session: Option<&ThreadId>) -> Result<Pass> {
     let mut by_transcript: HashMap<String, Vec<(Message, Option<ProcessKey>)>> = HashMap::new();
     {
         let store = crate::store::lock(store);
@@ -45,7 +54,7 @@ pub fn reconcile(store: &Mutex<Store>, session: Option<&ThreadId>) -> Result<usi
             }
         }
     }
-    let mut settled = 0;
+    let mut pass = Pass { settled: 0, open: by_transcript.values().map(Vec::len).sum() };
     for (path, handed) in by_transcript {
         // Whose claude is gone is decided before the read: then the read saw all it will write.
         let dead: Vec<bool> = handed.iter().map(|(_, owner)| !owner.is_some_and(|k| k.is_alive())).collect();
@@ -62,11 +71,12 @@ pub fn reconcile(store: &Mutex<Store>, session: Option<&ThreadId>) -> Result<usi
             let settlement = Settlement { id: m.id.clone(), lease: m.lease, state: Some(state), reason, scan_offset: offset };
             if crate::store::lock(store).settle(&settlement)? {
                 crate::log_info!("claude: {} {state} in session {}", m.id, m.thread);
-                settled += 1;
+                pass.settled += 1;
+                pass.open -= 1;
             }
         }
     }
-    Ok(settled)
+    Ok(pass)
 }
 
 /// What the transcript says of one hand-off.
@@ -237,10 +247,10 @@ mod tests {
         append(&transcript, blob("h1", &format!("PostToolUse:Bash hook additional context: {}", &text[..text.len() - 3])));
         append(&transcript, blob("h2", &format!("PostToolUse:Bash hook additional context: {text}")));
         append(&transcript, serde_json::json!({"type": "api-request", "tail": ["h1"]}));
-        assert_eq!(reconcile(&store, None).unwrap(), 0);
+        assert_eq!(reconcile(&store, None).unwrap().settled, 0);
         assert_eq!(state(&store, &id).0, "handed", "a live claude keeps it handed");
         append(&transcript, serde_json::json!({"type": "api-request", "tail": ["h0", "h2"]}));
-        assert_eq!(reconcile(&store, None).unwrap(), 1);
+        assert_eq!(reconcile(&store, None).unwrap().settled, 1);
         assert_eq!(state(&store, &id), ("confirmed".into(), None));
     }
 
@@ -254,13 +264,13 @@ mod tests {
             serde_json::json!({"type": "attachment", "attachment": {"type": "hook_non_blocking_error",
             "hookName": "PostToolUse:Bash", "hookEvent": "PostToolUse", "stderr": "socket hang up"}}),
         );
-        assert_eq!(reconcile(&store, None).unwrap(), 0, "claude may still be in the hook");
+        assert_eq!(reconcile(&store, None).unwrap().settled, 0, "claude may still be in the hook");
         // A sub-agent's request says nothing of the main conversation's hook.
         append(&transcript, serde_json::json!({"type": "api-request", "agentId": "a1", "tail": ["h9"]}));
-        assert_eq!(reconcile(&store, None).unwrap(), 0);
+        assert_eq!(reconcile(&store, None).unwrap().settled, 0);
         assert_eq!(state(&store, &id).0, "handed");
         append(&transcript, serde_json::json!({"type": "api-request", "tail": ["h1", "h2"]}));
-        assert_eq!(reconcile(&store, None).unwrap(), 1);
+        assert_eq!(reconcile(&store, None).unwrap().settled, 1);
         assert_eq!(state(&store, &id), ("uncertain".into(), Some("claude_answer_lost".into())));
     }
 
@@ -278,7 +288,7 @@ mod tests {
             let (store, transcript, id, text) = handed(ProcessKey::of(std::process::id() as i32).unwrap());
             append(&transcript, record(&text));
             append(&transcript, serde_json::json!({"type": "api-request", "tail": ["h1"]}));
-            assert_eq!(reconcile(&store, None).unwrap(), 0);
+            assert_eq!(reconcile(&store, None).unwrap().settled, 0);
             assert_eq!(state(&store, &id).0, "handed");
         }
     }
@@ -287,7 +297,7 @@ mod tests {
     fn a_dead_claude_with_no_request_carrying_it_is_uncertain_claude_exited() {
         // Pid 1's start time is never 1: a process that is not alive.
         let (store, _transcript, id, _) = handed(ProcessKey { pid: 1, starttime: 1 });
-        assert_eq!(reconcile(&store, None).unwrap(), 1);
+        assert_eq!(reconcile(&store, None).unwrap().settled, 1);
         assert_eq!(state(&store, &id), ("uncertain".into(), Some("claude_exited".into())));
     }
 }
