@@ -37,8 +37,11 @@ pub static CONFIRM_LOOKS: AtomicU64 = AtomicU64::new(0);
 
 /// What every connection thread shares.
 struct Endpoint {
-    /// Its own connection to the queue (as effort has): pins, trust and refusals.
+    /// Its own connection to the queue (as effort has): pins, trust, tickets and hand-offs.
     store: Mutex<Store>,
+    /// Another for refusals, written after their answer: a refusal's write (measured up to
+    /// 0.6 s under load) never holds the lock a concurrent connection's answer waits for.
+    refusals: Mutex<Store>,
     digests: DigestCache,
     /// Whether a delivery also shows the person a receipt line (`receipts` in the config).
     receipts: Receipts,
@@ -52,9 +55,9 @@ struct Endpoint {
 pub fn spawn(port: u16, state_dir: &Path, digests: DigestCache, receipts: Receipts) -> Result<SocketAddr> {
     let listener = TcpListener::bind(("127.0.0.1", port)).with_context(|| format!("binding 127.0.0.1:{port} for Claude Code hooks"))?;
     let addr = listener.local_addr()?;
-    let store = Store::open(state_dir)?;
     let endpoint = Arc::new(Endpoint {
-        store: Mutex::new(store),
+        store: Mutex::new(Store::open(state_dir)?),
+        refusals: Mutex::new(Store::open(state_dir)?),
         digests,
         receipts,
         active: AtomicUsize::new(0),
@@ -168,7 +171,7 @@ impl Endpoint {
             }
         }
         crate::log_info!("claude hook refused: {} {}", r.code, r.detail);
-        let mut store = crate::store::lock(&self.store);
+        let mut store = crate::store::lock(&self.refusals);
         if let Err(e) = store.record_refusal(r.code, &r.detail, r.thread.as_deref(), r.event.as_deref(), None) {
             crate::log_warn!("claude hook: refusal not recorded: {e:#}");
         }
