@@ -101,6 +101,9 @@ pub struct StatusReply {
     /// Wake-channel passes that listed threads to wake (skipped while nothing changed since one
     /// found none).
     pub wake_looks: u64,
+    /// Passes of the Claude Code confirmation thread (every 500 ms while a hand-off is open; none
+    /// while none is).
+    pub claude_confirm_looks: u64,
     #[serde(flatten)]
     pub other: serde_json::Map<String, serde_json::Value>,
 }

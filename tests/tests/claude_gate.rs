@@ -13,6 +13,7 @@ use std::time::Duration;
 use courier_tests::claude::gate::{claude_refusals, proven_hooks, wait_proven, ClaudeBroker};
 use courier_tests::claude::{env_or_skip, http_hooks, one_bash_call, ClaudeEnv};
 use courier_tests::messages::{ScriptedMessages, Turn};
+use courier_tests::model::Hold;
 use courier_tests::util::{poll_until, shell_quote, str_field};
 use courier_tests::Broker;
 use serde_json::{json, Value};
@@ -371,13 +372,15 @@ fn a_sub_agents_hooks_get_nothing_addressed_to_the_session() {
 
 /// A broker killed between a hand-off record and the hook's answer doubles nothing: claude gets
 /// no answer (the connection closes) and carries on; the restarted broker serves the session's
-/// next PostToolUse (the pin survives) but never offers the handed message again; when claude
-/// exits with no request carrying it, it is `uncertain` (`claude_exited`).
+/// next PostToolUse (the pin survives) but never offers the handed message again. Claude's next
+/// request goes without it, so it is `uncertain` (`claude_answer_lost`) while claude still runs
+/// its second command: a hand-off claude never took does not stay `handed` for as long as claude
+/// lives.
 #[test]
 fn a_broker_killed_after_a_claude_hand_off_never_doubles_it() {
     let api = ScriptedMessages::start_with(|r| match r.tool_results().len() {
         0 => Turn::bash("sleep 3; echo one"),
-        1 => Turn::bash("sleep 3; echo two"),
+        1 => Turn::bash("sleep 12; echo two"),
         _ => Turn::text("done"),
     });
     let Some(env) = env_or_skip(&api) else { return };
@@ -395,15 +398,71 @@ fn a_broker_killed_after_a_claude_hand_off_never_doubles_it() {
     assert!(died.is_some(), "the failpoint killed the broker at the hand-off: {}", serve.log_text());
     assert_eq!(cli.message_state(&id), "handed", "the hand-off was on record before the answer");
     serve = courier_tests::Serve::start(&cb.env, &[]);
+
+    // Settled from the transcript while claude runs its second command.
+    let m = cli.wait_state(&id, "uncertain", Duration::from_secs(10));
+    assert!(courier_tests::util::pid_alive(child.pid()), "settled only once claude exited: {m}");
+    assert_eq!(m["reason"], "claude_answer_lost", "{m}");
+    assert_eq!(m["attempts"], 1, "offered once: {m}");
     let out = child.wait(courier_tests::claude::PRINT_TIMEOUT);
     assert!(out.status.success(), "{:?}\n{}\n{}", out.status, out.stderr, api.dump());
-
-    let m = cli.wait_state(&id, "uncertain", Duration::from_secs(15));
-    assert_eq!(m["reason"], "claude_exited", "{m}");
-    assert_eq!(m["attempts"], 1, "offered once: {m}");
     let carrying: Vec<usize> = api.requests().iter().filter(|r| r.body_contains(&text)).map(|r| r.index).collect();
     assert!(carrying.is_empty(), "requests {carrying:?} carried it although no answer was written:\n{}", api.dump());
     let posts = proven_hooks(&serve.log_text()).into_iter().filter(|(e, s, _)| e == "PostToolUse" && *s == sid).count();
     assert!(posts >= 2, "the restarted broker served the session's next PostToolUse: {}", serve.log_text());
     drop(serve);
+}
+
+/// The broker's counters, bounded.
+fn status(env: &courier_tests::CodexEnv) -> courier_shared::wire::StatusReply {
+    courier_tests::util::wait_until(Duration::from_secs(10), "the broker's status", || broker_lib::client::query_status(&env.runtime_dir))
+}
+
+/// How many confirmation passes ran while the maintenance thread made `passes` more of its own
+/// (500 ms each: the clock).
+fn confirm_looks_over(env: &courier_tests::CodexEnv, passes: u64) -> u64 {
+    let s0 = status(env);
+    let s1 = courier_tests::util::wait_until(Duration::from_secs(30), "maintenance passes", || {
+        broker_lib::client::query_status(&env.runtime_dir).filter(|s| s.maintenance_passes >= s0.maintenance_passes + passes)
+    });
+    s1.claude_confirm_looks - s0.claude_confirm_looks
+}
+
+/// The confirmation thread costs an idle broker nothing: with no hand-off open it makes no pass
+/// (before any delivery, and again once the one it had is settled). A hand-off wakes it: while
+/// the model holds its answer to the request that carried the message (so no later hook can
+/// settle it), the thread reads the transcript and the receipt is `confirmed`.
+#[test]
+fn the_confirmation_thread_sleeps_until_a_hand_off_and_confirms_it_while_no_hook_comes() {
+    let hold = Hold::new();
+    let held = hold.clone();
+    let api = ScriptedMessages::start_with(move |r| match (r.tool_results().is_empty(), r.is_stream()) {
+        (_, false) => Turn::text("ok"),
+        (true, true) => Turn::bash("sleep 3; echo slept"),
+        (false, true) => {
+            held.park();
+            Turn::text("done")
+        }
+    });
+    let Some(env) = env_or_skip(&api) else { return };
+    let cb = ClaudeBroker::new();
+    let broker = cb.start(&env.claude);
+    env.set_courier_hooks(cb.port);
+    assert_eq!(confirm_looks_over(&cb.env, 6), 0, "an idle broker's confirmation thread made passes");
+
+    let child = env.spawn_print("run the command");
+    let sid = wait_proven(&broker, 1)[0].1.clone();
+    let text = courier_tests::util::marker("CLAUDE_CONFIRM_THREAD");
+    let id = broker.send(&sid, &text, None);
+    hold.wait_held(1, Duration::from_secs(30));
+    let m = broker.wait_state(&id, "confirmed", Duration::from_secs(10));
+    assert!(!hold.is_released(), "confirmed by the thread while the model held its answer: {m}");
+    assert!(status(&cb.env).claude_confirm_looks >= 2, "the hand-off woke the thread");
+    hold.release();
+    let out = child.wait(courier_tests::claude::PRINT_TIMEOUT);
+    assert!(out.status.success(), "{:?}\n{}\n{}", out.status, out.stderr, api.dump());
+    assert_eq!(api.requests().iter().filter(|r| r.body_contains(&text)).count(), 1, "{}", api.dump());
+
+    confirm_looks_over(&cb.env, 2); // the pass that finds nothing open
+    assert_eq!(confirm_looks_over(&cb.env, 6), 0, "the thread went on looking once nothing was open");
 }

@@ -12,11 +12,11 @@ use crate::config::Receipts;
 use crate::exe::digest::DigestCache;
 use crate::exe::ExeKey;
 use crate::gate::Refusal;
-use crate::store::Store;
+use crate::store::{Store, HANDED};
 use anyhow::{Context, Result};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,13 +27,21 @@ pub const READ_DEADLINE: Duration = Duration::from_secs(2);
 /// Refusals written to the queue per second at most; more are logged only (a flood of forged
 /// connections must not become a flood of database writes).
 const REFUSALS_PER_SECOND: usize = 16;
-/// How often the confirmation pass reads the transcripts of open hand-offs.
+/// How often the confirmation pass reads the transcripts of open hand-offs (while none is open it
+/// waits for the next hand-off: [`confirm_loop`]).
 const CONFIRM_EVERY: Duration = Duration::from_millis(500);
+
+/// Passes of the confirmation thread since the broker started (`broker inspect`:
+/// `claude_confirm_looks`): one a [`CONFIRM_EVERY`] while a hand-off is open, none while none is.
+pub static CONFIRM_LOOKS: AtomicU64 = AtomicU64::new(0);
 
 /// What every connection thread shares.
 struct Endpoint {
-    /// Its own connection to the queue (as effort has): pins, trust and refusals.
+    /// Its own connection to the queue (as effort has): pins, trust, tickets and hand-offs.
     store: Mutex<Store>,
+    /// Another for refusals, written after their answer: a refusal's write (measured up to
+    /// 0.6 s under load) never holds the lock a concurrent connection's answer waits for.
+    refusals: Mutex<Store>,
     digests: DigestCache,
     /// Whether a delivery also shows the person a receipt line (`receipts` in the config).
     receipts: Receipts,
@@ -47,23 +55,42 @@ struct Endpoint {
 pub fn spawn(port: u16, state_dir: &Path, digests: DigestCache, receipts: Receipts) -> Result<SocketAddr> {
     let listener = TcpListener::bind(("127.0.0.1", port)).with_context(|| format!("binding 127.0.0.1:{port} for Claude Code hooks"))?;
     let addr = listener.local_addr()?;
-    let store = Store::open(state_dir)?;
     let endpoint = Arc::new(Endpoint {
-        store: Mutex::new(store),
+        store: Mutex::new(Store::open(state_dir)?),
+        refusals: Mutex::new(Store::open(state_dir)?),
         digests,
         receipts,
         active: AtomicUsize::new(0),
         recorded: Mutex::new((Instant::now(), 0)),
     });
     let confirming = Arc::clone(&endpoint);
-    std::thread::Builder::new().name("claude-confirm".into()).spawn(move || loop {
-        if let Err(e) = super::confirm::reconcile(&confirming.store, None) {
-            crate::log_warn!("claude: confirmation pass: {e:#}");
-        }
-        std::thread::sleep(CONFIRM_EVERY);
-    })?;
+    std::thread::Builder::new().name("claude-confirm".into()).spawn(move || confirm_loop(&confirming.store))?;
     std::thread::Builder::new().name("claude-hooks".into()).spawn(move || accept_loop(&listener, &endpoint))?;
     Ok(addr)
+}
+
+/// The confirmation thread: a pass every [`CONFIRM_EVERY`] while a hand-off is open (its
+/// transcript grows and its claude may exit, neither of which commits anything); with none open,
+/// it sleeps until the process commits the next hand-off ([`HANDED`]), so an idle broker reads
+/// neither the store nor a transcript for it. The count is taken before the pass: a hand-off
+/// committed during it ends the wait at once.
+fn confirm_loop(store: &Mutex<Store>) {
+    loop {
+        let seen = HANDED.count();
+        CONFIRM_LOOKS.fetch_add(1, Ordering::Relaxed);
+        let open = super::confirm::reconcile(store, None).map_or_else(
+            |e| {
+                crate::log_warn!("claude: confirmation pass: {e:#}");
+                1 // look again as if one were open: the failure may pass
+            },
+            |pass| pass.open,
+        );
+        if open > 0 {
+            std::thread::sleep(CONFIRM_EVERY);
+        } else {
+            HANDED.wait_for_next(seen);
+        }
+    }
 }
 
 fn accept_loop(listener: &TcpListener, endpoint: &Arc<Endpoint>) {
@@ -144,7 +171,7 @@ impl Endpoint {
             }
         }
         crate::log_info!("claude hook refused: {} {}", r.code, r.detail);
-        let mut store = crate::store::lock(&self.store);
+        let mut store = crate::store::lock(&self.refusals);
         if let Err(e) = store.record_refusal(r.code, &r.detail, r.thread.as_deref(), r.event.as_deref(), None) {
             crate::log_warn!("claude hook: refusal not recorded: {e:#}");
         }

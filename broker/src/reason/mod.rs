@@ -24,6 +24,7 @@
 //! | `marker_missing` | uncertain | its hand-off's output is in the rollout without it, and without Codex's truncation notice |
 //! | `codex_exited` | uncertain | its codex exited before the rollout showed it |
 //! | `claude_exited` | uncertain | handed to a Claude Code hook, and its claude exited before the transcript showed a request carrying it |
+//! | `claude_answer_lost` | uncertain | handed to a Claude Code hook whose answer claude never took (the broker stopped, the hook timed out, the turn was interrupted): its next request went without it, and no request will carry it |
 //! | `rollout_missing` | uncertain | its rollout could not be opened any more |
 //! | `rollout_rewritten` | uncertain | its rollout is now shorter than where the scan stood: rewritten, not appended to |
 //! | `turn_closed_without_marker` | uncertain | handed with no turn id (SessionStart), and a turn closed without it |
@@ -89,6 +90,7 @@ reasons! {
         MarkerMissing = "marker_missing",
         CodexExited = "codex_exited",
         ClaudeExited = "claude_exited",
+        ClaudeAnswerLost = "claude_answer_lost",
         RolloutMissing = "rollout_missing",
         RolloutRewritten = "rollout_rewritten",
         TurnClosedWithoutMarker = "turn_closed_without_marker",

@@ -31,6 +31,7 @@ impl Broker {
             maintenance_passes: n(&c.maintenance_passes),
             maintenance_looks: n(&c.maintenance_looks),
             wake_looks: n(&c.wake_looks),
+            claude_confirm_looks: n(&crate::claude::serve::CONFIRM_LOOKS),
             other: Default::default(),
         }
     }

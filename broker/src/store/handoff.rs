@@ -174,6 +174,7 @@ impl Store {
         crate::failpoint::hit("before_ack_commit");
         tx.commit()?;
         crate::failpoint::hit("after_ack_commit");
+        super::HANDED.bump(n);
         Ok(n > 0)
     }
 

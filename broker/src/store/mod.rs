@@ -23,6 +23,7 @@ mod producer;
 mod refusals;
 #[cfg(test)]
 pub(crate) mod sample;
+mod signal;
 mod state;
 mod ticket_log;
 mod tickets;
@@ -38,6 +39,7 @@ pub use enqueue::{Enqueued, NewMessage};
 pub use handoff::{HandOff, Lease, MAX_REOFFERS};
 pub use lock::{lock, Locked, SLOW_HOLD};
 pub use refusals::Refusal;
+pub use signal::{CommitSignal, HANDED};
 pub use state::{Channel, Kind, LeaseToken, State, StateCounts};
 pub use ticket_log::{TicketLog, JOURNAL_NAME as TICKET_JOURNAL_NAME};
 pub use tickets::{Alarm, Taken, Ticket, TicketClaim};
@@ -93,7 +95,7 @@ pub struct Store {
     conn: Connection,
     /// Signalled by every commit of this connection that makes messages pending (queued, or
     /// returned from a lease): what wakes the wake channel at once.
-    pending: std::sync::Arc<PendingSignal>,
+    pending: std::sync::Arc<CommitSignal>,
 }
 
 /// What a hook call of a thread may have to do ([`Store::thread_work`]).
@@ -124,33 +126,6 @@ pub struct Settlement {
     pub reason: Option<Reason>,
     /// Where the scan of its rollout stands.
     pub scan_offset: u64,
-}
-
-/// Counts the commits that made messages pending, and wakes whoever waits for the next one.
-#[derive(Default)]
-pub struct PendingSignal {
-    count: std::sync::Mutex<u64>,
-    changed: std::sync::Condvar,
-}
-
-impl PendingSignal {
-    fn bump(&self, n: usize) {
-        if n > 0 {
-            *self.count.lock().unwrap_or_else(|e| e.into_inner()) += n as u64;
-            self.changed.notify_all();
-        }
-    }
-
-    /// The count so far.
-    pub fn count(&self) -> u64 {
-        *self.count.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Waits until the count is no longer `seen`, or `timeout` has passed.
-    pub fn wait_past(&self, seen: u64, timeout: std::time::Duration) {
-        let guard = self.count.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = self.changed.wait_timeout_while(guard, timeout, |c| *c == seen);
-    }
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -492,7 +467,7 @@ impl Store {
     }
 
     /// What this connection signals when it makes messages pending (the wake channel waits on it).
-    pub fn pending_signal(&self) -> std::sync::Arc<PendingSignal> {
+    pub fn pending_signal(&self) -> std::sync::Arc<CommitSignal> {
         std::sync::Arc::clone(&self.pending)
     }
 

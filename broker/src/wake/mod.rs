@@ -49,7 +49,7 @@ use crate::gate::owner::{NoOwner, Owner};
 use crate::gate::{CodexTrust, Gate};
 use crate::os::ProcessKey;
 use crate::reason::DeliveryReason;
-use crate::store::{Channel, HandOff, Lease, PendingSignal, Store, Watch};
+use crate::store::{Channel, CommitSignal, HandOff, Lease, Store, Watch};
 use courier_shared::ids::ThreadId;
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -142,11 +142,11 @@ impl Waker {
     }
 
     /// The wake thread: a pass as soon as this broker makes messages pending (queued through it,
-    /// or returned from a lease: [`PendingSignal`]), and every [`RECHECK`] (a thread that went
+    /// or returned from a lease: [`Store::pending_signal`]), and every [`RECHECK`] (a thread that went
     /// idle after its last hook; a message another process wrote to the database while no broker
     /// ran). No file watcher and no polling: every commit of every hook call would wake one, when
     /// only a new or returned message can start a turn.
-    pub fn run(&self, signal: &PendingSignal, pass: impl Fn()) {
+    pub fn run(&self, signal: &CommitSignal, pass: impl Fn()) {
         loop {
             let seen = signal.count();
             pass();

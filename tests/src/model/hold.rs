@@ -51,7 +51,9 @@ impl Hold {
         self.0 .0.lock().unwrap().passed
     }
 
-    pub(super) fn park(&self) -> bool {
+    /// Waits here until released (bounded by `MAX_HOLD`): what a held reply does, and what a
+    /// Messages script calls to hold its answer. False when the bound ran out first.
+    pub fn park(&self) -> bool {
         let (m, c) = &*self.0;
         let deadline = Instant::now() + MAX_HOLD;
         let mut g = m.lock().unwrap();
