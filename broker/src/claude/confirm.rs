@@ -4,10 +4,15 @@
 //! hand-off is `confirmed` when, after its offset, a blob's text holds every byte of the message
 //! as rendered and an `api-request` after it names that blob; `uncertain` (`claude_exited`) when
 //! its claude exited first. Nothing else settles it: a claude that lives on keeps it `handed`.
+//!
+//! A message handed in parts (`store::Part`) is `confirmed` when every part is shown so, each
+//! after its own hand-off's offset; `uncertain` `part_unseen` when a later part is shown and an
+//! earlier one is not (that part's hook was never answered: it can no longer come), else
+//! `claude_exited` when the claude of a part not shown exited.
 
 use crate::os::ProcessKey;
-use crate::reason::DeliveryReason;
-use crate::store::{Channel, Message, Settlement, State, Store};
+use crate::reason::{DeliveryReason, Reason};
+use crate::store::{Channel, LeaseToken, Message, Settlement, State, Store};
 use anyhow::Result;
 use courier_shared::ids::ThreadId;
 use serde_json::Value;
@@ -21,32 +26,40 @@ const MAX_READ: u64 = 16 << 20;
 /// Settles the Claude Code hand-offs of `session` (or all): the store is locked to list them and
 /// to settle, never across a transcript read. Returns how many reached a final state.
 pub fn reconcile(store: &Mutex<Store>, session: Option<&ThreadId>) -> Result<usize> {
-    let mut by_transcript: HashMap<String, Vec<(Message, Option<ProcessKey>)>> = HashMap::new();
+    let mut by_transcript: HashMap<String, Vec<(Message, Vec<Piece>)>> = HashMap::new();
     {
         let store = crate::store::lock(store);
         for m in store.handed(session)?.into_iter().filter(|m| m.event == Some(Channel::Claude)) {
-            let owner = match m.lease {
-                Some(t) => store.codex_of(t)?.map(|(pid, starttime)| ProcessKey { pid, starttime }),
-                None => None,
+            let owner = |lease: Option<LeaseToken>| -> Result<Option<ProcessKey>> {
+                Ok(match lease {
+                    Some(t) => store.codex_of(t)?.map(|(pid, starttime)| ProcessKey { pid, starttime }),
+                    None => None,
+                })
+            };
+            let parts = store.parts(&m.id)?;
+            let pieces = match parts.is_empty() {
+                true => vec![Piece { text: m.wrapped(), offset: m.scan_offset.unwrap_or(0) as u64, owner: owner(m.lease)? }],
+                false => parts
+                    .iter()
+                    .map(|p| Ok(Piece { text: m.wrapped_part(&p.part), offset: p.scan_offset, owner: owner(Some(p.lease))? }))
+                    .collect::<Result<_>>()?,
             };
             if let Some(path) = m.rollout_path.clone() {
-                by_transcript.entry(path).or_default().push((m, owner));
+                by_transcript.entry(path).or_default().push((m, pieces));
             }
         }
     }
     let mut settled = 0;
     for (path, handed) in by_transcript {
         // Whose claude is gone is decided before the read: then the read saw all it will write.
-        let dead: Vec<bool> = handed.iter().map(|(_, owner)| !owner.is_some_and(|k| k.is_alive())).collect();
-        let from = handed.iter().map(|(m, _)| m.scan_offset.unwrap_or(0) as u64).min().unwrap_or(0);
+        let dead: Vec<Vec<bool>> =
+            handed.iter().map(|(_, pieces)| pieces.iter().map(|p| !p.owner.is_some_and(|k| k.is_alive())).collect()).collect();
+        let from = handed.iter().flat_map(|(_, pieces)| pieces.iter().map(|p| p.offset)).min().unwrap_or(0);
         let records = read_records(&path, from);
-        for ((m, _), dead) in handed.iter().zip(dead) {
+        for ((m, pieces), dead) in handed.iter().zip(dead) {
             let offset = m.scan_offset.unwrap_or(0) as u64;
-            let (state, reason) = match (shown(&records, offset, &m.wrapped()), dead) {
-                (true, _) => (State::Confirmed, None),
-                (false, true) => (State::Uncertain, Some(DeliveryReason::ClaudeExited.into())),
-                (false, false) => continue,
-            };
+            let seen: Vec<bool> = pieces.iter().map(|p| shown(&records, p.offset, &p.text)).collect();
+            let Some((state, reason)) = verdict(&seen, &dead) else { continue };
             let settlement = Settlement { id: m.id.clone(), lease: m.lease, state: Some(state), reason, scan_offset: offset };
             if crate::store::lock(store).settle(&settlement)? {
                 crate::log_info!("claude: {} {state} in session {}", m.id, m.thread);
@@ -55,6 +68,30 @@ pub fn reconcile(store: &Mutex<Store>, session: Option<&ThreadId>) -> Result<usi
         }
     }
     Ok(settled)
+}
+
+/// One text a hand-off put before the model: a whole message, or one of its parts.
+struct Piece {
+    text: String,
+    /// Where its hand-off's transcript stood: it is shown after this.
+    offset: u64,
+    /// The claude it was handed to.
+    owner: Option<ProcessKey>,
+}
+
+/// A message's final state from whether each of its pieces is `seen` and its claude `dead`, in
+/// order; None while it may still be shown.
+fn verdict(seen: &[bool], dead: &[bool]) -> Option<(State, Option<Reason>)> {
+    let lost = |i: usize| !seen[i] && seen[i + 1..].iter().any(|s| *s);
+    if seen.iter().all(|s| *s) {
+        Some((State::Confirmed, None))
+    } else if (0..seen.len()).any(lost) {
+        Some((State::Uncertain, Some(DeliveryReason::PartUnseen.into())))
+    } else if seen.iter().zip(dead).any(|(s, d)| !s && *d) {
+        Some((State::Uncertain, Some(DeliveryReason::ClaudeExited.into())))
+    } else {
+        None
+    }
 }
 
 /// One transcript record the scan looks at, with the offset it starts at.
@@ -170,6 +207,23 @@ mod tests {
         append(&transcript, serde_json::json!({"type": "api-request", "tail": ["h0", "h2"]}));
         assert_eq!(reconcile(&store, None).unwrap(), 1);
         assert_eq!(state(&store, &id), ("confirmed".into(), None));
+    }
+
+    /// A message in parts: confirmed only with every part shown; a part not shown while a later
+    /// one is can never come (`part_unseen`); else it waits for its claude, or its exit.
+    #[test]
+    fn parts_are_confirmed_only_all_together() {
+        let (t, f) = (true, false);
+        let confirmed = Some((State::Confirmed, None));
+        let unseen = Some((State::Uncertain, Some(DeliveryReason::PartUnseen.into())));
+        let exited = Some((State::Uncertain, Some(DeliveryReason::ClaudeExited.into())));
+        assert_eq!(verdict(&[t, t, t], &[f, f, f]), confirmed);
+        assert_eq!(verdict(&[t, t, t], &[t, t, t]), confirmed);
+        assert_eq!(verdict(&[f, t, t], &[f, f, f]), unseen);
+        assert_eq!(verdict(&[t, f, t], &[t, t, t]), unseen);
+        assert_eq!(verdict(&[t, t, f], &[f, f, f]), None, "the last part may still be sent");
+        assert_eq!(verdict(&[t, t, f], &[f, f, t]), exited);
+        assert_eq!(verdict(&[f], &[f]), None);
     }
 
     #[test]
