@@ -5,24 +5,15 @@
 //!
 //! Skips (and says so) only when COURIER_CLAUDE_BIN is unset; `install/test.sh` sets it.
 
-use std::net::TcpListener;
 use std::path::Path;
 use std::time::Duration;
 
-use courier_tests::claude::{ClaudeEnv, ClaudeHook};
+use courier_tests::claude::gate::{proven_hooks, ClaudeBroker};
+use courier_tests::claude::{env_or_skip, ClaudeHook};
 use courier_tests::messages::{MessagesRequest, ScriptedMessages, Turn};
 use courier_tests::util::{marker, poll_until, shell_quote};
-use courier_tests::{Broker, CodexEnv, Serve};
+use courier_tests::{Broker, Serve};
 use serde_json::json;
-
-/// A private home for `api`, or `None` (saying the test skipped) when `COURIER_CLAUDE_BIN` is unset.
-fn env_or_skip(api: &ScriptedMessages) -> Option<ClaudeEnv> {
-    let env = ClaudeEnv::new(api);
-    if env.is_none() {
-        eprintln!("skipped: COURIER_CLAUDE_BIN is unset (install/fetch-claude.sh prints the path; install/test.sh sets it)");
-    }
-    env
-}
 
 /// `tag`, a space, then `unit` repeated: `chars` characters (code points) in all.
 fn text_of(tag: &str, unit: char, chars: usize) -> String {
@@ -88,28 +79,17 @@ fn claude_passes_one_hooks_context_whole_up_to_10000_utf16_units() {
     assert_eq!(system.matches("<persisted-output>").count(), 3, "the others are previews");
 }
 
-/// A broker serving Claude Code's hooks on a free port, for a session of `env`.
-struct ClaudeBroker {
-    env: CodexEnv,
-    port: u16,
+/// The session of the first hook a broker log shows proven.
+fn proven_session(serve: &Serve) -> String {
+    poll_until(Duration::from_secs(30), || proven_hooks(&serve.log_text()).first().map(|p| p.1.clone()))
+        .unwrap_or_else(|| panic!("no proven hook: {}", serve.log_text()))
 }
 
-impl ClaudeBroker {
-    fn new(claude: &Path) -> ClaudeBroker {
-        let env = CodexEnv::with_base_url("http://127.0.0.1:9/v1");
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        std::fs::write(&env.courier_config, format!("log_level = \"debug\"\n[claude]\nhook_port = {port}\n")).unwrap();
-        Broker::cli_only(&env).run_ok(&["trust-claude", &claude.display().to_string()]);
-        ClaudeBroker { env, port }
-    }
-}
-
-/// The session id of the first proven hook in a broker log.
-fn proven_session(log: &dyn Fn() -> String) -> String {
-    poll_until(Duration::from_secs(30), || {
-        log().lines().find_map(|l| Some(l.split("claude hook ").nth(1)?.split(" of session ").nth(1)?.split(' ').next()?.to_string()))
-    })
-    .unwrap_or_else(|| panic!("no proven hook: {}", log()))
+/// A broker's CLI for `cb` with `claude` trusted (the test starts `broker serve` itself).
+fn cli_trusting<'a>(cb: &'a ClaudeBroker, claude: &Path) -> Broker<'a> {
+    let cli = Broker::cli_only(&cb.env);
+    cli.trust_claude(claude);
+    cli
 }
 
 /// A body of about `n` bytes, multi-byte text included (no `<`, so it is sent as written), distinct
@@ -161,12 +141,12 @@ fn first_carrying(api: &ScriptedMessages, needle: &str) -> Option<usize> {
 fn a_30_kb_message_reaches_claude_whole_once_in_parts_and_the_one_behind_follows() {
     let api = calls_bash(9);
     let Some(env) = env_or_skip(&api) else { return };
-    let cb = ClaudeBroker::new(&env.claude);
+    let cb = ClaudeBroker::new();
+    let cli = cli_trusting(&cb, &env.claude);
     let serve = Serve::start(&cb.env, &[]);
-    let cli = Broker::cli_only(&cb.env);
     env.set_courier_hooks(cb.port);
     let child = env.spawn_print("run the commands");
-    let sid = proven_session(&|| serve.log_text());
+    let sid = proven_session(&serve);
     let body = big_body(&marker("BIG"), 30_000);
     let big = cli.send(&sid, &body, None);
     let small_text = marker("BEHIND");
@@ -205,12 +185,12 @@ fn a_30_kb_message_reaches_claude_whole_once_in_parts_and_the_one_behind_follows
 fn a_broker_killed_between_parts_never_doubles_a_part_and_the_receipt_says_uncertain() {
     let api = calls_bash(9);
     let Some(env) = env_or_skip(&api) else { return };
-    let cb = ClaudeBroker::new(&env.claude);
+    let cb = ClaudeBroker::new();
+    let cli = cli_trusting(&cb, &env.claude);
     let mut serve = Serve::start(&cb.env, &[("COURIER_FAILPOINTS", "claude_after_hand_off")]);
-    let cli = Broker::cli_only(&cb.env);
     env.set_courier_hooks(cb.port);
     let child = env.spawn_print("run the commands");
-    let sid = proven_session(&|| serve.log_text());
+    let sid = proven_session(&serve);
     let body = big_body(&marker("CRASH"), 30_000);
     let big = cli.send(&sid, &body, None);
     let died = poll_until(Duration::from_secs(30), || serve.child.try_wait().ok().flatten());
