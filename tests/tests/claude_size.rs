@@ -172,6 +172,9 @@ fn a_30_kb_message_reaches_claude_whole_once_in_parts_and_the_one_behind_follows
     // Each part came at its own hook: part k first in a later request than part k - 1.
     let firsts: Vec<usize> = parts.iter().map(|p| first_carrying(&api, &p.2).unwrap()).collect();
     assert!(firsts.windows(2).all(|w| w[0] < w[1]), "parts at successive hooks: {firsts:?}");
+    let reqs = api.requests();
+    let span = reqs[*firsts.last().unwrap()].received_at - reqs[firsts[0]].received_at;
+    eprintln!("{n} parts of a {} byte message reached the model over {span:?} (one Bash call of `sleep 1` a part)", body.len());
     let behind = first_carrying(&api, &small_text).expect("the message behind reached the model");
     assert!(behind > *firsts.last().unwrap(), "after the last part: {behind} vs {firsts:?}");
     drop(serve);

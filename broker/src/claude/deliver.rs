@@ -64,7 +64,11 @@ pub fn offer(store: &mut Store, p: &Proven, receipts: Receipts) -> Result<String
     if receipts == Receipts::Line {
         // Claude Code shows `systemMessage` to the person (`PostToolUse:<tool> says: ...`) and
         // sends it to no model; without it the person sees nothing of a delivery.
-        answer["systemMessage"] = Message::receipt_line(&lease.messages).into();
+        let mut line = Message::receipt_line(&lease.messages);
+        if let Some(part) = &lease.part {
+            line.push_str(&format!(", part {} of {}", part.k, part.n));
+        }
+        answer["systemMessage"] = line.into();
     }
     Ok(answer.to_string())
 }
