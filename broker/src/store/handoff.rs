@@ -173,9 +173,11 @@ fn take(
     Ok((taken, part))
 }
 
-/// Whether a message of the thread (`?1`) with parts on record is leased now.
-const PART_LEASED: &str = "SELECT EXISTS(SELECT 1 FROM messages m WHERE m.thread = ?1 AND m.state = 'leased'
-    AND EXISTS(SELECT 1 FROM message_parts p WHERE p.message = m.id))";
+/// Whether a message of the thread (`?1`) is leased now that holds the ones behind it: one with
+/// parts on record, or (`?2`, a channel that splits) any, since a lease of a first part carries
+/// none yet and two hooks of one session may run at once.
+const LEASE_HOLDS: &str = "SELECT EXISTS(SELECT 1 FROM messages m WHERE m.thread = ?1 AND m.state = 'leased'
+    AND (?2 OR EXISTS(SELECT 1 FROM message_parts p WHERE p.message = m.id)))";
 
 impl Store {
     /// The handed parts of message `id`, in order (none for a message handed whole).
@@ -226,8 +228,8 @@ impl Store {
                  AND NOT EXISTS (SELECT 1 FROM message_parts p WHERE p.message = messages.id)",
                 params![thread, now, DeliveryReason::TtlElapsed.as_str()],
             )?;
-            // A message between parts whose next part is leased holds the ones behind it.
-            if tx.prepare_cached(PART_LEASED)?.query_row([thread], |r| r.get(0))? {
+            // A part in flight holds the messages behind it: order is kept.
+            if tx.prepare_cached(LEASE_HOLDS)?.query_row(params![thread, channel.splits()], |r| r.get(0))? {
                 tx.commit()?;
                 return Ok(None);
             }
@@ -396,6 +398,9 @@ mod tests {
             assert!(text.contains(&format!("part=\"{k}/{}\"", part.n)), "{}", &text[..120]);
             assert_eq!(text.matches('<').count(), 2, "escaped alone: no cut escape");
             got.push_str(&body[part.range.clone()]);
+            if k == 1 {
+                assert!(s.lease(T, Channel::Claude, Some("p"), 10_000, 9_000).unwrap().is_none(), "a second hook waits for part 1");
+            }
             // Another channel never takes the message whole, nor the one behind it.
             if k == 2 && !released {
                 released = true;
