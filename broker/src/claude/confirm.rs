@@ -15,10 +15,16 @@
 //! 2.1.332: a sub-agent's requests go to its own transcript (`agentId`), side queries (titles)
 //! write none. An answer claude took but has not sent keeps the hand-off `handed` until a request
 //! carries it or claude exits.
+//!
+//! A message handed in parts (`store::Part`) is `confirmed` when every part is shown so, each
+//! after its own hand-off's offset; `uncertain` `claude_answer_lost` when a part's answer was
+//! never taken, `part_unseen` when a later part is shown and an earlier one is not (that part's
+//! hook was never answered: it can no longer come), else `claude_exited` when the claude of a
+//! part not shown exited.
 
 use crate::os::ProcessKey;
-use crate::reason::DeliveryReason;
-use crate::store::{Channel, Message, Settlement, State, Store};
+use crate::reason::{DeliveryReason, Reason};
+use crate::store::{Channel, LeaseToken, Message, Settlement, State, Store};
 use anyhow::Result;
 use courier_shared::ids::ThreadId;
 use serde_json::Value;
@@ -41,33 +47,40 @@ pub struct Pass {
 /// Settles the Claude Code hand-offs of `session` (or all): the store is locked to list them and
 /// to settle, never across a transcript read.
 pub fn reconcile(store: &Mutex<Store>, session: Option<&ThreadId>) -> Result<Pass> {
-    let mut by_transcript: HashMap<String, Vec<(Message, Option<ProcessKey>)>> = HashMap::new();
+    let mut by_transcript: HashMap<String, Vec<(Message, Vec<Piece>)>> = HashMap::new();
     {
         let store = crate::store::lock(store);
         for m in store.handed(session)?.into_iter().filter(|m| m.event == Some(Channel::Claude)) {
-            let owner = match m.lease {
-                Some(t) => store.codex_of(t)?.map(|(pid, starttime)| ProcessKey { pid, starttime }),
-                None => None,
+            let owner = |lease: Option<LeaseToken>| -> Result<Option<ProcessKey>> {
+                Ok(match lease {
+                    Some(t) => store.codex_of(t)?.map(|(pid, starttime)| ProcessKey { pid, starttime }),
+                    None => None,
+                })
+            };
+            let parts = store.parts(&m.id)?;
+            let pieces = match parts.is_empty() {
+                true => vec![Piece { text: m.wrapped(), offset: m.scan_offset.unwrap_or(0) as u64, owner: owner(m.lease)? }],
+                false => parts
+                    .iter()
+                    .map(|p| Ok(Piece { text: m.wrapped_part(&p.part), offset: p.scan_offset, owner: owner(Some(p.lease))? }))
+                    .collect::<Result<_>>()?,
             };
             if let Some(path) = m.rollout_path.clone() {
-                by_transcript.entry(path).or_default().push((m, owner));
+                by_transcript.entry(path).or_default().push((m, pieces));
             }
         }
     }
     let mut pass = Pass { settled: 0, open: by_transcript.values().map(Vec::len).sum() };
     for (path, handed) in by_transcript {
         // Whose claude is gone is decided before the read: then the read saw all it will write.
-        let dead: Vec<bool> = handed.iter().map(|(_, owner)| !owner.is_some_and(|k| k.is_alive())).collect();
-        let from = handed.iter().map(|(m, _)| m.scan_offset.unwrap_or(0) as u64).min().unwrap_or(0);
+        let dead: Vec<Vec<bool>> =
+            handed.iter().map(|(_, pieces)| pieces.iter().map(|p| !p.owner.is_some_and(|k| k.is_alive())).collect()).collect();
+        let from = handed.iter().flat_map(|(_, pieces)| pieces.iter().map(|p| p.offset)).min().unwrap_or(0);
         let window = read_window(&path, from);
-        for ((m, _), dead) in handed.iter().zip(dead) {
+        for ((m, pieces), dead) in handed.iter().zip(dead) {
             let offset = m.scan_offset.unwrap_or(0) as u64;
-            let (state, reason) = match (window.verdict(offset, &m.wrapped()), dead) {
-                (Verdict::Shown, _) => (State::Confirmed, None),
-                (Verdict::Lost, _) => (State::Uncertain, Some(DeliveryReason::ClaudeAnswerLost.into())),
-                (Verdict::Open, true) => (State::Uncertain, Some(DeliveryReason::ClaudeExited.into())),
-                (Verdict::Open, false) => continue,
-            };
+            let seen: Vec<Verdict> = pieces.iter().map(|p| window.verdict(p.offset, &p.text)).collect();
+            let Some((state, reason)) = verdict(&seen, &dead) else { continue };
             let settlement = Settlement { id: m.id.clone(), lease: m.lease, state: Some(state), reason, scan_offset: offset };
             if crate::store::lock(store).settle(&settlement)? {
                 crate::log_info!("claude: {} {state} in session {}", m.id, m.thread);
@@ -80,7 +93,7 @@ pub fn reconcile(store: &Mutex<Store>, session: Option<&ThreadId>) -> Result<Pas
 }
 
 /// What the transcript says of one hand-off.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 enum Verdict {
     /// A request carried it: the model was sent it.
     Shown,
@@ -88,6 +101,33 @@ enum Verdict {
     Lost,
     /// Neither yet.
     Open,
+}
+
+/// One text a hand-off put before the model: a whole message, or one of its parts.
+struct Piece {
+    text: String,
+    /// Where its hand-off's transcript stood: it is shown after this.
+    offset: u64,
+    /// The claude it was handed to.
+    owner: Option<ProcessKey>,
+}
+
+/// A message's final state from what the transcript says of each of its pieces and whether each
+/// one's claude is `dead`, in order; None while it may still be shown.
+fn verdict(pieces: &[Verdict], dead: &[bool]) -> Option<(State, Option<Reason>)> {
+    let shown = |i: usize| pieces[i] == Verdict::Shown;
+    let unseen = |i: usize| !shown(i) && (i + 1..pieces.len()).any(shown);
+    if (0..pieces.len()).all(shown) {
+        Some((State::Confirmed, None))
+    } else if pieces.contains(&Verdict::Lost) {
+        Some((State::Uncertain, Some(DeliveryReason::ClaudeAnswerLost.into())))
+    } else if (0..pieces.len()).any(unseen) {
+        Some((State::Uncertain, Some(DeliveryReason::PartUnseen.into())))
+    } else if (0..pieces.len()).any(|i| !shown(i) && dead[i]) {
+        Some((State::Uncertain, Some(DeliveryReason::ClaudeExited.into())))
+    } else {
+        None
+    }
 }
 
 /// One transcript record the scan looks at, with the offset it starts at.
@@ -291,6 +331,26 @@ mod tests {
             assert_eq!(reconcile(&store, None).unwrap().settled, 0);
             assert_eq!(state(&store, &id).0, "handed");
         }
+    }
+
+    /// A message in parts: confirmed only with every part shown; a part not shown while a later
+    /// one is can never come (`part_unseen`); else it waits for its claude, or its exit.
+    #[test]
+    fn parts_are_confirmed_only_all_together() {
+        use Verdict::{Lost, Open as O, Shown as S};
+        let (t, f) = (true, false);
+        let lost = Some((State::Uncertain, Some(DeliveryReason::ClaudeAnswerLost.into())));
+        let confirmed = Some((State::Confirmed, None));
+        let unseen = Some((State::Uncertain, Some(DeliveryReason::PartUnseen.into())));
+        let exited = Some((State::Uncertain, Some(DeliveryReason::ClaudeExited.into())));
+        assert_eq!(verdict(&[S, S, S], &[f, f, f]), confirmed);
+        assert_eq!(verdict(&[S, S, S], &[t, t, t]), confirmed);
+        assert_eq!(verdict(&[O, S, S], &[f, f, f]), unseen);
+        assert_eq!(verdict(&[S, O, S], &[t, t, t]), unseen);
+        assert_eq!(verdict(&[S, Lost, O], &[f, f, f]), lost, "a part claude never took");
+        assert_eq!(verdict(&[S, S, O], &[f, f, f]), None, "the last part may still be sent");
+        assert_eq!(verdict(&[S, S, O], &[f, f, t]), exited);
+        assert_eq!(verdict(&[O], &[f]), None);
     }
 
     #[test]

@@ -81,3 +81,61 @@ pub fn wrapped(id: &str, from: Option<&str>, check: SenderCheck, body: &str) -> 
 pub fn wrapped_len(id: &str, from: Option<&str>, check: SenderCheck, body: &str) -> usize {
     wrapped(id, from, check, body).len()
 }
+
+/// Part `k` of `n` of a message too large for one hook output: [`wrapped`] around `chunk` (a
+/// slice of the body, escaped alone, so no escape is ever cut) with `part="k/n"` after the other
+/// attributes, which tells the model the rest comes at the next hooks.
+pub fn wrapped_part(id: &str, from: Option<&str>, check: SenderCheck, chunk: &str, k: usize, n: usize) -> String {
+    // The first `>` ends the opening tag: attributes escape theirs, ids have none.
+    wrapped(id, from, check, chunk).replacen('>', &format!(" part=\"{k}/{n}\">"), 1)
+}
+
+/// Where a body is cut into parts that each render ([`wrapped_part`]) in `max_bytes`: the byte
+/// ranges, in order, covering the whole body; cut only between characters. Empty when even one
+/// character cannot fit. The same body, sender and budget always give the same ranges.
+pub fn part_ranges(id: &str, from: Option<&str>, check: SenderCheck, body: &str, max_bytes: usize) -> Vec<std::ops::Range<usize>> {
+    // The wrapper at its widest part label (`part="999/999"`): a body needs fewer parts than that.
+    let room = max_bytes.saturating_sub(wrapped_part(id, from, check, "", 999, 999).len());
+    let mut ranges = Vec::new();
+    let (mut start, mut used) = (0, 0);
+    for (at, c) in body.char_indices() {
+        let cost = escape_text(c.encode_utf8(&mut [0; 4])).len();
+        if cost > room {
+            return Vec::new();
+        }
+        if used + cost > room {
+            ranges.push(start..at);
+            (start, used) = (at, 0);
+        }
+        used += cost;
+    }
+    if start < body.len() || ranges.is_empty() {
+        ranges.push(start..body.len());
+    }
+    ranges
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_cover_the_body_once_each_whole_in_the_budget() {
+        let body: String = (0..3000).map(|i| format!("{i} \u{e9}\u{1F600}<\u{FF1C}&\r\n")).collect();
+        for budget in [300, 1_000, 9_000] {
+            let ranges = part_ranges("m_1", Some("a\"b"), SenderCheck::Label, &body, budget);
+            let n = ranges.len();
+            assert!(n > 1);
+            let mut joined = String::new();
+            for (i, r) in ranges.iter().enumerate() {
+                let part = wrapped_part("m_1", Some("a\"b"), SenderCheck::Label, &body[r.clone()], i + 1, n);
+                assert!(part.len() <= budget, "{} > {budget}", part.len());
+                assert!(part.starts_with(&format!("<courier-message id=\"m_1\" from=\"a&quot;b\" part=\"{}/{n}\">", i + 1)), "{part}");
+                assert_eq!(part.matches('<').count(), 2, "{part}");
+                joined.push_str(&body[r.clone()]);
+            }
+            assert_eq!(joined, body);
+        }
+        assert!(part_ranges("m_1", None, SenderCheck::Label, "x", 10).is_empty(), "not one character fits");
+    }
+}

@@ -36,7 +36,7 @@ pub use claude::{Pinned, SessionPin, TrustedClaude};
 pub use codex::{TrustHow, TrustedCodex};
 pub use effort::{Claim, Details};
 pub use enqueue::{Enqueued, NewMessage};
-pub use handoff::{HandOff, Lease, MAX_REOFFERS};
+pub use handoff::{HandOff, HandedPart, Lease, Part, MAX_REOFFERS};
 pub use lock::{lock, Locked, SLOW_HOLD};
 pub use refusals::Refusal;
 pub use signal::{CommitSignal, HANDED};
@@ -164,6 +164,13 @@ impl Message {
     /// decided when it leased it ([`Message::shown_sender`]).
     pub fn wrapped(&self) -> String {
         crate::envelope::wrapped(&self.id, self.from.as_deref(), self.shown_sender(), &self.body)
+    }
+
+    /// Part `part` of the message as the model sees it (`envelope::wrapped_part`), its sender
+    /// shown as for the whole.
+    pub fn wrapped_part(&self, part: &Part) -> String {
+        let chunk = self.body.get(part.range.clone()).unwrap_or_default();
+        crate::envelope::wrapped_part(&self.id, self.from.as_deref(), self.shown_sender(), chunk, part.k, part.n)
     }
 
     /// The line the person is shown for `messages` handed together (`envelope::receipt`): each
@@ -400,6 +407,7 @@ impl Store {
         tickets::migrate(&conn).context("creating the tickets tables")?;
         approvals::migrate(&conn).context("creating the approvals table")?;
         claude::migrate(&conn).context("creating the Claude Code tables")?;
+        handoff::migrate(&conn).context("creating the message parts table")?;
         conn.execute_batch(PENDING_INDEXES).context("creating the pending-message indexes")?;
         Ok(Store { conn, pending: Default::default() })
     }
@@ -530,6 +538,9 @@ impl Store {
         let Some(state) = state else { bail!("no message with id {id}") };
         if state != State::Pending && state != State::Leased {
             bail!("message {id} is {state}; only pending messages can be cancelled");
+        }
+        if tx.query_row("SELECT EXISTS(SELECT 1 FROM message_parts WHERE message = ?1)", [id], |r| r.get(0))? {
+            bail!("message {id} is being handed in parts; the model has seen some of it, so it cannot be cancelled");
         }
         tx.execute(
             "UPDATE messages SET state = 'cancelled', reason = ?3, lease_token = NULL,

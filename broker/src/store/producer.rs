@@ -67,7 +67,8 @@ impl Store {
         let thread = thread.as_str();
         Ok(self.conn.execute(
             "UPDATE messages SET state = 'expired', reason = ?4, updated_at = ?3
-             WHERE thread = ?1 AND state = 'pending' AND expires_at IS NULL AND created_at < ?2",
+             WHERE thread = ?1 AND state = 'pending' AND expires_at IS NULL AND created_at < ?2
+             AND NOT EXISTS (SELECT 1 FROM message_parts p WHERE p.message = messages.id)",
             params![thread, cutoff, now_ms(), DeliveryReason::ThreadNeverAppeared.as_str()],
         )?)
     }

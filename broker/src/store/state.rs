@@ -129,6 +129,12 @@ impl Channel {
         })
     }
 
+    /// Whether a message too large for one output goes out in parts (`Part`): Claude Code's
+    /// hook context passes 10,000 characters whole, and a preview of anything larger.
+    pub const fn splits(self) -> bool {
+        matches!(self, Channel::Claude)
+    }
+
     /// Only messages sent with `--wake auto` may start a turn; the hooks take any.
     pub const fn needs_wake_allowed(self) -> bool {
         matches!(self, Channel::Wake)
