@@ -40,11 +40,13 @@ struct Endpoint {
     active: AtomicUsize,
     /// The current one-second window of recorded refusals: its start and count.
     recorded: Mutex<(Instant, usize)>,
+    /// The turns whose proven Stop was seen: a held wake delivers only after it (`wake.rs`).
+    stops: super::wake::Stops,
 }
 
 /// Binds the port and starts the accept thread. A port that cannot be bound is logged and
 /// leaves Codex's side of the broker running.
-pub fn spawn(port: u16, state_dir: &Path, digests: DigestCache, receipts: Receipts) -> Result<SocketAddr> {
+pub fn spawn(port: u16, state_dir: &Path, digests: DigestCache, receipts: Receipts, stops: super::wake::Stops) -> Result<SocketAddr> {
     let listener = TcpListener::bind(("127.0.0.1", port)).with_context(|| format!("binding 127.0.0.1:{port} for Claude Code hooks"))?;
     let addr = listener.local_addr()?;
     let store = Store::open(state_dir)?;
@@ -54,6 +56,7 @@ pub fn spawn(port: u16, state_dir: &Path, digests: DigestCache, receipts: Receip
         receipts,
         active: AtomicUsize::new(0),
         recorded: Mutex::new((Instant::now(), 0)),
+        stops,
     });
     let confirming = Arc::clone(&endpoint);
     std::thread::Builder::new().name("claude-confirm".into()).spawn(move || loop {
@@ -120,6 +123,9 @@ impl Endpoint {
             proven.payload.session_id,
             proven.key().pid
         );
+        if proven.payload.event == super::Event::Stop && proven.payload.agent_id.is_none() {
+            self.stops.note(&proven.payload.session_id, &proven.payload.prompt_id);
+        }
         // What the session's earlier hand-offs became, before anything new is handed.
         if let Err(e) = super::confirm::reconcile(&self.store, Some(&proven.payload.session_id)) {
             crate::log_warn!("claude: confirmation of session {}: {e:#}", proven.payload.session_id);
