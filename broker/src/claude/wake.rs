@@ -14,7 +14,9 @@
 //!   hook-client that connected descends from that process;
 //! - `trusted_claude`, `clean_start`, `transcript`: the HTTP gate's steps on that process;
 //! - `session_owner`: the session is pinned to it and its open turn is the payload's;
-//! - `turn_ticket`: one wake per (session, `prompt_id`): a forged replay is `ticket_used`.
+//! - `turn_ticket`: one wake per (session, `prompt_id`, stdout socket): claude makes new sockets
+//!   for every hook it runs, so a connection presenting a hook's sockets again is `ticket_used`
+//!   (`claude -p` fires Stop again with the same `prompt_id` after a wake's message: a new hook).
 //!
 //! Held, it delivers only while the session stays idle: after the proven HTTP `Stop` of that
 //! turn (the [`Stops`] mark; a model's command running mid-turn never sees it) and before another
@@ -145,7 +147,7 @@ impl Waker {
     fn prove(&self, conn: &UnixStream, req: &WakeRequest, fds: Vec<OwnedFd>) -> Result<Proven, Refusal> {
         let until = Instant::now() + READ_DEADLINE;
         let payload = gate::payload(super::Event::Stop.as_str(), req.payload.as_bytes())?;
-        let holder = match wake_fds(conn, fds) {
+        let (holder, stdout) = match wake_fds(conn, fds) {
             Ok(h) => h,
             Err(detail) => return Err(gate::refusal(RefusalCode::ClaudeWakeFd, detail, &payload)),
         };
@@ -158,7 +160,7 @@ impl Waker {
         super::session::session_owner(&mut store, &proven)?;
         let ticket = Ticket {
             thread: pay.session_id.clone(),
-            key: format!("claude:wake:{}", pay.prompt_id),
+            key: format!("claude:wake:{}:{stdout}", pay.prompt_id),
             event: HookEvent::parse(super::Event::Stop.as_str()),
         };
         match store.claim_ticket(&ticket, proven.key().pid) {
@@ -180,6 +182,7 @@ impl Waker {
         if wire::write_json(&mut writer, &told).is_err() {
             return String::new();
         }
+        crate::log_debug!("claude wake of session {} (pid {}) held for {hold:?}", p.payload.session_id, p.key().pid);
         let end = Instant::now() + hold;
         while Instant::now() < end && !closed(conn) {
             match self.step(p) {
@@ -243,8 +246,8 @@ impl Waker {
 
 /// `wake_fds`: the passed stdout and stderr are two distinct sockets created by one live process
 /// (their peer credentials: for a socket pair, its creator), and the client that connected
-/// descends from it. That process is the claude to prove.
-fn wake_fds(conn: &UnixStream, fds: Vec<OwnedFd>) -> Result<Holder, String> {
+/// descends from it. That process is the claude to prove; with the stdout socket's inode.
+fn wake_fds(conn: &UnixStream, fds: Vec<OwnedFd>) -> Result<(Holder, u64), String> {
     let [out, err]: [OwnedFd; 2] = fds.try_into().map_err(|f: Vec<OwnedFd>| format!("{} fds passed, not stdout and stderr", f.len()))?;
     let (out, err) = (socket_inode(&out).map(|i| (i, out))?, socket_inode(&err).map(|i| (i, err))?);
     if out.0 == err.0 {
@@ -260,7 +263,7 @@ fn wake_fds(conn: &UnixStream, fds: Vec<OwnedFd>) -> Result<Holder, String> {
     descends(client.pid, key)?;
     let holder = Holder { key, pidfd: made_out.pidfd };
     match holder.is_alive() && client.is_alive() {
-        true => Ok(holder),
+        true => Ok((holder, out.0)),
         false => Err(format!("pid {} or the client {} exited during the check", key.pid, client.pid)),
     }
 }
