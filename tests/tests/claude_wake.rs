@@ -227,7 +227,7 @@ printf '{"session_id":"%s","transcript_path":"%s","cwd":"%s","prompt_id":"%s","h
          sys.exit(subprocess.call([sys.argv[1], \"--claude-wake\"], stdin=open(sys.argv[2]), stdout=a[0], stderr=b[0]))' {hc} {r}/payload; \
          echo $? > {r}/pairs.rc"
     );
-    let script = vec![plain, fd10, pairs];
+    let script = [plain, fd10, pairs];
     let api = ScriptedMessages::start_with(move |r| match script.get(r.tool_results().len()) {
         Some(cmd) => Turn::bash(cmd),
         None => Turn::text("done"),
