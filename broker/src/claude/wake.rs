@@ -27,7 +27,7 @@
 
 use super::gate::{self, Proven};
 use super::peer::Holder;
-use super::serve::StoreTrust;
+use super::serve::{Refusals, StoreTrust};
 use crate::exe::digest::DigestCache;
 use crate::gate::Refusal;
 use crate::os::ProcessKey;
@@ -86,11 +86,18 @@ struct Waker {
     digests: DigestCache,
     stops: Stops,
     active: AtomicUsize,
+    refusals: Refusals,
 }
 
 /// Serves `listener` (the wake socket `server/` bound) on its own threads.
 pub fn spawn(listener: UnixListener, state_dir: &Path, digests: DigestCache, stops: Stops) -> Result<()> {
-    let waker = Arc::new(Waker { store: Mutex::new(Store::open(state_dir)?), digests, stops, active: AtomicUsize::new(0) });
+    let waker = Arc::new(Waker {
+        store: Mutex::new(Store::open(state_dir)?),
+        digests,
+        stops,
+        active: AtomicUsize::new(0),
+        refusals: Refusals::default(),
+    });
     std::thread::Builder::new().name("claude-wake".into()).spawn(move || {
         for conn in listener.incoming() {
             let Ok(conn) = conn else { continue };
@@ -236,11 +243,7 @@ impl Waker {
     }
 
     fn record(&self, r: &Refusal) {
-        crate::log_info!("claude wake refused: {} {}", r.code, r.detail);
-        let mut store = crate::store::lock(&self.store);
-        if let Err(e) = store.record_refusal(r.code, &r.detail, r.thread.as_deref(), r.event.as_deref(), None) {
-            crate::log_warn!("claude wake: refusal not recorded: {e:#}");
-        }
+        self.refusals.record(&self.store, r, "claude wake");
     }
 }
 
