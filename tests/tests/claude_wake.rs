@@ -7,11 +7,11 @@
 //!
 //! Skips (and says so) only when COURIER_CLAUDE_BIN is unset; `install/test.sh` sets it.
 
-use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
-use courier_tests::broker::{hook_client_bin, refusals};
-use courier_tests::claude::{transcript_records, ClaudeEnv, PRINT_TIMEOUT};
+use courier_tests::broker::hook_client_bin;
+use courier_tests::claude::gate::{claude_refusals, serve_hooks};
+use courier_tests::claude::{env_or_skip, transcript_records, ClaudeEnv, PRINT_TIMEOUT};
 use courier_tests::codex::ExecChild;
 use courier_tests::messages::{ScriptedMessages, Turn};
 use courier_tests::tmux::Tmux;
@@ -21,19 +21,10 @@ use serde_json::{json, Value};
 
 const BOUND: Duration = Duration::from_secs(60);
 
-fn env_or_skip(api: &ScriptedMessages) -> Option<ClaudeEnv> {
-    let env = ClaudeEnv::new(api);
-    if env.is_none() {
-        eprintln!("skipped: COURIER_CLAUDE_BIN is unset (install/fetch-claude.sh prints the path; install/test.sh sets it)");
-    }
-    env
-}
-
 /// A Courier config with the Claude hook port (debug logs: proven hooks and held wakes are logged).
 fn claude_world() -> (CodexEnv, u16) {
     let env = CodexEnv::with_base_url("http://127.0.0.1:9/v1");
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    std::fs::write(&env.courier_config, format!("log_level = \"debug\"\n[claude]\nhook_port = {port}\n")).unwrap();
+    let port = serve_hooks(&env);
     (env, port)
 }
 
@@ -64,15 +55,6 @@ fn spawn_print(env: &ClaudeEnv, world: &CodexEnv, sid: &str, prompt: &str) -> Ex
     let mut c = env.command();
     c.envs(claude_vars(env, world)).args(["-p", prompt, "--session-id", sid, "--output-format", "stream-json", "--verbose"]);
     ExecChild::spawn(c)
-}
-
-/// `(code, detail)` of every Claude refusal `inspect --json` lists.
-fn claude_refusals(broker: &Broker) -> Vec<(String, String)> {
-    refusals(&broker.inspect_json())
-        .iter()
-        .map(|r| (str_field(r, "reason").to_string(), str_field(r, "detail").to_string()))
-        .filter(|(code, _)| code.starts_with("claude") || code.contains("claude") || code == "ticket_used")
-        .collect()
 }
 
 /// The interactive TUI, idle after its first answer, with the wake held: a message sent with
