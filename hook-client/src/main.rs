@@ -23,6 +23,10 @@ use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const DEFAULT_DEADLINE_MS: u64 = 500;
+/// `--claude-wake`'s deadline until the broker says it holds the wake: the hook runs in the
+/// background of the TUI (no one waits on it), and `claude -p` pays it only when the broker is
+/// silent; the broker proves a wake with more steps than a hook call.
+const WAKE_DEADLINE_MS: u64 = 2_000;
 /// The longest hold a broker may ask for (its `[approvals] hold_secs` is at most 300).
 const MAX_HOLD_MS: u64 = 300_000;
 /// Past the broker's hold, for its reply to arrive.
@@ -53,7 +57,7 @@ usage: hook-client [--context-limit N] < PAYLOAD
        hook-client --version
        hook-client --help
 
-environment: COURIER_HOOK_DEADLINE_MS (deadline, default 500), COURIER_DEBUG=1 (say on stderr why
+environment: COURIER_HOOK_DEADLINE_MS (deadline, default 500; 2000 for --claude-wake until held), COURIER_DEBUG=1 (say on stderr why
 nothing was delivered), COURIER_RUNTIME_DIR (where the broker's socket is)";
 
 /// Exit status for a command line that is not a hook call. Never 2: Codex reads exit 2 from a
@@ -131,11 +135,10 @@ pub extern "C" fn main(argc: libc::c_int, argv: *const *const libc::c_char) -> l
     // an EPIPE error (handled below), not a kill.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     let call = parse_call(argc, argv);
-    let deadline = Instant::now() + deadline_from_env();
     let ran = match call {
         Call::Answered(code) => return code,
-        Call::Hook { context_limit } => run(deadline, context_limit),
-        Call::ClaudeWake => run_claude_wake(deadline),
+        Call::Hook { context_limit } => run(Instant::now() + deadline_from_env(DEFAULT_DEADLINE_MS), context_limit),
+        Call::ClaudeWake => run_claude_wake(Instant::now() + deadline_from_env(WAKE_DEADLINE_MS)),
     };
     match ran {
         Ok(code) => code,
@@ -148,9 +151,9 @@ pub extern "C" fn main(argc: libc::c_int, argv: *const *const libc::c_char) -> l
     }
 }
 
-fn deadline_from_env() -> Duration {
+fn deadline_from_env(default_ms: u64) -> Duration {
     let ms = std::env::var("COURIER_HOOK_DEADLINE_MS").ok().and_then(|v| v.parse().ok());
-    Duration::from_millis(ms.unwrap_or(DEFAULT_DEADLINE_MS).clamp(10, 30_000))
+    Duration::from_millis(ms.unwrap_or(default_ms).clamp(10, 30_000))
 }
 
 /// The hook payload on stdin, bounded by [`wire::MAX_PAYLOAD`].
@@ -215,7 +218,7 @@ fn run(deadline: Instant, context_limit: Option<u64>) -> io::Result<i32> {
 }
 
 /// `--claude-wake`: Claude Code's `Stop` hook with `asyncRewake`. Sends the Stop payload to the
-/// broker's wake socket with this process's stdout and stderr (`SCM_RIGHTS`): the broker proves
+/// broker's wake socket, then (asked) this process's stdout and stderr (`SCM_RIGHTS`): the broker proves
 /// from them that claude itself started this hook. Held while the broker waits for a message for
 /// the idle session; the message (already recorded as handed) goes to stderr with exit 2, which
 /// Claude Code turns into a new turn. Anything else: exit 0, nothing printed, within the deadline
@@ -229,12 +232,15 @@ fn run_claude_wake(deadline: Instant) -> io::Result<i32> {
     let hold = std::env::var_os("CLAUDE_CODE_ENTRYPOINT").is_some_and(|v| v == "cli");
     let request = wire::WakeRequest { v: wire::PROTOCOL_VERSION, hold, payload };
     let body = serde_json::to_vec(&request).map_err(io::Error::other)?;
-    let mut frame = Vec::with_capacity(4 + body.len());
-    wire::write_frame(&mut frame, &body)?;
     let mut stream = connect_nonblocking(&socket_path, deadline)?;
     set_timeouts(&stream, deadline)?;
-    let sent = send_with_fds(&stream, &frame, &[1, 2])?;
-    stream.write_all(&frame[sent..])?;
+    wire::write_frame(&mut stream, &body)?;
+    // Only a broker that read the request gets the fds: copies in flight to a silent one would
+    // keep claude's end of our stdout open after we exit.
+    let asked: wire::WakeReply = wire::read_json(&mut stream, wire::MAX_FRAME)?;
+    if !asked.fds || send_with_fds(&stream, &[0], &[1, 2])? != 1 {
+        return Ok(SUCCESS);
+    }
     let mut reply: wire::WakeReply = wire::read_json(&mut stream, wire::MAX_FRAME)?;
     if let Some(ms) = reply.hold_ms {
         set_timeouts(&stream, Instant::now() + Duration::from_millis(ms.min(MAX_WAKE_HOLD_MS)) + HOLD_MARGIN)?;
@@ -247,7 +253,7 @@ fn run_claude_wake(deadline: Instant) -> io::Result<i32> {
     Ok(WAKE)
 }
 
-/// Writes the first bytes of `data` with `fds` attached (`SCM_RIGHTS`); returns how many went.
+/// Writes `data` (or its first bytes) with `fds` attached (`SCM_RIGHTS`); returns how many went.
 fn send_with_fds(stream: &UnixStream, data: &[u8], fds: &[libc::c_int]) -> io::Result<usize> {
     use std::os::fd::AsRawFd;
     let payload_len = std::mem::size_of_val(fds);

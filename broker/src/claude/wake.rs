@@ -5,8 +5,8 @@
 //! pending for the session, records the hand-off (fsynced) and only then answers it.
 //!
 //! A command hook can be imitated by a model's command, so the proof is what only claude can
-//! give: hook-client passes its stdout and stderr (`SCM_RIGHTS`), and the socket's peer
-//! credentials name the process that created the pair. Steps, in order (any failure closes the
+//! give: hook-client passes its stdout and stderr (`SCM_RIGHTS`, once the broker has read its
+//! request and asks), and the socket's peer credentials name the process that created the pair. Steps, in order (any failure closes the
 //! connection unanswered and is recorded):
 //! - `payload`: a Stop payload (`claude/gate.rs`);
 //! - `wake_fds`: stdout and stderr are two distinct sockets one live process created (claude
@@ -22,8 +22,8 @@
 //! turn (the [`Stops`] mark; a model's command running mid-turn never sees it) and before another
 //! turn opens (the pin's `prompt_id` moves at the next UserPromptSubmit: then the held wake
 //! answers nothing and the HTTP hooks deliver). `claude -p` waits for the hook (it runs as an
-//! ordinary blocking Stop hook there), so a `-p` wake is never held: what is pending at the Stop
-//! goes at once, else nothing.
+//! ordinary blocking Stop hook there), so a `-p` wake is never held: once its turn's Stop is seen,
+//! what is pending goes at once, else nothing.
 
 use super::gate::{self, Proven};
 use super::peer::Holder;
@@ -39,7 +39,6 @@ use courier_shared::ids::ThreadId;
 use courier_shared::wire::{self, WakeReply, WakeRequest};
 use nix::libc;
 use std::collections::HashMap;
-use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
@@ -50,8 +49,9 @@ use std::time::{Duration, Instant};
 /// How long a wake is held at most: below the hook's `timeout` (`settings::WAKE_TIMEOUT_SECS`),
 /// so the broker answers before Claude Code kills the hook.
 pub const HOLD: Duration = Duration::from_secs(540);
-/// A `claude -p` wake (never held) waits this long for its turn's HTTP Stop.
-const UNHELD: Duration = Duration::from_secs(2);
+/// A `claude -p` wake (never held) waits at most this long for its turn's HTTP Stop; once that
+/// is seen it answers at once, a message or nothing.
+const UNHELD: Duration = Duration::from_secs(5);
 /// Wake connections at once (held or being proven); more are closed unread (the hook exits 0).
 pub const MAX_HELD: usize = 32;
 /// How long a connection has to send its request.
@@ -121,7 +121,10 @@ pub fn spawn(listener: UnixListener, state_dir: &Path, digests: DigestCache, sto
 
 /// What a held wake does next.
 enum Step {
+    /// The turn's HTTP Stop is not seen yet.
     Wait,
+    /// The session is idle in the wake's turn, with nothing pending.
+    Idle,
     /// Answer nothing: the session is no longer idle in this turn, or its claude exited.
     Release(&'static str),
     /// Recorded as handed: answer this.
@@ -143,9 +146,8 @@ impl Waker {
             Ok(p) => p,
             Err(refusal) => return self.record(&refusal),
         };
-        let hold = if request.hold { HOLD } else { UNHELD };
-        let text = self.hold(&conn, &proven, hold);
-        if let Err(e) = wire::write_json(&mut conn, &WakeReply { hold_ms: None, text }) {
+        let text = self.hold(&conn, &proven, request.hold);
+        if let Err(e) = wire::write_json(&mut conn, &WakeReply { text, ..WakeReply::default() }) {
             crate::log_warn!("claude wake: answer to session {} not written: {e}", proven.payload.session_id);
         }
     }
@@ -182,10 +184,12 @@ impl Waker {
     }
 
     /// Holds a proven wake until a message is handed (its text), the session leaves idleness, the
-    /// client goes, or `hold` ends (empty: nothing).
-    fn hold(&self, conn: &UnixStream, p: &Proven, hold: Duration) -> String {
+    /// client goes, or the hold ends (empty: nothing). Not `held` (`claude -p`): only until the
+    /// turn's Stop is seen.
+    fn hold(&self, conn: &UnixStream, p: &Proven, held: bool) -> String {
+        let hold = if held { HOLD } else { UNHELD };
         let mut writer = conn;
-        let told = WakeReply { hold_ms: Some(hold.as_millis() as u64), text: String::new() };
+        let told = WakeReply { hold_ms: Some(hold.as_millis() as u64), ..WakeReply::default() };
         if wire::write_json(&mut writer, &told).is_err() {
             return String::new();
         }
@@ -194,6 +198,8 @@ impl Waker {
         while Instant::now() < end && !closed(conn) {
             match self.step(p) {
                 Ok(Step::Wait) => std::thread::sleep(TICK),
+                Ok(Step::Idle) if held => std::thread::sleep(TICK),
+                Ok(Step::Idle) => return String::new(),
                 Ok(Step::Release(why)) => {
                     crate::log_debug!("claude wake of session {} released: {why}", p.payload.session_id);
                     return String::new();
@@ -224,17 +230,17 @@ impl Waker {
             _ => return Ok(Step::Release("another turn opened")),
         }
         if !store.has_pending(&pay.session_id)? {
-            return Ok(Step::Wait);
+            return Ok(Step::Idle);
         }
         let Some(lease) = store.lease(&pay.session_id, Channel::ClaudeWake, Some(&pay.prompt_id), LEASE_MS, MAX_WAKE_BYTES)? else {
-            return Ok(Step::Wait);
+            return Ok(Step::Idle);
         };
         let text = lease.messages.iter().map(Message::wrapped).collect::<Vec<_>>().join("\n");
         // Confirmation reads the transcript from here: the woken turn's request comes after.
         let offset = std::fs::metadata(&pay.transcript_path).map_or(0, |m| m.len());
         let transcript = pay.transcript_path.to_string_lossy();
         if !store.hand_off(lease.token, &HandOff::at(&transcript, offset, p.key()))? {
-            return Ok(Step::Wait); // the lease lapsed: its messages are pending again
+            return Ok(Step::Idle); // the lease lapsed: its messages are pending again
         }
         crate::failpoint::hit("claude_wake_after_hand_off");
         let ids: Vec<&str> = lease.messages.iter().map(|m| m.id.as_str()).collect();
@@ -305,25 +311,16 @@ fn closed(conn: &UnixStream) -> bool {
     ready != 0
 }
 
-/// One request frame, with the fds passed on its first bytes (at most 4 kept).
+/// The request frame, then (asked for only now: a broker that never reads holds no copy of the
+/// hook's stdout, which would keep claude from seeing it end) the fds, on one byte.
 fn read_request(conn: &mut UnixStream) -> std::io::Result<(WakeRequest, Vec<OwnedFd>)> {
-    let mut buf = vec![0u8; 64 * 1024];
-    let (n, fds) = recv_with_fds(conn, &mut buf)?;
-    buf.truncate(n);
-    if n < 4 {
-        conn.take((4 - n) as u64).read_to_end(&mut buf)?;
+    let req: WakeRequest = wire::read_json(conn, wire::MAX_FRAME)?;
+    wire::write_json(conn, &WakeReply { fds: true, ..WakeReply::default() })?;
+    let (n, fds) = recv_with_fds(conn, &mut [0u8; 1])?;
+    match n {
+        1 => Ok((req, fds)),
+        _ => Err(std::io::ErrorKind::UnexpectedEof.into()),
     }
-    let len = u32::from_be_bytes(buf[..4].try_into().map_err(std::io::Error::other)?) as usize;
-    if len > wire::MAX_FRAME {
-        return Err(std::io::Error::other("frame too large"));
-    }
-    if buf.len() < 4 + len {
-        let missing = 4 + len - buf.len();
-        conn.take(missing as u64).read_to_end(&mut buf)?;
-    }
-    let body = buf.get(4..4 + len).ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
-    let req: WakeRequest = serde_json::from_slice(body).map_err(std::io::Error::other)?;
-    Ok((req, fds))
 }
 
 /// `recvmsg` into `buf`, keeping the `SCM_RIGHTS` fds that came with it (close-on-exec).
