@@ -8,25 +8,26 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 /// Every failpoint the broker has, in the order a delivery passes them.
-pub const NAMES: [&str; 18] = [
-    "after_lease_commit",      // store: lease committed, reply not yet written
-    "after_reply_before_ack",  // server: reply with output written, ack not read
-    "after_ack_read",          // server: client's ack read, ack not yet committed
-    "before_ack_commit",       // store: ack UPDATE done inside the transaction, not committed
-    "after_ack_commit",        // store: ack committed, AckReply not yet written
-    "after_release_commit",    // store: unacked lease returned to pending
-    "reconcile_before_settle", // delivery: settlement decided, not yet written
-    "reconcile_after_settle",  // delivery: settlement written
-    "after_note_codex",        // store: codex pid recorded in the hand-off, not yet committed
-    "wake_after_lease",        // wake: messages leased, hand-off not yet recorded
-    "wake_before_turn_start",  // wake: hand-off recorded, turn/start not yet written
-    "wake_after_turn_start",   // wake: turn/start written, its answer not yet read
-    "wake_after_answer",       // wake: turn/start answered, the turn not yet recorded
-    "install_after_units",     // install: systemd units written, not yet enabled
-    "approval_after_claim",    // approvals: answer taken (`answering`), nothing sent to Codex
-    "approval_after_answer",   // approvals: answer sent and acknowledged, outcome not recorded
-    "approval_ack_lost",       // approvals: Codex's acknowledgement of an answer is dropped (armed)
-    "claude_after_hand_off",   // claude: hand-off recorded, the hook's answer not yet written
+pub const NAMES: [&str; 19] = [
+    "after_lease_commit",         // store: lease committed, reply not yet written
+    "after_reply_before_ack",     // server: reply with output written, ack not read
+    "after_ack_read",             // server: client's ack read, ack not yet committed
+    "before_ack_commit",          // store: ack UPDATE done inside the transaction, not committed
+    "after_ack_commit",           // store: ack committed, AckReply not yet written
+    "after_release_commit",       // store: unacked lease returned to pending
+    "reconcile_before_settle",    // delivery: settlement decided, not yet written
+    "reconcile_after_settle",     // delivery: settlement written
+    "after_note_codex",           // store: codex pid recorded in the hand-off, not yet committed
+    "wake_after_lease",           // wake: messages leased, hand-off not yet recorded
+    "wake_before_turn_start",     // wake: hand-off recorded, turn/start not yet written
+    "wake_after_turn_start",      // wake: turn/start written, its answer not yet read
+    "wake_after_answer",          // wake: turn/start answered, the turn not yet recorded
+    "install_after_units",        // install: systemd units written, not yet enabled
+    "approval_after_claim",       // approvals: answer taken (`answering`), nothing sent to Codex
+    "approval_after_answer",      // approvals: answer sent and acknowledged, outcome not recorded
+    "approval_ack_lost",          // approvals: Codex's acknowledgement of an answer is dropped (armed)
+    "claude_after_hand_off",      // claude: hand-off recorded, the hook's answer not yet written
+    "claude_wake_after_hand_off", // claude: a wake's hand-off recorded, its answer not yet written
 ];
 
 static ENABLED: AtomicBool = AtomicBool::new(false);

@@ -46,6 +46,7 @@
 //! | `claude_transcript` | claude:transcript | `transcript_path` is not `<claude config dir>/projects/<project>/<session_id>.jsonl` of the holder's own environment, goes through a symbolic link, or is not a regular file |
 //! | `session_owned` | claude:session_owner | another live claude process owns the session (pinned at its first proven hook), or a hook of a session no turn opened while the broker ran |
 //! | `claude_turn` | claude:session_owner | a main-conversation tool hook whose `prompt_id` is not the turn the owner's last UserPromptSubmit opened |
+//! | `claude_wake_fd` | claude:wake_fds | an idle-wake hook (`hook-client --claude-wake`) whose stdout and stderr are not two distinct sockets a live claude created, or whose client is not that claude's descendant |
 //!
 //! The steps are the gate's (`gate/mod.rs`, "Checks, in order"; step 8 runs after `verify`,
 //! `gate/ticket.rs`); `connection` codes come from
@@ -108,6 +109,7 @@ refusal_codes! {
     ClaudeTranscript,
     SessionOwned,
     ClaudeTurn,
+    ClaudeWakeFd,
 }
 
 use RefusalCode::*;
@@ -156,6 +158,7 @@ impl RefusalCode {
             ClaudeTranscript => "claude_transcript",
             SessionOwned => "session_owned",
             ClaudeTurn => "claude_turn",
+            ClaudeWakeFd => "claude_wake_fd",
         }
     }
 
@@ -187,6 +190,7 @@ impl RefusalCode {
             ClaudeLoaderEnv => "claude:clean_start",
             ClaudeTranscript => "claude:transcript",
             SessionOwned | ClaudeTurn => "claude:session_owner",
+            ClaudeWakeFd => "claude:wake_fds",
         }
     }
 
@@ -227,6 +231,7 @@ impl RefusalCode {
             ClaudeTranscript => "the hook named a transcript that is not its claude's own: a forged payload, or CLAUDE_CONFIG_DIR changed under the session",
             SessionOwned => "two live claude processes on one session (`--resume` of a running session; the first one keeps its messages), or the broker started mid-turn",
             ClaudeTurn => "a Claude Code tool hook of a turn the session's last prompt did not open: a replayed or forged payload",
+            ClaudeWakeFd => "`hook-client --claude-wake` run by something other than Claude Code's Stop hook (a model's command posing as it: refused by design)",
         }
     }
 }

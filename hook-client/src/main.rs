@@ -23,6 +23,10 @@ use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const DEFAULT_DEADLINE_MS: u64 = 500;
+/// `--claude-wake`'s deadline until the broker says it holds the wake: the hook runs in the
+/// background of the TUI (no one waits on it), and `claude -p` pays it only when the broker is
+/// silent; the broker proves a wake with more steps than a hook call.
+const WAKE_DEADLINE_MS: u64 = 2_000;
 /// The longest hold a broker may ask for (its `[approvals] hold_secs` is at most 300).
 const MAX_HOLD_MS: u64 = 300_000;
 /// Past the broker's hold, for its reply to arrive.
@@ -30,6 +34,12 @@ const HOLD_MARGIN: Duration = Duration::from_secs(2);
 
 const SUCCESS: i32 = 0;
 const FAILURE: i32 = 1;
+/// `--claude-wake`'s exit with a message on stderr: an `asyncRewake` hook exiting 2 wakes the
+/// idle Claude Code session with its stderr (probed on 2.1.332).
+const WAKE: i32 = 2;
+/// The longest a wake may be held: Claude Code kills the hook at its `timeout` (600 s as
+/// `broker install` registers it) anyway.
+const MAX_WAKE_HOLD_MS: u64 = 600_000;
 
 const USAGE: &str = "\
 hook-client: the command Codex runs for Courier's hooks. Codex starts it with one hook payload on
@@ -40,10 +50,14 @@ message for that thread, or nothing). It is not meant to be run by hand: queue m
 usage: hook-client [--context-limit N] < PAYLOAD
                                  as Codex runs it (N: its handler's additionalContextLimit):
                                  silent, and exits 0 whatever goes wrong
+       hook-client --claude-wake < STOP-PAYLOAD
+                                 as Claude Code runs its Stop hook (asyncRewake): waits for a
+                                 message for the idle session, prints it on stderr and exits 2;
+                                 else exits 0 with no output
        hook-client --version
        hook-client --help
 
-environment: COURIER_HOOK_DEADLINE_MS (deadline, default 500), COURIER_DEBUG=1 (say on stderr why
+environment: COURIER_HOOK_DEADLINE_MS (deadline, default 500; 2000 for --claude-wake until held), COURIER_DEBUG=1 (say on stderr why
 nothing was delivered), COURIER_RUNTIME_DIR (where the broker's socket is)";
 
 /// Exit status for a command line that is not a hook call. Never 2: Codex reads exit 2 from a
@@ -54,6 +68,8 @@ const USAGE_ERROR: i32 = 64;
 enum Call {
     /// A hook call, with the handler's context limit if the command names one.
     Hook { context_limit: Option<u64> },
+    /// Claude Code's idle-wake Stop hook (`--claude-wake`).
+    ClaudeWake,
     /// A person's call, answered: exit with this status.
     Answered(i32),
 }
@@ -64,6 +80,12 @@ enum Call {
 fn parse_call(argc: libc::c_int, argv: *const *const libc::c_char) -> Call {
     // SAFETY: argv holds argc valid C strings (the C runtime's contract for main).
     let arg = |i: usize| unsafe { std::ffi::CStr::from_ptr(*argv.add(i)) }.to_string_lossy();
+    if argc == 2 && arg(1) == courier_shared::wire::CLAUDE_WAKE_FLAG {
+        return match operator_call(1, argv) {
+            Some(code) => Call::Answered(code),
+            None => Call::ClaudeWake,
+        };
+    }
     if argc == 3 && arg(1) == courier_shared::wire::CONTEXT_LIMIT_FLAG {
         if let Ok(n) = arg(2).parse::<u64>() {
             return match operator_call(1, argv) {
@@ -112,13 +134,13 @@ pub extern "C" fn main(argc: libc::c_int, argv: *const *const libc::c_char) -> l
     // SAFETY: setting a signal disposition before any other thread exists. A closed pipe must be
     // an EPIPE error (handled below), not a kill.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
-    let context_limit = match parse_call(argc, argv) {
+    let call = parse_call(argc, argv);
+    let ran = match call {
         Call::Answered(code) => return code,
-        Call::Hook { context_limit } => context_limit,
+        Call::Hook { context_limit } => run(Instant::now() + deadline_from_env(DEFAULT_DEADLINE_MS), context_limit),
+        Call::ClaudeWake => run_claude_wake(Instant::now() + deadline_from_env(WAKE_DEADLINE_MS)),
     };
-    let start = Instant::now();
-    let deadline = start + deadline_from_env();
-    match run(deadline, context_limit) {
+    match ran {
         Ok(code) => code,
         Err(err) => {
             if std::env::var_os("COURIER_DEBUG").is_some() {
@@ -129,19 +151,23 @@ pub extern "C" fn main(argc: libc::c_int, argv: *const *const libc::c_char) -> l
     }
 }
 
-fn deadline_from_env() -> Duration {
+fn deadline_from_env(default_ms: u64) -> Duration {
     let ms = std::env::var("COURIER_HOOK_DEADLINE_MS").ok().and_then(|v| v.parse().ok());
-    Duration::from_millis(ms.unwrap_or(DEFAULT_DEADLINE_MS).clamp(10, 30_000))
+    Duration::from_millis(ms.unwrap_or(default_ms).clamp(10, 30_000))
 }
 
-fn run(deadline: Instant, context_limit: Option<u64>) -> io::Result<i32> {
+/// The hook payload on stdin, bounded by [`wire::MAX_PAYLOAD`].
+fn read_payload() -> io::Result<String> {
     let mut payload = Vec::with_capacity(4096);
     io::stdin().lock().take(wire::MAX_PAYLOAD as u64 + 1).read_to_end(&mut payload)?;
     if payload.len() > wire::MAX_PAYLOAD {
         return Err(io::Error::other("payload over the size limit, not forwarded"));
     }
-    let payload = String::from_utf8(payload).map_err(|_| io::Error::other("payload is not UTF-8"))?;
+    String::from_utf8(payload).map_err(|_| io::Error::other("payload is not UTF-8"))
+}
 
+fn run(deadline: Instant, context_limit: Option<u64>) -> io::Result<i32> {
+    let payload = read_payload()?;
     let runtime_dir = paths::runtime_dir();
     let socket_path = paths::socket_path(&runtime_dir);
     check_owned_by_me(&socket_path)?;
@@ -188,6 +214,70 @@ fn run(deadline: Instant, context_limit: Option<u64>) -> io::Result<i32> {
             eprintln!("courier hook-client: lease {lease} not acknowledged; output withdrawn");
             Ok(FAILURE)
         }
+    }
+}
+
+/// `--claude-wake`: Claude Code's `Stop` hook with `asyncRewake`. Sends the Stop payload to the
+/// broker's wake socket, then (asked) this process's stdout and stderr (`SCM_RIGHTS`): the broker proves
+/// from them that claude itself started this hook. Held while the broker waits for a message for
+/// the idle session; the message (already recorded as handed) goes to stderr with exit 2, which
+/// Claude Code turns into a new turn. Anything else: exit 0, nothing printed, within the deadline
+/// or the hold the broker announced.
+fn run_claude_wake(deadline: Instant) -> io::Result<i32> {
+    let payload = read_payload()?;
+    let socket_path = paths::claude_wake_socket_path(&paths::runtime_dir());
+    check_owned_by_me(&socket_path)?;
+    // `claude -p` waits for a Stop hook however it is marked (probed on 2.1.332): held only in the
+    // interactive TUI, which Claude Code tells its hooks.
+    let hold = std::env::var_os("CLAUDE_CODE_ENTRYPOINT").is_some_and(|v| v == "cli");
+    let request = wire::WakeRequest { v: wire::PROTOCOL_VERSION, hold, payload };
+    let body = serde_json::to_vec(&request).map_err(io::Error::other)?;
+    let mut stream = connect_nonblocking(&socket_path, deadline)?;
+    set_timeouts(&stream, deadline)?;
+    wire::write_frame(&mut stream, &body)?;
+    // Only a broker that read the request gets the fds: copies in flight to a silent one would
+    // keep claude's end of our stdout open after we exit.
+    let asked: wire::WakeReply = wire::read_json(&mut stream, wire::MAX_FRAME)?;
+    if !asked.fds || send_with_fds(&stream, &[0], &[1, 2])? != 1 {
+        return Ok(SUCCESS);
+    }
+    let mut reply: wire::WakeReply = wire::read_json(&mut stream, wire::MAX_FRAME)?;
+    if let Some(ms) = reply.hold_ms {
+        set_timeouts(&stream, Instant::now() + Duration::from_millis(ms.min(MAX_WAKE_HOLD_MS)) + HOLD_MARGIN)?;
+        reply = wire::read_json(&mut stream, wire::MAX_FRAME)?;
+    }
+    if reply.text.is_empty() {
+        return Ok(SUCCESS);
+    }
+    io::stderr().lock().write_all(reply.text.as_bytes())?;
+    Ok(WAKE)
+}
+
+/// Writes `data` (or its first bytes) with `fds` attached (`SCM_RIGHTS`); returns how many went.
+fn send_with_fds(stream: &UnixStream, data: &[u8], fds: &[libc::c_int]) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let payload_len = std::mem::size_of_val(fds);
+    // SAFETY: CMSG_SPACE/CMSG_LEN are pure arithmetic; the buffer is u64-aligned and as large as
+    // CMSG_SPACE says; the iovec and msghdr point at live buffers for the call only.
+    unsafe {
+        let space = libc::CMSG_SPACE(payload_len as u32) as usize;
+        let mut cbuf = vec![0u64; space.div_ceil(8)];
+        let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() };
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = space as _;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(payload_len as u32) as _;
+        std::ptr::copy_nonoverlapping(fds.as_ptr() as *const u8, libc::CMSG_DATA(cmsg), payload_len);
+        let n = libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL);
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(n as usize)
     }
 }
 

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 pub const SOCKET_NAME: &str = "broker.sock";
 pub const SECRET_NAME: &str = "secret";
+/// The socket of Claude Code's idle wake (`hook-client --claude-wake`, broker `claude/wake.rs`).
+pub const CLAUDE_WAKE_SOCKET_NAME: &str = "claude-wake.sock";
 
 fn env_path(key: &str) -> Option<PathBuf> {
     env::var_os(key).filter(|v| !v.is_empty()).map(PathBuf::from)
@@ -58,6 +60,10 @@ pub fn codex_home() -> PathBuf {
 
 pub fn socket_path(runtime_dir: &Path) -> PathBuf {
     runtime_dir.join(SOCKET_NAME)
+}
+
+pub fn claude_wake_socket_path(runtime_dir: &Path) -> PathBuf {
+    runtime_dir.join(CLAUDE_WAKE_SOCKET_NAME)
 }
 
 pub fn secret_path(runtime_dir: &Path) -> PathBuf {

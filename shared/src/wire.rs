@@ -47,6 +47,35 @@ pub enum Request {
     Status { v: u32 },
 }
 
+/// The flag of Claude Code's idle-wake hook: `hook-client --claude-wake`, a `Stop` command hook
+/// with `asyncRewake` (docs/claude-code.md "Idle wake").
+pub const CLAUDE_WAKE_FLAG: &str = "--claude-wake";
+
+/// `hook-client --claude-wake` to the broker's wake socket (its stdout and stderr follow when
+/// the broker asks, [`WakeReply::fds`]): the Stop payload, and whether it may be held (the interactive TUI;
+/// `claude -p` waits for the hook, so it is answered at once).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WakeRequest {
+    pub v: u32,
+    pub hold: bool,
+    pub payload: String,
+}
+
+/// The broker's answers on the wake socket: first `fds` (the request was read: pass stdout and
+/// stderr now, as one byte with `SCM_RIGHTS`; never before, so a silent broker holds no copy of
+/// them, which would keep claude from seeing the hook's output end), then `hold_ms` (proven and
+/// held: wait that long), then the text to print on stderr (empty: nothing, exit 0). A refusal
+/// is a closed connection.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct WakeReply {
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fds: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_ms: Option<u64>,
+    #[serde(default)]
+    pub text: String,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct HookReply {
     pub v: u32,

@@ -60,8 +60,17 @@ fn configured_port(rig: &Rig) -> u16 {
     value.and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no [claude] hook_port in\n{text}"))
 }
 
-fn courier_group(port: u16, event: &str) -> Value {
-    json!({"hooks": [{"type": "http", "url": format!("http://127.0.0.1:{port}/hook/{event}"), "timeout": 5}]})
+/// Courier's group for `event` as install writes it: the HTTP hook, and at Stop the idle wake
+/// (the installed hook-client with `--claude-wake`, `asyncRewake`).
+fn courier_group(rig: &Rig, port: u16, event: &str) -> Value {
+    let http = json!({"type": "http", "url": format!("http://127.0.0.1:{port}/hook/{event}"), "timeout": 5});
+    let hook_client = rig.installed_broker().with_file_name("hook-client");
+    let wake =
+        json!({"type": "command", "command": format!("{} --claude-wake", hook_client.display()), "asyncRewake": true, "timeout": 600});
+    match event {
+        "Stop" => json!({"hooks": [http, wake]}),
+        _ => json!({"hooks": [http]}),
+    }
 }
 
 fn read_json(path: &Path) -> Value {
@@ -97,9 +106,9 @@ fn install_adds_claude_hooks_beside_the_users_and_uninstall_restores_the_bytes()
     }
     let events: Vec<&str> = doc["hooks"].as_object().unwrap().keys().map(String::as_str).collect();
     assert_eq!(events, ["PostToolUse", "UserPromptSubmit", "PreToolUse", "Stop"]);
-    assert_eq!(doc["hooks"]["PostToolUse"], json!([user["hooks"]["PostToolUse"][0], courier_group(port, "PostToolUse")]));
+    assert_eq!(doc["hooks"]["PostToolUse"], json!([user["hooks"]["PostToolUse"][0], courier_group(&rig, port, "PostToolUse")]));
     for ev in ["UserPromptSubmit", "PreToolUse", "Stop"] {
-        assert_eq!(doc["hooks"][ev], json!([courier_group(port, ev)]), "{ev}");
+        assert_eq!(doc["hooks"][ev], json!([courier_group(&rig, port, ev)]), "{ev}");
     }
     let written = std::fs::read_to_string(&settings).unwrap();
     assert!(
@@ -231,7 +240,7 @@ fn claude_config_dir_is_where_install_registers_and_claude_reads() {
     let out = courier_tests::broker::run_bounded(&mut c, Duration::from_secs(180));
     assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
     assert_eq!(std::fs::read(env.home.join(".claude/settings.json")).unwrap(), home_settings, "~/.claude is not the config dir now");
-    assert_eq!(read_json(&config_dir.join("settings.json"))["hooks"]["Stop"], json!([courier_group(server.addr.port(), "Stop")]));
+    assert_eq!(read_json(&config_dir.join("settings.json"))["hooks"]["Stop"], json!([courier_group(&rig, server.addr.port(), "Stop")]));
     // Doctor run without CLAUDE_CONFIG_DIR checks the file install wrote.
     let (_, doctor) = broker(&rig, &env.home, &["doctor"]);
     let where_ = config_dir.canonicalize().unwrap().join("settings.json");
@@ -293,8 +302,8 @@ fn a_new_port_replaces_the_old_hooks_and_uninstall_keeps_the_users_later_edit() 
     install(&rig, &home, &[]);
     let doc = read_json(&settings);
     let user: Value = serde_json::from_str(USER_SETTINGS).unwrap();
-    assert_eq!(doc["hooks"]["PostToolUse"], json!([user["hooks"]["PostToolUse"][0], courier_group(second, "PostToolUse")]));
-    assert_eq!(doc["hooks"]["Stop"], json!([courier_group(second, "Stop")]), "the old port's hook is gone");
+    assert_eq!(doc["hooks"]["PostToolUse"], json!([user["hooks"]["PostToolUse"][0], courier_group(&rig, second, "PostToolUse")]));
+    assert_eq!(doc["hooks"]["Stop"], json!([courier_group(&rig, second, "Stop")]), "the old port's hook is gone");
 
     // The user edits the file after install: uninstall keeps the edit, drops only Courier's groups.
     let mut edited = doc.clone();

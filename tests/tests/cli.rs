@@ -131,9 +131,18 @@ fn hook_client_run_by_hand_prints_usage_and_contacts_no_broker() {
         assert!(h.status.success() && h.stdout.is_empty(), "{args:?}: {h:?}");
         assert!(text(&h.stderr).contains("usage: hook-client"), "{args:?}: {}", text(&h.stderr));
     }
-    // `--context-limit N` is how install runs it; anything else around the flag is a person's call.
-    for args in [&["--bogus"][..], &["Stop"], &["-", "x"], &["--context-limit"], &["--context-limit", "x"], &["--context-limit", "1", "2"]]
-    {
+    // `--context-limit N` and `--claude-wake` are how install runs it; anything else around the
+    // flags is a person's call.
+    let bad: [&[&str]; 7] = [
+        &["--bogus"],
+        &["Stop"],
+        &["-", "x"],
+        &["--context-limit"],
+        &["--context-limit", "x"],
+        &["--context-limit", "1", "2"],
+        &["--claude-wake", "x"],
+    ];
+    for args in bad {
         let h = with_payload(args);
         assert_eq!(h.status.code(), Some(64), "{args:?}: {h:?}");
         assert!(h.stdout.is_empty() && text(&h.stderr).contains("usage: hook-client"), "{args:?}: {h:?}");

@@ -50,7 +50,7 @@ pub fn reconcile(store: &Mutex<Store>, session: Option<&ThreadId>) -> Result<Pas
     let mut by_transcript: HashMap<String, Vec<(Message, Vec<Piece>)>> = HashMap::new();
     {
         let store = crate::store::lock(store);
-        for m in store.handed(session)?.into_iter().filter(|m| m.event == Some(Channel::Claude)) {
+        for m in store.handed(session)?.into_iter().filter(|m| m.event.is_some_and(Channel::is_claude)) {
             let owner = |lease: Option<LeaseToken>| -> Result<Option<ProcessKey>> {
                 Ok(match lease {
                     Some(t) => store.codex_of(t)?.map(|(pid, starttime)| ProcessKey { pid, starttime }),

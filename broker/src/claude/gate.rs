@@ -86,6 +86,19 @@ pub fn verify(
         Ok(h) => h,
         Err(e) => return refuse(RefusalCode::ClaudeHolder, e),
     };
+    prove_claude(holder, payload, digests, trust, until)
+}
+
+/// The steps after the caller's claude is found (`trusted_claude`, `clean_start`, `transcript`),
+/// for the HTTP hooks and the idle wake (`claude/wake.rs`) alike.
+pub fn prove_claude(
+    holder: Holder,
+    payload: Payload,
+    digests: &DigestCache,
+    trust: &dyn ClaudeTrust,
+    until: Instant,
+) -> Result<Proven, Refusal> {
+    let refuse = |code, detail: String| Err(refusal(code, detail, &payload));
     if let Err((code, detail)) = trusted_claude(&holder, digests, trust, until).and_then(|_| clean_start(&holder)) {
         return refuse(code, detail);
     }
@@ -98,7 +111,7 @@ pub fn verify(
     Ok(Proven { claude: holder, payload })
 }
 
-fn refusal(code: RefusalCode, detail: String, p: &Payload) -> Refusal {
+pub(super) fn refusal(code: RefusalCode, detail: String, p: &Payload) -> Refusal {
     Refusal { code, detail, thread: Some(p.session_id.to_string()), event: Some(p.event.as_str().to_string()) }
 }
 

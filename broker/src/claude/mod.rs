@@ -17,7 +17,9 @@
 //! - `deliver.rs`: what a proven hook is handed (PostToolUse `additionalContext`; `agent_scope`);
 //! - `confirm.rs`: hand-offs settled from the transcript's request records;
 //! - `serve.rs`: the endpoint's threads in `broker serve`: accept, verify, record, answer, and
-//!   the confirmation pass.
+//!   the confirmation pass;
+//! - `wake.rs`: an idle session woken by its `asyncRewake` Stop hook (`hook-client
+//!   --claude-wake` on the wake socket): proof by the sockets claude made, hold, hand-off.
 
 pub mod confirm;
 pub mod deliver;
@@ -29,6 +31,7 @@ pub mod serve;
 pub mod session;
 pub mod settings;
 pub mod trust;
+pub mod wake;
 
 /// The Claude Code hook events the broker serves (the ones that take HTTP hooks and that Courier
 /// registers; SessionStart takes none, probed on 2.1.332).

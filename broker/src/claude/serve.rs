@@ -41,27 +41,29 @@ struct Endpoint {
     store: Mutex<Store>,
     /// Another for refusals, written after their answer: a refusal's write (measured up to
     /// 0.6 s under load) never holds the lock a concurrent connection's answer waits for.
-    refusals: Mutex<Store>,
+    refusal_store: Mutex<Store>,
     digests: DigestCache,
     /// Whether a delivery also shows the person a receipt line (`receipts` in the config).
     receipts: Receipts,
     active: AtomicUsize,
-    /// The current one-second window of recorded refusals: its start and count.
-    recorded: Mutex<(Instant, usize)>,
+    refusals: Refusals,
+    /// The turns whose proven Stop was seen: a held wake delivers only after it (`wake.rs`).
+    stops: super::wake::Stops,
 }
 
 /// Binds the port and starts the accept thread. A port that cannot be bound is logged and
 /// leaves Codex's side of the broker running.
-pub fn spawn(port: u16, state_dir: &Path, digests: DigestCache, receipts: Receipts) -> Result<SocketAddr> {
+pub fn spawn(port: u16, state_dir: &Path, digests: DigestCache, receipts: Receipts, stops: super::wake::Stops) -> Result<SocketAddr> {
     let listener = TcpListener::bind(("127.0.0.1", port)).with_context(|| format!("binding 127.0.0.1:{port} for Claude Code hooks"))?;
     let addr = listener.local_addr()?;
     let endpoint = Arc::new(Endpoint {
         store: Mutex::new(Store::open(state_dir)?),
-        refusals: Mutex::new(Store::open(state_dir)?),
+        refusal_store: Mutex::new(Store::open(state_dir)?),
         digests,
         receipts,
         active: AtomicUsize::new(0),
-        recorded: Mutex::new((Instant::now(), 0)),
+        refusals: Refusals::default(),
+        stops,
     });
     let confirming = Arc::clone(&endpoint);
     std::thread::Builder::new().name("claude-confirm".into()).spawn(move || confirm_loop(&confirming.store))?;
@@ -147,6 +149,9 @@ impl Endpoint {
             proven.payload.session_id,
             proven.key().pid
         );
+        if proven.payload.event == super::Event::Stop && proven.payload.agent_id.is_none() {
+            self.stops.note(&proven.payload.session_id, &proven.payload.prompt_id);
+        }
         // What the session's earlier hand-offs became, before anything new is handed.
         if let Err(e) = super::confirm::reconcile(&self.store, Some(&proven.payload.session_id)) {
             crate::log_warn!("claude: confirmation of session {}: {e:#}", proven.payload.session_id);
@@ -159,21 +164,38 @@ impl Endpoint {
     }
 
     fn record(&self, r: &Refusal) {
+        self.refusals.record(&self.refusal_store, r, "claude hook");
+    }
+}
+
+/// Refusals written to the queue, at most [`REFUSALS_PER_SECOND`] (the endpoint's and the wake's
+/// each): a flood of forged connections must not become a flood of database writes.
+pub(crate) struct Refusals(Mutex<(Instant, usize)>);
+
+impl Default for Refusals {
+    fn default() -> Refusals {
+        Refusals(Mutex::new((Instant::now(), 0)))
+    }
+}
+
+impl Refusals {
+    /// Logs `r` as refused by `what`, and records it for `inspect` unless over the rate.
+    pub(crate) fn record(&self, store: &Mutex<Store>, r: &Refusal, what: &str) {
         {
-            let mut window = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
+            let mut window = self.0.lock().unwrap_or_else(|e| e.into_inner());
             if window.0.elapsed() >= Duration::from_secs(1) {
                 *window = (Instant::now(), 0);
             }
             window.1 += 1;
             if window.1 > REFUSALS_PER_SECOND {
-                crate::log_debug!("claude hook refused (not recorded: over {REFUSALS_PER_SECOND}/s): {} {}", r.code, r.detail);
+                crate::log_debug!("{what} refused (not recorded: over {REFUSALS_PER_SECOND}/s): {} {}", r.code, r.detail);
                 return;
             }
         }
-        crate::log_info!("claude hook refused: {} {}", r.code, r.detail);
-        let mut store = crate::store::lock(&self.refusals);
+        crate::log_info!("{what} refused: {} {}", r.code, r.detail);
+        let mut store = crate::store::lock(store);
         if let Err(e) = store.record_refusal(r.code, &r.detail, r.thread.as_deref(), r.event.as_deref(), None) {
-            crate::log_warn!("claude hook: refusal not recorded: {e:#}");
+            crate::log_warn!("{what}: refusal not recorded: {e:#}");
         }
     }
 }

@@ -3,9 +3,10 @@
 //! writing the file back in the user's own style. The merge itself is install's
 //! (`install/agent/claude.rs`); doctor reads what is registered from here.
 //!
-//! Courier registers HTTP hooks, not command hooks: claude itself POSTs each payload to the
-//! broker's loopback port, so no process runs under claude that a model's command could stand in
-//! for (docs/claude-code.md, "Gate design"). SessionStart takes no HTTP hook (probed on 2.1.332:
+//! Courier registers HTTP hooks: claude itself POSTs each payload to the broker's loopback port,
+//! so no process runs under claude that a model's command could stand in for (docs/claude-code.md,
+//! "Gate design"). The one command hook is the idle wake at Stop (`asyncRewake`, which HTTP hooks
+//! lack), proven by the sockets claude gives it (`claude/wake.rs`). SessionStart takes no HTTP hook (probed on 2.1.332:
 //! registered, never called), so it is not among [`EVENTS`].
 
 use anyhow::{Context, Result};
@@ -53,9 +54,30 @@ pub fn handler(port: u16, event: &str) -> Value {
     json!({"type": "http", "url": hook_url(port, event), "timeout": HOOK_TIMEOUT_SECS})
 }
 
-/// Courier's group for `event`: one handler, no matcher (every tool, for the tool events).
-pub fn group(port: u16, event: &str) -> Value {
-    json!({"hooks": [handler(port, event)]})
+/// `timeout` of the idle-wake Stop hook, seconds: Claude Code kills it then (probed on 2.1.332),
+/// and the next Stop starts it again; the broker answers it within `wake::HOLD`.
+pub const WAKE_TIMEOUT_SECS: u64 = 600;
+
+/// Courier's idle-wake handler (`claude/wake.rs`): a Stop command hook with `asyncRewake`
+/// running `command` (`<hook-client> --claude-wake`).
+pub fn wake_handler(command: &str) -> Value {
+    json!({"type": "command", "command": command, "asyncRewake": true, "timeout": WAKE_TIMEOUT_SECS})
+}
+
+/// A command handler running `hook-client --claude-wake` (whatever its path): Courier's.
+pub fn is_wake_handler(h: &Value) -> bool {
+    let command = h.get("command").and_then(Value::as_str);
+    h.get("type").and_then(Value::as_str) == Some("command")
+        && command.is_some_and(|c| c.ends_with(&format!(" {}", courier_shared::wire::CLAUDE_WAKE_FLAG)))
+}
+
+/// Courier's group for `event`: its HTTP handler, and at Stop the idle wake running
+/// `wake_command`; no matcher (every tool, for the tool events).
+pub fn group(port: u16, event: &str, wake_command: &str) -> Value {
+    match event == super::Event::Stop.as_str() {
+        true => json!({"hooks": [handler(port, event), wake_handler(wake_command)]}),
+        false => json!({"hooks": [handler(port, event)]}),
+    }
 }
 
 /// The URLs of the HTTP hooks registered for `event` in `doc`, in order.
@@ -136,7 +158,8 @@ mod tests {
     #[test]
     fn handlers_post_to_the_loopback_port_per_event() {
         assert_eq!(handler(4321, "Stop"), json!({"type": "http", "url": "http://127.0.0.1:4321/hook/Stop", "timeout": 5}));
-        let doc = json!({"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "x"}]}, group(1, "Stop"), group(2, "Stop")]}});
+        let doc =
+            json!({"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "x"}]}, group(1, "Stop", "w"), group(2, "Stop", "w")]}});
         assert_eq!(http_urls(&doc, "Stop"), [hook_url(1, "Stop"), hook_url(2, "Stop")]);
         assert!(http_urls(&doc, "PreToolUse").is_empty());
     }

@@ -47,7 +47,7 @@ impl Handed {
         let mut by_rollout: HashMap<String, Vec<Message>> = HashMap::new();
         let mut codex = HashMap::new();
         // A Claude Code hand-off is settled from its transcript by `claude/confirm.rs`.
-        for m in store.handed(thread)?.into_iter().filter(|m| m.event != Some(Channel::Claude)) {
+        for m in store.handed(thread)?.into_iter().filter(|m| !m.event.is_some_and(Channel::is_claude)) {
             if let Some(lease) = m.lease {
                 if let Some((pid, starttime)) = store.codex_of(lease)? {
                     codex.insert(lease, ProcessKey { pid, starttime });

@@ -143,9 +143,17 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     spawn_wake(&broker, opts.codex_home.clone(), maintenance::open_watch(&opts.state_dir, "wake"))?;
     if let Some(port) = opts.claude_hook_port {
         // Fail open: a port taken by another program costs Claude Code its deliveries, not Codex.
-        match crate::claude::serve::spawn(port, &opts.state_dir, broker.gate.digests().clone(), opts.receipts) {
+        let stops = crate::claude::wake::Stops::default();
+        match crate::claude::serve::spawn(port, &opts.state_dir, broker.gate.digests().clone(), opts.receipts, stops.clone()) {
             Ok(addr) => crate::log_info!("serving Claude Code hooks on http://{addr}/hook/<Event>"),
             Err(e) => crate::log_error!("Claude Code hooks not served: {e:#}"),
+        }
+        let wake_socket = socket.with_file_name(courier_shared::paths::CLAUDE_WAKE_SOCKET_NAME);
+        let woken = listener::bind_socket(&wake_socket)
+            .and_then(|l| crate::claude::wake::spawn(l, &opts.state_dir, broker.gate.digests().clone(), stops));
+        match woken {
+            Ok(()) => crate::log_info!("serving Claude Code idle wakes on {}", wake_socket.display()),
+            Err(e) => crate::log_error!("Claude Code idle wakes not served: {e:#}"),
         }
     }
     maintenance::spawn(Arc::clone(&broker), &opts.state_dir, opts.retention)?;

@@ -110,6 +110,9 @@ pub enum Channel {
     /// A proven Claude Code hook (`claude/deliver.rs`): its own confirmation reads the Claude
     /// Code transcript (`claude/confirm.rs`), never the Codex scan.
     Claude,
+    /// An idle Claude Code session woken by its `asyncRewake` Stop hook (`claude/wake.rs`);
+    /// confirmed from the transcript as [`Channel::Claude`] is.
+    ClaudeWake,
 }
 
 impl Channel {
@@ -118,6 +121,7 @@ impl Channel {
             Channel::Hook(e) => e.as_str(),
             Channel::Wake => "wake",
             Channel::Claude => "claude",
+            Channel::ClaudeWake => "claude-wake",
         }
     }
 
@@ -125,6 +129,7 @@ impl Channel {
         Some(match s {
             "wake" => Channel::Wake,
             "claude" => Channel::Claude,
+            "claude-wake" => Channel::ClaudeWake,
             _ => Channel::Hook(HookEvent::parse(s)),
         })
     }
@@ -137,7 +142,12 @@ impl Channel {
 
     /// Only messages sent with `--wake auto` may start a turn; the hooks take any.
     pub const fn needs_wake_allowed(self) -> bool {
-        matches!(self, Channel::Wake)
+        matches!(self, Channel::Wake | Channel::ClaudeWake)
+    }
+
+    /// Settled from a Claude Code transcript (`claude/confirm.rs`).
+    pub const fn is_claude(self) -> bool {
+        matches!(self, Channel::Claude | Channel::ClaudeWake)
     }
 }
 
@@ -195,7 +205,9 @@ mod tests {
             assert_eq!(Kind::parse(k.as_str()), Some(k));
             assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
         }
-        for c in [Channel::Wake, Channel::Hook(HookEvent::PostToolUse), Channel::Hook(HookEvent::Stop)] {
+        for c in
+            [Channel::Wake, Channel::Claude, Channel::ClaudeWake, Channel::Hook(HookEvent::PostToolUse), Channel::Hook(HookEvent::Stop)]
+        {
             assert_eq!(Channel::parse(c.as_str()), Some(c));
             assert_eq!(serde_json::to_value(c).unwrap(), c.as_str());
         }

@@ -75,7 +75,7 @@ pub fn wait_proven(broker: &Broker, n: usize) -> Vec<Proven> {
 }
 
 /// The refusal codes of the Claude Code gate.
-const CLAUDE_CODES: [&str; 8] = [
+const CLAUDE_CODES: [&str; 9] = [
     "claude_request",
     "claude_peer",
     "claude_holder",
@@ -84,6 +84,7 @@ const CLAUDE_CODES: [&str; 8] = [
     "claude_transcript",
     "session_owned",
     "ticket_used",
+    "claude_wake_fd",
 ];
 
 /// The refusals of the Claude Code gate in `inspect --json`: (code, detail).

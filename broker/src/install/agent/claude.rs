@@ -79,7 +79,7 @@ pub(super) fn take_out(run: &mut Run) -> Result<()> {
 
 /// The port (configured, else chosen and written to Courier's config) and Courier's hooks on it
 /// in settings.json. A running broker must restart when the port it should serve changed.
-pub(super) fn register_hooks(run: &mut Run) -> Result<Registered> {
+pub(super) fn register_hooks(run: &mut Run, hook_client: &Path) -> Result<Registered> {
     let configured = configured_port(&run.env)?;
     let mut setup = run.m.claude.take().unwrap_or_default();
     let before = setup.port;
@@ -91,7 +91,8 @@ pub(super) fn register_hooks(run: &mut Run) -> Result<Registered> {
         }
     };
     setup.port = port;
-    let hooks_write = hooks_edit(&mut setup, settings_file(&run.env)?, port)?;
+    let wake = format!("{} {}", crate::install::hooks::shell_quote(&hook_client.to_string_lossy()), courier_shared::wire::CLAUDE_WAKE_FLAG);
+    let hooks_write = hooks_edit(&mut setup, settings_file(&run.env)?, port, &wake)?;
     run.m.claude = Some(setup);
     save_manifest(&run.state_dir, &run.m)?; // both edits listed before either file is written
     for w in [port_write, hooks_write].into_iter().flatten() {
@@ -141,16 +142,18 @@ fn port_edit(setup: &mut ClaudeSetup, path: &Path, port: u16) -> Result<Write> {
 
 /// Courier's HTTP hooks for `port` merged into Claude Code's settings.json, listed in `setup`;
 /// `None` when they are there already, exactly (the file is not touched).
-fn hooks_edit(setup: &mut ClaudeSetup, path: PathBuf, port: u16) -> Result<Option<Write>> {
+fn hooks_edit(setup: &mut ClaudeSetup, path: PathBuf, port: u16, wake: &str) -> Result<Option<Write>> {
     let current = read_opt(&path)?;
     let before = settings::parse(current.as_deref(), &path)?;
     let mut doc = before.clone();
     let old = setup.urls.clone();
     let ours = |u: &str| old.iter().any(|o| o == u) || settings::EVENTS.iter().any(|e| u == settings::hook_url(port, e));
-    let is_old =
-        |h: &Value| h.get("type").and_then(Value::as_str) == Some("http") && h.get("url").and_then(Value::as_str).is_some_and(ours);
+    let is_old = |h: &Value| {
+        h.get("type").and_then(Value::as_str) == Some("http") && h.get("url").and_then(Value::as_str).is_some_and(ours)
+            || settings::is_wake_handler(h)
+    };
     let created = Created { hooks_key: &mut setup.created_hooks_key, events: &mut setup.created_events };
-    merge_groups(&mut doc, &path.display().to_string(), &settings::EVENTS, &|ev| settings::group(port, ev), &is_old, created)?;
+    merge_groups(&mut doc, &path.display().to_string(), &settings::EVENTS, &|ev| settings::group(port, ev, wake), &is_old, created)?;
     for url in settings::EVENTS.map(|ev| settings::hook_url(port, ev)) {
         if !setup.urls.contains(&url) {
             setup.urls.push(url);
@@ -161,7 +164,11 @@ fn hooks_edit(setup: &mut ClaudeSetup, path: PathBuf, port: u16) -> Result<Optio
     }
     let text = settings::render(&doc, current.as_deref());
     track_edit(&mut setup.settings, &path, current.as_deref(), &text);
-    let said = format!("registered Courier's HTTP hooks (127.0.0.1:{port}) for {} in {}", settings::EVENTS.join(", "), path.display());
+    let said = format!(
+        "registered Courier's HTTP hooks (127.0.0.1:{port}) for {} and its idle wake ({wake}) at Stop in {}",
+        settings::EVENTS.join(", "),
+        path.display()
+    );
     Ok(Some(Write { path, text, said }))
 }
 
@@ -205,7 +212,9 @@ fn uninstall_setup(setup: &ClaudeSetup, state_dir: &Path, report: &mut Report) -
     if let Some(edit) = &setup.settings {
         let strip = |text: &str| -> Result<String> {
             let mut doc = settings::parse(Some(text), &edit.path)?;
-            let is_ours = |h: &Value| h.get("url").and_then(Value::as_str).is_some_and(|u| setup.urls.iter().any(|o| o == u));
+            let is_ours = |h: &Value| {
+                h.get("url").and_then(Value::as_str).is_some_and(|u| setup.urls.iter().any(|o| o == u)) || settings::is_wake_handler(h)
+            };
             unmerge_groups(&mut doc, &settings::EVENTS, &is_ours, setup.created_hooks_key, &setup.created_events);
             Ok(if doc.as_object().is_some_and(|o| o.is_empty()) { String::new() } else { settings::render(&doc, Some(text)) })
         };

@@ -83,7 +83,7 @@ impl HostAgent {
     pub(super) fn register_hooks(self, run: &mut Run, bins: &Binaries) -> Result<Registered> {
         match self {
             HostAgent::Codex => codex::register_hooks(run, bins).map(|()| Registered::AsServed),
-            HostAgent::ClaudeCode => claude::register_hooks(run),
+            HostAgent::ClaudeCode => claude::register_hooks(run, &bins.client),
         }
     }
 

@@ -1,0 +1,358 @@
+//! Reaching an idle Claude Code session: Claude Code's `Stop` command hook marked `asyncRewake`
+//! (`hook-client --claude-wake`, registered by `broker install`) may run long; when it exits 2,
+//! the idle session starts a new turn whose model sees the hook's stderr (probed on 2.1.332,
+//! docs/claude-code.md "Idle wake"). The broker holds that hook's connection until a message is
+//! pending for the session, records the hand-off (fsynced) and only then answers it.
+//!
+//! A command hook can be imitated by a model's command, so the proof is what only claude can
+//! give: hook-client passes its stdout and stderr (`SCM_RIGHTS`, once the broker has read its
+//! request and asks), and the socket's peer credentials name the process that created the pair. Steps, in order (any failure closes the
+//! connection unanswered and is recorded):
+//! - `payload`: a Stop payload (`claude/gate.rs`);
+//! - `wake_fds`: stdout and stderr are two distinct sockets one live process created (claude
+//!   spawns every hook with its own pairs; a model's command has `/dev/null` and a file), and the
+//!   hook-client that connected descends from that process;
+//! - `trusted_claude`, `clean_start`, `transcript`: the HTTP gate's steps on that process;
+//! - `session_owner`: the session is pinned to it and its open turn is the payload's;
+//! - `turn_ticket`: one wake per (session, `prompt_id`, stdout socket): claude makes new sockets
+//!   for every hook it runs, so a connection presenting a hook's sockets again is `ticket_used`
+//!   (`claude -p` fires Stop again with the same `prompt_id` after a wake's message: a new hook).
+//!
+//! Held, it delivers only while the session stays idle: after the proven HTTP `Stop` of that
+//! turn (the [`Stops`] mark; a model's command running mid-turn never sees it) and before another
+//! turn opens (the pin's `prompt_id` moves at the next UserPromptSubmit: then the held wake
+//! answers nothing and the HTTP hooks deliver). `claude -p` waits for the hook (it runs as an
+//! ordinary blocking Stop hook there), so a `-p` wake is never held: once its turn's Stop is seen,
+//! what is pending goes at once, else nothing.
+
+use super::gate::{self, Proven};
+use super::peer::Holder;
+use super::serve::{Refusals, StoreTrust};
+use crate::exe::digest::DigestCache;
+use crate::gate::Refusal;
+use crate::os::ProcessKey;
+use crate::refusal::RefusalCode;
+use crate::store::{Channel, HandOff, Message, Store, Ticket, TicketClaim};
+use anyhow::Result;
+use codex_format::hook::HookEvent;
+use courier_shared::ids::ThreadId;
+use courier_shared::wire::{self, WakeReply, WakeRequest};
+use nix::libc;
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a wake is held at most: below the hook's `timeout` (`settings::WAKE_TIMEOUT_SECS`),
+/// so the broker answers before Claude Code kills the hook.
+pub const HOLD: Duration = Duration::from_secs(540);
+/// A `claude -p` wake (never held) waits at most this long for its turn's HTTP Stop; once that
+/// is seen it answers at once, a message or nothing.
+const UNHELD: Duration = Duration::from_secs(5);
+/// Wake connections at once (held or being proven); more are closed unread (the hook exits 0).
+pub const MAX_HELD: usize = 32;
+/// How long a connection has to send its request.
+const READ_DEADLINE: Duration = Duration::from_secs(2);
+/// How often a held wake looks at the queue and the session.
+const TICK: Duration = Duration::from_millis(200);
+/// Most bytes a wake hands: its stderr reached the model whole at 40,000 characters (probed on
+/// 2.1.332), unlike hook context (10,000).
+pub const MAX_WAKE_BYTES: usize = 32_000;
+/// A lease lives this long before its hand-off is recorded (the same step records it).
+const LEASE_MS: i64 = 10_000;
+
+/// The turns whose proven HTTP `Stop` the endpoint saw, by session: a wake delivers only after
+/// its turn stopped.
+#[derive(Clone, Default)]
+pub struct Stops(Arc<Mutex<HashMap<ThreadId, String>>>);
+
+impl Stops {
+    /// The session's turn `prompt_id` stopped (a proven main-conversation HTTP Stop).
+    pub fn note(&self, session: &ThreadId, prompt_id: &str) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).insert(session.clone(), prompt_id.to_string());
+    }
+
+    fn stopped(&self, session: &ThreadId, prompt_id: &str) -> bool {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).get(session).is_some_and(|p| p == prompt_id)
+    }
+}
+
+struct Waker {
+    /// Its own connection to the queue: pins, tickets, leases, refusals.
+    store: Mutex<Store>,
+    digests: DigestCache,
+    stops: Stops,
+    active: AtomicUsize,
+    refusals: Refusals,
+}
+
+/// Serves `listener` (the wake socket `server/` bound) on its own threads.
+pub fn spawn(listener: UnixListener, state_dir: &Path, digests: DigestCache, stops: Stops) -> Result<()> {
+    let waker = Arc::new(Waker {
+        store: Mutex::new(Store::open(state_dir)?),
+        digests,
+        stops,
+        active: AtomicUsize::new(0),
+        refusals: Refusals::default(),
+    });
+    std::thread::Builder::new().name("claude-wake".into()).spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { continue };
+            if waker.active.fetch_add(1, Ordering::AcqRel) >= MAX_HELD {
+                waker.active.fetch_sub(1, Ordering::AcqRel);
+                crate::log_debug!("claude wake: {MAX_HELD} connections open, one closed unread");
+                continue;
+            }
+            let w = Arc::clone(&waker);
+            let spawned = std::thread::Builder::new().name("claude-wake-conn".into()).spawn(move || {
+                w.handle(conn);
+                w.active.fetch_sub(1, Ordering::AcqRel);
+            });
+            if spawned.is_err() {
+                waker.active.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    })?;
+    Ok(())
+}
+
+/// What a held wake does next.
+enum Step {
+    /// The turn's HTTP Stop is not seen yet.
+    Wait,
+    /// The session is idle in the wake's turn, with nothing pending.
+    Idle,
+    /// Answer nothing: the session is no longer idle in this turn, or its claude exited.
+    Release(&'static str),
+    /// Recorded as handed: answer this.
+    Hand(String),
+}
+
+impl Waker {
+    fn handle(&self, mut conn: UnixStream) {
+        let same_uid = nix::sys::socket::getsockopt(&conn, nix::sys::socket::sockopt::PeerCredentials)
+            .is_ok_and(|c| c.uid() == nix::unistd::getuid().as_raw());
+        if !same_uid || conn.set_read_timeout(Some(READ_DEADLINE)).is_err() {
+            return;
+        }
+        let (request, fds) = match read_request(&mut conn) {
+            Ok(r) => r,
+            Err(e) => return crate::log_debug!("claude wake: request not read: {e}"),
+        };
+        let proven = match self.prove(&conn, &request, fds) {
+            Ok(p) => p,
+            Err(refusal) => return self.record(&refusal),
+        };
+        let text = self.hold(&conn, &proven, request.hold);
+        if let Err(e) = wire::write_json(&mut conn, &WakeReply { text, ..WakeReply::default() }) {
+            crate::log_warn!("claude wake: answer to session {} not written: {e}", proven.payload.session_id);
+        }
+    }
+
+    /// Every step of the module doc, in order.
+    fn prove(&self, conn: &UnixStream, req: &WakeRequest, fds: Vec<OwnedFd>) -> Result<Proven, Refusal> {
+        let until = Instant::now() + READ_DEADLINE;
+        let payload = gate::payload(super::Event::Stop.as_str(), req.payload.as_bytes())?;
+        let (holder, stdout) = match wake_fds(conn, fds) {
+            Ok(h) => h,
+            Err(detail) => return Err(gate::refusal(RefusalCode::ClaudeWakeFd, detail, &payload)),
+        };
+        let proven = gate::prove_claude(holder, payload, &self.digests, &StoreTrust(&self.store), until)?;
+        let pay = &proven.payload;
+        if pay.agent_id.is_some() {
+            return Err(gate::refusal(RefusalCode::ClaudeTurn, "a sub-agent's Stop wakes nothing".into(), pay));
+        }
+        let mut store = crate::store::lock(&self.store);
+        super::session::session_owner(&mut store, &proven)?;
+        let ticket = Ticket {
+            thread: pay.session_id.clone(),
+            key: format!("claude:wake:{}:{stdout}", pay.prompt_id),
+            event: HookEvent::parse(super::Event::Stop.as_str()),
+        };
+        match store.claim_ticket(&ticket, proven.key().pid) {
+            Ok(TicketClaim::New) => Ok(proven),
+            Ok(TicketClaim::Used { at, pid, handed }) => {
+                crate::log_warn!("ALARM: {} presented twice (pid {pid:?}, then pid {}); handed: {handed:?}", ticket.key, proven.key().pid);
+                let detail = format!("{} was accepted at {at} from pid {pid:?}; what it was handed ({handed:?}) is marked", ticket.key);
+                Err(gate::refusal(RefusalCode::TicketUsed, detail, pay))
+            }
+            Err(e) => Err(gate::refusal(RefusalCode::NoTicket, format!("ticket {} could not be recorded: {e:#}", ticket.key), pay)),
+        }
+    }
+
+    /// Holds a proven wake until a message is handed (its text), the session leaves idleness, the
+    /// client goes, or the hold ends (empty: nothing). Not `held` (`claude -p`): only until the
+    /// turn's Stop is seen.
+    fn hold(&self, conn: &UnixStream, p: &Proven, held: bool) -> String {
+        let hold = if held { HOLD } else { UNHELD };
+        let mut writer = conn;
+        let told = WakeReply { hold_ms: Some(hold.as_millis() as u64), ..WakeReply::default() };
+        if wire::write_json(&mut writer, &told).is_err() {
+            return String::new();
+        }
+        crate::log_debug!("claude wake of session {} (pid {}) held for {hold:?}", p.payload.session_id, p.key().pid);
+        let end = Instant::now() + hold;
+        while Instant::now() < end && !closed(conn) {
+            match self.step(p) {
+                Ok(Step::Wait) => std::thread::sleep(TICK),
+                Ok(Step::Idle) if held => std::thread::sleep(TICK),
+                Ok(Step::Idle) => return String::new(),
+                Ok(Step::Release(why)) => {
+                    crate::log_debug!("claude wake of session {} released: {why}", p.payload.session_id);
+                    return String::new();
+                }
+                Ok(Step::Hand(text)) => return text,
+                Err(e) => {
+                    crate::log_error!("claude wake of session {}: {e:#}", p.payload.session_id);
+                    return String::new();
+                }
+            }
+        }
+        String::new()
+    }
+
+    /// One look: is the session still idle in the wake's turn, and is a message pending? If so it
+    /// is leased and its hand-off recorded (fsynced) before anything of it leaves.
+    fn step(&self, p: &Proven) -> Result<Step> {
+        let pay = &p.payload;
+        if !p.claude.is_alive() {
+            return Ok(Step::Release("its claude exited"));
+        }
+        if !self.stops.stopped(&pay.session_id, &pay.prompt_id) {
+            return Ok(Step::Wait);
+        }
+        let mut store = crate::store::lock(&self.store);
+        match store.claude_session_pin(&pay.session_id)? {
+            Some(pin) if pin.owner == p.key() && pin.prompt_id.as_deref() == Some(&pay.prompt_id) => {}
+            _ => return Ok(Step::Release("another turn opened")),
+        }
+        if !store.has_pending(&pay.session_id)? {
+            return Ok(Step::Idle);
+        }
+        let Some(lease) = store.lease(&pay.session_id, Channel::ClaudeWake, Some(&pay.prompt_id), LEASE_MS, MAX_WAKE_BYTES)? else {
+            return Ok(Step::Idle);
+        };
+        let text = lease.messages.iter().map(Message::wrapped).collect::<Vec<_>>().join("\n");
+        // Confirmation reads the transcript from here: the woken turn's request comes after.
+        let offset = std::fs::metadata(&pay.transcript_path).map_or(0, |m| m.len());
+        let transcript = pay.transcript_path.to_string_lossy();
+        if !store.hand_off(lease.token, &HandOff::at(&transcript, offset, p.key()))? {
+            return Ok(Step::Idle); // the lease lapsed: its messages are pending again
+        }
+        crate::failpoint::hit("claude_wake_after_hand_off");
+        let ids: Vec<&str> = lease.messages.iter().map(|m| m.id.as_str()).collect();
+        crate::log_info!("claude: handed {} to idle session {} (pid {}) by wake", ids.join(", "), pay.session_id, p.key().pid);
+        Ok(Step::Hand(text))
+    }
+
+    fn record(&self, r: &Refusal) {
+        self.refusals.record(&self.store, r, "claude wake");
+    }
+}
+
+/// `wake_fds`: the passed stdout and stderr are two distinct sockets created by one live process
+/// (their peer credentials: for a socket pair, its creator), and the client that connected
+/// descends from it. That process is the claude to prove; with the stdout socket's inode.
+fn wake_fds(conn: &UnixStream, fds: Vec<OwnedFd>) -> Result<(Holder, u64), String> {
+    let [out, err]: [OwnedFd; 2] = fds.try_into().map_err(|f: Vec<OwnedFd>| format!("{} fds passed, not stdout and stderr", f.len()))?;
+    let (out, err) = (socket_inode(&out).map(|i| (i, out))?, socket_inode(&err).map(|i| (i, err))?);
+    if out.0 == err.0 {
+        return Err(format!("stdout and stderr are one socket (socket:[{}]), not a hook's two", out.0));
+    }
+    let maker = |fd: OwnedFd| crate::gate::peer::identify(&UnixStream::from(fd)).map_err(|r| r.detail);
+    let (made_out, made_err) = (maker(out.1)?, maker(err.1)?);
+    if made_out.pid != made_err.pid {
+        return Err(format!("stdout was made by pid {}, stderr by pid {}", made_out.pid, made_err.pid));
+    }
+    let key = ProcessKey::of(made_out.pid).map_err(|e| format!("pid {}: {e}", made_out.pid))?;
+    let client = crate::gate::peer::identify(conn).map_err(|r| r.detail)?;
+    descends(client.pid, key)?;
+    let holder = Holder { key, pidfd: made_out.pidfd };
+    match holder.is_alive() && client.is_alive() {
+        true => Ok((holder, out.0)),
+        false => Err(format!("pid {} or the client {} exited during the check", key.pid, client.pid)),
+    }
+}
+
+/// `pid`'s parent, or its parent's (claude runs `/bin/sh -c`, which runs hook-client), is `claude`.
+fn descends(pid: i32, claude: ProcessKey) -> Result<(), String> {
+    let mut at = pid;
+    for _ in 0..3 {
+        let stat = crate::os::read_stat(at).map_err(|e| format!("pid {at}: {e}"))?;
+        if stat.ppid == claude.pid {
+            return match claude.is_alive() && stat.starttime >= claude.starttime {
+                true => Ok(()),
+                false => Err(format!("pid {} is not the process that made the sockets", claude.pid)),
+            };
+        }
+        at = stat.ppid;
+    }
+    Err(format!("the client pid {pid} does not descend from pid {} (within 3 parents)", claude.pid))
+}
+
+/// The inode of the Unix stream socket `fd` is, or why it is not one.
+fn socket_inode(fd: &OwnedFd) -> Result<u64, String> {
+    let st = nix::sys::stat::fstat(fd).map_err(|e| format!("fstat: {e}"))?;
+    let kind = nix::sys::socket::getsockopt(fd, nix::sys::socket::sockopt::SockType);
+    match (st.st_mode & libc::S_IFMT, kind) {
+        (libc::S_IFSOCK, Ok(nix::sys::socket::SockType::Stream)) => Ok(st.st_ino),
+        _ => Err(format!("a passed fd is not a stream socket (mode {:o})", st.st_mode)),
+    }
+}
+
+/// The client closed its end (or wrote after its request): nothing to hold for.
+fn closed(conn: &UnixStream) -> bool {
+    let mut pfd = libc::pollfd { fd: conn.as_raw_fd(), events: libc::POLLIN | libc::POLLRDHUP, revents: 0 };
+    // SAFETY: one pollfd on a live fd, no wait.
+    let ready = unsafe { libc::poll(&mut pfd, 1, 0) };
+    ready != 0
+}
+
+/// The request frame, then (asked for only now: a broker that never reads holds no copy of the
+/// hook's stdout, which would keep claude from seeing it end) the fds, on one byte.
+fn read_request(conn: &mut UnixStream) -> std::io::Result<(WakeRequest, Vec<OwnedFd>)> {
+    let req: WakeRequest = wire::read_json(conn, wire::MAX_FRAME)?;
+    wire::write_json(conn, &WakeReply { fds: true, ..WakeReply::default() })?;
+    let (n, fds) = recv_with_fds(conn, &mut [0u8; 1])?;
+    match n {
+        1 => Ok((req, fds)),
+        _ => Err(std::io::ErrorKind::UnexpectedEof.into()),
+    }
+}
+
+/// `recvmsg` into `buf`, keeping the `SCM_RIGHTS` fds that came with it (close-on-exec).
+fn recv_with_fds(conn: &UnixStream, buf: &mut [u8]) -> std::io::Result<(usize, Vec<OwnedFd>)> {
+    const MAX_FDS: usize = 4;
+    // SAFETY: the msghdr points at live buffers for the call; the control buffer is u64-aligned
+    // and CMSG_SPACE large; each fd the kernel installed is owned exactly once.
+    unsafe {
+        let space = libc::CMSG_SPACE((MAX_FDS * std::mem::size_of::<libc::c_int>()) as u32) as usize;
+        let mut cbuf = vec![0u64; space.div_ceil(8)];
+        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = space as _;
+        let n = libc::recvmsg(conn.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC);
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut fds = Vec::new();
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<libc::c_int>();
+                let data = libc::CMSG_DATA(cmsg) as *const libc::c_int;
+                for i in 0..count {
+                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+        Ok((n as usize, fds))
+    }
+}
