@@ -53,6 +53,15 @@ impl Event {
         }
     }
 
+    /// What a main-conversation hook of this event says of the session's turn: a prompt or a tool
+    /// call runs in an open turn, Stop ends it.
+    pub const fn activity(self) -> crate::store::SessionActivity {
+        match self {
+            Event::UserPromptSubmit | Event::PreToolUse | Event::PostToolUse => crate::store::SessionActivity::Busy,
+            Event::Stop => crate::store::SessionActivity::Idle,
+        }
+    }
+
     pub fn parse(s: &str) -> Option<Event> {
         Event::ALL.into_iter().find(|e| e.as_str() == s)
     }
