@@ -213,3 +213,45 @@ fn install_registers_courier_mcp_where_claude_code_reads_it() {
     let other: Value = serde_json::from_str(&std::fs::read_to_string(config_dir.join(".claude.json")).unwrap()).unwrap();
     assert!(other.get("mcpServers").is_none(), "claude wrote its own keys there since; install's mcpServers went: {other:#}");
 }
+
+/// A Claude Code session is `busy` while its turn runs and `idle` once its Stop hook was proven,
+/// in `broker threads` (table and `--json`): a real `claude -p --input-format stream-json` stays
+/// alive between turns, so its idle session is seen; its prompt is the busy session's turn.
+#[test]
+fn a_claude_code_session_is_busy_in_its_turn_and_idle_after_stop() {
+    use courier_tests::claude::gate::wait_claude_session;
+    use courier_tests::util::poll_until;
+    let api = ScriptedMessages::start_with(|r| match r.tool_results().is_empty() {
+        true => Turn::bash("sleep 4"),
+        false => Turn::text("done"),
+    });
+    let Some(cenv) = env_or_skip(&api) else { return };
+    let env = CodexEnv::with_base_url("http://127.0.0.1:9/v1");
+    cenv.set_courier_hooks(serve_hooks(&env));
+    let broker = Broker::start(&env);
+    broker.trust_claude(&cenv.claude);
+    let mut c = cenv.command();
+    c.args(["-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose"]);
+    let mut claude = c.stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let mut stdin = claude.stdin.take().unwrap();
+    writeln!(stdin, "{}", json!({"type": "user", "message": {"role": "user", "content": "work a while"}})).unwrap();
+
+    let busy = wait_claude_session(&broker);
+    assert_eq!(busy["state"], "busy", "in its turn: {busy}");
+    assert!(busy["turn_id"].as_str().is_some_and(|t| !t.is_empty()), "the open prompt is its turn: {busy}");
+    let sid = busy["id"].as_str().unwrap().to_string();
+    let idle = poll_until(T, || {
+        of_host(&broker.threads_json(false), "claude-code").first().filter(|t| t["state"] == "idle").map(|t| (*t).clone())
+    })
+    .unwrap_or_else(|| panic!("the session never went idle: {:#?}\n{}", broker.threads_json(false), broker.log_text()));
+    assert_eq!((idle["id"].as_str(), &idle["turn_id"]), (Some(sid.as_str()), &Value::Null), "{idle}");
+    let table = broker.run_ok(&["threads"]);
+    let row = table.lines().find(|l| l.contains(&sid)).unwrap_or_else(|| panic!("{table}"));
+    assert!(row.contains("idle") && row.contains("claude-code"), "{table}");
+    drop(stdin);
+    let status = poll_until(T, || claude.try_wait().unwrap()).unwrap_or_else(|| {
+        let _ = claude.kill();
+        panic!("claude did not exit once its input ended")
+    });
+    assert!(status.success(), "{status:?}");
+}
