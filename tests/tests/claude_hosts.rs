@@ -74,7 +74,7 @@ fn message_by_key(b: &Broker, key: &str) -> Value {
 }
 
 /// `broker threads --json` lists a live `claude -p` session (kept in a Bash call) as
-/// `host: claude-code`, `state: live`, with its claude's pid and cwd, beside a busy `codex exec`
+/// `host: claude-code`, `state: busy` (in its Bash call), with its claude's pid and cwd, beside a busy `codex exec`
 /// thread as `host: codex`; once claude exits, only `--all` lists the session, as ended.
 #[test]
 fn threads_lists_a_live_claude_code_session_beside_a_codex_thread() {
@@ -94,7 +94,7 @@ fn threads_lists_a_live_claude_code_session_beside_a_codex_thread() {
 
     let session = wait_claude_session(&broker);
     let list = broker.threads_json(false);
-    assert_eq!(session["state"], "live", "{session}");
+    assert_eq!(session["state"], "busy", "in its Bash call: {session}");
     assert_eq!(session["process"]["kind"], "claude", "{session}");
     assert_eq!(session["process"]["pid"].as_u64(), Some(u64::from(claude.pid())), "{session}");
     assert_eq!(Path::new(session["cwd"].as_str().unwrap()), cenv.work.canonicalize().unwrap(), "{session}");
@@ -107,7 +107,7 @@ fn threads_lists_a_live_claude_code_session_beside_a_codex_thread() {
     let mcp = mcp_list_threads(&env);
     let by_id = |id: &Value| mcp.iter().find(|t| t["id"] == *id).cloned().unwrap_or_else(|| panic!("MCP lists {id}: {mcp:#?}"));
     let (m_claude, m_codex) = (by_id(&session["id"]), by_id(&Value::from(thread.as_str())));
-    assert_eq!((m_claude["host"].as_str(), m_claude["state"].as_str()), (Some("claude-code"), Some("live")), "{m_claude}");
+    assert_eq!((m_claude["host"].as_str(), m_claude["state"].as_str()), (Some("claude-code"), Some("busy")), "{m_claude}");
     assert_eq!(m_claude["process"], "claude", "{m_claude}");
     assert!(m_claude["handed"].is_u64(), "{m_claude}");
     assert_eq!(m_codex["host"], "codex", "{m_codex}");
