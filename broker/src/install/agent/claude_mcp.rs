@@ -3,8 +3,10 @@
 //! (`claude/mcp_config.rs` says where and what), written by the broker itself, never by running
 //! `claude mcp add` (the broker runs no candidate binary). The user's keys, order and indent are
 //! kept, a second install changes nothing, an entry of that name install did not write is left
-//! alone. Claude rewrites the file while it runs, so uninstall usually finds it changed and takes
-//! out only Courier's entry; when nobody touched it since, the bytes come back.
+//! alone. Claude rewrites the file while it runs (an interactive claude running during the install
+//! writes its own copy back and drops the entry, probed on 2.1.332: doctor reports it), so
+//! uninstall usually finds it changed and takes out only Courier's entry; when nobody touched it
+//! since, the bytes come back.
 
 use super::AgentEnv;
 use crate::claude::{mcp_config, settings};
@@ -62,7 +64,7 @@ pub(super) fn register(run: &mut Run, broker: &Path, with_mcp: bool) -> Result<(
     track_edit(&mut setup.mcp_json, &path, current.as_deref(), &text);
     save_manifest(&run.state_dir, &run.m)?;
     write_atomic(&path, text.as_bytes(), 0o600)?;
-    let said = format!("registered `{command} mcp` as Claude Code's MCP server \"{MCP_NAME}\" in {} (send_message, list_threads, message_status; sessions started from now on have it)", path.display());
+    let said = format!("registered `{command} mcp` as Claude Code's MCP server \"{MCP_NAME}\" in {} (sessions started from now on have it; an interactive claude running now writes its own copy of the file back and drops it: `broker doctor` tells)", path.display());
     run.report.push(said);
     Ok(())
 }
