@@ -155,7 +155,7 @@ fn claude_in(claude: &Path, home: &Path, extra: &[(&str, &Path)], args: &[&str])
 /// `broker install` registers `broker mcp` in `~/.claude.json` beside the user's keys (their
 /// order and indent kept) where the real `claude mcp list` finds and starts it; a second install
 /// changes no byte; doctor names the registration once it is removed, with its fix; uninstall of
-/// a file changed since takes out only Courier's entry. With CLAUDE_CONFIG_DIR set, install
+/// a file changed since takes out only Courier's entry, and so does `--no-mcp`. With CLAUDE_CONFIG_DIR set, install
 /// writes `$CLAUDE_CONFIG_DIR/.claude.json`, where claude reads it then.
 #[test]
 fn install_registers_courier_mcp_where_claude_code_reads_it() {
@@ -190,6 +190,10 @@ fn install_registers_courier_mcp_where_claude_code_reads_it() {
     let doctor = rig.command(&broker_bin(), &["doctor"]).output().unwrap();
     let said = format!("{}{}", text(&doctor.stdout), text(&doctor.stderr));
     assert!(said.contains("Courier's MCP server is registered with Claude Code"), "{said}");
+    // `--no-mcp` takes the registration out again, and only it.
+    rig.install(&["--claude", "--no-mcp", "--start", "none"]);
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&user_json).unwrap()).unwrap();
+    assert_eq!(doc["mcpServers"], json!({"mine": {"command": "/bin/true"}}), "{doc:#}");
 
     // CLAUDE_CONFIG_DIR: claude reads `.claude.json` there, and install moves
     // Courier's one registration there.

@@ -30,13 +30,12 @@ pub(super) fn config_file(env: &AgentEnv) -> Result<PathBuf> {
 pub(super) fn register(run: &mut Run, broker: &Path, with_mcp: bool) -> Result<()> {
     let path = config_file(&run.env)?;
     let setup = run.m.claude.as_mut().expect("the hooks are registered first");
-    // Another config file than last time (CLAUDE_CONFIG_DIR changed): one registration, where
-    // this environment's claude reads it.
+    // `--no-mcp`, or another config file than last time (CLAUDE_CONFIG_DIR changed: one
+    // registration, where this environment's claude reads it).
     if !with_mcp || setup.mcp_json.as_ref().is_some_and(|e| e.path != path) {
         take_out(setup, &mut run.report)?;
     }
     if !with_mcp {
-        take_out(setup, &mut run.report)?;
         return save_manifest(&run.state_dir, &run.m);
     }
     let current = read_opt(&path)?;
