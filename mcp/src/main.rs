@@ -1,5 +1,5 @@
-//! `courier-mcp` (run as `broker mcp`): an MCP server on stdio, so agents in Codex can message
-//! other Codex threads and read receipts. Tools: `send_message`, `list_threads`,
+//! `courier-mcp` (run as `broker mcp`): an MCP server on stdio, so agents in Codex and Claude Code
+//! can message other Codex threads and Claude Code sessions and read receipts. Tools: `send_message`, `list_threads`,
 //! `message_status`, `list_approvals` (read-only: an approval is answered only by a person, never
 //! through this server, which runs under Codex). Each call is one request of the broker's JSON-lines socket protocol
 //! (docs/producers.md): this process holds no queue state and needs a running broker.
@@ -9,6 +9,12 @@
 //! this server passes them on as the sender, and the broker checks them against what Codex
 //! holds (its parent is a trusted codex that runs that thread, whose open turn has that call)
 //! before the message reads `from="thread:<id>" verified="true"`.
+//!
+//! Claude Code names nothing of the kind in `_meta` (only `claudecode/toolUseId`), but starts its
+//! MCP servers with the session's id in `CLAUDE_CODE_SESSION_ID` (probed on 2.1.332). This server
+//! then asks the broker to verify it as it verifies a Claude Code model's `broker send`
+//! (`verify_sender`: the peer's nearest trusted host above it is a claude, and the session it
+//! claims is pinned to that very process).
 
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
 use rmcp::model::{CallToolResult, ContentBlock, Implementation, RequestMetaObject, ServerCapabilities, ServerConfig};
@@ -105,6 +111,15 @@ fn caller(meta: &RequestMetaObject) -> (Option<String>, Option<String>) {
     (thread, call)
 }
 
+/// Whether Claude Code started this server for a session (`CLAUDE_CODE_SESSION_ID`): a claim the
+/// broker checks.
+fn under_claude_code() -> bool {
+    std::env::var_os(CLAUDE_SESSION_VAR).is_some_and(|v| !v.is_empty())
+}
+
+/// The variable Claude Code names its session in, for the commands and MCP servers it starts.
+const CLAUDE_SESSION_VAR: &str = "CLAUDE_CODE_SESSION_ID";
+
 impl Courier {
     /// One request line to the broker, one reply line back.
     async fn call(&self, request: Value) -> Result<Value, String> {
@@ -192,8 +207,8 @@ impl Courier {
         Courier { socket, tool_router: Self::tool_router() }
     }
 
-    #[tool(description = "Send a message to another Codex thread (by thread id, working directory, or as your parent/child). \
-        It reaches that thread's model exactly once, inside its running turn or its next one. Returns the message id; \
+    #[tool(description = "Send a message to another Codex thread or Claude Code session (by thread or session id, working directory, \
+        or as your parent/child). It reaches that thread's model exactly once, inside its running turn or its next one. Returns the message id; \
         with wait, also whether it arrived (outcome reached / timed_out / ended).")]
     async fn send_message(&self, meta: RequestMetaObject, Parameters(p): Parameters<SendMessage>) -> Result<CallToolResult, ErrorData> {
         let (me, call_id) = caller(&meta);
@@ -213,9 +228,12 @@ impl Courier {
         let mut unverified = None;
         match (&me, &call_id) {
             (Some(t), Some(c)) => req["sender"] = json!({"thread": t, "call_id": c}),
+            _ if under_claude_code() => req["verify_sender"] = json!(true),
             _ => {
                 req["from"] = json!("mcp");
-                unverified = Some("Codex named no calling thread and tool call in the request (_meta threadId, callId)".to_string());
+                unverified = Some(format!(
+                    "Codex named no calling thread and tool call in the request (_meta threadId, callId), and no Claude Code session started this server ({CLAUDE_SESSION_VAR})"
+                ));
             }
         }
         let wait = p.wait.unwrap_or_else(|| "none".into());
@@ -235,6 +253,7 @@ impl Courier {
                 let why = why.to_string();
                 if let Value::Object(o) = &mut req {
                     o.remove("sender");
+                    o.remove("verify_sender");
                 }
                 req["from"] = json!("mcp");
                 unverified = Some(why);
@@ -267,7 +286,7 @@ impl Courier {
     }
 
     #[tool(description = "List the live Codex threads and Claude Code sessions on this machine that can receive messages: \
-        id, host (codex or claude-code), state (busy/idle for Codex, live for Claude Code), cwd, title (first prompt), \
+        id, host (codex or claude-code), state (busy: a turn is open, idle: none, live: running, turn not yet known), cwd, title (first prompt), \
         parent and children, queued and handed messages. all=true adds ended ones.")]
     async fn list_threads(&self, Parameters(p): Parameters<ListThreads>) -> Result<CallToolResult, ErrorData> {
         Ok(match self.call(json!({"op": "threads", "all": p.all})).await {
@@ -314,7 +333,7 @@ impl ServerHandler for Courier {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("courier", env!("CARGO_PKG_VERSION")))
             .with_instructions(
-                "Courier delivers messages between Codex threads exactly once, with receipts. list_threads finds \
+                "Courier delivers messages between Codex threads and Claude Code sessions exactly once, with receipts. list_threads finds \
                  threads; send_message sends (to a thread id, a cwd, or your parent/child); message_status tells \
                  whether it arrived; list_approvals shows the commands threads wait on a person to approve \
                  (read-only). A message you send is shown to the other model as from=\"thread:<your id>\" \

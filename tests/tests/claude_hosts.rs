@@ -74,7 +74,7 @@ fn message_by_key(b: &Broker, key: &str) -> Value {
 }
 
 /// `broker threads --json` lists a live `claude -p` session (kept in a Bash call) as
-/// `host: claude-code`, `state: live`, with its claude's pid and cwd, beside a busy `codex exec`
+/// `host: claude-code`, `state: busy` (in its Bash call), with its claude's pid and cwd, beside a busy `codex exec`
 /// thread as `host: codex`; once claude exits, only `--all` lists the session, as ended.
 #[test]
 fn threads_lists_a_live_claude_code_session_beside_a_codex_thread() {
@@ -94,7 +94,7 @@ fn threads_lists_a_live_claude_code_session_beside_a_codex_thread() {
 
     let session = wait_claude_session(&broker);
     let list = broker.threads_json(false);
-    assert_eq!(session["state"], "live", "{session}");
+    assert_eq!(session["state"], "busy", "in its Bash call: {session}");
     assert_eq!(session["process"]["kind"], "claude", "{session}");
     assert_eq!(session["process"]["pid"].as_u64(), Some(u64::from(claude.pid())), "{session}");
     assert_eq!(Path::new(session["cwd"].as_str().unwrap()), cenv.work.canonicalize().unwrap(), "{session}");
@@ -107,7 +107,7 @@ fn threads_lists_a_live_claude_code_session_beside_a_codex_thread() {
     let mcp = mcp_list_threads(&env);
     let by_id = |id: &Value| mcp.iter().find(|t| t["id"] == *id).cloned().unwrap_or_else(|| panic!("MCP lists {id}: {mcp:#?}"));
     let (m_claude, m_codex) = (by_id(&session["id"]), by_id(&Value::from(thread.as_str())));
-    assert_eq!((m_claude["host"].as_str(), m_claude["state"].as_str()), (Some("claude-code"), Some("live")), "{m_claude}");
+    assert_eq!((m_claude["host"].as_str(), m_claude["state"].as_str()), (Some("claude-code"), Some("busy")), "{m_claude}");
     assert_eq!(m_claude["process"], "claude", "{m_claude}");
     assert!(m_claude["handed"].is_u64(), "{m_claude}");
     assert_eq!(m_codex["host"], "codex", "{m_codex}");
@@ -253,4 +253,49 @@ fn a_codex_agent_and_a_claude_code_agent_message_each_other_with_receipts() {
     assert_eq!(claude_last.body.to_string().matches(&to_claude).count(), 1, "once in claude's last request: {}", api.dump());
     assert!(claude_last.body.to_string().contains(&format!("from=\\\"thread:{thread}\\\" verified=\\\"true\\\"")), "{}", api.dump());
     let _ = std::fs::remove_dir_all(root);
+}
+
+/// A message published over NATS for a live Claude Code session is delivered like one for a Codex
+/// thread: host B's `courier-bridge send --thread <session> --wait confirmed` is queued on host A
+/// (shown as `nats:hostb/relay`), handed at the session's next PostToolUse, reaches the model
+/// once, and the receipt that comes back over NATS is `confirmed`.
+#[test]
+fn a_message_over_nats_reaches_a_claude_code_session_confirmed() {
+    use courier_tests::bridge::{host_b, producer, queued, text, Bridge, Nats};
+    let env_a = CodexEnv::with_base_url("http://127.0.0.1:9/v1");
+    let port = serve_hooks(&env_a);
+    let body = marker("OVER_NATS");
+    let seen = body.clone();
+    // Short tool calls until the message is in a request (each PostToolUse may carry it).
+    let api = ScriptedMessages::start_with(move |r| match r.body_contains(&seen) || r.tool_results().len() >= 40 {
+        true => Turn::text("done"),
+        false => Turn::bash("sleep 1"),
+    });
+    let Some(cenv) = claude_env(&api, port) else { return };
+    let env_b = host_b();
+    let nats = Nats::start(&env_b.root);
+    let a = Broker::start(&env_a);
+    a.trust_claude(&cenv.claude);
+    let bridge = Bridge::start(&env_a, &nats.url(), "hosta", None);
+    let claude = cenv.spawn_print("wait for a message");
+    let sid = wait_claude_session(&a)["id"].as_str().unwrap().to_string();
+
+    let key = marker("key");
+    let mut send = producer(
+        &env_b,
+        &nats.url(),
+        "send",
+        &["--thread", &sid, "--from", "relay", "--key", &key, "--wait", "confirmed", "--timeout", "60s", "--json", &body],
+    );
+    let out = courier_tests::broker::run_bounded(&mut send, Duration::from_secs(90));
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout} {stderr}\nbridge: {}\nbroker: {}", bridge.log_text(), a.log_text());
+    let r: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_eq!((r["state"].as_str(), r["outcome"].as_str()), (Some("confirmed"), Some("reached")), "{r}");
+    let m = queued(&a, &sid).into_iter().next().expect("queued for the session");
+    assert_eq!((m["from"].as_str(), m["state"].as_str()), (Some("nats:hostb/relay"), Some("confirmed")), "{m}");
+    let out = claude.wait(PRINT_TIMEOUT);
+    assert!(out.status.success(), "{:?}\n{}", out.status, out.stderr);
+    let last = api.requests().last().cloned().expect("claude requests");
+    assert_eq!(last.body.to_string().matches(&body).count(), 1, "once in claude's last request: {}", api.dump());
 }

@@ -9,6 +9,7 @@
 //!   installer, the local install), found without running it (`broker install`, `doctor`);
 //! - `settings.rs`: Courier's HTTP hooks in Claude Code's `settings.json` (where, what, the
 //!   user's own style kept);
+//! - `mcp_config.rs`: Courier's MCP server in Claude Code's user config (`.claude.json`);
 //! - `http.rs`: the bounded HTTP/1.1 of one hook request and its answer;
 //! - `peer.rs`: the kernel's view of a connection (`peer_socket`, `sole_holder`);
 //! - `gate.rs`: the kernel steps of the gate (payload, holder, trusted binary, clean start,
@@ -25,6 +26,7 @@ pub mod confirm;
 pub mod deliver;
 pub mod gate;
 pub mod http;
+pub mod mcp_config;
 pub mod peer;
 pub mod resolve;
 pub mod serve;
@@ -53,6 +55,15 @@ impl Event {
             Event::PreToolUse => "PreToolUse",
             Event::PostToolUse => "PostToolUse",
             Event::Stop => "Stop",
+        }
+    }
+
+    /// What a main-conversation hook of this event says of the session's turn: a prompt or a tool
+    /// call runs in an open turn, Stop ends it.
+    pub const fn activity(self) -> crate::store::SessionActivity {
+        match self {
+            Event::UserPromptSubmit | Event::PreToolUse | Event::PostToolUse => crate::store::SessionActivity::Busy,
+            Event::Stop => crate::store::SessionActivity::Idle,
         }
     }
 

@@ -142,6 +142,7 @@ impl Endpoint {
             let mut store = crate::store::lock(&self.store);
             super::session::session_owner(&mut store, &proven)?;
             super::session::turn_ticket(&mut store, &proven)?;
+            super::session::note_activity(&mut store, &proven);
         }
         crate::log_debug!(
             "claude hook {} of session {} from pid {}: proven",

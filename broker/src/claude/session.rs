@@ -13,6 +13,10 @@
 //! answered (`Store::claim_ticket`, the table Codex's tickets go to); a second presentation is
 //! refused `ticket_used` and raises the alarm on what the first was handed. Stop takes none:
 //! nothing is delivered at Stop yet.
+//!
+//! `note_activity`: once a hook passed both, what it says of the main conversation's turn (busy
+//! from a prompt or tool call, idle at Stop) goes to the pin, for `broker threads`. A
+//! sub-agent's hooks say nothing of the main turn.
 
 use super::gate::{Payload, Proven};
 use super::Event;
@@ -76,5 +80,16 @@ pub fn turn_ticket(store: &mut Store, p: &Proven) -> Result<(), Refusal> {
             Err(refusal(&p.payload, RefusalCode::TicketUsed, detail))
         }
         Err(e) => Err(refusal(&p.payload, RefusalCode::NoTicket, format!("ticket {} could not be recorded: {e:#}", ticket.key))),
+    }
+}
+
+/// `note_activity`: the proven main-conversation hook's word on the session's turn, recorded on
+/// its pin. Best effort: a failed write leaves the listing a hook behind, never the hook refused.
+pub fn note_activity(store: &mut Store, p: &Proven) {
+    if p.payload.agent_id.is_some() {
+        return;
+    }
+    if let Err(e) = store.note_claude_activity(&p.payload.session_id, p.key(), p.payload.event.activity()) {
+        crate::log_warn!("claude: activity of session {} not recorded: {e:#}", p.payload.session_id);
     }
 }

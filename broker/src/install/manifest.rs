@@ -157,6 +157,15 @@ pub struct ClaudeSetup {
     pub written_port: Option<u16>,
     /// Claude Code digests install trusted (digest, path).
     pub trusted: Vec<(String, String)>,
+    /// The edit of Claude Code's user config (`.claude.json`: the MCP server `courier`).
+    #[serde(default)]
+    pub mcp_json: Option<FileEdit>,
+    /// The broker that MCP server runs, as install wrote it (uninstall removes only that entry).
+    #[serde(default)]
+    pub mcp_command: Option<String>,
+    /// Install created `mcpServers` there.
+    #[serde(default)]
+    pub created_mcp_servers: bool,
 }
 
 /// What install did for the bridge (in the manifest).

@@ -155,6 +155,7 @@ fn each_agent_row_edits_only_the_config_files_it_names() {
     fs::write(env.codex_home.join("config.toml"), "model = \"m\" # the user's\n").unwrap();
     fs::write(env.codex_home.join("other.json"), "{}").unwrap();
     fs::write(dir.join("claude-config/settings.json"), "{\n    \"model\": \"the user's\"\n}\n").unwrap();
+    fs::write(dir.join("claude-config/.claude.json"), "{\"numStartups\": 3, \"mcpServers\": {\"mine\": {\"command\": \"x\"}}}").unwrap();
     fs::write(&env.courier_config, "# the user's\nlog_level = \"info\"\n").unwrap();
     let opts = InstallOptions {
         prefix: dir.join("prefix"),
@@ -162,7 +163,7 @@ fn each_agent_row_edits_only_the_config_files_it_names() {
         start: StartMode::None,
         source_dir: dir.clone(),
         no_enable: true,
-        mcp: false,
+        mcp: true,
         bridge: None,
         claude: ClaudeChoice::Register,
     };
@@ -171,7 +172,7 @@ fn each_agent_row_edits_only_the_config_files_it_names() {
         broker: dir.join("prefix/broker"),
         client: dir.join("prefix/hook-client"),
         replaced: false,
-        with_mcp: false,
+        with_mcp: true,
         with_bridge: false,
     };
     for agent in HostAgent::ALL {

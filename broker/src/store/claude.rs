@@ -30,7 +30,9 @@ pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
             -- the turn the owner's last proven UserPromptSubmit opened
             prompt_id       TEXT
         );",
-    )
+    )?;
+    // Whether the owner's main conversation has a turn open, from its last proven hook.
+    super::add_column(conn, "claude_sessions", "activity", "TEXT")
 }
 
 /// One trusted Claude Code native binary.
@@ -53,6 +55,31 @@ pub struct SessionPin {
     pub pinned_at: i64,
     /// The turn the owner's last proven UserPromptSubmit opened.
     pub prompt_id: Option<String>,
+    /// What the owner's last proven main-conversation hook said of its turn (`None`: no hook
+    /// since a broker that did not record it).
+    pub activity: Option<SessionActivity>,
+}
+
+/// Whether a Claude Code session's main conversation has a turn open, as its proven hooks tell
+/// it (a prompt or a tool call: busy; Stop: idle). Never read from files a model command can
+/// write (`~/.claude/sessions/<pid>.json` has a `status` too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionActivity {
+    Busy,
+    Idle,
+}
+
+impl SessionActivity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionActivity::Busy => "busy",
+            SessionActivity::Idle => "idle",
+        }
+    }
+
+    fn parse(s: &str) -> Option<SessionActivity> {
+        [SessionActivity::Busy, SessionActivity::Idle].into_iter().find(|a| a.as_str() == s)
+    }
 }
 
 /// What [`Store::pin_claude_session`] found.
@@ -126,7 +153,8 @@ impl Store {
             _ => {
                 tx.execute(
                     "INSERT INTO claude_sessions (session_id, pid, starttime, transcript_path, pinned_at, prompt_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                     ON CONFLICT(session_id) DO UPDATE SET pid = ?2, starttime = ?3, transcript_path = ?4, pinned_at = ?5, prompt_id = ?6",
+                     ON CONFLICT(session_id) DO UPDATE SET pid = ?2, starttime = ?3, transcript_path = ?4, pinned_at = ?5, prompt_id = ?6,
+                       activity = NULL",
                     params![session_id, owner.pid, owner.starttime as i64, transcript_path, now_ms(), prompt_id],
                 )?;
                 Pinned::New
@@ -141,10 +169,20 @@ impl Store {
         claude_pin(&self.conn, session_id.as_str())
     }
 
+    /// Records what a proven hook of `owner` said of the session's turn; nothing when the session
+    /// is pinned to another process. True when the row changed.
+    pub fn note_claude_activity(&mut self, session_id: &ThreadId, owner: ProcessKey, activity: SessionActivity) -> Result<bool> {
+        let n = self.conn.execute(
+            "UPDATE claude_sessions SET activity = ?4 WHERE session_id = ?1 AND pid = ?2 AND starttime = ?3",
+            params![session_id.as_str(), owner.pid, owner.starttime as i64, activity.as_str()],
+        )?;
+        Ok(n > 0)
+    }
+
     /// Every session pin, most recently pinned first (`broker threads`).
     pub fn claude_session_pins(&self) -> Result<Vec<SessionPin>> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT session_id, pid, starttime, transcript_path, pinned_at, prompt_id FROM claude_sessions ORDER BY pinned_at DESC, session_id",
+            "SELECT session_id, pid, starttime, transcript_path, pinned_at, prompt_id, activity FROM claude_sessions ORDER BY pinned_at DESC, session_id",
         )?;
         let rows = stmt.query_map([], pin_row)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -153,7 +191,7 @@ impl Store {
 
 fn claude_pin(conn: &Connection, session_id: &str) -> Result<Option<SessionPin>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT session_id, pid, starttime, transcript_path, pinned_at, prompt_id FROM claude_sessions WHERE session_id = ?1",
+        "SELECT session_id, pid, starttime, transcript_path, pinned_at, prompt_id, activity FROM claude_sessions WHERE session_id = ?1",
     )?;
     Ok(stmt.query_row([session_id], pin_row).optional()?)
 }
@@ -165,6 +203,7 @@ fn pin_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SessionPin> {
         transcript_path: r.get(3)?,
         pinned_at: r.get(4)?,
         prompt_id: r.get(5)?,
+        activity: r.get::<_, Option<String>>(6)?.as_deref().and_then(SessionActivity::parse),
     })
 }
 
@@ -199,6 +238,23 @@ mod tests {
     }
 
     #[test]
+    fn only_the_owners_hooks_say_whether_a_session_is_busy() {
+        let (mut s, _dir) = store();
+        let (a, b) = (ProcessKey { pid: 10, starttime: 100 }, ProcessKey { pid: 11, starttime: 101 });
+        let t1 = crate::store::sample::T1;
+        let activity = |s: &Store| s.claude_session_pin(t1).unwrap().unwrap().activity;
+        assert!(!s.note_claude_activity(t1, a, SessionActivity::Busy).unwrap(), "no pin, nothing to note");
+        s.pin_claude_session(t1, a, "/t", "p1", |_| true).unwrap();
+        assert_eq!(activity(&s), None);
+        assert!(s.note_claude_activity(t1, a, SessionActivity::Busy).unwrap());
+        assert_eq!(activity(&s), Some(SessionActivity::Busy));
+        assert!(!s.note_claude_activity(t1, b, SessionActivity::Idle).unwrap(), "another process's hook");
+        assert_eq!(activity(&s), Some(SessionActivity::Busy));
+        assert!(s.note_claude_activity(t1, a, SessionActivity::Idle).unwrap());
+        assert_eq!(s.claude_session_pins().unwrap()[0].activity, Some(SessionActivity::Idle));
+    }
+
+    #[test]
     fn a_session_pin_holds_while_its_owner_lives_and_passes_on_after() {
         let (mut s, _dir) = store();
         let a = ProcessKey { pid: 10, starttime: 100 };
@@ -221,6 +277,7 @@ mod tests {
         );
         let pin = s.claude_session_pin(crate::store::sample::T1).unwrap().unwrap();
         assert_eq!((pin.owner, pin.transcript_path.as_str(), pin.prompt_id.as_deref()), (b, "/t2", Some("p4")));
+        assert_eq!(pin.activity, None, "the new owner's turn is not the old one's");
         s.pin_claude_session(crate::store::sample::T2, a, "/t3", "p5", |_| true).unwrap();
         let all: Vec<(String, ProcessKey)> = s.claude_session_pins().unwrap().into_iter().map(|p| (p.session_id, p.owner)).collect();
         assert_eq!(all.len(), 2, "{all:?}");

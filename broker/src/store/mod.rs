@@ -32,7 +32,7 @@ mod wake;
 mod watch;
 
 pub use checkpoint::{Checkpointed, Checkpointer, SAFETY_NET_PAGES};
-pub use claude::{Pinned, SessionPin, TrustedClaude};
+pub use claude::{Pinned, SessionActivity, SessionPin, TrustedClaude};
 pub use codex::{TrustHow, TrustedCodex};
 pub use effort::{Claim, Details};
 pub use enqueue::{Enqueued, NewMessage};

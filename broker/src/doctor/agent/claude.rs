@@ -1,10 +1,11 @@
 //! The Claude Code row of doctor's host-agent table: Courier's HTTP hooks registered in Claude Code's
 //! settings.json and pointing at the configured port, that port served by this login's broker,
-//! and the native binaries the user's `claude` runs trusted. Nothing is checked when Claude Code
-//! is neither set up nor found.
+//! Courier's MCP server in Claude Code's user config when install registered it, and the native
+//! binaries the user's `claude` runs trusted. Nothing is checked when Claude Code is neither set
+//! up nor found.
 
 use super::Context;
-use crate::claude::{resolve, settings};
+use crate::claude::{mcp_config, resolve, settings};
 use crate::doctor::Check;
 use crate::install::shell_quote;
 use crate::store::Store;
@@ -36,6 +37,7 @@ pub(super) fn checks(ctx: &Context) -> Vec<Check> {
     let here = env.home.as_deref().filter(|h| !h.as_os_str().is_empty());
     let here = here.map(|h| settings::settings_path(&settings::config_dir(h, env.claude_config_dir.as_deref())));
     let mut out = vec![check_hooks(installed.or(here), port), check_port(port, ctx.broker_pid)];
+    out.extend(manifest.and_then(|m| m.claude.as_ref()).and_then(|setup| check_mcp(setup, env)));
     out.extend(check_binaries(state_dir, &found));
     out
 }
@@ -74,6 +76,33 @@ fn check_hooks(path: Option<PathBuf>, port: u16) -> Check {
         });
     }
     c
+}
+
+/// The MCP server install registered is still in Claude Code's user config (claude rewrites that
+/// file while it runs, and a user may remove the entry): `None` when install registered none.
+fn check_mcp(setup: &crate::install::ClaudeSetup, env: &crate::install::AgentEnv) -> Option<Check> {
+    let ours = setup.mcp_command.as_deref()?;
+    let here = env.home.as_deref().map(|h| mcp_config::user_config_path(h, env.claude_config_dir.as_deref()));
+    let path = setup.mcp_json.as_ref().map(|e| e.path.clone()).or(here)?;
+    let fix = "broker install --claude (sessions started before it have no Courier tools: restart them)";
+    let doc = std::fs::read_to_string(&path).map_err(anyhow::Error::from).and_then(|t| settings::parse(Some(&t), &path));
+    Some(match doc {
+        Ok(doc) if mcp_config::registered_command(&doc) == Some(ours) => {
+            Check::ok(format!("Courier's MCP server is registered with Claude Code ({})", path.display()))
+        }
+        Ok(doc) => Check::fail(
+            format!(
+                "Courier's MCP server is not registered in {} ({}): Claude Code agents have no send_message or list_threads",
+                path.display(),
+                match mcp_config::registered_command(&doc) {
+                    Some(other) => format!("\"courier\" runs {other}"),
+                    None => "no \"courier\" in mcpServers".to_string(),
+                }
+            ),
+            fix,
+        ),
+        Err(e) => Check::fail(format!("cannot read Claude Code's user config {}: {e:#}", path.display()), fix),
+    })
 }
 
 /// The broker holds the listening socket on 127.0.0.1:`port`.

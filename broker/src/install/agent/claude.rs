@@ -31,9 +31,10 @@ pub enum ClaudeChoice {
     Skip,
 }
 
-/// `settings.json` (where a link points) and Courier's config (where the port goes).
+/// `settings.json` (where a link points), Courier's config (where the port goes) and Claude
+/// Code's user config (the MCP server, `claude_mcp.rs`).
 pub(super) fn config_files(env: &AgentEnv) -> Result<Vec<PathBuf>> {
-    Ok(vec![settings_file(env)?, env.courier_config.clone()])
+    Ok(vec![settings_file(env)?, env.courier_config.clone(), super::claude_mcp::config_file(env)?])
 }
 
 /// Claude Code's user settings file in `env`; a settings.json that is a link (a dotfiles
@@ -209,6 +210,7 @@ pub(super) fn uninstall(m: &Manifest, state_dir: &Path, report: &mut Report) -> 
 }
 
 fn uninstall_setup(setup: &ClaudeSetup, state_dir: &Path, report: &mut Report) -> Result<()> {
+    super::claude_mcp::uninstall(setup, report)?;
     if let Some(edit) = &setup.settings {
         let strip = |text: &str| -> Result<String> {
             let mut doc = settings::parse(Some(text), &edit.path)?;

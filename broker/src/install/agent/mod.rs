@@ -11,6 +11,7 @@
 //! must learn it (here, in `doctor/agent/mod.rs`).
 
 mod claude;
+mod claude_mcp;
 mod codex;
 
 pub use super::carry::AgentEnv;
@@ -83,7 +84,11 @@ impl HostAgent {
     pub(super) fn register_hooks(self, run: &mut Run, bins: &Binaries) -> Result<Registered> {
         match self {
             HostAgent::Codex => codex::register_hooks(run, bins).map(|()| Registered::AsServed),
-            HostAgent::ClaudeCode => claude::register_hooks(run, &bins.client),
+            HostAgent::ClaudeCode => {
+                let registered = claude::register_hooks(run, &bins.client)?;
+                claude_mcp::register(run, &bins.broker, bins.with_mcp)?;
+                Ok(registered)
+            }
         }
     }
 

@@ -1,10 +1,12 @@
 //! The Claude Code sessions of `broker threads`: the sessions the Claude Code gate pinned to a
 //! proven claude process (`claude_sessions`, `claude/session.rs`). Nothing a model can write
 //! makes one appear: a pin is taken only by a hook every kernel step proved. A session is live
-//! while its pinned claude (pid and start time) runs, else ended.
+//! while its pinned claude (pid and start time) runs, else ended; a live one is busy or idle as
+//! its last proven main-conversation hook said (a prompt or tool call: busy, with the prompt as
+//! its turn; Stop: idle), `live` when no hook said yet (a pin an older broker took).
 
 use super::{Host, ProcessInfo, ProcessKind, ThreadInfo, ThreadState};
-use crate::store::{SessionPin, Store};
+use crate::store::{SessionActivity, SessionPin, Store};
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 
@@ -33,8 +35,8 @@ fn describe(pin: &SessionPin, live: bool) -> ThreadInfo {
     ThreadInfo {
         id: pin.session_id.clone(),
         host: Host::ClaudeCode,
-        state: if live { ThreadState::Live } else { ThreadState::Ended },
-        turn_id: None,
+        state: state_of(pin, live),
+        turn_id: (live && pin.activity == Some(SessionActivity::Busy)).then(|| pin.prompt_id.clone()).flatten(),
         parent: None,
         root: None,
         children: Vec::new(),
@@ -50,5 +52,15 @@ fn describe(pin: &SessionPin, live: bool) -> ThreadInfo {
         undelivered: 0,
         messages: BTreeMap::new(),
         waiting_on_approval: Vec::new(),
+    }
+}
+
+/// The listing's state of a session whose claude is `live` or not.
+fn state_of(pin: &SessionPin, live: bool) -> ThreadState {
+    match (live, pin.activity) {
+        (false, _) => ThreadState::Ended,
+        (true, Some(SessionActivity::Busy)) => ThreadState::Busy,
+        (true, Some(SessionActivity::Idle)) => ThreadState::Idle,
+        (true, None) => ThreadState::Live,
     }
 }

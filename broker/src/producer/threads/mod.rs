@@ -151,7 +151,8 @@ pub enum ThreadState {
     Busy,
     /// Live, no turn open.
     Idle,
-    /// A Claude Code session whose pinned claude process runs (its turns are not tracked here).
+    /// A Claude Code session whose pinned claude process runs and whose turn no proven hook has
+    /// told since (a pin an older broker took); else a live session is busy or idle.
     Live,
     /// No trusted codex process holds it; a message for it waits until it is resumed.
     Ended,
