@@ -17,10 +17,10 @@
 //! carries it or claude exits.
 //!
 //! A message handed in parts (`store::Part`) is `confirmed` when every part is shown so, each
-//! after its own hand-off's offset; `uncertain` `claude_answer_lost` when a part's answer was
-//! never taken, `part_unseen` when a later part is shown and an earlier one is not (that part's
-//! hook was never answered: it can no longer come), else `claude_exited` when the claude of a
-//! part not shown exited.
+//! after its own hand-off's offset; `uncertain` `part_unseen` when a later part is shown and an
+//! earlier one is not (that part's hook was never answered: it can no longer come), else
+//! `claude_answer_lost` when a part's answer was never taken, else `claude_exited` when the
+//! claude of a part not shown exited.
 
 use crate::os::ProcessKey;
 use crate::reason::{DeliveryReason, Reason};
@@ -119,10 +119,11 @@ fn verdict(pieces: &[Verdict], dead: &[bool]) -> Option<(State, Option<Reason>)>
     let unseen = |i: usize| !shown(i) && (i + 1..pieces.len()).any(shown);
     if (0..pieces.len()).all(shown) {
         Some((State::Confirmed, None))
+    } else if (0..pieces.len()).any(unseen) {
+        // The model saw some of it: say so first, whatever kept a part from it.
+        Some((State::Uncertain, Some(DeliveryReason::PartUnseen.into())))
     } else if pieces.contains(&Verdict::Lost) {
         Some((State::Uncertain, Some(DeliveryReason::ClaudeAnswerLost.into())))
-    } else if (0..pieces.len()).any(unseen) {
-        Some((State::Uncertain, Some(DeliveryReason::PartUnseen.into())))
     } else if (0..pieces.len()).any(|i| !shown(i) && dead[i]) {
         Some((State::Uncertain, Some(DeliveryReason::ClaudeExited.into())))
     } else {
@@ -348,6 +349,7 @@ mod tests {
         assert_eq!(verdict(&[O, S, S], &[f, f, f]), unseen);
         assert_eq!(verdict(&[S, O, S], &[t, t, t]), unseen);
         assert_eq!(verdict(&[S, Lost, O], &[f, f, f]), lost, "a part claude never took");
+        assert_eq!(verdict(&[Lost, S, S], &[f, f, f]), unseen, "the model saw a later part");
         assert_eq!(verdict(&[S, S, O], &[f, f, f]), None, "the last part may still be sent");
         assert_eq!(verdict(&[S, S, O], &[f, f, t]), exited);
         assert_eq!(verdict(&[O], &[f]), None);
