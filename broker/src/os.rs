@@ -358,6 +358,12 @@ pub fn statx_path_nofollow(path: &Path) -> io::Result<FileId> {
     statx_raw(libc::AT_FDCWD, &c, libc::AT_SYMLINK_NOFOLLOW)
 }
 
+/// [`statx_path_nofollow`], but a symlink at the end of `path` is followed.
+pub fn statx_path(path: &Path) -> io::Result<FileId> {
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    statx_raw(libc::AT_FDCWD, &c, 0)
+}
+
 pub fn is_regular(mode: u32) -> bool {
     mode & libc::S_IFMT == libc::S_IFREG
 }

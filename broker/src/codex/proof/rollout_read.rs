@@ -14,7 +14,7 @@ impl Prover {
     /// Reads the rollout at a canonical transcript path incrementally, its identity unchanged
     /// around the read.
     pub fn read_rollout(&self, transcript: &Transcript) -> Result<RolloutRead, Refusal> {
-        let path = binding::check_path(&self.codex_home, transcript.text)?;
+        let path = binding::check_path(&self.codex_home, &self.sessions_dir, transcript.text)?;
         self.read(path, transcript.text)
     }
 
