@@ -171,6 +171,21 @@ pub(super) struct Conn {
     pub(super) since: Instant,
     /// Frame bytes so far (length prefix included); grows with what arrives, not what is claimed.
     pub(super) buf: Vec<u8>,
+    /// In the poll set: its frame was not whole when it was accepted.
+    pub(super) polled: bool,
+}
+
+/// The next connection on `listener`, non-blocking from the start (`accept4`: no `ioctl` after).
+fn accept_nonblocking(listener: &UnixListener) -> std::io::Result<UnixStream> {
+    // SAFETY: accept4 on our listening socket with no address buffer; returns a new fd or -1.
+    let fd = unsafe {
+        libc::accept4(listener.as_raw_fd(), std::ptr::null_mut(), std::ptr::null_mut(), libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor we own.
+    Ok(unsafe { <UnixStream as std::os::fd::FromRawFd>::from_raw_fd(fd) })
 }
 
 /// The accept-and-read loop (see the module docs).
@@ -266,10 +281,12 @@ impl Poller {
         }
     }
 
+    /// Accepts one connection (the listener is level-triggered: another waiting is reported by
+    /// the next `epoll_wait`, which costs what the `accept` that finds none would) and reads it.
     fn accept_some(&mut self) {
-        for _ in 0..512 {
-            let stream = match self.listener.accept() {
-                Ok((s, _)) => s,
+        loop {
+            let stream = match accept_nonblocking(&self.listener) {
+                Ok(s) => s,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE)) => {
                     // Out of descriptors: give the oldest unfinished connection's to the new one.
@@ -307,23 +324,32 @@ impl Poller {
             if self.conns.len() >= MAX_PENDING {
                 self.evict_oldest();
             }
-            if stream.set_nonblocking(true).is_err() {
-                continue;
-            }
             let fd = stream.as_raw_fd();
-            if self.ctl(libc::EPOLL_CTL_ADD, fd, fd as u64).is_err() {
-                continue;
-            }
             *self.per_peer.entry(pid).or_default() += 1;
             self.broker.counters.connections.fetch_add(1, Ordering::SeqCst);
-            self.conns.insert(fd, Conn { stream, pid, since: Instant::now(), buf: Vec::new() });
+            self.conns.insert(fd, Conn { stream, pid, since: Instant::now(), buf: Vec::new(), polled: false });
+            // A client writes its frame right after it connects: most are whole by now, and go to
+            // a worker without entering the poll set (two `epoll_ctl` and an `epoll_wait` fewer).
+            self.read_conn(fd);
+            if self.conns.contains_key(&fd) {
+                if self.ctl(libc::EPOLL_CTL_ADD, fd, fd as u64).is_err() {
+                    self.remove(fd);
+                    return;
+                }
+                if let Some(conn) = self.conns.get_mut(&fd) {
+                    conn.polled = true;
+                }
+            }
+            return;
         }
     }
 
     /// Takes a connection out of the poll set (the caller closes or hands it on).
     fn remove(&mut self, fd: RawFd) -> Option<Conn> {
         let conn = self.conns.remove(&fd)?;
-        let _ = self.ctl(libc::EPOLL_CTL_DEL, fd, 0);
+        if conn.polled {
+            let _ = self.ctl(libc::EPOLL_CTL_DEL, fd, 0);
+        }
         self.buffered -= conn.buf.capacity();
         self.broker.counters.buffered.store(self.buffered, Ordering::Relaxed);
         if let Some(n) = self.per_peer.get_mut(&conn.pid) {
