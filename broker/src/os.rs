@@ -223,7 +223,7 @@ impl ProcFiles {
 /// The whole of a small `/proc` file through an open fd, from offset 0 (proc files render anew
 /// on every read at 0). A read that does not fill the buffer has the whole file, as in
 /// [`read_record`], so this is one `pread` for `stat` and `status`.
-fn pread_record(file: &File, cap: usize) -> io::Result<Vec<u8>> {
+pub fn pread_record(file: &File, cap: usize) -> io::Result<Vec<u8>> {
     use std::os::unix::fs::FileExt;
     let mut buf = vec![0u8; cap];
     let mut n = 0;

@@ -31,7 +31,7 @@ use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// An `flock` lock as `/proc/locks` shows it: `N: FLOCK  ADVISORY  WRITE <pid> <maj>:<min>:<ino> 0 EOF`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -296,16 +296,26 @@ pub fn thread_locks(pid: i32, starttime: u64, writer_lock_dir: &Path) -> Option<
 }
 
 /// Where a codex process's rollout and writer-lock fds were found, by (pid, start time, device,
-/// inode). Only a place to look first: the fd is re-checked every time.
+/// inode), with that fd's `/proc/<pid>/fdinfo/<fd>` kept open. Only a place to look first: the
+/// fd is re-checked every time. A kept fdinfo file is read anew at every `pread` (the kernel
+/// looks the fd up then) and fails once its process is gone, even if another has the pid by
+/// then: one `pread` instead of an open, a read and a close.
 #[derive(Default)]
 pub struct FdHints {
-    map: Mutex<HashMap<(i32, u64, u64, u64), String>>,
+    map: Mutex<HashMap<(i32, u64, u64, u64), Hint>>,
 }
 
-const MAX_HINTS: usize = 4096;
+#[derive(Clone)]
+struct Hint {
+    fd: String,
+    fdinfo: Arc<std::fs::File>,
+}
+
+/// Hints kept at most (the map is cleared when full): each holds a file open.
+const MAX_HINTS: usize = 1024;
 
 impl FdHints {
-    fn get(&self, pid: i32, start: u64, file: (u64, u64)) -> Option<String> {
+    fn get(&self, pid: i32, start: u64, file: (u64, u64)) -> Option<Hint> {
         self.map.lock().unwrap_or_else(|p| p.into_inner()).get(&(pid, start, file.0, file.1)).cloned()
     }
 
@@ -316,24 +326,24 @@ impl FdHints {
             map.clear();
         }
         for (file, fd) in [(rollout, &scan.rollout_fd), (lock, &scan.thread_lock_fd)] {
-            if let Some(fd) = fd {
-                map.insert((pid, start, file.0, file.1), fd.clone());
+            let Some(fd) = fd else { continue };
+            if let Ok(fdinfo) = std::fs::File::open(format!("/proc/{pid}/fdinfo/{fd}")) {
+                map.insert((pid, start, file.0, file.1), Hint { fd: fd.clone(), fdinfo: Arc::new(fdinfo) });
             }
         }
     }
 }
 
-/// fdinfo text of `fd` of `pid` if that fd is open on `file` (device, inode), by stat and by
-/// fdinfo's own `ino:` line (so an fd closed and reused in between is not taken for the file).
-fn fdinfo_if_on(pid: i32, fd: &str, file: (u64, u64)) -> Option<String> {
+/// fdinfo text of the hinted fd of `pid` if that fd is open on `file` (device, inode), by stat
+/// and by fdinfo's own `ino:` line (so an fd closed and reused in between is not taken for the
+/// file).
+fn fdinfo_if_on(pid: i32, hint: &Hint, file: (u64, u64)) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(format!("/proc/{pid}/fd/{fd}")).ok()?;
+    let meta = std::fs::metadata(format!("/proc/{pid}/fd/{}", hint.fd)).ok()?;
     if (meta.dev(), meta.ino()) != file {
         return None;
     }
-    let mut buf = Vec::new();
-    os::read_record(&format!("/proc/{pid}/fdinfo/{fd}"), &mut buf, 1024, 64 * 1024).ok()?;
-    let text = String::from_utf8(buf).ok()?;
+    let text = String::from_utf8(os::pread_record(&hint.fdinfo, 1024).ok()?).ok()?;
     let ino = text.lines().find_map(|l| l.strip_prefix("ino:")).map(|v| v.trim().parse::<u64>());
     match ino {
         Some(Ok(ino)) if ino != file.1 => None,
