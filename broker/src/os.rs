@@ -63,6 +63,19 @@ pub fn read_stat(pid: i32) -> io::Result<ProcStat> {
     parse_stat(&buf).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unparsable /proc stat"))
 }
 
+/// [`read_stat`], with the file kept open: [`pread_record`] on it reads the same process's stat
+/// again at one syscall, and fails once that process is gone (never another's with its pid).
+pub fn open_stat(pid: i32) -> io::Result<(File, ProcStat)> {
+    let file = File::open(format!("/proc/{pid}/stat"))?;
+    let stat = reread_stat(&file)?;
+    Ok((file, stat))
+}
+
+/// The stat of the process whose `/proc/<pid>/stat` `file` is ([`open_stat`]).
+pub fn reread_stat(file: &File) -> io::Result<ProcStat> {
+    parse_stat(&pread_record(file, 1024)?).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unparsable /proc stat"))
+}
+
 /// Parses `pid (comm) state ppid ...`. `comm` may itself contain `)` and spaces, so the fixed
 /// fields are counted from the LAST `)`.
 pub fn parse_stat(buf: &[u8]) -> Option<ProcStat> {
