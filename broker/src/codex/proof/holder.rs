@@ -476,6 +476,44 @@ mod tests {
         assert_eq!(name(&d.join(format!("{U}.lock")), true), None);
     }
 
+    /// The hinted check reads the kept fdinfo files anew each time: a lock released, or the fd
+    /// closed and its number reused for another file, is seen at the next call.
+    #[test]
+    fn kept_fdinfo_hints_see_the_lock_and_the_fd_as_they_are_now() {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::MetadataExt;
+        const U: &str = "01a22659-8b33-7382-a4b5-24e01f7dc6c5";
+        let dir = std::env::temp_dir().join(format!("courier-hints-{}-{}", std::process::id(), rand::random::<u32>()));
+        let locks = dir.join("thread-writer-locks");
+        std::fs::create_dir_all(&locks).unwrap();
+        let locks = std::fs::canonicalize(&locks).unwrap();
+        let rollout = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("rollout.jsonl")).unwrap();
+        let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(locks.join(format!("{U}.lock"))).unwrap();
+        let ids = |f: &std::fs::File| {
+            let m = f.metadata().unwrap();
+            (m.dev(), m.ino())
+        };
+        let (r, l) = (ids(&rollout), ids(&lock));
+        let (pid, start) = (std::process::id() as i32, os::read_stat(std::process::id() as i32).unwrap().starttime);
+        let held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|(_, e)| e).unwrap();
+        let hints = FdHints::default();
+        let found = scan(pid, r, Some(l), U, &locks, ScanFor::Proof).unwrap();
+        hints.learn(pid, start, r, l, &found);
+        assert!(hinted_holds(&hints, pid, start, r, l));
+        // The lock released: the same kept fdinfo file no longer shows it.
+        let lock = held.unlock().map_err(|(_, e)| e).unwrap();
+        assert!(!hinted_holds(&hints, pid, start, r, l), "a released lock is seen");
+        let held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|(_, e)| e).unwrap();
+        assert!(hinted_holds(&hints, pid, start, r, l));
+        // The rollout's fd number now names another file opened for append.
+        let other = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("other.jsonl")).unwrap();
+        // SAFETY: dup3 onto an fd this test owns (the rollout's), with O_CLOEXEC as codex opens files.
+        assert!(unsafe { nix::libc::dup3(other.as_raw_fd(), rollout.as_raw_fd(), nix::libc::O_CLOEXEC) } >= 0);
+        assert!(!hinted_holds(&hints, pid, start, r, l), "an fd number reused for another file is seen");
+        drop(held);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
     /// A thread's first hook in a process holding many files: the proof is found among the newest
     /// fds and the scan stops there; counting the process's threads still reads every fd.
     #[test]
