@@ -153,6 +153,22 @@ impl<'a> Broker<'a> {
         self.run_ok(&["trust-codex", &path.display().to_string()]);
     }
 
+    /// `broker trust-claude PATH`.
+    pub fn trust_claude(&self, path: &std::path::Path) {
+        self.run_ok(&["trust-claude", &path.display().to_string()]);
+    }
+
+    /// `broker threads --json [--all]`: the threads listed.
+    pub fn threads_json(&self, all: bool) -> Vec<Value> {
+        let mut args = vec!["threads", "--json"];
+        if all {
+            args.push("--all");
+        }
+        let out = self.run_ok(&args);
+        let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("threads --json is not JSON ({e}): {out}"));
+        v["threads"].as_array().cloned().unwrap_or_else(|| panic!("no threads[]: {v}"))
+    }
+
     /// `broker send --thread T [--key K] TEXT` -> the message id (printed alone on a line).
     pub fn send(&self, thread: &str, text: &str, key: Option<&str>) -> String {
         self.send_opts(thread, text, key, None)

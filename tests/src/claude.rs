@@ -3,7 +3,13 @@
 //!
 //! Claude Code tests run only where `COURIER_CLAUDE_BIN` names the pinned binary
 //! (`install/fetch-claude.sh`, which `install/test.sh` runs): [`claude_bin`] returns `None` when it
-//! is unset, and the test says it skipped. A set but missing path panics.
+//! is unset, and the test says it skipped ([`env_or_skip`]). A set but missing path panics.
+//!
+//! The broker's side of a Claude Code test (a broker serving the hook port, what its gate proved
+//! and refused) is [`gate`]; a listener standing in for that port is [`listener`].
+
+pub mod gate;
+pub mod listener;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,7 +18,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::codex::{remove_test_root, set_mode, ExecChild, ExecOutput};
-use crate::messages::ScriptedMessages;
+use crate::messages::{ScriptedMessages, Turn};
 use crate::util::unique_token;
 
 pub const CLAUDE_VERSION: &str = "2.1.332";
@@ -38,6 +44,28 @@ pub fn claude_bin() -> Option<PathBuf> {
         );
     }
     Some(p)
+}
+
+/// Says the test skipped because `COURIER_CLAUDE_BIN` is unset (and how to set it).
+pub fn say_skipped() {
+    eprintln!("skipped: COURIER_CLAUDE_BIN is unset (install/fetch-claude.sh prints the path; install/test.sh sets it)");
+}
+
+/// A private home for `api`, or `None` (saying the test skipped) when `COURIER_CLAUDE_BIN` is unset.
+pub fn env_or_skip(api: &ScriptedMessages) -> Option<ClaudeEnv> {
+    let env = ClaudeEnv::new(api);
+    if env.is_none() {
+        say_skipped();
+    }
+    env
+}
+
+/// A scripted model that makes one Bash call (`echo hi`), then answers "done".
+pub fn one_bash_call() -> ScriptedMessages {
+    ScriptedMessages::start_with(|r| match r.tool_results().is_empty() {
+        true => Turn::bash("echo hi"),
+        false => Turn::text("done"),
+    })
 }
 
 /// One command hook in `settings.json`: `hooks.<event>[] = {matcher, hooks: [{command}]}`.
@@ -100,9 +128,7 @@ impl ClaudeEnv {
     /// Courier's HTTP hooks (`http://127.0.0.1:PORT/hook/<Event>` for UserPromptSubmit,
     /// PreToolUse, PostToolUse and Stop, each with a `timeout` of 5 s) and nothing else.
     pub fn set_courier_hooks(&self, port: u16) {
-        let entries: Vec<(&str, &str, Value)> =
-            COURIER_EVENTS.iter().map(|e| (*e, if e.ends_with("ToolUse") { "*" } else { "" }, courier_hook(port, e))).collect();
-        self.set_hook_entries(&entries);
+        self.set_hook_entries(&event_entries(|e| courier_hook(port, e)));
     }
 
     /// Courier's HTTP hooks exactly as `broker install` writes them (one group per event, no
@@ -170,6 +196,22 @@ impl Drop for ClaudeEnv {
     fn drop(&mut self) {
         remove_test_root(&self.root);
     }
+}
+
+/// The four events Courier registers, each with the hook `hook(event)`: (event, matcher, hook),
+/// the tool events matching every tool.
+fn event_entries(hook: impl Fn(&str) -> Value) -> Vec<(&'static str, &'static str, Value)> {
+    COURIER_EVENTS.iter().map(|e| (*e, if e.ends_with("ToolUse") { "*" } else { "" }, hook(e))).collect()
+}
+
+/// The four events Courier registers, as HTTP hooks all posted to `url` (with `timeout` seconds
+/// when given), for [`ClaudeEnv::set_hook_entries`].
+pub fn http_hooks(url: &str, timeout: Option<f64>) -> Vec<(&'static str, &'static str, Value)> {
+    let mut hook = json!({"type": "http", "url": url});
+    if let Some(t) = timeout {
+        hook["timeout"] = json!(t);
+    }
+    event_entries(|_| hook.clone())
 }
 
 /// One of Courier's HTTP hooks: `event` posted to the broker's port, with install's 5 s timeout.

@@ -8,6 +8,7 @@
 //! Every wait is bounded (condition variables or polling against a deadline) and panics with a
 //! description of what it waited for.
 
+pub mod approval_rig;
 pub mod appserver;
 pub mod attack;
 pub mod bridge;
@@ -15,6 +16,7 @@ pub mod broker;
 pub mod claude;
 pub mod codex;
 pub mod hooks;
+pub mod install_rig;
 pub mod messages;
 pub mod model;
 pub mod rng;

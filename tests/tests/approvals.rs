@@ -2,13 +2,11 @@
 //! Courier builds on), then Courier's pending approvals (`broker approvals`), answered once
 //! through the owning app-server (`broker approve|deny`), and only by a person.
 
-mod approval_rig;
-
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use approval_rig::*;
+use courier_tests::approval_rig::*;
 use courier_tests::hooks::Hook;
 use courier_tests::rollout::find_rollout;
 use courier_tests::util::{marker, str_field, wait_until};

@@ -2,11 +2,9 @@
 //! PermissionRequest hook's decision counts there) whose hook the broker holds for a person's
 //! `broker approve|deny`, and returns as the hook's decision.
 
-mod approval_rig;
-
 use std::time::{Duration, Instant};
 
-use approval_rig::*;
+use courier_tests::approval_rig::*;
 use courier_tests::util::{marker, str_field, wait_until};
 use courier_tests::{Broker, CodexEnv, ExecChild};
 

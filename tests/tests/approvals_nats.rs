@@ -3,11 +3,9 @@
 //! (only on that user's own subject, which the server lets only that user publish to), and
 //! refuses a user who is not an approver for the host; nothing is answered twice.
 
-mod approval_rig;
-
 use std::time::Instant;
 
-use approval_rig::*;
+use courier_tests::approval_rig::*;
 use courier_tests::bridge::{nats_verdicts, user_url, Bridge, Nats, RawNats};
 use courier_tests::util::{str_field, wait_until};
 use serde_json::{json, Value};

@@ -4,11 +4,9 @@
 //! Courier (the person answers at the app-server or TUI, Esc, Codex exits). Never answered twice,
 //! never stuck `answering`, never listed once it is over.
 
-mod approval_rig;
-
 use std::time::{Duration, Instant};
 
-use approval_rig::*;
+use courier_tests::approval_rig::*;
 use courier_tests::util::{poll_until, str_field, wait_until};
 use courier_tests::{Broker, Hold, Reply, Serve};
 use serde_json::{json, Value};

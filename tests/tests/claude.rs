@@ -8,20 +8,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use courier_tests::claude::{transcript_records, ClaudeEnv, ClaudeHook};
+use courier_tests::claude::{env_or_skip, transcript_records, ClaudeHook};
 use courier_tests::messages::{ScriptedMessages, Turn};
 use courier_tests::scripted::http::{write_response, AcceptLoop};
 use courier_tests::util::{marker, shell_quote, str_field};
 use serde_json::{json, Value};
-
-/// A private home for `api`, or `None` (saying the test skipped) when `COURIER_CLAUDE_BIN` is unset.
-fn env_or_skip(api: &ScriptedMessages) -> Option<ClaudeEnv> {
-    let env = ClaudeEnv::new(api);
-    if env.is_none() {
-        eprintln!("skipped: COURIER_CLAUDE_BIN is unset (install/fetch-claude.sh prints the path; install/test.sh sets it)");
-    }
-    env
-}
 
 /// A PostToolUse hook script that saves its stdin payload under `dir` and prints `context` as the
 /// hook's `additionalContext`.

@@ -10,41 +10,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use courier_tests::broker::refusals;
-use courier_tests::claude::ClaudeEnv;
+use courier_tests::claude::gate::{claude_refusals, proven_hooks, wait_proven, ClaudeBroker};
+use courier_tests::claude::{env_or_skip, http_hooks, one_bash_call, ClaudeEnv};
 use courier_tests::messages::{ScriptedMessages, Turn};
 use courier_tests::util::{poll_until, shell_quote, str_field};
-use courier_tests::{Broker, CodexEnv};
+use courier_tests::Broker;
 use serde_json::{json, Value};
-
-/// A private home for `api`, or `None` (saying the test skipped) when `COURIER_CLAUDE_BIN` is unset.
-fn env_or_skip(api: &ScriptedMessages) -> Option<ClaudeEnv> {
-    let env = ClaudeEnv::new(api);
-    if env.is_none() {
-        eprintln!("skipped: COURIER_CLAUDE_BIN is unset (install/fetch-claude.sh prints the path; install/test.sh sets it)");
-    }
-    env
-}
-
-/// One Bash call, then "done".
-fn one_bash_call() -> ScriptedMessages {
-    ScriptedMessages::start_with(|r| match r.tool_results().is_empty() {
-        true => Turn::bash("echo hi"),
-        false => Turn::text("done"),
-    })
-}
-
-/// The four HTTP hooks Courier registers, pointed at `url` with `timeout` seconds.
-fn http_hooks(url: &str, timeout: Option<f64>) -> Vec<(&'static str, &'static str, Value)> {
-    let mut hook = json!({"type": "http", "url": url});
-    if let Some(t) = timeout {
-        hook["timeout"] = json!(t);
-    }
-    ["UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop"]
-        .into_iter()
-        .map(|e| (e, if e.ends_with("ToolUse") { "*" } else { "" }, hook.clone()))
-        .collect()
-}
 
 /// Fail open on availability: a hook URL whose port refuses the connection, or a server that
 /// accepts and never answers, does not stall or break the session. Claude Code runs the turn to
@@ -74,68 +45,6 @@ fn a_refused_or_hung_hook_url_does_not_stall_the_session() {
     eprintln!("hung, timeout 1: claude -p took {:?} for 5 hook calls", out.duration);
     assert!(out.duration < Duration::from_secs(30), "{:?}", out.duration);
     drop(hung);
-}
-
-/// A broker serving Claude Code's hooks on a free loopback port, with the pinned Claude Code
-/// trusted, and its logs at debug (a proven hook is logged there).
-struct ClaudeBroker {
-    env: CodexEnv,
-    port: u16,
-}
-
-impl ClaudeBroker {
-    fn new() -> ClaudeBroker {
-        let env = CodexEnv::with_base_url("http://127.0.0.1:9/v1");
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        std::fs::write(&env.courier_config, format!("log_level = \"debug\"\n[claude]\nhook_port = {port}\n")).unwrap();
-        ClaudeBroker { env, port }
-    }
-
-    fn start(&self, claude: &std::path::Path) -> Broker<'_> {
-        let broker = Broker::start(&self.env);
-        broker.run_ok(&["trust-claude", &claude.display().to_string()]);
-        broker
-    }
-}
-
-/// The lines of the broker log saying a Claude Code hook was proven: (event, session, pid).
-fn proven_hooks(log: &str) -> Vec<(String, String, u32)> {
-    log.lines()
-        .filter_map(|l| {
-            let rest = l.split("claude hook ").nth(1)?.strip_suffix(": proven")?;
-            let t: Vec<&str> = rest.split(' ').collect();
-            match t.as_slice() {
-                [event, "of", "session", sid, "from", "pid", pid] => Some((event.to_string(), sid.to_string(), pid.parse().ok()?)),
-                _ => None,
-            }
-        })
-        .collect()
-}
-
-/// The refusals of the Claude Code gate in `inspect --json` (code, detail).
-fn claude_refusals(broker: &Broker) -> Vec<(String, String)> {
-    refusals(&broker.inspect_json())
-        .iter()
-        .map(|r| (str_field(r, "reason").to_string(), str_field(r, "detail").to_string()))
-        .filter(|(code, _)| CLAUDE_CODES.contains(&code.as_str()))
-        .collect()
-}
-
-const CLAUDE_CODES: [&str; 8] = [
-    "claude_request",
-    "claude_peer",
-    "claude_holder",
-    "untrusted_claude",
-    "claude_loader_env",
-    "claude_transcript",
-    "session_owned",
-    "ticket_used",
-];
-
-/// Waits (bounded) until the broker log shows `n` proven hooks.
-fn wait_proven(broker: &Broker, n: usize) -> Vec<(String, String, u32)> {
-    poll_until(Duration::from_secs(10), || Some(proven_hooks(&broker.log_text())).filter(|p| p.len() >= n))
-        .unwrap_or_else(|| panic!("fewer than {n} proven hooks; log:\n{}", broker.log_text()))
 }
 
 /// The genuine session: every hook of a `claude -p` turn with one Bash call reaches the broker
@@ -474,7 +383,7 @@ fn a_broker_killed_after_a_claude_hand_off_never_doubles_it() {
     let Some(env) = env_or_skip(&api) else { return };
     let cb = ClaudeBroker::new();
     let cli = Broker::cli_only(&cb.env);
-    cli.run_ok(&["trust-claude", &env.claude.display().to_string()]);
+    cli.trust_claude(&env.claude);
     let mut serve = courier_tests::Serve::start(&cb.env, &[("COURIER_FAILPOINTS", "claude_after_hand_off")]);
     env.set_courier_hooks(cb.port);
     let child = env.spawn_print("run the commands");

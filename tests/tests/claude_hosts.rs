@@ -10,7 +10,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use courier_tests::claude::{ClaudeEnv, PRINT_TIMEOUT};
+use courier_tests::claude::gate::{broker_in_claude, of_host, serve_hooks, wait_claude_session, ClaudeBroker};
+use courier_tests::claude::{env_or_skip, ClaudeEnv, PRINT_TIMEOUT};
 use courier_tests::messages::{ScriptedMessages, Turn};
 use courier_tests::model::{Hold, Reply};
 use courier_tests::util::{marker, poll_until};
@@ -19,44 +20,11 @@ use serde_json::Value;
 
 const T: Duration = Duration::from_secs(30);
 
-/// Serves Claude Code's hooks from `env`'s broker on a free loopback port: its port.
-fn claude_port(env: &CodexEnv) -> u16 {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    std::fs::write(&env.courier_config, format!("log_level = \"debug\"\n[claude]\nhook_port = {port}\n")).unwrap();
-    port
-}
-
 /// A Claude Code home on `api` with Courier's hooks on `port`, or `None` (the test skipped).
 fn claude_env(api: &ScriptedMessages, port: u16) -> Option<ClaudeEnv> {
-    let Some(env) = ClaudeEnv::new(api) else {
-        eprintln!("skipped: COURIER_CLAUDE_BIN is unset (install/fetch-claude.sh prints the path; install/test.sh sets it)");
-        return None;
-    };
+    let env = env_or_skip(api)?;
     env.set_courier_hooks(port);
     Some(env)
-}
-
-/// `broker` on the command line of a Claude Code model's Bash command: claude runs it with its own
-/// (cleared) environment, so Courier's directories are given.
-fn broker_in_claude(env: &CodexEnv) -> String {
-    format!(
-        "COURIER_RUNTIME_DIR={} COURIER_STATE_DIR={} COURIER_CONFIG={} CODEX_HOME={} {}",
-        env.runtime_dir.display(),
-        env.state_dir.display(),
-        env.courier_config.display(),
-        env.codex_home.display(),
-        broker_bin().display()
-    )
-}
-
-fn threads_json(b: &Broker, all: bool) -> Vec<Value> {
-    let mut args = vec!["threads", "--json"];
-    if all {
-        args.push("--all");
-    }
-    let out = b.run_ok(&args);
-    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("threads --json is not JSON ({e}): {out}"));
-    v["threads"].as_array().cloned().unwrap_or_default()
 }
 
 /// MCP `list_threads` of `broker mcp` on stdio, as a Codex would call it: the threads listed.
@@ -100,16 +68,6 @@ fn mcp_list_threads(env: &CodexEnv) -> Vec<Value> {
     v["threads"].as_array().cloned().unwrap_or_default()
 }
 
-fn of_host<'a>(list: &'a [Value], host: &str) -> Vec<&'a Value> {
-    list.iter().filter(|t| t["host"] == host).collect()
-}
-
-/// The live Claude Code session the broker proved (bounded wait): its listing.
-fn wait_claude_session(b: &Broker) -> Value {
-    poll_until(T, || of_host(&threads_json(b, false), "claude-code").first().map(|t| (*t).clone()))
-        .unwrap_or_else(|| panic!("no live claude-code session listed; log:\n{}", b.log_text()))
-}
-
 fn message_by_key(b: &Broker, key: &str) -> Value {
     let msgs = b.inspect_json()["messages"].as_array().cloned().unwrap_or_default();
     msgs.iter().find(|m| m["key"] == key).cloned().unwrap_or_else(|| panic!("no message with key {key}: {msgs:#?}"))
@@ -121,21 +79,21 @@ fn message_by_key(b: &Broker, key: &str) -> Value {
 #[test]
 fn threads_lists_a_live_claude_code_session_beside_a_codex_thread() {
     let (_model, env, hold) = CodexEnv::with_held_turn();
-    let port = claude_port(&env);
+    let port = serve_hooks(&env);
     let api = ScriptedMessages::start_with(|r| match r.tool_results().is_empty() {
         true => Turn::bash("sleep 6"),
         false => Turn::text("done"),
     });
     let Some(cenv) = claude_env(&api, port) else { return };
     let broker = Broker::start_trusted(&env);
-    broker.run_ok(&["trust-claude", &cenv.claude.display().to_string()]);
+    broker.trust_claude(&cenv.claude);
     let codex = env.spawn_exec("CODEX keep busy");
     hold.wait_held(1, T);
     let thread = codex.wait_thread_id(T);
     let claude = cenv.spawn_print("sleep a while");
 
     let session = wait_claude_session(&broker);
-    let list = threads_json(&broker, false);
+    let list = broker.threads_json(false);
     assert_eq!(session["state"], "live", "{session}");
     assert_eq!(session["process"]["kind"], "claude", "{session}");
     assert_eq!(session["process"]["pid"].as_u64(), Some(u64::from(claude.pid())), "{session}");
@@ -157,8 +115,8 @@ fn threads_lists_a_live_claude_code_session_beside_a_codex_thread() {
     let out = claude.wait(PRINT_TIMEOUT);
     assert!(out.status.success(), "{:?}\n{}", out.status, out.stderr);
     let sid = session["id"].as_str().unwrap();
-    assert!(of_host(&threads_json(&broker, false), "claude-code").is_empty(), "an exited claude's session is not live");
-    let all = threads_json(&broker, true);
+    assert!(of_host(&broker.threads_json(false), "claude-code").is_empty(), "an exited claude's session is not live");
+    let all = broker.threads_json(true);
     let ended = all.iter().find(|t| t["id"] == sid).unwrap_or_else(|| panic!("--all lists {sid}: {all:#?}"));
     assert_eq!((ended["host"].as_str(), ended["state"].as_str()), (Some("claude-code"), Some("ended")), "{ended}");
     hold.release();
@@ -172,8 +130,8 @@ fn threads_lists_a_live_claude_code_session_beside_a_codex_thread() {
 /// plain labels with a note, never as the session.
 #[test]
 fn a_claude_commands_send_is_verified_as_its_session_and_no_other_claude_can_claim_it() {
-    let env = CodexEnv::with_base_url("http://127.0.0.1:9/v1");
-    let port = claude_port(&env);
+    let cb = ClaudeBroker::new();
+    let (env, port) = (&cb.env, cb.port);
     let first_api = ScriptedMessages::start_with(|r| match r.tool_results().is_empty() {
         true => Turn::bash("sleep 10"),
         false => Turn::text("done"),
@@ -186,18 +144,17 @@ fn a_claude_commands_send_is_verified_as_its_session_and_no_other_claude_can_cla
         false => Turn::text("done"),
     });
     let second = claude_env(&second_api, port).unwrap();
-    let broker = Broker::start(&env);
-    broker.run_ok(&["trust-claude", &first.claude.display().to_string()]);
+    let broker = cb.start(&first.claude);
     let owner = first.spawn_print("sleep a while");
     let sid = wait_claude_session(&broker)["id"].as_str().unwrap().to_string();
     let target = "00000000-0000-4000-8000-00000000c1a0";
-    let send = format!("{} send --thread {target} --future-thread", broker_in_claude(&env));
+    let send = format!("{} send --thread {target} --future-thread", broker_in_claude(env));
     *command.lock().unwrap() =
         format!("{send} --key genuine hello 2>&1; echo rc1=$?; CLAUDE_CODE_SESSION_ID={sid} {send} --key claimed hello 2>&1; echo rc2=$?");
     let out = second.print("send them");
     assert!(out.status.success(), "{:?}\n{}", out.status, out.stderr);
     let seconds = poll_until(T, || {
-        let l = threads_json(&broker, true);
+        let l = broker.threads_json(true);
         l.iter().find(|t| t["host"] == "claude-code" && t["id"] != sid.as_str()).cloned()
     })
     .expect("the second claude's session is listed");
@@ -250,7 +207,7 @@ fn a_codex_agent_and_a_claude_code_agent_message_each_other_with_receipts() {
         false => Reply::message("done"),
     });
     let env = CodexEnv::with_hook_command(&model, &hook_command());
-    let port = claude_port(&env);
+    let port = serve_hooks(&env);
     let broker = Broker::start_trusted(&env);
     let codex = env.spawn_exec("CODEX talk to claude");
     hold.wait_held(1, T);
@@ -265,7 +222,7 @@ fn a_codex_agent_and_a_claude_code_agent_message_each_other_with_receipts() {
         hold.release();
         return;
     };
-    broker.run_ok(&["trust-claude", &cenv.claude.display().to_string()]);
+    broker.trust_claude(&cenv.claude);
     let claude = cenv.spawn_print("talk to codex");
     let sid = wait_claude_session(&broker)["id"].as_str().unwrap().to_string();
     std::fs::write(&sid_file, &sid).unwrap();

@@ -7,20 +7,15 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use courier_tests::claude::{ClaudeEnv, PRINT_TIMEOUT};
-use courier_tests::messages::{ScriptedMessages, Turn};
-use courier_tests::scripted::http::{write_response, AcceptLoop};
-use courier_tests::util::str_field;
+use courier_tests::claude::listener::{hook_listener, Seen};
+use courier_tests::claude::{env_or_skip, one_bash_call, say_skipped, COURIER_EVENTS, PRINT_TIMEOUT};
+use courier_tests::scripted::http::AcceptLoop;
 use courier_tests::{broker_bin, CodexEnv};
 use serde_json::{json, Value};
 
-mod install_rig;
-use install_rig::{text, Rig};
-
-const EVENTS: [&str; 4] = ["UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop"];
+use courier_tests::install_rig::{text, Rig};
 
 /// The user's settings: four-space indent, no final newline, their own PostToolUse hook, keys in
 /// an order that is not alphabetical.
@@ -139,7 +134,7 @@ fn doctor_reports_a_removed_claude_hook_and_an_untrusted_binary() {
     let rig = rig();
     let home = rig.env.home.clone();
     let Some(native) = claude_on_path(&rig) else {
-        eprintln!("skipped: COURIER_CLAUDE_BIN is unset (install/fetch-claude.sh prints the path)");
+        say_skipped();
         return;
     };
     let settings = home.join(".claude/settings.json");
@@ -181,38 +176,13 @@ fn untrust(rig: &Rig, native: &Path) {
     assert!(store.untrust_claude(&digest).unwrap(), "install trusted {}", native.display());
 }
 
-/// What the test listener saw: (request path, hook_event_name) per request.
-type Seen = Arc<Mutex<Vec<(String, String)>>>;
-
-/// A loopback listener answering every hook with `{}` and recording it.
-fn hook_listener() -> (AcceptLoop, Seen) {
-    let seen: Seen = Default::default();
-    let log = seen.clone();
-    let server = AcceptLoop::start("claude-hook", move |w, req| {
-        let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
-        log.lock().unwrap().push((req.path_only().to_string(), str_field(&body, "hook_event_name").to_string()));
-        write_response(w, 200, "application/json", b"{}")
-    });
-    (server, seen)
-}
-
-fn one_bash_call() -> ScriptedMessages {
-    ScriptedMessages::start_with(|r| match r.tool_results().is_empty() {
-        true => Turn::bash("echo hi"),
-        false => Turn::text("done"),
-    })
-}
-
 /// A real `claude -p` run after `broker install` posts each of the four events to the URL install
 /// wrote for it, on the configured port; with nothing listening there it still finishes (fail
 /// open), about as fast.
 #[test]
 fn a_real_claude_posts_each_hook_to_the_url_install_registered() {
     let api = one_bash_call();
-    let Some(env) = ClaudeEnv::new(&api) else {
-        eprintln!("skipped: COURIER_CLAUDE_BIN is unset (install/fetch-claude.sh prints the path)");
-        return;
-    };
+    let Some(env) = env_or_skip(&api) else { return };
     let rig = rig();
     claude_on_path(&rig);
     let (server, seen) = hook_listener();
@@ -225,7 +195,7 @@ fn a_real_claude_posts_each_hook_to_the_url_install_registered() {
     let served = t.elapsed();
     assert!(run.status.success(), "claude -p failed: {:?}\n{}\n{}", run.status, run.stderr, api.dump());
     let seen = seen.lock().unwrap().clone();
-    let want: Vec<(String, String)> = EVENTS.iter().map(|e| (format!("/hook/{e}"), e.to_string())).collect();
+    let want: Vec<(String, String)> = COURIER_EVENTS.iter().map(|e| (format!("/hook/{e}"), e.to_string())).collect();
     assert_eq!(seen, want, "each event at its own URL, once, in order");
 
     // Nothing on the port (no broker): the session runs on without its hooks.
@@ -244,10 +214,7 @@ fn a_real_claude_posts_each_hook_to_the_url_install_registered() {
 #[test]
 fn claude_config_dir_is_where_install_registers_and_claude_reads() {
     let api = one_bash_call();
-    let Some(env) = ClaudeEnv::new(&api) else {
-        eprintln!("skipped: COURIER_CLAUDE_BIN is unset (install/fetch-claude.sh prints the path)");
-        return;
-    };
+    let Some(env) = env_or_skip(&api) else { return };
     let rig = rig();
     claude_on_path(&rig);
     let config_dir = env.root.join("claude-config");
@@ -276,7 +243,7 @@ fn claude_config_dir_is_where_install_registers_and_claude_reads() {
     let run = courier_tests::codex::ExecChild::spawn(c).wait(PRINT_TIMEOUT);
     assert!(run.status.success(), "claude -p failed: {:?}\n{}\n{}", run.status, run.stderr, api.dump());
     let events: Vec<String> = seen.lock().unwrap().iter().map(|(_, e)| e.clone()).collect();
-    assert_eq!(events, EVENTS, "the hooks in $CLAUDE_CONFIG_DIR/settings.json ran");
+    assert_eq!(events, COURIER_EVENTS, "the hooks in $CLAUDE_CONFIG_DIR/settings.json ran");
 }
 
 /// A port that accepts and never answers (a hung broker) holds each hook for its `timeout` (5 s)
@@ -285,10 +252,7 @@ fn claude_config_dir_is_where_install_registers_and_claude_reads() {
 #[test]
 fn a_hook_port_that_never_answers_costs_at_most_the_timeout_per_hook() {
     let api = one_bash_call();
-    let Some(env) = ClaudeEnv::new(&api) else {
-        eprintln!("skipped: COURIER_CLAUDE_BIN is unset (install/fetch-claude.sh prints the path)");
-        return;
-    };
+    let Some(env) = env_or_skip(&api) else { return };
     let rig = rig();
     let seen: Seen = Default::default();
     let log = seen.clone();
@@ -305,7 +269,7 @@ fn a_hook_port_that_never_answers_costs_at_most_the_timeout_per_hook() {
     assert!(run.status.success(), "claude -p with a silent hook port: {:?}\n{}", run.status, run.stderr);
     let calls = seen.lock().unwrap().len();
     eprintln!("claude -p with a silent hook port: {took:?} for {calls} hook calls");
-    assert_eq!(calls, EVENTS.len(), "each hook was tried once (no retry)");
+    assert_eq!(calls, COURIER_EVENTS.len(), "each hook was tried once (no retry)");
     assert!(took >= Duration::from_secs(4 * 5), "each hook waited for its timeout: {took:?}");
     assert!(took < Duration::from_secs(4 * 5 + 30), "a silent port must cost a hook its timeout, no more: {took:?}");
 }
@@ -353,7 +317,7 @@ fn a_failed_install_undoes_the_claude_step() {
     let rig = rig();
     let home = rig.env.home.clone();
     let Some(native) = claude_on_path(&rig) else {
-        eprintln!("skipped: COURIER_CLAUDE_BIN is unset (install/fetch-claude.sh prints the path)");
+        say_skipped();
         return;
     };
     let systemctl = rig.path_dir.join("systemctl");
@@ -382,10 +346,7 @@ fn a_failed_install_undoes_the_claude_step() {
 #[test]
 fn the_installed_broker_serves_the_hook_port_and_its_gate_passes_the_installed_hooks() {
     let api = one_bash_call();
-    let Some(env) = ClaudeEnv::new(&api) else {
-        eprintln!("skipped: COURIER_CLAUDE_BIN is unset (install/fetch-claude.sh prints the path)");
-        return;
-    };
+    let Some(env) = env_or_skip(&api) else { return };
     let rig = rig();
     claude_on_path(&rig);
     let (prefix, codex_home) = (rig.prefix.display().to_string(), rig.env.codex_home.display().to_string());

@@ -6,30 +6,17 @@
 //!
 //! Skips (and says so) only when COURIER_CLAUDE_BIN is unset; `install/test.sh` sets it.
 
-use std::net::TcpListener;
 use std::time::Duration;
 
-use courier_tests::claude::ClaudeEnv;
+use courier_tests::claude::env_or_skip;
+use courier_tests::claude::gate::{wait_proven, ClaudeBroker};
 use courier_tests::messages::{ScriptedMessages, Turn};
 use courier_tests::tmux::Tmux;
-use courier_tests::util::{marker, poll_until, str_field};
-use courier_tests::{Broker, CodexEnv};
+use courier_tests::util::{marker, str_field};
 use serde_json::Value;
 
 const PROMPT: &str = "please run the command";
 const BOUND: Duration = Duration::from_secs(60);
-
-/// The session id of the first proven hook in the broker log (`claude hook <Event> of session
-/// <id> from pid <pid>: proven`).
-fn proven_session(broker: &Broker) -> String {
-    poll_until(BOUND, || {
-        broker.log_text().lines().find_map(|l| {
-            let rest = l.split("claude hook ").nth(1)?.strip_suffix(": proven")?;
-            Some(rest.split(' ').nth(3)?.to_string())
-        })
-    })
-    .unwrap_or_else(|| panic!("no proven hook; log:\n{}", broker.log_text()))
-}
 
 #[test]
 fn a_message_reaches_the_interactive_tui_session_once_and_is_confirmed() {
@@ -40,16 +27,10 @@ fn a_message_reaches_the_interactive_tui_session_once_and_is_confirmed() {
         (true, false) => Turn::text("all done"),
         (false, _) => Turn::text("ok"),
     });
-    let Some(env) = ClaudeEnv::new(&api) else {
-        eprintln!("skipped: COURIER_CLAUDE_BIN is unset (install/fetch-claude.sh prints the path; install/test.sh sets it)");
-        return;
-    };
-    let codex_env = CodexEnv::with_base_url("http://127.0.0.1:9/v1");
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    std::fs::write(&codex_env.courier_config, format!("log_level = \"debug\"\n[claude]\nhook_port = {port}\n")).unwrap();
-    let broker = Broker::start(&codex_env);
-    broker.run_ok(&["trust-claude", &env.claude.display().to_string()]);
-    env.set_installed_hooks(port);
+    let Some(env) = env_or_skip(&api) else { return };
+    let cb = ClaudeBroker::new();
+    let broker = cb.start(&env.claude);
+    env.set_installed_hooks(cb.port);
 
     // The TUI, and the person typing the prompt once it is ready for input.
     let mut vars = env.env_vars();
@@ -60,7 +41,7 @@ fn a_message_reaches_the_interactive_tui_session_once_and_is_confirmed() {
     tui.send_keys(&["Enter"]);
 
     // While the Bash call sleeps: queue a message for the session the hooks proved.
-    let sid = proven_session(&broker);
+    let sid = wait_proven(&broker, 1)[0].1.clone();
     let text = marker("CLAUDE_TUI");
     let sent = broker.run(&["send", "--thread", &sid, "--from", "ci-bot", "--wait", "confirmed", "--timeout", "60s", "--json", &text]);
     let report = String::from_utf8_lossy(&sent.stdout).to_string();

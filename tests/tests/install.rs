@@ -16,9 +16,8 @@ use courier_tests::model::exec_held_then_done;
 use courier_tests::util::{marker, wait_until};
 use courier_tests::{broker_bin, CodexEnv, Hold, ScriptedModel};
 
-mod install_rig;
+use courier_tests::install_rig::{statuses, text, Rig};
 use courier_tests::util::{login_children, pid_alive};
-use install_rig::{statuses, text, Rig};
 
 const T: Duration = Duration::from_secs(60);
 const EVENTS: [&str; 6] = ["sessionStart", "userPromptSubmit", "preToolUse", "postToolUse", "stop", "subagentStart"];

@@ -18,8 +18,7 @@ use courier_tests::util::marker;
 use courier_tests::{CodexEnv, Hold, ScriptedModel};
 use serde_json::Value;
 
-mod install_rig;
-use install_rig::{statuses, text, Rig};
+use courier_tests::install_rig::{statuses, text, Rig};
 
 const T: Duration = Duration::from_secs(60);
 const PLATFORM: &str = "@courier-codex/courier-linux-x64";

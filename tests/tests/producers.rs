@@ -74,16 +74,6 @@ fn exec_in(env: &CodexEnv, dir: &Path, prompt: &str) -> ExecChild {
     ExecChild::spawn(c)
 }
 
-fn threads_json(b: &Broker, all: bool) -> Vec<Value> {
-    let mut args = vec!["threads", "--json"];
-    if all {
-        args.push("--all");
-    }
-    let out = b.run_ok(&args);
-    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("threads --json is not JSON ({e}): {out}"));
-    v["threads"].as_array().cloned().unwrap_or_else(|| panic!("no threads[]: {v}"))
-}
-
 fn find<'a>(threads: &'a [Value], id: &str) -> Option<&'a Value> {
     threads.iter().find(|t| t["id"] == id)
 }
@@ -271,7 +261,7 @@ fn threads_and_cwd_addressing() {
         if local {
             broker.stop(); // read from /proc and the rollouts by the CLI itself
         }
-        let list = threads_json(&broker, false);
+        let list = broker.threads_json(false);
         assert_eq!(list.len(), 2, "local={local}: {list:#?}");
         for (t, dir, title, pid) in [(&ta, &dir_a, "ALPHA fix the parser", a.pid()), (&tb, &dir_b, "BRAVO write the docs", b.pid())] {
             let e = find(&list, t).unwrap_or_else(|| panic!("{t} not listed: {list:#?}"));
@@ -304,8 +294,8 @@ fn threads_and_cwd_addressing() {
     for c in [a, b, a2] {
         c.wait(T).assert_success();
     }
-    assert!(threads_json(&broker, false).is_empty(), "ended threads are not live");
-    let all = threads_json(&broker, true);
+    assert!(broker.threads_json(false).is_empty(), "ended threads are not live");
+    let all = broker.threads_json(true);
     let ids: Vec<&str> = all.iter().map(|t| t["id"].as_str().unwrap()).collect();
     assert_eq!(ids.len(), 3, "{all:#?}");
     assert!(all.iter().all(|t| t["state"] == "ended" && t["process"].is_null()), "{all:#?}");
@@ -602,7 +592,7 @@ fn subagents_are_listed_and_addressed_by_name() {
     hold.wait_held(1, T);
     let child = first_child.thread_id().unwrap();
 
-    let list = threads_json(&broker, false);
+    let list = broker.threads_json(false);
     let (p, c) = (find(&list, &parent).expect("parent listed"), find(&list, &child).expect("child listed"));
     assert_eq!(p["children"], serde_json::json!([child]), "{list:#?}");
     assert_eq!((c["parent"].as_str(), c["root"].as_str()), (Some(parent.as_str()), Some(parent.as_str())), "{c}");
@@ -691,7 +681,7 @@ fn idle_app_server_threads_are_listed_and_receipts_follow_the_wake() {
     let in_daemon = idle_thread(&mut daemon_client, "DAEMON hello");
 
     let list = courier_tests::util::wait_until(T, "both idle threads listed", || {
-        let l = threads_json(&broker, false);
+        let l = broker.threads_json(false);
         (find(&l, &thread).is_some() && find(&l, &in_daemon).is_some()).then_some(l)
     });
     let a = find(&list, &thread).unwrap();

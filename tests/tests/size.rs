@@ -13,8 +13,7 @@ use courier_tests::util::{marker, str_field};
 use courier_tests::{Broker, CodexEnv, Hold, Reply, ScriptedModel};
 use serde_json::json;
 
-mod install_rig;
-use install_rig::Rig;
+use courier_tests::install_rig::Rig;
 
 const T: Duration = Duration::from_secs(60);
 
@@ -307,14 +306,14 @@ fn install_upgrade_keeps_every_hook_trusted_and_lets_large_messages_through() {
     rig.install(&["--start", "profile"]);
     let command = broker_lib::install::hook_command(&rig.prefix.join("hook-client"));
     let old_command = downgrade_to_unlimited_handlers(&rig, &command);
-    let user_before: Vec<_> = install_rig::statuses(env).into_iter().filter(|(_, (c, _))| *c != old_command).collect();
+    let user_before: Vec<_> = courier_tests::install_rig::statuses(env).into_iter().filter(|(_, (c, _))| *c != old_command).collect();
     let old = courier_listed(env, &old_command);
     assert_eq!(old.len(), COURIER_EVENTS.len(), "{old:#?}");
     for (ev, status, _, limit) in &old {
         assert_eq!((status.as_str(), limit), ("trusted", &serde_json::Value::Null), "{ev}: the old install is trusted: {old:#?}");
     }
     let doctor = rig.run(&rig.installed_broker(), &["doctor"]);
-    let report = install_rig::text(&doctor.stdout);
+    let report = courier_tests::install_rig::text(&doctor.stdout);
     assert!(report.contains("PostToolUse: Codex hashes the handler as"), "doctor catches the old handlers:\n{report}");
 
     rig.install(&["--start", "profile"]);
@@ -329,10 +328,10 @@ fn install_upgrade_keeps_every_hook_trusted_and_lets_large_messages_through() {
         let want = if ["Stop", "PermissionRequest"].contains(pascal) { serde_json::Value::Null } else { json!(HOOK_CONTEXT_LIMIT) };
         assert_eq!(*limit, want, "{ev}");
     }
-    let user_after: Vec<_> = install_rig::statuses(env).into_iter().filter(|(_, (c, _))| *c != command).collect();
+    let user_after: Vec<_> = courier_tests::install_rig::statuses(env).into_iter().filter(|(_, (c, _))| *c != command).collect();
     assert_eq!(user_after, user_before, "the user's hooks as they were");
     let doctor = rig.run(&rig.installed_broker(), &["doctor"]);
-    let report = install_rig::text(&doctor.stdout);
+    let report = courier_tests::install_rig::text(&doctor.stdout);
     assert!(report.contains("for all 7 events, trusted") && !report.contains("Codex hashes the handler as"), "{report}");
 
     let cli = rig.cli();

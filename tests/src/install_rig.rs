@@ -1,6 +1,6 @@
-//! The throwaway installation `install.rs` and `size.rs` run `broker install` in: a Codex home
-//! with the user's own hooks, a prefix, and a `codex` on PATH.
-#![allow(dead_code)]
+//! The throwaway installation the install tests (`install.rs`, `claude_install.rs`, `package.rs`,
+//! `size.rs`) run `broker install` in: a Codex home with the user's own hooks, a prefix, and a
+//! `codex` on PATH.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use courier_tests::broker::run_bounded;
-use courier_tests::hooks::{hooks_json, toml_str, trust_entries, Hook};
-use courier_tests::util::wait_until;
-use courier_tests::{broker_bin, Broker, CodexEnv};
+use crate::broker::run_bounded;
+use crate::hooks::{hooks_json, toml_str, trust_entries, Hook};
+use crate::util::wait_until;
+use crate::{broker_bin, Broker, CodexEnv};
 use serde_json::Value;
 
 /// A throwaway installation: a Codex home with the user's own hooks and config, a prefix, and a

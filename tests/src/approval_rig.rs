@@ -1,12 +1,11 @@
-//! What the approvals tests share (`approvals.rs`, `approvals_stale.rs`): a thread that asks to
-//! run a command escalated, an app-server client holding its request, `broker approvals`.
-#![allow(dead_code)]
+//! What the approvals tests share (`approvals*.rs`): a thread that asks to run a command
+//! escalated, an app-server client holding its request, `broker approvals`.
 
 use std::time::{Duration, Instant};
 
-use courier_tests::appserver::{ListeningAppServer, WsAppServer};
-use courier_tests::util::{marker, str_field, wait_until};
-use courier_tests::{hook_command, Broker, CodexEnv, Reply, Request, ScriptedModel};
+use crate::appserver::{ListeningAppServer, WsAppServer};
+use crate::util::{marker, str_field, wait_until};
+use crate::{hook_command, Broker, CodexEnv, Reply, Request, ScriptedModel};
 use serde_json::{json, Value};
 
 pub const T: Duration = Duration::from_secs(20);
@@ -120,14 +119,11 @@ pub fn answer(broker: &Broker, args: &[&str]) -> (bool, String) {
 
 /// The Codex TUI under tmux in a trusted project, on-request and read-only, told to "run it" (its
 /// managed app-server daemon stopped on drop). The screen may first ask which model to use.
-pub fn tui_asking(env: &CodexEnv) -> courier_tests::tmux::Tmux {
-    env.set_extra_config(&format!(
-        "[projects.{}]\ntrust_level = \"trusted\"\n",
-        courier_tests::hooks::toml_str(&env.work.display().to_string())
-    ));
+pub fn tui_asking(env: &CodexEnv) -> crate::tmux::Tmux {
+    env.set_extra_config(&format!("[projects.{}]\ntrust_level = \"trusted\"\n", crate::hooks::toml_str(&env.work.display().to_string())));
     let argv: Vec<String> =
         [env.codex.display().to_string(), "-a".into(), "on-request".into(), "-s".into(), "read-only".into(), "run it".into()].into();
-    let mut tui = courier_tests::tmux::Tmux::start(&argv, &env.env_vars(), &env.work);
+    let mut tui = crate::tmux::Tmux::start(&argv, &env.env_vars(), &env.work);
     let mut stop = env.codex_command();
     stop.args(["app-server", "daemon", "stop"]);
     tui.stop_on_drop(stop);
