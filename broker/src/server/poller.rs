@@ -284,10 +284,10 @@ impl Poller {
         }
     }
 
-    /// Accepts one connection (the listener is level-triggered: another waiting is reported by
-    /// the next `epoll_wait`, which costs what the `accept` that finds none would) and reads it.
+    /// Accepts what is waiting (a flood is taken in batches: one accept per `epoll_wait` let the
+    /// backlog overflow, and honest clients were refused at connect) and reads each at once.
     fn accept_some(&mut self) {
-        loop {
+        for _ in 0..512 {
             let stream = match accept_nonblocking(&self.listener) {
                 Ok(s) => s,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
@@ -337,13 +337,12 @@ impl Poller {
             if self.conns.contains_key(&fd) {
                 if self.ctl(libc::EPOLL_CTL_ADD, fd, fd as u64).is_err() {
                     self.remove(fd);
-                    return;
+                    continue;
                 }
                 if let Some(conn) = self.conns.get_mut(&fd) {
                     conn.polled = true;
                 }
             }
-            return;
         }
     }
 
