@@ -63,6 +63,19 @@ pub fn read_stat(pid: i32) -> io::Result<ProcStat> {
     parse_stat(&buf).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unparsable /proc stat"))
 }
 
+/// [`read_stat`], with the file kept open: [`pread_record`] on it reads the same process's stat
+/// again at one syscall, and fails once that process is gone (never another's with its pid).
+pub fn open_stat(pid: i32) -> io::Result<(File, ProcStat)> {
+    let file = File::open(format!("/proc/{pid}/stat"))?;
+    let stat = reread_stat(&file)?;
+    Ok((file, stat))
+}
+
+/// The stat of the process whose `/proc/<pid>/stat` `file` is ([`open_stat`]).
+pub fn reread_stat(file: &File) -> io::Result<ProcStat> {
+    parse_stat(&pread_record(file, 1024)?).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unparsable /proc stat"))
+}
+
 /// Parses `pid (comm) state ppid ...`. `comm` may itself contain `)` and spaces, so the fixed
 /// fields are counted from the LAST `)`.
 pub fn parse_stat(buf: &[u8]) -> Option<ProcStat> {
@@ -223,7 +236,7 @@ impl ProcFiles {
 /// The whole of a small `/proc` file through an open fd, from offset 0 (proc files render anew
 /// on every read at 0). A read that does not fill the buffer has the whole file, as in
 /// [`read_record`], so this is one `pread` for `stat` and `status`.
-fn pread_record(file: &File, cap: usize) -> io::Result<Vec<u8>> {
+pub fn pread_record(file: &File, cap: usize) -> io::Result<Vec<u8>> {
     use std::os::unix::fs::FileExt;
     let mut buf = vec![0u8; cap];
     let mut n = 0;
@@ -356,6 +369,12 @@ pub fn statx_fd(fd: &impl AsRawFd) -> io::Result<FileId> {
 pub fn statx_path_nofollow(path: &Path) -> io::Result<FileId> {
     let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     statx_raw(libc::AT_FDCWD, &c, libc::AT_SYMLINK_NOFOLLOW)
+}
+
+/// [`statx_path_nofollow`], but a symlink at the end of `path` is followed.
+pub fn statx_path(path: &Path) -> io::Result<FileId> {
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    statx_raw(libc::AT_FDCWD, &c, 0)
 }
 
 pub fn is_regular(mode: u32) -> bool {

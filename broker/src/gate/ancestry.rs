@@ -30,6 +30,8 @@ impl Member {
 /// The peer, the processes between it and codex (nearest first), and codex.
 pub(super) struct Ancestry {
     pub(super) peer_stat: os::ProcStat,
+    /// The peer's `/proc/<pid>/stat`, kept open for [`recheck`].
+    peer_stat_file: std::fs::File,
     pub(super) peer_status: os::ProcStatus,
     pub(super) chain: Vec<Member>,
     pub(super) codex: Member,
@@ -43,7 +45,8 @@ impl Gate {
     /// The peer's own uids, then the walk to the trusted codex. An expected Codex binary not
     /// hashed yet is waited for until [`DIGEST_WAIT_MS`] after the request's timestamp.
     pub(super) fn trusted_ancestry(&self, peer: &Peer, req: &HookRequest, trust: &dyn CodexTrust) -> Result<Ancestry, Refusal> {
-        let peer_stat = os::read_stat(peer.pid).map_err(|e| Refusal::new(RefusalCode::PeerGone, format!("peer stat: {e}")))?;
+        let (peer_stat_file, peer_stat) =
+            os::open_stat(peer.pid).map_err(|e| Refusal::new(RefusalCode::PeerGone, format!("peer stat: {e}")))?;
         let peer_status = os::read_status(peer.pid).map_err(|e| Refusal::new(RefusalCode::PeerGone, format!("peer status: {e}")))?;
         peer.still_alive("after stat")?;
         if !peer_status.all_uids_are(self.uid) {
@@ -52,7 +55,7 @@ impl Gate {
         let wait_ms = (req.ts_ms + DIGEST_WAIT_MS).saturating_sub(now_ms()).min(DIGEST_WAIT_MS);
         let digest_deadline = std::time::Instant::now() + std::time::Duration::from_millis(wait_ms);
         let (chain, codex) = self.walk_ancestry(&peer_stat, trust, digest_deadline)?;
-        Ok(Ancestry { peer_stat, peer_status, chain, codex })
+        Ok(Ancestry { peer_stat, peer_stat_file, peer_status, chain, codex })
     }
 
     /// Walks parents from the peer to the nearest trusted executable. Returns the processes in
@@ -182,7 +185,7 @@ impl Passed {
 /// included) still names the process with the start time and parent that were checked.
 pub(super) fn recheck(peer: &Peer, a: &Ancestry, proc_files: &os::ProcFiles) -> Result<(), Refusal> {
     peer.still_alive("at end")?;
-    match os::read_stat(peer.pid) {
+    match os::reread_stat(&a.peer_stat_file) {
         Ok(s) if s.ppid == a.peer_stat.ppid && s.starttime == a.peer_stat.starttime => {}
         Ok(_) => return Err(Refusal::new(RefusalCode::AncestryChanged, "peer was re-parented")),
         Err(e) => return Err(Refusal::new(RefusalCode::PeerGone, format!("peer stat: {e}"))),

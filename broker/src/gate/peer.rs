@@ -39,14 +39,27 @@ fn peer_pidfd(stream: &UnixStream) -> Result<Option<OwnedFd>, std::io::Error> {
     }
 }
 
+/// What `SO_PEERCRED` says of a connection: fixed at `connect()`, so read once per connection.
+pub type Credentials = nix::sys::socket::UnixCredentials;
+
 /// Identifies the peer of an accepted connection: uid/pid from `SO_PEERCRED`, then a pidfd.
 pub fn identify(stream: &UnixStream) -> Result<Peer, Refusal> {
     identify_with_source(stream).map(|(peer, _)| peer)
 }
 
+/// [`identify`], for a connection whose `SO_PEERCRED` was read already (the poll thread reads it
+/// at accept).
+pub fn identify_as(stream: &UnixStream, cred: &Credentials) -> Result<Peer, Refusal> {
+    identify_cred(stream, cred).map(|(peer, _)| peer)
+}
+
 pub fn identify_with_source(stream: &UnixStream) -> Result<(Peer, PidfdSource), Refusal> {
     let cred = getsockopt(stream, sockopt::PeerCredentials)
         .map_err(|e| Refusal::new(RefusalCode::PeerGone, format!("SO_PEERCRED failed: {e}")))?;
+    identify_cred(stream, &cred)
+}
+
+fn identify_cred(stream: &UnixStream, cred: &Credentials) -> Result<(Peer, PidfdSource), Refusal> {
     let pid = cred.pid();
     let uid = cred.uid();
     if pid <= 0 {

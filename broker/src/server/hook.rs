@@ -45,10 +45,12 @@ impl Broker {
 
     /// Serves one request. A hook call that hands messages over returns the hand-off, whose ack
     /// the poll thread waits for.
-    pub(super) fn handle(&self, mut stream: UnixStream, frame: &[u8]) -> Option<AwaitAck> {
-        let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
+    /// `cred`: the connection's `SO_PEERCRED`, as the poll thread read it. Only replies are
+    /// written from here (the frame is read; an ack is read by the poll thread), so only writes
+    /// get a timeout.
+    pub(super) fn handle(&self, mut stream: UnixStream, frame: &[u8], cred: &gate::peer::Credentials) -> Option<AwaitAck> {
         let _ = stream.set_write_timeout(Some(REQUEST_TIMEOUT));
-        let peer = match gate::peer::identify(&stream) {
+        let peer = match gate::peer::identify_as(&stream, cred) {
             Ok(peer) => peer,
             Err(r) => {
                 self.refuse(r.code, &r.detail, None, None, None);

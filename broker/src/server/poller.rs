@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 
 /// Work for a worker thread.
 pub(super) enum Job {
-    /// A complete request frame (with its 4-byte length prefix) and its connection.
-    Request { stream: UnixStream, frame: Vec<u8> },
+    /// A complete request frame (with its 4-byte length prefix), its connection and the
+    /// connection's `SO_PEERCRED`.
+    Request { stream: UnixStream, frame: Vec<u8>, cred: crate::gate::peer::Credentials },
     /// A hand-off's ack frame (without its prefix), or `None` when none came before the lease
     /// ended or the client left: commit or release the lease.
     Ack { pending: AwaitAck, frame: Option<Vec<u8>> },
@@ -126,7 +127,7 @@ impl JobQueue {
 pub(super) fn worker(broker: &Broker, jobs: &JobQueue, handback: &Handback) {
     loop {
         match jobs.pop() {
-            Job::Request { stream, frame } => {
+            Job::Request { stream, frame, cred } => {
                 // A first byte `{` is a producer's JSON line (producer/proto.rs), not a frame.
                 let pending = if frame.first() == Some(&b'{') {
                     if super::approvals::is_answer(&frame) {
@@ -136,7 +137,7 @@ pub(super) fn worker(broker: &Broker, jobs: &JobQueue, handback: &Handback) {
                     }
                     None
                 } else {
-                    broker.handle(stream, &frame[4..])
+                    broker.handle(stream, &frame[4..], &cred)
                 };
                 let held = frame.capacity();
                 drop(frame);
@@ -168,9 +169,26 @@ pub(super) fn error_frame(code: &str, detail: &str) -> Vec<u8> {
 pub(super) struct Conn {
     pub(super) stream: UnixStream,
     pub(super) pid: i32,
+    /// Its `SO_PEERCRED`, read at accept.
+    pub(super) cred: crate::gate::peer::Credentials,
     pub(super) since: Instant,
     /// Frame bytes so far (length prefix included); grows with what arrives, not what is claimed.
     pub(super) buf: Vec<u8>,
+    /// In the poll set: its frame was not whole when it was accepted.
+    pub(super) polled: bool,
+}
+
+/// The next connection on `listener`, non-blocking from the start (`accept4`: no `ioctl` after).
+fn accept_nonblocking(listener: &UnixListener) -> std::io::Result<UnixStream> {
+    // SAFETY: accept4 on our listening socket with no address buffer; returns a new fd or -1.
+    let fd = unsafe {
+        libc::accept4(listener.as_raw_fd(), std::ptr::null_mut(), std::ptr::null_mut(), libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor we own.
+    Ok(unsafe { <UnixStream as std::os::fd::FromRawFd>::from_raw_fd(fd) })
 }
 
 /// The accept-and-read loop (see the module docs).
@@ -266,10 +284,12 @@ impl Poller {
         }
     }
 
+    /// Accepts what is waiting (a flood is taken in batches: one accept per `epoll_wait` let the
+    /// backlog overflow, and honest clients were refused at connect) and reads each at once.
     fn accept_some(&mut self) {
         for _ in 0..512 {
-            let stream = match self.listener.accept() {
-                Ok((s, _)) => s,
+            let stream = match accept_nonblocking(&self.listener) {
+                Ok(s) => s,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE)) => {
                     // Out of descriptors: give the oldest unfinished connection's to the new one.
@@ -307,23 +327,31 @@ impl Poller {
             if self.conns.len() >= MAX_PENDING {
                 self.evict_oldest();
             }
-            if stream.set_nonblocking(true).is_err() {
-                continue;
-            }
             let fd = stream.as_raw_fd();
-            if self.ctl(libc::EPOLL_CTL_ADD, fd, fd as u64).is_err() {
-                continue;
-            }
             *self.per_peer.entry(pid).or_default() += 1;
             self.broker.counters.connections.fetch_add(1, Ordering::SeqCst);
-            self.conns.insert(fd, Conn { stream, pid, since: Instant::now(), buf: Vec::new() });
+            self.conns.insert(fd, Conn { stream, pid, cred, since: Instant::now(), buf: Vec::new(), polled: false });
+            // A client writes its frame right after it connects: most are whole by now, and go to
+            // a worker without entering the poll set (two `epoll_ctl` and an `epoll_wait` fewer).
+            self.read_conn(fd);
+            if self.conns.contains_key(&fd) {
+                if self.ctl(libc::EPOLL_CTL_ADD, fd, fd as u64).is_err() {
+                    self.remove(fd);
+                    continue;
+                }
+                if let Some(conn) = self.conns.get_mut(&fd) {
+                    conn.polled = true;
+                }
+            }
         }
     }
 
     /// Takes a connection out of the poll set (the caller closes or hands it on).
     fn remove(&mut self, fd: RawFd) -> Option<Conn> {
         let conn = self.conns.remove(&fd)?;
-        let _ = self.ctl(libc::EPOLL_CTL_DEL, fd, 0);
+        if conn.polled {
+            let _ = self.ctl(libc::EPOLL_CTL_DEL, fd, 0);
+        }
         self.buffered -= conn.buf.capacity();
         self.broker.counters.buffered.store(self.buffered, Ordering::Relaxed);
         if let Some(n) = self.per_peer.get_mut(&conn.pid) {
@@ -433,7 +461,7 @@ impl Poller {
     /// A whole frame arrived: the connection goes, blocking again, to a worker (or, all of them
     /// busy and the queue full, gets `overloaded`).
     fn hand_to_worker(&mut self, fd: RawFd) {
-        let Some(Conn { stream, buf, .. }) = self.remove(fd) else { return };
+        let Some(Conn { stream, buf, cred, .. }) = self.remove(fd) else { return };
         if stream.set_nonblocking(false).is_err() {
             return;
         }
@@ -441,7 +469,7 @@ impl Poller {
         // The frame moves to the job queue's share of the budget, uncopied.
         let held = buf.capacity();
         self.broker.counters.frames_held.fetch_add(held, Ordering::SeqCst);
-        if let Err(Job::Request { stream, .. }) = self.jobs.push(Job::Request { stream, frame: buf }) {
+        if let Err(Job::Request { stream, .. }) = self.jobs.push(Job::Request { stream, frame: buf, cred }) {
             self.broker.counters.frames_held.fetch_sub(held, Ordering::SeqCst);
             self.broker.counters.connections.fetch_sub(1, Ordering::SeqCst);
             self.broker.counters.rejected.fetch_add(1, Ordering::Relaxed);
@@ -559,7 +587,8 @@ mod tests {
         for _ in 0..20 {
             wait_idle(&jobs, 4);
             let (a, _b) = UnixStream::pair().unwrap();
-            assert!(jobs.push(Job::Request { stream: a, frame: Vec::new() }).is_ok());
+            let cred = nix::sys::socket::getsockopt(&a, nix::sys::socket::sockopt::PeerCredentials).unwrap();
+            assert!(jobs.push(Job::Request { stream: a, frame: Vec::new(), cred }).is_ok());
             ran.push(done_rx.recv_timeout(Duration::from_secs(10)).expect("the job ran"));
         }
         assert!(ran.iter().all(|t| *t == ran[0]), "{ran:?}");

@@ -193,9 +193,16 @@ impl Message {
 }
 
 /// [`Store::thread_work`]'s one statement: three seeks of the thread (a plan test holds it).
+/// The kinds are literals ([`Kind::Message`], [`Kind::Effort`]), not parameters: a parameter
+/// compared with a column of a partial index's WHERE (`messages_wake_candidates`: `kind =
+/// 'message'`) makes SQLite compile the statement again at every bind, since the value could
+/// change the plan; that cost more than the rest of a hook call's SQL.
 pub(crate) const THREAD_WORK: &str = "SELECT EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'handed'),
-            EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = ?2),
-            EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = ?3)";
+            EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = 'message'),
+            EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = 'effort')";
+
+/// [`Store::has_pending`]'s statement (its kind a literal, as in [`THREAD_WORK`]).
+pub(crate) const HAS_PENDING: &str = "SELECT EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = 'message')";
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS messages (
@@ -449,17 +456,14 @@ impl Store {
     pub fn thread_work(&self, thread: &ThreadId) -> Result<ThreadWork> {
         let thread = thread.as_str();
         let mut stmt = self.conn.prepare_cached(THREAD_WORK)?;
-        Ok(stmt.query_row(params![thread, Kind::Message, Kind::Effort], |r| {
-            Ok(ThreadWork { handed: r.get(0)?, pending: r.get(1)?, effort: r.get(2)? })
-        })?)
+        Ok(stmt.query_row(params![thread], |r| Ok(ThreadWork { handed: r.get(0)?, pending: r.get(1)?, effort: r.get(2)? }))?)
     }
 
     /// Cheap read-only test used before taking a write lock: most hook calls have nothing to take.
     pub fn has_pending(&self, thread: &ThreadId) -> Result<bool> {
         let thread = thread.as_str();
-        let mut stmt =
-            self.conn.prepare_cached("SELECT EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = ?2)")?;
-        Ok(stmt.query_row(params![thread, Kind::Message], |r| r.get(0))?)
+        let mut stmt = self.conn.prepare_cached(HAS_PENDING)?;
+        Ok(stmt.query_row(params![thread], |r| r.get(0))?)
     }
 
     /// The codex process a message's lease was handed to (see [`Store::hand_off`]).

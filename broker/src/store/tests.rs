@@ -405,7 +405,7 @@ fn wake_hand_off_is_never_offered_again() {
 #[test]
 fn thread_work_seeks_the_thread_and_answers() {
     let (mut s, _d) = store("work");
-    let sql = THREAD_WORK.replace("?1", "'T'").replace("?2", "'message'").replace("?3", "'effort'");
+    let sql = THREAD_WORK.replace("?1", "'T'");
     let mut st = s.conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
     let plan: Vec<String> = st.query_map([], |r| r.get::<_, String>(3)).unwrap().map(|r| r.unwrap()).collect();
     drop(st);
@@ -419,6 +419,17 @@ fn thread_work_seeks_the_thread_and_answers() {
     let lease = s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("turn"), 3000, 8000).unwrap().unwrap();
     assert!(s.hand_off(lease.token, &handed_to("/r", 10, 1, 2)).unwrap());
     assert_eq!(s.thread_work(T).unwrap(), ThreadWork { handed: true, ..none });
+    s.effort_enqueue(U, crate::config::EffortLevel::High, crate::config::EffortScope::Thread, "test").unwrap();
+    assert_eq!(s.thread_work(U).unwrap(), ThreadWork { effort: true, ..none });
+    // Asked again and again, for one thread or another, the statement is compiled once: no
+    // parameter of it meets a partial index's WHERE (which would recompile it at every bind).
+    let stmt = s.conn.prepare_cached(THREAD_WORK).unwrap();
+    assert_eq!(stmt.get_status(rusqlite::StatementStatus::RePrepare), 0, "THREAD_WORK was compiled again");
+    drop(stmt);
+    s.has_pending(T).unwrap();
+    s.has_pending(U).unwrap();
+    let stmt = s.conn.prepare_cached(HAS_PENDING).unwrap();
+    assert_eq!(stmt.get_status(rusqlite::StatementStatus::RePrepare), 0, "has_pending's statement was compiled again");
 }
 
 /// A settlement found for one hand-off never moves the message once it was handed anew: a

@@ -12,10 +12,40 @@ use codex_format::hook::{HookEvent, HookPayload};
 use codex_format::rollout::thread_id_from_path;
 use courier_shared::ids::ThreadId;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// `$CODEX_HOME/sessions` as last resolved: its canonical path and the directory's identity.
+/// Resolving it (`realpath`: a `readlink` per component) on every hook call cost more than the
+/// rest of the path check; two `statx` now tell whether the answer still holds.
+#[derive(Default)]
+pub(super) struct SessionsDir(Mutex<Option<(PathBuf, os::FileId)>>);
+
+impl SessionsDir {
+    /// The canonical path of `$CODEX_HOME/sessions`. The cached one while the directory
+    /// `$CODEX_HOME/sessions` leads to and the one at the cached path (no symlink followed at its
+    /// end) are both still the directory it was resolved as; a symlink anywhere else on the
+    /// cached path refuses the rollout when it is opened (step 6), as for any other. Resolved
+    /// again otherwise.
+    fn canonical(&self, codex_home: &Path) -> std::io::Result<PathBuf> {
+        let given = codex_home.join("sessions");
+        let now = os::statx_path(&given)?;
+        let mut cached = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((path, id)) = cached.as_ref() {
+            if id.same_file(&now) && os::statx_path_nofollow(path).is_ok_and(|at| at.same_file(id)) {
+                return Ok(path.clone());
+            }
+        }
+        let path = std::fs::canonicalize(&given)?;
+        // Filed under the identity read before the resolution: if the directory changed in
+        // between, the next call finds the identities differ and resolves again.
+        *cached = Some((path.clone(), now));
+        Ok(path)
+    }
+}
 
 /// The transcript path is absolute, canonical and inside `$CODEX_HOME/sessions/` (symlinks on
 /// the way are refused when the file is opened, step 6).
-pub(super) fn check_path<'a>(codex_home: &Path, path_str: &'a str) -> Result<&'a Path, Refusal> {
+pub(super) fn check_path<'a>(codex_home: &Path, sessions_dir: &SessionsDir, path_str: &'a str) -> Result<&'a Path, Refusal> {
     let path = Path::new(path_str);
     if !path.is_absolute() {
         return Err(Refusal::new(RefusalCode::TranscriptPath, format!("{path_str:?} is not absolute")));
@@ -26,8 +56,8 @@ pub(super) fn check_path<'a>(codex_home: &Path, path_str: &'a str) -> Result<&'a
     if normal.as_os_str() != path.as_os_str() || path.components().any(|c| c == std::path::Component::ParentDir) {
         return Err(Refusal::new(RefusalCode::TranscriptPath, format!("{path_str:?} is not canonical")));
     }
-    let sessions = std::fs::canonicalize(codex_home.join("sessions"))
-        .map_err(|e| Refusal::new(RefusalCode::TranscriptPath, format!("$CODEX_HOME/sessions: {e}")))?;
+    let sessions =
+        sessions_dir.canonical(codex_home).map_err(|e| Refusal::new(RefusalCode::TranscriptPath, format!("$CODEX_HOME/sessions: {e}")))?;
     if !path.starts_with(&sessions) || path == sessions {
         return Err(Refusal::new(RefusalCode::TranscriptPath, format!("{path_str:?} is outside {:?}", sessions)));
     }
@@ -141,4 +171,42 @@ fn refuse_unheld(scan: &HolderScan, pid: i32, path_str: &str, lock_path: &Path, 
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SessionsDir;
+    use std::os::unix::fs::symlink;
+
+    /// The cached sessions path is the one `realpath` gives now, whatever was moved: the link
+    /// repointed, the directory moved away and another made at its old path.
+    #[test]
+    fn the_sessions_directory_is_resolved_again_when_what_it_names_moved() {
+        let root = std::env::temp_dir().join(format!("courier-sessions-{}-{}", std::process::id(), rand::random::<u32>()));
+        let (home, real, other) = (root.join("home"), root.join("real"), root.join("other"));
+        for d in [&home, &real, &other] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let root = std::fs::canonicalize(&root).unwrap();
+        let dir = SessionsDir::default();
+        symlink(&real, home.join("sessions")).unwrap();
+        assert_eq!(dir.canonical(&home).unwrap(), root.join("real"));
+        assert_eq!(dir.canonical(&home).unwrap(), root.join("real"), "cached");
+        // The link now names another directory.
+        std::fs::remove_file(home.join("sessions")).unwrap();
+        symlink(&other, home.join("sessions")).unwrap();
+        assert_eq!(dir.canonical(&home).unwrap(), root.join("other"));
+        // The directory moved, the link follows it, and a new directory sits at its old path:
+        // the link's target is the cached identity, but the cached path is no longer it.
+        std::fs::rename(&other, root.join("moved")).unwrap();
+        std::fs::create_dir(&other).unwrap();
+        std::fs::remove_file(home.join("sessions")).unwrap();
+        symlink(root.join("moved"), home.join("sessions")).unwrap();
+        assert_eq!(dir.canonical(&home).unwrap(), root.join("moved"));
+        // A plain directory in the link's place.
+        std::fs::remove_file(home.join("sessions")).unwrap();
+        std::fs::create_dir(home.join("sessions")).unwrap();
+        assert_eq!(dir.canonical(&home).unwrap(), root.join("home/sessions"));
+        let _ = std::fs::remove_dir_all(root);
+    }
 }

@@ -31,7 +31,7 @@ use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// An `flock` lock as `/proc/locks` shows it: `N: FLOCK  ADVISORY  WRITE <pid> <maj>:<min>:<ino> 0 EOF`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -296,16 +296,26 @@ pub fn thread_locks(pid: i32, starttime: u64, writer_lock_dir: &Path) -> Option<
 }
 
 /// Where a codex process's rollout and writer-lock fds were found, by (pid, start time, device,
-/// inode). Only a place to look first: the fd is re-checked every time.
+/// inode), with that fd's `/proc/<pid>/fdinfo/<fd>` kept open. Only a place to look first: the
+/// fd is re-checked every time. A kept fdinfo file is read anew at every `pread` (the kernel
+/// looks the fd up then) and fails once its process is gone, even if another has the pid by
+/// then: one `pread` instead of an open, a read and a close.
 #[derive(Default)]
 pub struct FdHints {
-    map: Mutex<HashMap<(i32, u64, u64, u64), String>>,
+    map: Mutex<HashMap<(i32, u64, u64, u64), Hint>>,
 }
 
-const MAX_HINTS: usize = 4096;
+#[derive(Clone)]
+struct Hint {
+    fd: String,
+    fdinfo: Arc<std::fs::File>,
+}
+
+/// Hints kept at most (the map is cleared when full): each holds a file open.
+const MAX_HINTS: usize = 1024;
 
 impl FdHints {
-    fn get(&self, pid: i32, start: u64, file: (u64, u64)) -> Option<String> {
+    fn get(&self, pid: i32, start: u64, file: (u64, u64)) -> Option<Hint> {
         self.map.lock().unwrap_or_else(|p| p.into_inner()).get(&(pid, start, file.0, file.1)).cloned()
     }
 
@@ -316,24 +326,24 @@ impl FdHints {
             map.clear();
         }
         for (file, fd) in [(rollout, &scan.rollout_fd), (lock, &scan.thread_lock_fd)] {
-            if let Some(fd) = fd {
-                map.insert((pid, start, file.0, file.1), fd.clone());
+            let Some(fd) = fd else { continue };
+            if let Ok(fdinfo) = std::fs::File::open(format!("/proc/{pid}/fdinfo/{fd}")) {
+                map.insert((pid, start, file.0, file.1), Hint { fd: fd.clone(), fdinfo: Arc::new(fdinfo) });
             }
         }
     }
 }
 
-/// fdinfo text of `fd` of `pid` if that fd is open on `file` (device, inode), by stat and by
-/// fdinfo's own `ino:` line (so an fd closed and reused in between is not taken for the file).
-fn fdinfo_if_on(pid: i32, fd: &str, file: (u64, u64)) -> Option<String> {
+/// fdinfo text of the hinted fd of `pid` if that fd is open on `file` (device, inode), by stat
+/// and by fdinfo's own `ino:` line (so an fd closed and reused in between is not taken for the
+/// file).
+fn fdinfo_if_on(pid: i32, hint: &Hint, file: (u64, u64)) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(format!("/proc/{pid}/fd/{fd}")).ok()?;
+    let meta = std::fs::metadata(format!("/proc/{pid}/fd/{}", hint.fd)).ok()?;
     if (meta.dev(), meta.ino()) != file {
         return None;
     }
-    let mut buf = Vec::new();
-    os::read_record(&format!("/proc/{pid}/fdinfo/{fd}"), &mut buf, 1024, 64 * 1024).ok()?;
-    let text = String::from_utf8(buf).ok()?;
+    let text = String::from_utf8(os::pread_record(&hint.fdinfo, 1024).ok()?).ok()?;
     let ino = text.lines().find_map(|l| l.strip_prefix("ino:")).map(|v| v.trim().parse::<u64>());
     match ino {
         Some(Ok(ino)) if ino != file.1 => None,
@@ -464,6 +474,44 @@ mod tests {
         // Still linked under that odd name: not a thread lock; unlinked without the suffix: neither.
         assert_eq!(name(&d.join(format!("{U}.lock (deleted)")), false), None);
         assert_eq!(name(&d.join(format!("{U}.lock")), true), None);
+    }
+
+    /// The hinted check reads the kept fdinfo files anew each time: a lock released, or the fd
+    /// closed and its number reused for another file, is seen at the next call.
+    #[test]
+    fn kept_fdinfo_hints_see_the_lock_and_the_fd_as_they_are_now() {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::MetadataExt;
+        const U: &str = "01a22659-8b33-7382-a4b5-24e01f7dc6c5";
+        let dir = std::env::temp_dir().join(format!("courier-hints-{}-{}", std::process::id(), rand::random::<u32>()));
+        let locks = dir.join("thread-writer-locks");
+        std::fs::create_dir_all(&locks).unwrap();
+        let locks = std::fs::canonicalize(&locks).unwrap();
+        let rollout = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("rollout.jsonl")).unwrap();
+        let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(locks.join(format!("{U}.lock"))).unwrap();
+        let ids = |f: &std::fs::File| {
+            let m = f.metadata().unwrap();
+            (m.dev(), m.ino())
+        };
+        let (r, l) = (ids(&rollout), ids(&lock));
+        let (pid, start) = (std::process::id() as i32, os::read_stat(std::process::id() as i32).unwrap().starttime);
+        let held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|(_, e)| e).unwrap();
+        let hints = FdHints::default();
+        let found = scan(pid, r, Some(l), U, &locks, ScanFor::Proof).unwrap();
+        hints.learn(pid, start, r, l, &found);
+        assert!(hinted_holds(&hints, pid, start, r, l));
+        // The lock released: the same kept fdinfo file no longer shows it.
+        let lock = held.unlock().map_err(|(_, e)| e).unwrap();
+        assert!(!hinted_holds(&hints, pid, start, r, l), "a released lock is seen");
+        let held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|(_, e)| e).unwrap();
+        assert!(hinted_holds(&hints, pid, start, r, l));
+        // The rollout's fd number now names another file opened for append.
+        let other = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("other.jsonl")).unwrap();
+        // SAFETY: dup3 onto an fd this test owns (the rollout's), with O_CLOEXEC as codex opens files.
+        assert!(unsafe { nix::libc::dup3(other.as_raw_fd(), rollout.as_raw_fd(), nix::libc::O_CLOEXEC) } >= 0);
+        assert!(!hinted_holds(&hints, pid, start, r, l), "an fd number reused for another file is seen");
+        drop(held);
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     /// A thread's first hook in a process holding many files: the proof is found among the newest

@@ -37,6 +37,8 @@ pub struct Prover {
     codex_home: PathBuf,
     tracker: RolloutTracker,
     fd_hints: holder::FdHints,
+    /// `$CODEX_HOME/sessions`, resolved.
+    sessions_dir: binding::SessionsDir,
     #[cfg(test)]
     after_read: std::sync::Mutex<Option<AfterRead>>,
 }
@@ -75,6 +77,7 @@ impl Prover {
             codex_home,
             tracker: RolloutTracker::new(),
             fd_hints: holder::FdHints::default(),
+            sessions_dir: binding::SessionsDir::default(),
             #[cfg(test)]
             after_read: std::sync::Mutex::new(None),
         }
