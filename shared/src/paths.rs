@@ -6,6 +6,10 @@ use std::env;
 
 use std::path::{Path, PathBuf};
 
+/// The name Courier's MCP server (`broker mcp`) is registered under in each agent's config
+/// (Codex's `config.toml`, Claude Code's `.claude.json`).
+pub const MCP_SERVER_NAME: &str = "courier";
+
 pub const SOCKET_NAME: &str = "broker.sock";
 pub const SECRET_NAME: &str = "secret";
 /// The socket of Claude Code's idle wake (`hook-client --claude-wake`, broker `claude/wake.rs`).

@@ -11,7 +11,7 @@
 //! the whole file while it runs (first start, usage counters), in its own style (two spaces),
 //! keeping keys it does not know.
 
-use crate::install::MCP_NAME;
+use courier_shared::paths::MCP_SERVER_NAME;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
@@ -36,12 +36,12 @@ pub fn entry(broker: &Path, runtime_dir: &Path) -> Value {
 
 /// The command of the server registered under Courier's name in `doc`, if any.
 pub fn registered_command(doc: &Value) -> Option<&str> {
-    doc.get("mcpServers")?.get(MCP_NAME)?.get("command")?.as_str()
+    doc.get("mcpServers")?.get(MCP_SERVER_NAME)?.get("command")?.as_str()
 }
 
 /// Whether `doc` registers exactly `entry` under Courier's name.
 pub fn is_registered(doc: &Value, entry: &Value) -> bool {
-    doc.get("mcpServers").and_then(|s| s.get(MCP_NAME)) == Some(entry)
+    doc.get("mcpServers").and_then(|s| s.get(MCP_SERVER_NAME)) == Some(entry)
 }
 
 #[cfg(test)]
@@ -60,7 +60,7 @@ mod tests {
     fn the_entry_runs_broker_mcp_and_is_read_back() {
         let e = entry(Path::new("/p/broker"), Path::new("/run/user/1/courier"));
         assert_eq!(e["args"], json!(["mcp"]));
-        let doc = json!({"mcpServers": {"other": {"command": "x"}, (MCP_NAME): e.clone()}});
+        let doc = json!({"mcpServers": {"other": {"command": "x"}, (MCP_SERVER_NAME): e.clone()}});
         assert_eq!(registered_command(&doc), Some("/p/broker"));
         assert!(is_registered(&doc, &e));
         assert!(!is_registered(&doc, &entry(Path::new("/q/broker"), Path::new("/run/user/1/courier"))));

@@ -4,7 +4,8 @@
 //! docs/claude-code.md has the design and the probes each step rests on.
 //!
 //! # Rooms
-//! - `trust.rs`: trusting a Claude Code native binary by digest (`broker trust-claude`);
+//! - `trust.rs`: trusting a Claude Code native binary by digest (`broker trust-claude`), and the
+//!   gate's view of that trust (`StoreTrust`);
 //! - `resolve.rs`: the native binary behind the `claude` a user runs (npm, pnpm, the native
 //!   installer, the local install), found without running it (`broker install`, `doctor`);
 //! - `settings.rs`: Courier's HTTP hooks in Claude Code's `settings.json` (where, what, the
@@ -17,6 +18,7 @@
 //! - `session.rs`: the steps that need the store (`session_owner`, `turn_ticket`);
 //! - `deliver.rs`: what a proven hook is handed (PostToolUse `additionalContext`; `agent_scope`);
 //! - `confirm.rs`: hand-offs settled from the transcript's request records;
+//! - `refusals.rs`: refusals of the endpoint and the wake, recorded at a bounded rate;
 //! - `serve.rs`: the endpoint's threads in `broker serve`: accept, verify, record, answer, and
 //!   the confirmation pass;
 //! - `wake.rs`: an idle session woken by its `asyncRewake` Stop hook (`hook-client
@@ -28,6 +30,7 @@ pub mod gate;
 pub mod http;
 pub mod mcp_config;
 pub mod peer;
+pub mod refusals;
 pub mod resolve;
 pub mod serve;
 pub mod session;

@@ -6,11 +6,12 @@
 //! send its request and the answer is written under the same bound.
 
 use super::deliver::NOTHING;
-use super::gate::{self, ClaudeTrust};
+use super::gate;
 use super::http;
+use super::refusals::Refusals;
+use super::trust::StoreTrust;
 use crate::config::Receipts;
 use crate::exe::digest::DigestCache;
-use crate::exe::ExeKey;
 use crate::gate::Refusal;
 use crate::store::{Store, HANDED};
 use anyhow::{Context, Result};
@@ -24,9 +25,6 @@ use std::time::{Duration, Instant};
 pub const MAX_CONNECTIONS: usize = 16;
 /// How long a connection has to send its request; the whole answer is due by twice that.
 pub const READ_DEADLINE: Duration = Duration::from_secs(2);
-/// Refusals written to the queue per second at most; more are logged only (a flood of forged
-/// connections must not become a flood of database writes).
-const REFUSALS_PER_SECOND: usize = 16;
 /// How often the confirmation pass reads the transcripts of open hand-offs (while none is open it
 /// waits for the next hand-off: [`confirm_loop`]).
 const CONFIRM_EVERY: Duration = Duration::from_millis(500);
@@ -166,56 +164,5 @@ impl Endpoint {
 
     fn record(&self, r: &Refusal) {
         self.refusals.record(&self.refusal_store, r, "claude hook");
-    }
-}
-
-/// Refusals written to the queue, at most [`REFUSALS_PER_SECOND`] (the endpoint's and the wake's
-/// each): a flood of forged connections must not become a flood of database writes.
-pub(crate) struct Refusals(Mutex<(Instant, usize)>);
-
-impl Default for Refusals {
-    fn default() -> Refusals {
-        Refusals(Mutex::new((Instant::now(), 0)))
-    }
-}
-
-impl Refusals {
-    /// Logs `r` as refused by `what`, and records it for `inspect` unless over the rate.
-    pub(crate) fn record(&self, store: &Mutex<Store>, r: &Refusal, what: &str) {
-        {
-            let mut window = self.0.lock().unwrap_or_else(|e| e.into_inner());
-            if window.0.elapsed() >= Duration::from_secs(1) {
-                *window = (Instant::now(), 0);
-            }
-            window.1 += 1;
-            if window.1 > REFUSALS_PER_SECOND {
-                crate::log_debug!("{what} refused (not recorded: over {REFUSALS_PER_SECOND}/s): {} {}", r.code, r.detail);
-                return;
-            }
-        }
-        crate::log_info!("{what} refused: {} {}", r.code, r.detail);
-        let mut store = crate::store::lock(store);
-        if let Err(e) = store.record_refusal(r.code, &r.detail, r.thread.as_deref(), r.event.as_deref(), None) {
-            crate::log_warn!("{what}: refusal not recorded: {e:#}");
-        }
-    }
-}
-
-/// The gate's view of Claude Code trust, from the store (also the sender check's, `gate/claude_sender.rs`).
-pub(crate) struct StoreTrust<'a>(pub(crate) &'a Mutex<Store>);
-
-impl ClaudeTrust for StoreTrust<'_> {
-    fn is_trusted(&self, sha256: &str) -> bool {
-        crate::store::lock(self.0).is_trusted_claude(sha256).unwrap_or(false)
-    }
-    fn is_expected(&self, path: &Path, size: u64) -> bool {
-        size <= crate::exe::digest::MAX_HASH_BYTES && {
-            let store = crate::store::lock(self.0);
-            let path = path.to_string_lossy();
-            store.trusted_claude().map(|all| all.iter().any(|t| t.path == path)).unwrap_or(false)
-        }
-    }
-    fn known_digest(&self, key: &ExeKey) -> Option<String> {
-        crate::store::lock(self.0).codex_file_digest(key).ok().flatten()
     }
 }

@@ -27,7 +27,8 @@
 
 use super::gate::{self, Proven};
 use super::peer::Holder;
-use super::serve::{Refusals, StoreTrust};
+use super::refusals::Refusals;
+use super::trust::StoreTrust;
 use crate::exe::digest::DigestCache;
 use crate::gate::Refusal;
 use crate::os::ProcessKey;

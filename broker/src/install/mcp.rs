@@ -3,13 +3,11 @@
 
 use super::{manifest::Manifest, Report};
 use anyhow::Result;
+use courier_shared::paths::MCP_SERVER_NAME;
 use std::path::Path;
 
-/// The server's name in Codex (its tools are `mcp__courier__...`).
-pub const MCP_NAME: &str = "courier";
-
 fn command_of(doc: &toml_edit::DocumentMut) -> Option<String> {
-    doc.get("mcp_servers")?.get(MCP_NAME)?.get("command")?.as_str().map(str::to_string)
+    doc.get("mcp_servers")?.get(MCP_SERVER_NAME)?.get("command")?.as_str().map(str::to_string)
 }
 
 /// Registers `<broker> mcp`, with the runtime directory baked in (Codex passes an MCP server only
@@ -18,7 +16,7 @@ pub(super) fn add_mcp(doc: &mut toml_edit::DocumentMut, broker: &Path, m: &mut M
     let command = broker.to_string_lossy().into_owned();
     let existing = command_of(doc);
     if existing.is_some() && existing != m.mcp_command && existing.as_deref() != Some(command.as_str()) {
-        report.push(format!("note: config.toml already has [mcp_servers.{MCP_NAME}] (not written by install); left as it is"));
+        report.push(format!("note: config.toml already has [mcp_servers.{MCP_SERVER_NAME}] (not written by install); left as it is"));
         return Ok(());
     }
     let mut made = false;
@@ -31,11 +29,12 @@ pub(super) fn add_mcp(doc: &mut toml_edit::DocumentMut, broker: &Path, m: &mut M
     t.insert("command", toml_edit::value(command.as_str()));
     t.insert("args", toml_edit::value(args));
     t.insert("env", toml_edit::value(env));
-    let same = servers.get(MCP_NAME).map(|i| i.to_string()) == Some(toml_edit::Item::Table(t.clone()).to_string());
+    let same = servers.get(MCP_SERVER_NAME).map(|i| i.to_string()) == Some(toml_edit::Item::Table(t.clone()).to_string());
     if !same {
-        servers.insert(MCP_NAME, toml_edit::Item::Table(t));
-        report
-            .push(format!("registered `{command} mcp` as Codex's MCP server \"{MCP_NAME}\" (send_message, list_threads, message_status)"));
+        servers.insert(MCP_SERVER_NAME, toml_edit::Item::Table(t));
+        report.push(format!(
+            "registered `{command} mcp` as Codex's MCP server \"{MCP_SERVER_NAME}\" (send_message, list_threads, message_status)"
+        ));
     }
     if made {
         m.created_mcp_servers = true;
@@ -53,7 +52,7 @@ pub fn remove_mcp(doc: &mut toml_edit::DocumentMut, m: &Manifest) {
     }
     let root = doc.as_table_mut();
     if let Some(servers) = root.get_mut("mcp_servers").and_then(|i| i.as_table_like_mut()) {
-        servers.remove(MCP_NAME);
+        servers.remove(MCP_SERVER_NAME);
         if servers.is_empty() && m.created_mcp_servers {
             root.remove("mcp_servers");
         }

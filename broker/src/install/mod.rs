@@ -59,7 +59,6 @@ pub use hooks::{
 pub use instance::{clear_stop, describe_stop, instance_holder, lock_path, stopped_on_purpose, STOP_MARKER};
 pub use lifecycle::{run as lifecycle, Lifecycle};
 pub use manifest::{load_manifest, manifest_path, BridgeSetup, ClaudeSetup, FileEdit, Manifest, ProfileEdit, StartSetup};
-pub use mcp::MCP_NAME;
 pub use start::{profile_block, StartMode};
 pub use systemd::{render_units, systemctl_user, unit_dir, user_manager_runs};
 pub use uninstall::uninstall;

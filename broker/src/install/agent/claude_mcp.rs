@@ -13,8 +13,9 @@ use crate::claude::{mcp_config, settings};
 use crate::install::carry::Run;
 use crate::install::files::{read_opt, write_atomic};
 use crate::install::manifest::{save_manifest, track_edit, unedit, ClaudeSetup};
-use crate::install::{Report, MCP_NAME};
+use crate::install::Report;
 use anyhow::{Context, Result};
+use courier_shared::paths::MCP_SERVER_NAME;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
@@ -43,7 +44,8 @@ pub(super) fn register(run: &mut Run, broker: &Path, with_mcp: bool) -> Result<(
     let existing = mcp_config::registered_command(&before).map(str::to_string);
     let command = broker.to_string_lossy().into_owned();
     if existing.is_some() && existing != setup.mcp_command && existing.as_deref() != Some(command.as_str()) {
-        let note = format!("note: {} already has an MCP server \"{MCP_NAME}\" (not written by install); left as it is", path.display());
+        let note =
+            format!("note: {} already has an MCP server \"{MCP_SERVER_NAME}\" (not written by install); left as it is", path.display());
         run.report.push(note);
         return Ok(());
     }
@@ -58,12 +60,12 @@ pub(super) fn register(run: &mut Run, broker: &Path, with_mcp: bool) -> Result<(
         json!({})
     });
     let servers = servers.as_object_mut().with_context(|| format!("mcpServers in {} is not an object; fix it first", path.display()))?;
-    servers.insert(MCP_NAME.to_string(), entry);
+    servers.insert(MCP_SERVER_NAME.to_string(), entry);
     let text = settings::render(&doc, current.as_deref());
     track_edit(&mut setup.mcp_json, &path, current.as_deref(), &text);
     save_manifest(&run.state_dir, &run.m)?;
     write_atomic(&path, text.as_bytes(), 0o600)?;
-    let said = format!("registered `{command} mcp` as Claude Code's MCP server \"{MCP_NAME}\" in {} (sessions started from now on have it; an interactive claude running now writes its own copy of the file back and drops it: `broker doctor` tells)", path.display());
+    let said = format!("registered `{command} mcp` as Claude Code's MCP server \"{MCP_SERVER_NAME}\" in {} (sessions started from now on have it; an interactive claude running now writes its own copy of the file back and drops it: `broker doctor` tells)", path.display());
     run.report.push(said);
     Ok(())
 }
@@ -97,7 +99,7 @@ fn strip_entry(doc: &mut Value, ours: &str, created_servers: bool) {
     }
     let Some(root) = doc.as_object_mut() else { return };
     if let Some(servers) = root.get_mut("mcpServers").and_then(Value::as_object_mut) {
-        servers.remove(MCP_NAME);
+        servers.remove(MCP_SERVER_NAME);
         if servers.is_empty() && created_servers {
             root.remove("mcpServers");
         }
