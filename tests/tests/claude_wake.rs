@@ -28,6 +28,24 @@ fn claude_world() -> (CodexEnv, u16) {
     (env, port)
 }
 
+/// A scripted model that answers `answer` to a request holding `text`, "first answer" to others.
+fn answering(text: &str, answer: &'static str) -> ScriptedMessages {
+    let wanted = text.to_string();
+    ScriptedMessages::start_with(move |r| match r.body_contains(&wanted) {
+        true => Turn::text(answer),
+        false => Turn::text("first answer"),
+    })
+}
+
+/// A running broker on `world`, the pinned claude trusted, and claude's settings holding
+/// Courier's hooks (on `port`) as install writes them.
+fn started<'a>(env: &ClaudeEnv, world: &'a CodexEnv, port: u16) -> Broker<'a> {
+    let broker = Broker::start(world);
+    broker.run_ok(&["trust-claude", &env.claude.display().to_string()]);
+    install_hooks(env, port);
+    broker
+}
+
 /// The hook command install registers for the idle wake.
 fn wake_command() -> String {
     format!("{} --claude-wake", hook_client_bin().display())
@@ -63,16 +81,10 @@ fn spawn_print(env: &ClaudeEnv, world: &CodexEnv, sid: &str, prompt: &str) -> Ex
 #[test]
 fn an_idle_tui_session_is_woken_once_by_a_queued_message_and_it_is_confirmed() {
     let text = marker("CLAUDE_WAKE");
-    let wanted = text.clone();
-    let api = ScriptedMessages::start_with(move |r| match r.body_contains(&wanted) {
-        true => Turn::text("woken answer"),
-        false => Turn::text("first answer"),
-    });
+    let api = answering(&text, "woken answer");
     let Some(env) = env_or_skip(&api) else { return };
     let (world, port) = claude_world();
-    let broker = Broker::start(&world);
-    broker.run_ok(&["trust-claude", &env.claude.display().to_string()]);
-    install_hooks(&env, port);
+    let broker = started(&env, &world, port);
     let mut vars = claude_vars(&env, &world);
     vars.push(("TERM".into(), "xterm-256color".into()));
     let tui = Tmux::start(&[env.claude.display().to_string()], &vars, &env.work);
@@ -149,16 +161,10 @@ fn an_idle_tui_session_is_woken_once_by_a_queued_message_and_it_is_confirmed() {
 #[test]
 fn claude_p_is_never_held_and_gets_what_is_pending_at_its_stop() {
     let text = marker("CLAUDE_P_WAKE");
-    let wanted = text.clone();
-    let api = ScriptedMessages::start_with(move |r| match r.body_contains(&wanted) {
-        true => Turn::text("got it"),
-        false => Turn::text("first answer"),
-    });
+    let api = answering(&text, "got it");
     let Some(env) = env_or_skip(&api) else { return };
     let (world, port) = claude_world();
-    let broker = Broker::start(&world);
-    broker.run_ok(&["trust-claude", &env.claude.display().to_string()]);
-    install_hooks(&env, port);
+    let broker = started(&env, &world, port);
 
     // Nothing queued: the wake answers nothing within its short bound.
     let out = spawn_print(&env, &world, &fake_uuid_v7(), "say hello").wait(PRINT_TIMEOUT);
@@ -216,9 +222,7 @@ printf '{"session_id":"%s","transcript_path":"%s","cwd":"%s","prompt_id":"%s","h
     });
     let Some(env) = env_or_skip(&api) else { return };
     let (world, port) = claude_world();
-    let broker = Broker::start(&world);
-    broker.run_ok(&["trust-claude", &env.claude.display().to_string()]);
-    install_hooks(&env, port);
+    let broker = started(&env, &world, port);
     let sid = fake_uuid_v7();
     let text = marker("CLAUDE_WAKE_FORGED");
     let id = broker.send_future(&sid, &text, None, None);
