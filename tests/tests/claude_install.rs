@@ -151,11 +151,27 @@ fn doctor_reports_a_removed_claude_hook_and_an_untrusted_binary() {
     let port = configured_port(&rig);
     let (_, good) = broker(&rig, &home, &["doctor"]);
     eprintln!("--- doctor, good install\n{good}");
-    assert!(good.contains(&format!("ok   Courier's Claude Code hooks for all 4 events post to 127.0.0.1:{port}")), "{good}");
+    assert!(
+        good.contains(&format!(
+            "ok   Courier's Claude Code hooks for all 4 events post to 127.0.0.1:{port}, and its idle wake runs at Stop"
+        )),
+        "{good}"
+    );
     let trusted =
         format!("ok   Claude Code 2.1.332 binary {}, run by {} is trusted", native.display(), rig.path_dir.join("claude").display());
     assert!(good.contains(&trusted), "{good}");
     assert!(good.contains(&format!("no broker runs to serve Claude Code's hooks on 127.0.0.1:{port}")), "{good}");
+
+    // An install from before the idle wake: the HTTP hooks, no wake at Stop.
+    let installed = std::fs::read_to_string(&settings).unwrap();
+    let mut doc = read_json(&settings);
+    for group in doc["hooks"]["Stop"].as_array_mut().unwrap() {
+        group["hooks"].as_array_mut().unwrap().retain(|h| h["type"] != "command");
+    }
+    std::fs::write(&settings, serde_json::to_string_pretty(&doc).unwrap()).unwrap();
+    let (_, no_wake) = broker(&rig, &home, &["doctor"]);
+    assert!(no_wake.contains("WARN Courier's idle wake") && no_wake.contains("broker install --claude"), "{no_wake}");
+    std::fs::write(&settings, installed).unwrap();
 
     // The user takes Courier's Stop hook out, and the digest is forgotten.
     let mut doc = read_json(&settings);
@@ -244,7 +260,11 @@ fn claude_config_dir_is_where_install_registers_and_claude_reads() {
     // Doctor run without CLAUDE_CONFIG_DIR checks the file install wrote.
     let (_, doctor) = broker(&rig, &env.home, &["doctor"]);
     let where_ = config_dir.canonicalize().unwrap().join("settings.json");
-    let ok = format!("ok   Courier's Claude Code hooks for all 4 events post to 127.0.0.1:{} ({})", server.addr.port(), where_.display());
+    let ok = format!(
+        "ok   Courier's Claude Code hooks for all 4 events post to 127.0.0.1:{}, and its idle wake runs at Stop ({})",
+        server.addr.port(),
+        where_.display()
+    );
     assert!(doctor.contains(&ok), "{doctor}");
 
     let mut c = env.command();

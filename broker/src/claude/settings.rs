@@ -80,6 +80,17 @@ pub fn group(port: u16, event: &str, wake_command: &str) -> Value {
     }
 }
 
+/// Whether `doc` registers Courier's idle wake at Stop, as install writes it (`asyncRewake`).
+pub fn has_wake(doc: &Value) -> bool {
+    let groups = doc.pointer(&format!("/hooks/{}", super::Event::Stop.as_str())).and_then(Value::as_array);
+    groups
+        .into_iter()
+        .flatten()
+        .filter_map(|g| g.get("hooks").and_then(Value::as_array))
+        .flatten()
+        .any(|h| is_wake_handler(h) && h.get("asyncRewake").and_then(Value::as_bool) == Some(true))
+}
+
 /// The URLs of the HTTP hooks registered for `event` in `doc`, in order.
 pub fn http_urls(doc: &Value, event: &str) -> Vec<String> {
     let groups = doc.pointer(&format!("/hooks/{event}")).and_then(Value::as_array);

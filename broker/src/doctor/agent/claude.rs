@@ -1,5 +1,5 @@
 //! The Claude Code row of doctor's host-agent table: Courier's HTTP hooks registered in Claude Code's
-//! settings.json and pointing at the configured port, that port served by this login's broker,
+//! settings.json and pointing at the configured port (and its idle-wake command hook at Stop), that port served by this login's broker,
 //! Courier's MCP server in Claude Code's user config when install registered it, and the native
 //! binaries the user's `claude` runs trusted. Nothing is checked when Claude Code is neither set
 //! up nor found.
@@ -55,9 +55,18 @@ fn check_hooks(path: Option<PathBuf>, port: u16) -> Check {
     };
     let missing: Vec<&str> =
         settings::EVENTS.into_iter().filter(|ev| !settings::http_urls(&doc, ev).contains(&settings::hook_url(port, ev))).collect();
+    if missing.is_empty() && !settings::has_wake(&doc) {
+        return Check::warn(
+            format!("Courier's idle wake (a Stop command hook running hook-client --claude-wake) is not in {}: messages for an idle Claude Code session wait for its next turn", path.display()),
+            Some("broker install --claude (sessions started before it keep the hooks they loaded: restart them)".into()),
+        );
+    }
     if missing.is_empty() {
         let n = settings::EVENTS.len();
-        return Check::ok(format!("Courier's Claude Code hooks for all {n} events post to 127.0.0.1:{port} ({})", path.display()));
+        return Check::ok(format!(
+            "Courier's Claude Code hooks for all {n} events post to 127.0.0.1:{port}, and its idle wake runs at Stop ({})",
+            path.display()
+        ));
     }
     let mut c = Check::fail(
         format!(
