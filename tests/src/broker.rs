@@ -141,11 +141,13 @@ impl<'a> Broker<'a> {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// [`Broker::start`], then trust the env's pinned Codex (what most end-to-end tests want).
+    /// Trust the env's pinned Codex, then [`Broker::start`] (what most end-to-end tests want).
     pub fn start_trusted(env: &'a CodexEnv) -> Broker<'a> {
-        let b = Broker::start(env);
-        b.trust_codex(&env.codex);
-        b
+        // Trusted before it starts: the broker's Codex follower reads the trusted binaries (and the
+        // sizes a managed-daemon copy of one has) at its first pass, so the first hook of a daemon
+        // started at once waits for its hash instead of racing the follower's next pass.
+        Broker::cli_only(env).trust_codex(&env.codex);
+        Broker::start(env)
     }
 
     /// `broker trust-codex PATH`.
