@@ -2,7 +2,8 @@
 //! throwaway HOME: `~/.local/bin/claude` links to `~/.local/share/claude/versions/<version>`, a
 //! copy of the pinned binary (`COURIER_CLAUDE_BIN`); `broker install` trusts it and records the
 //! command; with `broker serve` running, the installer's switch of the link to a new version is
-//! trusted as `followed`, and a file in `versions/` that the link does not point to is not. No
+//! trusted as `followed`, and a file in `versions/` that the link does not point to is not;
+//! uninstall forgets both digests. No
 //! claude runs (the broker never executes a candidate, and neither does this test).
 
 use courier_tests::claude::{claude_bin, say_skipped};
@@ -63,4 +64,9 @@ fn the_native_installers_upgrade_is_followed_and_a_stray_version_is_not() {
     let log = serve.log_text();
     assert!(log.contains(&format!("trusted Claude Code 2.1.333 at {}", versions.join("2.1.333").display())), "no log line:\n{log}");
     assert!(log.contains(&b[..12]), "the log line names no digest:\n{log}");
+
+    // Uninstall forgets what install trusted and what the follower trusted of its commands.
+    drop(serve);
+    let out = rig.run_ok(&courier_tests::broker_bin(), &["uninstall"]);
+    assert_eq!(trusted(&rig.env.state_dir), vec![], "uninstall left digests trusted:\n{out}");
 }

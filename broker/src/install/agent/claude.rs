@@ -233,7 +233,13 @@ fn uninstall_setup(setup: &ClaudeSetup, state_dir: &Path, report: &mut Report) -
         unedit(edit, "[claude] hook_port", strip, report)?;
     }
     let mut store = Store::open(state_dir)?;
+    // What the follower trusted came of the commands install recorded (or the broker's own).
     store.unfollow_claude_commands()?;
+    for t in store.trusted_claude()?.into_iter().filter(|t| t.how == TrustHow::Followed) {
+        if store.untrust_claude(&t.sha256)? {
+            report.push(format!("no longer trusting {} (sha256:{}), trusted as followed", t.path, t.sha256));
+        }
+    }
     if !setup.trusted.is_empty() {
         for (digest, path) in &setup.trusted {
             if store.untrust_claude(digest)? {
