@@ -6,6 +6,8 @@
 //! # Rooms
 //! - `trust.rs`: trusting a Claude Code native binary by digest (`broker trust-claude`), and the
 //!   gate's view of that trust (`StoreTrust`);
+//! - `follow.rs`: one pass of the broker's follower (`codex/follow.rs` runs the loop): trusts
+//!   the binary the user's `claude` now runs after an upgrade;
 //! - `resolve.rs`: the native binary behind the `claude` a user runs (npm, pnpm, the native
 //!   installer, the local install), found without running it (`broker install`, `doctor`);
 //! - `settings.rs`: Courier's HTTP hooks in Claude Code's `settings.json` (where, what, the
@@ -26,6 +28,7 @@
 
 pub mod confirm;
 pub mod deliver;
+pub mod follow;
 pub mod gate;
 pub mod http;
 pub mod mcp_config;

@@ -1,5 +1,6 @@
 //! Following Codex upgrades: the broker trusts the binary the user's own `codex` runs, with no
-//! command from the user, off the hook path.
+//! command from the user, off the hook path. The same thread follows Claude Code's upgrades: each
+//! pass also runs `claude/follow.rs`'s, whose directories it watches too.
 //!
 //! The follower thread resolves every followed `codex` command (recorded by `broker install` or
 //! `broker trust-codex`, plus the `codex` on the broker's own PATH), watches the directories
@@ -68,6 +69,8 @@ pub struct Follower {
     state_dir: PathBuf,
     /// `codex` on the broker's own PATH at start (followed without being recorded).
     own_codex: Option<PathBuf>,
+    /// `claude` on the broker's own PATH at start (followed without being recorded).
+    own_claude: Option<PathBuf>,
     digests: DigestCache,
     expected: RwLock<Expected>,
     store: Mutex<Option<Store>>,
@@ -81,6 +84,7 @@ impl Follower {
             codex_home: codex_home.to_path_buf(),
             state_dir: state_dir.to_path_buf(),
             own_codex,
+            own_claude: resolve::on_path(std::env::var_os("PATH").as_deref(), "claude"),
             digests,
             expected: RwLock::new(Expected::default()),
             store: Mutex::new(None),
@@ -156,6 +160,7 @@ impl Follower {
         for (command, _) in &found.problems {
             watch.extend(command.parent().map(Path::to_path_buf));
         }
+        watch.extend(self.with_store(|s| Ok(crate::claude::follow::pass(s, self.own_claude.as_deref()))).unwrap_or_default());
         let mut seen = HashSet::new();
         watch.retain(|p| seen.insert(p.clone()));
         watch

@@ -114,6 +114,23 @@ impl Store {
         Ok(stmt.query_row([sha256], |r| r.get(0))?)
     }
 
+    /// Records a `claude` command the follower re-resolves (`broker install`); true if new.
+    pub fn follow_claude_command(&mut self, command: &str) -> Result<bool> {
+        let sql = "INSERT INTO claude_commands (command, added_at) VALUES (?1, ?2) ON CONFLICT(command) DO NOTHING";
+        Ok(self.conn.execute(sql, params![command, now_ms()])? > 0)
+    }
+
+    /// Forgets every followed `claude` command (`broker uninstall`).
+    pub fn unfollow_claude_commands(&mut self) -> Result<usize> {
+        Ok(self.conn.execute("DELETE FROM claude_commands", [])?)
+    }
+
+    pub fn claude_commands(&self) -> Result<Vec<String>> {
+        let mut stmt = self.conn.prepare_cached("SELECT command FROM claude_commands ORDER BY added_at, command")?;
+        let rows = stmt.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
     /// Every trusted Claude Code binary, oldest first.
     pub fn trusted_claude(&self) -> Result<Vec<TrustedClaude>> {
         let mut stmt =

@@ -273,6 +273,11 @@ CREATE TABLE IF NOT EXISTS codex_commands (
     command  TEXT PRIMARY KEY,
     added_at INTEGER NOT NULL
 );
+-- The `claude` commands the broker follows (broker install records the user's; claude/follow.rs).
+CREATE TABLE IF NOT EXISTS claude_commands (
+    command  TEXT PRIMARY KEY,
+    added_at INTEGER NOT NULL
+);
 ";
 
 /// Partial indexes, so what runs often costs what is due, not what is queued. Over pending

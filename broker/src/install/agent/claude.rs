@@ -182,6 +182,8 @@ pub(super) fn trust_binaries(run: &mut Run) -> Result<()> {
     let setup = m.claude.as_mut().expect("register_hooks runs first");
     for r in &found.found {
         let (record, new) = crate::claude::trust::trust_path(&mut store, &r.native, TrustHow::Install)?;
+        // The broker's follower re-resolves it and trusts what an upgrade puts behind it.
+        store.follow_claude_command(&r.command.to_string_lossy())?;
         if new {
             report.push(format!("trusted Claude Code binary {} (sha256:{}), run by {}", record.path, record.sha256, r.command.display()));
             setup.trusted.push((record.sha256, record.path));
@@ -230,8 +232,15 @@ fn uninstall_setup(setup: &ClaudeSetup, state_dir: &Path, report: &mut Report) -
         };
         unedit(edit, "[claude] hook_port", strip, report)?;
     }
+    let mut store = Store::open(state_dir)?;
+    // What the follower trusted came of the commands install recorded (or the broker's own).
+    store.unfollow_claude_commands()?;
+    for t in store.trusted_claude()?.into_iter().filter(|t| t.how == TrustHow::Followed) {
+        if store.untrust_claude(&t.sha256)? {
+            report.push(format!("no longer trusting {} (sha256:{}), trusted as followed", t.path, t.sha256));
+        }
+    }
     if !setup.trusted.is_empty() {
-        let mut store = Store::open(state_dir)?;
         for (digest, path) in &setup.trusted {
             if store.untrust_claude(digest)? {
                 report.push(format!("no longer trusting {path} (sha256:{digest})"));
