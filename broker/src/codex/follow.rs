@@ -1,6 +1,7 @@
 //! Following Codex upgrades: the broker trusts the binary the user's own `codex` runs, with no
-//! command from the user, off the hook path. The same thread follows Claude Code's upgrades: each
-//! pass also runs `claude/follow.rs`'s, whose directories it watches too.
+//! command from the user, off the hook path. The same thread follows the other host agents'
+//! upgrades: each pass also runs the [`HostPass`]es `broker serve` gives it (Claude Code's,
+//! `claude/follow.rs`), and watches the directories they return.
 //!
 //! The follower thread resolves every followed `codex` command (recorded by `broker install` or
 //! `broker trust-codex`, plus the `codex` on the broker's own PATH), watches the directories
@@ -63,14 +64,19 @@ struct Expected {
     trusted_sizes: HashSet<u64>,
 }
 
+/// Another host agent's follow pass: trusts what its user's commands now run, returns the
+/// directories an upgrade of it changes. The wing that knows the host provides it; this loop
+/// runs it, so the Codex wing imports no other host.
+pub type HostPass = Box<dyn Fn(&mut Store) -> Vec<PathBuf> + Send + Sync>;
+
 /// State shared by the follower thread, the gate's expected lane and the server.
 pub struct Follower {
     codex_home: PathBuf,
     state_dir: PathBuf,
     /// `codex` on the broker's own PATH at start (followed without being recorded).
     own_codex: Option<PathBuf>,
-    /// `claude` on the broker's own PATH at start (followed without being recorded).
-    own_claude: Option<PathBuf>,
+    /// The other hosts' passes, run after Codex's in each cycle.
+    others: Vec<HostPass>,
     digests: DigestCache,
     expected: RwLock<Expected>,
     store: Mutex<Option<Store>>,
@@ -79,12 +85,18 @@ pub struct Follower {
 }
 
 impl Follower {
-    pub fn new(codex_home: &Path, state_dir: &Path, own_codex: Option<PathBuf>, digests: DigestCache) -> Arc<Follower> {
+    pub fn new(
+        codex_home: &Path,
+        state_dir: &Path,
+        own_codex: Option<PathBuf>,
+        digests: DigestCache,
+        others: Vec<HostPass>,
+    ) -> Arc<Follower> {
         Arc::new(Follower {
             codex_home: codex_home.to_path_buf(),
             state_dir: state_dir.to_path_buf(),
             own_codex,
-            own_claude: resolve::on_path(std::env::var_os("PATH").as_deref(), "claude"),
+            others,
             digests,
             expected: RwLock::new(Expected::default()),
             store: Mutex::new(None),
@@ -160,7 +172,9 @@ impl Follower {
         for (command, _) in &found.problems {
             watch.extend(command.parent().map(Path::to_path_buf));
         }
-        watch.extend(self.with_store(|s| Ok(crate::claude::follow::pass(s, self.own_claude.as_deref()))).unwrap_or_default());
+        for other in &self.others {
+            watch.extend(self.with_store(|s| Ok(other(s))).unwrap_or_default());
+        }
         let mut seen = HashSet::new();
         watch.retain(|p| seen.insert(p.clone()));
         watch

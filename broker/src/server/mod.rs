@@ -202,7 +202,9 @@ fn assemble(opts: &ServeOptions, recovered: Recovered, secret: courier_shared::a
     raise_fd_limit();
     let gate = Gate::new(GateConfig { codex_home: opts.codex_home.clone(), installed_clients, secret });
     let own_codex = codex::resolve::codex_on_path(std::env::var_os("PATH").as_deref());
-    let follower = Follower::new(&opts.codex_home, &opts.state_dir, own_codex, gate.digests().clone());
+    let own_claude = crate::codex::resolve::on_path(std::env::var_os("PATH").as_deref(), "claude");
+    let claude_pass: crate::codex::follow::HostPass = Box::new(move |s| crate::claude::follow::pass(s, own_claude.as_deref()));
+    let follower = Follower::new(&opts.codex_home, &opts.state_dir, own_codex, gate.digests().clone(), vec![claude_pass]);
     let on_hashed = Arc::clone(&follower);
     gate.digests().on_expected(Box::new(move |path, key, digest| on_hashed.consider_hashed(path, key, digest)));
     let effort = effort::Service::open(&opts.state_dir, &opts.codex_home, courier_shared::paths::config_path())?;
