@@ -227,7 +227,15 @@ fn broker_cmd(env: &CodexEnv, args: &[&str]) -> String {
 /// it; `cat` ends when its stdin (ours) closes, even if the test panics first, and holds none of
 /// the test run's output.
 fn hold_instance_lock(env: &CodexEnv) -> Child {
-    let holder = Command::new("flock")
+    let holder = queue_for_instance_lock(env);
+    wait_until(T, "flock to hold the lock", || broker_lib::install::instance_holder(&env.runtime_dir).map(|_| ()));
+    holder
+}
+
+/// `flock -o broker.lock cat`, started now: it takes the instance lock as soon as it is free and
+/// keeps it until its stdin closes ([`hold_instance_lock`] says why each part is so).
+fn queue_for_instance_lock(env: &CodexEnv) -> Child {
+    Command::new("flock")
         .arg("-o")
         .arg(env.runtime_dir.join("broker.lock"))
         .arg("cat")
@@ -235,9 +243,7 @@ fn hold_instance_lock(env: &CodexEnv) -> Child {
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
-        .unwrap();
-    wait_until(T, "flock to hold the lock", || broker_lib::install::instance_holder(&env.runtime_dir).map(|_| ()));
-    holder
+        .unwrap()
 }
 
 fn gone(pid: u32) -> bool {
@@ -321,16 +327,7 @@ fn a_login_line_racing_a_killed_broker_starts_one_once_its_lock_is_free() {
     logins.login(true);
     let next = wait_until(T, "a broker after kill -9 and an immediate login", || answering(env).filter(|p| *p != pid));
 
-    let lock = env.runtime_dir.join("broker.lock");
-    let mut tail = Command::new("flock")
-        .arg("-o")
-        .arg(&lock)
-        .arg("cat")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut tail = queue_for_instance_lock(env);
     signal(next, "KILL");
     let holder = tail.id() as i32;
     wait_until(T, "the killed broker's lock to pass to flock", || {
