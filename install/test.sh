@@ -25,11 +25,14 @@ export COURIER_CLAUDE_BIN
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo build --workspace --locked
+# The oldest-Codex run names the test binaries with `--workspace` as the first run does: with
+# `-p courier-tests` cargo unifies features for that package alone and recompiles the broker lib
+# and the kit (over a minute) for binaries the first run has built already.
 # Last line: `N passed, M failed`, summed over every test binary of both runs (the status is
 # cargo's, failing if either run failed).
 exec install/test-summary.sh bash -c '
   status=0
   cargo test --workspace --locked --no-fail-fast "$@" || status=$?
   echo "test.sh: the delivery, wake and size tests again, on the oldest supported Codex ($("$COURIER_CODEX_BIN_OLDEST" --version))"
-  COURIER_CODEX_BIN="$COURIER_CODEX_BIN_OLDEST" cargo test -p courier-tests --locked --no-fail-fast --test delivery --test wake --test size "$@" || status=$?
+  COURIER_CODEX_BIN="$COURIER_CODEX_BIN_OLDEST" cargo test --workspace --locked --no-fail-fast --test delivery --test wake --test size "$@" || status=$?
   exit $status' test.sh "$@"
