@@ -58,15 +58,19 @@ pub enum ApprovalKind {
     Command,
     /// Apply a patch (`command` is the patch, `files` the files it touches).
     FileChange,
+    /// Grant the model more sandbox permissions (its `request_permissions` tool): `command` is
+    /// what it asks for, one canonical line (`write: /a; read: /b; network`).
+    Permissions,
 }
 
 impl ApprovalKind {
-    pub const ALL: [ApprovalKind; 2] = [ApprovalKind::Command, ApprovalKind::FileChange];
+    pub const ALL: [ApprovalKind; 3] = [ApprovalKind::Command, ApprovalKind::FileChange, ApprovalKind::Permissions];
 
     pub const fn as_str(self) -> &'static str {
         match self {
             ApprovalKind::Command => "command",
             ApprovalKind::FileChange => "file_change",
+            ApprovalKind::Permissions => "permissions",
         }
     }
 
@@ -163,7 +167,7 @@ pub struct NewApproval {
     pub call_id: Option<String>,
     pub tool: String,
     pub kind: ApprovalKind,
-    /// The command, or the patch.
+    /// The command, the patch, or the permissions asked for (`kind`).
     pub command: String,
     /// The files a file change touches (none for a command).
     pub files: Vec<String>,
@@ -196,7 +200,7 @@ pub struct Approval {
     pub call_id: Option<String>,
     pub tool: String,
     pub kind: ApprovalKind,
-    /// The command, or the patch (`kind`).
+    /// The command, the patch, or the permissions asked for (`kind`).
     pub command: String,
     /// The digest of `command`: of the patch, for a file change.
     pub command_digest: String,
@@ -221,6 +225,7 @@ impl Approval {
                 let digest = self.command_digest.get(..19).unwrap_or(&self.command_digest);
                 format!("file change: {} (patch {digest})", self.files.join(", "))
             }
+            ApprovalKind::Permissions => format!("permissions: {}", self.command),
         }
     }
 }
