@@ -223,7 +223,8 @@ impl Approval {
             ApprovalKind::Command => self.command.clone(),
             ApprovalKind::FileChange => {
                 let digest = self.command_digest.get(..19).unwrap_or(&self.command_digest);
-                format!("file change: {} (patch {digest})", self.files.join(", "))
+                let files = if self.files.is_empty() { "no file Courier can read".to_string() } else { self.files.join(", ") };
+                format!("file change: {files} (patch {digest})")
             }
             ApprovalKind::Permissions => format!("permissions: {}", self.command),
         }
