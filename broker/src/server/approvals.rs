@@ -151,7 +151,7 @@ impl Broker {
             return;
         }
         let (call, why) = match v.event {
-            HookEvent::PostToolUse => (v.payload.tool_use_id.as_deref(), "the command ran (its PostToolUse hook)"),
+            HookEvent::PostToolUse => (v.payload.tool_use_id.as_deref(), "its call completed (its PostToolUse hook)"),
             HookEvent::Stop => (None, "the turn ended (its Stop hook)"),
             HookEvent::UserPromptSubmit | HookEvent::SessionStart => (None, "a new turn began"),
             _ => return,
