@@ -313,7 +313,8 @@ pub fn is_request_of(method: &str, params: &Value, files: Option<&[String]>, a: 
     let same_ask = match a.kind {
         ApprovalKind::Command => {
             let command = params["command"].as_str().unwrap_or_default();
-            command == a.command || unwrap_shell(command) == a.command
+            // A network approval (a host the managed proxy asks about) is not the command listed.
+            params["networkApprovalContext"].is_null() && (command == a.command || unwrap_shell(command) == a.command)
         }
         ApprovalKind::FileChange => !a.files.is_empty() && files == Some(a.files.as_slice()),
         ApprovalKind::Permissions => PermissionAsk::from_request(&params["permissions"]).is_some_and(|p| p.render() == a.command),
@@ -436,6 +437,7 @@ fn replayed_request(ws: &mut WsClient, a: &Approval) -> Result<Value, Answered> 
     let of_its_kind = |r: &Value| r["method"] == request_method(a.kind);
     match found.iter().position(is_this) {
         Some(i) => Ok(found.swap_remove(i)),
+        None if found.iter().any(|r| !r["params"]["networkApprovalContext"].is_null()) => Err(Answered::Failed(network_refusal(&found))),
         None if found.is_empty() => Err(gone("the thread waits on no command, file-change or permissions approval")),
         // A request of the other kind is never this approval's: this one is over.
         None if !found.iter().any(of_its_kind) => Err(gone(&format!(
@@ -449,6 +451,20 @@ fn replayed_request(ws: &mut WsClient, a: &Approval) -> Result<Value, Answered> 
             found[0]["params"]["itemId"]
         ))),
     }
+}
+
+/// Why a command request that asks for a host's network access (`networkApprovalContext`) is not
+/// answered: accepting one is a grant for the host, not the one command Courier lists, and what
+/// it grants was not probed. The person answers it where Codex shows it.
+fn network_refusal(found: &[Value]) -> String {
+    let ctx = found.iter().map(|r| &r["params"]["networkApprovalContext"]).find(|c| !c.is_null()).unwrap_or(&Value::Null);
+    format!(
+        "the thread waits on a network approval (host {}, {}): Courier answers no network approval, since accepting one \
+         grants the host, not the command it lists; nothing was sent. Answer it where Codex shows it (the TUI's prompt, or \
+         the app-server client)",
+        ctx["host"].as_str().unwrap_or("?"),
+        ctx["protocol"].as_str().unwrap_or("?")
+    )
 }
 
 /// A request for a person's approval, of any kind Courier answers.
@@ -511,6 +527,10 @@ mod tests {
         assert!(!is_request_of(cmd, &other_cmd, None, &a));
         let other_turn = json!({"threadId": "t", "turnId": "v", "itemId": "call_1", "command": "/bin/bash -lc 'echo hi'"});
         assert!(!is_request_of(cmd, &other_turn, None, &a));
+        let network = json!({"threadId": crate::store::sample::T1.as_str(), "turnId": "u", "itemId": "call_1",
+            "command": "/bin/bash -lc 'echo hi'", "networkApprovalContext": {"host": "example.com", "protocol": "https"}});
+        assert!(!is_request_of(cmd, &network, None, &a), "a network approval is not the command listed");
+        assert!(network_refusal(&[json!({"params": network})]).contains("host example.com, https"));
     }
 
     /// A file change is bound to its call and its files (as the thread's item lists them), and
