@@ -229,3 +229,26 @@ fn an_answer_never_crosses_kinds() {
         assert!(approved, "exactly the second one was approved (permissions first: {permissions_first})");
     }
 }
+
+/// The person answers first, at the app-server: the approval leaves the list (resolved by the
+/// turn's Stop hook; the call's PostToolUse is refused at the gate, its rollout showing no output
+/// for the call yet) and a later `approve` is refused, sending nothing.
+#[test]
+fn the_person_answering_first_leaves_nothing_to_answer() {
+    let a = asking("PERSON_FIRST");
+    let broker = Broker::start_trusted(&a.env);
+    let (_server, mut client, thread) = approving_thread(&a.env);
+    let turn = client.start_turn(&thread, "ask", T);
+    let req = client.wait_server_request(PERMISSIONS_APPROVAL, T, |r| r["threadId"] == thread.as_str());
+    let (listed, _) = wait_listed(&broker, &thread, Instant::now());
+    client.respond(&req["id"], json!({"permissions": {}, "scope": "turn"}));
+    client.wait_turn_completed(&turn, T);
+    let settled = wait_until(T, "the approval resolved", || {
+        approvals(&broker, true).into_iter().find(|x| x["id"] == listed["id"] && x["state"] == "resolved")
+    });
+    eprintln!("resolved: {}", settled["detail"]);
+    assert!(approvals(&broker, false).is_empty(), "no longer listed");
+    let (ok, out) = answer(&broker, &["approve", str_field(&listed, "id")]);
+    assert!(!ok && out.contains("not_pending"), "{out}");
+    assert!(!a.file.exists(), "nothing granted: the write failed");
+}

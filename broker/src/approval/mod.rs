@@ -1,5 +1,5 @@
-//! Approvals: a host agent blocked on a person (it asked to run a command, or to change files,
-//! and waits for a yes or a no). What one is, where it stands, and the rules of answering it, whatever the host: the
+//! Approvals: a host agent blocked on a person (it asked to run a command, to change files, or
+//! for more sandbox permissions, and waits for a yes or a no). What one is, where it stands, and the rules of answering it, whatever the host: the
 //! Codex specifics (its hook payload, its app-server request) live in `codex/approval.rs`, the
 //! table in `store/approvals.rs`, the answer service in `server/approvals.rs`.
 //!
