@@ -172,6 +172,35 @@ fn deny_message_reaches_the_model() {
     assert!(r.body_contains(&format!("Your change to {} was denied", p.file.display())), "names the files");
 }
 
+/// A patch Codex accepts but whose files Courier cannot read (its header indented: Codex's parser
+/// takes it, Courier reads only `*** Add File: ` at the start of a line) cannot be bound to the
+/// change Codex would make. It is listed as such; `approve` and `deny` say exactly why and where
+/// to answer it, take nothing (it stays pending) and send nothing; the person answers it there.
+#[test]
+fn a_patch_naming_no_file_says_where_to_answer_it() {
+    let p = patching("NO_HEADER");
+    let indented = add_file(&p.file, &p.line).replace("*** Add File:", "  *** Add File:");
+    p.model.set_script(calls_then_done(vec![patch_call("call_patch", &indented)]));
+    let broker = Broker::start_trusted(&p.env);
+    let (_server, mut client, thread, turn, request, a) = asked(&p, &broker);
+    assert_eq!((a["kind"].as_str(), a["files"].clone()), (Some("file_change"), json!([])), "{a}");
+    let table = broker.run_ok(&["approvals"]);
+    assert!(table.contains("file change: no file Courier can read (patch sha256:"), "{table}");
+    let id = str_field(&a, "id");
+    for args in [vec!["approve", id], vec!["deny", id, "--message", "no"]] {
+        let (ok, out) = answer(&broker, &args);
+        eprintln!("{}: {out}", args[0]);
+        assert!(!ok, "{out}");
+        assert!(out.contains("a patch that names no file") && out.contains("nothing was sent"), "says why: {out}");
+        assert!(out.contains("Answer it where Codex shows it") && out.contains(&thread), "says where: {out}");
+    }
+    assert_eq!(approvals(&broker, false)[0]["state"], "pending", "nothing was taken");
+    assert!(!client.notifications.iter().any(|n| n["method"] == "serverRequest/resolved"), "nothing was sent");
+    client.respond(&request["id"], json!({"decision": "decline"}));
+    client.wait_turn_completed(&turn, T);
+    assert!(!p.file.exists());
+}
+
 /// An answer never crosses kinds. The model asks for a command (escalated) and a patch in one
 /// reply; the person declines the first request at the app-server, so its approval is still
 /// listed (no hook says it is over) while the second, of the other kind, waits. Answering the

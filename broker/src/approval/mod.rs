@@ -1,5 +1,5 @@
-//! Approvals: a host agent blocked on a person (it asked to run a command, or to change files,
-//! and waits for a yes or a no). What one is, where it stands, and the rules of answering it, whatever the host: the
+//! Approvals: a host agent blocked on a person (it asked to run a command, to change files, or
+//! for more sandbox permissions, and waits for a yes or a no). What one is, where it stands, and the rules of answering it, whatever the host: the
 //! Codex specifics (its hook payload, its app-server request) live in `codex/approval.rs`, the
 //! table in `store/approvals.rs`, the answer service in `server/approvals.rs`.
 //!
@@ -58,15 +58,19 @@ pub enum ApprovalKind {
     Command,
     /// Apply a patch (`command` is the patch, `files` the files it touches).
     FileChange,
+    /// Grant the model more sandbox permissions (its `request_permissions` tool): `command` is
+    /// what it asks for, one canonical line (`write: /a; read: /b; network`).
+    Permissions,
 }
 
 impl ApprovalKind {
-    pub const ALL: [ApprovalKind; 2] = [ApprovalKind::Command, ApprovalKind::FileChange];
+    pub const ALL: [ApprovalKind; 3] = [ApprovalKind::Command, ApprovalKind::FileChange, ApprovalKind::Permissions];
 
     pub const fn as_str(self) -> &'static str {
         match self {
             ApprovalKind::Command => "command",
             ApprovalKind::FileChange => "file_change",
+            ApprovalKind::Permissions => "permissions",
         }
     }
 
@@ -163,7 +167,7 @@ pub struct NewApproval {
     pub call_id: Option<String>,
     pub tool: String,
     pub kind: ApprovalKind,
-    /// The command, or the patch.
+    /// The command, the patch, or the permissions asked for (`kind`).
     pub command: String,
     /// The files a file change touches (none for a command).
     pub files: Vec<String>,
@@ -196,7 +200,7 @@ pub struct Approval {
     pub call_id: Option<String>,
     pub tool: String,
     pub kind: ApprovalKind,
-    /// The command, or the patch (`kind`).
+    /// The command, the patch, or the permissions asked for (`kind`).
     pub command: String,
     /// The digest of `command`: of the patch, for a file change.
     pub command_digest: String,
@@ -219,8 +223,10 @@ impl Approval {
             ApprovalKind::Command => self.command.clone(),
             ApprovalKind::FileChange => {
                 let digest = self.command_digest.get(..19).unwrap_or(&self.command_digest);
-                format!("file change: {} (patch {digest})", self.files.join(", "))
+                let files = if self.files.is_empty() { "no file Courier can read".to_string() } else { self.files.join(", ") };
+                format!("file change: {files} (patch {digest})")
             }
+            ApprovalKind::Permissions => format!("permissions: {}", self.command),
         }
     }
 }

@@ -3,6 +3,12 @@
 //! `item/commandExecution/requestApproval` and `item/fileChange/requestApproval` (probed on 0.160.0
 //! and 0.171.0; tests/tests/approvals.rs, tests/tests/approvals_files.rs).
 //!
+//! A permission request (the model's `request_permissions` tool, behind the feature flag
+//! `request_permissions_tool`) runs no PermissionRequest hook: its PreToolUse (`tool_input` the
+//! tool's arguments, `tool_use_id` the call) is where Courier sees it, and the app-server's
+//! `item/permissions/requestApproval` (`itemId` the call, `permissions` as Codex resolved them)
+//! is answered with the permissions granted: all of those asked, or none.
+//!
 //! A patch (`tool_name` `apply_patch`) asks through the same hook: its `tool_input.command` is the
 //! patch text. Its request carries no changes, only the call (`itemId`); the files are in the
 //! thread's `fileChange` item of that id, which `thread/resume` returns with the turn.
@@ -25,10 +31,13 @@ fn request_method(kind: ApprovalKind) -> &'static str {
     match kind {
         ApprovalKind::Command => "item/commandExecution/requestApproval",
         ApprovalKind::FileChange => "item/fileChange/requestApproval",
+        ApprovalKind::Permissions => "item/permissions/requestApproval",
     }
 }
 /// The tool whose PermissionRequest asks to change files.
 const PATCH_TOOL: &str = "apply_patch";
+/// The tool the model asks for more sandbox permissions with (its PreToolUse is the only hook).
+pub const PERMISSIONS_TOOL: &str = "request_permissions";
 const RESOLVED: &str = "serverRequest/resolved";
 /// How long a request already answered has to show its `serverRequest/resolved` before ours
 /// is written (it was queued on our connection before the replay was read).
@@ -62,6 +71,152 @@ pub fn patch_files(patch: &str, cwd: Option<&str>) -> Vec<String> {
     files.sort();
     files.dedup();
     files
+}
+
+/// What a permission request asks for, canonical: the paths to read and to write (absolute,
+/// sorted, each once) and network access. Rendered, it is what an answer is bound to: the
+/// request Codex sends must ask exactly this, and the grant is exactly that request's.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PermissionAsk {
+    read: Vec<String>,
+    write: Vec<String>,
+    network: bool,
+}
+
+impl PermissionAsk {
+    /// From the tool call's arguments (`permissions.file_system.{read,write}`,
+    /// `permissions.network.enabled`; a relative path is under `cwd`, as Codex resolves it).
+    /// `None` when it asks anything else.
+    pub fn from_tool_input(input: &Value, cwd: Option<&str>) -> Option<PermissionAsk> {
+        let p = only_keys(&input["permissions"], &["file_system", "network"])?;
+        let absolute = |f: &str| match (std::path::Path::new(f).is_absolute(), cwd) {
+            (false, Some(cwd)) => std::path::Path::new(cwd).join(f).display().to_string(),
+            _ => f.to_string(),
+        };
+        let mut ask = PermissionAsk::default();
+        if let Some(fs) = p.get("file_system").filter(|v| !v.is_null()) {
+            let fs = only_keys(fs, &["read", "write"])?;
+            ask.read = paths(field(fs, "read"))?.iter().map(|f| absolute(f)).collect();
+            ask.write = paths(field(fs, "write"))?.iter().map(|f| absolute(f)).collect();
+        }
+        ask.network = network(field(p, "network"))?;
+        Some(ask.sorted())
+    }
+
+    /// From the app-server request's `permissions` (`fileSystem.entries` of plain paths to read
+    /// or write, the older `read`/`write` lists, `network.enabled`). `None` when it asks anything
+    /// else (a glob, a special path, a deny entry, a field Courier does not know): such a request
+    /// is never taken for a listed one, so Courier never grants what it did not show.
+    pub fn from_request(permissions: &Value) -> Option<PermissionAsk> {
+        let p = only_keys(permissions, &["fileSystem", "network"])?;
+        let mut ask = PermissionAsk::default();
+        if let Some(fs) = p.get("fileSystem").filter(|v| !v.is_null()) {
+            let fs = only_keys(fs, &["read", "write", "entries", "globScanMaxDepth"])?;
+            if !field(fs, "globScanMaxDepth").is_null() {
+                return None;
+            }
+            ask.read = paths(field(fs, "read"))?;
+            ask.write = paths(field(fs, "write"))?;
+            for e in fs.get("entries").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default() {
+                let e = only_keys(e, &["path", "access"])?;
+                let path = only_keys(field(e, "path"), &["type", "path"])?;
+                let (Some("path"), Some(f)) = (field(path, "type").as_str(), field(path, "path").as_str()) else { return None };
+                match field(e, "access").as_str() {
+                    Some("read") => ask.read.push(f.to_string()),
+                    Some("write") => ask.write.push(f.to_string()),
+                    _ => return None,
+                }
+            }
+            if !fs.get("entries").is_none_or(|v| v.is_null() || v.is_array()) {
+                return None;
+            }
+        }
+        ask.network = network(field(p, "network"))?;
+        Some(ask.sorted())
+    }
+
+    fn sorted(mut self) -> PermissionAsk {
+        for v in [&mut self.read, &mut self.write] {
+            v.sort();
+            v.dedup();
+        }
+        self
+    }
+
+    /// One line: `write: /a, /b; read: /c; network` (`nothing` when it asks for nothing).
+    pub fn render(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.write.is_empty() {
+            parts.push(format!("write: {}", self.write.join(", ")));
+        }
+        if !self.read.is_empty() {
+            parts.push(format!("read: {}", self.read.join(", ")));
+        }
+        if self.network {
+            parts.push("network".to_string());
+        }
+        if parts.is_empty() {
+            return "nothing".into();
+        }
+        parts.join("; ")
+    }
+}
+
+/// `v` as an object with no key but `keys` (null counts as empty), or `None`.
+fn only_keys<'a>(v: &'a Value, keys: &[&str]) -> Option<&'a serde_json::Map<String, Value>> {
+    static EMPTY: std::sync::OnceLock<serde_json::Map<String, Value>> = std::sync::OnceLock::new();
+    let map = match v {
+        Value::Null => EMPTY.get_or_init(serde_json::Map::new),
+        Value::Object(m) => m,
+        _ => return None,
+    };
+    map.keys().all(|k| keys.contains(&k.as_str())).then_some(map)
+}
+
+/// `m[key]`, null when absent (a map's `[]` panics on a missing key).
+fn field<'a>(m: &'a serde_json::Map<String, Value>, key: &str) -> &'a Value {
+    m.get(key).unwrap_or(&Value::Null)
+}
+
+/// A list of path strings (null: none), or `None`.
+fn paths(v: &Value) -> Option<Vec<String>> {
+    match v {
+        Value::Null => Some(Vec::new()),
+        Value::Array(a) => a.iter().map(|p| p.as_str().map(str::to_string)).collect(),
+        _ => None,
+    }
+}
+
+/// `{enabled: bool|null}` (null: no network), or `None`.
+fn network(v: &Value) -> Option<bool> {
+    let n = only_keys(v, &["enabled"])?;
+    match field(n, "enabled") {
+        Value::Null => Some(false),
+        Value::Bool(b) => Some(*b),
+        _ => None,
+    }
+}
+
+/// How an approval lists permissions it could not read.
+pub const UNREADABLE: &str = "unreadable: ";
+
+/// What a `request_permissions` call asks (its PreToolUse's `tool_input`), as the approval lists
+/// it; `None` for any other tool. Arguments Courier cannot read are listed as they are (prefixed
+/// `unreadable:`): such an approval is listed, and never matches a request.
+pub fn permission_ask(p: &HookPayload) -> Option<String> {
+    if p.tool_name.as_deref() != Some(PERMISSIONS_TOOL) {
+        return None;
+    }
+    let input = p.tool_input.clone().unwrap_or(Value::Null);
+    Some(match PermissionAsk::from_tool_input(&input, p.cwd.as_deref()) {
+        Some(ask) => ask.render(),
+        None => format!("{UNREADABLE}{}", input["permissions"]),
+    })
+}
+
+/// The model's stated reason for a permission request (`tool_input.reason`).
+pub fn permission_reason(p: &HookPayload) -> Option<String> {
+    p.tool_input.as_ref()?.get("reason")?.as_str().map(str::to_string)
 }
 
 /// The files of the `fileChange` item `item_id` in a `thread/resume` result (its paths and the
@@ -106,11 +261,15 @@ pub enum Answered {
     Failed(String),
 }
 
-/// The decision as the app-server spells it.
-fn wire_decision(d: Decision) -> &'static str {
-    match d {
-        Decision::Approve => "accept",
-        Decision::Deny => "decline",
+/// The answer to request `params` as the app-server takes it: a command's or a patch's
+/// `decision` (`accept`, `decline`); for permissions, the permissions granted for this turn:
+/// exactly those the request asks (checked against the approval before), or none.
+fn wire_answer(kind: ApprovalKind, d: Decision, params: &Value) -> Value {
+    match (kind, d) {
+        (ApprovalKind::Command | ApprovalKind::FileChange, Decision::Approve) => json!({"decision": "accept"}),
+        (ApprovalKind::Command | ApprovalKind::FileChange, Decision::Deny) => json!({"decision": "decline"}),
+        (ApprovalKind::Permissions, Decision::Approve) => json!({"permissions": params["permissions"], "scope": "turn"}),
+        (ApprovalKind::Permissions, Decision::Deny) => json!({"permissions": {}, "scope": "turn"}),
     }
 }
 
@@ -154,9 +313,11 @@ pub fn is_request_of(method: &str, params: &Value, files: Option<&[String]>, a: 
     let same_ask = match a.kind {
         ApprovalKind::Command => {
             let command = params["command"].as_str().unwrap_or_default();
-            command == a.command || unwrap_shell(command) == a.command
+            // A network approval (a host the managed proxy asks about) is not the command listed.
+            params["networkApprovalContext"].is_null() && (command == a.command || unwrap_shell(command) == a.command)
         }
         ApprovalKind::FileChange => !a.files.is_empty() && files == Some(a.files.as_slice()),
+        ApprovalKind::Permissions => PermissionAsk::from_request(&params["permissions"]).is_some_and(|p| p.render() == a.command),
     };
     method == request_method(a.kind)
         && params["threadId"] == a.thread.as_str()
@@ -193,7 +354,7 @@ pub fn answer(endpoints: &[Endpoint], pid: i32, start: u64, a: &Approval, decisi
         return Answered::NotSent("answered by someone else first".into());
     }
     ws.set_deadline(deadline);
-    if let Err(e) = ws.respond(&id, json!({"decision": wire_decision(decision)})) {
+    if let Err(e) = ws.respond(&id, wire_answer(a.kind, decision, &request["params"])) {
         return if e.timed_out { Answered::Sent(AnswerOutcome::Unknown) } else { Answered::Failed(format!("writing the answer: {e}")) };
     }
     // A lost acknowledgement (crash tests) is waited for like any other that never comes.
@@ -276,7 +437,8 @@ fn replayed_request(ws: &mut WsClient, a: &Approval) -> Result<Value, Answered> 
     let of_its_kind = |r: &Value| r["method"] == request_method(a.kind);
     match found.iter().position(is_this) {
         Some(i) => Ok(found.swap_remove(i)),
-        None if found.is_empty() => Err(gone("the thread waits on no command or file-change approval")),
+        None if found.iter().any(|r| !r["params"]["networkApprovalContext"].is_null()) => Err(Answered::Failed(network_refusal(&found))),
+        None if found.is_empty() => Err(gone("the thread waits on no command, file-change or permissions approval")),
         // A request of the other kind is never this approval's: this one is over.
         None if !found.iter().any(of_its_kind) => Err(gone(&format!(
             "the thread waits on a request of another kind ({}, call {}), not this approval's",
@@ -289,6 +451,20 @@ fn replayed_request(ws: &mut WsClient, a: &Approval) -> Result<Value, Answered> 
             found[0]["params"]["itemId"]
         ))),
     }
+}
+
+/// Why a command request that asks for a host's network access (`networkApprovalContext`) is not
+/// answered: accepting one is a grant for the host, not the one command Courier lists, and what
+/// it grants was not probed. The person answers it where Codex shows it.
+fn network_refusal(found: &[Value]) -> String {
+    let ctx = found.iter().map(|r| &r["params"]["networkApprovalContext"]).find(|c| !c.is_null()).unwrap_or(&Value::Null);
+    format!(
+        "the thread waits on a network approval (host {}, {}): Courier answers no network approval, since accepting one \
+         grants the host, not the command it lists; nothing was sent. Answer it where Codex shows it (the TUI's prompt, or \
+         the app-server client)",
+        ctx["host"].as_str().unwrap_or("?"),
+        ctx["protocol"].as_str().unwrap_or("?")
+    )
 }
 
 /// A request for a person's approval, of any kind Courier answers.
@@ -351,6 +527,10 @@ mod tests {
         assert!(!is_request_of(cmd, &other_cmd, None, &a));
         let other_turn = json!({"threadId": "t", "turnId": "v", "itemId": "call_1", "command": "/bin/bash -lc 'echo hi'"});
         assert!(!is_request_of(cmd, &other_turn, None, &a));
+        let network = json!({"threadId": crate::store::sample::T1.as_str(), "turnId": "u", "itemId": "call_1",
+            "command": "/bin/bash -lc 'echo hi'", "networkApprovalContext": {"host": "example.com", "protocol": "https"}});
+        assert!(!is_request_of(cmd, &network, None, &a), "a network approval is not the command listed");
+        assert!(network_refusal(&[json!({"params": network})]).contains("host example.com, https"));
     }
 
     /// A file change is bound to its call and its files (as the thread's item lists them), and
@@ -392,5 +572,56 @@ mod tests {
         assert!(!is_request_of(fc, &p, None, &a), "no item: nothing to bind to");
         let other_call = json!({"threadId": crate::store::sample::T1.as_str(), "turnId": "u", "itemId": "call_q"});
         assert!(!is_request_of(fc, &other_call, item.as_deref(), &a));
+    }
+
+    /// A permission request is bound to its call and to exactly the permissions asked: the
+    /// request must resolve to the same paths and network; anything Courier cannot read (a glob,
+    /// a special path, a deny entry, an unknown field) never matches; and the answer grants
+    /// exactly the request's permissions, or none. Never a command's or a patch's request.
+    #[test]
+    fn a_permission_request_is_bound_to_call_and_permissions() {
+        let input = json!({"permissions": {"file_system": {"write": ["out", "/abs/w"], "read": ["/r"]}, "network": {"enabled": true}}});
+        let ask = PermissionAsk::from_tool_input(&input, Some("/w")).unwrap();
+        assert_eq!(ask.render(), "write: /abs/w, /w/out; read: /r; network");
+        assert_eq!(PermissionAsk::from_tool_input(&json!({"permissions": {}}), None).unwrap().render(), "nothing");
+        assert_eq!(PermissionAsk::from_tool_input(&json!({"permissions": {"disk": true}}), None), None);
+        let a = Approval {
+            id: "apr-3".into(),
+            thread: crate::store::sample::T1.clone(),
+            turn: "u".into(),
+            call_id: Some("call_a".into()),
+            tool: PERMISSIONS_TOOL.into(),
+            kind: ApprovalKind::Permissions,
+            command: ask.render(),
+            command_digest: crate::approval::command_digest(&ask.render()),
+            files: Vec::new(),
+            reason: None,
+            cwd: Some("/w".into()),
+            since: 0,
+            state: crate::approval::ApprovalState::Pending,
+            answer: None,
+            detail: None,
+        };
+        let entry = |p: &str, access: &str| json!({"path": {"type": "path", "path": p}, "access": access});
+        let params = |perms: Value, call: &str| json!({"threadId": crate::store::sample::T1.as_str(), "turnId": "u", "itemId": call, "permissions": perms});
+        let asked = json!({"network": {"enabled": true}, "fileSystem": {"read": ["/r"], "write": ["/w/out", "/abs/w"],
+            "entries": [entry("/w/out", "write"), entry("/abs/w", "write"), entry("/r", "read")]}});
+        let perm = request_method(ApprovalKind::Permissions);
+        assert!(is_request_of(perm, &params(asked.clone(), "call_a"), None, &a));
+        assert!(!is_request_of(perm, &params(asked.clone(), "call_b"), None, &a), "another call");
+        assert!(!is_request_of(request_method(ApprovalKind::Command), &params(asked.clone(), "call_a"), None, &a), "a command's request");
+        assert!(!is_request_of(request_method(ApprovalKind::FileChange), &params(asked.clone(), "call_a"), None, &a), "a patch's");
+        let more = json!({"network": {"enabled": true}, "fileSystem": {"read": ["/r"], "write": ["/w/out", "/abs/w", "/etc"]}});
+        assert!(!is_request_of(perm, &params(more, "call_a"), None, &a), "more than was asked");
+        let no_net = json!({"fileSystem": {"read": ["/r"], "write": ["/w/out", "/abs/w"]}});
+        assert!(!is_request_of(perm, &params(no_net, "call_a"), None, &a), "other permissions");
+        let glob = json!({"network": {"enabled": true}, "fileSystem": {"read": ["/r"], "write": ["/w/out", "/abs/w"],
+            "entries": [{"path": {"type": "glob_pattern", "pattern": "/**"}, "access": "write"}]}});
+        assert!(!is_request_of(perm, &params(glob, "call_a"), None, &a), "a glob it cannot show");
+        let unknown = json!({"network": {"enabled": true}, "fileSystem": {"read": ["/r"], "write": ["/w/out", "/abs/w"]}, "macos": {}});
+        assert!(!is_request_of(perm, &params(unknown, "call_a"), None, &a), "a field it does not know");
+        let p = params(asked.clone(), "call_a");
+        assert_eq!(wire_answer(ApprovalKind::Permissions, Decision::Approve, &p), json!({"permissions": asked, "scope": "turn"}));
+        assert_eq!(wire_answer(ApprovalKind::Permissions, Decision::Deny, &p), json!({"permissions": {}, "scope": "turn"}));
     }
 }

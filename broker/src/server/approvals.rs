@@ -97,31 +97,10 @@ pub(super) fn is_answer(line: &[u8]) -> bool {
 }
 
 impl Broker {
-    /// Records a verified PermissionRequest as pending; its id.
+    /// Records a verified PermissionRequest, or a `request_permissions` call's PreToolUse, as
+    /// pending; its id.
     pub(super) fn record_approval(&self, v: &Verified, ticket: &Ticket) -> Option<String> {
-        let (Some(command), Some(turn)) = (codex_approval::hook_command(&v.payload), v.turn_id.clone()) else { return None };
-        let mut waiting = v.actions.calls.iter().filter(|(_, done)| !done).map(|(id, _)| id.clone());
-        let call_id = match (waiting.next(), waiting.next()) {
-            (Some(only), None) => Some(only),
-            _ => None,
-        };
-        let kind = codex_approval::hook_kind(&v.payload);
-        let files = match kind {
-            ApprovalKind::Command => Vec::new(),
-            ApprovalKind::FileChange => codex_approval::patch_files(&command, v.payload.cwd.as_deref()),
-        };
-        let new = NewApproval {
-            thread: v.thread_id.clone(),
-            turn,
-            call_id,
-            tool: v.payload.tool_name.clone().unwrap_or_default(),
-            kind,
-            command,
-            files,
-            reason: codex_approval::hook_reason(&v.payload),
-            cwd: v.payload.cwd.clone(),
-            ticket: ticket.key.clone(),
-        };
+        let new = new_approval(v, ticket)?;
         let mut store = crate::store::lock(&self.store);
         let recorded = store.record_approval(&new);
         // No hook runs until it is answered: the thread's messages say why they wait.
@@ -139,6 +118,14 @@ impl Broker {
                 crate::log_error!("recording the approval of thread {}: {e:#}", new.thread);
                 None
             }
+        }
+    }
+
+    /// A verified PreToolUse: a `request_permissions` call's is recorded as pending (Codex asks
+    /// the person next, running no PermissionRequest hook); any other tool's is not an approval.
+    pub(super) fn record_permission_request(&self, v: &Verified, ticket: &Ticket) {
+        if codex_approval::permission_ask(&v.payload).is_some() {
+            self.record_approval(v, ticket);
         }
     }
 
@@ -164,7 +151,7 @@ impl Broker {
             return;
         }
         let (call, why) = match v.event {
-            HookEvent::PostToolUse => (v.payload.tool_use_id.as_deref(), "the command ran (its PostToolUse hook)"),
+            HookEvent::PostToolUse => (v.payload.tool_use_id.as_deref(), "its call completed (its PostToolUse hook)"),
             HookEvent::Stop => (None, "the turn ended (its Stop hook)"),
             HookEvent::UserPromptSubmit | HookEvent::SessionStart => (None, "a new turn began"),
             _ => return,
@@ -204,6 +191,7 @@ impl Broker {
             Some(user) => (format!("NATS user {user}, through {by}"), AnswerVia::Nats),
             None => (by, AnswerVia::Cli),
         };
+        unanswerable(&listed).map_err(|why| (ErrorCode::Failed, why))?;
         let record = AnswerRecord { decision, message, by, via, at: now_ms(), outcome: None };
         if self.approvals.holds.is_held(&id) {
             return self.answer_held(&id, &record);
@@ -220,7 +208,11 @@ impl Broker {
             .map_err(|why| (ErrorCode::Failed, format!("thread {}: no live Codex process proven to hold it ({why:?})", listed.thread)))?;
         let endpoints = endpoint::discover(&self.approvals.codex_home, owner.pid, owner.starttime);
         if endpoints.is_empty() {
-            return Err((ErrorCode::Failed, no_app_server(owner.pid, &listed.thread, self.approvals.config.hold)));
+            let why = match listed.kind {
+                ApprovalKind::Permissions => no_app_server_for_permissions(owner.pid, &listed.thread),
+                ApprovalKind::Command | ApprovalKind::FileChange => no_app_server(owner.pid, &listed.thread, self.approvals.config.hold),
+            };
+            return Err((ErrorCode::Failed, why));
         }
         let approval = self.claim(id, record)?;
         let steering = message.as_deref().map(|m| self.queue_deny_message(&approval, m)).transpose()?;
@@ -282,6 +274,7 @@ impl Broker {
         let text = match a.kind {
             ApprovalKind::Command => format!("Your request to run `{}` was denied: {message}", a.command),
             ApprovalKind::FileChange => format!("Your change to {} was denied: {message}", a.files.join(", ")),
+            ApprovalKind::Permissions => format!("Your request for permissions ({}) was denied: {message}", a.command),
         };
         let key = format!("approval:{}", a.id);
         let new = NewMessage {
@@ -316,6 +309,52 @@ impl Broker {
     }
 }
 
+/// The approval a verified hook shows: a PermissionRequest (a command, or a patch), or the
+/// PreToolUse of a `request_permissions` call (no PermissionRequest hook runs for those, and
+/// PreToolUse names the call).
+fn new_approval(v: &Verified, ticket: &Ticket) -> Option<NewApproval> {
+    let turn = v.turn_id.clone()?;
+    let tool = v.payload.tool_name.clone().unwrap_or_default();
+    if v.event == HookEvent::PreToolUse {
+        let asked = codex_approval::permission_ask(&v.payload)?;
+        return Some(NewApproval {
+            thread: v.thread_id.clone(),
+            turn,
+            call_id: v.payload.tool_use_id.clone(),
+            tool,
+            kind: ApprovalKind::Permissions,
+            command: asked,
+            files: Vec::new(),
+            reason: codex_approval::permission_reason(&v.payload),
+            cwd: v.payload.cwd.clone(),
+            ticket: ticket.key.clone(),
+        });
+    }
+    let command = codex_approval::hook_command(&v.payload)?;
+    let mut waiting = v.actions.calls.iter().filter(|(_, done)| !done).map(|(id, _)| id.clone());
+    let call_id = match (waiting.next(), waiting.next()) {
+        (Some(only), None) => Some(only),
+        _ => None,
+    };
+    let kind = codex_approval::hook_kind(&v.payload);
+    let files = match kind {
+        ApprovalKind::FileChange => codex_approval::patch_files(&command, v.payload.cwd.as_deref()),
+        ApprovalKind::Command | ApprovalKind::Permissions => Vec::new(),
+    };
+    Some(NewApproval {
+        thread: v.thread_id.clone(),
+        turn,
+        call_id,
+        tool,
+        kind,
+        command,
+        files,
+        reason: codex_approval::hook_reason(&v.payload),
+        cwd: v.payload.cwd.clone(),
+        ticket: ticket.key.clone(),
+    })
+}
+
 /// Why an approval of a thread no app-server serves (`codex exec`) and whose hook is not held
 /// cannot be answered, and what would make the next one answerable.
 fn no_app_server(pid: i32, thread: &ThreadId, hold: Hold) -> String {
@@ -334,6 +373,34 @@ fn no_app_server(pid: i32, thread: &ThreadId, hold: Hold) -> String {
              before the broker read the hold setting"
         ),
     }
+}
+
+/// Why a listed approval can never be answered by Courier, whatever Codex does next: nothing is
+/// claimed or sent, and the person learns where to answer it.
+fn unanswerable(a: &Approval) -> Result<(), String> {
+    match a.kind {
+        ApprovalKind::FileChange if a.files.is_empty() => Err(format!(
+            "approval {} is a patch that names no file (no `*** Add File:`, `*** Delete File:`, `*** Update File:` or \
+             `*** Move to:` line Courier can read), so Courier cannot bind an answer to the change Codex would make; nothing \
+             was sent. Answer it where Codex shows it (the TUI's prompt, or the app-server client of thread {})",
+            a.id, a.thread
+        )),
+        ApprovalKind::Permissions if a.command.starts_with(codex_approval::UNREADABLE) => Err(format!(
+            "approval {} asks for permissions Courier cannot read ({}), so it cannot bind an answer to them; nothing was \
+             sent. Answer it where Codex shows it (the TUI's prompt, or the app-server client of thread {})",
+            a.id, a.command, a.thread
+        )),
+        ApprovalKind::Command | ApprovalKind::FileChange | ApprovalKind::Permissions => Ok(()),
+    }
+}
+
+/// Why a permission request of a thread no app-server serves cannot be answered: Codex runs no
+/// PermissionRequest hook for it, so no hold can carry an answer either.
+fn no_app_server_for_permissions(pid: i32, thread: &ThreadId) -> String {
+    format!(
+        "the Codex process {pid} of thread {thread} serves no app-server (a `codex exec` run), and Codex runs no \
+         PermissionRequest hook for a `request_permissions` call, so Courier has nothing to answer through; nothing was sent"
+    )
 }
 
 /// Why an answer sent without an acknowledgement is `unknown`.

@@ -118,6 +118,12 @@ impl Broker {
             self.permission_request(stream, &verified, ticket.as_ref().map(|t| &t.ticket));
             return None;
         }
+        if verified.event == HookEvent::PreToolUse {
+            if let Some(t) = &ticket {
+                // A permission request runs no PermissionRequest hook: this is where it shows.
+                self.record_permission_request(&verified, &t.ticket);
+            }
+        }
         self.resolve_approvals(&verified);
         if let Some(turn) = &verified.turn_id {
             // A turn the wake channel did not start ends a run of wakes (wake/bound.rs).
