@@ -5,8 +5,10 @@
 //! claude process `(pid, start time)` of its first proven UserPromptSubmit (SessionStart takes no
 //! HTTP hook), and refuses any other live claude presenting it. A dead owner's pin passes to the
 //! next claude that opens a turn in the session (`claude --resume` after the first one quit).
-//! The pin also holds the turn the owner's last UserPromptSubmit opened (`prompt_id`): a tool
-//! hook of the main conversation must name it.
+//! The pin also holds the turn the owner's last UserPromptSubmit opened (`prompt_id`): a hook of
+//! the main conversation must name it, or a turn the session's transcript shows began after it
+//! (`turn.rs`: a prompt queued while the ending turn's Stop hooks ran opens a turn no
+//! UserPromptSubmit named); the pin then moves to that turn.
 //!
 //! `turn_ticket`: one ticket per (session, `prompt_id`, `tool_use_id`, event) for the tool hooks,
 //! one per (session, `prompt_id`) for UserPromptSubmit, taken durably before the hook is
@@ -41,7 +43,7 @@ pub fn session_owner(store: &mut Store, p: &Proven) -> Result<(), Refusal> {
         return match pin {
             Some(pin) if pin.owner != key => Err(refuse(format!("pid {} presents a session pinned to pid {}", key.pid, pin.owner.pid))),
             Some(pin) if pay.agent_id.is_none() && pin.prompt_id.as_deref() != Some(&pay.prompt_id) => {
-                Err(refusal(pay, RefusalCode::ClaudeTurn, format!("prompt_id {} is not the open turn {:?}", pay.prompt_id, pin.prompt_id)))
+                shown_turn(store, p, pin.prompt_id.as_deref())
             }
             Some(_) => Ok(()),
             None => Err(refuse(format!("pid {} presents a session no turn has opened since the broker knew it", key.pid))),
@@ -51,6 +53,35 @@ pub fn session_owner(store: &mut Store, p: &Proven) -> Result<(), Refusal> {
     match store.pin_claude_session(&pay.session_id, key, &transcript, &pay.prompt_id, |owner| owner.is_alive()).map_err(store_err)? {
         Pinned::New | Pinned::Same => Ok(()),
         Pinned::Other(pin) => Err(refuse(format!("pid {} opens a turn in a session pid {} (alive) owns", key.pid, pin.owner.pid))),
+    }
+}
+
+/// A main-conversation hook of the pin's owner naming another turn than the pin's: passes, and
+/// moves the pin to it, only when the transcript's newest main-conversation `user` record names
+/// that turn (`turn.rs`); else `claude_turn`.
+fn shown_turn(store: &mut Store, p: &Proven, pinned: Option<&str>) -> Result<(), Refusal> {
+    let pay = &p.payload;
+    let refuse = |shown: String| {
+        let detail = format!("prompt_id {} is not the open turn {pinned:?}, nor the transcript's newest ({shown})", pay.prompt_id);
+        Err(refusal(pay, RefusalCode::ClaudeTurn, detail))
+    };
+    match super::turn::newest(&pay.transcript_path) {
+        Ok(Some(t)) if t == pay.prompt_id => {}
+        Ok(shown) => return refuse(format!("{shown:?}")),
+        Err(e) => return refuse(format!("unreadable: {e}")),
+    }
+    let transcript = pay.transcript_path.to_string_lossy();
+    match store.pin_claude_session(&pay.session_id, p.key(), &transcript, &pay.prompt_id, |owner| owner.is_alive()) {
+        Ok(Pinned::Same) => {
+            crate::log_info!(
+                "claude session {}: turn {} opened without its own UserPromptSubmit (a prompt queued during Stop hooks); the transcript shows it",
+                pay.session_id,
+                pay.prompt_id
+            );
+            Ok(())
+        }
+        Ok(_) => Err(refusal(pay, RefusalCode::SessionOwned, "the session's pin changed during the check".into())),
+        Err(e) => Err(refusal(pay, RefusalCode::SessionOwned, format!("the session pin could not be written: {e:#}"))),
     }
 }
 
