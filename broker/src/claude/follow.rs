@@ -89,7 +89,8 @@ impl Followed {
         if ExeKey::of(&file).ok().as_ref() != Some(key) || !is_complete_elf(&file).unwrap_or(false) {
             return;
         }
-        let trusted = store.note_codex_file(key, digest).and_then(|()| super::trust::trust_digest(store, &r.native, digest, TrustHow::Followed));
+        let trusted =
+            store.note_codex_file(key, digest).and_then(|()| super::trust::trust_digest(store, &r.native, digest, TrustHow::Followed));
         match trusted {
             Ok((record, new)) => log_trusted(&r, &record, new),
             Err(e) => crate::log_warn!("claude follower: {}: {e:#}", path.display()),

@@ -124,3 +124,89 @@ pub fn note_activity(store: &mut Store, p: &Proven) {
         crate::log_warn!("claude: activity of session {} not recorded: {e:#}", p.payload.session_id);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::claude::peer::Holder;
+    use courier_shared::ids::ThreadId;
+    use serde_json::json;
+    use std::path::{Path, PathBuf};
+
+    const SID: &str = "3d255fc8-08ee-445f-91de-3391a4fadf95";
+
+    /// A store in a fresh directory, and a transcript path beside it.
+    fn setup(name: &str) -> (Store, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("courier-session-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        (Store::open(&dir).unwrap(), dir.join(format!("{SID}.jsonl")))
+    }
+
+    /// A hook of this test process (standing in for the proven claude) naming `prompt_id`.
+    fn hook(event: Event, prompt_id: &str, transcript: &Path) -> Proven {
+        let pid = std::process::id() as i32;
+        let claude = Holder { key: crate::os::ProcessKey::of(pid).unwrap(), pidfd: crate::os::pidfd_open(pid).unwrap() };
+        let tool_use_id = (event != Event::UserPromptSubmit && event != Event::Stop).then(|| "toolu_1".to_string());
+        let session_id = ThreadId::try_from(SID.to_string()).unwrap();
+        let payload =
+            Payload { event, session_id, transcript_path: transcript.into(), prompt_id: prompt_id.into(), tool_use_id, agent_id: None };
+        Proven { claude, payload }
+    }
+
+    fn append(path: &Path, v: serde_json::Value) {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap();
+        writeln!(f, "{v}").unwrap();
+    }
+
+    fn pinned_turn(store: &Store) -> Option<String> {
+        store.claude_session_pin(&ThreadId::try_from(SID.to_string()).unwrap()).unwrap().unwrap().prompt_id
+    }
+
+    fn code(r: Result<(), Refusal>) -> Option<RefusalCode> {
+        r.err().map(|r| r.code)
+    }
+
+    #[test]
+    fn a_turn_the_transcript_shows_began_takes_the_pin_and_no_other_does() {
+        let (mut store, t) = setup("queued");
+        append(&t, json!({"type": "user", "promptId": "T1", "message": {"role": "user", "content": "first"}}));
+        session_owner(&mut store, &hook(Event::UserPromptSubmit, "T1", &t)).unwrap();
+        // The queued prompt's UserPromptSubmit repeats T1; its turn's prompt record is T2.
+        append(&t, json!({"type": "queue-operation", "operation": "enqueue", "content": "second"}));
+        append(&t, json!({"type": "user", "promptId": "T2", "promptSource": "queued", "message": {"role": "user", "content": "second"}}));
+        // A turn the transcript does not show is refused, and the pin stays.
+        assert_eq!(code(session_owner(&mut store, &hook(Event::PreToolUse, "T3", &t))), Some(RefusalCode::ClaudeTurn));
+        assert_eq!(pinned_turn(&store).as_deref(), Some("T1"));
+        // The shown turn passes and takes the pin; a hook of the old turn is then refused.
+        session_owner(&mut store, &hook(Event::PreToolUse, "T2", &t)).unwrap();
+        assert_eq!(pinned_turn(&store).as_deref(), Some("T2"));
+        assert_eq!(code(session_owner(&mut store, &hook(Event::PostToolUse, "T1", &t))), Some(RefusalCode::ClaudeTurn));
+        session_owner(&mut store, &hook(Event::Stop, "T2", &t)).unwrap();
+    }
+
+    #[test]
+    fn a_forged_record_in_the_transcript_only_refuses() {
+        let (mut store, t) = setup("forged");
+        append(&t, json!({"type": "user", "promptId": "T1", "message": {"role": "user", "content": "first"}}));
+        session_owner(&mut store, &hook(Event::UserPromptSubmit, "T1", &t)).unwrap();
+        append(&t, json!({"type": "user", "promptId": "T2", "promptSource": "queued", "message": {"role": "user", "content": "second"}}));
+        // A same-uid writer appends a record of a turn of its choosing: the genuine T2 hook is no
+        // longer the newest turn and is refused (fail closed); the forged turn's id opens nothing
+        // unless claude itself sends a hook naming it.
+        append(&t, json!({"type": "user", "promptId": "FORGED", "message": {"role": "user", "content": "x"}}));
+        assert_eq!(code(session_owner(&mut store, &hook(Event::PreToolUse, "T2", &t))), Some(RefusalCode::ClaudeTurn));
+        assert_eq!(pinned_turn(&store).as_deref(), Some("T1"));
+        // A sub-agent's records (sidechain) and text quoting a record name no turn either.
+        let (mut store, t) = setup("sidechain");
+        append(&t, json!({"type": "user", "promptId": "T1", "message": {"role": "user", "content": "first"}}));
+        session_owner(&mut store, &hook(Event::UserPromptSubmit, "T1", &t)).unwrap();
+        append(&t, json!({"type": "user", "promptId": "SUB", "isSidechain": true, "message": {"role": "user", "content": "x"}}));
+        append(&t, json!({"type": "assistant", "message": {"content": [{"type": "text", "text": r#"{"type":"user","promptId":"Q"}"#}]}}));
+        for turn in ["SUB", "Q"] {
+            assert_eq!(code(session_owner(&mut store, &hook(Event::PreToolUse, turn, &t))), Some(RefusalCode::ClaudeTurn), "{turn}");
+        }
+        assert_eq!(pinned_turn(&store).as_deref(), Some("T1"));
+    }
+}

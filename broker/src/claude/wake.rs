@@ -93,7 +93,13 @@ struct Waker {
 }
 
 /// Serves `listener` (the wake socket `server/` bound) on its own threads.
-pub fn spawn(listener: UnixListener, state_dir: &Path, digests: DigestCache, followed: Arc<super::follow::Followed>, stops: Stops) -> Result<()> {
+pub fn spawn(
+    listener: UnixListener,
+    state_dir: &Path,
+    digests: DigestCache,
+    followed: Arc<super::follow::Followed>,
+    stops: Stops,
+) -> Result<()> {
     let waker = Arc::new(Waker {
         store: Mutex::new(Store::open(state_dir)?),
         digests,
