@@ -266,7 +266,10 @@ impl Follower {
     pub fn consider_hashed(&self, path: &Path, key: &ExeKey, digest: &str) {
         self.consider_hashed_codex(path, key, digest);
         for other in &self.others {
-            let _ = self.with_store(|s| Ok(other.consider_hashed(s, path, key, digest)));
+            let _ = self.with_store(|s| {
+                other.consider_hashed(s, path, key, digest);
+                Ok(())
+            });
         }
     }
 
