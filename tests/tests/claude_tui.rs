@@ -83,8 +83,8 @@ fn a_message_reaches_the_interactive_tui_session_once_and_is_confirmed() {
 
 /// A prompt the person submits while the ending turn's Stop hooks still run (probed on 2.1.332;
 /// a slow Stop command hook holds them here): Claude Code queues it (`queue-operation` records),
-/// its UserPromptSubmit repeats the ending turn's `prompt_id` (refused `ticket_used`: it opens
-/// nothing), and the turn it opens has another, whose prompt record (`promptSource: "queued"`)
+/// its UserPromptSubmit repeats the ending turn's `prompt_id` (refused `ticket_used` with no
+/// alarm: it opens nothing), and the turn it opens has another, whose prompt record (`promptSource: "queued"`)
 /// the transcript shows before the turn's first hook. The gate moves the session's pin to that
 /// turn at its first hook (`claude/turn.rs`), so a message sent while its Bash call runs reaches
 /// the model mid-turn, once, `confirmed`; no hook of the turn is refused `claude_turn`.
@@ -156,4 +156,6 @@ fn a_prompt_queued_during_stop_hooks_gets_its_messages_mid_turn() {
     let refused = claude_refusals(&broker);
     assert_eq!(refused.len(), 1, "{refused:?}");
     assert!(refused[0].0 == "ticket_used" && refused[0].1.contains("claude:UserPromptSubmit:"), "{refused:?}");
+    let log = broker.log_text();
+    assert!(log.contains("(a queued prompt)") && !log.contains("ALARM"), "a queued prompt raises no alarm:\n{log}");
 }

@@ -101,11 +101,20 @@ pub fn turn_ticket(store: &mut Store, p: &Proven) -> Result<(), Refusal> {
     match store.claim_ticket(&ticket, p.key().pid) {
         Ok(TicketClaim::New) => Ok(()),
         Ok(TicketClaim::Used { at, pid, handed }) => {
-            crate::log_warn!(
-                "ALARM: {} presented twice (pid {pid:?}, then pid {}); messages it was handed: {handed:?}",
-                ticket.key,
-                p.key().pid
-            );
+            if p.payload.event == Event::UserPromptSubmit && pid == Some(i64::from(p.key().pid)) {
+                // Claude Code itself repeats a turn's prompt_id for a prompt queued during that
+                // turn's Stop hooks (`turn.rs`); nothing is ever handed at UserPromptSubmit.
+                crate::log_info!(
+                    "claude: {} presented again by pid {pid:?} (a queued prompt); its turn opens at its first hook",
+                    ticket.key
+                );
+            } else {
+                crate::log_warn!(
+                    "ALARM: {} presented twice (pid {pid:?}, then pid {}); messages it was handed: {handed:?}",
+                    ticket.key,
+                    p.key().pid
+                );
+            }
             let detail =
                 format!("{} was accepted at {at} from pid {pid:?}; the messages it was handed ({handed:?}) are marked", ticket.key);
             Err(refusal(&p.payload, RefusalCode::TicketUsed, detail))
