@@ -45,7 +45,7 @@
 //! | `claude_loader_env` | claude:clean_start | the claude process was started with a variable that loads other code into it (`BUN_OPTIONS`, `LD_PRELOAD`, ...: `claude::gate::LOADER_VARS`) |
 //! | `claude_transcript` | claude:transcript | `transcript_path` is not `<claude config dir>/projects/<project>/<session_id>.jsonl` of the holder's own environment, goes through a symbolic link, or is not a regular file |
 //! | `session_owned` | claude:session_owner | another live claude process owns the session (pinned at its first proven hook), or a hook of a session no turn opened while the broker ran |
-//! | `claude_turn` | claude:session_owner | a main-conversation tool hook whose `prompt_id` is not the turn the owner's last UserPromptSubmit opened |
+//! | `claude_turn` | claude:session_owner | a main-conversation hook whose `prompt_id` is neither the turn the owner's last UserPromptSubmit opened nor the turn the transcript's newest prompt record shows |
 //! | `claude_wake_fd` | claude:wake_fds | an idle-wake hook (`hook-client --claude-wake`) whose stdout and stderr are not two distinct sockets a live claude created, or whose client is not that claude's descendant |
 //!
 //! The steps are the gate's (`gate/mod.rs`, "Checks, in order"; step 8 runs after `verify`,
@@ -226,11 +226,11 @@ impl RefusalCode {
             ProtocolVersion => "a hook-client of another Courier version: restart the broker after upgrading (`broker restart`)",
             ClaudeRequest => "something other than Claude Code's HTTP hook posted to the broker's Claude port, or a Claude Code version that sends other payloads",
             ClaudePeer | ClaudeHolder => "a process other than one claude connected to the Claude hook port (a script or curl posing as a hook: refused by design)",
-            UntrustedClaude => "a Claude Code binary that is not trusted sent the hook: `broker trust-claude PATH` (after an upgrade too)",
+            UntrustedClaude => "a Claude Code binary that is not trusted sent the hook: one no `claude` command install recorded runs (`broker install --claude`, or `broker trust-claude PATH`)",
             ClaudeLoaderEnv => "a claude started with BUN_OPTIONS, LD_PRELOAD or a like variable sent the hook: unset it where claude starts (a forged hook otherwise)",
             ClaudeTranscript => "the hook named a transcript that is not its claude's own: a forged payload, or CLAUDE_CONFIG_DIR changed under the session",
             SessionOwned => "two live claude processes on one session (`--resume` of a running session; the first one keeps its messages), or the broker started mid-turn",
-            ClaudeTurn => "a Claude Code tool hook of a turn the session's last prompt did not open: a replayed or forged payload",
+            ClaudeTurn => "a Claude Code hook of a turn neither the session's last prompt opened nor its transcript shows: a replayed or forged payload",
             ClaudeWakeFd => "`hook-client --claude-wake` run by something other than Claude Code's Stop hook (a model's command posing as it: refused by design)",
         }
     }

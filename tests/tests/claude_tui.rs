@@ -9,11 +9,11 @@
 use std::time::Duration;
 
 use courier_tests::claude::env_or_skip;
-use courier_tests::claude::gate::{wait_proven, ClaudeBroker};
+use courier_tests::claude::gate::{claude_refusals, proven_hooks, wait_proven, ClaudeBroker};
 use courier_tests::messages::{ScriptedMessages, Turn};
 use courier_tests::tmux::Tmux;
-use courier_tests::util::{marker, str_field};
-use serde_json::Value;
+use courier_tests::util::{marker, poll_until, str_field};
+use serde_json::{json, Value};
 
 const PROMPT: &str = "please run the command";
 const BOUND: Duration = Duration::from_secs(60);
@@ -79,4 +79,83 @@ fn a_message_reaches_the_interactive_tui_session_once_and_is_confirmed() {
     eprintln!("--- TUI, ctrl+o\n{detail}");
     assert!(detail.contains("Bash(sleep 4; echo slept)") && detail.contains("1 PostToolUse hook ran"), "{detail}");
     assert!(!detail.contains(&text) && !detail.contains("additional context"), "the transcript view shows the hook's context:\n{detail}");
+}
+
+/// A prompt the person submits while the ending turn's Stop hooks still run (probed on 2.1.332;
+/// a slow Stop command hook holds them here): Claude Code queues it (`queue-operation` records),
+/// its UserPromptSubmit repeats the ending turn's `prompt_id` (refused `ticket_used` with no
+/// alarm: it opens nothing), and the turn it opens has another, whose prompt record (`promptSource: "queued"`)
+/// the transcript shows before the turn's first hook. The gate moves the session's pin to that
+/// turn at its first hook (`claude/turn.rs`), so a message sent while its Bash call runs reaches
+/// the model mid-turn, once, `confirmed`; no hook of the turn is refused `claude_turn`.
+#[test]
+fn a_prompt_queued_during_stop_hooks_gets_its_messages_mid_turn() {
+    let api = ScriptedMessages::start_with(|r| {
+        let (second, first) = (r.is_stream() && r.body_contains("SECOND-PROMPT"), r.is_stream() && r.body_contains("FIRST-PROMPT"));
+        match (second, first, r.tool_results().is_empty()) {
+            (true, _, true) => Turn::bash("sleep 4; echo two"),
+            (true, _, false) => Turn::text("second all done"),
+            (false, true, _) => Turn::text("first all done"),
+            _ => Turn::text("ok"),
+        }
+    });
+    let Some(env) = env_or_skip(&api) else { return };
+    let cb = ClaudeBroker::new();
+    let broker = cb.start(&env.claude);
+    let mut hooks: Vec<(&str, &str, Value)> = courier_tests::claude::COURIER_EVENTS
+        .iter()
+        .map(|e| {
+            let url = format!("http://127.0.0.1:{}/hook/{e}", cb.port);
+            (*e, if e.ends_with("ToolUse") { "*" } else { "" }, json!({"type": "http", "url": url, "timeout": 5}))
+        })
+        .collect();
+    hooks.push(("Stop", "", json!({"type": "command", "command": "sleep 6", "timeout": 30})));
+    env.set_hook_entries(&hooks);
+
+    let mut vars = env.env_vars();
+    vars.push(("TERM".into(), "xterm-256color".into()));
+    let tui = Tmux::start(&[env.claude.display().to_string()], &vars, &env.work);
+    tui.wait_for("shift+tab to cycle", BOUND);
+    tui.send_keys(&["-l", "FIRST-PROMPT"]);
+    tui.send_keys(&["Enter"]);
+    tui.wait_for("first all done", BOUND);
+    tui.wait_for("running Stop hooks", BOUND);
+    tui.send_keys(&["-l", "SECOND-PROMPT"]);
+    tui.send_keys(&["Enter"]);
+
+    // The queued prompt's turn: its first tool hook is proven, then a message sent meanwhile
+    // reaches it at its PostToolUse.
+    let pre = poll_until(BOUND, || proven_hooks(&broker.log_text()).into_iter().find(|(e, _, _)| e == "PreToolUse"))
+        .unwrap_or_else(|| panic!("the queued prompt's turn: no tool hook proven: {:?}\n{}", claude_refusals(&broker), broker.log_text()));
+    let text = marker("CLAUDE_QUEUED");
+    let sent = broker.run(&["send", "--thread", &pre.1, "--from", "ci-bot", "--wait", "confirmed", "--timeout", "60s", "--json", &text]);
+    let report = String::from_utf8_lossy(&sent.stdout).to_string();
+    assert!(sent.status.success(), "send: {:?}\n{report}\n{}", sent.status, broker.log_text());
+    let receipt: Value = serde_json::from_str(report.trim().lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {report}"));
+    assert_eq!(receipt.pointer("/message/state").and_then(Value::as_str), Some("confirmed"), "{receipt}");
+    tui.wait_for("second all done", BOUND);
+    let with: Vec<usize> = api.requests().iter().filter(|r| r.body_contains(&text)).map(|r| r.index).collect();
+    let after = api.wait_for(Duration::from_secs(5), "the tool result", |r| !r.tool_results().is_empty());
+    assert_eq!(with, [after.index], "only the request after the queued turn's tool result carries it:\n{}", api.dump());
+
+    // It was a queued prompt, as the transcript records it, and only its UserPromptSubmit (the
+    // ending turn's id again) was refused.
+    let projects = env.home.join(".claude/projects");
+    let transcript = std::fs::read_dir(&projects)
+        .unwrap()
+        .map(|d| d.unwrap().path().join(format!("{}.jsonl", pre.1)))
+        .find(|p| p.exists())
+        .expect("the session's transcript");
+    let records = courier_tests::claude::transcript_records(&transcript);
+    let second = records.iter().find(|r| r["type"] == "user" && r["message"]["content"] == "SECOND-PROMPT").expect("the prompt record");
+    assert_eq!(second["promptSource"], "queued", "{second}");
+    assert!(records.iter().any(|r| r["type"] == "queue-operation" && r["operation"] == "enqueue"), "no enqueue record");
+    let turns: std::collections::BTreeSet<&str> =
+        records.iter().filter(|r| r["type"] == "user").filter_map(|r| r["promptId"].as_str()).collect();
+    assert_eq!(turns.len(), 2, "two turns: {turns:?}");
+    let refused = claude_refusals(&broker);
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(refused[0].0 == "ticket_used" && refused[0].1.contains("claude:UserPromptSubmit:"), "{refused:?}");
+    let log = broker.log_text();
+    assert!(log.contains("(a queued prompt)") && !log.contains("ALARM"), "a queued prompt raises no alarm:\n{log}");
 }

@@ -18,6 +18,8 @@
 //! - `gate.rs`: the kernel steps of the gate (payload, holder, trusted binary, clean start,
 //!   transcript), store-free;
 //! - `session.rs`: the steps that need the store (`session_owner`, `turn_ticket`);
+//! - `turn.rs`: the turn a session's transcript shows (a queued prompt's turn, which no
+//!   UserPromptSubmit names);
 //! - `deliver.rs`: what a proven hook is handed (PostToolUse `additionalContext`; `agent_scope`);
 //! - `confirm.rs`: hand-offs settled from the transcript's request records;
 //! - `refusals.rs`: refusals of the endpoint and the wake, recorded at a bounded rate;
@@ -39,6 +41,7 @@ pub mod serve;
 pub mod session;
 pub mod settings;
 pub mod trust;
+pub mod turn;
 pub mod wake;
 
 /// The Claude Code hook events the broker serves (the ones that take HTTP hooks and that Courier

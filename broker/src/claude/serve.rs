@@ -25,6 +25,10 @@ use std::time::{Duration, Instant};
 pub const MAX_CONNECTIONS: usize = 16;
 /// How long a connection has to send its request; the whole answer is due by twice that.
 pub const READ_DEADLINE: Duration = Duration::from_secs(2);
+/// How long a hook waits at most for the hash of an expected binary (the first hook after an
+/// upgrade: 2.1.332's 402 MB take ~0.3 s of CPU, seconds on a loaded machine), counted from the
+/// connection; the answer is still due by twice [`READ_DEADLINE`], within install's 5 s timeout.
+pub const DIGEST_WAIT: Duration = Duration::from_secs(3);
 /// How often the confirmation pass reads the transcripts of open hand-offs (while none is open it
 /// waits for the next hand-off: [`confirm_loop`]).
 const CONFIRM_EVERY: Duration = Duration::from_millis(500);
@@ -41,6 +45,8 @@ struct Endpoint {
     /// 0.6 s under load) never holds the lock a concurrent connection's answer waits for.
     refusal_store: Mutex<Store>,
     digests: DigestCache,
+    /// The followed `claude` commands: what they run now is an expected binary (`follow.rs`).
+    followed: Arc<super::follow::Followed>,
     /// Whether a delivery also shows the person a receipt line (`receipts` in the config).
     receipts: Receipts,
     active: AtomicUsize,
@@ -51,13 +57,21 @@ struct Endpoint {
 
 /// Binds the port and starts the accept thread. A port that cannot be bound is logged and
 /// leaves Codex's side of the broker running.
-pub fn spawn(port: u16, state_dir: &Path, digests: DigestCache, receipts: Receipts, stops: super::wake::Stops) -> Result<SocketAddr> {
+pub fn spawn(
+    port: u16,
+    state_dir: &Path,
+    digests: DigestCache,
+    followed: Arc<super::follow::Followed>,
+    receipts: Receipts,
+    stops: super::wake::Stops,
+) -> Result<SocketAddr> {
     let listener = TcpListener::bind(("127.0.0.1", port)).with_context(|| format!("binding 127.0.0.1:{port} for Claude Code hooks"))?;
     let addr = listener.local_addr()?;
     let endpoint = Arc::new(Endpoint {
         store: Mutex::new(Store::open(state_dir)?),
         refusal_store: Mutex::new(Store::open(state_dir)?),
         digests,
+        followed,
         receipts,
         active: AtomicUsize::new(0),
         refusals: Refusals::default(),
@@ -116,7 +130,7 @@ fn accept_loop(listener: &TcpListener, endpoint: &Arc<Endpoint>) {
 impl Endpoint {
     fn handle(&self, mut conn: TcpStream) {
         let start = Instant::now();
-        let (answer, refused) = match self.answer(&mut conn, start + READ_DEADLINE) {
+        let (answer, refused) = match self.answer(&mut conn, start + READ_DEADLINE, start + DIGEST_WAIT) {
             Ok(answer) => (answer, None),
             Err(refusal) => (NOTHING.to_string(), Some(refusal)),
         };
@@ -129,13 +143,15 @@ impl Endpoint {
         }
     }
 
-    /// The request's answer, or why it was refused.
-    fn answer(&self, conn: &mut TcpStream, deadline: Instant) -> Result<String, Refusal> {
+    /// The request's answer, or why it was refused: the request read by `deadline`, an expected
+    /// binary's hash waited for until `digest_until`.
+    fn answer(&self, conn: &mut TcpStream, deadline: Instant, digest_until: Instant) -> Result<String, Refusal> {
         let bad = |e: http::BadRequest| Refusal::new(crate::refusal::RefusalCode::ClaudeRequest, e.0);
         let req = http::read_request(conn, deadline).map_err(bad)?;
         let addrs = conn.peer_addr().and_then(|c| Ok((c, conn.local_addr()?)));
         let (client, server) = addrs.map_err(|e| bad(http::BadRequest(e.to_string())))?;
-        let proven = gate::verify(&req.event, &req.body, client, server, &self.digests, &StoreTrust(&self.store), deadline)?;
+        let trust = StoreTrust(&self.store, &self.followed);
+        let proven = gate::verify(&req.event, &req.body, client, server, &self.digests, &trust, digest_until)?;
         {
             let mut store = crate::store::lock(&self.store);
             super::session::session_owner(&mut store, &proven)?;

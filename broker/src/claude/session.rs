@@ -5,8 +5,10 @@
 //! claude process `(pid, start time)` of its first proven UserPromptSubmit (SessionStart takes no
 //! HTTP hook), and refuses any other live claude presenting it. A dead owner's pin passes to the
 //! next claude that opens a turn in the session (`claude --resume` after the first one quit).
-//! The pin also holds the turn the owner's last UserPromptSubmit opened (`prompt_id`): a tool
-//! hook of the main conversation must name it.
+//! The pin also holds the turn the owner's last UserPromptSubmit opened (`prompt_id`): a hook of
+//! the main conversation must name it, or a turn the session's transcript shows began after it
+//! (`turn.rs`: a prompt queued while the ending turn's Stop hooks ran opens a turn no
+//! UserPromptSubmit named); the pin then moves to that turn.
 //!
 //! `turn_ticket`: one ticket per (session, `prompt_id`, `tool_use_id`, event) for the tool hooks,
 //! one per (session, `prompt_id`) for UserPromptSubmit, taken durably before the hook is
@@ -41,7 +43,7 @@ pub fn session_owner(store: &mut Store, p: &Proven) -> Result<(), Refusal> {
         return match pin {
             Some(pin) if pin.owner != key => Err(refuse(format!("pid {} presents a session pinned to pid {}", key.pid, pin.owner.pid))),
             Some(pin) if pay.agent_id.is_none() && pin.prompt_id.as_deref() != Some(&pay.prompt_id) => {
-                Err(refusal(pay, RefusalCode::ClaudeTurn, format!("prompt_id {} is not the open turn {:?}", pay.prompt_id, pin.prompt_id)))
+                shown_turn(store, p, pin.prompt_id.as_deref())
             }
             Some(_) => Ok(()),
             None => Err(refuse(format!("pid {} presents a session no turn has opened since the broker knew it", key.pid))),
@@ -51,6 +53,35 @@ pub fn session_owner(store: &mut Store, p: &Proven) -> Result<(), Refusal> {
     match store.pin_claude_session(&pay.session_id, key, &transcript, &pay.prompt_id, |owner| owner.is_alive()).map_err(store_err)? {
         Pinned::New | Pinned::Same => Ok(()),
         Pinned::Other(pin) => Err(refuse(format!("pid {} opens a turn in a session pid {} (alive) owns", key.pid, pin.owner.pid))),
+    }
+}
+
+/// A main-conversation hook of the pin's owner naming another turn than the pin's: passes, and
+/// moves the pin to it, only when the transcript's newest main-conversation `user` record names
+/// that turn (`turn.rs`); else `claude_turn`.
+fn shown_turn(store: &mut Store, p: &Proven, pinned: Option<&str>) -> Result<(), Refusal> {
+    let pay = &p.payload;
+    let refuse = |shown: String| {
+        let detail = format!("prompt_id {} is not the open turn {pinned:?}, nor the transcript's newest ({shown})", pay.prompt_id);
+        Err(refusal(pay, RefusalCode::ClaudeTurn, detail))
+    };
+    match super::turn::newest(&pay.transcript_path) {
+        Ok(Some(t)) if t == pay.prompt_id => {}
+        Ok(shown) => return refuse(format!("{shown:?}")),
+        Err(e) => return refuse(format!("unreadable: {e}")),
+    }
+    let transcript = pay.transcript_path.to_string_lossy();
+    match store.pin_claude_session(&pay.session_id, p.key(), &transcript, &pay.prompt_id, |owner| owner.is_alive()) {
+        Ok(Pinned::Same) => {
+            crate::log_info!(
+                "claude session {}: turn {} opened without its own UserPromptSubmit (a prompt queued during Stop hooks); the transcript shows it",
+                pay.session_id,
+                pay.prompt_id
+            );
+            Ok(())
+        }
+        Ok(_) => Err(refusal(pay, RefusalCode::SessionOwned, "the session's pin changed during the check".into())),
+        Err(e) => Err(refusal(pay, RefusalCode::SessionOwned, format!("the session pin could not be written: {e:#}"))),
     }
 }
 
@@ -70,11 +101,20 @@ pub fn turn_ticket(store: &mut Store, p: &Proven) -> Result<(), Refusal> {
     match store.claim_ticket(&ticket, p.key().pid) {
         Ok(TicketClaim::New) => Ok(()),
         Ok(TicketClaim::Used { at, pid, handed }) => {
-            crate::log_warn!(
-                "ALARM: {} presented twice (pid {pid:?}, then pid {}); messages it was handed: {handed:?}",
-                ticket.key,
-                p.key().pid
-            );
+            if p.payload.event == Event::UserPromptSubmit && pid == Some(i64::from(p.key().pid)) {
+                // Claude Code itself repeats a turn's prompt_id for a prompt queued during that
+                // turn's Stop hooks (`turn.rs`); nothing is ever handed at UserPromptSubmit.
+                crate::log_info!(
+                    "claude: {} presented again by pid {pid:?} (a queued prompt); its turn opens at its first hook",
+                    ticket.key
+                );
+            } else {
+                crate::log_warn!(
+                    "ALARM: {} presented twice (pid {pid:?}, then pid {}); messages it was handed: {handed:?}",
+                    ticket.key,
+                    p.key().pid
+                );
+            }
             let detail =
                 format!("{} was accepted at {at} from pid {pid:?}; the messages it was handed ({handed:?}) are marked", ticket.key);
             Err(refusal(&p.payload, RefusalCode::TicketUsed, detail))
@@ -91,5 +131,91 @@ pub fn note_activity(store: &mut Store, p: &Proven) {
     }
     if let Err(e) = store.note_claude_activity(&p.payload.session_id, p.key(), p.payload.event.activity()) {
         crate::log_warn!("claude: activity of session {} not recorded: {e:#}", p.payload.session_id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::claude::peer::Holder;
+    use courier_shared::ids::ThreadId;
+    use serde_json::json;
+    use std::path::{Path, PathBuf};
+
+    const SID: &str = "3d255fc8-08ee-445f-91de-3391a4fadf95";
+
+    /// A store in a fresh directory, and a transcript path beside it.
+    fn setup(name: &str) -> (Store, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("courier-session-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        (Store::open(&dir).unwrap(), dir.join(format!("{SID}.jsonl")))
+    }
+
+    /// A hook of this test process (standing in for the proven claude) naming `prompt_id`.
+    fn hook(event: Event, prompt_id: &str, transcript: &Path) -> Proven {
+        let pid = std::process::id() as i32;
+        let claude = Holder { key: crate::os::ProcessKey::of(pid).unwrap(), pidfd: crate::os::pidfd_open(pid).unwrap() };
+        let tool_use_id = (event != Event::UserPromptSubmit && event != Event::Stop).then(|| "toolu_1".to_string());
+        let session_id = ThreadId::try_from(SID.to_string()).unwrap();
+        let payload =
+            Payload { event, session_id, transcript_path: transcript.into(), prompt_id: prompt_id.into(), tool_use_id, agent_id: None };
+        Proven { claude, payload }
+    }
+
+    fn append(path: &Path, v: serde_json::Value) {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap();
+        writeln!(f, "{v}").unwrap();
+    }
+
+    fn pinned_turn(store: &Store) -> Option<String> {
+        store.claude_session_pin(&ThreadId::try_from(SID.to_string()).unwrap()).unwrap().unwrap().prompt_id
+    }
+
+    fn code(r: Result<(), Refusal>) -> Option<RefusalCode> {
+        r.err().map(|r| r.code)
+    }
+
+    #[test]
+    fn a_turn_the_transcript_shows_began_takes_the_pin_and_no_other_does() {
+        let (mut store, t) = setup("queued");
+        append(&t, json!({"type": "user", "promptId": "T1", "message": {"role": "user", "content": "first"}}));
+        session_owner(&mut store, &hook(Event::UserPromptSubmit, "T1", &t)).unwrap();
+        // The queued prompt's UserPromptSubmit repeats T1; its turn's prompt record is T2.
+        append(&t, json!({"type": "queue-operation", "operation": "enqueue", "content": "second"}));
+        append(&t, json!({"type": "user", "promptId": "T2", "promptSource": "queued", "message": {"role": "user", "content": "second"}}));
+        // A turn the transcript does not show is refused, and the pin stays.
+        assert_eq!(code(session_owner(&mut store, &hook(Event::PreToolUse, "T3", &t))), Some(RefusalCode::ClaudeTurn));
+        assert_eq!(pinned_turn(&store).as_deref(), Some("T1"));
+        // The shown turn passes and takes the pin; a hook of the old turn is then refused.
+        session_owner(&mut store, &hook(Event::PreToolUse, "T2", &t)).unwrap();
+        assert_eq!(pinned_turn(&store).as_deref(), Some("T2"));
+        assert_eq!(code(session_owner(&mut store, &hook(Event::PostToolUse, "T1", &t))), Some(RefusalCode::ClaudeTurn));
+        session_owner(&mut store, &hook(Event::Stop, "T2", &t)).unwrap();
+    }
+
+    #[test]
+    fn a_forged_record_in_the_transcript_only_refuses() {
+        let (mut store, t) = setup("forged");
+        append(&t, json!({"type": "user", "promptId": "T1", "message": {"role": "user", "content": "first"}}));
+        session_owner(&mut store, &hook(Event::UserPromptSubmit, "T1", &t)).unwrap();
+        append(&t, json!({"type": "user", "promptId": "T2", "promptSource": "queued", "message": {"role": "user", "content": "second"}}));
+        // A same-uid writer appends a record of a turn of its choosing: the genuine T2 hook is no
+        // longer the newest turn and is refused (fail closed); the forged turn's id opens nothing
+        // unless claude itself sends a hook naming it.
+        append(&t, json!({"type": "user", "promptId": "FORGED", "message": {"role": "user", "content": "x"}}));
+        assert_eq!(code(session_owner(&mut store, &hook(Event::PreToolUse, "T2", &t))), Some(RefusalCode::ClaudeTurn));
+        assert_eq!(pinned_turn(&store).as_deref(), Some("T1"));
+        // A sub-agent's records (sidechain) and text quoting a record name no turn either.
+        let (mut store, t) = setup("sidechain");
+        append(&t, json!({"type": "user", "promptId": "T1", "message": {"role": "user", "content": "first"}}));
+        session_owner(&mut store, &hook(Event::UserPromptSubmit, "T1", &t)).unwrap();
+        append(&t, json!({"type": "user", "promptId": "SUB", "isSidechain": true, "message": {"role": "user", "content": "x"}}));
+        append(&t, json!({"type": "assistant", "message": {"content": [{"type": "text", "text": r#"{"type":"user","promptId":"Q"}"#}]}}));
+        for turn in ["SUB", "Q"] {
+            assert_eq!(code(session_owner(&mut store, &hook(Event::PreToolUse, turn, &t))), Some(RefusalCode::ClaudeTurn), "{turn}");
+        }
+        assert_eq!(pinned_turn(&store).as_deref(), Some("T1"));
     }
 }

@@ -85,16 +85,25 @@ struct Waker {
     /// Its own connection to the queue: pins, tickets, leases, refusals.
     store: Mutex<Store>,
     digests: DigestCache,
+    /// The followed `claude` commands (the gate's expected binaries).
+    followed: Arc<super::follow::Followed>,
     stops: Stops,
     active: AtomicUsize,
     refusals: Refusals,
 }
 
 /// Serves `listener` (the wake socket `server/` bound) on its own threads.
-pub fn spawn(listener: UnixListener, state_dir: &Path, digests: DigestCache, stops: Stops) -> Result<()> {
+pub fn spawn(
+    listener: UnixListener,
+    state_dir: &Path,
+    digests: DigestCache,
+    followed: Arc<super::follow::Followed>,
+    stops: Stops,
+) -> Result<()> {
     let waker = Arc::new(Waker {
         store: Mutex::new(Store::open(state_dir)?),
         digests,
+        followed,
         stops,
         active: AtomicUsize::new(0),
         refusals: Refusals::default(),
@@ -161,7 +170,7 @@ impl Waker {
             Ok(h) => h,
             Err(detail) => return Err(gate::refusal(RefusalCode::ClaudeWakeFd, detail, &payload)),
         };
-        let proven = gate::prove_claude(holder, payload, &self.digests, &StoreTrust(&self.store), until)?;
+        let proven = gate::prove_claude(holder, payload, &self.digests, &StoreTrust(&self.store, &self.followed), until)?;
         let pay = &proven.payload;
         if pay.agent_id.is_some() {
             return Err(gate::refusal(RefusalCode::ClaudeTurn, "a sub-agent's Stop wakes nothing".into(), pay));

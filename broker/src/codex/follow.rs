@@ -1,7 +1,8 @@
 //! Following Codex upgrades: the broker trusts the binary the user's own `codex` runs, with no
 //! command from the user, off the hook path. The same thread follows the other host agents'
-//! upgrades: each pass also runs the [`HostPass`]es `broker serve` gives it (Claude Code's,
-//! `claude/follow.rs`), and watches the directories they return.
+//! upgrades: each pass also runs the [`HostFollow`]s `broker serve` gives it (Claude Code's,
+//! `claude/follow.rs`), watches the directories they return, and hands them what the expected
+//! lane hashed.
 //!
 //! The follower thread resolves every followed `codex` command (recorded by `broker install` or
 //! `broker trust-codex`, plus the `codex` on the broker's own PATH), watches the directories
@@ -30,7 +31,8 @@
 //! The follower also keeps the set of files the gate treats as *expected* Codex binaries: a hook
 //! whose codex is one of them waits for its hash instead of being refused (`exe/digest.rs`);
 //! when the gate's expected lane hashes such a file first, [`Follower::consider_hashed`] trusts it
-//! in time for the waiting hook if a followed command resolves to it.
+//! in time for the waiting hook if a followed command resolves to it (a Codex command, or another
+//! host's, through its [`HostFollow::consider_hashed`]).
 
 use super::native::{is_complete_elf, version_beside};
 use super::resolve::{self, Layout, Resolved};
@@ -64,10 +66,16 @@ struct Expected {
     trusted_sizes: HashSet<u64>,
 }
 
-/// Another host agent's follow pass: trusts what its user's commands now run, returns the
-/// directories an upgrade of it changes. The wing that knows the host provides it; this loop
-/// runs it, so the Codex wing imports no other host.
-pub type HostPass = Box<dyn Fn(&mut Store) -> Vec<PathBuf> + Send + Sync>;
+/// Another host agent's part of the follower. The wing that knows the host provides it; this
+/// loop runs it, so the Codex wing imports no other host.
+pub trait HostFollow: Send + Sync {
+    /// One pass: trusts what its user's commands now run, returns the directories an upgrade of
+    /// it changes.
+    fn pass(&self, store: &mut Store) -> Vec<PathBuf>;
+    /// The expected lane hashed the file at `path`: trusts it if one of the host's followed
+    /// commands resolves to exactly that file now (what the gate waits for).
+    fn consider_hashed(&self, store: &mut Store, path: &Path, key: &ExeKey, digest: &str);
+}
 
 /// State shared by the follower thread, the gate's expected lane and the server.
 pub struct Follower {
@@ -75,8 +83,8 @@ pub struct Follower {
     state_dir: PathBuf,
     /// `codex` on the broker's own PATH at start (followed without being recorded).
     own_codex: Option<PathBuf>,
-    /// The other hosts' passes, run after Codex's in each cycle.
-    others: Vec<HostPass>,
+    /// The other hosts' parts, run after Codex's in each cycle and for each expected hash.
+    others: Vec<Arc<dyn HostFollow>>,
     digests: DigestCache,
     expected: RwLock<Expected>,
     store: Mutex<Option<Store>>,
@@ -90,7 +98,7 @@ impl Follower {
         state_dir: &Path,
         own_codex: Option<PathBuf>,
         digests: DigestCache,
-        others: Vec<HostPass>,
+        others: Vec<Arc<dyn HostFollow>>,
     ) -> Arc<Follower> {
         Arc::new(Follower {
             codex_home: codex_home.to_path_buf(),
@@ -173,7 +181,7 @@ impl Follower {
             watch.extend(command.parent().map(Path::to_path_buf));
         }
         for other in &self.others {
-            watch.extend(self.with_store(|s| Ok(other(s))).unwrap_or_default());
+            watch.extend(self.with_store(|s| Ok(other.pass(s))).unwrap_or_default());
         }
         let mut seen = HashSet::new();
         watch.retain(|p| seen.insert(p.clone()));
@@ -253,9 +261,21 @@ impl Follower {
     }
 
     /// Called by the gate's expected lane with a file it just hashed: if a followed command
-    /// resolves to exactly that file now, trust it (the hook waiting on the hash then passes).
-    /// Managed-daemon releases are not followed (module docs).
+    /// (Codex's, or another host's) resolves to exactly that file now, trust it (the hook waiting
+    /// on the hash then passes).
     pub fn consider_hashed(&self, path: &Path, key: &ExeKey, digest: &str) {
+        self.consider_hashed_codex(path, key, digest);
+        for other in &self.others {
+            let _ = self.with_store(|s| {
+                other.consider_hashed(s, path, key, digest);
+                Ok(())
+            });
+        }
+    }
+
+    /// [`Follower::consider_hashed`] for the followed `codex` commands. Managed-daemon releases
+    /// are not followed (module docs).
+    fn consider_hashed_codex(&self, path: &Path, key: &ExeKey, digest: &str) {
         let found = resolve::discover_commands(&self.commands());
         let Some(r) = found.found.iter().find(|r| r.native == path) else { return };
         let Ok(file) = File::open(&r.native) else { return };

@@ -6,8 +6,9 @@
 //!
 //! - The **expected** lane hashes files the broker has reason to believe are Codex: a trusted
 //!   binary's path, the native binary the user's own `codex` resolves to, a managed-daemon
-//!   release copy the size of a trusted binary (`broker::codex::follow` keeps that set). A hook
-//!   whose codex is such a file waits for it, bounded three ways: at most [`EXPECTED_QUEUE`]
+//!   release copy the size of a trusted binary (`broker::codex::follow` keeps that set); for the
+//!   Claude Code gate, a trusted Claude path or what a followed `claude` runs now
+//!   (`broker::claude::follow`). A hook whose binary is such a file waits for it, bounded three ways: at most [`EXPECTED_QUEUE`]
 //!   files queued, at most [`EXPECTED_WAITERS`] workers waiting at once (the others answer
 //!   `Pending` at once), each until its deadline.
 //! - The **background** lane hashes everything else, one file at a time at the lowest CPU
@@ -78,7 +79,8 @@ pub type Expected<'a> = dyn Fn(&Path, u64) -> bool + 'a;
 pub type SharedExpected = dyn Fn(&Path, u64) -> bool + Send + Sync;
 
 /// Called by the expected lane after it hashed a file, before waiters see the digest: lets the
-/// upgrade follower trust a new binary of the user's own `codex` in time for the hook waiting on it.
+/// upgrade follower trust a new binary of the user's own `codex` (or `claude`) in time for the
+/// hook waiting on it.
 pub type OnExpected = Box<dyn Fn(&Path, &ExeKey, &str) + Send + Sync>;
 
 struct Job {

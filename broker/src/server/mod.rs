@@ -99,6 +99,8 @@ struct Broker {
     queued_refusals: Mutex<Vec<(RefusalCode, String, i32)>>,
     /// Follows Codex upgrades; tells the gate which binaries are expected.
     follower: Arc<Follower>,
+    /// The `claude` commands followed: the Claude gate's expected binaries are what they run.
+    claude_followed: Arc<crate::claude::follow::Followed>,
     /// Producer requests (JSON lines on the same socket) and parked waits (producer/).
     producer: Arc<crate::producer::proto::Service>,
     receipts: crate::config::Receipts,
@@ -144,13 +146,14 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     if let Some(port) = opts.claude_hook_port {
         // Fail open: a port taken by another program costs Claude Code its deliveries, not Codex.
         let stops = crate::claude::wake::Stops::default();
-        match crate::claude::serve::spawn(port, &opts.state_dir, broker.gate.digests().clone(), opts.receipts, stops.clone()) {
+        let (digests, followed) = (broker.gate.digests().clone(), Arc::clone(&broker.claude_followed));
+        match crate::claude::serve::spawn(port, &opts.state_dir, digests, Arc::clone(&followed), opts.receipts, stops.clone()) {
             Ok(addr) => crate::log_info!("serving Claude Code hooks on http://{addr}/hook/<Event>"),
             Err(e) => crate::log_error!("Claude Code hooks not served: {e:#}"),
         }
         let wake_socket = socket.with_file_name(courier_shared::paths::CLAUDE_WAKE_SOCKET_NAME);
         let woken = listener::bind_socket(&wake_socket)
-            .and_then(|l| crate::claude::wake::spawn(l, &opts.state_dir, broker.gate.digests().clone(), stops));
+            .and_then(|l| crate::claude::wake::spawn(l, &opts.state_dir, broker.gate.digests().clone(), followed, stops));
         match woken {
             Ok(()) => crate::log_info!("serving Claude Code idle wakes on {}", wake_socket.display()),
             Err(e) => crate::log_error!("Claude Code idle wakes not served: {e:#}"),
@@ -203,8 +206,9 @@ fn assemble(opts: &ServeOptions, recovered: Recovered, secret: courier_shared::a
     let gate = Gate::new(GateConfig { codex_home: opts.codex_home.clone(), installed_clients, secret });
     let own_codex = codex::resolve::codex_on_path(std::env::var_os("PATH").as_deref());
     let own_claude = crate::codex::resolve::on_path(std::env::var_os("PATH").as_deref(), "claude");
-    let claude_pass: crate::codex::follow::HostPass = Box::new(move |s| crate::claude::follow::pass(s, own_claude.as_deref()));
-    let follower = Follower::new(&opts.codex_home, &opts.state_dir, own_codex, gate.digests().clone(), vec![claude_pass]);
+    let claude_followed = Arc::new(crate::claude::follow::Followed::new(own_claude));
+    let claude_part: Arc<dyn crate::codex::follow::HostFollow> = claude_followed.clone();
+    let follower = Follower::new(&opts.codex_home, &opts.state_dir, own_codex, gate.digests().clone(), vec![claude_part]);
     let on_hashed = Arc::clone(&follower);
     gate.digests().on_expected(Box::new(move |path, key, digest| on_hashed.consider_hashed(path, key, digest)));
     let effort = effort::Service::open(&opts.state_dir, &opts.codex_home, courier_shared::paths::config_path())?;
@@ -227,6 +231,7 @@ fn assemble(opts: &ServeOptions, recovered: Recovered, secret: courier_shared::a
         started: Instant::now(),
         queued_refusals: Mutex::new(Vec::new()),
         follower: Arc::clone(&follower),
+        claude_followed,
         producer,
         receipts: opts.receipts,
         wake_bound: Arc::new(crate::wake::Bound::new(opts.wake.clone())),

@@ -75,7 +75,7 @@ pub fn wait_proven(broker: &Broker, n: usize) -> Vec<Proven> {
 }
 
 /// The refusal codes of the Claude Code gate.
-const CLAUDE_CODES: [&str; 9] = [
+const CLAUDE_CODES: [&str; 10] = [
     "claude_request",
     "claude_peer",
     "claude_holder",
@@ -83,6 +83,7 @@ const CLAUDE_CODES: [&str; 9] = [
     "claude_loader_env",
     "claude_transcript",
     "session_owned",
+    "claude_turn",
     "ticket_used",
     "claude_wake_fd",
 ];
