@@ -333,11 +333,17 @@ fn a_message_sent_to_a_live_claude_session_reaches_its_model_once_and_is_confirm
 #[test]
 fn a_sub_agents_hooks_get_nothing_addressed_to_the_session() {
     const TASK: &str = "SUBAGENT_TASK run the command";
-    let api = ScriptedMessages::start_with(|r| {
+    // The sub-agent's command runs until the test has queued the message (bounded: 60 s).
+    let go = std::env::temp_dir().join(courier_tests::util::marker("courier-subagent-go"));
+    let command = format!(
+        "for i in $(seq 1200); do [ -e {0} ] && break; sleep 0.05; done; rm -f {0}; echo sub",
+        shell_quote(&go.display().to_string())
+    );
+    let api = ScriptedMessages::start_with(move |r| {
         let sub = r.texts("user").first().is_some_and(|t| t.contains(TASK));
         match (sub, r.tool_results().is_empty(), r.is_stream()) {
             (_, _, false) => Turn::text("ok"),
-            (true, true, _) => Turn::bash("sleep 4; echo sub"),
+            (true, true, _) => Turn::bash(&command),
             (true, false, _) => Turn::text("sub done"),
             (false, true, _) if !r.body_contains("SUBAGENT_TASK") => {
                 Turn::tool_use("Agent", json!({"description": "run it", "prompt": TASK, "subagent_type": "general-purpose"}))
@@ -350,12 +356,16 @@ fn a_sub_agents_hooks_get_nothing_addressed_to_the_session() {
     let broker = cb.start(&env.claude);
     env.set_courier_hooks(cb.port);
     let child = env.spawn_print("delegate it");
-    // The Agent call's PreToolUse and PostToolUse, then the sub-agent's Bash PreToolUse: its sleep runs.
-    let pres = |p: &Vec<(String, String, u32)>| p.iter().filter(|(e, _, _)| e == "PreToolUse").count();
-    let proven = poll_until(Duration::from_secs(30), || Some(proven_hooks(&broker.log_text())).filter(|p| pres(p) >= 2))
-        .unwrap_or_else(|| panic!("no sub-agent PreToolUse; log:\n{}\n{}", broker.log_text(), api.dump()));
+    // The Agent call's PreToolUse and PostToolUse, and the sub-agent's Bash PreToolUse (in either
+    // order: the sub-agent runs beside the main conversation), its command now waiting for `go`.
+    let count = |p: &Vec<(String, String, u32)>, event: &str| p.iter().filter(|(e, _, _)| e == event).count();
+    let proven = poll_until(Duration::from_secs(60), || {
+        Some(proven_hooks(&broker.log_text())).filter(|p| count(p, "PreToolUse") >= 2 && count(p, "PostToolUse") >= 1)
+    })
+    .unwrap_or_else(|| panic!("no sub-agent PreToolUse and Agent PostToolUse; log:\n{}\n{}", broker.log_text(), api.dump()));
     let text = courier_tests::util::marker("CLAUDE_MAIN_ONLY");
     let id = broker.send(&proven[0].1, &text, None);
+    std::fs::write(&go, "").unwrap();
     let out = child.wait(courier_tests::claude::PRINT_TIMEOUT);
     assert!(out.status.success(), "{:?}\n{}\n{}", out.status, out.stderr, api.dump());
 
