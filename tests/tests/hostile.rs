@@ -182,7 +182,8 @@ fn ten_thousand_idle_connections_do_not_starve_hooks() {
     Broker::cli_only(&env).trust_codex(standin_codex());
     let thread = fake_uuid_v7();
     let standin = Standin::start(&env, &thread, 4, &[("COURIER_DEBUG", "1"), ("COURIER_HOOK_DEADLINE_MS", "30000")]);
-    // Calm reference: the same stand-in's calls before the flood (counted by the broker).
+    // Calm reference: the same stand-in's calls before the flood (counted by the broker), and as
+    // many after it; the slower of the two is the reference (the machine's load may change).
     wait_until(Duration::from_secs(60), "calm hook calls", || {
         query_status(&env.runtime_dir).filter(|st| st.hook_calls >= CALM_CALLS).map(|_| ())
     });
@@ -217,13 +218,19 @@ fn ten_thousand_idle_connections_do_not_starve_hooks() {
     flood.wait().unwrap();
     let t1 = now_secs();
     let st = query_status(&env.runtime_dir).expect("broker alive after the flood");
+    // Calm again: as many calls after the flood, so the reference brackets it.
+    wait_until(Duration::from_secs(60), "calm hook calls after the flood", || {
+        query_status(&env.runtime_dir).filter(|now| now.hook_calls >= st.hook_calls + CALM_CALLS).map(|_| ())
+    });
+    let t2 = now_secs();
     for (id, _) in &sent {
         wait_until(Duration::from_secs(30), "delivery of messages sent during the flood", || {
             messages_by_id(&Broker::cli_only(&env).inspect_json()).remove(id).filter(|m| m["state"] == "confirmed")
         });
     }
     let calls = standin.finish(Duration::from_secs(30));
-    let calm = call_ms(calls.iter().filter(|c| c.t < t0));
+    let (before, after) = (call_ms(calls.iter().filter(|c| c.t < t0)), call_ms(calls.iter().filter(|c| c.t > t1 && c.t < t2)));
+    let calm = if pct(&before, 0.5) >= pct(&after, 0.5) { before } else { after };
     let during: Vec<&HookCall> = calls.iter().filter(|c| c.t >= t0 && c.t <= t1).collect();
     let flooded = call_ms(during.iter().copied());
     let unanswered: Vec<_> = calls.iter().filter(|c| c.rc != 0 || !c.err.is_empty()).collect();
@@ -247,7 +254,7 @@ fn ten_thousand_idle_connections_do_not_starve_hooks() {
     // Answered: with the longest deadline, a call fails open only if the broker dropped it.
     assert!(unanswered.is_empty(), "legitimate calls unanswered: {unanswered:?}");
     // Not starved: the flood costs a typical call a bounded factor of the calm ones (spawn
-    // included; both measured on this machine, in this run).
+    // included; both measured on this machine, in this run, just before or just after it).
     let (p50, calm50) = (pct(&flooded, 0.5), pct(&calm, 0.5));
     assert!(p50 <= FLOOD_SLOWDOWN * calm50, "flood p50 {p50:.1} ms vs calm p50 {calm50:.1} ms");
     // Delivered in order: each message goes to the first call that asked after it was queued.

@@ -70,20 +70,26 @@ const FORK_WINDOW: Duration = Duration::from_secs(1);
 /// `until`) passes; any other second holder is refused at once, and so is a fork that keeps it.
 pub fn sole_holder(inode: u64, uid: u32, until: Instant) -> Result<Holder, String> {
     let target = format!("socket:[{inode}]");
-    let until = until.min(Instant::now() + FORK_WINDOW);
+    let started = Instant::now();
+    let until = until.min(started + FORK_WINDOW);
     let mut pause = Duration::from_millis(1);
+    let mut forked = None;
     let (pid, fd) = loop {
         let found = holders(&target, uid)?;
         match found.as_slice() {
             [one] => break one.clone(),
             [] => return Err(format!("no process of uid {uid} holds {target}")),
             many if in_fork_window(many) && Instant::now() + pause < until => {
+                forked = Some(many.len() - 1);
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(16));
             }
             many => return Err(format!("{} fds hold {target}: {many:?}", many.len())),
         }
     };
+    if let Some(n) = forked {
+        crate::log_debug!("claude: {target} of pid {pid} also held by {n} fork(s) of it for {:?}, until their exec", started.elapsed());
+    }
     let pidfd = os::pidfd_open(pid).map_err(|e| format!("pidfd_open({pid}): {e}"))?;
     let key = ProcessKey::of(pid).map_err(|e| format!("pid {pid}: {e}"))?;
     // Through the pin: the process now named `pid` is the one holding the socket.
