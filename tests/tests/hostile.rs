@@ -183,7 +183,8 @@ fn ten_thousand_idle_connections_do_not_starve_hooks() {
     let thread = fake_uuid_v7();
     let standin = Standin::start(&env, &thread, 4, &[("COURIER_DEBUG", "1"), ("COURIER_HOOK_DEADLINE_MS", "30000")]);
     // Calm reference: the same stand-in's calls before the flood (counted by the broker), and as
-    // many after it; the slower of the two is the reference (the machine's load may change).
+    // many after it once its connections are gone; the slower of the two is the reference (the
+    // machine's load may change while the test runs).
     wait_until(Duration::from_secs(60), "calm hook calls", || {
         query_status(&env.runtime_dir).filter(|st| st.hook_calls >= CALM_CALLS).map(|_| ())
     });
@@ -218,9 +219,13 @@ fn ten_thousand_idle_connections_do_not_starve_hooks() {
     flood.wait().unwrap();
     let t1 = now_secs();
     let st = query_status(&env.runtime_dir).expect("broker alive after the flood");
-    // Calm again: as many calls after the flood, so the reference brackets it.
+    // Calm again (the flood's connections gone): as many calls, so the reference brackets it.
+    let settled = wait_until(Duration::from_secs(60), "the flood's connections closed", || {
+        query_status(&env.runtime_dir).filter(|now| now.open_connections <= 1)
+    });
+    let t1b = now_secs();
     wait_until(Duration::from_secs(60), "calm hook calls after the flood", || {
-        query_status(&env.runtime_dir).filter(|now| now.hook_calls >= st.hook_calls + CALM_CALLS).map(|_| ())
+        query_status(&env.runtime_dir).filter(|now| now.hook_calls >= settled.hook_calls + CALM_CALLS).map(|_| ())
     });
     let t2 = now_secs();
     for (id, _) in &sent {
@@ -229,8 +234,8 @@ fn ten_thousand_idle_connections_do_not_starve_hooks() {
         });
     }
     let calls = standin.finish(Duration::from_secs(30));
-    let (before, after) = (call_ms(calls.iter().filter(|c| c.t < t0)), call_ms(calls.iter().filter(|c| c.t > t1 && c.t < t2)));
-    let calm = if pct(&before, 0.5) >= pct(&after, 0.5) { before } else { after };
+    let (before, after) = (call_ms(calls.iter().filter(|c| c.t < t0)), call_ms(calls.iter().filter(|c| c.t > t1b && c.t < t2)));
+    let calm = if pct(&before, 0.5) >= pct(&after, 0.5) { &before } else { &after };
     let during: Vec<&HookCall> = calls.iter().filter(|c| c.t >= t0 && c.t <= t1).collect();
     let flooded = call_ms(during.iter().copied());
     let unanswered: Vec<_> = calls.iter().filter(|c| c.rc != 0 || !c.err.is_empty()).collect();
@@ -240,8 +245,8 @@ fn ten_thousand_idle_connections_do_not_starve_hooks() {
          (p50 {:.1} ms, p90 {:.1} ms), during the flood {} (p50 {:.1} ms, p90 {:.1} ms, max {:.1} ms), unanswered {}",
         line.trim(),
         calm.len(),
-        pct(&calm, 0.5),
-        pct(&calm, 0.9),
+        pct(calm, 0.5),
+        pct(calm, 0.9),
         flooded.len(),
         pct(&flooded, 0.5),
         pct(&flooded, 0.9),
@@ -253,10 +258,12 @@ fn ten_thousand_idle_connections_do_not_starve_hooks() {
     assert!(calm.len() as u64 >= CALM_CALLS / 2 && during.len() >= 10, "too few calls: {} calm, {} during", calm.len(), during.len());
     // Answered: with the longest deadline, a call fails open only if the broker dropped it.
     assert!(unanswered.is_empty(), "legitimate calls unanswered: {unanswered:?}");
-    // Not starved: the flood costs a typical call a bounded factor of the calm ones (spawn
+    // Not starved: the flood costs a typical call, and the slowest tenth, a bounded factor of the calm ones (spawn
     // included; both measured on this machine, in this run, just before or just after it).
-    let (p50, calm50) = (pct(&flooded, 0.5), pct(&calm, 0.5));
-    assert!(p50 <= FLOOD_SLOWDOWN * calm50, "flood p50 {p50:.1} ms vs calm p50 {calm50:.1} ms");
+    for q in [0.5, 0.9] {
+        let (flood, reference) = (pct(&flooded, q), pct(&before, q).max(pct(&after, q)));
+        assert!(flood <= FLOOD_SLOWDOWN * reference, "flood p{q} {flood:.1} ms vs calm {reference:.1} ms");
+    }
     // Delivered in order: each message goes to the first call that asked after it was queued.
     for (id, queued) in &sent {
         let carrier = calls.iter().position(|c| c.out.contains(id.as_str()));
@@ -276,7 +283,7 @@ fn ten_thousand_idle_connections_do_not_starve_hooks() {
 /// Hook calls the stand-in makes before the flood: the calm reference.
 const CALM_CALLS: u64 = 40;
 /// How much slower than the calm calls the flood may make a typical legitimate call.
-const FLOOD_SLOWDOWN: f64 = 4.0;
+const FLOOD_SLOWDOWN: f64 = 10.0;
 
 fn now_secs() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64()
