@@ -153,10 +153,11 @@ fn a_patched_copy_of_claude_is_refused() {
     let broker = cb.start(&env.claude);
     let patched = env.root.join("claude");
     std::fs::copy(&env.claude, &patched).unwrap();
-    let mut bytes = std::fs::read(&patched).unwrap();
-    let at = bytes.windows(13).position(|w| w == b"Not logged in").expect("a help string to patch");
-    bytes[at..at + 3].copy_from_slice(b"NOT");
-    std::fs::write(&patched, bytes).unwrap();
+    // Three bytes of a help string, written in place (the binary is 400 MB: no second write).
+    let at = find(&std::fs::read(&patched).unwrap(), b"Not logged in").expect("a help string to patch");
+    let file = std::fs::OpenOptions::new().write(true).open(&patched).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, b"NOT", at as u64).unwrap();
+    drop(file);
     env.claude = patched;
     env.set_courier_hooks(cb.port);
     let out = env.print("run the command");
@@ -165,6 +166,19 @@ fn a_patched_copy_of_claude_is_refused() {
     assert_eq!(refused.len(), 4, "{refused:?}\n{}", broker.log_text());
     assert!(refused.iter().all(|(code, _)| code == "untrusted_claude"), "{refused:?}");
     assert!(proven_hooks(&broker.log_text()).is_empty(), "{}", broker.log_text());
+}
+
+/// Where `needle` first occurs in `hay`: a byte scan, then a compare at each candidate (a window
+/// compare at every offset takes seconds over 400 MB in a debug build).
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    let mut from = 0;
+    while let Some(k) = hay[from..].iter().position(|b| *b == needle[0]) {
+        if hay[from + k..].starts_with(needle) {
+            return Some(from + k);
+        }
+        from += k + 1;
+    }
+    None
 }
 
 /// Attack: the genuine binary running someone else's code. `BUN_OPTIONS=--preload=forge.js`
