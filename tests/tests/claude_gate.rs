@@ -153,10 +153,11 @@ fn a_patched_copy_of_claude_is_refused() {
     let broker = cb.start(&env.claude);
     let patched = env.root.join("claude");
     std::fs::copy(&env.claude, &patched).unwrap();
-    let mut bytes = std::fs::read(&patched).unwrap();
-    let at = bytes.windows(13).position(|w| w == b"Not logged in").expect("a help string to patch");
-    bytes[at..at + 3].copy_from_slice(b"NOT");
-    std::fs::write(&patched, bytes).unwrap();
+    // Three bytes of a help string, written in place (the binary is 400 MB: no second write).
+    let at = find(&std::fs::read(&patched).unwrap(), b"Not logged in").expect("a help string to patch");
+    let file = std::fs::OpenOptions::new().write(true).open(&patched).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, b"NOT", at as u64).unwrap();
+    drop(file);
     env.claude = patched;
     env.set_courier_hooks(cb.port);
     let out = env.print("run the command");
@@ -165,6 +166,19 @@ fn a_patched_copy_of_claude_is_refused() {
     assert_eq!(refused.len(), 4, "{refused:?}\n{}", broker.log_text());
     assert!(refused.iter().all(|(code, _)| code == "untrusted_claude"), "{refused:?}");
     assert!(proven_hooks(&broker.log_text()).is_empty(), "{}", broker.log_text());
+}
+
+/// Where `needle` first occurs in `hay`: a byte scan, then a compare at each candidate (a window
+/// compare at every offset takes seconds over 400 MB in a debug build).
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    let mut from = 0;
+    while let Some(k) = hay[from..].iter().position(|b| *b == needle[0]) {
+        if hay[from + k..].starts_with(needle) {
+            return Some(from + k);
+        }
+        from += k + 1;
+    }
+    None
 }
 
 /// Attack: the genuine binary running someone else's code. `BUN_OPTIONS=--preload=forge.js`
@@ -333,11 +347,17 @@ fn a_message_sent_to_a_live_claude_session_reaches_its_model_once_and_is_confirm
 #[test]
 fn a_sub_agents_hooks_get_nothing_addressed_to_the_session() {
     const TASK: &str = "SUBAGENT_TASK run the command";
-    let api = ScriptedMessages::start_with(|r| {
+    // The sub-agent's command runs until the test has queued the message (bounded: 60 s).
+    let go = std::env::temp_dir().join(courier_tests::util::marker("courier-subagent-go"));
+    let command = format!(
+        "for i in $(seq 1200); do [ -e {0} ] && break; sleep 0.05; done; rm -f {0}; echo sub",
+        shell_quote(&go.display().to_string())
+    );
+    let api = ScriptedMessages::start_with(move |r| {
         let sub = r.texts("user").first().is_some_and(|t| t.contains(TASK));
         match (sub, r.tool_results().is_empty(), r.is_stream()) {
             (_, _, false) => Turn::text("ok"),
-            (true, true, _) => Turn::bash("sleep 4; echo sub"),
+            (true, true, _) => Turn::bash(&command),
             (true, false, _) => Turn::text("sub done"),
             (false, true, _) if !r.body_contains("SUBAGENT_TASK") => {
                 Turn::tool_use("Agent", json!({"description": "run it", "prompt": TASK, "subagent_type": "general-purpose"}))
@@ -350,12 +370,16 @@ fn a_sub_agents_hooks_get_nothing_addressed_to_the_session() {
     let broker = cb.start(&env.claude);
     env.set_courier_hooks(cb.port);
     let child = env.spawn_print("delegate it");
-    // The Agent call's PreToolUse and PostToolUse, then the sub-agent's Bash PreToolUse: its sleep runs.
-    let pres = |p: &Vec<(String, String, u32)>| p.iter().filter(|(e, _, _)| e == "PreToolUse").count();
-    let proven = poll_until(Duration::from_secs(30), || Some(proven_hooks(&broker.log_text())).filter(|p| pres(p) >= 2))
-        .unwrap_or_else(|| panic!("no sub-agent PreToolUse; log:\n{}\n{}", broker.log_text(), api.dump()));
+    // The Agent call's PreToolUse and PostToolUse, and the sub-agent's Bash PreToolUse (in either
+    // order: the sub-agent runs beside the main conversation), its command now waiting for `go`.
+    let count = |p: &Vec<(String, String, u32)>, event: &str| p.iter().filter(|(e, _, _)| e == event).count();
+    let proven = poll_until(Duration::from_secs(60), || {
+        Some(proven_hooks(&broker.log_text())).filter(|p| count(p, "PreToolUse") >= 2 && count(p, "PostToolUse") >= 1)
+    })
+    .unwrap_or_else(|| panic!("no sub-agent PreToolUse and Agent PostToolUse; log:\n{}\n{}", broker.log_text(), api.dump()));
     let text = courier_tests::util::marker("CLAUDE_MAIN_ONLY");
     let id = broker.send(&proven[0].1, &text, None);
+    std::fs::write(&go, "").unwrap();
     let out = child.wait(courier_tests::claude::PRINT_TIMEOUT);
     assert!(out.status.success(), "{:?}\n{}\n{}", out.status, out.stderr, api.dump());
 

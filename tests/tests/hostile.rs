@@ -162,8 +162,13 @@ print(opened, refused, flush=True)
 "#;
 
 /// 10,000 idle connections (from 100 processes, renewed every 2 s) while a stand-in Codex makes
-/// hook calls: the broker's file descriptors, threads and memory stay bounded, and every
-/// legitimate call is answered (none fails open) within the hook-client deadline.
+/// hook calls: the broker's file descriptors, threads and memory stay bounded, every legitimate
+/// call is answered, the flood slows them by a bounded factor over the calm calls of the same run,
+/// and each message sent during it goes to the first call that asks after it was queued.
+///
+/// Nothing here is an absolute time: on a loaded 2-core CI machine a hook call's wall time
+/// measures the machine. The stand-in's hook-client gets the longest deadline, so a call that
+/// fails open is one the broker closed or never answered (starvation), not a slow machine.
 #[test]
 fn ten_thousand_idle_connections_do_not_starve_hooks() {
     let _alone = TIMING.lock().unwrap_or_else(|e| e.into_inner());
@@ -176,12 +181,16 @@ fn ten_thousand_idle_connections_do_not_starve_hooks() {
     let sock = env.runtime_dir.join("broker.sock");
     Broker::cli_only(&env).trust_codex(standin_codex());
     let thread = fake_uuid_v7();
-    let standin = Standin::start(&env, &thread, 4, &[("COURIER_DEBUG", "1")]);
-    // Calm baseline.
-    std::thread::sleep(Duration::from_millis(300));
+    let standin = Standin::start(&env, &thread, 4, &[("COURIER_DEBUG", "1"), ("COURIER_HOOK_DEADLINE_MS", "30000")]);
+    // Calm reference: the same stand-in's calls before the flood (counted by the broker), and as
+    // many after it once its connections are gone; the slower of the two is the reference (the
+    // machine's load may change while the test runs).
+    wait_until(Duration::from_secs(60), "calm hook calls", || {
+        query_status(&env.runtime_dir).filter(|st| st.hook_calls >= CALM_CALLS).map(|_| ())
+    });
     let base_threads = proc_status(bpid, "Threads:");
 
-    let t0 = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let t0 = now_secs();
     let mut flood = Command::new("/usr/bin/python3")
         .args(["-c", FLOOD_SCRIPT])
         .arg(&sock)
@@ -189,8 +198,8 @@ fn ten_thousand_idle_connections_do_not_starve_hooks() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    // Messages sent during the flood must be delivered during it.
-    let mut ids = Vec::new();
+    // Messages sent during the flood, each with the moment its `send` returned (committed).
+    let mut sent: Vec<(String, f64)> = Vec::new();
     let (mut max_fds, mut max_threads, mut max_rss) = (0, 0, 0);
     let deadline = Instant::now() + Duration::from_secs(secs);
     let mut next_send = Instant::now() + Duration::from_millis(300);
@@ -199,7 +208,8 @@ fn ten_thousand_idle_connections_do_not_starve_hooks() {
         max_threads = max_threads.max(proc_status(bpid, "Threads:"));
         max_rss = max_rss.max(proc_status(bpid, "VmRSS:"));
         if Instant::now() >= next_send {
-            ids.push(Broker::cli_only(&env).run_ok(&["send", "--thread", &thread, "during the flood"]).trim().to_string());
+            let id = Broker::cli_only(&env).run_ok(&["send", "--thread", &thread, "during the flood"]).trim().to_string();
+            sent.push((id, now_secs()));
             next_send += Duration::from_millis(700);
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -207,43 +217,88 @@ fn ten_thousand_idle_connections_do_not_starve_hooks() {
     let mut line = String::new();
     flood.stdout.take().unwrap().read_to_string(&mut line).unwrap();
     flood.wait().unwrap();
-    let t1 = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let t1 = now_secs();
     let st = query_status(&env.runtime_dir).expect("broker alive after the flood");
-    for id in &ids {
-        let m = wait_until(Duration::from_secs(10), "delivery of messages sent during the flood", || {
+    // Calm again (the flood's connections gone): as many calls, so the reference brackets it.
+    let settled = wait_until(Duration::from_secs(60), "the flood's connections closed", || {
+        query_status(&env.runtime_dir).filter(|now| now.open_connections <= 1)
+    });
+    let t1b = now_secs();
+    wait_until(Duration::from_secs(60), "calm hook calls after the flood", || {
+        query_status(&env.runtime_dir).filter(|now| now.hook_calls >= settled.hook_calls + CALM_CALLS).map(|_| ())
+    });
+    let t2 = now_secs();
+    for (id, _) in &sent {
+        wait_until(Duration::from_secs(30), "delivery of messages sent during the flood", || {
             messages_by_id(&Broker::cli_only(&env).inspect_json()).remove(id).filter(|m| m["state"] == "confirmed")
         });
-        let lag = m["handed_at"].as_i64().unwrap() - m["created_at"].as_i64().unwrap();
-        assert!(lag < 2000, "{id} waited {lag} ms for a hook: {m}");
     }
     let calls = standin.finish(Duration::from_secs(30));
+    let (before, after) = (call_ms(calls.iter().filter(|c| c.t < t0)), call_ms(calls.iter().filter(|c| c.t > t1b && c.t < t2)));
+    let calm = if pct(&before, 0.5) >= pct(&after, 0.5) { &before } else { &after };
     let during: Vec<&HookCall> = calls.iter().filter(|c| c.t >= t0 && c.t <= t1).collect();
-    let unanswered: Vec<_> = during.iter().filter(|c| c.rc != 0 || !c.err.is_empty()).collect();
-    let mut ms: Vec<f64> = during.iter().map(|c| c.ms).collect();
-    ms.sort_by(f64::total_cmp);
-    let pct = |p: f64| ms.get(((ms.len() as f64 - 1.0) * p) as usize).copied().unwrap_or(0.0);
+    let flooded = call_ms(during.iter().copied());
+    let unanswered: Vec<_> = calls.iter().filter(|c| c.rc != 0 || !c.err.is_empty()).collect();
     eprintln!(
         "flood: {} (connections opened, refused at connect) over {secs}s from {procs} processes; broker max fds {max_fds}, \
-         threads {max_threads} (calm {base_threads}), VmRSS {max_rss} kB; status {st:?}; legitimate calls during flood {}: \
-         p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms, unanswered {}",
+         threads {max_threads} (calm {base_threads}), VmRSS {max_rss} kB; status {st:?}; legitimate calls: calm {} \
+         (p50 {:.1} ms, p90 {:.1} ms), during the flood {} (p50 {:.1} ms, p90 {:.1} ms, max {:.1} ms), unanswered {}",
         line.trim(),
-        during.len(),
-        pct(0.5),
-        pct(0.99),
-        pct(1.0),
+        calm.len(),
+        pct(calm, 0.5),
+        pct(calm, 0.9),
+        flooded.len(),
+        pct(&flooded, 0.5),
+        pct(&flooded, 0.9),
+        pct(&flooded, 1.0),
         unanswered.len()
     );
     let opened: u64 = line.split_whitespace().next().unwrap().parse().unwrap();
     assert!(opened >= total / 2, "the flood opened only {opened} connections");
-    assert!(during.len() >= 10, "too few legitimate calls during the flood: {}", during.len());
-    // Every call got the broker's answer within hook-client's own 500 ms deadline: a call past it
-    // fails open and says why on stderr (COURIER_DEBUG=1). Its wall time, spawn included, is
-    // printed above and not asserted: on a loaded machine it measures the machine.
-    assert!(unanswered.is_empty(), "legitimate calls unanswered during the flood: {unanswered:?}");
+    assert!(calm.len() as u64 >= CALM_CALLS / 2 && during.len() >= 10, "too few calls: {} calm, {} during", calm.len(), during.len());
+    // Answered: with the longest deadline, a call fails open only if the broker dropped it.
+    assert!(unanswered.is_empty(), "legitimate calls unanswered: {unanswered:?}");
+    // Not starved: the flood costs a typical call, and the slowest tenth, a bounded factor of the calm ones (spawn
+    // included; both measured on this machine, in this run, just before or just after it).
+    for q in [0.5, 0.9] {
+        let (flood, reference) = (pct(&flooded, q), pct(&before, q).max(pct(&after, q)));
+        assert!(flood <= FLOOD_SLOWDOWN * reference, "flood p{q} {flood:.1} ms vs calm {reference:.1} ms");
+    }
+    // Delivered in order: each message goes to the first call that asked after it was queued.
+    for (id, queued) in &sent {
+        let carrier = calls.iter().position(|c| c.out.contains(id.as_str()));
+        let first_after = calls.iter().position(|c| c.t > *queued);
+        assert!(
+            carrier.is_some() && carrier <= first_after,
+            "{id} (queued at {queued:.3}) carried by call {carrier:?}, the first call after it was {first_after:?}: {:?}",
+            &calls[first_after.unwrap_or(0)..carrier.unwrap_or(calls.len()).min(calls.len())]
+        );
+    }
     assert!(max_fds < 1024 + 128, "broker held {max_fds} fds");
     assert!(max_threads <= base_threads + 2, "broker grew threads: {max_threads} vs {base_threads}");
     assert!(max_rss < 256 * 1024, "broker RSS {max_rss} kB");
     drop(serve);
+}
+
+/// Hook calls the stand-in makes before the flood: the calm reference.
+const CALM_CALLS: u64 = 40;
+/// How much slower than the calm calls the flood may make a typical legitimate call.
+const FLOOD_SLOWDOWN: f64 = 10.0;
+
+fn now_secs() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64()
+}
+
+/// The wall times of `calls`, sorted.
+fn call_ms<'a>(calls: impl Iterator<Item = &'a HookCall>) -> Vec<f64> {
+    let mut ms: Vec<f64> = calls.map(|c| c.ms).collect();
+    ms.sort_by(f64::total_cmp);
+    ms
+}
+
+/// The `p` quantile of sorted `ms` (0 when empty).
+fn pct(ms: &[f64], p: f64) -> f64 {
+    ms.get(((ms.len() as f64 - 1.0) * p) as usize).copied().unwrap_or(0.0)
 }
 
 /// Holds the queue database's write lock (`BEGIN IMMEDIATE`) until its stdin closes.

@@ -82,7 +82,7 @@ pub fn verify(
         Ok(s) => return refuse(RefusalCode::ClaudePeer, format!("the client socket belongs to uid {}", s.uid)),
         Err(e) => return refuse(RefusalCode::ClaudePeer, e),
     };
-    let holder = match peer::sole_holder(socket.inode, socket.uid) {
+    let holder = match peer::sole_holder(socket.inode, socket.uid, until) {
         Ok(h) => h,
         Err(e) => return refuse(RefusalCode::ClaudeHolder, e),
     };

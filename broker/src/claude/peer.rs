@@ -6,6 +6,7 @@
 use crate::os::{self, ProcessKey};
 use std::net::{SocketAddr, SocketAddrV4};
 use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
 
 /// The client end of an accepted loopback connection, as the kernel lists it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,10 +57,52 @@ impl Holder {
     }
 }
 
+/// How long `sole_holder` waits for a fork of the holder to let go of the socket.
+const FORK_WINDOW: Duration = Duration::from_secs(1);
+
 /// `sole_holder`: every process of `uid` whose fd table holds `socket:[inode]`; exactly one must,
 /// with one fd. The holder is pinned with a pidfd, then its fd is read again.
-pub fn sole_holder(inode: u64, uid: u32) -> Result<Holder, String> {
+///
+/// When claude starts a process (a tool's command, a command hook) while a hook's request is on
+/// the wire, the child holds a copy of every fd from its fork until its exec closes them
+/// (`O_CLOEXEC`): a fork window, milliseconds, longer on a loaded machine. Only that shape (the
+/// other holders are children of the one) is scanned again, until it ends or `FORK_WINDOW` (or
+/// `until`) passes; any other second holder is refused at once, and so is a fork that keeps it.
+pub fn sole_holder(inode: u64, uid: u32, until: Instant) -> Result<Holder, String> {
     let target = format!("socket:[{inode}]");
+    let started = Instant::now();
+    let until = until.min(started + FORK_WINDOW);
+    let mut pause = Duration::from_millis(1);
+    let mut forked = None;
+    let (pid, fd) = loop {
+        let found = holders(&target, uid)?;
+        match found.as_slice() {
+            [one] => break one.clone(),
+            [] => return Err(format!("no process of uid {uid} holds {target}")),
+            many if in_fork_window(many) && Instant::now() + pause < until => {
+                forked = Some(many.len() - 1);
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(16));
+            }
+            many => return Err(format!("{} fds hold {target}: {many:?}", many.len())),
+        }
+    };
+    if let Some(n) = forked {
+        crate::log_debug!("claude: {target} of pid {pid} also held by {n} fork(s) of it for {:?}, until their exec", started.elapsed());
+    }
+    let pidfd = os::pidfd_open(pid).map_err(|e| format!("pidfd_open({pid}): {e}"))?;
+    let key = ProcessKey::of(pid).map_err(|e| format!("pid {pid}: {e}"))?;
+    // Through the pin: the process now named `pid` is the one holding the socket.
+    let still = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).is_ok_and(|l| l.as_os_str() == target.as_str());
+    let holder = Holder { key, pidfd };
+    if !still || !holder.is_alive() {
+        return Err(format!("pid {pid} let go of {target} during the check"));
+    }
+    Ok(holder)
+}
+
+/// Every (pid, fd) of a process of `uid` whose fd links to `target`.
+fn holders(target: &str, uid: u32) -> Result<Vec<(i32, String)>, String> {
     let mut found: Vec<(i32, String)> = Vec::new();
     let procs = std::fs::read_dir("/proc").map_err(|e| format!("/proc: {e}"))?;
     for entry in procs.flatten() {
@@ -73,47 +116,120 @@ pub fn sole_holder(inode: u64, uid: u32) -> Result<Holder, String> {
         }
         let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { continue };
         for fd in fds.flatten() {
-            if std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == target.as_str()) {
+            if std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == target) {
                 found.push((pid, fd.file_name().to_string_lossy().into_owned()));
             }
         }
     }
-    let (pid, fd) = match found.as_slice() {
-        [one] => one.clone(),
-        [] => return Err(format!("no process of uid {uid} holds {target}")),
-        many => return Err(format!("{} fds hold {target}: {many:?}", many.len())),
-    };
-    let pidfd = os::pidfd_open(pid).map_err(|e| format!("pidfd_open({pid}): {e}"))?;
-    let key = ProcessKey::of(pid).map_err(|e| format!("pid {pid}: {e}"))?;
-    // Through the pin: the process now named `pid` is the one holding the socket.
-    let still = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).is_ok_and(|l| l.as_os_str() == target.as_str());
-    let holder = Holder { key, pidfd };
-    if !still || !holder.is_alive() {
-        return Err(format!("pid {pid} let go of {target} during the check"));
+    Ok(found)
+}
+
+/// The holders are one fd of one process and one fd of each of some of its children: the shape
+/// of a fork that has not reached its exec yet.
+fn in_fork_window(found: &[(i32, String)]) -> bool {
+    let ppid = |pid: i32| os::read_stat(pid).map(|s| s.ppid).ok();
+    let mut pids: Vec<i32> = found.iter().map(|(pid, _)| *pid).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    if pids.len() != found.len() {
+        return false; // one process holds it twice
     }
-    Ok(holder)
+    pids.iter().any(|parent| pids.iter().all(|pid| pid == parent || ppid(*pid) == Some(*parent)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nix::libc;
     use std::net::{TcpListener, TcpStream};
 
     /// This test process connects to itself: its client socket is found by the 4-tuple, is its
     /// uid's, and this process is its one holder.
     #[test]
     fn finds_the_client_socket_and_its_one_holder() {
+        let _alone = FORKS.lock().unwrap_or_else(|e| e.into_inner());
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (server_side, from) = listener.accept().unwrap();
         let sock = client_socket(from, server_side.local_addr().unwrap()).unwrap();
         assert_eq!(sock.uid, nix::unistd::getuid().as_raw());
-        let holder = sole_holder(sock.inode, sock.uid).unwrap();
+        let holder = sole_holder(sock.inode, sock.uid, soon()).unwrap();
         assert_eq!(holder.key.pid, std::process::id() as i32);
-        // A second fd on the same socket (as a fork or SCM_RIGHTS would give) is refused.
+        // A second fd on the same socket (as SCM_RIGHTS or a dup would give) is refused.
         let dup = client.try_clone().unwrap();
-        assert!(sole_holder(sock.inode, sock.uid).unwrap_err().contains("2 fds"));
+        assert!(sole_holder(sock.inode, sock.uid, soon()).unwrap_err().contains("2 fds"));
         drop(dup);
         assert!(client_socket("127.0.0.1:1".parse().unwrap(), server_side.local_addr().unwrap()).is_err());
+    }
+
+    /// The fork test's children hold copies of every socket of this process: the tests that
+    /// count holders take turns.
+    static FORKS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn soon() -> Instant {
+        Instant::now() + Duration::from_secs(2)
+    }
+
+    /// A child forked with the socket that execs `/bin/sleep 30` after `ms` (the exec closes the
+    /// `O_CLOEXEC` socket; the process lives on), or holds it until killed when `ms` is `None`.
+    fn fork_holding(ms: Option<u64>) -> i32 {
+        let sleep = std::ffi::CString::new("/bin/sleep").unwrap();
+        let arg = std::ffi::CString::new("30").unwrap();
+        let argv = [sleep.as_ptr(), arg.as_ptr(), std::ptr::null()];
+        let pause = libc::timespec { tv_sec: 0, tv_nsec: (ms.unwrap_or(0) * 1_000_000) as libc::c_long };
+        // SAFETY: the child calls only async-signal-safe functions (nanosleep, pause, execv, _exit).
+        match unsafe { libc::fork() } {
+            0 => unsafe {
+                match ms {
+                    Some(_) => {
+                        libc::nanosleep(&pause, std::ptr::null_mut());
+                        libc::execv(sleep.as_ptr(), argv.as_ptr());
+                    }
+                    None => loop {
+                        libc::pause();
+                    },
+                }
+                libc::_exit(127)
+            },
+            pid => pid,
+        }
+    }
+
+    fn reap(pid: i32) {
+        // SAFETY: our own child, killed and waited for once.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+    }
+
+    /// A fork of the holder that has not reached its exec yet holds the socket too: the holder is
+    /// still found once the exec closes it (claude starting a command while its hook is on the
+    /// wire). A fork that keeps it is refused after the fork window.
+    #[test]
+    fn a_fork_of_the_holder_is_waited_out_until_its_exec() {
+        let _alone = FORKS.lock().unwrap_or_else(|e| e.into_inner());
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server_side, from) = listener.accept().unwrap();
+        let sock = client_socket(from, server_side.local_addr().unwrap()).unwrap();
+
+        // The fork's exec comes well after a scan of /proc has seen it (a scan takes ms, more on a
+        // loaded machine: timed here).
+        let scan = Instant::now();
+        assert_eq!(holders(&format!("socket:[{}]", sock.inode), sock.uid).unwrap().len(), 1);
+        let window = (scan.elapsed() * 4).max(Duration::from_millis(50)).min(FORK_WINDOW / 2);
+        let child = fork_holding(Some(window.as_millis() as u64));
+        let holder = sole_holder(sock.inode, sock.uid, soon());
+        reap(child);
+        assert_eq!(holder.expect("the holder, once the fork's exec let go").key.pid, std::process::id() as i32);
+
+        let child = fork_holding(None);
+        let started = Instant::now();
+        let refused = sole_holder(sock.inode, sock.uid, soon()).unwrap_err();
+        reap(child);
+        assert!(refused.contains("2 fds"), "{refused}");
+        assert!(started.elapsed() >= FORK_WINDOW / 2, "refused after {:?}, before the fork window passed", started.elapsed());
+        drop(client);
     }
 }
