@@ -13,7 +13,7 @@ if ! command -v nats-server >/dev/null && [ ! -x /usr/sbin/nats-server ]; then
   echo "test.sh: installing Debian's nats-server package for the bridge tests" >&2
   apt-get update -qq && apt-get install -y -qq nats-server >/dev/null
 fi
-# Every test runs on the newest supported Codex; the delivery tests run on the oldest one too
+# Every test runs on the newest supported Codex; the delivery and approval tests run on the oldest one too
 # (install/codex.sha256 lists the supported versions with their digests).
 codex_bin=$(install/fetch-codex.sh newest | tail -n 1)
 codex_oldest=$(install/fetch-codex.sh oldest | tail -n 1)
@@ -33,6 +33,6 @@ cargo build --workspace --locked
 exec install/test-summary.sh bash -c '
   status=0
   cargo test --workspace --locked --no-fail-fast "$@" || status=$?
-  echo "test.sh: the delivery, wake and size tests again, on the oldest supported Codex ($("$COURIER_CODEX_BIN_OLDEST" --version))"
-  COURIER_CODEX_BIN="$COURIER_CODEX_BIN_OLDEST" cargo test --workspace --locked --no-fail-fast --test delivery --test wake --test size "$@" || status=$?
+  echo "test.sh: the delivery, wake, size and approval tests again, on the oldest supported Codex ($("$COURIER_CODEX_BIN_OLDEST" --version))"
+  COURIER_CODEX_BIN="$COURIER_CODEX_BIN_OLDEST" cargo test --workspace --locked --no-fail-fast --test delivery --test wake --test size --test approvals --test approvals_files --test approvals_hold --test approvals_permissions "$@" || status=$?
   exit $status' test.sh "$@"
