@@ -11,6 +11,7 @@
 //! |---|---|---|
 //! | PreToolUse(C) | the tool call C (`function_call`, ...), no `item_completed` C, no output of C | (thread, turn, C) |
 //! | PostToolUse(C) | `item_completed` C (the tool finished), no output of C yet (Codex writes it after the hook) | (thread, turn, C) |
+//! | PostToolUse(C), C a `request_permissions` call | C, no output of C yet, and no other call of the turn running (Codex writes no `item_completed` for this tool) | (thread, turn, C) |
 //! | Stop | model output (the answer) after the turn's last tool call, and every call of the turn answered | (thread, turn, that answer) |
 //! | UserPromptSubmit, SessionStart, SubagentStart | no model output yet in the turn | (thread, turn, event) |
 //! | PermissionRequest(cmd) | a tool call not completed (the one asking; the payload names no call) | (thread, turn, open calls, digest of cmd) |
@@ -18,11 +19,19 @@
 //! A command the model runs is inside a tool call whose `item_completed` does not exist yet, so
 //! it cannot present PostToolUse of its own call or Stop (its call is unanswered), nor the
 //! opening events (the model already spoke), and its call's PreToolUse ticket was used by the
-//! hook that ran before the command started. What this does not stop is in
+//! hook that ran before the command started. A `request_permissions` call runs no command, and
+//! while it is the only call running no other call's command runs beside it either, so its
+//! PostToolUse needs no `item_completed`. An `exec_command` that Codex finds denied by the
+//! sandbox gets no `item_completed` either: its PostToolUse sees the rollout exactly as a command
+//! still running inside it does, so it is refused (docs/security.md, residual risks). What this does not stop is in
 //! docs/security.md (residual risks).
 
-use crate::codex::rollout::Actions;
+use crate::codex::rollout::{Actions, OpenCall};
 use codex_format::hook::{HookEvent, HookPayload};
+use codex_format::rollout::CallTool;
+
+/// The hook `tool_name` of Codex's `request_permissions` tool.
+const REQUEST_PERMISSIONS: &str = "request_permissions";
 
 /// The ticket key of a hook call with `payload` (what [`ticket_key`] decides, the payload's
 /// [`Subject`] read from it).
@@ -33,7 +42,8 @@ pub fn payload_ticket_key(
     actions: &Actions,
 ) -> Result<Option<String>, String> {
     let command = crate::codex::approval::hook_command(payload);
-    let subject = Subject { tool_use_id: payload.tool_use_id.as_deref(), command: command.as_deref() };
+    let subject =
+        Subject { tool_use_id: payload.tool_use_id.as_deref(), tool_name: payload.tool_name.as_deref(), command: command.as_deref() };
     ticket_key(event, subject, open_turn, actions)
 }
 
@@ -42,6 +52,7 @@ pub fn payload_ticket_key(
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Subject<'a> {
     pub tool_use_id: Option<&'a str>,
+    pub tool_name: Option<&'a str>,
     pub command: Option<&'a str>,
 }
 
@@ -57,25 +68,25 @@ pub fn ticket_key(event: HookEvent, subject: Subject<'_>, open_turn: Option<&str
     let tool_use_id = subject.tool_use_id;
     let turn = open_turn.ok_or("no turn is open")?;
     let ev = event.as_str();
-    let call = |id: Option<&str>| -> Result<(String, bool), String> {
+    let call = |id: Option<&str>| -> Result<&OpenCall, String> {
         let id = id.ok_or_else(|| format!("{ev} without a tool_use_id"))?;
-        match actions.calls.iter().find(|(c, _)| c == id) {
-            Some((_, completed)) => Ok((id.to_string(), *completed)),
-            None => Err(format!("the open turn has no call {id} waiting for its output")),
-        }
+        actions.calls.iter().find(|c| c.id == id).ok_or_else(|| format!("the open turn has no call {id} waiting for its output"))
     };
     match event {
         HookEvent::PreToolUse => match call(tool_use_id)? {
-            (id, false) => Ok(Some(format!("{ev}:{turn}:{id}"))),
-            (id, true) => Err(format!("call {id} has already completed")),
+            OpenCall { id, completed: false, .. } => Ok(Some(format!("{ev}:{turn}:{id}"))),
+            OpenCall { id, completed: true, .. } => Err(format!("call {id} has already completed")),
         },
-        HookEvent::PostToolUse => match call(tool_use_id)? {
-            (id, true) => Ok(Some(format!("{ev}:{turn}:{id}"))),
-            (id, false) => Err(format!("call {id} has not completed (no item_completed): no PostToolUse can follow it yet")),
-        },
+        HookEvent::PostToolUse => {
+            let c = call(tool_use_id)?;
+            match post_tool_use_due(c, subject.tool_name, actions) {
+                Ok(()) => Ok(Some(format!("{ev}:{turn}:{}", c.id))),
+                Err(why) => Err(why),
+            }
+        }
         HookEvent::Stop => {
-            if let Some((id, _)) = actions.calls.first() {
-                return Err(format!("call {id} of the turn is not answered yet"));
+            if let Some(c) = actions.calls.first() {
+                return Err(format!("call {} of the turn is not answered yet", c.id));
             }
             if actions.overflow {
                 return Err("more calls were open at once than are tracked".into());
@@ -96,13 +107,40 @@ pub fn ticket_key(event: HookEvent, subject: Subject<'_>, open_turn: Option<&str
     }
 }
 
+/// Whether the rollout shows call `c` finished, so that its PostToolUse is due: its
+/// `item_completed`, or, for Codex's `request_permissions` (no `item_completed` is ever written
+/// for it, and it runs no command), no other call of the turn running beside it whose command
+/// could present it.
+fn post_tool_use_due(c: &OpenCall, tool_name: Option<&str>, actions: &Actions) -> Result<(), String> {
+    let id = &c.id;
+    if c.completed {
+        return Ok(());
+    }
+    if c.tool != CallTool::RequestPermissions {
+        return Err(format!("call {id} has not completed (no item_completed): no PostToolUse can follow it yet"));
+    }
+    if tool_name != Some(REQUEST_PERMISSIONS) {
+        return Err(format!("call {id} is a {REQUEST_PERMISSIONS} call, the hook names tool {tool_name:?}"));
+    }
+    if actions.overflow {
+        return Err("more calls were open at once than are tracked".into());
+    }
+    match actions.calls.iter().find(|o| o.id != *id && !o.completed) {
+        Some(o) => Err(format!(
+            "call {id} ({REQUEST_PERMISSIONS}) has call {} running beside it, whose command could present its PostToolUse",
+            o.id
+        )),
+        None => Ok(()),
+    }
+}
+
 /// PermissionRequest names no call: Codex asks for the command of a call it has not run yet.
 /// The key is the open turn, the calls not completed yet and the command's digest, so a second
 /// hook asking the same for the same calls is a reuse.
 fn permission_key(command: Option<&str>, open_turn: Option<&str>, actions: &Actions) -> Result<String, String> {
     let turn = open_turn.ok_or("no turn is open")?;
     let command = command.ok_or("PermissionRequest without a command")?;
-    let waiting: Vec<&str> = actions.calls.iter().filter(|(_, completed)| !completed).map(|(id, _)| id.as_str()).collect();
+    let waiting: Vec<&str> = actions.calls.iter().filter(|c| !c.completed).map(|c| c.id.as_str()).collect();
     if waiting.is_empty() {
         return Err("no tool call of the open turn is waiting to run".into());
     }
@@ -190,7 +228,11 @@ mod tests {
 
     fn key_of(snap: &crate::codex::rollout::Snapshot, hook: &Value) -> Result<Option<String>, String> {
         let event = HookEvent::parse(hook["hook_event_name"].as_str().unwrap());
-        let subject = Subject { tool_use_id: hook["tool_use_id"].as_str(), command: hook["tool_input"]["command"].as_str() };
+        let subject = Subject {
+            tool_use_id: hook["tool_use_id"].as_str(),
+            tool_name: hook["tool_name"].as_str(),
+            command: hook["tool_input"]["command"].as_str(),
+        };
         ticket_key(event, subject, snap.open_turn.as_deref(), &snap.actions)
     }
 
@@ -302,7 +344,7 @@ mod tests {
                 for event in ["PostToolUse", "Stop", "UserPromptSubmit", "SessionStart"] {
                     let r = ticket_key(
                         HookEvent::parse(event),
-                        Subject { tool_use_id: Some(call), command: None },
+                        Subject { tool_use_id: Some(call), tool_name: pre["tool_name"].as_str(), command: None },
                         snap.open_turn.as_deref(),
                         &snap.actions,
                     );

@@ -1,6 +1,6 @@
 use super::*;
 use crate::codex::standin::{completed, started};
-use codex_format::rollout::{classify, Rec};
+use codex_format::rollout::{classify, CallTool, Rec};
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 
@@ -223,7 +223,10 @@ fn parsed(line: &str) -> Option<Rec> {
         ("response_item", Some("reasoning")) => Some(Rec::Said(turn)),
         ("response_item", Some(t)) if t.ends_with("_output") => s(&p["call_id"]).map(Rec::Output),
         ("response_item", Some(t)) if t.ends_with("_call") => Some(match s(&p["call_id"]) {
-            Some(id) => Rec::Call { id, turn },
+            Some(id) => {
+                let own = t == "function_call" && p["name"] == "request_permissions" && p.get("namespace").is_none();
+                Rec::Call { id, turn, tool: if own { CallTool::RequestPermissions } else { CallTool::Other } }
+            }
             None => Rec::Said(turn),
         }),
         _ => None,
