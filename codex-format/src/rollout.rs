@@ -106,7 +106,7 @@ impl Rec {
 }
 
 /// Which tool a call is for, where the records Codex writes around it differ.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CallTool {
     /// Codex's own `request_permissions` (a `function_call` with that name and no namespace): it
     /// runs no command, and Codex writes no `item_completed` for it (0.160.0 and 0.171.0).

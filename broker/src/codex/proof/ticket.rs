@@ -166,7 +166,11 @@ mod tests {
     }
 
     fn recording(version: &str) -> Recording {
-        let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../codex-format/testdata")).join(format!("hooks-{version}"));
+        recording_in(&format!("hooks-{version}"))
+    }
+
+    fn recording_in(name: &str) -> Recording {
+        let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../codex-format/testdata")).join(name);
         let hooks = std::fs::read_to_string(dir.join("hooklog.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         let mut rollouts = HashMap::new();
         for e in std::fs::read_dir(&dir).unwrap() {
@@ -353,6 +357,54 @@ mod tests {
                 checked += 1;
             }
             assert!(checked >= 6, "{version}: {checked}");
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+
+    /// Permission requests and failing commands on the real Codex (0.171.0 and 0.160.0, an
+    /// app-server thread on-request and read-only, `request_permissions_tool` on): a
+    /// `request_permissions` call alone, one sent with an `exec_command` beside it (Codex runs them
+    /// one after the other), a command the sandbox denies, one exiting 4. Codex writes no
+    /// `item_completed` for `request_permissions` nor for the denied command; their PostToolUse
+    /// runs with the rollout as it was while the call ran. Each hook replayed against the rollout
+    /// as it stood when it started: every one gets its own ticket except the PostToolUse of the
+    /// request with a command beside it and that of the denied command (`no_ticket`: a command
+    /// running inside either call would see the same rollout), and the PostToolUse of the lone
+    /// request is refused to a hook naming another tool.
+    #[test]
+    fn permission_requests_get_their_post_tool_use_and_a_denied_command_does_not() {
+        for version in ["0.171.0", "0.160.0"] {
+            let rec = recording_in(&format!("hooks-permissions-{version}"));
+            let dir = std::env::temp_dir().join(format!("courier-ticket-perm-{}-{version}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            let (name, data) = rec.rollouts.iter().next().unwrap();
+            let mut replay = Replay::new(&dir, name, data);
+            let tracker = RolloutTracker::new();
+            let mut keys = std::collections::HashSet::new();
+            let mut refused = Vec::new();
+            for hook in &rec.hooks {
+                let event = hook["hook_event_name"].as_str().unwrap();
+                let call = hook["tool_use_id"].as_str().unwrap_or("-");
+                replay.grow_to(hook["s0"].as_u64().unwrap() as usize);
+                let snap = replay.read(&tracker);
+                let fresh = key_of(&replay.read(&RolloutTracker::new()), hook);
+                let key = key_of(&snap, hook);
+                assert_eq!(key, fresh, "{version}: {event} {call} on first sight");
+                match key {
+                    Ok(Some(k)) => assert!(keys.insert(k.clone()), "{version}: two hooks got ticket {k}"),
+                    Ok(None) => {}
+                    Err(why) => refused.push(format!("{event} {call}: {why}")),
+                }
+                if event == "PostToolUse" && call == "call_perm" {
+                    let mut forged = hook.clone();
+                    forged["tool_name"] = "Bash".into();
+                    assert!(key_of(&snap, &forged).is_err(), "{version}: PostToolUse naming another tool");
+                }
+            }
+            assert_eq!(refused.len(), 2, "{version}: {refused:#?}");
+            assert!(refused[0].starts_with("PostToolUse call_perm2:") && refused[0].contains("call_par running beside it"), "{refused:?}");
+            assert!(refused[1].starts_with("PostToolUse call_0007:") && refused[1].contains("no item_completed"), "{refused:?}");
+            assert!(keys.contains(&format!("PostToolUse:{}:call_perm", rec.hooks[0]["turn_id"].as_str().unwrap())), "{keys:?}");
             let _ = std::fs::remove_dir_all(&dir);
         }
     }
