@@ -23,7 +23,7 @@
 //! while it is the only call running no other call's command runs beside it either, so its
 //! PostToolUse needs no `item_completed`. An `exec_command` that Codex finds denied by the
 //! sandbox gets no `item_completed` either: its PostToolUse sees the rollout exactly as a command
-//! still running inside it does, so it is refused (docs/security.md, residual risks). What this does not stop is in
+//! still running inside it does, so it is refused. What this does not stop is in
 //! docs/security.md (residual risks).
 
 use crate::codex::rollout::{Actions, OpenCall};
@@ -79,10 +79,7 @@ pub fn ticket_key(event: HookEvent, subject: Subject<'_>, open_turn: Option<&str
         },
         HookEvent::PostToolUse => {
             let c = call(tool_use_id)?;
-            match post_tool_use_due(c, subject.tool_name, actions) {
-                Ok(()) => Ok(Some(format!("{ev}:{turn}:{}", c.id))),
-                Err(why) => Err(why),
-            }
+            post_tool_use_due(c, subject.tool_name, actions).map(|()| Some(format!("{ev}:{turn}:{}", c.id)))
         }
         HookEvent::Stop => {
             if let Some(c) = actions.calls.first() {
