@@ -252,3 +252,32 @@ fn the_person_answering_first_leaves_nothing_to_answer() {
     assert!(!ok && out.contains("not_pending"), "{out}");
     assert!(!a.file.exists(), "nothing granted: the write failed");
 }
+
+/// A message sent while a permission request waits is delivered by the request's own
+/// PostToolUse, and confirmed. Codex writes no `item_completed` for `request_permissions` (its
+/// PostToolUse runs with the rollout showing the call and nothing after it); the call runs no
+/// command and is the only call of the turn running, so its PostToolUse gets a ticket
+/// (`codex::proof::ticket`). Before, it was refused `no_ticket` and the message waited for the
+/// next command's PreToolUse.
+#[test]
+fn a_message_is_delivered_by_the_permission_requests_post_tool_use() {
+    let a = asking("MIDASK");
+    let broker = Broker::start_trusted(&a.env);
+    let (_server, mut client, thread) = approving_thread(&a.env);
+    let turn = client.start_turn(&thread, "ask", T);
+    let req = client.wait_server_request(PERMISSIONS_APPROVAL, T, |r| r["threadId"] == thread.as_str());
+    let text = marker("WHILE_ASKING");
+    let id = broker.send_opts(&thread, &text, None, Some("e2e"));
+    client.respond(&req["id"], json!({"permissions": req["params"]["permissions"], "scope": "turn"}));
+    client.wait_turn_completed(&turn, T);
+    let m = broker.wait_state(&id, "confirmed", T);
+    assert_eq!(str_field(&m, "event"), "PostToolUse", "taken by the request's own PostToolUse: {m}");
+    let refused: Vec<Value> =
+        courier_tests::broker::refusals(&broker.inspect_json()).into_iter().filter(|r| r["thread"] == thread.as_str()).collect();
+    assert!(refused.is_empty(), "no hook of the thread refused: {refused:?}");
+    // The model read it in the request that carries the call's output, once.
+    let reqs = a.model.requests();
+    let first = reqs.iter().position(|r| r.body_contains(&text)).expect("the message reached the model");
+    assert!(reqs[first].tool_outputs().iter().any(|o| o["call_id"] == "call_ask"), "with the call's output");
+    assert_eq!(reqs[first].items_containing(&text), 1);
+}

@@ -331,7 +331,7 @@ fn new_approval(v: &Verified, ticket: &Ticket) -> Option<NewApproval> {
         });
     }
     let command = codex_approval::hook_command(&v.payload)?;
-    let mut waiting = v.actions.calls.iter().filter(|(_, done)| !done).map(|(id, _)| id.clone());
+    let mut waiting = v.actions.calls.iter().filter(|c| !c.completed).map(|c| c.id.clone());
     let call_id = match (waiting.next(), waiting.next()) {
         (Some(only), None) => Some(only),
         _ => None,

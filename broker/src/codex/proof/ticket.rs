@@ -11,6 +11,7 @@
 //! |---|---|---|
 //! | PreToolUse(C) | the tool call C (`function_call`, ...), no `item_completed` C, no output of C | (thread, turn, C) |
 //! | PostToolUse(C) | `item_completed` C (the tool finished), no output of C yet (Codex writes it after the hook) | (thread, turn, C) |
+//! | PostToolUse(C), C a `request_permissions` call | C, no output of C yet, and no other call of the turn running (Codex writes no `item_completed` for this tool) | (thread, turn, C) |
 //! | Stop | model output (the answer) after the turn's last tool call, and every call of the turn answered | (thread, turn, that answer) |
 //! | UserPromptSubmit, SessionStart, SubagentStart | no model output yet in the turn | (thread, turn, event) |
 //! | PermissionRequest(cmd) | a tool call not completed (the one asking; the payload names no call) | (thread, turn, open calls, digest of cmd) |
@@ -18,11 +19,19 @@
 //! A command the model runs is inside a tool call whose `item_completed` does not exist yet, so
 //! it cannot present PostToolUse of its own call or Stop (its call is unanswered), nor the
 //! opening events (the model already spoke), and its call's PreToolUse ticket was used by the
-//! hook that ran before the command started. What this does not stop is in
+//! hook that ran before the command started. A `request_permissions` call runs no command, and
+//! while it is the only call running no other call's command runs beside it either, so its
+//! PostToolUse needs no `item_completed`. An `exec_command` that Codex finds denied by the
+//! sandbox gets no `item_completed` either: its PostToolUse sees the rollout exactly as a command
+//! still running inside it does, so it is refused. What this does not stop is in
 //! docs/security.md (residual risks).
 
-use crate::codex::rollout::Actions;
+use crate::codex::rollout::{Actions, OpenCall};
 use codex_format::hook::{HookEvent, HookPayload};
+use codex_format::rollout::CallTool;
+
+/// The hook `tool_name` of Codex's `request_permissions` tool.
+const REQUEST_PERMISSIONS: &str = "request_permissions";
 
 /// The ticket key of a hook call with `payload` (what [`ticket_key`] decides, the payload's
 /// [`Subject`] read from it).
@@ -33,7 +42,8 @@ pub fn payload_ticket_key(
     actions: &Actions,
 ) -> Result<Option<String>, String> {
     let command = crate::codex::approval::hook_command(payload);
-    let subject = Subject { tool_use_id: payload.tool_use_id.as_deref(), command: command.as_deref() };
+    let subject =
+        Subject { tool_use_id: payload.tool_use_id.as_deref(), tool_name: payload.tool_name.as_deref(), command: command.as_deref() };
     ticket_key(event, subject, open_turn, actions)
 }
 
@@ -42,6 +52,7 @@ pub fn payload_ticket_key(
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Subject<'a> {
     pub tool_use_id: Option<&'a str>,
+    pub tool_name: Option<&'a str>,
     pub command: Option<&'a str>,
 }
 
@@ -57,25 +68,22 @@ pub fn ticket_key(event: HookEvent, subject: Subject<'_>, open_turn: Option<&str
     let tool_use_id = subject.tool_use_id;
     let turn = open_turn.ok_or("no turn is open")?;
     let ev = event.as_str();
-    let call = |id: Option<&str>| -> Result<(String, bool), String> {
+    let call = |id: Option<&str>| -> Result<&OpenCall, String> {
         let id = id.ok_or_else(|| format!("{ev} without a tool_use_id"))?;
-        match actions.calls.iter().find(|(c, _)| c == id) {
-            Some((_, completed)) => Ok((id.to_string(), *completed)),
-            None => Err(format!("the open turn has no call {id} waiting for its output")),
-        }
+        actions.calls.iter().find(|c| c.id == id).ok_or_else(|| format!("the open turn has no call {id} waiting for its output"))
     };
     match event {
         HookEvent::PreToolUse => match call(tool_use_id)? {
-            (id, false) => Ok(Some(format!("{ev}:{turn}:{id}"))),
-            (id, true) => Err(format!("call {id} has already completed")),
+            OpenCall { id, completed: false, .. } => Ok(Some(format!("{ev}:{turn}:{id}"))),
+            OpenCall { id, completed: true, .. } => Err(format!("call {id} has already completed")),
         },
-        HookEvent::PostToolUse => match call(tool_use_id)? {
-            (id, true) => Ok(Some(format!("{ev}:{turn}:{id}"))),
-            (id, false) => Err(format!("call {id} has not completed (no item_completed): no PostToolUse can follow it yet")),
-        },
+        HookEvent::PostToolUse => {
+            let c = call(tool_use_id)?;
+            post_tool_use_due(c, subject.tool_name, actions).map(|()| Some(format!("{ev}:{turn}:{}", c.id)))
+        }
         HookEvent::Stop => {
-            if let Some((id, _)) = actions.calls.first() {
-                return Err(format!("call {id} of the turn is not answered yet"));
+            if let Some(c) = actions.calls.first() {
+                return Err(format!("call {} of the turn is not answered yet", c.id));
             }
             if actions.overflow {
                 return Err("more calls were open at once than are tracked".into());
@@ -96,13 +104,40 @@ pub fn ticket_key(event: HookEvent, subject: Subject<'_>, open_turn: Option<&str
     }
 }
 
+/// Whether the rollout shows call `c` finished, so that its PostToolUse is due: its
+/// `item_completed`, or, for Codex's `request_permissions` (no `item_completed` is ever written
+/// for it, and it runs no command), no other call of the turn running beside it whose command
+/// could present it.
+fn post_tool_use_due(c: &OpenCall, tool_name: Option<&str>, actions: &Actions) -> Result<(), String> {
+    let id = &c.id;
+    if c.completed {
+        return Ok(());
+    }
+    if c.tool != CallTool::RequestPermissions {
+        return Err(format!("call {id} has not completed (no item_completed): no PostToolUse can follow it yet"));
+    }
+    if tool_name != Some(REQUEST_PERMISSIONS) {
+        return Err(format!("call {id} is a {REQUEST_PERMISSIONS} call, the hook names tool {tool_name:?}"));
+    }
+    if actions.overflow {
+        return Err("more calls were open at once than are tracked".into());
+    }
+    match actions.calls.iter().find(|o| o.id != *id && !o.completed) {
+        Some(o) => Err(format!(
+            "call {id} ({REQUEST_PERMISSIONS}) has call {} running beside it, whose command could present its PostToolUse",
+            o.id
+        )),
+        None => Ok(()),
+    }
+}
+
 /// PermissionRequest names no call: Codex asks for the command of a call it has not run yet.
 /// The key is the open turn, the calls not completed yet and the command's digest, so a second
 /// hook asking the same for the same calls is a reuse.
 fn permission_key(command: Option<&str>, open_turn: Option<&str>, actions: &Actions) -> Result<String, String> {
     let turn = open_turn.ok_or("no turn is open")?;
     let command = command.ok_or("PermissionRequest without a command")?;
-    let waiting: Vec<&str> = actions.calls.iter().filter(|(_, completed)| !completed).map(|(id, _)| id.as_str()).collect();
+    let waiting: Vec<&str> = actions.calls.iter().filter(|c| !c.completed).map(|c| c.id.as_str()).collect();
     if waiting.is_empty() {
         return Err("no tool call of the open turn is waiting to run".into());
     }
@@ -128,7 +163,11 @@ mod tests {
     }
 
     fn recording(version: &str) -> Recording {
-        let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../codex-format/testdata")).join(format!("hooks-{version}"));
+        recording_in(&format!("hooks-{version}"))
+    }
+
+    fn recording_in(name: &str) -> Recording {
+        let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../codex-format/testdata")).join(name);
         let hooks = std::fs::read_to_string(dir.join("hooklog.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         let mut rollouts = HashMap::new();
         for e in std::fs::read_dir(&dir).unwrap() {
@@ -190,7 +229,11 @@ mod tests {
 
     fn key_of(snap: &crate::codex::rollout::Snapshot, hook: &Value) -> Result<Option<String>, String> {
         let event = HookEvent::parse(hook["hook_event_name"].as_str().unwrap());
-        let subject = Subject { tool_use_id: hook["tool_use_id"].as_str(), command: hook["tool_input"]["command"].as_str() };
+        let subject = Subject {
+            tool_use_id: hook["tool_use_id"].as_str(),
+            tool_name: hook["tool_name"].as_str(),
+            command: hook["tool_input"]["command"].as_str(),
+        };
         ticket_key(event, subject, snap.open_turn.as_deref(), &snap.actions)
     }
 
@@ -302,7 +345,7 @@ mod tests {
                 for event in ["PostToolUse", "Stop", "UserPromptSubmit", "SessionStart"] {
                     let r = ticket_key(
                         HookEvent::parse(event),
-                        Subject { tool_use_id: Some(call), command: None },
+                        Subject { tool_use_id: Some(call), tool_name: pre["tool_name"].as_str(), command: None },
                         snap.open_turn.as_deref(),
                         &snap.actions,
                     );
@@ -311,6 +354,54 @@ mod tests {
                 checked += 1;
             }
             assert!(checked >= 6, "{version}: {checked}");
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+
+    /// Permission requests and failing commands on the real Codex (0.171.0 and 0.160.0, an
+    /// app-server thread on-request and read-only, `request_permissions_tool` on): a
+    /// `request_permissions` call alone, one sent with an `exec_command` beside it (Codex runs them
+    /// one after the other), a command the sandbox denies, one exiting 4. Codex writes no
+    /// `item_completed` for `request_permissions` nor for the denied command; their PostToolUse
+    /// runs with the rollout as it was while the call ran. Each hook replayed against the rollout
+    /// as it stood when it started: every one gets its own ticket except the PostToolUse of the
+    /// request with a command beside it and that of the denied command (`no_ticket`: a command
+    /// running inside either call would see the same rollout), and the PostToolUse of the lone
+    /// request is refused to a hook naming another tool.
+    #[test]
+    fn permission_requests_get_their_post_tool_use_and_a_denied_command_does_not() {
+        for version in ["0.171.0", "0.160.0"] {
+            let rec = recording_in(&format!("hooks-permissions-{version}"));
+            let dir = std::env::temp_dir().join(format!("courier-ticket-perm-{}-{version}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            let (name, data) = rec.rollouts.iter().next().unwrap();
+            let mut replay = Replay::new(&dir, name, data);
+            let tracker = RolloutTracker::new();
+            let mut keys = std::collections::HashSet::new();
+            let mut refused = Vec::new();
+            for hook in &rec.hooks {
+                let event = hook["hook_event_name"].as_str().unwrap();
+                let call = hook["tool_use_id"].as_str().unwrap_or("-");
+                replay.grow_to(hook["s0"].as_u64().unwrap() as usize);
+                let snap = replay.read(&tracker);
+                let fresh = key_of(&replay.read(&RolloutTracker::new()), hook);
+                let key = key_of(&snap, hook);
+                assert_eq!(key, fresh, "{version}: {event} {call} on first sight");
+                match key {
+                    Ok(Some(k)) => assert!(keys.insert(k.clone()), "{version}: two hooks got ticket {k}"),
+                    Ok(None) => {}
+                    Err(why) => refused.push(format!("{event} {call}: {why}")),
+                }
+                if event == "PostToolUse" && call == "call_perm" {
+                    let mut forged = hook.clone();
+                    forged["tool_name"] = "Bash".into();
+                    assert!(key_of(&snap, &forged).is_err(), "{version}: PostToolUse naming another tool");
+                }
+            }
+            assert_eq!(refused.len(), 2, "{version}: {refused:#?}");
+            assert!(refused[0].starts_with("PostToolUse call_perm2:") && refused[0].contains("call_par running beside it"), "{refused:?}");
+            assert!(refused[1].starts_with("PostToolUse call_0007:") && refused[1].contains("no item_completed"), "{refused:?}");
+            assert!(keys.contains(&format!("PostToolUse:{}:call_perm", rec.hooks[0]["turn_id"].as_str().unwrap())), "{keys:?}");
             let _ = std::fs::remove_dir_all(&dir);
         }
     }

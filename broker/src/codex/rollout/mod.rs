@@ -44,7 +44,7 @@ mod state;
 mod turn;
 
 pub use find::{find_rollout, rollouts_newest_first, uuid_v7_ms};
-pub use turn::{Actions, MAX_OPEN_CALLS};
+pub use turn::{Actions, OpenCall, MAX_OPEN_CALLS};
 
 use state::State;
 use std::collections::HashMap;

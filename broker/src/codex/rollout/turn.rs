@@ -1,6 +1,6 @@
 //! What is known of a rollout's open turn, and what its records say Codex is doing in it.
 
-use codex_format::rollout::Rec;
+use codex_format::rollout::{CallTool, Rec};
 
 /// What is known about the open turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,8 +17,8 @@ pub(super) enum Turn {
 /// closes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Actions {
-    /// Tool calls of the open turn with no output yet: (call id, its `item_completed` was written).
-    pub calls: Vec<(String, bool)>,
+    /// Tool calls of the open turn with no output yet, oldest first.
+    pub calls: Vec<OpenCall>,
     /// More calls were open at once than are kept ([`MAX_OPEN_CALLS`]): no call is known answered
     /// by all until the turn ends.
     pub overflow: bool,
@@ -29,6 +29,15 @@ pub struct Actions {
     pub said_at: Option<u64>,
 }
 
+/// A tool call of the open turn with no output yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenCall {
+    pub id: String,
+    /// Its `item_completed` was written (the tool finished).
+    pub completed: bool,
+    pub tool: CallTool,
+}
+
 /// Open tool calls kept per turn at most.
 pub const MAX_OPEN_CALLS: usize = 256;
 
@@ -36,12 +45,12 @@ impl Actions {
     pub(super) fn apply(&mut self, rec: &Rec, at: u64) {
         match rec {
             Rec::Usage(_) => self.spoke = true,
-            Rec::Call { id, .. } => {
+            Rec::Call { id, tool, .. } => {
                 self.spoke = true;
                 self.said_at = None;
-                if self.calls.iter().any(|(c, _)| c == id) {
+                if self.calls.iter().any(|c| &c.id == id) {
                 } else if self.calls.len() < MAX_OPEN_CALLS {
-                    self.calls.push((id.clone(), false));
+                    self.calls.push(OpenCall { id: id.clone(), completed: false, tool: *tool });
                 } else {
                     self.overflow = true;
                 }
@@ -50,10 +59,10 @@ impl Actions {
                 self.spoke = true;
                 self.said_at = Some(at);
             }
-            Rec::Output(id) => self.calls.retain(|(c, _)| c != id),
+            Rec::Output(id) => self.calls.retain(|c| &c.id != id),
             Rec::Completed(id) => {
-                if let Some(c) = self.calls.iter_mut().find(|(c, _)| c == id) {
-                    c.1 = true;
+                if let Some(c) = self.calls.iter_mut().find(|c| &c.id == id) {
+                    c.completed = true;
                 }
             }
             Rec::Started(_) | Rec::Closed(_) | Rec::Context(_) => {}
