@@ -82,8 +82,8 @@ pub enum Rec {
     /// `token_usage_record`: a model response of this turn ended.
     Usage(String),
     /// A tool call: a response item `*_call` with a `call_id` (`function_call`, `custom_tool_call`,
-    /// ...), with the turn from its passthrough metadata and which tool it calls.
-    Call { id: String, turn: Option<String>, tool: CallTool },
+    /// ...), with the turn from its passthrough metadata.
+    Call { id: String, turn: Option<String> },
     /// Other model output: an assistant message, reasoning, or a `*_call` Codex does not answer
     /// (no `call_id`, as `web_search_call`).
     Said(Option<String>),
@@ -103,16 +103,6 @@ impl Rec {
             _ => None,
         }
     }
-}
-
-/// Which tool a call is for, where the records Codex writes around it differ.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum CallTool {
-    /// Codex's own `request_permissions` (a `function_call` with that name and no namespace): it
-    /// runs no command, and Codex writes no `item_completed` for it (0.160.0 and 0.171.0).
-    RequestPermissions,
-    /// Any other tool.
-    Other,
 }
 
 /// The record and payload types of a line (`("event_msg", Some("task_started"))`).
@@ -159,15 +149,7 @@ pub fn classify(head: &[u8], tail: &[u8]) -> Option<Rec> {
         ("response_item", Some("reasoning")) => Some(Rec::Said(passthrough_turn())),
         ("response_item", Some(p)) if p.ends_with("_output") => call_id(false).map(Rec::Output),
         ("response_item", Some(p)) if p.ends_with("_call") => Some(match call_id(true) {
-            Some(id) => {
-                // An MCP tool of the same name has a namespace: only Codex's own is this tool.
-                let own = p == "function_call"
-                    && value(head, "name", false) == Some("request_permissions")
-                    && member(head, "namespace", false).is_none()
-                    && member(tail, "namespace", true).is_none();
-                let tool = if own { CallTool::RequestPermissions } else { CallTool::Other };
-                Rec::Call { id, turn: passthrough_turn(), tool }
-            }
+            Some(id) => Rec::Call { id, turn: passthrough_turn() },
             None => Rec::Said(passthrough_turn()),
         }),
         _ => None,

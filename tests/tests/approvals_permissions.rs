@@ -253,14 +253,13 @@ fn the_person_answering_first_leaves_nothing_to_answer() {
     assert!(!a.file.exists(), "nothing granted: the write failed");
 }
 
-/// A message sent while a permission request waits is delivered by the request's own
-/// PostToolUse, and confirmed. Codex writes no `item_completed` for `request_permissions` (its
-/// PostToolUse runs with the rollout showing the call and nothing after it); the call runs no
-/// command and is the only call of the turn running, so its PostToolUse gets a ticket
-/// (`codex::proof::ticket`). Before, it was refused `no_ticket` and the message waited for the
-/// next command's PreToolUse.
+/// A message sent while a permission request waits goes with the turn's next hook, not the
+/// request's own PostToolUse. Codex writes no `item_completed` for `request_permissions`: its
+/// PostToolUse runs with the rollout as it stood while the person had not answered, the state in
+/// which any process running beside the call could present the same hook, so the gate refuses it
+/// (`no_ticket`, `codex::proof::ticket`) and the message goes at the next command's PreToolUse.
 #[test]
-fn a_message_is_delivered_by_the_permission_requests_post_tool_use() {
+fn a_message_sent_while_a_permission_request_waits_goes_with_the_next_hook() {
     let a = asking("MIDASK");
     let broker = Broker::start_trusted(&a.env);
     let (_server, mut client, thread) = approving_thread(&a.env);
@@ -271,13 +270,16 @@ fn a_message_is_delivered_by_the_permission_requests_post_tool_use() {
     client.respond(&req["id"], json!({"permissions": req["params"]["permissions"], "scope": "turn"}));
     client.wait_turn_completed(&turn, T);
     let m = broker.wait_state(&id, "confirmed", T);
-    assert_eq!(str_field(&m, "event"), "PostToolUse", "taken by the request's own PostToolUse: {m}");
+    assert_eq!(str_field(&m, "event"), "PreToolUse", "taken by the next command's PreToolUse: {m}");
     let refused: Vec<Value> =
         courier_tests::broker::refusals(&broker.inspect_json()).into_iter().filter(|r| r["thread"] == thread.as_str()).collect();
-    assert!(refused.is_empty(), "no hook of the thread refused: {refused:?}");
-    // The model read it in the request that carries the call's output, once.
+    assert_eq!(refused.len(), 1, "only the request's PostToolUse refused: {refused:?}");
+    assert_eq!((refused[0]["event"].as_str(), refused[0]["reason"].as_str()), (Some("PostToolUse"), Some("no_ticket")), "{refused:?}");
+    assert!(refused[0].to_string().contains("call_ask"), "{refused:?}");
+    // The model read it once, in the request after the command's output.
     let reqs = a.model.requests();
     let first = reqs.iter().position(|r| r.body_contains(&text)).expect("the message reached the model");
-    assert!(reqs[first].tool_outputs().iter().any(|o| o["call_id"] == "call_ask"), "with the call's output");
+    assert_eq!(reqs[first].tool_outputs().len(), 2, "with the request's and the next command's outputs");
     assert_eq!(reqs[first].items_containing(&text), 1);
+    assert!(a.file.exists(), "the granted write ran");
 }

@@ -1,6 +1,6 @@
 //! What is known of a rollout's open turn, and what its records say Codex is doing in it.
 
-use codex_format::rollout::{CallTool, Rec};
+use codex_format::rollout::Rec;
 
 /// What is known about the open turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,7 +35,6 @@ pub struct OpenCall {
     pub id: String,
     /// Its `item_completed` was written (the tool finished).
     pub completed: bool,
-    pub tool: CallTool,
 }
 
 /// Open tool calls kept per turn at most.
@@ -45,12 +44,12 @@ impl Actions {
     pub(super) fn apply(&mut self, rec: &Rec, at: u64) {
         match rec {
             Rec::Usage(_) => self.spoke = true,
-            Rec::Call { id, tool, .. } => {
+            Rec::Call { id, .. } => {
                 self.spoke = true;
                 self.said_at = None;
                 if self.calls.iter().any(|c| &c.id == id) {
                 } else if self.calls.len() < MAX_OPEN_CALLS {
-                    self.calls.push(OpenCall { id: id.clone(), completed: false, tool: *tool });
+                    self.calls.push(OpenCall { id: id.clone(), completed: false });
                 } else {
                     self.overflow = true;
                 }
