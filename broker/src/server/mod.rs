@@ -4,11 +4,9 @@
 //! queue's). SIGTERM, SIGINT and SIGHUP stop it cleanly: the socket it bound is removed and the
 //! stop is logged.
 //!
-//! Connections: one epoll set, polled by one thread at a time, accepts every connection and reads
-//! it without blocking until it holds one complete request frame; only then does a worker thread
-//! (a small fixed pool) run it. The thread that polls (the leader) is an idle worker, which runs
-//! the frame it read itself after passing the lead on, or the poll thread while every worker is
-//! busy, which never runs a call (`poller.rs`: the connection's thread wake-up is the call's only one). So idle, slow or hostile connections cost a file descriptor and a small buffer, never a
+//! Connections: one poll thread (epoll) accepts every connection and reads it without blocking
+//! until it holds one complete request frame; only then does a worker thread (a small fixed pool)
+//! see it. So idle, slow or hostile connections cost a file descriptor and a small buffer, never a
 //! thread, and cannot starve real hook calls. A hand-off does not keep its worker either: once
 //! the leased output is written, the connection goes back to the poll thread, which waits (at
 //! most until the lease ends) for the client's ack frame; a worker then commits it. So clients
@@ -270,18 +268,16 @@ fn spawn_wake(broker: &Arc<Broker>, codex_home: PathBuf, watch: Option<crate::st
     Ok(())
 }
 
-/// The workers and the poller that feeds them connections (`poller.rs`: an idle worker leads,
-/// this thread when none is): runs until the broker stops.
+/// The workers and the poller that feeds them connections: runs until the broker stops.
 fn serve_connections(broker: Arc<Broker>, listener: std::os::unix::net::UnixListener) -> Result<()> {
+    let jobs = Arc::new(JobQueue::default());
     let handback = Arc::new(Handback::new()?);
-    let poller = Poller::new(listener, Arc::clone(&broker), Arc::clone(&handback))?;
-    let jobs = Arc::new(JobQueue::new(poller, std::thread::current()));
     for i in 0..WORKERS {
         let broker = Arc::clone(&broker);
         let (rx, hb) = (Arc::clone(&jobs), Arc::clone(&handback));
         std::thread::Builder::new().name(format!("worker-{i}")).spawn(move || worker(&broker, &rx, &hb))?;
     }
-    jobs.run_poll_thread()
+    Poller::new(listener, broker, jobs, handback)?.run()
 }
 
 #[cfg(test)]

@@ -1,8 +1,6 @@
-//! The connection layer: one epoll set, polled by one thread at a time (the leader: an idle
-//! worker, or the poll thread while every worker is busy), accepts every connection and reads it
-//! without blocking until it holds one complete request frame; a fixed pool of workers runs
-//! complete frames (and hand-offs' acks), the leader the one it read itself (`JobQueue`).
-//! Limits: see the `server` module documentation.
+//! The connection layer: one epoll thread accepts every connection and reads it without blocking
+//! until it holds one complete request frame; a fixed pool of workers takes complete frames (and
+//! hand-offs' acks) from the job queue. Limits: see the `server` module documentation.
 
 use super::{Broker, MAX_BUFFERED, MAX_PENDING, MAX_PER_PEER, REQUEST_TIMEOUT};
 use crate::gate::Verified;
@@ -74,75 +72,47 @@ impl Handback {
     }
 }
 
-/// Complete requests waiting for a worker, the idle workers, and who leads: runs the poller's
-/// turns (accept, read frames and acks, sweep deadlines). Leader/follower: an idle worker leads,
-/// and when its turn reads a whole frame it passes the lead to the warmest idle worker and runs
-/// the call itself, so the thread the connection woke is the one that answers it (a poll thread
-/// handing every frame to a worker put a second thread wake-up on the client's critical path).
-/// With no worker idle the lead goes to the poll thread, which never runs a call: accepts, acks
-/// and deadline sweeps never wait for a slow gate call; it queues frames for the workers as they
-/// come free, waking one idle worker per job (the most recently idle: its stack and caches are
-/// the warmest), and passes the lead back as soon as a worker is idle with nothing to take.
+/// Complete requests waiting for a worker, and the idle workers. A job wakes exactly one idle
+/// worker (a shared `Mutex<Receiver>` also woke the next worker to queue on the mutex: one more
+/// context switch per hook call, on the client's critical path), and the one idle the shortest
+/// time: its stack and caches are the warmest (a condvar wakes the one that waited longest).
+#[derive(Default)]
 pub(super) struct JobQueue {
     queue: Mutex<Queue>,
-    /// Locked by the leader for its turn (so never contended).
-    poller: Mutex<Option<Poller>>,
 }
 
+#[derive(Default)]
 struct Queue {
     jobs: VecDeque<Job>,
     /// Parked workers, the most recently idle last.
     idle: Vec<std::thread::Thread>,
-    lead: Lead,
-    poll_thread: Option<std::thread::Thread>,
-}
-
-/// Who runs the poller's turns.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Lead {
-    /// Nobody yet: the next worker with no job takes it.
-    Free,
-    /// A worker (it does not run a call while it leads).
-    Worker,
-    /// The poll thread: every worker was busy when the last leader took a call.
-    PollThread,
-}
-
-/// What a worker does next.
-enum Next {
-    Job(Job),
-    Lead,
 }
 
 impl JobQueue {
-    pub(super) fn new(poller: Poller, poll_thread: std::thread::Thread) -> JobQueue {
-        JobQueue {
-            queue: Mutex::new(Queue { jobs: VecDeque::new(), idle: Vec::new(), lead: Lead::Free, poll_thread: Some(poll_thread) }),
-            poller: Mutex::new(Some(poller)),
+    /// Queues `job`, or gives it back when [`MAX_PENDING`] jobs already wait.
+    fn push(&self, job: Job) -> Result<(), Job> {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        if q.jobs.len() >= MAX_PENDING {
+            return Err(job);
         }
+        q.jobs.push_back(job);
+        let worker = q.idle.pop();
+        drop(q);
+        if let Some(w) = worker {
+            w.unpark();
+        }
+        Ok(())
     }
 
-    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// A queued job, else the lead if nobody holds it; parks the calling worker until one of
-    /// them. A worker is listed idle only while it has neither, so nothing wakes a busy one.
-    fn next(&self) -> Next {
+    /// The next job; parks the calling worker until there is one. A worker is listed idle only
+    /// while it has no job, so a push never wakes a busy one.
+    fn pop(&self) -> Job {
         let me = std::thread::current();
         loop {
-            let mut q = self.queue();
-            let next = match q.jobs.pop_front() {
-                Some(job) => Some(Next::Job(job)),
-                None if q.lead == Lead::Free => {
-                    q.lead = Lead::Worker;
-                    Some(Next::Lead)
-                }
-                None => None,
-            };
-            if let Some(next) = next {
+            let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(job) = q.jobs.pop_front() {
                 q.idle.retain(|t| t.id() != me.id());
-                return next;
+                return job;
             }
             if !q.idle.iter().any(|t| t.id() == me.id()) {
                 q.idle.push(me.clone());
@@ -152,115 +122,11 @@ impl JobQueue {
             std::thread::park();
         }
     }
-
-    /// One turn of the poller by the leader `who`; the jobs it read are settled (`settle`) and
-    /// the one a leading worker runs itself is returned.
-    fn turn(&self, who: Lead) -> Result<Option<Job>> {
-        let queued = self.queue().jobs.len();
-        let ready = {
-            let mut poller = self.poller.lock().unwrap_or_else(|e| e.into_inner());
-            let Some(poller) = poller.as_mut() else { anyhow::bail!("no poller") };
-            poller.turn(queued)?
-        };
-        let (mine, wake) = settle(&mut self.queue(), ready, who);
-        for t in wake {
-            t.unpark();
-        }
-        Ok(mine)
-    }
-
-    /// A leader whose turn failed gives the lead to the poll thread (whose own turn then fails
-    /// and stops the broker with the error).
-    fn fail_lead(&self) {
-        let mut q = self.queue();
-        q.lead = Lead::PollThread;
-        if let Some(t) = q.poll_thread.clone() {
-            drop(q);
-            t.unpark();
-        }
-    }
-
-    /// The poll thread: leads while every worker is busy; runs until a turn fails.
-    pub(super) fn run_poll_thread(&self) -> Result<()> {
-        loop {
-            if self.queue().lead != Lead::PollThread {
-                std::thread::park();
-                continue;
-            }
-            self.turn(Lead::PollThread)?;
-        }
-    }
-}
-
-/// After a turn of `who`: queues the jobs it read and says which threads to wake, and which job
-/// a leading worker runs itself (the oldest queued). The lead passes on whenever its worker takes
-/// a job, to the warmest idle worker not woken for a job, or the poll thread when none is idle;
-/// the poll thread passes it back when a worker is idle beyond the jobs.
-fn settle(q: &mut Queue, ready: Vec<Job>, who: Lead) -> (Option<Job>, Vec<std::thread::Thread>) {
-    let new = ready.len();
-    q.jobs.extend(ready);
-    let mut wake = Vec::new();
-    let mine = match who {
-        Lead::Worker => q.jobs.pop_front(),
-        Lead::PollThread | Lead::Free => None,
-    };
-    let for_others = if mine.is_some() { new.saturating_sub(1) } else { new };
-    for _ in 0..for_others {
-        match q.idle.pop() {
-            Some(t) => wake.push(t),
-            None => break,
-        }
-    }
-    let pass_lead = match who {
-        Lead::Worker => mine.is_some(),
-        Lead::PollThread | Lead::Free => !q.idle.is_empty(),
-    };
-    if pass_lead {
-        match q.idle.pop() {
-            Some(t) => {
-                q.lead = Lead::Free;
-                wake.push(t);
-            }
-            None => {
-                q.lead = Lead::PollThread;
-                wake.extend(q.poll_thread.clone());
-            }
-        }
-    }
-    (mine, wake)
 }
 
 pub(super) fn worker(broker: &Broker, jobs: &JobQueue, handback: &Handback) {
     loop {
-        let job = match jobs.next() {
-            Next::Job(job) => job,
-            Next::Lead => match lead(jobs) {
-                Some(job) => job,
-                None => continue,
-            },
-        };
-        run_job(broker, handback, job);
-    }
-}
-
-/// Leads until a turn reads a job for this worker (or fails).
-fn lead(jobs: &JobQueue) -> Option<Job> {
-    loop {
-        match jobs.turn(Lead::Worker) {
-            Ok(Some(job)) => return Some(job),
-            Ok(None) => {}
-            Err(e) => {
-                crate::log_error!("polling connections: {e:#}");
-                jobs.fail_lead();
-                return None;
-            }
-        }
-    }
-}
-
-fn run_job(broker: &Broker, handback: &Handback, job: Job) {
-    {
-        match job {
+        match jobs.pop() {
             Job::Request { stream, frame, cred } => {
                 // A first byte `{` is a producer's JSON line (producer/proto.rs), not a frame.
                 let pending = if frame.first() == Some(&b'{') {
@@ -330,13 +196,8 @@ pub(super) struct Poller {
     pub(super) epoll: std::os::fd::OwnedFd,
     pub(super) listener: UnixListener,
     pub(super) broker: Arc<Broker>,
+    pub(super) jobs: Arc<JobQueue>,
     pub(super) handback: Arc<Handback>,
-    /// Whole frames and acks read this turn, for the leader to settle.
-    ready: Vec<Job>,
-    /// Jobs already queued when this turn began (with `ready`, bounded by [`MAX_PENDING`]).
-    queued: usize,
-    events: Vec<libc::epoll_event>,
-    last_sweep: Instant,
     pub(super) conns: HashMap<RawFd, Conn>,
     /// Hand-offs waiting for their ack, with the ack bytes read so far.
     pub(super) acks: HashMap<RawFd, (AwaitAck, Vec<u8>)>,
@@ -351,7 +212,7 @@ pub(super) const LISTENER: u64 = u64::MAX;
 pub(super) const WAKE: u64 = u64::MAX - 1;
 
 impl Poller {
-    pub(super) fn new(listener: UnixListener, broker: Arc<Broker>, handback: Arc<Handback>) -> Result<Poller> {
+    pub(super) fn new(listener: UnixListener, broker: Arc<Broker>, jobs: Arc<JobQueue>, handback: Arc<Handback>) -> Result<Poller> {
         listener.set_nonblocking(true)?;
         // SAFETY: epoll_create1 returns a new fd or -1.
         let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
@@ -364,11 +225,8 @@ impl Poller {
             epoll,
             listener,
             broker,
+            jobs,
             handback,
-            ready: Vec::new(),
-            queued: 0,
-            events: vec![libc::epoll_event { events: 0, u64: 0 }; 256],
-            last_sweep: Instant::now(),
             conns: HashMap::new(),
             acks: HashMap::new(),
             per_peer: HashMap::new(),
@@ -389,50 +247,41 @@ impl Poller {
         Ok(())
     }
 
-    /// One turn: waits for events, accepts, reads frames and acks, sweeps deadlines; returns
-    /// the jobs it made (whole frames, acks to settle). `queued`: jobs already waiting.
-    pub(super) fn turn(&mut self, queued: usize) -> Result<Vec<Job>> {
-        self.queued = queued;
-        // Deadlines are swept every 100 ms while a connection or an ack is open; with none, the
-        // leader sleeps until the next event (an idle broker is woken by nothing of its own).
-        let timeout = if self.conns.is_empty() && self.acks.is_empty() { -1 } else { 100 };
-        // SAFETY: events has the length we pass.
-        let n = unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), self.events.as_mut_ptr(), self.events.len() as i32, timeout) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                return Ok(Vec::new());
-            }
-            return Err(e).context("epoll_wait");
-        }
-        for i in 0..n as usize {
-            let token = self.events[i].u64;
-            if token == LISTENER {
-                self.accept_some();
-            } else if token == WAKE {
-                for a in self.handback.take() {
-                    self.await_ack(a);
+    pub(super) fn run(mut self) -> Result<()> {
+        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
+        let mut last_sweep = Instant::now();
+        loop {
+            // Deadlines are swept every 100 ms while a connection or an ack is open; with none, the
+            // thread sleeps until the next event (an idle broker is woken by nothing of its own).
+            let timeout = if self.conns.is_empty() && self.acks.is_empty() { -1 } else { 100 };
+            // SAFETY: events has the length we pass.
+            let n = unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), events.as_mut_ptr(), events.len() as i32, timeout) };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
                 }
-            } else if self.acks.contains_key(&(token as RawFd)) {
-                self.read_ack(token as RawFd);
-            } else {
-                self.read_conn(token as RawFd);
+                return Err(e).context("epoll_wait");
+            }
+            for ev in &events[..n as usize] {
+                let token = ev.u64;
+                if token == LISTENER {
+                    self.accept_some();
+                } else if token == WAKE {
+                    for a in self.handback.take() {
+                        self.await_ack(a);
+                    }
+                } else if self.acks.contains_key(&(token as RawFd)) {
+                    self.read_ack(token as RawFd);
+                } else {
+                    self.read_conn(token as RawFd);
+                }
+            }
+            if last_sweep.elapsed() >= Duration::from_millis(100) {
+                self.sweep();
+                last_sweep = Instant::now();
             }
         }
-        if self.last_sweep.elapsed() >= Duration::from_millis(100) {
-            self.sweep();
-            self.last_sweep = Instant::now();
-        }
-        Ok(std::mem::take(&mut self.ready))
-    }
-
-    /// Adds a job for the leader to settle, or gives it back when [`MAX_PENDING`] already wait.
-    fn push(&mut self, job: Job) -> Result<(), Job> {
-        if self.queued + self.ready.len() >= MAX_PENDING {
-            return Err(job);
-        }
-        self.ready.push(job);
-        Ok(())
     }
 
     /// Accepts what is waiting (a flood is taken in batches: one accept per `epoll_wait` let the
@@ -544,7 +393,7 @@ impl Poller {
     /// Hands a hand-off to a worker to commit (`frame`) or release (`None`) its lease.
     fn settle_ack(&mut self, a: AwaitAck, frame: Option<Vec<u8>>) {
         let _ = a.stream.set_nonblocking(false);
-        if self.push(Job::Ack { pending: a, frame }).is_err() {
+        if self.jobs.push(Job::Ack { pending: a, frame }).is_err() {
             // No room: dropped; the lease runs out and maintenance returns it to pending.
             self.broker.counters.connections.fetch_sub(1, Ordering::SeqCst);
             self.broker.counters.rejected.fetch_add(1, Ordering::Relaxed);
@@ -620,7 +469,7 @@ impl Poller {
         // The frame moves to the job queue's share of the budget, uncopied.
         let held = buf.capacity();
         self.broker.counters.frames_held.fetch_add(held, Ordering::SeqCst);
-        if let Err(Job::Request { stream, .. }) = self.push(Job::Request { stream, frame: buf, cred }) {
+        if let Err(Job::Request { stream, .. }) = self.jobs.push(Job::Request { stream, frame: buf, cred }) {
             self.broker.counters.frames_held.fetch_sub(held, Ordering::SeqCst);
             self.broker.counters.connections.fetch_sub(1, Ordering::SeqCst);
             self.broker.counters.rejected.fetch_add(1, Ordering::Relaxed);
@@ -711,112 +560,37 @@ fn frame_end(buf: &mut Vec<u8>) -> Result<usize, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::thread::Thread;
+    use std::sync::{mpsc, Arc};
 
-    fn job() -> Job {
-        let (a, _b) = UnixStream::pair().unwrap();
-        let cred = nix::sys::socket::getsockopt(&a, nix::sys::socket::sockopt::PeerCredentials).unwrap();
-        Job::Request { stream: a, frame: Vec::new(), cred }
+    fn wait_idle(jobs: &JobQueue, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while jobs.queue.lock().unwrap().idle.len() != n {
+            assert!(Instant::now() < deadline, "{n} workers never all idle");
+            std::thread::yield_now();
+        }
     }
 
-    fn threads(n: usize) -> Vec<Thread> {
-        (0..n).map(|_| std::thread::spawn(|| std::thread::current()).join().unwrap()).collect()
-    }
-
-    /// `idle` parked workers (the most recently idle last), the lead held by `lead`.
-    fn queue(idle: &[Thread], poll: &Thread, lead: Lead) -> Queue {
-        Queue { jobs: VecDeque::new(), idle: idle.to_vec(), lead, poll_thread: Some(poll.clone()) }
-    }
-
-    fn ids(t: &[Thread]) -> Vec<std::thread::ThreadId> {
-        t.iter().map(Thread::id).collect()
-    }
-
-    /// The worker the connection woke answers it: it keeps the frame it read and passes the lead
-    /// to the most recently idle worker, waking nobody else.
+    /// Jobs pushed one at a time, each finished before the next, all run on the same worker of
+    /// four (the one idle the shortest time), and none is lost.
     #[test]
-    fn a_leading_worker_runs_the_frame_it_read_and_passes_the_lead_to_the_warmest_idle_worker() {
-        let (idle, poll) = (threads(3), threads(1).remove(0));
-        let mut q = queue(&idle, &poll, Lead::Worker);
-        let (mine, wake) = settle(&mut q, vec![job()], Lead::Worker);
-        assert!(mine.is_some() && q.jobs.is_empty());
-        assert_eq!(ids(&wake), ids(&idle[2..]));
-        assert_eq!(q.lead, Lead::Free);
-        assert_eq!(ids(&q.idle), ids(&idle[..2]));
-    }
-
-    /// A turn that read nothing whole keeps its leader and wakes nobody.
-    #[test]
-    fn a_turn_with_nothing_whole_keeps_the_lead() {
-        let (idle, poll) = (threads(2), threads(1).remove(0));
-        let mut q = queue(&idle, &poll, Lead::Worker);
-        let (mine, wake) = settle(&mut q, Vec::new(), Lead::Worker);
-        assert!(mine.is_none() && wake.is_empty());
-        assert_eq!(q.lead, Lead::Worker);
-    }
-
-    /// Frames read together: one worker is woken per frame beyond the leader's, and the lead goes
-    /// to the poll thread when no worker is left idle (accepts, acks and sweeps never wait for a
-    /// call).
-    #[test]
-    fn with_no_worker_left_idle_the_poll_thread_takes_the_lead() {
-        let (idle, poll) = (threads(1), threads(1).remove(0));
-        let mut q = queue(&idle, &poll, Lead::Worker);
-        let (mine, wake) = settle(&mut q, vec![job(), job(), job()], Lead::Worker);
-        assert!(mine.is_some());
-        assert_eq!(q.jobs.len(), 2, "queued for workers as they come free");
-        assert_eq!(ids(&wake), vec![idle[0].id(), poll.id()]);
-        assert_eq!(q.lead, Lead::PollThread);
-    }
-
-    /// The poll thread never runs a call: it queues each frame and wakes one idle worker for it,
-    /// the most recently idle first, and passes the lead back once a worker is idle beyond them.
-    #[test]
-    fn the_poll_thread_queues_frames_and_passes_the_lead_back_to_a_spare_idle_worker() {
-        let (idle, poll) = (threads(3), threads(1).remove(0));
-        let mut q = queue(&idle[..1], &poll, Lead::PollThread);
-        let (mine, wake) = settle(&mut q, vec![job()], Lead::PollThread);
-        assert!(mine.is_none() && q.jobs.len() == 1);
-        assert_eq!(ids(&wake), ids(&idle[..1]));
-        assert_eq!(q.lead, Lead::PollThread, "no worker to spare yet");
-
-        let mut q = queue(&idle, &poll, Lead::PollThread);
-        let (mine, wake) = settle(&mut q, vec![job()], Lead::PollThread);
-        assert!(mine.is_none() && q.jobs.len() == 1);
-        assert_eq!(ids(&wake), vec![idle[2].id(), idle[1].id()]);
-        assert_eq!(q.lead, Lead::Free);
-    }
-
-    /// Workers parked in `next` take queued jobs, and one of them takes a free lead; none is lost.
-    #[test]
-    fn parked_workers_take_jobs_and_a_free_lead() {
-        let poll = threads(1).remove(0);
-        let jobs = Arc::new(JobQueue { queue: Mutex::new(queue(&[], &poll, Lead::PollThread)), poller: Mutex::new(None) });
-        let (done_tx, done_rx) = std::sync::mpsc::channel();
+    fn the_most_recently_idle_worker_takes_the_next_job() {
+        let jobs = Arc::new(JobQueue::default());
+        let (done_tx, done_rx) = mpsc::channel();
         for _ in 0..4 {
             let (jobs, done) = (Arc::clone(&jobs), done_tx.clone());
             std::thread::spawn(move || loop {
-                let took = match jobs.next() {
-                    Next::Job(_) => "job",
-                    Next::Lead => "lead",
-                };
-                done.send(took).unwrap();
+                let _job = jobs.pop();
+                done.send(std::thread::current().id()).unwrap();
             });
         }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while jobs.queue().idle.len() != 4 {
-            assert!(Instant::now() < deadline, "workers never all idle");
-            std::thread::yield_now();
+        let mut ran = Vec::new();
+        for _ in 0..20 {
+            wait_idle(&jobs, 4);
+            let (a, _b) = UnixStream::pair().unwrap();
+            let cred = nix::sys::socket::getsockopt(&a, nix::sys::socket::sockopt::PeerCredentials).unwrap();
+            assert!(jobs.push(Job::Request { stream: a, frame: Vec::new(), cred }).is_ok());
+            ran.push(done_rx.recv_timeout(Duration::from_secs(10)).expect("the job ran"));
         }
-        let wake = {
-            let mut q = jobs.queue();
-            settle(&mut q, vec![job(), job()], Lead::PollThread).1
-        };
-        for t in wake {
-            t.unpark();
-        }
-        let mut took: Vec<_> = (0..3).map(|_| done_rx.recv_timeout(Duration::from_secs(10)).expect("woken")).collect();
-        took.sort();
-        assert_eq!(took, vec!["job", "job", "lead"]);
+        assert!(ran.iter().all(|t| *t == ran[0]), "{ran:?}");
     }
 }
