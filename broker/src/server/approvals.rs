@@ -386,7 +386,7 @@ mod tests {
             waiter.wait_for_any();
             tx.send(()).unwrap();
         });
-        approvals.note_waiting(&crate::store::sample::T1);
+        approvals.note_waiting(crate::store::sample::T1);
         rx.recv_timeout(std::time::Duration::from_secs(10)).expect("the wait ended when an approval was noted");
         approvals.wait_for_any(); // pending: at once
     }
