@@ -186,6 +186,23 @@ class World:
         """CPU time of every broker thread so far (schedstat: ns, not the 10 ms ticks of /proc/stat)."""
         return sum(self.broker_cpu_by_thread().values())
 
+    def broker_cpu_by_tid(self):
+        """CPU time so far (ns) per live broker thread id."""
+        out = {}
+        task_dir = f"/proc/{self.broker.pid}/task"
+        for tid in os.listdir(task_dir):
+            try:
+                with open(f"{task_dir}/{tid}/schedstat") as f:
+                    out[tid] = int(f.read().split()[0])
+            except OSError:
+                continue
+        return out
+
+    def broker_cpu_since(self, before):
+        """CPU (ns) the broker's threads used since `before` (a `broker_cpu_by_tid`): a thread
+        that ended in between takes its time with it, but no longer makes the sum negative."""
+        return sum(ns - before.get(tid, 0) for tid, ns in self.broker_cpu_by_tid().items())
+
     def broker_cpu_by_thread(self):
         """CPU time so far (ns) per broker thread name (the workers summed as `worker-*`)."""
         out = {}
@@ -552,9 +569,9 @@ def run_cases(w, a, cases, results, standins):
         print(f"\ncase 8: idle verified call with a gap before each call ({', '.join(f'{g} ms' for g in gaps)}; {a.rounds} rounds)")
         # The idle broker's own CPU (its periodic passes); the summary sets it against the CPU of
         # a back-to-back call measured below.
-        load0, cpu0 = load_avg(), w.broker_cpu_ns()
+        load0, cpu0 = load_avg(), w.broker_cpu_by_tid()
         time.sleep(a.idle_seconds)
-        idle = (w.broker_cpu_ns() - cpu0) / a.idle_seconds
+        idle = w.broker_cpu_since(cpu0) / a.idle_seconds
         print(f"  idle broker: {us(idle)} of CPU per second over {a.idle_seconds:.0f} s (load {load0:.2f})")
         per_gap = {"idle_cpu_ns_per_s": idle}
         for g in gaps:
