@@ -186,6 +186,23 @@ class World:
         """CPU time of every broker thread so far (schedstat: ns, not the 10 ms ticks of /proc/stat)."""
         return sum(self.broker_cpu_by_thread().values())
 
+    def broker_cpu_by_tid(self):
+        """CPU time so far (ns) per live broker thread id."""
+        out = {}
+        task_dir = f"/proc/{self.broker.pid}/task"
+        for tid in os.listdir(task_dir):
+            try:
+                with open(f"{task_dir}/{tid}/schedstat") as f:
+                    out[tid] = int(f.read().split()[0])
+            except OSError:
+                continue
+        return out
+
+    def broker_cpu_since(self, before):
+        """CPU (ns) the broker's threads used since `before` (a `broker_cpu_by_tid`): a thread
+        that ended in between takes its time with it, but no longer makes the sum negative."""
+        return sum(ns - before.get(tid, 0) for tid, ns in self.broker_cpu_by_tid().items())
+
     def broker_cpu_by_thread(self):
         """CPU time so far (ns) per broker thread name (the workers summed as `worker-*`)."""
         out = {}
@@ -201,6 +218,27 @@ class World:
             name = "worker-*" if name.startswith("worker-") else name
             out[name] = out.get(name, 0) + ns
         return out
+
+    def broker_switches(self):
+        """Context switches so far (voluntary, involuntary), summed over every broker thread."""
+        vol = invol = 0
+        task_dir = f"/proc/{self.broker.pid}/task"
+        for tid in os.listdir(task_dir):
+            try:
+                with open(f"{task_dir}/{tid}/status") as f:
+                    for line in f:
+                        if line.startswith("voluntary_ctxt_switches:"):
+                            vol += int(line.split()[1])
+                        elif line.startswith("nonvoluntary_ctxt_switches:"):
+                            invol += int(line.split()[1])
+            except OSError:
+                continue  # a thread that just ended
+        return vol, invol
+
+    def broker_minflt(self):
+        """Minor page faults so far, every broker thread (/proc/<pid>/stat field 10)."""
+        with open(f"/proc/{self.broker.pid}/stat") as f:
+            return int(f.read().rpartition(")")[2].split()[7])
 
     def broker_rchar(self):
         with open(f"/proc/{self.broker.pid}/io") as f:
@@ -531,23 +569,28 @@ def run_cases(w, a, cases, results, standins):
         print(f"\ncase 8: idle verified call with a gap before each call ({', '.join(f'{g} ms' for g in gaps)}; {a.rounds} rounds)")
         # The idle broker's own CPU (its periodic passes); the summary sets it against the CPU of
         # a back-to-back call measured below.
-        load0, cpu0 = load_avg(), w.broker_cpu_ns()
+        load0, cpu0 = load_avg(), w.broker_cpu_by_tid()
         time.sleep(a.idle_seconds)
-        idle = (w.broker_cpu_ns() - cpu0) / a.idle_seconds
+        idle = w.broker_cpu_since(cpu0) / a.idle_seconds
         print(f"  idle broker: {us(idle)} of CPU per second over {a.idle_seconds:.0f} s (load {load0:.2f})")
         per_gap = {"idle_cpu_ns_per_s": idle}
         for g in gaps:
             n = a.n if g == 0 else max(20, min(a.n, int(a.gap_seconds * 1000 / (2 * g))))
             rounds = []
             for r in range(a.rounds):
-                before, cpu0, load0 = w.status(), w.broker_cpu_by_thread(), load_avg()
+                before, cpu0, load0, sw0 = w.status(), w.broker_cpu_by_thread(), load_avg(), w.broker_switches()
+                flt0 = w.broker_minflt()
                 got = interleave([("hc", one(sa, hc, t_a, gap_ms=g)), ("true", one(sa, [TRUE], gap_ms=g))], n)
                 by_thread = {k: (v - cpu0.get(k, 0)) / n for k, v in w.broker_cpu_by_thread().items()}
+                # Every broker thread's switches, the idle passes' during the round included.
+                sw = [(b - a) / n for a, b in zip(sw0, w.broker_switches())]
+                flt = (w.broker_minflt() - flt0) / n
                 cpu = sum(by_thread.values())
                 check_verified(w, before, n, "case 8")
                 assert all(x["code"] == 0 and x["out_len"] == 0 for x in got["hc"]), "hook-client failed or delivered"
                 h, t = [x["ns"] for x in got["hc"]], [x["ns"] for x in got["true"]]
-                rd = {"hc_med": med(h), "hc_p99": pct(h, 99), "true_med": med(t), "broker_cpu_ns": cpu, "n": n, "load": load0}
+                rd = {"hc_med": med(h), "hc_p99": pct(h, 99), "true_med": med(t), "broker_cpu_ns": cpu, "n": n, "load": load0,
+                      "switches_per_call": sw[0], "involuntary_per_call": sw[1], "minflt_per_call": flt}
                 rounds.append(rd)
                 print(f"  gap {g} ms round {r + 1} (n={n}, load {load0:.2f}): hook-client median {us(rd['hc_med'])}"
                       f" p99 {us(rd['hc_p99'])}; /bin/true median {us(rd['true_med'])}; ratio {rd['hc_med'] / rd['true_med']:.2f},"
@@ -557,7 +600,8 @@ def run_cases(w, a, cases, results, standins):
                 looks = {k: after.get(k, 0) - before.get(k, 0) for k in ("maintenance_passes", "maintenance_looks", "wake_looks")}
                 print(f"    broker CPU per call by thread: {', '.join(f'{k} {us(v)}' for k, v in top)};"
                       f" maintenance passes {looks['maintenance_passes']} (looked at the queue: {looks['maintenance_looks']}),"
-                      f" wake passes that looked {looks['wake_looks']}")
+                      f" wake passes that looked {looks['wake_looks']}; context switches per call {sw[0]:.2f}"
+                      f" (+{sw[1]:.2f} involuntary), minor faults per call {flt:.1f}")
             m = rounds_table(f"gap {g} ms median ratio", rounds, "hc_med", "true_med", "(target <= 1.3)")
             p = rounds_table(f"gap {g} ms p99 / true median", rounds, "hc_p99", "true_med", "(report)")
             per_gap[str(g)] = {"rounds": rounds, "median_ratios": m, "p99_ratios": p,

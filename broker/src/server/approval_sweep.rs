@@ -26,6 +26,8 @@ pub(super) const CODEX_EXITED: &str = "the Codex process holding its thread exit
 /// Starts the `approvals` thread.
 pub(super) fn spawn(broker: Arc<Broker>) -> std::io::Result<()> {
     std::thread::Builder::new().name("approvals".into()).spawn(move || loop {
+        // Nothing to sweep until an approval is pending (only this broker's hooks add one).
+        broker.approvals.wait_for_any();
         std::thread::sleep(EVERY);
         broker.sweep_approvals();
     })?;

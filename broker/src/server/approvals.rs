@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// The whole app-server exchange of one answer (connect, resume, answer, its ack).
@@ -43,12 +43,29 @@ pub(super) struct Approvals {
     pub(super) holds: Holds,
     /// Threads with an approval still pending: only their hooks look at the table.
     waiting: Mutex<HashSet<ThreadId>>,
+    /// Signalled when `waiting` gains a thread: the sweep sleeps until then (an idle broker's
+    /// `approvals` thread woke every second for nothing).
+    gained: Condvar,
 }
 
 impl Approvals {
     pub(super) fn open(store: &Store, codex_home: PathBuf, config: crate::config::ApprovalsConfig) -> anyhow::Result<Approvals> {
         let waiting = store.threads_waiting_on_approval()?.into_iter().collect();
-        Ok(Approvals { codex_home, config, holds: Holds::default(), waiting: Mutex::new(waiting) })
+        Ok(Approvals { codex_home, config, holds: Holds::default(), waiting: Mutex::new(waiting), gained: Condvar::new() })
+    }
+
+    /// `thread` has an approval pending from now on.
+    fn note_waiting(&self, thread: &ThreadId) {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner()).insert(thread.clone());
+        self.gained.notify_all();
+    }
+
+    /// Returns once some thread has an approval pending (at once if one has).
+    pub(super) fn wait_for_any(&self) {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        while waiting.is_empty() {
+            waiting = self.gained.wait(waiting).unwrap_or_else(|e| e.into_inner());
+        }
     }
 
     pub(super) fn any_waiting(&self) -> bool {
@@ -110,7 +127,7 @@ impl Broker {
         drop(store);
         match recorded {
             Ok(id) => {
-                self.approvals.waiting.lock().unwrap_or_else(|e| e.into_inner()).insert(new.thread.clone());
+                self.approvals.note_waiting(&new.thread);
                 crate::log_info!("approval {id}: thread {} waits on a person for {} {:?}", new.thread, new.kind.as_str(), new.command);
                 Some(id)
             }
@@ -418,6 +435,28 @@ fn failed(e: anyhow::Error) -> (ErrorCode, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The sweep's wait returns at once while an approval is pending, and, with none, only once
+    /// one is noted (so an idle broker's `approvals` thread sleeps).
+    #[test]
+    fn the_sweep_waits_for_a_pending_approval() {
+        let approvals = std::sync::Arc::new(Approvals {
+            codex_home: PathBuf::new(),
+            config: crate::config::ApprovalsConfig::default(),
+            holds: Holds::default(),
+            waiting: Mutex::new(HashSet::new()),
+            gained: Condvar::new(),
+        });
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = std::sync::Arc::clone(&approvals);
+        std::thread::spawn(move || {
+            waiter.wait_for_any();
+            tx.send(()).unwrap();
+        });
+        approvals.note_waiting(crate::store::sample::T1);
+        rx.recv_timeout(std::time::Duration::from_secs(10)).expect("the wait ended when an approval was noted");
+        approvals.wait_for_any(); // pending: at once
+    }
 
     /// Refused for want of an app-server, the person learns what would make the next one
     /// answerable (the hold), or why a configured hold did not apply.
