@@ -4,8 +4,9 @@
 //! docs/claude-code.md has the design and the probes each step rests on.
 //!
 //! # Rooms
-//! - `trust.rs`: trusting a Claude Code native binary by digest (`broker trust-claude`), and the
-//!   gate's view of that trust (`StoreTrust`);
+//! - `trust.rs`: trusting a Claude Code native binary by digest (`broker trust-claude`);
+//! - `gate_trust.rs`: the gate's view of that trust (`StoreTrust`): trusted digests, and the files
+//!   the followed commands run now (the expected lane);
 //! - `follow.rs`: one pass of the broker's follower (`codex/follow.rs` runs the loop): trusts
 //!   the binary the user's `claude` now runs after an upgrade;
 //! - `resolve.rs`: the native binary behind the `claude` a user runs (npm, pnpm, the native
@@ -32,6 +33,7 @@ pub mod confirm;
 pub mod deliver;
 pub mod follow;
 pub mod gate;
+pub mod gate_trust;
 pub mod http;
 pub mod mcp_config;
 pub mod peer;

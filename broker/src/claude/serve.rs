@@ -7,9 +7,9 @@
 
 use super::deliver::NOTHING;
 use super::gate;
+use super::gate_trust::StoreTrust;
 use super::http;
 use super::refusals::Refusals;
-use super::trust::StoreTrust;
 use crate::config::Receipts;
 use crate::exe::digest::DigestCache;
 use crate::gate::Refusal;

@@ -1,14 +1,10 @@
 //! Trusting a Claude Code native binary: its SHA-256 goes to the store's `trusted_claude` table,
 //! its file identity to the digest records, so the broker never hashes it again.
 
-use super::follow::Followed;
-use super::gate::ClaudeTrust;
-use crate::exe::ExeKey;
 use crate::store::{Store, TrustHow, TrustedClaude};
 use anyhow::{bail, Context, Result};
 use std::io::Read;
 use std::path::Path;
-use std::sync::Mutex;
 
 /// Hashes the file `path` resolves to (symbolic links followed: npm's `bin/claude` is a link to
 /// the native binary's hard link) and trusts its digest. Returns the record and whether it was new.
@@ -46,31 +42,4 @@ pub fn version_beside(native: &Path) -> Option<String> {
         v["name"].as_str().filter(|n| n.starts_with("@anthropic-ai/claude-code"))?;
         v["version"].as_str().map(String::from)
     })
-}
-
-/// The gate's view of Claude Code trust, from the store and the followed commands (also the
-/// sender check's, `gate/claude_sender.rs`).
-pub(crate) struct StoreTrust<'a>(pub(crate) &'a Mutex<Store>, pub(crate) &'a Followed);
-
-impl ClaudeTrust for StoreTrust<'_> {
-    fn is_trusted(&self, sha256: &str) -> bool {
-        crate::store::lock(self.0).is_trusted_claude(sha256).unwrap_or(false)
-    }
-    /// Asked only for a binary the digest cache has not seen: a trusted binary's path, or what a
-    /// followed `claude` runs now (the first hook after an upgrade: `follow.rs`).
-    fn is_expected(&self, path: &Path, size: u64) -> bool {
-        if size > crate::exe::digest::MAX_HASH_BYTES {
-            return false;
-        }
-        let (trusted_path, commands) = {
-            let store = crate::store::lock(self.0);
-            let shown = path.to_string_lossy();
-            (store.trusted_claude().map(|all| all.iter().any(|t| t.path == shown)).unwrap_or(false), self.1.commands(&store))
-        };
-        // Resolved with the store unlocked: concurrent hooks never wait for a resolution.
-        trusted_path || Followed::runs(&commands, path).is_some()
-    }
-    fn known_digest(&self, key: &ExeKey) -> Option<String> {
-        crate::store::lock(self.0).codex_file_digest(key).ok().flatten()
-    }
 }

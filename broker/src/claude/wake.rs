@@ -26,9 +26,9 @@
 //! what is pending goes at once, else nothing.
 
 use super::gate::{self, Proven};
+use super::gate_trust::StoreTrust;
 use super::peer::Holder;
 use super::refusals::Refusals;
-use super::trust::StoreTrust;
 use crate::exe::digest::DigestCache;
 use crate::gate::Refusal;
 use crate::os::ProcessKey;

@@ -243,7 +243,7 @@ impl Broker {
             Some(_) => Ok(None),
             None => {
                 let pin_of = |sid: &courier_shared::ids::ThreadId| crate::store::lock(&self.store).claude_session_pin(sid);
-                let trust = crate::claude::trust::StoreTrust(&self.store, &self.claude_followed);
+                let trust = crate::claude::gate_trust::StoreTrust(&self.store, &self.claude_followed);
                 self.gate.verify_claude_sender(&peer, &TrustView(self), &trust, &pin_of)
             }
         };
