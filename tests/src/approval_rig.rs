@@ -129,3 +129,14 @@ pub fn tui_asking(env: &CodexEnv) -> crate::tmux::Tmux {
     tui.stop_on_drop(stop);
     tui
 }
+
+/// The output the model got for call `call_id`, once it has one.
+pub fn tool_output(model: &ScriptedModel, call_id: &str) -> String {
+    wait_until(T, "the call's output reaches the model", || {
+        model
+            .requests()
+            .iter()
+            .flat_map(|r| r.tool_outputs().into_iter().cloned().collect::<Vec<_>>())
+            .find_map(|o| (o["call_id"] == call_id).then(|| o["output"].as_str().unwrap_or_default().to_string()))
+    })
+}

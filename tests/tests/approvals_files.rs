@@ -31,17 +31,6 @@ fn calls_then_done(items: Vec<Value>) -> impl FnMut(&Request) -> Reply + Send + 
     move |r| if r.tool_outputs().is_empty() { Reply::raw_items(items.clone()) } else { Reply::message("done") }
 }
 
-/// The output the model got for call `call_id`, once it has one.
-fn tool_output(model: &ScriptedModel, call_id: &str) -> String {
-    wait_until(T, "the call's output reaches the model", || {
-        model
-            .requests()
-            .iter()
-            .flat_map(|r| r.tool_outputs().into_iter().cloned().collect::<Vec<_>>())
-            .find_map(|o| (o["call_id"] == call_id).then(|| o["output"].as_str().unwrap_or_default().to_string()))
-    })
-}
-
 /// A Courier-hooked environment whose model adds a file (`marker` named) with one patch, and an
 /// app-server thread asking for approvals: the file, its line, the broker, server, client, thread.
 struct Patching {

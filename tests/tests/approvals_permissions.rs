@@ -38,17 +38,6 @@ fn ask_then(items: Vec<Value>, then: Option<String>) -> impl FnMut(&Request) -> 
     }
 }
 
-/// The output the model got for call `call_id`, once it has one.
-fn tool_output(model: &ScriptedModel, call_id: &str) -> String {
-    wait_until(T, "the call's output reaches the model", || {
-        model
-            .requests()
-            .iter()
-            .flat_map(|r| r.tool_outputs().into_iter().cloned().collect::<Vec<_>>())
-            .find_map(|o| (o["call_id"] == call_id).then(|| o["output"].as_str().unwrap_or_default().to_string()))
-    })
-}
-
 /// A Courier-hooked environment with the feature on, whose model asks to write `dir` (outside
 /// the workspace) and then writes `file` there with the line `line`.
 struct Asking {

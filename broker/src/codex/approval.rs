@@ -495,17 +495,17 @@ mod tests {
         assert_eq!(unwrap_shell("ls"), "ls");
     }
 
-    #[test]
-    fn a_request_is_bound_to_call_and_command() {
-        let a = Approval {
-            id: "apr-1".into(),
+    /// A pending approval of thread T1, turn `u`, for call `call_id`.
+    fn pending(call_id: &str, tool: &str, kind: ApprovalKind, command: &str) -> Approval {
+        Approval {
+            id: format!("apr-{call_id}"),
             thread: crate::store::sample::T1.clone(),
             turn: "u".into(),
-            call_id: Some("call_1".into()),
-            tool: "Bash".into(),
-            kind: crate::approval::ApprovalKind::Command,
-            command: "echo hi".into(),
-            command_digest: crate::approval::command_digest("echo hi"),
+            call_id: Some(call_id.into()),
+            tool: tool.into(),
+            kind,
+            command: command.into(),
+            command_digest: crate::approval::command_digest(command),
             files: Vec::new(),
             reason: None,
             cwd: None,
@@ -513,7 +513,12 @@ mod tests {
             state: crate::approval::ApprovalState::Pending,
             answer: None,
             detail: None,
-        };
+        }
+    }
+
+    #[test]
+    fn a_request_is_bound_to_call_and_command() {
+        let a = pending("call_1", "Bash", ApprovalKind::Command, "echo hi");
         let p =
             json!({"threadId": crate::store::sample::T1.as_str(), "turnId": "u", "itemId": "call_1", "command": "/bin/bash -lc 'echo hi'"});
         let cmd = request_method(ApprovalKind::Command);
@@ -541,23 +546,8 @@ mod tests {
             "*** Begin Patch\n*** Add File: new.txt\n+hi\n*** Update File: /abs/a.rs\n*** Move to: /abs/b.rs\n@@\n-x\n+y\n*** End Patch";
         let files = patch_files(patch, Some("/w"));
         assert_eq!(files, ["/abs/a.rs", "/abs/b.rs", "/w/new.txt"]);
-        let a = Approval {
-            id: "apr-2".into(),
-            thread: crate::store::sample::T1.clone(),
-            turn: "u".into(),
-            call_id: Some("call_p".into()),
-            tool: "apply_patch".into(),
-            kind: ApprovalKind::FileChange,
-            command: patch.into(),
-            command_digest: crate::approval::command_digest(patch),
-            files: files.clone(),
-            reason: None,
-            cwd: Some("/w".into()),
-            since: 0,
-            state: crate::approval::ApprovalState::Pending,
-            answer: None,
-            detail: None,
-        };
+        let a =
+            Approval { files: files.clone(), cwd: Some("/w".into()), ..pending("call_p", "apply_patch", ApprovalKind::FileChange, patch) };
         let resumed = json!({"thread": {"turns": [{"items": [{"type": "fileChange", "id": "call_p", "changes": [
             {"path": "/w/new.txt", "kind": {"type": "add"}, "diff": "hi\n"},
             {"path": "/abs/a.rs", "kind": {"type": "update", "move_path": "/abs/b.rs"}, "diff": "@@"}]}]}]}});
@@ -585,23 +575,7 @@ mod tests {
         assert_eq!(ask.render(), "write: /abs/w, /w/out; read: /r; network");
         assert_eq!(PermissionAsk::from_tool_input(&json!({"permissions": {}}), None).unwrap().render(), "nothing");
         assert_eq!(PermissionAsk::from_tool_input(&json!({"permissions": {"disk": true}}), None), None);
-        let a = Approval {
-            id: "apr-3".into(),
-            thread: crate::store::sample::T1.clone(),
-            turn: "u".into(),
-            call_id: Some("call_a".into()),
-            tool: PERMISSIONS_TOOL.into(),
-            kind: ApprovalKind::Permissions,
-            command: ask.render(),
-            command_digest: crate::approval::command_digest(&ask.render()),
-            files: Vec::new(),
-            reason: None,
-            cwd: Some("/w".into()),
-            since: 0,
-            state: crate::approval::ApprovalState::Pending,
-            answer: None,
-            detail: None,
-        };
+        let a = Approval { cwd: Some("/w".into()), ..pending("call_a", PERMISSIONS_TOOL, ApprovalKind::Permissions, &ask.render()) };
         let entry = |p: &str, access: &str| json!({"path": {"type": "path", "path": p}, "access": access});
         let params = |perms: Value, call: &str| json!({"threadId": crate::store::sample::T1.as_str(), "turnId": "u", "itemId": call, "permissions": perms});
         let asked = json!({"network": {"enabled": true}, "fileSystem": {"read": ["/r"], "write": ["/w/out", "/abs/w"],
