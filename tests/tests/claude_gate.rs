@@ -196,7 +196,10 @@ fn a_patched_copy_of_claude_is_refused() {
     for (event, _, detail) in &refused {
         match event.as_str() {
             "UserPromptSubmit" => assert!(detail.ends_with("not hashed yet"), "{event}: {detail}"),
-            _ => assert!(detail.contains("(sha256 ") && detail.ends_with("not a trusted Claude Code"), "refused for its digest: {event}: {detail}"),
+            _ => assert!(
+                detail.contains("(sha256 ") && detail.ends_with("not a trusted Claude Code"),
+                "refused for its digest: {event}: {detail}"
+            ),
         }
     }
     let events: std::collections::BTreeSet<&str> = refused.iter().map(|(e, _, _)| e.as_str()).collect();

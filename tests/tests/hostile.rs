@@ -9,7 +9,7 @@ use courier_shared::wire;
 use courier_tests::broker::{hook_command, messages_by_id, refusals, run_bounded, run_hook_client};
 use courier_tests::rollout::hook_marker_ids;
 use courier_tests::standin::{records, standin_codex, world, HookCall, Standin, Stepped};
-use courier_tests::util::{fake_uuid_v7, wait_until};
+use courier_tests::util::{fake_uuid_v7, fake_uuid_v7_minted_ago, wait_until};
 use courier_tests::{hook_client_bin, Broker, CodexEnv, ScriptedModel, Serve};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
@@ -406,9 +406,7 @@ fn stalled_clients_after_the_lease_do_not_hold_workers() {
     }
     let send = |t: &String| Broker::cli_only(&env).run_ok(&["send", "--thread", t, &format!("for {t}")]).trim().to_string();
     let index = |t: &String| threads.iter().position(|x| x == t).unwrap();
-    let post = |t: &String| {
-        json!({"tool_name": "Bash", "tool_input": {"command": "true"}, "tool_response": "", "tool_use_id": format!("call_{}", index(t))})
-    };
+    let post = |t: &String| json!({"tool_name": "Bash", "tool_input": {"command": "true"}, "tool_response": "", "tool_use_id": format!("call_{}", index(t))});
     let patient = [("COURIER_HOOK_DEADLINE_MS", "30000")];
     // A delivery by an unhurried call, waited for: the calm reference, and the honest call.
     let deliver = |codex: &mut Stepped, t: &String, id: &str| {
@@ -673,17 +671,22 @@ fn disk_full_keeps_queue_consistent_and_hooks_answered() {
     let _unmount = Unmount(env.state_dir.clone());
     let serve = Serve::start(&env, &[]);
     Broker::cli_only(&env).trust_codex(standin_codex());
-    let thread = fake_uuid_v7();
+    // Minted a minute ago: `send` does not wait for a fresh thread's rollout (3 s a send).
+    let thread = fake_uuid_v7_minted_ago(Duration::from_secs(60));
     // No stand-in yet: messages queue up.
-    let mut queued =
-        vec![Broker::cli_only(&env).run_ok(&["send", "--thread", &thread, "--future-thread", "before the disk filled"]).trim().to_string()];
+    let body = "x".repeat(4000);
+    let mut queued: Vec<String> = (0..4)
+        .map(|i| {
+            let key = format!("before{i}");
+            Broker::cli_only(&env).run_ok(&["send", "--thread", &thread, "--future-thread", "--key", &key, &body]).trim().to_string()
+        })
+        .collect();
     let filler = env.state_dir.join("filler");
     let mut f = std::fs::File::create(&filler).unwrap();
     let chunk = vec![0u8; 4096];
     while f.write_all(&chunk).is_ok() {}
     drop(f);
     // Sends until one cannot be stored (the WAL may still have room for a few).
-    let body = "x".repeat(4000);
     let mut error = None;
     for i in 0..200 {
         let out = Broker::cli_only(&env).run(&["send", "--thread", &thread, "--future-thread", "--key", &format!("full{i}"), &body]);
@@ -703,9 +706,11 @@ fn disk_full_keeps_queue_consistent_and_hooks_answered() {
         assert_eq!(on_record[id]["state"], "pending", "{id}");
     }
     // Hooks are still answered (quickly, exit 0), with the disk full.
+    let calls_before = query_status(&env.runtime_dir).expect("broker alive").hook_calls;
     let standin = Standin::start(&env, &thread, 2, &[("COURIER_DEBUG", "1")]);
-    std::thread::sleep(Duration::from_millis(500));
-    assert!(query_status(&env.runtime_dir).is_some(), "broker alive");
+    wait_until(Duration::from_secs(20), "hook calls answered on the full disk", || {
+        query_status(&env.runtime_dir).filter(|st| st.hook_calls >= calls_before + 4).map(|_| ())
+    });
     std::fs::remove_file(&filler).unwrap();
     for id in &queued {
         wait_until(Duration::from_secs(20), "delivery after space returned", || {
