@@ -457,25 +457,20 @@ fn stalled_clients_after_the_lease_do_not_hold_workers() {
     }
     codex.hook_kill();
     let after: Vec<f64> = calm_after.iter().map(|t| deliver(&mut codex, t, &send(t)).ms).collect();
-    // The slower of the two calm medians (the machine's load may change while the test runs).
-    let reference = median(&before).max(median(&after));
+    // One honest call against the slowest calm one (before and after: the machine's load may
+    // change while the test runs), so one scheduling hiccup does not fail it.
+    let reference = before.iter().chain(&after).copied().fold(0.0, f64::max);
     eprintln!(
         "{STALLED} clients stalled after their leases ({} when the honest call returned); honest call {:.1} ms; calm calls {before:.1?} before, {after:.1?} after",
         live_then.len(),
         honest.ms
     );
-    assert!(honest.ms <= STALL_SLOWDOWN * reference, "the honest call took {:.1} ms, calm calls {reference:.1} ms", honest.ms);
+    assert!(honest.ms <= STALL_SLOWDOWN * reference, "the honest call took {:.1} ms, the slowest calm one {reference:.1} ms", honest.ms);
 }
 
-/// How much slower than a calm call of the run the honest call may be while the stalled clients
-/// hold their leases (hook-client processes still starting compete for the CPU).
+/// How much slower than the slowest calm call of the run the honest call may be while the
+/// stalled clients hold their leases (hook-client processes still starting compete for the CPU).
 const STALL_SLOWDOWN: f64 = 10.0;
-
-fn median(ms: &[f64]) -> f64 {
-    let mut v = ms.to_vec();
-    v.sort_by(f64::total_cmp);
-    pct(&v, 0.5)
-}
 
 /// A PostToolUse payload; the broker never gets far enough to judge it in these cases.
 fn payload(env: &CodexEnv) -> String {
