@@ -73,9 +73,15 @@ pub fn unique_token() -> String {
 /// A fresh UUIDv7-shaped id (time-ordered; random bits from the clock and a counter). Good enough
 /// for thread ids of sessions that do not exist.
 pub fn fake_uuid_v7() -> String {
+    fake_uuid_v7_minted_ago(Duration::ZERO)
+}
+
+/// [`fake_uuid_v7`] minted `ago`: a thread id older than `send`'s grace for a new thread
+/// (`NEW_THREAD_GRACE_MS`), so `broker send --future-thread` does not wait for its rollout.
+pub fn fake_uuid_v7_minted_ago(ago: Duration) -> String {
     use sha2::{Digest, Sha256};
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    let ms = now.as_millis() as u64;
+    let ms = now.saturating_sub(ago).as_millis() as u64;
     let seed = Sha256::digest(unique_token().as_bytes());
     let r = |i: usize| seed[i];
     format!(

@@ -143,11 +143,25 @@ fn a_model_commands_curl_posing_as_a_hook_is_refused() {
     assert_eq!(claudes.len(), 2, "only the two sessions' own claude processes are proven: {proven:?}");
 }
 
-/// Attack: a copy of Claude Code with one byte changed (it still runs) is not the trusted
-/// binary: its hooks are refused `untrusted_claude`, none is proven.
+/// Attack: a copy of Claude Code with three bytes changed (it still runs) is not the trusted
+/// binary: its hooks are refused `untrusted_claude`, none is proven. The copy is new to the
+/// broker, so its first hook (UserPromptSubmit) is refused "not hashed yet": the background lane
+/// never makes a hook wait. The model holds its answer until the broker logs the copy's digest
+/// (the line comes once the digest is cached), so the hooks after it (PreToolUse, PostToolUse,
+/// Stop) are refused for the digest itself: the trusted-digest comparison, end to end. An
+/// unpatched copy has the trusted digest, and those three are proven.
 #[test]
 fn a_patched_copy_of_claude_is_refused() {
-    let api = one_bash_call();
+    let hold = Hold::new();
+    let held = hold.clone();
+    let api = ScriptedMessages::start_with(move |r| match (r.tool_results().is_empty(), r.is_stream()) {
+        (_, false) => Turn::text("ok"),
+        (true, true) => {
+            held.park();
+            Turn::bash("echo hi")
+        }
+        (false, true) => Turn::text("done"),
+    });
     let Some(mut env) = env_or_skip(&api) else { return };
     let cb = ClaudeBroker::new();
     let broker = cb.start(&env.claude);
@@ -158,13 +172,38 @@ fn a_patched_copy_of_claude_is_refused() {
     let file = std::fs::OpenOptions::new().write(true).open(&patched).unwrap();
     std::os::unix::fs::FileExt::write_all_at(&file, b"NOT", at as u64).unwrap();
     drop(file);
-    env.claude = patched;
+    env.claude = patched.clone();
     env.set_courier_hooks(cb.port);
-    let out = env.print("run the command");
+    let child = env.spawn_print("run the command");
+    // The prompt's hook queued the copy for hashing; its turn waits for the model meanwhile.
+    hold.wait_held(1, Duration::from_secs(60));
+    let hashed = format!("hashed {} (", patched.display());
+    poll_until(Duration::from_secs(60), || broker.log_text().contains(&hashed).then_some(()))
+        .unwrap_or_else(|| panic!("the broker never hashed the copy; log:\n{}", broker.log_text()));
+    hold.release();
+    let out = child.wait(courier_tests::claude::PRINT_TIMEOUT);
     assert!(out.status.success(), "the patched copy runs: {:?}\n{}\n{}", out.status, out.stderr, api.dump());
-    let refused = poll_until(Duration::from_secs(10), || Some(claude_refusals(&broker)).filter(|r| r.len() >= 4)).unwrap_or_default();
+
+    let by_event = |b: &Broker| -> Vec<(String, String, String)> {
+        courier_tests::broker::refusals(&b.inspect_json())
+            .iter()
+            .map(|r| (str_field(r, "event").to_string(), str_field(r, "reason").to_string(), str_field(r, "detail").to_string()))
+            .collect()
+    };
+    let refused = poll_until(Duration::from_secs(10), || Some(by_event(&broker)).filter(|r| r.len() >= 4)).unwrap_or_default();
     assert_eq!(refused.len(), 4, "{refused:?}\n{}", broker.log_text());
-    assert!(refused.iter().all(|(code, _)| code == "untrusted_claude"), "{refused:?}");
+    assert!(refused.iter().all(|(_, code, _)| code == "untrusted_claude"), "{refused:?}");
+    for (event, _, detail) in &refused {
+        match event.as_str() {
+            "UserPromptSubmit" => assert!(detail.ends_with("not hashed yet"), "{event}: {detail}"),
+            _ => assert!(
+                detail.contains("(sha256 ") && detail.ends_with("not a trusted Claude Code"),
+                "refused for its digest: {event}: {detail}"
+            ),
+        }
+    }
+    let events: std::collections::BTreeSet<&str> = refused.iter().map(|(e, _, _)| e.as_str()).collect();
+    assert_eq!(events, ["PostToolUse", "PreToolUse", "Stop", "UserPromptSubmit"].into(), "{refused:?}");
     assert!(proven_hooks(&broker.log_text()).is_empty(), "{}", broker.log_text());
 }
 

@@ -348,7 +348,17 @@ impl DigestCache {
             if let (Lane::Expected, Some(d), Some(f)) = (lane, &digest, self.inner.on_expected.get()) {
                 f(&job.path, &job.key, d);
             }
+            let lane_name = match lane {
+                Lane::Expected => "expected",
+                Lane::Background => "background",
+            };
+            let said = match &digest {
+                Some(d) => format!("hashed {} ({lane_name} lane): sha256 {d}", job.path.display()),
+                None => format!("could not hash {} ({lane_name} lane): unreadable or changed", job.path.display()),
+            };
             job.slot.finish(digest);
+            // Logged once the answer is cached: a hook after this line gets the digest.
+            crate::log_info!("{said}");
         }
     }
 
