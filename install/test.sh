@@ -25,14 +25,14 @@ export COURIER_CLAUDE_BIN
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo build --workspace --locked
-# The oldest-Codex run names the test binaries with `--workspace` as the first run does: with
-# `-p courier-tests` cargo unifies features for that package alone and recompiles the broker lib
-# and the kit (over a minute) for binaries the first run has built already.
 # Last line: `N passed, M failed`, summed over every test binary of both runs (the status is
-# cargo's, failing if either run failed).
+# failing if either run failed). The test binaries run two at a time (install/test-binaries.sh);
+# the oldest-Codex run names its binaries with `--workspace` as the first run does (with
+# `-p courier-tests` cargo would unify features for that package alone and compile the broker
+# lib and the kit again, over a minute).
 exec install/test-summary.sh bash -c '
   status=0
-  cargo test --workspace --locked --no-fail-fast "$@" || status=$?
+  install/test-binaries.sh 2 --workspace --locked -- "$@" || status=$?
   echo "test.sh: the delivery, wake, size and approval tests again, on the oldest supported Codex ($("$COURIER_CODEX_BIN_OLDEST" --version))"
-  COURIER_CODEX_BIN="$COURIER_CODEX_BIN_OLDEST" cargo test --workspace --locked --no-fail-fast --test delivery --test wake --test size --test approvals --test approvals_files --test approvals_hold --test approvals_permissions "$@" || status=$?
+  COURIER_CODEX_BIN="$COURIER_CODEX_BIN_OLDEST" install/test-binaries.sh 2 --workspace --locked --test delivery --test wake --test size --test approvals --test approvals_files --test approvals_hold --test approvals_permissions -- "$@" || status=$?
   exit $status' test.sh "$@"

@@ -293,8 +293,8 @@ fn test_summary_sums_every_binary_and_keeps_cargos_status() {
     let test_sh = std::fs::read_to_string(root.join("install/test.sh")).unwrap();
     // One summarised command runs every test binary, then the delivery tests on the oldest Codex.
     let tail = &test_sh[test_sh.find("exec install/test-summary.sh bash -c '").expect("test.sh ends by exec'ing the summariser")..];
-    assert!(tail.contains("cargo test --workspace --locked --no-fail-fast \"$@\""), "{test_sh}");
-    assert!(tail.contains("COURIER_CODEX_BIN=\"$COURIER_CODEX_BIN_OLDEST\" cargo test --workspace"), "{test_sh}");
+    assert!(tail.contains("install/test-binaries.sh 2 --workspace --locked -- \"$@\""), "{test_sh}");
+    assert!(tail.contains("COURIER_CODEX_BIN=\"$COURIER_CODEX_BIN_OLDEST\" install/test-binaries.sh 2 --workspace"), "{test_sh}");
     let dir = std::env::temp_dir().join(format!("courier-summary-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let fake = dir.join("cargo");

@@ -435,14 +435,21 @@ fn idle_broker_passes_skip_the_queue_until_something_is_committed() {
     let broker = courier_tests::Broker::start(&env);
     let pid = broker.pid().unwrap();
     over_passes(&env, pid, 2); // the first pass checkpoints the schema's creation
-    let (looks, wakes, idle_cpu) = over_passes(&env, pid, 8);
+    // CPU time only grows with load (a preemption, a cold cache), never shrinks: an idle pass's
+    // cost is the least of three windows, so another test's load does not make it look busy.
+    let quietest = |env: &CodexEnv| {
+        let windows = [over_passes(env, pid, 4), over_passes(env, pid, 4), over_passes(env, pid, 4)];
+        let looks: (u64, u64) = windows.iter().fold((0, 0), |(l, w), x| (l + x.0, w + x.1));
+        (looks.0, looks.1, windows.iter().map(|x| x.2).fold(f64::INFINITY, f64::min))
+    };
+    let (looks, wakes, idle_cpu) = quietest(&env);
     assert_eq!((looks, wakes), (0, 0), "an empty queue: maintenance and wake passes looked at it");
     let id = broker.send_future(&courier_tests::util::fake_uuid_v7(), "waits for a thread", None, None);
     let (looks, _, live_cpu) = over_passes(&env, pid, 8);
     assert!(looks >= 7, "a pending message: only {looks} of 8 maintenance passes looked at the queue");
     broker.run_ok(&["cancel", &id]);
     over_passes(&env, pid, 2); // the look that finds the cancelled message final
-    let (looks, wakes, quiet_cpu) = over_passes(&env, pid, 8);
+    let (looks, wakes, quiet_cpu) = quietest(&env);
     assert_eq!((looks, wakes), (0, 0), "nothing can move and nothing was committed, yet the passes looked");
     eprintln!("maintenance CPU per pass: idle {idle_cpu:.0} ns, one pending {live_cpu:.0} ns, after the cancel {quiet_cpu:.0} ns");
     assert!(
