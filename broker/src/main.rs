@@ -249,6 +249,7 @@ fn effort(cmd: EffortCommand) -> Result<ExitCode> {
     let from = std::env::var("USER").unwrap_or_else(|_| "cli".into());
     let mut store = open_store()?;
     let (id, superseded) = effort::enqueue(&mut store, &cfg, &thread, level.as_str(), scope, &from)?;
+    broker::producer::cli::nudge();
     for old in &superseded {
         eprintln!("broker: {old} superseded (cancelled)");
     }

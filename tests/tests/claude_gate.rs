@@ -482,10 +482,13 @@ fn status(env: &courier_tests::CodexEnv) -> courier_shared::wire::StatusReply {
 }
 
 /// How many confirmation passes ran while the maintenance thread made `passes` more of its own
-/// (500 ms each: the clock).
+/// (500 ms each while a row can move, else one per `nudge`, the request `broker send` makes
+/// after queueing directly, which the confirmation thread does not wait on: the clock).
 fn confirm_looks_over(env: &courier_tests::CodexEnv, passes: u64) -> u64 {
     let s0 = status(env);
+    let socket = courier_shared::paths::socket_path(&env.runtime_dir);
     let s1 = courier_tests::util::wait_until(Duration::from_secs(30), "maintenance passes", || {
+        let _ = broker_lib::producer::line::call(&socket, &serde_json::json!({"op": "nudge"}), Some(Duration::from_secs(10)));
         broker_lib::client::query_status(&env.runtime_dir).filter(|s| s.maintenance_passes >= s0.maintenance_passes + passes)
     });
     s1.claude_confirm_looks - s0.claude_confirm_looks

@@ -413,12 +413,22 @@ fn maintenance_cpu_ns(pid: u32) -> u64 {
     panic!("broker {pid} has no maintenance thread")
 }
 
-/// `passes` more maintenance passes (500 ms each): the passes that looked at the queue and the
-/// wake passes that listed threads meanwhile, and the maintenance thread's CPU per pass.
+/// Wakes the broker's idle passes as `broker send` does after queueing in the database itself
+/// (the `nudge` request): an idle maintenance pass otherwise waits for its fallback.
+fn nudge(env: &CodexEnv) {
+    let socket = courier_shared::paths::socket_path(&env.runtime_dir);
+    let reply = broker_lib::producer::line::call(&socket, &serde_json::json!({"op": "nudge"}), Some(T)).unwrap();
+    assert_eq!(reply.as_ref().and_then(|r| r.get("ok")), Some(&Value::Bool(true)), "{reply:?}");
+}
+
+/// `passes` more maintenance passes (500 ms each while a row can move; one per nudge while none
+/// can): the passes that looked at the queue and the wake passes that listed threads meanwhile,
+/// and the maintenance thread's CPU per pass.
 fn over_passes(env: &CodexEnv, pid: u32, passes: u64) -> (u64, u64, f64) {
     let st = |what: &str| wait_until(T, what, || broker_lib::client::query_status(&env.runtime_dir));
     let (s0, cpu0) = (st("status"), maintenance_cpu_ns(pid));
     let s1 = wait_until(T, "maintenance passes", || {
+        nudge(env);
         broker_lib::client::query_status(&env.runtime_dir).filter(|s| s.maintenance_passes >= s0.maintenance_passes + passes)
     });
     let cpu = (maintenance_cpu_ns(pid) - cpu0) as f64 / (s1.maintenance_passes - s0.maintenance_passes) as f64;
@@ -428,7 +438,9 @@ fn over_passes(env: &CodexEnv, pid: u32, passes: u64) -> (u64, u64, f64) {
 /// An idle broker does no queue work: with no message that can still move and nothing committed,
 /// its periodic passes skip their statements (counted, and its maintenance thread's CPU per pass
 /// is a fraction of what it is while one message waits, measured in the same run). A pending
-/// message makes every pass look again; once it is cancelled, the passes stop looking.
+/// message makes every pass look again; once it is cancelled, the passes stop looking, and the
+/// maintenance thread stops waking: over as long as its 8 passes with a message took, it makes
+/// at most 2 (its fallback), not 8.
 #[test]
 fn idle_broker_passes_skip_the_queue_until_something_is_committed() {
     let env = env();
@@ -445,12 +457,19 @@ fn idle_broker_passes_skip_the_queue_until_something_is_committed() {
     let (looks, wakes, idle_cpu) = quietest(&env);
     assert_eq!((looks, wakes), (0, 0), "an empty queue: maintenance and wake passes looked at it");
     let id = broker.send_future(&courier_tests::util::fake_uuid_v7(), "waits for a thread", None, None);
+    let live_started = std::time::Instant::now();
     let (looks, _, live_cpu) = over_passes(&env, pid, 8);
+    let live_took = live_started.elapsed();
     assert!(looks >= 7, "a pending message: only {looks} of 8 maintenance passes looked at the queue");
     broker.run_ok(&["cancel", &id]);
     over_passes(&env, pid, 2); // the look that finds the cancelled message final
     let (looks, wakes, quiet_cpu) = quietest(&env);
     assert_eq!((looks, wakes), (0, 0), "nothing can move and nothing was committed, yet the passes looked");
+    let s0 = wait_until(T, "status", || broker_lib::client::query_status(&env.runtime_dir));
+    std::thread::sleep(live_took);
+    let s1 = wait_until(T, "status", || broker_lib::client::query_status(&env.runtime_dir));
+    let idle_passes = s1.maintenance_passes - s0.maintenance_passes;
+    assert!(idle_passes <= 2, "nothing can move, yet {idle_passes} maintenance passes ran in the time 8 took with a message");
     eprintln!("maintenance CPU per pass: idle {idle_cpu:.0} ns, one pending {live_cpu:.0} ns, after the cancel {quiet_cpu:.0} ns");
     assert!(
         idle_cpu.max(quiet_cpu) * 2.0 < live_cpu,

@@ -52,6 +52,14 @@ pub fn fetch_threads(all: bool, limit: usize) -> Result<Vec<ThreadInfo>> {
     Lister::for_cli(paths::codex_home()).list(&store, all, limit)
 }
 
+/// Tells a running broker that rows were queued in the database behind its back, so its idle
+/// passes look at once (the `nudge` request); without a broker, or with one that does not know
+/// the request, they find the rows at their fallback. Best effort: the rows are committed.
+pub fn nudge() {
+    let socket = paths::socket_path(&paths::runtime_dir());
+    let _ = super::line::call(&socket, &json!({"op": "nudge"}), Some(Duration::from_secs(2)));
+}
+
 /// `--wait`/`--for`: the state to wait for.
 fn want_of(g: &Given) -> Result<Option<Want>> {
     let want = |w: &String| Want::parse(w).ok_or_else(|| g.usage_error(format!("{w:?}: wait for handed or confirmed")));
@@ -142,7 +150,10 @@ fn queue(mut opts: SendOptions, explicit_from: bool) -> Result<send::Sent> {
         send::send(&mut store, &paths::codex_home(), &|| fetch_threads(false, 0), &opts)
     };
     match sent {
-        Ok(s) => Ok(s),
+        Ok(s) => {
+            nudge();
+            Ok(s)
+        }
         Err(SendError::Refused { message, .. }) => Err(UsageError(format!("broker send: {message}")).into()),
         Err(SendError::Failed(e)) => Err(e.context(format!("queueing the message in {}", paths::state_dir().display()))),
     }

@@ -23,6 +23,9 @@
 //! - `{"op":"approvals","all"?:bool}` -> `{"ok":true,"approvals":[APPROVAL...]}`: the approvals
 //!   still waiting on a person (with `all`, every one), as `broker approvals --json` lists them.
 //!   Read-only: answering is `server/approvals.rs`'s own request, from a person's process only.
+//! - `{"op":"nudge"}` -> `{"ok":true}`: the peer queued rows in the database itself (`broker
+//!   send`, `broker effort`); the idle wake channel and maintenance pass look at once instead of
+//!   at their fallback (`store::QUEUED`). A hint: it changes nothing but when they look.
 //!
 //! Errors: `{"ok":false,"error":CODE,"message":TEXT}`; `CODE` is stable (docs/producers.md).
 
@@ -91,6 +94,7 @@ enum Op {
         #[serde(default)]
         all: bool,
     },
+    Nudge {},
 }
 
 /// Proves which thread's Codex tool call the peer of a stream is (`gate/sender.rs`), from the
@@ -201,6 +205,10 @@ impl Service {
         let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
         let reply = match parse(line) {
             Err(reply) => reply,
+            Ok(Op::Nudge {}) => {
+                crate::store::QUEUED.bump(1);
+                json!({"ok": true})
+            }
             Ok(Op::Status { id }) => {
                 let store = crate::store::lock(&self.store);
                 match super::load(&store, &id) {

@@ -38,6 +38,11 @@ impl Broker {
         let mut q = self.queued_refusals.lock().unwrap_or_else(|e| e.into_inner());
         if q.len() < QUEUED_REFUSALS_MAX {
             q.push((code, detail, pid));
+            if q.len() == 1 {
+                // An idle maintenance pass sleeps until something is queued for it; once per
+                // pass's worth (a flood must not wake the idle passes once a refusal).
+                crate::store::QUEUED.bump(1);
+            }
         } else {
             self.counters.refusals_unrecorded.fetch_add(1, Ordering::Relaxed);
         }

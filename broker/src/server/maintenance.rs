@@ -7,16 +7,26 @@
 //! The queue's steps (expiry to effort) work only on rows that can still move; when none is and
 //! nothing was committed since the last look (`store/watch.rs`), the pass skips them: an idle
 //! broker's pass is one `PRAGMA data_version`, not a dozen statements.
+//!
+//! An idle broker does not even wake for that: when the pass found no row that can move and no
+//! refusal to record, nothing gives it work but a row queued or made pending (this process's
+//! commits and `broker send`'s nudge signal [`crate::store::QUEUED`], as does a refusal queued
+//! by the poll thread) or time (the ticket journal's flush, the prune). So it sleeps until the
+//! signal or the nearest of those deadlines, at most [`IDLE_RECHECK`] (a row another process
+//! queued without saying so); the first pass after a signal runs at once.
 
 use super::{listener::BOUND, Broker};
 use crate::delivery::{self};
-use crate::store::{Checkpointer, Watch, SAFETY_NET_PAGES};
+use crate::store::{Checkpointer, Watch, QUEUED, SAFETY_NET_PAGES};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const MAINTENANCE_INTERVAL: Duration = Duration::from_millis(500);
+/// While no row can move: a pass at least this often, for rows another process queued without
+/// a nudge (an older `broker send`, or a nudge that did not arrive).
+const IDLE_RECHECK: Duration = Duration::from_secs(5);
 const PRUNE_INTERVAL: Duration = Duration::from_secs(600);
 
 /// Starts the `maintenance` thread; `retention`: how long final messages are kept (`None`: forever).
@@ -31,21 +41,41 @@ pub(super) fn spawn(broker: Arc<Broker>, state_dir: &Path, retention: Option<Dur
     let mut watch = open_watch(state_dir, "maintenance");
     std::thread::Builder::new().name("maintenance".into()).spawn(move || {
         let mut last_prune: Option<Instant> = None;
+        let (mut idle, mut seen) = (false, QUEUED.count());
         loop {
-            std::thread::sleep(MAINTENANCE_INTERVAL);
-            broker.maintain(watch.as_mut());
+            if idle {
+                QUEUED.wait_past(seen, idle_sleep(&broker, retention.map(|_| last_prune)));
+            } else {
+                std::thread::sleep(MAINTENANCE_INTERVAL);
+            }
+            // Read before the pass looks: a row queued during it moves the count, and the next
+            // wait returns at once (store/signal.rs).
+            seen = QUEUED.count();
+            idle = broker.maintain(watch.as_mut());
             if let Some(c) = &checkpointer {
                 if let Err(e) = c.passive() {
                     crate::log_error!("checkpointing the queue: {e:#}");
                 }
             }
-            if let Some(keep) = retention.filter(|_| last_prune.is_none_or(|t| t.elapsed() >= PRUNE_INTERVAL)) {
+            if let Some(keep) = retention.filter(|_| prune_due_in(last_prune).is_zero()) {
                 last_prune = Some(Instant::now());
                 broker.prune(keep);
             }
         }
     })?;
     Ok(())
+}
+
+/// How long an idle pass may sleep: until the ticket journal's flush or the prune is due, at
+/// most [`IDLE_RECHECK`]. `prune`: the last prune, when pruning is on.
+fn idle_sleep(broker: &Broker, prune: Option<Option<Instant>>) -> Duration {
+    let flush = broker.tickets.lock().unwrap_or_else(|e| e.into_inner()).flush_due_in();
+    [Some(IDLE_RECHECK), flush, prune.map(prune_due_in)].into_iter().flatten().min().unwrap_or(IDLE_RECHECK)
+}
+
+/// How long until the next prune (zero: due; the first is due at once).
+fn prune_due_in(last: Option<Instant>) -> Duration {
+    last.map_or(Duration::ZERO, |t| PRUNE_INTERVAL.saturating_sub(t.elapsed()))
 }
 
 /// The queue watch of a periodic pass; without one (an error, logged) the pass looks every time.
@@ -72,11 +102,12 @@ impl Broker {
     }
 
     /// One pass: the in-memory journals first (tickets, refusals), then the queue's steps unless
-    /// `watch` proves no row can move ([`Watch::nothing_live`]).
-    pub(super) fn maintain(&self, watch: Option<&mut Watch>) {
+    /// `watch` proves no row can move ([`Watch::nothing_live`]). Returns whether it is idle: no
+    /// row could move and no refusal was recorded (the next pass may wait for a signal).
+    pub(super) fn maintain(&self, watch: Option<&mut Watch>) -> bool {
         self.counters.maintenance_passes.fetch_add(1, Ordering::Relaxed);
         self.tickets.lock().unwrap_or_else(|e| e.into_inner()).maintain(&self.store);
-        self.record_queued_refusals();
+        let recorded = self.record_queued_refusals();
         let idle = watch.map(|w| w.nothing_live()).transpose().unwrap_or_else(|e| {
             crate::log_error!("maintenance: watching the queue: {e:#}");
             None
@@ -85,17 +116,20 @@ impl Broker {
             self.counters.maintenance_looks.fetch_add(1, Ordering::Relaxed);
             self.maintain_queue();
         }
+        idle == Some(true) && !recorded
     }
 
-    fn record_queued_refusals(&self) {
+    /// Whether there was any refusal to record.
+    fn record_queued_refusals(&self) -> bool {
         let queued = std::mem::take(&mut *self.queued_refusals.lock().unwrap_or_else(|e| e.into_inner()));
         if queued.is_empty() {
-            return;
+            return false;
         }
         let mut store = crate::store::lock(&self.store);
         if let Err(e) = store.record_refusals_at_accept(&queued) {
             crate::log_error!("recording {} refusal(s): {e:#}", queued.len());
         }
+        true
     }
 
     /// The steps on rows that can still move: `--ttl`s, lapsed leases, hand-offs, effort claims,

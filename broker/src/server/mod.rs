@@ -256,9 +256,10 @@ fn spawn_wake(broker: &Arc<Broker>, codex_home: PathBuf, watch: Option<crate::st
     std::thread::Builder::new().name("wake".into()).spawn(move || {
         let waker = crate::wake::Waker::new(Arc::clone(&waking.wake_bound), watch);
         let signal = crate::store::lock(&waking.store).pending_signal();
-        waker.run(&signal, || {
+        waker.run(signal, || {
             let b = &*waking;
-            let Some(outcomes) = waker.pass(&b.store, &b.gate, &trust::TrustView(b), &codex_home) else { return };
+            let Some(outcomes) = waker.pass(&b.store, &b.gate, &trust::TrustView(b), &codex_home) else { return true };
+            let idle = waker.found_none();
             b.counters.wake_looks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             for (thread, outcome) in outcomes {
                 crate::log_debug!("wake {thread}: {outcome:?}");
@@ -268,6 +269,7 @@ fn spawn_wake(broker: &Arc<Broker>, codex_home: PathBuf, watch: Option<crate::st
                 }
             }
             b.producer.changed();
+            idle
         })
     })?;
     Ok(())

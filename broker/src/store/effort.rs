@@ -68,6 +68,7 @@ impl Store {
             params![id, thread, level.as_str(), from, now, scope.as_str()],
         )?;
         tx.commit()?;
+        self.pending.bump(1);
         Ok((id, superseded))
     }
 

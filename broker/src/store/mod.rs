@@ -39,7 +39,7 @@ pub use enqueue::{Enqueued, NewMessage};
 pub use handoff::{HandOff, HandedPart, Lease, Part, MAX_REOFFERS};
 pub use lock::{lock, Locked, SLOW_HOLD};
 pub use refusals::Refusal;
-pub use signal::{CommitSignal, HANDED};
+pub use signal::{CommitSignal, HANDED, QUEUED};
 pub use state::{Channel, Kind, LeaseToken, State, StateCounts};
 pub use ticket_log::{TicketLog, JOURNAL_NAME as TICKET_JOURNAL_NAME};
 pub use tickets::{Alarm, Taken, Ticket, TicketClaim};
@@ -93,9 +93,9 @@ pub fn now_ms() -> i64 {
 
 pub struct Store {
     conn: Connection,
-    /// Signalled by every commit of this connection that makes messages pending (queued, or
-    /// returned from a lease): what wakes the wake channel at once.
-    pending: std::sync::Arc<CommitSignal>,
+    /// Signalled by every commit of this connection that queues rows or makes messages pending
+    /// (queued, or returned from a lease): [`QUEUED`], shared by every connection of the process.
+    pending: &'static CommitSignal,
 }
 
 /// What a hook call of a thread may have to do ([`Store::thread_work`]).
@@ -421,7 +421,7 @@ impl Store {
         claude::migrate(&conn).context("creating the Claude Code tables")?;
         handoff::migrate(&conn).context("creating the message parts table")?;
         conn.execute_batch(PENDING_INDEXES).context("creating the pending-message indexes")?;
-        Ok(Store { conn, pending: Default::default() })
+        Ok(Store { conn, pending: &QUEUED })
     }
 
     /// Says on the thread's pending messages why a verified hook did not take them (shown by
@@ -483,9 +483,9 @@ impl Store {
         Ok(stmt.query_row([thread, turn_id], |r| r.get(0)).optional()?.unwrap_or(0))
     }
 
-    /// What this connection signals when it makes messages pending (the wake channel waits on it).
-    pub fn pending_signal(&self) -> std::sync::Arc<CommitSignal> {
-        std::sync::Arc::clone(&self.pending)
+    /// What this connection signals when it queues rows or makes messages pending ([`QUEUED`]).
+    pub fn pending_signal(&self) -> &'static CommitSignal {
+        self.pending
     }
 
     /// Moves a handed message to its final state (`confirmed` or `uncertain`), back to `pending`

@@ -1,12 +1,16 @@
 //! Waking a thread when the store commits something it waits for, instead of polling: the wake
-//! channel waits for messages made pending, the Claude Code confirmation thread for hand-offs.
+//! channel and the maintenance pass wait for rows queued or made pending ([`QUEUED`]), the
+//! Claude Code confirmation thread for hand-offs ([`HANDED`]).
+//!
+//! Every bump comes AFTER its commit returned, and a waiter reads the count BEFORE it looks at
+//! the queue ([`CommitSignal::count`], then [`CommitSignal::wait_past`] that count): a commit
+//! that lands between the look and the wait has moved the count, so the wait returns at once.
 
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
-/// Counts commits of one kind and wakes whoever waits for the next one: the commits of a
-/// connection that made messages pending ([`super::Store::pending_signal`]), the hand-offs of the
-/// process ([`HANDED`]).
+/// Counts commits of one kind and wakes whoever waits for the next one: the commits of this
+/// process that queued rows or made messages pending ([`QUEUED`]), its hand-offs ([`HANDED`]).
 #[derive(Default)]
 pub struct CommitSignal {
     count: Mutex<u64>,
@@ -18,12 +22,20 @@ pub struct CommitSignal {
 /// (`claude/serve.rs`), so an idle broker reads nothing for it.
 pub static HANDED: CommitSignal = CommitSignal::new();
 
+/// Signalled by every commit of this process, on any connection, that queues a row (a message,
+/// an effort request) or makes messages pending again (a lease released, a hand-off withdrawn or
+/// proven unseen); by another process that queued rows directly (`broker send`, `broker effort`:
+/// their `nudge` request); and by a refusal the poll thread leaves for the maintenance pass to
+/// record. What an idle broker's wake channel and maintenance pass sleep on (`wake/mod.rs`,
+/// `server/maintenance.rs`): nothing else gives either something to do, but time.
+pub static QUEUED: CommitSignal = CommitSignal::new();
+
 impl CommitSignal {
     pub const fn new() -> CommitSignal {
         CommitSignal { count: Mutex::new(0), changed: Condvar::new() }
     }
 
-    pub(super) fn bump(&self, n: usize) {
+    pub(crate) fn bump(&self, n: usize) {
         if n > 0 {
             *self.count.lock().unwrap_or_else(|e| e.into_inner()) += n as u64;
             self.changed.notify_all();

@@ -507,3 +507,23 @@ fn refusals_at_accept_are_recorded_in_one_commit() {
     assert_eq!((kept[0].reason.as_str(), kept[0].detail.as_str(), kept[0].pid), ("too_many_connections", "pid 63 holds 16", Some(63)));
     assert_eq!((kept[0].thread.as_deref(), kept[0].event.as_deref()), (None, None));
 }
+
+/// What the idle wake channel and maintenance pass sleep on ([`QUEUED`]) moves for a row queued
+/// on ANY connection of the process (the socket's `send` and effort have their own), a message
+/// or an effort request, and the commit is visible to the passes' watch by then.
+#[test]
+fn queueing_on_any_connection_signals_the_idle_passes() {
+    let (a, dir) = store("queued-signal");
+    let mut b = Store::open(&dir).unwrap();
+    let signal = a.pending_signal();
+    let mut watch = Watch::open(&dir).unwrap();
+    assert!(watch.nothing_live().unwrap(), "an empty queue");
+    let seen = signal.count();
+    b.effort_enqueue(T, crate::config::EffortLevel::High, crate::config::EffortScope::Thread, "t").unwrap();
+    assert!(signal.count() > seen, "an effort request queued on another connection did not signal");
+    assert!(!watch.nothing_live().unwrap(), "signalled, yet the watch sees nothing live");
+    let seen = signal.count();
+    b.enqueue(U, "hello", None, None, None).unwrap();
+    assert!(signal.count() > seen, "a message queued on another connection did not signal");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -99,6 +99,10 @@ impl TicketLog {
         self.append(&taken)?;
         self.seen.insert(hash, taken.at);
         self.unflushed.push(taken.clone());
+        if self.unflushed.len() == FLUSH_EVERY {
+            // Due now: an idle maintenance pass sleeps on this signal (`server/maintenance.rs`).
+            super::QUEUED.bump(1);
+        }
         Ok((TicketClaim::New, taken))
     }
 
@@ -123,6 +127,17 @@ impl TicketLog {
         anyhow::ensure!(n == buf.len(), "short write to {} ({n} of {} bytes)", self.path.display(), buf.len());
         self.torn = false;
         Ok(())
+    }
+
+    /// How long until [`TicketLog::maintain`] is due for the oldest journaled ticket (`None`:
+    /// none waits; zero: due now).
+    pub fn flush_due_in(&self) -> Option<Duration> {
+        if self.unflushed.len() >= FLUSH_EVERY {
+            return Some(Duration::ZERO);
+        }
+        let oldest = self.unflushed.first()?;
+        let left = (oldest.at + FLUSH_AFTER.as_millis() as i64 - now_ms()).max(0);
+        Some(Duration::from_millis(left as u64))
     }
 
     /// Moves the journaled tickets into the table when enough of them, or an old enough one,

@@ -32,11 +32,15 @@
 //! [`WakeReason`] (`reason.rs` lists them). Busy threads are left to their hooks. Wakes per
 //! thread are bounded (`bound.rs`, `[wake]` in the config file).
 //!
-//! The pass runs in its own thread, at once when the broker makes a message pending (queued
-//! through it: `broker send`, the MCP server and the bridge all queue through the running broker),
-//! and at least every [`RECHECK`] (a thread that went idle after its last hook; a message written
-//! to the database by another process while no broker ran). A pass that found no thread to wake
-//! is not repeated until something commits (`store/watch.rs`): only a commit makes one.
+//! The pass runs in its own thread, at once when this process queues a message or makes one
+//! pending again, or another process says it queued one (`broker send` without a broker-verified
+//! sender writes the queue itself, then sends a `nudge`: [`crate::store::QUEUED`]). While some
+//! thread has messages to wake it for, at least every [`RECHECK`] (a thread that went idle after
+//! its last hook, a back-off or bound that ran out). While none has, a pass finds nothing until a
+//! message is queued or made pending, so the thread sleeps until the signal, with
+//! [`IDLE_RECHECK`] as the fallback for a writer that did not say (a message written by an older
+//! `broker send`, or one whose nudge did not arrive). A pass that found no thread to wake is not
+//! repeated until something commits (`store/watch.rs`): only a commit makes one.
 
 mod bound;
 
@@ -54,11 +58,15 @@ use courier_shared::ids::ThreadId;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// A pass at least this often.
+/// A pass at least this often while some thread has messages that may be woken.
 pub const RECHECK: Duration = Duration::from_secs(1);
+/// While none has: a pass at least this often, for a message another process queued without
+/// saying so (every in-process queueing, and `broker send`'s nudge, wake the pass at once).
+pub const IDLE_RECHECK: Duration = Duration::from_secs(5);
 /// How long a wake's lease lasts: longer than the whole exchange, so the lease cannot lapse (and
 /// the messages be offered to a hook) while it runs. Also how long after its hand-off record the
 /// rollout has to show the woken user message before the message is `uncertain`.
@@ -89,11 +97,13 @@ pub struct Waker {
     bound: Arc<Bound>,
     /// Whether the queue changed since a pass found no thread (`None`: every pass looks).
     watch: Mutex<Option<Watch>>,
+    /// The last pass listed no thread with messages that may be woken (none in back-off either).
+    found_none: std::sync::atomic::AtomicBool,
 }
 
 impl Waker {
     pub fn new(bound: Arc<Bound>, watch: Option<Watch>) -> Waker {
-        Waker { not_before: Mutex::default(), bound, watch: Mutex::new(watch) }
+        Waker { not_before: Mutex::default(), bound, watch: Mutex::new(watch), found_none: Default::default() }
     }
 
     /// One pass over every thread with messages that may be woken; `None` when it was skipped:
@@ -101,7 +111,10 @@ impl Waker {
     pub fn pass(&self, store: &Mutex<Store>, gate: &Gate, trust: &dyn CodexTrust, codex_home: &Path) -> Option<Vec<(ThreadId, Outcome)>> {
         let mut watch = self.watch.lock().unwrap_or_else(|e| e.into_inner());
         match watch.as_mut().map(Watch::unchanged_since_idle) {
-            Some(Ok(true)) => return None,
+            Some(Ok(true)) => {
+                self.found_none.store(true, Ordering::Relaxed);
+                return None;
+            }
             Some(Err(e)) => crate::log_error!("wake: watching the queue: {e:#}"),
             Some(Ok(false)) | None => {}
         }
@@ -110,9 +123,11 @@ impl Waker {
             Ok(t) => t,
             Err(e) => {
                 crate::log_error!("wake: listing threads: {e:#}");
+                self.found_none.store(false, Ordering::Relaxed);
                 return Some(Vec::new());
             }
         };
+        self.found_none.store(threads.is_empty(), Ordering::Relaxed);
         if let Some(w) = watch.as_mut() {
             w.found(threads.is_empty());
         }
@@ -141,16 +156,25 @@ impl Waker {
         Some(out)
     }
 
-    /// The wake thread: a pass as soon as this broker makes messages pending (queued through it,
-    /// or returned from a lease: [`Store::pending_signal`]), and every [`RECHECK`] (a thread that went
-    /// idle after its last hook; a message another process wrote to the database while no broker
-    /// ran). No file watcher and no polling: every commit of every hook call would wake one, when
-    /// only a new or returned message can start a turn.
-    pub fn run(&self, signal: &CommitSignal, pass: impl Fn()) {
+    /// Whether the last [`Waker::pass`] listed no thread with messages that may be woken (or was
+    /// skipped: nothing committed since one listed none).
+    pub fn found_none(&self) -> bool {
+        self.found_none.load(Ordering::Relaxed)
+    }
+
+    /// The wake thread: a pass as soon as messages are queued or made pending ([`Store::pending_signal`]),
+    /// and every [`RECHECK`] while the last pass found threads to wake (a thread that went idle
+    /// after its last hook), every [`IDLE_RECHECK`] while it found none. No file watcher: every
+    /// commit of every hook call would wake one, when only a new or returned message can start a
+    /// turn. `pass` says whether it found no thread to wake ([`Waker::found_none`]).
+    ///
+    /// The count is read before the pass looks: a message queued during the pass moves it, and
+    /// the wait returns at once (`store/signal.rs`).
+    pub fn run(&self, signal: &CommitSignal, pass: impl Fn() -> bool) {
         loop {
             let seen = signal.count();
-            pass();
-            signal.wait_past(seen, RECHECK);
+            let idle = pass();
+            signal.wait_past(seen, if idle { IDLE_RECHECK } else { RECHECK });
         }
     }
 
