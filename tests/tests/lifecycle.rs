@@ -446,7 +446,8 @@ fn idle_broker_passes_skip_the_queue_until_something_is_committed() {
     let env = env();
     let broker = courier_tests::Broker::start(&env);
     let pid = broker.pid().unwrap();
-    over_passes(&env, pid, 2); // the first pass checkpoints the schema's creation
+    // The first pass checkpoints the schema's creation.
+    over_passes(&env, pid, 2);
     // CPU time only grows with load (a preemption, a cold cache), never shrinks: an idle pass's
     // cost is the least of three windows, so another test's load does not make it look busy.
     let quietest = |env: &CodexEnv| {
