@@ -186,26 +186,8 @@ class World:
         """CPU time of every broker thread so far (schedstat: ns, not the 10 ms ticks of /proc/stat)."""
         return sum(self.broker_cpu_by_thread().values())
 
-    def broker_cpu_by_tid(self):
-        """CPU time so far (ns) per live broker thread id."""
-        out = {}
-        task_dir = f"/proc/{self.broker.pid}/task"
-        for tid in os.listdir(task_dir):
-            try:
-                with open(f"{task_dir}/{tid}/schedstat") as f:
-                    out[tid] = int(f.read().split()[0])
-            except OSError:
-                continue
-        return out
-
-    def broker_cpu_since(self, before):
-        """CPU (ns) the broker's threads used since `before` (a `broker_cpu_by_tid`): a thread
-        that ended in between takes its time with it, but no longer makes the sum negative."""
-        return sum(ns - before.get(tid, 0) for tid, ns in self.broker_cpu_by_tid().items())
-
-    def broker_cpu_by_thread(self):
-        """CPU time so far (ns) per broker thread name (the workers summed as `worker-*`)."""
-        out = {}
+    def broker_threads(self):
+        """(thread id, name, CPU time so far in ns) of every live broker thread."""
         task_dir = f"/proc/{self.broker.pid}/task"
         for tid in os.listdir(task_dir):
             try:
@@ -215,6 +197,21 @@ class World:
                     ns = int(f.read().split()[0])
             except OSError:
                 continue  # a thread that just ended
+            yield tid, name, ns
+
+    def broker_cpu_by_tid(self):
+        """CPU time so far (ns) per live broker thread id."""
+        return {tid: ns for tid, _, ns in self.broker_threads()}
+
+    def broker_cpu_since(self, before):
+        """CPU (ns) the broker's threads used since `before` (a `broker_cpu_by_tid`): a thread
+        that ended in between takes its time with it, but no longer makes the sum negative."""
+        return sum(ns - before.get(tid, 0) for tid, ns in self.broker_cpu_by_tid().items())
+
+    def broker_cpu_by_thread(self):
+        """CPU time so far (ns) per broker thread name (the workers summed as `worker-*`)."""
+        out = {}
+        for _, name, ns in self.broker_threads():
             name = "worker-*" if name.startswith("worker-") else name
             out[name] = out.get(name, 0) + ns
         return out

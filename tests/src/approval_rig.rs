@@ -140,3 +140,29 @@ pub fn tool_output(model: &ScriptedModel, call_id: &str) -> String {
             .find_map(|o| (o["call_id"] == call_id).then(|| o["output"].as_str().unwrap_or_default().to_string()))
     })
 }
+
+/// The step both "an answer never crosses kinds" tests share: the person has answered the
+/// request `first` (whose approval is `stale`) at the app-server, and Codex then asks the next
+/// request of the other kind. Waits for that request and its approval (`fresh`), then checks that
+/// `broker approve` on the stale approval is refused and resolves nothing. Returns (the second
+/// request, `fresh`).
+pub fn stale_answer_sends_nothing(
+    broker: &Broker,
+    client: &mut WsAppServer,
+    thread: &str,
+    first: &Value,
+    stale: &Value,
+    is_approval: impl Fn(&Value) -> bool,
+) -> (Value, Value) {
+    let second = client.wait_server_request_where("the second approval request", T, |m| is_approval(m) && m["id"] != first["id"]);
+    assert_ne!(first["method"], second["method"], "one request of each kind");
+    let fresh = wait_until(T, "the second approval listed", || {
+        approvals(broker, false).into_iter().find(|x| x["id"] != stale["id"] && x["thread"] == thread)
+    });
+    assert_ne!(fresh["kind"], stale["kind"]);
+    let (ok, out) = answer(broker, &["approve", str_field(stale, "id")]);
+    eprintln!("approve the stale {} approval while a {} waits: {out}", stale["kind"], fresh["kind"]);
+    assert!(!ok, "the stale approval's answer is not sent: {out}");
+    assert!(!client.notifications.iter().any(|n| n["method"] == "serverRequest/resolved" && n["params"]["requestId"] == second["id"]));
+    (second, fresh)
+}

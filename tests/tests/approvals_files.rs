@@ -10,7 +10,7 @@ use std::time::Instant;
 use courier_tests::approval_rig::*;
 use courier_tests::appserver::{ListeningAppServer, WsAppServer};
 use courier_tests::hooks::Hook;
-use courier_tests::util::{marker, str_field, wait_until};
+use courier_tests::util::{marker, str_field};
 use courier_tests::{hook_command, Broker, CodexEnv, Reply, Request, ScriptedModel};
 use serde_json::{json, Value};
 
@@ -214,18 +214,8 @@ fn an_answer_never_crosses_kinds() {
         let (stale, _) = wait_listed(&broker, &thread, Instant::now());
         eprintln!("first request {first}; its approval {stale}");
         client.respond(&first["id"], json!({"decision": "decline"}));
-        let second = client.wait_server_request_where("the second approval request", T, |m| is_approval(m) && m["id"] != first["id"]);
-        assert_ne!(first["method"], second["method"], "one request of each kind");
-        let fresh = wait_until(T, "the second approval listed", || {
-            approvals(&broker, false).into_iter().find(|x| x["id"] != stale["id"] && x["thread"] == thread.as_str())
-        });
-        assert_ne!(fresh["kind"], stale["kind"]);
-
-        let (ok, out) = answer(&broker, &["approve", str_field(&stale, "id")]);
-        eprintln!("approve the stale {} approval while a {} waits: {out}", stale["kind"], fresh["kind"]);
-        assert!(!ok, "the stale approval's answer is not sent: {out}");
+        let (_second, fresh) = stale_answer_sends_nothing(&broker, &mut client, &thread, &first, &stale, is_approval);
         assert!(!p.file.exists() && !ran.exists(), "nothing was approved");
-        assert!(!client.notifications.iter().any(|n| n["method"] == "serverRequest/resolved" && n["params"]["requestId"] == second["id"]));
         let (ok, out) = answer(&broker, &["approve", str_field(&fresh, "id")]);
         assert!(ok && out.contains("won"), "the waiting request is answered as itself: {out}");
         client.wait_turn_completed(&turn, T);

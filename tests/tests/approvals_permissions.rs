@@ -198,17 +198,7 @@ fn an_answer_never_crosses_kinds() {
         // The person answers the first at the app-server: nothing granted, nothing run.
         let person = if first["method"] == PERMISSIONS_APPROVAL { json!({"permissions": {}}) } else { json!({"decision": "decline"}) };
         client.respond(&first["id"], person);
-        let second = client.wait_server_request_where("the second approval request", T, |m| is_approval(m) && m["id"] != first["id"]);
-        assert_ne!(first["method"], second["method"], "one request of each kind");
-        let fresh = wait_until(T, "the second approval listed", || {
-            approvals(&broker, false).into_iter().find(|x| x["id"] != stale["id"] && x["thread"] == thread.as_str())
-        });
-        assert_ne!(fresh["kind"], stale["kind"]);
-
-        let (ok, out) = answer(&broker, &["approve", str_field(&stale, "id")]);
-        eprintln!("approve the stale {} approval while a {} waits: {out}", stale["kind"], fresh["kind"]);
-        assert!(!ok, "the stale approval's answer is not sent: {out}");
-        assert!(!client.notifications.iter().any(|n| n["method"] == "serverRequest/resolved" && n["params"]["requestId"] == second["id"]));
+        let (_second, fresh) = stale_answer_sends_nothing(&broker, &mut client, &thread, &first, &stale, is_approval);
         assert!(!ran.exists(), "no command ran");
         let (ok, out) = answer(&broker, &["approve", str_field(&fresh, "id")]);
         assert!(ok && out.contains("won"), "the waiting request is answered as itself: {out}");
