@@ -57,8 +57,12 @@ const UNHELD: Duration = Duration::from_secs(5);
 pub const MAX_HELD: usize = 32;
 /// How long a connection has to send its request.
 const READ_DEADLINE: Duration = Duration::from_secs(2);
-/// How often a held wake looks at the queue and the session.
+/// How often a wake looks for its turn's Stop.
 const TICK: Duration = Duration::from_millis(200);
+/// How often a held wake of an idle session with nothing queued looks again anyway: a message
+/// queued wakes it at once ([`crate::store::QUEUED`]), but its claude exiting, another turn
+/// opening or the hook going are signalled by nothing.
+const IDLE_LOOK: Duration = Duration::from_secs(1);
 /// Most bytes a wake hands: its stderr reached the model whole at 40,000 characters (probed on
 /// 2.1.332), unlike hook context (10,000).
 pub const MAX_WAKE_BYTES: usize = 32_000;
@@ -206,9 +210,13 @@ impl Waker {
         crate::log_debug!("claude wake of session {} (pid {}) held for {hold:?}", p.payload.session_id, p.key().pid);
         let end = Instant::now() + hold;
         while Instant::now() < end && !closed(conn) {
+            // Read before the look: a message queued after it ends the wait at once.
+            let queued = crate::store::QUEUED.count();
             match self.step(p) {
                 Ok(Step::Wait) => std::thread::sleep(TICK),
-                Ok(Step::Idle) if held => std::thread::sleep(TICK),
+                Ok(Step::Idle) if held => {
+                    crate::store::QUEUED.wait_past(queued, IDLE_LOOK.min(end.saturating_duration_since(Instant::now())))
+                }
                 Ok(Step::Idle) => return String::new(),
                 Ok(Step::Release(why)) => {
                     crate::log_debug!("claude wake of session {} released: {why}", p.payload.session_id);
@@ -224,6 +232,11 @@ impl Waker {
         String::new()
     }
 
+    /// Whether the session's pin still names this wake's claude and turn.
+    fn pinned(&self, p: &Proven) -> Result<bool> {
+        pin_is(&crate::store::lock(&self.store), p)
+    }
+
     /// One look: is the session still idle in the wake's turn, and is a message pending? If so it
     /// is leased and its hand-off recorded (fsynced) before anything of it leaves.
     fn step(&self, p: &Proven) -> Result<Step> {
@@ -231,13 +244,18 @@ impl Waker {
         if !p.claude.is_alive() {
             return Ok(Step::Release("its claude exited"));
         }
+        // The pin first: a turn that opened after this wake's, and stopped again between two
+        // looks, leaves `stops` naming that turn, and this wake would wait for its own turn's
+        // Stop for the rest of its hold.
+        if !self.pinned(p)? {
+            return Ok(Step::Release("another turn opened"));
+        }
         if !self.stops.stopped(&pay.session_id, &pay.prompt_id) {
             return Ok(Step::Wait);
         }
         let mut store = crate::store::lock(&self.store);
-        match store.claude_session_pin(&pay.session_id)? {
-            Some(pin) if pin.owner == p.key() && pin.prompt_id.as_deref() == Some(&pay.prompt_id) => {}
-            _ => return Ok(Step::Release("another turn opened")),
+        if !pin_is(&store, p)? {
+            return Ok(Step::Release("another turn opened"));
         }
         if !store.has_pending(&pay.session_id)? {
             return Ok(Step::Idle);
@@ -365,4 +383,10 @@ fn recv_with_fds(conn: &UnixStream, buf: &mut [u8]) -> std::io::Result<(usize, V
         }
         Ok((n as usize, fds))
     }
+}
+
+/// Whether `store`'s pin of the wake's session names its claude and its turn.
+fn pin_is(store: &Store, p: &Proven) -> Result<bool> {
+    let pin = store.claude_session_pin(&p.payload.session_id)?;
+    Ok(pin.is_some_and(|pin| pin.owner == p.key() && pin.prompt_id.as_deref() == Some(&p.payload.prompt_id)))
 }
