@@ -429,8 +429,7 @@ fn nudge(env: &CodexEnv) {
     assert_eq!(reply.as_ref().and_then(|r| r.get("ok")), Some(&Value::Bool(true)), "{reply:?}");
 }
 
-/// `passes` more maintenance passes (500 ms each while a row can move; one per nudge while none
-/// can): the passes that looked at the queue and the wake passes that listed threads meanwhile,
+/// `passes` more maintenance passes (500 ms apart, signalled or not): the passes that looked at the queue and the wake passes that listed threads meanwhile,
 /// and the maintenance thread's CPU per pass.
 fn over_passes(env: &CodexEnv, pid: u32, passes: u64) -> (u64, u64, f64) {
     let st = |what: &str| wait_until(T, what, || broker_lib::client::query_status(&env.runtime_dir));
@@ -441,6 +440,27 @@ fn over_passes(env: &CodexEnv, pid: u32, passes: u64) -> (u64, u64, f64) {
     });
     let cpu = (maintenance_cpu_ns(pid) - cpu0) as f64 / (s1.maintenance_passes - s0.maintenance_passes) as f64;
     (s1.maintenance_looks - s0.maintenance_looks, s1.wake_looks - s0.wake_looks, cpu)
+}
+
+/// Any process of the uid may nudge the broker (`{"op":"nudge"}`, what `broker send` sends after
+/// queueing in the database itself): a flood of nudges is not a flood of passes. The maintenance
+/// pass stays 500 ms apart, so over the flood at most one pass per 500 ms (and the one due).
+#[test]
+fn a_flood_of_nudges_is_not_a_flood_of_passes() {
+    let env = env();
+    let broker = courier_tests::Broker::start(&env);
+    // Past the first passes: idle, the pass waits for a signal.
+    over_passes(&env, broker.pid().unwrap(), 2);
+    let st = || wait_until(T, "status", || broker_lib::client::query_status(&env.runtime_dir));
+    let (s0, started) = (st(), std::time::Instant::now());
+    for _ in 0..400 {
+        nudge(&env);
+    }
+    let (s1, took) = (st(), started.elapsed());
+    let passes = s1.maintenance_passes - s0.maintenance_passes;
+    let bound = took.as_millis() as u64 / 500 + 2;
+    eprintln!("400 nudges in {took:?}: {passes} maintenance passes");
+    assert!(passes <= bound, "400 nudges in {took:?} ran {passes} maintenance passes (at most {bound})");
 }
 
 /// An idle broker does no queue work: with no message that can still move and nothing committed,

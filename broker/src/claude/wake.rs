@@ -212,10 +212,14 @@ impl Waker {
         while Instant::now() < end && !closed(conn) {
             // Read before the look: a message queued after it ends the wait at once.
             let queued = crate::store::QUEUED.count();
+            let looked = Instant::now();
             match self.step(p) {
                 Ok(Step::Wait) => std::thread::sleep(TICK),
                 Ok(Step::Idle) if held => {
-                    crate::store::QUEUED.wait_past(queued, IDLE_LOOK.min(end.saturating_duration_since(Instant::now())))
+                    crate::store::QUEUED.wait_past(queued, IDLE_LOOK.min(end.saturating_duration_since(Instant::now())));
+                    // At most one look per TICK however many signals come (any process of the
+                    // uid may nudge).
+                    std::thread::sleep(TICK.saturating_sub(looked.elapsed()));
                 }
                 Ok(Step::Idle) => return String::new(),
                 Ok(Step::Release(why)) => {

@@ -13,7 +13,9 @@
 //! commits and `broker send`'s nudge signal [`crate::store::QUEUED`], as does a refusal queued
 //! by the poll thread) or time (the ticket journal's flush, the prune). So it sleeps until the
 //! signal or the nearest of those deadlines, at most [`IDLE_RECHECK`] (a row another process
-//! queued without saying so); the first pass after a signal runs at once.
+//! queued without saying so); the first pass after a signal runs as soon as the last one is
+//! [`MAINTENANCE_INTERVAL`] old (any process of the uid may nudge: passes stay at most two a
+//! second however many signals come).
 
 use super::{listener::BOUND, Broker};
 use crate::delivery::{self};
@@ -42,12 +44,15 @@ pub(super) fn spawn(broker: Arc<Broker>, state_dir: &Path, retention: Option<Dur
     std::thread::Builder::new().name("maintenance".into()).spawn(move || {
         let mut last_prune: Option<Instant> = None;
         let (mut idle, mut seen) = (false, QUEUED.count());
+        let mut last_pass = Instant::now();
         loop {
             if idle {
                 QUEUED.wait_past(seen, idle_sleep(&broker, retention.map(|_| last_prune)));
-            } else {
-                std::thread::sleep(MAINTENANCE_INTERVAL);
             }
+            // Never more often than every MAINTENANCE_INTERVAL, signalled or not: any process of
+            // the uid may send nudges, and a flood of them must not become a flood of passes.
+            std::thread::sleep(MAINTENANCE_INTERVAL.saturating_sub(last_pass.elapsed()));
+            last_pass = Instant::now();
             // Read before the pass looks: a row queued during it moves the count, and the next
             // wait returns at once (store/signal.rs).
             seen = QUEUED.count();

@@ -67,6 +67,8 @@ pub const RECHECK: Duration = Duration::from_secs(1);
 /// While none has: a pass at least this often, for a message another process queued without
 /// saying so (every in-process queueing, and `broker send`'s nudge, wake the pass at once).
 pub const IDLE_RECHECK: Duration = Duration::from_secs(5);
+/// Passes start at most this often, however many commits or nudges signal them.
+const MIN_SPACING: Duration = Duration::from_millis(100);
 /// How long a wake's lease lasts: longer than the whole exchange, so the lease cannot lapse (and
 /// the messages be offered to a hook) while it runs. Also how long after its hand-off record the
 /// rollout has to show the woken user message before the message is `uncertain`.
@@ -173,8 +175,11 @@ impl Waker {
     pub fn run(&self, signal: &CommitSignal, pass: impl Fn() -> bool) {
         loop {
             let seen = signal.count();
+            let started = Instant::now();
             let idle = pass();
             signal.wait_past(seen, if idle { IDLE_RECHECK } else { RECHECK });
+            // Any process of the uid may nudge: however many signals come, passes stay spaced.
+            std::thread::sleep(MIN_SPACING.saturating_sub(started.elapsed()));
         }
     }
 
