@@ -148,10 +148,7 @@ mod tests {
     #[test]
     fn finds_the_client_socket_and_its_one_holder() {
         let _alone = FORKS.lock().unwrap_or_else(|e| e.into_inner());
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (server_side, from) = listener.accept().unwrap();
-        let sock = client_socket(from, server_side.local_addr().unwrap()).unwrap();
+        let (client, server_side, sock) = connected();
         assert_eq!(sock.uid, nix::unistd::getuid().as_raw());
         let holder = sole_holder(sock.inode, sock.uid, soon()).unwrap();
         assert_eq!(holder.key.pid, std::process::id() as i32);
@@ -165,6 +162,16 @@ mod tests {
     /// The fork test's children hold copies of every socket of this process: the tests that
     /// count holders take turns.
     static FORKS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// A loopback connection of this process to itself: its client end, its server end, and the
+    /// client socket as the kernel lists it.
+    fn connected() -> (TcpStream, TcpStream, ClientSocket) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server_side, from) = listener.accept().unwrap();
+        let sock = client_socket(from, server_side.local_addr().unwrap()).unwrap();
+        (client, server_side, sock)
+    }
 
     fn soon() -> Instant {
         Instant::now() + Duration::from_secs(2)
@@ -209,10 +216,7 @@ mod tests {
     #[test]
     fn a_fork_of_the_holder_is_waited_out_until_its_exec() {
         let _alone = FORKS.lock().unwrap_or_else(|e| e.into_inner());
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (server_side, from) = listener.accept().unwrap();
-        let sock = client_socket(from, server_side.local_addr().unwrap()).unwrap();
+        let (client, _server_side, sock) = connected();
 
         // The fork's exec comes well after a scan of /proc has seen it (a scan takes ms, more on a
         // loaded machine: timed here).

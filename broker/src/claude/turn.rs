@@ -14,6 +14,7 @@
 //! transcript can append a record, but cannot make claude send a hook naming it: a forged record
 //! can only make a genuine hook's turn not the newest, i.e. refused as before (fail closed).
 
+use crate::codex::resolve::contains;
 use serde_json::Value;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
@@ -47,10 +48,6 @@ fn prompt_of_user_record(line: &[u8]) -> Option<String> {
         return None;
     }
     v["promptId"].as_str().filter(|p| !p.is_empty()).map(String::from)
-}
-
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
 }
 
 #[cfg(test)]
