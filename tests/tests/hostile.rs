@@ -805,3 +805,36 @@ fn fresh_codex_binaries_do_not_slow_honest_hooks() {
     assert!(codes.iter().any(|c| c == "untrusted_codex"), "the forgers were refused: {codes:?}");
     drop(serve);
 }
+
+/// The broker's open sockets (its listeners, and connections not yet closed).
+fn socket_count(pid: u32) -> usize {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return 0 };
+    dir.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok()).filter(|l| l.to_string_lossy().starts_with("socket:")).count()
+}
+
+/// An idle hook call's connection is not closed the instant its answer is written (that raced
+/// the client's read of it), but it is closed soon after with no other call to come: an answered
+/// connection never waits for the next hook.
+#[test]
+fn an_answered_connection_is_closed_without_a_next_call() {
+    let env = world();
+    let serve = Serve::start(&env, &[]);
+    Broker::cli_only(&env).trust_codex(standin_codex());
+    let thread = fake_uuid_v7();
+    let turn = "01a22659-8b4d-7ed0-830a-00efbf9cc079";
+    let mut codex = Stepped::start(&env, &thread);
+    codex.write_to(&thread, records::task_started(turn));
+    codex.write_to(&thread, records::function_call("call_0", turn, "true"));
+    codex.write_to(&thread, records::exec_completed(&thread, turn, "call_0"));
+    let listening = socket_count(serve.pid());
+    let post = json!({"tool_name": "Bash", "tool_input": {"command": "true"}, "tool_response": "", "tool_use_id": "call_0"});
+    let call = codex.hook_start(&thread, "PostToolUse", turn, post, &[], None);
+    let call = codex.hook_wait(call);
+    assert_eq!((call.rc, call.out.as_str()), (0, ""), "{call:?}");
+    // Closed by the worker's linger, not by another call (none comes).
+    let closed = courier_tests::util::poll_until(Duration::from_secs(10), || (socket_count(serve.pid()) <= listening).then_some(()));
+    assert!(closed.is_some(), "the answered connection is still open: {} sockets, {listening} before the call", socket_count(serve.pid()));
+    // After: `inspect` may call the broker, which would close it too.
+    let refused = refusals(&Broker::cli_only(&env).inspect_json());
+    assert!(refused.is_empty(), "the idle call was not verified: {refused:?}");
+}

@@ -2,7 +2,7 @@
 //! delivery to the hand-off of leased output; the ack's commit; refusals recorded.
 
 use super::{
-    poller::{error_frame, AwaitAck},
+    poller::{error_frame, AwaitAck, Served},
     trust::TrustView,
     Broker, QUEUED_REFUSALS_MAX, REQUEST_TIMEOUT,
 };
@@ -53,13 +53,13 @@ impl Broker {
     /// `cred`: the connection's `SO_PEERCRED`, as the poll thread read it. Only replies are
     /// written from here (the frame is read; an ack is read by the poll thread), so only writes
     /// get a timeout.
-    pub(super) fn handle(&self, mut stream: UnixStream, frame: &[u8], cred: &gate::peer::Credentials) -> Option<AwaitAck> {
+    pub(super) fn handle(&self, mut stream: UnixStream, frame: &[u8], cred: &gate::peer::Credentials) -> Served {
         let _ = stream.set_write_timeout(Some(REQUEST_TIMEOUT));
         let peer = match gate::peer::identify_as(&stream, cred) {
             Ok(peer) => peer,
             Err(r) => {
                 self.refuse(r.code, &r.detail, None, None, None);
-                return None;
+                return Served::Closed;
             }
         };
         let request: Request = match serde_json::from_slice(frame) {
@@ -69,7 +69,7 @@ impl Broker {
                 let _ = stream.write_all(&error_frame(RefusalCode::BadRequest.as_str(), &detail));
                 self.counters.bad_frames.fetch_add(1, Ordering::Relaxed);
                 self.refuse(RefusalCode::BadRequest, &detail, None, None, Some(peer.pid));
-                return None;
+                return Served::Closed;
             }
         };
         match request {
@@ -83,7 +83,7 @@ impl Broker {
                 if v != PROTOCOL_VERSION {
                     let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
                     self.refuse(RefusalCode::ProtocolVersion, &format!("client speaks v{v}"), None, None, Some(peer.pid));
-                    return None;
+                    return Served::Closed;
                 }
                 let request = HookRequest { pid, ts_ms, payload: &payload, mac: &mac };
                 let answered = self.hook(stream, &peer, &request, context_limit);
@@ -96,17 +96,17 @@ impl Broker {
                 self.refuse(RefusalCode::UnexpectedAck, "ack without a lease", None, None, Some(peer.pid))
             }
         }
-        None
+        Served::Closed
     }
 
     /// `context_limit`: the handler's `additionalContextLimit`, as hook-client was told it.
-    pub(super) fn hook(&self, mut stream: UnixStream, peer: &Peer, request: &HookRequest, context_limit: Option<u64>) -> Option<AwaitAck> {
+    pub(super) fn hook(&self, mut stream: UnixStream, peer: &Peer, request: &HookRequest, context_limit: Option<u64>) -> Served {
         let verified = match self.gate.verify(peer, request, &TrustView(self)) {
             Ok(v) => v,
             Err(r) => {
                 let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
                 self.refuse(r.code, &r.detail, r.thread.as_deref(), r.event.as_deref(), Some(peer.pid));
-                return None;
+                return Served::Closed;
             }
         };
         // One ticket per Codex action (gate/ticket.rs, tickets.rs): before anything is claimed.
@@ -115,13 +115,13 @@ impl Broker {
             Err(r) => {
                 let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
                 self.refuse(r.code, &r.detail, r.thread.as_deref(), r.event.as_deref(), Some(peer.pid));
-                return None;
+                return Served::Closed;
             }
         };
         if verified.event == HookEvent::PermissionRequest {
             // Recorded; no decision, or a held one (approvals.rs, approval_hold.rs).
             self.permission_request(stream, &verified, ticket.as_ref().map(|t| &t.ticket));
-            return None;
+            return Served::Closed;
         }
         if verified.event == HookEvent::PreToolUse {
             if let Some(t) = &ticket {
@@ -161,16 +161,16 @@ impl Broker {
         match offer {
             Ok(Offer::Lease { token, output, count }) => {
                 let deadline = leased_at + Duration::from_millis(delivery::LEASE_MS as u64);
-                self.hand_over(stream, verified, token, output, count, deadline)
+                self.hand_over(stream, verified, token, output, count, deadline).map_or(Served::Closed, Served::AwaitAck)
             }
             Ok(Offer::Deferred | Offer::Nothing) => {
                 let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
-                None
+                Served::Answered(stream)
             }
             Err(e) => {
                 crate::log_error!("offer failed for thread {}: {e:#}", verified.thread_id);
                 let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
-                None
+                Served::Closed
             }
         }
     }
