@@ -30,8 +30,9 @@
 //!    codex holds it open for append and holds `thread-writer-locks/<thread>.lock` (its fd's
 //!    fdinfo `lock:` line), both through fds it opened itself (`O_CLOEXEC`, see
 //!    `codex::proof::holder`); `agent_id`, `session_id` agree.
-//! 6. `Prover::read_rollout`: rollout identity (device, inode, birth time, canonical path) equal
-//!    before and after reading.
+//! 6. `Prover::read_rollout`: rollout identity: the file read (opened with no symlink on the way,
+//!    kept open for the thread's next calls) is, after reading, still the one the path names
+//!    (device, inode, birth time) and still at that canonical path.
 //! 7. `proof::check_turn`: turn affinity: payload `turn_id` = the rollout's open turn
 //!    (SessionStart: none needed; [`Verified::sole_thread`], asked only when there is something
 //!    to deliver, tells the caller whether it may).
@@ -223,6 +224,12 @@ impl Gate {
 
     pub fn digests(&self) -> &DigestCache {
         &self.digests
+    }
+
+    /// Lets go of the files the gate keeps open whose path names another file now, or none (a
+    /// deleted rollout's space is freed). Run by the maintenance pass.
+    pub fn prune(&self) {
+        self.prover.prune_kept();
     }
 
     #[cfg(test)]

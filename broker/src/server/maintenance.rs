@@ -113,6 +113,7 @@ impl Broker {
         self.counters.maintenance_passes.fetch_add(1, Ordering::Relaxed);
         self.tickets.lock().unwrap_or_else(|e| e.into_inner()).maintain(&self.store);
         let recorded = self.record_queued_refusals();
+        self.gate.prune();
         let idle = watch.map(|w| w.nothing_live()).transpose().unwrap_or_else(|e| {
             crate::log_error!("maintenance: watching the queue: {e:#}");
             None

@@ -7,8 +7,8 @@
 //! 1. [`Prover::transcript`] (gate step 5): the path the event names, and the thread of its file
 //!    name (`binding.rs`);
 //! 2. [`Prover::read_rollout`] (steps 5 and 6): the path is canonical under
-//!    `$CODEX_HOME/sessions`, and the rollout is read incrementally with its identity the same
-//!    before and after (`rollout_read.rs`);
+//!    `$CODEX_HOME/sessions`, and the rollout is read incrementally, the path still naming the
+//!    file read after the read (`rollout_read.rs`);
 //! 3. [`Prover::bind_thread`] (step 5): `session_meta` names the thread, the codex process holds
 //!    the rollout and the thread's writer lock through fds it opened itself (`holder.rs`), the
 //!    payload's `agent_id` and `session_id` agree (`binding.rs`);
@@ -39,6 +39,8 @@ pub struct Prover {
     fd_hints: holder::FdHints,
     /// `$CODEX_HOME/sessions`, resolved.
     sessions_dir: binding::SessionsDir,
+    /// Rollouts kept open between calls.
+    kept: rollout_read::KeptRollouts,
     #[cfg(test)]
     after_read: std::sync::Mutex<Option<AfterRead>>,
 }
@@ -78,6 +80,7 @@ impl Prover {
             tracker: RolloutTracker::new(),
             fd_hints: holder::FdHints::default(),
             sessions_dir: binding::SessionsDir::default(),
+            kept: rollout_read::KeptRollouts::default(),
             #[cfg(test)]
             after_read: std::sync::Mutex::new(None),
         }
