@@ -838,3 +838,46 @@ fn an_answered_connection_is_closed_without_a_next_call() {
     let refused = refusals(&Broker::cli_only(&env).inspect_json());
     assert!(refused.is_empty(), "the idle call was not verified: {refused:?}");
 }
+
+/// Trust taken back while the broker runs (as `broker uninstall` does, straight in the queue
+/// database): the next hook of that codex is refused `untrusted_codex` and handed nothing, though
+/// the broker's walk to codex remembers the digest as trusted (its one store read confirms it).
+#[test]
+fn trust_taken_back_refuses_the_next_hook() {
+    let env = world();
+    let _serve = Serve::start(&env, &[]);
+    Broker::cli_only(&env).trust_codex(standin_codex());
+    let thread = fake_uuid_v7();
+    let turn = "01a22659-8b4d-7ed0-830a-00efbf9cc079";
+    let mut codex = Stepped::start(&env, &thread);
+    codex.write_to(&thread, records::task_started(turn));
+    let post =
+        |i: usize| json!({"tool_name": "Bash", "tool_input": {"command": "true"}, "tool_response": "", "tool_use_id": format!("call_{i}")});
+    let call = |codex: &mut Stepped, i: usize| {
+        let id = format!("call_{i}");
+        codex.write_to(&thread, records::function_call(&id, turn, "true"));
+        codex.write_to(&thread, records::exec_completed(&thread, turn, &id));
+        let c = codex.hook_start(&thread, "PostToolUse", turn, post(i), &[], None);
+        codex.hook_wait(c)
+    };
+    let first = call(&mut codex, 0);
+    assert_eq!((first.rc, first.out.as_str()), (0, ""), "{first:?}");
+    assert!(refusals(&Broker::cli_only(&env).inspect_json()).is_empty(), "the first call was verified");
+
+    let store = broker_lib::store::Store::open(&env.state_dir).unwrap();
+    let digests: Vec<String> = store.trusted_codex().unwrap().into_iter().map(|t| t.sha256).collect();
+    drop(store);
+    let mut store = broker_lib::store::Store::open(&env.state_dir).unwrap();
+    for d in &digests {
+        assert!(store.untrust_codex(d).unwrap());
+    }
+    drop(store);
+    let id = Broker::cli_only(&env).run_ok(&["send", "--thread", &thread, "not for an untrusted codex"]).trim().to_string();
+    let second = call(&mut codex, 1);
+    assert_eq!(second.rc, 0, "{second:?}");
+    assert!(!second.out.contains(&id), "an untrusted codex was handed {id}: {second:?}");
+    let inspect = Broker::cli_only(&env).inspect_json();
+    let codes: Vec<String> = refusals(&inspect).iter().filter_map(|r| r["reason"].as_str().map(String::from)).collect();
+    assert_eq!(codes, ["untrusted_codex"], "{:?}", refusals(&inspect));
+    assert_eq!(messages_by_id(&inspect)[&id]["state"], "pending");
+}

@@ -91,7 +91,7 @@ impl Service {
     }
 
     /// Called for every verified hook; `pending`: whether the thread has effort changes queued
-    /// (the hook's one read of the queue, `Store::thread_work`). Cheap when it has no effort work.
+    /// (the hook's one read of the queue, `Store::hook_work`). Cheap when it has no effort work.
     pub fn on_hook(self: &Arc<Self>, v: &Verified, raw_payload: &str, pending: bool) -> Pending {
         let cfg = self.config.get();
         let tool = match (v.event, &v.payload.tool_name) {

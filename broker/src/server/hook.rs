@@ -3,7 +3,7 @@
 
 use super::{
     poller::{error_frame, AwaitAck, Served},
-    trust::TrustView,
+    trust::{HookTrust, TrustView},
     Broker, QUEUED_REFUSALS_MAX, REQUEST_TIMEOUT,
 };
 use crate::delivery::{self, Offer};
@@ -101,22 +101,27 @@ impl Broker {
 
     /// `context_limit`: the handler's `additionalContextLimit`, as hook-client was told it.
     pub(super) fn hook(&self, mut stream: UnixStream, peer: &Peer, request: &HookRequest, context_limit: Option<u64>) -> Served {
-        let verified = match self.gate.verify(peer, request, &TrustView(self)) {
+        let trust = HookTrust::new(self);
+        let refused = |mut stream: UnixStream, r: gate::Refusal| {
+            let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
+            self.refuse(r.code, &r.detail, r.thread.as_deref(), r.event.as_deref(), Some(peer.pid));
+            Served::Closed
+        };
+        let verified = match self.gate.verify(peer, request, &trust) {
             Ok(v) => v,
-            Err(r) => {
-                let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
-                self.refuse(r.code, &r.detail, r.thread.as_deref(), r.event.as_deref(), Some(peer.pid));
-                return Served::Closed;
-            }
+            Err(r) => return refused(stream, r),
+        };
+        // One read says what the call has to do (an idle call does nothing more with the queue)
+        // and whether the codex the walk stopped at is trusted now: the walk took a digest
+        // trusted before at its word (trust.rs).
+        let work = match self.confirmed_work(&verified, trust.to_confirm()) {
+            Ok(work) => work,
+            Err(r) => return refused(stream, r),
         };
         // One ticket per Codex action (gate/ticket.rs, tickets.rs): before anything is claimed.
         let ticket = match crate::tickets::take(&self.store, &self.tickets, &verified, peer.pid) {
             Ok(t) => t,
-            Err(r) => {
-                let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
-                self.refuse(r.code, &r.detail, r.thread.as_deref(), r.event.as_deref(), Some(peer.pid));
-                return Served::Closed;
-            }
+            Err(r) => return refused(stream, r),
         };
         if verified.event == HookEvent::PermissionRequest {
             // Recorded; no decision, or a held one (approvals.rs, approval_hold.rs).
@@ -134,8 +139,6 @@ impl Broker {
             // A turn the wake channel did not start ends a run of wakes (wake/bound.rs).
             self.wake_bound.saw_turn(&verified.thread_id, turn);
         }
-        // One read says what the call has to do; an idle call does nothing more with the queue.
-        let work = crate::store::lock(&self.store).thread_work(&verified.thread_id).unwrap_or(ThreadWork::ALL);
         // Effort changes go through the app-server on their own thread; waited for below, bounded.
         let effort = self.effort.on_hook(&verified, request.payload, work.effort);
         let (offer, settled) = if !work.handed && !work.pending {
@@ -172,6 +175,27 @@ impl Broker {
                 let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
                 Served::Closed
             }
+        }
+    }
+
+    /// The thread's work, once the store confirms `codex_sha256` (the digest the gate's walk
+    /// stopped at) is a trusted Codex binary now. Not trusted, or not answerable: refused
+    /// `untrusted_codex` (fail closed).
+    fn confirmed_work(&self, verified: &Verified, codex_sha256: Option<String>) -> Result<ThreadWork, gate::Refusal> {
+        let untrusted = |detail: String| {
+            let mut r = gate::Refusal::new(RefusalCode::UntrustedCodex, detail);
+            r.thread = Some(verified.thread_id.to_string());
+            r.event = Some(verified.event.as_str().to_string());
+            r
+        };
+        let sha = codex_sha256.ok_or_else(|| untrusted("the walk to codex named no trusted digest".into()))?;
+        match crate::store::lock(&self.store).hook_work(&verified.thread_id, &sha) {
+            Ok(Some(work)) => Ok(work),
+            Ok(None) => {
+                self.trusted_before.forget(&sha);
+                Err(untrusted(format!("codex {} (sha256 {sha}) is no longer trusted", verified.codex_pid)))
+            }
+            Err(e) => Err(untrusted(format!("the trust of codex sha256 {sha} could not be read: {e:#}"))),
         }
     }
 

@@ -108,6 +108,9 @@ struct Broker {
     wake_bound: Arc<crate::wake::Bound>,
     /// Pending approvals' threads, and where to answer them (approvals.rs).
     approvals: approvals::Approvals,
+    /// Codex digests the store said were trusted: the hook path's walk takes them at their
+    /// word, its one store read confirms the one it stopped at (trust.rs, `HookTrust`).
+    trusted_before: trust::TrustedBefore,
 }
 
 pub fn serve(opts: ServeOptions) -> Result<()> {
@@ -235,6 +238,7 @@ fn assemble(opts: &ServeOptions, recovered: Recovered, secret: courier_shared::a
         producer,
         receipts: opts.receipts,
         wake_bound: Arc::new(crate::wake::Bound::new(opts.wake.clone())),
+        trusted_before: trust::TrustedBefore::default(),
     });
     Ok((broker, follower))
 }

@@ -98,7 +98,7 @@ pub struct Store {
     pending: &'static CommitSignal,
 }
 
-/// What a hook call of a thread may have to do ([`Store::thread_work`]).
+/// What a hook call of a thread may have to do ([`Store::hook_work`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ThreadWork {
     /// Handed messages to settle from the rollout (`delivery::reconcile`).
@@ -192,16 +192,18 @@ impl Message {
     }
 }
 
-/// [`Store::thread_work`]'s one statement: three seeks of the thread (a plan test holds it).
+/// [`Store::hook_work`]'s one statement: three seeks of the thread (a plan test holds it) and
+/// one of the trusted digests.
 /// The kinds are literals ([`Kind::Message`], [`Kind::Effort`]), not parameters: a parameter
 /// compared with a column of a partial index's WHERE (`messages_wake_candidates`: `kind =
 /// 'message'`) makes SQLite compile the statement again at every bind, since the value could
 /// change the plan; that cost more than the rest of a hook call's SQL.
-pub(crate) const THREAD_WORK: &str = "SELECT EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'handed'),
+pub(crate) const HOOK_WORK: &str = "SELECT EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'handed'),
             EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = 'message'),
-            EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = 'effort')";
+            EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = 'effort'),
+            EXISTS(SELECT 1 FROM trusted_codex WHERE sha256 = ?2)";
 
-/// [`Store::has_pending`]'s statement (its kind a literal, as in [`THREAD_WORK`]).
+/// [`Store::has_pending`]'s statement (its kind a literal, as in [`HOOK_WORK`]).
 pub(crate) const HAS_PENDING: &str = "SELECT EXISTS(SELECT 1 FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = 'message')";
 
 const SCHEMA: &str = "
@@ -458,10 +460,16 @@ impl Store {
 
     /// What a verified hook call of `thread` may have to do, in one statement (one WAL read lock,
     /// where asking each apart took four): most calls have nothing to do.
-    pub fn thread_work(&self, thread: &ThreadId) -> Result<ThreadWork> {
-        let thread = thread.as_str();
-        let mut stmt = self.conn.prepare_cached(THREAD_WORK)?;
-        Ok(stmt.query_row(params![thread], |r| Ok(ThreadWork { handed: r.get(0)?, pending: r.get(1)?, effort: r.get(2)? }))?)
+    /// What a verified hook call of `thread` may have to do, and whether `codex_sha256` is a
+    /// trusted Codex binary, in one statement (one WAL read lock, where asking each apart took
+    /// five): most calls have nothing to do. `None`: not trusted (the gate's walk took a
+    /// remembered answer, `server/trust.rs`).
+    pub fn hook_work(&self, thread: &ThreadId, codex_sha256: &str) -> Result<Option<ThreadWork>> {
+        let mut stmt = self.conn.prepare_cached(HOOK_WORK)?;
+        let (trusted, work) = stmt.query_row(params![thread.as_str(), codex_sha256], |r| {
+            Ok((r.get::<_, bool>(3)?, ThreadWork { handed: r.get(0)?, pending: r.get(1)?, effort: r.get(2)? }))
+        })?;
+        Ok(trusted.then_some(work))
     }
 
     /// Cheap read-only test used before taking a write lock: most hook calls have nothing to take.

@@ -400,31 +400,46 @@ fn wake_hand_off_is_never_offered_again() {
     assert_eq!((m.state, m.reason.as_deref(), m.shown_by, m.event), (State::Pending, Some("wake_refused"), None, Some(Channel::Wake)));
 }
 
-/// A hook call's one read of the queue (`thread_work`) seeks its thread, whatever is queued for
-/// other threads, and says what the call has to do.
+/// A hook call's one read of the queue (`hook_work`) seeks its thread, whatever is queued for
+/// other threads, says what the call has to do, and whether the codex digest is trusted now.
 #[test]
-fn thread_work_seeks_the_thread_and_answers() {
+fn hook_work_seeks_the_thread_and_answers() {
     let (mut s, _d) = store("work");
-    let sql = THREAD_WORK.replace("?1", "'T'");
+    let sql = HOOK_WORK.replace("?1", "'T'").replace("?2", "'S'");
     let mut st = s.conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
     let plan: Vec<String> = st.query_map([], |r| r.get::<_, String>(3)).unwrap().map(|r| r.unwrap()).collect();
     drop(st);
-    assert!(plan.iter().all(|p| !p.contains("SCAN messages")), "{plan:?}");
+    assert!(plan.iter().all(|p| !p.contains("SCAN messages") && !p.contains("SCAN trusted_codex")), "{plan:?}");
     assert_eq!(plan.iter().filter(|p| p.contains("SEARCH messages")).count(), 3, "{plan:?}");
+    assert_eq!(plan.iter().filter(|p| p.contains("SEARCH trusted_codex")).count(), 1, "{plan:?}");
+    let sha = "ab".repeat(32);
+    let work = |s: &Store, t| s.hook_work(t, &sha).unwrap();
+    assert_eq!(work(&s, T), None, "an untrusted digest");
+    let trusted = crate::store::TrustedCodex {
+        sha256: sha.clone(),
+        path: "/bin/codex".into(),
+        version: None,
+        how: crate::store::TrustHow::Manual,
+        source: None,
+        added_at: 0,
+    };
+    s.trust_codex(&trusted).unwrap();
     let none = ThreadWork { handed: false, pending: false, effort: false };
-    assert_eq!(s.thread_work(T).unwrap(), none);
+    assert_eq!(work(&s, T), Some(none));
     s.enqueue(T, "hello", None, None, None).unwrap();
-    assert_eq!(s.thread_work(T).unwrap(), ThreadWork { pending: true, ..none });
-    assert_eq!(s.thread_work(U).unwrap(), none, "another thread's message is not this one's");
+    assert_eq!(work(&s, T), Some(ThreadWork { pending: true, ..none }));
+    assert_eq!(work(&s, U), Some(none), "another thread's message is not this one's");
     let lease = s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("turn"), 3000, 8000).unwrap().unwrap();
     assert!(s.hand_off(lease.token, &handed_to("/r", 10, 1, 2)).unwrap());
-    assert_eq!(s.thread_work(T).unwrap(), ThreadWork { handed: true, ..none });
+    assert_eq!(work(&s, T), Some(ThreadWork { handed: true, ..none }));
     s.effort_enqueue(U, crate::config::EffortLevel::High, crate::config::EffortScope::Thread, "test").unwrap();
-    assert_eq!(s.thread_work(U).unwrap(), ThreadWork { effort: true, ..none });
+    assert_eq!(work(&s, U), Some(ThreadWork { effort: true, ..none }));
+    s.untrust_codex(&sha).unwrap();
+    assert_eq!(work(&s, U), None, "trust taken back");
     // Asked again and again, for one thread or another, the statement is compiled once: no
     // parameter of it meets a partial index's WHERE (which would recompile it at every bind).
-    let stmt = s.conn.prepare_cached(THREAD_WORK).unwrap();
-    assert_eq!(stmt.get_status(rusqlite::StatementStatus::RePrepare), 0, "THREAD_WORK was compiled again");
+    let stmt = s.conn.prepare_cached(HOOK_WORK).unwrap();
+    assert_eq!(stmt.get_status(rusqlite::StatementStatus::RePrepare), 0, "HOOK_WORK was compiled again");
     drop(stmt);
     s.has_pending(T).unwrap();
     s.has_pending(U).unwrap();
