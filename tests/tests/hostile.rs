@@ -700,9 +700,11 @@ fn disk_full_keeps_queue_consistent_and_hooks_answered() {
     for id in &queued {
         assert_eq!(on_record[id]["state"], "pending", "{id}");
     }
-    // Hooks are still answered (quickly, exit 0), with the disk full.
+    // Hooks are still answered (exit 0, within the client's deadline: not failed open), with the
+    // disk full. The deadline is 2 s, not 500 ms: on a loaded 2-core machine scheduling alone
+    // can pass 500 ms; what is checked is that the broker answers, not how fast the machine is.
     let calls_before = query_status(&env.runtime_dir).expect("broker alive").hook_calls;
-    let standin = Standin::start(&env, &thread, 2, &[("COURIER_DEBUG", "1")]);
+    let standin = Standin::start(&env, &thread, 2, &[("COURIER_DEBUG", "1"), ("COURIER_HOOK_DEADLINE_MS", "2000")]);
     wait_until(Duration::from_secs(20), "hook calls answered on the full disk", || {
         query_status(&env.runtime_dir).filter(|st| st.hook_calls >= calls_before + 4).map(|_| ())
     });
@@ -721,7 +723,9 @@ fn disk_full_keeps_queue_consistent_and_hooks_answered() {
     let worst = calls.iter().map(|c| c.ms).fold(0.0, f64::max);
     let bad: Vec<_> = calls.iter().filter(|c| c.rc != 0).collect();
     assert!(bad.is_empty(), "hook calls failed: {bad:?}");
-    assert!(worst < 800.0, "a hook call took {worst} ms");
+    // A call the broker did not answer fails open with a message on stderr (COURIER_DEBUG).
+    let unanswered: Vec<_> = calls.iter().filter(|c| !c.err.is_empty()).collect();
+    assert!(unanswered.is_empty(), "hook calls not answered by the broker: {unanswered:?}");
     let integrity = Command::new("sqlite3").arg(env.state_dir.join("queue.sqlite")).arg("pragma integrity_check").output();
     if let Ok(o) = integrity {
         assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "ok");
