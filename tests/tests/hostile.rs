@@ -816,30 +816,54 @@ fn socket_count(pid: u32) -> usize {
     dir.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok()).filter(|l| l.to_string_lossy().starts_with("socket:")).count()
 }
 
+/// A broker serving one stand-in codex of one thread, its turn open: each call is a
+/// PostToolUse after a completed tool call of its own.
+struct OneThread {
+    codex: Stepped,
+    serve: Serve,
+    env: CodexEnv,
+    thread: String,
+}
+
+const TURN: &str = "01a22659-8b4d-7ed0-830a-00efbf9cc079";
+
+impl OneThread {
+    fn start() -> OneThread {
+        let env = world();
+        let serve = Serve::start(&env, &[]);
+        Broker::cli_only(&env).trust_codex(standin_codex());
+        let thread = fake_uuid_v7();
+        let mut codex = Stepped::start(&env, &thread);
+        codex.write_to(&thread, records::task_started(TURN));
+        OneThread { codex, serve, env, thread }
+    }
+
+    /// Tool call `i` completes, then its PostToolUse hook runs; waited for.
+    fn call(&mut self, i: usize) -> HookCall {
+        let (thread, id) = (&self.thread, format!("call_{i}"));
+        self.codex.write_to(thread, records::function_call(&id, TURN, "true"));
+        self.codex.write_to(thread, records::exec_completed(thread, TURN, &id));
+        let post = json!({"tool_name": "Bash", "tool_input": {"command": "true"}, "tool_response": "", "tool_use_id": id});
+        let c = self.codex.hook_start(thread, "PostToolUse", TURN, post, &[], None);
+        self.codex.hook_wait(c)
+    }
+}
+
 /// An idle hook call's connection is not closed the instant its answer is written (that raced
 /// the client's read of it), but it is closed soon after with no other call to come: an answered
 /// connection never waits for the next hook.
 #[test]
 fn an_answered_connection_is_closed_without_a_next_call() {
-    let env = world();
-    let serve = Serve::start(&env, &[]);
-    Broker::cli_only(&env).trust_codex(standin_codex());
-    let thread = fake_uuid_v7();
-    let turn = "01a22659-8b4d-7ed0-830a-00efbf9cc079";
-    let mut codex = Stepped::start(&env, &thread);
-    codex.write_to(&thread, records::task_started(turn));
-    codex.write_to(&thread, records::function_call("call_0", turn, "true"));
-    codex.write_to(&thread, records::exec_completed(&thread, turn, "call_0"));
-    let listening = socket_count(serve.pid());
-    let post = json!({"tool_name": "Bash", "tool_input": {"command": "true"}, "tool_response": "", "tool_use_id": "call_0"});
-    let call = codex.hook_start(&thread, "PostToolUse", turn, post, &[], None);
-    let call = codex.hook_wait(call);
+    let mut w = OneThread::start();
+    let listening = socket_count(w.serve.pid());
+    let call = w.call(0);
     assert_eq!((call.rc, call.out.as_str()), (0, ""), "{call:?}");
     // Closed by the worker's linger, not by another call (none comes).
-    let closed = courier_tests::util::poll_until(Duration::from_secs(10), || (socket_count(serve.pid()) <= listening).then_some(()));
-    assert!(closed.is_some(), "the answered connection is still open: {} sockets, {listening} before the call", socket_count(serve.pid()));
+    let pid = w.serve.pid();
+    let closed = courier_tests::util::poll_until(Duration::from_secs(10), || (socket_count(pid) <= listening).then_some(()));
+    assert!(closed.is_some(), "the answered connection is still open: {} sockets, {listening} before the call", socket_count(pid));
     // After: `inspect` may call the broker, which would close it too.
-    let refused = refusals(&Broker::cli_only(&env).inspect_json());
+    let refused = refusals(&Broker::cli_only(&w.env).inspect_json());
     assert!(refused.is_empty(), "the idle call was not verified: {refused:?}");
 }
 
@@ -848,39 +872,21 @@ fn an_answered_connection_is_closed_without_a_next_call() {
 /// the broker's walk to codex remembers the digest as trusted (its one store read confirms it).
 #[test]
 fn trust_taken_back_refuses_the_next_hook() {
-    let env = world();
-    let _serve = Serve::start(&env, &[]);
-    Broker::cli_only(&env).trust_codex(standin_codex());
-    let thread = fake_uuid_v7();
-    let turn = "01a22659-8b4d-7ed0-830a-00efbf9cc079";
-    let mut codex = Stepped::start(&env, &thread);
-    codex.write_to(&thread, records::task_started(turn));
-    let post =
-        |i: usize| json!({"tool_name": "Bash", "tool_input": {"command": "true"}, "tool_response": "", "tool_use_id": format!("call_{i}")});
-    let call = |codex: &mut Stepped, i: usize| {
-        let id = format!("call_{i}");
-        codex.write_to(&thread, records::function_call(&id, turn, "true"));
-        codex.write_to(&thread, records::exec_completed(&thread, turn, &id));
-        let c = codex.hook_start(&thread, "PostToolUse", turn, post(i), &[], None);
-        codex.hook_wait(c)
-    };
-    let first = call(&mut codex, 0);
+    let mut w = OneThread::start();
+    let first = w.call(0);
     assert_eq!((first.rc, first.out.as_str()), (0, ""), "{first:?}");
-    assert!(refusals(&Broker::cli_only(&env).inspect_json()).is_empty(), "the first call was verified");
+    assert!(refusals(&Broker::cli_only(&w.env).inspect_json()).is_empty(), "the first call was verified");
 
-    let store = broker_lib::store::Store::open(&env.state_dir).unwrap();
-    let digests: Vec<String> = store.trusted_codex().unwrap().into_iter().map(|t| t.sha256).collect();
-    drop(store);
-    let mut store = broker_lib::store::Store::open(&env.state_dir).unwrap();
-    for d in &digests {
-        assert!(store.untrust_codex(d).unwrap());
+    let mut store = broker_lib::store::Store::open(&w.env.state_dir).unwrap();
+    for t in store.trusted_codex().unwrap() {
+        assert!(store.untrust_codex(&t.sha256).unwrap());
     }
     drop(store);
-    let id = Broker::cli_only(&env).run_ok(&["send", "--thread", &thread, "not for an untrusted codex"]).trim().to_string();
-    let second = call(&mut codex, 1);
+    let id = Broker::cli_only(&w.env).run_ok(&["send", "--thread", &w.thread, "not for an untrusted codex"]).trim().to_string();
+    let second = w.call(1);
     assert_eq!(second.rc, 0, "{second:?}");
     assert!(!second.out.contains(&id), "an untrusted codex was handed {id}: {second:?}");
-    let inspect = Broker::cli_only(&env).inspect_json();
+    let inspect = Broker::cli_only(&w.env).inspect_json();
     let codes: Vec<String> = refusals(&inspect).iter().filter_map(|r| r["reason"].as_str().map(String::from)).collect();
     assert_eq!(codes, ["untrusted_codex"], "{:?}", refusals(&inspect));
     assert_eq!(messages_by_id(&inspect)[&id]["state"], "pending");
