@@ -2,8 +2,9 @@
 //! delivery to the hand-off of leased output; the ack's commit; refusals recorded.
 
 use super::{
-    poller::{error_frame, AwaitAck, Served},
+    poller::{error_frame, AwaitAck},
     trust::{HookTrust, TrustView},
+    workers::Served,
     Broker, QUEUED_REFUSALS_MAX, REQUEST_TIMEOUT,
 };
 use crate::delivery::{self, Offer};

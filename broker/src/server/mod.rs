@@ -19,7 +19,8 @@
 //! # Rooms
 //! - `mod.rs`: [`serve`] wires the broker together and starts its threads;
 //! - `listener.rs`: the instance lock, stop signals, the socket (bound or socket-activated);
-//! - `poller.rs`: the epoll thread, the job queue and the workers, the hand-back of hand-offs;
+//! - `poller.rs`: the epoll thread and the hand-back of hand-offs; `workers.rs`: the job queue
+//!   and the workers (an answered connection closed after the next answer, or `LINGER` later);
 //! - `hook.rs`: one request from peer identity through the gate and delivery to the hand-off;
 //! - `maintenance.rs`: the periodic pass (refusals, expiry, leases, reconcile, effort) and prune;
 //! - `status.rs`: the counters `Request::Status` answers with.
@@ -35,6 +36,7 @@ mod maintenance;
 mod poller;
 mod status;
 mod trust;
+mod workers;
 
 pub use listener::{lock_instance, stopped_after_error, InstanceLock};
 
@@ -49,11 +51,12 @@ use crate::refusal::RefusalCode;
 use crate::store::{Channel, Store, TicketLog};
 use anyhow::{Context, Result};
 use listener::{block_stop_signals, raise_fd_limit};
-use poller::{worker, Handback, JobQueue, Poller};
+use poller::{Handback, Poller};
 use status::Counters;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use workers::{worker, JobQueue};
 
 /// Unfinished connections (request not yet complete) held at once; a new one evicts the oldest.
 pub const MAX_PENDING: usize = 1024;
@@ -298,9 +301,15 @@ mod tests {
     /// Every connection-layer code is recorded somewhere in the server, and only those are.
     #[test]
     fn connection_codes_are_all_recorded() {
-        let src = [include_str!("mod.rs"), include_str!("listener.rs"), include_str!("poller.rs"), include_str!("hook.rs")]
-            .map(|s| s.split("#[cfg(test)]\nmod tests").next().unwrap())
-            .concat();
+        let src = [
+            include_str!("mod.rs"),
+            include_str!("listener.rs"),
+            include_str!("poller.rs"),
+            include_str!("workers.rs"),
+            include_str!("hook.rs"),
+        ]
+        .map(|s| s.split("#[cfg(test)]\nmod tests").next().unwrap())
+        .concat();
         // Without white space: a call may be broken over lines.
         let src: String = src.chars().filter(|c| !c.is_whitespace()).collect();
         let mut found = Vec::new();
