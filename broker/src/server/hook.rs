@@ -2,9 +2,9 @@
 //! delivery to the hand-off of leased output; the ack's commit; refusals recorded.
 
 use super::{
-    poller::{error_frame, AwaitAck},
+    poller::error_frame,
     trust::{HookTrust, TrustView},
-    workers::Served,
+    workers::{AwaitAck, Served},
     Broker, QUEUED_REFUSALS_MAX, REQUEST_TIMEOUT,
 };
 use crate::delivery::{self, Offer};

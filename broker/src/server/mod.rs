@@ -19,8 +19,9 @@
 //! # Rooms
 //! - `mod.rs`: [`serve`] wires the broker together and starts its threads;
 //! - `listener.rs`: the instance lock, stop signals, the socket (bound or socket-activated);
-//! - `poller.rs`: the epoll thread and the hand-back of hand-offs; `workers.rs`: the job queue
-//!   and the workers (an answered connection closed after the next answer, or `LINGER` later);
+//! - `poller.rs`: the epoll thread: accepts, reads frames, waits for hand-offs' acks;
+//! - `workers.rs`: the job queue, the workers, and the hand-back of hand-offs to the poll thread
+//!   (an answered connection closed after the next answer, or `LINGER` later);
 //! - `hook.rs`: one request from peer identity through the gate and delivery to the hand-off;
 //! - `maintenance.rs`: the periodic pass (refusals, expiry, leases, reconcile, effort) and prune;
 //! - `status.rs`: the counters `Request::Status` answers with.
@@ -51,12 +52,12 @@ use crate::refusal::RefusalCode;
 use crate::store::{Channel, Store, TicketLog};
 use anyhow::{Context, Result};
 use listener::{block_stop_signals, raise_fd_limit};
-use poller::{Handback, Poller};
+use poller::Poller;
 use status::Counters;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use workers::{worker, JobQueue};
+use workers::{worker, Handback, JobQueue};
 
 /// Unfinished connections (request not yet complete) held at once; a new one evicts the oldest.
 pub const MAX_PENDING: usize = 1024;

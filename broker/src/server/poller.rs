@@ -2,9 +2,8 @@
 //! until it holds one complete request frame, which it queues for the workers (`workers.rs`);
 //! it also waits for hand-offs' acks. Limits: see the `server` module documentation.
 
-use super::workers::{Job, JobQueue};
+use super::workers::{AwaitAck, Handback, Job, JobQueue};
 use super::{Broker, MAX_BUFFERED, MAX_PENDING, MAX_PER_PEER, REQUEST_TIMEOUT};
-use crate::gate::Verified;
 use crate::refusal::RefusalCode;
 use anyhow::{Context, Result};
 use courier_shared::wire::{self, ErrorFrame, PROTOCOL_VERSION};
@@ -14,53 +13,11 @@ use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The longest ack frame body the broker reads.
 pub(super) const MAX_ACK_FRAME: usize = 1024;
-
-/// A hand-off whose client has been sent the leased output and owes its ack.
-pub(super) struct AwaitAck {
-    pub(super) stream: UnixStream,
-    pub(super) token: crate::store::LeaseToken,
-    pub(super) count: usize,
-    pub(super) verified: Box<Verified>,
-    /// When the lease ends (`LEASE_MS` after it was taken): no ack by then -> released.
-    pub(super) deadline: Instant,
-}
-
-/// Hand-offs the workers give back to the poll thread, which an eventfd wakes.
-pub(super) struct Handback {
-    pub(super) queue: Mutex<Vec<AwaitAck>>,
-    pub(super) wake: std::os::fd::OwnedFd,
-}
-
-impl Handback {
-    pub(super) fn new() -> Result<Handback> {
-        // SAFETY: eventfd returns a new fd or -1.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error()).context("eventfd");
-        }
-        // SAFETY: fd is a fresh descriptor we own.
-        Ok(Handback { queue: Mutex::new(Vec::new()), wake: unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) } })
-    }
-
-    pub(super) fn give(&self, a: AwaitAck) {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner()).push(a);
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: writes 8 bytes from a live buffer to our eventfd.
-        unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), one.len()) };
-    }
-
-    fn take(&self) -> Vec<AwaitAck> {
-        let mut n = [0u8; 8];
-        // SAFETY: reads at most 8 bytes into a live buffer from our (non-blocking) eventfd.
-        unsafe { libc::read(self.wake.as_raw_fd(), n.as_mut_ptr().cast(), n.len()) };
-        std::mem::take(&mut *self.queue.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-}
 
 /// Error frame for a request the broker will not serve: a client learns why before the close.
 pub(super) fn error_frame(code: &str, detail: &str) -> Vec<u8> {

@@ -2,9 +2,12 @@
 //! from the job queue the poll thread (`poller.rs`) fills, serve them, and give a hand-off that
 //! owes its ack back to the poll thread. Limits: see the `server` module documentation.
 
-use super::poller::{AwaitAck, Handback};
 use super::{Broker, MAX_PENDING};
+use crate::gate::Verified;
+use anyhow::{Context, Result};
+use nix::libc;
 use std::collections::VecDeque;
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
@@ -18,6 +21,48 @@ pub(super) enum Job {
     /// A hand-off's ack frame (without its prefix), or `None` when none came before the lease
     /// ended or the client left: commit or release the lease.
     Ack { pending: AwaitAck, frame: Option<Vec<u8>> },
+}
+
+/// A hand-off whose client has been sent the leased output and owes its ack.
+pub(super) struct AwaitAck {
+    pub(super) stream: UnixStream,
+    pub(super) token: crate::store::LeaseToken,
+    pub(super) count: usize,
+    pub(super) verified: Box<Verified>,
+    /// When the lease ends (`LEASE_MS` after it was taken): no ack by then -> released.
+    pub(super) deadline: Instant,
+}
+
+/// Hand-offs the workers give back to the poll thread, which an eventfd wakes.
+pub(super) struct Handback {
+    pub(super) queue: Mutex<Vec<AwaitAck>>,
+    pub(super) wake: std::os::fd::OwnedFd,
+}
+
+impl Handback {
+    pub(super) fn new() -> Result<Handback> {
+        // SAFETY: eventfd returns a new fd or -1.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error()).context("eventfd");
+        }
+        // SAFETY: fd is a fresh descriptor we own.
+        Ok(Handback { queue: Mutex::new(Vec::new()), wake: unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) } })
+    }
+
+    pub(super) fn give(&self, a: AwaitAck) {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner()).push(a);
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from a live buffer to our eventfd.
+        unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+    }
+
+    pub(super) fn take(&self) -> Vec<AwaitAck> {
+        let mut n = [0u8; 8];
+        // SAFETY: reads at most 8 bytes into a live buffer from our (non-blocking) eventfd.
+        unsafe { libc::read(self.wake.as_raw_fd(), n.as_mut_ptr().cast(), n.len()) };
+        std::mem::take(&mut *self.queue.lock().unwrap_or_else(|e| e.into_inner()))
+    }
 }
 
 /// Complete requests waiting for a worker, and the idle workers. A job wakes exactly one idle
