@@ -24,7 +24,7 @@ pub(super) struct KeptRollouts(Mutex<HashMap<PathBuf, Arc<Kept>>>);
 pub(super) struct Kept {
     file: File,
     /// Its identity when opened (device, inode and birth time never change while it is open).
-    id: os::FileId,
+    id: FileId,
 }
 
 /// Rollouts kept open at most (all let go of when full: a reopen costs one call).
