@@ -3,10 +3,13 @@
 //! `courier.approve.NAME.USER` (request/reply) from the users `--approvers` names, and passed to
 //! the local broker's `approve`/`deny`, which answers exactly as `broker approve|deny` does.
 //!
-//! NATS messages carry no sender identity. The subject is the identity: the server's publish
-//! permissions must let each user publish only on its own `courier.approve.NAME.USER`
-//! (docs/many-hosts.md), and the bridge answers only for a USER token it was told is an approver
-//! for this host; any other user's answer is refused and nothing is sent.
+//! What proves the answer is the person's is the same as on the host itself: the person key's
+//! signature of that act on that record (`broker person sign`, on the approver's own device,
+//! from the published approval), which the broker checks; the bridge holds no key and proves
+//! nothing, it forwards. The NATS user is recorded as the bridge names it: the subject is that
+//! identity (the server's publish permissions must let each user publish only on its own
+//! `courier.approve.NAME.USER`, docs/many-hosts.md), and the bridge forwards only for a USER
+//! token it was told is an approver for this host; any other user's answer is refused.
 
 use crate::log::log;
 use anyhow::Result;
@@ -57,16 +60,19 @@ pub async fn start(client: &async_nats::Client, host: &str, approvers: Vec<Strin
     Ok(())
 }
 
-/// One approver's answer `{"id", "decision": "approve"|"deny", "message"?}`, passed to the broker.
+/// One approver's answer `{"id", "decision": "approve"|"deny", "shown", "proof", "message"?}`
+/// (what `broker person sign` prints), passed to the broker.
 fn answer(socket: &std::path::Path, user: &str, body: &[u8]) -> Value {
     let ask: Value = match serde_json::from_slice(body) {
         Ok(v) => v,
         Err(e) => return json!({"ok": false, "error": "bad_request", "message": format!("not JSON: {e}")}),
     };
-    let (Some(id), Some(op @ ("approve" | "deny"))) = (ask["id"].as_str(), ask["decision"].as_str()) else {
-        return json!({"ok": false, "error": "bad_request", "message": "give id and decision (approve or deny)"});
+    let (Some(id), Some(op @ ("approve" | "deny")), Some(shown), Some(proof)) =
+        (ask["id"].as_str(), ask["decision"].as_str(), ask["shown"].as_str(), ask["proof"].as_str())
+    else {
+        return json!({"ok": false, "error": "bad_request", "message": "give id, decision (approve or deny), shown and proof: what `broker person sign` prints"});
     };
-    let mut request = json!({"op": op, "id": id, "nats_user": user});
+    let mut request = json!({"op": op, "id": id, "shown": shown, "proof": proof, "nats_user": user});
     if let (Some(m), "deny") = (ask["message"].as_str(), op) {
         request["message"] = json!(m);
     }
@@ -82,19 +88,21 @@ fn failed(why: &str) -> Value {
     json!({"ok": false, "error": "failed", "message": why})
 }
 
-/// Publishes each approval once, when first seen pending (the broker's `approvals` op).
+/// Publishes each approval once, when first seen pending and answerable (the broker's
+/// `answerable` op: what it shows, with the person key's public half to sign it with).
 async fn publish(client: async_nats::Client, subject: String, socket: PathBuf) {
     let mut seen: HashSet<String> = HashSet::new();
     loop {
         tokio::time::sleep(PUBLISH_EVERY).await;
         let s = socket.clone();
         let listed = tokio::task::spawn_blocking(move || {
-            broker::producer::line::call(&s, &json!({"op": "approvals"}), Some(Duration::from_secs(5)))
+            broker::producer::line::call(&s, &json!({"op": "answerable"}), Some(Duration::from_secs(5)))
         });
         let Ok(Ok(Some(reply))) = listed.await else { continue };
         let pending = reply["approvals"].as_array().cloned().unwrap_or_default();
-        for a in pending.into_iter().filter(|a| a["state"] == "pending") {
+        for mut a in pending.into_iter().filter(|a| a["state"] == "pending") {
             let Some(id) = a["id"].as_str().map(str::to_string) else { continue };
+            a["person"] = reply["person"].clone();
             if seen.insert(id) {
                 let _ = client.publish(subject.clone(), a.to_string().into()).await;
             }

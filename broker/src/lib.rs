@@ -20,6 +20,7 @@ pub mod inspect;
 pub mod install;
 pub mod logging;
 pub mod os;
+pub mod person;
 pub mod producer;
 pub mod reason;
 pub mod refusal;

@@ -10,8 +10,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 mod options;
+mod person_cli;
 
-use options::{Answer, ApprovalsCommand, EffortCommand, InspectCommand, InstallCommand, Listing, ServeMode, Verdict, Watch};
+use options::{ApprovalsCommand, EffortCommand, InspectCommand, InstallCommand, Listing, PersonCommand, ServeMode, Watch};
 
 fn main() -> ExitCode {
     match run() {
@@ -109,7 +110,8 @@ fn dispatch(cmd: Cmd, g: Given) -> Result<ExitCode> {
         Cmd::Inspect => inspect_cmd(InspectCommand::parse(g)?),
         Cmd::Cancel => cancel(&g.text()?),
         Cmd::Approvals => approvals(ApprovalsCommand::parse(g)?),
-        Cmd::Approve | Cmd::Deny => answer_approval(Answer::parse(g)?),
+        Cmd::Approve | Cmd::Deny => person_cli::answer(options::Answer::parse(g)?),
+        Cmd::Person => person_cli::person(PersonCommand::parse(g)?),
         Cmd::TrustCodex => trust_codex(g.positionals.first().map(PathBuf::from)),
         Cmd::TrustClaude => trust_claude(g.positionals.first().map(PathBuf::from).unwrap_or_default()),
         Cmd::Install => install_cmd(InstallCommand::parse(g)?),
@@ -342,27 +344,6 @@ fn approvals(cmd: ApprovalsCommand) -> Result<ExitCode> {
 
 /// How often `approvals --wait` reads the store.
 const APPROVALS_POLL: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// `approve|deny ID`: the running broker answers (it alone proves the caller and reaches the
-/// app-server). Exit 0 when Courier's answer won; 1 when it lost, is unknown or failed.
-fn answer_approval(answer: Answer) -> Result<ExitCode> {
-    let id = answer.id;
-    let request = match answer.verdict {
-        Verdict::Approve => serde_json::json!({"op": Cmd::Approve.name(), "id": id}),
-        Verdict::Deny { message: None } => serde_json::json!({"op": Cmd::Deny.name(), "id": id}),
-        Verdict::Deny { message: Some(m) } => serde_json::json!({"op": Cmd::Deny.name(), "id": id, "message": m}),
-    };
-    let socket = paths::socket_path(&paths::runtime_dir());
-    let reply = broker::producer::line::call(&socket, &request, Some(std::time::Duration::from_secs(30)))?
-        .context("no broker is running: approvals are answered through it (broker start)")?;
-    if reply["ok"] != true {
-        anyhow::bail!("{}: {}", reply["error"].as_str().unwrap_or("failed"), terminal::escape(reply["message"].as_str().unwrap_or("")));
-    }
-    let outcome = reply["outcome"].as_str().unwrap_or("unknown");
-    let detail = reply["detail"].as_str().filter(|d| !d.is_empty()).map(|d| format!(" ({})", terminal::escape(d))).unwrap_or_default();
-    println!("{id}: {outcome}{detail}");
-    Ok(if outcome == "won" { ExitCode::SUCCESS } else { ExitCode::from(1) })
-}
 
 fn trust_codex(path: Option<PathBuf>) -> Result<ExitCode> {
     // No PATH: the `codex` on PATH, which the broker then also follows across upgrades. A PATH:

@@ -3,7 +3,9 @@
 //! options are in `producer/cli.rs`.
 
 use anyhow::{Context, Result};
+use broker::approval::Decision;
 use broker::cli::{Cmd, Format, Given};
+use broker::person::passphrase::Source;
 use broker::{config, install};
 use courier_shared::ids::ThreadId;
 use std::path::PathBuf;
@@ -143,6 +145,7 @@ impl ApprovalsCommand {
 pub(crate) struct Answer {
     pub(crate) id: String,
     pub(crate) verdict: Verdict,
+    pub(crate) passphrase: Source,
 }
 
 pub(crate) enum Verdict {
@@ -159,6 +162,52 @@ impl Answer {
             Cmd::Deny => Verdict::Deny { message: g.message.clone() },
             _ => Verdict::Approve,
         };
-        Ok(Answer { id: g.text()?, verdict })
+        Ok(Answer { id: g.text()?, verdict, passphrase: source_of(&g) })
+    }
+}
+
+/// Where the person's passphrase comes from: `--passphrase-file`, else the terminal.
+fn source_of(g: &Given) -> Source {
+    g.passphrase_file.clone().map_or(Source::Terminal, Source::File)
+}
+
+/// `broker person ...`'s command line.
+pub(crate) enum PersonCommand {
+    /// Set the passphrase (a new key, or a new passphrase for the key after the current one).
+    Set {
+        passphrase: Source,
+        iterations: u32,
+    },
+    Show,
+    /// Sign a published approval (stdin) for a NATS answer.
+    Sign {
+        decision: Decision,
+        message: Option<String>,
+        passphrase: Source,
+    },
+}
+
+impl PersonCommand {
+    pub(crate) fn parse(g: Given) -> Result<PersonCommand> {
+        let args = g.texts()?;
+        let words: Vec<&str> = args.iter().map(String::as_str).collect();
+        let iterations = match g.kdf_iterations.as_deref().map(str::parse::<u32>) {
+            None => broker::person::DEFAULT_ITERATIONS,
+            Some(Ok(n)) if n >= broker::person::MIN_ITERATIONS => n,
+            Some(_) => return Err(g.usage_error(format!("--kdf-iterations: a number, at least {}", broker::person::MIN_ITERATIONS))),
+        };
+        let (is_sign, message) = (words.first() == Some(&"sign"), g.message.clone());
+        if (message.is_some() && !(is_sign && words.get(1) == Some(&"deny"))) || (g.kdf_iterations.is_some() && words != ["set"]) {
+            return Err(g.usage_error("--message goes with `sign deny`, --kdf-iterations with `set`"));
+        }
+        match words.as_slice() {
+            ["set"] => Ok(PersonCommand::Set { passphrase: source_of(&g), iterations }),
+            ["show"] if g.passphrase_file.is_none() => Ok(PersonCommand::Show),
+            ["sign", d] => match Decision::parse(d) {
+                Some(decision) => Ok(PersonCommand::Sign { decision, message, passphrase: source_of(&g) }),
+                None => Err(g.usage_error(format!("sign: approve or deny, not {d:?}"))),
+            },
+            _ => Err(g.usage_error("one of: set, show, sign approve|deny")),
+        }
     }
 }

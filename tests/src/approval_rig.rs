@@ -74,6 +74,8 @@ pub fn waiting_on<'a>(env: &'a CodexEnv) -> Waiting<'a> {
 
 /// [`waiting_on`] with a broker handle of the caller's (one started with failpoints, say).
 pub fn waiting_with<'a>(broker: Broker<'a>, env: &'a CodexEnv) -> Waiting<'a> {
+    // The person has a key before anything waits (what is published names it).
+    broker.person_passphrase();
     let (server, mut client, thread) = approving_thread(env);
     let turn = client.start_turn(&thread, "run it", T);
     let request = client.wait_server_request(REQUEST_APPROVAL, T, |p| p["threadId"] == thread.as_str());
@@ -111,9 +113,10 @@ pub fn escalating(name: &str, reason: &str) -> (ScriptedModel, CodexEnv, String,
     (model, env, cmd, ran, mark)
 }
 
-/// `broker ARGS`: whether it exited 0, and what it printed (stdout, then stderr).
+/// `broker ARGS` (an `approve` or `deny`) as the person, with the env's passphrase file: whether
+/// it exited 0, and what it printed (stdout, then stderr).
 pub fn answer(broker: &Broker, args: &[&str]) -> (bool, String) {
-    let out = broker.run(args);
+    let out = broker.answer_as_person(args);
     (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
 }
 
@@ -165,4 +168,28 @@ pub fn stale_answer_sends_nothing(
     assert!(!ok, "the stale approval's answer is not sent: {out}");
     assert!(!client.notifications.iter().any(|n| n["method"] == "serverRequest/resolved" && n["params"]["requestId"] == second["id"]));
     (second, fresh)
+}
+
+/// What an attacker's command sends straight to the socket, past the CLI: the record's digest
+/// as `answerable` lists it, a proof of its own making, and a NATS user's name; prints the
+/// broker's error code and `rc=1` unless the broker answered ok.
+pub fn raw_approve(socket: &std::path::Path, id: &str) -> String {
+    let py = format!(
+        r#"import json, socket
+def call(req):
+    s = socket.socket(socket.AF_UNIX); s.connect({sock:?}); s.sendall((json.dumps(req) + "\n").encode())
+    data = b""
+    while not data.endswith(b"\n"):
+        part = s.recv(65536)
+        if not part: break
+        data += part
+    return json.loads(data)
+listed = call({{"op": "answerable", "id": {id:?}}})
+shown = listed.get("approvals", [{{}}])[0].get("shown", "sha256:0")
+reply = call({{"op": "approve", "id": {id:?}, "shown": shown, "proof": "00" * 64, "nats_user": "alice"}})
+print(reply.get("error"), reply.get("message"))
+raise SystemExit(0 if reply.get("ok") else 1)"#,
+        sock = socket.display().to_string()
+    );
+    format!("python3 -c {} 2>&1; echo rc=$? # RAW", crate::util::shell_quote(&py))
 }

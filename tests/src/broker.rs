@@ -53,6 +53,9 @@ pub fn hook_command() -> String {
 }
 
 /// A `broker serve` running for one [`CodexEnv`]; killed on drop.
+/// The person's passphrase in every test env ([`Broker::person_passphrase`]).
+pub const PERSON_PASSPHRASE: &str = "the kit person's passphrase";
+
 pub struct Broker<'a> {
     env: &'a CodexEnv,
     child: Option<Child>,
@@ -139,6 +142,46 @@ impl<'a> Broker<'a> {
             );
         }
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The person's passphrase file for this env, the person key set with it on first use (with
+    /// the fewest PBKDF2 rounds allowed: tests sign many answers).
+    pub fn person_passphrase(&self) -> PathBuf {
+        let file = self.env.root.join("person-passphrase");
+        if !file.exists() {
+            let tmp = self.env.root.join(format!("person-passphrase.{}", crate::util::unique_token()));
+            std::fs::write(&tmp, format!("{PERSON_PASSPHRASE}\n")).unwrap();
+            std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+            let iterations = broker_lib::person::MIN_ITERATIONS.to_string();
+            self.run_ok(&["person", "set", "--passphrase-file", &tmp.display().to_string(), "--kdf-iterations", &iterations]);
+            std::fs::rename(&tmp, &file).unwrap();
+        }
+        file
+    }
+
+    /// `broker approve|deny ARGS` as the person: with the env's passphrase file.
+    pub fn answer_as_person(&self, args: &[&str]) -> Output {
+        let file = self.person_passphrase().display().to_string();
+        let mut all = args.to_vec();
+        all.extend(["--passphrase-file", &file]);
+        self.run(&all)
+    }
+
+    /// `broker person sign DECISION` of a published approval (the bridge's message), as the
+    /// person's other device does: the answer to send over NATS.
+    pub fn sign_published(&self, published: &Value, decision: &str) -> Value {
+        use std::io::Write;
+        let file = self.person_passphrase().display().to_string();
+        let mut cmd = self.env.command(&self.bin);
+        cmd.args(["person", "sign", decision, "--passphrase-file", &file])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        child.stdin.take().unwrap().write_all(published.to_string().as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "person sign: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
     }
 
     /// Trust the env's pinned Codex, then [`Broker::start`] (what most end-to-end tests want).

@@ -28,13 +28,19 @@ impl Tmux {
         Tmux { socket, on_drop: None }
     }
 
-    fn tmux(&self, args: &[&str]) -> Output {
+    /// `tmux -L <this server> ARGS`: what any process that found the server's socket can run.
+    pub fn tmux(&self, args: &[&str]) -> Output {
         Command::new("tmux").args(["-L", &self.socket]).args(args).output().expect("running tmux")
     }
 
     /// The visible screen, plus its scrollback.
     pub fn screen(&self) -> String {
         String::from_utf8_lossy(&self.tmux(&["capture-pane", "-p", "-J", "-S", "-200"]).stdout).into_owned()
+    }
+
+    /// The screen of `target` (a window, `:name`), plus its scrollback.
+    pub fn pane(&self, target: &str) -> String {
+        String::from_utf8_lossy(&self.tmux(&["capture-pane", "-p", "-J", "-S", "-200", "-t", target]).stdout).into_owned()
     }
 
     /// Waits until the screen shows `text`; panics with the screen otherwise.

@@ -188,11 +188,11 @@ fn approve_runs_the_command_once() {
     w.broker.wait_state(&queued, "confirmed", T);
     let (ok, said) = answer(&w.broker, &["approve", w.id()]);
     assert!(!ok && said.contains("not_pending"), "{said}");
-    assert!(!w.broker.run(&["deny", w.id()]).status.success());
+    assert!(!w.broker.answer_as_person(&["deny", w.id()]).status.success());
     let a = approvals(&w.broker, true).into_iter().find(|a| a["id"] == w.id()).unwrap();
     assert_eq!((a["state"].as_str(), a["answer"]["outcome"].as_str()), (Some("answered"), Some("won")), "{a}");
     assert_eq!(a["answer"]["decision"], "approve");
-    assert!(str_field(&a["answer"], "by").starts_with("uid "), "{a}");
+    assert!(str_field(&a["answer"], "by").starts_with("the person (key "), "{a}");
 }
 
 /// `broker deny --message`: the command does not run, the model reads the refusal and, through
@@ -245,8 +245,9 @@ fn attacker_or_escalated(cmd: &str, commands: Arc<Mutex<Vec<String>>>) -> impl F
 
 /// A model's tool command cannot answer an approval: `broker approve` run by the model of
 /// another Codex session, as is and with its environment scrubbed (`env -i`: no tool-command
-/// markers), is refused `not_a_person`; the approval stays pending, and a person's approve then
-/// wins (nothing had answered it).
+/// markers), finds no person to ask (no terminal, no passphrase); the raw socket request, with
+/// the record's digest from `answerable` and a made-up proof, is refused `not_a_person`. The
+/// approval stays pending, and a person's approve then wins (nothing had answered it).
 #[test]
 fn a_model_run_approve_is_refused() {
     let commands: Arc<Mutex<Vec<String>>> = Arc::default();
@@ -260,16 +261,18 @@ fn a_model_run_approve_is_refused() {
     *commands.lock().unwrap() = vec![
         format!("{broker} approve {id} 2>&1; echo rc=$? # PLAIN", id = w.id()),
         format!("env -i PATH=/usr/bin:/bin COURIER_RUNTIME_DIR={runtime} {broker} approve {id} 2>&1; echo rc=$? # SCRUBBED", id = w.id()),
+        raw_approve(&env.runtime_dir.join("broker.sock"), w.id()),
     ];
     let out = env.exec_args(&["--dangerously-bypass-approvals-and-sandbox"], "ATTACK: approve it", T);
     out.assert_success();
     let results = model.requests().iter().rfind(|r| r.body_contains("ATTACK")).unwrap().exec_results();
     eprintln!("the model's commands: {results:#?}");
-    assert_eq!(results.len(), 2, "{results:?}");
+    assert_eq!(results.len(), 3, "{results:?}");
     for (c, o) in &results {
         let o = o.as_deref().unwrap_or_default();
-        assert!(o.contains("not_a_person") && o.contains("rc=1"), "{c}: {o}");
+        assert!((o.contains("no terminal to ask the person's passphrase") || o.contains("not_a_person")) && o.contains("rc=1"), "{c}: {o}");
     }
+    assert!(results[2].1.as_deref().unwrap_or_default().contains("not_a_person"), "{results:?}");
     let a = approvals(&w.broker, false).into_iter().find(|a| a["id"] == w.id()).expect("still pending");
     assert_eq!(a["state"], "pending", "{a}");
     assert!(!ran.exists(), "the command did not run");

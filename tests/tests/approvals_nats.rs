@@ -51,18 +51,27 @@ fn only_an_approver_answers_over_nats() {
     assert!(verdicts[0].as_deref().is_some_and(|e| e.contains("Permissions Violation")), "{verdicts:?}");
     assert!(verdicts[1].is_none(), "{verdicts:?}");
     let mut mallory = RawNats::connect(&nats, Some("mallory"));
-    let refused = ask(&mut mallory, "mallory", json!({"id": w.id(), "decision": "approve"}));
+    let signed = w.broker.sign_published(&published, "approve");
+    let refused = ask(&mut mallory, "mallory", signed.clone());
     assert_eq!(refused["error"], "not_an_approver", "{refused}");
+    // An approver's NATS credential alone is not the person: an answer without the person's
+    // signature, or with one of another record, is refused and sends nothing.
+    let unsigned = ask(&mut alice, "alice", json!({"id": w.id(), "decision": "approve"}));
+    assert_eq!(unsigned["error"], "bad_request", "{unsigned}");
+    let mut other_record = signed.clone();
+    other_record["shown"] = json!("sha256:0000");
+    let forged = ask(&mut alice, "alice", other_record);
+    assert_eq!(forged["error"], "not_a_person", "{forged}");
     let a = approvals(&w.broker, false).into_iter().find(|a| a["id"] == w.id()).expect("still pending");
     assert!(a["answer"].is_null(), "nothing answered: {a}");
     assert!(!ran.exists(), "the command did not run");
 
     let t1 = Instant::now();
-    let won = ask(&mut alice, "alice", json!({"id": w.id(), "decision": "approve"}));
+    let won = ask(&mut alice, "alice", signed);
     assert_eq!((won["ok"].as_bool(), won["outcome"].as_str()), (Some(true), Some("won")), "{won}");
     wait_until(T, "the command ran", || ran.exists().then_some(()));
     eprintln!("NATS approve -> command ran {:?}", t1.elapsed());
-    let again = ask(&mut alice, "alice", json!({"id": w.id(), "decision": "deny"}));
+    let again = ask(&mut alice, "alice", w.broker.sign_published(&published, "deny"));
     assert_eq!(again["error"], "not_pending", "{again}");
     let a = approvals(&w.broker, true).into_iter().find(|a| a["id"] == w.id()).unwrap();
     assert_eq!((a["answer"]["via"].as_str(), a["answer"]["outcome"].as_str()), (Some("nats"), Some("won")), "{a}");
@@ -83,14 +92,17 @@ fn the_config_key_alone_names_the_approvers() {
     let nats = Nats::start_with(&env.root, "127.0.0.1", Some(&approvers_conf()));
     let url = user_url(&nats, "admin");
     std::fs::write(&env.courier_config, format!("[bridge]\nnats = {url:?}\nhost = \"hosta\"\napprovers = [\"alice\"]\n")).unwrap();
+    let mut alice = RawNats::connect(&nats, Some("alice"));
+    alice.subscribe("courier.approvals.hosta");
     let bridge = Bridge::start_in(&env, None, &url, "hosta", None, &[]);
+    let published: Value = serde_json::from_slice(&alice.next_on("courier.approvals.hosta")).unwrap();
+    let signed = w.broker.sign_published(&published, "approve");
     let mut mallory = RawNats::connect(&nats, Some("mallory"));
-    let refused = ask(&mut mallory, "mallory", json!({"id": w.id(), "decision": "approve"}));
+    let refused = ask(&mut mallory, "mallory", signed.clone());
     assert_eq!(refused["error"], "not_an_approver", "{refused}");
     let a = approvals(&w.broker, false).into_iter().find(|a| a["id"] == w.id()).expect("still pending");
     assert!(a["answer"].is_null() && !ran.exists(), "nothing answered: {a}");
-    let mut alice = RawNats::connect(&nats, Some("alice"));
-    let won = ask(&mut alice, "alice", json!({"id": w.id(), "decision": "approve"}));
+    let won = ask(&mut alice, "alice", signed);
     assert_eq!((won["ok"].as_bool(), won["outcome"].as_str()), (Some(true), Some("won")), "{won}");
     wait_until(T, "the command ran", || ran.exists().then_some(()));
     assert!(bridge.log_text().contains("taking answers for host hosta from NATS users alice"), "{}", bridge.log_text());

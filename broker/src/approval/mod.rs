@@ -259,6 +259,48 @@ pub fn command_digest(command: &str) -> String {
     format!("sha256:{}", courier_shared::auth::hex(&Sha256::digest(command.as_bytes())))
 }
 
+/// Everything a person is shown of an approval and answers: what the person's signature binds
+/// (`person::Act::Answer`). A record rewritten after it was shown digests otherwise.
+#[derive(Serialize)]
+struct Shown<'a> {
+    id: &'a str,
+    thread: &'a ThreadId,
+    turn: &'a str,
+    call_id: Option<&'a str>,
+    tool: &'a str,
+    kind: ApprovalKind,
+    command: &'a str,
+    files: &'a [String],
+    reason: Option<&'a str>,
+    cwd: Option<&'a str>,
+}
+
+impl Shown<'_> {
+    fn digest(&self) -> String {
+        let canonical = serde_json::to_vec(self).expect("an approval serializes");
+        format!("sha256:{}", courier_shared::auth::hex(&Sha256::digest(&canonical)))
+    }
+}
+
+impl Approval {
+    /// The digest of what a person is shown of it (see [`Shown`]).
+    pub fn shown(&self) -> String {
+        let Approval { id, thread, turn, call_id, tool, kind, command, files, reason, cwd, .. } = self;
+        let (call_id, reason, cwd) = (call_id.as_deref(), reason.as_deref(), cwd.as_deref());
+        Shown { id, thread, turn, call_id, tool, kind: *kind, command, files, reason, cwd }.digest()
+    }
+}
+
+impl NewApproval {
+    /// The digest of what a person will be shown of it once recorded as `id` (as
+    /// [`Approval::shown`] of its record, while nobody rewrote that).
+    pub fn shown(&self, id: &str) -> String {
+        let NewApproval { thread, turn, call_id, tool, kind, command, files, reason, cwd, .. } = self;
+        let (call_id, reason, cwd) = (call_id.as_deref(), reason.as_deref(), cwd.as_deref());
+        Shown { id, thread, turn, call_id, tool, kind: *kind, command, files, reason, cwd }.digest()
+    }
+}
+
 /// A new approval id: `apr-` and 12 random hex digits.
 pub fn new_id() -> String {
     let mut b = [0u8; 6];
@@ -310,6 +352,73 @@ mod tests {
         for k in ApprovalKind::ALL {
             assert_eq!(ApprovalKind::parse(k.as_str()), Some(k));
         }
+    }
+
+    fn new_approval() -> NewApproval {
+        NewApproval {
+            thread: ThreadId::parse("01a22659-8b33-7382-a4b5-24e01f7dc6c5").unwrap(),
+            turn: "t1".into(),
+            call_id: Some("call_1".into()),
+            tool: "shell".into(),
+            kind: ApprovalKind::Command,
+            command: "rm -rf build".into(),
+            files: vec![],
+            reason: Some("clean".into()),
+            cwd: Some("/w".into()),
+            ticket: "k".into(),
+        }
+    }
+
+    fn recorded(n: &NewApproval, id: &str) -> Approval {
+        Approval {
+            id: id.into(),
+            thread: n.thread.clone(),
+            turn: n.turn.clone(),
+            call_id: n.call_id.clone(),
+            tool: n.tool.clone(),
+            kind: n.kind,
+            command: n.command.clone(),
+            command_digest: command_digest(&n.command),
+            files: n.files.clone(),
+            reason: n.reason.clone(),
+            cwd: n.cwd.clone(),
+            since: 1,
+            state: ApprovalState::Pending,
+            answer: None,
+            detail: None,
+        }
+    }
+
+    /// What the hook recorded and what the record shows digest alike, and every field a person
+    /// reads changes the digest (so a signature of one record never answers a rewritten one).
+    #[test]
+    fn shown_binds_every_field_a_person_reads() {
+        let n = new_approval();
+        let a = recorded(&n, "apr-1");
+        assert_eq!(n.shown("apr-1"), a.shown());
+        let rewrites: [fn(&mut Approval); 9] = [
+            |a| a.id = "apr-2".into(),
+            |a| a.thread = ThreadId::parse("01a22659-8b33-7382-a4b5-24e01f7dc6c6").unwrap(),
+            |a| a.turn = "t2".into(),
+            |a| a.call_id = None,
+            |a| a.tool = "apply_patch".into(),
+            |a| a.kind = ApprovalKind::FileChange,
+            |a| a.command = "ls -la".into(),
+            |a| a.files = vec!["/w/x".into()],
+            |a| a.reason = None,
+        ];
+        for (i, rewrite) in rewrites.iter().enumerate() {
+            let mut changed = a.clone();
+            rewrite(&mut changed);
+            assert_ne!(changed.shown(), a.shown(), "rewrite {i} kept the digest");
+        }
+        let mut moved = a.clone();
+        moved.cwd = Some("/elsewhere".into());
+        assert_ne!(moved.shown(), a.shown());
+        // What is not shown as the request (its state, age, answer) does not change it.
+        let mut later = a.clone();
+        (later.since, later.state) = (99, ApprovalState::Answering);
+        assert_eq!(later.shown(), a.shown());
     }
 
     #[test]

@@ -3,6 +3,14 @@
 
 use super::{duration, flag, path, text, Cmd, Command, Format, Opt};
 
+/// Where a person's own script keeps the passphrase (else it is asked at the terminal).
+const PASSPHRASE_FILE: Opt = path(
+    "passphrase-file",
+    "FILE",
+    "the person's passphrase from this private file (the person's own scripts), not the terminal",
+    |g, v| g.passphrase_file = Some(v),
+);
+
 pub const COMMANDS: &[Command] = &[
     Command {
         id: Cmd::Serve,
@@ -198,16 +206,28 @@ pub const COMMANDS: &[Command] = &[
         args: "<APPROVAL-ID>",
         positionals: (1, 1),
         required: &[],
-        about: "approve a pending approval once, through the app-server that owns its thread",
-        opts: &[],
+        about: "approve a pending approval once, through the app-server that owns its thread (asks the person's passphrase)",
+        opts: &[PASSPHRASE_FILE],
     },
     Command {
         id: Cmd::Deny,
         args: "<APPROVAL-ID>",
         positionals: (1, 1),
         required: &[],
-        about: "deny a pending approval once; --message is queued for the model to read",
-        opts: &[text("message", "TEXT", "why (the model reads it)", |g, v| g.message = Some(v))],
+        about: "deny a pending approval once; --message is queued for the model to read (asks the person's passphrase)",
+        opts: &[text("message", "TEXT", "why (the model reads it)", |g, v| g.message = Some(v)), PASSPHRASE_FILE],
+    },
+    Command {
+        id: Cmd::Person,
+        args: "<set | show | sign approve|deny>",
+        positionals: (1, 2),
+        required: &[],
+        about: "the person key that proves a person answers: set its passphrase, show it, or sign a published approval (stdin) for a NATS answer",
+        opts: &[
+            PASSPHRASE_FILE,
+            text("message", "TEXT", "sign deny: why (the model reads it)", |g, v| g.message = Some(v)),
+            text("kdf-iterations", "N", "set: PBKDF2 rounds (default 600000; fewer only for tests)", |g, v| g.kdf_iterations = Some(v)),
+        ],
     },
     Command {
         id: Cmd::TrustCodex,

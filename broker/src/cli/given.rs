@@ -60,6 +60,9 @@ pub struct Given {
     pub creds: Option<PathBuf>,
     pub purge: bool,
     pub codex: Option<PathBuf>,
+    // approve, deny, person
+    pub passphrase_file: Option<PathBuf>,
+    pub kdf_iterations: Option<String>,
     /// Positional arguments, as many as the command declares.
     pub positionals: Vec<OsString>,
 }
@@ -100,6 +103,8 @@ impl Given {
             creds: None,
             purge: false,
             codex: None,
+            passphrase_file: None,
+            kdf_iterations: None,
             positionals: Vec::new(),
         }
     }

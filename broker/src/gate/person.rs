@@ -1,54 +1,185 @@
-//! Who may answer an approval: a person's process, never a command a model runs. The reverse of
-//! `sender.rs` (which proves a peer IS a Codex tool command), with the same evidence, failing
-//! closed: the peer is refused when
+//! Who may do what only a person may (answer an approval, over any surface): the person key's
+//! signature of that exact act (`person/`), brought by a process the kernel shows is the user's
+//! and unconfined. Written once, for every host: nothing here knows an agent, so an agent Courier
+//! has never heard of is refused like the ones it knows, by what it cannot show rather than by
+//! what it carries.
 //!
-//! 1. any of its uids is not the broker's;
-//! 2. it is confined the way Codex confines the commands a model runs (NoNewPrivs, seccomp);
-//! 3. its environment carries a tool-command marker (`CODEX_THREAD_ID`, ...);
-//! 4. walking its parents reaches a trusted Codex process, or a Codex-named one not trusted, or
-//!    a binary still being hashed, or the chain changes while walked. Reaching the top, or a
-//!    process of another uid (a login's sshd), with no Codex on the way, passes.
+//! Steps, in order, each failing closed:
+//! 1. `peer_is_the_users`: every uid of the peer is the broker's;
+//! 2. `peer_is_unconfined`: no NoNewPrivs, no seccomp filter. Every agent sandbox sets one of
+//!    them (Codex's, Claude Code's, bubblewrap's) and a person's shell neither: a second wall
+//!    that refuses a sandboxed command before it is asked for anything, never the proof;
+//! 3. `signed_by_the_person`: the person key exists and its signature covers this act (the
+//!    approval, the decision, the digest of the record the person was shown, the message);
+//! 4. `still_the_same_process`: the peer did not exit while checked.
 //!
-//! What this cannot stop: a model's command that runs unconfined (danger-full-access, or an
-//! approved escalation), clears its environment and re-parents itself away from Codex
-//! (`setsid` and a double fork) looks like any other process of the user. The app-server itself
-//! lets any process of the uid answer (docs/approvals.md).
+//! The old check (no Codex ancestor, no Codex markers) was a list of the agents we knew: a Claude
+//! Code model's command passed it, and so would the next host's.
 
-use super::{CodexTrust, Gate, Peer};
-use crate::codex::TOOL_COMMAND_MARKERS;
+use super::{Gate, Peer};
 use crate::os;
-use crate::refusal::RefusalCode;
-use courier_shared::paths::environ_get;
-use std::time::{Duration, Instant};
+use crate::person::{Act, PersonKey};
+
+/// A person's act, as proven: who brought it, for the answer record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Person {
+    /// `the person (key F) through uid U pid P (comm)`.
+    pub by: String,
+}
 
 impl Gate {
-    /// `Ok(who)` (`uid U pid P (comm)`, for the answer record) when `peer` may answer an
-    /// approval, else why not.
-    pub fn verify_person(&self, peer: &Peer, trust: &dyn CodexTrust) -> Result<String, String> {
+    /// `Ok` when `proof` is the person's signature of `act` under `key` and `peer` is a
+    /// process of the user outside any sandbox; else why not.
+    pub fn verify_person(&self, peer: &Peer, key: Option<&PersonKey>, act: &Act<'_>, proof: &str) -> Result<Person, String> {
         let stat = os::read_stat(peer.pid).map_err(|e| format!("peer stat: {e}"))?;
+        self.peer_is_the_users(peer)?;
+        peer_is_unconfined(peer)?;
+        let key = signed_by_the_person(key, act, proof)?;
+        still_the_same_process(peer, stat.starttime)?;
+        Ok(Person { by: format!("the person (key {}) through uid {} pid {} ({})", key.fingerprint(), peer.uid, peer.pid, stat.comm) })
+    }
+
+    fn peer_is_the_users(&self, peer: &Peer) -> Result<(), String> {
         let status = os::read_status(peer.pid).map_err(|e| format!("peer status: {e}"))?;
-        if !status.all_uids_are(self.uid) {
-            return Err(format!("peer uids {:?} are not all {}", status.uids, self.uid));
+        match status.all_uids_are(self.uid) {
+            true => Ok(()),
+            false => Err(format!("peer uids {:?} are not all {}", status.uids, self.uid)),
         }
-        if status.no_new_privs || status.seccomp != 0 {
-            return Err(format!(
-                "the process is confined as Codex confines a model's commands (NoNewPrivs={} Seccomp={})",
-                status.no_new_privs as u8, status.seccomp
-            ));
+    }
+}
+
+fn peer_is_unconfined(peer: &Peer) -> Result<(), String> {
+    let status = os::read_status(peer.pid).map_err(|e| format!("peer status: {e}"))?;
+    if status.no_new_privs || status.seccomp != 0 {
+        return Err(format!(
+            "the process runs confined, as agents' sandboxes run a model's commands (NoNewPrivs={} Seccomp={})",
+            status.no_new_privs as u8, status.seccomp
+        ));
+    }
+    Ok(())
+}
+
+fn signed_by_the_person<'k>(key: Option<&'k PersonKey>, act: &Act<'_>, proof: &str) -> Result<&'k PersonKey, String> {
+    let key =
+        key.ok_or("no person key is set up: a person sets one with `broker person set` at a terminal, and answers with its passphrase")?;
+    key.verify(act, proof)?;
+    Ok(key)
+}
+
+fn still_the_same_process(peer: &Peer, starttime: u64) -> Result<(), String> {
+    match peer.is_alive() && os::read_stat(peer.pid).is_ok_and(|s| s.starttime == starttime) {
+        true => Ok(()),
+        false => Err("the process exited while checked".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Against real processes on a real socket: the peer is `python3` (`standin::PEER_SCRIPT`),
+    //! plain or under NoNewPrivs as a sandboxed command is; every test flips one fact of a passing
+    //! set-up, so each fails if the step it targets were removed or weakened.
+    use super::*;
+    use crate::approval::Decision;
+    use crate::codex::standin::{python, PEER_SCRIPT};
+    use crate::gate::{identify, GateConfig};
+    use crate::person::{sign, MIN_ITERATIONS};
+    use std::os::unix::net::UnixListener;
+    use std::process::{Child, Command};
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    const PASS: &str = "the person's own passphrase";
+    static N: AtomicU32 = AtomicU32::new(0);
+
+    struct Rig {
+        dir: std::path::PathBuf,
+        listener: UnixListener,
+        gate: Gate,
+        key: PersonKey,
+        signing: ed25519_dalek::SigningKey,
+    }
+
+    impl Rig {
+        fn new() -> Rig {
+            let dir = std::env::temp_dir().join(format!("courier-person-gate-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst)));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let listener = UnixListener::bind(dir.join("s")).unwrap();
+            let gate = Gate::new(GateConfig { codex_home: dir.clone(), installed_clients: vec![], secret: [7; 32] });
+            let (key, signing) = PersonKey::create(PASS, MIN_ITERATIONS).unwrap();
+            Rig { dir, listener, gate, key, signing }
         }
-        let mut env = Vec::with_capacity(8192);
-        os::read_environ(peer.pid, &mut env).map_err(|e| format!("peer environ: {e}"))?;
-        if let Some(k) = TOOL_COMMAND_MARKERS.iter().find(|k| environ_get(&env, k).is_some()) {
-            return Err(format!("the process carries {k}: it runs for a Codex tool call"));
+
+        /// A live peer process connected to the rig's socket (`mode` "nnp": confined), and the
+        /// broker's view of it.
+        fn peer(&self, mode: &str) -> (Child, std::os::unix::net::UnixStream, crate::gate::Peer) {
+            let child = Command::new(python()).args(["-c", PEER_SCRIPT, self.dir.join("s").to_str().unwrap(), mode]).spawn().unwrap();
+            let (stream, _) = self.listener.accept().unwrap();
+            let peer = identify(&stream).unwrap();
+            (child, stream, peer)
         }
-        match self.walk_ancestry(&stat, trust, Instant::now() + Duration::from_secs(2)) {
-            Ok((_, codex)) => return Err(format!("Codex process {} is its ancestor: a model's tool command", codex.pid)),
-            Err(r) if matches!(r.code, RefusalCode::NoCodexAncestor | RefusalCode::ForeignAncestor) => {}
-            Err(r) => return Err(format!("{}: {}", r.code, r.detail)),
+    }
+
+    impl Drop for Rig {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
         }
-        if !peer.is_alive() || !os::read_stat(peer.pid).is_ok_and(|s| s.starttime == stat.starttime) {
-            return Err("the process exited while checked".into());
-        }
-        Ok(format!("uid {} pid {} ({})", peer.uid, peer.pid, stat.comm))
+    }
+
+    fn act(shown: &str) -> Act<'_> {
+        Act::Answer { approval: "apr-1", decision: Decision::Approve, shown, message: None }
+    }
+
+    fn finish(mut child: Child, stream: std::os::unix::net::UnixStream) {
+        drop(stream);
+        let _ = child.wait();
+    }
+
+    #[test]
+    fn the_persons_signature_from_an_unconfined_process_of_the_user_is_a_person() {
+        let r = Rig::new();
+        let (child, stream, peer) = r.peer("");
+        let proof = sign(&r.signing, &act("sha256:a"));
+        let person = r.gate.verify_person(&peer, Some(&r.key), &act("sha256:a"), &proof).unwrap();
+        assert!(person.by.contains(&r.key.fingerprint()) && person.by.contains(&format!("pid {}", peer.pid)), "{person:?}");
+        finish(child, stream);
+    }
+
+    #[test]
+    fn without_the_signature_of_exactly_this_act_nobody_is_a_person() {
+        let r = Rig::new();
+        let (child, stream, peer) = r.peer("");
+        let proof = sign(&r.signing, &act("sha256:a"));
+        // Another record than the one signed (a row rewritten after it was shown).
+        let err = r.gate.verify_person(&peer, Some(&r.key), &act("sha256:b"), &proof).unwrap_err();
+        assert!(err.contains("not the person's signature"), "{err}");
+        // No key set up: nothing can be proven.
+        let err = r.gate.verify_person(&peer, None, &act("sha256:a"), &proof).unwrap_err();
+        assert!(err.contains("no person key"), "{err}");
+        // A key of the attacker's own making signs nothing for the person's key.
+        let (_, theirs) = PersonKey::create(PASS, MIN_ITERATIONS).unwrap();
+        let forged = sign(&theirs, &act("sha256:a"));
+        assert!(r.gate.verify_person(&peer, Some(&r.key), &act("sha256:a"), &forged).is_err());
+        finish(child, stream);
+    }
+
+    #[test]
+    fn a_confined_process_is_refused_even_with_a_valid_signature() {
+        let r = Rig::new();
+        let (child, stream, peer) = r.peer("nnp");
+        let proof = sign(&r.signing, &act("sha256:a"));
+        let err = r.gate.verify_person(&peer, Some(&r.key), &act("sha256:a"), &proof).unwrap_err();
+        assert!(err.contains("confined"), "{err}");
+        finish(child, stream);
+    }
+
+    #[test]
+    fn a_peer_that_exited_is_refused() {
+        let r = Rig::new();
+        let (mut child, stream, peer) = r.peer("");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let proof = sign(&r.signing, &act("sha256:a"));
+        assert!(r.gate.verify_person(&peer, Some(&r.key), &act("sha256:a"), &proof).is_err());
+        drop(stream);
     }
 }

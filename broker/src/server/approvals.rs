@@ -3,10 +3,19 @@
 //! the thread resolve it; and the `approve`/`deny` request line answers it once, from a person's
 //! process only, through the app-server that owns the thread.
 //!
-//! Request (JSON line on the broker socket, like the producers'):
-//! `{"op":"approve"|"deny","id":ID,"message"?:TEXT}` ->
-//! `{"ok":true,"id","outcome":"won"|"lost"|"unknown","detail"}`; errors as the producers'
-//! (`not_a_person`, `not_pending`, `not_found`, `failed`, `bad_request`).
+//! Requests (JSON lines on the broker socket, like the producers'):
+//! - `{"op":"answerable","id"?:ID}` -> `{"ok":true,"approvals":[APPROVAL + "shown"],"person":KEY|null}`:
+//!   the pending approvals whose record is still the one the hook saw, each with the digest of
+//!   what a person is shown (`shown`), and the public person key to sign with (`person/`);
+//! - `{"op":"approve"|"deny","id":ID,"shown":DIGEST,"proof":SIG,"message"?:TEXT}` ->
+//!   `{"ok":true,"id","outcome":"won"|"lost"|"unknown","detail"}`; errors as the producers'
+//!   (`not_a_person`, `not_pending`, `not_found`, `failed`, `bad_request`).
+//!
+//! An answer is taken only with the person's signature of exactly that act on exactly the
+//! record shown (`gate/person.rs`), and only while the record is the one this broker recorded:
+//! the digest of each approval it records is kept in its memory (`Approvals::shown`), where no
+//! other process writes, so a row rewritten in the database (to show a person `ls` while Codex
+//! runs something else) is never offered, and an answer signed for a rewritten row is refused.
 
 use super::approval_hold::{self, Given, Holds, MAX_HOLDS as MAX_HELD};
 use super::trust::TrustView;
@@ -24,7 +33,7 @@ use courier_shared::ids::ThreadId;
 use courier_shared::wire::{HookReply, PROTOCOL_VERSION};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::{Condvar, Mutex};
@@ -46,12 +55,23 @@ pub(super) struct Approvals {
     /// Signalled when `waiting` gains a thread: the sweep sleeps until then (an idle broker's
     /// `approvals` thread woke every second for nothing).
     gained: Condvar,
+    /// What each approval this broker recorded showed, by id (`Approval::shown`): the record a
+    /// person may answer. Memory only: an approval recorded before a restart is answered at the
+    /// agent's own prompt.
+    shown: Mutex<HashMap<String, String>>,
 }
 
 impl Approvals {
     pub(super) fn open(store: &Store, codex_home: PathBuf, config: crate::config::ApprovalsConfig) -> anyhow::Result<Approvals> {
         let waiting = store.threads_waiting_on_approval()?.into_iter().collect();
-        Ok(Approvals { codex_home, config, holds: Holds::default(), waiting: Mutex::new(waiting), gained: Condvar::new() })
+        Ok(Approvals {
+            codex_home,
+            config,
+            holds: Holds::default(),
+            waiting: Mutex::new(waiting),
+            gained: Condvar::new(),
+            shown: Mutex::new(HashMap::new()),
+        })
     }
 
     /// `thread` has an approval pending from now on.
@@ -88,14 +108,26 @@ impl Approvals {
 #[derive(Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 enum AnswerOp {
+    /// The approvals a person may answer now, with what each shows.
+    Answerable {
+        #[serde(default)]
+        id: Option<String>,
+    },
     Approve {
         id: String,
-        /// Set by the NATS bridge: the approver it answers for (recorded, not proven here).
+        /// The digest of the record the person was shown and signed.
+        shown: String,
+        /// The person's signature of this act (`person::Act::Answer`).
+        proof: String,
+        /// Set by the NATS bridge: the approver it answers for (recorded as the bridge's word;
+        /// the proof is the signature).
         #[serde(default)]
         nats_user: Option<String>,
     },
     Deny {
         id: String,
+        shown: String,
+        proof: String,
         #[serde(default)]
         message: Option<String>,
         #[serde(default)]
@@ -103,14 +135,15 @@ enum AnswerOp {
     },
 }
 
-/// Whether a request line is an answer (`approve`/`deny`) rather than a producer's request.
+/// Whether a request line is for the approvals service (`answerable`, `approve`, `deny`) rather
+/// than a producer's request.
 pub(super) fn is_answer(line: &[u8]) -> bool {
     #[derive(Deserialize)]
     struct Op<'a> {
         #[serde(borrow)]
         op: &'a str,
     }
-    serde_json::from_slice::<Op>(line).is_ok_and(|o| matches!(o.op, "approve" | "deny"))
+    serde_json::from_slice::<Op>(line).is_ok_and(|o| matches!(o.op, "approve" | "deny" | "answerable"))
 }
 
 impl Broker {
@@ -127,6 +160,7 @@ impl Broker {
         drop(store);
         match recorded {
             Ok(id) => {
+                self.approvals.shown.lock().unwrap_or_else(|e| e.into_inner()).insert(id.clone(), new.shown(&id));
                 self.approvals.note_waiting(&new.thread);
                 crate::log_info!("approval {id}: thread {} waits on a person for {} {:?}", new.thread, new.kind.as_str(), new.command);
                 Some(id)
@@ -191,21 +225,24 @@ impl Broker {
     }
 
     fn answer(&self, stream: &UnixStream, op: AnswerOp) -> Result<Value, (ErrorCode, String)> {
-        let (id, decision, message, nats_user) = match op {
-            AnswerOp::Approve { id, nats_user } => (id, Decision::Approve, None, nats_user),
-            AnswerOp::Deny { id, message, nats_user } => (id, Decision::Deny, message.filter(|m| !m.trim().is_empty()), nats_user),
+        let (id, decision, message, shown, proof, nats_user) = match op {
+            AnswerOp::Answerable { id } => return self.answerable(id.as_deref()),
+            AnswerOp::Approve { id, shown, proof, nats_user } => (id, Decision::Approve, None, shown, proof, nats_user),
+            AnswerOp::Deny { id, shown, proof, message, nats_user } => {
+                (id, Decision::Deny, message.filter(|m| !m.trim().is_empty()), shown, proof, nats_user)
+            }
         };
-        // Only a person answers: never a process a model's command may be.
-        let peer = gate::peer::identify(stream).map_err(|r| (ErrorCode::NotAPerson, format!("{}: {}", r.code, r.detail)))?;
-        let by = self.gate.verify_person(&peer, &TrustView(self)).map_err(|why| (ErrorCode::NotAPerson, why))?;
-        let listed = crate::store::lock(&self.store).approval(&id).map_err(failed)?;
-        let listed = listed.ok_or_else(|| (ErrorCode::NotFound, format!("no approval {id}")))?;
-        // Over already (answered, or gone from Codex): say so before looking for its Codex.
-        if listed.state != ApprovalState::Pending {
-            return Err((ErrorCode::NotPending, Refused::NotPending(listed.state, listed.detail).to_string()));
+        let listed = self.sealed(&id)?;
+        if listed.shown() != shown {
+            return Err((ErrorCode::NotAPerson, format!("approval {id} is not what was signed: its record differs from the one shown")));
         }
+        // Only a person answers: the person key's signature of exactly this act.
+        let peer = gate::peer::identify(stream).map_err(|r| (ErrorCode::NotAPerson, format!("{}: {}", r.code, r.detail)))?;
+        let key = crate::person::PersonKey::load(&crate::person::key_path()).map_err(failed)?;
+        let act = crate::person::Act::Answer { approval: &id, decision, shown: &shown, message: message.as_deref() };
+        let by = self.gate.verify_person(&peer, key.as_ref(), &act, &proof).map_err(|why| (ErrorCode::NotAPerson, why))?.by;
         let (by, via) = match nats_user {
-            Some(user) => (format!("NATS user {user}, through {by}"), AnswerVia::Nats),
+            Some(user) => (format!("NATS user {user} (as the bridge names it), {by}"), AnswerVia::Nats),
             None => (by, AnswerVia::Cli),
         };
         unanswerable(&listed).map_err(|why| (ErrorCode::Failed, why))?;
@@ -214,6 +251,52 @@ impl Broker {
             return self.answer_held(&id, &record);
         }
         self.answer_through_app_server(&listed, &record)
+    }
+
+    /// Approval `id`, pending, and still the record this broker recorded (its digest in memory
+    /// equals the row's now); else why it cannot be answered.
+    fn sealed(&self, id: &str) -> Result<Approval, (ErrorCode, String)> {
+        let listed = crate::store::lock(&self.store).approval(id).map_err(failed)?;
+        let listed = listed.ok_or_else(|| (ErrorCode::NotFound, format!("no approval {id}")))?;
+        // Over already (answered, or gone from Codex): say so before anything else.
+        if listed.state != ApprovalState::Pending {
+            return Err((ErrorCode::NotPending, Refused::NotPending(listed.state, listed.detail).to_string()));
+        }
+        match self.approvals.shown.lock().unwrap_or_else(|e| e.into_inner()).get(id) {
+            None => Err((
+                ErrorCode::Failed,
+                format!("approval {id} was recorded before this broker started: its record cannot be shown to be the one the hook saw; answer it at the agent's own prompt"),
+            )),
+            Some(sealed) if *sealed != listed.shown() => {
+                crate::log_error!("approval {id}: its record in the database changed after it was recorded; not offered for an answer");
+                Err((ErrorCode::Failed, format!("approval {id}: its record was changed after the hook recorded it; answer it at the agent's own prompt")))
+            }
+            Some(_) => Ok(listed),
+        }
+    }
+
+    /// The `answerable` op: pending approvals (all, or `id`) each with what it shows, and the
+    /// public person key.
+    fn answerable(&self, id: Option<&str>) -> Result<Value, (ErrorCode, String)> {
+        let ids: Vec<String> = match id {
+            Some(id) => vec![id.to_string()],
+            None => crate::store::lock(&self.store).approvals(false).map_err(failed)?.into_iter().map(|a| a.id).collect(),
+        };
+        let mut list = Vec::new();
+        for id in &ids {
+            match self.sealed(id) {
+                Ok(a) => {
+                    let shown = a.shown();
+                    let mut v = serde_json::to_value(&a).map_err(|e| failed(e.into()))?;
+                    v["shown"] = json!(shown);
+                    list.push(v);
+                }
+                Err(e) if ids.len() == 1 => return Err(e),
+                Err(_) => {}
+            }
+        }
+        let key = crate::person::PersonKey::load(&crate::person::key_path()).map_err(failed)?;
+        Ok(json!({"ok": true, "approvals": list, "person": key}))
     }
 
     /// Answers through the app-server that owns the thread: the person's prompt there closes.
@@ -446,6 +529,7 @@ mod tests {
             holds: Holds::default(),
             waiting: Mutex::new(HashSet::new()),
             gained: Condvar::new(),
+            shown: Mutex::new(HashMap::new()),
         });
         let (tx, rx) = std::sync::mpsc::channel();
         let waiter = std::sync::Arc::clone(&approvals);

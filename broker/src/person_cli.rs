@@ -1,0 +1,135 @@
+//! The person's side of the person proof (`broker/src/person/`): `broker approve|deny` and
+//! `broker person set|show|sign`. The passphrase is read here (the terminal, echo off, or the
+//! person's own file), the key derived and the act signed here: only the signature leaves this
+//! process.
+
+use crate::options::{Answer, PersonCommand, Verdict};
+use anyhow::{bail, Context, Result};
+use broker::approval::Decision;
+use broker::person::{self, passphrase, Act, PersonKey};
+use broker::terminal;
+use courier_shared::paths;
+use serde_json::{json, Value};
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// `approve|deny ID`: shows what is answered, asks the passphrase, and has the running broker
+/// answer with the person's signature. Exit 0 when Courier's answer won; 1 when it lost, is
+/// unknown or failed.
+pub fn answer(answer: Answer) -> Result<ExitCode> {
+    let Answer { id, verdict, passphrase } = answer;
+    let (decision, message) = match verdict {
+        Verdict::Approve => (Decision::Approve, None),
+        Verdict::Deny { message } => (Decision::Deny, message),
+    };
+    let listed = call(&json!({"op": "answerable", "id": id}))?;
+    let approval = listed["approvals"].get(0).cloned().context("the broker listed no such approval")?;
+    let key: Option<PersonKey> = serde_json::from_value(listed["person"].clone()).context("the broker's person key")?;
+    let key = key.context("no person key is set up: run `broker person set` at a terminal first")?;
+    eprintln!("{}", describe(&approval, decision, message.as_deref()));
+    let shown = approval["shown"].as_str().context("the broker gave no digest of the approval")?;
+    let prompt = format!("Passphrase to {} {id}: ", decision.as_str());
+    let signing = key.unlock(&passphrase::read(&passphrase, &prompt)?)?;
+    let act = Act::Answer { approval: &id, decision, shown, message: message.as_deref() };
+    let mut request = json!({"op": decision.as_str(), "id": id, "shown": shown, "proof": person::sign(&signing, &act)});
+    if let Some(m) = message {
+        request["message"] = json!(m);
+    }
+    let reply = call(&request)?;
+    let outcome = reply["outcome"].as_str().unwrap_or("unknown");
+    let detail = reply["detail"].as_str().filter(|d| !d.is_empty()).map(|d| format!(" ({})", terminal::escape(d))).unwrap_or_default();
+    println!("{id}: {outcome}{detail}");
+    Ok(if outcome == "won" { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+pub fn person(cmd: PersonCommand) -> Result<ExitCode> {
+    let path = person::key_path();
+    match cmd {
+        PersonCommand::Show => match PersonKey::load(&path)? {
+            Some(k) => println!("person key {} ({} PBKDF2 rounds) in {}", k.fingerprint(), k.iterations, path.display()),
+            None => println!("no person key: `broker person set` at a terminal sets one ({} is not there)", path.display()),
+        },
+        PersonCommand::Set { passphrase, iterations } => set(&path, &passphrase, iterations)?,
+        PersonCommand::Sign { decision, message, passphrase } => {
+            // A published approval (the bridge's `courier.approvals.HOST` message) on stdin.
+            let approval: Value = serde_json::from_reader(std::io::stdin().lock()).context("stdin: a published approval (JSON)")?;
+            let key: PersonKey =
+                serde_json::from_value(approval["person"].clone()).context("the approval names no person key: is its broker's set?")?;
+            let (id, shown) = (approval["id"].as_str().context("no id")?, approval["shown"].as_str().context("no shown digest")?);
+            eprintln!("{}", describe(&approval, decision, message.as_deref()));
+            let signing = key.unlock(&passphrase::read(&passphrase, &format!("Passphrase to {} {id}: ", decision.as_str()))?)?;
+            let act = Act::Answer { approval: id, decision, shown, message: message.as_deref() };
+            let mut answer = json!({"id": id, "decision": decision.as_str(), "shown": shown, "proof": person::sign(&signing, &act)});
+            if let Some(m) = message {
+                answer["message"] = json!(m);
+            }
+            println!("{answer}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `person set`: a new key; or, when one exists, a new passphrase once the current one is given
+/// (the same passphrase from a file again is a no-op, so a script may run it every time).
+fn set(path: &std::path::Path, source: &passphrase::Source, iterations: u32) -> Result<()> {
+    if let Some(current) = PersonKey::load(path)? {
+        match source {
+            passphrase::Source::File(_) => {
+                if current.unlock(&passphrase::read(source, "")?).is_ok() {
+                    println!("person key {} already set with this passphrase", current.fingerprint());
+                    return Ok(());
+                }
+                bail!("a person key is set already ({}): change its passphrase at a terminal", path.display());
+            }
+            passphrase::Source::Terminal => {
+                current.unlock(&passphrase::read(source, "Current passphrase: ")?)?;
+            }
+        }
+    }
+    let new = passphrase::read(source, "New passphrase (12 characters or more): ")?;
+    if *source == passphrase::Source::Terminal && passphrase::read(source, "Again: ")? != new {
+        bail!("the two passphrases differ; nothing was changed");
+    }
+    let (key, _) = PersonKey::create(&new, iterations)?;
+    key.store(path)?;
+    println!("person key {} set in {}: `broker approve|deny` ask for this passphrase", key.fingerprint(), path.display());
+    Ok(())
+}
+
+/// What the person is asked to sign, escaped for the terminal.
+fn describe(a: &Value, decision: Decision, message: Option<&str>) -> String {
+    let field = |k: &str| terminal::escape(a[k].as_str().unwrap_or("-"));
+    let files = a["files"].as_array().map(|f| f.iter().filter_map(Value::as_str).map(terminal::escape).collect::<Vec<_>>().join(", "));
+    let mut out = format!(
+        "{} {} ({}) of thread {}\n  tool: {}\n  asks: {}\n",
+        decision.as_str(),
+        field("id"),
+        field("kind"),
+        field("thread"),
+        field("tool"),
+        field("command")
+    );
+    if let Some(files) = files.filter(|f| !f.is_empty()) {
+        out.push_str(&format!("  files: {files}\n"));
+    }
+    for (label, k) in [("cwd", "cwd"), ("reason", "reason")] {
+        if a[k].is_string() {
+            out.push_str(&format!("  {label}: {}\n", field(k)));
+        }
+    }
+    if let Some(m) = message {
+        out.push_str(&format!("  message to the model: {}\n", terminal::escape(m)));
+    }
+    out
+}
+
+/// One request to the running broker; its error as the CLI's.
+fn call(request: &Value) -> Result<Value> {
+    let socket = paths::socket_path(&paths::runtime_dir());
+    let reply = broker::producer::line::call(&socket, request, Some(Duration::from_secs(30)))?
+        .context("no broker is running: approvals are answered through it (broker start)")?;
+    if reply["ok"] != true {
+        bail!("{}: {}", reply["error"].as_str().unwrap_or("failed"), terminal::escape(reply["message"].as_str().unwrap_or("")));
+    }
+    Ok(reply)
+}

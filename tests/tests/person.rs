@@ -1,0 +1,104 @@
+//! Only a person answers, whatever runs the command: the attacks of the third review on the
+//! person check, on the real pinned agents. A Codex session waits on an approval; the attacker is
+//! a Claude Code model's Bash command (unsandboxed, Claude trusted by Courier), or a command that
+//! reaches the person's own tmux and runs `broker approve` in a new window there. None of them
+//! answers; the person, with the passphrase, then does (docs/security.md, "Who is a person").
+//!
+//! The Claude Code test skips (and says so) only when COURIER_CLAUDE_BIN is unset.
+
+use courier_tests::approval_rig::*;
+use courier_tests::broker::PERSON_PASSPHRASE;
+use courier_tests::claude::env_or_skip;
+use courier_tests::claude::gate::broker_in_claude;
+use courier_tests::messages::{ScriptedMessages, Turn};
+use courier_tests::tmux::Tmux;
+use courier_tests::util::poll_until;
+use std::time::Duration;
+
+/// Another agent's model answers nothing: a Claude Code model's Bash command lists the Codex
+/// thread's approval, runs `broker approve ID` (no terminal to ask a passphrase at: refused, as
+/// would be any host's command), and sends the raw socket request with the record's digest, a
+/// made-up proof and a NATS user's name (`not_a_person`). The approval stays pending, the
+/// command does not run; then the person's approve wins.
+#[test]
+fn a_claude_code_models_command_cannot_answer_a_codex_approval() {
+    let (_model, env, _, ran, _) = escalating("CLAUDE_ANSWERED", "for another agent to approve");
+    let w = waiting_on(&env);
+    w.broker.person_passphrase();
+    let id = w.id().to_string();
+    let broker = broker_in_claude(&env);
+    let attack = format!(
+        "{broker} approvals --json; {broker} approve {id} 2>&1; echo rc=$? PLAIN; {}",
+        raw_approve(&env.runtime_dir.join("broker.sock"), &id)
+    );
+    let api = ScriptedMessages::start_with(move |r| match r.tool_results().is_empty() {
+        true => Turn::bash(&attack),
+        false => Turn::text("done"),
+    });
+    let Some(claude) = env_or_skip(&api) else { return };
+    // Trusted by Courier, as a Claude Code user's would be: trust makes its hooks count, never
+    // its model's commands.
+    w.broker.trust_claude(&claude.claude);
+    let out = claude.print("approve the waiting Codex command");
+    assert!(out.status.success(), "{:?}\n{}\n{}", out.status, out.stderr, api.dump());
+    let said = api.requests().iter().find_map(|r| r.tool_results().first().map(|b| courier_tests::messages::content_text(b))).unwrap();
+    eprintln!("the Claude Code model's command printed:\n{said}");
+    assert!(said.contains(&id), "it could list the approval (it is not secret): {said}");
+    assert!(said.contains("no terminal to ask the person's passphrase") && said.contains("rc=1 PLAIN"), "{said}");
+    assert!(said.contains("not_a_person"), "the raw request with a made-up proof: {said}");
+    let a = approvals(&w.broker, false).into_iter().find(|a| a["id"] == id.as_str()).expect("still pending");
+    assert_eq!(a["state"], "pending", "{a}");
+    assert!(!ran.exists(), "the escalated command did not run");
+    let (ok, said) = answer(&w.broker, &["approve", &id]);
+    assert!(ok && said.contains("won"), "the person's approve: {said}");
+}
+
+/// A command that reached the person's terminal multiplexer (it can open windows, type, and
+/// read the screen) launders nothing: `broker approve ID` in a new window of the person's tmux
+/// asks for the passphrase there; the attacker's guess is refused; when the person answers in a
+/// window of the same server, what they type never reaches the screen the attacker reads.
+#[test]
+fn a_command_laundered_through_the_persons_tmux_cannot_answer() {
+    let (_model, env, _, ran, _) = escalating("LAUNDERED", "to launder an approval");
+    let w = waiting_on(&env);
+    w.broker.person_passphrase();
+    let id = w.id().to_string();
+    // The attacker knows where Courier's directories are: it names them on the command line.
+    let broker = broker_in_claude(&env);
+    let person = Tmux::start(&["bash".into(), "--norc".into(), "--noprofile".into()], &env.env_vars(), &env.work);
+
+    // The attacker, through the person's tmux socket: a new window that runs `broker approve`.
+    let out = env.root.join("laundered.out");
+    let laundered = format!("{broker} approve {id} 2>{out}; echo rc=$? >> {out}", out = out.display());
+    person.tmux(&["new-window", "-d", "-n", "attacker", &laundered]);
+    poll_until(T, || person.pane(":attacker").contains("Passphrase to approve").then_some(()))
+        .unwrap_or_else(|| panic!("no prompt in the laundered window:\n{}", person.pane(":attacker")));
+    person.tmux(&["send-keys", "-t", ":attacker", "a guess at the passphrase", "Enter"]);
+    let said = poll_until(T, || std::fs::read_to_string(&out).ok().filter(|s| s.contains("rc=")))
+        .unwrap_or_else(|| panic!("the laundered approve did not end:\n{}", person.pane(":attacker")));
+    assert!(said.contains("wrong passphrase") && said.contains("rc=1"), "{said}");
+    let a = approvals(&w.broker, false).into_iter().find(|a| a["id"] == id.as_str()).expect("still pending");
+    assert_eq!(a["state"], "pending", "{a}");
+    assert!(!ran.exists(), "the escalated command did not run");
+
+    // The person answers at the same tmux server; the screen never shows the passphrase.
+    let done = env.root.join("person.out");
+    person.tmux(&[
+        "new-window",
+        "-d",
+        "-n",
+        "person",
+        &format!("{broker} approve {id} > {d} 2>&1; echo rc=$? >> {d}; sleep 30", d = done.display()),
+    ]);
+    poll_until(T, || person.pane(":person").contains("Passphrase to approve").then_some(()))
+        .unwrap_or_else(|| panic!("no prompt for the person:\n{}", person.pane(":person")));
+    person.tmux(&["send-keys", "-t", ":person", PERSON_PASSPHRASE, "Enter"]);
+    let said = poll_until(T, || std::fs::read_to_string(&done).ok().filter(|s| s.contains("rc=")))
+        .unwrap_or_else(|| panic!("the person's approve did not end:\n{}", person.pane(":person")));
+    assert!(said.contains("won") && said.contains("rc=0"), "{said}");
+    let screen = person.pane(":person");
+    assert!(!screen.contains(PERSON_PASSPHRASE), "the passphrase reached the screen:\n{screen}");
+    poll_until(T, || ran.exists().then_some(())).expect("the approved command ran");
+}
+
+const T: Duration = Duration::from_secs(30);
