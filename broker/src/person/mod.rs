@@ -1,5 +1,5 @@
 //! Who is a person: the one proof that every act reserved to a person rests on, for every host
-//! and every surface (`approve`, `deny`, the NATS approvers, the stop that lasts across logins).
+//! and every surface (`approve` and `deny`, at a terminal, from a person's script, over NATS).
 //!
 //! **The proof is a signature by the person key.** The person chooses a passphrase once
 //! (`broker person set`, at a terminal). Its PBKDF2-HMAC-SHA256 (`kdf.rs`, 600,000 rounds by
@@ -135,8 +135,6 @@ pub enum Act<'a> {
     /// Answer approval `approval` whose record digests to `shown` (what the person was shown,
     /// [`crate::approval::Approval::shown`]); a deny's message is part of the act.
     Answer { approval: &'a str, decision: crate::approval::Decision, shown: &'a str, message: Option<&'a str> },
-    /// Keep the broker stopped across logins, from the stop at `at_ms`.
-    StopAcrossLogins { at_ms: i64 },
 }
 
 impl Act<'_> {
@@ -148,7 +146,6 @@ impl Act<'_> {
                 decision.as_str(),
                 message.map(|m| hex(&Sha256::digest(m.as_bytes()))).unwrap_or_else(|| "-".into())
             ),
-            Act::StopAcrossLogins { at_ms } => format!("courier person act v1\nstop across logins\n{at_ms}\n"),
         }
         .into_bytes()
     }
@@ -204,7 +201,6 @@ mod tests {
             answer("abd", Decision::Approve, None),
             answer("abc", Decision::Deny, None),
             answer("abc", Decision::Approve, Some("")),
-            Act::StopAcrossLogins { at_ms: 1 },
         ] {
             assert!(key.verify(&other, &proof).is_err(), "{other:?} accepted a signature of {act:?}");
         }
