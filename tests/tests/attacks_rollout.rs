@@ -11,21 +11,23 @@ use std::time::Duration;
 
 use courier_tests::broker::hook_command;
 use courier_tests::model::Request;
-use courier_tests::util::{marker, str_field, wait_until};
+use courier_tests::util::{marker, shell_quote, str_field, wait_until};
 use courier_tests::{Broker, CodexEnv, Hold, Reply, ScriptedModel};
 
 const T: Duration = Duration::from_secs(60);
 
 /// The watcher: woken by inotify on every write to the rollout, it changes in place (a `pwrite`
 /// at the same offset, same length) the last hex digit of every `<courier-message id=...>`
-/// marker it finds, once each, and logs `<offset> <old id> <new id>` per rewrite. What a model
-/// command can leave running in the background.
+/// marker it finds, once each, and logs `ready`, then `<offset> <old id> <new id>` per rewrite.
+/// What a model command can leave running in the background; woken by the kernel, it rewrites a
+/// record well before the broker's next confirmation pass (every 500 ms) reads it.
 const WATCHER: &str = r#"
 import ctypes, os, re, sys
 path, log, stop = sys.argv[1], sys.argv[2], sys.argv[3]
 libc = ctypes.CDLL(None, use_errno=True)
 ino = libc.inotify_init1(0)
 libc.inotify_add_watch(ino, path.encode(), 0x2)  # IN_MODIFY
+open(log, 'a').write('ready\n')
 pat = re.compile(rb'courier-message id=\\"(m_[0-9a-f]+)\\"')
 done = set()
 fd = os.open(path, os.O_RDWR)
@@ -51,6 +53,7 @@ struct Watcher {
 }
 
 impl Watcher {
+    /// Starts it on `rollout` and waits until it watches.
     fn start(env: &CodexEnv, rollout: &Path) -> Watcher {
         let (log, stop) = (env.root.join("watcher.log"), env.root.join("watcher.stop"));
         let child = Command::new("python3")
@@ -58,13 +61,16 @@ impl Watcher {
             .stdin(Stdio::null())
             .spawn()
             .expect("python3");
-        Watcher { child, log, stop }
+        let w = Watcher { child, log, stop };
+        wait_until(T, "the watcher to watch", || std::fs::read_to_string(&w.log).ok().filter(|l| l.starts_with("ready")));
+        w
     }
 
     /// Each rewrite: (old id, new id).
     fn rewrites(&self) -> Vec<(String, String)> {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        text.lines().filter_map(|l| l.split_once(' ').and_then(|(_, ids)| ids.split_once(' '))).map(|(a, b)| (a.into(), b.into())).collect()
+        let ids = text.lines().filter_map(|l| l.split_once(' ').and_then(|(_, ids)| ids.split_once(' ')));
+        ids.map(|(a, b)| (a.into(), b.into())).collect()
     }
 }
 
@@ -85,34 +91,42 @@ impl Drop for Watcher {
 /// `confirmed`, `attempts 2`, no alarm.)
 #[test]
 fn a_rewritten_rollout_marker_never_shows_a_message_twice() {
-    let (first, answer) = (Hold::new(), Hold::new());
-    let (f, a) = (first.clone(), answer.clone());
-    // The first session: a tool call (its first reply waits on `first`), then the answer (it waits
-    // on `answer`, so no Stop hook reads the rollout before the watcher is done with it).
-    let mut sessions = 0;
-    let model = ScriptedModel::start_with(move |r: &Request| match (r.function_calls().is_empty(), sessions) {
-        (true, _) => {
-            sessions += 1;
-            if sessions == 1 {
-                Reply::exec("echo hello").held(&f)
+    let answer = Hold::new();
+    let a = answer.clone();
+    let model = ScriptedModel::start();
+    let env = CodexEnv::with_hook_command(&model, &hook_command());
+    let (started, go) = (env.root.join("tool-started"), env.root.join("tool-go"));
+    // The first session's tool call waits for `go` (its PreToolUse has run: the message goes to
+    // its PostToolUse), and the answer after it waits on `answer`: no Stop hook reads the rollout
+    // before the watcher has rewritten the record.
+    let tool = format!(
+        "touch {s}; while [ ! -e {g} ]; do sleep 0.05; done; echo hello",
+        s = shell_quote(&started.display().to_string()),
+        g = shell_quote(&go.display().to_string())
+    );
+    let mut answers = 0;
+    model.set_script(move |r: &Request| {
+        if r.function_calls().is_empty() {
+            Reply::exec(&tool)
+        } else {
+            answers += 1;
+            if answers == 1 {
+                Reply::message("done").held(&a)
             } else {
-                Reply::exec("echo hello")
+                Reply::message("done")
             }
         }
-        (false, 1) => Reply::message("done").held(&a),
-        (false, _) => Reply::message("done"),
     });
-    let env = CodexEnv::with_hook_command(&model, &hook_command());
     assert!(env.codex_home.starts_with("/tmp"), "the layout under attack: CODEX_HOME under /tmp");
     let broker = Broker::start_trusted(&env);
     let child = env.spawn_exec("please run a command");
-    first.wait_held(1, T);
     let thread = child.wait_thread_id(T);
+    wait_until(T, "the tool call to run", || started.exists().then_some(()));
     let rollout = env.rollout_path(&thread).expect("the rollout");
     let watcher = Watcher::start(&env, &rollout);
     let text = marker("READ_ONCE");
     let id = broker.send_opts(&thread, &text, None, Some("e2e"));
-    first.release();
+    std::fs::write(&go, "").unwrap();
     answer.wait_held(1, T);
     let forged = wait_until(T, "the watcher's rewrite", || watcher.rewrites().into_iter().find(|(old, _)| *old == id).map(|(_, new)| new));
     answer.release();
