@@ -460,6 +460,9 @@ mod tests {
         // Hooks that cannot carry it lease nothing and write nothing more.
         assert!(s.lease(T, stop, Some("t"), 10_000, crate::envelope::STOP_OUTPUT_BYTES).unwrap().is_none());
         assert_eq!(s.message(&big).unwrap().unwrap().reason.as_deref(), Some("waiting_for_larger_hook"));
+        // The thread's reasons (a wake's, a hook's deferral) do not hide its own.
+        s.note_deferral(T, crate::reason::WakeReason::ThreadNotLoaded).unwrap();
+        assert_eq!(s.message(&big).unwrap().unwrap().reason.as_deref(), Some("waiting_for_larger_hook"));
         let later = enqueue(&mut s, "later", None);
         let post = Channel::Hook(HookEvent::PostToolUse);
         let lease = s.lease(T, post, Some("t"), 10_000, 26_214).unwrap().expect("a hook that carries it");

@@ -428,7 +428,8 @@ impl Store {
     }
 
     /// Says on the thread's pending messages why a verified hook did not take them (shown by
-    /// `inspect`). Writes only when the reason changes.
+    /// `inspect`). Writes only when the reason changes. A message's own reason to wait
+    /// (`waiting_for_larger_hook`: no hook of its session carries it) outlasts the thread's.
     pub fn note_deferral(&mut self, thread: &ThreadId, reason: impl Into<Reason>) -> Result<()> {
         let thread = thread.as_str();
         let reason = reason.into().as_str();
@@ -437,8 +438,8 @@ impl Store {
         self.unsynced(|s| {
             s.conn.execute(
                 "UPDATE messages SET reason = ?2 WHERE thread = ?1 AND state = 'pending' AND kind = 'message'
-                 AND reason IS NOT ?2",
-                params![thread, reason],
+                 AND reason IS NOT ?2 AND reason IS NOT ?3",
+                params![thread, reason, DeliveryReason::WaitingForLargerHook.as_str()],
             )?;
             Ok(())
         })
