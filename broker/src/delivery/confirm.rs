@@ -38,16 +38,17 @@ pub fn reconcile_shared(store: &Mutex<Store>, thread: Option<&ThreadId>) -> Resu
     apply(&mut crate::store::lock(store), found)
 }
 
-/// The hand-offs to settle, by rollout, with the codex each went to and every message Courier
-/// ever handed to that rollout (a marker naming another was written by someone else).
+/// The hand-offs to settle, by rollout, with the codex each went to.
 struct Handed {
     by_rollout: HashMap<String, Vec<Message>>,
     codex: HashMap<LeaseToken, ProcessKey>,
-    handed_there: HashMap<String, HashSet<String>>,
 }
 
-/// A hook record naming messages Courier never handed to its rollout: the rollout was rewritten
-/// after Codex wrote it (an alarm on the hand-offs it was found after, `victims`).
+/// A hook record naming messages that are no open hand-off of its rollout (`named`): each one
+/// Courier never handed to that rollout was written by someone else, after Codex wrote the
+/// record. Which are is decided with the store ([`apply`]): then the alarm is raised on the
+/// hand-offs still open before the record (`victims`), and they are `uncertain`
+/// (`rollout_tampered`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tamper {
     pub line_start: u64,
@@ -66,7 +67,6 @@ impl Handed {
         let mut by_rollout: HashMap<String, Vec<Message>> = HashMap::new();
         let mut codex = HashMap::new();
         // A Claude Code hand-off is settled from its transcript by `claude/confirm.rs`.
-        let mut handed_there = HashMap::new();
         for m in store.handed(thread)?.into_iter().filter(|m| !m.event.is_some_and(Channel::is_claude)) {
             if let Some(lease) = m.lease {
                 if let Some((pid, starttime)) = store.codex_of(lease)? {
@@ -74,13 +74,10 @@ impl Handed {
                 }
             }
             if let Some(path) = m.rollout_path.clone() {
-                if !handed_there.contains_key(&path) {
-                    handed_there.insert(path.clone(), store.ids_handed_to(&m.thread, &path)?);
-                }
                 by_rollout.entry(path).or_default().push(m);
             }
         }
-        Ok(Handed { by_rollout, codex, handed_there })
+        Ok(Handed { by_rollout, codex })
     }
 
     /// Reads each rollout (no store needed). Whose codex is gone, and whose time to show up is
@@ -98,9 +95,7 @@ impl Handed {
             let overdue: HashSet<&str> =
                 messages.iter().filter(|m| m.shown_by.is_some_and(|t| t <= now) && m.turn_id.is_none()).map(|m| m.id.as_str()).collect();
             let len = std::fs::metadata(&path).map_or(0, |m| m.len());
-            let earlier = self.handed_there.get(&path).cloned().unwrap_or_default();
-            let budget = SCAN_BUDGET.load(Ordering::Relaxed);
-            let (findings, tampers) = scan_rollout_known(&path, &messages, &earlier, budget);
+            let (findings, tampers) = scan_rollout_full(&path, &messages, SCAN_BUDGET.load(Ordering::Relaxed));
             tampered.extend(tampers.into_iter().map(|t| (messages[0].thread.clone(), path.clone(), t)));
             for (id, mut state, mut reason, offset) in findings {
                 if state.is_none() && dead.contains(id.as_str()) {
@@ -119,17 +114,30 @@ impl Handed {
 }
 
 /// Records what the scans found; a hand-off settled or replaced since it was read is left alone.
-/// A tampered record raises its alarm first (once per record, however many scans read it).
-fn apply(store: &mut Store, found: Found) -> Result<usize> {
+/// A tampered record raises its alarm first (once per record, however many scans read it), and
+/// its victims not confirmed since are `uncertain` (or stay open) with `rollout_tampered`.
+fn apply(store: &mut Store, mut found: Found) -> Result<usize> {
     for (thread, path, t) in &found.tampered {
+        let mut forged = Vec::new();
+        for id in &t.named {
+            if !store.was_handed_to(id, thread, path)? {
+                forged.push(id.as_str());
+            }
+        }
+        if forged.is_empty() {
+            continue; // a record of a hand-off settled before: read again, not rewritten
+        }
         let detail = format!(
             "a hook record at byte {} of {path} names {}, which Courier never handed to this rollout: it was rewritten after \
              Codex wrote it; the hand-offs before it are `uncertain`, never offered again",
             t.line_start,
-            t.named.join(", ")
+            forged.join(", ")
         );
         if store.raise_rollout_alarm(thread, &format!("{path}@{}", t.line_start), &t.victims, &detail)? {
             crate::log_warn!("ALARM: {detail} (messages: {})", t.victims.join(", "));
+        }
+        for s in found.settlements.iter_mut().filter(|s| t.victims.contains(&s.id) && s.state != Some(State::Confirmed)) {
+            s.reason = Some(Doubt::Tampered.into());
         }
     }
     let mut settled = 0;
@@ -194,15 +202,15 @@ pub(super) fn scan_rollout(path: &str, messages: &[Message]) -> Vec<Finding> {
     scan_rollout_within(path, messages, SCAN_BUDGET.load(Ordering::Relaxed))
 }
 
-/// [`scan_rollout_known`] where only `messages` were ever handed to the rollout.
+/// [`scan_rollout_full`]'s findings.
 #[cfg(test)]
 pub(super) fn scan_rollout_within(path: &str, messages: &[Message], budget: u64) -> Vec<Finding> {
-    scan_rollout_known(path, messages, &HashSet::new(), budget).0
+    scan_rollout_full(path, messages, budget).0
 }
 
-/// Scans `path` for `messages` (Courier also handed `earlier` to it), reading at most `budget`
-/// bytes: what settles, and the records that name a message never handed there.
-pub(super) fn scan_rollout_known(path: &str, messages: &[Message], earlier: &HashSet<String>, budget: u64) -> (Vec<Finding>, Vec<Tamper>) {
+/// Scans `path` for `messages`, reading at most `budget` bytes: what settles, and the hook
+/// records that name a message which is no open hand-off there ([`Tamper`]).
+pub(super) fn scan_rollout_full(path: &str, messages: &[Message], budget: u64) -> (Vec<Finding>, Vec<Tamper>) {
     use std::os::unix::fs::MetadataExt;
     let start = messages.iter().map(|m| m.scan_offset.unwrap_or(0).max(0) as u64).min().unwrap_or(0);
     let all = |state, reason, offset| -> (Vec<Finding>, Vec<Tamper>) {
@@ -232,7 +240,7 @@ pub(super) fn scan_rollout_known(path: &str, messages: &[Message], earlier: &Has
     };
     let budget_end = st.lines.cursor.consumed.saturating_add(budget).min(len);
 
-    let mut scan = Scan::new(messages, earlier);
+    let mut scan = Scan::new(messages);
     if !scan.open.is_empty() {
         // A read error ends this pass; the next one resumes where it stopped.
         let read = st.lines.read(&file, budget_end, |line, line_start, next| {
@@ -259,8 +267,6 @@ pub(super) fn scan_rollout_known(path: &str, messages: &[Message], earlier: &Has
 pub struct Scan<'a> {
     /// Every message handed to this rollout and not settled yet, in queue order.
     messages: &'a [Message],
-    /// The rest Courier handed to this rollout (settled before).
-    earlier: &'a HashSet<String>,
     open: HashMap<&'a str, &'a Message>,
     /// Found in this scan; an earlier scan's is in the message's `reason` (`unseen::Doubt`).
     doubts: HashMap<&'a str, Doubt>,
@@ -269,14 +275,9 @@ pub struct Scan<'a> {
 }
 
 impl<'a> Scan<'a> {
-    pub fn new(messages: &'a [Message], earlier: &'a HashSet<String>) -> Scan<'a> {
+    pub fn new(messages: &'a [Message]) -> Scan<'a> {
         let open = messages.iter().map(|m| (m.id.as_str(), m)).collect();
-        Scan { messages, earlier, open, doubts: HashMap::new(), out: Vec::new(), tampered: Vec::new() }
-    }
-
-    /// Whether Courier ever handed message `id` to this rollout.
-    fn handed_here(&self, id: &str) -> bool {
-        self.earlier.contains(id) || self.messages.iter().any(|m| m.id == id)
+        Scan { messages, open, doubts: HashMap::new(), out: Vec::new(), tampered: Vec::new() }
     }
 
     fn settle(&mut self, id: &str, state: Option<State>, reason: Option<Reason>, next: u64) {
@@ -284,15 +285,10 @@ impl<'a> Scan<'a> {
         self.open.remove(id);
     }
 
-    /// Casts `doubt` on every open message handed before `line_start`: the first doubt stays,
-    /// but tampering outranks every other (it is what raised the alarm).
+    /// Casts `doubt` on every open message handed before `line_start` (the first doubt stays).
     fn doubt(&mut self, doubt: Doubt, line_start: u64) {
         for m in self.open.values().filter(|m| after(m, line_start)) {
-            if doubt == Doubt::Tampered {
-                self.doubts.insert(m.id.as_str(), doubt);
-            } else {
-                self.doubts.entry(m.id.as_str()).or_insert(doubt);
-            }
+            self.doubts.entry(m.id.as_str()).or_insert(doubt);
         }
     }
 
@@ -368,8 +364,8 @@ pub fn settle_line(line: Option<&[u8]>, line_start: u64, next: u64, scan: &mut S
 }
 
 /// Hook output: settles the messages of the hand-offs it belongs to (see [`settle_line`]); one
-/// that names no message casts doubt on the rest, and one that names a message never handed to
-/// this rollout is a record someone rewrote ([`Tamper`]).
+/// that names no message casts doubt on the rest, and one that names a message which is no open
+/// hand-off here may be a record someone rewrote ([`Tamper`]).
 fn settle_hook_text(text: &str, line_start: u64, next: u64, scan: &mut Scan) {
     let present: HashSet<&str> = marker_ids(text).collect();
     let open = &scan.open;
@@ -402,10 +398,10 @@ fn settle_hook_text(text: &str, line_start: u64, next: u64, scan: &mut Scan) {
     if let Some(doubt) = unseen::doubt_of_hook_text(text) {
         scan.doubt(doubt, line_start);
     }
-    let mut named: Vec<String> = present.iter().filter(|id| !scan.handed_here(id)).map(|id| id.to_string()).collect();
+    let handed_here = |id: &&str| scan.messages.iter().any(|m| m.id == *id);
+    let mut named: Vec<String> = present.iter().filter(|id| !handed_here(id)).map(|id| id.to_string()).collect();
     if !named.is_empty() {
         named.sort_unstable();
-        scan.doubt(Doubt::Tampered, line_start);
         let mut victims: Vec<String> = scan.open.values().filter(|m| after(m, line_start)).map(|m| m.id.clone()).collect();
         victims.sort_unstable();
         scan.tampered.push(Tamper { line_start, named, victims });

@@ -468,6 +468,9 @@ fn a_rewritten_marker_is_an_alarm_and_never_offers_the_message_again() {
     let rewritten = format!("{}{flipped}{}", &text[..digit], &text[digit + 1..]);
     assert_eq!((rewritten.len(), marker_ids(&rewritten).collect::<Vec<_>>()), (text.len(), vec![forged_id.as_str()]));
     append(&hook_context(&rewritten));
+    reconcile(&mut store, None).unwrap();
+    let m = store.message(&id).unwrap().unwrap();
+    assert_eq!((m.state, m.reason.as_deref()), (State::Handed, Some("rollout_tampered")), "open, marked: {m:?}");
     append(&complete("T1"));
     reconcile(&mut store, None).unwrap();
     reconcile(&mut store, None).unwrap();

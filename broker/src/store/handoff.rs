@@ -184,15 +184,16 @@ const LEASE_HOLDS: &str = "SELECT EXISTS(SELECT 1 FROM messages m WHERE m.thread
     AND (?2 OR EXISTS(SELECT 1 FROM message_parts p WHERE p.message = m.id)))";
 
 impl Store {
-    /// Every message Courier ever handed to `rollout` of `thread` (whole, or a part): a hook
-    /// record there naming any other was written by someone else (`delivery/confirm.rs`).
-    pub fn ids_handed_to(&self, thread: &ThreadId, rollout: &str) -> Result<std::collections::HashSet<String>> {
+    /// Whether Courier ever handed message `id` of `thread` to `rollout` (whole, or a part): a
+    /// hook record there naming a message it did not was written by someone else
+    /// (`delivery/confirm.rs`).
+    pub fn was_handed_to(&self, id: &str, thread: &ThreadId, rollout: &str) -> Result<bool> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT id FROM messages WHERE thread = ?1 AND rollout_path = ?2
-             UNION SELECT p.message FROM message_parts p JOIN messages m ON m.id = p.message WHERE m.thread = ?1 AND p.rollout_path = ?2",
+            "SELECT EXISTS(SELECT 1 FROM messages WHERE id = ?1 AND thread = ?2 AND rollout_path = ?3)
+             OR EXISTS(SELECT 1 FROM message_parts p JOIN messages m ON m.id = p.message
+                       WHERE p.message = ?1 AND m.thread = ?2 AND p.rollout_path = ?3)",
         )?;
-        let rows = stmt.query_map(params![thread.as_str(), rollout], |r| r.get(0))?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        Ok(stmt.query_row(params![id, thread.as_str(), rollout], |r| r.get(0))?)
     }
 
     /// The handed parts of message `id`, in order (none for a message handed whole).
