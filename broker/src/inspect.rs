@@ -282,7 +282,11 @@ impl Report {
         if self.alarms.is_empty() {
             return;
         }
-        let _ = writeln!(out, "\nALARMS (newest first): two hook calls followed one Codex action; one was not Codex's");
+        let _ = writeln!(
+            out,
+            "\nALARMS (newest first): ticket_used: two hook calls followed one Codex action, one was not Codex's; \
+             rollout_tampered: a rollout was rewritten after Codex wrote it"
+        );
         for a in &self.alarms {
             let _ = writeln!(
                 out,

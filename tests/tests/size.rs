@@ -390,12 +390,14 @@ fn tui_shows_a_one_line_receipt_for_a_mid_turn_delivery() {
 }
 
 /// Codex reads a session's handlers when the session starts: one started before `broker install`
-/// raised the limit runs the old command (no `--context-limit`) and would cut a large message
-/// (and spill it to `/tmp/hook_outputs`). The broker gives such a hook the default budget: the
-/// large message waits (pending, never cut, nothing spilled), and so does a small one sent behind
-/// it (order is kept); the thread's next session, under the new handlers, gets both whole.
+/// raised the limit runs the old command (no `--context-limit`), whose every hook the broker
+/// gives the default budget (8,000 bytes), as it gives every Stop. An 8,192-byte message sent
+/// first waits (`pending`, `waiting_for_larger_hook` in `broker status`; never cut, not a byte to
+/// the model, nothing spilled), and the 62 messages sent behind it go ahead in that session, all
+/// `confirmed`; the thread's next session, under the new handlers, gets it whole. (Before, the
+/// large message held all 62 `pending` for the whole session, with no reason.)
 #[test]
-fn session_started_before_the_upgrade_never_gets_a_message_it_would_cut() {
+fn one_large_message_never_holds_the_rest_of_a_session_started_before_the_upgrade() {
     let hold = Hold::new();
     let model = ScriptedModel::start_with(exec_held_then_done("echo hello", &hold));
     let env = CodexEnv::new(&model);
@@ -406,21 +408,31 @@ fn session_started_before_the_upgrade_never_gets_a_message_it_would_cut() {
     hold.wait_held(1, T);
     let thread = child.wait_thread_id(T);
     env.install_hooks(&Hook::courier_set(&hook_command())); // the upgrade, while the session runs
-    let body = big_body(&marker("MIDUPGRADE"), 60 * 1024);
+    let tag = marker("MIDUPGRADE");
+    let body = big_body(&tag, 8_192);
     let big = broker.send_opts(&thread, &body, None, Some("size"));
-    let small = broker.send_opts(&thread, "small one", None, Some("size"));
+    let small: Vec<(String, String)> = (0..62)
+        .map(|i| {
+            let text = format!("{} small one {i}", marker("BEHIND"));
+            (broker.send_opts(&thread, &text, None, Some("size")), text)
+        })
+        .collect();
     hold.release();
     child.wait(T).assert_success();
-    assert_eq!((broker.message_state(&big), broker.message_state(&small)), ("pending".into(), "pending".into()));
+    for (id, text) in &small {
+        broker.wait_state(id, "confirmed", Duration::from_secs(15));
+        model.assert_received_once(text, T);
+    }
+    assert_eq!(broker.message_state(&big), "pending");
+    let status = broker.run_ok(&["status", &big]);
+    assert!(status.contains("waiting_for_larger_hook"), "status says why it waits:\n{status}");
     assert!(!spilled(&thread), "cut and spilled to /tmp/hook_outputs/{thread}");
     assert!(model.requests().iter().all(|r| !r.body_contains(&big)), "not a byte of it");
 
     env.exec_args(&["resume", &thread], "please run a command", T).assert_success();
-    for id in [&big, &small] {
-        broker.wait_state(id, "confirmed", Duration::from_secs(15));
-    }
+    broker.wait_state(&big, "confirmed", Duration::from_secs(15));
     let whole = broker_lib::envelope::wrap_message(&big, "size", &body);
-    let both = format!("{whole}\n{}", broker_lib::envelope::wrap_message(&small, "size", "small one"));
-    assert!(model.requests().iter().any(|r| r.developer_messages_containing(&big) == vec![both.clone()]), "{}", model.dump());
+    assert!(model.requests().iter().any(|r| r.developer_messages_containing(&big) == vec![whole.clone()]), "{}", model.dump());
+    model.assert_received_once(&tag, T);
     assert!(!spilled(&thread));
 }

@@ -1,8 +1,10 @@
 //! Confirmation: the rollout is the ground truth of what reached the model. From the offset the
 //! rollout had when a message was handed, [`reconcile`] scans forward (only new bytes, resuming
 //! where the last scan stopped) for the message's marker in a hook-injected message: found ->
-//! `confirmed`; its turn closed without it -> `pending` again when the rollout proves the model
-//! never saw it (`unseen.rs`), else `uncertain`.
+//! `confirmed`; its turn closed without it -> `uncertain` with the reason (`unseen.rs`). Nothing
+//! read here ever makes a handed message `pending` again: the rollout is a file others can
+//! rewrite, so what it lacks proves nothing (docs/reliability.md, "Evidence classes"). A hook
+//! record naming a message Courier never handed to this rollout was rewritten: an alarm.
 
 use crate::codex::rollout::lines::{WholeLines, CHUNK as SCAN_CHUNK};
 use crate::delivery::unseen;
@@ -13,7 +15,7 @@ use anyhow::Result;
 use codex_format::rollout::marker_ids;
 use codex_format::rollout::{classify_line, RolloutEvent};
 use courier_shared::ids::ThreadId;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,6 +44,24 @@ struct Handed {
     codex: HashMap<LeaseToken, ProcessKey>,
 }
 
+/// A hook record naming messages that are no open hand-off of its rollout (`named`): each one
+/// Courier never handed to that rollout was written by someone else, after Codex wrote the
+/// record. Which are is decided with the store ([`apply`]): then the alarm is raised on the
+/// hand-offs still open before the record (`victims`), and they are `uncertain`
+/// (`rollout_tampered`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tamper {
+    pub line_start: u64,
+    pub named: Vec<String>,
+    pub victims: Vec<String>,
+}
+
+/// What one pass over the rollouts found: the settlements, and each rollout's tampered records.
+struct Found {
+    settlements: Vec<Settlement>,
+    tampered: Vec<(ThreadId, String, Tamper)>,
+}
+
 impl Handed {
     fn read(store: &Store, thread: Option<&ThreadId>) -> Result<Handed> {
         let mut by_rollout: HashMap<String, Vec<Message>> = HashMap::new();
@@ -62,19 +82,22 @@ impl Handed {
 
     /// Reads each rollout (no store needed). Whose codex is gone, and whose time to show up is
     /// over, is decided before its scan: then the scan saw what the rollout will ever hold of them.
-    fn scan(self) -> Vec<Settlement> {
+    fn scan(self) -> Found {
         let mut found = Vec::new();
+        let mut tampered = Vec::new();
         for (path, messages) in self.by_rollout {
-            let dead: std::collections::HashSet<&str> = messages
+            let dead: HashSet<&str> = messages
                 .iter()
                 .filter(|m| m.lease.and_then(|t| self.codex.get(&t)).is_some_and(|k| !k.is_alive()))
                 .map(|m| m.id.as_str())
                 .collect();
             let now = crate::store::now_ms();
-            let overdue: std::collections::HashSet<&str> =
+            let overdue: HashSet<&str> =
                 messages.iter().filter(|m| m.shown_by.is_some_and(|t| t <= now) && m.turn_id.is_none()).map(|m| m.id.as_str()).collect();
             let len = std::fs::metadata(&path).map_or(0, |m| m.len());
-            for (id, mut state, mut reason, offset) in scan_rollout(&path, &messages) {
+            let (findings, tampers) = scan_rollout_full(&path, &messages, SCAN_BUDGET.load(Ordering::Relaxed));
+            tampered.extend(tampers.into_iter().map(|t| (messages[0].thread.clone(), path.clone(), t)));
+            for (id, mut state, mut reason, offset) in findings {
                 if state.is_none() && dead.contains(id.as_str()) {
                     (state, reason) = (Some(State::Uncertain), Some(DeliveryReason::CodexExited.into()));
                 }
@@ -86,14 +109,39 @@ impl Handed {
                 found.push(Settlement { id, lease, state, reason, scan_offset: offset });
             }
         }
-        found
+        Found { settlements: found, tampered }
     }
 }
 
 /// Records what the scans found; a hand-off settled or replaced since it was read is left alone.
-fn apply(store: &mut Store, found: Vec<Settlement>) -> Result<usize> {
+/// A tampered record raises its alarm first (once per record, however many scans read it), and
+/// its victims not confirmed since are `uncertain` (or stay open) with `rollout_tampered`.
+fn apply(store: &mut Store, mut found: Found) -> Result<usize> {
+    for (thread, path, t) in &found.tampered {
+        let mut forged = Vec::new();
+        for id in &t.named {
+            if !store.was_handed_to(id, thread, path)? {
+                forged.push(id.as_str());
+            }
+        }
+        if forged.is_empty() {
+            continue; // a record of a hand-off settled before: read again, not rewritten
+        }
+        let detail = format!(
+            "a hook record at byte {} of {path} names {}, which Courier never handed to this rollout: it was rewritten after \
+             Codex wrote it; the hand-offs before it are `uncertain`, never offered again",
+            t.line_start,
+            forged.join(", ")
+        );
+        if store.raise_rollout_alarm(thread, &format!("{path}@{}", t.line_start), &t.victims, &detail)? {
+            crate::log_warn!("ALARM: {detail} (messages: {})", t.victims.join(", "));
+        }
+        for s in found.settlements.iter_mut().filter(|s| t.victims.contains(&s.id) && s.state != Some(State::Confirmed)) {
+            s.reason = Some(Doubt::Tampered.into());
+        }
+    }
     let mut settled = 0;
-    for settlement in found {
+    for settlement in found.settlements {
         crate::failpoint::hit("reconcile_before_settle");
         if store.settle(&settlement)? && settlement.state.is_some() {
             settled += 1;
@@ -149,18 +197,29 @@ pub(super) fn scan_states() -> &'static Mutex<HashMap<String, ScanState>> {
 
 /// Scans `path` from the smallest scan offset of `messages` (or from where the last scan stopped
 /// inside a line) up to the end, or up to the read budget.
+#[cfg(test)]
 pub(super) fn scan_rollout(path: &str, messages: &[Message]) -> Vec<Finding> {
     scan_rollout_within(path, messages, SCAN_BUDGET.load(Ordering::Relaxed))
 }
 
+/// [`scan_rollout_full`]'s findings.
+#[cfg(test)]
 pub(super) fn scan_rollout_within(path: &str, messages: &[Message], budget: u64) -> Vec<Finding> {
+    scan_rollout_full(path, messages, budget).0
+}
+
+/// Scans `path` for `messages`, reading at most `budget` bytes: what settles, and the hook
+/// records that name a message which is no open hand-off there ([`Tamper`]).
+pub(super) fn scan_rollout_full(path: &str, messages: &[Message], budget: u64) -> (Vec<Finding>, Vec<Tamper>) {
     use std::os::unix::fs::MetadataExt;
     let start = messages.iter().map(|m| m.scan_offset.unwrap_or(0).max(0) as u64).min().unwrap_or(0);
-    let all = |state, reason, offset| -> Vec<Finding> { messages.iter().map(|m| (m.id.clone(), state, reason, offset)).collect() };
+    let all = |state, reason, offset| -> (Vec<Finding>, Vec<Tamper>) {
+        (messages.iter().map(|m| (m.id.clone(), state, reason, offset)).collect(), Vec::new())
+    };
     let Ok(file) = File::open(path) else {
         return all(Some(State::Uncertain), Some(DeliveryReason::RolloutMissing.into()), start);
     };
-    let Ok(meta) = file.metadata() else { return Vec::new() };
+    let Ok(meta) = file.metadata() else { return (Vec::new(), Vec::new()) };
     let len = meta.len();
     if len < start {
         return all(Some(State::Uncertain), Some(DeliveryReason::RolloutRewritten.into()), start);
@@ -206,17 +265,19 @@ pub(super) fn scan_rollout_within(path: &str, messages: &[Message], budget: u64)
 /// One scan over one rollout: the messages still open, what cast doubt on them on the way, and
 /// the settlements so far.
 pub struct Scan<'a> {
-    /// Every message handed to this rollout, in queue order.
+    /// Every message handed to this rollout and not settled yet, in queue order.
     messages: &'a [Message],
     open: HashMap<&'a str, &'a Message>,
     /// Found in this scan; an earlier scan's is in the message's `reason` (`unseen::Doubt`).
     doubts: HashMap<&'a str, Doubt>,
     out: Vec<Finding>,
+    tampered: Vec<Tamper>,
 }
 
 impl<'a> Scan<'a> {
     pub fn new(messages: &'a [Message]) -> Scan<'a> {
-        Scan { messages, open: messages.iter().map(|m| (m.id.as_str(), m)).collect(), doubts: HashMap::new(), out: Vec::new() }
+        let open = messages.iter().map(|m| (m.id.as_str(), m)).collect();
+        Scan { messages, open, doubts: HashMap::new(), out: Vec::new(), tampered: Vec::new() }
     }
 
     fn settle(&mut self, id: &str, state: Option<State>, reason: Option<Reason>, next: u64) {
@@ -233,12 +294,12 @@ impl<'a> Scan<'a> {
 
     /// The settlements, and for each message still open where the scan stands (`boundary`) and
     /// the doubt found, which the store keeps.
-    pub fn finish(mut self, boundary: u64) -> Vec<Finding> {
+    pub fn finish(mut self, boundary: u64) -> (Vec<Finding>, Vec<Tamper>) {
         for m in self.open.values() {
             let doubt = self.doubts.get(m.id.as_str()).map(|d| Reason::Doubt(*d));
             self.out.push((m.id.clone(), None, doubt, boundary.max(m.scan_offset.unwrap_or(0) as u64)));
         }
-        self.out
+        (self.out, self.tampered)
     }
 }
 
@@ -275,11 +336,12 @@ fn cut_by_codex(text: &str) -> bool {
 /// A hook message confirms a message only if it holds the message's WHOLE wrapped text. For the
 /// hand-off (lease) whose output it is, every other message is judged by what Codex did to that
 /// output: marker there but text incomplete -> `uncertain` (`shown_truncated`: the model saw part
-/// of it); marker missing -> it was in a part Codex cut out (`…N tokens truncated…`): back to
-/// `pending` (never shown), except the last of each run of missing messages, whose end may show
-/// in the kept tail (`uncertain`, `shown_truncated`). Without Codex's truncation notice a missing
-/// marker is `uncertain` (`marker_missing`), never re-offered. A turn closing without a message
-/// is judged in `unseen.rs`.
+/// of it); marker missing -> it was in a part Codex cut out (`…N tokens truncated…`):
+/// `uncertain` (`cut_by_codex`: most likely never shown, but the notice and the markers are
+/// bytes of a file others can rewrite), except the last of each run of missing messages, whose
+/// end may show in the kept tail (`shown_truncated`). Without Codex's truncation notice a missing
+/// marker is `marker_missing`. None is offered again. A turn closing without a message is judged
+/// in `unseen.rs`.
 pub fn settle_line(line: Option<&[u8]>, line_start: u64, next: u64, scan: &mut Scan) {
     let Some(line) = line else {
         scan.doubt(Doubt::UnreadLine, line_start);
@@ -291,8 +353,8 @@ pub fn settle_line(line: Option<&[u8]>, line_start: u64, next: u64, scan: &mut S
         Some(RolloutEvent::TurnClosed { turn_id, end }) => {
             let open: Vec<&Message> = scan.open.values().copied().filter(|m| after(m, line_start)).collect();
             for m in open {
-                if let Some((state, reason)) = unseen::settle_at_close(m, &turn_id, end, scan.doubts.get(m.id.as_str()).copied()) {
-                    scan.settle(&m.id, Some(state), Some(reason), next);
+                if let Some(reason) = unseen::reason_at_close(m, &turn_id, end, scan.doubts.get(m.id.as_str()).copied()) {
+                    scan.settle(&m.id, Some(State::Uncertain), Some(reason), next);
                 }
             }
         }
@@ -302,9 +364,10 @@ pub fn settle_line(line: Option<&[u8]>, line_start: u64, next: u64, scan: &mut S
 }
 
 /// Hook output: settles the messages of the hand-offs it belongs to (see [`settle_line`]); one
-/// that names no message casts doubt on the rest.
+/// that names no message casts doubt on the rest, and one that names a message which is no open
+/// hand-off here may be a record someone rewrote ([`Tamper`]).
 fn settle_hook_text(text: &str, line_start: u64, next: u64, scan: &mut Scan) {
-    let present: std::collections::HashSet<&str> = marker_ids(text).collect();
+    let present: HashSet<&str> = marker_ids(text).collect();
     let open = &scan.open;
     let shown = |m: &Message| open.contains_key(m.id.as_str()) && after(m, line_start) && present.contains(m.id.as_str());
     let leases: Vec<LeaseToken> = scan.messages.iter().filter(|m| shown(m)).filter_map(|m| m.lease).collect();
@@ -325,7 +388,7 @@ fn settle_hook_text(text: &str, line_start: u64, next: u64, scan: &mut Scan) {
         } else {
             let next_missing = batch.get(i + 1).is_some_and(|n| n.lease == m.lease && !present.contains(n.id.as_str()));
             match (truncated, next_missing) {
-                (true, true) => (State::Pending, Some(DeliveryReason::CutByCodex.into())),
+                (true, true) => (State::Uncertain, Some(DeliveryReason::CutByCodex.into())),
                 (true, false) => (State::Uncertain, Some(DeliveryReason::ShownTruncated.into())),
                 (false, _) => (State::Uncertain, Some(DeliveryReason::MarkerMissing.into())),
             }
@@ -334,6 +397,14 @@ fn settle_hook_text(text: &str, line_start: u64, next: u64, scan: &mut Scan) {
     }
     if let Some(doubt) = unseen::doubt_of_hook_text(text) {
         scan.doubt(doubt, line_start);
+    }
+    let handed_here = |id: &&str| scan.messages.iter().any(|m| m.id == *id);
+    let mut named: Vec<String> = present.iter().filter(|id| !handed_here(id)).map(|id| id.to_string()).collect();
+    if !named.is_empty() {
+        named.sort_unstable();
+        let mut victims: Vec<String> = scan.open.values().filter(|m| after(m, line_start)).map(|m| m.id.clone()).collect();
+        victims.sort_unstable();
+        scan.tampered.push(Tamper { line_start, named, victims });
     }
 }
 

@@ -6,7 +6,8 @@
 //!
 //! Confirmation (`confirm.rs`): [`reconcile`] scans each handed message's rollout forward from
 //! where it was handed for the message's marker: `confirmed`; when its turn closed without it,
-//! `pending` again if the rollout proves the model never saw it (`unseen.rs`), else `uncertain`.
+//! `uncertain` with the reason (`unseen.rs`), never `pending` again: the rollout is a file others
+//! can rewrite, and no decision that could show a message twice rests on it.
 //! Rendering (`render.rs`) builds the hook output from the wrappers of `crate::envelope`.
 
 mod confirm;

@@ -97,7 +97,8 @@ fn codex_cut(full: &str, head: usize, tail: usize) -> String {
 /// Only a message whose whole wrapped text is in the rollout is confirmed. Of five messages
 /// handed in one output that Codex cut (head kept up to the middle of
 /// the 2nd, tail from the middle of the 4th): 1st and 5th confirmed, 2nd and 4th (shown in
-/// part) uncertain, 3rd (entirely cut) back to pending. The same for a Stop prompt.
+/// part) uncertain `shown_truncated`, 3rd (entirely cut) uncertain `cut_by_codex` (never offered
+/// again: the notice is bytes of a file others can rewrite). The same for a Stop prompt.
 #[test]
 fn truncated_output_confirms_only_whole_messages() {
     let dir = std::env::temp_dir().join(format!("courier-scan-cut-{}", std::process::id()));
@@ -124,7 +125,7 @@ fn truncated_output_confirms_only_whole_messages() {
             [
                 (Some(State::Confirmed), None),
                 (Some(State::Uncertain), Some(DeliveryReason::ShownTruncated.into())),
-                (Some(State::Pending), Some(DeliveryReason::CutByCodex.into())),
+                (Some(State::Uncertain), Some(DeliveryReason::CutByCodex.into())),
                 (Some(State::Uncertain), Some(DeliveryReason::ShownTruncated.into())),
                 (Some(State::Confirmed), None),
             ],
@@ -207,10 +208,10 @@ fn scan_confirms_marked_and_flags_unmarked_at_turn_close() {
     let complete = (data.len() - "{\"partial".len()) as u64;
     assert_eq!(got[0].0, "m_1");
     assert_eq!(got[0].1, Some(State::Confirmed));
-    // Its turn completed with nothing of it: never seen, offered again (`unseen.rs`).
-    assert_eq!(got[1], ("m_2".into(), Some(State::Pending), Some(DeliveryReason::TurnClosedUnseen.into()), complete));
+    // Its turn completed with nothing of it: most likely never seen, never offered again (`unseen.rs`).
+    assert_eq!(got[1], ("m_2".into(), Some(State::Uncertain), Some(DeliveryReason::TurnClosedUnseen.into()), complete));
     assert_eq!(got[2].0, "m_early");
-    assert_eq!(got[2].1, Some(State::Pending), "what stands before its hand-off is not it");
+    assert_eq!(got[2].2, Some(DeliveryReason::TurnClosedUnseen.into()), "what stands before its hand-off is not it");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -343,19 +344,19 @@ fn complete(turn: &str) -> String {
 /// What the rollout holds after a hand-off, its turn, and how the hand-off settles.
 type Case = (&'static str, String, Option<&'static str>, (Option<State>, Option<Reason>));
 
-/// A hand-off whose turn closed without it goes back to `pending` only on conclusive evidence:
-/// its own turn ran to `task_complete` and the rollout since the hand-off holds nothing the model
-/// may have seen it in. An aborted turn, a compaction, hook output Courier cannot account for (a
-/// cut one, another hook's) or a line too long to read leave it `uncertain`, each with its reason.
+/// A hand-off whose turn closed without it is `uncertain`, never `pending` again: with
+/// `turn_closed_unseen` when its own turn ran to `task_complete` and the rollout since the
+/// hand-off holds nothing else, else with what it found: an aborted turn, a compaction, hook
+/// output Courier cannot account for (a cut one, another hook's), a line too long to read.
 #[test]
-fn turn_closed_unseen_is_offered_again_only_on_conclusive_evidence() {
+fn a_turn_closed_without_the_hand_off_never_offers_it_again() {
     let dir = std::env::temp_dir().join(format!("courier-unseen-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let other = Message { lease: Some(LeaseToken::for_test(9)), ..msg("m_other", "theirs", None) };
     let long = line("response_item", serde_json::json!({"type": "function_call_output", "output": "x".repeat(2 << 20)}));
     let compacted = line("compacted", serde_json::json!({"message": "summary", "replacement_history": []}));
     let aborted = line("event_msg", serde_json::json!({"type": "turn_aborted", "turn_id": "T1", "reason": "interrupted"}));
-    let unseen = (Some(State::Pending), Some(DeliveryReason::TurnClosedUnseen.into()));
+    let unseen = (Some(State::Uncertain), Some(DeliveryReason::TurnClosedUnseen.into()));
     let cases: [Case; 9] = [
         ("completed, nothing in it", complete("T1"), Some("T1"), unseen),
         ("another lease's whole output", hook_context(&other.wrapped()) + &complete("T1"), Some("T1"), unseen),
@@ -390,7 +391,7 @@ fn turn_closed_unseen_is_offered_again_only_on_conclusive_evidence() {
         let mine = got.iter().find(|g| g.0 == "m_1").unwrap();
         assert_eq!((mine.1, mine.2), want, "{what}: {got:?}");
     }
-    // A woken turn that closed without its user message: never seen either.
+    // A woken turn that closed without its user message: the same.
     let path = dir.join("wake.jsonl");
     std::fs::write(&path, complete("W1")).unwrap();
     let woken = Message {
@@ -426,11 +427,15 @@ fn doubt_outlives_the_scan_that_saw_it() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Through the store: each unseen turn offers the message again, at most `MAX_REOFFERS` times;
-/// the next one leaves it `uncertain` (`reoffer_limit`).
+/// The attack: a process that can write the rollout changes one hex digit of the marker in
+/// the hook record Codex wrote (same length, in place), so the message the model read looks
+/// unseen at `task_complete`. Through the store: the message is `uncertain`
+/// `rollout_tampered`, never leased again, and one `rollout_tampered` alarm names it (however
+/// many scans read the record). A marker of a message handed there earlier (settled) is no
+/// tampering. (Before, it went back to `pending`, `turn_closed_unseen`, and was leased again.)
 #[test]
-fn reoffers_are_bounded() {
-    let dir = std::env::temp_dir().join(format!("courier-reoffer-{}", std::process::id()));
+fn a_rewritten_marker_is_an_alarm_and_never_offers_the_message_again() {
+    let dir = std::env::temp_dir().join(format!("courier-tamper-{}-{}", std::process::id(), rand::random::<u64>()));
     let sdir = dir.join("state");
     std::fs::create_dir_all(&sdir).unwrap();
     let path = dir.join("rollout.jsonl");
@@ -439,22 +444,44 @@ fn reoffers_are_bounded() {
     let mut store = crate::store::Store::open(&sdir).unwrap();
     let me = crate::os::ProcessKey::of(std::process::id() as i32).unwrap();
     let thread = crate::store::sample::T1;
-    let crate::store::Enqueued::New(id) = store.enqueue(thread, "again", None, None, None).unwrap() else { panic!() };
     let channel = crate::store::Channel::Hook(HookEvent::PostToolUse);
-    for round in 0..=crate::store::MAX_REOFFERS {
-        let turn = format!("T{round}");
-        let lease = store.lease(thread, channel, Some(&turn), 30_000, MAX_OUTPUT_BYTES).unwrap().expect("pending again");
-        let offset = std::fs::metadata(&path).unwrap().len();
-        assert!(store.hand_off(lease.token, &crate::store::HandOff::at(p, offset, me)).unwrap());
+    let append = |text: &str| {
         let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
-        std::io::Write::write_all(&mut f, complete(&turn).as_bytes()).unwrap();
-        reconcile(&mut store, None).unwrap();
-        let m = store.message(&id).unwrap().unwrap();
-        let want =
-            if round < crate::store::MAX_REOFFERS { (State::Pending, "turn_closed_unseen") } else { (State::Uncertain, "reoffer_limit") };
-        assert_eq!((m.state, m.reason.as_deref().unwrap_or("")), want, "round {round}: {m:?}");
-        assert_eq!(m.attempts, i64::from(round) + 1);
-    }
+        std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
+    };
+    // An honest hand-off first: confirmed; its record is read again by the later scans.
+    let crate::store::Enqueued::New(honest) = store.enqueue(thread, "first", None, None, None).unwrap() else { panic!() };
+    let lease = store.lease(thread, channel, Some("T1"), 30_000, MAX_OUTPUT_BYTES).unwrap().unwrap();
+    assert!(store.hand_off(lease.token, &crate::store::HandOff::at(p, 0, me)).unwrap());
+    append(&hook_context(&lease.text()));
+    reconcile(&mut store, None).unwrap();
+    assert_eq!(store.message(&honest).unwrap().unwrap().state, State::Confirmed);
+
+    let crate::store::Enqueued::New(id) = store.enqueue(thread, "read me once", Some("ci"), None, None).unwrap() else { panic!() };
+    let lease = store.lease(thread, channel, Some("T1"), 30_000, MAX_OUTPUT_BYTES).unwrap().unwrap();
+    // Handed at the start of the rollout: the honest record is in its scan too.
+    assert!(store.hand_off(lease.token, &crate::store::HandOff::at(p, 0, me)).unwrap());
+    let text = lease.text();
+    let digit = text.find(&id).unwrap() + id.len() - 1;
+    let flipped = if text.as_bytes()[digit] == b'0' { "1" } else { "0" };
+    let forged_id = format!("{}{flipped}", &id[..id.len() - 1]);
+    let rewritten = format!("{}{flipped}{}", &text[..digit], &text[digit + 1..]);
+    assert_eq!((rewritten.len(), marker_ids(&rewritten).collect::<Vec<_>>()), (text.len(), vec![forged_id.as_str()]));
+    append(&hook_context(&rewritten));
+    reconcile(&mut store, None).unwrap();
+    let m = store.message(&id).unwrap().unwrap();
+    assert_eq!((m.state, m.reason.as_deref()), (State::Handed, Some("rollout_tampered")), "open, marked: {m:?}");
+    append(&complete("T1"));
+    reconcile(&mut store, None).unwrap();
+    reconcile(&mut store, None).unwrap();
+    let m = store.message(&id).unwrap().unwrap();
+    assert_eq!((m.state, m.reason.as_deref(), m.attempts), (State::Uncertain, Some("rollout_tampered"), 1), "{m:?}");
+    assert!(store.lease(thread, channel, Some("T2"), 30_000, MAX_OUTPUT_BYTES).unwrap().is_none(), "never offered again");
+    let alarms = store.alarms(Some(thread), 10).unwrap();
+    assert_eq!(alarms.len(), 1, "{alarms:?}");
+    assert_eq!((alarms[0].kind.as_str(), alarms[0].message.as_deref()), ("rollout_tampered", Some(id.as_str())));
+    assert!(alarms[0].detail.contains(&forged_id), "{}", alarms[0].detail);
+    assert_eq!(store.message(&honest).unwrap().unwrap().alarms, Vec::<String>::new(), "the honest record is not tampering");
     drop(store);
     std::fs::remove_dir_all(&dir).unwrap();
 }

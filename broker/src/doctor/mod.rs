@@ -305,8 +305,10 @@ fn check_refusals(state_dir: &Path) -> Option<Check> {
     Some(c)
 }
 
-/// Alarms of the last 7 days: two hook calls followed one Codex action (tickets.rs), so one was
-/// a forgery and the messages the earlier one took may not have reached the model.
+/// Alarms of the last 7 days: two hook calls followed one Codex action (`ticket_used`,
+/// tickets.rs), so one was a forgery and the messages the earlier one took may not have reached
+/// the model; or a rollout was rewritten after Codex wrote it (`rollout_tampered`,
+/// delivery/confirm.rs).
 fn check_alarms(state_dir: &Path) -> Option<Check> {
     let store = Store::open(state_dir).ok()?;
     let since = now_ms() - 7 * 24 * 3600 * 1000;
@@ -315,8 +317,8 @@ fn check_alarms(state_dir: &Path) -> Option<Check> {
         return Some(Check::ok("no alarms in the last 7 days"));
     }
     let mut c = Check::warn(
-        format!("{} ALARM(S) in the last 7 days: a second hook call followed a Codex action an earlier one had followed", recent.len()),
-        Some("one of the two was not Codex's hook (a model-run command posing as one?): `broker inspect` marks the messages the earlier call took; they may have gone to the forger, not the model".into()),
+        format!("{} ALARM(S) in the last 7 days: something posed as Codex's hook, or rewrote a rollout Codex wrote", recent.len()),
+        Some("ticket_used: a second hook call followed a Codex action an earlier one had followed, so one was not Codex's hook (a model-run command posing as one?), and the messages the earlier call took may have gone to the forger; rollout_tampered: a hook record names a message Courier never handed to that rollout, so a process rewrote it (with CODEX_HOME under /tmp, a sandboxed model command can); `broker inspect` marks the messages".into()),
     );
     for a in recent.iter().take(10) {
         c = c.detail(format!("{} thread {} message {}: {}", a.kind, a.thread, a.message.as_deref().unwrap_or("(none)"), a.detail));

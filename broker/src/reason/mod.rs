@@ -18,8 +18,9 @@
 //! | `waiting_on_approval` | pending | its thread waits on a person to approve a command (`broker approvals`): no hook runs until it is answered |
 //! | `not_acked` | pending | offered to a hook client that did not acknowledge it: never shown, offered again |
 //! | `lease_expired` | pending | its lease ran out with no acknowledgement: never shown, offered again |
-//! | `cut_by_codex` | pending | handed, but Codex cut its hook output and the rollout shows none of it: never shown, offered again |
-//! | `turn_closed_unseen` | pending | handed, its turn completed and the rollout proves the model never saw it: offered again, at most `MAX_REOFFERS` times |
+//! | `cut_by_codex` | uncertain | handed, but Codex cut its hook output and the rollout shows none of it: most likely never shown, but a rollout can be rewritten by others, so it is not offered again |
+//! | `turn_closed_unseen` | uncertain | handed, its turn completed and the rollout shows no sign of it: most likely never shown (Codex dropped the output of a hook-client that failed), but a rollout can be rewritten by others, so it is not offered again |
+//! | `waiting_for_larger_hook` | pending | larger than what this session's hooks carry (a Stop reason 8,000 bytes; a handler without `--context-limit` 8,000): later messages that fit go ahead; it goes whole to the first hook or wake that can carry it |
 //! | `shown_truncated` | uncertain | the model saw part of it (Codex cut the output inside it) |
 //! | `marker_missing` | uncertain | its hand-off's output is in the rollout without it, and without Codex's truncation notice |
 //! | `codex_exited` | uncertain | its codex exited before the rollout showed it |
@@ -30,7 +31,7 @@
 //! | `rollout_missing` | uncertain | its rollout could not be opened any more |
 //! | `rollout_rewritten` | uncertain | its rollout is now shorter than where the scan stood: rewritten, not appended to |
 //! | `turn_closed_without_marker` | uncertain | handed with no turn id (SessionStart), and a turn closed without it |
-//! | `reoffer_limit` | uncertain | it would have been offered again more than `MAX_REOFFERS` times |
+//! | `reoffer_limit` | uncertain | (older brokers, which offered a hand-off again on the rollout's word) it would have been offered again more than 3 times |
 //! | `ttl_elapsed` | expired | its `--ttl` passed before it was handed |
 //! | `thread_never_appeared` | expired | queued with no `--ttl` for a thread no rollout had, which never appeared |
 //! | `cancelled_by_user` | cancelled | `broker cancel` |
@@ -88,6 +89,7 @@ reasons! {
         LeaseExpired = "lease_expired",
         CutByCodex = "cut_by_codex",
         TurnClosedUnseen = "turn_closed_unseen",
+        WaitingForLargerHook = "waiting_for_larger_hook",
         ShownTruncated = "shown_truncated",
         MarkerMissing = "marker_missing",
         CodexExited = "codex_exited",

@@ -11,11 +11,6 @@ use anyhow::Result;
 use courier_shared::ids::ThreadId;
 use rusqlite::{params, TransactionBehavior};
 
-/// How many times a handed message whose turn provably closed without it is offered again
-/// (`turn_closed_unseen`, `cut_by_codex`); once more leaves it `uncertain` (`reoffer_limit`): a
-/// message Codex drops every time must not loop.
-pub const MAX_REOFFERS: u32 = 3;
-
 /// The handed parts of a message too large for one hook output ([`Part`]): each part's hand-off,
 /// kept for its confirmation; a message with a row here is never expired or cancelled.
 pub(super) fn migrate(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
@@ -128,7 +123,9 @@ const PARTS_SENT: &str = "(SELECT COUNT(*) FROM message_parts p WHERE p.message 
 
 /// Which of the `candidates` (oldest first, each with its parts sent) one lease takes: as many
 /// whole messages as fit `max_bytes` rendered, or the next part of one too large for it, alone.
-/// Retires a message too large for any hook on a channel that cannot split it.
+/// Retires a message too large for any hook on a channel that cannot split it. On a Codex hook
+/// ([`Channel::passes_larger`]) one larger than this hook carries is passed by the later ones
+/// that fit, and says why it waits (`waiting_for_larger_hook`); elsewhere it holds them.
 fn take(
     tx: &rusqlite::Transaction,
     candidates: Vec<(Message, (usize, usize))>,
@@ -151,9 +148,8 @@ fn take(
             break;
         }
         if len > max_bytes {
-            // One too large for any hook is dropped (sent before a limit was lowered);
-            // one that fits a larger hook waits for it, and so does every message behind it.
-            if taken.is_empty() && len > MAX_OUTPUT_BYTES {
+            // One too large for any hook is dropped (sent before a limit was lowered).
+            if (taken.is_empty() || channel.passes_larger()) && len > MAX_OUTPUT_BYTES {
                 tx.execute(
                     "UPDATE messages SET state = 'cancelled', reason = ?3, updated_at = ?2
                      WHERE id = ?1 AND state = 'pending'",
@@ -161,11 +157,19 @@ fn take(
                 )?;
                 continue;
             }
-            break;
+            if !channel.passes_larger() {
+                break; // it waits for a hook that carries it, and every message behind it too
+            }
+            // Written once, not on every hook that passes it: an idle hook writes nothing.
+            tx.execute(
+                "UPDATE messages SET reason = ?2 WHERE id = ?1 AND state = 'pending' AND reason IS NOT ?2",
+                params![m.id, DeliveryReason::WaitingForLargerHook.as_str()],
+            )?;
+            continue;
         }
         let add = len + usize::from(!taken.is_empty());
         if bytes + add > max_bytes {
-            break;
+            break; // the lease is full: the next hook takes it first
         }
         bytes += add;
         taken.push(m);
@@ -180,6 +184,18 @@ const LEASE_HOLDS: &str = "SELECT EXISTS(SELECT 1 FROM messages m WHERE m.thread
     AND (?2 OR EXISTS(SELECT 1 FROM message_parts p WHERE p.message = m.id)))";
 
 impl Store {
+    /// Whether Courier ever handed message `id` of `thread` to `rollout` (whole, or a part): a
+    /// hook record there naming a message it did not was written by someone else
+    /// (`delivery/confirm.rs`).
+    pub fn was_handed_to(&self, id: &str, thread: &ThreadId, rollout: &str) -> Result<bool> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT EXISTS(SELECT 1 FROM messages WHERE id = ?1 AND thread = ?2 AND rollout_path = ?3)
+             OR EXISTS(SELECT 1 FROM message_parts p JOIN messages m ON m.id = p.message
+                       WHERE p.message = ?1 AND m.thread = ?2 AND p.rollout_path = ?3)",
+        )?;
+        Ok(stmt.query_row(params![id, thread.as_str(), rollout], |r| r.get(0))?)
+    }
+
     /// The handed parts of message `id`, in order (none for a message handed whole).
     pub fn parts(&self, id: &str) -> Result<Vec<HandedPart>> {
         let mut stmt = self.conn.prepare_cached(
@@ -425,6 +441,35 @@ mod tests {
             parts.iter().map(|p| (p.part.k, p.scan_offset)).collect::<Vec<_>>(),
             (1..=k).map(|i| (i, i as u64 * 100)).collect::<Vec<_>>()
         );
+    }
+
+    /// On a Codex hook, a message larger than the hook carries (a Stop reason's 8,000 bytes, or a
+    /// handler from before `--context-limit`) is passed by the later ones that fit and says why
+    /// it waits; it goes whole, first, to the first hook that carries it. (Before, it held every
+    /// message behind it, with no reason.)
+    #[test]
+    fn a_message_too_large_for_this_hook_waits_with_its_reason_and_the_rest_go_ahead() {
+        let mut s = store("pass");
+        let big = enqueue(&mut s, &"x".repeat(8_192), None);
+        let small: Vec<String> = (0..3).map(|i| enqueue(&mut s, &format!("small {i}"), None)).collect();
+        let stop = Channel::Hook(HookEvent::Stop);
+        let lease = s.lease(T, stop, Some("t"), 10_000, crate::envelope::STOP_OUTPUT_BYTES).unwrap().expect("the small ones");
+        assert_eq!(lease.messages.iter().map(|m| m.id.clone()).collect::<Vec<_>>(), small, "in order, past the large one");
+        let m = s.message(&big).unwrap().unwrap();
+        assert_eq!((m.state, m.reason.as_deref(), m.attempts), (State::Pending, Some("waiting_for_larger_hook"), 0));
+        assert!(hand(&mut s, &lease, 0));
+        // Hooks that cannot carry it lease nothing and write nothing more.
+        assert!(s.lease(T, stop, Some("t"), 10_000, crate::envelope::STOP_OUTPUT_BYTES).unwrap().is_none());
+        assert_eq!(s.message(&big).unwrap().unwrap().reason.as_deref(), Some("waiting_for_larger_hook"));
+        // The thread's reasons (a wake's, a hook's deferral) do not hide its own.
+        s.note_deferral(T, crate::reason::WakeReason::ThreadNotLoaded).unwrap();
+        assert_eq!(s.message(&big).unwrap().unwrap().reason.as_deref(), Some("waiting_for_larger_hook"));
+        let later = enqueue(&mut s, "later", None);
+        let post = Channel::Hook(HookEvent::PostToolUse);
+        let lease = s.lease(T, post, Some("t"), 10_000, 26_214).unwrap().expect("a hook that carries it");
+        assert_eq!(lease.messages.iter().map(|m| m.id.as_str()).collect::<Vec<_>>(), [big.as_str(), later.as_str()], "whole, first");
+        assert_eq!(lease.part, None);
+        assert_eq!(s.message(&big).unwrap().unwrap().reason, None, "leased: why it waited is over");
     }
 
     #[test]

@@ -36,7 +36,7 @@ pub use claude::{Pinned, SessionActivity, SessionPin, TrustedClaude};
 pub use codex::{TrustHow, TrustedCodex};
 pub use effort::{Claim, Details};
 pub use enqueue::{Enqueued, NewMessage};
-pub use handoff::{HandOff, HandedPart, Lease, Part, MAX_REOFFERS};
+pub use handoff::{HandOff, HandedPart, Lease, Part};
 pub use lock::{lock, Locked, SLOW_HOLD};
 pub use refusals::Refusal;
 pub use signal::{CommitSignal, HANDED, QUEUED};
@@ -311,7 +311,8 @@ fn migrate_messages(conn: &Connection) -> rusqlite::Result<()> {
     // A verified sender's seal (`envelope/seal.rs`), and how the lease showed the sender.
     add_column(conn, "messages", "sender_seal", "TEXT")?;
     add_column(conn, "messages", "sender_check", "TEXT")?;
-    // How many times a handed message was offered again (`MAX_REOFFERS`).
+    // How many times older brokers offered a handed message again on the rollout's word (this
+    // one never does: `Store::settle`).
     add_column(conn, "messages", "reoffers", "INTEGER NOT NULL DEFAULT 0")
 }
 
@@ -427,7 +428,8 @@ impl Store {
     }
 
     /// Says on the thread's pending messages why a verified hook did not take them (shown by
-    /// `inspect`). Writes only when the reason changes.
+    /// `inspect`). Writes only when the reason changes. A message's own reason to wait
+    /// (`waiting_for_larger_hook`: no hook of its session carries it) outlasts the thread's.
     pub fn note_deferral(&mut self, thread: &ThreadId, reason: impl Into<Reason>) -> Result<()> {
         let thread = thread.as_str();
         let reason = reason.into().as_str();
@@ -436,8 +438,8 @@ impl Store {
         self.unsynced(|s| {
             s.conn.execute(
                 "UPDATE messages SET reason = ?2 WHERE thread = ?1 AND state = 'pending' AND kind = 'message'
-                 AND reason IS NOT ?2",
-                params![thread, reason],
+                 AND reason IS NOT ?2 AND reason IS NOT ?3",
+                params![thread, reason, DeliveryReason::WaitingForLargerHook.as_str()],
             )?;
             Ok(())
         })
@@ -496,10 +498,11 @@ impl Store {
         self.pending
     }
 
-    /// Moves a handed message to its final state (`confirmed` or `uncertain`), back to `pending`
-    /// (the rollout shows Codex never showed it), or just advances its scan offset when `state`
-    /// is None; only while it is still the hand-off of `lease` (the scan ran without the store
-    /// lock: the message may have been settled, offered again and handed anew since).
+    /// Moves a handed message to its final state (`confirmed` or `uncertain`), or just advances
+    /// its scan offset when `state` is None; only while it is still the hand-off of `lease` (the
+    /// scan ran without the store lock: the message may have been settled since). Never back to
+    /// `pending`: a scan reads a file others can rewrite (docs/reliability.md, "Evidence
+    /// classes"); a hand-off Codex provably never got is taken back by [`Store::withdraw`].
     pub fn settle(&mut self, settlement: &Settlement) -> Result<bool> {
         self.unsynced(|s| s.settle_inner(settlement))
     }
@@ -509,27 +512,7 @@ impl Store {
         let now = now_ms();
         let reason = reason.map(Reason::as_str);
         let n = match state {
-            // Handed, but the rollout proves the model never saw any of it: offered again, a
-            // bounded number of times.
-            Some(State::Pending) => {
-                let n = self.conn.execute(
-                    "UPDATE messages SET state = 'pending', reason = ?2, updated_at = ?3, lease_token = NULL,
-                     lease_expires_at = NULL, handed_at = NULL, rollout_path = NULL, scan_offset = NULL, shown_by = NULL,
-                     reoffers = reoffers + 1
-                     WHERE id = ?1 AND state = 'handed' AND lease_token IS ?5 AND reoffers < ?4",
-                    params![id, reason, now, MAX_REOFFERS, lease],
-                )?;
-                if n == 0 {
-                    let limit = Settlement {
-                        state: Some(State::Uncertain),
-                        reason: Some(DeliveryReason::ReofferLimit.into()),
-                        ..settlement.clone()
-                    };
-                    return self.settle_inner(&limit);
-                }
-                self.pending.bump(n);
-                n
-            }
+            Some(State::Pending) => bail!("a settlement never makes {id} pending again"),
             Some(state) => self.conn.execute(
                 "UPDATE messages SET state = ?2, reason = ?3, scan_offset = ?4, updated_at = ?5,
                  confirmed_at = CASE WHEN ?2 = 'confirmed' THEN ?5 ELSE confirmed_at END
@@ -537,11 +520,11 @@ impl Store {
                 params![id, state, reason, scan_offset as i64, now, lease],
             )?,
             // Still open: where the scan stands, and the first doubt found on the way
-            // (`crate::reason::Doubt`), kept until its turn closes.
+            // (`crate::reason::Doubt`; tampering outranks the others), kept until its turn closes.
             None => self.conn.execute(
-                "UPDATE messages SET scan_offset = ?2, reason = COALESCE(reason, ?3)
+                "UPDATE messages SET scan_offset = ?2, reason = CASE WHEN ?3 = ?5 THEN ?3 ELSE COALESCE(reason, ?3) END
                  WHERE id = ?1 AND state = 'handed' AND lease_token IS ?4",
-                params![id, scan_offset as i64, reason, lease],
+                params![id, scan_offset as i64, reason, lease, crate::reason::Doubt::Tampered.as_str()],
             )?,
         };
         Ok(n > 0)

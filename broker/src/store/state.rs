@@ -140,6 +140,15 @@ impl Channel {
         matches!(self, Channel::Claude)
     }
 
+    /// Whether a message larger than this call carries is passed by later messages that fit
+    /// (`waiting_for_larger_hook`) rather than holding them: a Codex hook's budget depends on the
+    /// hook (a Stop reason carries 8,000 bytes in every session, a handler from before
+    /// `--context-limit` 8,000 on every event), so one large message would otherwise hold the
+    /// whole queue for a session; it goes whole to the first hook or wake that carries it.
+    pub const fn passes_larger(self) -> bool {
+        matches!(self, Channel::Hook(_))
+    }
+
     /// Only messages sent with `--wake auto` may start a turn; the hooks take any.
     pub const fn needs_wake_allowed(self) -> bool {
         matches!(self, Channel::Wake | Channel::ClaudeWake)

@@ -128,14 +128,16 @@ fn batch_budget_counts_the_rendered_messages() {
     let lease = s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("t"), 1000, 2 * one + 1).unwrap().unwrap();
     assert_eq!(lease.messages.len(), 2);
     // Escaping counts too: 600 '<' render as 2,400 bytes. Too large for this hook (a Stop), it
-    // waits for one that carries it, and so does the message behind it (order is kept).
+    // waits for one that carries it; the message behind it, which fits, goes ahead.
     s.enqueue(T, &"<".repeat(600), None, None, None).unwrap();
     s.enqueue(T, "small", None, None, None).unwrap();
-    assert!(s.lease(T, Channel::Hook(HookEvent::Stop), Some("t"), 1000, 2000).unwrap().is_none(), "does not fit alone: nothing leased");
+    s.enqueue(T, "behind", None, None, None).unwrap();
+    let lease = s.lease(T, Channel::Hook(HookEvent::Stop), Some("t"), 1000, 2000).unwrap().expect("the small one");
+    assert_eq!(lease.messages.iter().map(|m| m.body.as_str()).collect::<Vec<_>>(), ["small", "behind"]);
     let pending: Vec<Message> = s.messages(Some(T)).unwrap().into_iter().filter(|m| m.state == State::Pending).collect();
-    assert_eq!(pending.len(), 2, "both wait: {pending:?}");
+    assert_eq!(pending.iter().map(|m| (m.body.len(), m.reason.as_deref())).collect::<Vec<_>>(), [(600, Some("waiting_for_larger_hook"))]);
     let lease = s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("t"), 1000, crate::envelope::MAX_OUTPUT_BYTES).unwrap().unwrap();
-    assert_eq!(lease.messages.iter().map(|m| m.body.len()).collect::<Vec<_>>(), [600, 5], "a tool hook carries both, in order");
+    assert_eq!(lease.messages.iter().map(|m| m.body.len()).collect::<Vec<_>>(), [600], "a tool hook carries it");
 }
 
 #[test]
@@ -448,27 +450,28 @@ fn hook_work_seeks_the_thread_and_answers() {
 }
 
 /// A settlement found for one hand-off never moves the message once it was handed anew: a
-/// scan that read the rollout without the store lock may apply what it found after the message
-/// was offered again and handed under a new lease.
+/// scan that read the rollout without the store lock may apply what it found after the hand-off
+/// was withdrawn (a wake's refused `turn/start`) and handed under a new lease. And no
+/// settlement makes a hand-off `pending` again: a scan reads a file others can rewrite.
 #[test]
 fn settle_is_fenced_by_the_hand_off_lease() {
     let (mut s, _d) = store("fenced");
     let Enqueued::New(id) = s.enqueue(T, "x", None, None, None).unwrap() else { panic!() };
-    let first = s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("t1"), 10_000, 1000).unwrap().unwrap();
+    let first = s.lease(T, Channel::Wake, None, 10_000, 1000).unwrap().unwrap();
     assert!(s.hand_off(first.token, &handed_to("/r", 0, 1, 2)).unwrap());
-    assert!(s
-        .settle(&Settlement {
-            id: id.clone(),
-            lease: Some(first.token),
-            state: Some(State::Pending),
-            reason: Some(DeliveryReason::TurnClosedUnseen.into()),
-            scan_offset: 10
-        })
-        .unwrap());
+    let pending = Settlement {
+        id: id.clone(),
+        lease: Some(first.token),
+        state: Some(State::Pending),
+        reason: Some(DeliveryReason::TurnClosedUnseen.into()),
+        scan_offset: 10,
+    };
+    assert!(s.settle(&pending).is_err(), "a scan never offers a hand-off again");
+    assert_eq!(s.withdraw(first.token, crate::reason::WakeReason::Refused).unwrap(), 1);
     let second = s.lease(T, Channel::Hook(HookEvent::PostToolUse), Some("t2"), 10_000, 1000).unwrap().unwrap();
     assert!(s.hand_off(second.token, &handed_to("/r", 10, 1, 2)).unwrap());
     // The first hand-off's scan, applied late: nothing moves, not even its scan offset.
-    for state in [Some(State::Pending), Some(State::Confirmed), Some(State::Uncertain), None] {
+    for state in [Some(State::Confirmed), Some(State::Uncertain), None] {
         assert!(
             !s.settle(&Settlement {
                 id: id.clone(),

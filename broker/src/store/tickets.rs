@@ -52,9 +52,11 @@ pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Alarm {
     pub at: i64,
-    /// `ticket_used`: a second hook presented a ticket an earlier one was accepted with.
+    /// `ticket_used`: a second hook presented a ticket an earlier one was accepted with;
+    /// `rollout_tampered`: a hook record in a rollout names a message Courier never handed there.
     pub kind: String,
     pub thread: String,
+    /// The ticket's key; for `rollout_tampered`, `<rollout>@<byte offset of the record>`.
     pub ticket: String,
     /// The message the earlier hook was handed, if any.
     pub message: Option<String>,
@@ -117,6 +119,25 @@ impl Store {
         Ok(())
     }
 
+    /// Raises the `rollout_tampered` alarm for the record at `key` (`<rollout>@<offset>`) on each
+    /// of `messages` (one with no message if none was open), once: false if it was raised before
+    /// (the CLI's and the broker's scans may both read the record).
+    pub fn raise_rollout_alarm(&mut self, thread: &ThreadId, key: &str, messages: &[String], detail: &str) -> Result<bool> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let raised: bool = tx.query_row(
+            "SELECT EXISTS(SELECT 1 FROM alarms WHERE kind = ?1 AND thread = ?2 AND ticket = ?3)",
+            params![ROLLOUT_TAMPERED, thread.as_str(), key],
+            |r| r.get(0),
+        )?;
+        if !raised {
+            let marked: Vec<Option<&str>> =
+                if messages.is_empty() { vec![None] } else { messages.iter().map(|m| Some(m.as_str())).collect() };
+            raise(&tx, now_ms(), ROLLOUT_TAMPERED, thread, key, marked, detail)?;
+        }
+        tx.commit()?;
+        Ok(!raised)
+    }
+
     /// Alarms, newest first (of one thread, or all), at most `limit`.
     pub fn alarms(&self, thread: Option<&ThreadId>, limit: i64) -> Result<Vec<Alarm>> {
         let thread = thread.map(ThreadId::as_str);
@@ -156,7 +177,7 @@ fn claim_inner(conn: &mut Connection, ticket: &Ticket, pid: i32) -> Result<Ticke
         now - at
     );
     let marked: Vec<Option<&str>> = if handed.is_empty() { vec![None] } else { handed.iter().map(|m| Some(m.as_str())).collect() };
-    raise(&tx, now, ticket, marked, &detail)?;
+    raise(&tx, now, TICKET_USED, &ticket.thread, &ticket.key, marked, &detail)?;
     tx.commit()?;
     Ok(TicketClaim::Used { at, pid: earlier_pid, handed })
 }
@@ -179,17 +200,29 @@ fn attach_inner(conn: &mut Connection, taken: &Taken, token: LeaseToken) -> Resu
         .optional()?;
     if reused.unwrap_or(0) > 0 {
         let detail = format!("{} {} was presented again while its hand-off was made", ticket.event.as_str(), ticket.key);
-        raise(&tx, now_ms(), ticket, ids.iter().map(|m| Some(m.as_str())).collect(), &detail)?;
+        raise(&tx, now_ms(), TICKET_USED, &ticket.thread, &ticket.key, ids.iter().map(|m| Some(m.as_str())).collect(), &detail)?;
     }
     tx.commit()?;
     Ok(())
 }
 
-fn raise(tx: &rusqlite::Transaction, now: i64, ticket: &Ticket, messages: Vec<Option<&str>>, detail: &str) -> rusqlite::Result<()> {
+/// The alarms' kinds ([`Alarm::kind`]).
+const TICKET_USED: &str = "ticket_used";
+const ROLLOUT_TAMPERED: &str = "rollout_tampered";
+
+fn raise(
+    tx: &rusqlite::Transaction,
+    now: i64,
+    kind: &str,
+    thread: &ThreadId,
+    key: &str,
+    messages: Vec<Option<&str>>,
+    detail: &str,
+) -> rusqlite::Result<()> {
     for m in messages {
         tx.execute(
-            "INSERT INTO alarms (at, kind, thread, ticket, message, detail) VALUES (?1, 'ticket_used', ?2, ?3, ?4, ?5)",
-            params![now, ticket.thread.as_str(), ticket.key, m, detail],
+            "INSERT INTO alarms (at, kind, thread, ticket, message, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![now, kind, thread.as_str(), key, m, detail],
         )?;
     }
     Ok(())

@@ -19,9 +19,9 @@
 //!    offset, the codex process and a deadline (`shown_by`, [`WAKE_LEASE_MS`]). From here on the
 //!    message is never offered again: the rollout decides. `confirmed` when the user message
 //!    carrying the lease's first message id as Codex's client id and the whole text is there
-//!    (`delivery::settle_line`); its known turn completed without it: `pending` again
-//!    (`turn_closed_unseen`, `delivery/unseen.rs`); else `uncertain`: `codex_exited`, or
-//!    `wake_unanswered` once the deadline passed. A crash between the record and the frame leaves
+//!    (`delivery::settle_line`); else `uncertain`: its known turn completed without it
+//!    (`turn_closed_unseen`, `delivery/unseen.rs`: the rollout is a file others can rewrite, so
+//!    it proves nothing unseen), `codex_exited`, or `wake_unanswered` once the deadline passed. A crash between the record and the frame leaves
 //!    a message Codex never got `uncertain` (nothing can prove the frame did not leave).
 //! 4. `turn/start` written; its answer: a turn id (recorded on the messages), or an error ->
 //!    Codex started nothing: the hand-off is withdrawn to `pending` (`wake_refused`). Not written
