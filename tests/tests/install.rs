@@ -512,3 +512,60 @@ fn install_and_uninstall_say_what_they_chose_and_what_it_means() {
     let listed = out.lines().find(|l| l.contains(&thread)).unwrap_or_else(|| panic!("the open session is not listed:\n{out}"));
     assert!(listed.trim_start().starts_with("codex pid "), "{listed}");
 }
+
+/// Attack: a planted hook-client installed on the next install. The person installed from a
+/// package inside the workspace (a project's `node_modules`); a command Codex runs in its
+/// workspace-write sandbox replaces the package's `hook-client` and its `SHA256SUMS` line. The
+/// person's next `broker install`, run from the installed copy (what a login PATH finds first),
+/// must not copy the planted file into the prefix, where Codex runs it unsandboxed as its hook.
+#[test]
+fn a_hook_client_planted_in_the_package_is_not_installed_by_the_next_install() {
+    let model = ScriptedModel::start();
+    let rig = Rig::new(CodexEnv::new(&model));
+    let env = &rig.env;
+    let pkg = env.work.join("node_modules/@courier-codex/courier-linux-x64/vendor/x86_64-unknown-linux-gnu/bin");
+    std::fs::create_dir_all(&pkg).unwrap();
+    for b in ["broker", "hook-client"] {
+        let out = run_bounded(Command::new("objcopy").arg("--strip-debug").arg(broker_bin().with_file_name(b)).arg(pkg.join(b)), T);
+        assert!(out.status.success(), "objcopy {b}: {}", text(&out.stderr));
+        set_mode(&pkg.join(b), 0o755);
+    }
+    let sums = run_bounded(Command::new("sha256sum").args(["broker", "hook-client"]).current_dir(&pkg), T);
+    std::fs::write(pkg.join("SHA256SUMS"), &sums.stdout).unwrap();
+    let args = [
+        "install",
+        "--prefix",
+        &rig.prefix.display().to_string(),
+        "--codex-home",
+        &env.codex_home.display().to_string(),
+        "--start",
+        "none",
+    ]
+    .map(String::from);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    rig.run_ok(&pkg.join("broker"), &args);
+    let installed = rig.prefix.join("hook-client");
+    let good = std::fs::read(&installed).unwrap();
+
+    // The plant, by a model-run command in Codex's workspace-write sandbox.
+    let sandboxed = env.work.join("sandboxed");
+    let plant = format!(
+        "cd {pkg} && printf '#!/bin/sh\\n# PLANTED\\nexit 0\\n' > hook-client.new && chmod 755 hook-client.new && \
+         mv hook-client.new hook-client && sha256sum broker hook-client > SHA256SUMS && \
+         grep NoNewPrivs /proc/self/status > {sandboxed} # PLANT",
+        pkg = broker_lib::install::shell_quote(&pkg.display().to_string()),
+        sandboxed = broker_lib::install::shell_quote(&sandboxed.display().to_string()),
+    );
+    model.set_script(courier_tests::model::exec_then_done(&plant));
+    env.exec_args(&["-c", "sandbox_mode=\"workspace-write\""], "plant", T).assert_success();
+    let no_new_privs = std::fs::read_to_string(&sandboxed).unwrap_or_default();
+    assert!(no_new_privs.contains('1'), "the plant ran sandboxed: {no_new_privs:?}");
+    assert!(std::fs::read_to_string(pkg.join("hook-client")).unwrap().contains("PLANTED"), "the sandbox could write the package");
+
+    // The person's next install, from the installed copy.
+    let out = rig.run(&rig.installed_broker(), &args);
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    let now = std::fs::read(&installed).unwrap();
+    assert!(now == good, "the planted hook-client was installed ({:?}...):\n{said}", String::from_utf8_lossy(&now[..now.len().min(20)]));
+    assert!(out.status.success() && said.contains("lists other binaries than the ones installed"), "{said}");
+}

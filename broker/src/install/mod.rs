@@ -24,8 +24,8 @@
 //! - `manifest.rs`: what install added, read by uninstall and doctor;
 //! - `journal.rs` / `undo.rs`: what one run changed, and undoing it;
 //! - `files.rs`: atomic writes, restores and binaries, journaled;
-//! - `package.rs`: where the binaries come from (the broker's own directory, or the npm package
-//!   the install came from) and the `SHA256SUMS` a packaged binary must match;
+//! - `package.rs`: where the binaries come from (the running broker's own directory, only) and
+//!   the `SHA256SUMS` a packaged binary must match;
 //! - `start.rs` (login start: systemd or the profile block), `systemd.rs` (units, `systemctl
 //!   --user`), `daemon.rs` (`serve --daemonize` and `--login`, stopping a running broker), `lifecycle.rs`
 //!   (`broker stop|start|restart` and the stop mark);
@@ -111,8 +111,6 @@ pub struct InstallOptions {
     pub prefix: PathBuf,
     pub codex_home: PathBuf,
     pub start: StartMode,
-    /// Directory holding the `broker` and `hook-client` to install.
-    pub source_dir: PathBuf,
     /// systemd: write the units but do not run `systemctl --user` (no user manager yet, e.g. over
     /// ssh before `loginctl enable-linger`).
     pub no_enable: bool,

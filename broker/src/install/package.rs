@@ -1,12 +1,18 @@
-//! Binaries that come from a package (npm's platform package, the release tarball): a
-//! `SHA256SUMS` beside them (written by install/package.sh, `sha256sum` format) lists each
-//! binary's digest.
+//! Where install takes its binaries: the directory of the broker being run, and nothing else.
 //!
-//! Install copies a packaged binary only when its bytes match that list: a package manager half
-//! way through an upgrade, or a damaged download, leaves a mix that must not become the
-//! hook-client Codex trusts. Install also records the package's directory in the manifest, so
-//! `broker install` run from the installed copy itself (the `broker` a login PATH finds first)
-//! takes the binaries of the package `npm install -g` has since upgraded.
+//! The person ran this broker; what it copies must be vouched for by that act, not by a file a
+//! sandboxed command could have written since. So the source is the running executable's own
+//! directory, checked by identity (its `broker` is the very file this process executes), and the
+//! broker copied is the running file itself (`/proc/self/exe`). A directory recorded in the
+//! manifest (the npm package an earlier install came from, perhaps inside a workspace) is never
+//! a source: the installed copy run again installs only itself, and says which broker to run
+//! when that package now holds other binaries.
+//!
+//! A package (npm's platform package, the release tarball) has a `SHA256SUMS` beside its binaries
+//! (written by install/package.sh, `sha256sum` format). Install copies a packaged binary only
+//! when its bytes match that list: a package manager half way through an upgrade, or a damaged
+//! download, leaves a mix that must not become the hook-client Codex trusts. The list is
+//! integrity, not authenticity: whoever can write the package can write the list too.
 
 use super::files::same_file;
 use anyhow::{bail, Context, Result};
@@ -17,6 +23,9 @@ use std::path::{Path, PathBuf};
 /// The digest list beside packaged binaries.
 pub const SUMS: &str = "SHA256SUMS";
 
+/// The running broker, by the kernel's own name for the file this process executes.
+const RUNNING_EXE: &str = "/proc/self/exe";
+
 /// Where one install run takes its binaries from.
 pub(super) struct Source {
     pub dir: PathBuf,
@@ -25,11 +34,27 @@ pub(super) struct Source {
 }
 
 impl Source {
-    /// The directory of the broker being run, unless that is the installed copy in `prefix`: then
-    /// the package the last install came from (`recorded`), while it still holds one.
-    pub(super) fn choose(run_from: &Path, prefix: &Path, recorded: Option<&Path>) -> Result<Source> {
-        let package = recorded.filter(|d| same_file(run_from, prefix) && d.join(SUMS).is_file());
-        Source::at(package.unwrap_or(run_from))
+    /// The running broker's own directory, checked by identity: its `broker` must be the file
+    /// this process executes (not one put in its place since it started).
+    pub(super) fn running() -> Result<Source> {
+        let exe = fs::read_link(RUNNING_EXE).context("locating the running broker")?;
+        let dir = exe.parent().context("the running broker has no directory")?;
+        if !same_file(Path::new(RUNNING_EXE), &dir.join("broker")) {
+            bail!(
+                "{} is not the broker running this install (replaced or removed since it started): run `broker install` again",
+                dir.join("broker").display()
+            );
+        }
+        Source::at(dir)
+    }
+
+    /// The file to copy as `name`: the running executable itself for the broker, else the file
+    /// of that name beside it.
+    pub(super) fn file(&self, name: &str) -> PathBuf {
+        match name {
+            "broker" => PathBuf::from(RUNNING_EXE),
+            _ => self.dir.join(name),
+        }
     }
 
     fn at(dir: &Path) -> Result<Source> {
@@ -60,6 +85,24 @@ impl Source {
     pub(super) fn sums(&self) -> BTreeMap<String, String> {
         self.sums.clone().unwrap_or_default()
     }
+}
+
+/// When install runs from the installed copy and the package the last install came from now
+/// lists other binaries (`npm install -g` of another version, or anyone who can write there):
+/// what to run to install those. The installed copy cannot vouch for them, so it never copies
+/// them itself; the person decides whether the change is theirs.
+pub(super) fn newer_package(recorded: Option<&Path>, installed: &BTreeMap<String, String>) -> Option<String> {
+    let dir = recorded?;
+    let listed = Source::at(dir).ok()?.sums?;
+    (listed != *installed && dir.join("broker").is_file()).then(|| {
+        format!(
+            "note: the package in {dir} lists other binaries than the ones installed; this installed copy installs only \
+             itself. If you upgraded that package, install it with its own broker: `{broker} install` (npm's `broker` \
+             runs that one). If you did not, something else changed it: do not run it",
+            dir = dir.display(),
+            broker = dir.join("broker").display()
+        )
+    })
 }
 
 /// `sha256sum` output: `<64 hex>  <name>` per line (`*<name>` in binary mode).

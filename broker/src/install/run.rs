@@ -32,7 +32,7 @@ impl Run<'_> {
     fn binaries(&mut self) -> Result<Binaries> {
         let (opts, m, report) = (self.opts, &mut self.m, &mut self.report);
         let prefix = absolute(&opts.prefix)?;
-        let source = Source::choose(&opts.source_dir, &prefix, m.package.as_deref())?;
+        let source = Source::running()?;
         let (src_broker, src_client) = (source.dir.join("broker"), source.dir.join("hook-client"));
         for p in [&src_broker, &src_client] {
             if !p.is_file() {
@@ -47,8 +47,13 @@ impl Run<'_> {
             report.push(format!("note: previous install used {}; its binaries stay until you remove them", m.prefix.display()));
         }
         m.prefix = prefix.clone();
-        m.package = source.package();
-        m.package_sums = source.sums();
+        if same_file(&source.dir, &prefix) {
+            // The installed copy: the package recorded stays recorded (npm's launcher reads it).
+            report.extend(package::newer_package(m.package.as_deref(), &m.package_sums));
+        } else {
+            m.package = source.package();
+            m.package_sums = source.sums();
+        }
         // `broker mcp` runs the courier-mcp beside the installed broker; optional (a build without it).
         let src_mcp = source.dir.join("courier-mcp");
         let with_mcp = opts.mcp && src_mcp.is_file();
@@ -85,7 +90,7 @@ impl Run<'_> {
         let mut replaced = false;
         for name in names.iter().copied() {
             let dst = prefix.join(name);
-            if install_binary(&source.dir.join(name), &dst, source.digest_of(name)?)? {
+            if install_binary(&source.file(name), &dst, source.digest_of(name)?)? {
                 report.push(format!("installed {}", dst.display()));
                 // A new courier-mcp needs no broker restart (Codex starts it per session).
                 replaced |= name != "courier-mcp";

@@ -161,7 +161,6 @@ fn each_agent_row_edits_only_the_config_files_it_names() {
         prefix: dir.join("prefix"),
         codex_home: env.codex_home.clone(),
         start: StartMode::None,
-        source_dir: dir.clone(),
         no_enable: true,
         mcp: true,
         bridge: None,
