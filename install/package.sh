@@ -1,23 +1,27 @@
 #!/usr/bin/env bash
 # Release artifacts from one `cargo build --release`: the four binaries with SHA256SUMS, a
 # tarball of them, and the two npm packages (npm/: a small launcher and the linux-x64 platform
-# package holding the native binaries, laid out like @openai/codex). Nothing is published.
+# package holding the native binaries, laid out like @openai/codex). Nothing is published here:
+# .github/workflows/release.yml publishes what this makes, on a version tag.
 #
-#   install/package.sh [--out DIR] [--version V] [--bin-dir DIR]
+#   install/package.sh [--out DIR] [--version V] [--bin-dir DIR] [--repository URL]
 #
 # --bin-dir packs binaries already built there (the tests pack target/debug) instead of building.
+# --repository writes the source repository into both package.json files (npm's provenance
+# checks it against the repository the publishing workflow runs in).
 # Binaries: hook-client static (hook-client/build.rs); broker, courier-mcp and courier-bridge
 # link the system glibc dynamically and must need no symbol newer than GLIBC_2.34 (Debian 12,
 # Ubuntu 22.04, RHEL 9; checked below). Not static like hook-client: static glibc cannot load
 # NSS modules (the bridge resolves NATS host names), and no musl target ships with the toolchain.
 set -euo pipefail
 root=$(realpath "$(dirname "$0")/..")
-out=$root/target/package bin_dir="" version=""
+out=$root/target/package bin_dir="" version="" repository=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$(realpath -m "$2"); shift 2 ;;
     --version) version=$2; shift 2 ;;
     --bin-dir) bin_dir=$(realpath "$2"); shift 2 ;;
+    --repository) repository=$2; shift 2 ;;
     *) echo "package.sh: unknown option $1 (see the comment at the top)" >&2; exit 2 ;;
   esac
 done
@@ -57,6 +61,10 @@ mkdir -p "$stage/platform/vendor/$triple/bin"
 cp "$dist"/* "$stage/platform/vendor/$triple/bin/"
 for p in courier platform; do
   sed -i "s/0\.0\.0-version/$version/g" "$stage/$p/package.json"
+  if [ -n "$repository" ]; then
+    node -e 'const f = process.argv[1], p = require(f); p.repository = { type: "git", url: `git+${process.argv[2]}.git` };
+             require("fs").writeFileSync(f, JSON.stringify(p, null, 2) + "\n")' "$stage/$p/package.json" "$repository"
+  fi
   (cd "$stage/$p" && npm pack --silent --pack-destination "$out/npm" >/dev/null)
 done
 rm -rf "$stage"

@@ -21,6 +21,9 @@ export COURIER_CODEX_BIN="$codex_bin" COURIER_CODEX_BIN_OLDEST="$codex_oldest"
 # The Claude Code tests (tests/tests/claude.rs) run the pinned Claude Code (install/claude.sha256).
 COURIER_CLAUDE_BIN=$(install/fetch-claude.sh newest | tail -n 1)
 export COURIER_CLAUDE_BIN
+# The package test (tests/tests/package.rs) publishes to a local npm registry: the pinned verdaccio.
+COURIER_VERDACCIO_BIN=$(install/fetch-verdaccio.sh | tail -n 1)
+export COURIER_VERDACCIO_BIN
 # Tidy checks first: formatting (rustfmt.toml) and clippy, every warning an error.
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

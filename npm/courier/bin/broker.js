@@ -29,9 +29,43 @@ function nativeDir() {
   try {
     root = path.dirname(require.resolve(`${platform.pkg}/package.json`));
   } catch {
-    fail(`missing the optional dependency ${platform.pkg}; reinstall: npm install -g ${LAUNCHER}@latest`);
+    fail(`missing the package ${platform.pkg} (the native binaries) beside this launcher; ${reinstallAdvice(platform.pkg)}`);
   }
   return path.join(root, "vendor", platform.triple, "bin");
+}
+
+// What to run to get the platform package, from where this launcher came: npm records each
+// package's source in the hidden lockfile of the tree it installed (node_modules/.package-lock.json),
+// a tarball (`file:`) or a registry URL. Never advice naming a package or file that is not there.
+function reinstallAdvice(pkg) {
+  const version = require("../package.json").version;
+  const platformTgz = `${pkg.replace("@", "").replace("/", "-")}-${version}.tgz`;
+  const both = `npm install -g ./${platformTgz} ./${LAUNCHER.replace("@", "").replace("/", "-")}-${version}.tgz`;
+  let resolved = null;
+  let lockRoot = null;
+  try {
+    const modules = path.resolve(__dirname, "..", "..", "..");
+    lockRoot = path.dirname(modules);
+    const lock = JSON.parse(fs.readFileSync(path.join(modules, ".package-lock.json"), "utf8"));
+    resolved = (lock.packages[`node_modules/${LAUNCHER}`] || {}).resolved || null;
+  } catch {
+    // No lockfile (npm before 7, another package manager): the general advice below.
+  }
+  if (resolved && resolved.startsWith("file:")) {
+    const launcherTgz = path.resolve(lockRoot, resolved.slice("file:".length));
+    const beside = path.join(path.dirname(launcherTgz), platformTgz);
+    if (fs.existsSync(beside) && fs.existsSync(launcherTgz)) {
+      return `install both tarballs in one command: npm install -g ${beside} ${launcherTgz}`;
+    }
+    return `install both tarballs install/package.sh makes, in one command: ${both} (docs/install.md)`;
+  }
+  const at = resolved ? resolved.indexOf(`/${LAUNCHER}/-/`) : -1;
+  if (at > 0) {
+    const registry = resolved.slice(0, at);
+    const flag = registry === "https://registry.npmjs.org" ? "" : ` --registry ${registry}/`;
+    return `reinstall with optional dependencies (not --omit=optional): npm install -g ${LAUNCHER}@${version}${flag}`;
+  }
+  return `install both tarballs install/package.sh makes, in one command: ${both} (docs/install.md)`;
 }
 
 // Where `broker install` keeps its manifest (the broker's own rule, shared/src/paths.rs).
@@ -64,10 +98,12 @@ function upgradeHint(dir) {
       (b) => manifest.binaries.includes(path.join(manifest.prefix, b)) && installed[b] !== ours[b],
     );
     if (stale) {
+      // This launcher by the path it was run as: a `broker` earlier on PATH (the installed copy)
+      // installs only itself.
       const version = require("../package.json").version;
       process.stderr.write(
-        `broker: the Courier in ${manifest.prefix} is not this package's (${version}): run \`broker install\` to update it ` +
-          `(hooks stay trusted)\n`,
+        `broker: the Courier in ${manifest.prefix} is not this package's (${version}): run \`${process.argv[1]} install\` ` +
+          `to update it (hooks stay trusted)\n`,
       );
     }
   } catch {
