@@ -4,24 +4,28 @@
 # package holding the native binaries, laid out like @openai/codex). Nothing is published here:
 # .github/workflows/release.yml publishes what this makes, on a version tag.
 #
-#   install/package.sh [--out DIR] [--version V] [--bin-dir DIR] [--repository URL]
+#   install/package.sh [--out DIR] [--version V] [--bin-dir DIR] [--repository URL] [--for-registry]
 #
 # --bin-dir packs binaries already built there (the tests pack target/debug) instead of building.
 # --repository writes the source repository into both package.json files (npm's provenance
-# checks it against the repository the publishing workflow runs in).
+# checks it against the repository the publishing workflow runs in). --for-registry marks the
+# launcher as one a registry serves (the release workflow publishes it); without it the launcher
+# records the directory holding both tarballs, so its error names them when the platform
+# package is missing (npm install -g of the launcher tarball alone).
 # Binaries: hook-client static (hook-client/build.rs); broker, courier-mcp and courier-bridge
 # link the system glibc dynamically and must need no symbol newer than GLIBC_2.34 (Debian 12,
 # Ubuntu 22.04, RHEL 9; checked below). Not static like hook-client: static glibc cannot load
 # NSS modules (the bridge resolves NATS host names), and no musl target ships with the toolchain.
 set -euo pipefail
 root=$(realpath "$(dirname "$0")/..")
-out=$root/target/package bin_dir="" version="" repository=""
+out=$root/target/package bin_dir="" version="" repository="" from=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$(realpath -m "$2"); shift 2 ;;
     --version) version=$2; shift 2 ;;
     --bin-dir) bin_dir=$(realpath "$2"); shift 2 ;;
     --repository) repository=$2; shift 2 ;;
+    --for-registry) from=registry; shift ;;
     *) echo "package.sh: unknown option $1 (see the comment at the top)" >&2; exit 2 ;;
   esac
 done
@@ -59,12 +63,15 @@ stage=$out/npm/stage && rm -rf "$stage" && mkdir -p "$stage"
 cp -r npm/courier "$stage/courier" && cp -r npm/courier-linux-x64 "$stage/platform"
 mkdir -p "$stage/platform/vendor/$triple/bin"
 cp "$dist"/* "$stage/platform/vendor/$triple/bin/"
+# Package metadata: the version, the repository (provenance), where the launcher comes from.
+node -e 'const fs = require("fs"), [stage, version, repository, from] = process.argv.slice(1);
+         for (const p of ["courier", "platform"]) {
+           const f = `${stage}/${p}/package.json`, pkg = JSON.parse(fs.readFileSync(f, "utf8").replaceAll("0.0.0-version", version));
+           if (repository) pkg.repository = { type: "git", url: `git+${repository}.git` };
+           if (p === "courier") pkg.courier = { from };
+           fs.writeFileSync(f, JSON.stringify(pkg, null, 2) + "\n");
+         }' "$stage" "$version" "$repository" "${from:-$out/npm}"
 for p in courier platform; do
-  sed -i "s/0\.0\.0-version/$version/g" "$stage/$p/package.json"
-  if [ -n "$repository" ]; then
-    node -e 'const f = process.argv[1], p = require(f); p.repository = { type: "git", url: `git+${process.argv[2]}.git` };
-             require("fs").writeFileSync(f, JSON.stringify(p, null, 2) + "\n")' "$stage/$p/package.json" "$repository"
-  fi
   (cd "$stage/$p" && npm pack --silent --pack-destination "$out/npm" >/dev/null)
 done
 rm -rf "$stage"

@@ -34,38 +34,22 @@ function nativeDir() {
   return path.join(root, "vendor", platform.triple, "bin");
 }
 
-// What to run to get the platform package, from where this launcher came: npm records each
-// package's source in the hidden lockfile of the tree it installed (node_modules/.package-lock.json),
-// a tarball (`file:`) or a registry URL. Never advice naming a package or file that is not there.
+// What to run to get the platform package. install/package.sh records in this package.json where
+// the launcher is meant to come from (`courier.from`): "registry" for a release it publishes,
+// else the directory it packed both tarballs in. Never advice naming a file that is not there.
 function reinstallAdvice(pkg) {
-  const version = require("../package.json").version;
-  const platformTgz = `${pkg.replace("@", "").replace("/", "-")}-${version}.tgz`;
-  const both = `npm install -g ./${platformTgz} ./${LAUNCHER.replace("@", "").replace("/", "-")}-${version}.tgz`;
-  let resolved = null;
-  let lockRoot = null;
-  try {
-    const modules = path.resolve(__dirname, "..", "..", "..");
-    lockRoot = path.dirname(modules);
-    const lock = JSON.parse(fs.readFileSync(path.join(modules, ".package-lock.json"), "utf8"));
-    resolved = (lock.packages[`node_modules/${LAUNCHER}`] || {}).resolved || null;
-  } catch {
-    // No lockfile (npm before 7, another package manager): the general advice below.
+  const me = require("../package.json");
+  const from = (me.courier || {}).from;
+  if (from === "registry") {
+    return `reinstall it with its optional dependency (npm skips it with --omit=optional): npm install -g ${LAUNCHER}@${me.version}`;
   }
-  if (resolved && resolved.startsWith("file:")) {
-    const launcherTgz = path.resolve(lockRoot, resolved.slice("file:".length));
-    const beside = path.join(path.dirname(launcherTgz), platformTgz);
-    if (fs.existsSync(beside) && fs.existsSync(launcherTgz)) {
-      return `install both tarballs in one command: npm install -g ${beside} ${launcherTgz}`;
-    }
-    return `install both tarballs install/package.sh makes, in one command: ${both} (docs/install.md)`;
+  const tarball = (name) => `${name.replace("@", "").replace("/", "-")}-${me.version}.tgz`;
+  const both = [tarball(pkg), tarball(LAUNCHER)].map((t) => (from ? path.join(from, t) : t));
+  if (from && both.every((t) => fs.existsSync(t))) {
+    return `install both tarballs in one command: npm install -g ${both.join(" ")}`;
   }
-  const at = resolved ? resolved.indexOf(`/${LAUNCHER}/-/`) : -1;
-  if (at > 0) {
-    const registry = resolved.slice(0, at);
-    const flag = registry === "https://registry.npmjs.org" ? "" : ` --registry ${registry}/`;
-    return `reinstall with optional dependencies (not --omit=optional): npm install -g ${LAUNCHER}@${version}${flag}`;
-  }
-  return `install both tarballs install/package.sh makes, in one command: ${both} (docs/install.md)`;
+  return "install both tarballs install/package.sh makes in one command, from the Courier checkout: " +
+    "npm install -g ./target/package/npm/*.tgz (docs/install.md)";
 }
 
 // Where `broker install` keeps its manifest (the broker's own rule, shared/src/paths.rs).
