@@ -1,11 +1,14 @@
-//! Courier installed the way Codex is: `npm install -g` of the two packages install/package.sh
-//! makes (a launcher and the linux-x64 platform package), from local tarballs, into a fresh npm
-//! prefix, on a PATH with no cargo or rustc; then `broker install`, a real `codex exec`, and an
-//! in-place upgrade of the package. The packages hold this checkout's debug binaries (what the test
-//! run already built; a release build would add minutes on 2 cores): the packing, the npm layout
-//! and the install path are the ones a release goes through.
+//! Courier installed the way Codex is: the two packages install/package.sh makes (a launcher and
+//! the linux-x64 platform package) published to a real local npm registry (verdaccio, pinned and
+//! fetched by install/fetch-verdaccio.sh, offline), then the README's `npm install -g
+//! @courier-codex/courier` into a fresh npm prefix, on a PATH with no cargo or rustc; then `broker
+//! install`, a real `codex exec`, and an in-place upgrade of the package. From tarballs too: the
+//! launcher alone (its advice) and the README's one-line command for both. The packages hold this
+//! checkout's debug binaries (what the test run already built; a release build would add minutes
+//! on 2 cores): the packing, the npm layout and the install path are the ones a release goes
+//! through.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -25,18 +28,109 @@ const PLATFORM: &str = "@courier-codex/courier-linux-x64";
 /// What the test packs: the bridge is left out (its debug build alone is over 100 MB).
 const BINS: [&str; 3] = ["broker", "hook-client", "courier-mcp"];
 
-/// A user with node and npm but no Rust: a fresh npm prefix, a home, the pinned `codex` on PATH.
+/// npm's registry until a test starts its own: a port nothing listens on (npm runs offline).
+const NO_REGISTRY: &str = "http://127.0.0.1:9/";
+
+/// A real npm registry on 127.0.0.1 (verdaccio, no uplinks: nothing comes from the internet),
+/// with one user allowed to publish `@courier-codex/*`. Killed on drop.
+struct Registry {
+    child: std::process::Child,
+    url: String,
+    /// An npm user config holding the publisher's token.
+    npmrc: PathBuf,
+}
+
+impl Registry {
+    fn start(dir: &Path) -> Registry {
+        let verdaccio = std::env::var_os("COURIER_VERDACCIO_BIN").map(PathBuf::from).unwrap_or_else(|| {
+            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../install/fetch-verdaccio.sh");
+            let out = run_bounded(&mut Command::new(&script), Duration::from_secs(300));
+            assert!(out.status.success(), "{}: {}", script.display(), text(&out.stderr));
+            PathBuf::from(text(&out.stdout).lines().last().unwrap_or_default().trim())
+        });
+        std::fs::create_dir_all(dir).unwrap();
+        let config = dir.join("config.yaml");
+        std::fs::write(
+            &config,
+            "storage: ./storage\nauth:\n  htpasswd:\n    file: ./htpasswd\nuplinks: {}\npackages:\n  '@courier-codex/*':\n    \
+             access: $all\n    publish: $authenticated\n  '**':\n    access: $all\nlog: { type: stdout, format: pretty, level: warn }\n",
+        )
+        .unwrap();
+        // A port free now; verdaccio binds it at once (nothing else of the test takes ports here).
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let log = std::fs::File::create(dir.join("verdaccio.log")).unwrap();
+        let child = Command::new(&verdaccio)
+            .arg("--config")
+            .arg(&config)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{}: {e}", verdaccio.display()));
+        let url = format!("http://127.0.0.1:{port}/");
+        let registry = Registry { child, url, npmrc: dir.join("npmrc") };
+        courier_tests::util::wait_until(T, "verdaccio to answer", || registry.http("GET", "/-/ping", "").ok());
+        let user = registry.http("PUT", "/-/user/org.couchdb.user:courier", r#"{"name":"courier","password":"courier-test"}"#).unwrap();
+        let token: Value = serde_json::from_str(user.split("\r\n\r\n").nth(1).unwrap_or_default()).unwrap_or_default();
+        let token = token["token"].as_str().unwrap_or_else(|| panic!("no token: {user}")).to_string();
+        std::fs::write(&registry.npmrc, format!("//127.0.0.1:{port}/:_authToken={token}\n")).unwrap();
+        registry
+    }
+
+    /// One HTTP/1.1 request; the whole answer when its status is 2xx.
+    fn http(&self, method: &str, path: &str, body: &str) -> Result<String, String> {
+        let addr = self.url.trim_start_matches("http://").trim_end_matches('/');
+        let mut s = std::net::TcpStream::connect(addr).map_err(|e| e.to_string())?;
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(
+            s,
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .map_err(|e| e.to_string())?;
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).map_err(|e| e.to_string())?;
+        if answer.starts_with("HTTP/1.1 2") {
+            Ok(answer)
+        } else {
+            Err(answer)
+        }
+    }
+
+    /// `npm publish` of a packed tarball, as the release workflow runs it (platform package first).
+    fn publish(&self, user: &NpmUser, tarball: &Path) {
+        let mut c = user.command("npm", false);
+        c.args(["publish", "--access", "public", "--loglevel=error"]).arg(tarball).env("npm_config_userconfig", &self.npmrc);
+        let out = run_bounded(&mut c, Duration::from_secs(120));
+        assert!(out.status.success(), "npm publish {}: {}\n{}", tarball.display(), text(&out.stdout), text(&out.stderr));
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A user with node and npm but no Rust: a fresh npm prefix, a home, the pinned `codex` on PATH;
+/// npm's registry is the test's own (`registry`), or none that answers.
 struct NpmUser {
     rig: Rig,
     npm_prefix: PathBuf,
     npm_cache: PathBuf,
+    registry: String,
 }
 
 impl NpmUser {
     fn new(model: &ScriptedModel) -> NpmUser {
         let rig = Rig::new(CodexEnv::new(model));
         let (npm_prefix, npm_cache) = (rig.env.root.join("npm-global"), rig.env.root.join("npm-cache"));
-        NpmUser { rig, npm_prefix, npm_cache }
+        // Until a test starts its registry: a port nothing listens on, so nothing is fetched.
+        NpmUser { rig, npm_prefix, npm_cache, registry: NO_REGISTRY.into() }
     }
 
     fn env(&self) -> &CodexEnv {
@@ -65,7 +159,19 @@ impl NpmUser {
 
     fn command(&self, program: impl AsRef<std::ffi::OsStr>, installed_first: bool) -> Command {
         let mut c = self.env().command(program);
-        c.env("PATH", self.path_var(installed_first)).env("npm_config_cache", &self.npm_cache);
+        // npm's own settings by environment, so a command reads as the docs write it.
+        c.env("PATH", self.path_var(installed_first))
+            .env("npm_config_cache", &self.npm_cache)
+            .env("npm_config_prefix", &self.npm_prefix)
+            .env("npm_config_registry", &self.registry)
+            .env("npm_config_audit", "false")
+            .env("npm_config_fund", "false")
+            .env("npm_config_update_notifier", "false")
+            .env("npm_config_fetch_retries", "0");
+        if self.registry == NO_REGISTRY {
+            // Nothing to ask: without this npm waits on the dead registry for a minute.
+            c.env("npm_config_offline", "true");
+        }
         c
     }
 
@@ -117,16 +223,30 @@ impl NpmUser {
     /// `npm install -g` of local tarballs into the prefix, offline (nothing comes from a registry).
     fn npm_install(&self, tarballs: &[PathBuf]) {
         let mut c = self.command("npm", false);
-        c.args(["install", "-g", "--offline", "--no-audit", "--no-fund", "--loglevel=error", "--prefix"])
-            .arg(&self.npm_prefix)
-            .args(tarballs);
+        c.args(["install", "-g", "--offline", "--loglevel=error"]).args(tarballs);
         let out = run_bounded(&mut c, Duration::from_secs(300));
         assert!(out.status.success(), "npm install -g: {}\n{}", text(&out.stdout), text(&out.stderr));
     }
 
-    /// The platform package's native binaries, as npm laid them out.
+    /// A shell command line as a person types it (from the docs, or an error's advice), in `dir`.
+    fn shell(&self, line: &str, dir: &Path) -> Output {
+        let mut c = self.command("sh", false);
+        c.arg("-c").arg(line).current_dir(dir);
+        run_bounded(&mut c, Duration::from_secs(300))
+    }
+
+    fn shell_ok(&self, line: &str, dir: &Path) {
+        let out = self.shell(line, dir);
+        assert!(out.status.success(), "`{line}`: {}\n{}", text(&out.stdout), text(&out.stderr));
+    }
+
+    /// The platform package's native binaries, as npm laid them out: from a registry, inside the
+    /// launcher's own node_modules (a dependency of it); from tarballs given together, beside it.
     fn vendor_dir(&self) -> PathBuf {
-        self.npm_prefix.join("lib/node_modules").join(PLATFORM).join("vendor/x86_64-unknown-linux-gnu/bin")
+        let modules = self.npm_prefix.join("lib/node_modules");
+        let nested = modules.join("@courier-codex/courier/node_modules").join(PLATFORM);
+        let package = if nested.is_dir() { nested } else { modules.join(PLATFORM) };
+        package.join("vendor/x86_64-unknown-linux-gnu/bin")
     }
 
     /// A real `codex exec`: a `broker send --wait confirmed` (the `broker` on PATH) issued while
@@ -167,6 +287,22 @@ impl NpmUser {
     }
 }
 
+/// The commands of the README's install block (its first ```sh block after `## Install`), without
+/// their comments: what a person copies.
+fn readme_install_commands() -> Vec<String> {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
+    let section = &readme[readme.find("\n## Install\n").expect("README has ## Install")..];
+    let block = &section[section.find("```sh\n").expect("an sh block under ## Install") + 6..];
+    let block = &block[..block.find("```").unwrap()];
+    block.lines().map(|l| l.split(" #").next().unwrap().trim().to_string()).filter(|l| !l.is_empty()).collect()
+}
+
+/// The README's one command installing both packages from the tarballs install/package.sh makes.
+fn readme_npm_line() -> String {
+    let commands = readme_install_commands();
+    commands.iter().find(|c| c.starts_with("npm install -g")).cloned().unwrap_or_else(|| panic!("no npm install in {commands:?}"))
+}
+
 /// This checkout's binaries copied to `dir` without their debug info (as the release profile
 /// builds them; packing the debug info took minutes); with `trailer`, each gets bytes appended
 /// (an ELF runs unchanged with them), so an "upgrade" really changes every file.
@@ -194,18 +330,20 @@ fn pid_exe(pid: u32) -> PathBuf {
     std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default()
 }
 
-/// npm install -g of the packed tarballs into a fresh prefix (no cargo or rustc on PATH), then
-/// `broker install`: the hook-client Codex trusts and the broker started at login are native
-/// copies in ~/.local/bin, not node_modules; a real `codex exec` gets a `send --wait confirmed`
-/// message once, confirmed. Then the package is upgraded in place (every binary's bytes change):
-/// the launcher says what to run, `broker install` from the installed copy (first on a login
-/// PATH) takes the new binaries from the package, every hook stays trusted with hooks.json and
-/// config.toml untouched, and the next session delivers again.
+/// The packed packages published to a local registry, then the README's `npm install -g
+/// @courier-codex/courier` into a fresh prefix (no cargo or rustc on PATH) and `broker install`:
+/// the hook-client Codex trusts and the broker started at login are native copies in
+/// ~/.local/bin, not node_modules; a real `codex exec` gets a `send --wait confirmed` message
+/// once, confirmed. Then a new version is published and installed in place with docs/install.md's
+/// upgrade command (every binary's bytes change): the installed copy (first on a login PATH)
+/// installs only itself and names the package's broker; the launcher names itself; its `broker
+/// install` takes the new binaries, every hook stays trusted with hooks.json and config.toml
+/// untouched, and the next session delivers again.
 #[test]
 fn npm_package_installs_delivers_and_upgrades_in_place() {
     let (hold, hold_after) = (Hold::new(), Hold::new());
     let model = ScriptedModel::start_with(exec_held_per_session("echo hello", &[hold.clone(), hold_after.clone()]));
-    let user = NpmUser::new(&model);
+    let mut user = NpmUser::new(&model);
     let root = user.env().root.clone();
     // A release's packages when given (COURIER_BIN_DIR then names its binaries, for the upgrade).
     let release = std::env::var_os("COURIER_PACKAGE_DIR").map(PathBuf::from);
@@ -214,12 +352,24 @@ fn npm_package_installs_delivers_and_upgrades_in_place() {
         None => user.pack(&stage_bins(&root.join("bins-v1"), None), env!("CARGO_PKG_VERSION")),
     };
     let v2 = user.pack(&stage_bins(&root.join("bins-v2"), Some(b"\0courier upgrade\n")), "0.1.1");
-
-    // Install from nothing: npm, then `broker install` through the launcher npm put on PATH.
+    let registry = Registry::start(&root.join("registry"));
+    user.registry = registry.url.clone();
     let start = Instant::now();
-    user.npm_install(&v1);
+    for tarball in &v1 {
+        registry.publish(&user, tarball);
+    }
+    let published = start.elapsed();
+
+    // Install from nothing, as the README says once published: npm, then `broker install`
+    // through the launcher npm put on PATH.
+    let readme = readme_install_commands();
+    let from_registry = "npm install -g @courier-codex/courier";
+    let readme_text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
+    assert!(readme_text.contains(&format!("`{from_registry}`")), "the README names the registry command");
+    user.shell_ok(from_registry, &user.env().work);
     let launcher = user.npm_prefix.join("bin/broker");
     assert!(std::fs::read_to_string(&launcher).unwrap().starts_with("#!/usr/bin/env node"), "npm links the node launcher");
+    assert!(readme.contains(&"broker install".to_string()), "{readme:?}");
     let out = user.broker_ok(&["install", "--start", "profile"], false);
     let client = user.local_bin().join("hook-client");
     assert!(out.contains(&format!("installed {}", client.display())), "{out}");
@@ -235,20 +385,36 @@ fn npm_package_installs_delivers_and_upgrades_in_place() {
     let first = user.deliver_one(&model, &hold, "NPM_FIRST", false);
     let to_first_delivery = first - start;
 
-    // Upgrade in place. The launcher notices the installed copies are not the package's.
+    // A new version, published and installed in place with docs/install.md's upgrade command.
     let files = [user.env().hooks_json_path(), user.env().config_toml_path()];
     let before = user.rig.snapshot(&files);
-    user.npm_install(&v2);
-    let hint = user.broker(&["--version"], false);
-    assert!(text(&hint.stderr).contains("run `broker install` to update it"), "{}", text(&hint.stderr));
-    // The login PATH finds the installed copy first: its `broker install` updates from the package.
+    for tarball in &v2 {
+        registry.publish(&user, tarball);
+    }
+    let install_md = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/install.md")).unwrap();
+    let upgrade = "npm install -g @courier-codex/courier@latest";
+    assert!(install_md.contains(&format!("`{upgrade}`")), "docs/install.md names the upgrade command");
+    user.shell_ok(upgrade, &user.env().work);
+    let upgraded = |b: &str| std::fs::read(user.local_bin().join(b)).unwrap().ends_with(b"courier upgrade\n");
+    // The installed copy, first on a login PATH, installs only itself and says what to run.
     let out = user.broker_ok(&["install", "--start", "profile"], true);
-    assert!(out.contains(&format!("installed {}", client.display())), "{out}");
+    assert!(BINS.iter().all(|b| !upgraded(b)), "the installed copy copied from the package:\n{out}");
+    let package_broker = user.vendor_dir().join("broker");
+    assert!(out.contains(&format!("`{} install`", package_broker.display())), "{out}");
+    // The launcher notices the installed copies are not the package's, and names itself.
+    let hint = user.broker(&["--version"], false);
+    let advice = format!("run `{} install`", launcher.display());
+    assert!(text(&hint.stderr).contains(&advice), "{}", text(&hint.stderr));
+    let mut c = user.command(&launcher, true);
+    c.args(["install", "--start", "profile"]);
+    let out = run_bounded(&mut c, Duration::from_secs(120));
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success() && said.contains(&format!("installed {}", client.display())), "{said}");
     for b in BINS {
         let (ours, packaged) = (std::fs::read(user.local_bin().join(b)).unwrap(), std::fs::read(user.vendor_dir().join(b)).unwrap());
-        assert!(ours == packaged && ours.ends_with(b"courier upgrade\n"), "{b} is not the upgraded package's");
+        assert!(ours == packaged && upgraded(b), "{b} is not the upgraded package's");
     }
-    assert_eq!(user.rig.snapshot(&files), before, "the upgrade changed hooks.json or config.toml:\n{out}");
+    assert_eq!(user.rig.snapshot(&files), before, "the upgrade changed hooks.json or config.toml:\n{said}");
     assert_eq!(trusted(user.env()), HookEvent::REGISTERED.len(), "{:#?}", statuses(user.env()));
     let hint = user.broker(&["--version"], false);
     assert!(!text(&hint.stderr).contains("broker install"), "{}", text(&hint.stderr));
@@ -258,22 +424,49 @@ fn npm_package_installs_delivers_and_upgrades_in_place() {
 
     let [platform, launcher_tgz] = [&v1[0], &v1[1]];
     println!(
-        "package sizes ({} binaries): platform {:.1} MB, launcher {:.3} MB; npm install to first delivery {:.1} s",
+        "package sizes ({} binaries): platform {:.1} MB, launcher {:.3} MB; both published in {:.1} s; \
+         npm install to first delivery {:.1} s",
         if release.is_some() { "release" } else { "debug" },
         size_mb(platform),
         size_mb(launcher_tgz),
-        to_first_delivery.as_secs_f64()
+        published.as_secs_f64(),
+        (to_first_delivery - published).as_secs_f64()
     );
 }
 
-/// A package whose binary does not match its SHA256SUMS (an upgrade half done, a damaged
-/// download) is refused whole: nothing of it is installed and the error says what to run.
+/// From tarballs, without a registry: the launcher tarball alone installs but cannot run, and its
+/// error names a command that exists and works (both tarballs, by path, in one `npm install -g`);
+/// the README's one-line command does the same from where install/package.sh put them. Then a
+/// package whose binary does not match its SHA256SUMS (an upgrade half done, a damaged download)
+/// is refused whole: nothing of it is installed and the error says what to run.
 #[test]
-fn a_packaged_binary_that_does_not_match_its_sums_is_not_installed() {
+fn tarballs_install_as_the_docs_say_and_a_damaged_package_is_not_installed() {
     let model = ScriptedModel::start_with(|_| courier_tests::Reply::message("done"));
     let user = NpmUser::new(&model);
     let root = user.env().root.clone();
-    user.npm_install(&user.pack(&stage_bins(&root.join("bins"), None), "0.1.0"));
+    let tarballs = user.pack(&stage_bins(&root.join("bins"), None), "0.1.0");
+    let [platform, launcher] = [&tarballs[0], &tarballs[1]];
+
+    // The launcher alone: npm says nothing, `broker` says what to run.
+    user.npm_install(std::slice::from_ref(launcher));
+    let out = user.broker(&["--version"], false);
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    let advice = err.split("in one command: ").nth(1).unwrap_or_else(|| panic!("no command in: {err}")).trim().to_string();
+    assert_eq!(advice, format!("npm install -g {} {}", platform.display(), launcher.display()), "{err}");
+    assert!(!err.contains("@latest") && !err.contains("npm install -g @courier-codex"), "advice naming what is not published: {err}");
+    user.shell_ok(&advice, &user.env().work);
+    let out = user.broker_ok(&["--version"], false);
+    assert!(out.contains(env!("CARGO_PKG_VERSION")) || out.contains("0.1.0"), "{out}");
+
+    // The README's command, from a checkout where install/package.sh left the tarballs.
+    let checkout = root.join("checkout");
+    std::fs::create_dir_all(checkout.join("target/package")).unwrap();
+    std::os::unix::fs::symlink(platform.parent().unwrap(), checkout.join("target/package/npm")).unwrap();
+    user.shell_ok(&readme_npm_line(), &checkout);
+    user.broker_ok(&["--version"], false);
+
+    // A damaged package.
     let client = user.vendor_dir().join("hook-client");
     let mut bytes = std::fs::read(&client).unwrap();
     bytes.extend_from_slice(b"\0not what the package listed\n");
