@@ -111,6 +111,11 @@ fn install_delivers_through_real_codex_and_uninstall_restores_files() {
     assert_eq!(rig.snapshot(&files), before, "uninstall must restore byte-for-byte:\n{out}");
     assert!(!rig.profile().exists() && !rig.prefix.exists() && !manifest.exists(), "{out}");
     wait_until(Duration::from_secs(10), "the installed broker to exit", || (!pid_alive(pid)).then_some(()));
+    // Doctor says so in one line, not a failure per check.
+    let doctor = rig.run(&broker_bin(), &["doctor"]);
+    let said = text(&doctor.stdout);
+    assert_eq!(doctor.status.code(), Some(1), "{said}");
+    assert!(said.starts_with("FAIL Courier is not installed\n") && said.matches("FAIL").count() == 1, "{said}");
     // The digests install added are no longer trusted.
     let out = rig.run_ok(&broker_bin(), &["trust-codex", &native.display().to_string()]);
     assert!(out.starts_with("trusted "), "{out}");
@@ -568,4 +573,72 @@ fn a_hook_client_planted_in_the_package_is_not_installed_by_the_next_install() {
     let now = std::fs::read(&installed).unwrap();
     assert!(now == good, "the planted hook-client was installed ({:?}...):\n{said}", String::from_utf8_lossy(&now[..now.len().min(20)]));
     assert!(out.status.success() && said.contains("lists other binaries than the ones installed"), "{said}");
+}
+
+fn repo_file(rel: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)).unwrap()
+}
+
+/// The docs say what install registers: docs/install.md names every event `HookEvent::REGISTERED`
+/// holds, and no page counts them (or the handlers install trusts) as another number.
+#[test]
+fn docs_name_and_count_the_events_install_registers() {
+    use codex_format::hook::HookEvent;
+    const WORDS: [&str; 12] = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"];
+    let want = WORDS[HookEvent::REGISTERED.len() - 1];
+    let install_md = repo_file("docs/install.md");
+    let step = &install_md[install_md.find("2. Registers the installed hook-client").expect("step 2 in docs/install.md")..];
+    let step = &step[..step.find("\n3. ").unwrap()];
+    for ev in HookEvent::REGISTERED {
+        assert!(step.contains(&format!("`{}`", ev.as_str())), "docs/install.md step 2 does not name {}:\n{step}", ev.as_str());
+    }
+    let mut counted = 0;
+    for page in ["README.md", "docs/install.md"] {
+        let text = repo_file(page).replace('\n', " ");
+        for w in WORDS {
+            for phrase in [format!("{w} hook events"), format!("{w} events"), format!("{w} handlers"), format!("{w} trusted handlers")] {
+                let n = text.matches(&phrase).count();
+                assert!(n == 0 || w == want, "{page} says \"{phrase}\"; install registers {want}");
+                counted += n;
+            }
+        }
+    }
+    assert!(counted >= 3, "the README and docs/install.md count the events ({want})");
+}
+
+/// The README's `broker threads` sample has the columns `broker threads` prints.
+#[test]
+fn readme_threads_sample_has_the_columns_broker_threads_prints() {
+    let readme = repo_file("README.md");
+    let sample = &readme[readme.find("$ broker threads\n").expect("a `broker threads` sample in the README") + 17..];
+    let header: Vec<&str> = sample.lines().next().unwrap().split_whitespace().collect();
+    let one: broker_lib::producer::threads::ThreadInfo = serde_json::from_value(serde_json::json!({
+        "id": "01a230dc-dc16-73a1-9c5d-b520dea2f9f9", "state": "busy", "children": [], "rollout": "",
+        "pending": 0, "undelivered": 0, "messages": {}
+    }))
+    .unwrap();
+    let table = broker_lib::producer::threads::render_table(&[one], 0);
+    let printed: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, printed, "README sample vs `broker threads`:\n{table}");
+}
+
+/// The README's Python socket example runs as written on a login without `XDG_RUNTIME_DIR` (an
+/// ssh session without a user manager, a container): it asks `broker socket-path` where the
+/// socket is, and gets the broker's JSON answer.
+#[test]
+fn readme_socket_example_runs_without_xdg_runtime_dir() {
+    let readme = repo_file("README.md");
+    let block = &readme[readme.find("**Socket.**").expect("the README's Socket paragraph")..];
+    let code = &block[block.find("```python\n").unwrap() + 10..];
+    let code = &code[..code.find("```").unwrap()];
+    let env = CodexEnv::with_base_url("http://127.0.0.1:9/v1");
+    let _broker = courier_tests::Broker::start(&env);
+    let path = format!("{}:/usr/bin:/bin", broker_bin().parent().unwrap().display());
+    let mut c = env.command("python3");
+    c.arg("-c").arg(code).env("PATH", path).env_remove("XDG_RUNTIME_DIR");
+    let out = run_bounded(&mut c, T);
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "the README's example failed:\n{said}{}", text(&out.stderr));
+    let answer: serde_json::Value = serde_json::from_str(said.trim()).unwrap_or_else(|e| panic!("{e}: {said}"));
+    assert!(answer.get("ok").is_some(), "the broker's answer: {answer}");
 }

@@ -57,12 +57,19 @@ pub struct Options {
 pub fn run(opts: &Options) -> Vec<Check> {
     let runtime_dir = paths::runtime_dir();
     let state_dir = paths::state_dir();
+    let manifest = install::load_manifest(&state_dir).ok().flatten();
+    let stopped = install::stopped_on_purpose(&state_dir);
+    // Nothing installed, stopped or running (after `broker uninstall`, or before any install):
+    // one line saying so, not every check that follows failing for the same reason.
+    if manifest.is_none() && stopped.is_none() && client::query_status(&runtime_dir).is_none() {
+        let why = format!("no install manifest at {}, and no broker runs", install::manifest_path(&state_dir).display());
+        return vec![Check::fail("Courier is not installed", "broker install").detail(why)];
+    }
     let mut checks = Vec::new();
 
     let cfg = check_config(&mut checks);
     check_dirs_and_secret(&runtime_dir, &state_dir, &mut checks);
 
-    let manifest = install::load_manifest(&state_dir).ok().flatten();
     let exe = std::env::current_exe().ok();
     let expected_client = manifest
         .as_ref()
@@ -71,7 +78,6 @@ pub fn run(opts: &Options) -> Vec<Check> {
     let expected_command =
         manifest.as_ref().map(|m| m.hook_command.clone()).or_else(|| expected_client.as_deref().map(install::hook_command));
 
-    let stopped = install::stopped_on_purpose(&state_dir);
     checks.extend(check_broker(&runtime_dir, &state_dir, manifest.as_ref(), stopped, expected_client.as_deref(), &cfg));
 
     // Each host agent's row: Courier's hooks as the agent sees them, its binaries trusted.

@@ -89,14 +89,15 @@ pub fn uninstall(purge: bool) -> Result<Report> {
     }
     let mut report = Report::new();
     // Asked before the broker stops and the trust goes: afterwards nothing can prove them.
-    let open_sessions = manifest.as_ref().map(|_| open_codex_sessions()).unwrap_or_default();
+    let open_sessions = manifest.as_ref().map(|_| open_sessions()).unwrap_or_default();
     if let Some(m) = &manifest {
         uninstall_manifest(m, &state_dir, &mut report)?;
     }
     if !open_sessions.is_empty() {
         report.push(format!(
-            "note: {} Codex session(s) open now loaded Courier's hooks when they started and keep running them: until each \
-             is restarted, every hook shows \"Hook failed - hook exited with code 127\" (nothing else breaks). Open now:",
+            "note: {} agent session(s) open now loaded Courier's hooks when they started and keep running them: until each \
+             is restarted, its hooks fail (Codex shows \"Hook failed - hook exited with code 127\"; nothing else breaks). \
+             Open now:",
             open_sessions.len()
         ));
         report.extend(open_sessions.iter().map(|s| format!("  {s}")));
@@ -121,17 +122,33 @@ pub fn uninstall(purge: bool) -> Result<Report> {
     Ok(report)
 }
 
-/// The live Codex sessions (one line per codex process: its pid, threads and cwd), as
-/// `broker threads` finds them.
-fn open_codex_sessions() -> Vec<String> {
+/// The live sessions of every host (one line per agent process: its program and pid, its threads
+/// or sessions and their cwd), as `broker threads` finds them.
+fn open_sessions() -> Vec<String> {
+    use crate::producer::threads::Host;
     let Ok(threads) = crate::producer::cli::fetch_threads(false, 0) else { return Vec::new() };
-    let mut by_pid: std::collections::BTreeMap<i32, Vec<String>> = Default::default();
+    let mut by_pid: std::collections::BTreeMap<i32, (Host, Vec<String>)> = Default::default();
     for t in threads.iter().filter(|t| t.parent.is_none()) {
         let Some(p) = &t.process else { continue };
         let cwd = t.cwd.as_deref().map(|c| format!(" in {}", crate::terminal::escape(c))).unwrap_or_default();
-        by_pid.entry(p.pid).or_default().push(format!("{}{cwd}", t.id));
+        by_pid.entry(p.pid).or_insert_with(|| (t.host, Vec::new())).1.push(format!("{}{cwd}", t.id));
     }
-    by_pid.into_iter().map(|(pid, ts)| format!("codex pid {pid}: thread {}", ts.join(", thread "))).collect()
+    let line = |pid: i32, host: Host, ids: Vec<String>| match host {
+        Host::Codex => format!("codex pid {pid}: thread {}", ids.join(", thread ")),
+        Host::ClaudeCode => format!("claude pid {pid}: session {}", ids.join(", session ")),
+    };
+    by_pid.into_iter().map(|(pid, (host, ids))| line(pid, host, ids)).collect()
+}
+
+/// Courier's config directory (`~/.config/courier`), when taking install's config edits back left
+/// it empty: install created it for the file it wrote there. Only a directory named for Courier
+/// (never the one a `COURIER_CONFIG` elsewhere names), and only when empty.
+fn remove_empty_config_dir(report: &mut Report) {
+    let config = paths::config_path();
+    let Some(dir) = config.parent().filter(|d| d.file_name().is_some_and(|n| n == "courier")) else { return };
+    if fs::read_dir(dir).is_ok_and(|mut d| d.next().is_none()) && fs::remove_dir(dir).is_ok() {
+        report.push(format!("removed {} (empty)", dir.display()));
+    }
 }
 
 pub(super) fn uninstall_manifest(m: &Manifest, state_dir: &Path, report: &mut Report) -> Result<()> {
@@ -145,6 +162,7 @@ pub(super) fn uninstall_manifest(m: &Manifest, state_dir: &Path, report: &mut Re
     for agent in HostAgent::ALL {
         agent.uninstall(m, state_dir, report)?;
     }
+    remove_empty_config_dir(report);
     for b in &m.binaries {
         if remove_file(b)? {
             report.push(format!("removed {}", b.display()));
