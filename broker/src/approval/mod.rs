@@ -313,18 +313,20 @@ pub fn of_thread(list: Vec<Approval>, thread: Option<&ThreadId>) -> Vec<Approval
     list.into_iter().filter(|a| thread.is_none_or(|t| a.thread == *t)).collect()
 }
 
-/// The table `broker approvals` prints: id, age, thread, what it asks for, reason.
+/// The table `broker approvals` prints: id, state (with `--all` an answered one is listed too,
+/// so each row says where it stands), age, thread, what it asks for, reason.
 pub fn render(list: &[Approval], now_ms: i64) -> String {
     if list.is_empty() {
         return "no pending approvals\n".into();
     }
-    let mut out = String::from("ID                WAITING  THREAD                                TOOL   COMMAND  (REASON)\n");
+    let mut out = format!("{:<17} {:<9} {:>7}  {:<37} {:<6} COMMAND  (REASON)\n", "ID", "STATE", "AGE", "THREAD", "TOOL");
     for a in list {
         let secs = (now_ms - a.since).max(0) / 1000;
         let reason = a.reason.as_deref().map(|r| format!("  ({})", crate::terminal::escape(r))).unwrap_or_default();
         out.push_str(&format!(
-            "{:<17} {:>6}s  {:<37} {:<6} {}{}\n",
+            "{:<17} {:<9} {:>6}s  {:<37} {:<6} {}{}\n",
             a.id,
+            a.state.as_str(),
             secs,
             a.thread,
             crate::terminal::escape(&a.tool),
@@ -419,6 +421,32 @@ mod tests {
         let mut later = a.clone();
         (later.since, later.state) = (99, ApprovalState::Answering);
         assert_eq!(later.shown(), a.shown());
+    }
+
+    #[test]
+    fn the_listing_says_each_approvals_state() {
+        let approval = |id: &str, state| Approval {
+            id: id.into(),
+            thread: ThreadId::parse("01a234e3-6132-7900-91d8-43a5034bdb61").unwrap(),
+            turn: "t".into(),
+            call_id: None,
+            tool: "Bash".into(),
+            kind: ApprovalKind::Command,
+            command: "rm -rf build".into(),
+            command_digest: command_digest("rm -rf build"),
+            files: Vec::new(),
+            reason: None,
+            cwd: None,
+            since: 0,
+            state,
+            answer: None,
+            detail: None,
+        };
+        let table = render(&[approval("apr-1", ApprovalState::Pending), approval("apr-2", ApprovalState::Resolved)], 24_000);
+        let lines: Vec<Vec<&str>> = table.lines().map(|l| l.split_whitespace().collect()).collect();
+        assert_eq!(lines[0][..3], ["ID", "STATE", "AGE"], "{table}");
+        assert_eq!(lines[1][..3], ["apr-1", "pending", "24s"], "{table}");
+        assert_eq!(lines[2][..3], ["apr-2", "resolved", "24s"], "{table}");
     }
 
     #[test]
