@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 /// The whole app-server exchange of one answer (connect, resume, answer, its ack).
 const EXCHANGE: Duration = Duration::from_secs(10);
 /// Who the deny message is from, as the model reads it.
-const DENY_FROM: &str = "approval";
+const DENY_FROM: &str = crate::envelope::label::APPROVAL_LABEL;
 
 /// What the broker keeps of approvals between requests.
 pub(super) struct Approvals {
