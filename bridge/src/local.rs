@@ -99,9 +99,9 @@ pub fn local_request(body: &[u8], t: &Taken) -> Result<Map<String, Value>, (Stri
     };
     let from = format!("nats:{origin}/{label}");
     // Refused here already (the rules are `send`'s), so a bad label gets its receipt at once.
-    let from = broker::envelope::label::check(&from).map_err(|e| {
+    let from = broker::envelope::label::check_producer(&from).map_err(|e| {
         let code = match e {
-            broker::envelope::label::LabelError::Reserved(_) => "reserved_from",
+            broker::envelope::label::LabelError::Reserved(_) | broker::envelope::label::LabelError::Courier(_) => "reserved_from",
             broker::envelope::label::LabelError::Bad(_) => "bad_from",
         };
         (code.to_string(), format!("the sender label {from:?}: {e}"))

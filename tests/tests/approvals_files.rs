@@ -161,15 +161,19 @@ fn deny_message_reaches_the_model() {
     assert!(r.body_contains(&format!("Your change to {} was denied", p.file.display())), "names the files");
 }
 
-/// A patch Codex accepts but whose files Courier cannot read (its header indented: Codex's parser
-/// takes it, Courier reads only `*** Add File: ` at the start of a line) cannot be bound to the
-/// change Codex would make. It is listed as such; `approve` and `deny` say exactly why and where
-/// to answer it, take nothing (it stays pending) and send nothing; the person answers it there.
+/// A patch Codex accepts but whose files Courier cannot list for certain (a context line of an
+/// update reads like a hunk header, `*** Add File: ghost`: Codex's parser takes it as context, a
+/// parser a little more lenient would take it as a file) cannot be bound to the change Codex
+/// would make. It is listed as such; `approve` and `deny` say exactly why and where to answer it,
+/// take nothing (it stays pending) and send nothing; the person answers it there.
 #[test]
 fn a_patch_naming_no_file_says_where_to_answer_it() {
     let p = patching("NO_HEADER");
-    let indented = add_file(&p.file, &p.line).replace("*** Add File:", "  *** Add File:");
-    p.model.set_script(calls_then_done(vec![patch_call("call_patch", &indented)]));
+    let doc = p.env.work.join("doc.md");
+    std::fs::write(&doc, "*** Add File: ghost\n").unwrap();
+    let header_like =
+        format!("*** Begin Patch\n*** Update File: {}\n@@\n *** Add File: ghost\n+{}\n*** End Patch\n", doc.display(), p.line);
+    p.model.set_script(calls_then_done(vec![patch_call("call_patch", &header_like)]));
     let broker = Broker::start_trusted(&p.env);
     let (_server, mut client, thread, turn, request, a) = asked(&p, &broker);
     assert_eq!((a["kind"].as_str(), a["files"].clone()), (Some("file_change"), json!([])), "{a}");
@@ -187,7 +191,40 @@ fn a_patch_naming_no_file_says_where_to_answer_it() {
     assert!(!client.notifications.iter().any(|n| n["method"] == "serverRequest/resolved"), "nothing was sent");
     client.respond(&request["id"], json!({"decision": "decline"}));
     client.wait_turn_completed(&turn, T);
-    assert!(!p.file.exists());
+    assert_eq!(std::fs::read_to_string(&doc).unwrap(), "*** Add File: ghost\n", "declined: unchanged");
+}
+
+/// The attack on a held patch: its second `*** Add File:` header indented (a header to Codex's
+/// parser, which trims it; a line of the first file's text to a reader of unindented headers).
+/// Held (`codex exec --approve-for-me`), the approval must list both files Codex writes, so the
+/// person approves what is written; approved, Codex writes exactly those.
+#[test]
+fn a_held_patch_lists_every_file_codex_writes() {
+    let p = patching("HELD_INDENTED");
+    p.env.set_extra_config("[sandbox_workspace_write]\nexclude_slash_tmp = true\nexclude_tmpdir_env_var = true\n");
+    let (first, second) = (p.env.root.join("listed.txt"), p.env.root.join("hidden.txt"));
+    let patch = format!(
+        "*** Begin Patch\n*** Add File: {}\n+{}\n  *** Add File: {}\n+{}\n*** End Patch\n",
+        first.display(),
+        p.line,
+        second.display(),
+        p.line
+    );
+    p.model.set_script(calls_then_done(vec![patch_call("call_patch", &patch)]));
+    std::fs::write(&p.env.courier_config, "[approvals]\nhold = \"exec\"\nhold_secs = 60\n").unwrap();
+    let broker = Broker::start_trusted(&p.env);
+    let child = p.env.spawn_exec_args(&["--approve-for-me"], "patch it");
+    let thread = child.wait_thread_id(T);
+    let (a, _) = wait_listed(&broker, &thread, Instant::now());
+    let mut expected = vec![first.display().to_string(), second.display().to_string()];
+    expected.sort();
+    assert_eq!(a["files"], json!(expected), "the held approval lists every file Codex would write: {a}");
+    let (ok, said) = answer(&broker, &["approve", str_field(&a, "id")]);
+    assert!(ok && said.contains("won"), "{said}");
+    child.wait(T).assert_success();
+    for f in [&first, &second] {
+        assert_eq!(std::fs::read_to_string(f).unwrap(), format!("{}\n", p.line), "{} written as listed", f.display());
+    }
 }
 
 /// An answer never crosses kinds. The model asks for a command (escalated) and a patch in one

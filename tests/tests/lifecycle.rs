@@ -106,6 +106,50 @@ fn second_broker_on_the_same_runtime_directory_refuses_even_with_another_state_d
     let _ = first.wait();
 }
 
+/// The one-broker lock cannot be renamed away. With the live broker's lock files renamed
+/// (`broker.lock` in the runtime and state directories, where earlier brokers kept the lock),
+/// a second `broker serve` on the same directories refuses to start; so does one pointed at
+/// fresh directories holding a hard link to the live queue. The live broker keeps its socket
+/// and keeps answering.
+#[test]
+fn a_second_broker_refuses_with_the_lock_files_renamed_or_the_queue_linked() {
+    let env = env();
+    let socket = env.runtime_dir.join("broker.sock");
+    let mut first = spawn_serve(&env, &env.root.join("first.log"), &[]);
+    let pid = wait_until(T, "the first broker to answer", || answering(&env));
+    let ino = std::fs::metadata(&socket).unwrap().ino();
+    for dir in [&env.runtime_dir, &env.state_dir] {
+        let lock = dir.join("broker.lock");
+        if lock.exists() {
+            std::fs::rename(&lock, dir.join("broker.lock.moved")).unwrap();
+        }
+    }
+    let (linked_state, linked_runtime) = (env.root.join("linked-state"), env.root.join("linked-runtime"));
+    std::fs::create_dir_all(&linked_state).unwrap();
+    std::fs::set_permissions(&linked_state, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    std::fs::hard_link(env.state_dir.join("queue.sqlite"), linked_state.join("queue.sqlite")).unwrap();
+    let attempts = [
+        ("renamed", Vec::new(), "this runtime directory"),
+        ("linked", vec![("COURIER_STATE_DIR", linked_state.as_path()), ("COURIER_RUNTIME_DIR", linked_runtime.as_path())], "this queue"),
+    ];
+    for (name, extra, what) in attempts {
+        let log = env.root.join(format!("{name}.log"));
+        let mut second = spawn_serve(&env, &log, &extra);
+        let status = wait_exit(&mut second);
+        let logged = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(status.code(), Some(1), "{name}: {logged}");
+        assert!(
+            logged.contains(&format!("error: another broker already runs with {what}")) && logged.contains(&format!("pid {pid}")),
+            "{name}: {logged}"
+        );
+        assert_eq!(std::fs::metadata(&socket).map(|m| m.ino()).ok(), Some(ino), "{name}: the live broker's socket was replaced\n{logged}");
+        assert_eq!(answering(&env), Some(pid), "{name}");
+    }
+    assert!(first.try_wait().unwrap().is_none());
+    let _ = first.kill();
+    let _ = first.wait();
+}
+
 /// `broker serve --daemonize` (what the login-profile line runs) starts a broker that keeps only
 /// the environment it needs and runs in `/`, whatever shell started it; the log file it writes
 /// says when it started and stopped.

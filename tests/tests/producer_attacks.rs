@@ -82,17 +82,20 @@ db.commit()
     assert!(broker.inspect_text().contains("SENDER NOT SHOWN (no_seal)"), "{}", broker.inspect_text());
 }
 
-const LOOKALIKES: [&str; 6] = [
+const LOOKALIKES: [&str; 8] = [
     "ci\u{FF02} verified=\u{FF02}true",
     "ci\u{201D} verified=\u{201C}true",
     "thread\u{FF1A}01a230ea-9c25-7f00-9aa4-f797ec10b8ef",
     "t\u{04BB}read:01a230ea-9c25-7f00-9aa4-f797ec10b8ef",
     "ci\u{2236}bot",
     "v\u{0435}rified bot",
+    // Courier's own label (a denied approval's reason is from it), plain and with a Cyrillic `а`.
+    "approval",
+    "\u{0430}pproval",
 ];
 
 /// Look-alike labels (fullwidth and curly quotes, a fullwidth colon, a Cyrillic `һ`, a ratio
-/// sign for `:`, a Cyrillic `е`) are refused on the CLI (exit 2, with the reason) and on the
+/// sign for `:`, a Cyrillic `е`) and Courier's own `approval` are refused on the CLI (exit 2, with the reason) and on the
 /// socket (`bad_from` / `reserved_from`); nothing is queued. A fullwidth plain label is stored
 /// NFKC-normalised.
 #[test]

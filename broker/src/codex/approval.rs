@@ -56,23 +56,6 @@ pub fn hook_kind(p: &HookPayload) -> ApprovalKind {
     }
 }
 
-/// The files a patch touches (added, deleted, updated, moved to), absolute as Codex names them:
-/// a relative path is under `cwd`. Sorted, each once.
-pub fn patch_files(patch: &str, cwd: Option<&str>) -> Vec<String> {
-    const HEADERS: [&str; 4] = ["*** Add File: ", "*** Delete File: ", "*** Update File: ", "*** Move to: "];
-    let mut files: Vec<String> = patch
-        .lines()
-        .filter_map(|l| HEADERS.iter().find_map(|h| l.strip_prefix(h)))
-        .map(|f| match (std::path::Path::new(f.trim()).is_absolute(), cwd) {
-            (false, Some(cwd)) => std::path::Path::new(cwd).join(f.trim()).display().to_string(),
-            _ => f.trim().to_string(),
-        })
-        .collect();
-    files.sort();
-    files.dedup();
-    files
-}
-
 /// What a permission request asks for, canonical: the paths to read and to write (absolute,
 /// sorted, each once) and network access. Rendered, it is what an answer is bound to: the
 /// request Codex sends must ask exactly this, and the grant is exactly that request's.
@@ -544,7 +527,7 @@ mod tests {
     fn a_file_change_is_bound_to_call_and_files() {
         let patch =
             "*** Begin Patch\n*** Add File: new.txt\n+hi\n*** Update File: /abs/a.rs\n*** Move to: /abs/b.rs\n@@\n-x\n+y\n*** End Patch";
-        let files = patch_files(patch, Some("/w"));
+        let files = super::super::patch::patch_files(patch, Some("/w"));
         assert_eq!(files, ["/abs/a.rs", "/abs/b.rs", "/w/new.txt"]);
         let a =
             Approval { files: files.clone(), cwd: Some("/w".into()), ..pending("call_p", "apply_patch", ApprovalKind::FileChange, patch) };

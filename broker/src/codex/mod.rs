@@ -18,6 +18,8 @@
 //!   effort;
 //! - `approval.rs`: the PermissionRequest hook's fields, and answering the app-server's
 //!   approval request once;
+//! - `patch.rs`: the files an `apply_patch` patch changes, read exactly as Codex's parser reads
+//!   them (a held approval lists every file Codex would write);
 //! - `standin.rs`: a stand-in Codex for tests (feature `standin`);
 //!
 //! and below the broker, the crate `codex_format` (`codex-format/`): what Codex hands a command
@@ -31,6 +33,7 @@ pub mod approval;
 pub mod appserver;
 pub mod follow;
 pub mod native;
+pub mod patch;
 pub mod proof;
 pub mod resolve;
 pub mod rollout;

@@ -11,8 +11,8 @@ pub(super) fn not_answering(runtime_dir: &Path, m: Option<&Manifest>, state_dir:
     match install::instance_holder(runtime_dir) {
         Some(pid) => Check::fail(
             format!(
-                "the broker (pid {pid}) holds {} but does not answer on {}",
-                install::lock_path(runtime_dir).display(),
+                "the broker (pid {pid}) holds the instance lock of {} but does not answer on {}",
+                runtime_dir.display(),
                 socket.display()
             ),
             format!("`broker restart` replaces it; its log: {}", log_hint(m, state_dir)),

@@ -29,6 +29,13 @@ pub const VERIFIED_PREFIX: &str = "thread:";
 /// The word of the broker's attribute; no self-declared label may contain it.
 const VERIFIED_WORD: &str = "verified";
 
+/// The sender of the messages Courier writes itself: a denied approval's reason ("Your request
+/// to run ... was denied: ...").
+pub const APPROVAL_LABEL: &str = "approval";
+/// Courier's own labels: only the broker writes messages from them, so no producer may take one
+/// (in any case or look-alike form) and the model can read them as Courier's.
+const COURIER_LABELS: [&str; 1] = [APPROVAL_LABEL];
+
 /// The thread named by a `from` of the form `thread:<uuid>`, the form of a verified sender. Only
 /// its seal (`seal.rs`) proves it: any process of this uid can write such a row.
 pub fn verified_thread(from: Option<&str>) -> Option<&str> {
@@ -42,12 +49,14 @@ pub enum LabelError {
     Bad(String),
     /// Reads as the broker's `thread:` or `verified` (in any case or look-alike form).
     Reserved(String),
+    /// Reads as one of Courier's own labels ([`APPROVAL_LABEL`]): refused for producers.
+    Courier(String),
 }
 
 impl LabelError {
     pub fn message(&self) -> &str {
         match self {
-            LabelError::Bad(m) | LabelError::Reserved(m) => m,
+            LabelError::Bad(m) | LabelError::Reserved(m) | LabelError::Courier(m) => m,
         }
     }
 }
@@ -92,6 +101,23 @@ pub fn check(from: &str) -> Result<String, LabelError> {
         return Err(LabelError::Reserved(format!(
             "--from {label:?} reads as {VERIFIED_PREFIX:?} or {VERIFIED_WORD:?} (in some case or look-alike form): those are reserved for senders \
              the broker verified (a `broker send` run by a Codex tool command, without --from)"
+        )));
+    }
+    Ok(label)
+}
+
+/// The label a producer gives (every path: CLI, socket, MCP, the bridge, through
+/// `producer::send`): [`check`], and not one of Courier's own labels. The store and the renderer
+/// run [`check`] alone, since Courier's own messages carry those labels.
+pub fn check_producer(from: &str) -> Result<String, LabelError> {
+    let label = check(from)?;
+    // Lowercased first: the fold takes `l` for a look-alike of `i`, and `L` only once lowered.
+    let look = |l: &str| skeleton(&l.to_lowercase());
+    let s = look(&label);
+    if let Some(own) = COURIER_LABELS.iter().find(|own| look(own) == s) {
+        return Err(LabelError::Courier(format!(
+            "--from {label:?} reads as {own:?} (in some case or look-alike form), the label of messages Courier writes \
+             itself (a denied approval's reason): producers may not use it; choose another label"
         )));
     }
     Ok(label)
@@ -208,6 +234,9 @@ fn fold_latin(c: char) -> char {
         'і' | 'І' | 'ι' | 'Ι' | 'ı' | 'ɩ' | 'ɪ' | 'Ꭵ' | 'ꙇ' | 'ӏ' | 'Ӏ' | 'ⅰ' | 'ℹ' | 'ꓲ' | '|' | 'ǀ' | 'l' | '1' => {
             'i'
         }
+        // p, o (of `approval`)
+        'р' | 'Р' | 'ρ' | 'Ρ' | 'ⲣ' | 'Ꮲ' | 'ꓑ' | 'ᴘ' => 'p',
+        'о' | 'О' | 'ο' | 'Ο' | 'σ' | 'ⲟ' | 'օ' | 'ᴏ' | 'ꓳ' | '0' => 'o',
         // f
         'ƒ' | 'ẝ' | 'ꞙ' | 'ꬵ' | 'ſ' | 'ϝ' | 'Ϝ' | 'ꓝ' | 'ᖴ' => 'f',
         other => other,
@@ -225,6 +254,25 @@ mod tests {
         }
         assert_eq!(check("ｃｉ-ｂｏｔ").as_deref(), Ok("ci-bot"), "fullwidth letters fold (NFKC)");
         assert_eq!(check("ﬁle-bot").as_deref(), Ok("file-bot"));
+    }
+
+    /// Courier's own label (the sender of a deny's reason) is refused for producers in every
+    /// case and look-alike form, and still passes the store's and the renderer's check.
+    #[test]
+    fn courier_s_own_labels_are_refused_for_producers() {
+        for label in [
+            "approval",
+            "Approval",
+            " APPROVAL ",
+            "appr\u{043E}val",
+            "\u{0430}\u{0440}\u{0440}roval",
+            "appro val",
+            "ａｐｐｒｏｖａｌ",
+            "approva1",
+        ] {
+            assert!(matches!(check_producer(label), Err(LabelError::Courier(_))), "{label:?}: {:?}", check_producer(label));
+        }
+        assert_eq!(check(APPROVAL_LABEL).as_deref(), Ok(APPROVAL_LABEL), "Courier's own rows pass the store's check");
     }
 
     /// Quotes, colons and the reserved words in the forms an attack review found accepted, and
@@ -272,6 +320,7 @@ mod tests {
             assert!(matches!(check(label), Err(LabelError::Bad(_))), "{label:?}: {:?}", check(label));
         }
         assert!(check(&"x".repeat(MAX_CHARS + 1)).is_err());
+        assert!(check_producer("approvals").is_ok() && check_producer("approval-bot").is_ok());
         assert!(check(&"x".repeat(MAX_CHARS)).is_ok());
     }
 }

@@ -197,24 +197,24 @@ fn login_check(exe: &Path) {
         return;
     }
     let socket_is = if socket.exists() { "present" } else { "missing" };
-    let lock = super::instance::lock_path(&runtime);
+    let lock = super::instance::lock_name(&runtime);
     match super::instance::instance_holder(&runtime) {
         None => crate::log_info!("login: no broker runs (socket {} {socket_is}); starting one", socket.display()),
         Some(pid) => {
             crate::log_info!(
                 "login: the broker (pid {pid}) holds {} and does not answer (socket {socket_is}); giving it {} s to answer or exit",
-                lock.display(),
+                lock,
                 LOGIN_PATIENCE.as_secs()
             );
             match await_holder(&runtime) {
                 Holder::Answers => return,
-                Holder::Exited => crate::log_info!("login: the broker (pid {pid}) has let {} go; starting one", lock.display()),
+                Holder::Exited => crate::log_info!("login: the broker (pid {pid}) has let {} go; starting one", lock),
                 Holder::Silent => {
                     let state = crate::os::read_stat(pid).map(|s| process_state(s.state)).unwrap_or("gone");
                     crate::log_warn!(
                         "login: the broker (pid {pid}, {state}) holds {} but has not answered on {} (socket {socket_is}) for {} s; \
                          not starting another. `broker restart` replaces it",
-                        lock.display(),
+                        lock,
                         socket.display(),
                         LOGIN_PATIENCE.as_secs()
                     );

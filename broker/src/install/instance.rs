@@ -6,7 +6,7 @@ use crate::os;
 use anyhow::Result;
 use courier_shared::paths;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The file whose presence means "stopped on purpose"; it holds the time of the stop (ms).
 pub const STOP_MARKER: &str = "broker.stopped";
@@ -27,18 +27,33 @@ pub(super) fn mark_stopped(state_dir: &Path) -> Result<()> {
     super::files::write_atomic(&state_dir.join(STOP_MARKER), crate::store::now_ms().to_string().as_bytes(), 0o600)
 }
 
-/// The broker instance of `runtime_dir`: the process holding its `broker.lock` (whether or not it
-/// answers: hung, stopped, half-started or with its socket gone), if it is ours.
+/// The broker instance of `runtime_dir`: the process holding the instance lock on the directory
+/// (`server::lock_instance`; whether or not it answers: hung, stopped, half-started or with its
+/// socket gone), if it is ours.
 pub fn instance_holder(runtime_dir: &Path) -> Option<i32> {
     use std::os::unix::fs::MetadataExt;
-    let lock = fs::metadata(lock_path(runtime_dir)).ok()?;
-    let locks = fs::read_to_string("/proc/locks").ok()?;
-    let holders = crate::gate::owner::lock_holders(&locks, lock.dev(), lock.ino());
-    holders.into_iter().find(|&pid| os::read_status(pid).is_ok_and(|s| s.all_uids_are(paths::uid())))
+    let dir = fs::metadata(runtime_dir).ok()?;
+    holder_of(dir.dev(), dir.ino())
 }
 
-pub fn lock_path(runtime_dir: &Path) -> PathBuf {
-    runtime_dir.join("broker.lock")
+/// Another process of ours holding an `flock` on the file `file` is open on (the broker that
+/// holds an instance lock this one could not take).
+pub fn lock_holder(file: &fs::File) -> Option<i32> {
+    use std::os::unix::fs::MetadataExt;
+    let m = file.metadata().ok()?;
+    holder_of(m.dev(), m.ino())
+}
+
+/// The instance lock, named for a person (the lock is on the runtime directory itself).
+pub fn lock_name(runtime_dir: &Path) -> String {
+    format!("the instance lock of {}", runtime_dir.display())
+}
+
+fn holder_of(dev: u64, ino: u64) -> Option<i32> {
+    let locks = fs::read_to_string("/proc/locks").ok()?;
+    let holders = crate::gate::owner::lock_holders(&locks, dev, ino);
+    let me = std::process::id() as i32;
+    holders.into_iter().filter(|&pid| pid != me).find(|&pid| os::read_status(pid).is_ok_and(|s| s.all_uids_are(paths::uid())))
 }
 
 /// Says why a stop is on record, for doctor and status.

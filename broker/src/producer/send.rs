@@ -129,11 +129,13 @@ pub fn check_ttl_ms(ms: u64) -> Result<i64, SendError> {
     }
 }
 
-/// The sender label as stored (`label::check`: NFKC), or the refusal (`bad_from`, or
-/// `reserved_from` for one that reads as a verified sender's).
+/// The sender label as stored (`label::check_producer`: NFKC), or the refusal (`bad_from`, or
+/// `reserved_from` for one that reads as a verified sender's or as Courier's own, `approval`).
 pub fn check_label(from: &str) -> Result<String, SendError> {
-    crate::envelope::label::check(from).map_err(|e| match e {
-        crate::envelope::label::LabelError::Reserved(m) => refused(ErrorCode::ReservedFrom, m),
+    crate::envelope::label::check_producer(from).map_err(|e| match e {
+        crate::envelope::label::LabelError::Reserved(m) | crate::envelope::label::LabelError::Courier(m) => {
+            refused(ErrorCode::ReservedFrom, m)
+        }
         crate::envelope::label::LabelError::Bad(m) => refused(ErrorCode::BadFrom, m),
     })
 }

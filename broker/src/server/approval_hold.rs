@@ -9,9 +9,10 @@
 //! one. Codex's own hook timeout must exceed the hold (docs/approvals.md).
 
 use super::Broker;
-use crate::approval::Decision;
+use crate::approval::{ApprovalKind, Decision};
 use crate::codex::approval as codex_approval;
 use crate::codex::appserver::endpoint;
+use crate::codex::patch::patch_files;
 use crate::config::Hold;
 use crate::gate::Verified;
 use courier_shared::wire::{self, HookReply, PROTOCOL_VERSION};
@@ -111,6 +112,12 @@ pub(super) fn give(hold: Sender<HeldAnswer>, decision: Decision, message: Option
 impl Broker {
     /// Whether `v`'s PermissionRequest is held, as configured.
     pub(super) fn holds(&self, v: &Verified) -> bool {
+        // A patch whose files Courier cannot list is never answered through Courier: holding
+        // its hook would only keep Codex from asking the person (or its own review).
+        let patch = codex_approval::hook_kind(&v.payload) == ApprovalKind::FileChange;
+        if patch && codex_approval::hook_command(&v.payload).is_none_or(|p| patch_files(&p, v.payload.cwd.as_deref()).is_empty()) {
+            return false;
+        }
         match self.approvals.config.hold {
             Hold::Off => false,
             Hold::All => true,

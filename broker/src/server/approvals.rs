@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 /// The whole app-server exchange of one answer (connect, resume, answer, its ack).
 const EXCHANGE: Duration = Duration::from_secs(10);
 /// Who the deny message is from, as the model reads it.
-const DENY_FROM: &str = "approval";
+const DENY_FROM: &str = crate::envelope::label::APPROVAL_LABEL;
 
 /// What the broker keeps of approvals between requests.
 pub(super) struct Approvals {
@@ -438,7 +438,7 @@ fn new_approval(v: &Verified, ticket: &Ticket) -> Option<NewApproval> {
     };
     let kind = codex_approval::hook_kind(&v.payload);
     let files = match kind {
-        ApprovalKind::FileChange => codex_approval::patch_files(&command, v.payload.cwd.as_deref()),
+        ApprovalKind::FileChange => crate::codex::patch::patch_files(&command, v.payload.cwd.as_deref()),
         ApprovalKind::Command | ApprovalKind::Permissions => Vec::new(),
     };
     Some(NewApproval {
@@ -480,9 +480,10 @@ fn no_app_server(pid: i32, thread: &ThreadId, hold: Hold) -> String {
 fn unanswerable(a: &Approval) -> Result<(), String> {
     match a.kind {
         ApprovalKind::FileChange if a.files.is_empty() => Err(format!(
-            "approval {} is a patch that names no file (no `*** Add File:`, `*** Delete File:`, `*** Update File:` or \
-             `*** Move to:` line Courier can read), so Courier cannot bind an answer to the change Codex would make; nothing \
-             was sent. Answer it where Codex shows it (the TUI's prompt, or the app-server client of thread {})",
+            "approval {} is a patch that names no file Courier can list for certain (Codex's parser refuses it, or a line \
+             looks like a hunk header that Codex's parser does not read as one), so Courier cannot bind an answer to the \
+             change Codex would make; nothing was sent. Answer it where Codex shows it (the TUI's prompt, or the app-server \
+             client of thread {})",
             a.id, a.thread
         )),
         ApprovalKind::Permissions if a.command.starts_with(codex_approval::UNREADABLE) => Err(format!(

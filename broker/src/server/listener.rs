@@ -5,7 +5,6 @@ use crate::os::FileKey;
 use anyhow::{bail, Context, Result};
 use nix::libc;
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
@@ -16,26 +15,22 @@ pub struct InstanceLock {
     _files: Vec<File>,
 }
 
-/// One broker per login: an exclusive lock on `broker.lock` in the runtime directory (the socket
-/// is there, so a second broker must not take it over even with another state directory) and in
-/// the state directory (the queue). A lock dies with its process, so a crash leaves none behind.
 /// How long a starting broker waits for the lock of one that is exiting.
 const STOPPING_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
+/// One broker per login, locked (`flock`, exclusive) on what a rename cannot take from under
+/// it: the runtime directory itself, opened `O_DIRECTORY` (the socket is there, so a second
+/// broker must not take it over even with another state directory), and the queue database
+/// file (whatever name or hard link reaches it, it is the same inode, so no second broker ever
+/// serves that queue). Lock files were not enough: renamed away, the next broker created and
+/// locked new ones and took the socket of the live one. A lock dies with its process, so a crash
+/// leaves none behind. (SQLite's own locks on the database are POSIX record locks, which an
+/// `flock` neither takes nor disturbs; this fd stays open for the broker's life.)
 pub fn lock_instance(runtime_dir: &Path, state_dir: &Path) -> Result<InstanceLock> {
+    let queue = state_dir.join(crate::store::DB_NAME);
     let mut files = Vec::new();
-    for (dir, what) in [(runtime_dir, "runtime directory"), (state_dir, "state directory")] {
-        let path = dir.join("broker.lock");
-        if files.len() == 1 && runtime_dir == state_dir {
-            break;
-        }
-        let mut file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .read(true)
-            .open(&path)
-            .with_context(|| format!("opening {}", path.display()))?;
+    for (path, what) in [(runtime_dir, "runtime directory"), (queue.as_path(), "queue")] {
+        let file = open_lockable(path).with_context(|| format!("opening {} to lock it", path.display()))?;
         // A broker that was just stopped has removed its socket but may not have exited yet:
         // give its lock a moment to go (a live broker keeps it, and is reported below).
         let grace = std::time::Instant::now() + STOPPING_GRACE;
@@ -43,19 +38,25 @@ pub fn lock_instance(runtime_dir: &Path, state_dir: &Path) -> Result<InstanceLoc
             std::thread::sleep(std::time::Duration::from_millis(25));
         }
         if file.try_lock().is_err() {
-            let pid = fs::read_to_string(&path).unwrap_or_default();
-            bail!(
-                "another broker already runs with this {what} {} (pid {}; lock {}); stop it first",
-                dir.display(),
-                pid.trim(),
-                path.display()
-            );
+            let holder = crate::install::lock_holder(&file).map_or_else(|| "unknown".to_string(), |p| p.to_string());
+            bail!("another broker already runs with this {what} {} (pid {holder}); stop it first", path.display());
         }
-        file.set_len(0)?;
-        write!(file, "{}", std::process::id())?;
         files.push(file);
     }
     Ok(InstanceLock { _files: files })
+}
+
+/// The runtime directory (opened read-only, `O_DIRECTORY`), or the queue database (created,
+/// private, if it is not there yet: SQLite takes an empty file as an empty database).
+fn open_lockable(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut open = OpenOptions::new();
+    if path.is_dir() {
+        open.read(true).custom_flags(libc::O_DIRECTORY);
+    } else {
+        open.read(true).write(true).create(true).truncate(false).mode(0o600);
+    }
+    open.open(path)
 }
 
 /// Signals that stop the broker cleanly (socket removed, a line logged).
