@@ -179,8 +179,8 @@ impl Waker {
         if pay.agent_id.is_some() {
             return Err(gate::refusal(RefusalCode::ClaudeTurn, "a sub-agent's Stop wakes nothing".into(), pay));
         }
+        super::session::session_owner(&self.store, &proven, until)?;
         let mut store = crate::store::lock(&self.store);
-        super::session::session_owner(&mut store, &proven)?;
         let ticket = Ticket {
             thread: pay.session_id.clone(),
             key: format!("claude:wake:{}:{stdout}", pay.prompt_id),
