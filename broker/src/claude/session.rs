@@ -164,9 +164,7 @@ mod tests {
 
     /// A store in a fresh directory, and a transcript path beside it.
     fn setup(name: &str) -> (Mutex<Store>, PathBuf) {
-        let dir = std::env::temp_dir().join(format!("courier-session-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = courier_shared::scratch::dir(&format!("courier-session-{name}"));
         (Mutex::new(Store::open(&dir).unwrap()), dir.join(format!("{SID}.jsonl")))
     }
 

@@ -118,7 +118,7 @@ mod tests {
     use serde_json::json;
 
     fn transcript(name: &str, records: &[Value]) -> std::path::PathBuf {
-        let p = std::env::temp_dir().join(format!("courier-turn-{}-{name}.jsonl", std::process::id()));
+        let p = courier_shared::scratch::dir("courier-turn").join(format!("{name}.jsonl"));
         let text: String = records.iter().map(|r| format!("{r}\n")).collect();
         std::fs::write(&p, text).unwrap();
         p
