@@ -4,7 +4,8 @@
 //! one session both run genuine hooks (probed on 2.1.332). So the broker pins each session to the
 //! claude process `(pid, start time)` of its first proven UserPromptSubmit (SessionStart takes no
 //! HTTP hook), and refuses any other live claude presenting it. A dead owner's pin passes to the
-//! next claude that opens a turn in the session (`claude --resume` after the first one quit).
+//! next claude that opens a turn in the session (`claude --resume` after the first one quit), when
+//! that claude leads a terminal's foreground job (`resume.rs`: never a tool command's claude).
 //! The pin also holds the turn the owner's last UserPromptSubmit opened (`prompt_id`): a hook of
 //! the main conversation must name it, or a turn the session's transcript shows began after it
 //! (`turn.rs`: a prompt queued while the ending turn's Stop hooks ran opens a turn no
@@ -55,8 +56,14 @@ pub fn session_owner(store: &Mutex<Store>, p: &Proven, until: Instant) -> Result
         };
     }
     let transcript = pay.transcript_path.to_string_lossy();
-    let pinned = crate::store::lock(store).pin_claude_session(&pay.session_id, key, &transcript, &pay.prompt_id, |owner| owner.is_alive());
-    match pinned.map_err(store_err)? {
+    let mut store = crate::store::lock(store);
+    // Taking over from an owner that ended (`claude --resume`) needs the person's terminal.
+    if let Some(pin) = store.claude_session_pin(&pay.session_id).map_err(store_err)? {
+        if pin.owner != key && !pin.owner.is_alive() {
+            super::resume::leads_a_terminal_job(key).map_err(|detail| refusal(pay, RefusalCode::ClaudeResume, detail))?;
+        }
+    }
+    match store.pin_claude_session(&pay.session_id, key, &transcript, &pay.prompt_id, |owner| owner.is_alive()).map_err(store_err)? {
         Pinned::New | Pinned::Same => Ok(()),
         Pinned::Other(pin) => Err(refuse(format!("pid {} opens a turn in a session pid {} (alive) owns", key.pid, pin.owner.pid))),
     }
