@@ -53,6 +53,12 @@ pub struct ProcStat {
     /// Field 3: `R`, `S`, `Z` (zombie), ...
     pub state: char,
     pub ppid: i32,
+    /// Field 5: the process group.
+    pub pgrp: i32,
+    /// Field 7: the controlling terminal's device number, 0 for none.
+    pub tty_nr: i32,
+    /// Field 8: the foreground process group of the controlling terminal, -1 for none.
+    pub tpgid: i32,
     /// Field 22: start time in clock ticks after boot. With the pid, it names one process.
     pub starttime: u64,
 }
@@ -86,12 +92,14 @@ pub fn parse_stat(buf: &[u8]) -> Option<ProcStat> {
     }
     let comm = String::from_utf8_lossy(&buf[open + 1..close]).into_owned();
     let rest = std::str::from_utf8(buf.get(close + 1..)?).ok()?;
-    // rest starts at field 3 (state); ppid is field 4, starttime field 22.
+    // rest starts at field 3 (state); ppid is field 4, pgrp 5, session 6, tty_nr 7, tpgid 8,
+    // starttime 22.
     let mut fields = rest.split_ascii_whitespace();
     let state = fields.next()?.chars().next()?;
-    let ppid: i32 = fields.next()?.parse().ok()?;
-    let starttime: u64 = fields.nth(22 - 5)?.parse().ok()?;
-    Some(ProcStat { comm, state, ppid, starttime })
+    let mut int = || fields.next()?.parse::<i32>().ok();
+    let (ppid, pgrp, _session, tty_nr, tpgid) = (int()?, int()?, int()?, int()?, int()?);
+    let starttime: u64 = fields.nth(22 - 9)?.parse().ok()?;
+    Some(ProcStat { comm, state, ppid, pgrp, tty_nr, tpgid, starttime })
 }
 
 /// One process, for as long as it lives: a pid names another process once it is reused, a pid

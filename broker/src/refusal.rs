@@ -46,6 +46,7 @@
 //! | `claude_transcript` | claude:transcript | `transcript_path` is not `<claude config dir>/projects/<project>/<session_id>.jsonl` of the holder's own environment, goes through a symbolic link, or is not a regular file |
 //! | `session_owned` | claude:session_owner | another live claude process owns the session (pinned at its first proven hook), or a hook of a session no turn opened while the broker ran |
 //! | `claude_turn` | claude:session_owner | a main-conversation hook whose `prompt_id` is neither the turn the owner's last UserPromptSubmit opened nor the turn the transcript's newest prompt record shows |
+//! | `claude_resume` | claude:session_owner | a claude taking over a session whose claude ended (`--resume`) that does not lead the foreground job of a terminal (a tool command's claude: Claude Code runs those without one) |
 //! | `claude_wake_fd` | claude:wake_fds | an idle-wake hook (`hook-client --claude-wake`) whose stdout and stderr are not two distinct sockets a live claude created, or whose client is not that claude's descendant |
 //!
 //! The steps are the gate's (`gate/mod.rs`, "Checks, in order"; step 8 runs after `verify`,
@@ -109,6 +110,7 @@ refusal_codes! {
     ClaudeTranscript,
     SessionOwned,
     ClaudeTurn,
+    ClaudeResume,
     ClaudeWakeFd,
 }
 
@@ -158,6 +160,7 @@ impl RefusalCode {
             ClaudeTranscript => "claude_transcript",
             SessionOwned => "session_owned",
             ClaudeTurn => "claude_turn",
+            ClaudeResume => "claude_resume",
             ClaudeWakeFd => "claude_wake_fd",
         }
     }
@@ -189,7 +192,7 @@ impl RefusalCode {
             UntrustedClaude => "claude:trusted_claude",
             ClaudeLoaderEnv => "claude:clean_start",
             ClaudeTranscript => "claude:transcript",
-            SessionOwned | ClaudeTurn => "claude:session_owner",
+            SessionOwned | ClaudeTurn | ClaudeResume => "claude:session_owner",
             ClaudeWakeFd => "claude:wake_fds",
         }
     }
@@ -231,6 +234,7 @@ impl RefusalCode {
             ClaudeTranscript => "the hook named a transcript that is not its claude's own: a forged payload, or CLAUDE_CONFIG_DIR changed under the session",
             SessionOwned => "two live claude processes on one session (`--resume` of a running session; the first one keeps its messages), or the broker started mid-turn",
             ClaudeTurn => "a Claude Code hook of a turn neither the session's last prompt opened nor its transcript shows: a replayed or forged payload",
+            ClaudeResume => "a claude with no terminal of its own (a model's tool command running `claude --resume`, or a script) tried to take over an ended session: resume it from a terminal",
             ClaudeWakeFd => "`hook-client --claude-wake` run by something other than Claude Code's Stop hook (a model's command posing as it: refused by design)",
         }
     }

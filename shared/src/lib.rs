@@ -10,4 +10,5 @@ pub mod alloc_probe;
 pub mod auth;
 pub mod ids;
 pub mod paths;
+pub mod scratch;
 pub mod wire;

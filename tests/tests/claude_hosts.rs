@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use courier_tests::claude::gate::{broker_in_claude, of_host, serve_hooks, wait_claude_session, ClaudeBroker};
+use courier_tests::claude::gate::{broker_in_claude, message_by_key, of_host, serve_hooks, wait_claude_session, ClaudeBroker};
 use courier_tests::claude::{env_or_skip, ClaudeEnv, PRINT_TIMEOUT};
 use courier_tests::messages::{ScriptedMessages, Turn};
 use courier_tests::model::{Hold, Reply};
@@ -66,11 +66,6 @@ fn mcp_list_threads(env: &CodexEnv) -> Vec<Value> {
     let text = reply.pointer("/result/content/0/text").and_then(Value::as_str).unwrap_or_else(|| panic!("{reply}"));
     let v: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"));
     v["threads"].as_array().cloned().unwrap_or_default()
-}
-
-fn message_by_key(b: &Broker, key: &str) -> Value {
-    let msgs = b.inspect_json()["messages"].as_array().cloned().unwrap_or_default();
-    msgs.iter().find(|m| m["key"] == key).cloned().unwrap_or_else(|| panic!("no message with key {key}: {msgs:#?}"))
 }
 
 /// `broker threads --json` lists a live `claude -p` session (kept in a Bash call) as

@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use courier_tests::claude::gate::{of_host, serve_hooks};
+use courier_tests::claude::gate::{message_by_key, of_host, serve_hooks};
 use courier_tests::claude::{claude_bin, env_or_skip, say_skipped, ClaudeEnv};
 use courier_tests::install_rig::{text, Rig};
 use courier_tests::messages::{content_text, ScriptedMessages, Turn};
@@ -67,11 +67,6 @@ fn mcp_call(env: &CodexEnv, extra: &[(&str, &str)], tool: &str, args: Value) -> 
     let _ = child.wait();
     let text = reply.pointer("/result/content/0/text").and_then(Value::as_str).unwrap_or_else(|| panic!("{reply}"));
     serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
-}
-
-fn message_by_key(b: &Broker, key: &str) -> Value {
-    let msgs = b.inspect_json()["messages"].as_array().cloned().unwrap_or_default();
-    msgs.iter().find(|m| m["key"] == key).cloned().unwrap_or_else(|| panic!("no message with key {key}: {msgs:#?}"))
 }
 
 /// The text of the `n`th tool result Claude Code sent the model, parsed as Courier's JSON.

@@ -82,18 +82,25 @@ fn a_message_reaches_the_interactive_tui_session_once_and_is_confirmed() {
 }
 
 /// A prompt the person submits while the ending turn's Stop hooks still run (probed on 2.1.332;
-/// a slow Stop command hook holds them here): Claude Code queues it (`queue-operation` records),
-/// its UserPromptSubmit repeats the ending turn's `prompt_id` (refused `ticket_used` with no
-/// alarm: it opens nothing), and the turn it opens has another, whose prompt record (`promptSource: "queued"`)
-/// the transcript shows before the turn's first hook. The gate moves the session's pin to that
-/// turn at its first hook (`claude/turn.rs`), so a message sent while its Bash call runs reaches
-/// the model mid-turn, once, `confirmed`; no hook of the turn is refused `claude_turn`.
+/// a Stop command hook holds them here until the test lets it go): Claude Code queues it
+/// (`queue-operation` records), its UserPromptSubmit repeats the ending turn's `prompt_id`
+/// (refused `ticket_used` with no alarm: it opens nothing), and the turn it opens has another,
+/// whose prompt record (`promptSource: "queued"`) Claude Code writes before the turn's first
+/// request but flushes to the transcript in a batch, often after that turn's first tool hook. The
+/// gate waits for the record within the hook's budget and moves the session's pin to that turn
+/// (`claude/turn.rs`), so the turn's PreToolUse is proven, and a message sent while its Bash call
+/// runs reaches the model mid-turn, once, `confirmed`; no hook of the turn is refused
+/// `claude_turn`. No timing window: the Stop hook and the Bash call each wait for a file the test
+/// creates once what must come first has happened.
 #[test]
 fn a_prompt_queued_during_stop_hooks_gets_its_messages_mid_turn() {
-    let api = ScriptedMessages::start_with(|r| {
+    let api_gates = courier_shared::scratch::dir("courier-tui-gates");
+    let (stop_gate, bash_gate) = (api_gates.join("stop-may-end"), api_gates.join("bash-may-end"));
+    let bash = format!("while [ ! -e {} ]; do sleep 0.05; done; echo two", bash_gate.display());
+    let api = ScriptedMessages::start_with(move |r| {
         let (second, first) = (r.is_stream() && r.body_contains("SECOND-PROMPT"), r.is_stream() && r.body_contains("FIRST-PROMPT"));
         match (second, first, r.tool_results().is_empty()) {
-            (true, _, true) => Turn::bash("sleep 4; echo two"),
+            (true, _, true) => Turn::bash(&bash),
             (true, _, false) => Turn::text("second all done"),
             (false, true, _) => Turn::text("first all done"),
             _ => Turn::text("ok"),
@@ -109,7 +116,10 @@ fn a_prompt_queued_during_stop_hooks_gets_its_messages_mid_turn() {
             (*e, if e.ends_with("ToolUse") { "*" } else { "" }, json!({"type": "http", "url": url, "timeout": 5}))
         })
         .collect();
-    hooks.push(("Stop", "", json!({"type": "command", "command": "sleep 6", "timeout": 30})));
+    // The first turn's Stop hooks run until the test has queued the second prompt (the second
+    // turn's Stop passes at once: the file is there by then).
+    let hold_stop = format!("while [ ! -e {} ]; do sleep 0.05; done", stop_gate.display());
+    hooks.push(("Stop", "", json!({"type": "command", "command": hold_stop, "timeout": 60})));
     env.set_hook_entries(&hooks);
 
     let mut vars = env.env_vars();
@@ -122,17 +132,21 @@ fn a_prompt_queued_during_stop_hooks_gets_its_messages_mid_turn() {
     tui.wait_for("running Stop hooks", BOUND);
     tui.send_keys(&["-l", "SECOND-PROMPT"]);
     tui.send_keys(&["Enter"]);
+    // Queued: its UserPromptSubmit (the ending turn's id again) reached the broker. Then the
+    // Stop hooks may end, and the queued turn begins.
+    poll_until(BOUND, || broker.log_text().contains("(a queued prompt)").then_some(()))
+        .unwrap_or_else(|| panic!("the queued prompt's UserPromptSubmit: {:?}\n{}", claude_refusals(&broker), broker.log_text()));
+    std::fs::write(&stop_gate, "").unwrap();
 
     // The queued prompt's turn: its first tool hook is proven, then a message sent meanwhile
-    // reaches it at its PostToolUse.
+    // reaches it at its PostToolUse, once the Bash call may end.
     let pre = poll_until(BOUND, || proven_hooks(&broker.log_text()).into_iter().find(|(e, _, _)| e == "PreToolUse"))
         .unwrap_or_else(|| panic!("the queued prompt's turn: no tool hook proven: {:?}\n{}", claude_refusals(&broker), broker.log_text()));
     let text = marker("CLAUDE_QUEUED");
-    let sent = broker.run(&["send", "--thread", &pre.1, "--from", "ci-bot", "--wait", "confirmed", "--timeout", "60s", "--json", &text]);
-    let report = String::from_utf8_lossy(&sent.stdout).to_string();
-    assert!(sent.status.success(), "send: {:?}\n{report}\n{}", sent.status, broker.log_text());
-    let receipt: Value = serde_json::from_str(report.trim().lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {report}"));
-    assert_eq!(receipt.pointer("/message/state").and_then(Value::as_str), Some("confirmed"), "{receipt}");
+    let id = broker.send_opts(&pre.1, &text, None, Some("ci-bot"));
+    std::fs::write(&bash_gate, "").unwrap();
+    let m = broker.wait_state(&id, "confirmed", BOUND);
+    assert_eq!(m["event"], "claude", "handed mid-turn, at a PostToolUse: {m}");
     tui.wait_for("second all done", BOUND);
     let with: Vec<usize> = api.requests().iter().filter(|r| r.body_contains(&text)).map(|r| r.index).collect();
     let after = api.wait_for(Duration::from_secs(5), "the tool result", |r| !r.tool_results().is_empty());
@@ -158,4 +172,5 @@ fn a_prompt_queued_during_stop_hooks_gets_its_messages_mid_turn() {
     assert!(refused[0].0 == "ticket_used" && refused[0].1.contains("claude:UserPromptSubmit:"), "{refused:?}");
     let log = broker.log_text();
     assert!(log.contains("(a queued prompt)") && !log.contains("ALARM"), "a queued prompt raises no alarm:\n{log}");
+    std::fs::remove_dir_all(&api_gates).ok();
 }

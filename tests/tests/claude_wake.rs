@@ -304,3 +304,75 @@ fn a_missing_or_silent_broker_costs_the_wake_hook_nothing() {
     eprintln!("silent broker: the wake hook exited 0 after {took:?}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A same-uid process holding the wake socket's connections open: each sends a frame header and
+/// then one byte at a time, slower than anything waits for; a connection the broker closes is
+/// opened again at once, so the attacker always has `n` open. Stops (and says how many it
+/// opened) when dropped.
+struct SlowPeers {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<usize>>,
+}
+
+impl SlowPeers {
+    fn start(socket: std::path::PathBuf, n: usize) -> SlowPeers {
+        use std::io::Write;
+        use std::os::unix::net::UnixStream;
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopping = stop.clone();
+        let open = move || {
+            let mut c = UnixStream::connect(&socket).ok()?;
+            c.write_all(&1000u32.to_be_bytes()).ok()?; // a frame of 1000 bytes, sent one by one
+            Some(c)
+        };
+        let thread = std::thread::spawn(move || {
+            let mut conns: Vec<Option<UnixStream>> = (0..n).map(|_| open()).collect();
+            let mut opened = n;
+            while !stopping.load(Ordering::Relaxed) {
+                for c in conns.iter_mut() {
+                    if c.as_mut().is_none_or(|s| s.write_all(b" ").is_err()) {
+                        *c = open();
+                        opened += 1;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(300)); // the attacker's pace, not a wait
+            }
+            opened
+        });
+        SlowPeers { stop, thread: Some(thread) }
+    }
+}
+
+impl Drop for SlowPeers {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(opened) = self.thread.take().and_then(|t| t.join().ok()) {
+            eprintln!("slow peers: {opened} connections opened in all");
+        }
+    }
+}
+
+/// Attack on availability: 32 same-uid connections to the wake socket that trickle a byte every
+/// 300 ms (each read waited at most 2 s, so they were never closed) held every wake slot, and
+/// no Claude session got an idle wake. With them open (and reopened whenever the broker closes
+/// one), a `claude -p` run whose message is pending at its Stop still gets it by the wake,
+/// confirmed.
+#[test]
+fn slow_connections_to_the_wake_socket_do_not_keep_a_session_from_its_wake() {
+    let text = marker("CLAUDE_WAKE_SLOTS");
+    let api = answering(&text, "got it");
+    let Some(env) = env_or_skip(&api) else { return };
+    let (world, port) = claude_world();
+    let broker = started(&env, &world, port);
+    let attack = SlowPeers::start(courier_shared::paths::claude_wake_socket_path(&world.runtime_dir), 32);
+    let sid = fake_uuid_v7();
+    let id = broker.send_future(&sid, &text, None, Some("ci-bot"));
+    let out = spawn_print(&env, &world, &sid, "say hello").wait(PRINT_TIMEOUT);
+    assert!(out.status.success(), "{:?}\n{}\n{}", out.status, out.stderr, api.dump());
+    let m = broker.wait_state(&id, "confirmed", Duration::from_secs(15));
+    assert_eq!(m["event"], "claude-wake", "{m}");
+    drop(attack);
+    let carrying: Vec<_> = api.requests().into_iter().filter(|r| r.body_contains(&text)).collect();
+    assert_eq!(carrying.len(), 1, "{}", api.dump());
+}

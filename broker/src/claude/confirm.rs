@@ -255,8 +255,7 @@ mod tests {
     /// A store in a fresh directory with one message handed to `owner` through the Claude
     /// channel at the start of `transcript`; returns the store, the message and its rendering.
     fn handed(owner: ProcessKey) -> (Mutex<Store>, std::path::PathBuf, String, String) {
-        let dir = std::env::temp_dir().join(format!("courier-claude-confirm-{}-{}", std::process::id(), crate::store::now_ms()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = courier_shared::scratch::dir("courier-claude-confirm");
         let mut store = Store::open(&dir).unwrap();
         let sid = &ThreadId::from_static("0c6b4b3e-8f2a-4b7e-9d1a-2f3c4d5e6f70");
         let new =

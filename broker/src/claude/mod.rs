@@ -19,6 +19,8 @@
 //! - `gate.rs`: the kernel steps of the gate (payload, holder, trusted binary, clean start,
 //!   transcript), store-free;
 //! - `session.rs`: the steps that need the store (`session_owner`, `turn_ticket`);
+//! - `resume.rs`: who may take over a session whose claude ended (`claude_resume`: a claude
+//!   leading a terminal's foreground job, never a tool command's);
 //! - `turn.rs`: the turn a session's transcript shows (a queued prompt's turn, which no
 //!   UserPromptSubmit names);
 //! - `deliver.rs`: what a proven hook is handed (PostToolUse `additionalContext`; `agent_scope`);
@@ -39,6 +41,7 @@ pub mod mcp_config;
 pub mod peer;
 pub mod refusals;
 pub mod resolve;
+pub mod resume;
 pub mod serve;
 pub mod session;
 pub mod settings;

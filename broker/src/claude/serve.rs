@@ -25,10 +25,11 @@ use std::time::{Duration, Instant};
 pub const MAX_CONNECTIONS: usize = 16;
 /// How long a connection has to send its request; the whole answer is due by twice that.
 pub const READ_DEADLINE: Duration = Duration::from_secs(2);
-/// How long a hook waits at most for the hash of an expected binary (the first hook after an
-/// upgrade: 2.1.332's 402 MB take ~0.3 s of CPU, seconds on a loaded machine), counted from the
-/// connection; the answer is still due by twice [`READ_DEADLINE`], within install's 5 s timeout.
-pub const DIGEST_WAIT: Duration = Duration::from_secs(3);
+/// How long a hook waits at most for what its proof needs, counted from the connection: the hash
+/// of an expected binary (the first hook after an upgrade: 2.1.332's 402 MB take ~0.3 s of CPU,
+/// seconds on a loaded machine), and a queued prompt's record in the transcript (`turn.rs`). The
+/// answer is still due by twice [`READ_DEADLINE`], within install's 5 s timeout.
+pub const HOOK_WAIT: Duration = Duration::from_secs(3);
 /// How often the confirmation pass reads the transcripts of open hand-offs (while none is open it
 /// waits for the next hand-off: [`confirm_loop`]).
 const CONFIRM_EVERY: Duration = Duration::from_millis(500);
@@ -130,7 +131,7 @@ fn accept_loop(listener: &TcpListener, endpoint: &Arc<Endpoint>) {
 impl Endpoint {
     fn handle(&self, mut conn: TcpStream) {
         let start = Instant::now();
-        let (answer, refused) = match self.answer(&mut conn, start + READ_DEADLINE, start + DIGEST_WAIT) {
+        let (answer, refused) = match self.answer(&mut conn, start + READ_DEADLINE, start + HOOK_WAIT) {
             Ok(answer) => (answer, None),
             Err(refusal) => (NOTHING.to_string(), Some(refusal)),
         };
@@ -143,18 +144,18 @@ impl Endpoint {
         }
     }
 
-    /// The request's answer, or why it was refused: the request read by `deadline`, an expected
-    /// binary's hash waited for until `digest_until`.
-    fn answer(&self, conn: &mut TcpStream, deadline: Instant, digest_until: Instant) -> Result<String, Refusal> {
+    /// The request's answer, or why it was refused: the request read by `deadline`, what the
+    /// proof needs (an expected binary's hash, a queued turn's record) waited for until `wait_until`.
+    fn answer(&self, conn: &mut TcpStream, deadline: Instant, wait_until: Instant) -> Result<String, Refusal> {
         let bad = |e: http::BadRequest| Refusal::new(crate::refusal::RefusalCode::ClaudeRequest, e.0);
         let req = http::read_request(conn, deadline).map_err(bad)?;
         let addrs = conn.peer_addr().and_then(|c| Ok((c, conn.local_addr()?)));
         let (client, server) = addrs.map_err(|e| bad(http::BadRequest(e.to_string())))?;
         let trust = StoreTrust(&self.store, &self.followed);
-        let proven = gate::verify(&req.event, &req.body, client, server, &self.digests, &trust, digest_until)?;
+        let proven = gate::verify(&req.event, &req.body, client, server, &self.digests, &trust, wait_until)?;
+        super::session::session_owner(&self.store, &proven, wait_until)?;
         {
             let mut store = crate::store::lock(&self.store);
-            super::session::session_owner(&mut store, &proven)?;
             super::session::turn_ticket(&mut store, &proven)?;
             super::session::note_activity(&mut store, &proven);
         }

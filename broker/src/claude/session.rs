@@ -4,7 +4,8 @@
 //! one session both run genuine hooks (probed on 2.1.332). So the broker pins each session to the
 //! claude process `(pid, start time)` of its first proven UserPromptSubmit (SessionStart takes no
 //! HTTP hook), and refuses any other live claude presenting it. A dead owner's pin passes to the
-//! next claude that opens a turn in the session (`claude --resume` after the first one quit).
+//! next claude that opens a turn in the session (`claude --resume` after the first one quit), when
+//! that claude leads a terminal's foreground job (`resume.rs`: never a tool command's claude).
 //! The pin also holds the turn the owner's last UserPromptSubmit opened (`prompt_id`): a hook of
 //! the main conversation must name it, or a turn the session's transcript shows began after it
 //! (`turn.rs`: a prompt queued while the ending turn's Stop hooks ran opens a turn no
@@ -21,35 +22,47 @@
 //! sub-agent's hooks say nothing of the main turn.
 
 use super::gate::{Payload, Proven};
+use super::turn::Shown;
 use super::Event;
 use crate::gate::Refusal;
 use crate::refusal::RefusalCode;
 use crate::store::{Pinned, Store, Ticket, TicketClaim};
 use codex_format::hook::HookEvent;
+use std::sync::Mutex;
+use std::time::Instant;
 
 fn refusal(p: &Payload, code: RefusalCode, detail: String) -> Refusal {
     Refusal { code, detail, thread: Some(p.session_id.to_string()), event: Some(p.event.as_str().to_string()) }
 }
 
-/// Checks (and, at a UserPromptSubmit, takes) the session's pin for the proven claude.
-pub fn session_owner(store: &mut Store, p: &Proven) -> Result<(), Refusal> {
+/// Checks (and, at a UserPromptSubmit, takes) the session's pin for the proven claude. A hook
+/// naming another turn than the pin's may wait, with `store` unlocked, until `until` for the
+/// transcript to show that turn ([`shown_turn`]).
+pub fn session_owner(store: &Mutex<Store>, p: &Proven, until: Instant) -> Result<(), Refusal> {
     let (key, pay) = (p.key(), &p.payload);
     let refuse = |detail: String| refusal(pay, RefusalCode::SessionOwned, detail);
     let store_err = |e: anyhow::Error| refuse(format!("the session pin could not be read: {e:#}"));
     if pay.event != Event::UserPromptSubmit {
         // Only a turn's opening may take a pin: a later hook of a session nobody pinned yet (the
         // broker started mid-turn) is refused, and its next turn pins it.
-        let pin = store.claude_session_pin(&pay.session_id).map_err(store_err)?;
+        let pin = crate::store::lock(store).claude_session_pin(&pay.session_id).map_err(store_err)?;
         return match pin {
             Some(pin) if pin.owner != key => Err(refuse(format!("pid {} presents a session pinned to pid {}", key.pid, pin.owner.pid))),
             Some(pin) if pay.agent_id.is_none() && pin.prompt_id.as_deref() != Some(&pay.prompt_id) => {
-                shown_turn(store, p, pin.prompt_id.as_deref())
+                shown_turn(store, p, pin.prompt_id.as_deref(), until)
             }
             Some(_) => Ok(()),
             None => Err(refuse(format!("pid {} presents a session no turn has opened since the broker knew it", key.pid))),
         };
     }
     let transcript = pay.transcript_path.to_string_lossy();
+    let mut store = crate::store::lock(store);
+    // Taking over from an owner that ended (`claude --resume`) needs the person's terminal.
+    if let Some(pin) = store.claude_session_pin(&pay.session_id).map_err(store_err)? {
+        if pin.owner != key && !pin.owner.is_alive() {
+            super::resume::leads_a_terminal_job(key).map_err(|detail| refusal(pay, RefusalCode::ClaudeResume, detail))?;
+        }
+    }
     match store.pin_claude_session(&pay.session_id, key, &transcript, &pay.prompt_id, |owner| owner.is_alive()).map_err(store_err)? {
         Pinned::New | Pinned::Same => Ok(()),
         Pinned::Other(pin) => Err(refuse(format!("pid {} opens a turn in a session pid {} (alive) owns", key.pid, pin.owner.pid))),
@@ -58,25 +71,36 @@ pub fn session_owner(store: &mut Store, p: &Proven) -> Result<(), Refusal> {
 
 /// A main-conversation hook of the pin's owner naming another turn than the pin's: passes, and
 /// moves the pin to it, only when the transcript's newest main-conversation `user` record names
-/// that turn (`turn.rs`); else `claude_turn`.
-fn shown_turn(store: &mut Store, p: &Proven, pinned: Option<&str>) -> Result<(), Refusal> {
+/// that turn (`turn.rs`; waited for until `until`, the store unlocked meanwhile) and the pin
+/// still names the turn it named before the wait; else `claude_turn`.
+fn shown_turn(store: &Mutex<Store>, p: &Proven, pinned: Option<&str>, until: Instant) -> Result<(), Refusal> {
     let pay = &p.payload;
     let refuse = |shown: String| {
         let detail = format!("prompt_id {} is not the open turn {pinned:?}, nor the transcript's newest ({shown})", pay.prompt_id);
         Err(refusal(pay, RefusalCode::ClaudeTurn, detail))
     };
-    match super::turn::newest(&pay.transcript_path) {
-        Ok(Some(t)) if t == pay.prompt_id => {}
-        Ok(shown) => return refuse(format!("{shown:?}")),
+    let waited = match super::turn::wait_shown(&pay.transcript_path, &pay.prompt_id, until) {
+        Ok(Shown::Yes { waited }) => waited,
+        Ok(Shown::No(shown)) => return refuse(format!("{shown:?}")),
         Err(e) => return refuse(format!("unreadable: {e}")),
+    };
+    let mut store = crate::store::lock(store);
+    let store_err = |e: anyhow::Error| refusal(pay, RefusalCode::SessionOwned, format!("the session pin could not be read: {e:#}"));
+    // The pin may have moved while the store was unlocked: to this turn (another hook of it was
+    // quicker), or on to a later one (this hook is then of a past turn).
+    match store.claude_session_pin(&pay.session_id).map_err(store_err)? {
+        Some(pin) if pin.owner == p.key() && pin.prompt_id.as_deref() == Some(&pay.prompt_id) => return Ok(()),
+        Some(pin) if pin.owner == p.key() && pin.prompt_id.as_deref() == pinned => {}
+        _ => return Err(refusal(pay, RefusalCode::ClaudeTurn, "the session's pin moved on during the check".into())),
     }
     let transcript = pay.transcript_path.to_string_lossy();
     match store.pin_claude_session(&pay.session_id, p.key(), &transcript, &pay.prompt_id, |owner| owner.is_alive()) {
         Ok(Pinned::Same) => {
             crate::log_info!(
-                "claude session {}: turn {} opened without its own UserPromptSubmit (a prompt queued during Stop hooks); the transcript shows it",
+                "claude session {}: turn {} opened without its own UserPromptSubmit (a prompt queued during Stop hooks); the transcript shows it (its record waited for {} ms)",
                 pay.session_id,
-                pay.prompt_id
+                pay.prompt_id,
+                waited.as_millis()
             );
             Ok(())
         }
@@ -141,15 +165,19 @@ mod tests {
     use courier_shared::ids::ThreadId;
     use serde_json::json;
     use std::path::{Path, PathBuf};
+    use std::time::Duration;
 
     const SID: &str = "3d255fc8-08ee-445f-91de-3391a4fadf95";
 
     /// A store in a fresh directory, and a transcript path beside it.
-    fn setup(name: &str) -> (Store, PathBuf) {
-        let dir = std::env::temp_dir().join(format!("courier-session-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        (Store::open(&dir).unwrap(), dir.join(format!("{SID}.jsonl")))
+    fn setup(name: &str) -> (Mutex<Store>, PathBuf) {
+        let dir = courier_shared::scratch::dir(&format!("courier-session-{name}"));
+        (Mutex::new(Store::open(&dir).unwrap()), dir.join(format!("{SID}.jsonl")))
+    }
+
+    /// `session_owner` with no time to wait for the transcript.
+    fn owner(store: &Mutex<Store>, p: &Proven) -> Result<(), Refusal> {
+        session_owner(store, p, Instant::now())
     }
 
     /// A hook of this test process (standing in for the proven claude) naming `prompt_id`.
@@ -169,8 +197,8 @@ mod tests {
         writeln!(f, "{v}").unwrap();
     }
 
-    fn pinned_turn(store: &Store) -> Option<String> {
-        store.claude_session_pin(&ThreadId::try_from(SID.to_string()).unwrap()).unwrap().unwrap().prompt_id
+    fn pinned_turn(store: &Mutex<Store>) -> Option<String> {
+        crate::store::lock(store).claude_session_pin(&ThreadId::try_from(SID.to_string()).unwrap()).unwrap().unwrap().prompt_id
     }
 
     fn code(r: Result<(), Refusal>) -> Option<RefusalCode> {
@@ -179,43 +207,66 @@ mod tests {
 
     #[test]
     fn a_turn_the_transcript_shows_began_takes_the_pin_and_no_other_does() {
-        let (mut store, t) = setup("queued");
+        let (store, t) = setup("queued");
         append(&t, json!({"type": "user", "promptId": "T1", "message": {"role": "user", "content": "first"}}));
-        session_owner(&mut store, &hook(Event::UserPromptSubmit, "T1", &t)).unwrap();
+        owner(&store, &hook(Event::UserPromptSubmit, "T1", &t)).unwrap();
         // The queued prompt's UserPromptSubmit repeats T1; its turn's prompt record is T2.
         append(&t, json!({"type": "queue-operation", "operation": "enqueue", "content": "second"}));
         append(&t, json!({"type": "user", "promptId": "T2", "promptSource": "queued", "message": {"role": "user", "content": "second"}}));
         // A turn the transcript does not show is refused, and the pin stays.
-        assert_eq!(code(session_owner(&mut store, &hook(Event::PreToolUse, "T3", &t))), Some(RefusalCode::ClaudeTurn));
+        assert_eq!(code(owner(&store, &hook(Event::PreToolUse, "T3", &t))), Some(RefusalCode::ClaudeTurn));
         assert_eq!(pinned_turn(&store).as_deref(), Some("T1"));
         // The shown turn passes and takes the pin; a hook of the old turn is then refused.
-        session_owner(&mut store, &hook(Event::PreToolUse, "T2", &t)).unwrap();
+        owner(&store, &hook(Event::PreToolUse, "T2", &t)).unwrap();
         assert_eq!(pinned_turn(&store).as_deref(), Some("T2"));
-        assert_eq!(code(session_owner(&mut store, &hook(Event::PostToolUse, "T1", &t))), Some(RefusalCode::ClaudeTurn));
-        session_owner(&mut store, &hook(Event::Stop, "T2", &t)).unwrap();
+        assert_eq!(code(owner(&store, &hook(Event::PostToolUse, "T1", &t))), Some(RefusalCode::ClaudeTurn));
+        owner(&store, &hook(Event::Stop, "T2", &t)).unwrap();
     }
 
     #[test]
     fn a_forged_record_in_the_transcript_only_refuses() {
-        let (mut store, t) = setup("forged");
+        let (store, t) = setup("forged");
         append(&t, json!({"type": "user", "promptId": "T1", "message": {"role": "user", "content": "first"}}));
-        session_owner(&mut store, &hook(Event::UserPromptSubmit, "T1", &t)).unwrap();
+        owner(&store, &hook(Event::UserPromptSubmit, "T1", &t)).unwrap();
         append(&t, json!({"type": "user", "promptId": "T2", "promptSource": "queued", "message": {"role": "user", "content": "second"}}));
         // A same-uid writer appends a record of a turn of its choosing: the genuine T2 hook is no
         // longer the newest turn and is refused (fail closed); the forged turn's id opens nothing
         // unless claude itself sends a hook naming it.
         append(&t, json!({"type": "user", "promptId": "FORGED", "message": {"role": "user", "content": "x"}}));
-        assert_eq!(code(session_owner(&mut store, &hook(Event::PreToolUse, "T2", &t))), Some(RefusalCode::ClaudeTurn));
+        assert_eq!(code(owner(&store, &hook(Event::PreToolUse, "T2", &t))), Some(RefusalCode::ClaudeTurn));
         assert_eq!(pinned_turn(&store).as_deref(), Some("T1"));
         // A sub-agent's records (sidechain) and text quoting a record name no turn either.
-        let (mut store, t) = setup("sidechain");
+        let (store, t) = setup("sidechain");
         append(&t, json!({"type": "user", "promptId": "T1", "message": {"role": "user", "content": "first"}}));
-        session_owner(&mut store, &hook(Event::UserPromptSubmit, "T1", &t)).unwrap();
+        owner(&store, &hook(Event::UserPromptSubmit, "T1", &t)).unwrap();
         append(&t, json!({"type": "user", "promptId": "SUB", "isSidechain": true, "message": {"role": "user", "content": "x"}}));
         append(&t, json!({"type": "assistant", "message": {"content": [{"type": "text", "text": r#"{"type":"user","promptId":"Q"}"#}]}}));
         for turn in ["SUB", "Q"] {
-            assert_eq!(code(session_owner(&mut store, &hook(Event::PreToolUse, turn, &t))), Some(RefusalCode::ClaudeTurn), "{turn}");
+            assert_eq!(code(owner(&store, &hook(Event::PreToolUse, turn, &t))), Some(RefusalCode::ClaudeTurn), "{turn}");
         }
         assert_eq!(pinned_turn(&store).as_deref(), Some("T1"));
+    }
+
+    #[test]
+    fn a_turn_whose_record_comes_during_the_hooks_wait_takes_the_pin() {
+        let (store, t) = setup("late");
+        append(&t, json!({"type": "user", "promptId": "T1", "message": {"role": "user", "content": "first"}}));
+        owner(&store, &hook(Event::UserPromptSubmit, "T1", &t)).unwrap();
+        // The queued turn's first tool hook comes before claude has flushed its prompt record:
+        // with no time to wait it is refused; given the hook's budget, it passes once the record
+        // is written (here by this thread, while the hook waits or before it looks).
+        assert_eq!(code(owner(&store, &hook(Event::PreToolUse, "T2", &t))), Some(RefusalCode::ClaudeTurn));
+        std::thread::scope(|s| {
+            let waiting = s.spawn(|| session_owner(&store, &hook(Event::PreToolUse, "T2", &t), Instant::now() + Duration::from_secs(20)));
+            append(
+                &t,
+                json!({"type": "user", "promptId": "T2", "promptSource": "queued", "message": {"role": "user", "content": "second"}}),
+            );
+            waiting.join().unwrap().unwrap();
+        });
+        assert_eq!(pinned_turn(&store).as_deref(), Some("T2"));
+        // A turn never shown is refused at the deadline.
+        let until = Instant::now() + Duration::from_millis(50);
+        assert_eq!(code(session_owner(&store, &hook(Event::PreToolUse, "T3", &t), until)), Some(RefusalCode::ClaudeTurn));
     }
 }

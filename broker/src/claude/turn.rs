@@ -18,26 +18,88 @@ use crate::codex::resolve::contains;
 use serde_json::Value;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// Most bytes read back from the transcript's end: the prompt record precedes its turn's first
 /// hook by one request (`api-request-blob`s hold whole requests, so a large context can sit
 /// between them); a turn further back than this is not proven, and the hook is refused.
 pub const MAX_BACK: u64 = 8 << 20;
 
+/// How often [`wait_shown`] looks at the transcript's length while it waits for a record.
+const LOOK_EVERY: Duration = Duration::from_millis(10);
+
 /// The `promptId` of the newest main-conversation `user` record within [`MAX_BACK`] of the end
 /// of the transcript at `path`, if any. A line still being written does not parse and is skipped.
 pub fn newest(path: &Path) -> std::io::Result<Option<String>> {
-    let mut file = std::fs::File::open(path)?;
-    let len = file.metadata()?.len();
-    let from = len.saturating_sub(MAX_BACK);
-    file.seek(SeekFrom::Start(from))?;
-    let mut bytes = Vec::with_capacity((len - from) as usize);
-    file.take(len - from).read_to_end(&mut bytes)?;
-    let mut lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
-    if from > 0 && !lines.is_empty() {
-        lines.remove(0); // begins mid-line
+    Tail::open(path)?.read_on(None)
+}
+
+/// Whether the transcript shows turn `prompt_id` as its newest, waiting for it until `until`.
+///
+/// Why wait: Claude Code writes a queued prompt's record before the turn's first request, but
+/// its transcript writes are batched, so at the turn's first tool hook the record is often not
+/// on disk yet (seen in most runs of the TUI test). The record follows within the batch's flush;
+/// the hook's budget bounds the wait, and a turn still not shown by then is not proven (the hook
+/// is refused, the session carries on). Only appended lines are read while waiting.
+pub fn wait_shown(path: &Path, prompt_id: &str, until: Instant) -> std::io::Result<Shown> {
+    let (start, mut tail) = (Instant::now(), Tail::open(path)?);
+    let mut newest = tail.read_on(None)?;
+    loop {
+        if newest.as_deref() == Some(prompt_id) {
+            return Ok(Shown::Yes { waited: start.elapsed() });
+        }
+        if Instant::now() >= until {
+            return Ok(Shown::No(newest));
+        }
+        std::thread::sleep(LOOK_EVERY.min(until.saturating_duration_since(Instant::now())));
+        newest = tail.read_on(newest)?;
     }
-    Ok(lines.into_iter().rev().filter(|l| contains(l, b"\"promptId\"")).find_map(prompt_of_user_record))
+}
+
+/// What [`wait_shown`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Shown {
+    /// Shown, after waiting this long for its record.
+    Yes { waited: Duration },
+    /// Not by the deadline: the turn the transcript's newest record names instead, if any.
+    No(Option<String>),
+}
+
+/// A transcript read forward from [`MAX_BACK`] before its end, complete lines only.
+struct Tail {
+    file: std::fs::File,
+    /// Where the next unread line begins.
+    at: u64,
+    /// The first line read may begin mid-line (the read starts at an arbitrary byte).
+    skip_first: bool,
+}
+
+impl Tail {
+    fn open(path: &Path) -> std::io::Result<Tail> {
+        let file = std::fs::File::open(path)?;
+        let at = file.metadata()?.len().saturating_sub(MAX_BACK);
+        Ok(Tail { file, at, skip_first: at > 0 })
+    }
+
+    /// The newest turn among the lines appended since the last read, else `newest` (the last
+    /// read's answer). A trailing line without its newline is left for the next read.
+    fn read_on(&mut self, newest: Option<String>) -> std::io::Result<Option<String>> {
+        let len = self.file.metadata()?.len();
+        if len <= self.at {
+            return Ok(newest);
+        }
+        self.file.seek(SeekFrom::Start(self.at))?;
+        let mut bytes = Vec::with_capacity((len - self.at) as usize);
+        (&mut self.file).take(len - self.at).read_to_end(&mut bytes)?;
+        let Some(end) = bytes.iter().rposition(|b| *b == b'\n') else { return Ok(newest) };
+        self.at += end as u64 + 1;
+        let mut lines: Vec<&[u8]> = bytes[..end].split(|b| *b == b'\n').collect();
+        if std::mem::take(&mut self.skip_first) && !lines.is_empty() {
+            lines.remove(0);
+        }
+        let found = lines.into_iter().rev().filter(|l| contains(l, b"\"promptId\"")).find_map(prompt_of_user_record);
+        Ok(found.or(newest))
+    }
 }
 
 /// The `promptId` of a main-conversation `user` record (a top-level field: text inside a record
@@ -56,7 +118,7 @@ mod tests {
     use serde_json::json;
 
     fn transcript(name: &str, records: &[Value]) -> std::path::PathBuf {
-        let p = std::env::temp_dir().join(format!("courier-turn-{}-{name}.jsonl", std::process::id()));
+        let p = courier_shared::scratch::dir("courier-turn").join(format!("{name}.jsonl"));
         let text: String = records.iter().map(|r| format!("{r}\n")).collect();
         std::fs::write(&p, text).unwrap();
         p

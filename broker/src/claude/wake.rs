@@ -53,9 +53,15 @@ pub const HOLD: Duration = Duration::from_secs(540);
 /// A `claude -p` wake (never held) waits at most this long for its turn's HTTP Stop; once that
 /// is seen it answers at once, a message or nothing.
 const UNHELD: Duration = Duration::from_secs(5);
-/// Wake connections at once (held or being proven); more are closed unread (the hook exits 0).
+/// Proven wakes held at once, one per session (a newer proven wake of a session releases the
+/// older); a proven wake finding them all taken answers nothing (the hook exits 0).
 pub const MAX_HELD: usize = 32;
-/// How long a connection has to send its request.
+/// Connections still sending their request at once. A newcomer finding them all taken closes
+/// the oldest: a genuine hook-client sends its request and fds as soon as it connects, so a peer
+/// that is slow cannot keep a slot from it.
+pub const MAX_PROVING: usize = 32;
+/// How long a connection has, from its accept, to send its request and its fds (the whole
+/// exchange, not each read: a peer trickling a byte at a time is cut at this).
 const READ_DEADLINE: Duration = Duration::from_secs(2);
 /// How often a wake looks for its turn's Stop.
 const TICK: Duration = Duration::from_millis(200);
@@ -92,8 +98,20 @@ struct Waker {
     /// The followed `claude` commands (the gate's expected binaries).
     followed: Arc<super::follow::Followed>,
     stops: Stops,
-    active: AtomicUsize,
+    /// Connections still sending their request, oldest first ([`MAX_PROVING`]).
+    proving: Mutex<Proving>,
+    /// The proven wakes held, by session: the newest one's number ([`MAX_HELD`]).
+    held: Mutex<HashMap<ThreadId, u64>>,
+    /// Connection threads alive, a backstop (closed connections' threads end at their next read).
+    threads: AtomicUsize,
     refusals: Refusals,
+}
+
+/// The connections still sending their request, oldest first, and the next connection's number.
+#[derive(Default)]
+struct Proving {
+    next: u64,
+    conns: std::collections::VecDeque<(u64, UnixStream)>,
 }
 
 /// Serves `listener` (the wake socket `server/` bound) on its own threads.
@@ -109,24 +127,31 @@ pub fn spawn(
         digests,
         followed,
         stops,
-        active: AtomicUsize::new(0),
+        proving: Mutex::default(),
+        held: Mutex::default(),
+        threads: AtomicUsize::new(0),
         refusals: Refusals::default(),
     });
     std::thread::Builder::new().name("claude-wake".into()).spawn(move || {
         for conn in listener.incoming() {
             let Ok(conn) = conn else { continue };
-            if waker.active.fetch_add(1, Ordering::AcqRel) >= MAX_HELD {
-                waker.active.fetch_sub(1, Ordering::AcqRel);
-                crate::log_debug!("claude wake: {MAX_HELD} connections open, one closed unread");
+            if waker.threads.fetch_add(1, Ordering::AcqRel) >= MAX_THREADS {
+                waker.threads.fetch_sub(1, Ordering::AcqRel);
+                crate::log_debug!("claude wake: {MAX_THREADS} connection threads alive, one closed unread");
                 continue;
             }
+            let Some(number) = waker.admit(&conn) else {
+                waker.threads.fetch_sub(1, Ordering::AcqRel);
+                continue;
+            };
             let w = Arc::clone(&waker);
             let spawned = std::thread::Builder::new().name("claude-wake-conn".into()).spawn(move || {
-                w.handle(conn);
-                w.active.fetch_sub(1, Ordering::AcqRel);
+                w.handle(conn, number);
+                w.threads.fetch_sub(1, Ordering::AcqRel);
             });
             if spawned.is_err() {
-                waker.active.fetch_sub(1, Ordering::AcqRel);
+                waker.proved(number);
+                waker.threads.fetch_sub(1, Ordering::AcqRel);
             }
         }
     })?;
@@ -145,14 +170,42 @@ enum Step {
     Hand(String),
 }
 
+/// Connection threads alive at most: every slot, and as many again of connections closed for a
+/// newcomer whose threads have not yet seen it.
+const MAX_THREADS: usize = 2 * (MAX_PROVING + MAX_HELD);
+
 impl Waker {
-    fn handle(&self, mut conn: UnixStream) {
+    /// A proving slot for a new connection: its number. When all are taken, the oldest connection
+    /// still sending its request is closed (its thread sees that at its next read).
+    fn admit(&self, conn: &UnixStream) -> Option<u64> {
+        let handle = conn.try_clone().ok()?;
+        let mut proving = self.proving.lock().unwrap_or_else(|e| e.into_inner());
+        if proving.conns.len() >= MAX_PROVING {
+            if let Some((_, oldest)) = proving.conns.pop_front() {
+                let _ = oldest.shutdown(std::net::Shutdown::Both);
+                crate::log_debug!("claude wake: {MAX_PROVING} connections sending their request; the oldest closed for a new one");
+            }
+        }
+        let number = proving.next;
+        proving.next += 1;
+        proving.conns.push_back((number, handle));
+        Some(number)
+    }
+
+    /// Connection `number` is done sending its request (or gone): its proving slot is free.
+    fn proved(&self, number: u64) {
+        self.proving.lock().unwrap_or_else(|e| e.into_inner()).conns.retain(|(n, _)| *n != number);
+    }
+
+    fn handle(&self, mut conn: UnixStream, number: u64) {
         let same_uid = nix::sys::socket::getsockopt(&conn, nix::sys::socket::sockopt::PeerCredentials)
             .is_ok_and(|c| c.uid() == nix::unistd::getuid().as_raw());
-        if !same_uid || conn.set_read_timeout(Some(READ_DEADLINE)).is_err() {
-            return;
-        }
-        let (request, fds) = match read_request(&mut conn) {
+        let read = match same_uid && conn.set_write_timeout(Some(READ_DEADLINE)).is_ok() {
+            true => read_request(&mut conn, Instant::now() + READ_DEADLINE),
+            false => Err(std::io::ErrorKind::PermissionDenied.into()),
+        };
+        self.proved(number);
+        let (request, fds) = match read {
             Ok(r) => r,
             Err(e) => return crate::log_debug!("claude wake: request not read: {e}"),
         };
@@ -160,7 +213,14 @@ impl Waker {
             Ok(p) => p,
             Err(refusal) => return self.record(&refusal),
         };
-        let text = self.hold(&conn, &proven, request.hold);
+        let Some(_slot) = HeldSlot::take(&self.held, &proven.payload.session_id, number) else {
+            crate::log_warn!(
+                "claude wake of session {}: {MAX_HELD} sessions' wakes already held; answered nothing",
+                proven.payload.session_id
+            );
+            return;
+        };
+        let text = self.hold(&conn, &proven, request.hold, number);
         if let Err(e) = wire::write_json(&mut conn, &WakeReply { text, ..WakeReply::default() }) {
             crate::log_warn!("claude wake: answer to session {} not written: {e}", proven.payload.session_id);
         }
@@ -179,8 +239,8 @@ impl Waker {
         if pay.agent_id.is_some() {
             return Err(gate::refusal(RefusalCode::ClaudeTurn, "a sub-agent's Stop wakes nothing".into(), pay));
         }
+        super::session::session_owner(&self.store, &proven, until)?;
         let mut store = crate::store::lock(&self.store);
-        super::session::session_owner(&mut store, &proven)?;
         let ticket = Ticket {
             thread: pay.session_id.clone(),
             key: format!("claude:wake:{}:{stdout}", pay.prompt_id),
@@ -200,7 +260,7 @@ impl Waker {
     /// Holds a proven wake until a message is handed (its text), the session leaves idleness, the
     /// client goes, or the hold ends (empty: nothing). Not `held` (`claude -p`): only until the
     /// turn's Stop is seen.
-    fn hold(&self, conn: &UnixStream, p: &Proven, held: bool) -> String {
+    fn hold(&self, conn: &UnixStream, p: &Proven, held: bool, number: u64) -> String {
         let hold = if held { HOLD } else { UNHELD };
         let mut writer = conn;
         let told = WakeReply { hold_ms: Some(hold.as_millis() as u64), ..WakeReply::default() };
@@ -213,7 +273,7 @@ impl Waker {
             // Read before the look: a message queued after it ends the wait at once.
             let queued = crate::store::QUEUED.count();
             let looked = Instant::now();
-            match self.step(p) {
+            match self.step(p, number) {
                 Ok(Step::Wait) => std::thread::sleep(TICK),
                 Ok(Step::Idle) if held => {
                     crate::store::QUEUED.wait_past(queued, IDLE_LOOK.min(end.saturating_duration_since(Instant::now())));
@@ -236,6 +296,11 @@ impl Waker {
         String::new()
     }
 
+    /// Whether wake `number` is still the newest held for its session.
+    fn newest_of_session(&self, p: &Proven, number: u64) -> bool {
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).get(&p.payload.session_id) == Some(&number)
+    }
+
     /// Whether the session's pin still names this wake's claude and turn.
     fn pinned(&self, p: &Proven) -> Result<bool> {
         pin_is(&crate::store::lock(&self.store), p)
@@ -243,7 +308,7 @@ impl Waker {
 
     /// One look: is the session still idle in the wake's turn, and is a message pending? If so it
     /// is leased and its hand-off recorded (fsynced) before anything of it leaves.
-    fn step(&self, p: &Proven) -> Result<Step> {
+    fn step(&self, p: &Proven, number: u64) -> Result<Step> {
         let pay = &p.payload;
         if !p.claude.is_alive() {
             return Ok(Step::Release("its claude exited"));
@@ -253,6 +318,9 @@ impl Waker {
         // Stop for the rest of its hold.
         if !self.pinned(p)? {
             return Ok(Step::Release("another turn opened"));
+        }
+        if !self.newest_of_session(p, number) {
+            return Ok(Step::Release("a newer wake of the session is held"));
         }
         if !self.stops.stopped(&pay.session_id, &pay.prompt_id) {
             return Ok(Step::Wait);
@@ -344,14 +412,69 @@ fn closed(conn: &UnixStream) -> bool {
 }
 
 /// The request frame, then (asked for only now: a broker that never reads holds no copy of the
-/// hook's stdout, which would keep claude from seeing it end) the fds, on one byte.
-fn read_request(conn: &mut UnixStream) -> std::io::Result<(WakeRequest, Vec<OwnedFd>)> {
-    let req: WakeRequest = wire::read_json(conn, wire::MAX_FRAME)?;
+/// hook's stdout, which would keep claude from seeing it end) the fds, on one byte; all of it by
+/// `until`.
+fn read_request(conn: &mut UnixStream, until: Instant) -> std::io::Result<(WakeRequest, Vec<OwnedFd>)> {
+    let req: WakeRequest = wire::read_json(&mut Until { conn, until }, wire::MAX_FRAME)?;
     wire::write_json(conn, &WakeReply { fds: true, ..WakeReply::default() })?;
+    Until { conn, until }.time_left()?;
     let (n, fds) = recv_with_fds(conn, &mut [0u8; 1])?;
     match n {
         1 => Ok((req, fds)),
         _ => Err(std::io::ErrorKind::UnexpectedEof.into()),
+    }
+}
+
+/// A connection read under one deadline for the whole exchange: each read may wait only for
+/// what is left of it.
+struct Until<'a> {
+    conn: &'a UnixStream,
+    until: Instant,
+}
+
+impl Until<'_> {
+    /// Sets the connection's read timeout to what is left; an error once nothing is.
+    fn time_left(&self) -> std::io::Result<()> {
+        match self.until.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) {
+            Some(left) => self.conn.set_read_timeout(Some(left)),
+            None => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the request's deadline passed")),
+        }
+    }
+}
+
+impl std::io::Read for Until<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.time_left()?;
+        std::io::Read::read(&mut &*self.conn, buf)
+    }
+}
+
+/// A session's slot among the held wakes, freed when dropped (if no newer wake took it).
+struct HeldSlot<'a> {
+    held: &'a Mutex<HashMap<ThreadId, u64>>,
+    session: ThreadId,
+    number: u64,
+}
+
+impl<'a> HeldSlot<'a> {
+    /// Takes the session's slot for wake `number` (the older wake of the session sees it is no
+    /// longer the newest and ends); `None` when [`MAX_HELD`] other sessions hold one.
+    fn take(held: &'a Mutex<HashMap<ThreadId, u64>>, session: &ThreadId, number: u64) -> Option<HeldSlot<'a>> {
+        let mut map = held.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= MAX_HELD && !map.contains_key(session) {
+            return None;
+        }
+        map.insert(session.clone(), number);
+        Some(HeldSlot { held, session: session.clone(), number })
+    }
+}
+
+impl Drop for HeldSlot<'_> {
+    fn drop(&mut self) {
+        let mut map = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if map.get(&self.session) == Some(&self.number) {
+            map.remove(&self.session);
+        }
     }
 }
 

@@ -229,8 +229,7 @@ mod tests {
     use super::*;
 
     fn store() -> (Store, std::path::PathBuf) {
-        let dir = std::env::temp_dir().join(format!("courier-claude-store-{}-{}", std::process::id(), now_ms()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = courier_shared::scratch::dir("courier-claude-store");
         (Store::open(&dir).unwrap(), dir)
     }
 

@@ -184,9 +184,7 @@ mod tests {
     use super::*;
 
     fn dir() -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("courier-ticket-log-{}-{}", std::process::id(), rand::random::<u32>()));
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+        courier_shared::scratch::dir("courier-ticket-log")
     }
 
     fn ticket(key: &str) -> Ticket {

@@ -246,8 +246,7 @@ mod tests {
     use crate::store::Channel;
 
     fn store() -> (Store, std::path::PathBuf) {
-        let dir = std::env::temp_dir().join(format!("courier-tickets-{}-{}", std::process::id(), rand::random::<u32>()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = courier_shared::scratch::dir("courier-tickets");
         (Store::open(&dir).unwrap(), dir)
     }
 

@@ -84,9 +84,7 @@ mod tests {
     use crate::store::{Enqueued, Store};
 
     fn dir() -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("courier-watch-{}-{}", std::process::id(), rand::random::<u32>()));
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+        courier_shared::scratch::dir("courier-watch")
     }
 
     /// A commit of another connection ends a skip; a look that found work never starts one; a

@@ -75,7 +75,7 @@ pub fn wait_proven(broker: &Broker, n: usize) -> Vec<Proven> {
 }
 
 /// The refusal codes of the Claude Code gate.
-const CLAUDE_CODES: [&str; 10] = [
+const CLAUDE_CODES: [&str; 11] = [
     "claude_request",
     "claude_peer",
     "claude_holder",
@@ -84,6 +84,7 @@ const CLAUDE_CODES: [&str; 10] = [
     "claude_transcript",
     "session_owned",
     "claude_turn",
+    "claude_resume",
     "ticket_used",
     "claude_wake_fd",
 ];
@@ -119,4 +120,11 @@ pub fn broker_in_claude(env: &CodexEnv) -> String {
         env.codex_home.display(),
         broker_bin().display()
     )
+}
+
+/// The message queued with idempotency key `key` (`inspect --json`); panics naming the messages
+/// when there is none.
+pub fn message_by_key(b: &Broker, key: &str) -> Value {
+    let msgs = b.inspect_json()["messages"].as_array().cloned().unwrap_or_default();
+    msgs.iter().find(|m| m["key"] == key).cloned().unwrap_or_else(|| panic!("no message with key {key}: {msgs:#?}"))
 }

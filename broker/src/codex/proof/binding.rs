@@ -182,7 +182,7 @@ mod tests {
     /// repointed, the directory moved away and another made at its old path.
     #[test]
     fn the_sessions_directory_is_resolved_again_when_what_it_names_moved() {
-        let root = std::env::temp_dir().join(format!("courier-sessions-{}-{}", std::process::id(), rand::random::<u32>()));
+        let root = courier_shared::scratch::dir("courier-sessions");
         let (home, real, other) = (root.join("home"), root.join("real"), root.join("other"));
         for d in [&home, &real, &other] {
             std::fs::create_dir_all(d).unwrap();

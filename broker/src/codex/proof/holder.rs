@@ -483,7 +483,7 @@ mod tests {
         use std::os::fd::AsRawFd;
         use std::os::unix::fs::MetadataExt;
         const U: &str = "01a22659-8b33-7382-a4b5-24e01f7dc6c5";
-        let dir = std::env::temp_dir().join(format!("courier-hints-{}-{}", std::process::id(), rand::random::<u32>()));
+        let dir = courier_shared::scratch::dir("courier-hints");
         let locks = dir.join("thread-writer-locks");
         std::fs::create_dir_all(&locks).unwrap();
         let locks = std::fs::canonicalize(&locks).unwrap();
