@@ -1,8 +1,25 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: fetch the pinned Codex and Claude Code (checked by SHA-256),
 # build, test.
+#
+# `install/test.sh --fast [TEST_ARGS...]`: the fast tier, run after every change on a built tree (no
+# fetch, no tidy checks, no real agent): every crate's unit and contract tests (lib and bin targets,
+# the captured sessions of codex-format/testdata, the property tests, the layout and doc-map checks)
+# and the end-to-end files that run only stand-in agents, less their `real_codex_*` tests. It sets
+# COURIER_FAST_TIER, so a test there that asks the kit for a real agent fails instead of running it.
+# CI runs everything (below), the fast tier included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [[ ${1-} == --fast ]]; then
+  shift
+  # The end-to-end files whose tests run the stand-in Codex (or no agent at all).
+  fast_e2e=(cli crash follow hostile lifecycle rollouts)
+  fast_targets=(--lib --bin courier-bridge --test layout --test parsers_prop --test rollout_scan)
+  for t in "${fast_e2e[@]}"; do fast_targets+=(--test "$t"); done
+  export COURIER_FAST_TIER=1
+  cargo build --workspace --locked
+  exec install/test-summary.sh install/test-binaries.sh 2 --workspace --locked "${fast_targets[@]}" -- --skip real_codex "$@"
+fi
 # The install tests verify the systemd units (systemd-analyze, systemd-socket-activate).
 if ! command -v systemd-socket-activate >/dev/null || ! command -v systemd-analyze >/dev/null; then
   echo "test.sh: installing Debian's systemd package for systemd-analyze/systemd-socket-activate" >&2

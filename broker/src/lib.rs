@@ -1,6 +1,6 @@
 //! Courier's broker: the per-login daemon that verifies Codex hook calls and hands each thread the
 //! messages queued for it, exactly once; plus the CLI (`send`, `inspect`, ...) that drives it.
-//! ARCHITECTURE.md at the repository root maps these modules to the path of one hook request.
+//! ARCHITECTURE.md at the repository root maps these modules: rooms by wing, and their invariants.
 
 pub mod approval;
 pub mod claude;

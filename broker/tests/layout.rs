@@ -149,3 +149,142 @@ fn functions_are_measured_to_their_closing_brace() {
     let text = "fn a() {\n    let x = 1;\n}\n\nimpl X {\n    pub(crate) fn b(&self) -> u8 {\n        if true {\n        }\n        1\n    }\n    fn decl();\n}\n#[cfg(test)]\nmod tests {\n    fn c() {\n    }\n}\n";
     assert_eq!(functions(text), [("a".to_string(), 3), ("b".to_string(), 5)]);
 }
+
+/// Where a name in the code map may live: the workspace's crates, by their directory and the name
+/// code uses for them.
+const CRATE_DIRS: [(&str, &str); 7] = [
+    ("broker", "broker/src"),
+    ("courier_shared", "shared/src"),
+    ("codex_format", "codex-format/src"),
+    ("courier_bridge", "bridge/src"),
+    ("courier_mcp", "mcp/src"),
+    ("hook_client", "hook-client/src"),
+    ("courier_tests", "tests/src"),
+];
+
+/// The backticked spans of a Markdown text, outside its fenced blocks (figures).
+fn code_spans(text: &str) -> Vec<String> {
+    let mut prose = String::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced {
+            prose.push_str(line);
+            prose.push('\n');
+        }
+    }
+    prose.split('`').skip(1).step_by(2).filter(|s| !s.contains('\n')).map(str::to_string).collect()
+}
+
+/// Every file and directory under `dir`, as paths relative to `root` with `/` separators
+/// (directories end in `/`), build output left out.
+fn tree(root: &Path, dir: &Path, out: &mut Vec<String>) {
+    for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).flatten() {
+        let p = e.path();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') || name == "target" || name == "node_modules" {
+            continue;
+        }
+        let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+        if p.is_dir() {
+            out.push(format!("{rel}/"));
+            tree(root, &p, out);
+        } else {
+            out.push(rel);
+        }
+    }
+}
+
+/// Why a code span names nothing that exists, or `None` when it does (or names no file or module).
+/// A path (`gate/peer.rs`, `codex/proof/`, `docs/security.md`) must be a file or directory of the
+/// repository, whole or as the tail of one under a crate's sources; a module path
+/// (`gate::owner::lock_holders`) must lead through modules of a crate to a name its files hold.
+fn missing(span: &str, files: &[String], root: &Path) -> Option<String> {
+    let span = span.trim();
+    let is_path = [".rs", ".md", ".sh", ".py"].iter().any(|e| span.ends_with(e)) || (span.ends_with('/') && !span.contains(' '));
+    if is_path && !span.starts_with('/') && !span.contains(['<', '*', '$', '~', ' ']) {
+        let found = files.iter().any(|f| f == span || f.ends_with(&format!("/{span}")));
+        return (!found).then(|| format!("`{span}`: no such file or directory"));
+    }
+    let segs: Vec<&str> = span.split("::").collect();
+    let is_module_path = segs.len() > 1
+        && segs.iter().all(|s| !s.is_empty() && s.chars().all(|c| c.is_alphanumeric() || c == '_'))
+        && segs[0].starts_with(|c: char| c.is_lowercase());
+    if !is_module_path {
+        return None;
+    }
+    // Walk the modules: the crate named, else the broker's.
+    let (mut dir, rest) = match CRATE_DIRS.iter().find(|(name, _)| *name == segs[0]) {
+        Some((_, dir)) => (root.join(dir), &segs[1..]),
+        None => (root.join("broker/src"), &segs[..]),
+    };
+    let mut module_files = vec![dir.join("lib.rs"), dir.join("main.rs")];
+    for (i, seg) in rest.iter().enumerate() {
+        let (as_dir, as_file) = (dir.join(seg), dir.join(format!("{seg}.rs")));
+        if as_dir.join("mod.rs").is_file() || as_file.is_file() {
+            module_files = vec![as_dir.join("mod.rs"), as_file];
+            dir = as_dir;
+            continue;
+        }
+        if i == 0 && rest.len() == segs.len() {
+            return Some(format!("`{span}`: no module `{seg}` in broker/src"));
+        }
+        // An item (or a type's member): the module's own files must name it.
+        let text: String = module_files.iter().filter_map(|f| std::fs::read_to_string(f).ok()).collect();
+        let named = text.split(|c: char| !(c.is_alphanumeric() || c == '_')).any(|w| w == *seg);
+        return (!named).then(|| format!("`{span}`: `{seg}` is not named in {}", dir.display()));
+    }
+    None
+}
+
+#[test]
+fn architecture_names_only_files_and_modules_that_exist() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    tree(&root, &root, &mut files);
+    let doc = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
+    let mut wrong: Vec<String> = code_spans(&doc).iter().filter_map(|s| missing(s, &files, &root)).collect();
+    wrong.sort();
+    wrong.dedup();
+    assert!(wrong.is_empty(), "ARCHITECTURE.md names what does not exist (fix the map): {wrong:#?}");
+    assert!(
+        doc.len() <= 25 * 1024,
+        "ARCHITECTURE.md is {} bytes: keep it a short map (at most 25 KiB); detail goes to the module docs or docs/",
+        doc.len()
+    );
+}
+
+#[test]
+fn the_name_check_sees_missing_files_and_modules() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let files = vec!["broker/".to_string(), "broker/src/gate/peer.rs".to_string(), "codex-format/src/rollout.rs".to_string()];
+    assert_eq!(missing("gate/peer.rs", &files, &root), None);
+    assert_eq!(missing("broker/src/gate/peer.rs", &files, &root), None);
+    assert!(missing("classify.rs", &files, &root).is_some(), "a file that is gone");
+    assert!(missing("rollout/classify.rs", &files, &root).is_some());
+    assert_eq!(missing("gate::owner::lock_holders", &files, &root), None);
+    assert_eq!(missing("codex_format::rollout::classify_line", &files, &root), None);
+    assert!(missing("gate::owner::no_such_item", &files, &root).is_some());
+    assert!(missing("nosuchroom::thing", &files, &root).is_some(), "a module that is gone");
+    assert_eq!(missing("Store::hand_off", &files, &root), None, "a type's member is not a module path");
+    assert_eq!(missing("[wake]", &files, &root), None);
+}
+
+#[test]
+fn tests_readme_maps_every_room() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("tests/README.md")).unwrap();
+    let rows: Vec<&str> = readme.lines().filter(|l| l.starts_with("| `")).collect();
+    let mut unmapped = Vec::new();
+    for e in std::fs::read_dir(root.join("broker/src")).unwrap().flatten() {
+        if e.path().is_dir() {
+            let room = format!("| `{}/` |", e.file_name().to_string_lossy());
+            if !rows.iter().any(|r| r.starts_with(&room)) {
+                unmapped.push(room);
+            }
+        }
+    }
+    unmapped.sort();
+    assert!(unmapped.is_empty(), "tests/README.md's room table has no row for {unmapped:?}");
+}

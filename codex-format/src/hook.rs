@@ -184,6 +184,91 @@ mod tests {
         assert_eq!(post["hookSpecificOutput"]["additionalContext"], "hi");
     }
 
+    const ALL: [HookEvent; 9] = [
+        HookEvent::SessionStart,
+        HookEvent::UserPromptSubmit,
+        HookEvent::PreToolUse,
+        HookEvent::PostToolUse,
+        HookEvent::Stop,
+        HookEvent::SubagentStart,
+        HookEvent::SubagentStop,
+        HookEvent::PermissionRequest,
+        HookEvent::Other,
+    ];
+
+    #[test]
+    fn each_event_is_named_as_codex_names_it() {
+        let names: Vec<&str> = ALL.iter().map(|e| e.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "SessionStart",
+                "UserPromptSubmit",
+                "PreToolUse",
+                "PostToolUse",
+                "Stop",
+                "SubagentStart",
+                "SubagentStop",
+                "PermissionRequest",
+                "Other"
+            ]
+        );
+        for e in ALL {
+            assert_eq!(HookEvent::parse(e.as_str()), e, "{e:?}");
+        }
+        for unknown in ["", "stop", "Notification", "PreCompact"] {
+            assert_eq!(HookEvent::parse(unknown), HookEvent::Other, "{unknown:?}");
+        }
+        assert!(!HookEvent::REGISTERED.contains(&HookEvent::Other) && !HookEvent::REGISTERED.contains(&HookEvent::SubagentStop));
+    }
+
+    /// The rules per event (see each method): (needs a turn id, needs the codex
+    /// to run this one thread, how it delivers, continues a turn that was ending).
+    #[test]
+    fn each_event_has_its_rules() {
+        use Delivery::{Context, None as Nothing, StopBlock};
+        let rules = [
+            (HookEvent::SessionStart, false, true, Context, false),
+            (HookEvent::UserPromptSubmit, true, false, Context, false),
+            (HookEvent::PreToolUse, true, false, Context, false),
+            (HookEvent::PostToolUse, true, false, Context, false),
+            (HookEvent::Stop, true, false, StopBlock, true),
+            (HookEvent::SubagentStart, true, false, Context, false),
+            (HookEvent::SubagentStop, true, false, Nothing, false),
+            (HookEvent::PermissionRequest, true, false, Nothing, false),
+            (HookEvent::Other, true, false, Nothing, false),
+        ];
+        for (e, turn, sole, delivery, continues) in rules {
+            assert_eq!(
+                (e.needs_turn(), e.needs_sole_thread(), e.delivery(), e.continues_turn()),
+                (turn, sole, delivery, continues),
+                "{e:?}"
+            );
+            assert_eq!(e.can_deliver(), delivery != Nothing, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn a_subagent_stop_names_the_child_rollout_and_the_others_their_own() {
+        let p = HookPayload {
+            transcript_path: Some("/parent.jsonl".into()),
+            agent_transcript_path: Some("/child.jsonl".into()),
+            ..HookPayload::default()
+        };
+        for e in ALL {
+            let want = if e == HookEvent::SubagentStop { "/child.jsonl" } else { "/parent.jsonl" };
+            assert_eq!(e.transcript_path(&p), Some(want), "{e:?}");
+        }
+        assert_eq!(HookEvent::SubagentStop.transcript_path(&HookPayload::default()), None);
+        assert_eq!(HookEvent::Stop.transcript_path(&HookPayload::default()), None);
+    }
+
+    #[test]
+    fn a_context_output_without_a_notice_carries_only_the_context() {
+        let out: serde_json::Value = serde_json::from_str(&delivery_output(HookEvent::SessionStart, "hi", None)).unwrap();
+        assert_eq!(out, json!({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": "hi"}}));
+    }
+
     #[test]
     fn parses_captured_payload() {
         let raw = r#"{"session_id":"01a22652-96c4-7652-bf64-6f7bc9883ce2","turn_id":"t1","transcript_path":"/x.jsonl","cwd":"/w","hook_event_name":"PostToolUse","model":"m","permission_mode":"bypassPermissions","tool_name":"Bash","tool_input":{"command":"echo hello"},"tool_response":"hello\n","tool_use_id":"call_0002"}"#;

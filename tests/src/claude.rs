@@ -35,6 +35,7 @@ pub const PRINT_TIMEOUT: Duration = Duration::from_secs(60);
 /// The pinned Claude Code binary from `$COURIER_CLAUDE_BIN`, or `None` when it is unset (the
 /// caller skips and says so). Panics when it is set to a path that is not a file.
 pub fn claude_bin() -> Option<PathBuf> {
+    crate::codex::refuse_agent_in_fast_tier("the real Claude Code");
     let p = PathBuf::from(std::env::var_os("COURIER_CLAUDE_BIN").filter(|v| !v.is_empty())?);
     if !p.is_file() {
         panic!(

@@ -21,10 +21,26 @@ const NATIVE_REL: &str = "node_modules/@openai/codex-linux-x64/vendor/x86_64-unk
 /// Default bound for one `codex exec` run.
 pub const EXEC_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Set by the fast tier (`install/test.sh --fast`), which runs no real agent: a test that asks
+/// for one there fails, naming itself, instead of passing on a machine that happens to have it.
+pub const FAST_TIER_VAR: &str = "COURIER_FAST_TIER";
+
+/// Panics when the fast tier runs a test that needs `agent` (see [`FAST_TIER_VAR`]).
+pub fn refuse_agent_in_fast_tier(agent: &str) {
+    if std::env::var_os(FAST_TIER_VAR).is_some_and(|v| !v.is_empty()) {
+        panic!(
+            "{FAST_TIER_VAR} is set: the fast tier runs no real agent, but this test needs {agent}. \
+             Run it without {FAST_TIER_VAR}, or, in a fast-tier file, name it `real_codex_*` \
+             (the fast tier skips those)."
+        );
+    }
+}
+
 /// The pinned native Codex binary: `$COURIER_CODEX_BIN`, else
 /// `${COURIER_CODEX_CACHE:-$HOME/.cache/courier}/codex-0.171.0/.../codex`. Panics (never skips)
-/// when it is missing.
+/// when it is missing, and in the fast tier.
 pub fn codex_bin() -> PathBuf {
+    refuse_agent_in_fast_tier("the real Codex");
     if let Some(p) = std::env::var_os("COURIER_CODEX_BIN").filter(|v| !v.is_empty()) {
         let p = PathBuf::from(p);
         if !p.is_file() {
@@ -76,7 +92,12 @@ impl CodexEnv {
     }
 
     pub fn with_base_url(base_url: &str) -> CodexEnv {
-        let codex = codex_bin();
+        CodexEnv::with_codex(base_url, codex_bin())
+    }
+
+    /// A fresh environment whose `codex` is the executable given (the stand-in's world names the
+    /// stand-in, so it needs no real Codex installed).
+    pub fn with_codex(base_url: &str, codex: PathBuf) -> CodexEnv {
         let base = std::env::var_os("COURIER_TEST_TMPDIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
         let root = base.join(format!("courier-test-{}", unique_token()));
         std::fs::create_dir_all(&base).unwrap();

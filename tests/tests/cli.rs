@@ -9,7 +9,7 @@ use std::time::Duration;
 use broker_lib::cli;
 use courier_tests::broker::{broker_bin, hook_client_bin, messages, refusals, run_bounded};
 use courier_tests::util::fake_uuid_v7;
-use courier_tests::{Broker, CodexEnv};
+use courier_tests::Broker;
 use serde_json::Value;
 
 const T: Duration = Duration::from_secs(30);
@@ -111,7 +111,7 @@ fn conflicting_options_are_a_usage_error_before_anything_runs() {
 /// (payload piped, no argument) still reaches the broker and stays silent.
 #[test]
 fn hook_client_run_by_hand_prints_usage_and_contacts_no_broker() {
-    let env = CodexEnv::with_base_url("http://127.0.0.1:9/v1");
+    let env = courier_tests::standin::world();
     let broker = Broker::start(&env);
     let hc = hook_client_bin();
     let with_payload = |args: &[&str]| {
@@ -196,7 +196,7 @@ print(json.dumps({"code": os.waitstatus_to_exitcode(status), "out": out.decode(e
 /// maintenance pass, within about a second of its deadline, with no hook firing at all.
 #[test]
 fn ttl_is_validated_and_expires_without_any_hook() {
-    let env = CodexEnv::with_base_url("http://127.0.0.1:9/v1");
+    let env = courier_tests::standin::world();
     let broker = Broker::start(&env);
     let thread = fake_uuid_v7();
     for (ttl, says) in [
@@ -231,7 +231,7 @@ fn ttl_is_validated_and_expires_without_any_hook() {
 /// and nothing new is queued.
 #[test]
 fn same_key_with_different_text_names_the_existing_message() {
-    let env = CodexEnv::with_base_url("http://127.0.0.1:9/v1");
+    let env = courier_tests::standin::world();
     let cli = Broker::cli_only(&env);
     let thread = fake_uuid_v7();
     let id = cli.send_future(&thread, "first text", Some("pr-42"), None);
@@ -253,7 +253,7 @@ fn same_key_with_different_text_names_the_existing_message() {
 /// closed) is refused as soon as it passes the limit; exactly the limit is queued.
 #[test]
 fn send_from_stdin_reads_at_most_the_limit_plus_one_byte() {
-    let env = CodexEnv::with_base_url("http://127.0.0.1:9/v1");
+    let env = courier_tests::standin::world();
     let cli = Broker::cli_only(&env);
     let thread = fake_uuid_v7();
     let limit = broker_lib::store::MAX_BODY_BYTES;
@@ -296,7 +296,7 @@ fn send_from_stdin_reads_at_most_the_limit_plus_one_byte() {
 /// `broker <command>: `; an I/O-side error (an unknown id) stays exit 1.
 #[test]
 fn validation_errors_are_usage_errors_with_one_wording() {
-    let env = CodexEnv::with_base_url("http://127.0.0.1:9/v1");
+    let env = courier_tests::standin::world();
     let cli = Broker::cli_only(&env);
     let thread = fake_uuid_v7();
     let out = cli.run(&["send", "--thread", &thread, "--future-thread", "--from", "ci\u{7}bot", "x"]);
@@ -332,7 +332,7 @@ fn validation_errors_are_usage_errors_with_one_wording() {
 /// prints where the broker listens, by the one rule (here: no runtime variables set).
 #[test]
 fn show_prints_a_message_escaped_for_the_terminal() {
-    let env = CodexEnv::with_base_url("http://127.0.0.1:9/v1");
+    let env = courier_tests::standin::world();
     let cli = Broker::cli_only(&env);
     let body = "line one\n\u{1b}]52;c;aGk=\u{7}copied \u{202e}reversed\tend";
     let id = cli.send_future(&fake_uuid_v7(), body, None, None);

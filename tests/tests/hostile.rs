@@ -498,7 +498,7 @@ fn assert_fail_open(what: &str, out: &std::process::Output, took: Duration) -> D
 /// one it may not reach (runs as `nobody`: permission denied): exit 0, no output, within its
 /// deadline + 50 ms. Then a real `codex exec` with the broker stopped completes normally.
 #[test]
-fn hook_client_fails_open_on_stopped_stale_and_forbidden_brokers() {
+fn real_codex_hook_client_fails_open_on_stopped_stale_and_forbidden_brokers() {
     let _alone = TIMING.lock().unwrap_or_else(|e| e.into_inner());
     let model = ScriptedModel::start_with(courier_tests::model::exec_then_done("echo hello"));
     let env = CodexEnv::with_hook_command(&model, &hook_command());

@@ -14,7 +14,7 @@ use serde_json::Value;
 const T: Duration = Duration::from_secs(20);
 
 fn env() -> CodexEnv {
-    CodexEnv::with_base_url("http://127.0.0.1:9/v1")
+    courier_tests::standin::world()
 }
 
 fn text(b: &[u8]) -> String {
@@ -406,7 +406,7 @@ fn a_login_line_racing_a_killed_broker_starts_one_once_its_lock_is_free() {
 /// profile block runs in each, and starts nothing); `broker start` undoes it and `restart`
 /// replaces the broker; doctor says it is stopped on purpose, not broken.
 #[test]
-fn stop_lasts_through_codex_login_shells_until_start() {
+fn real_codex_stop_lasts_through_codex_login_shells_until_start() {
     let sourced = std::env::temp_dir().join(format!("courier-sourced-{}", std::process::id()));
     let model = courier_tests::ScriptedModel::start_with(courier_tests::model::exec_then_done("echo quick"));
     let env = CodexEnv::new(&model);

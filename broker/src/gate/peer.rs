@@ -32,11 +32,17 @@ fn peer_pidfd(stream: &UnixStream) -> Result<Option<OwnedFd>, std::io::Error> {
         return Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }));
     }
     let err = std::io::Error::last_os_error();
-    match err.raw_os_error() {
-        // Older kernel: fall back to pidfd_open.
-        Some(libc::ENOPROTOOPT) | Some(libc::EOPNOTSUPP) => Ok(None),
-        _ => Err(err),
+    if kernel_lacks_peer_pidfd(&err) {
+        Ok(None)
+    } else {
+        Err(err)
     }
+}
+
+/// Whether `SO_PEERPIDFD` failed because the kernel predates it (Linux < 6.5): the caller then
+/// falls back to `pidfd_open`. Any other error refuses the peer.
+fn kernel_lacks_peer_pidfd(err: &std::io::Error) -> bool {
+    matches!(err.raw_os_error(), Some(libc::ENOPROTOOPT) | Some(libc::EOPNOTSUPP))
 }
 
 /// What `SO_PEERCRED` says of a connection: fixed at `connect()`, so read once per connection.
@@ -104,4 +110,19 @@ pub(super) fn check(peer: &Peer, uid: u32) -> Result<(), Refusal> {
         return Err(Refusal::new(RefusalCode::PeerUid, format!("peer uid {} is not broker uid {}", peer.uid, uid)));
     }
     peer.still_alive("at start")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_kernel_without_so_peerpidfd_falls_back_to_pidfd_open() {
+        for errno in [libc::ENOPROTOOPT, libc::EOPNOTSUPP] {
+            assert!(kernel_lacks_peer_pidfd(&std::io::Error::from_raw_os_error(errno)), "errno {errno}");
+        }
+        for errno in [libc::EBADF, libc::ENOTCONN, libc::EMFILE, libc::EINVAL] {
+            assert!(!kernel_lacks_peer_pidfd(&std::io::Error::from_raw_os_error(errno)), "errno {errno}: refused, not a fallback");
+        }
+    }
 }

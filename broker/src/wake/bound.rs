@@ -151,6 +151,88 @@ mod tests {
         assert!(b.check(crate::store::sample::T1, t0).is_ok(), "a turn someone else started ends the run");
     }
 
+    /// The `n`th of many thread ids.
+    fn thread(n: usize) -> ThreadId {
+        ThreadId::parse(&format!("01a22652-96c4-7652-bf64-{n:012x}")).unwrap()
+    }
+
+    /// Wakes `t` until its loop guard stops it (a run of `max_in_a_row`, no other turn between).
+    fn stop_by_the_loop_guard(b: &Bound, t: &ThreadId, at: Instant) {
+        for i in 0..b.config.max_in_a_row {
+            assert!(b.check(t, at).is_ok(), "wake {i}");
+            b.woke(t, at);
+            b.started(t, &format!("{t}-woken{i}"));
+        }
+        assert_eq!(b.check(t, at).unwrap_err(), (WakeReason::LoopGuard, at + super::super::BACKOFF));
+    }
+
+    #[test]
+    fn a_run_stopped_by_the_loop_guard_stays_stopped_while_other_threads_are_woken() {
+        let b = bound(100, 2);
+        let t0 = Instant::now();
+        stop_by_the_loop_guard(&b, crate::store::sample::T1, t0);
+        // Minutes later, with no turn in T1, another thread is woken: T1's run is still stopped.
+        let later = t0 + 3 * WINDOW;
+        b.woke(crate::store::sample::T2, later);
+        assert_eq!(b.check(crate::store::sample::T1, later).unwrap_err().0, WakeReason::LoopGuard);
+    }
+
+    #[test]
+    fn a_run_ended_by_another_turn_is_guarded_afresh() {
+        let b = bound(100, 2);
+        let t0 = Instant::now();
+        stop_by_the_loop_guard(&b, crate::store::sample::T1, t0);
+        b.saw_turn(crate::store::sample::T1, "typed");
+        stop_by_the_loop_guard(&b, crate::store::sample::T1, t0);
+    }
+
+    /// At most [`MAX_THREADS`] threads are remembered: past it, waking a new thread forgets those
+    /// not woken within the last window (and only those: a run stopped recently stays stopped).
+    #[test]
+    fn a_full_memory_forgets_only_threads_not_woken_for_a_window() {
+        let b = bound(100, 1);
+        let t0 = Instant::now();
+        let now = t0 + WINDOW + Duration::from_secs(1);
+        let (old, at_the_edge, recent) = (thread(0), thread(1), thread(2));
+        b.woke(&old, t0);
+        b.woke(&at_the_edge, now - WINDOW);
+        b.woke(&recent, now - Duration::from_secs(1));
+        for n in 3..MAX_THREADS {
+            b.woke(&thread(n), t0);
+        }
+        assert_eq!(b.threads.lock().unwrap().len(), MAX_THREADS);
+        // An existing thread woken again forgets nobody.
+        b.woke(&recent, now - Duration::from_secs(1));
+        assert_eq!(b.threads.lock().unwrap().len(), MAX_THREADS);
+        b.woke(&thread(MAX_THREADS), now);
+        assert_eq!(b.threads.lock().unwrap().len(), 2, "the recent thread and the new one");
+        assert!(b.check(&old, now).is_ok() && b.check(&at_the_edge, now).is_ok(), "forgotten: woken a window ago or more");
+        assert_eq!(b.check(&recent, now).unwrap_err().0, WakeReason::LoopGuard, "woken within the window: remembered");
+    }
+
+    /// A thread keeps at most [`MAX_SEEN`] turn ids of each kind, and its hooks' turns only
+    /// when the wake did not start them.
+    #[test]
+    fn turn_ids_kept_per_thread_are_bounded() {
+        let b = bound(100, 100);
+        let t0 = Instant::now();
+        b.woke(crate::store::sample::T1, t0);
+        for i in 0..MAX_SEEN + 4 {
+            b.started(crate::store::sample::T1, &format!("woken{i}"));
+            b.saw_turn(crate::store::sample::T1, &format!("woken{i}"));
+        }
+        let kept = |b: &Bound| {
+            let threads = b.threads.lock().unwrap();
+            let w = &threads[crate::store::sample::T1];
+            (w.woken.len(), w.seen.len(), w.woken.front().cloned())
+        };
+        assert_eq!(kept(&b), (MAX_SEEN, 0, Some("woken4".to_string())), "the oldest woken ids go first; woken turns are not 'seen'");
+        for i in 0..MAX_SEEN + 4 {
+            b.saw_turn(crate::store::sample::T1, &format!("typed{i}"));
+        }
+        assert_eq!(kept(&b).1, MAX_SEEN);
+    }
+
     #[test]
     fn zero_is_refused() {
         assert!(WakeConfig { max_per_minute: 0, max_in_a_row: 1 }.validate().is_err());

@@ -34,9 +34,10 @@ pub fn standin_codex() -> &'static PathBuf {
     &broker_lib::codex::standin::bins().codex
 }
 
-/// A private world (HOME, CODEX_HOME, COURIER_* dirs) with no model: the stand-in needs none.
+/// A private world (HOME, CODEX_HOME, COURIER_* dirs) with no model: the stand-in needs none. Its
+/// `codex` is the stand-in, so nothing here needs the real Codex (the fast tier has none).
 pub fn world() -> CodexEnv {
-    CodexEnv::with_base_url("http://127.0.0.1:9/v1")
+    CodexEnv::with_codex("http://127.0.0.1:9/v1", standin_codex().clone())
 }
 
 /// One record the stand-in printed per hook call.
