@@ -313,14 +313,14 @@ pub async fn threads(conn: &Conn, host: &str, all: bool, limit: Option<u64>, jso
 mod tests {
     use super::*;
 
-    fn receipt(state: &str) -> Value {
+    fn receipt(state: ReceiptState) -> Value {
         json!({"v": 1, "id": "m_1", "key": "k", "seq": 7, "state": state, "reason": "reoffer_limit"})
     }
 
     /// The outcome a remote wait ends with after `states`, in order (`None`: still waiting).
-    fn after(states: &[&str], want: Want) -> Option<Outcome> {
+    fn after(states: &[ReceiptState], want: Want) -> Option<Outcome> {
         let mut wait = Wait { key: "k", host: "h", seq: 7, want, deadline: None, handed: false };
-        states.iter().find_map(|s| wait.judge(&receipt(s))).map(|(o, _)| o)
+        states.iter().find_map(|s| wait.judge(&receipt(*s))).map(|(o, _)| o)
     }
 
     /// Receipts as the bridge sends them (every state passed) end a remote wait as the local
@@ -328,14 +328,15 @@ mod tests {
     #[test]
     fn receipts_end_the_wait_as_the_local_wait_would() {
         use Outcome::*;
+        use ReceiptState as R;
         for (states, handed, confirmed) in [
-            (&["pending"][..], None, None),
-            (&["pending", "handed"], Some(Reached), None),
-            (&["pending", "handed", "confirmed"], Some(Reached), Some(Reached)),
-            (&["pending", "handed", "uncertain"], Some(Reached), Some(Ended)),
-            (&["pending", "expired"], Some(Ended), Some(Ended)),
-            (&["pending", "cancelled"], Some(Ended), Some(Ended)),
-            (&["refused"], Some(Refused), Some(Refused)),
+            (&[R::Pending][..], None, None),
+            (&[R::Pending, R::Handed], Some(Reached), None),
+            (&[R::Pending, R::Handed, R::Confirmed], Some(Reached), Some(Reached)),
+            (&[R::Pending, R::Handed, R::Uncertain], Some(Reached), Some(Ended)),
+            (&[R::Pending, R::Expired], Some(Ended), Some(Ended)),
+            (&[R::Pending, R::Cancelled], Some(Ended), Some(Ended)),
+            (&[R::Refused], Some(Refused), Some(Refused)),
         ] {
             assert_eq!(after(states, Want::Handed), handed, "{states:?}");
             assert_eq!(after(states, Want::Confirmed), confirmed, "{states:?}");
@@ -351,8 +352,8 @@ mod tests {
     #[test]
     fn uncertain_never_handed_did_not_reach_handed() {
         let mut wait = Wait { key: "k", host: "h", seq: 7, want: Want::Handed, deadline: None, handed: false };
-        assert_eq!(wait.judge(&receipt("pending")), None);
-        let ended = wait.judge(&receipt("uncertain")).map(|(o, _)| o);
+        assert_eq!(wait.judge(&receipt(ReceiptState::Pending)), None);
+        let ended = wait.judge(&receipt(ReceiptState::Uncertain)).map(|(o, _)| o);
         assert_eq!(ended, Some(Outcome::Ended), "never handed: uncertain did not reach handed");
     }
 }
