@@ -155,59 +155,54 @@ impl Service {
                 Ok(list) => json!({"ok": true, "approvals": list}),
                 Err(e) => error(ErrorCode::Failed, &format!("{e:#}")),
             },
-            Ok(Request::Send {
-                thread,
-                cwd,
-                agent,
-                text,
-                key,
-                ttl_ms,
-                from,
-                future_thread,
-                verify_sender,
-                sender,
-                wake,
-                wait,
-                timeout_ms,
-            }) => {
-                let target = match (thread, cwd) {
-                    (Some(parent), None) if agent.is_some() => Target::Agent { parent, name: agent.unwrap_or_default() },
-                    (Some(t), None) => Target::Thread(t),
-                    (None, Some(c)) if agent.is_none() => Target::Cwd(PathBuf::from(c)),
-                    _ => return reply_to(&mut stream, &error(ErrorCode::BadRequest, "give exactly one of thread and cwd")),
-                };
-                if timeout_ms.is_some() && wait.is_none() {
-                    return reply_to(&mut stream, &error(ErrorCode::BadRequest, "timeout_ms needs wait"));
-                }
-                let wake = wake != Some(WakeMode::Never);
-                let (from, verified_sender) = match sender_of(&stream, from, verify_sender, sender, verify) {
-                    Ok(named) => named,
-                    Err(refused) => return reply_to(&mut stream, &refused),
-                };
-                let opts = SendOptions { target, text, key, ttl_ms, from, verified_sender, future_thread, wake };
-                let sent = {
-                    let mut store = crate::store::lock(&self.store);
-                    send::send(&mut store, &self.codex_home, &|| self.threads(false, 0), &opts)
-                };
-                match sent {
-                    Err(SendError::Refused { code, message }) => error(code, &message),
-                    Err(SendError::Failed(e)) => error(ErrorCode::Failed, &format!("{e:#}")),
-                    Ok(sent) => {
-                        let fields = serde_json::to_value(&sent).unwrap_or_default();
-                        match wait {
-                            None => {
-                                let mut r = json!({"ok": true});
-                                if let (Value::Object(r), Value::Object(f)) = (&mut r, fields) {
-                                    r.extend(f);
-                                }
-                                r
-                            }
-                            Some(want) => {
-                                let Value::Object(extra) = fields else { unreachable!() };
-                                self.changed();
-                                return self.waiters.park(stream, vec![sent.id], want, duration_ms(timeout_ms), extra);
-                            }
+            Ok(send @ Request::Send { .. }) => return self.send(stream, send, verify),
+        };
+        reply_to(&mut stream, &reply);
+    }
+
+    /// A `send` request: queued and answered, or (with `wait`) parked until it settles.
+    fn send(&self, mut stream: UnixStream, request: Request, verify: &Verify<'_>) {
+        let Request::Send { thread, cwd, agent, text, key, ttl_ms, from, future_thread, verify_sender, sender, wake, wait, timeout_ms } =
+            request
+        else {
+            return;
+        };
+        let target = match (thread, cwd) {
+            (Some(parent), None) if agent.is_some() => Target::Agent { parent, name: agent.unwrap_or_default() },
+            (Some(t), None) => Target::Thread(t),
+            (None, Some(c)) if agent.is_none() => Target::Cwd(PathBuf::from(c)),
+            _ => return reply_to(&mut stream, &error(ErrorCode::BadRequest, "give exactly one of thread and cwd")),
+        };
+        if timeout_ms.is_some() && wait.is_none() {
+            return reply_to(&mut stream, &error(ErrorCode::BadRequest, "timeout_ms needs wait"));
+        }
+        let wake = wake != Some(WakeMode::Never);
+        let (from, verified_sender) = match sender_of(&stream, from, verify_sender, sender, verify) {
+            Ok(named) => named,
+            Err(refused) => return reply_to(&mut stream, &refused),
+        };
+        let opts = SendOptions { target, text, key, ttl_ms, from, verified_sender, future_thread, wake };
+        let sent = {
+            let mut store = crate::store::lock(&self.store);
+            send::send(&mut store, &self.codex_home, &|| self.threads(false, 0), &opts)
+        };
+        let reply = match sent {
+            Err(SendError::Refused { code, message }) => error(code, &message),
+            Err(SendError::Failed(e)) => error(ErrorCode::Failed, &format!("{e:#}")),
+            Ok(sent) => {
+                let fields = serde_json::to_value(&sent).unwrap_or_default();
+                match wait {
+                    None => {
+                        let mut r = json!({"ok": true});
+                        if let (Value::Object(r), Value::Object(f)) = (&mut r, fields) {
+                            r.extend(f);
                         }
+                        r
+                    }
+                    Some(want) => {
+                        let Value::Object(extra) = fields else { unreachable!() };
+                        self.changed();
+                        return self.waiters.park(stream, vec![sent.id], want, duration_ms(timeout_ms), extra);
                     }
                 }
             }
