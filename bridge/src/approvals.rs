@@ -13,6 +13,7 @@
 
 use crate::log::log;
 use anyhow::Result;
+use broker::approval::ApprovalState;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use std::collections::HashSet;
@@ -100,7 +101,7 @@ async fn publish(client: async_nats::Client, subject: String, socket: PathBuf) {
         });
         let Ok(Ok(Some(reply))) = listed.await else { continue };
         let pending = reply["approvals"].as_array().cloned().unwrap_or_default();
-        for mut a in pending.into_iter().filter(|a| a["state"] == "pending") {
+        for mut a in pending.into_iter().filter(|a| a["state"] == ApprovalState::Pending.as_str()) {
             let Some(id) = a["id"].as_str().map(str::to_string) else { continue };
             a["person"] = reply["person"].clone();
             if seen.insert(id) {

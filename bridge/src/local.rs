@@ -6,6 +6,7 @@ use crate::receipts::legacy_receipt_subject;
 use crate::track::Taken;
 use broker::producer::send::{self as psend, SendError, SendOptions, Target};
 use broker::store::Store;
+use courier_producer_proto::Sent;
 use courier_shared::wire::ErrorReply;
 use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
@@ -116,10 +117,10 @@ pub fn local_request(body: &[u8], t: &Taken) -> Result<Map<String, Value>, (Stri
 pub fn enqueue(socket: &Path, state_dir: &Path, codex_home: &Path, req: Map<String, Value>) -> Local {
     let req = Value::Object(req);
     match broker::producer::line::call(socket, &req, Some(Duration::from_secs(30))) {
-        Ok(Some(r)) if r["ok"] == json!(true) => {
-            let s = |k: &str| r[k].as_str().unwrap_or_default().to_string();
-            Local::Queued { id: s("id"), thread: s("thread"), duplicate: r["duplicate"] == json!(true) }
-        }
+        Ok(Some(r)) if r["ok"] == json!(true) => match serde_json::from_value::<Sent>(r) {
+            Ok(sent) => Local::Queued { id: sent.id, thread: sent.thread, duplicate: sent.duplicate },
+            Err(e) => Local::Retry(format!("failed: the broker's reply to the send does not parse ({e})")),
+        },
         Ok(Some(r)) => match ErrorReply::of(&r) {
             // A code this bridge does not know (a newer broker's) is passed on as it came.
             Some(ErrorReply { error, message, .. }) if !error.is_transient() => {

@@ -19,6 +19,7 @@ mod serve;
 mod track;
 
 use anyhow::{bail, Result};
+use courier_producer_proto::{Exit, Want};
 use lexopt::prelude::*;
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
@@ -65,11 +66,11 @@ fn main() -> ExitCode {
         Err(e) => match e.downcast_ref::<UsageError>() {
             Some(UsageError(m)) => {
                 eprintln!("courier-bridge: {m}\n(see courier-bridge --help)");
-                ExitCode::from(2)
+                ExitCode::from(Exit::Usage.code())
             }
             None => {
                 eprintln!("courier-bridge: {e:#}");
-                ExitCode::from(1)
+                ExitCode::from(Exit::Error.code())
             }
         },
     }
@@ -376,11 +377,11 @@ fn send_args(a: &Args, conn: nats::Conn, host: String) -> Result<produce::SendAr
         }
         req.insert("wake".into(), Value::String(w));
     }
-    let want = match a.get("wait").as_deref() {
+    let want = match a.get("wait") {
         None => None,
-        Some("handed") => Some(produce::Want::Handed),
-        Some("confirmed") => Some(produce::Want::Confirmed),
-        Some(w) => return Err(usage(format!("--wait {w:?}: handed or confirmed"))),
+        Some(w) => {
+            Some(Want::parse(&w).ok_or_else(|| usage(format!("--wait {w:?}: {} or {}", Want::Handed.as_str(), Want::Confirmed.as_str())))?)
+        }
     };
     let timeout = a.duration("timeout")?;
     if timeout.is_some() && want.is_none() {

@@ -16,17 +16,13 @@
 use crate::nats::{self, Conn};
 use anyhow::{Context, Result};
 use async_nats::jetstream::{self, consumer};
+use courier_producer_proto::rule::receipt_outcome;
+use courier_producer_proto::{Outcome, ReceiptState, Want};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use std::io::Write;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedReceiver;
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Want {
-    Handed,
-    Confirmed,
-}
 
 pub struct SendArgs {
     pub conn: Conn,
@@ -43,61 +39,6 @@ pub struct SendArgs {
 /// A fresh key: unique per call (a NUID).
 pub fn new_key() -> String {
     format!("nats-{}", nuid::next())
-}
-
-/// What a receipt means for a wait.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Verdict {
-    InFlight,
-    Reached,
-    Ended,
-    Refused,
-}
-
-pub fn verdict(state: &str, want: Want) -> Verdict {
-    match state {
-        "confirmed" => Verdict::Reached,
-        "handed" if want == Want::Handed => Verdict::Reached,
-        // `uncertain` was handed: it passed `handed`, never reached `confirmed`.
-        "uncertain" if want == Want::Handed => Verdict::Reached,
-        "pending" | "leased" | "handed" => Verdict::InFlight,
-        "refused" => Verdict::Refused,
-        _ => Verdict::Ended,
-    }
-}
-
-/// How a `send --wait` ended: its exit code (as a local `broker send --wait`) and the JSON
-/// `outcome` both come from here.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// The wanted state (or one past it) was reported: exit 0.
-    Reached,
-    /// The host refused the request (a usage error there): exit 2.
-    Refused,
-    /// The timeout ran out with the message still on its way, or no receipt yet: exit 3.
-    TimedOut,
-    /// The message ended without reaching the wanted state: exit 4.
-    Ended,
-}
-
-impl Outcome {
-    pub fn exit_code(self) -> u8 {
-        match self {
-            Outcome::Reached => 0,
-            Outcome::Refused => 2,
-            Outcome::TimedOut => 3,
-            Outcome::Ended => 4,
-        }
-    }
-
-    fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Reached => "reached",
-            Outcome::Refused => "refused",
-            Outcome::TimedOut => "timed_out",
-            Outcome::Ended => "ended",
-        }
-    }
 }
 
 /// The end of a wait: its outcome, the line for stderr, and the last receipt of this publish.
@@ -129,7 +70,7 @@ pub async fn send(a: SendArgs) -> Result<u8> {
         }
         return Ok(0);
     };
-    let wait = Wait { key: &key, host: &a.host, seq, want, deadline: a.timeout.map(|t| Instant::now() + t) };
+    let wait = Wait { key: &key, host: &a.host, seq, want, deadline: a.timeout.map(|t| Instant::now() + t), handed: false };
     let end = wait.run(feed, reconnected).await?;
     Ok(report(&a, &key, end))
 }
@@ -163,13 +104,13 @@ async fn publish(js: &jetstream::Context, a: &SendArgs, key: &str) -> Result<u64
 fn report(a: &SendArgs, key: &str, end: Ended) -> u8 {
     if a.json {
         let mut v = end.last.unwrap_or(json!({"key": key, "state": null}));
-        v["outcome"] = json!(end.outcome.as_str());
+        v["outcome"] = json!(end.outcome);
         println!("{v}");
     }
     if let Some(l) = end.line {
         eprintln!("courier-bridge send: {l}");
     }
-    end.outcome.exit_code()
+    end.outcome.exit().code()
 }
 
 /// This publisher's receipts: an ordered consumer on `COURIER_RECEIPTS`, made again after an
@@ -263,10 +204,13 @@ struct Wait<'a> {
     seq: u64,
     want: Want,
     deadline: Option<Instant>,
+    /// A `handed` receipt of this publish came: the message passed `handed` (receipts report
+    /// every state passed, in order), as a local row's `handed_at` says.
+    handed: bool,
 }
 
 impl Wait<'_> {
-    async fn run(&self, mut feed: Feed, mut reconnected: UnboundedReceiver<()>) -> Result<Ended> {
+    async fn run(mut self, mut feed: Feed, mut reconnected: UnboundedReceiver<()>) -> Result<Ended> {
         feed.messages = Some(feed.open().await?);
         let mut last: Option<Value> = None;
         // The first connection's event is no news.
@@ -297,23 +241,29 @@ impl Wait<'_> {
         r["key"].as_str() == Some(self.key) && r["seq"].as_u64().is_some_and(|s| s >= self.seq)
     }
 
-    /// What a receipt of this publish ends the wait with, if anything (`None`: still on its way).
-    fn judge(&self, r: &Value) -> Option<(Outcome, Option<String>)> {
-        let state = r["state"].as_str().unwrap_or_default();
+    /// What a receipt of this publish ends the wait with, if anything (`None`: still on its
+    /// way), by the protocol's one rule ([`receipt_outcome`]).
+    fn judge(&mut self, r: &Value) -> Option<(Outcome, Option<String>)> {
+        let text = r["state"].as_str().unwrap_or_default();
         let id = r["id"].as_str().unwrap_or(self.key);
         let reason = r["reason"].as_str().unwrap_or("no reason recorded");
-        match verdict(state, self.want) {
-            Verdict::InFlight => None,
-            Verdict::Reached => Some((Outcome::Reached, None)),
-            Verdict::Ended => {
-                let wanted = if self.want == Want::Handed { "handed" } else { "confirmed" };
-                Some((Outcome::Ended, Some(format!("{id} {state} without reaching {wanted} ({reason})"))))
+        let outcome = match ReceiptState::parse(text) {
+            Some(state) => {
+                self.handed |= state == ReceiptState::Handed;
+                receipt_outcome(state, self.handed, self.want)?
             }
-            Verdict::Refused => {
+            // A state this side does not know (a newer host's): not the one wanted.
+            None => Outcome::Ended,
+        };
+        let line = match outcome {
+            Outcome::Reached => None,
+            Outcome::Refused => {
                 let message = r["message"].as_str().unwrap_or_default();
-                Some((Outcome::Refused, Some(format!("host {} refused {}: {reason}: {message}", self.host, self.key))))
+                Some(format!("host {} refused {}: {reason}: {message}", self.host, self.key))
             }
-        }
+            _ => Some(format!("{id} {text} without reaching {} ({reason})", self.want.as_str())),
+        };
+        Some((outcome, line))
     }
 
     fn timed_out(&self, last: &Option<Value>) -> String {
@@ -363,23 +313,47 @@ pub async fn threads(conn: &Conn, host: &str, all: bool, limit: Option<u64>, jso
 mod tests {
     use super::*;
 
+    fn receipt(state: ReceiptState) -> Value {
+        json!({"v": 1, "id": "m_1", "key": "k", "seq": 7, "state": state, "reason": "reoffer_limit"})
+    }
+
+    /// The outcome a remote wait ends with after `states`, in order (`None`: still waiting).
+    fn after(states: &[ReceiptState], want: Want) -> Option<Outcome> {
+        let mut wait = Wait { key: "k", host: "h", seq: 7, want, deadline: None, handed: false };
+        states.iter().find_map(|s| wait.judge(&receipt(*s))).map(|(o, _)| o)
+    }
+
+    /// Receipts as the bridge sends them (every state passed) end a remote wait as the local
+    /// wait ends on the same message.
     #[test]
-    fn verdicts_match_the_local_wait() {
-        use Verdict::*;
-        for (state, handed, confirmed) in [
-            ("pending", InFlight, InFlight),
-            ("handed", Reached, InFlight),
-            ("confirmed", Reached, Reached),
-            ("uncertain", Reached, Ended),
-            ("expired", Ended, Ended),
-            ("cancelled", Ended, Ended),
-            ("refused", Refused, Refused),
+    fn receipts_end_the_wait_as_the_local_wait_would() {
+        use Outcome::*;
+        use ReceiptState as R;
+        for (states, handed, confirmed) in [
+            (&[R::Pending][..], None, None),
+            (&[R::Pending, R::Handed], Some(Reached), None),
+            (&[R::Pending, R::Handed, R::Confirmed], Some(Reached), Some(Reached)),
+            (&[R::Pending, R::Handed, R::Uncertain], Some(Reached), Some(Ended)),
+            (&[R::Pending, R::Expired], Some(Ended), Some(Ended)),
+            (&[R::Pending, R::Cancelled], Some(Ended), Some(Ended)),
+            (&[R::Refused], Some(Refused), Some(Refused)),
         ] {
-            assert_eq!(verdict(state, Want::Handed), handed, "{state}");
-            assert_eq!(verdict(state, Want::Confirmed), confirmed, "{state}");
+            assert_eq!(after(states, Want::Handed), handed, "{states:?}");
+            assert_eq!(after(states, Want::Confirmed), confirmed, "{states:?}");
         }
         assert_ne!(new_key(), new_key());
-        let codes: Vec<u8> = [Outcome::Reached, Outcome::Refused, Outcome::TimedOut, Outcome::Ended].map(Outcome::exit_code).into();
+        let codes = [Reached, Refused, TimedOut, Ended].map(|o| o.exit().code());
         assert_eq!(codes, [0, 2, 3, 4], "the exit codes of a local `broker send --wait`");
+    }
+
+    /// A message that ends `uncertain` without ever being handed did not pass `handed`: a local
+    /// wait says `ended` (its `handed_at` is empty), and the remote wait must agree (no `handed`
+    /// receipt of this publish came first).
+    #[test]
+    fn uncertain_never_handed_did_not_reach_handed() {
+        let mut wait = Wait { key: "k", host: "h", seq: 7, want: Want::Handed, deadline: None, handed: false };
+        assert_eq!(wait.judge(&receipt(ReceiptState::Pending)), None);
+        let ended = wait.judge(&receipt(ReceiptState::Uncertain)).map(|(o, _)| o);
+        assert_eq!(ended, Some(Outcome::Ended), "never handed: uncertain did not reach handed");
     }
 }

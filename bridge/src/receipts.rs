@@ -10,19 +10,16 @@
 //! (killed while the local `send` waited): the queue has it under its local key, or not yet.
 
 use crate::log::log;
-use crate::track::{OpenRow, Taken, Track};
+use crate::track::{OpenRow, Published, Taken, Track};
 use async_nats::jetstream;
 use broker::store::{now_ms, Message, Store};
+use courier_producer_proto::ReceiptState;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc as smpsc;
 use std::time::Duration;
 use tokio::sync::mpsc;
-
-/// Receipt states, in the order a message passes them (`leased` is not one: it is internal
-/// and may go back to `pending`).
-const RECEIPT_STATES: [&str; 6] = ["pending", "handed", "confirmed", "uncertain", "expired", "cancelled"];
 
 /// One receipt to publish.
 #[derive(Debug)]
@@ -32,7 +29,7 @@ pub struct Receipt {
     pub msg_id: String,
     pub body: Value,
     /// What to record as published once JetStream has it (`None`: a refusal, nothing tracked).
-    pub track: Option<(String, i64, String)>,
+    pub track: Option<(String, i64, ReceiptState)>,
 }
 
 /// The receipt subject of the shared layout, for rows recorded then.
@@ -45,7 +42,7 @@ pub fn refusal(host: &str, t: &Taken, code: &str, message: &str) -> Receipt {
         subject: t.receipts.clone(),
         msg_id: format!("{host}.refused.{}", t.seq),
         body: json!({
-            "v": 1, "id": null, "key": t.key, "seq": t.seq, "thread": null, "state": "refused", "reason": code,
+            "v": 1, "id": null, "key": t.key, "seq": t.seq, "thread": null, "state": ReceiptState::Refused, "reason": code,
             "message": message, "at": now_ms(), "host": host, "origin": t.origin,
         }),
         track: None,
@@ -76,32 +73,33 @@ pub async fn publish(js: &jetstream::Context, r: &Receipt) {
 
 /// The receipts a message's state calls for, after `published` went out: every state passed
 /// since, in order (a message that went from pending to confirmed between two looks also
-/// reports `handed`).
-pub fn receipts_for(m: &Message, published: Option<&str>) -> Vec<&'static str> {
-    let state = m.state.as_str();
-    let state = if state == "leased" { "pending" } else { state };
-    let Some(pos) = RECEIPT_STATES.iter().position(|s| *s == state) else { return vec![] };
-    let rank = |s: Option<&str>| s.and_then(|s| RECEIPT_STATES.iter().position(|x| *x == s));
-    let done = rank(published);
+/// reports `handed`; one never handed reports no `handed`, so a remote wait judges `uncertain` as
+/// the local one does).
+pub fn receipts_for(m: &Message, published: Option<ReceiptState>) -> Vec<ReceiptState> {
+    let Some(state) = ReceiptState::of(m.state) else { return vec![] };
+    let rank = |s: ReceiptState| ReceiptState::PASSED.iter().position(|x| *x == s);
+    let Some(pos) = rank(state) else { return vec![] };
+    let done = published.and_then(rank);
     if done == Some(pos) {
         return vec![];
     }
     let mut out = Vec::new();
-    if published.is_none() && pos > 0 {
-        out.push("pending");
+    if published.is_none() && state != ReceiptState::Pending {
+        out.push(ReceiptState::Pending);
     }
-    if matches!(state, "confirmed" | "uncertain") && m.handed_at.is_some() && done.is_none_or(|d| d < 1) {
-        out.push("handed");
+    let past_handed = matches!(state, ReceiptState::Confirmed | ReceiptState::Uncertain);
+    if past_handed && m.handed_at.is_some() && done < rank(ReceiptState::Handed) {
+        out.push(ReceiptState::Handed);
     }
-    out.push(RECEIPT_STATES[pos]);
+    out.push(state);
     out
 }
 
-fn state_time(m: &Message, state: &str) -> i64 {
+fn state_time(m: &Message, state: ReceiptState) -> i64 {
     match state {
-        "handed" => m.handed_at.unwrap_or(m.updated_at),
-        "confirmed" => m.confirmed_at.unwrap_or(m.updated_at),
-        "pending" => m.created_at,
+        ReceiptState::Handed => m.handed_at.unwrap_or(m.updated_at),
+        ReceiptState::Confirmed => m.confirmed_at.unwrap_or(m.updated_at),
+        ReceiptState::Pending => m.created_at,
         _ => m.updated_at,
     }
 }
@@ -141,7 +139,7 @@ fn resolve_taken(store: &Store, track: &mut Track) {
 }
 
 /// What a pass knows was handed to the publisher (id -> (epoch, state)), beyond what it recorded.
-type Emitted = HashMap<String, (i64, String)>;
+type Emitted = HashMap<String, (i64, ReceiptState)>;
 
 /// The receipts `row` calls for, to `out`; false once the publisher is gone.
 fn report(store: &Store, track: &Track, host: &str, row: OpenRow, emitted: &mut Emitted, out: &mpsc::UnboundedSender<Receipt>) -> bool {
@@ -149,7 +147,7 @@ fn report(store: &Store, track: &Track, host: &str, row: OpenRow, emitted: &mut 
         Ok(Some(m)) => m,
         Ok(None) => {
             // Pruned after retention_days: nothing more will happen to it.
-            let _ = track.published(&row.id, row.epoch, "gone");
+            let _ = track.published(&row.id, row.epoch, Published::Gone);
             return true;
         }
         Err(e) => {
@@ -157,12 +155,12 @@ fn report(store: &Store, track: &Track, host: &str, row: OpenRow, emitted: &mut 
             return true;
         }
     };
-    let seen = emitted.get(&row.id).filter(|(e, _)| *e == row.epoch).map(|(_, s)| s.as_str()).or(row.published.as_deref());
+    let seen = emitted.get(&row.id).filter(|(e, _)| *e == row.epoch).map(|(_, s)| *s).or(row.published);
     let subject = row.receipts.clone().unwrap_or_else(|| legacy_receipt_subject(host));
     for state in receipts_for(&m, seen) {
         let body = json!({
             "v": 1, "id": m.id, "key": row.key, "seq": row.epoch, "thread": m.thread, "state": state,
-            "reason": if state == m.state.as_str() { m.reason.clone() } else { None },
+            "reason": if Some(state) == ReceiptState::of(m.state) { m.reason.clone() } else { None },
             "at": state_time(&m, state), "host": host, "origin": row.origin, "from": m.from,
             "event": m.event, "turn_id": m.turn_id,
         });
@@ -170,12 +168,12 @@ fn report(store: &Store, track: &Track, host: &str, row: OpenRow, emitted: &mut 
             subject: subject.clone(),
             msg_id: format!("{host}.{}.{state}.{}", m.id, row.epoch),
             body,
-            track: Some((m.id.clone(), row.epoch, state.to_string())),
+            track: Some((m.id.clone(), row.epoch, state)),
         };
         if out.send(r).is_err() {
             return false;
         }
-        emitted.insert(row.id.clone(), (row.epoch, state.to_string()));
+        emitted.insert(row.id.clone(), (row.epoch, state));
     }
     true
 }
@@ -215,13 +213,14 @@ pub fn watch(state_dir: PathBuf, host: String, pokes: smpsc::Receiver<()>, out: 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use courier_producer_proto::State;
 
-    fn msg(state: &str, handed: bool) -> Message {
+    fn msg(state: State, handed: bool) -> Message {
         Message {
             id: "m_1".into(),
             thread: courier_shared::ids::ThreadId::from_static("01a22652-96c4-7652-bf64-6f7bc9883ce2"),
-            kind: broker::store::Kind::parse("message").unwrap(),
-            state: broker::store::State::parse(state).unwrap(),
+            kind: broker::store::Kind::Message,
+            state,
             body: String::new(),
             from: None,
             key: None,
@@ -245,13 +244,16 @@ mod tests {
 
     #[test]
     fn every_state_passed_is_reported_once() {
-        assert_eq!(receipts_for(&msg("pending", false), None), ["pending"]);
-        assert_eq!(receipts_for(&msg("leased", false), Some("pending")), Vec::<&str>::new());
-        assert_eq!(receipts_for(&msg("confirmed", true), None), ["pending", "handed", "confirmed"]);
-        assert_eq!(receipts_for(&msg("confirmed", true), Some("pending")), ["handed", "confirmed"]);
-        assert_eq!(receipts_for(&msg("confirmed", true), Some("handed")), ["confirmed"]);
-        assert_eq!(receipts_for(&msg("confirmed", true), Some("confirmed")), Vec::<&str>::new());
-        assert_eq!(receipts_for(&msg("expired", false), Some("pending")), ["expired"]);
-        assert_eq!(receipts_for(&msg("uncertain", true), Some("pending")), ["handed", "uncertain"]);
+        use ReceiptState as R;
+        assert_eq!(receipts_for(&msg(State::Pending, false), None), [R::Pending]);
+        assert_eq!(receipts_for(&msg(State::Leased, false), Some(R::Pending)), Vec::<R>::new());
+        assert_eq!(receipts_for(&msg(State::Confirmed, true), None), [R::Pending, R::Handed, R::Confirmed]);
+        assert_eq!(receipts_for(&msg(State::Confirmed, true), Some(R::Pending)), [R::Handed, R::Confirmed]);
+        assert_eq!(receipts_for(&msg(State::Confirmed, true), Some(R::Handed)), [R::Confirmed]);
+        assert_eq!(receipts_for(&msg(State::Confirmed, true), Some(R::Confirmed)), Vec::<R>::new());
+        assert_eq!(receipts_for(&msg(State::Expired, false), Some(R::Pending)), [R::Expired]);
+        assert_eq!(receipts_for(&msg(State::Uncertain, true), Some(R::Pending)), [R::Handed, R::Uncertain]);
+        assert_eq!(receipts_for(&msg(State::Uncertain, false), Some(R::Pending)), [R::Uncertain], "never handed: no handed receipt");
+        assert_eq!(receipts_for(&msg(State::Applied, false), None), Vec::<R>::new(), "effort rows are never bridged");
     }
 }

@@ -99,7 +99,9 @@ fn start_receipts(ctx: &Ctx, poke_rx: smpsc::Receiver<()>) -> Result<Option<noti
             if let Some((id, epoch, state)) = r.track.clone() {
                 let track = Arc::clone(&track);
                 let _ = tokio::task::spawn_blocking(move || {
-                    if let Err(e) = track.lock().unwrap_or_else(|e| e.into_inner()).published(&id, epoch, &state) {
+                    if let Err(e) =
+                        track.lock().unwrap_or_else(|e| e.into_inner()).published(&id, epoch, crate::track::Published::Receipt(state))
+                    {
                         log(format!("recording receipt {id} {state}: {e:#}"));
                     }
                 })

@@ -8,12 +8,37 @@
 
 use anyhow::{Context, Result};
 use broker::store::now_ms;
+use courier_producer_proto::ReceiptState;
 use rusqlite::{params, Connection};
 use std::path::Path;
 use std::time::Duration;
 
-/// Final states: after one of these is published, nothing more is reported.
-pub const FINAL: [&str; 4] = ["confirmed", "uncertain", "expired", "cancelled"];
+/// What went out last for a bridged message (its `published` column): a receipt, or nothing
+/// more to report because the message was pruned (`gone`). After a final receipt
+/// ([`ReceiptState::is_final`]) or `gone`, nothing more is reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Published {
+    Receipt(ReceiptState),
+    Gone,
+}
+
+impl Published {
+    const GONE: &'static str = "gone";
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Published::Receipt(r) => r.as_str(),
+            Published::Gone => Published::GONE,
+        }
+    }
+
+    fn is_final(self) -> bool {
+        match self {
+            Published::Receipt(r) => r.is_final(),
+            Published::Gone => true,
+        }
+    }
+}
 
 /// One request taken from NATS.
 #[derive(Clone, Debug, PartialEq)]
@@ -37,8 +62,8 @@ pub struct OpenRow {
     pub key: String,
     pub origin: String,
     pub epoch: i64,
-    /// The last state published.
-    pub published: Option<String>,
+    /// The last receipt published.
+    pub published: Option<ReceiptState>,
     /// The receipt subject; `None` for a row of the shared layout (`courier.receipt.HOST`).
     pub receipts: Option<String>,
 }
@@ -115,16 +140,19 @@ impl Track {
     pub fn open_rows(&self) -> Result<Vec<OpenRow>> {
         let mut st = self.conn.prepare_cached("SELECT id, key, origin, epoch, published, receipts FROM bridged WHERE done = 0")?;
         let rows = st.query_map([], |r| {
-            Ok(OpenRow { id: r.get(0)?, key: r.get(1)?, origin: r.get(2)?, epoch: r.get(3)?, published: r.get(4)?, receipts: r.get(5)? })
+            // An open row's last receipt is never final (nor `gone`): those close it.
+            let published = r.get::<_, Option<String>>(4)?.as_deref().and_then(ReceiptState::parse);
+            Ok(OpenRow { id: r.get(0)?, key: r.get(1)?, origin: r.get(2)?, epoch: r.get(3)?, published, receipts: r.get(5)? })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    /// `state`'s receipt is out (`gone`: the message was pruned).
-    pub fn published(&self, id: &str, epoch: i64, state: &str) -> Result<()> {
-        let done = FINAL.contains(&state) || state == "gone";
-        self.conn
-            .execute("UPDATE bridged SET published = ?3, done = ?4 WHERE id = ?1 AND epoch = ?2", params![id, epoch, state, done as i64])?;
+    /// `what` went out for message `id` under `epoch`.
+    pub fn published(&self, id: &str, epoch: i64, what: Published) -> Result<()> {
+        self.conn.execute(
+            "UPDATE bridged SET published = ?3, done = ?4 WHERE id = ?1 AND epoch = ?2",
+            params![id, epoch, what.as_str(), what.is_final() as i64],
+        )?;
         Ok(())
     }
 
@@ -157,7 +185,9 @@ mod tests {
         // An older sequence (a late redelivery) does not take the receipts back.
         t.note("m_1", "th", &Taken { seq: 3, ..req.clone() }).unwrap();
         assert_eq!(t.open_rows().unwrap()[0].epoch, 7);
-        t.published("m_1", 7, "confirmed").unwrap();
+        t.published("m_1", 7, Published::Receipt(ReceiptState::Handed)).unwrap();
+        assert_eq!(t.open_rows().unwrap()[0].published, Some(ReceiptState::Handed));
+        t.published("m_1", 7, Published::Receipt(ReceiptState::Confirmed)).unwrap();
         assert_eq!(t.in_flight().unwrap(), 0);
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -5,6 +5,7 @@ use anyhow::{Context, Result};
 use broker::cli::{self, Cmd, Format, Given, Parsed, UsageError};
 use broker::store::Store;
 use broker::{client, codex, config, delivery, dirs, doctor, effort, inspect, install, logging, server, terminal};
+use courier_producer_proto::Exit;
 use courier_shared::paths;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -35,13 +36,14 @@ static COMMAND: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 /// (an argument, stdin, the broker's reply): exit 2 and the reason alone. Anything else (I/O,
 /// the database, the broker) is exit 1 with its whole context chain.
 fn classify(e: &anyhow::Error) -> (ExitCode, String) {
+    let usage = ExitCode::from(Exit::Usage.code());
     if let Some(u) = e.downcast_ref::<UsageError>() {
-        return (ExitCode::from(2), u.to_string());
+        return (usage, u.to_string());
     }
     if let Some(v) = e.chain().find_map(|c| c.downcast_ref::<broker::store::Invalid>()) {
-        return (ExitCode::from(2), v.to_string());
+        return (usage, v.to_string());
     }
-    (ExitCode::from(1), format!("{e:#}"))
+    (ExitCode::from(Exit::Error.code()), format!("{e:#}"))
 }
 
 fn open_store() -> Result<Store> {

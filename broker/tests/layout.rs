@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 const MAX_LINES: usize = 600;
 /// The crates whose sources are checked (the test kit, `tests/`, is all test code).
-const CRATES: [&str; 6] = ["broker/src", "shared/src", "codex-format/src", "bridge/src", "hook-client/src", "mcp/src"];
+const CRATES: [&str; 7] =
+    ["broker/src", "shared/src", "codex-format/src", "producer-proto/src", "bridge/src", "hook-client/src", "mcp/src"];
 
 /// Lines of `text` that are not test code: everything before its inline `#[cfg(test)]` test
 /// module, less each `#[cfg(test)] mod name;` declaration (whose module is a file of its own).

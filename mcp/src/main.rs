@@ -16,6 +16,9 @@
 //! (`verify_sender`: the peer's nearest trusted host above it is a claude, and the session it
 //! claims is pinned to that very process).
 
+use courier_producer_proto::request::{Record, Request, SenderClaim};
+use courier_producer_proto::{Outcome, Progress, State, Want};
+use courier_shared::wire::ErrorCode;
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
 use rmcp::model::{CallToolResult, ContentBlock, Implementation, RequestMetaObject, ServerCapabilities, ServerConfig};
 use rmcp::{schemars, tool, tool_handler, tool_router, ErrorData, ServerHandler, ServiceExt};
@@ -31,6 +34,10 @@ const MAX_REPLY: u64 = 16 << 20;
 const DEFAULT_WAIT_S: u64 = 60;
 /// The longest wait `send_message` takes (the CLI's longest duration, 365 days).
 const MAX_WAIT_S: u64 = 365 * 86_400;
+/// `send_message`'s `wait` when it should return at once.
+const NO_WAIT: &str = "none";
+/// The sender label of a message whose sender could not be verified.
+const UNVERIFIED_FROM: &str = "mcp";
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[schemars(crate = "rmcp::schemars")]
@@ -53,8 +60,8 @@ struct SendMessage {
     /// Expire the message if it is not delivered within this many seconds.
     #[serde(default)]
     ttl_seconds: Option<u64>,
-    /// "none" (default): return at once with the id; "handed": return once the other thread's
-    /// Codex has it; "confirmed": once it reached the other thread's model.
+    /// none (default): return at once with the id; handed: return once the other thread's
+    /// Codex has it; confirmed: once it reached the other thread's model.
     #[serde(default)]
     wait: Option<String>,
     /// With wait: give up after this many seconds (default 60).
@@ -111,6 +118,28 @@ fn caller(meta: &RequestMetaObject) -> (Option<String>, Option<String>) {
     (thread, call)
 }
 
+/// `send_message`'s `wait`: the state to wait for, `None` to return at once.
+fn want_of(wait: Option<&str>) -> Result<Option<Want>, String> {
+    match wait {
+        None | Some(NO_WAIT) => Ok(None),
+        Some(w) => Want::parse(w)
+            .map(Some)
+            .ok_or_else(|| format!("wait: {w:?}: use {NO_WAIT}, {} or {}", Want::Handed.as_str(), Want::Confirmed.as_str())),
+    }
+}
+
+/// What the broker is asked to verify the sender by: the thread and call Codex named, or (under
+/// Claude Code) the peer itself (`verify_sender`); with neither, why the sender is not verified.
+fn claims(me: Option<String>, call_id: Option<String>) -> (Option<SenderClaim>, bool, Option<String>) {
+    match (me, call_id) {
+        (Some(thread), Some(call_id)) => (Some(SenderClaim { thread, call_id }), false, None),
+        _ if under_claude_code() => (None, true, None),
+        _ => (None, false, Some(format!(
+            "Codex named no calling thread and tool call in the request (_meta threadId, callId), and no Claude Code session started this server ({CLAUDE_SESSION_VAR})"
+        ))),
+    }
+}
+
 /// Whether Claude Code started this server for a session (`CLAUDE_CODE_SESSION_ID`): a claim the
 /// broker checks.
 fn under_claude_code() -> bool {
@@ -122,14 +151,14 @@ const CLAUDE_SESSION_VAR: &str = "CLAUDE_CODE_SESSION_ID";
 
 impl Courier {
     /// One request line to the broker, one reply line back.
-    async fn call(&self, request: Value) -> Result<Value, String> {
+    async fn call(&self, request: &Request) -> Result<Value, String> {
         let socket = self.socket.clone();
+        let mut line = serde_json::to_vec(request).map_err(|e| e.to_string())?;
+        line.push(b'\n');
         let out = tokio::task::spawn_blocking(move || -> Result<Value, String> {
             let mut s = UnixStream::connect(&socket).map_err(|e| {
                 format!("the Courier broker does not answer at {} ({e}); start it with `broker serve --daemonize`", socket.display())
             })?;
-            let mut line = serde_json::to_vec(&request).map_err(|e| e.to_string())?;
-            line.push(b'\n');
             s.write_all(&line).map_err(|e| format!("writing to the broker: {e}"))?;
             let mut reply = Vec::new();
             BufReader::new(s.take(MAX_REPLY)).read_until(b'\n', &mut reply).map_err(|e| format!("reading the broker's reply: {e}"))?;
@@ -149,26 +178,22 @@ impl Courier {
         }
     }
 
-    /// Waits for a queued message by asking its status every second, until it reached `want`
-    /// (`handed` or `confirmed`), ended, or `timeout`; adds `outcome` and `messages` to `reply`
-    /// as a parked wait's answer would.
-    async fn poll(&self, reply: &mut Value, want: &str, timeout: std::time::Duration) {
+    /// Waits for a queued message by asking its status every second, until it reached `want`,
+    /// ended, or `timeout`; adds `outcome` and `messages` to `reply` as a parked wait's answer
+    /// would (judged by the protocol's one rule).
+    async fn poll(&self, reply: &mut Value, want: Want, timeout: std::time::Duration) {
         let deadline = tokio::time::Instant::now() + timeout;
-        let id = reply["id"].clone();
+        let Some(id) = reply["id"].as_str().map(str::to_string) else { return };
         loop {
-            let Ok(status) = self.call(json!({"op": "status", "id": id})).await else { return };
-            let m = &status["message"];
-            let outcome = match m["state"].as_str().unwrap_or("") {
-                "confirmed" => Some("reached"),
-                "handed" if want == "handed" => Some("reached"),
-                "uncertain" if want == "handed" && !m["handed_at"].is_null() => Some("reached"),
-                "uncertain" | "expired" | "cancelled" => Some("ended"),
-                _ if tokio::time::Instant::now() >= deadline => Some("timed_out"),
-                _ => None,
+            let Ok(status) = self.call(&Request::Status { id: id.clone() }).await else { return };
+            let Ok(record) = serde_json::from_value::<Record>(status["message"].clone()) else { return };
+            let outcome = match record.progress(want) {
+                Progress::InFlight if tokio::time::Instant::now() < deadline => None,
+                p => Some(Outcome::of([p])),
             };
             if let Some(outcome) = outcome {
                 reply["outcome"] = json!(outcome);
-                reply["messages"] = json!([m]);
+                reply["messages"] = json!([status["message"]]);
                 return;
             }
             tokio::time::sleep(std::time::Duration::from_secs(1).min(deadline.saturating_duration_since(tokio::time::Instant::now())))
@@ -179,7 +204,7 @@ impl Courier {
     /// `to: "parent"` / `"child:<name>"`, relative to the calling thread.
     async fn relative(&self, to: &str, me: Option<&str>) -> Result<String, String> {
         let me = me.ok_or("`to` needs the calling thread, which this Codex did not name in the request")?;
-        let threads = self.call(json!({"op": "threads", "all": true, "limit": 200})).await?;
+        let threads = self.call(&Request::Threads { all: true, limit: Some(200) }).await?;
         let list = threads["threads"].as_array().cloned().unwrap_or_default();
         let mine = list.iter().find(|t| t["id"] == me).ok_or_else(|| format!("the calling thread {me} is not listed"))?;
         if to == "parent" {
@@ -212,64 +237,58 @@ impl Courier {
         with wait, also whether it arrived (outcome reached / timed_out / ended).")]
     async fn send_message(&self, meta: RequestMetaObject, Parameters(p): Parameters<SendMessage>) -> Result<CallToolResult, ErrorData> {
         let (me, call_id) = caller(&meta);
-        // Saturating: a huge ttl reaches the broker as one, which refuses it (`bad_ttl`).
-        let mut req = json!({"op": "send", "text": p.text, "key": p.key, "ttl_ms": p.ttl_seconds.map(|s| s.saturating_mul(1000))});
-        let target = match (p.thread, p.cwd, p.to) {
-            (Some(t), None, None) => ("thread", t),
-            (None, Some(c), None) => ("cwd", c),
+        let (thread, cwd) = match (p.thread, p.cwd, p.to) {
+            (Some(t), None, None) => (Some(t), None),
+            (None, Some(c), None) => (None, Some(c)),
             (None, None, Some(to)) => match self.relative(&to, me.as_deref()).await {
-                Ok(t) => ("thread", t),
+                Ok(t) => (Some(t), None),
                 Err(e) => return Ok(error_result(e)),
             },
             _ => return Ok(error_result("give exactly one of thread, cwd and to")),
         };
-        req[target.0] = json!(target.1);
-        // Why the sender is not verified, for the result (`sender_note`), when it is not.
-        let mut unverified = None;
-        match (&me, &call_id) {
-            (Some(t), Some(c)) => req["sender"] = json!({"thread": t, "call_id": c}),
-            _ if under_claude_code() => req["verify_sender"] = json!(true),
-            _ => {
-                req["from"] = json!("mcp");
-                unverified = Some(format!(
-                    "Codex named no calling thread and tool call in the request (_meta threadId, callId), and no Claude Code session started this server ({CLAUDE_SESSION_VAR})"
-                ));
-            }
-        }
-        let wait = p.wait.unwrap_or_else(|| "none".into());
         let timeout = std::time::Duration::from_secs(p.timeout_seconds.unwrap_or(DEFAULT_WAIT_S).min(MAX_WAIT_S));
-        match wait.as_str() {
-            "none" => {}
-            "handed" | "confirmed" => {
-                req["wait"] = json!(wait);
-                req["timeout_ms"] = json!(timeout.as_millis() as u64);
-            }
-            other => return Ok(error_result(format!("wait: {other:?}: use none, handed or confirmed"))),
-        }
-        let mut sent = self.call(req.clone()).await;
+        let wait = match want_of(p.wait.as_deref()) {
+            Ok(w) => w,
+            Err(e) => return Ok(error_result(e)),
+        };
+        // Why the sender is not verified, for the result (`sender_note`), when it is not.
+        let (sender, verify_sender, mut unverified) = claims(me, call_id);
+        let verified = sender.is_some() || verify_sender;
+        let request = |sender: Option<SenderClaim>, verify_sender: bool| Request::Send {
+            thread: thread.clone(),
+            cwd: cwd.clone(),
+            agent: None,
+            text: p.text.clone(),
+            key: p.key.clone(),
+            // Saturating: a huge ttl reaches the broker as one, which refuses it (`bad_ttl`).
+            ttl_ms: p.ttl_seconds.map(|s| s.saturating_mul(1000)),
+            from: (sender.is_none() && !verify_sender).then(|| UNVERIFIED_FROM.to_string()),
+            future_thread: false,
+            verify_sender,
+            sender,
+            wake: None,
+            wait,
+            timeout_ms: wait.map(|_| timeout.as_millis() as u64),
+        };
+        let mut sent = self.call(&request(sender, verify_sender)).await;
         if let Err(e) = &sent {
-            if let Some(why) = e.strip_prefix("sender_not_verified: ") {
+            let not_verified = format!("{}: ", ErrorCode::SenderNotVerified.as_str());
+            if let Some(why) = e.strip_prefix(&not_verified).filter(|_| verified) {
                 // Sent anyway, as a label the model reads as unverified; the caller hears why.
-                let why = why.to_string();
-                if let Value::Object(o) = &mut req {
-                    o.remove("sender");
-                    o.remove("verify_sender");
-                }
-                req["from"] = json!("mcp");
-                unverified = Some(why);
-                sent = self.call(req).await;
+                unverified = Some(why.to_string());
+                sent = self.call(&request(None, false)).await;
             }
         }
-        if let Ok(reply) = &mut sent {
+        if let (Ok(reply), Some(want)) = (&mut sent, wait) {
             if reply["parked"] == json!(false) {
                 // The broker's parked waits are full: queued, not waited for. Poll its status.
-                self.poll(reply, &wait, timeout).await;
+                self.poll(reply, want, timeout).await;
             }
         }
         Ok(match sent {
             Ok(mut reply) => {
                 if let Some(why) = unverified {
-                    reply["sender_note"] = json!(format!("the sender could not be verified ({why}); sent as from=\"mcp\""));
+                    reply["sender_note"] = json!(format!("the sender could not be verified ({why}); sent as from=\"{UNVERIFIED_FROM}\""));
                 }
                 if let Some(m) = reply.get("messages").and_then(|m| m.get(0)).cloned() {
                     reply["state"] = m["state"].clone();
@@ -289,16 +308,20 @@ impl Courier {
         id, host (codex or claude-code), state (busy: a turn is open, idle: none, live: running, turn not yet known), cwd, title (first prompt), \
         parent and children, queued and handed messages. all=true adds ended ones.")]
     async fn list_threads(&self, Parameters(p): Parameters<ListThreads>) -> Result<CallToolResult, ErrorData> {
-        Ok(match self.call(json!({"op": "threads", "all": p.all})).await {
+        Ok(match self.call(&Request::Threads { all: p.all, limit: None }).await {
             Ok(reply) => {
                 let brief: Vec<Value> = reply["threads"]
                     .as_array()
                     .into_iter()
                     .flatten()
                     .map(|t| {
-                        json!({"id": t["id"], "host": t["host"], "state": t["state"], "cwd": t["cwd"], "title": t["title"], "parent": t["parent"],
-                               "children": t["children"], "agent_nickname": t["agent_nickname"], "pending": t["pending"],
-                               "handed": t["messages"]["handed"].as_u64().unwrap_or(0), "process": t["process"]["kind"]})
+                        let mut brief = json!({"id": t["id"], "host": t["host"], "state": t["state"], "cwd": t["cwd"], "title": t["title"],
+                               "parent": t["parent"], "children": t["children"], "agent_nickname": t["agent_nickname"], "pending": t["pending"]});
+                        // Messages handed and not settled yet: the thread's count in that state.
+                        let handed = State::Handed.as_str();
+                        brief[handed] = json!(t["messages"][handed].as_u64().unwrap_or(0));
+                        brief["process"] = t["process"]["kind"].clone();
+                        brief
                     })
                     .collect();
                 text_result(&json!({"threads": brief}))
@@ -310,7 +333,7 @@ impl Courier {
     #[tool(description = "The state of a message sent with send_message: pending, leased, handed (its Codex has it), \
         confirmed (it reached the model), or uncertain / expired / cancelled with the reason.")]
     async fn message_status(&self, Parameters(p): Parameters<MessageStatus>) -> Result<CallToolResult, ErrorData> {
-        Ok(match self.call(json!({"op": "status", "id": p.id})).await {
+        Ok(match self.call(&Request::Status { id: p.id }).await {
             Ok(reply) => text_result(&reply["message"]),
             Err(e) => error_result(e),
         })
@@ -320,7 +343,7 @@ impl Courier {
         tool, command, the model's reason, since when (ms since the epoch), state. all=true adds answered ones with the \
         answer record. Read-only: only a person answers an approval, at the Codex prompt or with `broker approve|deny`.")]
     async fn list_approvals(&self, Parameters(p): Parameters<ListApprovals>) -> Result<CallToolResult, ErrorData> {
-        Ok(match self.call(json!({"op": "approvals", "all": p.all})).await {
+        Ok(match self.call(&Request::Approvals { all: p.all }).await {
             Ok(reply) => text_result(&json!({"approvals": reply["approvals"]})),
             Err(e) => error_result(e),
         })

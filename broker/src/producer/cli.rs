@@ -10,10 +10,11 @@ use super::line::{ErrorCode, ErrorReply};
 use super::send::{self, SendError, SendOptions, Target};
 use super::threads::{self, Lister, ThreadInfo};
 use super::wait::{self, Waited};
-use super::{is_message_id, record, Outcome, Want};
+use super::{is_message_id, record_json, Outcome, Want};
 use crate::cli::{Format, Given, UsageError};
 use crate::store::{now_ms, State, Store, MAX_BODY_BYTES};
 use anyhow::{bail, Context, Result};
+use courier_producer_proto::request::{Request, WakeMode};
 use courier_shared::paths;
 use serde_json::{json, Value};
 use std::io::{Read, Write};
@@ -41,7 +42,7 @@ fn read_stdin_body() -> Result<String> {
 /// here from `/proc` and the rollouts.
 pub fn fetch_threads(all: bool, limit: usize) -> Result<Vec<ThreadInfo>> {
     let socket = paths::socket_path(&paths::runtime_dir());
-    let req = json!({"op": "threads", "all": all, "limit": limit});
+    let req = Request::Threads { all, limit: Some(limit) };
     if let Ok(Some(reply)) = super::line::call(&socket, &req, Some(Duration::from_secs(30))) {
         if reply.get("ok") == Some(&Value::Bool(true)) {
             return serde_json::from_value(reply["threads"].clone()).context("the broker's thread list does not parse");
@@ -57,7 +58,7 @@ pub fn fetch_threads(all: bool, limit: usize) -> Result<Vec<ThreadInfo>> {
 /// the request, they find the rows at their fallback. Best effort: the rows are committed.
 pub fn nudge() {
     let socket = paths::socket_path(&paths::runtime_dir());
-    let _ = super::line::call(&socket, &json!({"op": "nudge"}), Some(Duration::from_secs(2)));
+    let _ = super::line::call(&socket, &Request::Nudge {}, Some(Duration::from_secs(2)));
 }
 
 /// `--wait`/`--for`: the state to wait for.
@@ -164,7 +165,7 @@ fn queue(mut opts: SendOptions, explicit_from: bool) -> Result<send::Sent> {
 fn report_send(sent: &send::Sent, want: Option<Want>, timeout: Option<Duration>, format: Format) -> Result<ExitCode> {
     let Some(want) = want else {
         if format == Format::Json {
-            println!("{}", sent.to_json());
+            println!("{}", json!(sent));
         } else {
             println!("{}", sent.id);
         }
@@ -177,7 +178,7 @@ fn report_send(sent: &send::Sent, want: Option<Want>, timeout: Option<Duration>,
     }
     let waited = wait::wait_for(&paths::runtime_dir(), &paths::state_dir(), std::slice::from_ref(&sent.id), want, timeout)?;
     if format == Format::Json {
-        let mut v = sent.to_json();
+        let mut v = json!(sent);
         v["outcome"] = json!(waited.outcome.as_str());
         v["message"] = waited.records.first().cloned().unwrap_or(Value::Null);
         println!("{}", crate::terminal::terminal_safe_json(&v.to_string()));
@@ -186,7 +187,7 @@ fn report_send(sent: &send::Sent, want: Option<Want>, timeout: Option<Duration>,
             eprintln!("broker send: {}", wait::describe(m, want));
         }
     }
-    Ok(ExitCode::from(waited.outcome.exit_code()))
+    Ok(ExitCode::from(waited.outcome.exit().code()))
 }
 
 enum Verified {
@@ -198,25 +199,32 @@ enum Verified {
 /// `send` through the broker with `verify_sender`: it checks which thread's tool command this
 /// process is and queues the message as `thread:<id>`.
 fn verified_send(opts: &SendOptions) -> Result<Verified> {
-    let mut req = json!({
-        "op": "send", "text": opts.text, "key": opts.key, "ttl_ms": opts.ttl_ms, "future_thread": opts.future_thread,
-        "verify_sender": true, "wake": if opts.wake { "auto" } else { "never" },
-    });
-    match &opts.target {
-        Target::Thread(t) => req["thread"] = json!(t),
-        Target::Cwd(c) => req["cwd"] = json!(std::path::absolute(c).unwrap_or_else(|_| c.clone())),
-        Target::Agent { parent, name } => {
-            req["thread"] = json!(parent);
-            req["agent"] = json!(name);
-        }
-    }
+    let (thread, cwd, agent) = match &opts.target {
+        Target::Thread(t) => (Some(t.clone()), None, None),
+        Target::Cwd(c) => (None, Some(std::path::absolute(c).unwrap_or_else(|_| c.clone()).to_string_lossy().into_owned()), None),
+        Target::Agent { parent, name } => (Some(parent.clone()), None, Some(name.clone())),
+    };
+    let req = Request::Send {
+        thread,
+        cwd,
+        agent,
+        text: opts.text.clone(),
+        key: opts.key.clone(),
+        ttl_ms: opts.ttl_ms,
+        from: None,
+        future_thread: opts.future_thread,
+        verify_sender: true,
+        sender: None,
+        wake: Some(if opts.wake { WakeMode::Auto } else { WakeMode::Never }),
+        wait: None,
+        timeout_ms: None,
+    };
     let socket = paths::socket_path(&paths::runtime_dir());
     let reply = match super::line::call(&socket, &req, Some(Duration::from_secs(30))) {
         Ok(Some(r)) => r,
         Ok(None) => return Ok(Verified::Not("no broker answered".into())),
         Err(e) => return Ok(Verified::Not(format!("{e:#}"))),
     };
-    let text = |k: &str| reply.get(k).and_then(Value::as_str).map(str::to_string);
     if reply.get("ok") != Some(&Value::Bool(true)) {
         let Some(ErrorReply { error, message, .. }) = ErrorReply::of(&reply) else { bail!("the broker refused the message: {reply}") };
         let message = if message.is_empty() { "the broker refused the message".into() } else { message };
@@ -228,20 +236,8 @@ fn verified_send(opts: &SendOptions) -> Result<Verified> {
         }
         bail!("{message}");
     }
-    let status = match text("thread_status").as_deref() {
-        Some("live") => send::ThreadStatus::Live,
-        Some("ended") => send::ThreadStatus::Ended,
-        _ => send::ThreadStatus::NotStarted,
-    };
-    Ok(Verified::Sent(send::Sent {
-        id: text("id").context("the broker's reply has no id")?,
-        thread: text("thread").context("the broker's reply has no thread")?,
-        duplicate: reply["duplicate"].as_bool().unwrap_or(false),
-        from: text("from"),
-        sender_verified: reply["sender_verified"].as_bool().unwrap_or(false),
-        thread_status: status,
-        note: text("note"),
-    }))
+    let sent = serde_json::from_value(reply).context("the broker's reply to the send does not parse")?;
+    Ok(Verified::Sent(sent))
 }
 
 /// `broker wait`'s command line.
@@ -269,7 +265,7 @@ fn not_a_message_id(id: &str) -> String {
 pub fn wait(cmd: WaitCommand) -> Result<ExitCode> {
     let waited = wait::wait_for(&paths::runtime_dir(), &paths::state_dir(), &cmd.ids, cmd.want, cmd.timeout)?;
     print_waited(&waited, cmd.want, cmd.format);
-    Ok(ExitCode::from(waited.outcome.exit_code()))
+    Ok(ExitCode::from(waited.outcome.exit().code()))
 }
 
 fn print_waited(waited: &Waited, want: Want, format: Format) {
@@ -331,7 +327,7 @@ pub fn status(cmd: MessageCommand) -> Result<ExitCode> {
     m = super::load(&store, &id)?.context("the message vanished")?;
     let now = now_ms();
     if cmd.format == Format::Json {
-        let mut v = record(&m, now);
+        let mut v = record_json(&m, now);
         // Who queued it, as inspect says: `local`, or `nats:<host>` for what a bridge queued.
         v["origin"] = json!(crate::inspect::origin_of(&crate::inspect::bridged_origins(&paths::state_dir()), &m.id));
         println!("{}", crate::terminal::terminal_safe_json(&serde_json::to_string_pretty(&v)?));

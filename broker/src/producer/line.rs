@@ -20,7 +20,7 @@ pub fn error(code: ErrorCode, message: &str) -> Value {
 }
 
 /// Writes `value` as one line and flushes.
-pub fn write_line(w: &mut impl Write, value: &Value) -> std::io::Result<()> {
+pub fn write_line(w: &mut impl Write, value: &impl serde::Serialize) -> std::io::Result<()> {
     let mut line = serde_json::to_vec(value).map_err(std::io::Error::other)?;
     line.push(b'\n');
     w.write_all(&line)?;
@@ -30,7 +30,7 @@ pub fn write_line(w: &mut impl Write, value: &Value) -> std::io::Result<()> {
 /// Sends one request to the broker at `socket` and reads its reply line. `Ok(None)`: no broker
 /// listens there. `Err`: the connection failed after connecting (the broker stopped mid-request).
 /// `timeout` bounds the reply (none: a wait that takes as long as it takes).
-pub fn call(socket: &Path, request: &Value, timeout: Option<Duration>) -> Result<Option<Value>> {
+pub fn call(socket: &Path, request: &impl serde::Serialize, timeout: Option<Duration>) -> Result<Option<Value>> {
     let mut stream = match UnixStream::connect(socket) {
         Ok(s) => s,
         Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused) => return Ok(None),

@@ -10,8 +10,9 @@
 //! - [`proto`]: the JSON-lines request format on the broker socket (docs/producers.md);
 //! - [`cli`]: `broker send|status|wait|threads`.
 //!
-//! Here: what "reached" means for a wanted state, the message record producers see, and the
-//! small store queries these need.
+//! The protocol itself (requests, replies, states, the receipt rule, outcomes, exit statuses) is
+//! `courier_producer_proto`, shared with MCP and the bridge. Here: that rule applied to a row
+//! of the queue, the record of a row, and the small store queries these need.
 
 pub mod cli;
 pub mod line;
@@ -20,128 +21,59 @@ pub mod send;
 pub mod threads;
 pub mod wait;
 
-use crate::store::{Kind, Message, State, Store};
+use crate::store::{Message, Store};
 use anyhow::Result;
 use courier_shared::ids::ThreadId;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::BTreeMap;
 
-/// The state a producer waits for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum Want {
-    /// The hook client printed it and acknowledged: Codex has it.
-    Handed,
-    /// Its marker is in the thread's rollout: it reached the model.
-    #[default]
-    Confirmed,
-}
+pub use courier_producer_proto::{Exit, Outcome, Progress, Record, WaitReply, Want};
 
-impl Want {
-    pub fn parse(s: &str) -> Option<Want> {
-        match s {
-            "handed" => Some(Want::Handed),
-            "confirmed" => Some(Want::Confirmed),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Want::Handed => "handed",
-            Want::Confirmed => "confirmed",
-        }
-    }
-}
-
-/// Where a message stands relative to a wanted state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Progress {
-    /// Still queued, leased or handed: it may yet get there.
-    InFlight,
-    /// The wanted state, or one past it.
-    Reached,
-    /// A final state that is not (and never will be) the wanted one.
-    Ended,
-}
-
-/// `confirmed` passes `handed`; `uncertain` was handed (so it passed `handed`) but never
-/// confirmed. Effort rows: `applied` is reached for both, `failed`/`uncertain`/`cancelled` ended.
+/// Where `m` stands relative to `want`: the protocol's one rule
+/// ([`courier_producer_proto::progress`]), on a row of the queue.
 pub fn progress(m: &Message, want: Want) -> Progress {
-    match m.state {
-        State::Confirmed | State::Applied => Progress::Reached,
-        State::Handed if want == Want::Handed => Progress::Reached,
-        State::Handed | State::Pending | State::Leased | State::Applying => Progress::InFlight,
-        State::Uncertain if m.kind == Kind::Message && want == Want::Handed && m.handed_at.is_some() => Progress::Reached,
-        State::Uncertain | State::Expired | State::Cancelled | State::Failed => Progress::Ended,
-    }
+    courier_producer_proto::progress(m.kind, m.state, m.handed_at.is_some(), want)
 }
 
-/// How a wait over several messages ended, and the exit status of the waiting commands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// Every message reached the wanted state (exit 0).
-    Reached,
-    /// The timeout ran out with some message still queued, leased or handed (exit 3).
-    TimedOut,
-    /// Some message ended without reaching it (exit 4); this wins over a timeout.
-    Ended,
+/// How a wait over `messages` ends (once settled, or at its timeout).
+pub fn outcome(messages: &[Message], want: Want) -> Outcome {
+    Outcome::of(messages.iter().map(|m| progress(m, want)))
 }
 
-impl Outcome {
-    pub fn of(messages: &[Message], want: Want) -> Outcome {
-        let p: Vec<Progress> = messages.iter().map(|m| progress(m, want)).collect();
-        if p.contains(&Progress::Ended) {
-            Outcome::Ended
-        } else if p.contains(&Progress::InFlight) {
-            Outcome::TimedOut
-        } else {
-            Outcome::Reached
-        }
-    }
-
-    /// Every message is settled one way or the other: nothing more to wait for.
-    pub fn settled(messages: &[Message], want: Want) -> bool {
-        messages.iter().all(|m| progress(m, want) != Progress::InFlight)
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Reached => "reached",
-            Outcome::TimedOut => "timed_out",
-            Outcome::Ended => "ended",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Outcome> {
-        match s {
-            "reached" => Some(Outcome::Reached),
-            "timed_out" => Some(Outcome::TimedOut),
-            "ended" => Some(Outcome::Ended),
-            _ => None,
-        }
-    }
-
-    pub fn exit_code(self) -> u8 {
-        match self {
-            Outcome::Reached => 0,
-            Outcome::TimedOut => 3,
-            Outcome::Ended => 4,
-        }
-    }
+/// Every message is settled one way or the other: nothing more to wait for.
+pub fn settled(messages: &[Message], want: Want) -> bool {
+    messages.iter().all(|m| progress(m, want) != Progress::InFlight)
 }
 
 /// One message as producers see it (`broker status --json`, `wait --json`, the socket's
 /// `messages[]`): the fields of `broker inspect --json`'s `messages[]`, same names and meaning.
-pub fn record(m: &Message, now: i64) -> Value {
-    json!({
-        "id": m.id, "thread": m.thread, "kind": m.kind, "state": m.state, "from": m.from,
-        "key": m.key, "created_at": m.created_at, "updated_at": m.updated_at,
-        "age_ms": now - m.created_at, "expires_at": m.expires_at,
-        "event": m.event, "turn_id": m.turn_id, "handed_at": m.handed_at,
-        "confirmed_at": m.confirmed_at, "reason": m.reason, "attempts": m.attempts,
-        "bytes": m.body.len(), "alarms": m.alarms, "sender_check": m.sender_check,
-    })
+pub fn record(m: &Message, now: i64) -> Record {
+    Record {
+        id: m.id.clone(),
+        thread: m.thread.clone(),
+        kind: m.kind,
+        state: m.state,
+        from: m.from.clone(),
+        key: m.key.clone(),
+        created_at: m.created_at,
+        updated_at: m.updated_at,
+        age_ms: now - m.created_at,
+        expires_at: m.expires_at,
+        event: m.event.map(|e| e.as_str().to_string()),
+        turn_id: m.turn_id.clone(),
+        handed_at: m.handed_at,
+        confirmed_at: m.confirmed_at,
+        reason: m.reason.clone(),
+        attempts: m.attempts,
+        bytes: m.body.len(),
+        alarms: m.alarms.clone(),
+        sender_check: m.sender_check.map(|c| c.as_str().to_string()),
+    }
+}
+
+/// [`record`] as JSON.
+pub fn record_json(m: &Message, now: i64) -> Value {
+    serde_json::to_value(record(m, now)).unwrap_or_default()
 }
 
 /// A message id as `broker send` prints it (`m_` and 16 hex digits).
@@ -198,38 +130,19 @@ mod tests {
         }
     }
 
+    /// The queue's rows are judged by the protocol's rule, `handed_at` included.
     #[test]
-    fn reached_passed_and_ended_per_wanted_state() {
+    fn rows_are_judged_by_the_protocols_rule() {
         use Progress::*;
-        let cases = [
-            ("pending", false, InFlight, InFlight),
-            ("leased", false, InFlight, InFlight),
-            ("handed", true, Reached, InFlight),
-            ("confirmed", true, Reached, Reached),
-            ("uncertain", true, Reached, Ended),
-            ("expired", false, Ended, Ended),
-            ("cancelled", false, Ended, Ended),
-        ];
-        for (state, handed, for_handed, for_confirmed) in cases {
-            let m = msg("message", state, handed);
-            assert_eq!(progress(&m, Want::Handed), for_handed, "{state} for handed");
-            assert_eq!(progress(&m, Want::Confirmed), for_confirmed, "{state} for confirmed");
-        }
+        assert_eq!(progress(&msg("message", "uncertain", true), Want::Handed), Reached);
+        assert_eq!(progress(&msg("message", "uncertain", false), Want::Handed), Ended);
         assert_eq!(progress(&msg("effort", "applied", false), Want::Confirmed), Reached);
-        assert_eq!(progress(&msg("effort", "applying", false), Want::Handed), InFlight);
-        assert_eq!(progress(&msg("effort", "uncertain", false), Want::Handed), Ended);
-        assert_eq!(progress(&msg("effort", "failed", false), Want::Handed), Ended);
-    }
-
-    #[test]
-    fn outcome_of_several_prefers_ended_then_timeout() {
         let ms = |states: &[&str]| states.iter().map(|s| msg("message", s, *s != "pending")).collect::<Vec<_>>();
-        assert_eq!(Outcome::of(&ms(&["confirmed", "confirmed"]), Want::Confirmed), Outcome::Reached);
-        assert_eq!(Outcome::of(&ms(&["confirmed", "pending"]), Want::Confirmed), Outcome::TimedOut);
-        assert_eq!(Outcome::of(&ms(&["expired", "pending"]), Want::Confirmed), Outcome::Ended);
-        assert!(!Outcome::settled(&ms(&["expired", "pending"]), Want::Confirmed));
-        assert!(Outcome::settled(&ms(&["expired", "handed"]), Want::Handed));
-        assert_eq!([Outcome::Reached, Outcome::TimedOut, Outcome::Ended].map(Outcome::exit_code), [0, 3, 4]);
+        assert_eq!(outcome(&ms(&["confirmed", "confirmed"]), Want::Confirmed), Outcome::Reached);
+        assert_eq!(outcome(&ms(&["confirmed", "pending"]), Want::Confirmed), Outcome::TimedOut);
+        assert_eq!(outcome(&ms(&["expired", "pending"]), Want::Confirmed), Outcome::Ended);
+        assert!(!settled(&ms(&["expired", "pending"]), Want::Confirmed));
+        assert!(settled(&ms(&["expired", "handed"]), Want::Handed));
     }
 
     /// The producer record carries every field `inspect --json` documents for a message, with
@@ -244,7 +157,7 @@ mod tests {
         let report = crate::inspect::Report::gather(&store, None, None).unwrap();
         let inspected = report.to_json()["messages"][0].clone();
         let m = &store.messages(None).unwrap()[0];
-        let mine = record(m, report.now);
+        let mine = record_json(m, report.now);
         // `origin` is inspect's alone: it reads the NATS bridges' own records (inspect::bridged_origins).
         for (k, v) in inspected.as_object().unwrap().iter().filter(|(k, _)| *k != "origin") {
             assert_eq!(mine.get(k), Some(v), "field {k}");

@@ -7,7 +7,8 @@
 //! Only the broker's own uid can connect (the runtime directory is 0700, and the peer's
 //! `SO_PEERCRED` uid is checked at accept).
 //!
-//! Requests (`op`; an optional `"v": 1`; unknown fields are refused):
+//! Requests (`op`; an optional `"v": 1`; unknown fields are refused), typed as the protocol's
+//! `courier_producer_proto::Request`, which the clients (the CLI's waits, MCP) write:
 //! - `{"op":"send","thread":UUID | "cwd":PATH,"text":T,"key"?,"ttl_ms"?,"from"?,"future_thread"?,
 //!   "verify_sender"?,"sender"?:{"thread","call_id"},"wake"?:"auto"|"never","wait"?:"handed"|"confirmed",
 //!   "timeout_ms"?}`; with `verify_sender` (claims from the peer's environment: a command the
@@ -33,101 +34,23 @@ use super::line::{error, write_line, ErrorCode};
 use super::send::{self, SendError, SendOptions, Target};
 use super::threads::{Lister, ThreadInfo};
 use super::wait::Waiters;
-use super::Want;
 use crate::gate::sender::ToolSender;
 use crate::store::{now_ms, Store};
 use anyhow::{Context, Result};
-use serde::Deserialize;
+use courier_producer_proto::request::{Request, SenderClaim, WakeMode};
 use serde_json::{json, Map, Value};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-#[derive(Deserialize, Debug)]
-#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
-enum Op {
-    Send {
-        #[serde(default)]
-        thread: Option<String>,
-        #[serde(default)]
-        cwd: Option<String>,
-        #[serde(default)]
-        agent: Option<String>,
-        text: String,
-        #[serde(default)]
-        key: Option<String>,
-        #[serde(default)]
-        ttl_ms: Option<u64>,
-        #[serde(default)]
-        from: Option<String>,
-        #[serde(default)]
-        future_thread: bool,
-        #[serde(default)]
-        verify_sender: bool,
-        #[serde(default)]
-        sender: Option<SenderClaim>,
-        #[serde(default)]
-        wake: Option<WakeMode>,
-        #[serde(default)]
-        wait: Option<Want>,
-        #[serde(default)]
-        timeout_ms: Option<u64>,
-    },
-    Status {
-        id: String,
-    },
-    Wait {
-        ids: Vec<String>,
-        #[serde(default, rename = "for")]
-        want: Want,
-        #[serde(default)]
-        timeout_ms: Option<u64>,
-    },
-    Threads {
-        #[serde(default)]
-        all: bool,
-        #[serde(default)]
-        limit: Option<usize>,
-    },
-    Approvals {
-        #[serde(default)]
-        all: bool,
-    },
-    Nudge {},
-}
-
 /// Proves which thread's Codex tool call the peer of a stream is (`gate/sender.rs`), from the
 /// claims given or, with none, from the peer's environment.
 pub type Verify<'a> = dyn Fn(&UnixStream, Option<(&str, &str)>) -> Result<ToolSender, String> + 'a;
 
-/// `"sender"` of a `send`: the thread and tool call an MCP server (started by Codex) says it
-/// serves; the broker checks both before the message names that thread.
-#[derive(Deserialize, Debug)]
-#[serde(deny_unknown_fields)]
-struct SenderClaim {
-    thread: String,
-    call_id: String,
-}
-
-/// `"wake"` of a `send`: as `broker send --wake`.
-#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-enum WakeMode {
-    Auto,
-    Never,
-}
-
-/// A request line, parsed; `Err` is the error reply.
-fn parse(line: &[u8]) -> Result<Op, Value> {
-    let mut v: Value = serde_json::from_slice(line).map_err(|e| error(ErrorCode::BadRequest, &format!("not a JSON object: {e}")))?;
-    let Value::Object(obj) = &mut v else { return Err(error(ErrorCode::BadRequest, "not a JSON object")) };
-    match obj.remove("v") {
-        None => {}
-        Some(Value::Number(n)) if n.as_u64() == Some(1) => {}
-        Some(other) => return Err(error(ErrorCode::BadRequest, &format!("unsupported version {other}; this broker speaks v 1"))),
-    }
-    serde_json::from_value(v).map_err(|e| error(ErrorCode::BadRequest, &e.to_string()))
+/// A request line, parsed (`Request::parse`); `Err` is the error reply.
+fn parse(line: &[u8]) -> Result<Request, Value> {
+    Request::parse(line).map_err(|why| error(ErrorCode::BadRequest, &why))
 }
 
 fn duration_ms(ms: Option<u64>) -> Option<Duration> {
@@ -205,11 +128,11 @@ impl Service {
         let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
         let reply = match parse(line) {
             Err(reply) => reply,
-            Ok(Op::Nudge {}) => {
+            Ok(Request::Nudge {}) => {
                 crate::store::QUEUED.bump(1);
                 json!({"ok": true})
             }
-            Ok(Op::Status { id }) => {
+            Ok(Request::Status { id }) => {
                 let store = crate::store::lock(&self.store);
                 match super::load(&store, &id) {
                     Ok(Some(m)) => json!({"ok": true, "message": super::record(&m, now_ms())}),
@@ -217,60 +140,69 @@ impl Service {
                     Err(e) => error(ErrorCode::Failed, &format!("{e:#}")),
                 }
             }
-            Ok(Op::Wait { ids, want, timeout_ms }) => {
+            Ok(Request::Wait { ids, want, timeout_ms }) => {
                 if ids.is_empty() || ids.len() > super::wait::MAX_IDS {
                     error(ErrorCode::BadRequest, &format!("ids: between 1 and {} message ids", super::wait::MAX_IDS))
                 } else {
                     return self.waiters.park(stream, ids, want, duration_ms(timeout_ms), Map::new());
                 }
             }
-            Ok(Op::Threads { all, limit }) => match self.threads(all, limit.unwrap_or(super::threads::DEFAULT_ENDED_LIMIT)) {
+            Ok(Request::Threads { all, limit }) => match self.threads(all, limit.unwrap_or(super::threads::DEFAULT_ENDED_LIMIT)) {
                 Ok(threads) => json!({"ok": true, "threads": threads}),
                 Err(e) => error(ErrorCode::Failed, &format!("{e:#}")),
             },
-            Ok(Op::Approvals { all }) => match crate::store::lock(&self.store).approvals(all) {
+            Ok(Request::Approvals { all }) => match crate::store::lock(&self.store).approvals(all) {
                 Ok(list) => json!({"ok": true, "approvals": list}),
                 Err(e) => error(ErrorCode::Failed, &format!("{e:#}")),
             },
-            Ok(Op::Send { thread, cwd, agent, text, key, ttl_ms, from, future_thread, verify_sender, sender, wake, wait, timeout_ms }) => {
-                let target = match (thread, cwd) {
-                    (Some(parent), None) if agent.is_some() => Target::Agent { parent, name: agent.unwrap_or_default() },
-                    (Some(t), None) => Target::Thread(t),
-                    (None, Some(c)) if agent.is_none() => Target::Cwd(PathBuf::from(c)),
-                    _ => return reply_to(&mut stream, &error(ErrorCode::BadRequest, "give exactly one of thread and cwd")),
-                };
-                if timeout_ms.is_some() && wait.is_none() {
-                    return reply_to(&mut stream, &error(ErrorCode::BadRequest, "timeout_ms needs wait"));
-                }
-                let wake = wake != Some(WakeMode::Never);
-                let (from, verified_sender) = match sender_of(&stream, from, verify_sender, sender, verify) {
-                    Ok(named) => named,
-                    Err(refused) => return reply_to(&mut stream, &refused),
-                };
-                let opts = SendOptions { target, text, key, ttl_ms, from, verified_sender, future_thread, wake };
-                let sent = {
-                    let mut store = crate::store::lock(&self.store);
-                    send::send(&mut store, &self.codex_home, &|| self.threads(false, 0), &opts)
-                };
-                match sent {
-                    Err(SendError::Refused { code, message }) => error(code, &message),
-                    Err(SendError::Failed(e)) => error(ErrorCode::Failed, &format!("{e:#}")),
-                    Ok(sent) => {
-                        let fields = sent.to_json();
-                        match wait {
-                            None => {
-                                let mut r = json!({"ok": true});
-                                if let (Value::Object(r), Value::Object(f)) = (&mut r, fields) {
-                                    r.extend(f);
-                                }
-                                r
-                            }
-                            Some(want) => {
-                                let Value::Object(extra) = fields else { unreachable!() };
-                                self.changed();
-                                return self.waiters.park(stream, vec![sent.id], want, duration_ms(timeout_ms), extra);
-                            }
+            Ok(send @ Request::Send { .. }) => return self.send(stream, send, verify),
+        };
+        reply_to(&mut stream, &reply);
+    }
+
+    /// A `send` request: queued and answered, or (with `wait`) parked until it settles.
+    fn send(&self, mut stream: UnixStream, request: Request, verify: &Verify<'_>) {
+        let Request::Send { thread, cwd, agent, text, key, ttl_ms, from, future_thread, verify_sender, sender, wake, wait, timeout_ms } =
+            request
+        else {
+            return;
+        };
+        let target = match (thread, cwd) {
+            (Some(parent), None) if agent.is_some() => Target::Agent { parent, name: agent.unwrap_or_default() },
+            (Some(t), None) => Target::Thread(t),
+            (None, Some(c)) if agent.is_none() => Target::Cwd(PathBuf::from(c)),
+            _ => return reply_to(&mut stream, &error(ErrorCode::BadRequest, "give exactly one of thread and cwd")),
+        };
+        if timeout_ms.is_some() && wait.is_none() {
+            return reply_to(&mut stream, &error(ErrorCode::BadRequest, "timeout_ms needs wait"));
+        }
+        let wake = wake != Some(WakeMode::Never);
+        let (from, verified_sender) = match sender_of(&stream, from, verify_sender, sender, verify) {
+            Ok(named) => named,
+            Err(refused) => return reply_to(&mut stream, &refused),
+        };
+        let opts = SendOptions { target, text, key, ttl_ms, from, verified_sender, future_thread, wake };
+        let sent = {
+            let mut store = crate::store::lock(&self.store);
+            send::send(&mut store, &self.codex_home, &|| self.threads(false, 0), &opts)
+        };
+        let reply = match sent {
+            Err(SendError::Refused { code, message }) => error(code, &message),
+            Err(SendError::Failed(e)) => error(ErrorCode::Failed, &format!("{e:#}")),
+            Ok(sent) => {
+                let fields = serde_json::to_value(&sent).unwrap_or_default();
+                match wait {
+                    None => {
+                        let mut r = json!({"ok": true});
+                        if let (Value::Object(r), Value::Object(f)) = (&mut r, fields) {
+                            r.extend(f);
                         }
+                        r
+                    }
+                    Some(want) => {
+                        let Value::Object(extra) = fields else { unreachable!() };
+                        self.changed();
+                        return self.waiters.park(stream, vec![sent.id], want, duration_ms(timeout_ms), extra);
                     }
                 }
             }
@@ -310,28 +242,11 @@ mod tests {
     use super::*;
     use crate::producer::line::ErrorReply;
 
+    /// A line that is no request (the protocol's parse says why) is a `bad_request` reply.
     #[test]
-    fn requests_parse_strictly() {
-        assert!(matches!(parse(br#"{"op":"status","id":"m_1"}"#), Ok(Op::Status { .. })));
-        assert!(matches!(parse(br#"{"v":1,"op":"wait","ids":["m_1"]}"#), Ok(Op::Wait { want: Want::Confirmed, timeout_ms: None, .. })));
-        assert!(matches!(
-            parse(br#"{"op":"wait","ids":["m_1"],"for":"handed","timeout_ms":5}"#),
-            Ok(Op::Wait { want: Want::Handed, timeout_ms: Some(5), .. })
-        ));
-        assert!(matches!(parse(br#"{"op":"threads"}"#), Ok(Op::Threads { all: false, limit: None })));
-        assert!(matches!(parse(br#"{"op":"approvals","all":true}"#), Ok(Op::Approvals { all: true })));
-        assert!(matches!(
-            parse(br#"{"op":"send","cwd":"/w","text":"hi","wait":"confirmed"}"#),
-            Ok(Op::Send { wait: Some(Want::Confirmed), .. })
-        ));
-        for bad in [
-            &br#"{"op":"send","thred":"x","text":"hi"}"#[..],
-            br#"{"op":"wait","ids":["m_1"],"for":"seen"}"#,
-            br#"{"op":"explode"}"#,
-            br#"{"v":2,"op":"threads"}"#,
-            br#"[1]"#,
-            b"not json",
-        ] {
+    fn a_line_that_is_no_request_is_a_bad_request() {
+        assert!(matches!(parse(br#"{"op":"status","id":"m_1"}"#), Ok(Request::Status { .. })));
+        for bad in [&br#"{"op":"send","thred":"x","text":"hi"}"#[..], br#"{"v":2,"op":"threads"}"#, b"not json"] {
             let e = parse(bad).unwrap_err();
             assert_eq!(ErrorReply::of(&e).map(|e| e.error), Some(ErrorCode::BadRequest), "{}: {e}", String::from_utf8_lossy(bad));
         }

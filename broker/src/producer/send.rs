@@ -15,7 +15,6 @@ use super::line::ErrorCode;
 use super::threads::{self, ThreadInfo, ThreadState};
 use crate::store::{now_ms, Enqueued, NewMessage, Store};
 use courier_shared::ids::ThreadId;
-use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
 /// An id minted this recently may name a thread whose rollout is about to appear.
@@ -50,48 +49,7 @@ pub struct SendOptions {
     pub wake: bool,
 }
 
-/// How the addressed thread stood when the message was queued.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ThreadStatus {
-    /// A process holds its writer lock.
-    Live,
-    /// It has a rollout but no process holds it: waits for a resume.
-    Ended,
-    /// No rollout yet (`--future-thread`, or an id minted in the last minute).
-    NotStarted,
-}
-
-impl ThreadStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ThreadStatus::Live => "live",
-            ThreadStatus::Ended => "ended",
-            ThreadStatus::NotStarted => "not_started",
-        }
-    }
-}
-
-pub struct Sent {
-    pub id: String,
-    pub thread: String,
-    pub duplicate: bool,
-    /// The label the model sees, and whether the broker verified it.
-    pub from: Option<String>,
-    pub sender_verified: bool,
-    pub thread_status: ThreadStatus,
-    /// Something the sender should know (an ended thread, a thread not started yet).
-    pub note: Option<String>,
-}
-
-impl Sent {
-    /// `{"id","thread","duplicate","thread_status","note"}`.
-    pub fn to_json(&self) -> Value {
-        json!({
-            "id": self.id, "thread": self.thread, "duplicate": self.duplicate, "thread_status": self.thread_status.as_str(),
-            "note": self.note, "from": self.from, "sender_verified": self.sender_verified,
-        })
-    }
-}
+pub use courier_producer_proto::{Sent, ThreadStatus};
 
 pub enum SendError {
     /// The request itself is wrong (exit 2 on the CLI); `code` is a stable error code.

@@ -21,9 +21,10 @@
 //! the socket again each round.
 
 use super::line::ErrorCode;
-use super::{load_all, record, Outcome, Want};
-use crate::store::{now_ms, Channel, Kind, Message, State, Store};
+use super::{load_all, outcome, record, record_json, settled, Outcome, Record, WaitReply, Want};
+use crate::store::{now_ms, Channel, Message, State, Store};
 use anyhow::{Context, Result};
+use courier_producer_proto::Request;
 use courier_shared::ids::ThreadId;
 use serde_json::{json, Map, Value};
 use std::os::fd::AsRawFd;
@@ -233,7 +234,7 @@ fn answer(store: &Store, ids: &[String], want: Want, timed_out: bool) -> Result<
         return Ok(Some(super::line::error(ErrorCode::NotFound, &not_found(&ids[i]))));
     }
     let messages: Vec<Message> = found.into_iter().flatten().collect();
-    if !Outcome::settled(&messages, want) && !timed_out {
+    if !settled(&messages, want) && !timed_out {
         return Ok(None);
     }
     Ok(Some(reply(&messages, want)))
@@ -242,12 +243,7 @@ fn answer(store: &Store, ids: &[String], want: Want, timed_out: bool) -> Result<
 /// `{"ok":true,"outcome","for","messages":[...]}`.
 pub fn reply(messages: &[Message], want: Want) -> Value {
     let now = now_ms();
-    json!({
-        "ok": true,
-        "outcome": Outcome::of(messages, want).as_str(),
-        "for": want.as_str(),
-        "messages": messages.iter().map(|m| record(m, now)).collect::<Vec<_>>(),
-    })
+    serde_json::to_value(WaitReply::of(messages.iter().map(|m| record(m, now)).collect(), want)).unwrap_or_default()
 }
 
 pub fn not_found(id: &str) -> String {
@@ -274,37 +270,31 @@ pub struct Waited {
 
 /// A message record as the socket returns it, back into a [`Message`] (fields the record does
 /// not carry stay empty).
-fn message_of(v: &Value) -> Option<Message> {
-    let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
-    let i = |k: &str| v.get(k).and_then(Value::as_i64);
-    Some(Message {
-        id: s("id")?,
-        thread: ThreadId::parse(&s("thread")?).ok()?,
-        kind: Kind::parse(&s("kind")?)?,
-        state: State::parse(&s("state")?)?,
+fn message_of(r: Record) -> Message {
+    Message {
+        id: r.id,
+        thread: r.thread,
+        kind: r.kind,
+        state: r.state,
         body: String::new(),
-        from: s("from"),
-        key: s("key"),
-        created_at: i("created_at")?,
-        updated_at: i("updated_at")?,
-        expires_at: i("expires_at"),
-        event: s("event").as_deref().and_then(Channel::parse),
-        turn_id: s("turn_id"),
+        from: r.from,
+        key: r.key,
+        created_at: r.created_at,
+        updated_at: r.updated_at,
+        expires_at: r.expires_at,
+        event: r.event.as_deref().and_then(Channel::parse),
+        turn_id: r.turn_id,
         lease: None,
-        handed_at: i("handed_at"),
-        confirmed_at: i("confirmed_at"),
-        reason: s("reason"),
-        attempts: i("attempts").unwrap_or(0),
+        handed_at: r.handed_at,
+        confirmed_at: r.confirmed_at,
+        reason: r.reason,
+        attempts: r.attempts,
         rollout_path: None,
         scan_offset: None,
         shown_by: None,
-        alarms: v
-            .get("alarms")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
-            .unwrap_or_default(),
+        alarms: r.alarms,
         sender_check: None,
-    })
+    }
 }
 
 /// One look at the queue without a broker: settle hand-offs of these messages' threads from
@@ -335,21 +325,19 @@ pub fn wait_for(runtime_dir: &Path, state_dir: &Path, ids: &[String], want: Want
     let socket: PathBuf = courier_shared::paths::socket_path(runtime_dir);
     loop {
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        let req = json!({"op": "wait", "ids": ids, "for": want.as_str(), "timeout_ms": left.map(|l| l.as_millis() as u64)});
+        let req = Request::Wait { ids: ids.to_vec(), want, timeout_ms: left.map(|l| l.as_millis() as u64) };
         // No broker, it went away mid-wait, or its waits are full (busy): look ourselves (below).
         if let Ok(Some(reply)) = super::line::call(&socket, &req, None) {
             match super::line::ErrorReply::of(&reply) {
                 Some(e) if e.error == ErrorCode::Busy => {}
                 Some(e) => anyhow::bail!("{}", if e.message.is_empty() { "the broker refused the wait".into() } else { e.message }),
                 None => {
+                    // The records as the broker wrote them, for `--json` (a newer broker's fields kept).
                     let records: Vec<Value> = reply.get("messages").and_then(Value::as_array).cloned().unwrap_or_default();
-                    let messages: Vec<Message> = records.iter().filter_map(message_of).collect();
-                    let outcome = reply
-                        .get("outcome")
-                        .and_then(Value::as_str)
-                        .and_then(Outcome::parse)
-                        .context("the broker's wait reply has no outcome")?;
-                    if messages.len() != ids.len() {
+                    let typed: WaitReply = serde_json::from_value(reply).context("the broker's wait reply does not parse")?;
+                    let outcome = typed.outcome;
+                    let messages: Vec<Message> = typed.messages.into_iter().map(message_of).collect();
+                    if messages.len() != ids.len() || records.len() != ids.len() {
                         anyhow::bail!("the broker's wait reply does not list every message");
                     }
                     return Ok(Waited { outcome, messages, records, by_broker: true });
@@ -358,10 +346,10 @@ pub fn wait_for(runtime_dir: &Path, state_dir: &Path, ids: &[String], want: Want
         }
         let messages = look_locally(state_dir, ids)?;
         let timed_out = deadline.is_some_and(|d| Instant::now() >= d);
-        if Outcome::settled(&messages, want) || timed_out {
+        if settled(&messages, want) || timed_out {
             let now = now_ms();
-            let records = messages.iter().map(|m| record(m, now)).collect();
-            return Ok(Waited { outcome: Outcome::of(&messages, want), messages, records, by_broker: false });
+            let records = messages.iter().map(|m| record_json(m, now)).collect();
+            return Ok(Waited { outcome: outcome(&messages, want), messages, records, by_broker: false });
         }
         let nap = deadline.map_or(FALLBACK_POLL, |d| d.saturating_duration_since(Instant::now()).min(FALLBACK_POLL));
         std::thread::sleep(nap);

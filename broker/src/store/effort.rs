@@ -155,7 +155,7 @@ impl Store {
             "UPDATE messages SET state = ?3, reason = ?4, updated_at = ?5, lease_token = NULL,
              confirmed_at = CASE WHEN ?3 = 'applied' AND scope = 'turn' THEN ?5 ELSE confirmed_at END
              WHERE id = ?1 AND lease_token = ?2 AND state = 'applying'",
-            params![c.id, c.token, state, reason, now],
+            params![c.id, c.token, state.as_str(), reason, now],
         )?;
         Ok(n == 1)
     }

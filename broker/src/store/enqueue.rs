@@ -87,7 +87,7 @@ impl Store {
         if let Some(key) = key {
             let existing: Option<(String, String, Kind, String)> = tx
                 .query_row("SELECT id, thread, kind, body FROM messages WHERE idem_key = ?1", [key], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                    Ok((r.get(0)?, r.get(1)?, super::column(r, 2)?, r.get(3)?))
                 })
                 .optional()?;
             if let Some((id, existing_thread, existing_kind, existing_body)) = existing {
@@ -111,7 +111,7 @@ impl Store {
             params![
                 id,
                 thread,
-                Kind::Message,
+                Kind::Message.as_str(),
                 body,
                 sender,
                 key,

@@ -40,6 +40,7 @@ pub use handoff::{HandOff, HandedPart, Lease, Part};
 pub use lock::{lock, Locked, SLOW_HOLD};
 pub use refusals::Refusal;
 pub use signal::{CommitSignal, HANDED, QUEUED};
+pub(crate) use state::column;
 pub use state::{Channel, Kind, LeaseToken, State, StateCounts};
 pub use ticket_log::{TicketLog, JOURNAL_NAME as TICKET_JOURNAL_NAME};
 pub use tickets::{Alarm, Taken, Ticket, TicketClaim};
@@ -354,8 +355,8 @@ fn row_to_message(row: &rusqlite::Row) -> rusqlite::Result<Message> {
     Ok(Message {
         id: row.get(0)?,
         thread: thread_at(row, 1)?,
-        kind: row.get(2)?,
-        state: row.get(3)?,
+        kind: column(row, 2)?,
+        state: column(row, 3)?,
         body: row.get(4)?,
         from: row.get(5)?,
         key: row.get(6)?,
@@ -517,7 +518,7 @@ impl Store {
                 "UPDATE messages SET state = ?2, reason = ?3, scan_offset = ?4, updated_at = ?5,
                  confirmed_at = CASE WHEN ?2 = 'confirmed' THEN ?5 ELSE confirmed_at END
                  WHERE id = ?1 AND state = 'handed' AND lease_token IS ?6",
-                params![id, state, reason, scan_offset as i64, now, lease],
+                params![id, state.as_str(), reason, scan_offset as i64, now, lease],
             )?,
             // Still open: where the scan stands, and the first doubt found on the way
             // (`crate::reason::Doubt`; tampering outranks the others), kept until its turn closes.
@@ -534,7 +535,7 @@ impl Store {
     pub fn cancel(&mut self, id: &str) -> Result<State> {
         let now = now_ms();
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let state: Option<State> = tx.query_row("SELECT state FROM messages WHERE id = ?1", [id], |r| r.get(0)).optional()?;
+        let state: Option<State> = tx.query_row("SELECT state FROM messages WHERE id = ?1", [id], |r| column(r, 0)).optional()?;
         let Some(state) = state else { bail!("no message with id {id}") };
         if state != State::Pending && state != State::Leased {
             bail!("message {id} is {state}; only pending messages can be cancelled");

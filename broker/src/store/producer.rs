@@ -41,7 +41,7 @@ impl Store {
         let mut stmt =
             self.conn.prepare_cached("SELECT thread, state, COUNT(*) FROM messages WHERE kind = 'message' GROUP BY thread, state")?;
         let mut out: BTreeMap<ThreadId, StateCounts> = BTreeMap::new();
-        let rows = stmt.query_map([], |r| Ok((super::thread_at(r, 0)?, r.get::<_, State>(1)?, r.get::<_, i64>(2)?)))?;
+        let rows = stmt.query_map([], |r| Ok((super::thread_at(r, 0)?, super::column::<State>(r, 1)?, r.get::<_, i64>(2)?)))?;
         for row in rows {
             let (thread, state, n) = row?;
             out.entry(thread).or_default().insert(state, n as u64);

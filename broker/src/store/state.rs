@@ -7,95 +7,40 @@
 
 use codex_format::hook::HookEvent;
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-/// Where a queued row stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum State {
-    /// Queued, waiting for a verified hook of its thread (or the wake channel).
-    Pending,
-    /// Offered to one hook call (or wake) under a fencing token, not acknowledged yet.
-    Leased,
-    /// The hook client printed it and acked (or the app-server accepted the wake's turn).
-    Handed,
-    /// Its marker is in a hook-injected message of its thread's rollout.
-    Confirmed,
-    /// Handed, but its turn closed without it (or an effort change may or may not have landed).
-    Uncertain,
-    /// Its `--ttl` ran out (or its thread never appeared) before it was handed.
-    Expired,
-    /// Cancelled before it was shown (by the user, superseded, or too large for a hook output).
-    Cancelled,
-    /// Effort: claimed by one hook call; the update may be on its way.
-    Applying,
-    /// Effort: the app-server reported it applied.
-    Applied,
-    /// Effort: the app-server refused it, or no target was available.
-    Failed,
+/// Where a queued row stands, and what it is: the producers' protocol's own (shared by the CLI,
+/// MCP and the bridge). The queue stores their names (`as_str`); a column is read back with
+/// [`column`].
+pub use courier_producer_proto::{Kind, State};
+
+/// A closed set stored by its name in a column of the queue.
+pub trait Named: Sized {
+    const WHAT: &'static str;
+    fn named(s: &str) -> Option<Self>;
 }
 
-impl State {
-    /// Every state, in the order `inspect` lists them.
-    pub const ALL: [State; 10] = [
-        State::Pending,
-        State::Leased,
-        State::Handed,
-        State::Confirmed,
-        State::Uncertain,
-        State::Expired,
-        State::Cancelled,
-        State::Applying,
-        State::Applied,
-        State::Failed,
-    ];
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            State::Pending => "pending",
-            State::Leased => "leased",
-            State::Handed => "handed",
-            State::Confirmed => "confirmed",
-            State::Uncertain => "uncertain",
-            State::Expired => "expired",
-            State::Cancelled => "cancelled",
-            State::Applying => "applying",
-            State::Applied => "applied",
-            State::Failed => "failed",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<State> {
-        State::ALL.into_iter().find(|st| st.as_str() == s)
-    }
-
-    /// A state no row leaves (what `prune` may forget after the retention period).
-    pub const fn is_final(self) -> bool {
-        matches!(self, State::Confirmed | State::Uncertain | State::Expired | State::Cancelled | State::Applied | State::Failed)
+impl Named for State {
+    const WHAT: &'static str = "State";
+    fn named(s: &str) -> Option<State> {
+        State::parse(s)
     }
 }
 
-/// What a queued row is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Kind {
-    /// A context message (`broker send`), delivered through hooks or a wake.
-    Message,
-    /// A reasoning-effort change (`broker effort`, or the policy), applied through the app-server.
-    Effort,
+impl Named for Kind {
+    const WHAT: &'static str = "Kind";
+    fn named(s: &str) -> Option<Kind> {
+        Kind::parse(s)
+    }
 }
 
-impl Kind {
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Kind::Message => "message",
-            Kind::Effort => "effort",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Kind> {
-        [Kind::Message, Kind::Effort].into_iter().find(|k| k.as_str() == s)
-    }
+/// Column `i` of `row`, stored by name (a [`State`] or [`Kind`]: their types are the protocol's,
+/// so they take no SQL conversion of their own).
+pub fn column<T: Named>(row: &rusqlite::Row, i: usize) -> rusqlite::Result<T> {
+    let text: String = row.get(i)?;
+    T::named(&text).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, format!("unknown {} {text:?}", T::WHAT).into())
+    })
 }
 
 /// The delivery channel that took a message (the `event` column; `inspect` shows its name): a
@@ -196,8 +141,6 @@ macro_rules! text_enum {
         }
     };
 }
-text_enum!(State);
-text_enum!(Kind);
 text_enum!(Channel);
 
 #[cfg(test)]
