@@ -276,12 +276,13 @@ fn hold_instance_lock(env: &CodexEnv) -> Child {
     holder
 }
 
-/// `flock -o broker.lock cat`, started now: it takes the instance lock as soon as it is free and
-/// keeps it until its stdin closes ([`hold_instance_lock`] says why each part is so).
+/// `flock -o RUNTIME_DIR cat`, started now: it takes the instance lock (a `flock` on the runtime
+/// directory itself) as soon as it is free and keeps it until its stdin closes
+/// ([`hold_instance_lock`] says why each part is so).
 fn queue_for_instance_lock(env: &CodexEnv) -> Child {
     Command::new("flock")
         .arg("-o")
-        .arg(env.runtime_dir.join("broker.lock"))
+        .arg(&env.runtime_dir)
         .arg("cat")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
