@@ -350,3 +350,38 @@ fn a_tui_approval_is_answered_from_another_terminal() {
     assert!(!after.contains("Yes, proceed"), "the popup closed:\n{after}");
     assert_eq!(std::fs::read_to_string(&ran).unwrap().lines().count(), 1, "the command ran once");
 }
+
+/// `command` written over approval `id`'s record in the queue database, as a process that can
+/// write the state directory would (and `command_digest` with it).
+fn rewrite_record(env: &CodexEnv, id: &str, command: &str) {
+    let py = "import sqlite3, sys, hashlib\n\
+              c = sqlite3.connect(sys.argv[1], timeout=10)\n\
+              d = 'sha256:' + hashlib.sha256(sys.argv[3].encode()).hexdigest()\n\
+              c.execute('update approvals set command = ?, command_digest = ? where id = ?', (sys.argv[3], d, sys.argv[2]))\n\
+              c.commit()";
+    let db = env.state_dir.join("queue.sqlite");
+    let st = std::process::Command::new("python3").args(["-c", py, &db.display().to_string(), id, command]).status().unwrap();
+    assert!(st.success(), "rewriting the record");
+}
+
+/// What was shown is what is answered: a record rewritten in the queue database after the hook
+/// recorded it (a person would be shown `ls -la` while Codex waits to run another command) is
+/// not offered to answer (`answerable` leaves it out, so the bridge never publishes it), and
+/// `broker approve` refuses it with nothing sent. Restored, the person's approve wins.
+#[test]
+fn a_rewritten_approval_record_is_neither_offered_nor_answered() {
+    let (_model, env, cmd, ran, _) = escalating("REWRITTEN", "to rewrite its record");
+    let w = waiting_on(&env);
+    rewrite_record(&env, w.id(), "ls -la");
+    let shown = approvals(&w.broker, false).into_iter().find(|a| a["id"] == w.id()).unwrap();
+    assert_eq!(shown["command"], "ls -la", "the rewrite took: {shown}");
+    let offered = courier_tests::broker::line_request(&w.broker.socket_path(), r#"{"op":"answerable"}"#);
+    assert_eq!(offered["approvals"].as_array().map(Vec::len), Some(0), "a rewritten record is not offered: {offered}");
+    let (ok, said) = answer(&w.broker, &["approve", w.id()]);
+    assert!(!ok && said.contains("changed after the hook recorded it"), "{said}");
+    assert!(!ran.exists(), "nothing was answered");
+    rewrite_record(&env, w.id(), &cmd);
+    let (ok, said) = answer(&w.broker, &["approve", w.id()]);
+    assert!(ok && said.contains("won"), "the restored record: {said}");
+    wait_until(T, "the command ran", || ran.exists().then_some(()));
+}
