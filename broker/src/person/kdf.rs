@@ -29,10 +29,7 @@ pub fn pbkdf2_sha256(passphrase: &[u8], salt: &[u8], iterations: u32) -> [u8; 32
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn hex(b: &[u8]) -> String {
-        b.iter().map(|x| format!("{x:02x}")).collect()
-    }
+    use courier_shared::auth::hex;
 
     /// RFC 7914 section 11's PBKDF2-HMAC-SHA256 vectors (their first 32 bytes).
     #[test]

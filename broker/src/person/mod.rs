@@ -32,6 +32,7 @@ pub mod kdf;
 pub mod passphrase;
 
 use anyhow::{bail, Context, Result};
+use courier_shared::auth::{hex, unhex};
 use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -80,7 +81,7 @@ impl PersonKey {
 
     /// The signing key `passphrase` derives, if it is this key's passphrase.
     pub fn unlock(&self, passphrase: &str) -> Result<SigningKey> {
-        let salt = unhex(&self.salt).context("person key: salt")?;
+        let salt = unhex(&self.salt).context("person key: salt is not hex")?;
         if self.iterations < MIN_ITERATIONS {
             bail!("person key: {} rounds, fewer than {MIN_ITERATIONS}", self.iterations);
         }
@@ -93,9 +94,9 @@ impl PersonKey {
 
     /// Whether `proof` (hex) is the person's signature of `act`, or why not.
     pub fn verify(&self, act: &Act<'_>, proof: &str) -> Result<(), String> {
-        let public: [u8; 32] = unhex(&self.public_key).ok().and_then(|b| b.try_into().ok()).ok_or("person key: not a public key")?;
+        let public: [u8; 32] = unhex(&self.public_key).and_then(|b| b.try_into().ok()).ok_or("person key: not a public key")?;
         let public = VerifyingKey::from_bytes(&public).map_err(|e| format!("person key: {e}"))?;
-        let sig: [u8; 64] = unhex(proof).ok().and_then(|b| b.try_into().ok()).ok_or("the proof is not a signature")?;
+        let sig: [u8; 64] = unhex(proof).and_then(|b| b.try_into().ok()).ok_or("the proof is not a signature")?;
         public
             .verify_strict(&act.statement(), &Signature::from_bytes(&sig))
             .map_err(|_| "the proof is not the person's signature of this act".to_string())
@@ -165,17 +166,6 @@ fn check_passphrase(passphrase: &str) -> Result<()> {
         bail!("a passphrase of at least {MIN_PASSPHRASE_CHARS} characters, please (every guess at it costs the same PBKDF2 as yours)");
     }
     Ok(())
-}
-
-pub fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Result<Vec<u8>> {
-    if !s.len().is_multiple_of(2) || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-        bail!("not hex");
-    }
-    Ok((0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("checked hex")).collect())
 }
 
 #[cfg(test)]
