@@ -67,9 +67,9 @@ impl Broker {
             Ok(req) => req,
             Err(e) => {
                 let detail = format!("not a request: {e}");
-                let _ = stream.write_all(&error_frame(RefusalCode::BadRequest.as_str(), &detail));
                 self.counters.bad_frames.fetch_add(1, Ordering::Relaxed);
                 self.refuse(RefusalCode::BadRequest, &detail, None, None, Some(peer.pid));
+                let _ = stream.write_all(&error_frame(RefusalCode::BadRequest.as_str(), &detail));
                 return Served::Closed;
             }
         };
@@ -82,8 +82,8 @@ impl Broker {
             Request::Hook { v, pid, ts_ms, payload, mac, context_limit } => {
                 self.counters.hook_calls.fetch_add(1, Ordering::Relaxed);
                 if v != PROTOCOL_VERSION {
-                    let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
                     self.refuse(RefusalCode::ProtocolVersion, &format!("client speaks v{v}"), None, None, Some(peer.pid));
+                    let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
                     return Served::Closed;
                 }
                 let request = HookRequest { pid, ts_ms, payload: &payload, mac: &mac };
@@ -93,8 +93,8 @@ impl Broker {
                 return answered;
             }
             Request::Ack { .. } => {
+                self.refuse(RefusalCode::UnexpectedAck, "ack without a lease", None, None, Some(peer.pid));
                 let _ = stream.write_all(&error_frame(RefusalCode::UnexpectedAck.as_str(), "ack without a lease"));
-                self.refuse(RefusalCode::UnexpectedAck, "ack without a lease", None, None, Some(peer.pid))
             }
         }
         Served::Closed
@@ -103,9 +103,10 @@ impl Broker {
     /// `context_limit`: the handler's `additionalContextLimit`, as hook-client was told it.
     pub(super) fn hook(&self, mut stream: UnixStream, peer: &Peer, request: &HookRequest, context_limit: Option<u64>) -> Served {
         let trust = HookTrust::new(self);
+        // Recorded before the answer: once the agent goes on, `inspect` already shows the refusal.
         let refused = |mut stream: UnixStream, r: gate::Refusal| {
-            let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
             self.refuse(r.code, &r.detail, r.thread.as_deref(), r.event.as_deref(), Some(peer.pid));
+            let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
             Served::Closed
         };
         let verified = match self.gate.verify(peer, request, &trust) {
