@@ -199,25 +199,28 @@ fn daemonized_broker_keeps_only_the_environment_it_needs() {
 /// A login shell with the profile block and one without, measured in the same run.
 struct Logins {
     with_block: CodexEnv,
-    plain_home: PathBuf,
+    /// A HOME whose profile starts `/bin/true` in the background as the block starts the broker:
+    /// the reference, so the ratio measures only what the broker's state adds.
+    reference_home: PathBuf,
 }
 
 impl Logins {
     fn new(env: CodexEnv) -> Logins {
         let block = broker_lib::install::profile_block(&broker_bin(), &env.codex_home);
         std::fs::write(env.home.join(".profile"), block).unwrap();
-        let plain_home = env.root.join("plain-home");
-        std::fs::create_dir_all(&plain_home).unwrap();
-        std::fs::write(plain_home.join(".profile"), "").unwrap();
-        Logins { with_block: env, plain_home }
+        let reference_home = env.root.join("reference-home");
+        std::fs::create_dir_all(&reference_home).unwrap();
+        std::fs::write(reference_home.join(".profile"), "if [ -x /bin/true ]; then (/bin/true </dev/null >/dev/null 2>&1 &); fi\n")
+            .unwrap();
+        Logins { with_block: env, reference_home }
     }
 
-    /// One `bash -lc true`, with the block or without it; its wall time.
+    /// One `bash -lc true`, with the block or with the reference profile; its wall time.
     fn login(&self, block: bool) -> Duration {
         let mut cmd = self.with_block.command(Path::new("/bin/bash"));
         cmd.args(["-lc", "true"]);
         if !block {
-            cmd.env("HOME", &self.plain_home);
+            cmd.env("HOME", &self.reference_home);
         }
         let start = std::time::Instant::now();
         let out = run_bounded(&mut cmd, T);
@@ -226,9 +229,9 @@ impl Logins {
         took
     }
 
-    /// What the block adds to a login shell: median with it minus median without it, over runs
-    /// taken in turns so both see the same load.
-    fn added(&self, runs: usize) -> (Duration, Duration, Duration) {
+    /// Median login with the block and with the reference profile, over runs taken in turns so
+    /// both see the same load.
+    fn medians(&self, runs: usize) -> (Duration, Duration) {
         let (mut with, mut without) = (Vec::new(), Vec::new());
         for _ in 0..runs {
             with.push(self.login(true));
@@ -238,14 +241,15 @@ impl Logins {
             v.sort();
             v[v.len() / 2]
         };
-        let (w, wo) = (median(&mut with), median(&mut without));
-        (w.saturating_sub(wo), w, wo)
+        (median(&mut with), median(&mut without))
     }
 
     fn assert_quick(&self, state: &str) {
-        let (added, w, wo) = self.added(7);
-        eprintln!("login shell, broker {state}: median {w:?} with the block, {wo:?} without: +{added:?}");
-        assert!(added < Duration::from_millis(50), "broker {state}: the profile block added {added:?} ({w:?} vs {wo:?})");
+        // Waiting on the broker at all (a connect, a lock, a timeout) costs far more than a fork.
+        let (w, reference) = self.medians(9);
+        let ratio = w.as_secs_f64() / reference.as_secs_f64().max(1e-6);
+        eprintln!("login shell, broker {state}: median {w:?} with the block, {reference:?} with the reference: {ratio:.2}x");
+        assert!(ratio <= 2.0, "broker {state}: the login with the block took {ratio:.2}x the reference ({w:?} vs {reference:?})");
     }
 
     fn log(&self) -> String {
@@ -297,7 +301,8 @@ fn gone(pid: u32) -> bool {
 
 /// The login-profile line never waits on the broker: with the broker missing, hung (SIGSTOP),
 /// half-started (its lock held, no socket), its socket removed, or stopped on purpose, a login
-/// shell with the block takes less than 50 ms more than one without (medians, same run). What
+/// shell with the block takes at most twice as long as one whose profile starts `/bin/true` the
+/// same way (medians, same run: a ratio, as the machine's load moves both). What
 /// the line found is in broker.log: a missing broker is started, a hung one reported, not doubled.
 #[test]
 fn login_line_returns_at_once_whatever_the_broker_state() {
