@@ -219,15 +219,35 @@ mod tests {
         assert!(PersonKey::create(PASS, MIN_ITERATIONS - 1).is_err());
         let (mut key, _) = PersonKey::create(PASS, MIN_ITERATIONS).unwrap();
         key.iterations = 1;
-        assert!(key.unlock(PASS).is_err(), "a key file lowered to one round must not unlock");
+        let err = key.unlock(PASS).unwrap_err().to_string();
+        assert!(err.contains("fewer than"), "a key file lowered to one round must not unlock: {err}");
+        // The floor is a floor: more rounds than it unlock.
+        let (key, _) = PersonKey::create(PASS, MIN_ITERATIONS + 1).unwrap();
+        key.unlock(PASS).unwrap();
+    }
+
+    #[test]
+    fn the_fingerprint_is_the_public_keys_first_eight_bytes() {
+        let (key, _) = PersonKey::create(PASS, MIN_ITERATIONS).unwrap();
+        assert_eq!(key.fingerprint().len(), 16);
+        assert!(key.public_key.starts_with(&key.fingerprint()));
+    }
+
+    #[test]
+    fn the_key_file_is_beside_the_config_and_only_a_missing_one_is_none() {
+        let config = courier_shared::paths::config_path();
+        assert_eq!(key_path(), config.parent().unwrap().join(KEY_FILE));
+        // A key file that cannot be read is an error, never "no key" (which would ask for one).
+        let dir = courier_shared::scratch::dir("courier-person-key-unreadable");
+        std::fs::create_dir_all(dir.join(KEY_FILE)).unwrap();
+        assert!(PersonKey::load(&dir.join(KEY_FILE)).is_err());
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
     fn the_key_file_round_trips_private_to_its_owner() {
         use std::os::unix::fs::PermissionsExt;
-        // Unique by construction: one test process, one name.
-        let dir = std::env::temp_dir().join(format!("courier-person-key-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = courier_shared::scratch::dir("courier-person-key");
         let path = dir.join(KEY_FILE);
         assert!(PersonKey::load(&path).unwrap().is_none());
         let (key, _) = PersonKey::create(PASS, MIN_ITERATIONS).unwrap();
