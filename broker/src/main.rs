@@ -358,7 +358,7 @@ fn trust_codex(path: Option<PathBuf>) -> Result<ExitCode> {
     };
     let r = codex::resolve(&path)?;
     let mut store = open_store()?;
-    let digest = codex::hash_and_note(&mut store, &r.native)?;
+    let digest = store.hash_and_note(&r.native)?;
     let record = codex::TrustedCodex {
         sha256: digest.clone(),
         path: r.native.to_string_lossy().into_owned(),

@@ -289,3 +289,65 @@ fn tests_readme_maps_every_room() {
     unmapped.sort();
     assert!(unmapped.is_empty(), "tests/README.md's room table has no row for {unmapped:?}");
 }
+
+/// The host wings: each a folder of `broker/src/` that knows one host agent. What two hosts share
+/// lives below them (`exe/`, `os/`, `gate/`, ...), never in one wing for the other to borrow.
+const WINGS: [&str; 2] = ["codex", "claude"];
+
+/// Whether `text` names the crate module `module` through a path: `crate::module`, as a whole
+/// segment (`crate::module::x`, `crate::module;`), or inside a `crate::{...}` group.
+fn names_crate_module(text: &str, module: &str) -> bool {
+    let word_end = |rest: &str| !rest.starts_with(|c: char| c.is_alphanumeric() || c == '_');
+    text.match_indices("crate::").any(|(at, m)| {
+        let rest = &text[at + m.len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let inner = &group[..group.find('}').unwrap_or(group.len())];
+            return inner.split(',').any(|item| item.trim().strip_prefix(module).is_some_and(word_end));
+        }
+        rest.strip_prefix(module).is_some_and(word_end)
+    })
+}
+
+/// Every `.rs` file under `dir`, test code included.
+fn all_rs(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            all_rs(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+#[test]
+fn no_host_wing_imports_another() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut crossings = Vec::new();
+    for wing in WINGS {
+        let mut files = Vec::new();
+        all_rs(&src.join(wing), &mut files);
+        assert!(files.len() > 5, "{wing}/ has only {} files", files.len());
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap();
+            for other in WINGS.iter().filter(|o| **o != wing) {
+                if names_crate_module(&text, other) || text.contains(&format!("super::super::{other}")) {
+                    crossings.push(format!("{} names {other}/", f.strip_prefix(&src).unwrap().display()));
+                }
+            }
+        }
+    }
+    assert!(crossings.is_empty(), "a wing borrows from another; move what both need below the wings (exe/, os/): {crossings:#?}");
+}
+
+#[test]
+fn the_wing_check_sees_every_form_of_import() {
+    assert!(names_crate_module("use crate::codex::native::is_complete_elf;", "codex"));
+    assert!(names_crate_module("let v = crate::codex::parse_version(x);", "codex"));
+    assert!(names_crate_module("use crate::{codex, store};", "codex"));
+    assert!(names_crate_module("use crate::{store::Store, codex::follow::HostFollow};", "codex"));
+    assert!(names_crate_module("use crate::codex;", "codex"));
+    assert!(!names_crate_module("use crate::codex_format::hook;", "codex"), "another module whose name starts the same");
+    assert!(!names_crate_module("use crate::store::{codex_files, Store};", "codex"));
+    assert!(!names_crate_module("// the codex wing", "codex"));
+}

@@ -23,7 +23,7 @@ fn version_file(path: &Path, pinned: &Path, tag: &str) -> String {
     bytes.extend_from_slice(format!("\ncourier-claude-follow {tag}\n").as_bytes());
     std::fs::write(path, &bytes).unwrap();
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    broker_lib::codex::sha256_file(path).unwrap()
+    broker_lib::exe::sha256_file(path).unwrap()
 }
 
 /// (digest, how) of every trusted Claude Code binary in the rig's store.

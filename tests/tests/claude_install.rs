@@ -196,7 +196,7 @@ fn doctor_reports_a_removed_claude_hook_and_an_untrusted_binary() {
 
 /// Forgets the digest of `native` in the rig's queue database (as if never trusted).
 fn untrust(rig: &Rig, native: &Path) {
-    let digest = broker_lib::codex::sha256_file(native).unwrap();
+    let digest = broker_lib::exe::sha256_file(native).unwrap();
     let mut store = broker_lib::store::Store::open(&rig.env.state_dir).unwrap();
     assert!(store.untrust_claude(&digest).unwrap(), "install trusted {}", native.display());
 }

@@ -1,5 +1,6 @@
-//! Following Claude Code upgrades: Claude's part of the broker's follower thread (`codex/follow.rs`
-//! runs the loop, its watches, its re-check and the digest cache's expected lane for both hosts).
+//! Following Claude Code upgrades: Claude's part of the broker's upgrade follower (`exe/follow.rs`
+//! runs the loop, its watches and re-checks for every host; the digest cache's expected lane
+//! hands it what it hashed).
 //!
 //! [`Followed`] resolves the `claude` commands `broker install` recorded (`claude_commands`) and
 //! the `claude` on the broker's own PATH, as `broker install` does (`resolve.rs`), and trusts the
@@ -20,9 +21,9 @@
 //!   file. Any other file goes to the background lane and is refused as before.
 
 use super::resolve::{self, Resolved};
-use crate::codex::follow::HostFollow;
-use crate::codex::native::is_complete_elf;
 use crate::exe::digest::MAX_HASH_BYTES;
+use crate::exe::elf::is_complete_elf;
+use crate::exe::follow::{HostFollow, LazyStore};
 use crate::exe::ExeKey;
 use crate::store::{Store, TrustHow, TrustedClaude};
 use anyhow::{bail, Result};
@@ -98,12 +99,15 @@ impl Followed {
     }
 }
 
-impl HostFollow for Followed {
-    fn pass(&self, store: &mut Store) -> Vec<PathBuf> {
-        Followed::pass(self, store)
+impl HostFollow<Store> for Followed {
+    fn pass(&self, store: &LazyStore<Store>) -> Vec<PathBuf> {
+        store.with(|s| Ok(Followed::pass(self, s))).unwrap_or_default()
     }
-    fn consider_hashed(&self, store: &mut Store, path: &Path, key: &ExeKey, digest: &str) {
-        Followed::consider_hashed(self, store, path, key, digest)
+    fn consider_hashed(&self, store: &LazyStore<Store>, path: &Path, key: &ExeKey, digest: &str) {
+        let _ = store.with(|s| {
+            Followed::consider_hashed(self, s, path, key, digest);
+            Ok(())
+        });
     }
 }
 

@@ -7,7 +7,7 @@
 //! - `trust.rs`: trusting a Claude Code native binary by digest (`broker trust-claude`);
 //! - `gate_trust.rs`: the gate's view of that trust (`StoreTrust`): trusted digests, and the files
 //!   the followed commands run now (the expected lane);
-//! - `follow.rs`: one pass of the broker's follower (`codex/follow.rs` runs the loop): trusts
+//! - `follow.rs`: one pass of the broker's follower (`exe/follow.rs` runs the loop): trusts
 //!   the binary the user's `claude` now runs after an upgrade;
 //! - `resolve.rs`: the native binary behind the `claude` a user runs (npm, pnpm, the native
 //!   installer, the local install), found without running it (`broker install`, `doctor`);

@@ -20,7 +20,8 @@
 //! A Claude Code older than the native builds runs `cli.js` under Node: its process is `node`,
 //! whose digest proves nothing about Claude Code, so it is refused with a reason.
 
-use crate::codex::resolve::{contains, head, is_elf, on_path, shim_targets};
+use crate::exe::elf::{head, is_elf};
+use crate::exe::launcher::{on_path, shebang_names, shim_targets};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
@@ -98,7 +99,7 @@ fn resolve_depth(command: &Path, depth: usize) -> Result<Resolved> {
         return done(platform_binary(&package)?, Layout::NpmWithoutPostinstall);
     }
     let first_line = bytes.split(|b| *b == b'\n').next().unwrap_or_default();
-    if contains(first_line, b"node") || real.file_name().is_some_and(|n| n == "cli.js") {
+    if shebang_names(first_line, b"node") || real.file_name().is_some_and(|n| n == "cli.js") {
         bail!(
             "{} runs Claude Code as a Node script (cli.js): its process is node, whose digest proves nothing; \
              install the native build (npm install -g {NPM_PACKAGE}@latest, or the native installer)",
@@ -172,7 +173,7 @@ fn installer_version(real: &Path) -> Option<String> {
     let versions = real.parent()?;
     let ok = versions.file_name()? == "versions" && versions.parent()?.file_name()? == "claude";
     let name = real.file_name()?.to_str()?;
-    (ok && crate::codex::parse_version(name).is_some()).then(|| name.to_string())
+    (ok && crate::exe::parse_version(name).is_some()).then(|| name.to_string())
 }
 
 /// The version the layout names: the installer's directory entry, or the `package.json` of the

@@ -11,10 +11,10 @@ use std::path::Path;
 pub fn trust_path(store: &mut Store, path: &Path, how: TrustHow) -> Result<(TrustedClaude, bool)> {
     let native = std::fs::canonicalize(path).with_context(|| format!("resolving {}", path.display()))?;
     let file = std::fs::File::open(&native).with_context(|| format!("opening {}", native.display()))?;
-    if !crate::codex::native::is_complete_elf(&file)? {
+    if !crate::exe::elf::is_complete_elf(&file)? {
         bail!("{} is not a whole ELF executable (Claude Code's native binary is; a launcher script is not)", native.display());
     }
-    let sha256 = crate::codex::hash_and_note(store, &native)?;
+    let sha256 = store.hash_and_note(&native)?;
     trust_digest(store, &native, &sha256, how)
 }
 

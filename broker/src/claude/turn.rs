@@ -14,7 +14,6 @@
 //! transcript can append a record, but cannot make claude send a hook naming it: a forged record
 //! can only make a genuine hook's turn not the newest, i.e. refused as before (fail closed).
 
-use crate::codex::resolve::contains;
 use serde_json::Value;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
@@ -97,10 +96,13 @@ impl Tail {
         if std::mem::take(&mut self.skip_first) && !lines.is_empty() {
             lines.remove(0);
         }
-        let found = lines.into_iter().rev().filter(|l| contains(l, b"\"promptId\"")).find_map(prompt_of_user_record);
+        let found = lines.into_iter().rev().filter(|l| l.windows(PROMPT_ID.len()).any(|w| w == PROMPT_ID)).find_map(prompt_of_user_record);
         Ok(found.or(newest))
     }
 }
+
+/// What a line holding a prompt record has somewhere (the cheap filter before parsing it).
+const PROMPT_ID: &[u8] = b"\"promptId\"";
 
 /// The `promptId` of a main-conversation `user` record (a top-level field: text inside a record
 /// is escaped, so only a record's own keys parse as keys here).

@@ -2,13 +2,13 @@
 //! re-exported here. The gate, delivery, confirmation, wake, install and doctor use this wing; only
 //! it knows Codex's rollout format, its app-server protocol, its binaries and their layouts.
 //!
-//! - `trust.rs`: which binaries are trusted (hashing, the supported version range);
+//! - `trust.rs`: the supported version range;
 //! - `resolve.rs`: the native binary behind the `codex` a user runs (every npm/pnpm/yarn/bun
 //!   layout, a standalone binary, managed-daemon copies);
-//! - `follow.rs`: the broker's thread that watches those places and trusts the new binary when the
-//!   user's own `codex` is upgraded;
-//! - `native.rs`: what a native file is (its version, whether it is whole), read without running
-//!   it: the broker never executes a candidate binary;
+//! - `follow.rs`: Codex's part of the broker's upgrade follower (`exe/follow.rs` runs the loop):
+//!   trusts the new binary when the user's own `codex` is upgraded;
+//! - `native.rs`: a native Codex file's version, read from the package files beside it without
+//!   running it: the broker never executes a candidate binary;
 //! - `rollout/`: reading a thread's rollout incrementally (its identity, open turn, actions);
 //! - `proof/`: the hook gate's Codex steps behind `proof::Prover` (the transcript path and the
 //!   thread it names, the rollout read intact, the codex process holding the rollout and the
@@ -47,4 +47,4 @@ pub use crate::store::{TrustHow, TrustedCodex};
 /// Environment variables Codex sets only for commands the model runs (never for its hooks).
 pub const TOOL_COMMAND_MARKERS: [&str; 4] = ["CODEX_TOOL_CALL_ID", "CODEX_THREAD_ID", "CODEX_SESSION_ID", "CODEX_CI"];
 pub use resolve::{discover, resolve, Discovery, Layout, Resolved};
-pub use trust::{hash_and_note, parse_version, sha256_file, support, supported_range, Support, NEWEST_SUPPORTED, OLDEST_SUPPORTED};
+pub use trust::{support, supported_range, Support, NEWEST_SUPPORTED, OLDEST_SUPPORTED};

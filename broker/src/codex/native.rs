@@ -1,13 +1,9 @@
-//! What a native Codex file is, read without running it.
-//!
-//! The broker never executes a binary to learn what it is: a file a tool command planted would
-//! then run outside Codex's sandbox, with the broker's rights, and could answer anything. Only
-//! files are read here, and nothing read here is trust evidence: the version is a label for
-//! logs and `doctor`, the completeness check only keeps a half-written file of an install in
-//! progress from being recorded.
+//! A native Codex file's version, read from the package files beside it without running it (the
+//! broker never executes a candidate binary: `exe/elf.rs`). A label for logs and `doctor`, never
+//! trust evidence.
 
 use std::fs::File;
-use std::io::{self, Read};
+use std::io::Read;
 use std::path::Path;
 
 /// Metadata files read at most this far (a planted multi-GB `package.json` costs nothing).
@@ -28,7 +24,7 @@ pub fn version_beside(native: &Path) -> Option<String> {
             v["version"].as_str().map(String::from)
         })
     })?;
-    let v = super::parse_version(&version)?;
+    let v = crate::exe::parse_version(&version)?;
     Some(format!("{}.{}.{}", v.0, v.1, v.2))
 }
 
@@ -36,23 +32,6 @@ fn read_json(path: &Path) -> Option<serde_json::Value> {
     let mut text = Vec::new();
     File::open(path).ok()?.take(MAX_JSON_BYTES).read_to_end(&mut text).ok()?;
     serde_json::from_slice(&text).ok()
-}
-
-/// Whether `file` is a whole 64-bit little-endian ELF executable: its section header table, which
-/// the linker writes last, lies inside the file. A file an install is still writing fails this.
-pub fn is_complete_elf(file: &File) -> io::Result<bool> {
-    use std::os::unix::fs::FileExt;
-    let mut h = [0u8; 64];
-    if file.read_at(&mut h, 0)? < h.len() || !h.starts_with(b"\x7fELF\x02\x01") {
-        return Ok(false);
-    }
-    let u16_at = |o: usize| u16::from_le_bytes([h[o], h[o + 1]]) as u64;
-    let e_type = u16_at(16);
-    let shoff = u64::from_le_bytes(h[40..48].try_into().expect("8 bytes"));
-    let (shentsize, shnum) = (u16_at(58), u16_at(60));
-    let end = shoff.checked_add(shentsize * shnum);
-    let len = file.metadata()?.len();
-    Ok(matches!(e_type, 2 | 3) && shnum > 0 && end.is_some_and(|e| e <= len))
 }
 
 #[cfg(test)]
@@ -79,18 +58,5 @@ mod tests {
         std::fs::write(d.join("package.json"), br#"{"name":"left-pad","version":"9.9.9"}"#).unwrap();
         std::fs::write(d.join("codex-package.json"), br#"{"version":"0.172.1","entrypoint":"bin/other"}"#).unwrap();
         assert_eq!(version_beside(&native), None, "another package's version is not Codex's");
-    }
-
-    #[test]
-    fn a_truncated_elf_is_not_complete() {
-        let d = dir("elf");
-        let whole = std::fs::read("/bin/true").unwrap();
-        let p = d.join("bin/codex");
-        std::fs::write(&p, &whole).unwrap();
-        assert!(is_complete_elf(&File::open(&p).unwrap()).unwrap());
-        std::fs::write(&p, &whole[..whole.len() / 2]).unwrap();
-        assert!(!is_complete_elf(&File::open(&p).unwrap()).unwrap());
-        std::fs::write(&p, b"#!/bin/sh\necho codex-cli 0.171.0\n").unwrap();
-        assert!(!is_complete_elf(&File::open(&p).unwrap()).unwrap());
     }
 }

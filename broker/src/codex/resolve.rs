@@ -16,9 +16,9 @@
 //! Every answer comes with the directories whose changes can change it (what the upgrade
 //! follower watches).
 
+use crate::exe::elf::{head, is_elf};
+use crate::exe::launcher::{on_path, shebang_names, shim_targets};
 use anyhow::{bail, Context, Result};
-use std::fs::File;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// How a `codex` command reaches its native binary.
@@ -65,17 +65,6 @@ pub fn platform() -> (&'static str, &'static str) {
     }
 }
 
-/// The first 64 KiB of `path` (empty when unreadable): what a resolver reads, never runs.
-pub(crate) fn head(path: &Path) -> Vec<u8> {
-    let mut buf = Vec::with_capacity(4096);
-    let _ = File::open(path).and_then(|f| f.take(64 * 1024).read_to_end(&mut buf));
-    buf
-}
-
-pub(crate) fn is_elf(bytes: &[u8]) -> bool {
-    bytes.starts_with(b"\x7fELF")
-}
-
 /// The native binary behind `command`.
 pub fn resolve(command: &Path) -> Result<Resolved> {
     resolve_depth(command, 0)
@@ -97,7 +86,7 @@ fn resolve_depth(command: &Path, depth: usize) -> Result<Resolved> {
         bail!("{} is neither a native Codex binary nor a launcher script", real.display());
     }
     let first_line = bytes.split(|b| *b == b'\n').next().unwrap_or_default();
-    if real.file_name().is_some_and(|n| n == "codex.js") || contains(first_line, b"node") {
+    if real.file_name().is_some_and(|n| n == "codex.js") || shebang_names(first_line, b"node") {
         let native = native_of_launcher(&real, &mut watch)?;
         return Ok(Resolved { command: command.to_path_buf(), native, layout: Layout::NpmLauncher, watch });
     }
@@ -168,30 +157,6 @@ fn native_of_launcher(launcher: &Path, watch: &mut Vec<PathBuf>) -> Result<PathB
     )
 }
 
-/// Paths a shell shim runs: every word ending in one of `ends` (`/codex.js`, `/bin/codex`), with
-/// `$basedir` (npm's and pnpm's shims) and `$(dirname "$0")` forms taken as the shim's directory.
-pub(crate) fn shim_targets(text: &str, dir: &Path, ends: &[&str]) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let d = dir.to_string_lossy();
-    for raw in text.split(|c: char| c.is_whitespace() || c == '"' || c == '\'' || c == ';' || c == '(' || c == ')') {
-        let word = raw.trim_matches('`');
-        if !ends.iter().any(|e| word.ends_with(e)) {
-            continue;
-        }
-        let expanded = word.replace("${basedir}", &d).replace("$basedir", &d);
-        let p = PathBuf::from(&expanded);
-        let p = if p.is_absolute() { p } else { dir.join(p) };
-        if p.exists() && !out.contains(&p) {
-            out.push(p);
-        }
-    }
-    out
-}
-
-pub(crate) fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
-}
-
 /// Directories never watched: too busy, and never where a Codex install changes by itself.
 fn is_too_broad(dir: &Path) -> bool {
     let home = std::env::var_os("HOME").map(PathBuf::from);
@@ -233,11 +198,6 @@ fn dedup(v: &mut Vec<PathBuf>) {
 /// `codex` in the directories of `path_var` (a PATH value), first match.
 pub fn codex_on_path(path_var: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
     on_path(path_var, "codex")
-}
-
-/// `name` in the directories of `path_var` (a PATH value), first match: what a shell runs.
-pub fn on_path(path_var: Option<&std::ffi::OsStr>, name: &str) -> Option<PathBuf> {
-    std::env::split_paths(path_var?).map(|d| d.join(name)).find(|p| p.is_file() && p.is_absolute())
 }
 
 /// The managed daemon's release directory under `codex_home`.

@@ -394,7 +394,7 @@ mod tests {
         let until = Instant::now() + Duration::from_secs(10);
         let path = || p.clone();
         let got = cache.lookup_file(File::open(&p).unwrap(), &path, &|_| None, &|_, _| true, until).unwrap();
-        assert_eq!(got, Lookup::Digest(crate::codex::sha256_file(&p).unwrap()));
+        assert_eq!(got, Lookup::Digest(crate::exe::sha256_file(&p).unwrap()));
         let hashed = cache.hashed();
         // Known now: answered without waiting and without hashing again.
         let again = cache.lookup_file(File::open(&p).unwrap(), &path, &|_| None, &|_, _| false, Instant::now()).unwrap();
@@ -460,7 +460,7 @@ mod tests {
         // A file the full lane turned away was not cached: asked again, it is hashed.
         let turned_away = files.last().unwrap();
         let again = cache.lookup_file(File::open(turned_away).unwrap(), &|| turned_away.clone(), &|_| None, &expected, far).unwrap();
-        assert_eq!(again, Lookup::Digest(crate::codex::sha256_file(turned_away).unwrap()));
+        assert_eq!(again, Lookup::Digest(crate::exe::sha256_file(turned_away).unwrap()));
     }
 
     #[test]
@@ -484,6 +484,6 @@ mod tests {
         std::fs::write(&p, b"two").unwrap();
         let b = cache.of_file(File::open(&p).unwrap()).unwrap();
         assert_ne!(a, b);
-        assert_eq!(b, crate::codex::sha256_file(&p).unwrap());
+        assert_eq!(b, crate::exe::sha256_file(&p).unwrap());
     }
 }

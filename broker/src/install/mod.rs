@@ -249,7 +249,7 @@ fn path_hint(prefix: &Path) -> Option<String> {
         return None;
     }
     let p = prefix.display();
-    if let Some(other) = codex::resolve::on_path(Some(&path), "broker") {
+    if let Some(other) = crate::exe::launcher::on_path(Some(&path), "broker") {
         let o = other.display();
         return Some(format!(
             "note: `broker` on your PATH is {o}; Codex's hooks and the broker started at login use the copies in {p}, \

@@ -41,10 +41,11 @@ mod workers;
 
 pub use listener::{lock_instance, stopped_after_error, InstanceLock};
 
-use crate::codex::{self, follow::Follower};
+use crate::codex;
 use crate::delivery;
 use crate::dirs;
 use crate::effort;
+use crate::exe::follow::{Follower, HostFollow, LazyStore};
 use crate::failpoint;
 use crate::gate::{self, Gate, GateConfig};
 use crate::reason::WakeReason;
@@ -101,8 +102,8 @@ struct Broker {
     started: Instant,
     /// Refusals found by the poll thread, written by the maintenance thread.
     queued_refusals: Mutex<Vec<(RefusalCode, String, i32)>>,
-    /// Follows Codex upgrades; tells the gate which binaries are expected.
-    follower: Arc<Follower>,
+    /// Codex's part of the follower; tells the gate which Codex binaries are expected.
+    codex_followed: Arc<codex::follow::Followed>,
     /// The `claude` commands followed: the Claude gate's expected binaries are what they run.
     claude_followed: Arc<crate::claude::follow::Followed>,
     /// Producer requests (JSON lines on the same socket) and parked waits (producer/).
@@ -148,7 +149,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     );
     // Resolve and hash the Codex binaries now (~1 s each for ~300 MB), not inside the first hook
     // call, whose client would give up at its 500 ms deadline; then follow upgrades.
-    std::thread::Builder::new().name("codex-follower".into()).spawn(move || follower.run())?;
+    std::thread::Builder::new().name("follower".into()).spawn(move || follower.run())?;
     spawn_wake(&broker, opts.codex_home.clone(), maintenance::open_watch(&opts.state_dir, "wake"))?;
     if let Some(port) = opts.claude_hook_port {
         // Fail open: a port taken by another program costs Claude Code its deliveries, not Codex.
@@ -202,8 +203,12 @@ impl Recovered {
 }
 
 /// The broker's services around the recovered queue: the gate (with the installed hook clients
-/// and the per-login secret), the Codex follower, effort, the producers' service, approvals.
-fn assemble(opts: &ServeOptions, recovered: Recovered, secret: courier_shared::auth::Secret) -> Result<(Arc<Broker>, Arc<Follower>)> {
+/// and the per-login secret), the upgrade follower, effort, the producers' service, approvals.
+fn assemble(
+    opts: &ServeOptions,
+    recovered: Recovered,
+    secret: courier_shared::auth::Secret,
+) -> Result<(Arc<Broker>, Arc<Follower<Store>>)> {
     let exe = std::env::current_exe().context("locating the broker executable")?;
     let installed_clients = gate::installed_client_ids(&exe, &opts.extra_hook_clients);
     if installed_clients.is_empty() {
@@ -212,14 +217,16 @@ fn assemble(opts: &ServeOptions, recovered: Recovered, secret: courier_shared::a
     raise_fd_limit();
     let gate = Gate::new(GateConfig { codex_home: opts.codex_home.clone(), installed_clients, secret });
     let own_codex = codex::resolve::codex_on_path(std::env::var_os("PATH").as_deref());
-    let own_claude = crate::codex::resolve::on_path(std::env::var_os("PATH").as_deref(), "claude");
+    let own_claude = crate::exe::launcher::on_path(std::env::var_os("PATH").as_deref(), "claude");
+    let codex_followed = Arc::new(codex::follow::Followed::new(&opts.codex_home, own_codex, gate.digests().clone()));
     let claude_followed = Arc::new(crate::claude::follow::Followed::new(own_claude));
-    let claude_part: Arc<dyn crate::codex::follow::HostFollow> = claude_followed.clone();
-    let follower = Follower::new(&opts.codex_home, &opts.state_dir, own_codex, gate.digests().clone(), vec![claude_part]);
+    let hosts: Vec<Arc<dyn HostFollow<Store>>> = vec![codex_followed.clone(), claude_followed.clone()];
+    let state_dir = opts.state_dir.clone();
+    let follower = Follower::new(LazyStore::new(move || Store::open(&state_dir)), hosts);
     let on_hashed = Arc::clone(&follower);
     gate.digests().on_expected(Box::new(move |path, key, digest| on_hashed.consider_hashed(path, key, digest)));
     let effort = effort::Service::open(&opts.state_dir, &opts.codex_home, courier_shared::paths::config_path())?;
-    let expects = Arc::clone(&follower);
+    let expects = Arc::clone(&codex_followed);
     let lister = crate::producer::threads::Lister::new(
         opts.codex_home.clone(),
         gate.digests().clone(),
@@ -237,7 +244,7 @@ fn assemble(opts: &ServeOptions, recovered: Recovered, secret: courier_shared::a
         counters: Counters::default(),
         started: Instant::now(),
         queued_refusals: Mutex::new(Vec::new()),
-        follower: Arc::clone(&follower),
+        codex_followed,
         claude_followed,
         producer,
         receipts: opts.receipts,

@@ -16,7 +16,7 @@ impl gate::CodexTrust for TrustView<'_> {
     fn is_expected(&self, path: &Path, size: u64) -> bool {
         // Asked only for a binary the digest cache has not seen; a path trusted by hand counts
         // at once, before the follower's next pass lists it.
-        self.0.follower.is_expected(path, size)
+        self.0.codex_followed.is_expected(path, size)
             || size <= crate::exe::digest::MAX_HASH_BYTES && {
                 let store = crate::store::lock(&self.0.store);
                 store.is_trusted_codex_path(&path.to_string_lossy()).unwrap_or(false)

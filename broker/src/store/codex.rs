@@ -80,6 +80,14 @@ impl Store {
         Ok(())
     }
 
+    /// Hashes the file at `path` and records its identity with its digest (whatever host it is
+    /// of), so a broker never hashes this file again. A file that changed while hashed is an error.
+    pub fn hash_and_note(&mut self, path: &std::path::Path) -> Result<String> {
+        let (key, digest) = crate::exe::hash_identified(path)?;
+        self.note_codex_file(&key, &digest)?;
+        Ok(digest)
+    }
+
     /// The digest recorded for a file of exactly this identity, if any.
     pub fn codex_file_digest(&self, key: &ExeKey) -> Result<Option<String>> {
         let mut stmt = self.conn.prepare_cached(

@@ -175,7 +175,7 @@ fn check_binaries(state_dir: &Path, found: &resolve::Discovery) -> Vec<Check> {
         let native = r.native.display();
         let via = if r.command == r.native { String::new() } else { format!(", run by {}", r.command.display()) };
         let known = crate::exe::ExeKey::of_path(&r.native).ok().and_then(|k| store.as_ref()?.codex_file_digest(&k).ok().flatten());
-        let digest = match known.map_or_else(|| crate::codex::sha256_file(&r.native), Ok) {
+        let digest = match known.map_or_else(|| crate::exe::sha256_file(&r.native), Ok) {
             Ok(d) => d,
             Err(e) => {
                 out.push(Check::warn(format!("could not hash {native}: {e:#}"), None));

@@ -85,7 +85,7 @@ fn runs_trusted_codex(codex: &Path, state_dir: &Path) -> Result<(), String> {
     let key = crate::exe::ExeKey::of_path(&native).map_err(|e| format!("{}: {e}", native.display()))?;
     let digest = match store.codex_file_digest(&key).ok().flatten() {
         Some(d) => d,
-        None if key.size <= crate::exe::digest::MAX_HASH_BYTES => crate::codex::sha256_file(&native).map_err(|e| format!("{e:#}"))?,
+        None if key.size <= crate::exe::digest::MAX_HASH_BYTES => crate::exe::sha256_file(&native).map_err(|e| format!("{e:#}"))?,
         None => return Err(format!("{} is too large to check", native.display())),
     };
     match store.is_trusted_codex(&digest) {
@@ -230,7 +230,7 @@ fn check_codex(codex: Option<&Path>, codex_home: &Path, state_dir: &Path) -> Vec
             out.push(Check::warn(format!("{native} is {size} bytes, over what the broker hashes; not checked"), None));
             continue;
         }
-        let digest = match codex::sha256_file(&r.native) {
+        let digest = match crate::exe::sha256_file(&r.native) {
             Ok(d) => d,
             Err(e) => {
                 out.push(Check::warn(format!("could not hash {native}: {e:#}"), None));
@@ -249,7 +249,7 @@ fn check_codex(codex: Option<&Path>, codex_home: &Path, state_dir: &Path) -> Vec
         });
         // Read from the package beside it: doctor runs no candidate binary (codex/native.rs).
         let version = codex::native::version_beside(&r.native);
-        out.push(match version.as_deref().and_then(codex::parse_version) {
+        out.push(match version.as_deref().and_then(crate::exe::parse_version) {
             Some(v) if codex::support(v) == codex::Support::Tested => {
                 Check::ok(format!("Codex {} at {native} is in the tested range {}", version.as_deref().unwrap_or(""), codex::supported_range()))
             }

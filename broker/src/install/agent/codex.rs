@@ -121,7 +121,7 @@ pub(super) fn trust_user_codex(run: &mut Run) -> Result<Option<String>> {
         }
     }
     for r in found.found.iter().filter(|r| r.layout != codex::Layout::ManagedDaemon) {
-        let digest = codex::hash_and_note(&mut store, &r.native)?;
+        let digest = store.hash_and_note(&r.native)?;
         let path = r.native.to_string_lossy().into_owned();
         let record = codex::TrustedCodex {
             sha256: digest.clone(),
