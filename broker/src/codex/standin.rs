@@ -25,13 +25,16 @@ use std::time::Instant;
 /// modes; `bench/driver.py` runs the file itself.
 pub const SCRIPT: &str = include_str!("standin/codex_standin.py");
 
-/// A hook peer: `python3 -c PEER_SCRIPT SOCKET [nnp]` connects to SOCKET and waits for a byte
-/// (`nnp`: after setting NoNewPrivs, as a sandboxed tool command would have).
+/// A hook peer: `python3 -c PEER_SCRIPT SOCKET [nnp|saved-uid]` connects to SOCKET and waits for
+/// a byte (`nnp`: after setting NoNewPrivs, as a sandboxed tool command would have; `saved-uid`:
+/// with its saved uid another user's, which only root can set up).
 pub const PEER_SCRIPT: &str = r#"
-import socket, sys, ctypes
+import socket, sys, ctypes, os
 mode = sys.argv[2] if len(sys.argv) > 2 else ""
 if mode == "nnp":
     ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)   # PR_SET_NO_NEW_PRIVS
+if mode == "saved-uid":
+    os.setresuid(-1, -1, 65534)
 s = socket.socket(socket.AF_UNIX)
 s.connect(sys.argv[1])
 s.recv(1)

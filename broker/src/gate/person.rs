@@ -173,6 +173,20 @@ mod tests {
     }
 
     #[test]
+    fn a_process_with_any_uid_not_the_users_is_refused() {
+        if nix::unistd::geteuid().as_raw() != 0 {
+            eprintln!("skipped: only root can give a process another saved uid");
+            return;
+        }
+        let r = Rig::new();
+        let (child, stream, peer) = r.peer("saved-uid");
+        let proof = sign(&r.signing, &act("sha256:a"));
+        let err = r.gate.verify_person(&peer, Some(&r.key), &act("sha256:a"), &proof).unwrap_err();
+        assert!(err.contains("peer uids"), "{err}");
+        finish(child, stream);
+    }
+
+    #[test]
     fn a_peer_that_exited_is_refused() {
         let r = Rig::new();
         let (mut child, stream, peer) = r.peer("");

@@ -216,6 +216,9 @@ mod tests {
     #[test]
     fn short_passphrases_and_cheap_keys_are_refused() {
         assert!(PersonKey::create("short", MIN_ITERATIONS).is_err());
+        // Characters, not bytes: twelve of them are enough, eleven are not.
+        assert!(PersonKey::create(&"é".repeat(MIN_PASSPHRASE_CHARS - 1), MIN_ITERATIONS).is_err());
+        PersonKey::create(&"é".repeat(MIN_PASSPHRASE_CHARS), MIN_ITERATIONS).unwrap();
         assert!(PersonKey::create(PASS, MIN_ITERATIONS - 1).is_err());
         let (mut key, _) = PersonKey::create(PASS, MIN_ITERATIONS).unwrap();
         key.iterations = 1;
