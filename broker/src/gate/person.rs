@@ -187,6 +187,20 @@ mod tests {
     }
 
     #[test]
+    fn the_last_step_sees_a_pid_reused_or_gone() {
+        let r = Rig::new();
+        let (mut child, stream, peer) = r.peer("");
+        let starttime = os::read_stat(peer.pid).unwrap().starttime;
+        still_the_same_process(&peer, starttime).unwrap();
+        // Another process under the same pid has another start time.
+        assert!(still_the_same_process(&peer, starttime + 1).is_err());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(still_the_same_process(&peer, starttime).is_err());
+        drop(stream);
+    }
+
+    #[test]
     fn a_peer_that_exited_is_refused() {
         let r = Rig::new();
         let (mut child, stream, peer) = r.peer("");
