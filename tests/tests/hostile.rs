@@ -350,12 +350,30 @@ fn parked_complete_frames_count_against_the_buffer_budget() {
         }
     }
     let hwm = proc_status(bpid, "VmHWM:");
+    // A stalled worker gives up on the locked database after its busy timeout (5 s), answers
+    // and lets its frame go; on a loaded machine the loop outlasts that. Frames answered so are
+    // no longer held: what must stay within the budget is the frames still waiting.
+    let answered = held
+        .iter()
+        .filter(|s| {
+            s.set_nonblocking(true).unwrap();
+            let mut b = [0u8; 1];
+            matches!((&**s).read(&mut b), Ok(n) if n > 0)
+        })
+        .count();
     drop(locker.stdin.take());
     locker.wait().unwrap();
     let grew_mib = (hwm.saturating_sub(base_hwm)) as f64 / 1024.0;
-    eprintln!("128 x 4 MiB frames, workers stalled: {} taken, {limited} buffer_limit; peak RSS +{grew_mib:.0} MiB", held.len());
+    eprintln!(
+        "128 x 4 MiB frames, workers stalled: {} taken ({answered} answered after the busy timeout), {limited} buffer_limit; peak RSS +{grew_mib:.0} MiB",
+        held.len()
+    );
     assert!(other.is_empty(), "closed without the buffer_limit error: {other:?}");
-    assert!(held.len() <= 16 && limited >= 112, "{} frames held, {limited} refused", held.len());
+    assert!(
+        held.len() - answered <= 16 && limited + answered >= 112,
+        "{} frames held ({answered} answered), {limited} refused",
+        held.len()
+    );
     assert!(grew_mib < 64.0 + 32.0, "broker peak RSS grew {grew_mib:.0} MiB (budget 64 MiB)");
     let st = wait_until(Duration::from_secs(60), "the broker answers again", || query_status(&env.runtime_dir));
     let after = wait_until(Duration::from_secs(30), "the held frames are let go", || {
