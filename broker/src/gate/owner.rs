@@ -45,22 +45,6 @@ pub enum NoOwner {
     NotProven(String),
 }
 
-/// The pids holding an `flock` WRITE lock on the file (`dev`, `ino`), from `/proc/locks` text.
-pub(crate) fn lock_holders(text: &str, dev: u64, ino: u64) -> Vec<i32> {
-    let (major, minor) = (nix::libc::major(dev), nix::libc::minor(dev));
-    let mut pids: Vec<i32> = text
-        .lines()
-        .filter_map(|l| {
-            let pid: i32 = l.split_ascii_whitespace().nth(4)?.parse().ok()?;
-            Some(pid)
-        })
-        .collect();
-    pids.sort_unstable();
-    pids.dedup();
-    pids.retain(|pid| holder::parse_flock_writes(text, *pid).iter().any(|w| w.ino == ino && w.major == major && w.minor == minor));
-    pids
-}
-
 impl Gate {
     /// The trusted Codex process that owns `thread` now (see the module docs).
     pub fn thread_owner(&self, thread: &ThreadId, trust: &dyn CodexTrust) -> Result<Owner, NoOwner> {
@@ -68,8 +52,8 @@ impl Gate {
         let lock_dir = self.config.codex_home.join("thread-writer-locks");
         let lock_path = lock_dir.join(format!("{thread}.lock"));
         let lock = std::fs::metadata(&lock_path).map_err(|_| NoOwner::NotLoaded)?;
-        let locks = std::fs::read_to_string("/proc/locks").map_err(|e| NoOwner::NotProven(format!("/proc/locks: {e}")))?;
-        let holders = lock_holders(&locks, lock.dev(), lock.ino());
+        let holders = os::locks::flock_writers_of(os::FileKey { dev: lock.dev(), ino: lock.ino() })
+            .map_err(|e| NoOwner::NotProven(format!("the locks held: {e}")))?;
         let &[pid] = holders.as_slice() else {
             return Err(if holders.is_empty() {
                 NoOwner::NotLoaded
@@ -113,21 +97,5 @@ impl Gate {
         }
         let subagent = snap.session_meta.as_ref().is_some_and(|m| m.parent_thread_id.is_some());
         Ok(Owner { pid, starttime: stat.starttime, rollout, rollout_len: snap.offset, open_turn: snap.open_turn, subagent })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lock_holders_match_device_and_inode() {
-        let text = "1: FLOCK  ADVISORY  WRITE 4242 fd:01:1234 0 EOF\n\
-                    2: FLOCK  ADVISORY  WRITE 4343 fd:02:1234 0 EOF\n\
-                    3: POSIX  ADVISORY  WRITE 4444 fd:01:1234 0 EOF\n\
-                    3: -> FLOCK  ADVISORY  WRITE 4545 fd:01:1234 0 EOF\n";
-        let dev = nix::libc::makedev(0xfd, 0x01);
-        assert_eq!(lock_holders(text, dev, 1234), [4242]);
-        assert!(lock_holders(text, dev, 99).is_empty());
     }
 }

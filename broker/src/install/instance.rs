@@ -50,8 +50,7 @@ pub fn lock_name(runtime_dir: &Path) -> String {
 }
 
 fn holder_of(dev: u64, ino: u64) -> Option<i32> {
-    let locks = fs::read_to_string("/proc/locks").ok()?;
-    let holders = crate::gate::owner::lock_holders(&locks, dev, ino);
+    let holders = os::locks::flock_writers_of(os::FileKey { dev, ino }).ok()?;
     let me = std::process::id() as i32;
     holders.into_iter().filter(|&pid| pid != me).find(|&pid| os::read_status(pid).is_ok_and(|s| s.all_uids_are(paths::uid())))
 }

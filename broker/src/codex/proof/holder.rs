@@ -33,46 +33,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-/// An `flock` lock as `/proc/locks` shows it: `N: FLOCK  ADVISORY  WRITE <pid> <maj>:<min>:<ino> 0 EOF`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct FlockWrite {
-    pub pid: i32,
-    pub major: u32,
-    pub minor: u32,
-    pub ino: u64,
-}
-
-/// The granted (not waiting: `->` lines are blocked requests) FLOCK WRITE locks in `/proc/locks`
-/// text, for `pid` only.
-pub fn parse_flock_writes(text: &str, pid: i32) -> Vec<FlockWrite> {
-    all_flock_writes(text).into_iter().filter(|l| l.pid == pid).collect()
-}
-
-/// Every granted FLOCK WRITE lock in `/proc/locks` text, whoever holds it.
-pub fn all_flock_writes(text: &str) -> Vec<FlockWrite> {
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let mut it = line.split_ascii_whitespace();
-        let _ordinal = it.next();
-        let (Some(kind), Some(_mode), Some(access), Some(p), Some(id)) = (it.next(), it.next(), it.next(), it.next(), it.next()) else {
-            continue;
-        };
-        if kind != "FLOCK" || access != "WRITE" {
-            continue; // includes "->" waiter lines, whose second token is "->"
-        }
-        let Ok(p) = p.parse::<i32>() else { continue };
-        let mut parts = id.split(':');
-        let (Some(maj), Some(min), Some(ino), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
-            continue;
-        };
-        let (Ok(major), Ok(minor), Ok(ino)) = (u32::from_str_radix(maj, 16), u32::from_str_radix(min, 16), ino.parse::<u64>()) else {
-            continue;
-        };
-        out.push(FlockWrite { pid: p, major, minor, ino });
-    }
-    out
-}
-
 /// What one fd scan of the codex process found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct HolderScan {
@@ -113,21 +73,17 @@ fn cloexec(flags: u32) -> bool {
 }
 
 fn read_fdinfo(pid: i32, fd: &str, buf: &mut Vec<u8>) -> Option<()> {
-    os::read_record(&format!("/proc/{pid}/fdinfo/{fd}"), buf, 1024, 64 * 1024).ok()
+    os::fd::read_fdinfo(pid, fd, buf).ok()
 }
 
-fn fdinfo_flags(fdinfo: &str) -> Option<u32> {
-    let v = fdinfo.lines().find_map(|l| l.strip_prefix("flags:"))?;
-    u32::from_str_radix(v.trim(), 8).ok()
-}
+use os::fd::fdinfo_flags;
 
 /// Does this fdinfo show an exclusive flock held by `pid` through this open file? The kernel lists
 /// (under the file's own lock) exactly the locks owned through this fd as `lock:` lines, in the
 /// `/proc/locks` format. Unlike `/proc/locks`, which is read in page-sized chunks and can skip
 /// lines while other processes take or drop locks, this view is consistent.
 fn fdinfo_holds_flock_write(fdinfo: &str, pid: i32) -> bool {
-    let lines: String = fdinfo.lines().filter_map(|l| l.strip_prefix("lock:")).map(|l| format!("{}\n", l.trim())).collect();
-    !parse_flock_writes(&lines, pid).is_empty()
+    os::locks::fdinfo_flock_writes(fdinfo).iter().any(|l| l.pid == pid)
 }
 
 /// How far a [`scan`] goes.
@@ -145,14 +101,7 @@ pub enum ScanFor {
 /// entry that cannot be read is skipped; the process exiting meanwhile is an error: what was
 /// seen of it is no evidence.
 fn fds_newest_first(pid: i32) -> io::Result<Vec<u32>> {
-    let mut fds = Vec::new();
-    for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
-        match entry {
-            Ok(e) => fds.extend(e.file_name().to_str().and_then(|n| n.parse::<u32>().ok())),
-            Err(e) if os::is_gone(&e) => return Err(e),
-            Err(_) => continue,
-        }
-    }
+    let mut fds = os::fd::fd_numbers(pid)?;
     fds.sort_unstable_by(|a, b| b.cmp(a));
     Ok(fds)
 }
@@ -206,15 +155,7 @@ const PROBE: u32 = 64;
 /// The top [`PROBE`] fd numbers of `pid`'s fd table (`FDSize` in its status), newest first;
 /// empty when unknown. Numbers with no open fd are probed too (one failed stat each).
 fn probe_newest(pid: i32) -> Vec<u32> {
-    let mut buf = Vec::new();
-    if os::read_record(&format!("/proc/{pid}/status"), &mut buf, 4096, 16 * 1024).is_err() {
-        return Vec::new();
-    }
-    let size = std::str::from_utf8(&buf)
-        .ok()
-        .and_then(|t| t.lines().find_map(|l| l.strip_prefix("FDSize:")))
-        .and_then(|v| v.trim().parse::<u32>().ok())
-        .unwrap_or(0);
+    let size = os::read_status(pid).map_or(0, |s| s.fd_size);
     (size.saturating_sub(PROBE)..size).rev().collect()
 }
 
@@ -235,8 +176,7 @@ fn examine(
     let info = &mut *info;
     let fd = &fd.to_string();
     out.fds += 1;
-    let link = format!("/proc/{pid}/fd/{fd}");
-    let meta = match std::fs::metadata(&link) {
+    let meta = match os::fd::fd_metadata(pid, fd) {
         Ok(m) => m,
         Err(_) => return, // closed meanwhile (or no such fd: a probe), or a target we cannot stat
     };
@@ -256,7 +196,7 @@ fn examine(
         }
         return;
     }
-    let Ok(target) = std::fs::read_link(&link) else { return };
+    let Ok(target) = os::fd::fd_target(pid, fd) else { return };
     let Some(lock_thread) = thread_lock_name(&target, meta.nlink() == 0, writer_lock_dir) else { return };
     let at_path = Some(id) == thread_lock;
     let wanted = at_path || (meta.nlink() == 0 && lock_thread == thread);
@@ -327,7 +267,7 @@ impl FdHints {
         }
         for (file, fd) in [(rollout, &scan.rollout_fd), (lock, &scan.thread_lock_fd)] {
             let Some(fd) = fd else { continue };
-            if let Ok(fdinfo) = std::fs::File::open(format!("/proc/{pid}/fdinfo/{fd}")) {
+            if let Ok(fdinfo) = os::fd::open_fdinfo(pid, fd) {
                 map.insert((pid, start, file.0, file.1), Hint { fd: fd.clone(), fdinfo: Arc::new(fdinfo) });
             }
         }
@@ -339,7 +279,7 @@ impl FdHints {
 /// file).
 fn fdinfo_if_on(pid: i32, hint: &Hint, file: (u64, u64)) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(format!("/proc/{pid}/fd/{}", hint.fd)).ok()?;
+    let meta = os::fd::fd_metadata(pid, &hint.fd).ok()?;
     if (meta.dev(), meta.ino()) != file {
         return None;
     }
@@ -397,12 +337,11 @@ pub fn held_threads(pid: i32, sessions: &Path, writer_lock_dir: &Path) -> io::Re
     let mut info = Vec::with_capacity(512);
     for fd in fds_newest_first(pid)? {
         let fd = &fd.to_string();
-        let link = format!("/proc/{pid}/fd/{fd}");
-        let Ok(meta) = std::fs::metadata(&link) else { continue };
+        let Ok(meta) = os::fd::fd_metadata(pid, fd) else { continue };
         if !meta.is_file() {
             continue;
         }
-        let Ok(target) = std::fs::read_link(&link) else { continue };
+        let Ok(target) = os::fd::fd_target(pid, fd) else { continue };
         if target.starts_with(sessions) {
             let Some(thread) = target.to_str().and_then(codex_format::rollout::thread_id_from_path) else { continue };
             let thread = thread.to_string();
@@ -430,21 +369,6 @@ pub fn held_threads(pid: i32, sessions: &Path, writer_lock_dir: &Path) -> io::Re
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_real_proc_locks_lines() {
-        let text = "1: FLOCK  ADVISORY  WRITE 7216 fe:00:10010639 0 EOF\n\
-                    2: POSIX  ADVISORY  READ 7216 fe:00:10011084 128 128\n\
-                    3: FLOCK  ADVISORY  WRITE 99 fe:00:5 0 EOF\n\
-                    3: -> FLOCK  ADVISORY  WRITE 7216 fe:00:6 0 EOF\n\
-                    4: FLOCK  ADVISORY  READ 7216 fe:00:7 0 EOF\n\
-                    5: FLOCK  ADVISORY  WRITE 7216 103:02:42 0 EOF\n";
-        let l = parse_flock_writes(text, 7216);
-        assert_eq!(
-            l,
-            vec![FlockWrite { pid: 7216, major: 0xfe, minor: 0, ino: 10010639 }, FlockWrite { pid: 7216, major: 0x103, minor: 2, ino: 42 }]
-        );
-    }
 
     #[test]
     fn fdinfo_lock_lines() {

@@ -289,10 +289,10 @@ impl Lister {
                 }
             }
         }
-        let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
-        let mut pids: Vec<i32> = holder::all_flock_writes(&locks)
+        let mut pids: Vec<i32> = os::locks::flock_writes()
+            .unwrap_or_default()
             .into_iter()
-            .filter(|l| lock_files.contains(&(nix::libc::makedev(l.major, l.minor), l.ino)))
+            .filter(|l| lock_files.contains(&(l.file.dev, l.file.ino)))
             .map(|l| l.pid)
             .collect();
         pids.sort_unstable();
@@ -308,8 +308,8 @@ impl Lister {
             if !os::read_stat(pid).is_ok_and(|s| s.starttime == stat.starttime) {
                 continue;
             }
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).map(|p| p.display().to_string()).unwrap_or_default();
+            let cmdline = os::read_cmdline(pid).unwrap_or_default();
+            let exe = os::exe_path(pid).map(|p| p.display().to_string()).unwrap_or_default();
             let process = ProcessInfo { pid, kind: ProcessKind::of_cmdline(&cmdline), exe };
             for h in held {
                 if let Some(t) = self.describe(&h.rollout, Some(process.clone())) {
@@ -439,8 +439,8 @@ pub fn lock_held(codex_home: &Path, thread: &str) -> bool {
     let Ok(m) = std::fs::symlink_metadata(codex_home.join("thread-writer-locks").join(format!("{thread}.lock"))) else {
         return false;
     };
-    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
-    holder::all_flock_writes(&locks).iter().any(|l| nix::libc::makedev(l.major, l.minor) == m.dev() && l.ino == m.ino())
+    let file = os::FileKey { dev: m.dev(), ino: m.ino() };
+    os::locks::flock_writes().is_ok_and(|locks| locks.iter().any(|l| l.file == file))
 }
 
 #[cfg(test)]
