@@ -93,7 +93,7 @@ fn stderr_is_journal() -> bool {
     use std::os::unix::fs::MetadataExt;
     let Ok(v) = std::env::var("JOURNAL_STREAM") else { return false };
     let Some((dev, ino)) = v.split_once(':') else { return false };
-    let Ok(meta) = std::fs::metadata("/proc/self/fd/2") else { return false };
+    let Ok(meta) = crate::os::fd::own_fd_metadata(2) else { return false };
     dev.parse() == Ok(meta.dev()) && ino.parse() == Ok(meta.ino())
 }
 

@@ -200,7 +200,7 @@ fn tree(root: &Path, dir: &Path, out: &mut Vec<String>) {
 /// Why a code span names nothing that exists, or `None` when it does (or names no file or module).
 /// A path (`gate/peer.rs`, `codex/proof/`, `docs/security.md`) must be a file or directory of the
 /// repository, whole or as the tail of one under a crate's sources; a module path
-/// (`gate::owner::lock_holders`) must lead through modules of a crate to a name its files hold.
+/// (`os::locks::flock_writers_of`) must lead through modules of a crate to a name its files hold.
 fn missing(span: &str, files: &[String], root: &Path) -> Option<String> {
     let span = span.trim();
     let is_path = [".rs", ".md", ".sh", ".py"].iter().any(|e| span.ends_with(e)) || (span.ends_with('/') && !span.contains(' '));
@@ -264,7 +264,7 @@ fn the_name_check_sees_missing_files_and_modules() {
     assert_eq!(missing("broker/src/gate/peer.rs", &files, &root), None);
     assert!(missing("classify.rs", &files, &root).is_some(), "a file that is gone");
     assert!(missing("rollout/classify.rs", &files, &root).is_some());
-    assert_eq!(missing("gate::owner::lock_holders", &files, &root), None);
+    assert_eq!(missing("os::locks::flock_writers_of", &files, &root), None);
     assert_eq!(missing("codex_format::rollout::classify_line", &files, &root), None);
     assert!(missing("gate::owner::no_such_item", &files, &root).is_some());
     assert!(missing("nosuchroom::thing", &files, &root).is_some(), "a module that is gone");
@@ -350,4 +350,57 @@ fn the_wing_check_sees_every_form_of_import() {
     assert!(!names_crate_module("use crate::codex_format::hook;", "codex"), "another module whose name starts the same");
     assert!(!names_crate_module("use crate::store::{codex_files, Store};", "codex"));
     assert!(!names_crate_module("// the codex wing", "codex"));
+}
+
+/// The non-test lines of `text` (as [`non_test_lines`] counts them), comments left out.
+fn non_test_code(text: &str) -> Vec<&str> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let test_mod = lines[i].trim() == "#[cfg(test)]" && lines.get(i + 1).is_some_and(|l| l.trim_start().starts_with("mod "));
+        if test_mod {
+            if lines[i + 1].trim_end().ends_with(';') {
+                i += 2;
+                continue;
+            }
+            break;
+        }
+        if !lines[i].trim_start().starts_with("//") {
+            out.push(lines[i]);
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Whether a line of code holds a string literal naming a `/proc` path.
+fn names_proc(line: &str) -> bool {
+    line.split('"').skip(1).step_by(2).any(|s| s == "/proc" || s.contains("/proc/"))
+}
+
+#[test]
+fn only_the_os_room_names_proc_paths() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let mut found: Vec<String> = Vec::new();
+    for f in files.iter().filter(|f| !f.starts_with(src.join("os"))) {
+        let text = std::fs::read_to_string(f).unwrap();
+        for line in non_test_code(&text).into_iter().filter(|l| names_proc(l)) {
+            found.push(format!("{}: {}", f.strip_prefix(&src).unwrap().display(), line.trim()));
+        }
+    }
+    assert!(found.is_empty(), "read the OS through os/ (a typed reader there), never a /proc path of your own: {found:#?}");
+}
+
+#[test]
+fn the_proc_check_sees_paths_in_code_only() {
+    assert!(names_proc(r#"    let table = std::fs::read_to_string("/proc/net/tcp")?;"#));
+    assert!(names_proc(r#"    std::fs::read_link(format!("/proc/{pid}/exe"))"#));
+    assert!(names_proc(r#"    for e in std::fs::read_dir("/proc")? {"#));
+    assert!(!names_proc(r#"    let p = format!("{}/processes", dir);"#));
+    assert!(!names_proc(r#"    os::exe_path(pid) // was "/proc/<pid>/exe""#.split("//").next().unwrap()));
+    let text = "fn f() {}\n/// reads \"/proc/locks\"\n#[cfg(test)]\nmod tests {\n    const P: &str = \"/proc/self/fd\";\n}\n";
+    assert_eq!(non_test_code(text), ["fn f() {}"], "doc comments and test modules are not code");
 }

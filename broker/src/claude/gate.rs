@@ -141,7 +141,7 @@ fn trusted_claude(h: &Holder, digests: &DigestCache, trust: &dyn ClaudeTrust, un
     let known = |k: &ExeKey| trust.known_digest(k);
     let expected = |p: &Path, size: u64| trust.is_expected(p, size);
     let pid = h.key.pid;
-    let exe = || std::fs::read_link(format!("/proc/{pid}/exe")).map(|p| p.display().to_string()).unwrap_or_default();
+    let exe = || crate::os::exe_path(pid).map(|p| p.display().to_string()).unwrap_or_default();
     match digests.lookup(pid, &known, &expected, until) {
         Ok(Lookup::Digest(d)) if trust.is_trusted(&d) && h.is_alive() => Ok(()),
         Ok(Lookup::Digest(d)) => {

@@ -4,7 +4,7 @@
 //! `/proc/net/tcp` by the exact 4-tuple) and the one process holding that socket.
 
 use crate::os::{self, ProcessKey};
-use std::net::{SocketAddr, SocketAddrV4};
+use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
@@ -15,31 +15,18 @@ pub struct ClientSocket {
     pub uid: u32,
 }
 
-/// `peer_socket`: the row of `/proc/net/tcp` whose local address is `client` and remote address
-/// `server` (the client's view of the connection). IPv4 loopback only: the broker binds 127.0.0.1.
+/// `peer_socket`: the socket whose local address is `client` and remote address `server` in the
+/// kernel's TCP table (the client's view of the connection). IPv4 loopback only: the broker binds
+/// 127.0.0.1.
 pub fn client_socket(client: SocketAddr, server: SocketAddr) -> Result<ClientSocket, String> {
     let (SocketAddr::V4(client), SocketAddr::V4(server)) = (client, server) else {
         return Err(format!("{client} -> {server} is not an IPv4 loopback connection"));
     };
-    let table = std::fs::read_to_string("/proc/net/tcp").map_err(|e| format!("/proc/net/tcp: {e}"))?;
-    let (local, remote) = (proc_net_addr(client), proc_net_addr(server));
-    for line in table.lines().skip(1) {
-        let t: Vec<&str> = line.split_ascii_whitespace().collect();
-        if t.len() > 9 && t[1] == local && t[2] == remote {
-            let uid = t[7].parse().map_err(|_| format!("uid {:?} in /proc/net/tcp", t[7]))?;
-            let inode: u64 = t[9].parse().map_err(|_| format!("inode {:?} in /proc/net/tcp", t[9]))?;
-            if inode == 0 {
-                return Err(format!("{client}'s socket has no inode (closed, or no process holds it)"));
-            }
-            return Ok(ClientSocket { inode, uid });
-        }
+    match os::net::tcp4_socket(client, server).map_err(|e| format!("the TCP table: {e}"))? {
+        Some(s) if s.inode == 0 => Err(format!("{client}'s socket has no inode (closed, or no process holds it)")),
+        Some(s) => Ok(ClientSocket { inode: s.inode, uid: s.uid }),
+        None => Err(format!("no socket {client} -> {server} in the TCP table")),
     }
-    Err(format!("no socket {client} -> {server} in /proc/net/tcp"))
-}
-
-/// `127.0.0.1:8080` as `/proc/net/tcp` prints it: the address as a host-order u32, the port big.
-fn proc_net_addr(a: SocketAddrV4) -> String {
-    format!("{:08X}:{:04X}", u32::from_ne_bytes(a.ip().octets()), a.port())
 }
 
 /// The one process holding a socket, pinned: a pidfd taken after it was found, and its fd
@@ -77,7 +64,7 @@ pub fn sole_holder(inode: u64, uid: u32, until: Instant) -> Result<Holder, Strin
     let (pid, fd) = loop {
         let found = holders(&target, uid)?;
         match found.as_slice() {
-            [one] => break one.clone(),
+            [one] => break *one,
             [] => return Err(format!("no process of uid {uid} holds {target}")),
             many if in_fork_window(many) && Instant::now() + pause < until => {
                 forked = Some(many.len() - 1);
@@ -93,7 +80,7 @@ pub fn sole_holder(inode: u64, uid: u32, until: Instant) -> Result<Holder, Strin
     let pidfd = os::pidfd_open(pid).map_err(|e| format!("pidfd_open({pid}): {e}"))?;
     let key = ProcessKey::of(pid).map_err(|e| format!("pid {pid}: {e}"))?;
     // Through the pin: the process now named `pid` is the one holding the socket.
-    let still = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).is_ok_and(|l| l.as_os_str() == target.as_str());
+    let still = os::fd::fd_target(pid, fd).is_ok_and(|l| l.as_os_str() == target.as_str());
     let holder = Holder { key, pidfd };
     if !still || !holder.is_alive() {
         return Err(format!("pid {pid} let go of {target} during the check"));
@@ -102,31 +89,13 @@ pub fn sole_holder(inode: u64, uid: u32, until: Instant) -> Result<Holder, Strin
 }
 
 /// Every (pid, fd) of a process of `uid` whose fd links to `target`.
-fn holders(target: &str, uid: u32) -> Result<Vec<(i32, String)>, String> {
-    let mut found: Vec<(i32, String)> = Vec::new();
-    let procs = std::fs::read_dir("/proc").map_err(|e| format!("/proc: {e}"))?;
-    for entry in procs.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
-        if std::os::unix::fs::MetadataExt::uid(&match entry.metadata() {
-            Ok(m) => m,
-            Err(_) => continue,
-        }) != uid
-        {
-            continue;
-        }
-        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { continue };
-        for fd in fds.flatten() {
-            if std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == target) {
-                found.push((pid, fd.file_name().to_string_lossy().into_owned()));
-            }
-        }
-    }
-    Ok(found)
+fn holders(target: &str, uid: u32) -> Result<Vec<(i32, u32)>, String> {
+    os::fd::holders(target, uid).map_err(|e| format!("the process table: {e}"))
 }
 
 /// The holders are one fd of one process and one fd of each of some of its children: the shape
 /// of a fork that has not reached its exec yet.
-fn in_fork_window(found: &[(i32, String)]) -> bool {
+fn in_fork_window(found: &[(i32, u32)]) -> bool {
     let ppid = |pid: i32| os::read_stat(pid).map(|s| s.ppid).ok();
     let mut pids: Vec<i32> = found.iter().map(|(pid, _)| *pid).collect();
     pids.sort_unstable();

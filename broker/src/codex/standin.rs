@@ -68,7 +68,7 @@ pub fn bins() -> &'static Bins {
         for e in std::fs::read_dir(std::env::temp_dir()).into_iter().flatten().flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             if let Some(pid) = name.strip_prefix("courier-standin-").and_then(|p| p.parse::<u32>().ok()) {
-                if !Path::new(&format!("/proc/{pid}")).exists() {
+                if !crate::os::exists(pid as i32) {
                     let _ = std::fs::remove_dir_all(e.path());
                 }
             }

@@ -259,7 +259,7 @@ fn private_dir_fix(dir: &Path) -> String {
 /// The running broker accepts hook-clients beside its own executable (or listed in the config),
 /// by device+inode fixed at its start: the hooks' client must be one of them.
 fn check_broker_accepts(pid: i32, client: &Path, extra: &[PathBuf]) -> Check {
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+    let exe = crate::os::exe_path(pid).unwrap_or_default();
     let exe_s = exe.to_string_lossy().to_string();
     if exe_s.ends_with(" (deleted)") {
         return Check::fail(

@@ -169,16 +169,15 @@ impl DigestCache {
     /// expected lane if `expected(its path, its size)` (then the call waits for it until `until`),
     /// else on the background lane (the call does not wait).
     pub fn lookup(&self, pid: i32, known: &Known<'_>, expected: &Expected<'_>, until: Instant) -> io::Result<Lookup> {
-        let exe = format!("/proc/{pid}/exe");
         // An answer already cached needs no open: the identity through the link is enough (a
         // file changed since has another size, mtime or ctime, so another key).
-        if let Ok(key) = ExeKey::of_path(Path::new(&exe)) {
-            if let Some(answer) = self.answered(key) {
+        if let Ok(meta) = crate::os::exe_metadata(pid) {
+            if let Some(answer) = self.answered(ExeKey::from_metadata(&meta)) {
                 return Ok(answer);
             }
         }
-        let file = File::open(&exe)?;
-        self.lookup_file(file, &|| std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default(), known, expected, until)
+        let file = crate::os::open_exe(pid)?;
+        self.lookup_file(file, &|| crate::os::exe_path(pid).unwrap_or_default(), known, expected, until)
     }
 
     pub fn lookup_file(

@@ -68,7 +68,7 @@ impl ExeKey {
         Ok(ExeKey::from_metadata(&std::fs::metadata(path)?))
     }
 
-    fn from_metadata(m: &std::fs::Metadata) -> ExeKey {
+    pub fn from_metadata(m: &std::fs::Metadata) -> ExeKey {
         ExeKey {
             dev: m.dev(),
             ino: m.ino(),

@@ -139,10 +139,7 @@ impl Gate {
 
 /// The file name of `pid`'s executable, for what a refusal says ("" when unreadable).
 fn exe_name(pid: i32) -> String {
-    std::fs::read_link(format!("/proc/{pid}/exe"))
-        .ok()
-        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .unwrap_or_default()
+    os::exe_path(pid).ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned())).unwrap_or_default()
 }
 
 /// What the walk passed over that a refusal names when it finds no trusted ancestor.

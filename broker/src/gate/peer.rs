@@ -5,13 +5,7 @@
 
 use super::{Peer, Refusal, RefusalCode};
 use crate::os;
-use nix::libc;
-use nix::sys::socket::{getsockopt, sockopt};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-
-/// `SO_PEERPIDFD` (Linux 6.5+): a pidfd for the process that connected, race-free.
-const SO_PEERPIDFD: libc::c_int = 77;
 
 /// How the pidfd was obtained (for diagnostics and tests).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,33 +14,8 @@ pub enum PidfdSource {
     PidfdOpen,
 }
 
-fn peer_pidfd(stream: &UnixStream) -> Result<Option<OwnedFd>, std::io::Error> {
-    let mut fd: libc::c_int = -1;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `fd`.
-    let rc = unsafe {
-        libc::getsockopt(stream.as_raw_fd(), libc::SOL_SOCKET, SO_PEERPIDFD, &mut fd as *mut libc::c_int as *mut libc::c_void, &mut len)
-    };
-    if rc == 0 && fd >= 0 {
-        // SAFETY: the kernel installed a new fd for us.
-        return Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }));
-    }
-    let err = std::io::Error::last_os_error();
-    if kernel_lacks_peer_pidfd(&err) {
-        Ok(None)
-    } else {
-        Err(err)
-    }
-}
-
-/// Whether `SO_PEERPIDFD` failed because the kernel predates it (Linux < 6.5): the caller then
-/// falls back to `pidfd_open`. Any other error refuses the peer.
-fn kernel_lacks_peer_pidfd(err: &std::io::Error) -> bool {
-    matches!(err.raw_os_error(), Some(libc::ENOPROTOOPT) | Some(libc::EOPNOTSUPP))
-}
-
 /// What `SO_PEERCRED` says of a connection: fixed at `connect()`, so read once per connection.
-pub type Credentials = nix::sys::socket::UnixCredentials;
+pub type Credentials = os::PeerCred;
 
 /// Identifies the peer of an accepted connection: uid/pid from `SO_PEERCRED`, then a pidfd.
 pub fn identify(stream: &UnixStream) -> Result<Peer, Refusal> {
@@ -60,19 +29,17 @@ pub fn identify_as(stream: &UnixStream, cred: &Credentials) -> Result<Peer, Refu
 }
 
 pub fn identify_with_source(stream: &UnixStream) -> Result<(Peer, PidfdSource), Refusal> {
-    let cred = getsockopt(stream, sockopt::PeerCredentials)
-        .map_err(|e| Refusal::new(RefusalCode::PeerGone, format!("SO_PEERCRED failed: {e}")))?;
+    let cred = os::peer_cred(stream).map_err(|e| Refusal::new(RefusalCode::PeerGone, format!("SO_PEERCRED failed: {e}")))?;
     identify_cred(stream, &cred)
 }
 
 fn identify_cred(stream: &UnixStream, cred: &Credentials) -> Result<(Peer, PidfdSource), Refusal> {
-    let pid = cred.pid();
-    let uid = cred.uid();
+    let (pid, uid) = (cred.pid, cred.uid);
     if pid <= 0 {
         // The peer is in another pid namespace (pid 0) or credentials are missing.
         return Err(Refusal::new(RefusalCode::PeerGone, format!("peer pid {pid} is not visible in this pid namespace")));
     }
-    let (pidfd, source) = match peer_pidfd(stream) {
+    let (pidfd, source) = match os::peer_pidfd(stream) {
         Ok(Some(fd)) => (fd, PidfdSource::PeerPidfd),
         Ok(None) => match os::pidfd_open(pid) {
             Ok(fd) => (fd, PidfdSource::PidfdOpen),
@@ -110,19 +77,4 @@ pub(super) fn check(peer: &Peer, uid: u32) -> Result<(), Refusal> {
         return Err(Refusal::new(RefusalCode::PeerUid, format!("peer uid {} is not broker uid {}", peer.uid, uid)));
     }
     peer.still_alive("at start")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_a_kernel_without_so_peerpidfd_falls_back_to_pidfd_open() {
-        for errno in [libc::ENOPROTOOPT, libc::EOPNOTSUPP] {
-            assert!(kernel_lacks_peer_pidfd(&std::io::Error::from_raw_os_error(errno)), "errno {errno}");
-        }
-        for errno in [libc::EBADF, libc::ENOTCONN, libc::EMFILE, libc::EINVAL] {
-            assert!(!kernel_lacks_peer_pidfd(&std::io::Error::from_raw_os_error(errno)), "errno {errno}: refused, not a fallback");
-        }
-    }
 }

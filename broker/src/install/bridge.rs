@@ -125,7 +125,7 @@ pub fn profile_block(broker: &Path, codex_home: &Path, log: &Path) -> String {
 /// The pid of the courier-bridge `exe` serving `host` now (its lock file names it).
 fn running_pid(state_dir: &Path, host: &str, exe: &Path) -> Option<i32> {
     let pid: i32 = fs::read_to_string(state_dir.join(format!("bridge-{host}.lock"))).ok()?.trim().parse().ok()?;
-    let link = fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    let link = crate::os::exe_path(pid).ok()?;
     let link = link.to_string_lossy();
     let exe = exe.to_string_lossy();
     (link == exe || link == format!("{exe} (deleted)")).then_some(pid)
@@ -139,7 +139,7 @@ fn stop_running(state_dir: &Path, host: &str, exe: &Path) -> Result<Option<i32>>
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
-        if fs::metadata(format!("/proc/{pid}")).is_err() {
+        if !crate::os::exists(pid) {
             return Ok(Some(pid));
         }
         std::thread::sleep(Duration::from_millis(20));

@@ -102,7 +102,7 @@ pub fn stop_broker_running(exe: &Path) -> Result<Option<u32>> {
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
-        if fs::metadata(format!("/proc/{pid}")).is_err() || client::query_status(&paths::runtime_dir()).is_none() {
+        if !crate::os::exists(pid) || client::query_status(&paths::runtime_dir()).is_none() {
             return Ok(Some(pid as u32));
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -122,7 +122,7 @@ pub(super) fn terminate_if_exe(pid: i32, exe: &Path) -> bool {
         return false;
     }
     let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-    let link = fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+    let link = crate::os::exe_path(pid).unwrap_or_default();
     let link = link.to_string_lossy();
     let exe_s = exe.to_string_lossy();
     if link != exe_s && link != format!("{exe_s} (deleted)") {

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 pub const SUMS: &str = "SHA256SUMS";
 
 /// The running broker, by the kernel's own name for the file this process executes.
-const RUNNING_EXE: &str = "/proc/self/exe";
+const RUNNING_EXE: &str = crate::os::OWN_EXE;
 
 /// Where one install run takes its binaries from.
 pub(super) struct Source {

@@ -77,7 +77,7 @@ pub fn uninstall(purge: bool) -> Result<Report> {
         // silently. A broker install started is stopped below; any other must be stopped first.
         if let Some(st) = client::query_status(&runtime_dir) {
             let pid = st.pid;
-            let exe = fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+            let exe = crate::os::exe_path(pid as i32).unwrap_or_default();
             let ours = manifest.as_ref().is_some_and(|m| {
                 m.start != StartSetup::None
                     && exe.to_string_lossy().trim_end_matches(" (deleted)") == m.prefix.join("broker").to_string_lossy()

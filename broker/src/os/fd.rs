@@ -7,7 +7,7 @@ use super::procfs::read_record;
 use std::fmt::Display;
 use std::fs::{File, Metadata};
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::RawFd;
 use std::path::PathBuf;
 
 /// The fd numbers `pid` has open, unsorted. An entry that cannot be read is skipped; the process
@@ -69,8 +69,18 @@ pub fn pipe_inode(target: &std::path::Path) -> Option<u64> {
 }
 
 /// What the broker's own open file `fd` names (the path the kernel resolved at open).
-pub fn own_fd_target(fd: &impl AsRawFd) -> io::Result<PathBuf> {
-    std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+pub fn own_fd_target(fd: RawFd) -> io::Result<PathBuf> {
+    std::fs::read_link(format!("/proc/self/fd/{fd}"))
+}
+
+/// The metadata of what the broker's own fd `fd` names (the file, not the link).
+pub fn own_fd_metadata(fd: i32) -> io::Result<Metadata> {
+    std::fs::metadata(format!("/proc/self/fd/{fd}"))
+}
+
+/// Whether `pid` holds `socket:[inode]` through some fd.
+pub fn holds_socket(pid: i32, inode: u64) -> bool {
+    fd_targets(pid).is_ok_and(|fds| fds.iter().any(|(_, t)| socket_inode(t) == Some(inode)))
 }
 
 /// Every (pid, fd) of a process of `uid` whose fd names `target` (`socket:[N]`, `pipe:[N]`, a
@@ -94,6 +104,7 @@ pub fn holders(target: &str, uid: u32) -> io::Result<Vec<(i32, u32)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsRawFd;
 
     #[test]
     fn fds_name_files_pipes_and_sockets() {

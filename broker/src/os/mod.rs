@@ -32,8 +32,8 @@ pub use file::NO_OPENAT2;
 pub use file::{is_regular, open_no_symlinks, open_nofollow, statx_fd, statx_path, statx_path_nofollow, FileId};
 pub use peer::{peer_cred, peer_pidfd, PeerCred};
 pub use process::{
-    exe_id, exe_path, exists, open_exe, open_stat, parse_stat, parse_status, pidfd_alive, pidfd_open, read_cmdline, read_environ,
-    read_stat, read_status, reread_stat, starttime, ProcFiles, ProcStat, ProcStatus, ENVIRON_LIMIT,
+    cwd_path, exe_id, exe_metadata, exe_path, exists, open_exe, open_stat, parse_stat, parse_status, pidfd_alive, pidfd_open, read_cmdline,
+    read_environ, read_stat, read_status, reread_stat, starttime, ProcFiles, ProcStat, ProcStatus, ENVIRON_LIMIT, OWN_EXE,
 };
 pub use procfs::pread_record;
 

@@ -31,6 +31,20 @@ pub fn tcp4_socket(local: SocketAddrV4, remote: SocketAddrV4) -> io::Result<Opti
     Ok(None)
 }
 
+/// The inodes of TCP sockets listening on 127.0.0.1:`port` or on every address.
+pub fn tcp4_listeners(port: u16) -> io::Result<Vec<u64>> {
+    const LISTEN: &str = "0A";
+    let table = std::fs::read_to_string("/proc/net/tcp")?;
+    let wanted = [format!("0100007F:{port:04X}"), format!("00000000:{port:04X}")];
+    Ok(table
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|t| t.len() > 9 && t[3] == LISTEN && wanted.iter().any(|w| w == t[1]))
+        .filter_map(|t| t[9].parse().ok())
+        .collect())
+}
+
 /// `127.0.0.1:8080` as the TCP table prints it: the address as a host-order u32, the port big.
 fn table_addr(a: SocketAddrV4) -> String {
     format!("{:08X}:{:04X}", u32::from_ne_bytes(a.ip().octets()), a.port())

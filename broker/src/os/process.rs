@@ -22,6 +22,8 @@ pub struct ProcStat {
     pub ppid: i32,
     /// Field 5: the process group.
     pub pgrp: i32,
+    /// Field 6: the session (`getsid`): a process that called `setsid` leads a new one.
+    pub session: i32,
     /// Field 7: the controlling terminal's device number, 0 for none.
     pub tty_nr: i32,
     /// Field 8: the foreground process group of the controlling terminal, -1 for none.
@@ -64,9 +66,9 @@ pub fn parse_stat(buf: &[u8]) -> Option<ProcStat> {
     let mut fields = rest.split_ascii_whitespace();
     let state = fields.next()?.chars().next()?;
     let mut int = || fields.next()?.parse::<i32>().ok();
-    let (ppid, pgrp, _session, tty_nr, tpgid) = (int()?, int()?, int()?, int()?, int()?);
+    let (ppid, pgrp, session, tty_nr, tpgid) = (int()?, int()?, int()?, int()?, int()?);
     let starttime: u64 = fields.nth(22 - 9)?.parse().ok()?;
-    Some(ProcStat { comm, state, ppid, pgrp, tty_nr, tpgid, starttime })
+    Some(ProcStat { comm, state, ppid, pgrp, session, tty_nr, tpgid, starttime })
 }
 
 /// Start time (`/proc/<pid>/stat` field 22) of `pid`, if it runs.
@@ -223,20 +225,24 @@ pub fn exe_id(pid: i32) -> io::Result<FileKey> {
     FileKey::of(Path::new(&exe_link(pid)))
 }
 
+/// The metadata of the executable `pid` runs (its identity, whatever its name now).
+pub fn exe_metadata(pid: i32) -> io::Result<std::fs::Metadata> {
+    std::fs::metadata(exe_link(pid))
+}
+
 /// Opens the executable `pid` runs (the mapped file itself, even when its name was replaced):
 /// what is hashed is exactly what runs.
 pub fn open_exe(pid: i32) -> io::Result<File> {
     File::open(exe_link(pid))
 }
 
-/// The broker's own executable, opened (what runs, whatever its path now).
-pub fn open_own_exe() -> io::Result<File> {
-    File::open("/proc/self/exe")
-}
+/// The kernel's own name for the file this process executes: opened or copied, it is the running
+/// file itself, whatever was renamed over its path since.
+pub const OWN_EXE: &str = "/proc/self/exe";
 
-/// The path of the broker's own executable (for messages and finding files beside it).
-pub fn own_exe_path() -> io::Result<PathBuf> {
-    std::fs::read_link("/proc/self/exe")
+/// The working directory of `pid` (what it says, never evidence).
+pub fn cwd_path(pid: i32) -> io::Result<PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/cwd"))
 }
 
 fn exe_link(pid: i32) -> String {
@@ -293,10 +299,10 @@ mod tests {
 
     #[test]
     fn stat_parsing_survives_hostile_comm() {
-        let line = b"4242 (a) b) c (d) S 17 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 77705 1000 10 18446744073709551615";
+        let line = b"4242 (a) b) c (d) S 17 4242 4343 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 77705 1000 10 18446744073709551615";
         let st = parse_stat(line).unwrap();
         assert_eq!(st.comm, "a) b) c (d");
-        assert_eq!(st.ppid, 17);
+        assert_eq!((st.ppid, st.pgrp, st.session), (17, 4242, 4343));
         assert_eq!(st.starttime, 77705);
         assert_eq!(parse_stat(b"garbage"), None);
     }

@@ -161,19 +161,15 @@ impl Poller {
                 }
                 Err(_) => return,
             };
-            let cred = match nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials) {
+            let cred = match crate::os::peer_cred(&stream) {
                 Ok(c) => c,
                 Err(_) => continue,
             };
-            if cred.uid() != self.uid {
-                self.broker.refuse_later(
-                    RefusalCode::PeerUid,
-                    format!("peer uid {} is not broker uid {}", cred.uid(), self.uid),
-                    cred.pid(),
-                );
+            if cred.uid != self.uid {
+                self.broker.refuse_later(RefusalCode::PeerUid, format!("peer uid {} is not broker uid {}", cred.uid, self.uid), cred.pid);
                 continue; // dropped unread
             }
-            let pid = cred.pid();
+            let pid = cred.pid;
             if self.per_peer.get(&pid).copied().unwrap_or(0) >= MAX_PER_PEER {
                 self.broker.counters.rejected.fetch_add(1, Ordering::Relaxed);
                 let _ = (&stream)

@@ -222,7 +222,7 @@ mod tests {
         for _ in 0..20 {
             wait_idle(&jobs, 4);
             let (a, _b) = UnixStream::pair().unwrap();
-            let cred = nix::sys::socket::getsockopt(&a, nix::sys::socket::sockopt::PeerCredentials).unwrap();
+            let cred = crate::os::peer_cred(&a).unwrap();
             assert!(jobs.push(Job::Request { stream: a, frame: Vec::new(), cred }).is_ok());
             ran.push(done_rx.recv_timeout(Duration::from_secs(10)).expect("the job ran"));
         }
@@ -245,7 +245,7 @@ mod tests {
         };
         wait_idle(&jobs, 1);
         let (a, _b) = UnixStream::pair().unwrap();
-        let cred = nix::sys::socket::getsockopt(&a, nix::sys::socket::sockopt::PeerCredentials).unwrap();
+        let cred = crate::os::peer_cred(&a).unwrap();
         assert!(jobs.push(Job::Request { stream: a, frame: Vec::new(), cred }).is_ok());
         assert!(waiter.join().unwrap(), "the job pushed during the wait was not taken");
     }

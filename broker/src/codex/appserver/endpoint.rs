@@ -7,6 +7,7 @@
 //! with the same start time. The TUI's managed daemon is the same case (it runs the hooks);
 //! `$CODEX_HOME/app-server-daemon/daemon.pid` only orders its control socket first.
 
+use crate::os;
 use std::collections::HashSet;
 use std::fs;
 use std::os::unix::net::UnixStream;
@@ -22,37 +23,7 @@ pub struct Endpoint {
 pub use crate::os::starttime;
 
 fn socket_inodes(pid: i32) -> HashSet<u64> {
-    let mut out = HashSet::new();
-    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fd")) else { return out };
-    for entry in dir.flatten() {
-        if let Ok(target) = fs::read_link(entry.path()) {
-            let t = target.to_string_lossy();
-            if let Some(n) = t.strip_prefix("socket:[").and_then(|s| s.strip_suffix(']')) {
-                if let Ok(n) = n.parse() {
-                    out.insert(n);
-                }
-            }
-        }
-    }
-    out
-}
-
-/// `(inode, path)` of listening, path-bound entries of a `/proc/net/unix` table.
-pub fn parse_net_unix(text: &str) -> Vec<(u64, String)> {
-    const SO_ACCEPTCON: u32 = 0x10000;
-    text.lines()
-        .skip(1)
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            // Num RefCount Protocol Flags Type St Inode [Path]
-            let flags = u32::from_str_radix(f.get(3)?, 16).ok()?;
-            let path = f.get(7)?;
-            if flags & SO_ACCEPTCON == 0 || !path.starts_with('/') {
-                return None;
-            }
-            Some((f[6].parse().ok()?, path.to_string()))
-        })
-        .collect()
+    os::fd::fd_targets(pid).unwrap_or_default().iter().filter_map(|(_, t)| os::fd::socket_inode(t)).collect()
 }
 
 /// The managed daemon's record: `{"pid":N,"processIdentity":{"startTicks":T,..},..}`.
@@ -71,8 +42,8 @@ pub fn discover(codex_home: &Path, pid: i32, start: u64) -> Vec<Endpoint> {
     if inodes.is_empty() {
         return Vec::new();
     }
-    let table = fs::read_to_string(format!("/proc/{pid}/net/unix")).unwrap_or_default();
-    let mut found: Vec<Endpoint> = parse_net_unix(&table)
+    let mut found: Vec<Endpoint> = os::net::listening_unix_sockets(pid)
+        .unwrap_or_default()
         .into_iter()
         .filter(|(inode, _)| inodes.contains(inode))
         .map(|(_, path)| Endpoint { path: PathBuf::from(path), via: "listen_socket" })
@@ -97,10 +68,9 @@ pub fn discover(codex_home: &Path, pid: i32, start: u64) -> Vec<Endpoint> {
 /// Connects to `ep` and proves the listener is Codex process `pid` started at `start`.
 pub fn connect_verified(ep: &Endpoint, pid: i32, start: u64) -> Result<UnixStream, String> {
     let stream = UnixStream::connect(&ep.path).map_err(|e| format!("connect {}: {e}", ep.path.display()))?;
-    let cred =
-        nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials).map_err(|e| format!("SO_PEERCRED: {e}"))?;
-    if cred.pid() != pid || cred.uid() != courier_shared::paths::uid() {
-        return Err(format!("{} is served by pid {} uid {}, not codex pid {pid}", ep.path.display(), cred.pid(), cred.uid()));
+    let cred = os::peer_cred(&stream).map_err(|e| format!("SO_PEERCRED: {e}"))?;
+    if cred.pid != pid || cred.uid != courier_shared::paths::uid() {
+        return Err(format!("{} is served by pid {} uid {}, not codex pid {pid}", ep.path.display(), cred.pid, cred.uid));
     }
     if starttime(pid) != Some(start) {
         return Err(format!("codex pid {pid} is no longer the verified process"));
@@ -120,7 +90,7 @@ mod tests {
             00000000e6f5dec2: 00000003 00000000 00000000 0001 03 64274 /tmp/codex-daemon-0/28df\n\
             00000000e6f5dec3: 00000002 00000000 00010000 0001 01 64275 @abstract\n\
             00000000e6f5dec4: 00000002 00000000 00000000 0001 03 64276\n";
-        assert_eq!(parse_net_unix(t), vec![(64273, "/tmp/codex-daemon-0/28df".to_string())]);
+        assert_eq!(os::net::parse_net_unix(t), vec![(64273, "/tmp/codex-daemon-0/28df".to_string())]);
     }
 
     #[test]

@@ -103,7 +103,7 @@ impl Prover {
             return Err(changed(format!("{path_str:?} is no longer the file that was opened")));
         }
         // Also proves the path canonical: the opened file's own path (/proc/self/fd) is it.
-        let fd_path = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).map_err(|e| changed(format!("fd path: {e}")))?;
+        let fd_path = os::fd::own_fd_target(file.as_raw_fd()).map_err(|e| changed(format!("fd path: {e}")))?;
         if fd_path != path {
             return Err(changed(format!("opened file now resolves to {fd_path:?}")));
         }

@@ -116,11 +116,11 @@ fn check_mcp(setup: &crate::install::ClaudeSetup, env: &crate::install::AgentEnv
 
 /// The broker holds the listening socket on 127.0.0.1:`port`.
 fn check_port(port: u16, broker: Option<i32>) -> Check {
-    let listeners = loopback_listeners(port);
+    let listeners = crate::os::net::tcp4_listeners(port).unwrap_or_default();
     let Some(pid) = broker else {
         return Check::warn(format!("no broker runs to serve Claude Code's hooks on 127.0.0.1:{port} (see above)"), None);
     };
-    if listeners.iter().any(|ino| holds_socket(pid, *ino)) {
+    if listeners.iter().any(|ino| crate::os::fd::holds_socket(pid, *ino)) {
         return Check::ok(format!("the broker (pid {pid}) serves Claude Code's hooks on 127.0.0.1:{port}"));
     }
     if listeners.is_empty() {
@@ -133,25 +133,6 @@ fn check_port(port: u16, broker: Option<i32>) -> Check {
         format!("127.0.0.1:{port} is held by another program, not the broker (pid {pid}): Claude Code would post its hooks to it"),
         "set [claude] hook_port to a free port in Courier's config, then `broker install --claude` and `broker restart`",
     )
-}
-
-/// The inodes of sockets listening on 127.0.0.1:`port` or on every address (`/proc/net/tcp`).
-fn loopback_listeners(port: u16) -> Vec<u64> {
-    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
-    let wanted = [format!("0100007F:{port:04X}"), format!("00000000:{port:04X}")];
-    table
-        .lines()
-        .skip(1)
-        .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .filter(|t| t.len() > 9 && t[3] == "0A" && wanted.iter().any(|w| w == t[1]))
-        .filter_map(|t| t[9].parse().ok())
-        .collect()
-}
-
-fn holds_socket(pid: i32, inode: u64) -> bool {
-    let want = format!("socket:[{inode}]");
-    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).into_iter().flatten().flatten();
-    fds.filter_map(|fd| std::fs::read_link(fd.path()).ok()).any(|l| l.as_os_str() == want.as_str())
 }
 
 /// Each native binary the user's `claude` runs is trusted (known file identities are not hashed

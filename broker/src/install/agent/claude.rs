@@ -115,10 +115,7 @@ struct Write {
 /// it while the broker is down), else any free one.
 fn choose_port() -> Result<u16> {
     use rand::Rng;
-    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|t| t.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32768);
+    let low = crate::os::net::local_port_low().unwrap_or(32768);
     let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).ok()?.local_addr().ok().map(|a| a.port());
     let mut rng = rand::rng();
     let fixed = (low > 20_001).then(|| (0..64).find_map(|_| free(rng.random_range(20_000..low)))).flatten();

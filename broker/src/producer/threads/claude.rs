@@ -27,9 +27,9 @@ pub fn sessions(store: &Store, all: bool, limit: usize) -> anyhow::Result<Vec<Th
 
 fn describe(pin: &SessionPin, live: bool) -> ThreadInfo {
     let pid = pin.owner.pid;
-    let proc_link = |what: &str| std::fs::read_link(format!("/proc/{pid}/{what}")).ok().map(|p| p.display().to_string());
+    let shown = |p: std::io::Result<std::path::PathBuf>| p.ok().map(|p| p.display().to_string());
     // Read while the owner runs; checked again after, so a reused pid lends nothing.
-    let (cwd, exe) = if live { (proc_link("cwd"), proc_link("exe")) } else { (None, None) };
+    let (cwd, exe) = if live { (shown(crate::os::cwd_path(pid)), shown(crate::os::exe_path(pid))) } else { (None, None) };
     let live = live && pin.owner.is_alive();
     let mtime = std::fs::metadata(&pin.transcript_path).ok().map(|m| m.mtime() * 1000 + m.mtime_nsec() / 1_000_000);
     ThreadInfo {
