@@ -33,7 +33,7 @@ pub struct Report {
     /// Effort rows: id -> (scope, endpoint detail).
     pub effort: crate::store::Details,
     /// Every trusted Codex binary, with how it became trusted.
-    pub trusted_codex: Vec<crate::codex::TrustedCodex>,
+    pub trusted_codex: Vec<crate::store::TrustedCodex>,
     /// Alarms (tickets.rs): hook calls that followed a Codex action an earlier one had followed.
     pub alarms: Vec<crate::tickets::Alarm>,
     /// Messages a NATS bridge of this login queued: id -> the publisher's host as the bridge

@@ -18,6 +18,7 @@ pub mod failpoint;
 pub mod gate;
 pub mod inspect;
 pub mod install;
+pub mod lines;
 pub mod logging;
 pub mod os;
 pub mod person;

@@ -6,8 +6,8 @@
 //! rewrite, so what it lacks proves nothing (docs/reliability.md, "Evidence classes"). A hook
 //! record naming a message Courier never handed to this rollout was rewritten: an alarm.
 
-use crate::codex::rollout::lines::{WholeLines, CHUNK as SCAN_CHUNK};
 use crate::delivery::unseen;
+use crate::lines::{WholeLines, CHUNK as SCAN_CHUNK};
 use crate::os::ProcessKey;
 use crate::reason::{DeliveryReason, Doubt, Reason, WakeReason};
 use crate::store::{Channel, LeaseToken, Message, Settlement, State, Store};

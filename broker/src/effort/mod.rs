@@ -13,10 +13,10 @@
 pub mod policy;
 
 use crate::codex::appserver::{self, endpoint, Endpoint};
-use crate::codex::rollout::lines::WholeLines;
 use crate::config::ConfigCache;
 use crate::config::{EffortConfig, EffortLevel, EffortScope};
 use crate::gate::Verified;
+use crate::lines::WholeLines;
 use crate::store::{State, Store};
 use anyhow::Result;
 use codex_format::hook::HookEvent;

@@ -32,7 +32,7 @@ pub fn exit_code(raw_payload: &str, rollout: &Path, verified_len: u64) -> Option
     }
     let call = payload.get("tool_use_id")?.as_str()?;
     let f = File::open(rollout).ok()?;
-    let buf = crate::codex::rollout::lines::tail(&f, verified_len, TAIL_WINDOW).ok()?;
+    let buf = crate::lines::tail(&f, verified_len, TAIL_WINDOW).ok()?;
     let needle = format!("\"id\":{}", Value::from(call));
     for line in buf.split(|b| *b == b'\n').rev() {
         let text = String::from_utf8_lossy(line);

@@ -36,10 +36,10 @@
 //! # Layout
 //! This file: the cache of read states and what a call returns. `classify.rs`: line bytes to a
 //! [`Rec`]. `turn.rs`: the open turn and its [`Actions`]. `state.rs`: one rollout's read state
-//! (first line, forward, backwards). `lines.rs`: positioned reads and line ends.
+//! (first line, forward, backwards). `crate::lines` (`broker/src/lines.rs`): positioned reads and line ends.
 
 mod find;
-pub mod lines;
+
 mod state;
 mod turn;
 

@@ -1,9 +1,9 @@
 //! The read state of one rollout: its first line, then forward from the cached offset, or on first
 //! sight of a large one, backwards from its end (see the module docs of `rollout`).
 
-use super::lines::{first_line, memrchr_newline, read_exact_at_retry, FirstLine, LineCursor, Seg, CHUNK};
 use super::turn::{Actions, Turn};
 use super::{RolloutIdentity, SessionMeta, HEAD_KEEP, MAX_BACKSCAN, TAIL_KEEP};
+use crate::lines::{first_line, memrchr_newline, read_exact_at_retry, FirstLine, LineCursor, Seg, CHUNK};
 use codex_format::rollout::{classify, classify_line, kinds, Rec, RolloutEvent};
 use std::fs::File;
 use std::io;

@@ -1,6 +1,6 @@
 //! What a rollout says about its thread: its `session_meta` and its title (the first user prompt).
 
-use crate::codex::rollout::lines::{self, FirstLine, WholeLines};
+use crate::lines::{self, FirstLine, WholeLines};
 use serde_json::Value;
 use std::fs::File;
 use std::ops::ControlFlow;

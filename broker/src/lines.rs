@@ -1,6 +1,10 @@
-//! The one way the broker reads rollout lines: complete lines forward from an offset
+//! The one way the broker reads an append-only log (a Codex rollout) in lines: complete lines
+//! forward from an offset
 //! ([`LineCursor`], whole lines with [`WholeLines`], the first with [`first_line`]), the complete
 //! lines at a rollout's end ([`tail`]), and the positioned reads under them (`EINTR` retried).
+//!
+//! Host-neutral (only `std`): the Codex wing's rollout reader, delivery's confirmation scan,
+//! effort and `broker threads` all read through it.
 //!
 //! Codex appends to a rollout while it is read: only bytes up to a `\n` make a line; the bytes of
 //! one being written are consumed and the line is finished by a later read from the same cursor.
