@@ -784,9 +784,16 @@ fn fresh_codex_binaries_do_not_slow_honest_hooks() {
         let dir = env.root.join(format!("forger-{i}"));
         std::fs::create_dir_all(&dir).unwrap();
         let exe = dir.join("codex");
-        std::fs::copy(&bash, &exe).unwrap();
-        std::fs::OpenOptions::new().write(true).open(&exe).unwrap().set_len(1 << 30).unwrap();
-        set_mode(&exe, 0o755);
+        // Written by a child process: a file this process held open for writing could be
+        // inherited by another test thread's fork for a moment, and exec'ing it then fails
+        // with ETXTBSY.
+        let made = Command::new("/bin/sh")
+            .args(["-c", r#"cp "$1" "$2" && truncate -s 1G "$2" && chmod 755 "$2""#, "sh"])
+            .arg(&bash)
+            .arg(&exe)
+            .status()
+            .unwrap();
+        assert!(made.success(), "making {exe:?}");
         if running.len() >= AT_ONCE {
             let _ = running.remove(0).wait();
         }
