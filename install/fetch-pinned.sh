@@ -1,4 +1,4 @@
-# Sourced by install/fetch-codex.sh and install/fetch-claude.sh: npm-install one pinned release of a
+# Sourced by install/fetch-codex.sh, install/fetch-claude.sh and install/fetch-copilot.sh: npm-install one pinned release of a
 # CLI whose native binary ships in a per-platform optional dependency, check that binary against
 # the SHA-256 recorded in a sums file, and print its absolute path as the last stdout line.
 #
@@ -8,6 +8,10 @@
 #   fetch_pinned NAME NPM_PACKAGE PLATFORM_PACKAGE SUMS_FILE CACHE_DIR [VERSION|newest|oldest]
 # installs into CACHE_DIR/NAME-<version>. Idempotent: when the binary is already present with the
 # recorded digest, nothing is downloaded. A wrong digest installs nothing.
+#
+# The verified binary is smoke-run before it is swapped into place: `BIN --version`, or, when the
+# sourcing script defines it, `fetch_pinned_smoke BIN STAGE` (STAGE becomes CACHE_DIR/NAME-<version>,
+# so what the smoke run leaves there is kept).
 
 fetch_pinned() {
   local name=$1 npm_pkg=$2 pkg=$3 sums=$4 cache=$5 want_version=${6:-newest}
@@ -57,7 +61,11 @@ fetch_pinned() {
 The downloaded $name is not the pinned one; nothing was installed."
   fi
   chmod 0755 "$sbin"
-  "$sbin" --version >&2 || die "installed binary does not run"
+  if declare -F fetch_pinned_smoke >/dev/null; then
+    fetch_pinned_smoke "$sbin" "$stage" >&2 || die "installed binary does not run"
+  else
+    "$sbin" --version >&2 || die "installed binary does not run"
+  fi
 
   # Swap the verified tree into place (the old one, if any, had a wrong or missing binary).
   if [ -e "$dest" ]; then
