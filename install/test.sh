@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it: fetch the pinned Codex and Claude Code (checked by SHA-256),
+# The whole test suite, as CI runs it: fetch the pinned Codex, Claude Code and Copilot CLI (checked by SHA-256),
 # build, test.
 #
 # `install/test.sh --fast [TEST_ARGS...]`: the fast tier, run after every change on a built tree (no
@@ -38,6 +38,10 @@ export COURIER_CODEX_BIN="$codex_bin" COURIER_CODEX_BIN_OLDEST="$codex_oldest"
 # The Claude Code tests (tests/tests/claude.rs) run the pinned Claude Code (install/claude.sha256).
 COURIER_CLAUDE_BIN=$(install/fetch-claude.sh newest | tail -n 1)
 export COURIER_CLAUDE_BIN
+# The GitHub Copilot CLI tests (tests/tests/copilot.rs) run the pinned Copilot CLI
+# (install/copilot.sha256), its code pre-extracted by the fetch.
+COURIER_COPILOT_BIN=$(install/fetch-copilot.sh newest | tail -n 1)
+export COURIER_COPILOT_BIN
 # The package test (tests/tests/package.rs) publishes to a local npm registry: the pinned verdaccio.
 COURIER_VERDACCIO_BIN=$(install/fetch-verdaccio.sh | tail -n 1)
 export COURIER_VERDACCIO_BIN

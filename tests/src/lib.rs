@@ -15,6 +15,7 @@ pub mod bridge;
 pub mod broker;
 pub mod claude;
 pub mod codex;
+pub mod copilot;
 pub mod hooks;
 pub mod install_rig;
 pub mod messages;

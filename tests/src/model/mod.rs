@@ -11,6 +11,9 @@
 //! [`Hold::release`], so the test can act while Codex waits for the model. Every request is
 //! recorded (parsed JSON body plus headers) and can be awaited without sleeping.
 //!
+//! The same scripting speaks OpenAI chat completions for GitHub Copilot CLI: [`ScriptedChat`]
+//! (`chat.rs`).
+//!
 //! Files: `reply.rs` (replies and their SSE stream), `hold.rs`, `request.rs` (recorded requests),
 //! `wire.rs` (what goes over HTTP); the server, recorder and waits are the shared core's
 //! (`crate::scripted`); this file is the provider's queries and its ready-made scripts.
@@ -23,11 +26,13 @@ use crate::scripted::{self, Scripted};
 /// anyway (so a failed test never wedges a Codex process forever).
 pub const MAX_HOLD: Duration = Duration::from_secs(90);
 
+mod chat;
 mod hold;
 mod reply;
 mod request;
 mod wire;
 
+pub use chat::{chat_text, Chat, ScriptedChat};
 pub use hold::Hold;
 pub use reply::Reply;
 pub use request::{item_text, Request};

@@ -109,7 +109,7 @@ impl Reply {
     }
 }
 
-fn next_id(ids: &AtomicU64, prefix: &str) -> String {
+pub(super) fn next_id(ids: &AtomicU64, prefix: &str) -> String {
     let n = ids.fetch_add(1, Ordering::SeqCst) + 1;
     format!("{prefix}_{n:04}")
 }
