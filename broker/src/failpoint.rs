@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 /// Every failpoint the broker has, in the order a delivery passes them.
-pub const NAMES: [&str; 20] = [
+pub const NAMES: [&str; 21] = [
     "after_lease_commit",         // store: lease committed, reply not yet written
     "after_reply_before_ack",     // server: reply with output written, ack not read
     "after_ack_read",             // server: client's ack read, ack not yet committed
@@ -29,6 +29,7 @@ pub const NAMES: [&str; 20] = [
     "claude_after_hand_off",      // claude: hand-off recorded, the hook's answer not yet written
     "claude_wake_after_hand_off", // claude: a wake's hand-off recorded, its answer not yet written
     "claude_follow_late",         // claude: the follower's passes trust no upgrade (armed: a hook comes first)
+    "copilot_after_hand_off",     // copilot: hand-off recorded, the hook's answer not yet written
 ];
 
 static ENABLED: AtomicBool = AtomicBool::new(false);

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod client;
 pub mod codex;
 pub mod config;
+pub mod copilot;
 pub mod delivery;
 pub mod dirs;
 pub mod doctor;

@@ -116,6 +116,7 @@ fn dispatch(cmd: Cmd, g: Given) -> Result<ExitCode> {
         Cmd::Person => person_cli::person(PersonCommand::parse(g)?),
         Cmd::TrustCodex => trust_codex(g.positionals.first().map(PathBuf::from)),
         Cmd::TrustClaude => trust_claude(g.positionals.first().map(PathBuf::from).unwrap_or_default()),
+        Cmd::TrustCopilot => trust_copilot(&g.positionals),
         Cmd::Install => install_cmd(InstallCommand::parse(g)?),
         Cmd::Uninstall => uninstall_cmd(g.purge),
         Cmd::Doctor => doctor_cmd(g.codex),
@@ -380,6 +381,17 @@ fn trust_claude(path: PathBuf) -> Result<ExitCode> {
     let mut store = open_store()?;
     let (record, new) = broker::claude::trust::trust_path(&mut store, &path, broker::store::TrustHow::Manual)?;
     println!("{} sha256:{} {}", if new { "trusted" } else { "already trusted" }, record.sha256, record.path);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `broker trust-copilot PATH [DIST_DIR]`: the native binary and its dist dir's code.
+fn trust_copilot(positionals: &[std::ffi::OsString]) -> Result<ExitCode> {
+    let path = std::path::absolute(positionals.first().map(PathBuf::from).unwrap_or_default())?;
+    let dist = positionals.get(1).map(PathBuf::from);
+    let mut store = open_store()?;
+    for (record, new) in broker::copilot::trust::trust(&mut store, &path, dist.as_deref())? {
+        println!("{} {} sha256:{} {}", if new { "trusted" } else { "already trusted" }, record.role, record.sha256, record.path);
+    }
     Ok(ExitCode::SUCCESS)
 }
 

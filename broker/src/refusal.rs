@@ -48,6 +48,13 @@
 //! | `claude_turn` | claude:session_owner | a main-conversation hook whose `prompt_id` is neither the turn the owner's last UserPromptSubmit opened nor the turn the transcript's newest prompt record shows |
 //! | `claude_resume` | claude:session_owner | a claude taking over a session whose claude ended (`--resume`) that does not lead the foreground job of a terminal (a tool command's claude: Claude Code runs those without one) |
 //! | `claude_wake_fd` | claude:wake_fds | an idle-wake hook (`hook-client --claude-wake`) whose stdout and stderr are not two distinct sockets a live claude created, or whose client is not that claude's descendant |
+//! | `copilot_payload` | copilot:payload | a GitHub Copilot CLI hook (`hook-client --host copilot --event E`) naming an event Courier does not register, or whose payload is not that event's camelCase payload with a `sessionId` UUID |
+//! | `untrusted_copilot` | copilot:trusted_copilot | no parent of the hook is a trusted Copilot CLI native binary (`broker trust-copilot`), or the one found is not hashed yet |
+//! | `copilot_parent` | copilot:parent | the hook's parent is not the trusted copilot process itself (Copilot starts its hooks directly) |
+//! | `copilot_session` | copilot:session | the hook is not in the session of its copilot (Copilot runs a model's command in a new session, and a process cannot rejoin one) |
+//! | `copilot_pipe` | copilot:stdout_pipe | the hook's stdout is not a pipe whose read end its copilot holds |
+//! | `copilot_dist` | copilot:dist_dir | the code the copilot process runs (the dist dir it holds `inuse.<pid>.hold` in) is not found, is writable by others or owned by another user, or its `cli-main.js`, `index.js` or `runtime.node` is not a trusted file (`broker trust-copilot`) |
+//! | `copilot_session_lock` | copilot:session_lock | the copilot process holds no exclusive flock on `session-state/<sessionId>/inuse.<pid>.hold` under its Copilot home |
 //!
 //! The steps are the gate's (`gate/mod.rs`, "Checks, in order"; step 8 runs after `verify`,
 //! `gate/ticket.rs`); `connection` codes come from
@@ -112,6 +119,13 @@ refusal_codes! {
     ClaudeTurn,
     ClaudeResume,
     ClaudeWakeFd,
+    CopilotPayload,
+    UntrustedCopilot,
+    CopilotParent,
+    CopilotSession,
+    CopilotPipe,
+    CopilotDist,
+    CopilotSessionLock,
 }
 
 use RefusalCode::*;
@@ -162,6 +176,13 @@ impl RefusalCode {
             ClaudeTurn => "claude_turn",
             ClaudeResume => "claude_resume",
             ClaudeWakeFd => "claude_wake_fd",
+            CopilotPayload => "copilot_payload",
+            UntrustedCopilot => "untrusted_copilot",
+            CopilotParent => "copilot_parent",
+            CopilotSession => "copilot_session",
+            CopilotPipe => "copilot_pipe",
+            CopilotDist => "copilot_dist",
+            CopilotSessionLock => "copilot_session_lock",
         }
     }
 
@@ -194,6 +215,13 @@ impl RefusalCode {
             ClaudeTranscript => "claude:transcript",
             SessionOwned | ClaudeTurn | ClaudeResume => "claude:session_owner",
             ClaudeWakeFd => "claude:wake_fds",
+            CopilotPayload => "copilot:payload",
+            UntrustedCopilot => "copilot:trusted_copilot",
+            CopilotParent => "copilot:parent",
+            CopilotSession => "copilot:session",
+            CopilotPipe => "copilot:stdout_pipe",
+            CopilotDist => "copilot:dist_dir",
+            CopilotSessionLock => "copilot:session_lock",
         }
     }
 
@@ -236,6 +264,13 @@ impl RefusalCode {
             ClaudeTurn => "a Claude Code hook of a turn neither the session's last prompt opened nor its transcript shows: a replayed or forged payload",
             ClaudeResume => "a claude with no terminal of its own (a model's tool command running `claude --resume`, or a script) tried to take over an ended session: resume it from a terminal",
             ClaudeWakeFd => "`hook-client --claude-wake` run by something other than Claude Code's Stop hook (a model's command posing as it: refused by design)",
+            CopilotPayload => "a GitHub Copilot CLI hook whose payload this broker does not read: is this Copilot CLI in the tested range (1.0.102)?",
+            UntrustedCopilot => "a Copilot CLI binary that is not trusted ran the hook: `broker trust-copilot PATH` (after an upgrade too)",
+            CopilotParent => "hook-client ran under something between it and Copilot CLI (a wrapper script, or a model's command): refused by design",
+            CopilotSession => "a model-run command called hook-client (refused by design)",
+            CopilotPipe => "hook-client was run with its output going elsewhere than to Copilot CLI (a forged hook: refused by design)",
+            CopilotDist => "the JavaScript Copilot CLI unpacked and runs is not the one trusted: `broker trust-copilot PATH` after an upgrade, else someone changed it",
+            CopilotSessionLock => "the hook named a session its Copilot CLI does not run: a forged payload, or a session that ended while its hook ran",
         }
     }
 }
@@ -259,6 +294,12 @@ pub struct Refusal {
 impl Refusal {
     pub fn new(code: RefusalCode, detail: impl Into<String>) -> Refusal {
         Refusal { code, detail: detail.into(), thread: None, event: None }
+    }
+
+    /// The refusal, naming the thread (or session) the call named.
+    pub fn with_thread(mut self, thread: &impl std::fmt::Display) -> Refusal {
+        self.thread = Some(thread.to_string());
+        self
     }
 }
 

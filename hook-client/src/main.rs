@@ -50,6 +50,9 @@ message for that thread, or nothing). It is not meant to be run by hand: queue m
 usage: hook-client [--context-limit N] < PAYLOAD
                                  as Codex runs it (N: its handler's additionalContextLimit):
                                  silent, and exits 0 whatever goes wrong
+       hook-client --host copilot --event EVENT < PAYLOAD
+                                 as GitHub Copilot CLI runs it (its payload does not name
+                                 the event): silent, and exits 0 whatever goes wrong
        hook-client --claude-wake < STOP-PAYLOAD
                                  as Claude Code runs its Stop hook (asyncRewake): waits for a
                                  message for the idle session, prints it on stderr and exits 2;
@@ -66,8 +69,9 @@ const USAGE_ERROR: i32 = 64;
 
 /// What the command line asks for.
 enum Call {
-    /// A hook call, with the handler's context limit if the command names one.
-    Hook { context_limit: Option<u64> },
+    /// A hook call, with the handler's context limit if the command names one, and the host and
+    /// event for a host whose payload does not name its event.
+    Hook { context_limit: Option<u64>, host_event: Option<wire::HostEvent> },
     /// Claude Code's idle-wake Stop hook (`--claude-wake`).
     ClaudeWake,
     /// A person's call, answered: exit with this status.
@@ -90,13 +94,20 @@ fn parse_call(argc: libc::c_int, argv: *const *const libc::c_char) -> Call {
         if let Ok(n) = arg(2).parse::<u64>() {
             return match operator_call(1, argv) {
                 Some(code) => Call::Answered(code),
-                None => Call::Hook { context_limit: Some(n) },
+                None => Call::Hook { context_limit: Some(n), host_event: None },
             };
         }
     }
+    if argc == 5 && arg(1) == wire::HOST_FLAG && arg(3) == wire::EVENT_FLAG {
+        let host_event = wire::HostEvent { host: arg(2).into_owned(), event: arg(4).into_owned() };
+        return match operator_call(1, argv) {
+            Some(code) => Call::Answered(code),
+            None => Call::Hook { context_limit: None, host_event: Some(host_event) },
+        };
+    }
     match operator_call(argc, argv) {
         Some(code) => Call::Answered(code),
-        None => Call::Hook { context_limit: None },
+        None => Call::Hook { context_limit: None, host_event: None },
     }
 }
 
@@ -137,7 +148,7 @@ pub extern "C" fn main(argc: libc::c_int, argv: *const *const libc::c_char) -> l
     let call = parse_call(argc, argv);
     let ran = match call {
         Call::Answered(code) => return code,
-        Call::Hook { context_limit } => run(Instant::now() + deadline_from_env(DEFAULT_DEADLINE_MS), context_limit),
+        Call::Hook { context_limit, host_event } => run(Instant::now() + deadline_from_env(DEFAULT_DEADLINE_MS), context_limit, host_event),
         Call::ClaudeWake => run_claude_wake(Instant::now() + deadline_from_env(WAKE_DEADLINE_MS)),
     };
     match ran {
@@ -166,7 +177,7 @@ fn read_payload() -> io::Result<String> {
     String::from_utf8(payload).map_err(|_| io::Error::other("payload is not UTF-8"))
 }
 
-fn run(deadline: Instant, context_limit: Option<u64>) -> io::Result<i32> {
+fn run(deadline: Instant, context_limit: Option<u64>, host_event: Option<wire::HostEvent>) -> io::Result<i32> {
     let payload = read_payload()?;
     let runtime_dir = paths::runtime_dir();
     let socket_path = paths::socket_path(&runtime_dir);
@@ -178,7 +189,7 @@ fn run(deadline: Instant, context_limit: Option<u64>) -> io::Result<i32> {
     let pid = std::process::id();
     let ts_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
     let mac = auth::sign(&secret, pid, ts_ms, payload.as_bytes());
-    let request = wire::Request::Hook { v: wire::PROTOCOL_VERSION, pid, ts_ms, payload, mac, context_limit };
+    let request = wire::Request::Hook { v: wire::PROTOCOL_VERSION, pid, ts_ms, payload, mac, context_limit, host_event };
     let body = serde_json::to_vec(&request).map_err(io::Error::other)?;
     let mut stream = connect_nonblocking(&socket_path, deadline)?;
     set_timeouts(&stream, deadline)?;

@@ -40,11 +40,29 @@ pub enum Request {
         /// ([`CONTEXT_LIMIT_FLAG`]); `None`: a handler without one (Codex's default).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         context_limit: Option<u64>,
+        /// The host and event the hook command names ([`HOST_FLAG`], [`EVENT_FLAG`]), for a
+        /// host whose payload does not name its event; `None`: Codex's (the payload names it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        host_event: Option<HostEvent>,
     },
     /// The client has written and flushed the output of lease `lease`.
     Ack { v: u32, lease: u64 },
     /// Liveness and counters, for `broker inspect` and `broker doctor`.
     Status { v: u32 },
+}
+
+/// `hook-client --host HOST --event EVENT`: the command hook of a host whose payload does not
+/// name its event (GitHub Copilot CLI's camelCase hooks: `--host copilot --event postToolUse`).
+pub const HOST_FLAG: &str = "--host";
+/// See [`HOST_FLAG`].
+pub const EVENT_FLAG: &str = "--event";
+
+/// The host and event a hook command names ([`HOST_FLAG`]), as hook-client forwards them: text,
+/// which only the broker's host table reads (an unknown pair is refused there).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HostEvent {
+    pub host: String,
+    pub event: String,
 }
 
 /// The flag of Claude Code's idle-wake hook: `hook-client --claude-wake`, a `Stop` command hook
@@ -306,7 +324,8 @@ mod tests {
 
     #[test]
     fn frame_round_trip() {
-        let req = Request::Hook { v: 1, pid: 7, ts_ms: 9, payload: "{\"a\":1}".into(), mac: "00".into(), context_limit: None };
+        let req =
+            Request::Hook { v: 1, pid: 7, ts_ms: 9, payload: "{\"a\":1}".into(), mac: "00".into(), context_limit: None, host_event: None };
         let mut buf = Vec::new();
         write_json(&mut buf, &req).unwrap();
         let back: Request = read_json(&mut &buf[..], MAX_FRAME).unwrap();

@@ -89,7 +89,7 @@ proptest! {
 
     #[test]
     fn requests_round_trip(pid in any::<u32>(), ts in any::<u64>(), payload in ".*", mac in "[0-9a-f]{0,64}") {
-        let req = Request::Hook { v: wire::PROTOCOL_VERSION, pid, ts_ms: ts, payload, mac, context_limit: None };
+        let req = Request::Hook { v: wire::PROTOCOL_VERSION, pid, ts_ms: ts, payload, mac, context_limit: None, host_event: None };
         let mut buf = Vec::new();
         wire::write_json(&mut buf, &req).unwrap();
         prop_assert_eq!(wire::read_json::<_, Request>(&mut &buf[..], MAX_FRAME).unwrap(), req);

@@ -22,6 +22,9 @@ use crate::util::unique_token;
 
 pub const COPILOT_VERSION: &str = "1.0.102";
 
+/// The hook events Courier registers.
+pub const COURIER_EVENTS: [&str; 2] = ["postToolUse", "agentStop"];
+
 /// The model name Copilot is told to use (any name: the scripted API answers every one).
 pub const MODEL: &str = "gpt-5.4";
 
@@ -68,6 +71,9 @@ pub struct CopilotEnv {
     pub work: PathBuf,
     pub copilot: PathBuf,
     base_url: String,
+    /// Courier's directories ([`CopilotEnv::with_courier`]): copilot passes its environment to
+    /// its hooks, so hook-client finds the test's broker.
+    courier: Vec<(String, String)>,
 }
 
 impl CopilotEnv {
@@ -85,7 +91,28 @@ impl CopilotEnv {
         }
         let git = Command::new("git").args(["init", "-q"]).current_dir(&work).status();
         assert!(git.is_ok_and(|s| s.success()), "git init in {}", work.display());
-        Some(CopilotEnv { root, home, copilot_home, work, copilot, base_url: api.base_url() })
+        Some(CopilotEnv { root, home, copilot_home, work, copilot, base_url: api.base_url(), courier: Vec::new() })
+    }
+
+    /// Runs copilot with `broker_env`'s Courier directories (its hooks reach that broker) and
+    /// in its HOME (`~/.copilot` there), as one user's Copilot and Courier share one.
+    pub fn with_courier(mut self, broker_env: &crate::codex::CodexEnv) -> CopilotEnv {
+        self.courier = broker_env.env_vars().into_iter().filter(|(k, _)| k.starts_with("COURIER_")).collect();
+        self.home = broker_env.home.clone();
+        self.copilot_home = self.home.join(".copilot");
+        std::fs::create_dir_all(self.copilot_home.join("hooks")).unwrap();
+        self
+    }
+
+    /// Courier's hooks as `broker install` registers them, `~/.copilot/hooks/courier.json`:
+    /// `hook-client --host copilot --event E` for postToolUse and agentStop.
+    pub fn set_courier_hooks(&self) {
+        let client = crate::broker::hook_client_bin();
+        let hooks: Vec<(&str, String)> = COURIER_EVENTS
+            .iter()
+            .map(|e| (*e, format!("{} --host copilot --event {e}", crate::util::shell_quote(&client.display().to_string()))))
+            .collect();
+        self.set_hooks("courier", &hooks);
     }
 
     /// Where `install/fetch-copilot.sh` unpacked the binary's dist dir: `copilot-<ver>/pkg-cache`
@@ -143,6 +170,7 @@ impl CopilotEnv {
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
+        .chain(self.courier.iter().cloned())
         .collect()
     }
 

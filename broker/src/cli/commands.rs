@@ -246,6 +246,14 @@ pub const COMMANDS: &[Command] = &[
         opts: &[],
     },
     Command {
+        id: Cmd::TrustCopilot,
+        args: "<PATH> [DIST_DIR]",
+        positionals: (1, 2),
+        required: &[],
+        about: "record a GitHub Copilot CLI native binary's SHA-256 and the code it unpacks and runs (its dist dir) as trusted",
+        opts: &[],
+    },
+    Command {
         id: Cmd::Install,
         args: "",
         positionals: (0, 0),

@@ -10,7 +10,7 @@ use crate::delivery::unseen;
 use crate::lines::{WholeLines, CHUNK as SCAN_CHUNK};
 use crate::os::ProcessKey;
 use crate::reason::{DeliveryReason, Doubt, Reason, WakeReason};
-use crate::store::{Channel, LeaseToken, Message, Settlement, State, Store};
+use crate::store::{Channel, LeaseToken, Message, SettledBy, Settlement, State, Store};
 use anyhow::Result;
 use codex_format::rollout::marker_ids;
 use codex_format::rollout::{classify_line, RolloutEvent};
@@ -67,7 +67,7 @@ impl Handed {
         let mut by_rollout: HashMap<String, Vec<Message>> = HashMap::new();
         let mut codex = HashMap::new();
         // A Claude Code hand-off is settled from its transcript by `claude/confirm.rs`.
-        for m in store.handed(thread)?.into_iter().filter(|m| !m.event.is_some_and(Channel::is_claude)) {
+        for m in store.handed(thread)?.into_iter().filter(|m| m.event.is_none_or(|c| c.settled_by() == SettledBy::CodexRollout)) {
             if let Some(lease) = m.lease {
                 if let Some((pid, starttime)) = store.codex_of(lease)? {
                     codex.insert(lease, ProcessKey { pid, starttime });

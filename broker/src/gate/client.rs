@@ -11,6 +11,13 @@ use std::path::{Path, PathBuf};
 
 /// Checks the peer's executable and the request; returns the parsed payload.
 pub(super) fn check(config: &GateConfig, peer: &Peer, req: &HookRequest) -> Result<HookPayload, Refusal> {
+    authenticate(config, peer, req)?;
+    serde_json::from_str(req.payload).map_err(|e| Refusal::new(RefusalCode::BadPayload, format!("payload: {e}")))
+}
+
+/// The peer is an installed hook-client, and its request is authentic and fresh; the payload is
+/// not read (a host whose payload is another format parses it in its wing).
+pub(super) fn authenticate(config: &GateConfig, peer: &Peer, req: &HookRequest) -> Result<(), Refusal> {
     let exe = os::exe_id(peer.pid).map_err(|e| {
         if os::is_gone(&e) {
             Refusal::new(RefusalCode::PeerGone, format!("peer exe: {e}"))
@@ -38,7 +45,7 @@ pub(super) fn check(config: &GateConfig, peer: &Peer, req: &HookRequest) -> Resu
             format!("timestamp {} is {} ms from broker clock", req.ts_ms, now.abs_diff(req.ts_ms)),
         ));
     }
-    serde_json::from_str(req.payload).map_err(|e| Refusal::new(RefusalCode::BadPayload, format!("payload: {e}")))
+    Ok(())
 }
 
 /// The payload's event, if Courier registers it.

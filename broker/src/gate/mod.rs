@@ -286,6 +286,42 @@ impl Gate {
     }
 }
 
+/// A hook call of a host other than Codex that passed the gate's kernel (steps 1 to 3: peer,
+/// installed client with a fresh MAC, parents up to a trusted host binary), its payload not read:
+/// the host's wing runs its own steps on it (`copilot/gate.rs`), then [`Gate::recheck`].
+pub struct HostCall {
+    ancestry: ancestry::Ancestry,
+}
+
+impl HostCall {
+    /// The trusted host process the walk stopped at.
+    pub fn host(&self) -> crate::os::ProcessKey {
+        self.ancestry.codex.key()
+    }
+
+    /// Whether the peer's parent is that host process itself (nothing in between).
+    pub fn direct_child(&self) -> bool {
+        self.ancestry.chain.is_empty()
+    }
+}
+
+impl Gate {
+    /// Steps 1 to 3 for a host whose wing proves the rest (module documentation), with `trust`
+    /// answering for that host's binaries.
+    pub fn verify_host_call(&self, peer: &Peer, req: &HookRequest, trust: &dyn CodexTrust) -> Result<HostCall, Refusal> {
+        peer::check(peer, self.uid)?; // 1
+        client::authenticate(&self.config, peer, req)?; // 2
+        let ancestry = self.trusted_ancestry(peer, req, trust)?; // 3
+        Ok(HostCall { ancestry })
+    }
+
+    /// The last check of a [`HostCall`]: the peer and every process up to the host are still
+    /// the ones checked ([`ancestry::recheck`]).
+    pub fn recheck(&self, peer: &Peer, call: &HostCall) -> Result<(), Refusal> {
+        ancestry::recheck(peer, &call.ancestry, &self.proc_files)
+    }
+}
+
 #[derive(Default)]
 struct Ctx {
     thread: Option<String>,

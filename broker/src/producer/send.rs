@@ -170,7 +170,7 @@ fn listed(id: String) -> Result<ThreadId, SendError> {
 }
 
 /// Where the target thread stands: a Codex rollout (live or ended), a proven Claude Code
-/// session, or nothing yet (refused unless `--future-thread`).
+/// session, a Copilot CLI session, or nothing yet (refused unless `--future-thread`).
 fn thread_status(
     store: &Store,
     codex_home: &Path,
@@ -194,6 +194,17 @@ fn thread_status(
             false => (
                 ThreadStatus::Ended,
                 Some(format!("Claude Code session {thread} has ended; the message waits until it is resumed (`claude --resume {thread}`)")),
+            ),
+        }
+    } else if let Some(status) = crate::copilot::session::status(thread.as_str()) {
+        // A session of the user's GitHub Copilot CLI (copilot/): its hooks deliver.
+        match status {
+            crate::copilot::session::Status::Live => (ThreadStatus::Live, None),
+            crate::copilot::session::Status::Ended => (
+                ThreadStatus::Ended,
+                Some(format!(
+                    "Copilot CLI session {thread} has ended; the message waits until it is resumed (`copilot --resume {thread}`)"
+                )),
             ),
         }
     } else {

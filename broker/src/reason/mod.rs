@@ -26,6 +26,7 @@
 //! | `codex_exited` | uncertain | its codex exited before the rollout showed it |
 //! | `claude_exited` | uncertain | handed to a Claude Code hook, and its claude exited before the transcript showed a request carrying it |
 //! | `claude_answer_lost` | uncertain | handed to a Claude Code hook whose answer claude never took (the broker stopped, the hook timed out, the turn was interrupted): its next request went without it, and no request will carry it |
+//! | `copilot_exited` | uncertain | handed to a GitHub Copilot CLI hook, and its copilot exited with a session record (`events.jsonl`) that does not show it reaching the model |
 //! | `parts_handed` | pending | too large for one hook output: some of its parts are handed, the rest go to the session's next hooks |
 //! | `part_unseen` | uncertain | handed in parts, and the transcript shows a later part but no request carrying an earlier one: the model never saw that part |
 //! | `rollout_missing` | uncertain | its rollout could not be opened any more |
@@ -95,6 +96,7 @@ reasons! {
         CodexExited = "codex_exited",
         ClaudeExited = "claude_exited",
         ClaudeAnswerLost = "claude_answer_lost",
+        CopilotExited = "copilot_exited",
         PartsHanded = "parts_handed",
         PartUnseen = "part_unseen",
         RolloutMissing = "rollout_missing",

@@ -79,7 +79,7 @@ impl Broker {
                     let _ = wire::write_json(&mut stream, &self.status());
                 }
             }
-            Request::Hook { v, pid, ts_ms, payload, mac, context_limit } => {
+            Request::Hook { v, pid, ts_ms, payload, mac, context_limit, host_event } => {
                 self.counters.hook_calls.fetch_add(1, Ordering::Relaxed);
                 if v != PROTOCOL_VERSION {
                     self.refuse(RefusalCode::ProtocolVersion, &format!("client speaks v{v}"), None, None, Some(peer.pid));
@@ -87,6 +87,9 @@ impl Broker {
                     return Served::Closed;
                 }
                 let request = HookRequest { pid, ts_ms, payload: &payload, mac: &mac };
+                if let Some(host_event) = host_event {
+                    return self.host_hook(stream, &peer, &request, &host_event);
+                }
                 let answered = self.hook(stream, &peer, &request, context_limit);
                 // The client gives up at its deadline (500 ms from its start): how close this came.
                 crate::log_debug!("hook of pid {pid} answered {} ms after its client sent it", crate::store::now_ms() - ts_ms as i64);
@@ -97,6 +100,28 @@ impl Broker {
                 let _ = stream.write_all(&error_frame(RefusalCode::UnexpectedAck.as_str(), "ack without a lease"));
             }
         }
+        Served::Closed
+    }
+
+    /// A hook of a host whose command names its event (`hook-client --host H --event E`): the
+    /// host's wing proves it and hands what waits, recorded before the answer is written.
+    fn host_hook(&self, mut stream: UnixStream, peer: &Peer, request: &HookRequest, he: &wire::HostEvent) -> Served {
+        let served = match he.host.as_str() {
+            crate::copilot::HOST => crate::copilot::serve::hook(&self.gate, &self.store, peer, request, &he.event),
+            other => Err(gate::Refusal::new(RefusalCode::UnsupportedEvent, format!("host {other:?} is not one Courier serves"))),
+        };
+        let output = match served {
+            Ok(handed) => handed.map(|h| {
+                self.counters.handed.fetch_add(h.count as u64, Ordering::Relaxed);
+                self.producer.changed();
+                h.output
+            }),
+            Err(r) => {
+                self.refuse(r.code, &r.detail, r.thread.as_deref(), r.event.as_deref(), Some(peer.pid));
+                None
+            }
+        };
+        let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, output: output.unwrap_or_default(), ..Default::default() });
         Served::Closed
     }
 

@@ -167,6 +167,8 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
             Err(e) => crate::log_error!("Claude Code idle wakes not served: {e:#}"),
         }
     }
+    // Copilot CLI's hooks come through the socket above; its hand-offs settle on their own thread.
+    crate::copilot::serve::spawn_confirm(&opts.state_dir)?;
     maintenance::spawn(Arc::clone(&broker), &opts.state_dir, opts.retention)?;
     approval_sweep::spawn(Arc::clone(&broker))?;
     serve_connections(broker, listener)

@@ -58,6 +58,9 @@ pub enum Channel {
     /// An idle Claude Code session woken by its `asyncRewake` Stop hook (`claude/wake.rs`);
     /// confirmed from the transcript as [`Channel::Claude`] is.
     ClaudeWake,
+    /// A proven GitHub Copilot CLI hook (`copilot/deliver.rs`): confirmed from its session
+    /// record (`copilot/confirm.rs`).
+    Copilot,
 }
 
 impl Channel {
@@ -67,6 +70,7 @@ impl Channel {
             Channel::Wake => "wake",
             Channel::Claude => "claude",
             Channel::ClaudeWake => "claude-wake",
+            Channel::Copilot => "copilot",
         }
     }
 
@@ -75,14 +79,16 @@ impl Channel {
             "wake" => Channel::Wake,
             "claude" => Channel::Claude,
             "claude-wake" => Channel::ClaudeWake,
+            "copilot" => Channel::Copilot,
             _ => Channel::Hook(HookEvent::parse(s)),
         })
     }
 
     /// Whether a message too large for one output goes out in parts (`Part`): Claude Code's
-    /// hook context passes 10,000 characters whole, and a preview of anything larger.
+    /// hook context passes 10,000 characters whole, and a preview of anything larger; Copilot
+    /// CLI's 10,240 and cuts the rest silently.
     pub const fn splits(self) -> bool {
-        matches!(self, Channel::Claude)
+        matches!(self, Channel::Claude | Channel::Copilot)
     }
 
     /// Whether a message larger than this call carries is passed by later messages that fit
@@ -99,10 +105,31 @@ impl Channel {
         matches!(self, Channel::Wake | Channel::ClaudeWake)
     }
 
+    /// Which host's record settles a hand-off of this channel: one confirmation pass per host
+    /// reads exactly the hand-offs of its own channels.
+    pub const fn settled_by(self) -> SettledBy {
+        match self {
+            Channel::Hook(_) | Channel::Wake => SettledBy::CodexRollout,
+            Channel::Claude | Channel::ClaudeWake => SettledBy::ClaudeTranscript,
+            Channel::Copilot => SettledBy::CopilotEvents,
+        }
+    }
+
     /// Settled from a Claude Code transcript (`claude/confirm.rs`).
     pub const fn is_claude(self) -> bool {
-        matches!(self, Channel::Claude | Channel::ClaudeWake)
+        matches!(self.settled_by(), SettledBy::ClaudeTranscript)
     }
+}
+
+/// The record a hand-off is settled from ([`Channel::settled_by`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettledBy {
+    /// The Codex rollout (`delivery/confirm.rs`, `wake/`).
+    CodexRollout,
+    /// The Claude Code transcript (`claude/confirm.rs`).
+    ClaudeTranscript,
+    /// The Copilot CLI session record, `events.jsonl` (`copilot/confirm.rs`).
+    CopilotEvents,
 }
 
 impl Serialize for Channel {

@@ -1,0 +1,173 @@
+//! Trusting Copilot CLI: its native binary AND the code that binary runs. The binary (a Node
+//! single-executable application) unpacks `copilot.tgz` into a dist dir under its package cache
+//! (`$COPILOT_PKG_CACHE_HOME/pkg/<platform>/<version>/`) and runs the JavaScript and the native
+//! addon from there, checking only that the files exist: the binary's digest alone does not pin
+//! the code that runs (a line appended to `index.js` ran under the unchanged binary, probed on
+//! 1.0.102). So `broker trust-copilot BINARY [DIST_DIR]` records the SHA-256 of the binary and
+//! of the dist dir's [`DIST_FILES`] (`trusted_host_files`), and each file's identity (device,
+//! inode, size, mtime, ctime) with its digest (`codex_files`). A hook is proven only while the
+//! dist dir its copilot holds its lock in has those files with an identity recorded for a
+//! trusted digest: nothing is hashed or executed on the hook path.
+//!
+//! What it proves: the files on disk now are byte for byte the trusted ones, not written since
+//! they were hashed (any write or rename changes ctime, which no owner can set back), and neither
+//! they nor their directory can be written by another user. What it cannot: that a process of
+//! the user's own did not load other code into copilot some other way (a debugger, a preload
+//! library: the same user's processes are not a boundary Courier claims), and the other files of
+//! the dist dir (`app.js`, the bundled SDKs) are not checked.
+
+use super::HOST;
+use crate::exe::ExeKey;
+use crate::gate::CodexTrust;
+use crate::store::{Store, TrustedHostFile};
+use anyhow::{bail, Context, Result};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// The role of the native binary in the trust table.
+pub const BINARY: &str = "binary";
+
+/// The dist dir's files whose digests are trusted, relative to it: the CLI's entry points and
+/// the native addon that runs hooks. `{platform}` is `<os>-<arch>` as Copilot names it.
+pub const DIST_FILES: [&str; 3] = ["cli-main.js", "index.js", "prebuilds/{platform}/runtime.node"];
+
+/// Copilot's name for this platform (`linux-x64`, `linux-arm64`).
+pub fn platform() -> &'static str {
+    match std::env::consts::ARCH {
+        "aarch64" => "linux-arm64",
+        _ => "linux-x64",
+    }
+}
+
+fn dist_file(rel: &str) -> String {
+    rel.replace("{platform}", platform())
+}
+
+/// Hashes `path` (recording its identity) and returns its digest.
+fn hash(store: &mut Store, path: &Path) -> Result<String> {
+    let mut file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let before = ExeKey::of(&file)?;
+    let digest = crate::exe::hash_reader(&mut file)?;
+    if ExeKey::of(&file)? != before {
+        bail!("{} changed while it was hashed", path.display());
+    }
+    store.note_codex_file(&before, &digest)?;
+    Ok(digest)
+}
+
+/// The dist dir the binary at `native` unpacks into when nothing says otherwise: beside an
+/// install made by `install/fetch-copilot.sh` (`<tree>/pkg-cache`), else
+/// `$COPILOT_PKG_CACHE_HOME` or `$XDG_CACHE_HOME/copilot` or `~/.cache/copilot`, then
+/// `pkg/<platform>/<version>`.
+pub fn default_dist_dir(native: &Path, version: &str) -> Option<PathBuf> {
+    let beside = native.ancestors().nth(4).map(|t| t.join("pkg-cache"));
+    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let caches = [
+        beside,
+        env("COPILOT_PKG_CACHE_HOME"),
+        env("XDG_CACHE_HOME").map(|c| c.join("copilot")),
+        env("HOME").map(|h| h.join(".cache/copilot")),
+    ];
+    caches.into_iter().flatten().map(|c| c.join("pkg").join(platform()).join(version)).find(|d| d.join(".extraction-complete").is_file())
+}
+
+/// The version the npm platform package holding `native` declares (`@github/copilot-<platform>`).
+pub fn version_beside(native: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(native.parent()?.join("package.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v["name"].as_str().filter(|n| n.starts_with("@github/copilot"))?;
+    v["version"].as_str().map(String::from)
+}
+
+/// Trusts the native binary at `path` and the dist dir it runs (`dist`, else
+/// [`default_dist_dir`]). Returns what was recorded, each with whether it was new.
+pub fn trust(store: &mut Store, path: &Path, dist: Option<&Path>) -> Result<Vec<(TrustedHostFile, bool)>> {
+    let native = std::fs::canonicalize(path).with_context(|| format!("resolving {}", path.display()))?;
+    let version = version_beside(&native);
+    let dist = match dist {
+        Some(d) => std::fs::canonicalize(d).with_context(|| format!("resolving {}", d.display()))?,
+        None => {
+            let v = version.as_deref().context("no package.json of @github/copilot-<platform> beside the binary: name the dist dir")?;
+            default_dist_dir(&native, v).with_context(|| {
+                format!("no extracted dist dir of copilot {v} found: run `COPILOT_SEA_EXTRACT_ONLY=1 copilot --binary-version`, or name it")
+            })?
+        }
+    };
+    let mut files = vec![(BINARY.to_string(), native)];
+    files.extend(DIST_FILES.iter().map(|rel| (rel.to_string(), dist.join(dist_file(rel)))));
+    let mut out = Vec::new();
+    for (role, file) in files {
+        let sha256 = hash(store, &file)?;
+        let record =
+            TrustedHostFile { host: HOST.into(), role, sha256, path: file.to_string_lossy().into_owned(), version: version.clone() };
+        let new = store.trust_host_file(&record)?;
+        out.push((record, new));
+    }
+    Ok(out)
+}
+
+/// The gate's view of Copilot trust, from the store: the walk to the host (gate step 3) stops
+/// at a trusted native binary, found by its recorded identity (never hashed on the hook path).
+pub struct StoreTrust<'a>(pub &'a Mutex<Store>);
+
+impl CodexTrust for StoreTrust<'_> {
+    fn is_trusted(&self, sha256: &str) -> bool {
+        crate::store::lock(self.0).is_trusted_host_file(HOST, BINARY, sha256).unwrap_or(false)
+    }
+    fn is_expected(&self, path: &Path, _size: u64) -> bool {
+        crate::store::lock(self.0).is_trusted_host_path(HOST, BINARY, &path.to_string_lossy()).unwrap_or(false)
+    }
+    fn known_digest(&self, key: &ExeKey) -> Option<String> {
+        crate::store::lock(self.0).codex_file_digest(key).ok().flatten()
+    }
+    fn host(&self) -> &'static str {
+        "Copilot CLI"
+    }
+}
+
+/// Why the dist dir `dir` is not trusted code, or `None` when it is: it and each of
+/// [`DIST_FILES`] are owned by the broker's user or root and writable by no one else, and each
+/// file's identity is recorded with a trusted digest of its role.
+pub fn dist_doubt(store: &Mutex<Store>, dir: &Path) -> Option<String> {
+    let uid = courier_shared::paths::uid();
+    let owned_safely = |p: &Path, m: &std::fs::Metadata| -> Option<String> {
+        if m.uid() != uid && m.uid() != 0 {
+            return Some(format!("{} is owned by uid {}", p.display(), m.uid()));
+        }
+        (m.mode() & 0o022 != 0).then(|| format!("{} is writable by group or others (mode {:o})", p.display(), m.mode() & 0o7777))
+    };
+    for d in dir.ancestors().take(2) {
+        let m = match std::fs::symlink_metadata(d) {
+            Ok(m) => m,
+            Err(e) => return Some(format!("{}: {e}", d.display())),
+        };
+        if let Some(why) = owned_safely(d, &m) {
+            return Some(why);
+        }
+    }
+    for rel in DIST_FILES {
+        let path = dir.join(dist_file(rel));
+        let file = match crate::os::open_nofollow(&path) {
+            Ok(f) => f,
+            Err(e) => return Some(format!("{}: {e}", path.display())),
+        };
+        let (meta, key) = match (file.metadata(), ExeKey::of(&file)) {
+            (Ok(m), Ok(k)) => (m, k),
+            _ => return Some(format!("{}: cannot stat", path.display())),
+        };
+        if let Some(why) = owned_safely(&path, &meta) {
+            return Some(why);
+        }
+        let store = crate::store::lock(store);
+        let trusted =
+            store.codex_file_digest(&key).ok().flatten().filter(|sha| store.is_trusted_host_file(HOST, rel, sha).unwrap_or(false));
+        if trusted.is_none() {
+            return Some(format!(
+                "{} is not a trusted {rel} (changed since trusted, or never trusted: `broker trust-copilot`)",
+                path.display()
+            ));
+        }
+    }
+    None
+}
