@@ -181,8 +181,15 @@ impl CopilotEnv {
 
     /// [`CopilotEnv::print`] without waiting (the test needs copilot's pid while it runs).
     pub fn spawn_print(&self, prompt: &str) -> ExecChild {
+        self.spawn_print_allowing("--allow-all-tools", prompt)
+    }
+
+    /// `copilot -p <prompt> <allow> --output-format json`, not waited for. `--allow-all-tools`
+    /// does not cover paths outside the work dir in `-p` (a command naming one is denied);
+    /// `--allow-all` does.
+    pub fn spawn_print_allowing(&self, allow: &str, prompt: &str) -> ExecChild {
         let mut c = self.command();
-        c.args(["-p", prompt, "--allow-all-tools", "--output-format", "json"]);
+        c.args(["-p", prompt, allow, "--output-format", "json"]);
         ExecChild::spawn(c)
     }
 

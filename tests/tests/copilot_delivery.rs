@@ -127,37 +127,50 @@ fn a_message_sent_mid_turn_reaches_the_model_once_with_a_confirmed_receipt() {
 }
 
 #[test]
-fn a_forged_hook_from_a_models_command_gets_nothing_and_is_refused() {
+fn forged_hooks_from_a_models_commands_get_nothing_and_are_refused() {
     let hold = Hold::new();
-    let forged_out = std::env::temp_dir().join(format!("courier-forged-{}", courier_tests::util::unique_token()));
-    // The model's command: hook-client with a payload naming its own session (copilot gives
-    // model commands COPILOT_AGENT_SESSION_ID), as a hook would be run.
-    let forge = format!(
-        "printf '{{\"sessionId\":\"%s\",\"timestamp\":%s000,\"cwd\":\"/\",\"toolName\":\"bash\",\"toolArgs\":{{}},\"toolResult\":{{\"resultType\":\"success\",\"textResultForLlm\":\"x\"}}}}' \"$COPILOT_AGENT_SESSION_ID\" \"$(date +%s)\" | {} --host copilot --event postToolUse > {}; echo forged",
-        shell_quote(&hook_client_bin().display().to_string()),
-        shell_quote(&forged_out.display().to_string())
-    );
-    let api = ScriptedChat::start_with(script(vec![forge], &hold));
+    // The model's commands: hook-client with a payload naming its own session (copilot gives
+    // model commands COPILOT_AGENT_SESSION_ID), first under the command's bash, then exec'd by
+    // it so that its parent IS copilot, as a hook's is, and its stdout the pipe copilot reads
+    // the command's output from: only its session tells it apart.
+    let client = shell_quote(&hook_client_bin().display().to_string());
+    let payload = "printf '{\"sessionId\":\"%s\",\"timestamp\":%s000,\"cwd\":\"/\",\"toolName\":\"bash\",\"toolArgs\":{},\"toolResult\":{\"resultType\":\"success\",\"textResultForLlm\":\"x\"}}' \"$COPILOT_AGENT_SESSION_ID\" \"$(date +%s)\"";
+    let under_bash = format!("{payload} | {client} --host copilot --event postToolUse > forged1.out; echo forged");
+    let execd = format!("{payload} > payload.json; exec {client} --host copilot --event postToolUse < payload.json");
+    let api = ScriptedChat::start_with(script(vec![under_bash, execd], &hold));
     let Some((broker_env, env)) = envs(&api) else { return };
     let broker = start_trusting(&broker_env, &env);
-    let run = env.spawn_print("run the command");
+    // `--allow-all`: the commands name hook-client, outside the work dir.
+    let run = env.spawn_print_allowing("--allow-all", "run the commands");
     api.wait_for(BOUND, "the first step, held", |r| r.offers_tool("bash"));
     let session = wait_session(&env);
-    let body = marker("COPILOT_FORGED_TARGET");
-    broker.send(&session, &body, None);
+    let first = marker("COPILOT_FORGED_TARGET_1");
+    let second = marker("COPILOT_FORGED_TARGET_2");
+    broker.send(&session, &first, None);
+    broker.send(&session, &second, None);
     hold.release();
     let out = run.wait(Duration::from_secs(120));
     assert!(out.status.success(), "copilot -p: {:?}\n{}\n{}", out.status, out.stdout, out.stderr);
-    let forged = std::fs::read_to_string(&forged_out).unwrap_or_else(|e| panic!("the forged call ran: {e}\n{}", api.dump()));
-    let _ = std::fs::remove_file(&forged_out);
-    assert_eq!(forged, "", "the forged hook got nothing");
+    // In the work dir: `-p` denies a command writing outside it.
+    let forged = std::fs::read_to_string(env.work.join("forged1.out"))
+        .unwrap_or_else(|e| panic!("the forged call ran: {e}\n{:?}", api.conversation().last().map(Request::tool_results)));
+    assert_eq!(forged, "", "the forged hook under bash got nothing");
+    // What the exec'd one printed is the command's output: the tool result before the real
+    // postToolUse's guidance.
+    let results = api.conversation().last().unwrap().tool_results();
+    assert_eq!(results.len(), 2, "{results:?}");
+    let printed = results[1].split("\n\nTool \"bash\" succeeded").next().unwrap();
+    assert!(!printed.contains("courier-message"), "the exec'd forged hook got nothing: {printed:?}");
     let codes: Vec<(String, String)> =
         refusals(&broker.inspect_json()).iter().map(|r| (str_field(r, "reason").to_string(), str_field(r, "detail").to_string())).collect();
-    assert_eq!(codes.len(), 1, "one refusal, the forged call's: {codes:?}");
-    assert_eq!(codes[0].0, "copilot_session", "{codes:?}");
-    // The real postToolUse of that call delivered it: the genuine path still works beside it.
-    let counts = counts(&api, &body);
-    assert!(counts.iter().all(|c| *c <= 1) && counts.iter().any(|c| *c == 1), "delivered once by the real hook: {counts:?}");
+    let mut got: Vec<&str> = codes.iter().map(|c| c.0.as_str()).collect();
+    got.sort();
+    assert_eq!(got, ["copilot_parent", "copilot_session"], "one refusal per forged call: {codes:?}");
+    // The real postToolUse of each call delivered one message: the genuine path works beside them.
+    for body in [&first, &second] {
+        let counts = counts(&api, body);
+        assert!(counts.iter().all(|c| *c <= 1) && counts.iter().any(|c| *c == 1), "{body} delivered once by a real hook: {counts:?}");
+    }
 }
 
 /// The parts of a message as the model got them, in order: (k, n, chunk).
@@ -190,7 +203,7 @@ fn a_message_over_the_cut_arrives_whole_in_parts() {
     let run = env.spawn_print("run the commands");
     api.wait_for(BOUND, "the first step, held", |r| r.offers_tool("bash"));
     let session = wait_session(&env);
-    let body: String = (0..2_600).map(|i| format!("w{i:05} ")).collect();
+    let body: String = (0..3_600).map(|i| format!("w{i:05} ")).collect();
     assert!(body.len() > 10_240 * 2, "{}", body.len());
     let id = broker.send(&session, &body, None);
     hold.release();
