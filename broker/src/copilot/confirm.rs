@@ -7,9 +7,10 @@
 //! read after the exit, shows none. A message in parts is confirmed when every part is shown,
 //! `uncertain` `part_unseen` when a later part is and an earlier one is not.
 //!
-//! Copilot writes the record live in the interactive TUI but, in `copilot -p`, only at exit
-//! (probed on 1.0.102): a `-p` session's hand-offs are confirmed when its copilot exits, not
-//! before. Whose copilot is gone is decided before the read, so the read saw all it will write.
+//! Copilot writes the record as the session goes, in `copilot -p` too (re-probed on 1.0.102: 31 KB
+//! on disk at the first postToolUse of a `-p` run); a record not written yet keeps the hand-off
+//! `handed` until its copilot exits. Whose copilot is gone is decided before the read, so the
+//! read saw all it will write.
 
 use crate::os::ProcessKey;
 use crate::reason::{DeliveryReason, Reason};
