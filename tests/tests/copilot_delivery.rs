@@ -106,6 +106,14 @@ fn a_message_sent_mid_turn_reaches_the_model_once_with_a_confirmed_receipt() {
     let run = env.spawn_print("run the commands");
     api.wait_for(BOUND, "the first step, held", |r| r.offers_tool("bash"));
     let session = wait_session(&env);
+    // `broker threads` lists the live session with its host and the copilot running it.
+    let listed = broker.threads_json(false);
+    let row = listed.iter().find(|t| t["id"] == session.as_str()).unwrap_or_else(|| panic!("{session} not listed: {listed:#?}"));
+    assert_eq!(
+        (row["host"].as_str(), row["state"].as_str(), row["process"]["kind"].as_str()),
+        (Some("copilot"), Some("live"), Some("copilot")),
+        "{row}"
+    );
     let body = marker("COPILOT_MID_TURN");
     let mut send = spawn_send_wait(&broker_env, &session, &body);
     let id = wait_queued(&broker, &session, &mut send);

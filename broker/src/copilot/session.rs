@@ -20,40 +20,62 @@ pub enum Status {
     Ended,
 }
 
+/// One session of the user's Copilot home.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    pub id: String,
+    pub status: Status,
+    /// The pid holding its lock, while live.
+    pub holder: Option<i32>,
+    /// Its session record.
+    pub events: PathBuf,
+}
+
 /// The status of session `id` in this user's Copilot home; `None` when it has none.
 pub fn status(id: &str) -> Option<Status> {
+    session(id, &std::fs::read_to_string("/proc/locks").unwrap_or_default()).map(|s| s.status)
+}
+
+fn session(id: &str, locks: &str) -> Option<Session> {
     let dir = copilot_home()?.join("session-state").join(id);
     if !dir.is_dir() {
         return None;
     }
-    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
-    let live = std::fs::read_dir(&dir).into_iter().flatten().flatten().any(|e| {
+    let holder = std::fs::read_dir(&dir).into_iter().flatten().flatten().find_map(|e| {
         let name = e.file_name();
         let is_hold = name.to_str().is_some_and(|n| n.starts_with("inuse.") && n.ends_with(".hold"));
-        is_hold && e.metadata().is_ok_and(|m| flock_held(&locks, m.ino()))
+        if !is_hold {
+            return None;
+        }
+        e.metadata().ok().and_then(|m| flock_holder(locks, m.ino()))
     });
-    Some(if live { Status::Live } else { Status::Ended })
+    let status = if holder.is_some() { Status::Live } else { Status::Ended };
+    Some(Session { id: id.to_string(), status, holder, events: dir.join("events.jsonl") })
 }
 
-/// `/proc/locks` has an exclusive flock on inode `ino` (`N: FLOCK ADVISORY WRITE pid maj:min:ino ...`).
-fn flock_held(locks: &str, ino: u64) -> bool {
-    locks.lines().any(|l| {
+/// The pid holding an exclusive flock on inode `ino` in `/proc/locks`
+/// (`N: FLOCK ADVISORY WRITE pid maj:min:ino ...`).
+fn flock_holder(locks: &str, ino: u64) -> Option<i32> {
+    locks.lines().find_map(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
-        f.len() > 5 && f[1] == "FLOCK" && f[3] == "WRITE" && f[5].rsplit(':').next().and_then(|i| i.parse::<u64>().ok()) == Some(ino)
+        let on =
+            f.len() > 5 && f[1] == "FLOCK" && f[3] == "WRITE" && f[5].rsplit(':').next().and_then(|i| i.parse::<u64>().ok()) == Some(ino);
+        on.then(|| f[4].parse().ok()).flatten()
     })
 }
 
-/// Every session in this user's Copilot home, with its status.
-pub fn all() -> Vec<(String, Status)> {
+/// Every session in this user's Copilot home, by id.
+pub fn all() -> Vec<Session> {
     let Some(home) = copilot_home() else { return Vec::new() };
     let Ok(dir) = std::fs::read_dir(home.join("session-state")) else { return Vec::new() };
-    let mut out: Vec<(String, Status)> = dir
+    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+    let mut out: Vec<Session> = dir
         .flatten()
         .filter_map(|e| e.file_name().into_string().ok())
         .filter(|n| courier_shared::ids::ThreadId::parse(n).is_ok())
-        .filter_map(|n| status(&n).map(|s| (n, s)))
+        .filter_map(|n| session(&n, &locks))
         .collect();
-    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out.sort_by(|a, b| a.id.cmp(&b.id));
     out
 }
 
@@ -64,9 +86,9 @@ mod tests {
     #[test]
     fn an_exclusive_flock_on_the_inode_is_found() {
         let locks = "1: FLOCK  ADVISORY  WRITE 2152 fe:00:5491583 0 EOF\n2: FLOCK  ADVISORY  READ 2153 fe:00:77 0 EOF\n3: POSIX  ADVISORY  WRITE 9 fe:00:88 0 EOF\n";
-        assert!(flock_held(locks, 5491583));
-        assert!(!flock_held(locks, 77), "a shared lock");
-        assert!(!flock_held(locks, 88), "a POSIX lock");
-        assert!(!flock_held(locks, 549158));
+        assert_eq!(flock_holder(locks, 5491583), Some(2152));
+        assert_eq!(flock_holder(locks, 77), None, "a shared lock");
+        assert_eq!(flock_holder(locks, 88), None, "a POSIX lock");
+        assert_eq!(flock_holder(locks, 549158), None);
     }
 }

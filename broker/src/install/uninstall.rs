@@ -136,6 +136,7 @@ fn open_sessions() -> Vec<String> {
     let line = |pid: i32, host: Host, ids: Vec<String>| match host {
         Host::Codex => format!("codex pid {pid}: thread {}", ids.join(", thread ")),
         Host::ClaudeCode => format!("claude pid {pid}: session {}", ids.join(", session ")),
+        Host::Copilot => format!("copilot pid {pid}: session {}", ids.join(", session ")),
     };
     by_pid.into_iter().map(|(pid, (host, ids))| line(pid, host, ids)).collect()
 }

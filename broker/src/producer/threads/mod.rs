@@ -13,12 +13,14 @@
 //! The JSON field names are a stable interface (docs/producers.md).
 //!
 //! Claude Code sessions are listed beside them (`host` `claude-code`, `claude.rs`): the sessions
-//! the Claude Code gate pinned to a proven claude process, live while that process runs.
+//! the Claude Code gate pinned to a proven claude process, live while that process runs; and
+//! Copilot CLI sessions (`host` `copilot`, `copilot.rs`), live while a copilot holds the lock.
 //!
 //! This file lists; `facts.rs` reads a rollout's `session_meta` and title; `tree.rs` orders the
 //! list as the sub-agent tree and renders the table.
 
 mod claude;
+mod copilot;
 mod facts;
 mod tree;
 
@@ -53,6 +55,8 @@ pub enum Host {
     Codex,
     /// A Claude Code session (its id is the session id) the gate proved and pinned.
     ClaudeCode,
+    /// A GitHub Copilot CLI session of the user's Copilot home (its id is the session id).
+    Copilot,
 }
 
 impl Host {
@@ -60,6 +64,7 @@ impl Host {
         match self {
             Host::Codex => "codex",
             Host::ClaudeCode => "claude-code",
+            Host::Copilot => "copilot",
         }
     }
 }
@@ -78,6 +83,8 @@ pub enum ProcessKind {
     Tui,
     /// Claude Code's native binary (`claude`, interactive or `-p`).
     Claude,
+    /// Copilot CLI's native binary (`copilot`, interactive or `-p`).
+    Copilot,
 }
 
 impl ProcessKind {
@@ -132,6 +139,7 @@ impl ProcessKind {
             ProcessKind::TuiDaemon => "tui-daemon",
             ProcessKind::Tui => "tui",
             ProcessKind::Claude => "claude",
+            ProcessKind::Copilot => "copilot",
         }
     }
 }
@@ -387,6 +395,7 @@ impl Lister {
     pub fn list(&self, store: &Store, all: bool, limit: usize) -> anyhow::Result<Vec<ThreadInfo>> {
         let mut threads = self.live(store);
         threads.extend(claude::sessions(store, all, limit)?);
+        threads.extend(copilot::sessions(all, limit));
         if all {
             let live: HashSet<String> = threads.iter().map(|t| t.id.clone()).collect();
             let mut ended = 0;

@@ -1,0 +1,49 @@
+//! The GitHub Copilot CLI sessions of `broker threads`: the sessions of the user's Copilot home
+//! (`copilot/session.rs`), live while a process holds the flock of an `inuse.<pid>.hold` there.
+//! A listing, not a proof: what is delivered to a session rests on the Copilot gate alone.
+
+use super::{Host, ProcessInfo, ProcessKind, ThreadInfo, ThreadState};
+use crate::copilot::session::{self, Status};
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+
+/// The live sessions and, with `all`, up to `limit` ended ones.
+pub fn sessions(all: bool, limit: usize) -> Vec<ThreadInfo> {
+    let mut ended = 0;
+    let mut out = Vec::new();
+    for s in session::all() {
+        let live = s.status == Status::Live;
+        if !live && (!all || ended >= limit) {
+            continue;
+        }
+        ended += usize::from(!live);
+        out.push(describe(&s));
+    }
+    out
+}
+
+fn describe(s: &session::Session) -> ThreadInfo {
+    let link = |pid: i32, what: &str| std::fs::read_link(format!("/proc/{pid}/{what}")).ok().map(|p| p.display().to_string());
+    let mtime = std::fs::metadata(&s.events).ok().map(|m| m.mtime() * 1000 + m.mtime_nsec() / 1_000_000);
+    ThreadInfo {
+        id: s.id.clone(),
+        host: Host::Copilot,
+        state: if s.holder.is_some() { ThreadState::Live } else { ThreadState::Ended },
+        turn_id: None,
+        parent: None,
+        root: None,
+        children: Vec::new(),
+        cwd: s.holder.and_then(|pid| link(pid, "cwd")),
+        title: None,
+        agent_nickname: None,
+        originator: None,
+        cli_version: None,
+        process: s.holder.map(|pid| ProcessInfo { pid, kind: ProcessKind::Copilot, exe: link(pid, "exe").unwrap_or_default() }),
+        rollout: s.events.display().to_string(),
+        last_activity_at: mtime,
+        pending: 0,
+        undelivered: 0,
+        messages: BTreeMap::new(),
+        waiting_on_approval: Vec::new(),
+    }
+}
