@@ -41,6 +41,8 @@ pub struct AgentEnv {
     pub courier_config: PathBuf,
     /// `PATH`, where the agents' commands are looked up.
     pub path_var: Option<OsString>,
+    /// `COPILOT_HOME` (GitHub Copilot CLI's state directory when set; else `~/.copilot`).
+    pub copilot_home: Option<OsString>,
 }
 
 impl AgentEnv {
@@ -52,6 +54,7 @@ impl AgentEnv {
             claude_config_dir: std::env::var_os("CLAUDE_CONFIG_DIR"),
             courier_config: courier_shared::paths::config_path(),
             path_var: std::env::var_os("PATH"),
+            copilot_home: std::env::var_os("COPILOT_HOME").filter(|v| !v.is_empty()),
         }
     }
 }

@@ -94,6 +94,22 @@ pub struct Manifest {
     /// Claude Code's hooks, port and trusted binaries (`agent/claude.rs`).
     #[serde(default)]
     pub claude: Option<ClaudeSetup>,
+    /// GitHub Copilot CLI's hook file and trusted files (`agent/copilot.rs`).
+    #[serde(default)]
+    pub copilot: Option<CopilotSetup>,
+}
+
+/// What install did for GitHub Copilot CLI (in the manifest; written by `agent/copilot.rs`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct CopilotSetup {
+    /// `<Copilot home>/hooks/courier.json`, Courier's own file there.
+    pub hooks_file: PathBuf,
+    /// Whether install created the `hooks/` directory (uninstall removes it when empty).
+    pub created_dir: bool,
+    /// What install last wrote there: uninstall removes the file only while it reads exactly this.
+    pub written: String,
+    /// Copilot files install trusted (role, digest, path).
+    pub trusted: Vec<(String, String, String)>,
 }
 
 pub fn manifest_path(state_dir: &Path) -> PathBuf {

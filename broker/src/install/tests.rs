@@ -148,8 +148,9 @@ fn each_agent_row_edits_only_the_config_files_it_names() {
         claude_config_dir: Some(dir.join("claude-config").into()),
         courier_config: dir.join("courier/config.toml"),
         path_var: None,
+        copilot_home: None,
     };
-    for d in [&env.codex_home, &dir.join("claude-config"), &dir.join("courier"), &state] {
+    for d in [&env.codex_home, &dir.join("claude-config"), &dir.join("courier"), &state, &home.join(".copilot")] {
         fs::create_dir_all(d).unwrap();
     }
     fs::write(env.codex_home.join("config.toml"), "model = \"m\" # the user's\n").unwrap();

@@ -1,9 +1,10 @@
 //! Doctor's side of the host-agent table (`install/agent/`): for each [`HostAgent`], the checks
 //! that Courier's hooks are registered and trusted as that agent sees them, and that the agent
-//! binaries the user runs are trusted. One file a row (`codex.rs`, `claude.rs`).
+//! binaries the user runs are trusted. One file a row (`codex.rs`, `claude.rs`, `copilot.rs`).
 
 mod claude;
 mod codex;
+mod copilot;
 
 use super::{Check, Options};
 use crate::config::Config;
@@ -33,6 +34,7 @@ impl HostAgent {
         match self {
             HostAgent::Codex => codex::checks(ctx),
             HostAgent::ClaudeCode => claude::checks(ctx),
+            HostAgent::Copilot => copilot::checks(ctx),
         }
     }
 }

@@ -8,11 +8,13 @@
 //! Rows read the environment only through [`AgentEnv`], given to them, so a test can hand a row
 //! a sandboxed home without touching the process's environment. A new row is a variant here and
 //! a file beside `codex.rs` answering the same questions; the compiler lists every `match` that
-//! must learn it (here, in `doctor/agent/mod.rs`).
+//! must learn it (here, in `doctor/agent/mod.rs`). Rows: `codex.rs`, `claude.rs` (with
+//! `claude_mcp.rs`), `copilot.rs`.
 
 mod claude;
 mod claude_mcp;
 mod codex;
+mod copilot;
 
 pub use super::carry::AgentEnv;
 use super::carry::{Binaries, Run};
@@ -30,6 +32,8 @@ pub enum HostAgent {
     Codex,
     /// Claude Code: HTTP hooks in its `settings.json`, the port they post to in Courier's config.
     ClaudeCode,
+    /// GitHub Copilot CLI: command hooks in `<Copilot home>/hooks/courier.json`.
+    Copilot,
 }
 
 /// Whether this install run puts a row's hooks in place, from the options, Courier's config,
@@ -53,13 +57,14 @@ pub enum Registered {
 
 impl HostAgent {
     /// Every host agent, in the order install and doctor visit them.
-    pub const ALL: [HostAgent; 2] = [HostAgent::Codex, HostAgent::ClaudeCode];
+    pub const ALL: [HostAgent; 3] = [HostAgent::Codex, HostAgent::ClaudeCode, HostAgent::Copilot];
 
     /// The agent's name, as the report and doctor say it.
     pub fn name(self) -> &'static str {
         match self {
             HostAgent::Codex => "Codex",
             HostAgent::ClaudeCode => "Claude Code",
+            HostAgent::Copilot => "GitHub Copilot CLI",
         }
     }
 
@@ -68,6 +73,7 @@ impl HostAgent {
         match self {
             HostAgent::Codex => Ok(codex::CodexConfig::at(&env.codex_home).files()),
             HostAgent::ClaudeCode => claude::config_files(env),
+            HostAgent::Copilot => copilot::config_files(env),
         }
     }
 
@@ -77,6 +83,7 @@ impl HostAgent {
             // Codex is what Courier is for: always.
             HostAgent::Codex => Ok(Wanted::Install),
             HostAgent::ClaudeCode => claude::wanted(run),
+            HostAgent::Copilot => copilot::wanted(run),
         }
     }
 
@@ -89,6 +96,7 @@ impl HostAgent {
                 claude_mcp::register(run, &bins.broker, bins.with_mcp)?;
                 Ok(registered)
             }
+            HostAgent::Copilot => copilot::register_hooks(run, &bins.client).map(|()| Registered::AsServed),
         }
     }
 
@@ -98,6 +106,7 @@ impl HostAgent {
         match self {
             HostAgent::Codex => codex::trust_user_codex(run),
             HostAgent::ClaudeCode => claude::trust_binaries(run).map(|()| None),
+            HostAgent::Copilot => copilot::trust_binaries(run),
         }
     }
 
@@ -108,6 +117,7 @@ impl HostAgent {
             // Never [`Wanted::TakeOut`]: uninstall is the way out of Codex.
             HostAgent::Codex => Ok(()),
             HostAgent::ClaudeCode => claude::take_out(run),
+            HostAgent::Copilot => copilot::take_out(run),
         }
     }
 
@@ -116,6 +126,7 @@ impl HostAgent {
         match self {
             HostAgent::Codex => codex::uninstall(m, state_dir, report),
             HostAgent::ClaudeCode => claude::uninstall(m, state_dir, report),
+            HostAgent::Copilot => copilot::uninstall(m, report),
         }
     }
 }

@@ -1,0 +1,146 @@
+//! The GitHub Copilot CLI row of the host-agent table (docs/copilot-cli.md): when the user has a
+//! Copilot home (`$COPILOT_HOME`, else `~/.copilot`) or an earlier install registered it,
+//! Courier's command hooks in a file of its own, `<Copilot home>/hooks/courier.json` (Copilot
+//! reads every `*.json` there; the user's files are never touched), and the native binary the
+//! user's `copilot` runs trusted with the code it unpacks (`copilot/trust.rs`). A user without
+//! Copilot sees nothing new. The file is listed in the manifest ahead of the write; `broker
+//! uninstall` removes it while it reads what install wrote (and the `hooks/` directory when
+//! install created it and it is empty), so the Copilot home is as before, byte for byte.
+
+use super::{AgentEnv, Wanted};
+use crate::install::carry::Run;
+use crate::install::manifest::{save_manifest, CopilotSetup, Manifest};
+use crate::install::Report;
+use crate::store::Store;
+use anyhow::{Context, Result};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+
+/// The events Courier registers, in the camelCase dialect (the payloads Courier reads).
+const EVENTS: [crate::copilot::Event; 2] = crate::copilot::Event::ALL;
+/// Copilot's timeout for one hook: hook-client answers within its own 500 ms deadline.
+const TIMEOUT_SEC: u32 = 5;
+
+fn copilot_home(env: &AgentEnv) -> Result<PathBuf> {
+    match &env.copilot_home {
+        Some(h) => Ok(PathBuf::from(h)),
+        None => Ok(env.home.as_deref().filter(|h| !h.as_os_str().is_empty()).context("HOME is not set")?.join(".copilot")),
+    }
+}
+
+fn hooks_file(env: &AgentEnv) -> Result<PathBuf> {
+    Ok(copilot_home(env)?.join("hooks").join("courier.json"))
+}
+
+pub(super) fn config_files(env: &AgentEnv) -> Result<Vec<PathBuf>> {
+    Ok(vec![hooks_file(env)?])
+}
+
+/// When the user has a Copilot home, or an earlier install registered the hooks.
+pub(super) fn wanted(run: &Run) -> Result<Wanted> {
+    Ok(match copilot_home(&run.env)?.is_dir() || run.m.copilot.is_some() {
+        true => Wanted::Install,
+        false => Wanted::TakeOut,
+    })
+}
+
+/// The hook file's text for hook-client at `client`.
+fn hooks_text(client: &Path) -> String {
+    let quoted = crate::install::shell_quote(&client.to_string_lossy());
+    let hooks: serde_json::Map<String, serde_json::Value> = EVENTS
+        .iter()
+        .map(|e| {
+            let cmd = format!("{quoted} --host {} --event {}", crate::copilot::HOST, e.as_str());
+            (e.as_str().to_string(), json!([{"type": "command", "bash": cmd, "timeoutSec": TIMEOUT_SEC}]))
+        })
+        .collect();
+    let mut text = serde_json::to_string_pretty(&json!({"version": 1, "hooks": hooks})).expect("a JSON value");
+    text.push('\n');
+    text
+}
+
+pub(super) fn register_hooks(run: &mut Run, client: &Path) -> Result<()> {
+    let file = hooks_file(&run.env)?;
+    let dir = file.parent().expect("hooks/courier.json has a parent").to_path_buf();
+    let text = hooks_text(client);
+    let created_dir = match &run.m.copilot {
+        Some(s) => s.created_dir,
+        None => !dir.exists(),
+    };
+    let trusted = run.m.copilot.as_ref().map(|s| s.trusted.clone()).unwrap_or_default();
+    // In the manifest before the write: a crash between leaves something uninstall takes out.
+    run.m.copilot = Some(CopilotSetup { hooks_file: file.clone(), created_dir, written: text.clone(), trusted });
+    save_manifest(&run.state_dir, &run.m)?;
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    if std::fs::read_to_string(&file).ok().as_deref() != Some(text.as_str()) {
+        crate::install::files::write_atomic(&file, text.as_bytes(), 0o644)?;
+        run.report.push(format!("registered Courier's GitHub Copilot CLI hooks in {}", file.display()));
+    }
+    Ok(())
+}
+
+/// The native binary behind the user's `copilot` (npm's launcher `npm-loader.js` runs the
+/// per-platform package's binary), if found.
+fn native_behind(env: &AgentEnv) -> Option<PathBuf> {
+    let cmd = crate::codex::resolve::on_path(env.path_var.as_deref(), "copilot")?;
+    let target = std::fs::canonicalize(cmd).ok()?;
+    let package = format!("copilot-{}", crate::copilot::trust::platform());
+    let pkg_dir = target.parent()?; // .../node_modules/@github/copilot
+    [pkg_dir.join("node_modules/@github").join(&package).join("copilot"), pkg_dir.parent()?.join(&package).join("copilot")]
+        .into_iter()
+        .find(|p| p.is_file())
+        .or_else(|| target.file_name().is_some_and(|n| n == "copilot").then_some(target))
+}
+
+pub(super) fn trust_binaries(run: &mut Run) -> Result<Option<String>> {
+    let Some(native) = native_behind(&run.env) else {
+        return Ok(Some("no copilot found on PATH: after installing it run `broker install` again, or `broker trust-copilot PATH`".into()));
+    };
+    let mut store = Store::open(&run.state_dir)?;
+    let records = match crate::copilot::trust::trust(&mut store, &native, None) {
+        Ok(r) => r,
+        Err(e) => return Ok(Some(format!("the copilot at {} cannot be trusted yet: {e:#}", native.display()))),
+    };
+    drop(store);
+    let setup = run.m.copilot.as_mut().expect("register_hooks runs first");
+    for (r, new) in records {
+        if new {
+            run.report.push(format!("trusted GitHub Copilot CLI {} {} (sha256:{})", r.role, r.path, r.sha256));
+            setup.trusted.push((r.role, r.sha256, r.path));
+        }
+    }
+    save_manifest(&run.state_dir, &run.m).map(|()| None)
+}
+
+pub(super) fn take_out(run: &mut Run) -> Result<()> {
+    if run.m.copilot.is_some() {
+        uninstall(&run.m, &mut run.report)?;
+        run.m.copilot = None;
+        save_manifest(&run.state_dir, &run.m)?;
+    }
+    Ok(())
+}
+
+/// Removes the hook file while it reads what install wrote (a file the user changed stays, and
+/// the report says so), and the `hooks/` directory install created when it is empty.
+pub(super) fn uninstall(m: &Manifest, report: &mut Report) -> Result<()> {
+    let Some(setup) = &m.copilot else { return Ok(()) };
+    match std::fs::read_to_string(&setup.hooks_file) {
+        Ok(text) if text == setup.written => {
+            std::fs::remove_file(&setup.hooks_file).with_context(|| format!("removing {}", setup.hooks_file.display()))?;
+            report.push(format!("removed {}", setup.hooks_file.display()));
+        }
+        Ok(_) => {
+            report.push(format!("left {}: changed since install (remove it to unregister Courier's hooks)", setup.hooks_file.display()))
+        }
+        Err(_) => {}
+    }
+    if setup.created_dir {
+        if let Some(dir) = setup.hooks_file.parent() {
+            if std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_none()) {
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
+    }
+    Ok(())
+}
