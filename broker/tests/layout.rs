@@ -292,7 +292,7 @@ fn tests_readme_maps_every_room() {
 
 /// The host wings: each a folder of `broker/src/` that knows one host agent. What two hosts share
 /// lives below them (`exe/`, `os/`, `gate/`, ...), never in one wing for the other to borrow.
-const WINGS: [&str; 2] = ["codex", "claude"];
+const WINGS: [&str; 3] = ["codex", "claude", "copilot"];
 
 /// Whether `text` names the crate module `module` through a path: `crate::module`, as a whole
 /// segment (`crate::module::x`, `crate::module;`), or inside a `crate::{...}` group.

@@ -20,7 +20,7 @@ use super::HOST;
 use crate::exe::ExeKey;
 use crate::gate::CodexTrust;
 use crate::store::{Store, TrustedHostFile};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -44,15 +44,10 @@ fn dist_file(rel: &str) -> String {
     rel.replace("{platform}", platform())
 }
 
-/// Hashes `path` (recording its identity) and returns its digest.
+/// Hashes `path` (recording its identity, so a hook looks it up instead) and returns its digest.
 fn hash(store: &mut Store, path: &Path) -> Result<String> {
-    let mut file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let before = ExeKey::of(&file)?;
-    let digest = crate::exe::hash_reader(&mut file)?;
-    if ExeKey::of(&file)? != before {
-        bail!("{} changed while it was hashed", path.display());
-    }
-    store.note_codex_file(&before, &digest)?;
+    let (key, digest) = crate::exe::hash_identified(path)?;
+    store.note_codex_file(&key, &digest)?;
     Ok(digest)
 }
 

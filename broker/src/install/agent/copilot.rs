@@ -82,7 +82,7 @@ pub(super) fn register_hooks(run: &mut Run, client: &Path) -> Result<()> {
 /// The native binary behind the user's `copilot` (npm's launcher `npm-loader.js` runs the
 /// per-platform package's binary), if found.
 fn native_behind(env: &AgentEnv) -> Option<PathBuf> {
-    let cmd = crate::codex::resolve::on_path(env.path_var.as_deref(), "copilot")?;
+    let cmd = crate::exe::launcher::on_path(env.path_var.as_deref(), "copilot")?;
     let target = std::fs::canonicalize(cmd).ok()?;
     let package = format!("copilot-{}", crate::copilot::trust::platform());
     let pkg_dir = target.parent()?; // .../node_modules/@github/copilot
