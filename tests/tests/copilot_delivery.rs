@@ -228,3 +228,39 @@ fn a_message_over_the_cut_arrives_whole_in_parts() {
         assert!(guidance.chars().count() < 10_240, "under Copilot's cut: {}", guidance.chars().count());
     }
 }
+
+#[test]
+fn a_message_waiting_at_the_turns_end_continues_it_once_through_agent_stop() {
+    let hold = Hold::new();
+    let h = hold.clone();
+    // No tool call: the turn ends with the first answer, so only agentStop can deliver.
+    let api = ScriptedChat::start_with(move |r: &Request| match (r.offers_tool("bash"), r.assistant_turns()) {
+        (true, 0) => Reply::message("first answer").held(&h),
+        _ => Reply::message("done"),
+    });
+    let Some((broker_env, env)) = envs(&api) else { return };
+    let broker = start_trusting(&broker_env, &env);
+    let run = env.spawn_print("say something");
+    api.wait_for(BOUND, "the first step, held", |r| r.offers_tool("bash"));
+    let session = wait_session(&env);
+    let body = marker("COPILOT_AT_STOP");
+    let id = broker.send(&session, &body, None);
+    hold.release();
+    let out = run.wait(Duration::from_secs(120));
+    assert!(out.status.success(), "copilot -p: {:?}\n{}\n{}", out.status, out.stdout, out.stderr);
+    let msg = broker.wait_state(&id, "confirmed", BOUND);
+    assert_eq!(msg["event"], "copilot", "{msg}");
+    // One more turn, whose request carries it once as the user's; never blocked again.
+    let conv = api.conversation();
+    let per_request: Vec<usize> = conv.iter().map(|r| r.chat_messages_containing(&body)).collect();
+    assert_eq!(per_request, [0, 1], "one continued turn carrying it once: {per_request:?}\n{}", api.dump());
+    let carrying = &conv[1];
+    let user = carrying
+        .chat_messages()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(courier_tests::model::chat_text)
+        .find(|t| t.contains(&body))
+        .unwrap_or_default();
+    assert!(user.contains(&format!("<courier-message id=\"{id}\"")), "as the user's message, wrapped: {user:?}");
+}
