@@ -166,3 +166,69 @@ pub fn dist_doubt(store: &Mutex<Store>, dir: &Path) -> Option<String> {
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A unique scratch directory (pid and a process-wide counter).
+    fn scratch() -> PathBuf {
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("courier-copilot-trust-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// A fake install: a "binary" with its package.json, and a dist dir with the three files.
+    fn install(root: &Path) -> (PathBuf, PathBuf) {
+        let pkg = root.join("node_modules/@github").join(format!("copilot-{}", platform()));
+        std::fs::create_dir_all(&pkg).unwrap();
+        std::fs::write(pkg.join("copilot"), b"\x7fELF not really").unwrap();
+        std::fs::write(pkg.join("package.json"), r#"{"name":"@github/copilot-linux-x64","version":"1.0.102"}"#).unwrap();
+        let dist = root.join("pkg-cache/pkg").join(platform()).join("1.0.102");
+        std::fs::create_dir_all(dist.join("prebuilds").join(platform())).unwrap();
+        for rel in DIST_FILES {
+            std::fs::write(dist.join(dist_file(rel)), format!("code of {rel}")).unwrap();
+        }
+        std::fs::write(dist.join(".extraction-complete"), b"").unwrap();
+        for d in [dist.parent().unwrap(), &dist] {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        (pkg.join("copilot"), dist)
+    }
+
+    /// Trusted as installed; then each way the code copilot runs can differ from the trusted
+    /// one is a doubt: a line appended to index.js (what ran under the unchanged binary in the
+    /// probe), a directory or a file others can write.
+    #[test]
+    fn the_dist_dir_is_trusted_only_while_its_files_are_the_trusted_ones() {
+        let root = scratch();
+        let (bin, dist) = install(&root);
+        std::fs::create_dir_all(root.join("state")).unwrap();
+        let store = Mutex::new(Store::open(&root.join("state")).unwrap());
+        assert!(dist_doubt(&store, &dist).is_some(), "nothing trusted yet");
+        let records = trust(&mut crate::store::lock(&store), &bin, None).unwrap();
+        assert_eq!(records.len(), 4, "{records:?}");
+        assert_eq!(default_dist_dir(&std::fs::canonicalize(&bin).unwrap(), "1.0.102").as_deref(), Some(dist.as_path()));
+        assert_eq!(dist_doubt(&store, &dist), None);
+
+        let index = dist.join("index.js");
+        let original = std::fs::read(&index).unwrap();
+        std::fs::write(&index, [original.as_slice(), b"\nconsole.log('TAMPERED-INDEX')\n"].concat()).unwrap();
+        assert!(dist_doubt(&store, &dist).is_some_and(|d| d.contains("index.js")), "appended to");
+        std::fs::write(&index, &original).unwrap();
+        trust(&mut crate::store::lock(&store), &bin, Some(&dist)).unwrap();
+        assert_eq!(dist_doubt(&store, &dist), None, "trusted again");
+
+        std::fs::set_permissions(&dist, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(dist_doubt(&store, &dist).is_some_and(|d| d.contains("writable")), "a directory others can write");
+        std::fs::set_permissions(&dist, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let runtime = dist.join(dist_file(DIST_FILES[2]));
+        std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert!(dist_doubt(&store, &dist).is_some_and(|d| d.contains("writable")), "a file others can write");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}
