@@ -2,6 +2,7 @@
 //! reads (a hook's stdout is one), and the `inuse.<pid>.hold` files it holds an exclusive flock
 //! on (one in the dist dir it runs, one per session it runs, probed on 1.0.102).
 
+use crate::os;
 use std::io;
 use std::path::PathBuf;
 
@@ -20,22 +21,24 @@ pub(super) struct Held {
 /// Scans `pid`'s fds. An fd closed meanwhile is skipped; the process exiting is an error.
 pub(super) fn scan(pid: i32) -> io::Result<Held> {
     let mut held = Held::default();
-    for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
-        let Ok(entry) = entry else { continue };
-        let fd = entry.file_name();
-        let Ok(target) = std::fs::read_link(entry.path()) else { continue };
+    let mut buf = Vec::with_capacity(1024);
+    let mut fdinfo = |fd: u32| -> Option<String> {
+        os::fd::read_fdinfo(pid, fd, &mut buf).ok()?;
+        Some(String::from_utf8_lossy(&buf).into_owned())
+    };
+    for (fd, target) in os::fd::fd_targets(pid)? {
         if let Some(ino) = pipe_inode(&target) {
-            if fdinfo(pid, &fd).is_some_and(|info| flags(&info).is_some_and(|f| f & O_ACCMODE == O_RDONLY)) {
+            if fdinfo(fd).is_some_and(|info| os::fd::fdinfo_flags(&info).is_some_and(|f| f & O_ACCMODE == O_RDONLY)) {
                 held.pipes_read.push(ino);
             }
             continue;
         }
         let is_hold = target.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("inuse.") && n.ends_with(".hold"));
-        if is_hold && fdinfo(pid, &fd).is_some_and(|info| holds_flock_write(&info, pid)) {
+        if is_hold && fdinfo(fd).is_some_and(|info| os::locks::fdinfo_flock_writes(&info).iter().any(|l| l.pid == pid)) {
             held.holds.push(target);
         }
     }
-    if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+    if !os::exists(pid) {
         return Err(io::Error::from_raw_os_error(nix::libc::ESRCH));
     }
     Ok(held)
@@ -43,24 +46,7 @@ pub(super) fn scan(pid: i32) -> io::Result<Held> {
 
 /// The inode of `pipe:[N]`, the link of an fd on a pipe.
 pub(super) fn pipe_inode(target: &std::path::Path) -> Option<u64> {
-    target.to_str()?.strip_prefix("pipe:[")?.strip_suffix(']')?.parse().ok()
-}
-
-fn fdinfo(pid: i32, fd: &std::ffi::OsStr) -> Option<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.to_string_lossy())).ok()
-}
-
-fn flags(fdinfo: &str) -> Option<u32> {
-    u32::from_str_radix(fdinfo.lines().find_map(|l| l.strip_prefix("flags:"))?.trim(), 8).ok()
-}
-
-/// The fdinfo's `lock:` lines (the locks owned through this open file, in `/proc/locks`'
-/// format) show an exclusive flock of `pid`: `lock: 1: FLOCK ADVISORY WRITE <pid> ...`.
-fn holds_flock_write(fdinfo: &str, pid: i32) -> bool {
-    fdinfo.lines().filter_map(|l| l.strip_prefix("lock:")).any(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        f.len() > 4 && f[1] == "FLOCK" && f[3] == "WRITE" && f[4].parse::<i32>() == Ok(pid)
-    })
+    os::fd::pipe_inode(target)
 }
 
 #[cfg(test)]
@@ -89,7 +75,7 @@ mod tests {
         assert_eq!(unsafe { nix::libc::flock(file.as_raw_fd(), nix::libc::LOCK_EX) }, 0);
         let held = scan(pid).unwrap();
         assert!(held.holds.contains(&path), "{held:?}");
-        let read_ino = pipe_inode(&std::fs::read_link(format!("/proc/self/fd/{}", r.as_raw_fd())).unwrap()).unwrap();
+        let read_ino = pipe_inode(&os::fd::own_fd_target(r.as_raw_fd()).unwrap()).unwrap();
         assert!(held.pipes_read.contains(&read_ino), "{held:?}");
         drop(r);
         assert!(!scan(pid).unwrap().pipes_read.contains(&read_ino), "the write end alone is no read end");

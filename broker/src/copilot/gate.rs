@@ -70,11 +70,10 @@ fn as_copilot(r: Refusal) -> Refusal {
 }
 
 fn same_session(peer: i32, copilot: i32) -> Result<(), Refusal> {
-    // SAFETY: getsid only reads the kernel's record of a pid.
-    let (mine, its) = unsafe { (nix::libc::getsid(peer), nix::libc::getsid(copilot)) };
-    if mine < 0 || its < 0 {
+    let session = |pid: i32| crate::os::read_stat(pid).map(|s| s.session);
+    let (Ok(mine), Ok(its)) = (session(peer), session(copilot)) else {
         return Err(Refusal::new(RefusalCode::AncestryChanged, "a process exited while its session was read"));
-    }
+    };
     if mine != its {
         return Err(Refusal::new(
             RefusalCode::CopilotSession,
@@ -85,8 +84,7 @@ fn same_session(peer: i32, copilot: i32) -> Result<(), Refusal> {
 }
 
 fn stdout_pipe(peer: i32, held: &fds::Held) -> Result<(), Refusal> {
-    let target = std::fs::read_link(format!("/proc/{peer}/fd/1"))
-        .map_err(|e| Refusal::new(RefusalCode::PeerGone, format!("the hook's stdout: {e}")))?;
+    let target = crate::os::fd::fd_target(peer, 1).map_err(|e| Refusal::new(RefusalCode::PeerGone, format!("the hook's stdout: {e}")))?;
     match fds::pipe_inode(&target) {
         Some(ino) if held.pipes_read.contains(&ino) => Ok(()),
         Some(ino) => Err(Refusal::new(RefusalCode::CopilotPipe, format!("copilot holds no read end of the hook's stdout pipe {ino}"))),

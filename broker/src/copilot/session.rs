@@ -1,9 +1,11 @@
 //! Copilot CLI sessions as the sending side sees them: `<Copilot home>/session-state/<id>/`
 //! (`$COPILOT_HOME`, else `~/.copilot`), live while a copilot process holds the exclusive flock
-//! of an `inuse.<pid>.hold` there (read from `/proc/locks`, never taken: a probe must not race
+//! of an `inuse.<pid>.hold` there (read from the lock table, never taken: a probe must not race
 //! a copilot taking its own lock). Only a hint for `broker send` and `broker threads`: delivery
 //! rests on the gate's proof, never on this.
 
+use crate::os::locks::FlockWrite;
+use crate::os::FileKey;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
@@ -33,10 +35,10 @@ pub struct Session {
 
 /// The status of session `id` in this user's Copilot home; `None` when it has none.
 pub fn status(id: &str) -> Option<Status> {
-    session(id, &std::fs::read_to_string("/proc/locks").unwrap_or_default()).map(|s| s.status)
+    session(id, &crate::os::locks::flock_writes().unwrap_or_default()).map(|s| s.status)
 }
 
-fn session(id: &str, locks: &str) -> Option<Session> {
+fn session(id: &str, locks: &[FlockWrite]) -> Option<Session> {
     let dir = copilot_home()?.join("session-state").join(id);
     if !dir.is_dir() {
         return None;
@@ -47,28 +49,22 @@ fn session(id: &str, locks: &str) -> Option<Session> {
         if !is_hold {
             return None;
         }
-        e.metadata().ok().and_then(|m| flock_holder(locks, m.ino()))
+        e.metadata().ok().and_then(|m| flock_holder(locks, FileKey { dev: m.dev(), ino: m.ino() }))
     });
     let status = if holder.is_some() { Status::Live } else { Status::Ended };
     Some(Session { id: id.to_string(), status, holder, events: dir.join("events.jsonl") })
 }
 
-/// The pid holding an exclusive flock on inode `ino` in `/proc/locks`
-/// (`N: FLOCK ADVISORY WRITE pid maj:min:ino ...`).
-fn flock_holder(locks: &str, ino: u64) -> Option<i32> {
-    locks.lines().find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        let on =
-            f.len() > 5 && f[1] == "FLOCK" && f[3] == "WRITE" && f[5].rsplit(':').next().and_then(|i| i.parse::<u64>().ok()) == Some(ino);
-        on.then(|| f[4].parse().ok()).flatten()
-    })
+/// The pid holding an exclusive flock on `file`.
+fn flock_holder(locks: &[FlockWrite], file: FileKey) -> Option<i32> {
+    locks.iter().find(|l| l.file == file).map(|l| l.pid)
 }
 
 /// Every session in this user's Copilot home, by id.
 pub fn all() -> Vec<Session> {
     let Some(home) = copilot_home() else { return Vec::new() };
     let Ok(dir) = std::fs::read_dir(home.join("session-state")) else { return Vec::new() };
-    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+    let locks = crate::os::locks::flock_writes().unwrap_or_default();
     let mut out: Vec<Session> = dir
         .flatten()
         .filter_map(|e| e.file_name().into_string().ok())
@@ -84,11 +80,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_exclusive_flock_on_the_inode_is_found() {
-        let locks = "1: FLOCK  ADVISORY  WRITE 2152 fe:00:5491583 0 EOF\n2: FLOCK  ADVISORY  READ 2153 fe:00:77 0 EOF\n3: POSIX  ADVISORY  WRITE 9 fe:00:88 0 EOF\n";
-        assert_eq!(flock_holder(locks, 5491583), Some(2152));
-        assert_eq!(flock_holder(locks, 77), None, "a shared lock");
-        assert_eq!(flock_holder(locks, 88), None, "a POSIX lock");
-        assert_eq!(flock_holder(locks, 549158), None);
+    fn the_holder_is_the_pid_locking_that_very_file() {
+        let locks = crate::os::locks::parse_flock_writes(
+            "1: FLOCK  ADVISORY  WRITE 2152 fe:00:5491583 0 EOF\n2: FLOCK  ADVISORY  READ 2153 fe:00:77 0 EOF\n",
+        );
+        let key = |ino| FileKey { dev: nix::libc::makedev(0xfe, 0), ino };
+        assert_eq!(flock_holder(&locks, key(5491583)), Some(2152));
+        assert_eq!(flock_holder(&locks, key(77)), None, "a shared lock");
+        assert_eq!(flock_holder(&locks, FileKey { dev: 1, ino: 5491583 }), None, "another device");
     }
 }

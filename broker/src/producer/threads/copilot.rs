@@ -23,7 +23,8 @@ pub fn sessions(all: bool, limit: usize) -> Vec<ThreadInfo> {
 }
 
 fn describe(s: &session::Session) -> ThreadInfo {
-    let link = |pid: i32, what: &str| std::fs::read_link(format!("/proc/{pid}/{what}")).ok().map(|p| p.display().to_string());
+    let cwd = |pid: i32| crate::os::cwd_path(pid).ok().map(|p| p.display().to_string());
+    let exe = |pid: i32| crate::os::exe_path(pid).ok().map(|p| p.display().to_string());
     let mtime = std::fs::metadata(&s.events).ok().map(|m| m.mtime() * 1000 + m.mtime_nsec() / 1_000_000);
     ThreadInfo {
         id: s.id.clone(),
@@ -33,12 +34,12 @@ fn describe(s: &session::Session) -> ThreadInfo {
         parent: None,
         root: None,
         children: Vec::new(),
-        cwd: s.holder.and_then(|pid| link(pid, "cwd")),
+        cwd: s.holder.and_then(cwd),
         title: None,
         agent_nickname: None,
         originator: None,
         cli_version: None,
-        process: s.holder.map(|pid| ProcessInfo { pid, kind: ProcessKind::Copilot, exe: link(pid, "exe").unwrap_or_default() }),
+        process: s.holder.map(|pid| ProcessInfo { pid, kind: ProcessKind::Copilot, exe: exe(pid).unwrap_or_default() }),
         rollout: s.events.display().to_string(),
         last_activity_at: mtime,
         pending: 0,
