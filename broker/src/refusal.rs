@@ -246,7 +246,9 @@ impl RefusalCode {
             TranscriptPath | ThreadMismatch | AgentMismatch | SessionMismatch => {
                 "the hook named a rollout or thread its Codex does not hold: a forged call, or CODEX_HOME differs between Codex and the broker"
             }
-            NoTicket => "a hook call the rollout shows no Codex action for: most likely a model-run command posing as a hook",
+            // Step 8 comes after the client, ancestry and caller steps: the caller is a hook
+            // process Codex started, not a suspect; what is missing is the action it follows.
+            NoTicket => "a hook Codex ran (it passed the client, ancestry and caller checks) for an action the rollout does not show (yet): answered with nothing, no message went; `broker inspect` names its event",
             TicketUsed => "ALARM: two hook calls followed one Codex action, one was not Codex's (see the alarm check)",
             TooManyConnections | RequestTimeout | BufferLimit => {
                 "a process held connections to the broker open without sending (a stuck or hostile client); the broker closed them"

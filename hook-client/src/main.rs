@@ -234,34 +234,100 @@ fn run(deadline: Instant, context_limit: Option<u64>, host_event: Option<wire::H
 /// the idle session; the message (already recorded as handed) goes to stderr with exit 2, which
 /// Claude Code turns into a new turn. Anything else: exit 0, nothing printed, within the deadline
 /// or the hold the broker announced.
+///
+/// A broker that goes away while it holds the wake (`broker restart`, a crash) closes the
+/// connection without an answer: the wake is presented again to the broker that starts next,
+/// for what is left of the hold, so an idle session stays reachable across a restart.
 fn run_claude_wake(deadline: Instant) -> io::Result<i32> {
     let payload = read_payload()?;
+    let started = Instant::now();
     let socket_path = paths::claude_wake_socket_path(&paths::runtime_dir());
-    check_owned_by_me(&socket_path)?;
     // `claude -p` waits for a Stop hook however it is marked (probed on 2.1.332): held only in the
     // interactive TUI, which Claude Code tells its hooks.
     let hold = std::env::var_os("CLAUDE_CODE_ENTRYPOINT").is_some_and(|v| v == "cli");
-    let request = wire::WakeRequest { v: wire::PROTOCOL_VERSION, hold, payload };
-    let body = serde_json::to_vec(&request).map_err(io::Error::other)?;
-    let mut stream = connect_nonblocking(&socket_path, deadline)?;
+    let mut request = wire::WakeRequest { v: wire::PROTOCOL_VERSION, hold, payload, hold_left_ms: None };
+    // Once a broker that held the wake went away: until when to look for the next one.
+    let mut rearm_until: Option<Instant> = None;
+    loop {
+        check_owned_by_me(&socket_path).or_else(|e| none_listening(e, rearm_until))?;
+        let attempt_deadline = rearm_until.map_or(deadline, |_| Instant::now() + Duration::from_millis(WAKE_DEADLINE_MS));
+        match present_wake(&socket_path, &request, attempt_deadline) {
+            Ok(Woken::Text(text)) => {
+                io::stderr().lock().write_all(text.as_bytes())?;
+                return Ok(WAKE);
+            }
+            Ok(Woken::Nothing) => return Ok(SUCCESS),
+            Ok(Woken::BrokerGone) if hold => {
+                // Within the hook's own life: Claude Code kills it at its timeout anyway.
+                let left = Duration::from_millis(MAX_WAKE_HOLD_MS).saturating_sub(started.elapsed() + REARM_MARGIN);
+                if left.is_zero() {
+                    return Ok(SUCCESS);
+                }
+                request.hold_left_ms = Some(left.as_millis() as u64);
+                rearm_until = Some(Instant::now() + left.min(REARM_WAIT));
+            }
+            Ok(Woken::BrokerGone) => return Ok(SUCCESS),
+            Err(e) => none_listening(e, rearm_until)?,
+        }
+    }
+}
+
+/// While re-arming (until `rearm_until`), a socket no broker listens on yet (gone, refused) is
+/// looked at again after [`REARM_LOOK`]; any other error, or one past that time, ends the wake.
+fn none_listening(e: io::Error, rearm_until: Option<Instant>) -> io::Result<()> {
+    let waiting = matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused);
+    match rearm_until {
+        Some(until) if waiting && Instant::now() + REARM_LOOK < until => {
+            std::thread::sleep(REARM_LOOK);
+            Ok(())
+        }
+        _ => Err(e),
+    }
+}
+
+/// How a wake presented to one broker ended.
+enum Woken {
+    /// The message, recorded as handed: printed on stderr, exit 2.
+    Text(String),
+    /// Nothing (not proven, released, the hold ended): exit 0.
+    Nothing,
+    /// The broker held the wake and then closed the connection without an answer: it stopped.
+    BrokerGone,
+}
+
+/// Past the hook's own timeout, kept free so that a re-armed wake ends before Claude Code kills it.
+const REARM_MARGIN: Duration = Duration::from_secs(30);
+/// How long a wake waits for a broker to listen again after the one holding it went away.
+const REARM_WAIT: Duration = Duration::from_secs(120);
+/// How often it looks for that broker.
+const REARM_LOOK: Duration = Duration::from_millis(100);
+
+/// One presentation of the wake: the request, the fds when asked, then the hold.
+fn present_wake(socket_path: &Path, request: &wire::WakeRequest, deadline: Instant) -> io::Result<Woken> {
+    let body = serde_json::to_vec(request).map_err(io::Error::other)?;
+    let mut stream = connect_nonblocking(socket_path, deadline)?;
     set_timeouts(&stream, deadline)?;
     wire::write_frame(&mut stream, &body)?;
     // Only a broker that read the request gets the fds: copies in flight to a silent one would
     // keep claude's end of our stdout open after we exit.
     let asked: wire::WakeReply = wire::read_json(&mut stream, wire::MAX_FRAME)?;
     if !asked.fds || send_with_fds(&stream, &[0], &[1, 2])? != 1 {
-        return Ok(SUCCESS);
+        return Ok(Woken::Nothing);
     }
     let mut reply: wire::WakeReply = wire::read_json(&mut stream, wire::MAX_FRAME)?;
     if let Some(ms) = reply.hold_ms {
         set_timeouts(&stream, Instant::now() + Duration::from_millis(ms.min(MAX_WAKE_HOLD_MS)) + HOLD_MARGIN)?;
-        reply = wire::read_json(&mut stream, wire::MAX_FRAME)?;
+        reply = match wire::read_json(&mut stream, wire::MAX_FRAME) {
+            Ok(r) => r,
+            // End of stream or a reset while held: the broker process went away.
+            Err(e) if matches!(e.kind(), io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset) => return Ok(Woken::BrokerGone),
+            Err(e) => return Err(e),
+        };
     }
-    if reply.text.is_empty() {
-        return Ok(SUCCESS);
+    match reply.text.is_empty() {
+        true => Ok(Woken::Nothing),
+        false => Ok(Woken::Text(reply.text)),
     }
-    io::stderr().lock().write_all(reply.text.as_bytes())?;
-    Ok(WAKE)
 }
 
 /// Writes `data` (or its first bytes) with `fds` attached (`SCM_RIGHTS`); returns how many went.

@@ -77,6 +77,11 @@ pub struct WakeRequest {
     pub v: u32,
     pub hold: bool,
     pub payload: String,
+    /// A wake presented again to a broker that started after the one that held it (that broker
+    /// stopped, or restarted): the most it may still be held, in ms (Claude Code kills the hook
+    /// at its timeout, counted from the hook's start, whatever broker holds it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_left_ms: Option<u64>,
 }
 
 /// The broker's answers on the wake socket: first `fds` (the request was read: pass stdout and

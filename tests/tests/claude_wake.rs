@@ -376,3 +376,59 @@ fn slow_connections_to_the_wake_socket_do_not_keep_a_session_from_its_wake() {
     let carrying: Vec<_> = api.requests().into_iter().filter(|r| r.body_contains(&text)).collect();
     assert_eq!(carrying.len(), 1, "{}", api.dump());
 }
+
+/// A broker that stops while it holds an idle TUI session's wake (killed, as a crash or a
+/// `broker restart` that does not wait leaves it) loses nothing: the wake hook presents itself
+/// again to the broker that starts next, which proves it anew (its ticket was the same claude's,
+/// taken before this broker started) and knows the turn stopped from the session's pin. A
+/// message sent after the restart starts a turn and is `confirmed`; `send` has no note, and
+/// `broker threads` says nothing of a missing wake.
+#[test]
+fn an_idle_tui_session_is_woken_after_a_broker_restart() {
+    let text = marker("CLAUDE_WAKE_RESTART");
+    let api = answering(&text, "woken after restart");
+    let Some(env) = env_or_skip(&api) else { return };
+    let (world, port) = claude_world();
+    let mut broker = started(&env, &world, port);
+    let mut vars = claude_vars(&env, &world);
+    vars.push(("TERM".into(), "xterm-256color".into()));
+    let tui = Tmux::start(&[env.claude.display().to_string()], &vars, &env.work);
+    tui.wait_for("shift+tab to cycle", BOUND);
+    tui.send_keys(&["-l", "say hello"]);
+    tui.send_keys(&["Enter"]);
+    tui.wait_for("first answer", BOUND);
+    let held = poll_until(BOUND, || {
+        broker.log_text().lines().find(|l| l.contains("claude wake of session") && l.contains("held")).map(String::from)
+    })
+    .unwrap_or_else(|| panic!("no held wake; log:\n{}", broker.log_text()));
+    let sid = held.split("claude wake of session ").nth(1).and_then(|r| r.split(' ').next()).unwrap().to_string();
+    tui.wait_for("· done", BOUND);
+
+    broker.stop();
+    let restarted_at = Instant::now();
+    let broker = Broker::start(&world);
+    let rearmed = poll_until(BOUND, || {
+        broker.log_text().lines().any(|l| l.contains(&format!("claude wake of session {sid}")) && l.contains("held")).then_some(())
+    });
+    assert!(rearmed.is_some(), "the wake was not presented again to the new broker; log:\n{}", broker.log_text());
+    eprintln!("restart -> the wake held again: {:?}", restarted_at.elapsed());
+    let threads = broker.threads_json(false);
+    let listed = threads.iter().find(|t| t["id"] == sid.as_str()).unwrap_or_else(|| panic!("{threads:#?}"));
+    assert_eq!((listed["state"].as_str(), listed.get("not_woken")), (Some("idle"), None), "{listed}");
+
+    let sent_at = Instant::now();
+    let mut send = world.command(courier_tests::broker::broker_bin());
+    send.args(["send", "--thread", &sid, "--from", "ci-bot", "--wait", "confirmed", "--timeout", "60s", "--json", &text]);
+    let sent = ExecChild::spawn(send).wait(BOUND);
+    assert!(sent.status.success(), "send: {:?}\n{}\n{}\n{}", sent.status, sent.stdout, sent.stderr, broker.log_text());
+    eprintln!("send -> confirmed after the restart: {:?}", sent_at.elapsed());
+    let receipt: Value =
+        serde_json::from_str(sent.stdout.trim().lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {}", sent.stdout));
+    assert_eq!(receipt.pointer("/message/state").and_then(Value::as_str), Some("confirmed"), "{receipt}");
+    assert!(!sent.stdout.contains("no wake hook"), "{}", sent.stdout);
+    let m = broker.message(str_field(&receipt, "id")).unwrap();
+    assert_eq!((m["event"].as_str(), m["attempts"].as_u64()), (Some("claude-wake"), Some(1)), "{m}");
+    tui.wait_for("woken after restart", BOUND);
+    assert!(claude_refusals(&broker).is_empty(), "no refusal, no alarm: {:?}", claude_refusals(&broker));
+    assert!(broker.inspect_json()["alarms"].as_array().is_none_or(|a| a.is_empty()), "{}", broker.inspect_text());
+}

@@ -61,16 +61,20 @@ pub enum ApprovalKind {
     /// Grant the model more sandbox permissions (its `request_permissions` tool): `command` is
     /// what it asks for, one canonical line (`write: /a; read: /b; network`).
     Permissions,
+    /// Call an MCP tool (`tool` is its namespaced name, `command` its arguments as the hook gave
+    /// them, canonical JSON).
+    McpTool,
 }
 
 impl ApprovalKind {
-    pub const ALL: [ApprovalKind; 3] = [ApprovalKind::Command, ApprovalKind::FileChange, ApprovalKind::Permissions];
+    pub const ALL: [ApprovalKind; 4] = [ApprovalKind::Command, ApprovalKind::FileChange, ApprovalKind::Permissions, ApprovalKind::McpTool];
 
     pub const fn as_str(self) -> &'static str {
         match self {
             ApprovalKind::Command => "command",
             ApprovalKind::FileChange => "file_change",
             ApprovalKind::Permissions => "permissions",
+            ApprovalKind::McpTool => "mcp_tool",
         }
     }
 
@@ -227,9 +231,20 @@ impl Approval {
                 format!("file change: {files} (patch {digest})")
             }
             ApprovalKind::Permissions => format!("permissions: {}", self.command),
+            ApprovalKind::McpTool => {
+                let args = match self.command.char_indices().nth(MCP_ARGS_SHOWN) {
+                    Some((cut, _)) => format!("{}... ({} {})", &self.command[..cut], self.command.len(), self.command_digest),
+                    None => self.command.clone(),
+                };
+                format!("tool call: {} {args}", self.tool)
+            }
         }
     }
 }
+
+/// How much of an MCP tool call's arguments the one-line summary shows (the whole of them is in
+/// `--json`, and what `approve` shows before asking).
+const MCP_ARGS_SHOWN: usize = 160;
 
 /// Why an answer cannot be taken.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -105,6 +105,9 @@ struct Waker {
     /// Connection threads alive, a backstop (closed connections' threads end at their next read).
     threads: AtomicUsize,
     refusals: Refusals,
+    /// When this broker started (ms): a wake ticket taken before it, which was handed nothing, is
+    /// the same hook presenting its wake again after the broker holding it went away.
+    started_ms: i64,
 }
 
 /// The connections still sending their request, oldest first, and the next connection's number.
@@ -122,8 +125,10 @@ pub fn spawn(
     followed: Arc<super::follow::Followed>,
     stops: Stops,
 ) -> Result<()> {
+    let mut store = Store::open(state_dir)?;
+    store.forget_claude_wakes()?;
     let waker = Arc::new(Waker {
-        store: Mutex::new(Store::open(state_dir)?),
+        store: Mutex::new(store),
         digests,
         followed,
         stops,
@@ -131,6 +136,7 @@ pub fn spawn(
         held: Mutex::default(),
         threads: AtomicUsize::new(0),
         refusals: Refusals::default(),
+        started_ms: crate::store::now_ms(),
     });
     std::thread::Builder::new().name("claude-wake".into()).spawn(move || {
         for conn in listener.incoming() {
@@ -168,6 +174,26 @@ enum Step {
     Release(&'static str),
     /// Recorded as handed: answer this.
     Hand(String),
+}
+
+/// How long a proven wake may be held.
+#[derive(Clone, Copy)]
+enum Held {
+    /// `claude -p`: only until its turn's Stop is seen.
+    Unheld,
+    /// The TUI: this long at most ([`HOLD`], or less for a wake presented again: what is left of
+    /// its hook's life).
+    For(Duration),
+}
+
+impl Held {
+    fn of(r: &WakeRequest) -> Held {
+        match (r.hold, r.hold_left_ms) {
+            (false, _) => Held::Unheld,
+            (true, None) => Held::For(HOLD),
+            (true, Some(left)) => Held::For(HOLD.min(Duration::from_millis(left))),
+        }
+    }
 }
 
 /// Connection threads alive at most: every slot, and as many again of connections closed for a
@@ -220,7 +246,10 @@ impl Waker {
             );
             return;
         };
-        let text = self.hold(&conn, &proven, request.hold, number);
+        let text = self.hold(&conn, &proven, Held::of(&request), number);
+        if self.newest_of_session(&proven, number) {
+            self.note_held(&proven, None);
+        }
         if let Err(e) = wire::write_json(&mut conn, &WakeReply { text, ..WakeReply::default() }) {
             crate::log_warn!("claude wake: answer to session {} not written: {e}", proven.payload.session_id);
         }
@@ -246,7 +275,7 @@ impl Waker {
             key: format!("claude:wake:{}:{stdout}", pay.prompt_id),
             event: HookEvent::parse(super::Event::Stop.as_str()),
         };
-        match store.claim_ticket(&ticket, proven.key().pid) {
+        match store.claim_wake_ticket(&ticket, proven.key().pid, self.started_ms) {
             Ok(TicketClaim::New) => Ok(proven),
             Ok(TicketClaim::Used { at, pid, handed }) => {
                 crate::log_warn!("ALARM: {} presented twice (pid {pid:?}, then pid {}); handed: {handed:?}", ticket.key, proven.key().pid);
@@ -260,14 +289,20 @@ impl Waker {
     /// Holds a proven wake until a message is handed (its text), the session leaves idleness, the
     /// client goes, or the hold ends (empty: nothing). Not `held` (`claude -p`): only until the
     /// turn's Stop is seen.
-    fn hold(&self, conn: &UnixStream, p: &Proven, held: bool, number: u64) -> String {
-        let hold = if held { HOLD } else { UNHELD };
+    fn hold(&self, conn: &UnixStream, p: &Proven, held: Held, number: u64) -> String {
+        let (hold, held) = match held {
+            Held::Unheld => (UNHELD, false),
+            Held::For(d) => (d, true),
+        };
         let mut writer = conn;
         let told = WakeReply { hold_ms: Some(hold.as_millis() as u64), ..WakeReply::default() };
         if wire::write_json(&mut writer, &told).is_err() {
             return String::new();
         }
         crate::log_debug!("claude wake of session {} (pid {}) held for {hold:?}", p.payload.session_id, p.key().pid);
+        if held {
+            self.note_held(p, Some(crate::store::now_ms() + hold.as_millis() as i64));
+        }
         let end = Instant::now() + hold;
         while Instant::now() < end && !closed(conn) {
             // Read before the look: a message queued after it ends the wait at once.
@@ -296,6 +331,15 @@ impl Waker {
         String::new()
     }
 
+    /// Records on the session's pin whether a wake of it is held (and until when): what `broker
+    /// threads`, `send` and `status` say of an idle session. Best effort: a failed write leaves
+    /// them saying what they said before.
+    fn note_held(&self, p: &Proven, until: Option<i64>) {
+        if let Err(e) = crate::store::lock(&self.store).note_claude_wake(&p.payload.session_id, p.key(), until) {
+            crate::log_warn!("claude wake of session {}: not recorded as held: {e:#}", p.payload.session_id);
+        }
+    }
+
     /// Whether wake `number` is still the newest held for its session.
     fn newest_of_session(&self, p: &Proven, number: u64) -> bool {
         self.held.lock().unwrap_or_else(|e| e.into_inner()).get(&p.payload.session_id) == Some(&number)
@@ -322,12 +366,14 @@ impl Waker {
         if !self.newest_of_session(p, number) {
             return Ok(Step::Release("a newer wake of the session is held"));
         }
-        if !self.stops.stopped(&pay.session_id, &pay.prompt_id) {
-            return Ok(Step::Wait);
-        }
         let mut store = crate::store::lock(&self.store);
         if !pin_is(&store, p)? {
             return Ok(Step::Release("another turn opened"));
+        }
+        // The Stop this broker saw, or (a wake presented again after a restart: that Stop came
+        // to the broker before) the pin's record that the turn's last proven hook was its Stop.
+        if !self.stops.stopped(&pay.session_id, &pay.prompt_id) && !pin_idle(&store, p)? {
+            return Ok(Step::Wait);
         }
         if !store.has_pending(&pay.session_id)? {
             return Ok(Step::Idle);
@@ -510,6 +556,16 @@ fn recv_with_fds(conn: &UnixStream, buf: &mut [u8]) -> std::io::Result<(usize, V
         }
         Ok((n as usize, fds))
     }
+}
+
+/// Whether `store`'s pin of the wake's session says its turn's last proven hook was its Stop.
+fn pin_idle(store: &Store, p: &Proven) -> Result<bool> {
+    let pin = store.claude_session_pin(&p.payload.session_id)?;
+    Ok(pin.is_some_and(|pin| {
+        pin.owner == p.key()
+            && pin.prompt_id.as_deref() == Some(&p.payload.prompt_id)
+            && pin.activity == Some(crate::store::SessionActivity::Idle)
+    }))
 }
 
 /// Whether `store`'s pin of the wake's session names its claude and its turn.

@@ -32,8 +32,12 @@ fn request_method(kind: ApprovalKind) -> &'static str {
         ApprovalKind::Command => "item/commandExecution/requestApproval",
         ApprovalKind::FileChange => "item/fileChange/requestApproval",
         ApprovalKind::Permissions => "item/permissions/requestApproval",
+        ApprovalKind::McpTool => MCP_APPROVAL_REQUEST,
     }
 }
+/// How the app-server asks its client about an MCP tool call: an MCP elicitation (probed on
+/// 0.171.0, `tests/tests/approvals_mcp.rs`).
+const MCP_APPROVAL_REQUEST: &str = "mcpServer/elicitation/request";
 /// The tool whose PermissionRequest asks to change files.
 const PATCH_TOOL: &str = "apply_patch";
 /// The tool the model asks for more sandbox permissions with (its PreToolUse is the only hook).
@@ -48,12 +52,33 @@ pub fn hook_command(p: &HookPayload) -> Option<String> {
     p.tool_input.as_ref()?.get("command")?.as_str().map(str::to_string)
 }
 
-/// What a PermissionRequest asks for: a patch (`apply_patch`), or a command.
+/// What a PermissionRequest asks for: a patch (`apply_patch`), an MCP tool call, or a command.
 pub fn hook_kind(p: &HookPayload) -> ApprovalKind {
     match p.tool_name.as_deref() {
         Some(PATCH_TOOL) => ApprovalKind::FileChange,
+        _ if mcp_tool_call(p).is_some() => ApprovalKind::McpTool,
         _ => ApprovalKind::Command,
     }
+}
+
+/// How Codex's hooks name an MCP tool: `mcp__SERVER__TOOL`.
+const MCP_TOOL_PREFIX: &str = "mcp__";
+
+/// The MCP tool call a PermissionRequest asks for (it carries no command): the tool's namespaced
+/// name and its arguments as the hook gave them (JSON, in their order).
+pub fn mcp_tool_call(p: &HookPayload) -> Option<(String, String)> {
+    if hook_command(p).is_some() {
+        return None;
+    }
+    let tool = p.tool_name.as_deref().filter(|t| t.starts_with(MCP_TOOL_PREFIX) && t.len() > MCP_TOOL_PREFIX.len())?;
+    let args = p.tool_input.as_ref().map_or_else(|| Value::Null.to_string(), Value::to_string);
+    Some((tool.to_string(), args))
+}
+
+/// What a PermissionRequest asks for, as its ticket binds it: the command (or patch), or an MCP
+/// tool call's tool and arguments.
+pub fn hook_ask(p: &HookPayload) -> Option<String> {
+    hook_command(p).or_else(|| mcp_tool_call(p).map(|(tool, args)| format!("{tool}\n{args}")))
 }
 
 /// What a permission request asks for, canonical: the paths to read and to write (absolute,
@@ -253,6 +278,9 @@ fn wire_answer(kind: ApprovalKind, d: Decision, params: &Value) -> Value {
         (ApprovalKind::Command | ApprovalKind::FileChange, Decision::Deny) => json!({"decision": "decline"}),
         (ApprovalKind::Permissions, Decision::Approve) => json!({"permissions": params["permissions"], "scope": "turn"}),
         (ApprovalKind::Permissions, Decision::Deny) => json!({"permissions": {}, "scope": "turn"}),
+        // An elicitation's answer: accept with no content, or decline.
+        (ApprovalKind::McpTool, Decision::Approve) => json!({"action": "accept", "content": {}, "_meta": null}),
+        (ApprovalKind::McpTool, Decision::Deny) => json!({"action": "decline", "content": null, "_meta": null}),
     }
 }
 
@@ -301,12 +329,25 @@ pub fn is_request_of(method: &str, params: &Value, files: Option<&[String]>, a: 
         }
         ApprovalKind::FileChange => !a.files.is_empty() && files == Some(a.files.as_slice()),
         ApprovalKind::Permissions => PermissionAsk::from_request(&params["permissions"]).is_some_and(|p| p.render() == a.command),
+        ApprovalKind::McpTool => is_mcp_request_of(params, a),
     };
     method == request_method(a.kind)
         && params["threadId"] == a.thread.as_str()
         && params["turnId"] == a.turn.as_str()
         && a.call_id.as_deref().is_none_or(|c| params["itemId"] == c)
         && same_ask
+}
+
+/// An MCP elicitation is this MCP tool call's approval request: Codex's approval of a call (its
+/// `_meta`), of the server and tool, with the arguments listed.
+fn is_mcp_request_of(params: &Value, a: &Approval) -> bool {
+    let meta = &params["_meta"];
+    let (server, tool) = a.tool.strip_prefix(MCP_TOOL_PREFIX).and_then(|t| t.split_once("__")).unwrap_or_default();
+    let args: Option<Value> = serde_json::from_str(&a.command).ok();
+    meta["codex_approval_kind"] == "mcp_tool_call"
+        && params["serverName"] == server
+        && meta["tool_name"].as_str().is_none_or(|t| t == tool)
+        && args.is_some_and(|args| meta.get("tool_params").is_none_or(|p| *p == args))
 }
 
 /// How long answering may take.

@@ -190,6 +190,10 @@ fn thread_status(
     } else if let Some(pin) = store.claude_session_pin(thread).map_err(SendError::Failed)? {
         // A Claude Code session the broker has proven (claude/): its hooks deliver.
         match pin.owner.is_alive() {
+            true if pin.activity == Some(crate::store::SessionActivity::Idle) => {
+                let note = threads::claude::not_woken(&pin).map(|why| format!("Claude Code session {thread} is idle and {why}"));
+                (ThreadStatus::Live, note)
+            }
             true => (ThreadStatus::Live, None),
             false => (
                 ThreadStatus::Ended,
@@ -295,6 +299,7 @@ mod tests {
             undelivered: 0,
             messages: BTreeMap::new(),
             waiting_on_approval: Vec::new(),
+            not_woken: None,
         }
     }
 

@@ -311,7 +311,9 @@ impl Broker {
         if endpoints.is_empty() {
             let why = match listed.kind {
                 ApprovalKind::Permissions => no_app_server_for_permissions(owner.pid, &listed.thread),
-                ApprovalKind::Command | ApprovalKind::FileChange => no_app_server(owner.pid, &listed.thread, self.approvals.config.hold),
+                ApprovalKind::Command | ApprovalKind::FileChange | ApprovalKind::McpTool => {
+                    no_app_server(owner.pid, &listed.thread, self.approvals.config.hold)
+                }
             };
             return Err((ErrorCode::Failed, why));
         }
@@ -376,6 +378,7 @@ impl Broker {
             ApprovalKind::Command => format!("Your request to run `{}` was denied: {message}", a.command),
             ApprovalKind::FileChange => format!("Your change to {} was denied: {message}", a.files.join(", ")),
             ApprovalKind::Permissions => format!("Your request for permissions ({}) was denied: {message}", a.command),
+            ApprovalKind::McpTool => format!("Your call of the tool `{}` was denied: {message}", a.tool),
         };
         let key = format!("approval:{}", a.id);
         let new = NewMessage {
@@ -431,16 +434,19 @@ fn new_approval(v: &Verified, ticket: &Ticket) -> Option<NewApproval> {
             ticket: ticket.key.clone(),
         });
     }
-    let command = codex_approval::hook_command(&v.payload)?;
+    let kind = codex_approval::hook_kind(&v.payload);
+    let command = match kind {
+        ApprovalKind::McpTool => codex_approval::mcp_tool_call(&v.payload)?.1,
+        ApprovalKind::Command | ApprovalKind::FileChange | ApprovalKind::Permissions => codex_approval::hook_command(&v.payload)?,
+    };
     let mut waiting = v.actions.calls.iter().filter(|c| !c.completed).map(|c| c.id.clone());
     let call_id = match (waiting.next(), waiting.next()) {
         (Some(only), None) => Some(only),
         _ => None,
     };
-    let kind = codex_approval::hook_kind(&v.payload);
     let files = match kind {
         ApprovalKind::FileChange => crate::codex::patch::patch_files(&command, v.payload.cwd.as_deref()),
-        ApprovalKind::Command | ApprovalKind::Permissions => Vec::new(),
+        ApprovalKind::Command | ApprovalKind::Permissions | ApprovalKind::McpTool => Vec::new(),
     };
     Some(NewApproval {
         thread: v.thread_id.clone(),
@@ -492,7 +498,7 @@ fn unanswerable(a: &Approval) -> Result<(), String> {
              sent. Answer it where Codex shows it (the TUI's prompt, or the app-server client of thread {})",
             a.id, a.command, a.thread
         )),
-        ApprovalKind::Command | ApprovalKind::FileChange | ApprovalKind::Permissions => Ok(()),
+        ApprovalKind::Command | ApprovalKind::FileChange | ApprovalKind::Permissions | ApprovalKind::McpTool => Ok(()),
     }
 }
 

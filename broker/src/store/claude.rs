@@ -32,7 +32,9 @@ pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
         );",
     )?;
     // Whether the owner's main conversation has a turn open, from its last proven hook.
-    super::add_column(conn, "claude_sessions", "activity", "TEXT")
+    super::add_column(conn, "claude_sessions", "activity", "TEXT")?;
+    // Until when (ms) the running broker holds a proven wake hook of the session; NULL: none.
+    super::add_column(conn, "claude_sessions", "wake_until", "INTEGER")
 }
 
 /// One trusted Claude Code native binary.
@@ -58,6 +60,16 @@ pub struct SessionPin {
     /// What the owner's last proven main-conversation hook said of its turn (`None`: no hook
     /// since a broker that did not record it).
     pub activity: Option<SessionActivity>,
+    /// Until when (ms) the running broker holds a proven wake hook of the session (`None`: it
+    /// holds none, so an idle session is not woken until its next prompt).
+    pub wake_until: Option<i64>,
+}
+
+impl SessionPin {
+    /// Whether a wake hook of the session is held at `now` (ms).
+    pub fn wake_held(&self, now: i64) -> bool {
+        self.wake_until.is_some_and(|until| until > now)
+    }
 }
 
 /// Whether a Claude Code session's main conversation has a turn open, as its proven hooks tell
@@ -171,7 +183,7 @@ impl Store {
                 tx.execute(
                     "INSERT INTO claude_sessions (session_id, pid, starttime, transcript_path, pinned_at, prompt_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
                      ON CONFLICT(session_id) DO UPDATE SET pid = ?2, starttime = ?3, transcript_path = ?4, pinned_at = ?5, prompt_id = ?6,
-                       activity = NULL",
+                       activity = NULL, wake_until = NULL",
                     params![session_id, owner.pid, owner.starttime as i64, transcript_path, now_ms(), prompt_id],
                 )?;
                 Pinned::New
@@ -196,10 +208,28 @@ impl Store {
         Ok(n > 0)
     }
 
+    /// Records that the running broker holds a proven wake hook of `owner`'s session until
+    /// `until` (ms), or (`None`) no longer does. Nothing when the session is pinned to another
+    /// process.
+    pub fn note_claude_wake(&mut self, session_id: &ThreadId, owner: ProcessKey, until: Option<i64>) -> Result<()> {
+        self.conn.execute(
+            "UPDATE claude_sessions SET wake_until = ?4 WHERE session_id = ?1 AND pid = ?2 AND starttime = ?3",
+            params![session_id.as_str(), owner.pid, owner.starttime as i64, until],
+        )?;
+        Ok(())
+    }
+
+    /// A broker starting holds no wake yet: what its predecessor held is forgotten (the hooks
+    /// present their wakes again to it).
+    pub fn forget_claude_wakes(&mut self) -> Result<()> {
+        self.conn.execute("UPDATE claude_sessions SET wake_until = NULL WHERE wake_until IS NOT NULL", [])?;
+        Ok(())
+    }
+
     /// Every session pin, most recently pinned first (`broker threads`).
     pub fn claude_session_pins(&self) -> Result<Vec<SessionPin>> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT session_id, pid, starttime, transcript_path, pinned_at, prompt_id, activity FROM claude_sessions ORDER BY pinned_at DESC, session_id",
+            "SELECT session_id, pid, starttime, transcript_path, pinned_at, prompt_id, activity, wake_until FROM claude_sessions ORDER BY pinned_at DESC, session_id",
         )?;
         let rows = stmt.query_map([], pin_row)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -208,7 +238,7 @@ impl Store {
 
 fn claude_pin(conn: &Connection, session_id: &str) -> Result<Option<SessionPin>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT session_id, pid, starttime, transcript_path, pinned_at, prompt_id, activity FROM claude_sessions WHERE session_id = ?1",
+        "SELECT session_id, pid, starttime, transcript_path, pinned_at, prompt_id, activity, wake_until FROM claude_sessions WHERE session_id = ?1",
     )?;
     Ok(stmt.query_row([session_id], pin_row).optional()?)
 }
@@ -221,6 +251,7 @@ fn pin_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SessionPin> {
         pinned_at: r.get(4)?,
         prompt_id: r.get(5)?,
         activity: r.get::<_, Option<String>>(6)?.as_deref().and_then(SessionActivity::parse),
+        wake_until: r.get(7)?,
     })
 }
 

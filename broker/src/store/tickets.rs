@@ -88,6 +88,22 @@ impl Store {
         self.unsynced(|s| claim_inner(&mut s.conn, ticket, pid))
     }
 
+    /// [`Store::claim_ticket`] for a Claude Code wake: a ticket the same claude (`pid`) took
+    /// before `started_ms` (this broker's start) is its hook presenting its wake again after the
+    /// broker holding it went away (only that hook holds the sockets the key names), and is taken
+    /// anew; anything else is claimed as usual. Nothing is handed twice by it: a wake's messages
+    /// are leased, and a handed message is never leased again.
+    pub fn claim_wake_ticket(&mut self, ticket: &Ticket, pid: i32, started_ms: i64) -> Result<TicketClaim> {
+        let rearmed = self.conn.execute(
+            "UPDATE tickets SET at = ?3, pid = ?4 WHERE thread = ?1 AND key = ?2 AND at < ?5 AND pid = ?4",
+            params![ticket.thread.as_str(), ticket.key, now_ms(), pid, started_ms],
+        )?;
+        if rearmed == 1 {
+            return Ok(TicketClaim::New);
+        }
+        self.claim_ticket(ticket, pid)
+    }
+
     /// Records that the hook holding `taken` was leased `token`'s messages (its row written now
     /// if the journal still holds it: `store/ticket_log.rs`); marks them if another hook has
     /// presented the ticket meanwhile.

@@ -187,6 +187,17 @@ impl Waker {
     fn wake_thread(&self, store: &Mutex<Store>, gate: &Gate, trust: &dyn CodexTrust, codex_home: &Path, thread: &ThreadId) -> Outcome {
         let (owner, endpoints) = match idle_owner(gate, trust, codex_home, thread) {
             Ok(found) => found,
+            // Not a Codex thread: a Claude Code session, which its own wing wakes.
+            Err(Outcome::NotWoken(WakeReason::ThreadNotLoaded)) => {
+                let why = match claude_session(store, thread) {
+                    Some(Claude::Busy) => return Outcome::Busy,
+                    Some(Claude::WakeHeld) => return Outcome::Nothing,
+                    Some(Claude::NoWake) => WakeReason::ClaudeNoWake,
+                    None => WakeReason::ThreadNotLoaded,
+                };
+                note(store, thread, why);
+                return Outcome::NotWoken(why);
+            }
             Err(Outcome::NotWoken(why)) => {
                 note(store, thread, why);
                 return Outcome::NotWoken(why);
@@ -246,6 +257,29 @@ fn wake_reason(why: &NoOwner) -> WakeReason {
         NoOwner::Untrusted(_) => WakeReason::OwnerUntrusted,
         NoOwner::NotProven(_) => WakeReason::OwnerNotProven,
     }
+}
+
+/// A Claude Code session with a live claude, as the wake pass sees it.
+enum Claude {
+    /// A turn is open (or no hook said yet): its hooks deliver.
+    Busy,
+    /// Idle, and a wake hook of it is held: the Claude wing hands the message.
+    WakeHeld,
+    /// Idle, and no wake hook of it is held: its next prompt delivers.
+    NoWake,
+}
+
+/// `thread` as a Claude Code session with a live claude, or `None`: not one.
+fn claude_session(store: &Mutex<Store>, thread: &ThreadId) -> Option<Claude> {
+    let pin = crate::store::lock(store).claude_session_pin(thread).ok().flatten()?;
+    if !pin.owner.is_alive() {
+        return None;
+    }
+    Some(match (pin.activity, pin.wake_held(crate::store::now_ms())) {
+        (Some(crate::store::SessionActivity::Idle), true) => Claude::WakeHeld,
+        (Some(crate::store::SessionActivity::Idle), false) => Claude::NoWake,
+        _ => Claude::Busy,
+    })
 }
 
 fn note(store: &Mutex<Store>, thread: &ThreadId, reason: WakeReason) {

@@ -35,13 +35,13 @@ pub fn payload_ticket_key(
     open_turn: Option<&str>,
     actions: &Actions,
 ) -> Result<Option<String>, String> {
-    let command = crate::codex::approval::hook_command(payload);
-    let subject = Subject { tool_use_id: payload.tool_use_id.as_deref(), command: command.as_deref() };
+    let ask = crate::codex::approval::hook_ask(payload);
+    let subject = Subject { tool_use_id: payload.tool_use_id.as_deref(), command: ask.as_deref() };
     ticket_key(event, subject, open_turn, actions)
 }
 
-/// What a hook's payload says it is about: the tool call (PreToolUse, PostToolUse) or the
-/// command asked for (PermissionRequest).
+/// What a hook's payload says it is about: the tool call (PreToolUse, PostToolUse) or what
+/// PermissionRequest asks for (a command, a patch, or an MCP tool call: its tool and arguments).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Subject<'a> {
     pub tool_use_id: Option<&'a str>,
@@ -98,12 +98,12 @@ pub fn ticket_key(event: HookEvent, subject: Subject<'_>, open_turn: Option<&str
     }
 }
 
-/// PermissionRequest names no call: Codex asks for the command of a call it has not run yet.
-/// The key is the open turn, the calls not completed yet and the command's digest, so a second
-/// hook asking the same for the same calls is a reuse.
-fn permission_key(command: Option<&str>, open_turn: Option<&str>, actions: &Actions) -> Result<String, String> {
+/// PermissionRequest names no call: Codex asks for the command (or the MCP tool call) of a call
+/// it has not run yet. The key is the open turn, the calls not completed yet and the digest of
+/// what is asked, so a second hook asking the same for the same calls is a reuse.
+fn permission_key(ask: Option<&str>, open_turn: Option<&str>, actions: &Actions) -> Result<String, String> {
     let turn = open_turn.ok_or("no turn is open")?;
-    let command = command.ok_or("PermissionRequest without a command")?;
+    let command = ask.ok_or("PermissionRequest without a command or an MCP tool call")?;
     let waiting: Vec<&str> = actions.calls.iter().filter(|c| !c.completed).map(|c| c.id.as_str()).collect();
     if waiting.is_empty() {
         return Err("no tool call of the open turn is waiting to run".into());

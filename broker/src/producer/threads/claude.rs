@@ -3,7 +3,8 @@
 //! makes one appear: a pin is taken only by a hook every kernel step proved. A session is live
 //! while its pinned claude (pid and start time) runs, else ended; a live one is busy or idle as
 //! its last proven main-conversation hook said (a prompt or tool call: busy, with the prompt as
-//! its turn; Stop: idle), `live` when no hook said yet (a pin an older broker took).
+//! its turn; Stop: idle), `live` when no hook said yet (a pin an older broker took). An idle one
+//! with no wake hook held says so (`not_woken`): a message waits for its next prompt.
 
 use super::{Host, ProcessInfo, ProcessKind, ThreadInfo, ThreadState};
 use crate::store::{SessionActivity, SessionPin, Store};
@@ -52,8 +53,20 @@ fn describe(pin: &SessionPin, live: bool) -> ThreadInfo {
         undelivered: 0,
         messages: BTreeMap::new(),
         waiting_on_approval: Vec::new(),
+        not_woken: (state_of(pin, live) == ThreadState::Idle).then(|| not_woken(pin)).flatten(),
     }
 }
+
+/// Why a message for the idle session `pin` waits for its next prompt, in Claude Code's words;
+/// `None` while a wake hook of it is held (the message wakes it).
+pub fn not_woken(pin: &SessionPin) -> Option<String> {
+    (!pin.wake_held(crate::store::now_ms())).then(|| NO_WAKE.to_string())
+}
+
+/// What an idle session with no wake hook held means for a message.
+const NO_WAKE: &str = "no wake hook of this Claude Code session is waiting (Courier's asyncRewake Stop hook runs at the end of \
+    each turn and ends about 9 minutes later, or a broker stopped for over 2 minutes lost it): a message waits for the \
+    session's next prompt";
 
 /// The listing's state of a session whose claude is `live` or not.
 fn state_of(pin: &SessionPin, live: bool) -> ThreadState {

@@ -19,7 +19,7 @@
 //! This file lists; `facts.rs` reads a rollout's `session_meta` and title; `tree.rs` orders the
 //! list as the sub-agent tree and renders the table.
 
-mod claude;
+pub(super) mod claude;
 mod copilot;
 mod facts;
 mod tree;
@@ -216,6 +216,10 @@ pub struct ThreadInfo {
     /// Approvals the thread waits on a person for (`broker approvals`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub waiting_on_approval: Vec<WaitingApproval>,
+    /// Why a message for this idle thread is not delivered now but at its next turn, in its
+    /// host's words (a Claude Code session with no wake hook held).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_woken: Option<String>,
 }
 
 /// An approval a listed thread waits on.
@@ -387,6 +391,7 @@ impl Lister {
             undelivered: 0,
             messages: BTreeMap::new(),
             waiting_on_approval: Vec::new(),
+            not_woken: None,
         })
     }
 

@@ -54,6 +54,7 @@ fn info(id: &str, parent: Option<&str>, state: ThreadState, at: i64) -> ThreadIn
         undelivered: 0,
         messages: BTreeMap::new(),
         waiting_on_approval: Vec::new(),
+        not_woken: None,
     }
 }
 

@@ -77,9 +77,10 @@ pub fn render_table(threads: &[ThreadInfo], now: i64) -> String {
             (Some(_), None) => format!("↳ {}", esc(t.title.as_deref().unwrap_or(""))),
             _ => esc(t.title.as_deref().unwrap_or("")),
         };
-        let state = match t.waiting_on_approval.first() {
-            Some(a) => format!("{} (approval {}: {})", t.state.as_str(), a.id, esc(&a.command)),
-            None => t.state.as_str().into(),
+        let state = match (t.waiting_on_approval.first(), &t.not_woken) {
+            (Some(a), _) => format!("{}, waits on a person (approval {}: {})", t.state.as_str(), a.id, esc(&a.command)),
+            (None, Some(_)) => format!("{} (no wake hook: next prompt delivers)", t.state.as_str()),
+            (None, None) => t.state.as_str().into(),
         };
         rows.push([
             t.id.clone(),
