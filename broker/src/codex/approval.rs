@@ -35,8 +35,10 @@ fn request_method(kind: ApprovalKind) -> &'static str {
         ApprovalKind::McpTool => MCP_APPROVAL_REQUEST,
     }
 }
-/// How the app-server asks its client about an MCP tool call: an MCP elicitation (probed on
-/// 0.171.0, `tests/tests/approvals_mcp.rs`).
+/// How the app-server asks its client about an MCP tool call: an MCP elicitation whose `_meta`
+/// says `codex_approval_kind: "mcp_tool_call"` with the tool and its arguments (`tool_name`,
+/// `tool_params`), `serverName` the server; no item id (probed on 0.171.0,
+/// `tests/tests/approvals_mcp.rs`).
 const MCP_APPROVAL_REQUEST: &str = "mcpServer/elicitation/request";
 /// The tool whose PermissionRequest asks to change files.
 const PATCH_TOOL: &str = "apply_patch";
@@ -334,7 +336,8 @@ pub fn is_request_of(method: &str, params: &Value, files: Option<&[String]>, a: 
     method == request_method(a.kind)
         && params["threadId"] == a.thread.as_str()
         && params["turnId"] == a.turn.as_str()
-        && a.call_id.as_deref().is_none_or(|c| params["itemId"] == c)
+        // An MCP elicitation names no item: what binds it is the tool and its exact arguments.
+        && (a.kind == ApprovalKind::McpTool || a.call_id.as_deref().is_none_or(|c| params["itemId"] == c))
         && same_ask
 }
 
@@ -342,12 +345,12 @@ pub fn is_request_of(method: &str, params: &Value, files: Option<&[String]>, a: 
 /// `_meta`), of the server and tool, with the arguments listed.
 fn is_mcp_request_of(params: &Value, a: &Approval) -> bool {
     let meta = &params["_meta"];
-    let (server, tool) = a.tool.strip_prefix(MCP_TOOL_PREFIX).and_then(|t| t.split_once("__")).unwrap_or_default();
+    let Some((server, tool)) = a.tool.strip_prefix(MCP_TOOL_PREFIX).and_then(|t| t.split_once("__")) else { return false };
     let args: Option<Value> = serde_json::from_str(&a.command).ok();
     meta["codex_approval_kind"] == "mcp_tool_call"
         && params["serverName"] == server
-        && meta["tool_name"].as_str().is_none_or(|t| t == tool)
-        && args.is_some_and(|args| meta.get("tool_params").is_none_or(|p| *p == args))
+        && meta["tool_name"] == tool
+        && args.is_some_and(|args| meta["tool_params"] == args)
 }
 
 /// How long answering may take.

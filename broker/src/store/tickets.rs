@@ -313,4 +313,28 @@ mod tests {
         assert_eq!(a[1].message, None);
         let _ = std::fs::remove_dir_all(dir);
     }
+
+    /// A Claude wake's ticket taken before this broker started by the same claude is taken anew
+    /// (its hook presenting the wake again after a restart); one taken since, or by another
+    /// claude, is a second use: refused and an alarm.
+    #[test]
+    fn a_wake_ticket_is_taken_again_only_by_its_claude_across_a_restart() {
+        let (mut s, dir) = store();
+        let t = Ticket { thread: crate::store::sample::T1.clone(), key: "claude:wake:p1:77".into(), event: HookEvent::Stop };
+        assert_eq!(s.claim_wake_ticket(&t, 10, now_ms()).unwrap(), TicketClaim::New);
+        // The same broker: a second presentation is a reuse.
+        assert!(matches!(s.claim_wake_ticket(&t, 10, now_ms() - 60_000).unwrap(), TicketClaim::Used { .. }));
+        // A broker started after it (the clock has moved past the claim): the same claude takes
+        // it anew, once; another claude never does.
+        let taken = now_ms();
+        while now_ms() <= taken {
+            std::hint::spin_loop();
+        }
+        let restarted = now_ms();
+        assert!(matches!(s.claim_wake_ticket(&t, 11, restarted).unwrap(), TicketClaim::Used { .. }));
+        assert_eq!(s.claim_wake_ticket(&t, 10, restarted).unwrap(), TicketClaim::New);
+        assert!(matches!(s.claim_wake_ticket(&t, 10, restarted).unwrap(), TicketClaim::Used { .. }), "once per broker");
+        assert_eq!(s.alarms(Some(crate::store::sample::T1), 10).unwrap().len(), 3);
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

@@ -366,4 +366,28 @@ mod tests {
             let _ = std::fs::remove_dir_all(&dir);
         }
     }
+
+    /// A PermissionRequest for an MCP tool call carries no command: its ticket binds the tool and
+    /// its arguments (one per call, as a command's), a second hook asking the same is the same
+    /// ticket, other arguments or another tool another one; a payload with neither is refused.
+    #[test]
+    fn an_mcp_tool_calls_permission_request_gets_its_own_ticket() {
+        use crate::codex::rollout::{Actions, OpenCall};
+        let actions = Actions { calls: vec![OpenCall { id: "call_mcp".into(), completed: false }], ..Default::default() };
+        let payload = |tool: &str, input: serde_json::Value| -> HookPayload {
+            serde_json::from_value(serde_json::json!({"hook_event_name": "PermissionRequest", "tool_name": tool, "tool_input": input}))
+                .unwrap()
+        };
+        let key = |p: &HookPayload| payload_ticket_key(HookEvent::PermissionRequest, p, Some("t1"), &actions);
+        let send = payload("mcp__courier__send_message", serde_json::json!({"thread": "T", "text": "hi"}));
+        let k = key(&send).unwrap().unwrap();
+        assert!(k.starts_with("PermissionRequest:t1:call_mcp:sha256:"), "{k}");
+        assert_eq!(key(&send).unwrap().unwrap(), k, "the same call, the same ticket");
+        let other_text = payload("mcp__courier__send_message", serde_json::json!({"thread": "T", "text": "bye"}));
+        let other_tool = payload("mcp__courier__list_threads", serde_json::json!({"thread": "T", "text": "hi"}));
+        assert_ne!(key(&other_text).unwrap().unwrap(), k);
+        assert_ne!(key(&other_tool).unwrap().unwrap(), k);
+        let neither = payload("WebFetch", serde_json::json!({"url": "x"}));
+        assert_eq!(key(&neither), Err("PermissionRequest without a command or an MCP tool call".to_string()));
+    }
 }
