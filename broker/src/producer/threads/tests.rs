@@ -73,3 +73,29 @@ fn order_puts_live_first_and_children_after_parents() {
     assert!(table.lines().next().unwrap().starts_with("THREAD"), "{table}");
     assert_eq!(table.lines().count(), 5, "{table}");
 }
+
+/// An idle session no wake hook of which is held says so, in its host's words; one with a wake
+/// held, or a thread waiting on a person, says that instead.
+#[test]
+fn the_listing_says_what_an_idle_session_waits_for() {
+    let pin = |wake_until| crate::store::SessionPin {
+        session_id: "s".into(),
+        owner: crate::os::ProcessKey { pid: 1, starttime: 1 },
+        transcript_path: String::new(),
+        pinned_at: 0,
+        prompt_id: Some("p".into()),
+        activity: Some(crate::store::SessionActivity::Idle),
+        wake_until,
+    };
+    let now = crate::store::now_ms();
+    assert!(claude::not_woken(&pin(None)).is_some_and(|w| w.contains("Claude Code") && w.contains("next prompt")));
+    assert!(claude::not_woken(&pin(Some(now - 1))).is_some(), "a hold that ran out holds nothing");
+    assert_eq!(claude::not_woken(&pin(Some(now + 60_000))), None);
+    let mut idle = info("idle", None, ThreadState::Idle, 10);
+    idle.not_woken = claude::not_woken(&pin(None));
+    let mut asking = info("asking", None, ThreadState::Busy, 20);
+    asking.waiting_on_approval = vec![WaitingApproval { id: "apr-1".into(), command: "tool call: mcp__courier__send_message {}".into() }];
+    let table = render_table(&[idle, asking], 60_000);
+    assert!(table.contains("idle (no wake hook: next prompt delivers)"), "{table}");
+    assert!(table.contains("busy, waits on a person (approval apr-1: tool call: mcp__courier__send_message {})"), "{table}");
+}
