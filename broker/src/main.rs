@@ -215,8 +215,9 @@ fn install_cmd(cmd: InstallCommand) -> Result<ExitCode> {
     let home = PathBuf::from(std::env::var_os("HOME").context("HOME is not set")?);
     let prefix = cmd.prefix.unwrap_or_else(|| home.join(".local/bin"));
     let codex_home = cmd.codex_home.unwrap_or_else(paths::codex_home);
-    let InstallCommand { start, no_enable, mcp, bridge, claude, .. } = cmd;
-    let done = install::install(&install::InstallOptions { prefix, codex_home, start, no_enable, mcp, bridge, claude })?;
+    let InstallCommand { start, no_enable, mcp, allow_courier_tools, bridge, claude, .. } = cmd;
+    let options = install::InstallOptions { prefix, codex_home, start, no_enable, mcp, allow_courier_tools, bridge, claude };
+    let done = install::install(&options)?;
     let report = done.report;
     for line in report.iter().filter(|l| !l.is_empty()) {
         println!("{line}");

@@ -39,6 +39,7 @@ pub(crate) struct InstallCommand {
     pub(crate) start: install::StartMode,
     pub(crate) no_enable: bool,
     pub(crate) mcp: bool,
+    pub(crate) allow_courier_tools: bool,
     pub(crate) bridge: Option<install::BridgeOptions>,
     pub(crate) claude: install::ClaudeChoice,
 }
@@ -62,7 +63,20 @@ impl InstallCommand {
             (false, true) => install::ClaudeChoice::Skip,
             (false, false) => install::ClaudeChoice::Auto,
         };
-        Ok(InstallCommand { prefix: g.prefix, codex_home: g.codex_home, start, no_enable: g.no_enable, mcp: !g.no_mcp, bridge, claude })
+        if g.allow_courier_tools && g.no_mcp {
+            return Err(g.usage_error("--allow-courier-tools goes with the MCP server --no-mcp leaves out"));
+        }
+        let (mcp, allow_courier_tools) = (!g.no_mcp, g.allow_courier_tools);
+        Ok(InstallCommand {
+            prefix: g.prefix,
+            codex_home: g.codex_home,
+            start,
+            no_enable: g.no_enable,
+            mcp,
+            allow_courier_tools,
+            bridge,
+            claude,
+        })
     }
 }
 

@@ -139,3 +139,22 @@ fn an_mcp_tool_call_waiting_on_a_person_is_listed_and_approved_once() {
     let done = all.iter().find(|x| x["id"] == a["id"]).unwrap();
     assert_eq!((done["state"].as_str(), done["answer"]["outcome"].as_str()), (Some("answered"), Some("won")), "{done}");
 }
+
+/// What `broker install --allow-courier-tools` writes (`default_tools_approval_mode = "approve"`
+/// in Courier's entry) is what the real Codex reads: the same on-request thread calls
+/// `send_message` with no elicitation and no approval listed, and the message is queued.
+#[test]
+fn courier_tools_allowed_run_without_asking() {
+    let text = marker("MCP_ALLOWED");
+    let model = ScriptedModel::start_with(sends_over_mcp(&text));
+    let env = CodexEnv::with_hook_command(&model, &courier_tests::hook_command());
+    register_mcp(&env, "default_tools_approval_mode = \"approve\"\n");
+    let broker = Broker::start_trusted(&env);
+    let (_server, mut client, thread) = approving_thread(&env);
+    let turn = client.start_turn(&thread, "tell yourself", T);
+    client.wait_turn_completed(&turn, T);
+    let msgs = courier_tests::broker::messages(&broker.inspect_json());
+    assert_eq!(msgs.iter().filter(|m| m["thread"] == thread.as_str()).count(), 1, "the tool ran: {msgs:#?}");
+    assert!(approvals(&broker, true).is_empty(), "nothing waited on a person");
+    assert!(client.server_requests.is_empty(), "the client was asked: {:?}", client.server_requests);
+}

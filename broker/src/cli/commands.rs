@@ -277,6 +277,11 @@ pub const COMMANDS: &[Command] = &[
             flag("no-claude", "do not register with Claude Code (and take out an earlier install's hooks)", |g| g.no_claude = true),
             flag("no-mcp", "do not install courier-mcp nor register `broker mcp` as Codex's MCP server \"courier\"", |g| g.no_mcp = true),
             flag(
+                "allow-courier-tools",
+                "let Codex call Courier's own MCP tools without asking the person (default_tools_approval_mode = \"approve\")",
+                |g| g.allow_courier_tools = true,
+            ),
+            flag(
                 "bridge",
                 "also install courier-bridge and start this host's NATS bridge at login (docs/many-hosts.md)",
                 |g| g.bridge = true,

@@ -117,6 +117,9 @@ pub struct InstallOptions {
     /// Install `courier-mcp` (when it is beside the broker) and register `broker mcp` as Codex's
     /// MCP server `courier` (`--no-mcp`: neither).
     pub mcp: bool,
+    /// `--allow-courier-tools`: Codex calls Courier's own MCP tools without asking the person
+    /// (`default_tools_approval_mode = "approve"` in its `[mcp_servers.courier]`).
+    pub allow_courier_tools: bool,
     /// `--bridge --nats URL --host NAME [--creds FILE]`: install `courier-bridge`, write the
     /// `[bridge]` table and start the bridge at login beside the broker.
     pub bridge: Option<BridgeOptions>,

@@ -164,6 +164,7 @@ fn each_agent_row_edits_only_the_config_files_it_names() {
         start: StartMode::None,
         no_enable: true,
         mcp: true,
+        allow_courier_tools: false,
         bridge: None,
         claude: ClaudeChoice::Register,
     };

@@ -86,7 +86,7 @@ fn trust_handlers(run: &mut Run, command: &str, groups: &[(String, usize)], bins
     let stale = m.trust_entries.clone();
     add_trust(&mut tdoc, &entries, &stale, m)?;
     if bins.with_mcp {
-        mcp::add_mcp(&mut tdoc, &bins.broker, m, &mut run.report)?;
+        mcp::add_mcp(&mut tdoc, &bins.broker, run.opts.allow_courier_tools, m, &mut run.report)?;
     }
     let new_text = tdoc.to_string();
     if current.as_deref() != Some(new_text.as_str()) {
