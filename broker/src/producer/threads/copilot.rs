@@ -46,5 +46,10 @@ fn describe(s: &session::Session) -> ThreadInfo {
         undelivered: 0,
         messages: BTreeMap::new(),
         waiting_on_approval: Vec::new(),
+        not_woken: s.holder.is_some().then(|| NO_WAKE.to_string()),
     }
 }
+
+/// Copilot CLI has no idle wake Courier can use (docs/copilot-cli.md): said for every live session.
+const NO_WAKE: &str = "Copilot CLI offers no idle wake: a message reaches a live session at its next tool call, at the end \
+    of its turn, or with its next prompt";
