@@ -32,8 +32,9 @@ pub struct Report {
     pub now: i64,
     /// Effort rows: id -> (scope, endpoint detail).
     pub effort: crate::store::Details,
-    /// Every trusted Codex binary, with how it became trusted.
-    pub trusted_codex: Vec<crate::store::TrustedCodex>,
+    /// Every trusted Codex binary, with how it became trusted and whether its row counts now
+    /// (a row the person key does not sign counts for nothing once a key is set).
+    pub trusted_codex: Vec<(crate::store::TrustedCodex, bool)>,
     /// Alarms (tickets.rs): hook calls that followed a Codex action an earlier one had followed.
     pub alarms: Vec<crate::tickets::Alarm>,
     /// Messages a NATS bridge of this login queued: id -> the publisher's host as the bridge
@@ -80,7 +81,12 @@ impl Report {
             status,
             now: now_ms(),
             effort: store.effort_details(thread)?,
-            trusted_codex: store.trusted_codex()?,
+            trusted_codex: store
+                .trusted_codex()?
+                .into_iter()
+                .map(|t| (store.is_trusted_codex(&t.sha256).unwrap_or(false), t))
+                .map(|(counts, t)| (t, counts))
+                .collect(),
             alarms: store.alarms(thread, ALARMS_SHOWN)?,
             bridged: HashMap::new(),
             approvals: crate::approval::of_thread(store.approvals(false)?, thread),
@@ -144,7 +150,7 @@ impl Report {
         let codex: Vec<Value> = self
             .trusted_codex
             .iter()
-            .map(|t| json!({"sha256": t.sha256, "path": t.path, "version": t.version, "how": t.how.as_str(), "source": t.source, "added_at": t.added_at}))
+            .map(|(t, counts)| json!({"sha256": t.sha256, "path": t.path, "version": t.version, "how": t.how.as_str(), "source": t.source, "added_at": t.added_at, "counts": counts}))
             .collect();
         let approvals = json!({"pending": self.approvals, "answers": self.answers});
         json!({"messages": messages, "refusals": refusals, "threads": self.per_thread(), "broker": broker, "trusted_codex": codex,

@@ -3,7 +3,8 @@
 
 use anyhow::{Context, Result};
 use broker::cli::{self, Cmd, Format, Given, Parsed, UsageError};
-use broker::store::Store;
+use broker::person::TrustedHost;
+use broker::store::{Store, TrustRow};
 use broker::{client, codex, config, delivery, dirs, doctor, effort, inspect, install, logging, server, terminal};
 use courier_producer_proto::Exit;
 use courier_shared::paths;
@@ -102,7 +103,7 @@ fn dispatch(cmd: Cmd, g: Given) -> Result<ExitCode> {
         Cmd::Send => producer::send(producer::SendCommand::parse(g)?),
         Cmd::Status => producer::status(producer::MessageCommand::parse(g)?),
         Cmd::Show => producer::show(producer::MessageCommand::parse(g)?),
-        Cmd::Stop => lifecycle(install::Lifecycle::Stop),
+        Cmd::Stop => lifecycle(install::Lifecycle::Stop(person_cli::stop_mark(&options::passphrase_source(&g))?)),
         Cmd::Start => lifecycle(install::Lifecycle::Start),
         Cmd::Restart => lifecycle(install::Lifecycle::Restart),
         Cmd::Wait => producer::wait(producer::WaitCommand::parse(g)?),
@@ -114,8 +115,8 @@ fn dispatch(cmd: Cmd, g: Given) -> Result<ExitCode> {
         Cmd::Approvals => approvals(ApprovalsCommand::parse(g)?),
         Cmd::Approve | Cmd::Deny => person_cli::answer(options::Answer::parse(g)?),
         Cmd::Person => person_cli::person(PersonCommand::parse(g)?),
-        Cmd::TrustCodex => trust_codex(g.positionals.first().map(PathBuf::from)),
-        Cmd::TrustClaude => trust_claude(g.positionals.first().map(PathBuf::from).unwrap_or_default()),
+        Cmd::TrustCodex => trust_codex(g.positionals.first().map(PathBuf::from), &options::passphrase_source(&g)),
+        Cmd::TrustClaude => trust_claude(g.positionals.first().map(PathBuf::from).unwrap_or_default(), &options::passphrase_source(&g)),
         Cmd::TrustCopilot => trust_copilot(&g.positionals),
         Cmd::Install => install_cmd(InstallCommand::parse(g)?),
         Cmd::Uninstall => uninstall_cmd(g.purge),
@@ -347,7 +348,9 @@ fn approvals(cmd: ApprovalsCommand) -> Result<ExitCode> {
 /// How often `approvals --wait` reads the store.
 const APPROVALS_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
-fn trust_codex(path: Option<PathBuf>) -> Result<ExitCode> {
+/// `broker trust-codex|trust-claude`: the row, signed by the person when a person key is set (an
+/// unsigned row trusts nothing then: `store/signed_trust.rs`).
+fn trust_codex(path: Option<PathBuf>, passphrase: &broker::person::passphrase::Source) -> Result<ExitCode> {
     // No PATH: the `codex` on PATH, which the broker then also follows across upgrades. A PATH:
     // exactly the binary it resolves to, once.
     let (path, follow) = match path {
@@ -361,6 +364,8 @@ fn trust_codex(path: Option<PathBuf>) -> Result<ExitCode> {
     let r = codex::resolve(&path)?;
     let mut store = open_store()?;
     let digest = store.hash_and_note(&r.native)?;
+    let row = TrustRow { host: TrustedHost::Codex, sha256: digest.clone(), path: r.native.to_string_lossy().into_owned(), proof: None };
+    let proof = person_cli::trust_proof(&row, passphrase)?;
     let record = codex::TrustedCodex {
         sha256: digest.clone(),
         path: r.native.to_string_lossy().into_owned(),
@@ -370,18 +375,30 @@ fn trust_codex(path: Option<PathBuf>) -> Result<ExitCode> {
         added_at: broker::store::now_ms(),
     };
     let new = store.trust_codex(&record)?;
-    println!("{} sha256:{digest} {}", if new { "trusted" } else { "already trusted" }, r.native.display());
+    let signed = match proof {
+        Some(p) => store.sign_trust(&row, &p)?,
+        None => false,
+    };
+    println!("{} sha256:{digest} {}{}", if new { "trusted" } else { "already trusted" }, r.native.display(), signed_note(signed));
     if follow && store.follow_codex_command(&path.to_string_lossy())? {
         println!("following {} across Codex upgrades", path.display());
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn trust_claude(path: PathBuf) -> Result<ExitCode> {
+fn trust_claude(path: PathBuf, passphrase: &broker::person::passphrase::Source) -> Result<ExitCode> {
     let path = std::path::absolute(path)?;
     let mut store = open_store()?;
-    let (record, new) = broker::claude::trust::trust_path(&mut store, &path, broker::store::TrustHow::Manual)?;
-    println!("{} sha256:{} {}", if new { "trusted" } else { "already trusted" }, record.sha256, record.path);
+    let native = broker::claude::trust::native_of(&path)?;
+    let digest = store.hash_and_note(&native)?;
+    let row = TrustRow { host: TrustedHost::Claude, sha256: digest.clone(), path: native.to_string_lossy().into_owned(), proof: None };
+    let proof = person_cli::trust_proof(&row, passphrase)?;
+    let (record, new) = broker::claude::trust::trust_digest(&mut store, &native, &digest, broker::store::TrustHow::Manual)?;
+    let signed = match proof {
+        Some(p) => store.sign_trust(&row, &p)?,
+        None => false,
+    };
+    println!("{} sha256:{} {}{}", if new { "trusted" } else { "already trusted" }, record.sha256, record.path, signed_note(signed));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -394,6 +411,13 @@ fn trust_copilot(positionals: &[std::ffi::OsString]) -> Result<ExitCode> {
         println!("{} {} sha256:{} {}", if new { "trusted" } else { "already trusted" }, record.role, record.sha256, record.path);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn signed_note(signed: bool) -> &'static str {
+    match signed {
+        true => " (signed by the person key)",
+        false => "",
+    }
 }
 
 /// `broker bridge ...` (-> `courier-bridge serve ...`, or `courier-bridge check|threads|send ...`),

@@ -181,6 +181,10 @@ impl Answer {
 }
 
 /// Where the person's passphrase comes from: `--passphrase-file`, else the terminal.
+pub(crate) fn passphrase_source(g: &Given) -> Source {
+    source_of(g)
+}
+
 fn source_of(g: &Given) -> Source {
     g.passphrase_file.clone().map_or(Source::Terminal, Source::File)
 }

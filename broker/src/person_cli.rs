@@ -1,12 +1,14 @@
-//! The person's side of the person proof (`broker/src/person/`): `broker approve|deny` and
-//! `broker person set|show|sign`. The passphrase is read here (the terminal, echo off, or the
-//! person's own file), the key derived and the act signed here: only the signature leaves this
-//! process.
+//! The person's side of the person proof (`broker/src/person/`): `broker approve|deny`,
+//! `broker person set|show|sign`, and the signatures `trust-codex|trust-claude` and `stop` leave
+//! on what they record. The passphrase is read here (the terminal, echo off, or the person's own
+//! file), the key derived and the act signed here: only the signature leaves this process.
 
 use crate::options::{Answer, PersonCommand, Verdict};
 use anyhow::{bail, Context, Result};
 use broker::approval::Decision;
-use broker::person::{self, passphrase, Act, PersonKey};
+use broker::install::StopMark;
+use broker::person::{self, passphrase, Act, KeyState, PersonKey, TrustedHost};
+use broker::store::TrustRow;
 use broker::terminal;
 use courier_shared::paths;
 use serde_json::{json, Value};
@@ -69,10 +71,50 @@ pub fn person(cmd: PersonCommand) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The person's signature of `act`, when a person key is set (else none: nothing to sign with,
+/// and the record counts unsigned, `person::honour`). Asks the passphrase with `prompt`.
+pub fn proof_of(act: &Act<'_>, source: &passphrase::Source, prompt: &str) -> Result<Option<String>> {
+    match PersonKey::current() {
+        KeyState::None => Ok(None),
+        KeyState::Set(key) => Ok(Some(person::sign(&key.unlock(&passphrase::read(source, prompt)?)?, act))),
+        KeyState::Unreadable(why) => bail!("the person key cannot be read, so nothing can be signed: {why}"),
+    }
+}
+
+/// `broker stop`'s mark: now, signed by the person when a person key is set.
+pub fn stop_mark(source: &passphrase::Source) -> Result<StopMark> {
+    let at_ms = broker::store::now_ms();
+    let proof = proof_of(&Act::Stop { at_ms }, source, "Passphrase to keep the broker stopped: ")?;
+    Ok(StopMark { at_ms, proof })
+}
+
+/// The person's signature of trusting `row` (`trust-codex|trust-claude`), asked before anything
+/// is recorded: with a person key set only a signed row trusts anything.
+pub fn trust_proof(row: &TrustRow, source: &passphrase::Source) -> Result<Option<String>> {
+    proof_of(&row.act(), source, &format!("Passphrase to trust {} sha256:{}: ", row.host.as_str(), row.sha256))
+}
+
+/// Puts `signing`'s signature on every trusted binary that counts under `before` (the key state
+/// before `person set`): setting or changing the key keeps what was trusted, and only that.
+fn resign_trust(before: &KeyState, signing: &ed25519_dalek::SigningKey) -> Result<()> {
+    let mut store = crate::open_store()?;
+    for host in [TrustedHost::Codex, TrustedHost::Claude] {
+        for row in store.trust_rows(host)?.into_iter().filter(|r| r.honoured(before)) {
+            store.sign_trust(&row, &person::sign(signing, &row.act()))?;
+            println!("signed the trust of {} sha256:{} {}", host.as_str(), row.sha256, terminal::escape(&row.path));
+        }
+    }
+    Ok(())
+}
+
 /// `person set`: a new key; or, when one exists, a new passphrase once the current one is given
 /// (the same passphrase from a file again is a no-op, so a script may run it every time).
 fn set(path: &std::path::Path, source: &passphrase::Source, iterations: u32) -> Result<()> {
-    if let Some(current) = PersonKey::load(path)? {
+    let before = match PersonKey::load(path)? {
+        Some(key) => KeyState::Set(key),
+        None => KeyState::None,
+    };
+    if let KeyState::Set(current) = &before {
         match source {
             passphrase::Source::File(_) => {
                 if current.unlock(&passphrase::read(source, "")?).is_ok() {
@@ -90,10 +132,10 @@ fn set(path: &std::path::Path, source: &passphrase::Source, iterations: u32) -> 
     if *source == passphrase::Source::Terminal && passphrase::read(source, "Again: ")? != new {
         bail!("the two passphrases differ; nothing was changed");
     }
-    let (key, _) = PersonKey::create(&new, iterations)?;
+    let (key, signing) = PersonKey::create(&new, iterations)?;
     key.store(path)?;
     println!("person key {} set in {}: `broker approve|deny` ask for this passphrase", key.fingerprint(), path.display());
-    Ok(())
+    resign_trust(&before, &signing)
 }
 
 /// What the person is asked to sign, escaped for the terminal.

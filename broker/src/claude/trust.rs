@@ -9,13 +9,19 @@ use std::path::Path;
 /// Hashes the file `path` resolves to (symbolic links followed: npm's `bin/claude` is a link to
 /// the native binary's hard link) and trusts its digest. Returns the record and whether it was new.
 pub fn trust_path(store: &mut Store, path: &Path, how: TrustHow) -> Result<(TrustedClaude, bool)> {
+    let native = native_of(path)?;
+    let sha256 = store.hash_and_note(&native)?;
+    trust_digest(store, &native, &sha256, how)
+}
+
+/// The native binary `path` resolves to (a canonical path), if it is a whole ELF executable.
+pub fn native_of(path: &Path) -> Result<std::path::PathBuf> {
     let native = std::fs::canonicalize(path).with_context(|| format!("resolving {}", path.display()))?;
     let file = std::fs::File::open(&native).with_context(|| format!("opening {}", native.display()))?;
     if !crate::exe::elf::is_complete_elf(&file)? {
         bail!("{} is not a whole ELF executable (Claude Code's native binary is; a launcher script is not)", native.display());
     }
-    let sha256 = store.hash_and_note(&native)?;
-    trust_digest(store, &native, &sha256, how)
+    Ok(native)
 }
 
 /// Trusts `sha256`, the digest of the native binary at `native` (a canonical path), hashed by

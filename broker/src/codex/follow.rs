@@ -192,6 +192,14 @@ impl Followed {
                 r.command.display(),
                 r.layout.as_str()
             );
+            if !store.with(|s| s.is_trusted_codex(digest))? {
+                // The broker's own word counts for nothing once a person key is set (person/honour.rs).
+                crate::log_warn!(
+                    "a person key is set: Codex at {} counts only once the person signs it (`broker trust-codex {}` at a terminal)",
+                    r.native.display(),
+                    r.native.display()
+                );
+            }
             if let Some(v) = version.as_deref().and_then(crate::exe::parse_version) {
                 if super::support(v) != super::Support::Tested {
                     crate::log_warn!(

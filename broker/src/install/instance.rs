@@ -3,18 +3,47 @@
 //! `broker stop|start|restart` (`lifecycle.rs`), `doctor` and `status`.
 
 use crate::os;
+use crate::person::{self, Act, PersonKey};
 use anyhow::Result;
 use courier_shared::paths;
 use std::fs;
 use std::path::Path;
 
-/// The file whose presence means "stopped on purpose"; it holds the time of the stop (ms).
+/// The file whose presence means "stopped on purpose": the time of the stop (ms) on its first
+/// line, the person's signature of the stop on its second (none while no person key is set).
 pub const STOP_MARKER: &str = "broker.stopped";
 
-/// When the broker was stopped on purpose (Unix ms), if it is.
+/// A stop on purpose, as `broker stop` records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StopMark {
+    pub at_ms: i64,
+    /// The person's signature of [`Act::Stop`] at `at_ms` (hex).
+    pub proof: Option<String>,
+}
+
+impl StopMark {
+    pub fn act(&self) -> Act<'static> {
+        Act::Stop { at_ms: self.at_ms }
+    }
+
+    fn parse(text: &str) -> StopMark {
+        let mut lines = text.lines().map(str::trim);
+        let at_ms = lines.next().and_then(|l| l.parse().ok()).unwrap_or(0);
+        StopMark { at_ms, proof: lines.next().filter(|l| !l.is_empty()).map(str::to_string) }
+    }
+
+    fn text(&self) -> String {
+        format!("{}\n{}\n", self.at_ms, self.proof.as_deref().unwrap_or(""))
+    }
+}
+
+/// When the broker was stopped on purpose (Unix ms), if it is: a mark that counts
+/// (`person::honour`: signed by the person key when one is set). A mark anything else wrote is
+/// ignored, so the broker starts (fail open: the login line never stalls or stays down for it).
+/// Cheap: a small file, the key file, one signature check; no key derivation.
 pub fn stopped_on_purpose(state_dir: &Path) -> Option<i64> {
-    let text = fs::read_to_string(state_dir.join(STOP_MARKER)).ok()?;
-    Some(text.trim().parse().unwrap_or(0))
+    let mark = StopMark::parse(&fs::read_to_string(state_dir.join(STOP_MARKER)).ok()?);
+    person::honoured(&PersonKey::current(), &mark.act(), mark.proof.as_deref()).then_some(mark.at_ms)
 }
 
 /// Removes the stop marker; true if there was one.
@@ -22,9 +51,9 @@ pub fn clear_stop(state_dir: &Path) -> Result<bool> {
     super::files::remove_file(&state_dir.join(STOP_MARKER))
 }
 
-pub(super) fn mark_stopped(state_dir: &Path) -> Result<()> {
+pub(super) fn mark_stopped(state_dir: &Path, mark: &StopMark) -> Result<()> {
     crate::dirs::ensure_private_dir(state_dir)?;
-    super::files::write_atomic(&state_dir.join(STOP_MARKER), crate::store::now_ms().to_string().as_bytes(), 0o600)
+    super::files::write_atomic(&state_dir.join(STOP_MARKER), mark.text().as_bytes(), 0o600)
 }
 
 /// The broker instance of `runtime_dir`: the process holding the instance lock on the directory

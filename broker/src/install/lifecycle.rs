@@ -4,7 +4,7 @@
 //! units are also disabled, so neither socket activation nor the next login starts it. The
 //! marker lasts until `broker start` (or `restart`, or the next `broker install`).
 
-use super::instance::{clear_stop, instance_holder, mark_stopped};
+use super::instance::{clear_stop, instance_holder, mark_stopped, StopMark};
 use super::{
     daemon::daemonize,
     manifest::{load_manifest, StartSetup},
@@ -18,9 +18,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// What the user asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lifecycle {
-    Stop,
+    /// Stop, leaving this mark (signed by the person when a person key is set).
+    Stop(StopMark),
     Start,
     Restart,
 }
@@ -46,9 +47,9 @@ pub fn run(action: Lifecycle, exe: &Path) -> Result<Report> {
     let mut report = Report::new();
     let way = way(&state);
     match action {
-        Lifecycle::Stop => {
+        Lifecycle::Stop(mark) => {
             // The marker first: a login shell that runs while we stop must not start it again.
-            mark_stopped(&state)?;
+            mark_stopped(&state, &mark)?;
             stop(way, &mut report)?;
             report.push("it stays stopped (also across logins) until `broker start`".into());
         }

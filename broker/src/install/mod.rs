@@ -56,7 +56,7 @@ pub use hooks::{
     hooks_source, merge_hooks, parse_hooks_list, shell_quote, snake_event, takes_context_limit, trust_key, unmerge_hooks, ListedHook,
     CODEX_DEFAULT_CONTEXT_LIMIT,
 };
-pub use instance::{clear_stop, describe_stop, instance_holder, lock_holder, lock_name, stopped_on_purpose, STOP_MARKER};
+pub use instance::{clear_stop, describe_stop, instance_holder, lock_holder, lock_name, stopped_on_purpose, StopMark, STOP_MARKER};
 pub use lifecycle::{run as lifecycle, Lifecycle};
 pub use manifest::{load_manifest, manifest_path, BridgeSetup, ClaudeSetup, FileEdit, Manifest, ProfileEdit, StartSetup};
 pub use start::{profile_block, StartMode};

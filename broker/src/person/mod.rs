@@ -28,8 +28,11 @@
 //! socket, a person's terminal) answers for the person. Run agents sandboxed to keep their
 //! commands out of `~/.config`.
 
+pub mod honour;
 pub mod kdf;
 pub mod passphrase;
+
+pub use honour::{honoured, KeyState};
 
 use anyhow::{bail, Context, Result};
 use courier_shared::auth::{hex, unhex};
@@ -107,6 +110,15 @@ impl PersonKey {
         self.public_key.chars().take(16).collect()
     }
 
+    /// The person key as it is now (`person.json`), for a record's [`honoured`].
+    pub fn current() -> KeyState {
+        match PersonKey::load(&key_path()) {
+            Ok(None) => KeyState::None,
+            Ok(Some(key)) => KeyState::Set(key),
+            Err(e) => KeyState::Unreadable(format!("{e:#}")),
+        }
+    }
+
     /// Reads `path`; `Ok(None)` when there is none.
     pub fn load(path: &Path) -> Result<Option<PersonKey>> {
         match std::fs::read(path) {
@@ -136,6 +148,28 @@ pub enum Act<'a> {
     /// Answer approval `approval` whose record digests to `shown` (what the person was shown,
     /// [`crate::approval::Approval::shown`]); a deny's message is part of the act.
     Answer { approval: &'a str, decision: crate::approval::Decision, shown: &'a str, message: Option<&'a str> },
+    /// Trust the `host` binary whose SHA-256 is `sha256`, found at `path`: its hooks count as
+    /// the host's (`broker trust-codex|trust-claude`, and the rows `person set` signs).
+    Trust { host: TrustedHost, sha256: &'a str, path: &'a str },
+    /// Keep the broker stopped (also across logins) from `at_ms` on: the stop mark `broker stop`
+    /// leaves, which the login line and a unit's start honour.
+    Stop { at_ms: i64 },
+}
+
+/// The hosts whose binaries a person trusts (a closed set: one table of trusted digests each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrustedHost {
+    Codex,
+    Claude,
+}
+
+impl TrustedHost {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrustedHost::Codex => "codex",
+            TrustedHost::Claude => "claude",
+        }
+    }
 }
 
 impl Act<'_> {
@@ -147,6 +181,10 @@ impl Act<'_> {
                 decision.as_str(),
                 message.map(|m| hex(&Sha256::digest(m.as_bytes()))).unwrap_or_else(|| "-".into())
             ),
+            Act::Trust { host, sha256, path } => {
+                format!("courier person act v1\ntrust\n{}\n{sha256}\n{}\n", host.as_str(), hex(&Sha256::digest(path.as_bytes())))
+            }
+            Act::Stop { at_ms } => format!("courier person act v1\nstop\n{at_ms}\n"),
         }
         .into_bytes()
     }
@@ -198,6 +236,25 @@ mod tests {
         let proof = sign(&signing, &deny);
         key.verify(&deny, &proof).unwrap();
         assert!(key.verify(&answer("abc", Decision::Deny, Some("yes")), &proof).is_err());
+    }
+
+    #[test]
+    fn a_trust_or_stop_signature_binds_the_binary_and_the_time() {
+        let (key, signing) = PersonKey::create(PASS, MIN_ITERATIONS).unwrap();
+        let trust = Act::Trust { host: TrustedHost::Codex, sha256: "aa", path: "/bin/codex" };
+        let proof = sign(&signing, &trust);
+        key.verify(&trust, &proof).unwrap();
+        for other in [
+            Act::Trust { host: TrustedHost::Claude, sha256: "aa", path: "/bin/codex" },
+            Act::Trust { host: TrustedHost::Codex, sha256: "ab", path: "/bin/codex" },
+            Act::Trust { host: TrustedHost::Codex, sha256: "aa", path: "/tmp/codex" },
+            Act::Stop { at_ms: 1 },
+        ] {
+            assert!(key.verify(&other, &proof).is_err(), "{other:?} accepted a signature of {trust:?}");
+        }
+        let stop = sign(&signing, &Act::Stop { at_ms: 5 });
+        key.verify(&Act::Stop { at_ms: 5 }, &stop).unwrap();
+        assert!(key.verify(&Act::Stop { at_ms: 6 }, &stop).is_err());
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
             prompt_id       TEXT
         );",
     )?;
+    // The person's signature of the trust (`signed_trust.rs`).
+    super::add_column(conn, "trusted_claude", "proof", "TEXT")?;
     // Whether the owner's main conversation has a turn open, from its last proven hook.
     super::add_column(conn, "claude_sessions", "activity", "TEXT")?;
     // Until when (ms) the running broker holds a proven wake hook of the session; NULL: none.
@@ -121,9 +123,9 @@ impl Store {
         Ok(self.conn.execute("DELETE FROM trusted_claude WHERE sha256 = ?1", [sha256])? > 0)
     }
 
+    /// Whether a Claude Code binary of this digest is trusted now (its row counts: `signed_trust.rs`).
     pub fn is_trusted_claude(&self, sha256: &str) -> Result<bool> {
-        let mut stmt = self.conn.prepare_cached("SELECT EXISTS(SELECT 1 FROM trusted_claude WHERE sha256 = ?1)")?;
-        Ok(stmt.query_row([sha256], |r| r.get(0))?)
+        self.is_trusted(crate::person::TrustedHost::Claude, sha256)
     }
 
     /// Records a `claude` command the follower re-resolves (`broker install`); true if new.

@@ -65,9 +65,9 @@ impl Store {
         Ok(self.conn.execute("DELETE FROM trusted_codex WHERE sha256 = ?1", [sha256])? > 0)
     }
 
+    /// Whether a Codex binary of this digest is trusted now (its row counts: `signed_trust.rs`).
     pub fn is_trusted_codex(&self, sha256: &str) -> Result<bool> {
-        let mut stmt = self.conn.prepare_cached("SELECT EXISTS(SELECT 1 FROM trusted_codex WHERE sha256 = ?1)")?;
-        Ok(stmt.query_row([sha256], |r| r.get(0))?)
+        self.is_trusted(crate::person::TrustedHost::Codex, sha256)
     }
 
     /// Remembers that the file with identity `key` holds `sha256`.

@@ -25,6 +25,7 @@ mod refusals;
 #[cfg(test)]
 pub(crate) mod sample;
 mod signal;
+mod signed_trust;
 mod state;
 mod ticket_log;
 mod tickets;
@@ -42,6 +43,7 @@ pub use hosts::TrustedHostFile;
 pub use lock::{lock, Locked, SLOW_HOLD};
 pub use refusals::Refusal;
 pub use signal::{CommitSignal, HANDED, QUEUED};
+pub use signed_trust::TrustRow;
 pub(crate) use state::column;
 pub use state::{Channel, Kind, LeaseToken, SettledBy, State, StateCounts};
 pub use ticket_log::{TicketLog, JOURNAL_NAME as TICKET_JOURNAL_NAME};
@@ -299,7 +301,8 @@ CREATE INDEX IF NOT EXISTS messages_by_lease ON messages(lease_token) WHERE leas
 
 /// Columns added to `trusted_codex` after its first release: how each binary became trusted.
 fn migrate_trusted_codex(conn: &Connection) -> rusqlite::Result<()> {
-    for (name, decl) in [("version", "TEXT"), ("how", "TEXT NOT NULL DEFAULT 'manual'"), ("source", "TEXT")] {
+    // `proof`: the person's signature of the trust (`signed_trust.rs`).
+    for (name, decl) in [("version", "TEXT"), ("how", "TEXT NOT NULL DEFAULT 'manual'"), ("source", "TEXT"), ("proof", "TEXT")] {
         add_column(conn, "trusted_codex", name, decl)?;
     }
     Ok(())

@@ -237,8 +237,16 @@ fn check_codex(codex: Option<&Path>, codex_home: &Path, state_dir: &Path) -> Vec
                 continue;
             }
         };
+        let counts = store.as_ref().is_some_and(|s| s.is_trusted_codex(&digest).unwrap_or(false));
         out.push(match trusted.iter().find(|t| t.sha256 == digest) {
-            Some(t) => Check::ok(format!("Codex binary {native}{via} is trusted (sha256:{}, {})", &digest[..12], t.how.as_str())),
+            Some(t) if counts => Check::ok(format!("Codex binary {native}{via} is trusted (sha256:{}, {})", &digest[..12], t.how.as_str())),
+            Some(_) => Check::fail(
+                format!(
+                    "Codex binary {native}{via} is recorded as trusted (sha256:{}) but the person key does not sign it, so it counts for nothing: hook calls from it are refused (untrusted_codex)",
+                    &digest[..12]
+                ),
+                format!("broker trust-codex {} (asks the person's passphrase)", install::shell_quote(&r.native.to_string_lossy())),
+            ),
             None => Check::fail(
                 format!(
                     "Codex binary {native}{via} is not trusted (sha256:{}): hook calls from it are refused (untrusted_codex)",

@@ -181,6 +181,10 @@ pub(super) fn trust_binaries(run: &mut Run) -> Result<()> {
         let (record, new) = crate::claude::trust::trust_path(&mut store, &r.native, TrustHow::Install)?;
         // The broker's follower re-resolves it and trusts what an upgrade puts behind it.
         store.follow_claude_command(&r.command.to_string_lossy())?;
+        if !store.is_trusted_claude(&record.sha256)? {
+            // A person key is set: install's own word counts for nothing (person/honour.rs).
+            report.push(format!("note: a person key is set, so Claude Code binary {} counts only once the person signs it: `broker trust-claude {}` at a terminal", record.path, crate::install::shell_quote(&record.path)));
+        }
         if new {
             report.push(format!("trusted Claude Code binary {} (sha256:{}), run by {}", record.path, record.sha256, r.command.display()));
             setup.trusted.push((record.sha256, record.path));

@@ -133,7 +133,11 @@ pub(super) fn trust_user_codex(run: &mut Run) -> Result<Option<String>> {
         };
         if store.trust_codex(&record)? {
             report.push(format!("trusted Codex binary {path} (sha256:{digest}), run by {}", r.command.display()));
-            m.codex_trusted.push((digest, path));
+            m.codex_trusted.push((digest.clone(), path.clone()));
+        }
+        if !store.is_trusted_codex(&digest)? {
+            // A person key is set: install's own word counts for nothing (person/honour.rs).
+            report.push(format!("note: a person key is set, so Codex binary {path} counts only once the person signs it: `broker trust-codex {}` at a terminal", crate::install::shell_quote(&path)));
         }
     }
     drop(store);
