@@ -85,6 +85,7 @@ impl Track {
                id TEXT PRIMARY KEY, key TEXT NOT NULL, origin TEXT NOT NULL, thread TEXT NOT NULL,
                epoch INTEGER NOT NULL, published TEXT, done INTEGER NOT NULL DEFAULT 0, created_at INTEGER NOT NULL);
              CREATE INDEX IF NOT EXISTS bridged_open ON bridged(done);
+             CREATE INDEX IF NOT EXISTS bridged_key ON bridged(key, origin);
              CREATE TABLE IF NOT EXISTS taken (
                seq INTEGER PRIMARY KEY, origin TEXT NOT NULL, key TEXT NOT NULL, local_key TEXT NOT NULL,
                receipts TEXT NOT NULL, created_at INTEGER NOT NULL);",
@@ -97,10 +98,16 @@ impl Track {
         Ok(Track { conn })
     }
 
-    /// Writes the request down before its local `send` (a redelivery changes nothing).
+    /// Writes the request down before its local `send`. A redelivery changes nothing: neither
+    /// of a request still taken, nor of one whose message is recorded already under this
+    /// sequence or a later one (`note` took it out of `taken`; NATS sends it again when the ack
+    /// was lost, or came after the ack wait, which `num_redelivered` no longer counts once acked).
+    /// Written down again, it was counted twice (in `taken` and `bridged`) until its `note`.
     pub fn take(&self, t: &Taken) -> Result<()> {
         self.conn.execute(
-            "INSERT OR IGNORE INTO taken (seq, origin, key, local_key, receipts, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            "INSERT OR IGNORE INTO taken (seq, origin, key, local_key, receipts, created_at)
+             SELECT ?1, ?2, ?3, ?4, ?5, ?6
+             WHERE NOT EXISTS (SELECT 1 FROM bridged WHERE key = ?3 AND origin = ?2 AND epoch >= ?1)",
             params![t.seq as i64, t.origin, t.key, t.local_key, t.receipts, now_ms()],
         )?;
         Ok(())
@@ -189,6 +196,37 @@ mod tests {
         assert_eq!(t.open_rows().unwrap()[0].published, Some(ReceiptState::Handed));
         t.published("m_1", 7, Published::Receipt(ReceiptState::Confirmed)).unwrap();
         assert_eq!(t.in_flight().unwrap(), 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The order that counted one message twice: taken, noted (its message recorded, `taken`
+    /// emptied), then the same request delivered again (its ack lost, or late) and taken again.
+    /// Until that redelivery's own `note`, `in_flight` read n + 1 for n messages; a bridge killed
+    /// between the two left it so until its receipt watcher resolved the row.
+    #[test]
+    fn a_redelivered_request_whose_message_is_recorded_is_not_counted_again() {
+        let dir = std::env::temp_dir().join(format!("courier-track-redelivered-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut t = Track::open(&dir, "h").unwrap();
+        let req =
+            Taken { seq: 9, origin: "ci".into(), key: "k".into(), local_key: "nats:ci:k".into(), receipts: "courier.receipt.h.ci".into() };
+        t.take(&req).unwrap();
+        t.note("m_1", "th", &req).unwrap();
+        assert_eq!(t.in_flight().unwrap(), 1);
+        t.take(&req).unwrap(); // the redelivery
+        assert_eq!(t.in_flight().unwrap(), 1, "one message, counted once: taken {:?}", t.taken().unwrap());
+        // A later publish of the same key (a producer's retry) is still taken: its receipts
+        // open again under its sequence once noted.
+        let retry = Taken { seq: 12, ..req.clone() };
+        t.take(&retry).unwrap();
+        assert_eq!(t.taken().unwrap(), std::slice::from_ref(&retry));
+        t.note("m_1", "th", &retry).unwrap();
+        assert_eq!((t.in_flight().unwrap(), t.open_rows().unwrap()[0].epoch), (1, 12));
+        // Another publisher's request with the same key is its own.
+        let other = Taken { origin: "other".into(), local_key: "nats:other:k".into(), ..req.clone() };
+        t.take(&other).unwrap();
+        assert_eq!(t.taken().unwrap(), std::slice::from_ref(&other));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
