@@ -193,14 +193,23 @@ impl<'a> Broker<'a> {
         Broker::start(env)
     }
 
-    /// `broker trust-codex PATH`.
+    /// `broker trust-codex PATH`, signed with the env's passphrase once the person has a key.
     pub fn trust_codex(&self, path: &std::path::Path) {
-        self.run_ok(&["trust-codex", &path.display().to_string()]);
+        self.trust("trust-codex", path);
     }
 
-    /// `broker trust-claude PATH`.
+    /// `broker trust-claude PATH`, signed with the env's passphrase once the person has a key.
     pub fn trust_claude(&self, path: &std::path::Path) {
-        self.run_ok(&["trust-claude", &path.display().to_string()]);
+        self.trust("trust-claude", path);
+    }
+
+    fn trust(&self, command: &str, path: &std::path::Path) {
+        let file = self.env.root.join("person-passphrase");
+        let mut args = vec![command.to_string(), path.display().to_string()];
+        if file.exists() {
+            args.extend(["--passphrase-file".to_string(), file.display().to_string()]);
+        }
+        self.run_ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
     }
 
     /// `broker threads --json [--all]`: the threads listed.

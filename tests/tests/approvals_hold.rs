@@ -125,3 +125,56 @@ fn without_a_hold_approve_says_how_to_make_it_answerable() {
     let _ = child.wait(T);
     assert!(!ran.exists(), "the command never ran");
 }
+
+/// One request to the broker's socket, as any process of the user can send it.
+fn raw(broker: &Broker, request: &serde_json::Value) -> serde_json::Value {
+    broker_lib::producer::line::call(&broker.socket_path(), request, Some(T)).unwrap().expect("a broker answers")
+}
+
+/// The broker killed -9 while a held approval waits, then started again: the approval it recorded
+/// cannot be answered through Courier any more. What the person was shown lived in the dead
+/// broker's memory (the database row alone could have been rewritten since): neither `broker
+/// approve` nor a raw request carrying the person's valid signature of the record as it was shown
+/// answers it. The hook fell back at once when the broker died (the session did not wait out the
+/// 60 s hold), Codex went on by its own rules, and nothing was answered twice: no answer is
+/// recorded, and the command ran at most once.
+#[test]
+fn killed_while_an_approval_is_held_a_restarted_broker_answers_nothing() {
+    use broker_lib::approval::Decision;
+    use broker_lib::person::{self, Act, PersonKey};
+    let (_model, env, ran) = held_exec("HELD_KILLED", "hold = \"exec\"\nhold_secs = 60\n");
+    let mut broker = Broker::start_trusted(&env);
+    broker.person_passphrase();
+    let child = spawn_exec(&env);
+    let thread = child.wait_thread_id(T);
+    let (a, _) = wait_listed(&broker, &thread, Instant::now());
+    let id = str_field(&a, "id").to_string();
+    // What the person is shown before the crash, and their valid signature of approving it.
+    let listed = raw(&broker, &serde_json::json!({"op": "answerable", "id": id}));
+    let shown = listed["approvals"][0]["shown"].as_str().unwrap_or_else(|| panic!("answerable: {listed}")).to_string();
+    let key: PersonKey = serde_json::from_value(listed["person"].clone()).unwrap();
+    let act = Act::Answer { approval: &id, decision: Decision::Approve, shown: &shown, message: None };
+    let proof = person::sign(&key.unlock(courier_tests::broker::PERSON_PASSPHRASE).unwrap(), &act);
+    key.verify(&act, &proof).expect("the signature is the person's");
+
+    let killed = Instant::now();
+    broker.stop(); // SIGKILL
+    let out = child.wait(T);
+    let ended = killed.elapsed();
+    eprintln!("broker killed -> exec ended {ended:?}: {:?}", out.status);
+    assert!(ended < Duration::from_secs(30), "the held hook fell back when the broker died, not after the 60 s hold: {ended:?}");
+
+    let broker = Broker::start(&env);
+    let (ok, said) = answer(&broker, &["approve", &id]);
+    assert!(!ok && !said.contains("won"), "broker approve after the restart: {said}");
+    let reply = raw(&broker, &serde_json::json!({"op": "approve", "id": id, "shown": shown, "proof": proof}));
+    eprintln!("the signed answer of the record shown before the crash: {reply}");
+    assert!(
+        reply["ok"] != true && reply["message"].as_str().unwrap_or_default().contains("recorded before this broker started"),
+        "{reply}"
+    );
+    let after = approvals(&broker, true).into_iter().find(|x| x["id"] == id.as_str()).expect("the record is kept");
+    assert!(after["answer"].is_null() || after["answer"]["outcome"] != "won", "nothing answered through Courier: {after}");
+    let runs = std::fs::read_to_string(&ran).unwrap_or_default().lines().count();
+    assert!(runs <= 1, "the command ran {runs} times");
+}

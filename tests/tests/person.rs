@@ -102,3 +102,68 @@ fn a_command_laundered_through_the_persons_tmux_cannot_answer() {
 }
 
 const T: Duration = Duration::from_secs(30);
+
+/// A Claude Code model's command (unsandboxed, Claude trusted by Courier) tries to have Courier
+/// trust a Codex of its own making and to keep the broker down at the next login: `broker
+/// trust-codex` on a planted binary (a copy of Codex with one byte added: no person at a terminal
+/// to sign it, refused), the same row written straight into the database, and a stop mark written
+/// straight into the state directory. With a person key set none counts: the planted row trusts
+/// nothing, and a broker started as the login line starts one serves. What the person trusted
+/// before setting the key still counts (`person set` signed it), and the person's own trust of
+/// the planted binary, with the passphrase, counts.
+#[test]
+fn a_claude_code_models_command_cannot_trust_a_binary_or_keep_the_broker_stopped() {
+    let (_model, env, _, _, _) = escalating("PLANTED", "unused");
+    let mut broker = courier_tests::Broker::start_trusted(&env);
+    let native = std::fs::canonicalize(&env.codex).unwrap();
+    let planted = env.work.join("planted-codex");
+    let db = env.state_dir.join("queue.sqlite");
+    let api = ScriptedMessages::start_with(|_| Turn::text("unused"));
+    let Some(claude) = env_or_skip(&api) else { return };
+    broker.trust_claude(&claude.claude);
+    // The key comes after the trust: `person set` signs what counted until then.
+    broker.person_passphrase();
+    // Each trusted Codex row (`inspect --json`): its path and whether it counts.
+    let cli = courier_tests::Broker::cli_only(&env);
+    let rows = || -> Vec<(String, bool)> {
+        let listed = cli.inspect_json()["trusted_codex"].as_array().cloned().unwrap_or_default();
+        listed.iter().map(|t| (t["path"].as_str().unwrap_or_default().to_string(), t["counts"] == true)).collect()
+    };
+    let planted_counts = || rows().into_iter().find(|(p, _)| p == planted.to_str().unwrap()).map(|(_, c)| c);
+    let before = rows();
+
+    let b = broker_in_claude(&env);
+    let row = format!(
+        "import hashlib, sqlite3, sys; d = hashlib.sha256(open(sys.argv[2], 'rb').read()).hexdigest(); \
+         c = sqlite3.connect(sys.argv[1]); c.execute(\"INSERT OR REPLACE INTO trusted_codex (sha256, path, added_at, how) VALUES (?, ?, 0, 'install')\", (d, sys.argv[2])); c.commit()"
+    );
+    let attack = format!(
+        "cp {native} {p} && printf x >> {p}; {b} trust-codex {p} 2>&1; echo rc=$? TRUST; \
+         python3 -c {row} {db} {p} 2>&1; echo rc=$? ROW; date +%s000 > {stop}; echo rc=$? MARK",
+        native = native.display(),
+        p = planted.display(),
+        row = courier_tests::util::shell_quote(&row),
+        db = db.display(),
+        stop = env.state_dir.join("broker.stopped").display()
+    );
+    api.set_script(move |r| match r.tool_results().is_empty() {
+        true => Turn::bash(&attack),
+        false => Turn::text("done"),
+    });
+    let out = claude.print("trust my codex and stop the broker");
+    assert!(out.status.success(), "{:?}\n{}\n{}", out.status, out.stderr, api.dump());
+    let said = api.requests().iter().find_map(|r| r.tool_results().first().map(|b| courier_tests::messages::content_text(b))).unwrap();
+    eprintln!("the Claude Code model's command printed:\n{said}");
+    assert!(said.contains("no terminal to ask the person's passphrase") && said.contains("rc=1 TRUST"), "{said}");
+    assert!(said.contains("rc=0 ROW") && said.contains("rc=0 MARK"), "the attacker could write both files: {said}");
+    assert!(!before.is_empty() && before.iter().all(|(_, c)| *c), "what was trusted before the key still counts: {before:?}");
+    assert_eq!(planted_counts(), Some(false), "the planted row is there and trusts nothing: {:?}", rows());
+
+    // The login line's start (as a systemd unit's): an unsigned mark stops nothing.
+    broker.stop();
+    let serving = courier_tests::Serve::start(&env, &[("COURIER_SERVE_UNLESS_STOPPED", "1")]);
+    assert!(!serving.log_text().contains("not serving"), "{}", serving.log_text());
+    // The person, with the passphrase: the same binary counts.
+    cli.trust_codex(&planted);
+    assert_eq!(planted_counts(), Some(true), "the person's signed trust counts: {:?}", rows());
+}
