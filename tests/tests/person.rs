@@ -133,16 +133,14 @@ fn a_claude_code_models_command_cannot_trust_a_binary_or_keep_the_broker_stopped
     let before = rows();
 
     let b = broker_in_claude(&env);
-    let row = format!(
-        "import hashlib, sqlite3, sys; d = hashlib.sha256(open(sys.argv[2], 'rb').read()).hexdigest(); \
-         c = sqlite3.connect(sys.argv[1]); c.execute(\"INSERT OR REPLACE INTO trusted_codex (sha256, path, added_at, how) VALUES (?, ?, 0, 'install')\", (d, sys.argv[2])); c.commit()"
-    );
+    let row = "import hashlib, sqlite3, sys; d = hashlib.sha256(open(sys.argv[2], 'rb').read()).hexdigest(); \
+         c = sqlite3.connect(sys.argv[1]); c.execute(\"INSERT OR REPLACE INTO trusted_codex (sha256, path, added_at, how) VALUES (?, ?, 0, 'install')\", (d, sys.argv[2])); c.commit()";
     let attack = format!(
         "cp {native} {p} && printf x >> {p}; {b} trust-codex {p} 2>&1; echo rc=$? TRUST; \
          python3 -c {row} {db} {p} 2>&1; echo rc=$? ROW; date +%s000 > {stop}; echo rc=$? MARK",
         native = native.display(),
         p = planted.display(),
-        row = courier_tests::util::shell_quote(&row),
+        row = courier_tests::util::shell_quote(row),
         db = db.display(),
         stop = env.state_dir.join("broker.stopped").display()
     );

@@ -3,7 +3,7 @@
 //! `broker stop|start|restart` (`lifecycle.rs`), `doctor` and `status`.
 
 use crate::os;
-use crate::person::{self, Act, PersonKey};
+use crate::person::{self, Act, KeyState, PersonKey};
 use anyhow::Result;
 use courier_shared::paths;
 use std::fs;
@@ -32,6 +32,11 @@ impl StopMark {
         StopMark { at_ms, proof: lines.next().filter(|l| !l.is_empty()).map(str::to_string) }
     }
 
+    /// Its time, if it counts under `key` (`person::honour`).
+    fn counts(&self, key: &KeyState) -> Option<i64> {
+        person::honoured(key, &self.act(), self.proof.as_deref()).then_some(self.at_ms)
+    }
+
     fn text(&self) -> String {
         format!("{}\n{}\n", self.at_ms, self.proof.as_deref().unwrap_or(""))
     }
@@ -42,8 +47,7 @@ impl StopMark {
 /// ignored, so the broker starts (fail open: the login line never stalls or stays down for it).
 /// Cheap: a small file, the key file, one signature check; no key derivation.
 pub fn stopped_on_purpose(state_dir: &Path) -> Option<i64> {
-    let mark = StopMark::parse(&fs::read_to_string(state_dir.join(STOP_MARKER)).ok()?);
-    person::honoured(&PersonKey::current(), &mark.act(), mark.proof.as_deref()).then_some(mark.at_ms)
+    StopMark::parse(&fs::read_to_string(state_dir.join(STOP_MARKER)).ok()?).counts(&PersonKey::current())
 }
 
 /// Removes the stop marker; true if there was one.
@@ -87,4 +91,25 @@ fn holder_of(dev: u64, ino: u64) -> Option<i32> {
 /// Says why a stop is on record, for doctor and status.
 pub fn describe_stop(at_ms: i64) -> String {
     format!("stopped on purpose by `broker stop` at {}; `broker start` starts it again", crate::inspect::date_time(at_ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::person::{sign, MIN_ITERATIONS};
+
+    #[test]
+    fn a_stop_mark_counts_only_signed_once_a_person_key_is_set() {
+        let (key, signing) = PersonKey::create("the person's own passphrase", MIN_ITERATIONS).unwrap();
+        let key = KeyState::Set(key);
+        let signed = StopMark { at_ms: 5, proof: Some(sign(&signing, &Act::Stop { at_ms: 5 })) };
+        assert_eq!(StopMark::parse(&signed.text()), signed, "written and read back");
+        assert_eq!(signed.counts(&key), Some(5));
+        // What another process of the uid can write: no signature, or the signature of another time.
+        let unsigned = StopMark::parse("5\n");
+        assert_eq!((unsigned.proof.as_deref(), unsigned.counts(&key)), (None, None));
+        assert_eq!(StopMark { at_ms: 6, ..signed.clone() }.counts(&key), None);
+        // No key yet: a stop by `broker stop` counts as it always did (a mark of the old format too).
+        assert_eq!(StopMark::parse("7").counts(&KeyState::None), Some(7));
+    }
 }
