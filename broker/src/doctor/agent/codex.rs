@@ -94,6 +94,21 @@ fn runs_trusted_codex(codex: &Path, state_dir: &Path) -> Result<(), String> {
     }
 }
 
+/// Whether the Codex binary at `native` (`described`), of digest `digest`, is trusted: recorded
+/// (`recorded`), and its row counts (`counts`: signed by the person key once one is set).
+fn trust_check(described: &str, native: &Path, digest: &str, recorded: Option<&codex::TrustedCodex>, counts: bool) -> Check {
+    let short = &digest[..12];
+    let fix = format!("broker trust-codex {}", install::shell_quote(&native.to_string_lossy()));
+    match recorded {
+        Some(t) if counts => Check::ok(format!("{described} is trusted (sha256:{short}, {})", t.how.as_str())),
+        Some(_) => Check::fail(
+            format!("{described} is recorded as trusted (sha256:{short}) but the person key does not sign it, so it counts for nothing: hook calls from it are refused (untrusted_codex)"),
+            format!("{fix} (asks the person's passphrase)"),
+        ),
+        None => Check::fail(format!("{described} is not trusted (sha256:{short}): hook calls from it are refused (untrusted_codex)"), fix),
+    }
+}
+
 fn camel_event(ev: &str) -> String {
     let mut c = ev.chars();
     c.next().map(|f| f.to_ascii_lowercase().to_string() + c.as_str()).unwrap_or_default()
@@ -238,23 +253,8 @@ fn check_codex(codex: Option<&Path>, codex_home: &Path, state_dir: &Path) -> Vec
             }
         };
         let counts = store.as_ref().is_some_and(|s| s.is_trusted_codex(&digest).unwrap_or(false));
-        out.push(match trusted.iter().find(|t| t.sha256 == digest) {
-            Some(t) if counts => Check::ok(format!("Codex binary {native}{via} is trusted (sha256:{}, {})", &digest[..12], t.how.as_str())),
-            Some(_) => Check::fail(
-                format!(
-                    "Codex binary {native}{via} is recorded as trusted (sha256:{}) but the person key does not sign it, so it counts for nothing: hook calls from it are refused (untrusted_codex)",
-                    &digest[..12]
-                ),
-                format!("broker trust-codex {} (asks the person's passphrase)", install::shell_quote(&r.native.to_string_lossy())),
-            ),
-            None => Check::fail(
-                format!(
-                    "Codex binary {native}{via} is not trusted (sha256:{}): hook calls from it are refused (untrusted_codex)",
-                    &digest[..12]
-                ),
-                format!("broker trust-codex {}", install::shell_quote(&r.native.to_string_lossy())),
-            ),
-        });
+        let described = format!("Codex binary {native}{via}");
+        out.push(trust_check(&described, &r.native, &digest, trusted.iter().find(|t| t.sha256 == digest), counts));
         // Read from the package beside it: doctor runs no candidate binary (codex/native.rs).
         let version = codex::native::version_beside(&r.native);
         out.push(match version.as_deref().and_then(crate::exe::parse_version) {
