@@ -52,6 +52,7 @@ pub async fn handle(ctx: &Arc<Ctx>, m: jetstream::Message, source: Source) {
                 let _ = m.ack_with(AckKind::Nak(Some(Duration::from_secs(1)))).await;
                 return;
             }
+            failpoint("after_take");
             let (socket, state_dir, codex_home) = (ctx.socket.clone(), ctx.state_dir.clone(), ctx.codex_home.clone());
             tokio::task::spawn_blocking(move || local::enqueue(&socket, &state_dir, &codex_home, req))
                 .await

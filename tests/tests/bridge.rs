@@ -168,6 +168,33 @@ fn bridge_killed_between_enqueue_and_ack_delivers_once() {
     assert_eq!(queued(&a, &thread)[0]["state"], "confirmed");
 }
 
+/// The order that counted one message twice in `receipts_open`: a request taken, queued and
+/// recorded, its ack lost (the bridge killed -9 before acking), then the same request redelivered
+/// to the next bridge and written down again before that bridge's own record of it (killed -9
+/// right after taking it, so the instant stays). One message is one open receipt, not two.
+#[test]
+fn a_redelivered_request_is_counted_once_for_receipts() {
+    let env_a = host_b();
+    let env_b = host_b();
+    let nats = Nats::start(&env_b.root);
+    let _a = Broker::start(&env_a);
+    let thread = "01a22654-3b31-76f3-a48c-b65aa7d0db71";
+    let dies = |mut crashing: Bridge, fp: &str| {
+        let st = wait_until(T, "the bridge to kill itself at the failpoint", || crashing.child.try_wait().ok().flatten());
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(st.signal(), Some(9), "killed at {fp}: {}", crashing.log_text());
+    };
+    let first = Bridge::start(&env_a, &nats.url(), "hosta", Some("after_enqueue"));
+    let sent =
+        producer(&env_b, &nats.url(), "send", &["--thread", thread, "--future-thread", "--key", "once", "counted once"]).output().unwrap();
+    assert!(sent.status.success(), "{}", String::from_utf8_lossy(&sent.stderr));
+    dies(first, "after_enqueue");
+    // The redelivery, to the next bridge.
+    dies(Bridge::start(&env_a, &nats.url(), "hosta", Some("after_take")), "after_take");
+    let c = consumer_check(&env_a, &nats.url());
+    assert_eq!(c["receipts_open"], 1, "one message, one open receipt: {c}");
+}
+
 /// nats-server killed and restarted with its store while a message waits for its receipt and
 /// before the next is sent: the bridge and the producer's wait reconnect; both arrive once.
 #[test]
