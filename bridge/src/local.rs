@@ -6,7 +6,7 @@ use crate::receipts::legacy_receipt_subject;
 use crate::track::Taken;
 use broker::producer::send::{self as psend, SendError, SendOptions, Target};
 use broker::store::Store;
-use courier_producer_proto::Sent;
+use courier_producer_proto::{Mode, SenderClass, Sent};
 use courier_shared::wire::ErrorReply;
 use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
@@ -137,10 +137,16 @@ pub fn enqueue(socket: &Path, state_dir: &Path, codex_home: &Path, req: Map<Stri
 fn enqueue_in_store(state_dir: &Path, codex_home: &Path, req: &Value) -> Local {
     let refused = |m: &str| Local::Refused { code: "bad_request".into(), message: m.into() };
     let s = |k: &str| req.get(k).and_then(Value::as_str).map(str::to_string);
-    let target = match (s("thread"), s("cwd")) {
-        (Some(t), None) => Target::Thread(t),
-        (None, Some(c)) => Target::Cwd(PathBuf::from(c)),
-        _ => return refused("give exactly one of thread and cwd"),
+    let target = match (s("thread"), s("cwd"), s("to")) {
+        (Some(t), None, None) => Target::Thread(t),
+        (None, Some(c), None) => Target::Cwd(PathBuf::from(c)),
+        (None, None, Some(name)) => Target::Name(name),
+        _ => return refused("give exactly one of thread, cwd and to"),
+    };
+    let mode = match s("mode").as_deref().map(|m| Mode::parse(m).ok_or(m)) {
+        None => Mode::Steer,
+        Some(Ok(m)) => m,
+        Some(Err(m)) => return refused(&format!("mode {m:?}: steer, next-turn or interrupt")),
     };
     let Some(text) = s("text") else { return refused("text: a string is required") };
     let ttl_ms = match req.get("ttl_ms") {
@@ -157,7 +163,9 @@ fn enqueue_in_store(state_dir: &Path, codex_home: &Path, req: &Value) -> Local {
         Some(w) => return refused(&format!("wake {w:?}: auto or never")),
     };
     let future_thread = req.get("future_thread").and_then(Value::as_bool).unwrap_or(false);
-    let opts = SendOptions { target, text, key: s("key"), ttl_ms, from: s("from"), verified_sender: false, future_thread, wake };
+    // Queued by this bridge for a NATS publisher: the NATS class, whatever the label says.
+    let class = SenderClass::Nats;
+    let opts = SendOptions { target, text, key: s("key"), ttl_ms, from: s("from"), verified_sender: false, future_thread, wake, mode, class };
     let mut store = match Store::open(state_dir) {
         Ok(s) => s,
         Err(e) => return Local::Retry(format!("opening the queue: {e:#}")),

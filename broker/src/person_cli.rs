@@ -1,4 +1,5 @@
 //! The person's side of the person proof (`broker/src/person/`): `broker approve|deny`,
+//! `broker release|drop` (a held message), `broker inbound` (a thread's policy),
 //! `broker person set|show|sign`, and the signatures `trust-codex|trust-claude` and `stop` leave
 //! on what they record. The passphrase is read here (the terminal, echo off, or the person's own
 //! file), the key derived and the act signed here: only the signature leaves this process.
@@ -42,6 +43,77 @@ pub fn answer(answer: Answer) -> Result<ExitCode> {
     let detail = reply["detail"].as_str().filter(|d| !d.is_empty()).map(|d| format!(" ({})", terminal::escape(d))).unwrap_or_default();
     println!("{id}: {outcome}{detail}");
     Ok(if outcome == "won" { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// `release|drop ID`: shows the held message (escaped), asks the passphrase, and has the running
+/// broker release or drop it with the person's signature (the approvals' `answerable` flow).
+pub fn release_or_drop(g: broker::cli::Given) -> Result<ExitCode> {
+    let release = g.command().id == broker::cli::Cmd::Release;
+    let (id, source) = (g.text()?, crate::options::passphrase_source(&g));
+    let listed = call(&json!({"op": "answerable", "id": id}))?;
+    let held = listed["held"].get(0).cloned().context("the broker listed no such held message")?;
+    let key: Option<PersonKey> = serde_json::from_value(listed["person"].clone()).context("the broker's person key")?;
+    let key = key.context("no person key is set up: run `broker person set` at a terminal first")?;
+    let verb = if release { "release" } else { "drop" };
+    eprintln!(
+        "{verb} {id} for thread {}\n  from: {}\n  text: {}",
+        terminal::escape(held["thread"].as_str().unwrap_or("-")),
+        terminal::escape(held["from"].as_str().unwrap_or("-")),
+        terminal::escape_text(held["text"].as_str().unwrap_or(""))
+    );
+    let shown = held["shown"].as_str().context("the broker gave no digest of the message")?;
+    let signing = key.unlock(&passphrase::read(&source, &format!("Passphrase to {verb} {id}: "))?)?;
+    let act = if release { Act::Release { message: &id, shown } } else { Act::Drop { message: &id, shown } };
+    let reply = call(&json!({"op": verb, "id": id, "shown": shown, "proof": person::sign(&signing, &act)}))?;
+    println!("{id}: {}", reply["state"].as_str().unwrap_or("?"));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `inbound THREAD [accept|hold|refuse] [--from CLASS]`: shows the policy, or sets one rule of it
+/// with the person's signature of that change on its current revision.
+pub fn inbound(g: broker::cli::Given) -> Result<ExitCode> {
+    use courier_producer_proto::{Action, SenderClass};
+    let args = g.texts()?;
+    let thread = args.first().cloned().unwrap_or_default();
+    let action = args.get(1).map(|a| Action::parse(a).ok_or_else(|| g.usage_error(format!("{a:?}: accept, hold or refuse")))).transpose()?;
+    let class = g
+        .class
+        .as_deref()
+        .map(|c| SenderClass::parse(c).ok_or_else(|| g.usage_error(format!("--from {c:?}: person, agent, nats or local"))))
+        .transpose()?;
+    let policy = call(&json!({"op": "policy", "thread": thread}))?;
+    let Some(action) = action else {
+        if class.is_some() {
+            return Err(g.usage_error("--from goes with an action (accept, hold or refuse)"));
+        }
+        let rules = policy["rules"].as_array().cloned().unwrap_or_default();
+        println!("inbound policy of thread {thread} (revision {}):", policy["rev"]);
+        let rule_of = |c: &str| rules.iter().find(|r| r["class"].as_str() == Some(c)).and_then(|r| r["action"].as_str());
+        let every = rules.iter().find(|r| r["class"].is_null()).and_then(|r| r["action"].as_str());
+        for c in SenderClass::ALL {
+            let (action, whence) = match (rule_of(c.as_str()), every) {
+                (Some(a), _) => (a, "its rule"),
+                (None, Some(a)) => (a, "its rule for every class"),
+                (None, None) => (policy["defaults"][c.as_str()].as_str().unwrap_or("accept"), "the config's [inbound]"),
+            };
+            println!("  {:<7} {action:<7} ({whence})", c.as_str());
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    let key: Option<PersonKey> = serde_json::from_value(policy["person"].clone()).context("the broker's person key")?;
+    let key = key.context("no person key is set up: run `broker person set` at a terminal first")?;
+    let rev = policy["rev"].as_i64().context("the broker gave no policy revision")?;
+    let class_name = class.map_or(broker::store::ANY_CLASS, SenderClass::as_str);
+    eprintln!("inbound policy of thread {thread}: {} messages from {class_name} senders", action.as_str());
+    let signing = key.unlock(&passphrase::read(&crate::options::passphrase_source(&g), "Passphrase to change the policy: ")?)?;
+    let act = Act::Inbound { thread: &thread, class: class_name, action: action.as_str(), rev };
+    let mut request = json!({"op": "inbound", "thread": thread, "action": action, "rev": rev, "proof": person::sign(&signing, &act)});
+    if let Some(c) = class {
+        request["class"] = json!(c);
+    }
+    call(&request)?;
+    println!("thread {thread}: {} for {class_name} senders", action.as_str());
+    Ok(ExitCode::SUCCESS)
 }
 
 pub fn person(cmd: PersonCommand) -> Result<ExitCode> {
@@ -169,7 +241,7 @@ fn describe(a: &Value, decision: Decision, message: Option<&str>) -> String {
 fn call(request: &Value) -> Result<Value> {
     let socket = paths::socket_path(&paths::runtime_dir());
     let reply = broker::producer::line::call(&socket, request, Some(Duration::from_secs(30)))?
-        .context("no broker is running: approvals are answered through it (broker start)")?;
+        .context("no broker is running: a person's acts go through it (broker start)")?;
     if reply["ok"] != true {
         bail!("{}: {}", reply["error"].as_str().unwrap_or("failed"), terminal::escape(reply["message"].as_str().unwrap_or("")));
     }

@@ -17,7 +17,7 @@
 //! claims is pinned to that very process).
 
 use courier_producer_proto::request::{Record, Request, SenderClaim};
-use courier_producer_proto::{Outcome, Progress, State, Want};
+use courier_producer_proto::{Mode, Outcome, Progress, State, Want};
 use courier_shared::wire::ErrorCode;
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
 use rmcp::model::{CallToolResult, ContentBlock, Implementation, RequestMetaObject, ServerCapabilities, ServerConfig};
@@ -50,10 +50,15 @@ struct SendMessage {
     /// Or: the working directory of the one live top-level thread to message.
     #[serde(default)]
     cwd: Option<String>,
-    /// Or: relative to the calling thread: "parent" (the thread that spawned you), or
+    /// Or: the thread's name (as `list_threads` shows it, given by a person with `broker name`),
+    /// or relative to the calling thread: "parent" (the thread that spawned you), or
     /// "child:<nickname or thread id>" (a sub-agent you spawned).
     #[serde(default)]
     to: Option<String>,
+    /// steer (default): into its running turn, or a new turn when idle; next-turn: never inside
+    /// a running turn, only when it is over or with the next prompt.
+    #[serde(default)]
+    mode: Option<String>,
     /// Idempotency key: the same key and text again give the same message id.
     #[serde(default)]
     key: Option<String>,
@@ -188,7 +193,7 @@ impl Courier {
             let Ok(status) = self.call(&Request::Status { id: id.clone() }).await else { return };
             let Ok(record) = serde_json::from_value::<Record>(status["message"].clone()) else { return };
             let outcome = match record.progress(want) {
-                Progress::InFlight if tokio::time::Instant::now() < deadline => None,
+                Progress::InFlight | Progress::Held if tokio::time::Instant::now() < deadline => None,
                 p => Some(Outcome::of([p])),
             };
             if let Some(outcome) = outcome {
@@ -237,14 +242,21 @@ impl Courier {
         with wait, also whether it arrived (outcome reached / timed_out / ended).")]
     async fn send_message(&self, meta: RequestMetaObject, Parameters(p): Parameters<SendMessage>) -> Result<CallToolResult, ErrorData> {
         let (me, call_id) = caller(&meta);
-        let (thread, cwd) = match (p.thread, p.cwd, p.to) {
-            (Some(t), None, None) => (Some(t), None),
-            (None, Some(c), None) => (None, Some(c)),
-            (None, None, Some(to)) => match self.relative(&to, me.as_deref()).await {
-                Ok(t) => (Some(t), None),
+        let (thread, cwd, name) = match (p.thread, p.cwd, p.to) {
+            (Some(t), None, None) => (Some(t), None, None),
+            (None, Some(c), None) => (None, Some(c), None),
+            (None, None, Some(to)) if to == "parent" || to.starts_with("child:") => match self.relative(&to, me.as_deref()).await {
+                Ok(t) => (Some(t), None, None),
                 Err(e) => return Ok(error_result(e)),
             },
+            // A name: the broker resolves it (`misaddressed` when no thread has it).
+            (None, None, Some(name)) => (None, None, Some(name)),
             _ => return Ok(error_result("give exactly one of thread, cwd and to")),
+        };
+        let mode = match p.mode.as_deref().map(|m| Mode::parse(m).ok_or(m)) {
+            None => None,
+            Some(Ok(m)) => Some(m),
+            Some(Err(m)) => return Ok(error_result(format!("mode {m:?}: steer, next-turn or interrupt"))),
         };
         let timeout = std::time::Duration::from_secs(p.timeout_seconds.unwrap_or(DEFAULT_WAIT_S).min(MAX_WAIT_S));
         let wait = match want_of(p.wait.as_deref()) {
@@ -257,6 +269,7 @@ impl Courier {
         let request = |sender: Option<SenderClaim>, verify_sender: bool| Request::Send {
             thread: thread.clone(),
             cwd: cwd.clone(),
+            to: name.clone(),
             agent: None,
             text: p.text.clone(),
             key: p.key.clone(),
@@ -267,6 +280,7 @@ impl Courier {
             verify_sender,
             sender,
             wake: None,
+            mode,
             wait,
             timeout_ms: wait.map(|_| timeout.as_millis() as u64),
         };

@@ -14,10 +14,12 @@
 //!
 //! Every name on the wire comes from serde on these enums: no producer matches a state's text.
 
+pub mod inbound;
 pub mod request;
 pub mod rule;
 
 pub use courier_shared::wire::{ErrorCode, ErrorReply};
+pub use inbound::{Action, Mode, SenderClass};
 pub use request::{Record, Request, Sent, ThreadStatus, WaitReply};
 pub use rule::{progress, Exit, Outcome, Progress, Want};
 
@@ -26,12 +28,16 @@ use serde::{Deserialize, Serialize};
 /// Where a queued row stands.
 ///
 /// Context messages: `pending -> leased -> handed -> confirmed`, or `uncertain`, `expired`,
-/// `cancelled`. Effort rows: `pending -> applying -> applied | failed | uncertain`, or `cancelled`.
+/// `cancelled`; a message the receiving thread's inbound policy holds starts `held` and becomes
+/// `pending` when a person releases it (`cancelled` when a person drops it). Effort rows: `pending -> applying -> applied | failed | uncertain`, or `cancelled`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum State {
     /// Queued, waiting for a verified hook of its thread (or the wake channel).
     Pending,
+    /// Held by the receiving thread's inbound policy: offered to no hook or wake until a person
+    /// releases it (`broker release`, then `pending`) or drops it (`cancelled`).
+    Held,
     /// Offered to one hook call (or wake) under a fencing token, not acknowledged yet.
     Leased,
     /// The hook client printed it and acked (or the app-server accepted the wake's turn).
@@ -54,8 +60,9 @@ pub enum State {
 
 impl State {
     /// Every state, in the order `inspect` lists them.
-    pub const ALL: [State; 10] = [
+    pub const ALL: [State; 11] = [
         State::Pending,
+        State::Held,
         State::Leased,
         State::Handed,
         State::Confirmed,
@@ -70,6 +77,7 @@ impl State {
     pub const fn as_str(self) -> &'static str {
         match self {
             State::Pending => "pending",
+            State::Held => "held",
             State::Leased => "leased",
             State::Handed => "handed",
             State::Confirmed => "confirmed",
@@ -121,6 +129,8 @@ impl Kind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReceiptState {
+    /// Held by the receiving thread's inbound policy until a person releases or drops it.
+    Held,
     Pending,
     Handed,
     Confirmed,
@@ -133,7 +143,8 @@ pub enum ReceiptState {
 
 impl ReceiptState {
     /// The states a queued message's receipts report, in the order it passes them.
-    pub const PASSED: [ReceiptState; 6] = [
+    pub const PASSED: [ReceiptState; 7] = [
+        ReceiptState::Held,
         ReceiptState::Pending,
         ReceiptState::Handed,
         ReceiptState::Confirmed,
@@ -146,6 +157,7 @@ impl ReceiptState {
     /// effort row's own states, which never travel.
     pub const fn of(state: State) -> Option<ReceiptState> {
         Some(match state {
+            State::Held => ReceiptState::Held,
             State::Pending | State::Leased => ReceiptState::Pending,
             State::Handed => ReceiptState::Handed,
             State::Confirmed => ReceiptState::Confirmed,
@@ -159,6 +171,7 @@ impl ReceiptState {
     /// The message state it reports; `None` for a refusal (no message).
     pub const fn state(self) -> Option<State> {
         Some(match self {
+            ReceiptState::Held => State::Held,
             ReceiptState::Pending => State::Pending,
             ReceiptState::Handed => State::Handed,
             ReceiptState::Confirmed => State::Confirmed,

@@ -3,7 +3,7 @@
 //! `courier-mcp` writes its requests as a [`Request`]; the waiting clients read a [`WaitReply`]
 //! and the message [`Record`]. Error replies are `wire::ErrorReply`.
 
-use crate::{Kind, Outcome, State, Want};
+use crate::{Kind, Mode, Outcome, State, Want};
 use courier_shared::ids::ThreadId;
 use serde::{Deserialize, Serialize};
 
@@ -18,9 +18,12 @@ pub enum Request {
         /// The thread (with `agent`: its sub-agent) ...
         #[serde(default, skip_serializing_if = "Option::is_none")]
         thread: Option<String>,
-        /// ... or the working directory of the one live top-level thread.
+        /// ... or the working directory of the one live top-level thread ...
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cwd: Option<String>,
+        /// ... or the thread's name (`broker name`); a name no thread has is `misaddressed`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        to: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         agent: Option<String>,
         text: String,
@@ -40,6 +43,9 @@ pub enum Request {
         sender: Option<SenderClaim>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wake: Option<WakeMode>,
+        /// How urgent it is (`steer` when left out).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mode: Option<Mode>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wait: Option<Want>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -131,6 +137,9 @@ pub struct Sent {
     /// The label the model sees, and whether the broker verified it.
     pub from: Option<String>,
     pub sender_verified: bool,
+    /// The receiving thread's inbound policy holds it (`state` `held`) until a person releases it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub held: bool,
 }
 
 /// One message as producers see it (`broker status --json`, `wait --json`, the socket's
@@ -164,6 +173,9 @@ pub struct Record {
     /// How its sender was shown to the model (`verified`, `label`, `no_seal`, ...).
     #[serde(default)]
     pub sender_check: Option<String>,
+    /// How urgent it is (`steer`, `next-turn`, `interrupt`).
+    #[serde(default)]
+    pub mode: Mode,
 }
 
 impl Record {
@@ -208,12 +220,17 @@ mod tests {
         assert!(matches!(Request::parse(br#"{"op":"threads"}"#), Ok(Request::Threads { all: false, limit: None })));
         assert!(matches!(Request::parse(br#"{"op":"approvals","all":true}"#), Ok(Request::Approvals { all: true })));
         assert!(matches!(
+            Request::parse(br#"{"op":"send","to":"reviewer","text":"hi","mode":"next-turn"}"#),
+            Ok(Request::Send { to: Some(_), mode: Some(Mode::NextTurn), .. })
+        ));
+        assert!(matches!(
             Request::parse(br#"{"op":"send","cwd":"/w","text":"hi","wait":"confirmed","key":null}"#),
             Ok(Request::Send { wait: Some(Want::Confirmed), key: None, .. })
         ));
         for bad in [
             &br#"{"op":"send","thred":"x","text":"hi"}"#[..],
             br#"{"op":"wait","ids":["m_1"],"for":"seen"}"#,
+            br#"{"op":"send","to":"x","text":"hi","mode":"urgent"}"#,
             br#"{"op":"approve","id":"a"}"#,
             br#"{"op":"explode"}"#,
             br#"{"v":2,"op":"threads"}"#,
@@ -230,6 +247,7 @@ mod tests {
         let send = Request::Send {
             thread: Some("t".into()),
             cwd: None,
+            to: None,
             agent: None,
             text: "hi".into(),
             key: None,
@@ -239,6 +257,7 @@ mod tests {
             verify_sender: true,
             sender: None,
             wake: Some(WakeMode::Never),
+            mode: None,
             wait: Some(Want::Handed),
             timeout_ms: None,
         };
@@ -260,6 +279,7 @@ mod tests {
             note: None,
             from: Some("ci".into()),
             sender_verified: false,
+            held: false,
         };
         let line = serde_json::to_string(&sent).unwrap();
         assert_eq!(
@@ -291,6 +311,7 @@ mod tests {
             bytes: 2,
             alarms: vec![],
             sender_check: None,
+            mode: Mode::Steer,
         };
         let r = WaitReply::of(vec![record(State::Uncertain, true), record(State::Handed, true)], Want::Handed);
         assert_eq!(r.outcome, Outcome::Reached);

@@ -35,10 +35,20 @@ impl Want {
 pub enum Progress {
     /// Still queued, leased or handed: it may yet get there.
     InFlight,
+    /// Held by the receiving thread's inbound policy: it gets there only if a person releases it.
+    Held,
     /// The wanted state, or one past it.
     Reached,
     /// A final state that is not (and never will be) the wanted one.
     Ended,
+}
+
+impl Progress {
+    /// Nothing more will happen to it by itself: a wait over it may end. A held message is not
+    /// settled: `--wait confirmed` keeps waiting for the person's release.
+    pub const fn is_settled(self) -> bool {
+        matches!(self, Progress::Reached | Progress::Ended)
+    }
 }
 
 /// THE rule. `confirmed` passes `handed`; `uncertain` passed `handed` only if the message was
@@ -50,6 +60,7 @@ pub fn progress(kind: Kind, state: State, handed: bool, want: Want) -> Progress 
         State::Confirmed | State::Applied => Progress::Reached,
         State::Handed if want == Want::Handed => Progress::Reached,
         State::Handed | State::Pending | State::Leased | State::Applying => Progress::InFlight,
+        State::Held => Progress::Held,
         State::Uncertain if kind == Kind::Message && want == Want::Handed && handed => Progress::Reached,
         State::Uncertain | State::Expired | State::Cancelled | State::Failed => Progress::Ended,
     }
@@ -58,9 +69,10 @@ pub fn progress(kind: Kind, state: State, handed: bool, want: Want) -> Progress 
 /// How a wait ended: the `outcome` of a `wait` reply, of a `send` with `wait`, of MCP's
 /// `send_message` and of `courier-bridge send --json`.
 ///
-/// What a producer can tell apart: delivered (`reached` for `confirmed`), refused, too large (a
-/// refusal, by its code or message), uncertain (`ended`, with the record's `state`); `held` and
-/// `misaddressed` are kept for the inbound policy and thread names, which no broker produces yet.
+/// What a producer can tell apart: delivered (`reached` for `confirmed`), refused (by the
+/// request's checks, or the thread's inbound policy), too large (a refusal, by its code or
+/// message), uncertain (`ended`, with the record's `state`), held (the timeout ran out while the
+/// receiving thread's policy held it) and misaddressed (a name no thread has: nothing queued).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
@@ -73,9 +85,10 @@ pub enum Outcome {
     Ended,
     /// The host refused the request (a bridge's `refused` receipt): nothing was queued.
     Refused,
-    /// Held by the receiving thread's inbound policy (not produced yet).
+    /// The timeout ran out while the receiving thread's inbound policy held a message (and none
+    /// ended).
     Held,
-    /// Addressed to a name no thread has (not produced yet): nothing was queued.
+    /// Addressed to a name no thread has: nothing was queued.
     Misaddressed,
 }
 
@@ -83,13 +96,16 @@ impl Outcome {
     /// How a wait over messages that stand at `progress` ends (once they are settled, or the
     /// timeout ran out).
     pub fn of(progress: impl IntoIterator<Item = Progress>) -> Outcome {
-        let (mut in_flight, mut ended) = (false, false);
+        let (mut in_flight, mut held, mut ended) = (false, false, false);
         for p in progress {
             in_flight |= p == Progress::InFlight;
+            held |= p == Progress::Held;
             ended |= p == Progress::Ended;
         }
         if ended {
             Outcome::Ended
+        } else if held {
+            Outcome::Held
         } else if in_flight {
             Outcome::TimedOut
         } else {
@@ -131,7 +147,7 @@ impl Outcome {
 pub fn receipt_outcome(state: ReceiptState, handed: bool, want: Want) -> Option<Outcome> {
     let Some(state) = state.state() else { return Some(Outcome::Refused) };
     match progress(Kind::Message, state, handed, want) {
-        Progress::InFlight => None,
+        Progress::InFlight | Progress::Held => None,
         p => Some(Outcome::of([p])),
     }
 }
@@ -151,9 +167,9 @@ pub enum Exit {
     TimedOut = 3,
     /// A message ended without reaching it: `uncertain`, `expired`, `cancelled`.
     Ended = 4,
-    /// Reserved: the address names no thread (thread names; not produced yet).
+    /// The address (a thread name) names no thread: nothing was queued.
     Misaddressed = 5,
-    /// Reserved: held by the inbound policy (not produced yet).
+    /// The timeout ran out while the receiving thread's inbound policy held a message.
     Held = 6,
 }
 
@@ -173,6 +189,7 @@ mod tests {
         let cases = [
             (State::Pending, false, InFlight, InFlight),
             (State::Leased, false, InFlight, InFlight),
+            (State::Held, false, Held, Held),
             (State::Handed, true, Reached, InFlight),
             (State::Confirmed, true, Reached, Reached),
             (State::Uncertain, true, Reached, Ended),
@@ -197,6 +214,10 @@ mod tests {
         assert_eq!(Outcome::of([Reached, Reached]), Outcome::Reached);
         assert_eq!(Outcome::of([Reached, InFlight]), Outcome::TimedOut);
         assert_eq!(Outcome::of([Ended, InFlight]), Outcome::Ended);
+        assert_eq!(Outcome::of([Held, InFlight, Reached]), Outcome::Held, "a held message is why the wait timed out");
+        assert_eq!(Outcome::of([Ended, Held]), Outcome::Ended);
+        assert!(!Held.is_settled() && !InFlight.is_settled() && Reached.is_settled() && Ended.is_settled());
+        assert_eq!([Outcome::Misaddressed, Outcome::Held].map(|o| o.exit().code()), [5, 6]);
         let codes = [Outcome::Reached, Outcome::Refused, Outcome::TimedOut, Outcome::Ended].map(|o| o.exit().code());
         assert_eq!(codes, [0, 2, 3, 4], "docs/producers.md's exit table");
         for o in [Outcome::Reached, Outcome::TimedOut, Outcome::Ended, Outcome::Refused, Outcome::Held, Outcome::Misaddressed] {
@@ -211,6 +232,7 @@ mod tests {
     fn receipts_end_a_remote_wait_by_the_same_rule() {
         use ReceiptState as R;
         assert_eq!(receipt_outcome(R::Pending, false, Want::Handed), None);
+        assert_eq!(receipt_outcome(R::Held, false, Want::Confirmed), None, "a held receipt keeps a remote wait waiting");
         assert_eq!(receipt_outcome(R::Handed, true, Want::Handed), Some(Outcome::Reached));
         assert_eq!(receipt_outcome(R::Handed, true, Want::Confirmed), None);
         assert_eq!(receipt_outcome(R::Uncertain, true, Want::Handed), Some(Outcome::Reached));

@@ -191,8 +191,19 @@ pub enum ErrorCode {
     Failed,
     /// `approve`/`deny` from a process that may be a model's command (gate/person.rs).
     NotAPerson,
-    /// `approve`/`deny` of an approval already answered, resolved or being answered.
+    /// `approve`/`deny` of an approval already answered, resolved or being answered; `release`/
+    /// `drop` of a message no longer held.
     NotPending,
+    /// A `send` to a thread name no thread has: nothing was queued.
+    Misaddressed,
+    /// The receiving thread's inbound policy refuses messages of this sender's class.
+    RefusedByPolicy,
+    /// `broker name`: the name is another thread's.
+    NameTaken,
+    /// `broker name`: not a name a thread can have.
+    BadName,
+    /// `--mode interrupt` where the thread's host or process offers no interrupt.
+    NoInterrupt,
     /// A code this side does not know (a newer broker's).
     #[serde(other)]
     Unknown,
@@ -200,7 +211,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code a broker sends.
-    pub const ALL: [ErrorCode; 18] = [
+    pub const ALL: [ErrorCode; 23] = [
         ErrorCode::BadRequest,
         ErrorCode::NoSuchAgent,
         ErrorCode::SeveralAgents,
@@ -219,6 +230,11 @@ impl ErrorCode {
         ErrorCode::Failed,
         ErrorCode::NotAPerson,
         ErrorCode::NotPending,
+        ErrorCode::Misaddressed,
+        ErrorCode::RefusedByPolicy,
+        ErrorCode::NameTaken,
+        ErrorCode::BadName,
+        ErrorCode::NoInterrupt,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -241,6 +257,11 @@ impl ErrorCode {
             ErrorCode::Failed => "failed",
             ErrorCode::NotAPerson => "not_a_person",
             ErrorCode::NotPending => "not_pending",
+            ErrorCode::Misaddressed => "misaddressed",
+            ErrorCode::RefusedByPolicy => "refused_by_policy",
+            ErrorCode::NameTaken => "name_taken",
+            ErrorCode::BadName => "bad_name",
+            ErrorCode::NoInterrupt => "no_interrupt",
             ErrorCode::Unknown => "unknown",
         }
     }
@@ -250,8 +271,9 @@ impl ErrorCode {
         use ErrorCode::*;
         match self {
             BadRequest | NoSuchAgent | SeveralAgents | ReservedFrom | BadFrom | BadTtl | NoSuchThread | BadThread | NoThreadForCwd
-            | SeveralThreadsForCwd | BadCwd | EmptyMessage => true,
-            SenderNotVerified | NotFound | Busy | Failed | NotAPerson | NotPending | Unknown => false,
+            | SeveralThreadsForCwd | BadCwd | EmptyMessage | RefusedByPolicy | NameTaken | BadName | NoInterrupt => true,
+            // Misaddressed has its own exit status (5), not a usage error's.
+            SenderNotVerified | NotFound | Busy | Failed | NotAPerson | NotPending | Misaddressed | Unknown => false,
         }
     }
 

@@ -67,6 +67,15 @@ pub const COMMANDS: &[Command] = &[
             }),
             path("cwd", "PATH", "instead of --thread: the one live top-level thread whose session cwd is PATH", |g, v| g.cwd = Some(v)),
             text("agent", "NAME", "with --thread PARENT: its live sub-agent of that nickname (or thread id)", |g, v| g.agent = Some(v)),
+            text("to", "NAME", "instead of --thread: the thread a person named (`broker name`); no such name: exit 5, nothing queued", |g, v| {
+                g.to = Some(v)
+            }),
+            text(
+                "mode",
+                "steer|next-turn|interrupt",
+                "steer (default): its running turn's next hook, or a wake when idle; next-turn: never inside a running turn",
+                |g, v| g.mode = Some(v),
+            ),
             flag("future-thread", "--thread names a thread that has not started yet (no rollout has it): queue anyway", |g| {
                 g.future_thread = true
             }),
@@ -87,7 +96,7 @@ pub const COMMANDS: &[Command] = &[
             text(
                 "wait",
                 "handed|confirmed",
-                "then wait for that state; exit 0 reached, 3 timed out, 4 ended without it",
+                "then wait for that state; exit 0 reached, 3 timed out, 4 ended without it, 6 held by the thread's policy at the timeout",
                 |g, v| g.want = Some(v),
             ),
             duration("timeout", "with --wait: give up after D (default: wait as long as it takes)", |g, v| g.timeout = Some(v)),
@@ -147,6 +156,49 @@ pub const COMMANDS: &[Command] = &[
             text("limit", "N", "with --all: at most N ended threads (default 50)", |g, v| g.limit = Some(v)),
             flag("json", "one JSON object {\"threads\":[...]} (the schema in docs/producers.md)", |g| g.format = Format::Json),
         ],
+    },
+    Command {
+        id: Cmd::Name,
+        args: "<THREAD NAME | --clear NAME>",
+        positionals: (1, 2),
+        required: &[],
+        about: "give a thread a stable name producers can send to (`send --to NAME`); only the person's own unconfined command may",
+        opts: &[flag("clear", "free NAME (the thread keeps no name)", |g| g.clear = true)],
+    },
+    Command {
+        id: Cmd::Inbound,
+        args: "<THREAD> [accept|hold|refuse]",
+        positionals: (1, 2),
+        required: &[],
+        about: "show or set a thread's inbound policy: accept, hold for a person's release, or refuse (asks the person's passphrase)",
+        opts: &[
+            text("from", "person|agent|nats|local", "only for this sender class (default: every class)", |g, v| g.class = Some(v)),
+            PASSPHRASE_FILE,
+        ],
+    },
+    Command {
+        id: Cmd::Held,
+        args: "",
+        positionals: (0, 0),
+        required: &[],
+        about: "list the messages inbound policies hold, with sender and an escaped preview",
+        opts: &[flag("json", "one JSON object {\"held\":[...]}", |g| g.format = Format::Json)],
+    },
+    Command {
+        id: Cmd::Release,
+        args: "<MESSAGE-ID>",
+        positionals: (1, 1),
+        required: &[],
+        about: "let a held message through to its thread (asks the person's passphrase)",
+        opts: &[PASSPHRASE_FILE],
+    },
+    Command {
+        id: Cmd::Drop,
+        args: "<MESSAGE-ID>",
+        positionals: (1, 1),
+        required: &[],
+        about: "cancel a held message: its thread's model never sees it (asks the person's passphrase)",
+        opts: &[PASSPHRASE_FILE],
     },
     Command {
         id: Cmd::Effort,

@@ -34,6 +34,13 @@ pub struct Given {
     pub ttl: Option<Duration>,
     pub from: Option<String>,
     pub wake: Option<String>,
+    /// `send --to NAME`: a thread by its name.
+    pub to: Option<String>,
+    /// `send --mode`.
+    pub mode: Option<String>,
+    /// `name --clear`, `inbound --from`.
+    pub clear: bool,
+    pub class: Option<String>,
     /// The state to wait for (`send --wait`, `wait --for`).
     pub want: Option<String>,
     pub timeout: Option<Duration>,
@@ -83,6 +90,10 @@ impl Given {
             ttl: None,
             from: None,
             wake: None,
+            to: None,
+            mode: None,
+            clear: false,
+            class: None,
             want: None,
             timeout: None,
             all: false,

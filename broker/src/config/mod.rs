@@ -7,11 +7,13 @@
 mod approvals;
 mod claude;
 mod effort;
+mod inbound;
 mod wake;
 
 use anyhow::{bail, Context, Result};
 pub use approvals::{ApprovalsConfig, Hold, MAX_HOLD_SECS};
 pub use claude::ClaudeConfig;
+pub use inbound::InboundConfig;
 pub use effort::{EffortConfig, EffortLevel, EffortScope, Policy, Rule};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -20,8 +22,8 @@ use std::time::SystemTime;
 pub use wake::WakeConfig;
 
 /// Top-level keys this version knows (others only warn). `effort` belongs to the effort feature.
-pub const KNOWN_KEYS: [&str; 9] =
-    ["hook_clients", "log_level", "retention_days", "receipts", "effort", "wake", "bridge", "approvals", "claude"];
+pub const KNOWN_KEYS: [&str; 10] =
+    ["hook_clients", "log_level", "retention_days", "receipts", "effort", "wake", "bridge", "approvals", "claude", "inbound"];
 
 /// Days a message in a final state is kept when `retention_days` is not set.
 pub const DEFAULT_RETENTION_DAYS: u64 = 30;
@@ -49,6 +51,8 @@ pub struct Config {
     pub bridge: Option<BridgeConfig>,
     /// `[claude]`: the loopback port of Claude Code's HTTP hooks (`claude/`); none: Claude Code off.
     pub claude: ClaudeConfig,
+    /// `[inbound]`: what a thread with no inbound rule of its own does with a message.
+    pub inbound: InboundConfig,
 }
 
 /// `receipts`: each hook that delivers also shows the person one line in the Codex TUI (`↳ Hook ·

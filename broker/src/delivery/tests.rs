@@ -30,6 +30,7 @@ fn msg(id: &str, body: &str, from: Option<&str>) -> Message {
         alarms: Vec::new(),
         shown_by: None,
         sender_check: None,
+        mode: Default::default(),
     }
 }
 

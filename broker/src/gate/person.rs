@@ -39,6 +39,17 @@ impl Gate {
         Ok(Person { by: format!("the person (key {}) through uid {} pid {} ({})", key.fingerprint(), peer.uid, peer.pid, stat.comm) })
     }
 
+    /// `Ok` when `peer` is a process of the user outside any sandbox (steps 1, 2 and 4, with no
+    /// signature): the owner acts that ask for no passphrase (`broker name`) and the `person`
+    /// sender class of the inbound policy rest on it. An agent's command that runs unconfined
+    /// passes it too, which is why releasing, dropping and changing a policy need the signature.
+    pub fn verify_unconfined_user(&self, peer: &Peer) -> Result<(), String> {
+        let stat = os::read_stat(peer.pid).map_err(|e| format!("peer stat: {e}"))?;
+        self.peer_is_the_users(peer)?;
+        peer_is_unconfined(peer)?;
+        still_the_same_process(peer, stat.starttime)
+    }
+
     fn peer_is_the_users(&self, peer: &Peer) -> Result<(), String> {
         let status = os::read_status(peer.pid).map_err(|e| format!("peer status: {e}"))?;
         match status.all_uids_are(self.uid) {
@@ -198,6 +209,18 @@ mod tests {
         child.wait().unwrap();
         assert!(still_the_same_process(&peer, starttime).is_err());
         drop(stream);
+    }
+
+    #[test]
+    fn an_unconfined_process_of_the_user_passes_the_kernel_check_and_a_confined_one_does_not() {
+        let r = Rig::new();
+        let (child, stream, peer) = r.peer("");
+        r.gate.verify_unconfined_user(&peer).unwrap();
+        finish(child, stream);
+        let (child, stream, peer) = r.peer("nnp");
+        let err = r.gate.verify_unconfined_user(&peer).unwrap_err();
+        assert!(err.contains("confined"), "{err}");
+        finish(child, stream);
     }
 
     #[test]

@@ -154,6 +154,14 @@ pub enum Act<'a> {
     /// Keep the broker stopped (also across logins) from `at_ms` on: the stop mark `broker stop`
     /// leaves, which the login line and a unit's start honour.
     Stop { at_ms: i64 },
+    /// Release a message its thread's inbound policy holds, whose record digests to `shown`
+    /// (what the person was shown: `broker held`, `broker release`).
+    Release { message: &'a str, shown: &'a str },
+    /// Drop such a message: it is cancelled, never shown.
+    Drop { message: &'a str, shown: &'a str },
+    /// Set `thread`'s inbound rule for `class` (`*`: every class) to `action`, on its policy's
+    /// revision `rev` (each change moves it on, so the signature sets the policy once).
+    Inbound { thread: &'a str, class: &'a str, action: &'a str, rev: i64 },
 }
 
 /// The hosts whose binaries a person trusts (a closed set: one table of trusted digests each).
@@ -185,6 +193,9 @@ impl Act<'_> {
                 format!("courier person act v1\ntrust\n{}\n{sha256}\n{}\n", host.as_str(), hex(&Sha256::digest(path.as_bytes())))
             }
             Act::Stop { at_ms } => format!("courier person act v1\nstop\n{at_ms}\n"),
+            Act::Release { message, shown } => format!("courier person act v1\nrelease\n{message}\n{shown}\n"),
+            Act::Drop { message, shown } => format!("courier person act v1\ndrop\n{message}\n{shown}\n"),
+            Act::Inbound { thread, class, action, rev } => format!("courier person act v1\ninbound\n{thread}\n{class}\n{action}\n{rev}\n"),
         }
         .into_bytes()
     }
@@ -236,6 +247,35 @@ mod tests {
         let proof = sign(&signing, &deny);
         key.verify(&deny, &proof).unwrap();
         assert!(key.verify(&answer("abc", Decision::Deny, Some("yes")), &proof).is_err());
+    }
+
+    /// A release, a drop and a policy change are each their own act: a signature of one is none
+    /// of the others, nor the same act on another message, record or revision.
+    #[test]
+    fn release_drop_and_policy_acts_are_bound_to_their_fields() {
+        let (key, signing) = PersonKey::create(PASS, MIN_ITERATIONS).unwrap();
+        let release = Act::Release { message: "m_1", shown: "abc" };
+        let proof = sign(&signing, &release);
+        key.verify(&release, &proof).unwrap();
+        for other in [
+            Act::Drop { message: "m_1", shown: "abc" },
+            Act::Release { message: "m_2", shown: "abc" },
+            Act::Release { message: "m_1", shown: "abd" },
+            answer("abc", Decision::Approve, None),
+        ] {
+            assert!(key.verify(&other, &proof).is_err(), "{other:?} accepted a signature of {release:?}");
+        }
+        let inbound = Act::Inbound { thread: "t", class: "nats", action: "hold", rev: 3 };
+        let proof = sign(&signing, &inbound);
+        key.verify(&inbound, &proof).unwrap();
+        for other in [
+            Act::Inbound { thread: "t", class: "nats", action: "hold", rev: 4 },
+            Act::Inbound { thread: "t", class: "nats", action: "accept", rev: 3 },
+            Act::Inbound { thread: "t", class: "*", action: "hold", rev: 3 },
+            Act::Inbound { thread: "u", class: "nats", action: "hold", rev: 3 },
+        ] {
+            assert!(key.verify(&other, &proof).is_err(), "{other:?} accepted a signature of {inbound:?}");
+        }
     }
 
     #[test]

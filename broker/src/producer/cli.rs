@@ -15,6 +15,7 @@ use crate::cli::{Format, Given, UsageError};
 use crate::store::{now_ms, State, Store, MAX_BODY_BYTES};
 use anyhow::{bail, Context, Result};
 use courier_producer_proto::request::{Request, WakeMode};
+use courier_producer_proto::{Mode, SenderClass};
 use courier_shared::paths;
 use serde_json::{json, Value};
 use std::io::{Read, Write};
@@ -67,8 +68,30 @@ fn want_of(g: &Given) -> Result<Option<Want>> {
     g.want.as_ref().map(want).transpose()
 }
 
+/// A send to a name no thread has: nothing was queued (exit 5, `misaddressed`).
+#[derive(Debug)]
+struct Misaddressed(String);
+
+impl std::fmt::Display for Misaddressed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Misaddressed {}
+
 pub fn send(cmd: SendCommand) -> Result<ExitCode> {
-    let sent = queue(cmd.opts, cmd.explicit_from)?;
+    let sent = match queue(cmd.opts, cmd.explicit_from) {
+        Err(e) if e.is::<Misaddressed>() => {
+            let outcome = Outcome::Misaddressed;
+            if cmd.format == Format::Json {
+                println!("{}", json!({"outcome": outcome, "error": ErrorCode::Misaddressed, "message": e.to_string()}));
+            }
+            eprintln!("broker send: {}", crate::terminal::escape(&e.to_string()));
+            return Ok(ExitCode::from(outcome.exit().code()));
+        }
+        other => other?,
+    };
     if let Some(note) = &sent.note {
         eprintln!("broker send: note: {note}");
     }
@@ -88,13 +111,20 @@ pub struct SendCommand {
 impl SendCommand {
     /// Checks the whole line first; only then reads the text from stdin (`-`).
     pub fn parse(mut g: Given) -> Result<SendCommand> {
-        let target = match (g.thread.take(), g.cwd.take(), g.agent.take()) {
-            (Some(t), None, None) => Target::Thread(t),
-            (Some(parent), None, Some(name)) => Target::Agent { parent, name },
-            (None, Some(c), None) => Target::Cwd(c),
-            (None, None, _) => return Err(g.usage_error("--thread <UUID> or --cwd <PATH> is required")),
-            (Some(_), Some(_), _) => return Err(g.usage_error("give --thread or --cwd, not both")),
-            (None, Some(_), Some(_)) => return Err(g.usage_error("--agent names a sub-agent of --thread, not of --cwd")),
+        let target = match (g.thread.take(), g.cwd.take(), g.agent.take(), g.to.take()) {
+            (Some(t), None, None, None) => Target::Thread(t),
+            (Some(parent), None, Some(name), None) => Target::Agent { parent, name },
+            (None, Some(c), None, None) => Target::Cwd(c),
+            (None, None, None, Some(name)) => Target::Name(name),
+            (None, None, _, None) => return Err(g.usage_error("--thread <UUID>, --cwd <PATH> or --to <NAME> is required")),
+            (_, _, Some(_), Some(_)) | (None, Some(_), Some(_), _) => {
+                return Err(g.usage_error("--agent names a sub-agent of --thread, not of --cwd or --to"))
+            }
+            _ => return Err(g.usage_error("give one of --thread, --cwd and --to")),
+        };
+        let mode = match g.mode.as_deref() {
+            None => Mode::Steer,
+            Some(m) => Mode::parse(m).ok_or_else(|| g.usage_error(format!("--mode takes steer, next-turn or interrupt, not {m:?}")))?,
         };
         if g.future_thread && !matches!(target, Target::Thread(_)) {
             return Err(g.usage_error("--future-thread goes with --thread alone (--cwd and --agent name live threads)"));
@@ -124,26 +154,35 @@ impl SendCommand {
             verified_sender: false,
             future_thread: g.future_thread,
             wake,
+            mode,
+            // What a queue written directly proves of its sender; through a running broker the
+            // broker decides (`queue`).
+            class: SenderClass::Local,
         };
         Ok(SendCommand { opts, explicit_from, want, timeout: g.timeout, format: g.format })
     }
 }
 
-/// Queues the message: through the broker with a verified sender when run by a Codex tool
-/// command or a Claude Code model's command with no `--from`, else (or when that cannot be
-/// proven) directly in the queue.
+/// Queues the message through the running broker, which proves what it can of this process
+/// (with no `--from` in a Codex tool command or a Claude Code model's command: which thread or
+/// session it is, and names the sender after it; else whether it is the user's unconfined
+/// process, the inbound policy's `person`), else (no broker) directly in the queue, where the
+/// sender counts as `local`.
 fn queue(mut opts: SendOptions, explicit_from: bool) -> Result<send::Sent> {
     // Run by a model's command (Codex's `exec_command`, Claude Code's Bash) with no --from: let
     // the broker prove which thread or session that is and name the sender after it.
     let in_codex_command = std::env::var_os("CODEX_TOOL_CALL_ID").is_some() && std::env::var_os("CODEX_THREAD_ID").is_some();
     let in_tool_command = in_codex_command || std::env::var_os(crate::gate::claude_sender::SESSION_VAR).is_some();
     if in_tool_command && !explicit_from {
-        match verified_send(&opts)? {
+        match broker_send(&opts, true)? {
             Verified::Sent(s) => return Ok(s),
             Verified::Not(why) => {
                 eprintln!("broker send: note: the sender is not verified ({why}); it is sent as {:?}", opts.from.as_deref().unwrap_or(""));
             }
         }
+    }
+    if let Verified::Sent(s) = broker_send(&opts, false)? {
+        return Ok(s);
     }
     opts.verified_sender = false;
     let sent = {
@@ -155,6 +194,7 @@ fn queue(mut opts: SendOptions, explicit_from: bool) -> Result<send::Sent> {
             nudge();
             Ok(s)
         }
+        Err(SendError::Refused { code: ErrorCode::Misaddressed, message }) => Err(Misaddressed(message).into()),
         Err(SendError::Refused { message, .. }) => Err(UsageError(format!("broker send: {message}")).into()),
         Err(SendError::Failed(e)) => Err(e.context(format!("queueing the message in {}", paths::state_dir().display()))),
     }
@@ -196,26 +236,30 @@ enum Verified {
     Not(String),
 }
 
-/// `send` through the broker with `verify_sender`: it checks which thread's tool command this
-/// process is and queues the message as `thread:<id>`.
-fn verified_send(opts: &SendOptions) -> Result<Verified> {
-    let (thread, cwd, agent) = match &opts.target {
-        Target::Thread(t) => (Some(t.clone()), None, None),
-        Target::Cwd(c) => (None, Some(std::path::absolute(c).unwrap_or_else(|_| c.clone()).to_string_lossy().into_owned()), None),
-        Target::Agent { parent, name } => (Some(parent.clone()), None, Some(name.clone())),
+/// `send` through the broker. With `verify_sender` it checks which thread's tool command this
+/// process is and queues the message as `thread:<id>`; without, as `opts.from`, the broker
+/// classing the sender for the inbound policy. `Not`: no broker answered (or it could not verify).
+fn broker_send(opts: &SendOptions, verify_sender: bool) -> Result<Verified> {
+    let (thread, cwd, agent, to) = match &opts.target {
+        Target::Thread(t) => (Some(t.clone()), None, None, None),
+        Target::Cwd(c) => (None, Some(std::path::absolute(c).unwrap_or_else(|_| c.clone()).to_string_lossy().into_owned()), None, None),
+        Target::Agent { parent, name } => (Some(parent.clone()), None, Some(name.clone()), None),
+        Target::Name(name) => (None, None, None, Some(name.clone())),
     };
     let req = Request::Send {
         thread,
         cwd,
+        to,
         agent,
         text: opts.text.clone(),
         key: opts.key.clone(),
         ttl_ms: opts.ttl_ms,
-        from: None,
+        from: if verify_sender { None } else { opts.from.clone() },
         future_thread: opts.future_thread,
-        verify_sender: true,
+        verify_sender,
         sender: None,
         wake: Some(if opts.wake { WakeMode::Auto } else { WakeMode::Never }),
+        mode: Some(opts.mode),
         wait: None,
         timeout_ms: None,
     };
@@ -230,6 +274,9 @@ fn verified_send(opts: &SendOptions) -> Result<Verified> {
         let message = if message.is_empty() { "the broker refused the message".into() } else { message };
         if error == ErrorCode::SenderNotVerified {
             return Ok(Verified::Not(message));
+        }
+        if error == ErrorCode::Misaddressed {
+            return Err(Misaddressed(message).into());
         }
         if error.is_usage() {
             return Err(UsageError(format!("broker send: {message}")).into());

@@ -16,6 +16,7 @@
 
 pub mod cli;
 pub mod line;
+pub mod owner;
 pub mod proto;
 pub mod send;
 pub mod threads;
@@ -42,7 +43,7 @@ pub fn outcome(messages: &[Message], want: Want) -> Outcome {
 
 /// Every message is settled one way or the other: nothing more to wait for.
 pub fn settled(messages: &[Message], want: Want) -> bool {
-    messages.iter().all(|m| progress(m, want) != Progress::InFlight)
+    messages.iter().all(|m| progress(m, want).is_settled())
 }
 
 /// One message as producers see it (`broker status --json`, `wait --json`, the socket's
@@ -68,6 +69,7 @@ pub fn record(m: &Message, now: i64) -> Record {
         bytes: m.body.len(),
         alarms: m.alarms.clone(),
         sender_check: m.sender_check.map(|c| c.as_str().to_string()),
+        mode: m.mode,
     }
 }
 

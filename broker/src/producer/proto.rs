@@ -9,9 +9,10 @@
 //!
 //! Requests (`op`; an optional `"v": 1`; unknown fields are refused), typed as the protocol's
 //! `courier_producer_proto::Request`, which the clients (the CLI's waits, MCP) write:
-//! - `{"op":"send","thread":UUID | "cwd":PATH,"text":T,"key"?,"ttl_ms"?,"from"?,"future_thread"?,
-//!   "verify_sender"?,"sender"?:{"thread","call_id"},"wake"?:"auto"|"never","wait"?:"handed"|"confirmed",
-//!   "timeout_ms"?}`; with `verify_sender` (claims from the peer's environment: a command the
+//! - `{"op":"send","thread":UUID | "cwd":PATH | "to":NAME,"text":T,"key"?,"ttl_ms"?,"from"?,"future_thread"?,
+//!   "verify_sender"?,"sender"?:{"thread","call_id"},"wake"?:"auto"|"never","mode"?:"steer"|"next-turn"|"interrupt",
+//!   "wait"?:"handed"|"confirmed","timeout_ms"?}`; the sender's class for the receiving thread's
+//!   inbound policy is what the broker proves of the peer (`agent`, `person`, else `local`); with `verify_sender` (claims from the peer's environment: a command the
 //!   model ran) or `sender` (claims given: an MCP server Codex started), and no `from`, the broker
 //!   proves which thread's Codex tool call the connecting process is and names it `thread:<id>`
 //!   (`gate/sender.rs`) -> `{"ok":true,"id","thread","duplicate","note"}`;
@@ -38,6 +39,7 @@ use crate::gate::sender::ToolSender;
 use crate::store::{now_ms, Store};
 use anyhow::{Context, Result};
 use courier_producer_proto::request::{Request, SenderClaim, WakeMode};
+use courier_producer_proto::SenderClass;
 use serde_json::{json, Map, Value};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -47,6 +49,13 @@ use std::time::Duration;
 /// Proves which thread's Codex tool call the peer of a stream is (`gate/sender.rs`), from the
 /// claims given or, with none, from the peer's environment.
 pub type Verify<'a> = dyn Fn(&UnixStream, Option<(&str, &str)>) -> Result<ToolSender, String> + 'a;
+
+/// What the broker proves of a producer's peer: which thread's tool call it is ([`Verify`]), and
+/// whether it is a process of the user that runs unconfined (`Gate::verify_unconfined_user`).
+pub struct Checks<'a> {
+    pub sender: &'a Verify<'a>,
+    pub unconfined_user: &'a (dyn Fn(&UnixStream) -> bool + 'a),
+}
 
 /// A request line, parsed (`Request::parse`); `Err` is the error reply.
 fn parse(line: &[u8]) -> Result<Request, Value> {
@@ -124,7 +133,7 @@ impl Service {
     /// Serves one request line on `stream` (a worker thread calls this; a wait parks the stream
     /// with the waiter thread and returns at once). `verify` proves which thread's Codex tool
     /// command the peer is (`gate/sender.rs`), for a `send` with `verify_sender`.
-    pub fn serve(&self, mut stream: UnixStream, line: &[u8], verify: &Verify<'_>) {
+    pub fn serve(&self, mut stream: UnixStream, line: &[u8], checks: &Checks<'_>) {
         let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
         let reply = match parse(line) {
             Err(reply) => reply,
@@ -155,33 +164,56 @@ impl Service {
                 Ok(list) => json!({"ok": true, "approvals": list}),
                 Err(e) => error(ErrorCode::Failed, &format!("{e:#}")),
             },
-            Ok(send @ Request::Send { .. }) => return self.send(stream, send, verify),
+            Ok(send @ Request::Send { .. }) => return self.send(stream, send, checks),
         };
         reply_to(&mut stream, &reply);
     }
 
     /// A `send` request: queued and answered, or (with `wait`) parked until it settles.
-    fn send(&self, mut stream: UnixStream, request: Request, verify: &Verify<'_>) {
-        let Request::Send { thread, cwd, agent, text, key, ttl_ms, from, future_thread, verify_sender, sender, wake, wait, timeout_ms } =
-            request
+    fn send(&self, mut stream: UnixStream, request: Request, checks: &Checks<'_>) {
+        let Request::Send {
+            thread,
+            cwd,
+            to,
+            agent,
+            text,
+            key,
+            ttl_ms,
+            from,
+            future_thread,
+            verify_sender,
+            sender,
+            wake,
+            mode,
+            wait,
+            timeout_ms,
+        } = request
         else {
             return;
         };
-        let target = match (thread, cwd) {
-            (Some(parent), None) if agent.is_some() => Target::Agent { parent, name: agent.unwrap_or_default() },
-            (Some(t), None) => Target::Thread(t),
-            (None, Some(c)) if agent.is_none() => Target::Cwd(PathBuf::from(c)),
-            _ => return reply_to(&mut stream, &error(ErrorCode::BadRequest, "give exactly one of thread and cwd")),
+        let target = match (thread, cwd, to) {
+            (Some(parent), None, None) if agent.is_some() => Target::Agent { parent, name: agent.unwrap_or_default() },
+            (Some(t), None, None) => Target::Thread(t),
+            (None, Some(c), None) if agent.is_none() => Target::Cwd(PathBuf::from(c)),
+            (None, None, Some(name)) if agent.is_none() => Target::Name(name),
+            _ => return reply_to(&mut stream, &error(ErrorCode::BadRequest, "give exactly one of thread, cwd and to")),
         };
         if timeout_ms.is_some() && wait.is_none() {
             return reply_to(&mut stream, &error(ErrorCode::BadRequest, "timeout_ms needs wait"));
         }
         let wake = wake != Some(WakeMode::Never);
-        let (from, verified_sender) = match sender_of(&stream, from, verify_sender, sender, verify) {
+        let (from, verified_sender) = match sender_of(&stream, from, verify_sender, sender, checks.sender) {
             Ok(named) => named,
             Err(refused) => return reply_to(&mut stream, &refused),
         };
-        let opts = SendOptions { target, text, key, ttl_ms, from, verified_sender, future_thread, wake };
+        // The class is what the broker proved here, never what the request says.
+        let class = match verified_sender {
+            true => SenderClass::Agent,
+            false if (checks.unconfined_user)(&stream) => SenderClass::Person,
+            false => SenderClass::Local,
+        };
+        let mode = mode.unwrap_or_default();
+        let opts = SendOptions { target, text, key, ttl_ms, from, verified_sender, future_thread, wake, mode, class };
         let sent = {
             let mut store = crate::store::lock(&self.store);
             send::send(&mut store, &self.codex_home, &|| self.threads(false, 0), &opts)

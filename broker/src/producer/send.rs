@@ -10,10 +10,17 @@
 //! - `--cwd PATH`: the one live top-level thread whose session cwd is PATH (sub-agents share
 //!   their parent's cwd and are addressed by `--thread`); none or several is an error that lists
 //!   the candidates.
+//! - `--to NAME`: the thread a person named (`broker name`); a name no thread has is
+//!   `misaddressed` (its own exit status), and nothing is queued.
+//!
+//! Then the receiving thread decides: its inbound policy ([`admission`]) accepts the message
+//! (`pending`), holds it (`held`, for no hook or wake until a person releases it) or refuses it
+//! (nothing queued); and its mode says which channels may take it (`Channel::inside_turn`).
 
 use super::line::ErrorCode;
 use super::threads::{self, ThreadInfo, ThreadState};
 use crate::store::{now_ms, Enqueued, NewMessage, Store};
+use courier_producer_proto::{Action, Mode, SenderClass};
 use courier_shared::ids::ThreadId;
 use std::path::{Path, PathBuf};
 
@@ -30,6 +37,8 @@ pub enum Target {
         parent: String,
         name: String,
     },
+    /// The thread a person named (`broker name`).
+    Name(String),
 }
 
 pub use crate::envelope::label::VERIFIED_PREFIX;
@@ -47,6 +56,10 @@ pub struct SendOptions {
     pub future_thread: bool,
     /// The wake channel may start a turn for it in an idle thread (`--wake auto`, the default).
     pub wake: bool,
+    /// How urgent it is (`--mode`).
+    pub mode: Mode,
+    /// Who sent it, as far as the path it came by proved (never taken from a request).
+    pub class: SenderClass,
 }
 
 pub use courier_producer_proto::{Sent, ThreadStatus};
@@ -164,6 +177,12 @@ fn rollout_of(codex_home: &Path, thread: &str) -> Option<PathBuf> {
     None
 }
 
+/// Whether `thread` is one Courier knows: a Codex rollout has it, or it is a Claude Code
+/// session the broker proved.
+pub fn thread_known(store: &Store, codex_home: &Path, thread: &ThreadId) -> anyhow::Result<bool> {
+    Ok(crate::codex::rollout::find_rollout(codex_home, thread.as_str()).is_some() || store.claude_session_pin(thread)?.is_some())
+}
+
 /// A thread the live list named (from a rollout's file name, so a thread id).
 fn listed(id: String) -> Result<ThreadId, SendError> {
     ThreadId::try_from(id).map_err(|e| SendError::Failed(e.into()))
@@ -250,8 +269,34 @@ pub fn send(
         Target::Thread(t) => ThreadId::parse(t).map_err(|e| refused(ErrorCode::BadThread, format!("--thread {e}")))?,
         Target::Cwd(c) => listed(thread_for_cwd(&live().map_err(SendError::Failed)?, c)?)?,
         Target::Agent { parent, name } => listed(agent_of(&live().map_err(SendError::Failed)?, parent, name)?)?,
+        Target::Name(name) => named(store, name)?,
     };
-    let (status, note) = thread_status(store, codex_home, &thread, opts)?;
+    let (status, note) = thread_status(store, codex_home, &thread, opts).map_err(|e| match (&opts.target, e) {
+        // A name whose thread left no trace names nothing any more.
+        (Target::Name(name), SendError::Refused { code: ErrorCode::NoSuchThread, message }) => {
+            refused(ErrorCode::Misaddressed, format!("the name {name:?} is of thread {thread}, and {message}"))
+        }
+        (_, e) => e,
+    })?;
+    if opts.mode == Mode::Interrupt {
+        return Err(refused(
+            ErrorCode::NoInterrupt,
+            format!("--mode interrupt: this broker offers no interrupt for thread {thread}; nothing was queued (send with --mode next-turn or steer)"),
+        ));
+    }
+    let held = match admission(store, &thread, opts.class, from.as_deref())? {
+        Action::Accept => false,
+        Action::Hold => true,
+        Action::Refuse => {
+            return Err(refused(
+                ErrorCode::RefusedByPolicy,
+                format!(
+                    "thread {thread} refuses messages from {} senders (its inbound policy, which only its person sets:                      `broker inbound {thread}`); nothing was queued",
+                    policy_class(opts.class, from.as_deref())
+                ),
+            ))
+        }
+    };
     let new = NewMessage {
         thread: &thread,
         body: &opts.text,
@@ -260,6 +305,8 @@ pub fn send(
         key: opts.key.as_deref(),
         ttl_ms,
         wake: opts.wake,
+        mode: opts.mode,
+        held,
     };
     let queued = store.enqueue_message(&new).map_err(|e| match e.downcast::<crate::store::Invalid>() {
         // The request is wrong, wherever it came from: the caller hears it as such.
@@ -270,7 +317,53 @@ pub fn send(
         Enqueued::New(id) => (id, false),
         Enqueued::Existing(id) => (id, true),
     };
-    Ok(Sent { id, thread: thread.into(), duplicate, from, sender_verified: opts.verified_sender, thread_status: status, note })
+    // A retry (its key queued it before) is as held as the message it names is now.
+    let held = match duplicate {
+        false => held,
+        true => store.message(&id).map_err(SendError::Failed)?.is_some_and(|m| m.state == crate::store::State::Held),
+    };
+    Ok(Sent { id, thread: thread.into(), duplicate, from, sender_verified: opts.verified_sender, thread_status: status, note, held })
+}
+
+/// The thread `name` names, or `misaddressed`.
+fn named(store: &Store, name: &str) -> Result<ThreadId, SendError> {
+    match store.thread_named(name).map_err(SendError::Failed)? {
+        Some(t) => Ok(t),
+        None => Err(refused(
+            ErrorCode::Misaddressed,
+            format!("no thread is named {name:?}: nothing was queued (`broker threads` shows the names; `broker name THREAD NAME` gives one)"),
+        )),
+    }
+}
+
+/// The class a message counts as for the policy: its proven class, or NATS when it calls itself
+/// relayed from NATS (a `nats:` label, as the bridge writes) and NATS is stricter.
+fn policy_class(class: SenderClass, from: Option<&str>) -> &'static str {
+    match relayed(from) {
+        true => "nats-relayed",
+        false => class.as_str(),
+    }
+}
+
+fn relayed(from: Option<&str>) -> bool {
+    from.is_some_and(|f| f.starts_with("nats:"))
+}
+
+/// What `thread`'s inbound policy does with a message of `class`: the thread's own rule for the
+/// class, else its rule for every class, else `[inbound]` of the config. A message whose label
+/// says it was relayed from NATS gets the stricter of that and the NATS class's: the label is a
+/// claim, and a claim may only make the policy stricter, never let a sender past it. An
+/// unreadable config is a failure (fail closed: the default it would give is unknown).
+pub fn admission(store: &Store, thread: &ThreadId, class: SenderClass, from: Option<&str>) -> Result<Action, SendError> {
+    let config = crate::config::load().map_err(|e| SendError::Failed(e.context("the config file decides the inbound default")))?;
+    let action = |class: SenderClass| -> Result<Action, SendError> {
+        Ok(store.inbound_action(thread, class).map_err(SendError::Failed)?.unwrap_or_else(|| config.config.inbound.action(class)))
+    };
+    let proven = action(class)?;
+    Ok(match relayed(from) {
+        true => proven.max(action(SenderClass::Nats)?),
+        false => proven,
+    })
 }
 
 #[cfg(test)]
@@ -281,6 +374,7 @@ mod tests {
     fn t(id: &str, cwd: &str, parent: Option<&str>) -> ThreadInfo {
         ThreadInfo {
             id: id.into(),
+            name: None,
             host: Default::default(),
             state: ThreadState::Idle,
             turn_id: None,
@@ -411,6 +505,8 @@ mod tests {
             verified_sender: false,
             future_thread: future,
             wake: true,
+            mode: Mode::Steer,
+            class: SenderClass::Local,
         };
         let mut forged = opts(old, false);
         forged.from = Some(format!("thread:{old}"));

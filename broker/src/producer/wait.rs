@@ -371,6 +371,9 @@ pub fn describe(m: &Message, want: Want) -> String {
                 esc(m.reason.as_deref().unwrap_or("no reason recorded"))
             )
         }
+        super::Progress::Held => {
+            format!("{} held by its thread's inbound policy (timed out; a person releases it with `broker release {}`)", m.id, m.id)
+        }
         super::Progress::InFlight => match &m.reason {
             Some(r) => format!("{} still {} (timed out; {})", m.id, m.state, esc(r)),
             None => format!("{} still {} (timed out)", m.id, m.state),

@@ -35,7 +35,9 @@
 //! | `reoffer_limit` | uncertain | (older brokers, which offered a hand-off again on the rollout's word) it would have been offered again more than 3 times |
 //! | `ttl_elapsed` | expired | its `--ttl` passed before it was handed |
 //! | `thread_never_appeared` | expired | queued with no `--ttl` for a thread no rollout had, which never appeared |
+//! | `held_by_policy` | held | its thread's inbound policy holds messages of its sender's class: no hook or wake sees it until a person runs `broker release` (or `broker drop`) |
 //! | `cancelled_by_user` | cancelled | `broker cancel` |
+//! | `dropped_by_person` | cancelled | held by its thread's inbound policy, and a person dropped it (`broker drop`): the model never saw it |
 //! | `too_large_for_hook_output` | cancelled | from an older queue, too large for one hook output (`send` refuses such a message now) |
 
 mod doubt;
@@ -105,7 +107,9 @@ reasons! {
         ReofferLimit = "reoffer_limit",
         TtlElapsed = "ttl_elapsed",
         ThreadNeverAppeared = "thread_never_appeared",
+        HeldByPolicy = "held_by_policy",
         CancelledByUser = "cancelled_by_user",
+        DroppedByPerson = "dropped_by_person",
         TooLargeForHookOutput = "too_large_for_hook_output",
     }
 }

@@ -226,6 +226,8 @@ impl Broker {
 
     fn answer(&self, stream: &UnixStream, op: AnswerOp) -> Result<Value, (ErrorCode, String)> {
         let (id, decision, message, shown, proof, nats_user) = match op {
+            // A held message is answered through the same flow (server/inbound.rs).
+            AnswerOp::Answerable { id: Some(id) } if crate::producer::is_message_id(&id) => return self.held_answerable(&id),
             AnswerOp::Answerable { id } => return self.answerable(id.as_deref()),
             AnswerOp::Approve { id, shown, proof, nats_user } => (id, Decision::Approve, None, shown, proof, nats_user),
             AnswerOp::Deny { id, shown, proof, message, nats_user } => {
@@ -389,6 +391,8 @@ impl Broker {
             key: Some(&key),
             ttl_ms: None,
             wake: true,
+            mode: Default::default(),
+            held: false,
         };
         let mut store = crate::store::lock(&self.store);
         match store.enqueue_message(&new) {

@@ -293,6 +293,12 @@ impl Broker {
     /// `stream` (a `broker send` the model ran), proven as `gate/sender.rs` and
     /// `gate/claude_sender.rs` say, or why not. A command claiming a Claude Code session is
     /// checked as one first; one the nearest host of which is a codex is then checked as Codex's.
+    /// Whether the peer of `stream` is a process of the user that runs unconfined (the
+    /// inbound policy's `person` class).
+    pub(super) fn is_unconfined_user(&self, stream: &UnixStream) -> bool {
+        gate::peer::identify(stream).is_ok_and(|peer| self.gate.verify_unconfined_user(&peer).is_ok())
+    }
+
     pub(super) fn verify_sender(&self, stream: &UnixStream, claims: Option<(&str, &str)>) -> Result<gate::sender::ToolSender, String> {
         let peer = gate::peer::identify(stream).map_err(|r| format!("{}: {}", r.code, r.detail))?;
         let claude = match claims {

@@ -32,6 +32,7 @@ mod approval_hold;
 mod approval_sweep;
 mod approvals;
 mod hook;
+mod inbound;
 mod listener;
 mod maintenance;
 mod poller;

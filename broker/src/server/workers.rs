@@ -163,8 +163,14 @@ pub(super) fn worker(broker: &Broker, jobs: &JobQueue, handback: &Handback) {
                 let served = if frame.first() == Some(&b'{') {
                     if super::approvals::is_answer(&frame) {
                         broker.answer_approval(stream, &frame);
+                    } else if super::inbound::is_owner_op(&frame) {
+                        broker.owner_op(stream, &frame);
                     } else {
-                        broker.producer.serve(stream, &frame, &|s, claims| broker.verify_sender(s, claims));
+                        let checks = crate::producer::proto::Checks {
+                            sender: &|s, claims| broker.verify_sender(s, claims),
+                            unconfined_user: &|s| broker.is_unconfined_user(s),
+                        };
+                        broker.producer.serve(stream, &frame, &checks);
                     }
                     Served::Closed
                 } else {

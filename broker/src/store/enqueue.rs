@@ -1,7 +1,8 @@
 //! Queueing a message: its checks (size, sender label, rendered size), the seal of a verified
 //! sender (`envelope/seal.rs`) and the idempotency key.
 
-use super::{body_too_long, invalid, new_message_id, now_ms, Kind, Store, MAX_BODY_BYTES};
+use super::{body_too_long, invalid, new_message_id, now_ms, Kind, Mode, Store, MAX_BODY_BYTES};
+use crate::reason::DeliveryReason;
 use crate::envelope::seal::{self, SenderCheck};
 use crate::envelope::{verified_thread, wrapped_len, MAX_OUTPUT_BYTES};
 use anyhow::{bail, Context, Result};
@@ -22,6 +23,10 @@ pub struct NewMessage<'a> {
     pub ttl_ms: Option<i64>,
     /// The wake channel may start a turn for it (`broker send --wake auto|never`).
     pub wake: bool,
+    /// How urgent it is (`broker send --mode`).
+    pub mode: Mode,
+    /// The receiving thread's inbound policy holds it: queued `held`, for no hook or wake.
+    pub held: bool,
 }
 
 /// What `enqueue` did.
@@ -41,13 +46,13 @@ impl Store {
         key: Option<&str>,
         ttl_ms: Option<i64>,
     ) -> Result<Enqueued> {
-        self.enqueue_message(&NewMessage { thread, body, sender, verified: false, key, ttl_ms, wake: true })
+        self.enqueue_message(&NewMessage { thread, body, sender, verified: false, key, ttl_ms, wake: true, mode: Mode::Steer, held: false })
     }
 
     /// Queues a message (a retry with the same key and text gets the earlier id). A verified
     /// sender's row is sealed, which fails outside a running broker.
     pub fn enqueue_message(&mut self, m: &NewMessage<'_>) -> Result<Enqueued> {
-        let NewMessage { thread, body, sender, verified, key, ttl_ms, wake } = *m;
+        let NewMessage { thread, body, sender, verified, key, ttl_ms, wake, mode, held } = *m;
         let thread = thread.as_str();
         if body.len() > MAX_BODY_BYTES {
             return Err(body_too_long().into());
@@ -106,8 +111,9 @@ impl Store {
             }
         }
         tx.execute(
-            "INSERT INTO messages (id, thread, kind, body, sender, idem_key, state, created_at, updated_at, expires_at, wake, sender_seal)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?7, ?8, ?9, ?10)",
+            "INSERT INTO messages (id, thread, kind, body, sender, idem_key, state, reason, created_at, updated_at, expires_at, wake,
+             sender_seal, mode)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?11, ?12, ?7, ?7, ?8, ?9, ?10, ?13)",
             params![
                 id,
                 thread,
@@ -118,11 +124,16 @@ impl Store {
                 now,
                 ttl_ms.map(|t| now.saturating_add(t)),
                 if wake { "auto" } else { "never" },
-                seal
+                seal,
+                if held { "held" } else { "pending" },
+                held.then_some(DeliveryReason::HeldByPolicy.as_str()),
+                mode.as_str(),
             ],
         )?;
         tx.commit()?;
-        self.pending.bump(1);
+        if !held {
+            self.pending.bump(1);
+        }
         Ok(Enqueued::New(id))
     }
 }

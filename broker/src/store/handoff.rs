@@ -251,11 +251,13 @@ impl Store {
             }
             let candidates: Vec<(Message, (usize, usize))> = {
                 let mut stmt = tx.prepare_cached(&format!(
-                    "SELECT {MESSAGE_COLUMNS}, sender_seal, {PARTS_SENT} FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = 'message' {} ORDER BY seq LIMIT 64",
-                    if channel.needs_wake_allowed() { "AND wake != 'never'" } else { "" }
+                    "SELECT {MESSAGE_COLUMNS}, sender_seal, {PARTS_SENT} FROM messages WHERE thread = ?1 AND state = 'pending' AND kind = 'message' {} {} ORDER BY seq LIMIT 64",
+                    if channel.needs_wake_allowed() { "AND wake != 'never'" } else { "" },
+                    // A `next-turn` message never goes into a running turn (`Channel::inside_turn`).
+                    if channel.inside_turn() { "AND mode = 'steer'" } else { "" }
                 ))?;
                 let rows = stmt.query_map([thread], |r| {
-                    Ok((sender_checked(row_to_message(r)?, r.get(22)?), (r.get::<_, i64>(23)? as usize, r.get::<_, i64>(24)? as usize)))
+                    Ok((sender_checked(row_to_message(r)?, r.get(23)?), (r.get::<_, i64>(24)? as usize, r.get::<_, i64>(25)? as usize)))
                 })?;
                 rows.collect::<rusqlite::Result<_>>()?
             };

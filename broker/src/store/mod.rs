@@ -19,6 +19,7 @@ mod effort;
 mod enqueue;
 mod handoff;
 mod hosts;
+mod inbound;
 mod lock;
 mod producer;
 mod refusals;
@@ -40,6 +41,7 @@ pub use effort::{Claim, Details};
 pub use enqueue::{Enqueued, NewMessage};
 pub use handoff::{HandOff, HandedPart, Lease, Part};
 pub use hosts::TrustedHostFile;
+pub use inbound::{InboundRule, NameTaken, ANY_CLASS};
 pub use lock::{lock, Locked, SLOW_HOLD};
 pub use refusals::Refusal;
 pub use signal::{CommitSignal, HANDED, QUEUED};
@@ -51,6 +53,7 @@ pub use tickets::{Alarm, Taken, Ticket, TicketClaim};
 pub use watch::Watch;
 
 use crate::envelope::seal::SenderCheck;
+pub use courier_producer_proto::Mode;
 use crate::reason::{DeliveryReason, Reason};
 use anyhow::{bail, Context, Result};
 use courier_shared::ids::ThreadId;
@@ -162,6 +165,8 @@ pub struct Message {
     /// How its sender is shown, decided by the broker when it leased it (`envelope/seal.rs`);
     /// `None` until then.
     pub sender_check: Option<SenderCheck>,
+    /// How urgent it is (`broker send --mode`): which channels may take it (`Channel::takes`).
+    pub mode: Mode,
 }
 
 impl Message {
@@ -319,7 +324,9 @@ fn migrate_messages(conn: &Connection) -> rusqlite::Result<()> {
     add_column(conn, "messages", "sender_check", "TEXT")?;
     // How many times older brokers offered a handed message again on the rollout's word (this
     // one never does: `Store::settle`).
-    add_column(conn, "messages", "reoffers", "INTEGER NOT NULL DEFAULT 0")
+    add_column(conn, "messages", "reoffers", "INTEGER NOT NULL DEFAULT 0")?;
+    // `broker send --mode`: how urgent it is (`Mode`; `steer` is what every older row was).
+    add_column(conn, "messages", "mode", "TEXT NOT NULL DEFAULT 'steer'")
 }
 
 fn is_busy(e: &anyhow::Error) -> bool {
@@ -348,7 +355,7 @@ pub(super) fn add_column(conn: &Connection, table: &str, name: &str, decl: &str)
 const MESSAGE_COLUMNS: &str = "id, thread, kind, state, body, sender, idem_key, created_at, updated_at, \
     expires_at, event, turn_id, lease_token, handed_at, confirmed_at, reason, attempts, rollout_path, scan_offset, \
     (SELECT group_concat(kind) FROM (SELECT DISTINCT kind FROM alarms WHERE alarms.message = messages.id ORDER BY kind)), shown_by, \
-    sender_check";
+    sender_check, mode";
 
 /// A thread id read back from the queue (where only a checked [`ThreadId`] is written).
 pub(crate) fn thread_at(row: &rusqlite::Row, i: usize) -> rusqlite::Result<ThreadId> {
@@ -380,6 +387,7 @@ fn row_to_message(row: &rusqlite::Row) -> rusqlite::Result<Message> {
         alarms: row.get::<_, Option<String>>(19)?.map(|a| a.split(',').map(String::from).collect()).unwrap_or_default(),
         shown_by: row.get(20)?,
         sender_check: row.get::<_, Option<String>>(21)?.as_deref().and_then(SenderCheck::parse),
+        mode: row.get::<_, String>(22).map(|m| Mode::parse(&m).unwrap_or_default())?,
     })
 }
 
@@ -430,6 +438,7 @@ impl Store {
         claude::migrate(&conn).context("creating the Claude Code tables")?;
         hosts::migrate(&conn).context("creating the trusted host files table")?;
         handoff::migrate(&conn).context("creating the message parts table")?;
+        inbound::migrate(&conn).context("creating the names and inbound policy tables")?;
         conn.execute_batch(PENDING_INDEXES).context("creating the pending-message indexes")?;
         Ok(Store { conn, pending: &QUEUED })
     }

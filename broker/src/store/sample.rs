@@ -33,6 +33,7 @@ impl Message {
             alarms: Vec::new(),
             shown_by: None,
             sender_check: None,
+            mode: Default::default(),
         }
     }
 }

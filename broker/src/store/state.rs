@@ -115,6 +115,19 @@ impl Channel {
         }
     }
 
+    /// Whether what it hands goes into a turn already running, which a `next-turn` or
+    /// `interrupt` message never does: a Codex hook inside a turn (its Stop too: blocking it
+    /// continues the turn), and every Claude Code or Copilot CLI hook (their channel does not say
+    /// which event took it, so it is counted as inside). A new prompt's first hook
+    /// (UserPromptSubmit, SessionStart) and a wake's own turn are not.
+    pub const fn inside_turn(self) -> bool {
+        match self {
+            Channel::Hook(e) => !matches!(e, HookEvent::UserPromptSubmit | HookEvent::SessionStart),
+            Channel::Claude | Channel::Copilot => true,
+            Channel::Wake | Channel::ClaudeWake => false,
+        }
+    }
+
     /// Settled from a Claude Code transcript (`claude/confirm.rs`).
     pub const fn is_claude(self) -> bool {
         matches!(self.settled_by(), SettledBy::ClaudeTranscript)

@@ -307,6 +307,8 @@ fn pending_thread_lists_by_index_seek() {
             key: None,
             ttl_ms: None,
             wake: true,
+            mode: Default::default(),
+            held: false,
         })
         .unwrap();
     }
@@ -318,6 +320,8 @@ fn pending_thread_lists_by_index_seek() {
         key: None,
         ttl_ms: Some(60_000),
         wake: false,
+        mode: Default::default(),
+        held: false,
     })
     .unwrap();
     s.enqueue_message(&NewMessage {
@@ -328,6 +332,8 @@ fn pending_thread_lists_by_index_seek() {
         key: None,
         ttl_ms: Some(60_000),
         wake: true,
+        mode: Default::default(),
+        held: false,
     })
     .unwrap();
     s.enqueue_message(&NewMessage {
@@ -338,6 +344,8 @@ fn pending_thread_lists_by_index_seek() {
         key: None,
         ttl_ms: None,
         wake: false,
+        mode: Default::default(),
+        held: false,
     })
     .unwrap();
     assert!(s.lease(V, Channel::Hook(HookEvent::Stop), Some("turn"), 10_000, 1000).unwrap().is_some()); // no longer pending
@@ -379,7 +387,7 @@ fn concurrent_first_opens_all_succeed() {
 fn wake_hand_off_is_never_offered_again() {
     let (mut s, _d) = store("wake");
     s.enqueue(T, "wake me", None, None, None).unwrap();
-    s.enqueue_message(&NewMessage { thread: T, body: "hooks only", sender: None, verified: false, key: None, ttl_ms: None, wake: false })
+    s.enqueue_message(&NewMessage { thread: T, body: "hooks only", sender: None, verified: false, key: None, ttl_ms: None, wake: false, mode: Default::default(), held: false })
         .unwrap();
     let lease = s.lease(T, Channel::Wake, None, 30_000, 8000).unwrap().unwrap();
     assert_eq!(lease.messages.iter().map(|m| m.body.as_str()).collect::<Vec<_>>(), ["wake me"]);

@@ -35,6 +35,7 @@ fn describe(pin: &SessionPin, live: bool) -> ThreadInfo {
     let mtime = std::fs::metadata(&pin.transcript_path).ok().map(|m| m.mtime() * 1000 + m.mtime_nsec() / 1_000_000);
     ThreadInfo {
         id: pin.session_id.clone(),
+        name: None,
         host: Host::ClaudeCode,
         state: state_of(pin, live),
         turn_id: (live && pin.activity == Some(SessionActivity::Busy)).then(|| pin.prompt_id.clone()).flatten(),

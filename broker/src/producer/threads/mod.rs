@@ -181,6 +181,9 @@ impl ThreadState {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ThreadInfo {
     pub id: String,
+    /// Its name (`broker name`), which `send --to` addresses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// Which agent runs it (absent in an older broker's answer: `codex`).
     #[serde(default)]
     pub host: Host,
@@ -373,6 +376,7 @@ impl Lister {
         let info = facts.info;
         Some(ThreadInfo {
             id: info.id,
+            name: None,
             host: Host::Codex,
             state,
             turn_id,
@@ -431,7 +435,9 @@ impl Lister {
         }
         let counts = super::counts_by_thread(store)?;
         let approvals = store.approvals(false)?;
+        let names = store.thread_names()?;
         for t in &mut threads {
+            t.name = ThreadId::parse(&t.id).ok().and_then(|id| names.get(&id).cloned());
             t.waiting_on_approval = approvals
                 .iter()
                 .filter(|a| a.thread == t.id.as_str())

@@ -36,6 +36,7 @@ fn titles_come_from_user_prompts_only() {
 fn info(id: &str, parent: Option<&str>, state: ThreadState, at: i64) -> ThreadInfo {
     ThreadInfo {
         id: id.into(),
+        name: None,
         host: Default::default(),
         state,
         turn_id: None,
@@ -98,4 +99,25 @@ fn the_listing_says_what_an_idle_session_waits_for() {
     let table = render_table(&[idle, asking], 60_000);
     assert!(table.contains("idle (no wake hook: next prompt delivers)"), "{table}");
     assert!(table.contains("busy, waits on a person (approval apr-1: tool call: mcp__courier__send_message {})"), "{table}");
+}
+
+/// The samples of `broker threads` in README.md and docs/producers.md have the table's columns,
+/// in its order, and a named thread shows its name in NAME.
+#[test]
+fn the_documented_samples_have_the_tables_columns() {
+    let mut named = info("01a230dc-dc16-73a1-9c5d-b520dea2f9f9", None, ThreadState::Busy, 10);
+    named.name = Some("parser".into());
+    let table = render_table(&[named, info("01a230dc-e1ec-7f51-b34a-98d01ceb01cd", None, ThreadState::Idle, 5)], 60_000);
+    let columns = |header: &str| header.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+    let ours = columns(table.lines().next().unwrap());
+    assert_eq!(ours[1], "NAME", "{table}");
+    let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(row[1], "parser", "{table}");
+    assert_eq!(table.lines().nth(2).unwrap().split_whitespace().nth(1), Some("-"), "no name: -");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for doc in ["README.md", "docs/producers.md"] {
+        let text = std::fs::read_to_string(root.join(doc)).unwrap();
+        let header = text.lines().find(|l| l.starts_with("THREAD ")).unwrap_or_else(|| panic!("{doc} has no threads sample"));
+        assert_eq!(columns(header), ours, "{doc}'s threads sample");
+    }
 }

@@ -68,7 +68,8 @@ pub fn render_table(threads: &[ThreadInfo], now: i64) -> String {
         return "no live Codex threads or Claude Code sessions Courier can reach (`broker threads --all` adds ended ones)\n".into();
     }
     let esc = |s: &str| crate::terminal::escape(s).into_owned();
-    let mut rows: Vec<[String; 8]> = vec![["THREAD", "HOST", "STATE", "PROCESS", "QUEUED", "LAST", "CWD", "TITLE"].map(String::from)];
+    let mut rows: Vec<[String; 9]> =
+        vec![["THREAD", "NAME", "HOST", "STATE", "PROCESS", "QUEUED", "LAST", "CWD", "TITLE"].map(String::from)];
     for t in threads {
         let process = t.process.as_ref().map_or("-".to_string(), |p| format!("{} {}", p.kind.as_str(), p.pid));
         let queued = if t.undelivered > 0 { format!("{} ({} undelivered)", t.pending, t.undelivered) } else { t.pending.to_string() };
@@ -84,6 +85,7 @@ pub fn render_table(threads: &[ThreadInfo], now: i64) -> String {
         };
         rows.push([
             t.id.clone(),
+            t.name.clone().unwrap_or_else(|| "-".into()),
             t.host.as_str().into(),
             state,
             process,
@@ -93,13 +95,13 @@ pub fn render_table(threads: &[ThreadInfo], now: i64) -> String {
             title,
         ]);
     }
-    let widths: Vec<usize> = (0..7).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..8).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
     let mut out = String::new();
     for r in rows {
         for (i, w) in widths.iter().enumerate() {
             let _ = write!(out, "{:<w$}  ", r[i], w = *w);
         }
-        let _ = writeln!(out, "{}", r[7]);
+        let _ = writeln!(out, "{}", r[8]);
     }
     out
 }
