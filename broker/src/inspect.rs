@@ -14,8 +14,20 @@ use std::fmt::Write;
 use std::path::Path;
 
 /// Message states in the order the thread table shows them; the first seven always have a
-/// column, the others (effort rows) when some row is in them.
-const TABLE_STATES: [State; 10] = State::ALL;
+/// column, the others (held messages, effort rows) when some row is in them.
+const TABLE_STATES: [State; 11] = [
+    State::Pending,
+    State::Leased,
+    State::Handed,
+    State::Confirmed,
+    State::Uncertain,
+    State::Expired,
+    State::Cancelled,
+    State::Held,
+    State::Applying,
+    State::Applied,
+    State::Failed,
+];
 const ALWAYS_SHOWN: usize = 7;
 
 use crate::terminal::escape;

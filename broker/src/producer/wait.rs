@@ -294,6 +294,7 @@ fn message_of(r: Record) -> Message {
         shown_by: None,
         alarms: r.alarms,
         sender_check: None,
+        mode: r.mode,
     }
 }
 
