@@ -165,7 +165,8 @@ fn enqueue_in_store(state_dir: &Path, codex_home: &Path, req: &Value) -> Local {
     let future_thread = req.get("future_thread").and_then(Value::as_bool).unwrap_or(false);
     // Queued by this bridge for a NATS publisher: the NATS class, whatever the label says.
     let class = SenderClass::Nats;
-    let opts = SendOptions { target, text, key: s("key"), ttl_ms, from: s("from"), verified_sender: false, future_thread, wake, mode, class };
+    let opts =
+        SendOptions { target, text, key: s("key"), ttl_ms, from: s("from"), verified_sender: false, future_thread, wake, mode, class };
     let mut store = match Store::open(state_dir) {
         Ok(s) => s,
         Err(e) => return Local::Retry(format!("opening the queue: {e:#}")),

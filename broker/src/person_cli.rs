@@ -75,7 +75,8 @@ pub fn inbound(g: broker::cli::Given) -> Result<ExitCode> {
     use courier_producer_proto::{Action, SenderClass};
     let args = g.texts()?;
     let thread = args.first().cloned().unwrap_or_default();
-    let action = args.get(1).map(|a| Action::parse(a).ok_or_else(|| g.usage_error(format!("{a:?}: accept, hold or refuse")))).transpose()?;
+    let action =
+        args.get(1).map(|a| Action::parse(a).ok_or_else(|| g.usage_error(format!("{a:?}: accept, hold or refuse")))).transpose()?;
     let class = g
         .class
         .as_deref()

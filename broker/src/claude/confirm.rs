@@ -258,8 +258,17 @@ mod tests {
         let dir = courier_shared::scratch::dir("courier-claude-confirm");
         let mut store = Store::open(&dir).unwrap();
         let sid = &ThreadId::from_static("0c6b4b3e-8f2a-4b7e-9d1a-2f3c4d5e6f70");
-        let new =
-            NewMessage { thread: sid, body: "hello claude", sender: Some("ci"), verified: false, key: None, ttl_ms: None, wake: true, mode: Default::default(), held: false };
+        let new = NewMessage {
+            thread: sid,
+            body: "hello claude",
+            sender: Some("ci"),
+            verified: false,
+            key: None,
+            ttl_ms: None,
+            wake: true,
+            mode: Default::default(),
+            held: false,
+        };
         let crate::store::Enqueued::New(id) = store.enqueue_message(&new).unwrap() else { panic!("a new message") };
         let lease = store.lease(sid, Channel::Claude, Some("p1"), 10_000, 8_000).unwrap().unwrap();
         let transcript = dir.join("t.jsonl");

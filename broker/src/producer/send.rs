@@ -331,7 +331,9 @@ fn named(store: &Store, name: &str) -> Result<ThreadId, SendError> {
         Some(t) => Ok(t),
         None => Err(refused(
             ErrorCode::Misaddressed,
-            format!("no thread is named {name:?}: nothing was queued (`broker threads` shows the names; `broker name THREAD NAME` gives one)"),
+            format!(
+                "no thread is named {name:?}: nothing was queued (`broker threads` shows the names; `broker name THREAD NAME` gives one)"
+            ),
         )),
     }
 }
@@ -566,6 +568,72 @@ mod tests {
         assert_eq!(states[0], ("expired".into(), Some("thread_never_appeared".into())));
         assert_eq!(states[1].0, "pending", "its own --ttl decides");
         assert_eq!(states[2].0, "pending", "its thread exists");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The receiving thread decides: a name no thread has is `misaddressed` and queues nothing;
+    /// its policy holds or refuses by the proven class, and a `nats:` label only makes it
+    /// stricter (a local sender cannot get past a hold by its label, nor a NATS rule by leaving
+    /// the prefix off when the bridge classes it).
+    #[test]
+    fn names_and_the_inbound_policy_decide_what_is_queued() {
+        let dir = std::env::temp_dir().join(format!("courier-send-policy-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let home = dir.join("codex");
+        let day = home.join("sessions/2026/11/29");
+        std::fs::create_dir_all(&day).unwrap();
+        let thread = "01a22654-3b31-76f3-a48c-b65aa7d0db68";
+        std::fs::write(day.join(format!("rollout-2026-11-29T08-03-04-{thread}.jsonl")), "{}\n").unwrap();
+        let mut store = Store::open(&dir).unwrap();
+        let none = || -> anyhow::Result<Vec<ThreadInfo>> { Ok(vec![]) };
+        let opts = |target: Target, class: SenderClass, from: &str| SendOptions {
+            target,
+            text: "hi".into(),
+            key: None,
+            ttl_ms: None,
+            from: Some(from.into()),
+            verified_sender: false,
+            future_thread: false,
+            wake: true,
+            mode: Mode::Steer,
+            class,
+        };
+        let Err(SendError::Refused { code, message }) =
+            send(&mut store, &home, &none, &opts(Target::Name("nobody".into()), SenderClass::Person, "me"))
+        else {
+            panic!()
+        };
+        assert_eq!(code, ErrorCode::Misaddressed, "{message}");
+        assert!(store.messages(None).unwrap().is_empty(), "nothing was queued");
+        let t = ThreadId::parse(thread).unwrap();
+        store.name_thread(&t, "docs").unwrap().unwrap();
+        let named = send(&mut store, &home, &none, &opts(Target::Name("docs".into()), SenderClass::Person, "me")).ok().unwrap();
+        assert_eq!((named.thread.as_str(), named.held), (thread, false));
+
+        store.set_inbound(&t, Some(SenderClass::Nats), Action::Hold, 0).unwrap();
+        store.set_inbound(&t, Some(SenderClass::Local), Action::Refuse, 1).unwrap();
+        let relayed = send(&mut store, &home, &none, &opts(Target::Thread(thread.into()), SenderClass::Nats, "nats:b/ci")).ok().unwrap();
+        assert!(relayed.held, "held by the nats rule");
+        assert_eq!(store.message(&relayed.id).unwrap().unwrap().state, crate::store::State::Held);
+        let posing = send(&mut store, &home, &none, &opts(Target::Thread(thread.into()), SenderClass::Person, "nats:b/ci")).ok().unwrap();
+        assert!(posing.held, "a nats: label makes a person's send as strict as nats");
+        let Err(SendError::Refused { code, message }) =
+            send(&mut store, &home, &none, &opts(Target::Thread(thread.into()), SenderClass::Local, "nats:x/y"))
+        else {
+            panic!()
+        };
+        assert_eq!(code, ErrorCode::RefusedByPolicy, "a label cannot make a refused class merely held");
+        assert!(message.contains("refuses messages") && message.contains("nothing was queued"), "{message}");
+        let Err(SendError::Refused { code, .. }) = send(
+            &mut store,
+            &home,
+            &none,
+            &SendOptions { mode: Mode::Interrupt, ..opts(Target::Thread(thread.into()), SenderClass::Person, "me") },
+        ) else {
+            panic!()
+        };
+        assert_eq!(code, ErrorCode::NoInterrupt);
+        assert_eq!(store.messages(None).unwrap().len(), 3, "refusals queue nothing");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

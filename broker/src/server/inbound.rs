@@ -119,7 +119,10 @@ impl Broker {
                 let act = Act::Inbound { thread: thread.as_str(), class: class_name, action: action.as_str(), rev };
                 let by = self.person(stream, &act, &proof)?;
                 if !crate::store::lock(&self.store).set_inbound(&thread, class, action, rev).map_err(failed)? {
-                    return Err((ErrorCode::NotPending, format!("thread {thread}'s policy changed since revision {rev}: nothing was changed")));
+                    return Err((
+                        ErrorCode::NotPending,
+                        format!("thread {thread}'s policy changed since revision {rev}: nothing was changed"),
+                    ));
                 }
                 crate::log_info!("inbound policy of thread {thread}: {} for {class_name} senders, set by {by}", action.as_str());
                 Ok(json!({"ok": true, "thread": thread, "rev": rev + 1}))
@@ -131,7 +134,9 @@ impl Broker {
 
     fn unconfined_user(&self, stream: &UnixStream) -> Result<(), Refused> {
         let peer = crate::gate::peer::identify(stream).map_err(|r| (ErrorCode::NotAPerson, format!("{}: {}", r.code, r.detail)))?;
-        self.gate.verify_unconfined_user(&peer).map_err(|why| (ErrorCode::NotAPerson, format!("only the person's own command names threads: {why}")))
+        self.gate
+            .verify_unconfined_user(&peer)
+            .map_err(|why| (ErrorCode::NotAPerson, format!("only the person's own command names threads: {why}")))
     }
 
     /// The person's signature of `act`, from an unconfined process of the user; who it was.

@@ -2,9 +2,9 @@
 //! sender (`envelope/seal.rs`) and the idempotency key.
 
 use super::{body_too_long, invalid, new_message_id, now_ms, Kind, Mode, Store, MAX_BODY_BYTES};
-use crate::reason::DeliveryReason;
 use crate::envelope::seal::{self, SenderCheck};
 use crate::envelope::{verified_thread, wrapped_len, MAX_OUTPUT_BYTES};
+use crate::reason::DeliveryReason;
 use anyhow::{bail, Context, Result};
 use courier_shared::ids::ThreadId;
 use rusqlite::{params, OptionalExtension, TransactionBehavior};

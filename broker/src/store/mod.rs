@@ -53,9 +53,9 @@ pub use tickets::{Alarm, Taken, Ticket, TicketClaim};
 pub use watch::Watch;
 
 use crate::envelope::seal::SenderCheck;
-pub use courier_producer_proto::Mode;
 use crate::reason::{DeliveryReason, Reason};
 use anyhow::{bail, Context, Result};
+pub use courier_producer_proto::Mode;
 use courier_shared::ids::ThreadId;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde::Serialize;

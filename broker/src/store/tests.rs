@@ -387,8 +387,18 @@ fn concurrent_first_opens_all_succeed() {
 fn wake_hand_off_is_never_offered_again() {
     let (mut s, _d) = store("wake");
     s.enqueue(T, "wake me", None, None, None).unwrap();
-    s.enqueue_message(&NewMessage { thread: T, body: "hooks only", sender: None, verified: false, key: None, ttl_ms: None, wake: false, mode: Default::default(), held: false })
-        .unwrap();
+    s.enqueue_message(&NewMessage {
+        thread: T,
+        body: "hooks only",
+        sender: None,
+        verified: false,
+        key: None,
+        ttl_ms: None,
+        wake: false,
+        mode: Default::default(),
+        held: false,
+    })
+    .unwrap();
     let lease = s.lease(T, Channel::Wake, None, 30_000, 8000).unwrap().unwrap();
     assert_eq!(lease.messages.iter().map(|m| m.body.as_str()).collect::<Vec<_>>(), ["wake me"]);
     assert!(s.lease(T, Channel::Wake, None, 30_000, 8000).unwrap().is_none());
