@@ -239,6 +239,7 @@ mod tests {
             alarms: Vec::new(),
             shown_by: None,
             sender_check: None,
+            mode: Default::default(),
         }
     }
 

@@ -12,6 +12,9 @@ use serde::{Deserialize, Serialize};
 /// approvals service, which tells them apart by `op` first.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+// One request per connection, parsed once and matched by value: a boxed `Send` would save a few
+// hundred bytes of stack at the cost of every caller's pattern.
+#[allow(clippy::large_enum_variant)]
 pub enum Request {
     /// Queue one message; with `wait`, the reply comes when it settles or `timeout_ms` ends.
     Send {
