@@ -37,6 +37,25 @@ pub enum Enqueued {
     Existing(String),
 }
 
+/// How the sender will be shown: a verified thread's `thread:<uuid>`, else a label that must be
+/// normalised already (`label::check`).
+fn sender_check(sender: Option<&str>, verified: bool) -> Result<SenderCheck> {
+    Ok(match sender {
+        Some(from) if verified => {
+            if verified_thread(Some(from)).is_none() {
+                bail!("a verified sender is named thread:<uuid>, not {from:?}");
+            }
+            SenderCheck::Verified
+        }
+        Some(from) => match crate::envelope::label::check(from) {
+            Ok(l) if l == from => SenderCheck::Label,
+            Ok(l) => return invalid(format!("the sender label {from:?} is not normalised (NFKC: {l:?})")),
+            Err(e) => return invalid(e.to_string()),
+        },
+        None => SenderCheck::Label,
+    })
+}
+
 impl Store {
     pub fn enqueue(
         &mut self,
@@ -57,20 +76,7 @@ impl Store {
         if body.len() > MAX_BODY_BYTES {
             return Err(body_too_long().into());
         }
-        let check = match sender {
-            Some(from) if verified => {
-                if verified_thread(Some(from)).is_none() {
-                    bail!("a verified sender is named thread:<uuid>, not {from:?}");
-                }
-                SenderCheck::Verified
-            }
-            Some(from) => match crate::envelope::label::check(from) {
-                Ok(l) if l == from => SenderCheck::Label,
-                Ok(l) => return invalid(format!("the sender label {from:?} is not normalised (NFKC: {l:?})")),
-                Err(e) => return invalid(e.to_string()),
-            },
-            None => SenderCheck::Label,
-        };
+        let check = sender_check(sender, verified)?;
         let id = new_message_id();
         let seal = match (sender, verified) {
             (Some(from), true) => Some(
