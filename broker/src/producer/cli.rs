@@ -120,7 +120,7 @@ impl SendCommand {
             (_, _, Some(_), Some(_)) | (None, Some(_), Some(_), _) => {
                 return Err(g.usage_error("--agent names a sub-agent of --thread, not of --cwd or --to"))
             }
-            _ => return Err(g.usage_error("give one of --thread, --cwd and --to")),
+            _ => return Err(g.usage_error("give only one of --thread, --cwd and --to")),
         };
         let mode = match g.mode.as_deref() {
             None => Mode::Steer,
