@@ -28,6 +28,7 @@ fn describe(s: &session::Session) -> ThreadInfo {
     let mtime = std::fs::metadata(&s.events).ok().map(|m| m.mtime() * 1000 + m.mtime_nsec() / 1_000_000);
     ThreadInfo {
         id: s.id.clone(),
+        name: None,
         host: Host::Copilot,
         state: if s.holder.is_some() { ThreadState::Live } else { ThreadState::Ended },
         turn_id: None,
