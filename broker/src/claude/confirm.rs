@@ -22,13 +22,11 @@
 //! `claude_answer_lost` when a part's answer was never taken, else `claude_exited` when the
 //! claude of a part not shown exited.
 
-use crate::os::ProcessKey;
 use crate::reason::{DeliveryReason, Reason};
-use crate::store::{Channel, LeaseToken, Message, Settlement, State, Store};
+use crate::store::{SettledBy, Settlement, State, Store};
 use anyhow::Result;
 use courier_shared::ids::ThreadId;
 use serde_json::Value;
-use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
 use std::sync::Mutex;
 
@@ -47,29 +45,7 @@ pub struct Pass {
 /// Settles the Claude Code hand-offs of `session` (or all): the store is locked to list them and
 /// to settle, never across a transcript read.
 pub fn reconcile(store: &Mutex<Store>, session: Option<&ThreadId>) -> Result<Pass> {
-    let mut by_transcript: HashMap<String, Vec<(Message, Vec<Piece>)>> = HashMap::new();
-    {
-        let store = crate::store::lock(store);
-        for m in store.handed(session)?.into_iter().filter(|m| m.event.is_some_and(Channel::is_claude)) {
-            let owner = |lease: Option<LeaseToken>| -> Result<Option<ProcessKey>> {
-                Ok(match lease {
-                    Some(t) => store.codex_of(t)?.map(|(pid, starttime)| ProcessKey { pid, starttime }),
-                    None => None,
-                })
-            };
-            let parts = store.parts(&m.id)?;
-            let pieces = match parts.is_empty() {
-                true => vec![Piece { text: m.wrapped(), offset: m.scan_offset.unwrap_or(0) as u64, owner: owner(m.lease)? }],
-                false => parts
-                    .iter()
-                    .map(|p| Ok(Piece { text: m.wrapped_part(&p.part), offset: p.scan_offset, owner: owner(Some(p.lease))? }))
-                    .collect::<Result<_>>()?,
-            };
-            if let Some(path) = m.rollout_path.clone() {
-                by_transcript.entry(path).or_default().push((m, pieces));
-            }
-        }
-    }
+    let by_transcript = crate::store::lock(store).handed_pieces(session, SettledBy::ClaudeTranscript)?;
     let mut pass = Pass { settled: 0, open: by_transcript.values().map(Vec::len).sum() };
     for (path, handed) in by_transcript {
         // Whose claude is gone is decided before the read: then the read saw all it will write.
@@ -101,15 +77,6 @@ enum Verdict {
     Lost,
     /// Neither yet.
     Open,
-}
-
-/// One text a hand-off put before the model: a whole message, or one of its parts.
-struct Piece {
-    text: String,
-    /// Where its hand-off's transcript stood: it is shown after this.
-    offset: u64,
-    /// The claude it was handed to.
-    owner: Option<ProcessKey>,
 }
 
 /// A message's final state from what the transcript says of each of its pieces and whether each
@@ -249,7 +216,8 @@ fn shown(records: &[Record], offset: u64, text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{HandOff, NewMessage};
+    use crate::os::ProcessKey;
+    use crate::store::{Channel, HandOff, NewMessage};
     use std::io::Write;
 
     /// A store in a fresh directory with one message handed to `owner` through the Claude

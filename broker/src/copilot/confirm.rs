@@ -12,50 +12,19 @@
 //! `handed` until its copilot exits. Whose copilot is gone is decided before the read, so the
 //! read saw all it will write.
 
-use crate::os::ProcessKey;
 use crate::reason::{DeliveryReason, Reason};
-use crate::store::{LeaseToken, SettledBy, Settlement, State, Store};
+use crate::store::{SettledBy, Settlement, State, Store};
 use anyhow::Result;
 use serde_json::Value;
-use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
 use std::sync::Mutex;
 
 /// Most bytes of a session record one pass reads (from the oldest open hand-off's offset).
 const MAX_READ: u64 = 32 << 20;
 
-/// One text a hand-off put before the model: a whole message, or one of its parts.
-struct Piece {
-    text: String,
-    offset: u64,
-    owner: Option<ProcessKey>,
-}
-
 /// Settles the open Copilot hand-offs; returns how many are still open.
 pub fn reconcile(store: &Mutex<Store>) -> Result<usize> {
-    let mut by_record: HashMap<String, Vec<(crate::store::Message, Vec<Piece>)>> = HashMap::new();
-    {
-        let store = crate::store::lock(store);
-        for m in store.handed(None)?.into_iter().filter(|m| m.event.is_some_and(|c| c.settled_by() == SettledBy::CopilotEvents)) {
-            let owner = |lease: Option<LeaseToken>| -> Result<Option<ProcessKey>> {
-                Ok(match lease {
-                    Some(t) => store.codex_of(t)?.map(|(pid, starttime)| ProcessKey { pid, starttime }),
-                    None => None,
-                })
-            };
-            let parts = store.parts(&m.id)?;
-            let pieces = match parts.is_empty() {
-                true => vec![Piece { text: m.wrapped(), offset: m.scan_offset.unwrap_or(0) as u64, owner: owner(m.lease)? }],
-                false => parts
-                    .iter()
-                    .map(|p| Ok(Piece { text: m.wrapped_part(&p.part), offset: p.scan_offset, owner: owner(Some(p.lease))? }))
-                    .collect::<Result<_>>()?,
-            };
-            if let Some(path) = m.rollout_path.clone() {
-                by_record.entry(path).or_default().push((m, pieces));
-            }
-        }
-    }
+    let by_record = crate::store::lock(store).handed_pieces(None, SettledBy::CopilotEvents)?;
     let mut open = by_record.values().map(Vec::len).sum();
     for (path, handed) in by_record {
         let dead: Vec<Vec<bool>> =

@@ -21,6 +21,7 @@ mod handoff;
 mod hosts;
 mod inbound;
 mod lock;
+mod pieces;
 mod producer;
 mod refusals;
 #[cfg(test)]
@@ -43,6 +44,7 @@ pub use handoff::{HandOff, HandedPart, Lease, Part};
 pub use hosts::TrustedHostFile;
 pub use inbound::{InboundRule, NameTaken, ANY_CLASS};
 pub use lock::{lock, Locked, SLOW_HOLD};
+pub use pieces::{Handed, Piece};
 pub use refusals::Refusal;
 pub use signal::{CommitSignal, HANDED, QUEUED};
 pub use signed_trust::TrustRow;
