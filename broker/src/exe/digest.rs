@@ -191,13 +191,16 @@ impl DigestCache {
         let key = ExeKey::of(&file)?;
         let (slot, new) = self.slot(key);
         let mut wait = false;
-        if new && slot.done.get().is_none() {
+        if slot.done.get().is_none() {
+            // Recorded by a trust command, install or the follower, perhaps after an earlier call
+            // queued this file (a binary the person trusts only once its hooks were refused): the
+            // recorded digest answers now, no lane is waited for.
             if let Some(d) = known(&key) {
                 slot.finish(Some(d));
             }
         }
-        if new && slot.done.get().is_some() {
-            // Recorded by a trust command, install or the follower: nothing to hash.
+        if slot.done.get().is_some() {
+            // Nothing to hash.
         } else if new {
             let path = path();
             let lane = if expected(&path, key.size) { Lane::Expected } else { Lane::Background };
@@ -471,6 +474,27 @@ mod tests {
         let got = cache.lookup_file(File::open(&p).unwrap(), &|| p.clone(), &known, &|_, _| false, Instant::now()).unwrap();
         assert_eq!(got, Lookup::Digest("d".repeat(64)));
         assert_eq!(cache.hashed(), 0);
+    }
+
+    #[test]
+    fn a_digest_recorded_while_the_file_waits_in_a_lane_answers_at_once() {
+        let cache = DigestCache::default();
+        let never = |_: &Path, _: u64| false;
+        // Keep the background lane busy: a sparse 512 MiB file, hashed at the lowest priority.
+        let busy = temp_file("lane-busy", b"");
+        std::fs::OpenOptions::new().write(true).open(&busy).unwrap().set_len(512 << 20).unwrap();
+        cache.lookup_file(File::open(&busy).unwrap(), &|| busy.clone(), &|_| None, &never, Instant::now()).unwrap();
+        // A binary seen before anyone trusted it waits behind it.
+        let p = temp_file("trusted-late", b"the codex the person trusts next");
+        let first = cache.lookup_file(File::open(&p).unwrap(), &|| p.clone(), &|_| None, &never, Instant::now()).unwrap();
+        assert_eq!(first, Lookup::Pending);
+        // The person's trust command records its digest by identity: the next call takes it, even
+        // one that would wait for the lane (the file is expected now).
+        let key = ExeKey::of_path(&p).unwrap();
+        let known = move |k: &ExeKey| (*k == key).then(|| "d".repeat(64));
+        let far = Instant::now() + Duration::from_secs(60);
+        let got = cache.lookup_file(File::open(&p).unwrap(), &|| p.clone(), &known, &|_, _| true, far).unwrap();
+        assert_eq!(got, Lookup::Digest("d".repeat(64)), "the recorded digest, not the lane's");
     }
 
     #[test]
