@@ -267,6 +267,7 @@ fn run_claude_wake(deadline: Instant) -> io::Result<i32> {
                 rearm_until = Some(Instant::now() + left.min(REARM_WAIT));
             }
             Ok(Woken::BrokerGone) => return Ok(SUCCESS),
+            Ok(Woken::NotTaken) => none_listening(io::ErrorKind::ConnectionRefused.into(), rearm_until)?,
             Err(e) => none_listening(e, rearm_until)?,
         }
     }
@@ -293,6 +294,8 @@ enum Woken {
     Nothing,
     /// The broker held the wake and then closed the connection without an answer: it stopped.
     BrokerGone,
+    /// The connection ended before any answer to the request: no broker took it.
+    NotTaken,
 }
 
 /// Past the hook's own timeout, kept free so that a re-armed wake ends before Claude Code kills it.
@@ -307,10 +310,18 @@ fn present_wake(socket_path: &Path, request: &wire::WakeRequest, deadline: Insta
     let body = serde_json::to_vec(request).map_err(io::Error::other)?;
     let mut stream = connect_nonblocking(socket_path, deadline)?;
     set_timeouts(&stream, deadline)?;
-    wire::write_frame(&mut stream, &body)?;
+    // A broker exiting closes its listen queue after the connection it held: a connection made
+    // in between is reset or ended unanswered. Nothing of it was proven or claimed then.
+    let asked =
+        match wire::write_frame(&mut stream, &body).and_then(|()| wire::read_json::<_, wire::WakeReply>(&mut stream, wire::MAX_FRAME)) {
+            Ok(asked) => asked,
+            Err(e) if matches!(e.kind(), io::ErrorKind::ConnectionReset | io::ErrorKind::UnexpectedEof | io::ErrorKind::BrokenPipe) => {
+                return Ok(Woken::NotTaken)
+            }
+            Err(e) => return Err(e),
+        };
     // Only a broker that read the request gets the fds: copies in flight to a silent one would
     // keep claude's end of our stdout open after we exit.
-    let asked: wire::WakeReply = wire::read_json(&mut stream, wire::MAX_FRAME)?;
     if !asked.fds || send_with_fds(&stream, &[0], &[1, 2])? != 1 {
         return Ok(Woken::Nothing);
     }

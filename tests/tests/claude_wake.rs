@@ -405,12 +405,17 @@ fn an_idle_tui_session_is_woken_after_a_broker_restart() {
     tui.wait_for("· done", BOUND);
 
     broker.stop();
+    let old_log = broker.log_text();
     let restarted_at = Instant::now();
     let broker = Broker::start(&world);
     let rearmed = poll_until(BOUND, || {
         broker.log_text().lines().any(|l| l.contains(&format!("claude wake of session {sid}")) && l.contains("held")).then_some(())
     });
-    assert!(rearmed.is_some(), "the wake was not presented again to the new broker; log:\n{}", broker.log_text());
+    assert!(
+        rearmed.is_some(),
+        "the wake was not presented again to the new broker; log:\n{}\n--- the killed broker's log:\n{old_log}",
+        broker.log_text()
+    );
     eprintln!("restart -> the wake held again: {:?}", restarted_at.elapsed());
     let threads = broker.threads_json(false);
     let listed = threads.iter().find(|t| t["id"] == sid.as_str()).unwrap_or_else(|| panic!("{threads:#?}"));

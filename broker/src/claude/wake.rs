@@ -296,13 +296,15 @@ impl Waker {
         };
         let mut writer = conn;
         let told = WakeReply { hold_ms: Some(hold.as_millis() as u64), ..WakeReply::default() };
-        if wire::write_json(&mut writer, &told).is_err() {
+        if let Err(e) = wire::write_json(&mut writer, &told) {
+            crate::log_info!("claude wake of session {}: its client left before it was told it is held: {e}", p.payload.session_id);
             return String::new();
         }
-        crate::log_debug!("claude wake of session {} (pid {}) held for {hold:?}", p.payload.session_id, p.key().pid);
+        // Recorded before it is said: what `threads` shows of the session is true once the log is.
         if held {
             self.note_held(p, Some(crate::store::now_ms() + hold.as_millis() as i64));
         }
+        crate::log_debug!("claude wake of session {} (pid {}) held for {hold:?}", p.payload.session_id, p.key().pid);
         let end = Instant::now() + hold;
         while Instant::now() < end && !closed(conn) {
             // Read before the look: a message queued after it ends the wait at once.
