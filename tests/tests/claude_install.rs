@@ -405,3 +405,48 @@ fn the_installed_broker_serves_the_hook_port_and_its_gate_passes_the_installed_h
     let refused = courier_tests::broker::refusals(&rig.cli().inspect_json());
     assert!(refused.is_empty(), "hook calls refused: {refused:#?}");
 }
+
+/// `--allow-courier-tools` adds Claude Code's permission rule for Courier's MCP server to
+/// `settings.json`: a real `claude -p` (which denies at once what is neither allowed nor asked)
+/// then runs `mcp__courier__list_threads` without asking. An install without the flag takes the
+/// rule out again, and the call is denied; uninstall gives the file back as it was.
+#[test]
+fn allow_courier_tools_lets_a_real_claude_call_courier_s_tools_without_asking() {
+    use courier_tests::messages::{content_text, ScriptedMessages, Turn};
+    let api = ScriptedMessages::start_with(|r| match r.tool_results().len() {
+        0 => Turn::tool_use("mcp__courier__list_threads", json!({})),
+        _ => Turn::text("done"),
+    });
+    let Some(env) = env_or_skip(&api) else { return };
+    let rig = rig();
+    claude_on_path(&rig);
+    let settings = env.home.join(".claude/settings.json");
+    let before = std::fs::read_to_string(&settings).unwrap();
+    // The tool's result as the model got it in the newest session's last request.
+    let result = |label: &str| {
+        let run = env.print("list the threads");
+        assert!(run.status.success(), "{label}: claude -p failed: {:?}\n{}\n{}", run.status, run.stderr, api.dump());
+        let last = api.requests().last().cloned().unwrap_or_else(|| panic!("{label}: no request"));
+        let results = last.tool_results();
+        content_text(results.first().unwrap_or_else(|| panic!("{label}: no tool result: {}", api.dump())))
+    };
+    let denied = |text: &str| text.contains("permission") || text.contains("haven't granted");
+
+    let out = install(&rig, &env.home, &["--claude", "--allow-courier-tools"]);
+    assert!(out.contains("allowed Claude Code to call Courier's own MCP tools"), "{out}");
+    assert_eq!(read_json(&settings)["permissions"]["allow"], json!(["Bash", "mcp__courier"]));
+    let allowed = result("with the rule");
+    assert!(!denied(&allowed), "the tool ran without asking: {allowed}");
+
+    let out = install(&rig, &env.home, &["--claude"]);
+    assert!(out.contains("took \"mcp__courier\" out of permissions.allow"), "{out}");
+    assert_eq!(read_json(&settings)["permissions"]["allow"], json!(["Bash"]));
+    let refused = result("without the rule");
+    assert!(denied(&refused), "without the rule claude -p denies the call: {refused}");
+    eprintln!("with the rule the model got: {allowed:.200}\nwithout it: {refused:.200}");
+
+    install(&rig, &env.home, &["--claude", "--allow-courier-tools"]);
+    let (ok, out) = broker(&rig, &env.home, &["uninstall"]);
+    assert!(ok, "{out}");
+    assert_eq!(std::fs::read_to_string(&settings).unwrap(), before, "uninstall gives the settings back byte for byte");
+}

@@ -330,7 +330,7 @@ pub const COMMANDS: &[Command] = &[
             flag("no-mcp", "do not install courier-mcp nor register `broker mcp` as Codex's MCP server \"courier\"", |g| g.no_mcp = true),
             flag(
                 "allow-courier-tools",
-                "let Codex call Courier's own MCP tools without asking the person (default_tools_approval_mode = \"approve\")",
+                "let Codex and Claude Code call Courier's own MCP tools without asking the person (Codex: default_tools_approval_mode = \"approve\"; Claude Code: permissions.allow \"mcp__courier\")",
                 |g| g.allow_courier_tools = true,
             ),
             flag(

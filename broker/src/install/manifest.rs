@@ -182,6 +182,16 @@ pub struct ClaudeSetup {
     /// Install created `mcpServers` there.
     #[serde(default)]
     pub created_mcp_servers: bool,
+    /// `--allow-courier-tools`: install added `mcp__courier` to `permissions.allow` in `settings.json`.
+    #[serde(default)]
+    pub allowed_tools: Option<AllowedTools>,
+}
+
+/// The permission rule install added for Courier's MCP tools, and the keys it made for it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllowedTools {
+    pub created_permissions: bool,
+    pub created_allow: bool,
 }
 
 /// What install did for the bridge (in the manifest).

@@ -12,7 +12,7 @@ use crate::claude::{resolve, settings};
 use crate::install::carry::Run;
 use crate::install::files::{read_opt, write_atomic};
 use crate::install::hooks::{merge_groups, unmerge_groups, Created};
-use crate::install::manifest::{save_manifest, track_edit, unedit, ClaudeSetup, Manifest};
+use crate::install::manifest::{save_manifest, track_edit, unedit, AllowedTools, ClaudeSetup, Manifest};
 use crate::install::Report;
 use crate::store::{Store, TrustHow};
 use anyhow::{Context, Result};
@@ -93,7 +93,8 @@ pub(super) fn register_hooks(run: &mut Run, hook_client: &Path) -> Result<Regist
     };
     setup.port = port;
     let wake = format!("{} {}", crate::install::hooks::shell_quote(&hook_client.to_string_lossy()), courier_shared::wire::CLAUDE_WAKE_FLAG);
-    let hooks_write = hooks_edit(&mut setup, settings_file(&run.env)?, port, &wake)?;
+    let allow = run.opts.mcp && run.opts.allow_courier_tools;
+    let hooks_write = hooks_edit(&mut setup, settings_file(&run.env)?, port, &wake, allow)?;
     run.m.claude = Some(setup);
     save_manifest(&run.state_dir, &run.m)?; // both edits listed before either file is written
     for w in [port_write, hooks_write].into_iter().flatten() {
@@ -140,7 +141,7 @@ fn port_edit(setup: &mut ClaudeSetup, path: &Path, port: u16) -> Result<Write> {
 
 /// Courier's HTTP hooks for `port` merged into Claude Code's settings.json, listed in `setup`;
 /// `None` when they are there already, exactly (the file is not touched).
-fn hooks_edit(setup: &mut ClaudeSetup, path: PathBuf, port: u16, wake: &str) -> Result<Option<Write>> {
+fn hooks_edit(setup: &mut ClaudeSetup, path: PathBuf, port: u16, wake: &str, allow: bool) -> Result<Option<Write>> {
     let current = read_opt(&path)?;
     let before = settings::parse(current.as_deref(), &path)?;
     let mut doc = before.clone();
@@ -157,16 +158,27 @@ fn hooks_edit(setup: &mut ClaudeSetup, path: PathBuf, port: u16, wake: &str) -> 
             setup.urls.push(url);
         }
     }
+    let allowed_before = setup.allowed_tools.is_some();
+    allow_courier_tools(&mut doc, allow, &mut setup.allowed_tools, &path)?;
     if current.is_some() && doc == before {
         return Ok(None);
     }
     let text = settings::render(&doc, current.as_deref());
     track_edit(&mut setup.settings, &path, current.as_deref(), &text);
-    let said = format!(
+    let mut said = format!(
         "registered Courier's HTTP hooks (127.0.0.1:{port}) for {} and its idle wake ({wake}) at Stop in {}",
         settings::EVENTS.join(", "),
         path.display()
     );
+    match (allowed_before, setup.allowed_tools.is_some()) {
+        (false, true) => said.push_str(&format!(
+            "\nallowed Claude Code to call Courier's own MCP tools without asking the person (permissions.allow \"{ALLOW_RULE}\")"
+        )),
+        (true, false) => said.push_str(&format!(
+            "\ntook \"{ALLOW_RULE}\" out of permissions.allow: Claude Code asks the person before Courier's MCP tools again"
+        )),
+        _ => {}
+    }
     Ok(Some(Write { path, text, said }))
 }
 
@@ -221,6 +233,9 @@ fn uninstall_setup(setup: &ClaudeSetup, state_dir: &Path, report: &mut Report) -
                 h.get("url").and_then(Value::as_str).is_some_and(|u| setup.urls.iter().any(|o| o == u)) || settings::is_wake_handler(h)
             };
             unmerge_groups(&mut doc, &settings::EVENTS, &is_ours, setup.created_hooks_key, &setup.created_events);
+            if let Some(added) = &setup.allowed_tools {
+                strip_allow(&mut doc, added);
+            }
             Ok(if doc.as_object().is_some_and(|o| o.is_empty()) { String::new() } else { settings::render(&doc, Some(text)) })
         };
         unedit(edit, "Claude Code hooks", strip, report)?;
@@ -251,6 +266,50 @@ fn uninstall_setup(setup: &ClaudeSetup, state_dir: &Path, report: &mut Report) -
     Ok(())
 }
 
+/// Claude Code's permission rule for every tool of the MCP server `courier`.
+const ALLOW_RULE: &str = "mcp__courier";
+
+/// `--allow-courier-tools`: [`ALLOW_RULE`] in `permissions.allow`, recorded in `ours` with the keys
+/// install made for it; without the flag, what install added is taken out again. A rule the user
+/// wrote is never added twice nor taken out.
+fn allow_courier_tools(doc: &mut Value, allow: bool, ours: &mut Option<AllowedTools>, path: &Path) -> Result<()> {
+    if !allow {
+        if let Some(added) = ours.take() {
+            strip_allow(doc, &added);
+        }
+        return Ok(());
+    }
+    let root = doc.as_object_mut().expect("settings::parse gives an object");
+    let created_permissions = !root.contains_key("permissions");
+    let permissions = root.entry("permissions").or_insert_with(|| serde_json::json!({}));
+    let permissions =
+        permissions.as_object_mut().with_context(|| format!("permissions in {} is not an object; fix it first", path.display()))?;
+    let created_allow = !permissions.contains_key("allow");
+    let list = permissions.entry("allow").or_insert_with(|| serde_json::json!([]));
+    let list = list.as_array_mut().with_context(|| format!("permissions.allow in {} is not a list; fix it first", path.display()))?;
+    if list.iter().any(|r| r.as_str() == Some(ALLOW_RULE)) {
+        return Ok(()); // the user's own rule, or install's from before
+    }
+    list.push(Value::from(ALLOW_RULE));
+    *ours = Some(AllowedTools { created_permissions, created_allow });
+    Ok(())
+}
+
+/// [`ALLOW_RULE`] taken out of `permissions.allow`, and the keys install made for it once empty.
+fn strip_allow(doc: &mut Value, added: &AllowedTools) {
+    let Some(root) = doc.as_object_mut() else { return };
+    let Some(permissions) = root.get_mut("permissions").and_then(Value::as_object_mut) else { return };
+    if let Some(list) = permissions.get_mut("allow").and_then(Value::as_array_mut) {
+        list.retain(|r| r.as_str() != Some(ALLOW_RULE));
+        if list.is_empty() && added.created_allow {
+            permissions.remove("allow");
+        }
+    }
+    if permissions.is_empty() && added.created_permissions {
+        root.remove("permissions");
+    }
+}
+
 /// `hook_port` taken out of `[claude]` while it is the port install wrote; the table too once empty.
 fn strip_port(doc: &mut toml_edit::DocumentMut, written: Option<u16>) {
     let Some(t) = doc.get_mut("claude").and_then(|i| i.as_table_like_mut()) else { return };
@@ -259,5 +318,39 @@ fn strip_port(doc: &mut toml_edit::DocumentMut, written: Option<u16>) {
     }
     if t.is_empty() {
         doc.remove("claude");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_allow_rule_install_adds_is_the_only_one_it_takes_out() {
+        let path = Path::new("/s.json");
+        // Keys install made for the rule go with it.
+        let mut doc = json!({"model": "opus"});
+        let mut ours = None;
+        allow_courier_tools(&mut doc, true, &mut ours, path).unwrap();
+        assert_eq!(doc, json!({"model": "opus", "permissions": {"allow": [ALLOW_RULE]}}));
+        allow_courier_tools(&mut doc, true, &mut ours, path).unwrap();
+        assert_eq!(doc["permissions"]["allow"], json!([ALLOW_RULE]), "added once");
+        allow_courier_tools(&mut doc, false, &mut ours, path).unwrap();
+        assert_eq!((doc, ours), (json!({"model": "opus"}), None));
+        // The user's own rule: never install's, never taken out.
+        let mut doc = json!({"permissions": {"allow": ["Bash", ALLOW_RULE], "deny": []}});
+        allow_courier_tools(&mut doc, true, &mut ours, path).unwrap();
+        assert_eq!(ours, None);
+        allow_courier_tools(&mut doc, false, &mut ours, path).unwrap();
+        assert_eq!(doc["permissions"]["allow"], json!(["Bash", ALLOW_RULE]));
+        // A list the user has keeps its other rules and its key.
+        let mut doc = json!({"permissions": {"allow": ["Bash"]}});
+        allow_courier_tools(&mut doc, true, &mut ours, path).unwrap();
+        let added = ours.unwrap();
+        strip_allow(&mut doc, &added);
+        assert_eq!(doc, json!({"permissions": {"allow": ["Bash"]}}));
+        let mut doc = json!({"permissions": "ask"});
+        assert!(allow_courier_tools(&mut doc, true, &mut None, path).is_err(), "not an object: a clear error");
     }
 }
