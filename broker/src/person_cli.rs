@@ -66,6 +66,9 @@ pub fn release_or_drop(g: broker::cli::Given) -> Result<ExitCode> {
     let act = if release { Act::Release { message: &id, shown } } else { Act::Drop { message: &id, shown } };
     let reply = call(&json!({"op": verb, "id": id, "shown": shown, "proof": person::sign(&signing, &act)}))?;
     println!("{id}: {}", reply["state"].as_str().unwrap_or("?"));
+    if let Some(note) = reply["note"].as_str() {
+        println!("note: {note}");
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -117,8 +117,18 @@ fn a_held_message_stays_unseen_until_the_person_releases_it_then_arrives_once() 
     assert_eq!(model.count_messages_containing("developer", &body), 0, "held: unseen {}", model.dump());
     assert_eq!(broker.message_state(&id), "held");
 
+    // A held message whose sender's ttl runs out meanwhile: released, it is not shown late.
+    let stale_body = marker("STALE");
+    let stale = broker.run_ok(&["send", "--thread", &thread, "--ttl", "1s", &stale_body]).trim().to_string();
+    assert_eq!(broker.message_state(&stale), "held");
+    std::thread::sleep(Duration::from_millis(1100)); // the ttl itself is what is under test
+    assert_eq!(broker.message_state(&stale), "held", "nothing expires while held");
+    let released = broker.answer_as_person(&["release", &stale]);
+    assert!(released.status.success() && text(&released).0.contains("its --ttl ran out while it was held"), "{:?}", text(&released));
+
     let released = broker.answer_as_person(&["release", &id]);
     assert!(released.status.success(), "{:?}", text(&released));
+    assert!(!text(&released).0.contains("note:"), "{:?}", text(&released));
     assert_eq!(broker.message_state(&id), "pending");
     let again = broker.answer_as_person(&["release", &id]);
     assert!(!again.status.success() && text(&again).1.contains("not held"), "released once: {:?}", text(&again));
@@ -128,6 +138,9 @@ fn a_held_message_stays_unseen_until_the_person_releases_it_then_arrives_once() 
     let rec: Value = serde_json::from_str(text(&out).0.trim()).unwrap();
     assert_eq!(rec["state"], "confirmed");
     assert_eq!(model.count_messages_containing("developer", &body), 1, "once: {}", model.dump());
+    assert_eq!(model.count_messages_containing("developer", &stale_body), 0, "stale: never shown {}", model.dump());
+    let stale: Value = serde_json::from_str(&broker.run_ok(&["status", &stale, "--json"])).unwrap();
+    assert_eq!((stale["state"].as_str(), stale["reason"].as_str()), (Some("expired"), Some("ttl_elapsed")), "{stale}");
 }
 
 /// A confined process (NoNewPrivs, as every agent sandbox runs a model's commands) cannot

@@ -215,7 +215,15 @@ impl Broker {
         let state = if release { State::Pending } else { State::Cancelled };
         crate::log_info!("message {id} {} by {by}", if release { "released" } else { "dropped" });
         self.producer.changed();
-        Ok(json!({"ok": true, "id": id, "state": state}))
+        let mut reply = json!({"ok": true, "id": id, "state": state});
+        // A hold does not stop the sender's ttl: text its sender called stale is not shown late.
+        if let Some(due) = m.expires_at.filter(|due| release && *due <= crate::store::now_ms()) {
+            reply["note"] = json!(format!(
+                "its --ttl ran out while it was held ({} s ago): it expires unshown (ttl_elapsed) instead of being delivered",
+                (crate::store::now_ms() - due) / 1000
+            ));
+        }
+        Ok(reply)
     }
 }
 
