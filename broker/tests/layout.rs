@@ -266,7 +266,7 @@ fn the_name_check_sees_missing_files_and_modules() {
     assert!(missing("rollout/classify.rs", &files, &root).is_some());
     assert_eq!(missing("os::locks::flock_writers_of", &files, &root), None);
     assert_eq!(missing("codex_format::rollout::classify_line", &files, &root), None);
-    assert!(missing("gate::owner::no_such_item", &files, &root).is_some());
+    assert!(missing("codex::owner::no_such_item", &files, &root).is_some());
     assert!(missing("nosuchroom::thing", &files, &root).is_some(), "a module that is gone");
     assert_eq!(missing("Store::hand_off", &files, &root), None, "a type's member is not a module path");
     assert_eq!(missing("[wake]", &files, &root), None);

@@ -12,7 +12,7 @@ use super::http;
 use super::refusals::Refusals;
 use crate::config::Receipts;
 use crate::exe::digest::DigestCache;
-use crate::gate::Refusal;
+use crate::refusal::Refusal;
 use crate::store::{Store, HANDED};
 use anyhow::{Context, Result};
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -42,10 +42,9 @@ mod workers;
 
 pub use listener::{lock_instance, stopped_after_error, InstanceLock};
 
-use crate::codex;
+use crate::codex::{self, effort};
 use crate::delivery;
 use crate::dirs;
-use crate::effort;
 use crate::exe::follow::{Follower, HostFollow, LazyStore};
 use crate::failpoint;
 use crate::gate::{self, Gate, GateConfig};
