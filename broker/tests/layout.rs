@@ -419,8 +419,8 @@ const ROW_DIRS: [&str; 3] = ["doctor/agent", "install/agent", "producer/threads"
 fn non_test_text(text: &str) -> String {
     let lines: Vec<&str> = text.lines().collect();
     let mut out = String::new();
-    let mut i = 0;
-    while i < non_test_end(text) {
+    let (mut i, end) = (0, non_test_end(text));
+    while i < end {
         if lines[i].trim() == "#[cfg(test)]" && lines.get(i + 1).is_some_and(|l| l.trim_start().starts_with("mod ")) {
             i += 2;
             continue;
