@@ -12,7 +12,6 @@ pub mod copilot;
 pub mod delivery;
 pub mod dirs;
 pub mod doctor;
-pub mod effort;
 pub mod envelope;
 pub mod exe;
 pub mod failpoint;

@@ -3,9 +3,10 @@
 
 use anyhow::{Context, Result};
 use broker::cli::{self, Cmd, Format, Given, Parsed, UsageError};
+use broker::codex::effort;
 use broker::person::TrustedHost;
 use broker::store::{Store, TrustRow};
-use broker::{client, codex, config, delivery, dirs, doctor, effort, inspect, install, logging, server, terminal};
+use broker::{client, codex, config, delivery, dirs, doctor, inspect, install, logging, server, terminal};
 use courier_producer_proto::Exit;
 use courier_shared::paths;
 use std::path::PathBuf;

@@ -42,7 +42,7 @@
 //! | `claude_peer` | claude:peer_socket | the connection's client socket is not in `/proc/net/tcp` by its exact 4-tuple, or belongs to another uid |
 //! | `claude_holder` | claude:sole_holder | no process, or more than one fd, holds the client socket, or its holder exited during the check |
 //! | `untrusted_claude` | claude:trusted_claude | the holder's executable is not a trusted Claude Code binary (`broker trust-claude`), or is not hashed yet |
-//! | `claude_loader_env` | claude:clean_start | the claude process was started with a variable that loads other code into it (`BUN_OPTIONS`, `LD_PRELOAD`, ...: `claude::gate::LOADER_VARS`) |
+//! | `claude_loader_env` | claude:clean_start | the claude process was started with a variable that loads other code into it (`BUN_OPTIONS`, `LD_PRELOAD`, ...: `LOADER_VARS` in the Claude wing's `gate.rs`) |
 //! | `claude_transcript` | claude:transcript | `transcript_path` is not `<claude config dir>/projects/<project>/<session_id>.jsonl` of the holder's own environment, goes through a symbolic link, or is not a regular file |
 //! | `session_owned` | claude:session_owner | another live claude process owns the session (pinned at its first proven hook), or a hook of a session no turn opened while the broker ran |
 //! | `claude_turn` | claude:session_owner | a main-conversation hook whose `prompt_id` is neither the turn the owner's last UserPromptSubmit opened nor the turn the transcript's newest prompt record shows |

@@ -1,5 +1,5 @@
 //! Used tickets and the alarms they raise (the state each hook follows is
-//! named in `gate/ticket.rs`).
+//! named in `codex/proof/ticket.rs`).
 //!
 //! [`take`] accepts each ticket once ([`TicketLog::take`], `store/ticket_log.rs`): the first
 //! verified hook of a Codex action takes it, durably (a line in the ticket journal, written before
@@ -17,11 +17,11 @@ use std::sync::Mutex;
 
 pub use crate::store::Alarm;
 
-/// Step 8 of the gate for a verified hook call of `pid` (`gate/ticket.rs`): the Codex action it
+/// Step 8 of the gate for a verified hook call of `pid` (`Verified::ticket`): the Codex action it
 /// follows, taken once. `Ok(None)` for events that need none; a ticket used before is refused
 /// `ticket_used` and marks the earlier hand-off.
 pub fn take(store: &Mutex<Store>, log: &Mutex<TicketLog>, verified: &Verified, pid: i32) -> Result<Option<Taken>, Refusal> {
-    let Some(ticket) = crate::gate::ticket::bind(verified)? else { return Ok(None) };
+    let Some(ticket) = verified.ticket()? else { return Ok(None) };
     // Lock order: the ticket log, then the store.
     let claimed = log.lock().unwrap_or_else(|e| e.into_inner()).take(store, &ticket, pid);
     let refusal = |code, detail: String| {

@@ -266,7 +266,7 @@ fn the_name_check_sees_missing_files_and_modules() {
     assert!(missing("rollout/classify.rs", &files, &root).is_some());
     assert_eq!(missing("os::locks::flock_writers_of", &files, &root), None);
     assert_eq!(missing("codex_format::rollout::classify_line", &files, &root), None);
-    assert!(missing("gate::owner::no_such_item", &files, &root).is_some());
+    assert!(missing("codex::owner::no_such_item", &files, &root).is_some());
     assert!(missing("nosuchroom::thing", &files, &root).is_some(), "a module that is gone");
     assert_eq!(missing("Store::hand_off", &files, &root), None, "a type's member is not a module path");
     assert_eq!(missing("[wake]", &files, &root), None);
@@ -403,4 +403,86 @@ fn the_proc_check_sees_paths_in_code_only() {
     assert!(!names_proc(r#"    os::exe_path(pid) // was "/proc/<pid>/exe""#.split("//").next().unwrap()));
     let text = "fn f() {}\n/// reads \"/proc/locks\"\n#[cfg(test)]\nmod tests {\n    const P: &str = \"/proc/self/fd\";\n}\n";
     assert_eq!(non_test_code(text), ["fn f() {}"], "doc comments and test modules are not code");
+}
+
+/// Shared files (outside the wings) that may name a wing's module at most: the rest reach a host
+/// through its row of a table, or through what is declared below the wings (`exe/trust.rs`,
+/// `gate::Verified`). Lower it when a file stops naming a wing; never raise it.
+const MAX_WING_NAMERS: usize = 10;
+
+/// Folders whose files named after a host (`install/agent/codex.rs`, `claude_mcp.rs`) are that
+/// host's row of a table: they name its wing by design.
+const ROW_DIRS: [&str; 3] = ["doctor/agent", "install/agent", "producer/threads"];
+
+/// The part of `text` before its inline `#[cfg(test)] mod name { .. }`, comments included (a
+/// path in a doc comment names the wing too), less each `#[cfg(test)] mod name;` declaration.
+fn non_test_text(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = String::new();
+    let (mut i, end) = (0, non_test_end(text));
+    while i < end {
+        if lines[i].trim() == "#[cfg(test)]" && lines.get(i + 1).is_some_and(|l| l.trim_start().starts_with("mod ")) {
+            i += 2;
+            continue;
+        }
+        out.push_str(lines[i]);
+        out.push('\n');
+        i += 1;
+    }
+    out
+}
+
+/// Whether `text` names a module of `wing` by path: `crate::wing` (any form [`names_crate_module`]
+/// sees) or `wing::module::` (`codex::resolve::codex_on_path`, `broker::claude::trust::native_of`).
+fn names_wing(text: &str, wing: &str) -> bool {
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    names_crate_module(text, wing)
+        || text.match_indices(&format!("{wing}::")).any(|(at, m)| {
+            let before = text[..at].chars().next_back();
+            let rest = &text[at + m.len()..];
+            let module: String = rest.chars().take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_').collect();
+            !before.is_some_and(word) && !module.is_empty() && rest[module.len()..].starts_with("::")
+        })
+}
+
+#[test]
+fn at_most_ten_shared_files_name_a_host_wing() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let mut namers: Vec<String> = Vec::new();
+    for f in &files {
+        let rel = f.strip_prefix(&src).unwrap().to_string_lossy().replace('\\', "/");
+        let (dir, name) = rel.rsplit_once('/').unwrap_or(("", &rel));
+        let in_wing = WINGS.iter().any(|w| rel.starts_with(&format!("{w}/")));
+        let is_row = ROW_DIRS.contains(&dir) && WINGS.iter().any(|w| name.starts_with(w));
+        if in_wing || is_row {
+            continue;
+        }
+        let text = non_test_text(&std::fs::read_to_string(f).unwrap());
+        if WINGS.iter().any(|w| names_wing(&text, w)) {
+            namers.push(rel);
+        }
+    }
+    namers.sort();
+    assert!(files.len() > 100, "found only {} source files", files.len());
+    assert!(
+        namers.len() <= MAX_WING_NAMERS,
+        "{} shared files name a host wing (at most {MAX_WING_NAMERS}): reach the host through its row or what lies below the wings: {namers:#?}",
+        namers.len()
+    );
+}
+
+#[test]
+fn the_wing_count_sees_paths_in_code_and_docs_not_in_tests() {
+    assert!(names_wing("let p = codex::resolve::codex_on_path(path);", "codex"));
+    assert!(names_wing("    let native = broker::claude::trust::native_of(&path)?;", "claude"));
+    assert!(names_wing("//! see `copilot::session::status`", "copilot"), "a doc path names the wing too");
+    assert!(names_wing("use crate::codex::Verified;", "codex"));
+    assert!(!names_wing("use super::threads::codex;\nthreads::codex_rows::x", "codex"), "another module whose name ends the same");
+    assert!(!names_wing("pub use codex::{lock_held, Lister};\nlet t = codex::has_rollout(h, t);", "codex"), "a host row's own items");
+    assert!(!names_wing("`LOADER_VARS` in the Claude wing's `gate.rs`", "claude"));
+    let text = "use crate::store;\n#[cfg(test)]\nmod tests;\nfn f() {}\n#[cfg(test)]\nmod t {\n    use crate::codex::standin;\n}\n";
+    assert_eq!(non_test_text(text), "use crate::store;\nfn f() {}\n");
+    assert!(!names_wing(&non_test_text(text), "codex"), "a test module may use a wing's fixtures");
 }

@@ -11,10 +11,10 @@
 use super::peer::{self, Holder};
 use super::Event;
 use crate::exe::digest::{DigestCache, Lookup};
+use crate::exe::ClaudeTrust;
 use crate::exe::ExeKey;
-pub use crate::gate::ClaudeTrust;
-use crate::gate::Refusal;
 use crate::os::ProcessKey;
+use crate::refusal::Refusal;
 use crate::refusal::RefusalCode;
 use courier_shared::ids::ThreadId;
 use serde_json::Value;

@@ -3,7 +3,7 @@
 //! trusted binary's path, or what a followed `claude` runs now: `follow.rs`).
 
 use super::follow::Followed;
-use super::gate::ClaudeTrust;
+use crate::exe::ClaudeTrust;
 use crate::exe::ExeKey;
 use crate::store::Store;
 use std::path::Path;

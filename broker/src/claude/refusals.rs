@@ -1,7 +1,7 @@
 //! Refusals of the Claude Code endpoint and of the idle wake, recorded for `broker inspect` at a
 //! bounded rate: a flood of forged connections must not become a flood of database writes.
 
-use crate::gate::Refusal;
+use crate::refusal::Refusal;
 use crate::store::Store;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

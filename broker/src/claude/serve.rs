@@ -12,7 +12,7 @@ use super::http;
 use super::refusals::Refusals;
 use crate::config::Receipts;
 use crate::exe::digest::DigestCache;
-use crate::gate::Refusal;
+use crate::refusal::Refusal;
 use crate::store::{Store, HANDED};
 use anyhow::{Context, Result};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -33,10 +33,6 @@ pub const HOOK_WAIT: Duration = Duration::from_secs(3);
 /// How often the confirmation pass reads the transcripts of open hand-offs (while none is open it
 /// waits for the next hand-off: [`confirm_loop`]).
 const CONFIRM_EVERY: Duration = Duration::from_millis(500);
-
-/// Passes of the confirmation thread since the broker started (`broker inspect`:
-/// `claude_confirm_looks`): one a [`CONFIRM_EVERY`] while a hand-off is open, none while none is.
-pub static CONFIRM_LOOKS: AtomicU64 = AtomicU64::new(0);
 
 /// What every connection thread shares.
 struct Endpoint {
@@ -65,6 +61,7 @@ pub fn spawn(
     followed: Arc<super::follow::Followed>,
     receipts: Receipts,
     stops: super::wake::Stops,
+    looks: Arc<AtomicU64>,
 ) -> Result<SocketAddr> {
     let listener = TcpListener::bind(("127.0.0.1", port)).with_context(|| format!("binding 127.0.0.1:{port} for Claude Code hooks"))?;
     let addr = listener.local_addr()?;
@@ -79,7 +76,7 @@ pub fn spawn(
         stops,
     });
     let confirming = Arc::clone(&endpoint);
-    std::thread::Builder::new().name("claude-confirm".into()).spawn(move || confirm_loop(&confirming.store))?;
+    std::thread::Builder::new().name("claude-confirm".into()).spawn(move || confirm_loop(&confirming.store, &looks))?;
     std::thread::Builder::new().name("claude-hooks".into()).spawn(move || accept_loop(&listener, &endpoint))?;
     Ok(addr)
 }
@@ -88,11 +85,12 @@ pub fn spawn(
 /// transcript grows and its claude may exit, neither of which commits anything); with none open,
 /// it sleeps until the process commits the next hand-off ([`HANDED`]), so an idle broker reads
 /// neither the store nor a transcript for it. The count is taken before the pass: a hand-off
-/// committed during it ends the wait at once.
-fn confirm_loop(store: &Mutex<Store>) {
+/// committed during it ends the wait at once. `looks` counts the passes (`broker inspect`:
+/// `claude_confirm_looks`): one a [`CONFIRM_EVERY`] while a hand-off is open, none while none is.
+fn confirm_loop(store: &Mutex<Store>, looks: &AtomicU64) {
     loop {
         let seen = HANDED.count();
-        CONFIRM_LOOKS.fetch_add(1, Ordering::Relaxed);
+        looks.fetch_add(1, Ordering::Relaxed);
         let open = super::confirm::reconcile(store, None).map_or_else(
             |e| {
                 crate::log_warn!("claude: confirmation pass: {e:#}");

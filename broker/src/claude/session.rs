@@ -24,7 +24,7 @@
 use super::gate::{Payload, Proven};
 use super::turn::Shown;
 use super::Event;
-use crate::gate::Refusal;
+use crate::refusal::Refusal;
 use crate::refusal::RefusalCode;
 use crate::store::{Pinned, Store, Ticket, TicketClaim};
 use codex_format::hook::HookEvent;

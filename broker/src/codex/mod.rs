@@ -13,9 +13,14 @@
 //! - `proof/`: the hook gate's Codex steps behind `proof::Prover` (the transcript path and the
 //!   thread it names, the rollout read intact, the codex process holding the rollout and the
 //!   thread's writer lock, the open turn) and which rollout records prove which Codex action
-//!   (`proof::ticket`);
+//!   (`proof::ticket`, step 8);
+//! - `verified.rs`: what a Codex hook call proved (`Verified`, the gate's verdict);
+//! - `owner.rs`: which live, trusted Codex process owns a thread when no hook names one (the wake,
+//!   approvals, `broker threads`);
 //! - `appserver/`: the app-server as a client (endpoints, the WebSocket client) for wake and
 //!   effort;
+//! - `effort/`: reasoning-effort changes applied exactly once through the app-server that owns
+//!   the thread (`broker effort`, docs/effort.md);
 //! - `approval.rs`: the PermissionRequest hook's fields, and answering the app-server's
 //!   approval request once;
 //! - `patch.rs`: the files an `apply_patch` patch changes, read exactly as Codex's parser reads
@@ -31,8 +36,10 @@
 
 pub mod approval;
 pub mod appserver;
+pub mod effort;
 pub mod follow;
 pub mod native;
+pub mod owner;
 pub mod patch;
 pub mod proof;
 pub mod resolve;
@@ -41,6 +48,7 @@ pub mod rollout;
 #[cfg(any(test, feature = "standin"))]
 pub mod standin;
 mod trust;
+mod verified;
 
 pub use crate::store::{TrustHow, TrustedCodex};
 
@@ -48,3 +56,4 @@ pub use crate::store::{TrustHow, TrustedCodex};
 pub const TOOL_COMMAND_MARKERS: [&str; 4] = ["CODEX_TOOL_CALL_ID", "CODEX_THREAD_ID", "CODEX_SESSION_ID", "CODEX_CI"];
 pub use resolve::{discover, resolve, Discovery, Layout, Resolved};
 pub use trust::{support, supported_range, Support, NEWEST_SUPPORTED, OLDEST_SUPPORTED};
+pub use verified::Verified;

@@ -246,6 +246,15 @@ pub fn discover(commands: &[PathBuf], codex_home: &Path) -> Discovery {
     d
 }
 
+/// The Codex the user runs: the `codex` on PATH (`codex` in `path_var`), resolved to its native
+/// binary, plus every managed-daemon release copy: what `install`'s Codex row trusts, resolved as
+/// doctor and the broker's upgrade follower resolve it.
+pub fn user_codex(codex_home: &Path, path_var: Option<&std::ffi::OsStr>) -> (Option<PathBuf>, Discovery) {
+    let on_path = codex_on_path(path_var);
+    let commands: Vec<PathBuf> = on_path.iter().cloned().collect();
+    (on_path, discover(&commands, codex_home))
+}
+
 /// The user's `codex` command(s) resolved, without the managed-daemon releases.
 pub fn discover_commands(commands: &[PathBuf]) -> Discovery {
     Discovery::of(commands, resolve, |r| (&r.native, &r.command))

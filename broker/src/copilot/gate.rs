@@ -23,8 +23,9 @@
 
 use super::fds;
 use super::payload::{self, Payload};
-use crate::gate::{Gate, HookRequest, Peer, Refusal, RefusalCode};
+use crate::gate::{Gate, HookRequest, Peer};
 use crate::os::ProcessKey;
+use crate::refusal::{Refusal, RefusalCode};
 use crate::store::Store;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;

@@ -5,7 +5,8 @@
 
 use super::deliver::{self, Handed};
 use super::gate;
-use crate::gate::{Gate, HookRequest, Peer, Refusal};
+use crate::gate::{Gate, HookRequest, Peer};
+use crate::refusal::Refusal;
 use crate::store::{Store, HANDED};
 use anyhow::Result;
 use std::path::Path;

@@ -17,8 +17,8 @@
 //! the dist dir (`app.js`, the bundled SDKs) are not checked.
 
 use super::HOST;
+use crate::exe::CodexTrust;
 use crate::exe::ExeKey;
-use crate::gate::CodexTrust;
 use crate::store::{Store, TrustedHostFile};
 use anyhow::{Context, Result};
 use std::os::unix::fs::MetadataExt;

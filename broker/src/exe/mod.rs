@@ -10,6 +10,9 @@ pub mod discovery;
 pub mod elf;
 pub mod follow;
 pub mod launcher;
+mod trust;
+
+pub use trust::{ClaudeTrust, CodexTrust};
 
 use sha2::{Digest, Sha256};
 use std::fs::File;

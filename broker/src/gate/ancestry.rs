@@ -3,8 +3,9 @@
 //! trusted: "codex" (for a command claiming a Claude Code session, either host's binary). And,
 //! last of all checks, [`recheck`]: every process of that chain is still the one that was checked.
 
-use super::{now_ms, CodexTrust, Gate, HookRequest, Peer, Refusal, RefusalCode, DIGEST_WAIT_MS};
+use super::{now_ms, Gate, HookRequest, Peer, Refusal, RefusalCode, DIGEST_WAIT_MS};
 use crate::exe::digest;
+use crate::exe::CodexTrust;
 use crate::os;
 use std::path::Path;
 

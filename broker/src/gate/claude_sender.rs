@@ -17,8 +17,9 @@
 //! claude cannot be claimed.
 
 use super::sender::ToolSender;
-use super::{ClaudeTrust, CodexTrust, Gate, Peer};
+use super::{Gate, Peer};
 use crate::exe::digest::Lookup;
+use crate::exe::{ClaudeTrust, CodexTrust};
 use crate::os;
 use crate::store::SessionPin;
 use courier_shared::ids::ThreadId;

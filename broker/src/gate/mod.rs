@@ -41,11 +41,11 @@
 //! pid that now names a different process refuses the request.
 //!
 //! Step 8, one ticket per Codex action, follows `verify` (the caller runs it, before anything is
-//! claimed): `ticket.rs` turns the Codex action the wing finds (`codex::proof::ticket`) into a
-//! ticket, `crate::tickets` takes each once.
+//! claimed): `Verified::ticket` turns the Codex action the wing finds (`codex::proof::ticket`)
+//! into a ticket, `crate::tickets` takes each once.
 //!
 //! The gate reads `/proc` and the rollout, never the queue: what it asks about trust goes
-//! through [`CodexTrust`].
+//! through [`CodexTrust`] (`exe/trust.rs`).
 //!
 //! # Refusal reason codes
 //! Every refusal carries a [`RefusalCode`]; `crate::refusal` documents each with its step.
@@ -54,23 +54,23 @@ mod ancestry;
 mod caller;
 pub mod claude_sender;
 mod client;
-pub mod owner;
 pub mod peer;
 pub mod person;
 pub mod sender;
 #[cfg(test)]
 mod tests;
-pub mod ticket;
 
+use crate::codex::owner::{Looking, NoOwner, Owner};
 use crate::codex::proof::{self, Prover};
 use crate::codex::rollout::RolloutTracker;
+pub use crate::codex::Verified;
 use crate::exe::digest::DigestCache;
+use crate::exe::CodexTrust;
 pub use crate::refusal::{Refusal, RefusalCode};
-use codex_format::hook::{HookEvent, HookPayload};
 use courier_shared::auth::Secret;
 use courier_shared::ids::ThreadId;
 use std::os::fd::OwnedFd;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use ancestry::MAX_ANCESTRY;
@@ -98,83 +98,6 @@ pub struct GateConfig {
     /// (device, inode) of every installed hook-client executable.
     pub installed_clients: Vec<crate::os::FileKey>,
     pub secret: Secret,
-}
-
-/// A hook call that passed every check.
-#[derive(Debug, Clone)]
-pub struct Verified {
-    pub payload: HookPayload,
-    pub event: HookEvent,
-    pub thread_id: ThreadId,
-    /// The payload's turn id, equal to the rollout's open turn. `None` only for SessionStart.
-    pub turn_id: Option<String>,
-    pub codex_pid: i32,
-    pub rollout_path: PathBuf,
-    /// Rollout length read up to: where the confirmation scan for what this call hands starts.
-    pub rollout_offset: u64,
-    /// The rollout's open turn when verified (for SessionStart, the turn it fired in, if any).
-    pub open_turn: Option<String>,
-    /// `session_meta.session_id` of the rollout: the root thread (== `thread_id` for a root thread).
-    pub root_thread_id: Option<String>,
-    /// Start time (clock ticks, /proc stat field 22) of the codex process: with `codex_pid`, it names it.
-    pub codex_starttime: u64,
-    /// `$CODEX_HOME/thread-writer-locks`: where [`Verified::sole_thread`] counts.
-    pub writer_lock_dir: PathBuf,
-    /// What the open turn's records say Codex is doing: the state [`ticket::bind`] checks.
-    pub actions: crate::codex::rollout::Actions,
-}
-
-impl Verified {
-    /// The Codex process holds this thread's writer lock and no other thread's. Asked only when
-    /// a SessionStart has something to deliver: it scans every fd of the codex process, which a
-    /// hook with nothing to deliver (nearly all of them) should not pay for.
-    pub fn sole_thread(&self) -> bool {
-        proof::sole_thread(crate::os::ProcessKey { pid: self.codex_pid, starttime: self.codex_starttime }, &self.writer_lock_dir)
-    }
-}
-
-/// What the Claude Code gate (`claude/gate.rs`) and the Claude sender check (`claude_sender.rs`)
-/// ask about Claude Code binaries, answered from the store. Declared here, below the Claude wing,
-/// so the sender check needs nothing of the wing above it.
-pub trait ClaudeTrust {
-    /// Whether a hex SHA-256 is a trusted Claude Code binary.
-    fn is_trusted(&self, sha256: &str) -> bool;
-    /// Whether the file at `path` is worth waiting for its hash (a trusted binary's path).
-    fn is_expected(&self, path: &Path, size: u64) -> bool;
-    /// A digest recorded for a file of exactly this identity (`broker trust-claude`, install).
-    fn known_digest(&self, key: &crate::exe::ExeKey) -> Option<String>;
-}
-
-/// What the gate asks about Codex binaries. The server answers from the trusted set in the store
-/// and the upgrade follower's resolutions; a plain closure over digests serves tests.
-pub trait CodexTrust {
-    /// Whether a hex SHA-256 is a trusted Codex binary.
-    fn is_trusted(&self, sha256: &str) -> bool;
-    /// Whether the executable at `path`, `size` bytes, is one the broker expects to be Codex (a
-    /// trusted binary's path, what the user's `codex` resolves to, a managed-daemon release copy
-    /// the size of a trusted binary): a hook whose ancestor it is waits for its hash instead of
-    /// being refused while it is computed.
-    fn is_expected(&self, path: &Path, size: u64) -> bool;
-    /// A digest recorded for a file of exactly this identity (by a trust command, install or
-    /// the follower), so it need not be hashed at all.
-    fn known_digest(&self, _key: &crate::exe::ExeKey) -> Option<String> {
-        None
-    }
-    /// The host(s) whose binaries this trusts, as a refusal names them.
-    fn host(&self) -> &'static str {
-        "Codex"
-    }
-}
-
-/// A closure over digests (tests, benches): an executable named `codex` is expected (waited
-/// for), every other ancestor goes to the background lane, as in the broker.
-impl<F: Fn(&str) -> bool> CodexTrust for F {
-    fn is_trusted(&self, sha256: &str) -> bool {
-        self(sha256)
-    }
-    fn is_expected(&self, path: &Path, _size: u64) -> bool {
-        path.file_name().is_some_and(|n| n == "codex")
-    }
 }
 
 /// How long a hook call waits at most for an expected Codex binary's hash, counted from the
@@ -212,7 +135,7 @@ impl Gate {
             config,
             uid: courier_shared::paths::uid(),
             digests: DigestCache::default(),
-            codex_markers: caller::CodexMarkers::default(),
+            codex_markers: caller::CodexMarkers::new(&crate::codex::TOOL_COMMAND_MARKERS),
             proc_files: crate::os::ProcFiles::default(),
         }
     }
@@ -224,6 +147,13 @@ impl Gate {
 
     pub fn digests(&self) -> &DigestCache {
         &self.digests
+    }
+
+    /// The trusted Codex process that owns `thread` now, found with the gate's caches
+    /// (`codex::owner`).
+    pub fn thread_owner(&self, thread: &ThreadId, trust: &dyn CodexTrust) -> Result<Owner, NoOwner> {
+        let looking = Looking { codex_home: &self.config.codex_home, uid: self.uid, digests: &self.digests, tracker: self.tracker() };
+        looking.thread_owner(thread, trust)
     }
 
     /// Lets go of the files the gate keeps open whose path names another file now, or none (a

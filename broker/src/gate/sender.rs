@@ -21,8 +21,9 @@
 //! the process runs (1: the attribution is exact).
 
 use super::ancestry::Member;
-use super::{CodexTrust, Gate, Peer};
+use super::{Gate, Peer};
 use crate::codex::proof::holder;
+use crate::exe::CodexTrust;
 use crate::os;
 use courier_shared::paths::environ_get;
 use std::fs::File;

@@ -31,7 +31,7 @@
 //!   (`broker stop|start|restart` and the stop mark);
 //! - `uninstall.rs`: `broker uninstall [--purge]`.
 
-use crate::{codex, dirs, store::Store};
+use crate::{dirs, store::Store};
 use anyhow::{bail, Result};
 use codex_format::hook::HookEvent;
 use courier_shared::paths;
@@ -130,15 +130,6 @@ pub struct InstallOptions {
 
 /// Human-readable lines describing what happened.
 pub type Report = Vec<String>;
-
-/// The Codex the user runs: the `codex` on PATH (`codex` in `path_var`), resolved to its native
-/// binary, plus every managed-daemon release copy. `install`, `doctor` and the broker's upgrade
-/// follower all use this one answer (`codex::resolve`).
-pub fn user_codex(codex_home: &Path, path_var: Option<&std::ffi::OsStr>) -> (Option<PathBuf>, codex::Discovery) {
-    let on_path = codex::resolve::codex_on_path(path_var);
-    let commands: Vec<PathBuf> = on_path.iter().cloned().collect();
-    (on_path, codex::discover(&commands, codex_home))
-}
 
 /// What `install` did, and whether the Codex the user runs could be trusted.
 pub struct Installed {

@@ -112,7 +112,7 @@ pub fn expire_never_appeared(store: &mut Store, codex_home: &std::path::Path) ->
     let mut expired = 0;
     for thread in threads {
         // A Claude Code session the broker has proven has no rollout: it appeared all the same.
-        if crate::codex::rollout::find_rollout(codex_home, thread.as_str()).is_some() || store.claude_session_pin(&thread)?.is_some() {
+        if threads::codex::has_rollout(codex_home, thread.as_str()) || store.claude_session_pin(&thread)?.is_some() {
             continue;
         }
         expired += store.expire_never_appeared(&thread, cutoff)?;

@@ -19,15 +19,10 @@
 
 use super::line::ErrorCode;
 use super::threads::{self, ThreadInfo, ThreadState};
-use crate::store::{now_ms, Enqueued, NewMessage, Store};
+use crate::store::{Enqueued, NewMessage, Store};
 use courier_producer_proto::{Action, Mode, SenderClass};
 use courier_shared::ids::ThreadId;
 use std::path::{Path, PathBuf};
-
-/// An id minted this recently may name a thread whose rollout is about to appear.
-pub const NEW_THREAD_GRACE_MS: i64 = 30_000;
-/// How long `send` waits for such a rollout.
-pub const NEW_THREAD_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 pub enum Target {
     Thread(String),
@@ -156,31 +151,10 @@ pub fn thread_for_cwd(live: &[ThreadInfo], cwd: &Path) -> Result<String, SendErr
     }
 }
 
-/// The rollout of `thread`. For an id minted in the last [`NEW_THREAD_GRACE_MS`] (Codex prints a
-/// new thread's id before its rollout exists: it is born 0.1-0.3 s after the process starts), a
-/// rollout not there yet is waited for, at most [`NEW_THREAD_WAIT`].
-fn rollout_of(codex_home: &Path, thread: &str) -> Option<PathBuf> {
-    if let Some(p) = crate::codex::rollout::find_rollout(codex_home, thread) {
-        return Some(p);
-    }
-    let fresh = crate::codex::rollout::uuid_v7_ms(thread).is_some_and(|ms| (-5_000..NEW_THREAD_GRACE_MS).contains(&(now_ms() - ms)));
-    if !fresh {
-        return None;
-    }
-    let deadline = std::time::Instant::now() + NEW_THREAD_WAIT;
-    while std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        if let Some(p) = crate::codex::rollout::find_rollout(codex_home, thread) {
-            return Some(p);
-        }
-    }
-    None
-}
-
 /// Whether `thread` is one Courier knows: a Codex rollout has it, or it is a Claude Code
 /// session the broker proved.
 pub fn thread_known(store: &Store, codex_home: &Path, thread: &ThreadId) -> anyhow::Result<bool> {
-    Ok(crate::codex::rollout::find_rollout(codex_home, thread.as_str()).is_some() || store.claude_session_pin(thread)?.is_some())
+    Ok(threads::codex::has_rollout(codex_home, thread.as_str()) || store.claude_session_pin(thread)?.is_some())
 }
 
 /// A thread the live list named (from a rollout's file name, so a thread id).
@@ -196,7 +170,7 @@ fn thread_status(
     thread: &ThreadId,
     opts: &SendOptions,
 ) -> Result<(ThreadStatus, Option<String>), SendError> {
-    Ok(if rollout_of(codex_home, thread.as_str()).is_some() {
+    Ok(if threads::codex::rollout_of(codex_home, thread.as_str()).is_some() {
         if threads::lock_held(codex_home, thread.as_str()) {
             (ThreadStatus::Live, None)
         } else {
@@ -219,17 +193,9 @@ fn thread_status(
                 Some(format!("Claude Code session {thread} has ended; the message waits until it is resumed (`claude --resume {thread}`)")),
             ),
         }
-    } else if let Some(status) = crate::copilot::session::status(thread.as_str()) {
+    } else if let Some(status) = threads::copilot::send_status(thread) {
         // A session of the user's GitHub Copilot CLI (copilot/): its hooks deliver.
-        match status {
-            crate::copilot::session::Status::Live => (ThreadStatus::Live, None),
-            crate::copilot::session::Status::Ended => (
-                ThreadStatus::Ended,
-                Some(format!(
-                    "Copilot CLI session {thread} has ended; the message waits until it is resumed (`copilot --resume {thread}`)"
-                )),
-            ),
-        }
+        status
     } else {
         if !opts.future_thread {
             return Err(refused(
@@ -371,6 +337,8 @@ pub fn admission(store: &Store, thread: &ThreadId, class: SenderClass, from: Opt
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::producer::threads::codex::NEW_THREAD_WAIT;
+    use crate::store::now_ms;
     use std::collections::BTreeMap;
 
     fn t(id: &str, cwd: &str, parent: Option<&str>) -> ThreadInfo {

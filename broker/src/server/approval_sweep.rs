@@ -9,7 +9,7 @@ use super::Broker;
 use crate::approval::{Approval, ApprovalState};
 use crate::codex::approval::{self as codex_approval, Waits};
 use crate::codex::appserver::endpoint;
-use crate::gate::owner::NoOwner;
+use crate::codex::owner::NoOwner;
 use crate::store::now_ms;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -7,8 +7,8 @@ use super::{
     workers::{AwaitAck, Served},
     Broker, QUEUED_REFUSALS_MAX, REQUEST_TIMEOUT,
 };
+use crate::codex::effort;
 use crate::delivery::{self, Offer};
-use crate::effort;
 use crate::failpoint;
 use crate::gate::{self, HookRequest, Peer, Verified};
 use crate::os::ProcessKey;
@@ -145,7 +145,7 @@ impl Broker {
             Ok(work) => work,
             Err(r) => return refused(stream, r),
         };
-        // One ticket per Codex action (gate/ticket.rs, tickets.rs): before anything is claimed.
+        // One ticket per Codex action (codex/proof/ticket.rs, tickets.rs): before anything is claimed.
         let ticket = match crate::tickets::take(&self.store, &self.tickets, &verified, peer.pid) {
             Ok(t) => t,
             Err(r) => return refused(stream, r),

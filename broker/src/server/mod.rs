@@ -42,10 +42,9 @@ mod workers;
 
 pub use listener::{lock_instance, stopped_after_error, InstanceLock};
 
-use crate::codex;
+use crate::codex::{self, effort};
 use crate::delivery;
 use crate::dirs;
-use crate::effort;
 use crate::exe::follow::{Follower, HostFollow, LazyStore};
 use crate::failpoint;
 use crate::gate::{self, Gate, GateConfig};
@@ -156,7 +155,8 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         // Fail open: a port taken by another program costs Claude Code its deliveries, not Codex.
         let stops = crate::claude::wake::Stops::default();
         let (digests, followed) = (broker.gate.digests().clone(), Arc::clone(&broker.claude_followed));
-        match crate::claude::serve::spawn(port, &opts.state_dir, digests, Arc::clone(&followed), opts.receipts, stops.clone()) {
+        let looks = Arc::clone(&broker.counters.claude_confirm_looks);
+        match crate::claude::serve::spawn(port, &opts.state_dir, digests, Arc::clone(&followed), opts.receipts, stops.clone(), looks) {
             Ok(addr) => crate::log_info!("serving Claude Code hooks on http://{addr}/hook/<Event>"),
             Err(e) => crate::log_error!("Claude Code hooks not served: {e:#}"),
         }

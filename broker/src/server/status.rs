@@ -31,7 +31,7 @@ impl Broker {
             maintenance_passes: n(&c.maintenance_passes),
             maintenance_looks: n(&c.maintenance_looks),
             wake_looks: n(&c.wake_looks),
-            claude_confirm_looks: n(&crate::claude::serve::CONFIRM_LOOKS),
+            claude_confirm_looks: n(&c.claude_confirm_looks),
             other: Default::default(),
         }
     }
@@ -62,4 +62,6 @@ pub(super) struct Counters {
     pub(super) maintenance_looks: AtomicU64,
     /// Wake passes that listed the threads to wake (`mod.rs`, `spawn_wake`).
     pub(super) wake_looks: AtomicU64,
+    /// Passes of Claude Code's confirmation thread (`claude/serve.rs`), which counts them here.
+    pub(super) claude_confirm_looks: std::sync::Arc<AtomicU64>,
 }

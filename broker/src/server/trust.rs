@@ -2,13 +2,13 @@
 //! tool-command senders, approval answers, the wake channel's owner proof).
 
 use super::Broker;
-use crate::gate;
+use crate::exe::CodexTrust;
 use std::path::Path;
 
 /// The gate's view of Codex trust: digests from the store, expected paths from the follower.
 pub(super) struct TrustView<'a>(pub(super) &'a Broker);
 
-impl gate::CodexTrust for TrustView<'_> {
+impl CodexTrust for TrustView<'_> {
     fn is_trusted(&self, sha256: &str) -> bool {
         let store = crate::store::lock(&self.0.store);
         store.is_trusted_codex(sha256).unwrap_or(false)
@@ -75,7 +75,7 @@ impl<'a> HookTrust<'a> {
     }
 }
 
-impl gate::CodexTrust for HookTrust<'_> {
+impl CodexTrust for HookTrust<'_> {
     fn is_trusted(&self, sha256: &str) -> bool {
         let before = &self.view.0.trusted_before;
         let trusted = before.contains(sha256) || {

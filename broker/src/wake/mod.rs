@@ -4,7 +4,7 @@
 //! Hooks fire only while a turn runs. A message pending for an idle thread is delivered by
 //! starting a turn with it: `turn/start {threadId, clientUserMessageId: <first message id>,
 //! input: [the wrapped messages]}` on the app-server served by the trusted Codex process that
-//! holds the thread's writer lock (`gate::owner`; the endpoint is proven to be that process with
+//! holds the thread's writer lock (`codex::owner`; the endpoint is proven to be that process with
 //! `SO_PEERCRED`, `appserver::endpoint`). The TUI's managed daemon and any `codex app-server
 //! --listen unix://` are such servers; `codex exec` serves none.
 //!
@@ -48,9 +48,10 @@ pub use crate::reason::WakeReason;
 pub use bound::Bound;
 
 use crate::codex::appserver::{self, endpoint, Endpoint};
+use crate::codex::owner::{NoOwner, Owner};
 use crate::envelope::MAX_OUTPUT_BYTES;
-use crate::gate::owner::{NoOwner, Owner};
-use crate::gate::{CodexTrust, Gate};
+use crate::exe::CodexTrust;
+use crate::gate::Gate;
 use crate::os::ProcessKey;
 use crate::reason::DeliveryReason;
 use crate::store::{Channel, CommitSignal, HandOff, Lease, Store, Watch};

@@ -3,7 +3,7 @@
 //! Codex writes a distinct rollout record just before each hook it runs (docs/security.md;
 //! measured on 0.160.0 and 0.171.0): a hook is accepted only in the state that record leaves, and
 //! each such state at most once. [`ticket_key`] names the state a verified hook follows (the key
-//! of its ticket) or says why the rollout shows none; the gate turns that into a ticket or the
+//! of its ticket) or says why the rollout shows none; [`bind`] turns that into a ticket or the
 //! refusal `no_ticket`, and `crate::tickets::take` accepts each ticket once (`ticket_used`, an
 //! alarm, for any later hook presenting it).
 //!
@@ -25,7 +25,22 @@
 //! What this does not stop is in docs/security.md (residual risks).
 
 use crate::codex::rollout::{Actions, OpenCall};
+use crate::codex::Verified;
+use crate::refusal::{Refusal, RefusalCode};
+use crate::store::Ticket;
 use codex_format::hook::{HookEvent, HookPayload};
+
+/// The ticket of a verified hook call, `None` for events that deliver nothing (SubagentStop), or
+/// the refusal `no_ticket` when the rollout does not show the state the hook follows.
+pub fn bind(v: &Verified) -> Result<Option<Ticket>, Refusal> {
+    let key = payload_ticket_key(v.event, &v.payload, v.open_turn.as_deref(), &v.actions).map_err(|detail| {
+        let mut r = Refusal::new(RefusalCode::NoTicket, detail);
+        r.thread = Some(v.thread_id.to_string());
+        r.event = Some(v.event.as_str().to_string());
+        r
+    })?;
+    Ok(key.map(|key| Ticket { thread: v.thread_id.clone(), key, event: v.event }))
+}
 
 /// The ticket key of a hook call with `payload` (what [`ticket_key`] decides, the payload's
 /// [`Subject`] read from it).

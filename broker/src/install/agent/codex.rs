@@ -2,12 +2,13 @@
 //! (Courier's handlers, Codex's trust entries for them, the MCP server `courier`), and the Codex
 //! binaries the user runs, trusted and followed. Uninstall takes back exactly what these wrote.
 
+use crate::codex::resolve::user_codex;
 use crate::install::carry::{Binaries, Run};
 use crate::install::config_toml::{add_trust, remove_trust};
 use crate::install::files::{create_dirs, read_opt, write_atomic};
 use crate::install::hooks::{courier_trust_hash, hook_command, hooks_source, json_text, merge_hooks, trust_key, unmerge_hooks};
 use crate::install::manifest::{save_manifest, track_edit, unedit, Manifest};
-use crate::install::{mcp, user_codex, Report, EVENTS};
+use crate::install::{mcp, Report, EVENTS};
 use crate::{codex, store::Store};
 use anyhow::{Context, Result};
 use serde_json::{json, Value};

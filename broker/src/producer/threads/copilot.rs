@@ -4,8 +4,22 @@
 
 use super::{Host, ProcessInfo, ProcessKind, ThreadInfo, ThreadState};
 use crate::copilot::session::{self, Status};
+use courier_producer_proto::ThreadStatus;
+use courier_shared::ids::ThreadId;
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
+
+/// Where `broker send`'s target stands when it is a session of the user's Copilot CLI (its hooks
+/// deliver), with the note for an ended one; `None` when no Copilot session has that id.
+pub fn send_status(thread: &ThreadId) -> Option<(ThreadStatus, Option<String>)> {
+    Some(match session::status(thread.as_str())? {
+        Status::Live => (ThreadStatus::Live, None),
+        Status::Ended => (
+            ThreadStatus::Ended,
+            Some(format!("Copilot CLI session {thread} has ended; the message waits until it is resumed (`copilot --resume {thread}`)")),
+        ),
+    })
+}
 
 /// The live sessions and, with `all`, up to `limit` ended ones.
 pub fn sessions(all: bool, limit: usize) -> Vec<ThreadInfo> {

@@ -1,5 +1,6 @@
 use super::facts::{user_prompt, TITLE_CHARS};
 use super::*;
+use std::collections::BTreeMap;
 
 #[test]
 fn process_kind_from_argv() {

@@ -13,9 +13,9 @@
 pub mod policy;
 
 use crate::codex::appserver::{self, endpoint, Endpoint};
+use crate::codex::Verified;
 use crate::config::ConfigCache;
 use crate::config::{EffortConfig, EffortLevel, EffortScope};
-use crate::gate::Verified;
 use crate::lines::WholeLines;
 use crate::store::{State, Store};
 use anyhow::Result;

@@ -11,10 +11,10 @@
 //!
 //! The start time is read before and after: a pid reused meanwhile is refused.
 
-use super::{CodexTrust, Gate};
-use crate::codex::proof::holder;
-use crate::codex::rollout::{find_rollout, RolloutIdentity};
-use crate::exe::digest;
+use super::proof::holder;
+use super::rollout::{find_rollout, RolloutIdentity, RolloutTracker};
+use crate::exe::digest::{self, DigestCache};
+use crate::exe::CodexTrust;
 use crate::os;
 use courier_shared::ids::ThreadId;
 use std::path::{Path, PathBuf};
@@ -45,11 +45,20 @@ pub enum NoOwner {
     NotProven(String),
 }
 
-impl Gate {
+/// Where an owner is looked for and with what: the gate's caches (`Gate::thread_owner`).
+pub struct Looking<'a> {
+    pub codex_home: &'a Path,
+    /// The broker's uid: the owner runs as it.
+    pub uid: u32,
+    pub digests: &'a DigestCache,
+    pub tracker: &'a RolloutTracker,
+}
+
+impl Looking<'_> {
     /// The trusted Codex process that owns `thread` now (see the module docs).
     pub fn thread_owner(&self, thread: &ThreadId, trust: &dyn CodexTrust) -> Result<Owner, NoOwner> {
         use std::os::unix::fs::MetadataExt;
-        let lock_dir = self.config.codex_home.join("thread-writer-locks");
+        let lock_dir = self.codex_home.join("thread-writer-locks");
         let lock_path = lock_dir.join(format!("{thread}.lock"));
         let lock = std::fs::metadata(&lock_path).map_err(|_| NoOwner::NotLoaded)?;
         let holders = os::locks::flock_writers_of(os::FileKey { dev: lock.dev(), ino: lock.ino() })
@@ -74,8 +83,8 @@ impl Gate {
             Ok(digest::Lookup::Digest(d)) => return Err(NoOwner::Untrusted(format!("holder {pid} sha256 {} is not trusted", &d[..12]))),
             other => return Err(NoOwner::Untrusted(format!("holder {pid}: digest {other:?}"))),
         }
-        let rollout = find_rollout(&self.config.codex_home, thread.as_str())
-            .ok_or_else(|| NoOwner::NotProven("no rollout under sessions/".into()))?;
+        let rollout =
+            find_rollout(self.codex_home, thread.as_str()).ok_or_else(|| NoOwner::NotProven("no rollout under sessions/".into()))?;
         let file = os::open_nofollow(&rollout).map_err(|e| NoOwner::NotProven(format!("open rollout: {e}")))?;
         let id = os::statx_fd(&file).map_err(|e| NoOwner::NotProven(format!("statx rollout: {e}")))?;
         let scan = holder::scan(pid, (id.dev, id.ino), Some((lock.dev(), lock.ino())), thread.as_str(), &lock_dir, holder::ScanFor::Proof)
@@ -87,7 +96,7 @@ impl Gate {
         }
         let len = file.metadata().map(|m| m.len()).map_err(|e| NoOwner::NotProven(format!("rollout: {e}")))?;
         let identity = RolloutIdentity { dev: id.dev, ino: id.ino, btime_sec: id.btime_sec, btime_nsec: id.btime_nsec };
-        let snap = self.tracker().update(&rollout, &file, identity, len).map_err(|e| NoOwner::NotProven(format!("rollout read: {e}")))?;
+        let snap = self.tracker.update(&rollout, &file, identity, len).map_err(|e| NoOwner::NotProven(format!("rollout read: {e}")))?;
         if snap.session_meta.as_ref().map(|m| m.id.as_str()) != Some(thread.as_str()) {
             return Err(NoOwner::NotProven("the rollout's session_meta is not this thread".into()));
         }
