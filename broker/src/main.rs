@@ -122,7 +122,7 @@ fn dispatch(cmd: Cmd, g: Given) -> Result<ExitCode> {
         Cmd::Person => person_cli::person(PersonCommand::parse(g)?),
         Cmd::TrustCodex => trust_codex(g.positionals.first().map(PathBuf::from), &options::passphrase_source(&g)),
         Cmd::TrustClaude => trust_claude(g.positionals.first().map(PathBuf::from).unwrap_or_default(), &options::passphrase_source(&g)),
-        Cmd::TrustCopilot => trust_copilot(&g.positionals),
+        Cmd::TrustCopilot => trust_copilot(&g.positionals, &options::passphrase_source(&g)),
         Cmd::Install => install_cmd(InstallCommand::parse(g)?),
         Cmd::Uninstall => uninstall_cmd(g.purge),
         Cmd::Doctor => doctor_cmd(g.codex),
@@ -407,13 +407,17 @@ fn trust_claude(path: PathBuf, passphrase: &broker::person::passphrase::Source) 
     Ok(ExitCode::SUCCESS)
 }
 
-/// `broker trust-copilot PATH [DIST_DIR]`: the native binary and its dist dir's code.
-fn trust_copilot(positionals: &[std::ffi::OsString]) -> Result<ExitCode> {
+/// `broker trust-copilot PATH [DIST_DIR]`: the native binary and its dist dir's code, each row
+/// signed by the person when a person key is set (the passphrase asked once, before anything is
+/// recorded).
+fn trust_copilot(positionals: &[std::ffi::OsString], passphrase: &broker::person::passphrase::Source) -> Result<ExitCode> {
     let path = std::path::absolute(positionals.first().map(PathBuf::from).unwrap_or_default())?;
     let dist = positionals.get(1).map(PathBuf::from);
+    let person = person_cli::signing_key(passphrase, &format!("Passphrase to trust the copilot at {}: ", path.display()))?;
     let mut store = open_store()?;
-    for (record, new) in broker::copilot::trust::trust(&mut store, &path, dist.as_deref())? {
-        println!("{} {} sha256:{} {}", if new { "trusted" } else { "already trusted" }, record.role, record.sha256, record.path);
+    for (record, new) in broker::copilot::trust::trust(&mut store, &path, dist.as_deref(), person.as_ref())? {
+        let said = if new { "trusted" } else { "already trusted" };
+        println!("{said} {} sha256:{} {}{}", record.role, record.sha256, record.path, signed_note(record.proof.is_some()));
     }
     Ok(ExitCode::SUCCESS)
 }

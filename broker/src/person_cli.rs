@@ -147,14 +147,20 @@ pub fn person(cmd: PersonCommand) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The person's signing key, when a person key is set (else none: the records made count
+/// unsigned, `person::honour`), for several acts signed with one passphrase. Asks it with `prompt`.
+pub fn signing_key(source: &passphrase::Source, prompt: &str) -> Result<Option<ed25519_dalek::SigningKey>> {
+    match PersonKey::current() {
+        KeyState::None => Ok(None),
+        KeyState::Set(key) => Ok(Some(key.unlock(&passphrase::read(source, prompt)?)?)),
+        KeyState::Unreadable(why) => bail!("the person key cannot be read, so nothing can be signed: {why}"),
+    }
+}
+
 /// The person's signature of `act`, when a person key is set (else none: nothing to sign with,
 /// and the record counts unsigned, `person::honour`). Asks the passphrase with `prompt`.
 pub fn proof_of(act: &Act<'_>, source: &passphrase::Source, prompt: &str) -> Result<Option<String>> {
-    match PersonKey::current() {
-        KeyState::None => Ok(None),
-        KeyState::Set(key) => Ok(Some(person::sign(&key.unlock(&passphrase::read(source, prompt)?)?, act))),
-        KeyState::Unreadable(why) => bail!("the person key cannot be read, so nothing can be signed: {why}"),
-    }
+    Ok(signing_key(source, prompt)?.map(|key| person::sign(&key, act)))
 }
 
 /// `broker stop`'s mark: now, signed by the person when a person key is set.
@@ -179,6 +185,10 @@ fn resign_trust(before: &KeyState, signing: &ed25519_dalek::SigningKey) -> Resul
             store.sign_trust(&row, &person::sign(signing, &row.act()))?;
             println!("signed the trust of {} sha256:{} {}", host.as_str(), row.sha256, terminal::escape(&row.path));
         }
+    }
+    for file in store.all_trusted_host_files()?.into_iter().filter(|f| f.honoured(before)) {
+        store.sign_host_file(&file, &person::sign(signing, &file.act()))?;
+        println!("signed the trust of {} {} sha256:{} {}", file.host, file.role, file.sha256, terminal::escape(&file.path));
     }
     Ok(())
 }

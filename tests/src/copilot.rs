@@ -210,6 +210,15 @@ impl CopilotEnv {
     }
 }
 
+/// The broker's env (no Codex model behind it) and a copilot env for `api` wired to it with
+/// Courier's hooks, or `None` (saying the test skipped) when COURIER_COPILOT_BIN is unset.
+pub fn wired_envs(api: &ScriptedChat) -> Option<(crate::codex::CodexEnv, CopilotEnv)> {
+    let broker_env = crate::codex::CodexEnv::with_base_url("http://127.0.0.1:9/v1");
+    let env = env_or_skip(api)?.with_courier(&broker_env);
+    env.set_courier_hooks();
+    Some((broker_env, env))
+}
+
 impl Drop for CopilotEnv {
     fn drop(&mut self) {
         remove_test_root(&self.root);

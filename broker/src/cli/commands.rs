@@ -302,8 +302,8 @@ pub const COMMANDS: &[Command] = &[
         args: "<PATH> [DIST_DIR]",
         positionals: (1, 2),
         required: &[],
-        about: "record a GitHub Copilot CLI native binary's SHA-256 and the code it unpacks and runs (its dist dir) as trusted",
-        opts: &[],
+        about: "record a GitHub Copilot CLI native binary's SHA-256 and the code it unpacks and runs (its dist dir) as trusted; signed with the person's passphrase when a person key is set",
+        opts: &[PASSPHRASE_FILE],
     },
     Command {
         id: Cmd::Install,

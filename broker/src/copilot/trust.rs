@@ -21,6 +21,7 @@ use crate::exe::CodexTrust;
 use crate::exe::ExeKey;
 use crate::store::{Store, TrustedHostFile};
 use anyhow::{Context, Result};
+use ed25519_dalek::SigningKey;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -76,8 +77,10 @@ pub fn version_beside(native: &Path) -> Option<String> {
 }
 
 /// Trusts the native binary at `path` and the dist dir it runs (`dist`, else
-/// [`default_dist_dir`]). Returns what was recorded, each with whether it was new.
-pub fn trust(store: &mut Store, path: &Path, dist: Option<&Path>) -> Result<Vec<(TrustedHostFile, bool)>> {
+/// [`default_dist_dir`]), each file's row signed with `person` when given (with a person key set
+/// an unsigned row trusts nothing: `store/hosts.rs`). Returns what was recorded, each with
+/// whether it was new.
+pub fn trust(store: &mut Store, path: &Path, dist: Option<&Path>, person: Option<&SigningKey>) -> Result<Vec<(TrustedHostFile, bool)>> {
     let native = std::fs::canonicalize(path).with_context(|| format!("resolving {}", path.display()))?;
     let version = version_beside(&native);
     let dist = match dist {
@@ -94,8 +97,9 @@ pub fn trust(store: &mut Store, path: &Path, dist: Option<&Path>) -> Result<Vec<
     let mut out = Vec::new();
     for (role, file) in files {
         let sha256 = hash(store, &file)?;
-        let record =
-            TrustedHostFile { host: HOST.into(), role, sha256, path: file.to_string_lossy().into_owned(), version: version.clone() };
+        let path = file.to_string_lossy().into_owned();
+        let mut record = TrustedHostFile { host: HOST.into(), role, sha256, path, version: version.clone(), proof: None };
+        record.proof = person.map(|key| crate::person::sign(key, &record.act()));
         let new = store.trust_host_file(&record)?;
         out.push((record, new));
     }
@@ -210,7 +214,7 @@ mod tests {
         std::fs::create_dir_all(root.join("state")).unwrap();
         let store = Mutex::new(Store::open(&root.join("state")).unwrap());
         assert!(dist_doubt(&store, &dist).is_some(), "nothing trusted yet");
-        let records = trust(&mut crate::store::lock(&store), &bin, None).unwrap();
+        let records = trust(&mut crate::store::lock(&store), &bin, None, None).unwrap();
         assert_eq!(records.len(), 4, "{records:?}");
         assert_eq!(default_dist_dir(&std::fs::canonicalize(&bin).unwrap(), "1.0.102").as_deref(), Some(dist.as_path()));
         assert_eq!(dist_doubt(&store, &dist), None);
@@ -220,7 +224,7 @@ mod tests {
         std::fs::write(&index, [original.as_slice(), b"\nconsole.log('TAMPERED-INDEX')\n"].concat()).unwrap();
         assert!(dist_doubt(&store, &dist).is_some_and(|d| d.contains("index.js")), "appended to");
         std::fs::write(&index, &original).unwrap();
-        trust(&mut crate::store::lock(&store), &bin, Some(&dist)).unwrap();
+        trust(&mut crate::store::lock(&store), &bin, Some(&dist), None).unwrap();
         assert_eq!(dist_doubt(&store, &dist), None, "trusted again");
 
         std::fs::set_permissions(&dist, std::fs::Permissions::from_mode(0o777)).unwrap();

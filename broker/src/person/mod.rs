@@ -151,6 +151,10 @@ pub enum Act<'a> {
     /// Trust the `host` binary whose SHA-256 is `sha256`, found at `path`: its hooks count as
     /// the host's (`broker trust-codex|trust-claude`, and the rows `person set` signs).
     Trust { host: TrustedHost, sha256: &'a str, path: &'a str },
+    /// Trust one file of a host whose trust is several files (`store/hosts.rs`: Copilot CLI's
+    /// native binary and the code it unpacks): the file in `role` of `host` whose SHA-256 is
+    /// `sha256`, found at `path` (`broker trust-copilot`, and the rows `person set` signs).
+    TrustFile { host: &'a str, role: &'a str, sha256: &'a str, path: &'a str },
     /// Keep the broker stopped (also across logins) from `at_ms` on: the stop mark `broker stop`
     /// leaves, which the login line and a unit's start honour.
     Stop { at_ms: i64 },
@@ -191,6 +195,9 @@ impl Act<'_> {
             ),
             Act::Trust { host, sha256, path } => {
                 format!("courier person act v1\ntrust\n{}\n{sha256}\n{}\n", host.as_str(), hex(&Sha256::digest(path.as_bytes())))
+            }
+            Act::TrustFile { host, role, sha256, path } => {
+                format!("courier person act v1\ntrust-file\n{host}\n{role}\n{sha256}\n{}\n", hex(&Sha256::digest(path.as_bytes())))
             }
             Act::Stop { at_ms } => format!("courier person act v1\nstop\n{at_ms}\n"),
             Act::Release { message, shown } => format!("courier person act v1\nrelease\n{message}\n{shown}\n"),
@@ -291,6 +298,18 @@ mod tests {
             Act::Stop { at_ms: 1 },
         ] {
             assert!(key.verify(&other, &proof).is_err(), "{other:?} accepted a signature of {trust:?}");
+        }
+        let file = Act::TrustFile { host: "copilot", role: "binary", sha256: "aa", path: "/bin/codex" };
+        let proof = sign(&signing, &file);
+        key.verify(&file, &proof).unwrap();
+        for other in [
+            Act::TrustFile { host: "copilot", role: "index.js", sha256: "aa", path: "/bin/codex" },
+            Act::TrustFile { host: "codex", role: "binary", sha256: "aa", path: "/bin/codex" },
+            Act::TrustFile { host: "copilot", role: "binary", sha256: "ab", path: "/bin/codex" },
+            Act::TrustFile { host: "copilot", role: "binary", sha256: "aa", path: "/tmp/codex" },
+            trust,
+        ] {
+            assert!(key.verify(&other, &proof).is_err(), "{other:?} accepted a signature of {file:?}");
         }
         let stop = sign(&signing, &Act::Stop { at_ms: 5 });
         key.verify(&Act::Stop { at_ms: 5 }, &stop).unwrap();

@@ -97,7 +97,7 @@ pub(super) fn trust_binaries(run: &mut Run) -> Result<Option<String>> {
         return Ok(Some("no copilot found on PATH: after installing it run `broker install` again, or `broker trust-copilot PATH`".into()));
     };
     let mut store = Store::open(&run.state_dir)?;
-    let records = match crate::copilot::trust::trust(&mut store, &native, None) {
+    let records = match crate::copilot::trust::trust(&mut store, &native, None, None) {
         Ok(r) => r,
         Err(e) => return Ok(Some(format!("the copilot at {} cannot be trusted yet: {e:#}", native.display()))),
     };
