@@ -536,6 +536,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let mut store = Store::open(&dir).unwrap();
         let new = |thread: &ThreadId, ticket: &str, command: &str| NewApproval {
+            host: Default::default(),
             thread: thread.clone(),
             turn: "u1".into(),
             call_id: Some(format!("call_{ticket}")),

@@ -23,7 +23,7 @@ use crate::util::unique_token;
 pub const COPILOT_VERSION: &str = "1.0.102";
 
 /// The hook events Courier registers.
-pub const COURIER_EVENTS: [&str; 2] = ["postToolUse", "agentStop"];
+pub const COURIER_EVENTS: [&str; 3] = ["postToolUse", "agentStop", "permissionRequest"];
 
 /// The model name Copilot is told to use (any name: the scripted API answers every one).
 pub const MODEL: &str = "gpt-5.4";
@@ -132,11 +132,12 @@ impl CopilotEnv {
     }
 
     /// `~/.copilot/hooks/<name>.json` registering `commands`: (camelCase event, shell command),
-    /// each with a `timeoutSec` of 30.
+    /// each with a `timeoutSec` of 30, permissionRequest's past the longest hold (as install's).
     pub fn set_hooks(&self, name: &str, commands: &[(&str, String)]) {
         let mut by_event = serde_json::Map::new();
         for (event, cmd) in commands {
-            let hook = json!({"type": "command", "bash": cmd, "timeoutSec": 30});
+            let timeout = if *event == "permissionRequest" { broker_lib::config::MAX_HOLD_SECS + 30 } else { 30 };
+            let hook = json!({"type": "command", "bash": cmd, "timeoutSec": timeout});
             by_event.entry(event.to_string()).or_insert_with(|| json!([])).as_array_mut().unwrap().push(hook);
         }
         let file = json!({"version": 1, "hooks": by_event});

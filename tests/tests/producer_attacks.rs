@@ -159,6 +159,7 @@ fn mcp_lists_approvals_and_never_answers_them() {
     // What a verified PermissionRequest hook records, written to the broker's own queue.
     let mut store = broker_lib::store::Store::open(&env.state_dir).unwrap();
     let new = NewApproval {
+        host: Default::default(),
         thread: courier_shared::ids::ThreadId::from_static("01a234e3-6132-7900-91d8-43a5034bdb61"),
         turn: "u1".into(),
         call_id: Some("call_1".into()),

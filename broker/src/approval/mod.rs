@@ -83,6 +83,32 @@ impl ApprovalKind {
     }
 }
 
+/// The host agent that waits on an approval, and so how an answer reaches it: Codex (through
+/// the app-server that owns the thread, or its held PermissionRequest hook), Copilot CLI (only
+/// its held permissionRequest hook: `copilot/approval.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalHost {
+    #[default]
+    Codex,
+    Copilot,
+}
+
+impl ApprovalHost {
+    pub const ALL: [ApprovalHost; 2] = [ApprovalHost::Codex, ApprovalHost::Copilot];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ApprovalHost::Codex => "codex",
+            ApprovalHost::Copilot => "copilot",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ApprovalHost> {
+        ApprovalHost::ALL.into_iter().find(|h| h.as_str() == s)
+    }
+}
+
 /// A person's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -165,6 +191,7 @@ impl AnswerVia {
 /// An approval as the hook saw it, before it has an id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewApproval {
+    pub host: ApprovalHost,
     pub thread: ThreadId,
     pub turn: String,
     /// The tool call asking, when the host named it or only one call was waiting.
@@ -199,6 +226,7 @@ pub struct AnswerRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Approval {
     pub id: String,
+    pub host: ApprovalHost,
     pub thread: ThreadId,
     pub turn: String,
     pub call_id: Option<String>,
@@ -279,6 +307,7 @@ pub fn command_digest(command: &str) -> String {
 #[derive(Serialize)]
 struct Shown<'a> {
     id: &'a str,
+    host: ApprovalHost,
     thread: &'a ThreadId,
     turn: &'a str,
     call_id: Option<&'a str>,
@@ -300,9 +329,9 @@ impl Shown<'_> {
 impl Approval {
     /// The digest of what a person is shown of it (see [`Shown`]).
     pub fn shown(&self) -> String {
-        let Approval { id, thread, turn, call_id, tool, kind, command, files, reason, cwd, .. } = self;
+        let Approval { id, host, thread, turn, call_id, tool, kind, command, files, reason, cwd, .. } = self;
         let (call_id, reason, cwd) = (call_id.as_deref(), reason.as_deref(), cwd.as_deref());
-        Shown { id, thread, turn, call_id, tool, kind: *kind, command, files, reason, cwd }.digest()
+        Shown { id, host: *host, thread, turn, call_id, tool, kind: *kind, command, files, reason, cwd }.digest()
     }
 }
 
@@ -310,9 +339,9 @@ impl NewApproval {
     /// The digest of what a person will be shown of it once recorded as `id` (as
     /// [`Approval::shown`] of its record, while nobody rewrote that).
     pub fn shown(&self, id: &str) -> String {
-        let NewApproval { thread, turn, call_id, tool, kind, command, files, reason, cwd, .. } = self;
+        let NewApproval { host, thread, turn, call_id, tool, kind, command, files, reason, cwd, .. } = self;
         let (call_id, reason, cwd) = (call_id.as_deref(), reason.as_deref(), cwd.as_deref());
-        Shown { id, thread, turn, call_id, tool, kind: *kind, command, files, reason, cwd }.digest()
+        Shown { id, host: *host, thread, turn, call_id, tool, kind: *kind, command, files, reason, cwd }.digest()
     }
 }
 
@@ -329,21 +358,22 @@ pub fn of_thread(list: Vec<Approval>, thread: Option<&ThreadId>) -> Vec<Approval
 }
 
 /// The table `broker approvals` prints: id, state (with `--all` an answered one is listed too,
-/// so each row says where it stands), age, thread, what it asks for, reason.
+/// so each row says where it stands), age, thread, host, tool, what it asks for, reason.
 pub fn render(list: &[Approval], now_ms: i64) -> String {
     if list.is_empty() {
         return "no pending approvals\n".into();
     }
-    let mut out = format!("{:<17} {:<9} {:>7}  {:<37} {:<6} COMMAND  (REASON)\n", "ID", "STATE", "AGE", "THREAD", "TOOL");
+    let mut out = format!("{:<17} {:<9} {:>7}  {:<37} {:<7} {:<6} COMMAND  (REASON)\n", "ID", "STATE", "AGE", "THREAD", "HOST", "TOOL");
     for a in list {
         let secs = (now_ms - a.since).max(0) / 1000;
         let reason = a.reason.as_deref().map(|r| format!("  ({})", crate::terminal::escape(r))).unwrap_or_default();
         out.push_str(&format!(
-            "{:<17} {:<9} {:>6}s  {:<37} {:<6} {}{}\n",
+            "{:<17} {:<9} {:>6}s  {:<37} {:<7} {:<6} {}{}\n",
             a.id,
             a.state.as_str(),
             secs,
             a.thread,
+            a.host.as_str(),
             crate::terminal::escape(&a.tool),
             crate::terminal::escape(&a.summary()),
             reason
@@ -373,6 +403,7 @@ mod tests {
 
     fn new_approval() -> NewApproval {
         NewApproval {
+            host: ApprovalHost::Codex,
             thread: ThreadId::parse("01a22659-8b33-7382-a4b5-24e01f7dc6c5").unwrap(),
             turn: "t1".into(),
             call_id: Some("call_1".into()),
@@ -389,6 +420,7 @@ mod tests {
     fn recorded(n: &NewApproval, id: &str) -> Approval {
         Approval {
             id: id.into(),
+            host: n.host,
             thread: n.thread.clone(),
             turn: n.turn.clone(),
             call_id: n.call_id.clone(),
@@ -413,8 +445,9 @@ mod tests {
         let n = new_approval();
         let a = recorded(&n, "apr-1");
         assert_eq!(n.shown("apr-1"), a.shown());
-        let rewrites: [fn(&mut Approval); 9] = [
+        let rewrites: [fn(&mut Approval); 10] = [
             |a| a.id = "apr-2".into(),
+            |a| a.host = ApprovalHost::Copilot,
             |a| a.thread = ThreadId::parse("01a22659-8b33-7382-a4b5-24e01f7dc6c6").unwrap(),
             |a| a.turn = "t2".into(),
             |a| a.call_id = None,
@@ -442,6 +475,7 @@ mod tests {
     fn the_listing_says_each_approvals_state() {
         let approval = |id: &str, state| Approval {
             id: id.into(),
+            host: ApprovalHost::Codex,
             thread: ThreadId::parse("01a234e3-6132-7900-91d8-43a5034bdb61").unwrap(),
             turn: "t".into(),
             call_id: None,

@@ -526,6 +526,7 @@ mod tests {
     fn pending(call_id: &str, tool: &str, kind: ApprovalKind, command: &str) -> Approval {
         Approval {
             id: format!("apr-{call_id}"),
+            host: Default::default(),
             thread: crate::store::sample::T1.clone(),
             turn: "u".into(),
             call_id: Some(call_id.into()),

@@ -35,13 +35,24 @@ pub struct Handed {
     pub count: usize,
 }
 
+/// How a hook's output carries a message to the model.
+enum Carrier {
+    /// postToolUse `additionalContext`.
+    Context,
+    /// agentStop `block`.
+    Block,
+}
+
 /// The session's oldest pending messages for a proven hook, recorded as handed; `None` when
 /// nothing goes (nothing pending, a continued turn's agentStop, a lease that lapsed).
 pub fn offer(store: &mut Store, p: &Proven) -> Result<Option<Handed>> {
     let pay = &p.payload;
-    if pay.event == Event::AgentStop && pay.stop_hook_active {
-        return Ok(None);
-    }
+    let carrier = match pay.event {
+        Event::PostToolUse => Carrier::Context,
+        Event::AgentStop if !pay.stop_hook_active => Carrier::Block,
+        // A permissionRequest's output is a decision on the tool call, never a message.
+        Event::AgentStop | Event::PermissionRequest => return Ok(None),
+    };
     let Some(lease) = store.lease(&pay.session, Channel::Copilot, None, LEASE_MS, MAX_CONTEXT_BYTES)? else {
         return Ok(None);
     };
@@ -63,9 +74,9 @@ pub fn offer(store: &mut Store, p: &Proven) -> Result<Option<Handed>> {
         p.copilot.pid,
         pay.event.as_str()
     );
-    let output = match pay.event {
-        Event::PostToolUse => json!({ "additionalContext": text }),
-        Event::AgentStop => json!({ "decision": "block", "reason": text }),
+    let output = match carrier {
+        Carrier::Context => json!({ "additionalContext": text }),
+        Carrier::Block => json!({ "decision": "block", "reason": text }),
     };
     Ok(Some(Handed { output: output.to_string(), count: lease.messages.len() }))
 }

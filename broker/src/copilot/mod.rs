@@ -12,6 +12,8 @@
 //!   (`broker trust-copilot`), checked by file identity on the hook path (never hashed there);
 //! - `gate.rs`: the host's named steps after the kernel (parent, session, stdout pipe, dist dir,
 //!   session lock);
+//! - `approval.rs`: a permissionRequest a person answers (`[approvals] hold`), and the hook's
+//!   decision;
 //! - `deliver.rs`: what a proven hook is handed (postToolUse `additionalContext` in parts,
 //!   agentStop `block` once);
 //! - `confirm.rs`: hand-offs settled from the session record (`events.jsonl`);
@@ -19,6 +21,7 @@
 //! - `session.rs`: the sessions of the user's Copilot home, live or ended (`broker send`,
 //!   `broker threads`).
 
+pub mod approval;
 pub mod confirm;
 pub mod deliver;
 mod fds;
@@ -40,16 +43,22 @@ pub enum Event {
     /// The turn's end: `{"decision":"block","reason":R}` makes R a new user message and runs
     /// another turn.
     AgentStop,
+    /// Before every tool call (under `--allow-all-tools` too): `{"behavior":"allow"}` or
+    /// `{"behavior":"deny","message":M}` overrides Copilot's own rules; no output leaves them to
+    /// decide. Held for a person's `broker approve|deny` where `[approvals] hold` asks
+    /// (`approval.rs`), else answered at once with no decision.
+    PermissionRequest,
 }
 
 impl Event {
-    pub const ALL: [Event; 2] = [Event::PostToolUse, Event::AgentStop];
+    pub const ALL: [Event; 3] = [Event::PostToolUse, Event::AgentStop, Event::PermissionRequest];
 
     /// The key in Copilot's hook config and `hook-client --event`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Event::PostToolUse => "postToolUse",
             Event::AgentStop => "agentStop",
+            Event::PermissionRequest => "permissionRequest",
         }
     }
 

@@ -1,6 +1,7 @@
 //! The camelCase hook payloads of Copilot CLI that Courier reads (probed on 1.0.102): every
 //! event has `sessionId` (a UUID), `timestamp` (Unix ms) and `cwd`; agentStop adds
-//! `stop_hook_active` (true in the turn a `block` started). No turn id, no tool call id.
+//! `stop_hook_active` (true in the turn a `block` started); permissionRequest `toolName` and
+//! `toolInput` (`{command}` for `bash`). No turn id, no tool call id.
 
 use super::Event;
 use crate::refusal::{Refusal, RefusalCode};
@@ -14,6 +15,11 @@ struct Wire {
     timestamp: Option<serde_json::Value>,
     #[serde(default)]
     stop_hook_active: bool,
+    #[serde(rename = "toolName", default)]
+    tool_name: Option<String>,
+    #[serde(rename = "toolInput", default)]
+    tool_input: Option<serde_json::Value>,
+    cwd: Option<String>,
 }
 
 /// A proven-to-parse payload of `event`.
@@ -23,6 +29,12 @@ pub struct Payload {
     pub session: ThreadId,
     /// agentStop: the turn was itself continued by a hook's `block`.
     pub stop_hook_active: bool,
+    /// The payload's `timestamp` as sent (Unix ms): with the session, it names one hook call.
+    pub timestamp: String,
+    /// permissionRequest: the tool asking and its input.
+    pub tool: Option<String>,
+    pub tool_input: Option<serde_json::Value>,
+    pub cwd: Option<String>,
 }
 
 /// The payload of a hook registered for `event` (text from the hook command), or why not.
@@ -31,10 +43,18 @@ pub fn parse(event: &str, payload: &str) -> Result<Payload, Refusal> {
     let event = Event::parse(event).ok_or_else(|| bad(format!("event {event:?} is not one Courier registers")))?;
     let wire: Wire = serde_json::from_str(payload).map_err(|e| bad(format!("{} payload: {e}", event.as_str())))?;
     let session = ThreadId::parse(&wire.session_id).map_err(|_| bad(format!("sessionId {:?} is not a UUID", wire.session_id)))?;
-    if wire.timestamp.is_none() {
+    let Some(timestamp) = wire.timestamp else {
         return Err(bad("payload has no timestamp: not a camelCase Copilot CLI payload".into()));
-    }
-    Ok(Payload { event, session, stop_hook_active: wire.stop_hook_active })
+    };
+    Ok(Payload {
+        event,
+        session,
+        stop_hook_active: wire.stop_hook_active,
+        timestamp: timestamp.to_string(),
+        tool: wire.tool_name,
+        tool_input: wire.tool_input,
+        cwd: wire.cwd,
+    })
 }
 
 #[cfg(test)]

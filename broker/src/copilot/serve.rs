@@ -1,10 +1,13 @@
 //! Copilot CLI in `broker serve`: one hook call (`hook-client --host copilot --event E` on the
 //! broker's socket, routed here by `server/hook.rs`): proven (`gate.rs`), then handed what
-//! waits (`deliver.rs`); and the confirmation thread that settles hand-offs from the session
+//! waits (`deliver.rs`), or, a permissionRequest, held for a person where configured
+//! (`approval.rs`; the hold itself is the broker's, `server/approval_hold.rs`); and the confirmation thread that settles hand-offs from the session
 //! records (`confirm.rs`).
 
 use super::deliver::{self, Handed};
-use super::gate;
+use super::{approval, gate, Event};
+use crate::approval::NewApproval;
+use crate::config::Hold;
 use crate::gate::{Gate, HookRequest, Peer};
 use crate::refusal::Refusal;
 use crate::store::{Store, HANDED};
@@ -17,15 +20,25 @@ use std::time::Duration;
 /// waits for the next hand-off).
 const CONFIRM_EVERY: Duration = Duration::from_millis(500);
 
-/// One hook call: its proof, then what it is handed (`None`: nothing), already recorded as
-/// handed. A refusal changes nothing.
-pub fn hook(gate: &Gate, store: &Mutex<Store>, peer: &Peer, req: &HookRequest, event: &str) -> Result<Option<Handed>, Refusal> {
+/// What a proven hook call comes to.
+pub enum Answer {
+    /// What it is handed (`None`: nothing), already recorded as handed.
+    Handed(Option<Handed>),
+    /// A permissionRequest `[approvals] hold` holds for a person's answer (`approval.rs`).
+    Ask(NewApproval),
+}
+
+/// One hook call: its proof, then its answer. A refusal changes nothing.
+pub fn hook(gate: &Gate, store: &Mutex<Store>, peer: &Peer, req: &HookRequest, event: &str, hold: Hold) -> Result<Answer, Refusal> {
     let proven = gate::verify(gate, store, peer, req, event).map_err(|mut r| {
         r.event = Some(format!("copilot:{event}"));
         r
     })?;
+    if proven.payload.event == Event::PermissionRequest {
+        return Ok(approval::to_hold(&proven, hold).map_or(Answer::Handed(None), Answer::Ask));
+    }
     let mut store = crate::store::lock(store);
-    deliver::offer(&mut store, &proven).map_err(|e| {
+    deliver::offer(&mut store, &proven).map(Answer::Handed).map_err(|e| {
         crate::log_error!("copilot: offer to session {} failed: {e:#}", proven.payload.session);
         Refusal::new(crate::refusal::RefusalCode::CopilotSessionLock, "the queue could not be read").with_thread(&proven.payload.session)
     })

@@ -440,6 +440,7 @@ mod tests {
         let now = 10_000_000_000;
         let approval = |id: &str, since: i64, state: ApprovalState, outcome: Option<AnswerOutcome>| Approval {
             id: id.into(),
+            host: Default::default(),
             thread: crate::store::sample::T1.clone(),
             turn: "u1".into(),
             call_id: None,

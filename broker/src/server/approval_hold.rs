@@ -1,5 +1,6 @@
-//! The opt-in hold (`[approvals] hold`): a PermissionRequest hook that waits, bounded, for a
-//! person's `broker approve|deny` and returns it as the hook's decision. Off by default: the hook
+//! The opt-in hold (`[approvals] hold`): a PermissionRequest hook (Codex's, or Copilot CLI's
+//! permissionRequest) that waits, bounded, for a person's `broker approve|deny` and returns it as
+//! the hook's decision, in the host's own form. Off by default: the hook
 //! returns at once and the person's prompt appears as usual.
 //!
 //! The broker tells hook-client at once that it holds, and for how long (`hold_ms`), so a broker
@@ -9,7 +10,7 @@
 //! one. Codex's own hook timeout must exceed the hold (docs/approvals.md).
 
 use super::Broker;
-use crate::approval::{ApprovalKind, Decision};
+use crate::approval::{ApprovalHost, ApprovalKind, Decision, NewApproval};
 use crate::codex::approval as codex_approval;
 use crate::codex::appserver::endpoint;
 use crate::codex::patch::patch_files;
@@ -125,9 +126,20 @@ impl Broker {
         }
     }
 
-    /// Holds the hook of approval `id` (registered, answers come on `rx`) until an answer or the
-    /// hold's end, then replies: the decision, or none. Always replies something on `stream`.
-    pub(super) fn hold(&self, mut stream: UnixStream, id: &str, rx: Receiver<HeldAnswer>) {
+    /// Holds a host's hook that asks a person `asked` (Copilot CLI's permissionRequest): recorded
+    /// and held; not recorded, or too many held, it is answered at once with no decision.
+    pub(super) fn hold_for_person(&self, mut stream: UnixStream, asked: &NewApproval) {
+        match self.approvals.holds.register(|| self.record_new_approval(asked)) {
+            Some((id, answers)) => self.hold(stream, &id, asked.host, answers),
+            None => {
+                let _ = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
+            }
+        }
+    }
+
+    /// Holds the hook of `host`'s approval `id` (registered, answers come on `rx`) until an answer
+    /// or the hold's end, then replies: the decision, or none. Always replies something on `stream`.
+    pub(super) fn hold(&self, mut stream: UnixStream, id: &str, host: ApprovalHost, rx: Receiver<HeldAnswer>) {
         let holds = &self.approvals.holds;
         let hold = self.approvals.config.hold_for();
         let said = HookReply { v: PROTOCOL_VERSION, hold_ms: Some(hold.as_millis() as u64), ..Default::default() };
@@ -142,14 +154,39 @@ impl Broker {
             Err(RecvTimeoutError::Timeout) if holds.take(id).is_some() => None,
             Err(_) => rx.recv_timeout(TAKEN_GRACE).ok(),
         };
-        let output = answer.as_ref().map(|x| codex_approval::hook_decision(x.decision, x.message.as_deref())).unwrap_or_default();
+        let output = answer.as_ref().map(|x| hook_decision(host, x.decision, x.message.as_deref())).unwrap_or_default();
         let written = wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, output, ..Default::default() }).is_ok();
-        match answer {
-            Some(x) => {
+        match (answer, host) {
+            (Some(x), _) => {
                 let _ = x.written.send(written);
             }
-            None => crate::log_info!("approval {id}: the hold ended with no answer; Codex decides as without Courier"),
+            (None, ApprovalHost::Codex) => {
+                crate::log_info!("approval {id}: the hold ended with no answer; Codex decides as without Courier")
+            }
+            // Nothing else carries an answer to Copilot CLI: the approval is over.
+            (None, ApprovalHost::Copilot) => self.resolve_unheld(id, crate::copilot::approval::HOLD_ENDED),
         }
+    }
+
+    /// Resolves approval `id`, which nothing can answer any more, with `why`.
+    pub(super) fn resolve_unheld(&self, id: &str, why: &str) {
+        let mut store = crate::store::lock(&self.store);
+        match store.resolve_approval(id, why) {
+            Ok(true) => crate::log_info!("approval {id}: resolved: {why}"),
+            Ok(false) => {}
+            Err(e) => crate::log_error!("resolving approval {id}: {e:#}"),
+        }
+        if let Ok(Some(a)) = store.approval(id) {
+            self.approvals.forget_if_settled(&store, &a.thread);
+        }
+    }
+}
+
+/// The held hook's output for a person's decision, as `host` reads it.
+fn hook_decision(host: ApprovalHost, decision: Decision, message: Option<&str>) -> String {
+    match host {
+        ApprovalHost::Codex => codex_approval::hook_decision(decision, message),
+        ApprovalHost::Copilot => crate::copilot::approval::decision(decision, message),
     }
 }
 

@@ -1,4 +1,5 @@
-//! Pending approvals Codex no longer waits on leave the list: once a second the broker looks at
+//! Pending approvals their host no longer waits on leave the list (a Copilot CLI one as soon as
+//! its hook is not held: nothing else answers it): once a second the broker looks at
 //! each one old enough to have reached Codex. No hook tells it when the person answers at the TUI
 //! or app-server and the model is slow to go on, when the turn is interrupted (Esc), or when the
 //! Codex process exits. An approval its thread's owner no longer holds, or whose request the
@@ -6,7 +7,7 @@
 
 use super::trust::TrustView;
 use super::Broker;
-use crate::approval::{Approval, ApprovalState};
+use crate::approval::{Approval, ApprovalHost, ApprovalState};
 use crate::codex::approval::{self as codex_approval, Waits};
 use crate::codex::appserver::endpoint;
 use crate::codex::owner::NoOwner;
@@ -46,19 +47,18 @@ impl Broker {
         let now = now_ms();
         let due = listed.into_iter().filter(|a| a.state == ApprovalState::Pending && now - a.since >= GRACE_MS);
         for a in due.filter(|a| !self.approvals.is_held(&a.id)) {
-            let Some(why) = self.why_gone(&a) else { continue };
-            let mut store = crate::store::lock(&self.store);
-            match store.resolve_approval(&a.id, &why) {
-                Ok(true) => crate::log_info!("approval {}: resolved: {why}", a.id),
-                Ok(false) => {}
-                Err(e) => crate::log_error!("resolving approval {}: {e:#}", a.id),
+            if let Some(why) = self.why_gone(&a) {
+                self.resolve_unheld(&a.id, &why);
             }
-            self.approvals.forget_if_settled(&store, &a.thread);
         }
     }
 
-    /// Why Codex no longer waits on `a`, or `None` (it does, or that cannot be told).
+    /// Why the host no longer waits on `a`, or `None` (it does, or that cannot be told).
     fn why_gone(&self, a: &Approval) -> Option<String> {
+        if a.host == ApprovalHost::Copilot {
+            // Only its held hook could carry an answer, and it is not held.
+            return Some(crate::copilot::approval::HOLD_ENDED.into());
+        }
         let owner = match self.gate.thread_owner(&a.thread, &TrustView(self)) {
             Ok(o) => o,
             Err(NoOwner::NotLoaded) => return Some(CODEX_EXITED.into()),

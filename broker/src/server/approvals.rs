@@ -20,7 +20,9 @@
 use super::approval_hold::{self, Given, Holds, MAX_HOLDS as MAX_HELD};
 use super::trust::TrustView;
 use super::Broker;
-use crate::approval::{AnswerOutcome, AnswerRecord, AnswerVia, Approval, ApprovalKind, ApprovalState, Decision, NewApproval, Refused};
+use crate::approval::{
+    AnswerOutcome, AnswerRecord, AnswerVia, Approval, ApprovalHost, ApprovalKind, ApprovalState, Decision, NewApproval, Refused,
+};
 use crate::codex::approval::{self as codex_approval, Answered};
 use crate::codex::appserver::endpoint;
 use crate::config::Hold;
@@ -150,9 +152,13 @@ impl Broker {
     /// Records a verified PermissionRequest, or a `request_permissions` call's PreToolUse, as
     /// pending; its id.
     pub(super) fn record_approval(&self, v: &Verified, ticket: &Ticket) -> Option<String> {
-        let new = new_approval(v, ticket)?;
+        self.record_new_approval(&new_approval(v, ticket)?)
+    }
+
+    /// Records `new` as pending (whatever its host); its id.
+    pub(super) fn record_new_approval(&self, new: &NewApproval) -> Option<String> {
         let mut store = crate::store::lock(&self.store);
-        let recorded = store.record_approval(&new);
+        let recorded = store.record_approval(new);
         // No hook runs until it is answered: the thread's messages say why they wait.
         if let Err(e) = store.note_deferral(&new.thread, DeliveryReason::WaitingOnApproval) {
             crate::log_error!("noting waiting_on_approval on thread {}: {e:#}", new.thread);
@@ -190,7 +196,7 @@ impl Broker {
         if !self.holds(v) {
             self.record_approval(v, ticket);
         } else if let Some((id, answers)) = self.approvals.holds.register(|| self.record_approval(v, ticket)) {
-            return self.hold(stream, &id, answers);
+            return self.hold(stream, &id, ApprovalHost::Codex, answers);
         }
         let _ = courier_shared::wire::write_json(&mut stream, &HookReply { v: PROTOCOL_VERSION, ..Default::default() });
     }
@@ -305,6 +311,10 @@ impl Broker {
     /// Answers through the app-server that owns the thread: the person's prompt there closes.
     fn answer_through_app_server(&self, listed: &Approval, record: &AnswerRecord) -> Result<Value, (ErrorCode, String)> {
         let (id, decision, message) = (&listed.id, record.decision, record.message.clone());
+        if listed.host == ApprovalHost::Copilot {
+            // Only its held hook carries an answer to Copilot CLI.
+            return Err((ErrorCode::Failed, format!("approval {id}: {}; nothing was sent", crate::copilot::approval::HOLD_ENDED)));
+        }
         let owner = self
             .gate
             .thread_owner(&listed.thread, &TrustView(self))
@@ -426,6 +436,7 @@ fn new_approval(v: &Verified, ticket: &Ticket) -> Option<NewApproval> {
     if v.event == HookEvent::PreToolUse {
         let asked = codex_approval::permission_ask(&v.payload)?;
         return Some(NewApproval {
+            host: ApprovalHost::Codex,
             thread: v.thread_id.clone(),
             turn,
             call_id: v.payload.tool_use_id.clone(),
@@ -453,6 +464,7 @@ fn new_approval(v: &Verified, ticket: &Ticket) -> Option<NewApproval> {
         ApprovalKind::Command | ApprovalKind::Permissions | ApprovalKind::McpTool => Vec::new(),
     };
     Some(NewApproval {
+        host: ApprovalHost::Codex,
         thread: v.thread_id.clone(),
         turn,
         call_id,

@@ -8,6 +8,7 @@ use super::{
     Broker, QUEUED_REFUSALS_MAX, REQUEST_TIMEOUT,
 };
 use crate::codex::effort;
+use crate::copilot::serve::Answer;
 use crate::delivery::{self, Offer};
 use crate::failpoint;
 use crate::gate::{self, HookRequest, Peer, Verified};
@@ -107,11 +108,17 @@ impl Broker {
     /// host's wing proves it and hands what waits, recorded before the answer is written.
     fn host_hook(&self, mut stream: UnixStream, peer: &Peer, request: &HookRequest, he: &wire::HostEvent) -> Served {
         let served = match he.host.as_str() {
-            crate::copilot::HOST => crate::copilot::serve::hook(&self.gate, &self.store, peer, request, &he.event),
+            crate::copilot::HOST => {
+                crate::copilot::serve::hook(&self.gate, &self.store, peer, request, &he.event, self.approvals.config.hold)
+            }
             other => Err(gate::Refusal::new(RefusalCode::UnsupportedEvent, format!("host {other:?} is not one Courier serves"))),
         };
         let output = match served {
-            Ok(handed) => handed.map(|h| {
+            Ok(Answer::Ask(asked)) => {
+                self.hold_for_person(stream, &asked);
+                return Served::Closed;
+            }
+            Ok(Answer::Handed(handed)) => handed.map(|h| {
                 self.counters.handed.fetch_add(h.count as u64, Ordering::Relaxed);
                 self.producer.changed();
                 h.output

@@ -3,7 +3,9 @@
 //! so an approval is answered at most once whatever runs at the same time.
 
 use super::{now_ms, Store};
-use crate::approval::{AnswerOutcome, AnswerRecord, AnswerVia, Approval, ApprovalKind, ApprovalState, Decision, NewApproval, Refused};
+use crate::approval::{
+    AnswerOutcome, AnswerRecord, AnswerVia, Approval, ApprovalHost, ApprovalKind, ApprovalState, Decision, NewApproval, Refused,
+};
 use anyhow::Result;
 use courier_shared::ids::ThreadId;
 use rusqlite::{params, Connection, OptionalExtension, Row};
@@ -43,11 +45,13 @@ pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     // from before were all commands) and, for a file change, its files (a JSON array).
     super::add_column(conn, "approvals", "detail", "TEXT")?;
     super::add_column(conn, "approvals", "kind", "TEXT NOT NULL DEFAULT 'command'")?;
-    super::add_column(conn, "approvals", "files", "TEXT")
+    super::add_column(conn, "approvals", "files", "TEXT")?;
+    // The host agent waiting on it (rows from before were all Codex's).
+    super::add_column(conn, "approvals", "host", "TEXT NOT NULL DEFAULT 'codex'")
 }
 
 const COLUMNS: &str = "id, thread, turn, call_id, tool, command, command_digest, reason, cwd, since, state,
-     decision, message, answered_by, answered_via, answered_at, outcome, detail, kind, files";
+     decision, message, answered_by, answered_via, answered_at, outcome, detail, kind, files, host";
 
 fn text_enum<T>(v: Option<String>, parse: fn(&str) -> Option<T>, col: usize) -> rusqlite::Result<Option<T>> {
     match v {
@@ -74,6 +78,7 @@ fn row(r: &Row) -> rusqlite::Result<Approval> {
     };
     Ok(Approval {
         id: r.get(0)?,
+        host: text_enum(Some(r.get(20)?), ApprovalHost::parse, 20)?.unwrap_or_default(),
         thread: super::thread_at(r, 1)?,
         turn: r.get(2)?,
         call_id: r.get(3)?,
@@ -96,8 +101,8 @@ impl Store {
     pub fn record_approval(&mut self, a: &NewApproval) -> Result<String> {
         let id = crate::approval::new_id();
         self.conn.execute(
-            "INSERT INTO approvals (id, thread, turn, call_id, tool, command, command_digest, reason, cwd, since, state, ticket, kind, files)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11, ?12, ?13) ON CONFLICT(ticket) DO NOTHING",
+            "INSERT INTO approvals (id, thread, turn, call_id, tool, command, command_digest, reason, cwd, since, state, ticket, kind, files, host)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11, ?12, ?13, ?14) ON CONFLICT(ticket) DO NOTHING",
             params![
                 id,
                 a.thread.as_str(),
@@ -112,6 +117,7 @@ impl Store {
                 a.ticket,
                 a.kind.as_str(),
                 (a.kind == ApprovalKind::FileChange).then(|| serde_json::Value::from(a.files.clone()).to_string()),
+                a.host.as_str(),
             ],
         )?;
         Ok(self.conn.query_row("SELECT id FROM approvals WHERE ticket = ?1", [&a.ticket], |r| r.get(0))?)
@@ -235,6 +241,7 @@ mod tests {
 
     fn new(ticket: &str) -> NewApproval {
         NewApproval {
+            host: Default::default(),
             thread: crate::store::sample::T1.clone(),
             turn: "u1".into(),
             call_id: Some("call_1".into()),

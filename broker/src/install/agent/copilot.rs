@@ -17,9 +17,12 @@ use serde_json::json;
 use std::path::{Path, PathBuf};
 
 /// The events Courier registers, in the camelCase dialect (the payloads Courier reads).
-const EVENTS: [crate::copilot::Event; 2] = crate::copilot::Event::ALL;
+const EVENTS: [crate::copilot::Event; 3] = crate::copilot::Event::ALL;
 /// Copilot's timeout for one hook: hook-client answers within its own 500 ms deadline.
-const TIMEOUT_SEC: u32 = 5;
+const TIMEOUT_SEC: u64 = 5;
+/// Copilot's timeout for the permissionRequest hook: past the longest hold a person's answer may
+/// take (`[approvals] hold_secs`), so the broker's bound ends the hold, never Copilot's kill.
+const PERMISSION_TIMEOUT_SEC: u64 = crate::config::MAX_HOLD_SECS + 30;
 
 fn copilot_home(env: &AgentEnv) -> Result<PathBuf> {
     match &env.copilot_home {
@@ -51,7 +54,11 @@ fn hooks_text(client: &Path) -> String {
         .iter()
         .map(|e| {
             let cmd = format!("{quoted} --host {} --event {}", crate::copilot::HOST, e.as_str());
-            (e.as_str().to_string(), json!([{"type": "command", "bash": cmd, "timeoutSec": TIMEOUT_SEC}]))
+            let timeout = match e {
+                crate::copilot::Event::PermissionRequest => PERMISSION_TIMEOUT_SEC,
+                crate::copilot::Event::PostToolUse | crate::copilot::Event::AgentStop => TIMEOUT_SEC,
+            };
+            (e.as_str().to_string(), json!([{"type": "command", "bash": cmd, "timeoutSec": timeout}]))
         })
         .collect();
     let mut text = serde_json::to_string_pretty(&json!({"version": 1, "hooks": hooks})).expect("a JSON value");
