@@ -22,16 +22,23 @@ pub(super) fn checks(ctx: &Context) -> Vec<Check> {
         Ok(_) => Check::warn(format!("{} changed since install", setup.hooks_file.display()), Some("broker install".into())),
         Err(e) => Check::fail(format!("Copilot CLI hook file {}: {e}", setup.hooks_file.display()), "broker install"),
     };
-    let trusted = Store::open(ctx.state_dir)
+    let binaries: Vec<_> = Store::open(ctx.state_dir)
         .and_then(|s| s.trusted_host_files(crate::copilot::HOST))
-        .map(|files| files.iter().filter(|f| f.role == crate::copilot::trust::BINARY).count())
-        .unwrap_or(0);
-    let trust = match trusted {
-        0 => Check::fail(
+        .map(|files| files.into_iter().filter(|f| f.role == crate::copilot::trust::BINARY).collect())
+        .unwrap_or_default();
+    // With a person key set, only the rows the person signed count (store/hosts.rs).
+    let key = crate::person::PersonKey::current();
+    let counting = binaries.iter().filter(|f| f.honoured(&key)).count();
+    let trust = match (binaries.len(), counting) {
+        (0, _) => Check::fail(
             "no GitHub Copilot CLI binary is trusted: every Copilot hook is refused (untrusted_copilot)",
             "broker trust-copilot PATH-OF-THE-NATIVE-BINARY",
         ),
-        n => Check::ok(format!("{n} GitHub Copilot CLI binary digest(s) trusted, with the code each unpacks")),
+        (n, 0) => Check::fail(
+            format!("{n} GitHub Copilot CLI binary digest(s) recorded, none signed by the person key: every Copilot hook is refused (untrusted_copilot)"),
+            "broker trust-copilot PATH-OF-THE-NATIVE-BINARY (with the person's passphrase)",
+        ),
+        (_, n) => Check::ok(format!("{n} GitHub Copilot CLI binary digest(s) trusted, with the code each unpacks")),
     };
     vec![hooks, trust]
 }
