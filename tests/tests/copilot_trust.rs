@@ -93,3 +93,20 @@ fn with_a_person_key_planted_copilot_trust_rows_trust_nothing_and_the_persons_si
     let (_, carried) = run_with_message(&broker, &env, &api, &hold, &body);
     assert_eq!(carried, 1, "delivered once under the person's signed trust\n{}", broker.log_text());
 }
+
+/// Setting a person key loses no trust: the copilot trusted before the key (unsigned, as
+/// `broker install` trusts it) still counts after `broker person set`, which signs its rows.
+#[test]
+fn the_copilot_trusted_before_the_person_key_still_counts_after_person_set() {
+    let hold = Hold::new();
+    let api = ScriptedChat::start_with(one_call(&hold));
+    let Some((broker_env, env)) = wired_envs(&api) else { return };
+    let broker = Broker::start(&broker_env);
+    let (copilot, dist) = (env.copilot.display().to_string(), env.dist_dir().display().to_string());
+    let said = broker.run_ok(&["trust-copilot", &copilot, &dist]);
+    assert!(!said.contains("signed by the person key"), "no key yet: unsigned rows: {said}");
+    broker.person_passphrase();
+    let body = marker("COPILOT_TRUSTED_BEFORE_THE_KEY");
+    let (_, carried) = run_with_message(&broker, &env, &api, &hold, &body);
+    assert_eq!(carried, 1, "delivered once: person set signed the rows that counted\n{}", broker.log_text());
+}
