@@ -5,7 +5,9 @@
 //! [approvals]
 //! ack_timeout_ms = 10000   # after sending an answer, how long to wait for Codex's ack
 //! hold = "off"             # "exec": hold the PermissionRequest hook of threads no app-server
-//!                          # serves (codex exec --approve-for-me); "all": every thread
+//!                          # serves (codex exec --approve-for-me), and Copilot CLI's
+//!                          # permissionRequest of its shell tool; "all": every thread, every
+//!                          # Copilot tool call
 //! hold_secs = 60           # how long a hold waits for `broker approve|deny` (1 to 300)
 //! ```
 
@@ -35,10 +37,11 @@ pub enum Hold {
     /// None: the hook returns at once, the person's prompt appears as usual.
     #[default]
     Off,
-    /// Threads no app-server serves (`codex exec --approve-for-me`: only a hook's decision counts).
+    /// Threads no app-server serves (`codex exec --approve-for-me`: only a hook's decision counts);
+    /// Copilot CLI's shell (`bash`) calls (`copilot/approval.rs`).
     Exec,
     /// Every thread (the person at the TUI sees the hook's status line, and only Esc, until the
-    /// hold ends).
+    /// hold ends); every Copilot CLI tool call.
     All,
 }
 
