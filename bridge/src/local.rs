@@ -171,7 +171,7 @@ fn enqueue_in_store(state_dir: &Path, codex_home: &Path, req: &Value) -> Local {
         Ok(s) => s,
         Err(e) => return Local::Retry(format!("opening the queue: {e:#}")),
     };
-    match psend::send(&mut store, codex_home, &|| broker::producer::cli::fetch_threads(false, 0), &opts) {
+    match psend::send(&mut store, codex_home, &|| broker::producer::cli::fetch_threads(false, 0), &opts, None) {
         Ok(sent) => Local::Queued { id: sent.id, thread: sent.thread, duplicate: sent.duplicate },
         Err(SendError::Refused { code, message }) => Local::Refused { code: code.as_str().into(), message },
         Err(SendError::Failed(e)) => Local::Retry(format!("{e:#}")),

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 /// Every failpoint the broker has, in the order a delivery passes them.
-pub const NAMES: [&str; 21] = [
+pub const NAMES: [&str; 23] = [
     "after_lease_commit",         // store: lease committed, reply not yet written
     "after_reply_before_ack",     // server: reply with output written, ack not read
     "after_ack_read",             // server: client's ack read, ack not yet committed
@@ -22,6 +22,8 @@ pub const NAMES: [&str; 21] = [
     "wake_before_turn_start",     // wake: hand-off recorded, turn/start not yet written
     "wake_after_turn_start",      // wake: turn/start written, its answer not yet read
     "wake_after_answer",          // wake: turn/start answered, the turn not yet recorded
+    "interrupt_before_send",      // wake: the interrupted turn recorded, turn/interrupt not yet written
+    "interrupt_after_answer",     // wake: turn/interrupt answered, the thread not yet woken
     "install_after_units",        // install: systemd units written, not yet enabled
     "approval_after_claim",       // approvals: answer taken (`answering`), nothing sent to Codex
     "approval_after_answer",      // approvals: answer sent and acknowledged, outcome not recorded

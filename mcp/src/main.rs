@@ -56,7 +56,8 @@ struct SendMessage {
     #[serde(default)]
     to: Option<String>,
     /// steer (default): into its running turn, or a new turn when idle; next-turn: never inside
-    /// a running turn, only when it is over or with the next prompt.
+    /// a running turn, only when it is over or with the next prompt; interrupt: stop its running
+    /// turn and deliver in a new one (a Codex thread with an app-server only).
     #[serde(default)]
     mode: Option<String>,
     /// Idempotency key: the same key and text again give the same message id.

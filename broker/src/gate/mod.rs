@@ -156,6 +156,11 @@ impl Gate {
         looking.thread_owner(thread, trust)
     }
 
+    /// The `CODEX_HOME` whose threads it proves.
+    pub fn codex_home(&self) -> &std::path::Path {
+        &self.config.codex_home
+    }
+
     /// Lets go of the files the gate keeps open whose path names another file now, or none (a
     /// deleted rollout's space is freed). Run by the maintenance pass.
     pub fn prune(&self) {

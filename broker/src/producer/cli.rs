@@ -187,7 +187,7 @@ fn queue(mut opts: SendOptions, explicit_from: bool) -> Result<send::Sent> {
     opts.verified_sender = false;
     let sent = {
         let mut store = open_store()?;
-        send::send(&mut store, &paths::codex_home(), &|| fetch_threads(false, 0), &opts)
+        send::send(&mut store, &paths::codex_home(), &|| fetch_threads(false, 0), &opts, None)
     };
     match sent {
         Ok(s) => {

@@ -51,10 +51,12 @@ use std::time::Duration;
 pub type Verify<'a> = dyn Fn(&UnixStream, Option<(&str, &str)>) -> Result<ToolSender, String> + 'a;
 
 /// What the broker proves of a producer's peer: which thread's tool call it is ([`Verify`]), and
-/// whether it is a process of the user that runs unconfined (`Gate::verify_unconfined_user`).
+/// whether it is a process of the user that runs unconfined (`Gate::verify_unconfined_user`);
+/// and whether it can interrupt a thread's running turn (`wake::interrupt::check`).
 pub struct Checks<'a> {
     pub sender: &'a Verify<'a>,
     pub unconfined_user: &'a (dyn Fn(&UnixStream) -> bool + 'a),
+    pub interrupt: &'a send::Interruptible<'a>,
 }
 
 /// A request line, parsed (`Request::parse`); `Err` is the error reply.
@@ -216,7 +218,7 @@ impl Service {
         let opts = SendOptions { target, text, key, ttl_ms, from, verified_sender, future_thread, wake, mode, class };
         let sent = {
             let mut store = crate::store::lock(&self.store);
-            send::send(&mut store, &self.codex_home, &|| self.threads(false, 0), &opts)
+            send::send(&mut store, &self.codex_home, &|| self.threads(false, 0), &opts, Some(checks.interrupt))
         };
         let reply = match sent {
             Err(SendError::Refused { code, message }) => error(code, &message),

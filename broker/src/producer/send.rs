@@ -215,12 +215,19 @@ fn thread_status(
     })
 }
 
-/// Resolves the target, checks it, and queues the message.
+/// Whether the broker this send goes through can interrupt a live Codex thread's running turn
+/// (`wake::interrupt::check`): `Err` says why not.
+pub type Interruptible<'a> = dyn Fn(&ThreadId) -> Result<(), String> + 'a;
+
+/// Resolves the target, checks it, and queues the message. `interrupt` is the running broker's
+/// [`Interruptible`]; `None` where the queue is written directly (no broker runs: nothing could
+/// interrupt a turn, so `--mode interrupt` is refused).
 pub fn send(
     store: &mut Store,
     codex_home: &Path,
     live: &dyn Fn() -> anyhow::Result<Vec<ThreadInfo>>,
     opts: &SendOptions,
+    interrupt: Option<&Interruptible<'_>>,
 ) -> Result<Sent, SendError> {
     if opts.text.trim().is_empty() {
         return Err(refused(ErrorCode::EmptyMessage, "refusing to send an empty message"));
@@ -245,10 +252,7 @@ pub fn send(
         (_, e) => e,
     })?;
     if opts.mode == Mode::Interrupt {
-        return Err(refused(
-            ErrorCode::NoInterrupt,
-            format!("--mode interrupt: this broker offers no interrupt for thread {thread}; nothing was queued (send with --mode next-turn or steer)"),
-        ));
+        check_interrupt(store, codex_home, &thread, status, opts, from.as_deref(), interrupt)?;
     }
     let held = match admission(store, &thread, opts.class, from.as_deref())? {
         Action::Accept => false,
@@ -289,6 +293,60 @@ pub fn send(
         true => store.message(&id).map_err(SendError::Failed)?.is_some_and(|m| m.state == crate::store::State::Held),
     };
     Ok(Sent { id, thread: thread.into(), duplicate, from, sender_verified: opts.verified_sender, thread_status: status, note, held })
+}
+
+/// Who may stop a running turn: the person, or a model of the user's own threads the broker
+/// verified. A sender from another host (NATS) or a confined process may not: an interrupt
+/// throws away the work of the person's turn. A `nats:` label counts as NATS, as for the policy.
+fn may_interrupt(class: SenderClass, from: Option<&str>) -> bool {
+    !relayed(from) && matches!(class, SenderClass::Person | SenderClass::Agent)
+}
+
+/// `--mode interrupt` is taken only where the broker can interrupt the thread's running turn (or
+/// wake it when idle): a live Codex thread whose proven owner serves an app-server, through the
+/// running broker, from a sender that [`may_interrupt`], with the wake allowed. Anything else is
+/// `no_interrupt`, and nothing is queued.
+fn check_interrupt(
+    store: &Store,
+    codex_home: &Path,
+    thread: &ThreadId,
+    status: ThreadStatus,
+    opts: &SendOptions,
+    from: Option<&str>,
+    interrupt: Option<&Interruptible<'_>>,
+) -> Result<(), SendError> {
+    let codex = crate::codex::rollout::find_rollout(codex_home, thread.as_str()).is_some();
+    let why = if !opts.wake {
+        "--wake never keeps the message from the wake, and a wake is what delivers it once the turn is stopped".to_string()
+    } else if !may_interrupt(opts.class, from) {
+        format!(
+            "only the person or a verified agent may interrupt a running turn, and this send counts as {}",
+            policy_class(opts.class, from)
+        )
+    } else if status == ThreadStatus::NotStarted {
+        format!("thread {thread} does not exist yet: no turn runs to interrupt")
+    } else if !codex {
+        let host = match store.claude_session_pin(thread).map_err(SendError::Failed)? {
+            Some(_) => "Claude Code",
+            None => "the Copilot CLI",
+        };
+        format!("{thread} is a session of {host}, which offers Courier no way to interrupt a turn")
+    } else if status == ThreadStatus::Ended {
+        format!("thread {thread} has ended: no turn runs to interrupt")
+    } else {
+        match interrupt.map(|check| check(thread)) {
+            Some(Ok(())) => return Ok(()),
+            Some(Err(why)) => why,
+            None => "no broker is running, and only the running broker interrupts a turn".to_string(),
+        }
+    };
+    Err(refused(
+        ErrorCode::NoInterrupt,
+        format!(
+            "--mode interrupt: {why}; nothing was queued (--mode steer delivers it at the running turn's next hook, \
+             --mode next-turn when the turn is over)"
+        ),
+    ))
 }
 
 /// The thread `name` names, or `misaddressed`.
@@ -480,16 +538,16 @@ mod tests {
         };
         let mut forged = opts(old, false);
         forged.from = Some(format!("thread:{old}"));
-        let Err(SendError::Refused { code, .. }) = send(&mut store, &home, &none, &forged) else { panic!() };
+        let Err(SendError::Refused { code, .. }) = send(&mut store, &home, &none, &forged, None) else { panic!() };
         assert_eq!(code.as_str(), "reserved_from", "a self-declared label cannot look verified");
-        let ended = send(&mut store, &home, &none, &opts(old, false)).ok().unwrap();
+        let ended = send(&mut store, &home, &none, &opts(old, false), None).ok().unwrap();
         assert_eq!(ended.thread_status, ThreadStatus::Ended);
         assert!(ended.note.unwrap().contains("waits until the thread is resumed"));
         let typo = "01a22654-3b31-76f3-a48c-b65aa7d0db69";
-        let Err(SendError::Refused { code, message }) = send(&mut store, &home, &none, &opts(typo, false)) else { panic!() };
+        let Err(SendError::Refused { code, message }) = send(&mut store, &home, &none, &opts(typo, false), None) else { panic!() };
         assert_eq!(code.as_str(), "no_such_thread");
         assert!(message.contains("--future-thread"), "{message}");
-        let future = send(&mut store, &home, &none, &opts(typo, true)).ok().unwrap();
+        let future = send(&mut store, &home, &none, &opts(typo, true), None).ok().unwrap();
         assert_eq!(future.thread_status, ThreadStatus::NotStarted);
         // An id minted a moment ago (Codex prints it before the rollout exists): its rollout is
         // waited for, and found when it appears meanwhile; refused when it does not.
@@ -501,15 +559,15 @@ mod tests {
             std::fs::write(born, "{}\n").unwrap();
         });
         let started = std::time::Instant::now();
-        let sent = send(&mut store, &home, &none, &opts(&fresh, false)).ok().unwrap();
+        let sent = send(&mut store, &home, &none, &opts(&fresh, false), None).ok().unwrap();
         writer.join().unwrap();
         assert_eq!(sent.thread_status, ThreadStatus::Ended, "found once written");
         assert!(started.elapsed() < NEW_THREAD_WAIT);
         let fresh2 = format!("{:08x}-{:04x}-7abc-8def-0123456789ac", ms >> 16, ms & 0xffff);
-        let Err(SendError::Refused { code, .. }) = send(&mut store, &home, &none, &opts(&fresh2, false)) else { panic!() };
+        let Err(SendError::Refused { code, .. }) = send(&mut store, &home, &none, &opts(&fresh2, false), None) else { panic!() };
         assert_eq!(code.as_str(), "no_such_thread");
         assert!(started.elapsed() >= NEW_THREAD_WAIT);
-        let Err(SendError::Refused { code, .. }) = send(&mut store, &home, &none, &opts("nope", false)) else { panic!() };
+        let Err(SendError::Refused { code, .. }) = send(&mut store, &home, &none, &opts("nope", false), None) else { panic!() };
         assert_eq!(code.as_str(), "bad_thread");
         assert_eq!(store.messages(None).unwrap().len(), 3, "refusals queue nothing");
         std::fs::remove_dir_all(&dir).unwrap();
@@ -567,7 +625,7 @@ mod tests {
             class,
         };
         let Err(SendError::Refused { code, message }) =
-            send(&mut store, &home, &none, &opts(Target::Name("nobody".into()), SenderClass::Person, "me"))
+            send(&mut store, &home, &none, &opts(Target::Name("nobody".into()), SenderClass::Person, "me"), None)
         else {
             panic!()
         };
@@ -575,33 +633,95 @@ mod tests {
         assert!(store.messages(None).unwrap().is_empty(), "nothing was queued");
         let t = ThreadId::parse(thread).unwrap();
         store.name_thread(&t, "docs").unwrap().unwrap();
-        let named = send(&mut store, &home, &none, &opts(Target::Name("docs".into()), SenderClass::Person, "me")).ok().unwrap();
+        let named = send(&mut store, &home, &none, &opts(Target::Name("docs".into()), SenderClass::Person, "me"), None).ok().unwrap();
         assert_eq!((named.thread.as_str(), named.held), (thread, false));
 
         store.set_inbound(&t, Some(SenderClass::Nats), Action::Hold, 0).unwrap();
         store.set_inbound(&t, Some(SenderClass::Local), Action::Refuse, 1).unwrap();
-        let relayed = send(&mut store, &home, &none, &opts(Target::Thread(thread.into()), SenderClass::Nats, "nats:b/ci")).ok().unwrap();
+        let relayed =
+            send(&mut store, &home, &none, &opts(Target::Thread(thread.into()), SenderClass::Nats, "nats:b/ci"), None).ok().unwrap();
         assert!(relayed.held, "held by the nats rule");
         assert_eq!(store.message(&relayed.id).unwrap().unwrap().state, crate::store::State::Held);
-        let posing = send(&mut store, &home, &none, &opts(Target::Thread(thread.into()), SenderClass::Person, "nats:b/ci")).ok().unwrap();
+        let posing =
+            send(&mut store, &home, &none, &opts(Target::Thread(thread.into()), SenderClass::Person, "nats:b/ci"), None).ok().unwrap();
         assert!(posing.held, "a nats: label makes a person's send as strict as nats");
         let Err(SendError::Refused { code, message }) =
-            send(&mut store, &home, &none, &opts(Target::Thread(thread.into()), SenderClass::Local, "nats:x/y"))
+            send(&mut store, &home, &none, &opts(Target::Thread(thread.into()), SenderClass::Local, "nats:x/y"), None)
         else {
             panic!()
         };
         assert_eq!(code, ErrorCode::RefusedByPolicy, "a label cannot make a refused class merely held");
         assert!(message.contains("refuses messages") && message.contains("nothing was queued"), "{message}");
-        let Err(SendError::Refused { code, .. }) = send(
-            &mut store,
-            &home,
-            &none,
-            &SendOptions { mode: Mode::Interrupt, ..opts(Target::Thread(thread.into()), SenderClass::Person, "me") },
-        ) else {
-            panic!()
-        };
-        assert_eq!(code, ErrorCode::NoInterrupt);
         assert_eq!(store.messages(None).unwrap().len(), 3, "refusals queue nothing");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// `--mode interrupt` is queued only where the running broker can interrupt: a live Codex
+    /// thread its check passes (an app-server the proven owner serves), from the person or a
+    /// verified agent, with the wake allowed. Everything else is `no_interrupt`, saying why and
+    /// what to use instead, and queues nothing.
+    #[test]
+    fn interrupt_is_refused_where_nothing_can_interrupt() {
+        use std::os::fd::AsRawFd;
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("courier-send-interrupt-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let home = dir.join("codex");
+        let day = home.join("sessions/2026/11/29");
+        std::fs::create_dir_all(&day).unwrap();
+        std::fs::create_dir_all(home.join("thread-writer-locks")).unwrap();
+        let (live, ended) = ("01a22654-3b31-76f3-a48c-b65aa7d0db68", "01a22654-3b31-76f3-a48c-b65aa7d0db6a");
+        for t in [live, ended] {
+            std::fs::write(day.join(format!("rollout-2026-11-29T08-03-04-{t}.jsonl")), "{}\n").unwrap();
+        }
+        // This process holds the live thread's writer lock, as its codex would.
+        let lock = std::fs::File::create(home.join(format!("thread-writer-locks/{live}.lock"))).unwrap();
+        assert_eq!(unsafe { nix::libc::flock(lock.as_raw_fd(), nix::libc::LOCK_EX) }, 0);
+        let mut store = Store::open(&dir).unwrap();
+        let none = || -> anyhow::Result<Vec<ThreadInfo>> { Ok(vec![]) };
+        let opts = |thread: &str, class: SenderClass, from: &str| SendOptions {
+            target: Target::Thread(thread.into()),
+            text: "stop and read this".into(),
+            key: None,
+            ttl_ms: None,
+            from: Some(from.into()),
+            verified_sender: false,
+            future_thread: false,
+            wake: true,
+            mode: Mode::Interrupt,
+            class,
+        };
+        let can: &Interruptible = &|_| Ok(());
+        let no_app_server: &Interruptible = &|t| Err(format!("the codex of {t} serves no app-server"));
+        let refusal = |store: &mut Store, o: &SendOptions, check: Option<&Interruptible>| match send(store, &home, &none, o, check) {
+            Err(SendError::Refused { code, message }) => {
+                assert_eq!(code, ErrorCode::NoInterrupt, "{message}");
+                assert!(message.contains("nothing was queued") && message.contains("--mode steer"), "says what to use: {message}");
+                message
+            }
+            Err(SendError::Failed(e)) => panic!("{e:#}"),
+            Ok(sent) => panic!("queued {}", sent.id),
+        };
+        let person = opts(live, SenderClass::Person, "me");
+        assert!(refusal(&mut store, &person, None).contains("no broker is running"));
+        assert!(refusal(&mut store, &person, Some(no_app_server)).contains("serves no app-server"));
+        assert!(refusal(&mut store, &opts(ended, SenderClass::Person, "me"), Some(can)).contains("has ended"));
+        let future = SendOptions { future_thread: true, ..opts("01a22654-3b31-76f3-a48c-b65aa7d0db69", SenderClass::Person, "me") };
+        assert!(refusal(&mut store, &future, Some(can)).contains("does not exist yet"));
+        for (class, from) in [(SenderClass::Nats, "nats:b/ci"), (SenderClass::Local, "sandboxed"), (SenderClass::Person, "nats:b/ci")] {
+            let m = refusal(&mut store, &opts(live, class, from), Some(can));
+            assert!(m.contains("only the person or a verified agent"), "{class:?} {from}: {m}");
+        }
+        let never = SendOptions { wake: false, ..opts(live, SenderClass::Person, "me") };
+        assert!(refusal(&mut store, &never, Some(can)).contains("--wake never"));
+        assert!(store.messages(None).unwrap().is_empty(), "refusals queue nothing");
+
+        for class in [SenderClass::Person, SenderClass::Agent] {
+            let sent = send(&mut store, &home, &none, &opts(live, class, "me"), Some(can)).ok().unwrap();
+            let m = store.message(&sent.id).unwrap().unwrap();
+            assert_eq!((m.state, m.mode), (crate::store::State::Pending, Mode::Interrupt), "{class:?}");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -15,6 +15,7 @@
 //! | `wake_rate_limited` | pending | the thread was woken `[wake] max_per_minute` times in the last minute; woken when the minute allows |
 //! | `wake_loop_guard` | pending | the thread was woken `[wake] max_in_a_row` times with no other turn between: it waits for a turn someone else starts (its hooks deliver) |
 //! | `wake_interrupted` | pending | leased by a broker that died before it recorded a hand-off: nothing was sent; offered again |
+//! | `turn_not_interrupted` | pending | an `interrupt` message: `turn/interrupt` was sent but the rollout did not show the turn closed within `wake::interrupt::TURN_END`; asked again for that turn on the next pass |
 //! | `claude_no_wake` | pending | an idle Claude Code session with no wake hook of it held: Claude Code runs Courier's `asyncRewake` Stop hook at the end of each turn and it ends about 9 minutes later (or a broker stopped for over 2 minutes lost it); its next prompt delivers |
 //! | `wake_unanswered` | uncertain | the hand-off was recorded (`turn/start` may have left) but the rollout showed no user message with its id within the wake's time (`WAKE_LEASE_MS`): never offered again |
 
@@ -31,6 +32,7 @@ super::reasons! {
         RateLimited = "wake_rate_limited",
         LoopGuard = "wake_loop_guard",
         Interrupted = "wake_interrupted",
+        TurnNotInterrupted = "turn_not_interrupted",
         ClaudeNoWake = "claude_no_wake",
         Unanswered = "wake_unanswered",
     }

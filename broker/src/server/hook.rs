@@ -306,6 +306,11 @@ impl Broker {
         gate::peer::identify(stream).is_ok_and(|peer| self.gate.verify_unconfined_user(&peer).is_ok())
     }
 
+    /// Whether the wake pass can interrupt `thread`'s running turn (`--mode interrupt`).
+    pub(super) fn interruptible(&self, thread: &courier_shared::ids::ThreadId) -> Result<(), String> {
+        crate::wake::interrupt::check(&self.gate, &super::trust::TrustView(self), thread)
+    }
+
     pub(super) fn verify_sender(&self, stream: &UnixStream, claims: Option<(&str, &str)>) -> Result<gate::sender::ToolSender, String> {
         let peer = gate::peer::identify(stream).map_err(|r| format!("{}: {}", r.code, r.detail))?;
         let claude = match claims {

@@ -169,6 +169,7 @@ pub(super) fn worker(broker: &Broker, jobs: &JobQueue, handback: &Handback) {
                         let checks = crate::producer::proto::Checks {
                             sender: &|s, claims| broker.verify_sender(s, claims),
                             unconfined_user: &|s| broker.is_unconfined_user(s),
+                            interrupt: &|t| broker.interruptible(t),
                         };
                         broker.producer.serve(stream, &frame, &checks);
                     }

@@ -328,7 +328,10 @@ fn migrate_messages(conn: &Connection) -> rusqlite::Result<()> {
     // one never does: `Store::settle`).
     add_column(conn, "messages", "reoffers", "INTEGER NOT NULL DEFAULT 0")?;
     // `broker send --mode`: how urgent it is (`Mode`; `steer` is what every older row was).
-    add_column(conn, "messages", "mode", "TEXT NOT NULL DEFAULT 'steer'")
+    add_column(conn, "messages", "mode", "TEXT NOT NULL DEFAULT 'steer'")?;
+    // The running turn an `interrupt` message stopped, recorded before `turn/interrupt` is sent
+    // (`wake/interrupt.rs`): a message interrupts at most that one turn.
+    add_column(conn, "messages", "interrupted_turn", "TEXT")
 }
 
 fn is_busy(e: &anyhow::Error) -> bool {

@@ -563,3 +563,42 @@ fn queueing_on_any_connection_signals_the_idle_passes() {
     assert!(signal.count() > seen, "a message queued on another connection did not signal");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A `--mode interrupt` message stops at most one turn: the turn it records before the request
+/// leaves, asked again only for that turn (a crash may have kept the request from leaving), never
+/// a later one; messages a wake may not deliver, expired or other modes interrupt nothing.
+#[test]
+fn an_interrupt_message_stops_at_most_its_one_turn() {
+    let (mut s, _d) = store("interrupt");
+    let queue = |s: &mut Store, mode: Mode, wake: bool, ttl_ms: Option<i64>| {
+        let new = NewMessage { thread: T, body: "stop", sender: None, verified: false, key: None, ttl_ms, wake, mode, held: false };
+        let Enqueued::New(id) = s.enqueue_message(&new).unwrap() else { panic!() };
+        id
+    };
+    queue(&mut s, Mode::Steer, true, None);
+    queue(&mut s, Mode::NextTurn, true, None);
+    queue(&mut s, Mode::Interrupt, false, None);
+    let expired = queue(&mut s, Mode::Interrupt, true, Some(1));
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    assert!(!s.interrupt_due(T, "T1").unwrap(), "no message here may interrupt");
+    assert_eq!(s.record_interrupt(T, "T1").unwrap(), 0);
+
+    let first = queue(&mut s, Mode::Interrupt, true, None);
+    assert!(s.interrupt_due(T, "T1").unwrap() && !s.interrupt_due(U, "T1").unwrap());
+    assert_eq!(s.record_interrupt(T, "T1").unwrap(), 1, "recorded on the one message that interrupts");
+    assert_eq!(s.interrupted_turn(&first).unwrap().as_deref(), Some("T1"));
+    assert_eq!(s.interrupted_turn(&expired).unwrap(), None);
+    assert!(s.interrupt_due(T, "T1").unwrap(), "the same turn again: the request may not have left");
+    assert!(!s.interrupt_due(T, "T2").unwrap(), "never a later turn");
+    assert_eq!(s.record_interrupt(T, "T2").unwrap(), 0);
+    assert_eq!(s.interrupted_turn(&first).unwrap().as_deref(), Some("T1"), "its record stays");
+
+    let second = queue(&mut s, Mode::Interrupt, true, None);
+    assert!(s.interrupt_due(T, "T2").unwrap(), "a new message may stop the turn running now");
+    assert_eq!(s.record_interrupt(T, "T2").unwrap(), 1);
+    assert_eq!(s.interrupted_turn(&second).unwrap().as_deref(), Some("T2"));
+    // Once a wake leases them, they interrupt nothing more.
+    let lease = s.lease(T, Channel::Wake, None, 30_000, 64 * 1024).unwrap().unwrap();
+    assert!(lease.messages.iter().any(|m| m.id == first) && lease.messages.iter().any(|m| m.id == second));
+    assert!(!s.interrupt_due(T, "T1").unwrap() && !s.interrupt_due(T, "T2").unwrap());
+}

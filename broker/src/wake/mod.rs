@@ -29,8 +29,9 @@
 //!    the rollout decides, as above.
 //!
 //! A thread that cannot be woken gets the reason on its waiting messages (`inspect`): a
-//! [`WakeReason`] (`reason.rs` lists them). Busy threads are left to their hooks. Wakes per
-//! thread are bounded (`bound.rs`, `[wake]` in the config file).
+//! [`WakeReason`] (`reason.rs` lists them). Busy threads are left to their hooks, unless a
+//! `broker send --mode interrupt` message is to stop the running turn first (`interrupt.rs`).
+//! Wakes per thread are bounded (`bound.rs`, `[wake]` in the config file).
 //!
 //! The pass runs in its own thread, at once when this process queues a message or makes one
 //! pending again, or another process says it queued one (`broker send` without a broker-verified
@@ -43,6 +44,7 @@
 //! repeated until something commits (`store/watch.rs`): only a commit makes one.
 
 mod bound;
+pub mod interrupt;
 
 pub use crate::reason::WakeReason;
 pub use bound::Bound;
@@ -184,12 +186,13 @@ impl Waker {
         }
     }
 
-    /// One thread: its idle, proven owner and app-server; the bound; the lease; the exchange.
+    /// One thread: its proven owner, idle (or busy in a turn an `interrupt` message stops
+    /// first: `interrupt.rs`) and its app-server; the bound; the lease; the exchange.
     fn wake_thread(&self, store: &Mutex<Store>, gate: &Gate, trust: &dyn CodexTrust, codex_home: &Path, thread: &ThreadId) -> Outcome {
-        let (owner, endpoints) = match idle_owner(gate, trust, codex_home, thread) {
-            Ok(found) => found,
+        let owner = match gate.thread_owner(thread, trust) {
+            Ok(owner) => owner,
             // Not a Codex thread: a Claude Code session, which its own wing wakes.
-            Err(Outcome::NotWoken(WakeReason::ThreadNotLoaded)) => {
+            Err(NoOwner::NotLoaded) => {
                 let why = match claude_session(store, thread) {
                     Some(Claude::Busy) => return Outcome::Busy,
                     Some(Claude::WakeHeld) => return Outcome::Nothing,
@@ -199,20 +202,38 @@ impl Waker {
                 note(store, thread, why);
                 return Outcome::NotWoken(why);
             }
-            Err(Outcome::NotWoken(why)) => {
+            Err(why) => {
+                if let NoOwner::Untrusted(d) | NoOwner::NotProven(d) = &why {
+                    crate::log_debug!("wake {thread}: {}: {d}", wake_reason(&why));
+                }
+                note(store, thread, wake_reason(&why));
+                return Outcome::NotWoken(wake_reason(&why));
+            }
+        };
+        // A busy thread is left to its hooks, unless an `interrupt` message is to stop its turn.
+        let interrupting = owner.open_turn.clone().filter(|turn| interrupt::due(store, thread, turn));
+        if owner.open_turn.is_some() && interrupting.is_none() {
+            note_waiting_on_approval(store, thread);
+            return Outcome::Busy;
+        }
+        let endpoints = match app_server(&owner, codex_home) {
+            Ok(e) => e,
+            Err(why) => {
                 note(store, thread, why);
                 return Outcome::NotWoken(why);
             }
-            Err(Outcome::Busy) => {
-                note_waiting_on_approval(store, thread);
-                return Outcome::Busy;
-            }
-            Err(other) => return other,
         };
         if let Err((why, until)) = self.bound.check(thread, Instant::now()) {
             note(store, thread, why);
             return Outcome::Bounded(why, until);
         }
+        let owner = match interrupting {
+            Some(turn) => match interrupt::stop(store, gate, trust, thread, &owner, &turn, &endpoints) {
+                Ok(idle) => idle,
+                Err(outcome) => return outcome,
+            },
+            None => owner,
+        };
         let lease = {
             let mut s = crate::store::lock(store);
             match s.lease(thread, Channel::Wake, None, WAKE_LEASE_MS, MAX_OUTPUT_BYTES) {
@@ -229,26 +250,17 @@ impl Waker {
     }
 }
 
-/// The process that holds `thread`, proven, with no open turn, and the app-server it serves.
-fn idle_owner(gate: &Gate, trust: &dyn CodexTrust, codex_home: &Path, thread: &ThreadId) -> Result<(Owner, Vec<Endpoint>), Outcome> {
-    let owner = gate.thread_owner(thread, trust).map_err(|why| {
-        if let NoOwner::Untrusted(d) | NoOwner::NotProven(d) = &why {
-            crate::log_debug!("wake {thread}: {}: {d}", wake_reason(&why));
-        }
-        Outcome::NotWoken(wake_reason(&why))
-    })?;
-    if owner.open_turn.is_some() {
-        return Err(Outcome::Busy);
-    }
+/// The app-server the proven owner of a thread serves, which may start a turn in it.
+fn app_server(owner: &Owner, codex_home: &Path) -> Result<Vec<Endpoint>, WakeReason> {
     if owner.subagent {
         // Sub-agents take their input from their parent, not from a client's turn/start.
-        return Err(Outcome::NotWoken(WakeReason::SubagentThread));
+        return Err(WakeReason::SubagentThread);
     }
     let endpoints = endpoint::discover(codex_home, owner.pid, owner.starttime);
     if endpoints.is_empty() {
-        return Err(Outcome::NotWoken(WakeReason::NoAppServer));
+        return Err(WakeReason::NoAppServer);
     }
-    Ok((owner, endpoints))
+    Ok(endpoints)
 }
 
 /// Why a thread whose owner could not be proven is not woken.
