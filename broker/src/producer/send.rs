@@ -315,7 +315,7 @@ fn check_interrupt(
     from: Option<&str>,
     interrupt: Option<&Interruptible<'_>>,
 ) -> Result<(), SendError> {
-    let codex = crate::codex::rollout::find_rollout(codex_home, thread.as_str()).is_some();
+    let codex = threads::codex::has_rollout(codex_home, thread.as_str());
     let why = if !opts.wake {
         "--wake never keeps the message from the wake, and a wake is what delivers it once the turn is stopped".to_string()
     } else if !may_interrupt(opts.class, from) {

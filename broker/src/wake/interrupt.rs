@@ -25,10 +25,9 @@
 //! Delivery is the wake's, with its exactly-once rules: one lease, a hand-off record before
 //! `turn/start`, `confirmed` from the rollout.
 
-use super::{Outcome, WakeReason};
-use crate::codex::appserver::{self, Endpoint};
-use crate::gate::owner::Owner;
-use crate::gate::{CodexTrust, Gate};
+use super::{appserver, Endpoint, Outcome, Owner, WakeReason};
+use crate::exe::CodexTrust;
+use crate::gate::Gate;
 use crate::store::Store;
 use courier_shared::ids::ThreadId;
 use serde_json::json;
