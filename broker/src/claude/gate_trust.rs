@@ -1,4 +1,4 @@
-//! The gate's view of Claude Code trust (also the sender check's, `gate/claude_sender.rs`): a
+//! The gate's view of Claude Code trust (also the sender check's, `gate/session_sender.rs`): a
 //! digest trusted in the store, or a file the digest cache has not seen that is expected (a
 //! trusted binary's path, or what a followed `claude` runs now: `follow.rs`).
 
@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 /// The gate's view of Claude Code trust, from the store and the followed commands (also the
-/// sender check's, `gate/claude_sender.rs`).
+/// sender check's, `gate/session_sender.rs`).
 pub(crate) struct StoreTrust<'a>(pub(crate) &'a Mutex<Store>, pub(crate) &'a Followed);
 
 impl ClaudeTrust for StoreTrust<'_> {

@@ -31,6 +31,22 @@ use codex_format::hook::HookEvent;
 use std::sync::Mutex;
 use std::time::Instant;
 
+/// The variable Claude Code sets in its model's commands (and in the MCP servers it starts): the
+/// session they run for. Claude Code's row of the sender proof (`gate/session_sender.rs`).
+pub const SESSION_VAR: &str = "CLAUDE_CODE_SESSION_ID";
+
+/// Why `session` is not pinned to exactly the claude process `claude` (`Ok`: it is): the pin was
+/// taken by a hook every kernel step of the Claude Code gate proved, so no state a model command
+/// can write names the session. Claude Code's row of the sender proof.
+pub fn owns(store: &std::sync::Mutex<Store>, session: &courier_shared::ids::ThreadId, claude: crate::os::ProcessKey) -> Result<(), String> {
+    let pin = crate::store::lock(store).claude_session_pin(session).map_err(|e| format!("the session pin could not be read: {e:#}"))?;
+    match pin {
+        Some(pin) if pin.owner == claude => Ok(()),
+        Some(pin) => Err(format!("session {session} is pinned to pid {}, not to claude {}", pin.owner.pid, claude.pid)),
+        None => Err(format!("session {session} is not one the broker proved (no hook of it passed the gate)")),
+    }
+}
+
 fn refusal(p: &Payload, code: RefusalCode, detail: String) -> Refusal {
     Refusal { code, detail, thread: Some(p.session_id.to_string()), event: Some(p.event.as_str().to_string()) }
 }

@@ -55,7 +55,7 @@ pub fn verify(gate: &Gate, store: &Mutex<Store>, peer: &Peer, req: &HookRequest,
         fds::scan(copilot.pid).map_err(|e| Refusal::new(RefusalCode::AncestryChanged, format!("copilot {} fds: {e}", copilot.pid)))?;
     stdout_pipe(peer.pid, &held)?; // 5
     dist_dir(store, copilot.pid, &held)?; // 6
-    let events = session_lock(copilot.pid, &payload, &held)?; // 7
+    let events = session_lock(copilot.pid, payload.session.as_str(), &held)?; // 7
     gate.recheck(peer, &call)?;
     Ok(Proven { payload, copilot, events })
 }
@@ -95,7 +95,7 @@ fn stdout_pipe(peer: i32, held: &fds::Held) -> Result<(), Refusal> {
 
 /// The dist dir: the directory of the `inuse.<copilot pid>.hold` copilot holds beside its
 /// `.extraction-complete`.
-fn dist_dir(store: &Mutex<Store>, pid: i32, held: &fds::Held) -> Result<(), Refusal> {
+pub(super) fn dist_dir(store: &Mutex<Store>, pid: i32, held: &fds::Held) -> Result<(), Refusal> {
     let name = format!("inuse.{pid}.hold");
     let dir = held
         .holds
@@ -110,10 +110,9 @@ fn dist_dir(store: &Mutex<Store>, pid: i32, held: &fds::Held) -> Result<(), Refu
     }
 }
 
-/// The session record beside the session lock copilot holds.
-fn session_lock(pid: i32, payload: &Payload, held: &fds::Held) -> Result<PathBuf, Refusal> {
+/// The session record beside the lock copilot holds on session `session`.
+pub(super) fn session_lock(pid: i32, session: &str, held: &fds::Held) -> Result<PathBuf, Refusal> {
     let name = format!("inuse.{pid}.hold");
-    let session = payload.session.as_str();
     let lock = held.holds.iter().find(|p| {
         let dir = p.parent();
         p.file_name().is_some_and(|n| *n == *name)

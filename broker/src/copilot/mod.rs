@@ -17,6 +17,8 @@
 //! - `deliver.rs`: what a proven hook is handed (postToolUse `additionalContext` in parts,
 //!   agentStop `block` once);
 //! - `confirm.rs`: hand-offs settled from the session record (`events.jsonl`);
+//! - `sender.rs`: its row of the sender proof (`gate/session_sender.rs`): a model's `broker send`
+//!   proven to run for the session its copilot holds the lock of;
 //! - `serve.rs`: one hook call in `broker serve`, and the confirmation thread;
 //! - `session.rs`: the sessions of the user's Copilot home, live or ended (`broker send`,
 //!   `broker threads`).
@@ -27,6 +29,7 @@ pub mod deliver;
 mod fds;
 pub mod gate;
 pub mod payload;
+pub mod sender;
 pub mod serve;
 pub mod session;
 pub mod trust;

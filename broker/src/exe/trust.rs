@@ -6,7 +6,7 @@
 use super::ExeKey;
 use std::path::Path;
 
-/// What the Claude Code gate (`claude/gate.rs`) and the Claude sender check (`claude_sender.rs`)
+/// What the Claude Code gate (`claude/gate.rs`) and the session sender check (`gate/session_sender.rs`)
 /// ask about Claude Code binaries, answered from the store.
 pub trait ClaudeTrust {
     /// Whether a hex SHA-256 is a trusted Claude Code binary.

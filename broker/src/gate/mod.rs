@@ -52,11 +52,11 @@
 
 mod ancestry;
 mod caller;
-pub mod claude_sender;
 mod client;
 pub mod peer;
 pub mod person;
 pub mod sender;
+pub mod session_sender;
 #[cfg(test)]
 mod tests;
 

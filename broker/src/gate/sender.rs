@@ -40,7 +40,7 @@ const MAX_LINE: usize = 4 << 20;
 /// A sender the broker verified.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolSender {
-    /// The Codex thread, or the Claude Code session (`claude_sender.rs`).
+    /// The Codex thread, or the Claude Code or Copilot CLI session (`session_sender.rs`).
     pub thread: String,
     /// The Codex tool call (empty for a Claude Code command: Claude Code names none).
     pub call_id: String,

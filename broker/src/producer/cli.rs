@@ -164,15 +164,16 @@ impl SendCommand {
 }
 
 /// Queues the message through the running broker, which proves what it can of this process
-/// (with no `--from` in a Codex tool command or a Claude Code model's command: which thread or
+/// (with no `--from` in a Codex tool command or a Claude Code or Copilot CLI model's command: which thread or
 /// session it is, and names the sender after it; else whether it is the user's unconfined
 /// process, the inbound policy's `person`), else (no broker) directly in the queue, where the
 /// sender counts as `local`.
 fn queue(mut opts: SendOptions, explicit_from: bool) -> Result<send::Sent> {
-    // Run by a model's command (Codex's `exec_command`, Claude Code's Bash) with no --from: let
+    // Run by a model's command (Codex's `exec_command`, Claude Code's Bash, Copilot's bash) with no --from: let
     // the broker prove which thread or session that is and name the sender after it.
     let in_codex_command = std::env::var_os("CODEX_TOOL_CALL_ID").is_some() && std::env::var_os("CODEX_THREAD_ID").is_some();
-    let in_tool_command = in_codex_command || std::env::var_os(crate::gate::claude_sender::SESSION_VAR).is_some();
+    let session_vars = [crate::claude::session::SESSION_VAR, crate::copilot::sender::SESSION_VAR];
+    let in_tool_command = in_codex_command || session_vars.iter().any(|v| std::env::var_os(v).is_some());
     if in_tool_command && !explicit_from {
         match broker_send(&opts, true)? {
             Verified::Sent(s) => return Ok(s),

@@ -11,6 +11,7 @@ use crate::codex::effort;
 use crate::copilot::serve::Answer;
 use crate::delivery::{self, Offer};
 use crate::failpoint;
+use crate::gate::session_sender::SessionHost;
 use crate::gate::{self, HookRequest, Peer, Verified};
 use crate::os::ProcessKey;
 use crate::reason::DeliveryReason;
@@ -296,10 +297,6 @@ impl Broker {
 }
 
 impl Broker {
-    /// The Codex thread or Claude Code session whose model's command is on the other end of
-    /// `stream` (a `broker send` the model ran), proven as `gate/sender.rs` and
-    /// `gate/claude_sender.rs` say, or why not. A command claiming a Claude Code session is
-    /// checked as one first; one the nearest host of which is a codex is then checked as Codex's.
     /// Whether the peer of `stream` is a process of the user that runs unconfined (the
     /// inbound policy's `person` class).
     pub(super) fn is_unconfined_user(&self, stream: &UnixStream) -> bool {
@@ -311,23 +308,44 @@ impl Broker {
         crate::wake::interrupt::check(&self.gate, &super::trust::TrustView(self), thread)
     }
 
+    /// The Codex thread, Claude Code or Copilot CLI session whose model's command is on the
+    /// other end of `stream` (a `broker send` the model ran), proven as `gate/sender.rs` and
+    /// `gate/session_sender.rs` say, or why not. A command claiming a session in a host's
+    /// variable is checked as that first; else, or when that fails, as a Codex tool command.
     pub(super) fn verify_sender(&self, stream: &UnixStream, claims: Option<(&str, &str)>) -> Result<gate::sender::ToolSender, String> {
         let peer = gate::peer::identify(stream).map_err(|r| format!("{}: {}", r.code, r.detail))?;
-        let claude = match claims {
+        let by_session = match claims {
             Some(_) => Ok(None),
             None => {
-                let pin_of = |sid: &courier_shared::ids::ThreadId| crate::store::lock(&self.store).claude_session_pin(sid);
-                let trust = crate::claude::gate_trust::StoreTrust(&self.store, &self.claude_followed);
-                self.gate.verify_claude_sender(&peer, &TrustView(self), &trust, &pin_of)
+                let claude_trust =
+                    gate::session_sender::Hosted(&crate::claude::gate_trust::StoreTrust(&self.store, &self.claude_followed), "Claude Code");
+                let copilot_trust = crate::copilot::trust::StoreTrust(&self.store);
+                let claude_owns = |s: &courier_shared::ids::ThreadId, p: ProcessKey| crate::claude::session::owns(&self.store, s, p);
+                let copilot_owns = |s: &courier_shared::ids::ThreadId, p: ProcessKey| crate::copilot::sender::owns(&self.store, s, p);
+                let rows = [
+                    SessionHost {
+                        name: "Claude Code",
+                        session_var: crate::claude::session::SESSION_VAR,
+                        trust: &claude_trust,
+                        owns: &claude_owns,
+                    },
+                    SessionHost {
+                        name: "Copilot CLI",
+                        session_var: crate::copilot::sender::SESSION_VAR,
+                        trust: &copilot_trust,
+                        owns: &copilot_owns,
+                    },
+                ];
+                self.gate.verify_session_sender(&peer, &TrustView(self), &rows, "Codex, Claude Code or Copilot CLI")
             }
         };
-        match claude {
+        match by_session {
             Ok(Some(sender)) => Ok(sender),
             Ok(None) => self.gate.verify_tool_sender(&peer, &TrustView(self), claims),
-            Err(not_claude) => self
+            Err(not_session) => self
                 .gate
                 .verify_tool_sender(&peer, &TrustView(self), claims)
-                .map_err(|not_codex| format!("as a Claude Code command: {not_claude}; as a Codex tool command: {not_codex}")),
+                .map_err(|not_codex| format!("as a session's command: {not_session}; as a Codex tool command: {not_codex}")),
         }
     }
 }
