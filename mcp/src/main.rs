@@ -14,7 +14,9 @@
 //! MCP servers with the session's id in `CLAUDE_CODE_SESSION_ID` (probed on 2.1.332). This server
 //! then asks the broker to verify it as it verifies a Claude Code model's `broker send`
 //! (`verify_sender`: the peer's nearest trusted host above it is a claude, and the session it
-//! claims is pinned to that very process).
+//! claims is pinned to that very process). GitHub Copilot CLI does the same with
+//! `COPILOT_AGENT_SESSION_ID` (probed on 1.0.102), checked by Copilot's row of the same proof
+//! (the nearest trusted host above is a copilot that holds that session's lock).
 
 use courier_producer_proto::request::{Record, Request, SenderClaim};
 use courier_producer_proto::{Mode, Outcome, Progress, State, Want};
@@ -135,25 +137,26 @@ fn want_of(wait: Option<&str>) -> Result<Option<Want>, String> {
 }
 
 /// What the broker is asked to verify the sender by: the thread and call Codex named, or (under
-/// Claude Code) the peer itself (`verify_sender`); with neither, why the sender is not verified.
+/// Claude Code or Copilot CLI) the peer itself (`verify_sender`); with neither, why the sender is not verified.
 fn claims(me: Option<String>, call_id: Option<String>) -> (Option<SenderClaim>, bool, Option<String>) {
     match (me, call_id) {
         (Some(thread), Some(call_id)) => (Some(SenderClaim { thread, call_id }), false, None),
-        _ if under_claude_code() => (None, true, None),
+        _ if under_session_host() => (None, true, None),
         _ => (None, false, Some(format!(
-            "Codex named no calling thread and tool call in the request (_meta threadId, callId), and no Claude Code session started this server ({CLAUDE_SESSION_VAR})"
+            "Codex named no calling thread and tool call in the request (_meta threadId, callId), and no Claude Code or Copilot CLI session started this server ({})", SESSION_VARS.join(", ")
         ))),
     }
 }
 
-/// Whether Claude Code started this server for a session (`CLAUDE_CODE_SESSION_ID`): a claim the
-/// broker checks.
-fn under_claude_code() -> bool {
-    std::env::var_os(CLAUDE_SESSION_VAR).is_some_and(|v| !v.is_empty())
+/// Whether a host that names its session in the environment started this server for a session
+/// ([`SESSION_VARS`]): a claim the broker checks.
+fn under_session_host() -> bool {
+    SESSION_VARS.iter().any(|k| std::env::var_os(k).is_some_and(|v| !v.is_empty()))
 }
 
-/// The variable Claude Code names its session in, for the commands and MCP servers it starts.
-const CLAUDE_SESSION_VAR: &str = "CLAUDE_CODE_SESSION_ID";
+/// The variables Claude Code and Copilot CLI name their session in, for the commands and MCP
+/// servers they start (the broker's rows: `claude/session.rs`, `copilot/sender.rs`).
+const SESSION_VARS: [&str; 2] = ["CLAUDE_CODE_SESSION_ID", "COPILOT_AGENT_SESSION_ID"];
 
 impl Courier {
     /// One request line to the broker, one reply line back.

@@ -110,6 +110,15 @@ pub struct CopilotSetup {
     pub written: String,
     /// Copilot files install trusted (role, digest, path).
     pub trusted: Vec<(String, String, String)>,
+    /// The edit of Copilot's `mcp-config.json` (the MCP server `courier`).
+    #[serde(default)]
+    pub mcp_json: Option<FileEdit>,
+    /// The broker that MCP server runs, as install wrote it (uninstall removes only that entry).
+    #[serde(default)]
+    pub mcp_command: Option<String>,
+    /// Install created `mcpServers` there.
+    #[serde(default)]
+    pub created_mcp_servers: bool,
 }
 
 pub fn manifest_path(state_dir: &Path) -> PathBuf {

@@ -195,3 +195,74 @@ fn each_agent_row_edits_only_the_config_files_it_names() {
     }
     let _ = fs::remove_dir_all(&dir);
 }
+
+/// Copilot CLI's MCP config: `broker install` adds `mcpServers.courier` (a local server running
+/// `<broker> mcp`, as `copilot mcp add` writes one) beside the user's servers, a second install
+/// changes nothing, and uninstall takes out only Courier's entry: the bytes back when nobody
+/// touched the file, the user's later server kept when they did.
+#[test]
+fn copilot_mcp_config_gets_courier_s_server_beside_the_user_s_and_loses_only_it() {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("courier-copilot-mcp-{}-{n}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    let (home, state) = (dir.join("home"), dir.join("state"));
+    let copilot_home = home.join(".copilot");
+    for d in [&copilot_home, &state] {
+        fs::create_dir_all(d).unwrap();
+    }
+    let env = AgentEnv {
+        home: Some(home.clone()),
+        codex_home: home.join(".codex"),
+        claude_config_dir: None,
+        courier_config: dir.join("courier/config.toml"),
+        path_var: None,
+        copilot_home: None,
+    };
+    let config = copilot_home.join("mcp-config.json");
+    let users = "{\n  \"mcpServers\": {\n    \"mine\": {\n      \"type\": \"local\",\n      \"command\": \"/bin/mine\",\n      \"args\": [],\n      \"tools\": [\"*\"]\n    }\n  }\n}\n";
+    fs::write(&config, users).unwrap();
+    let opts = InstallOptions {
+        prefix: dir.join("prefix"),
+        codex_home: env.codex_home.clone(),
+        start: StartMode::None,
+        no_enable: true,
+        mcp: true,
+        allow_courier_tools: false,
+        bridge: None,
+        claude: ClaudeChoice::Skip,
+    };
+    let mut run = carry::Run { opts: &opts, state_dir: state.clone(), env, m: Manifest::default(), report: Report::new() };
+    let bins = carry::Binaries {
+        broker: dir.join("prefix/broker"),
+        client: dir.join("prefix/hook-client"),
+        replaced: false,
+        with_mcp: true,
+        with_bridge: false,
+    };
+    let read = || serde_json::from_str::<serde_json::Value>(&fs::read_to_string(&config).unwrap()).unwrap();
+    HostAgent::Copilot.register_hooks(&mut run, &bins).unwrap();
+    let doc = read();
+    assert_eq!(doc["mcpServers"]["mine"]["command"], "/bin/mine", "the user's server kept: {doc}");
+    let ours = &doc["mcpServers"]["courier"];
+    assert_eq!((ours["type"].as_str(), ours["command"].as_str()), (Some("local"), Some(bins.broker.to_str().unwrap())), "{doc}");
+    assert_eq!((ours["args"].clone(), ours["tools"].clone()), (serde_json::json!(["mcp"]), serde_json::json!(["*"])), "{doc}");
+    let installed = fs::read(&config).unwrap();
+    HostAgent::Copilot.register_hooks(&mut run, &bins).unwrap();
+    assert_eq!(fs::read(&config).unwrap(), installed, "a second install changes nothing");
+    HostAgent::Copilot.uninstall(&run.m, &state, &mut Report::new()).unwrap();
+    assert_eq!(fs::read_to_string(&config).unwrap(), users, "untouched since: the bytes back");
+
+    // Installed again, then the user adds a server: uninstall takes out only Courier's entry.
+    let mut run = carry::Run { m: Manifest::default(), report: Report::new(), ..run };
+    HostAgent::Copilot.register_hooks(&mut run, &bins).unwrap();
+    let mut doc = read();
+    doc["mcpServers"]["later"] = serde_json::json!({"type": "local", "command": "/bin/later", "args": []});
+    fs::write(&config, serde_json::to_string_pretty(&doc).unwrap()).unwrap();
+    HostAgent::Copilot.uninstall(&run.m, &state, &mut Report::new()).unwrap();
+    let doc = read();
+    let mut names: Vec<&String> = doc["mcpServers"].as_object().unwrap().keys().collect();
+    names.sort();
+    assert_eq!(names, ["later", "mine"], "{doc}");
+    let _ = fs::remove_dir_all(&dir);
+}

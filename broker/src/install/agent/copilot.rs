@@ -3,16 +3,20 @@
 //! Courier's command hooks in a file of its own, `<Copilot home>/hooks/courier.json` (Copilot
 //! reads every `*.json` there; the user's files are never touched), and the native binary the
 //! user's `copilot` runs trusted with the code it unpacks (`copilot/trust.rs`). A user without
-//! Copilot sees nothing new. The file is listed in the manifest ahead of the write; `broker
+//! Copilot sees nothing new. With `--mcp` (the default) `<broker> mcp` is also Copilot's MCP
+//! server `courier` in `<Copilot home>/mcp-config.json` (`mcp_json.rs`; the user's servers kept).
+//! The file is listed in the manifest ahead of the write; `broker
 //! uninstall` removes it while it reads what install wrote (and the `hooks/` directory when
 //! install created it and it is empty), so the Copilot home is as before, byte for byte.
 
+use super::mcp_json::{self, McpSetup, Step};
 use super::{AgentEnv, Wanted};
 use crate::install::carry::Run;
 use crate::install::manifest::{save_manifest, CopilotSetup, Manifest};
 use crate::install::Report;
 use crate::store::Store;
 use anyhow::{Context, Result};
+use courier_shared::paths::MCP_SERVER_NAME;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 
@@ -35,8 +39,15 @@ fn hooks_file(env: &AgentEnv) -> Result<PathBuf> {
     Ok(copilot_home(env)?.join("hooks").join("courier.json"))
 }
 
+/// Copilot's MCP config: `<Copilot home>/mcp-config.json` (what `copilot mcp add` writes, probed
+/// on 1.0.102).
+fn mcp_file(env: &AgentEnv) -> Result<PathBuf> {
+    let path = copilot_home(env)?.join("mcp-config.json");
+    Ok(std::fs::canonicalize(&path).unwrap_or(path))
+}
+
 pub(super) fn config_files(env: &AgentEnv) -> Result<Vec<PathBuf>> {
-    Ok(vec![hooks_file(env)?])
+    Ok(vec![hooks_file(env)?, mcp_file(env)?])
 }
 
 /// When the user has a Copilot home, or an earlier install registered the hooks.
@@ -74,14 +85,59 @@ pub(super) fn register_hooks(run: &mut Run, client: &Path) -> Result<()> {
         Some(s) => s.created_dir,
         None => !dir.exists(),
     };
-    let trusted = run.m.copilot.as_ref().map(|s| s.trusted.clone()).unwrap_or_default();
+    let earlier = run.m.copilot.take().unwrap_or_default();
     // In the manifest before the write: a crash between leaves something uninstall takes out.
-    run.m.copilot = Some(CopilotSetup { hooks_file: file.clone(), created_dir, written: text.clone(), trusted });
+    run.m.copilot = Some(CopilotSetup { hooks_file: file.clone(), created_dir, written: text.clone(), ..earlier });
     save_manifest(&run.state_dir, &run.m)?;
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     if std::fs::read_to_string(&file).ok().as_deref() != Some(text.as_str()) {
         crate::install::files::write_atomic(&file, text.as_bytes(), 0o644)?;
         run.report.push(format!("registered Courier's GitHub Copilot CLI hooks in {}", file.display()));
+    }
+    Ok(())
+}
+
+fn mcp(setup: &mut CopilotSetup) -> McpSetup<'_> {
+    McpSetup { edit: &mut setup.mcp_json, command: &mut setup.mcp_command, created_servers: &mut setup.created_mcp_servers }
+}
+
+/// `<broker> mcp` registered as Copilot's MCP server `courier` in `mcp-config.json` (`with_mcp`),
+/// or an earlier registration taken out (`--no-mcp`): a local (stdio) server with every tool, as
+/// `copilot mcp add` writes one, told the broker's runtime directory. The edit is listed in the
+/// manifest before the write.
+pub(super) fn register_mcp(run: &mut Run, broker: &Path, with_mcp: bool) -> Result<()> {
+    let path = mcp_file(&run.env)?;
+    let setup = run.m.copilot.as_mut().expect("the hooks are registered first");
+    if !with_mcp || setup.mcp_json.as_ref().is_some_and(|e| e.path != path) {
+        mcp_json::take_out(mcp(setup), &mut run.report)?;
+    }
+    if !with_mcp {
+        return save_manifest(&run.state_dir, &run.m);
+    }
+    let runtime = courier_shared::paths::runtime_dir();
+    let entry = json!({
+        "type": "local",
+        "command": broker.to_string_lossy(),
+        "args": ["mcp"],
+        "env": {"COURIER_RUNTIME_DIR": runtime.to_string_lossy()},
+        "tools": ["*"],
+    });
+    let command = broker.to_string_lossy().into_owned();
+    match mcp_json::plan(&path, entry, &command, mcp(setup))? {
+        Step::Foreign(note) => run.report.push(note),
+        Step::Unchanged => save_manifest(&run.state_dir, &run.m)?,
+        Step::Write(text) => {
+            save_manifest(&run.state_dir, &run.m)?;
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            }
+            crate::install::files::write_atomic(&path, text.as_bytes(), 0o600)?;
+            let said = format!(
+                "registered `{command} mcp` as GitHub Copilot CLI's MCP server \"{MCP_SERVER_NAME}\" in {} (sessions started from now on have it)",
+                path.display()
+            );
+            run.report.push(said);
+        }
     }
     Ok(())
 }
@@ -132,6 +188,7 @@ pub(super) fn take_out(run: &mut Run) -> Result<()> {
 /// the report says so), and the `hooks/` directory install created when it is empty.
 pub(super) fn uninstall(m: &Manifest, report: &mut Report) -> Result<()> {
     let Some(setup) = &m.copilot else { return Ok(()) };
+    mcp_json::uninstall(setup.mcp_json.as_ref(), setup.mcp_command.as_deref(), setup.created_mcp_servers, report)?;
     match std::fs::read_to_string(&setup.hooks_file) {
         Ok(text) if text == setup.written => {
             std::fs::remove_file(&setup.hooks_file).with_context(|| format!("removing {}", setup.hooks_file.display()))?;

@@ -9,12 +9,14 @@
 //! a sandboxed home without touching the process's environment. A new row is a variant here and
 //! a file beside `codex.rs` answering the same questions; the compiler lists every `match` that
 //! must learn it (here, in `doctor/agent/mod.rs`). Rows: `codex.rs`, `claude.rs` (with
-//! `claude_mcp.rs`), `copilot.rs`.
+//! `claude_mcp.rs`), `copilot.rs`; `mcp_json.rs` is the MCP entry in a JSON config, Claude Code's
+//! and Copilot's.
 
 mod claude;
 mod claude_mcp;
 mod codex;
 mod copilot;
+mod mcp_json;
 
 pub use super::carry::AgentEnv;
 use super::carry::{Binaries, Run};
@@ -96,7 +98,11 @@ impl HostAgent {
                 claude_mcp::register(run, &bins.broker, bins.with_mcp)?;
                 Ok(registered)
             }
-            HostAgent::Copilot => copilot::register_hooks(run, &bins.client).map(|()| Registered::AsServed),
+            HostAgent::Copilot => {
+                copilot::register_hooks(run, &bins.client)?;
+                copilot::register_mcp(run, &bins.broker, bins.with_mcp)?;
+                Ok(Registered::AsServed)
+            }
         }
     }
 
