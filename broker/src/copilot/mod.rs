@@ -10,6 +10,8 @@
 //! - `fds.rs`: what the copilot process holds (its pipes' read ends, its `inuse.<pid>.hold` locks);
 //! - `trust.rs`: the native binary and the code it unpacks (the dist dir), trusted by digest
 //!   (`broker trust-copilot`), checked by file identity on the hook path (never hashed there);
+//! - `follow.rs`: its part of the upgrade follower (`exe/follow.rs`): what the user's `copilot`
+//!   runs after an upgrade, binary and dist dir, trusted with no command from the user;
 //! - `gate.rs`: the host's named steps after the kernel (parent, session, stdout pipe, dist dir,
 //!   session lock);
 //! - `approval.rs`: a permissionRequest a person answers (`[approvals] hold`), and the hook's
@@ -27,6 +29,7 @@ pub mod approval;
 pub mod confirm;
 pub mod deliver;
 mod fds;
+pub mod follow;
 pub mod gate;
 pub mod payload;
 pub mod sender;

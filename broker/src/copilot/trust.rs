@@ -125,23 +125,49 @@ impl CodexTrust for StoreTrust<'_> {
     }
 }
 
+/// The native binary a `copilot` command runs, nothing executed: npm's launcher
+/// (`.../node_modules/@github/copilot/npm-loader.js`, what the command links to) runs the
+/// per-platform package's binary (`@github/copilot-<platform>/copilot`, nested or beside it);
+/// a command that is the native binary itself is that.
+pub fn native_behind(command: &Path) -> Option<PathBuf> {
+    let target = std::fs::canonicalize(command).ok()?;
+    let package = format!("copilot-{}", platform());
+    let pkg_dir = target.parent()?; // .../node_modules/@github/copilot
+    [pkg_dir.join("node_modules/@github").join(&package).join("copilot"), pkg_dir.parent()?.join(&package).join("copilot")]
+        .into_iter()
+        .find(|p| p.is_file())
+        .or_else(|| target.file_name().is_some_and(|n| n == "copilot").then_some(target))
+}
+
+/// Why `p` (its metadata `m`) could be changed by someone else than the broker's user: owned by
+/// another uid than the user's or root's, or writable by group or others; `None`: it cannot.
+pub fn unsafe_owner(p: &Path, m: &std::fs::Metadata) -> Option<String> {
+    let uid = courier_shared::paths::uid();
+    if m.uid() != uid && m.uid() != 0 {
+        return Some(format!("{} is owned by uid {}", p.display(), m.uid()));
+    }
+    (m.mode() & 0o022 != 0).then(|| format!("{} is writable by group or others (mode {:o})", p.display(), m.mode() & 0o7777))
+}
+
 /// Why the dist dir `dir` is not trusted code, or `None` when it is: it and each of
 /// [`DIST_FILES`] are owned by the broker's user or root and writable by no one else, and each
 /// file's identity is recorded with a trusted digest of its role.
 pub fn dist_doubt(store: &Mutex<Store>, dir: &Path) -> Option<String> {
-    let uid = courier_shared::paths::uid();
-    let owned_safely = |p: &Path, m: &std::fs::Metadata| -> Option<String> {
-        if m.uid() != uid && m.uid() != 0 {
-            return Some(format!("{} is owned by uid {}", p.display(), m.uid()));
-        }
-        (m.mode() & 0o022 != 0).then(|| format!("{} is writable by group or others (mode {:o})", p.display(), m.mode() & 0o7777))
-    };
+    dist_doubt_by(dir, &|key, rel| {
+        let store = crate::store::lock(store);
+        store.codex_file_digest(key).ok().flatten().is_some_and(|sha| store.is_trusted_host_file(HOST, rel, &sha).unwrap_or(false))
+    })
+}
+
+/// [`dist_doubt`] with `trusted` answering whether a file of identity `key` is a trusted file of
+/// role `rel`.
+pub fn dist_doubt_by(dir: &Path, trusted: &dyn Fn(&ExeKey, &str) -> bool) -> Option<String> {
     for d in dir.ancestors().take(2) {
         let m = match std::fs::symlink_metadata(d) {
             Ok(m) => m,
             Err(e) => return Some(format!("{}: {e}", d.display())),
         };
-        if let Some(why) = owned_safely(d, &m) {
+        if let Some(why) = unsafe_owner(d, &m) {
             return Some(why);
         }
     }
@@ -155,13 +181,10 @@ pub fn dist_doubt(store: &Mutex<Store>, dir: &Path) -> Option<String> {
             (Ok(m), Ok(k)) => (m, k),
             _ => return Some(format!("{}: cannot stat", path.display())),
         };
-        if let Some(why) = owned_safely(&path, &meta) {
+        if let Some(why) = unsafe_owner(&path, &meta) {
             return Some(why);
         }
-        let store = crate::store::lock(store);
-        let trusted =
-            store.codex_file_digest(&key).ok().flatten().filter(|sha| store.is_trusted_host_file(HOST, rel, sha).unwrap_or(false));
-        if trusted.is_none() {
+        if !trusted(&key, rel) {
             return Some(format!(
                 "{} is not a trusted {rel} (changed since trusted, or never trusted: `broker trust-copilot`)",
                 path.display()

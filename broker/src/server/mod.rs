@@ -223,7 +223,9 @@ fn assemble(
     let own_claude = crate::exe::launcher::on_path(std::env::var_os("PATH").as_deref(), "claude");
     let codex_followed = Arc::new(codex::follow::Followed::new(&opts.codex_home, own_codex, gate.digests().clone()));
     let claude_followed = Arc::new(crate::claude::follow::Followed::new(own_claude));
-    let hosts: Vec<Arc<dyn HostFollow<Store>>> = vec![codex_followed.clone(), claude_followed.clone()];
+    let own_copilot = crate::exe::launcher::on_path(std::env::var_os("PATH").as_deref(), "copilot");
+    let copilot_followed = Arc::new(crate::copilot::follow::Followed::new(own_copilot));
+    let hosts: Vec<Arc<dyn HostFollow<Store>>> = vec![codex_followed.clone(), claude_followed.clone(), copilot_followed];
     let state_dir = opts.state_dir.clone();
     let follower = Follower::new(LazyStore::new(move || Store::open(&state_dir)), hosts);
     let on_hashed = Arc::clone(&follower);

@@ -145,14 +145,7 @@ pub(super) fn register_mcp(run: &mut Run, broker: &Path, with_mcp: bool) -> Resu
 /// The native binary behind the user's `copilot` (npm's launcher `npm-loader.js` runs the
 /// per-platform package's binary), if found.
 fn native_behind(env: &AgentEnv) -> Option<PathBuf> {
-    let cmd = crate::exe::launcher::on_path(env.path_var.as_deref(), "copilot")?;
-    let target = std::fs::canonicalize(cmd).ok()?;
-    let package = format!("copilot-{}", crate::copilot::trust::platform());
-    let pkg_dir = target.parent()?; // .../node_modules/@github/copilot
-    [pkg_dir.join("node_modules/@github").join(&package).join("copilot"), pkg_dir.parent()?.join(&package).join("copilot")]
-        .into_iter()
-        .find(|p| p.is_file())
-        .or_else(|| target.file_name().is_some_and(|n| n == "copilot").then_some(target))
+    crate::copilot::trust::native_behind(&crate::exe::launcher::on_path(env.path_var.as_deref(), "copilot")?)
 }
 
 pub(super) fn trust_binaries(run: &mut Run) -> Result<Option<String>> {
