@@ -20,6 +20,7 @@
 
 use courier_producer_proto::request::{Record, Request, SenderClaim};
 use courier_producer_proto::{Mode, Outcome, Progress, State, Want};
+use courier_shared::ids::SESSION_VARS;
 use courier_shared::wire::ErrorCode;
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
 use rmcp::model::{CallToolResult, ContentBlock, Implementation, RequestMetaObject, ServerCapabilities, ServerConfig};
@@ -153,10 +154,6 @@ fn claims(me: Option<String>, call_id: Option<String>) -> (Option<SenderClaim>, 
 fn under_session_host() -> bool {
     SESSION_VARS.iter().any(|k| std::env::var_os(k).is_some_and(|v| !v.is_empty()))
 }
-
-/// The variables Claude Code and Copilot CLI name their session in, for the commands and MCP
-/// servers they start (the broker's rows: `claude/session.rs`, `copilot/sender.rs`).
-const SESSION_VARS: [&str; 2] = ["CLAUDE_CODE_SESSION_ID", "COPILOT_AGENT_SESSION_ID"];
 
 impl Courier {
     /// One request line to the broker, one reply line back.

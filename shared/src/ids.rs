@@ -1,6 +1,17 @@
-//! Thread ids as every Courier binary checks them: a lowercase UUID.
+//! Thread ids as every Courier binary checks them: a lowercase UUID; and the variables a host
+//! names its session in.
 
 use std::borrow::Cow;
+
+/// The variable Claude Code names its session in, for the commands its model runs and the MCP
+/// servers it starts (probed on 2.1.332).
+pub const CLAUDE_SESSION_VAR: &str = "CLAUDE_CODE_SESSION_ID";
+/// The variable GitHub Copilot CLI names its session in, for the commands its model runs and the
+/// MCP servers it starts (probed on 1.0.102).
+pub const COPILOT_SESSION_VAR: &str = "COPILOT_AGENT_SESSION_ID";
+/// Every host's session variable: a process with one claims to run for that session (the
+/// broker's sender proof checks the claim, `gate/session_sender.rs`).
+pub const SESSION_VARS: [&str; 2] = [CLAUDE_SESSION_VAR, COPILOT_SESSION_VAR];
 
 pub const fn is_uuid(s: &str) -> bool {
     let b = s.as_bytes();

@@ -33,7 +33,7 @@ use std::time::Instant;
 
 /// The variable Claude Code sets in its model's commands (and in the MCP servers it starts): the
 /// session they run for. Claude Code's row of the sender proof (`gate/session_sender.rs`).
-pub const SESSION_VAR: &str = "CLAUDE_CODE_SESSION_ID";
+pub const SESSION_VAR: &str = courier_shared::ids::CLAUDE_SESSION_VAR;
 
 /// Why `session` is not pinned to exactly the claude process `claude` (`Ok`: it is): the pin was
 /// taken by a hook every kernel step of the Claude Code gate proved, so no state a model command

@@ -18,7 +18,7 @@ use courier_shared::ids::ThreadId;
 use std::sync::Mutex;
 
 /// The variable Copilot sets in its model's commands: the session they run for.
-pub const SESSION_VAR: &str = "COPILOT_AGENT_SESSION_ID";
+pub const SESSION_VAR: &str = courier_shared::ids::COPILOT_SESSION_VAR;
 
 /// Why `session` is not the session the copilot process `copilot` runs now (`Ok`: it is).
 pub fn owns(store: &Mutex<Store>, session: &ThreadId, copilot: ProcessKey) -> Result<(), String> {

@@ -172,8 +172,7 @@ fn queue(mut opts: SendOptions, explicit_from: bool) -> Result<send::Sent> {
     // Run by a model's command (Codex's `exec_command`, Claude Code's Bash, Copilot's bash) with no --from: let
     // the broker prove which thread or session that is and name the sender after it.
     let in_codex_command = std::env::var_os("CODEX_TOOL_CALL_ID").is_some() && std::env::var_os("CODEX_THREAD_ID").is_some();
-    let session_vars = [crate::claude::session::SESSION_VAR, crate::copilot::sender::SESSION_VAR];
-    let in_tool_command = in_codex_command || session_vars.iter().any(|v| std::env::var_os(v).is_some());
+    let in_tool_command = in_codex_command || courier_shared::ids::SESSION_VARS.iter().any(|v| std::env::var_os(v).is_some());
     if in_tool_command && !explicit_from {
         match broker_send(&opts, true)? {
             Verified::Sent(s) => return Ok(s),
