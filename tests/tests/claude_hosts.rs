@@ -175,8 +175,8 @@ fn a_claude_commands_send_is_verified_as_its_session_and_no_other_claude_can_cla
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("not verified"), "{stderr}");
-    // The walk looked for either host's binary, and its reason says so.
-    assert!(stderr.contains("no trusted Codex or Claude Code executable"), "{stderr}");
+    // The walk looked for every host's binary, and its reason says so.
+    assert!(stderr.contains("no trusted Codex, Claude Code or Copilot CLI executable"), "{stderr}");
     let outside = message_by_key(&broker, "outside");
     assert!(!outside["from"].as_str().unwrap_or("").starts_with("thread:"), "{outside}");
     assert!(owner.wait(PRINT_TIMEOUT).status.success());

@@ -129,7 +129,7 @@ fn a_claude_code_agent_lists_threads_and_sends_over_courier_mcp_as_its_verified_
     let forged =
         mcp_call(&env, &[("CLAUDE_CODE_SESSION_ID", &sid)], "send_message", json!({"thread": thread, "text": "x", "key": "forged"}));
     let note = forged["sender_note"].as_str().unwrap_or_else(|| panic!("no sender_note: {forged}"));
-    assert!(note.contains("no trusted Codex or Claude Code executable"), "{note}");
+    assert!(note.contains("no trusted Codex, Claude Code or Copilot CLI executable"), "{note}");
     assert_eq!(message_by_key(&broker, "forged")["from"], "mcp");
     hold.release();
     assert!(codex.wait(T).status.success());
